@@ -1,0 +1,7 @@
+"""spmd: write a numpy program once, shard a few arrays, run it on many devices."""
+from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError  # noqa: F401
+from .jit import jit, ShapeDtype, Lowered  # noqa: F401
+from .compiler.autodiff import grad, value_and_grad  # noqa: F401
+from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
+
+__version__ = "0.1.0"

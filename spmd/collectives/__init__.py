@@ -1,0 +1,1 @@
+from .base import Communicator  # noqa: F401

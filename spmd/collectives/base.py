@@ -1,0 +1,81 @@
+"""The Communicator: collectives over groups of ranks of a mesh.
+
+One Communicator object per rank (device). Every collective names the mesh axes it runs
+over; its group is the ranks that share this rank's coordinates on all other axes,
+ordered row-major over the named axes as given (major to minor) — `Mesh.group`.
+Inputs are numpy arrays (contiguous); results are new numpy arrays. All ranks of a group
+must call the same collectives in the same order (every rank runs the same program).
+
+Semantics, with G the group size and i this rank's index in its group:
+- all_reduce(x, axes, op)            -> op-reduction of x over the group ("sum","max","min","prod")
+- all_gather(x, axes, dim)           -> concatenation of the group's x along dim, in group order
+- reduce_scatter(x, axes, dim, op)   -> block i (of G equal blocks along dim) of all_reduce(x)
+- all_to_all(x, axes, split_dim, concat_dim)
+                                     -> split x in G blocks along split_dim, send block j to rank j,
+                                        concatenate the received blocks (in group order) along concat_dim
+- permute(x, axes, pairs)            -> pairs are (src, dst) group indices; a rank receives the x of
+                                        the src that names it, or zeros if none does
+- broadcast(x, axes, root)           -> the x of the rank at group index `root`
+- barrier(axes=None)                 -> returns when every rank of the group (all ranks if None) arrived
+
+A rank that fails, or a peer lost mid-collective, raises CollectiveError naming the rank
+within SPMD_COLLECTIVE_TIMEOUT seconds (default 60), never hangs.
+"""
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+REDUCE_OPS = ("sum", "max", "min", "prod")
+
+
+def collective_timeout() -> float:
+    return float(os.environ.get("SPMD_COLLECTIVE_TIMEOUT", "60"))
+
+
+def reduce_arrays(op, arrays):
+    """Reduce a list of same-shape arrays with op, in list order (deterministic)."""
+    f = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
+    out = np.array(arrays[0], copy=True)
+    for a in arrays[1:]:
+        f(out, a, out=out)
+    return out
+
+
+class Communicator(ABC):
+    def __init__(self, mesh, rank):
+        self.mesh = mesh
+        self.rank = rank            # this rank's device id in the mesh
+
+    @property
+    def size(self):
+        return self.mesh.size
+
+    def group(self, axes):
+        return self.mesh.group(self.rank, tuple(axes))
+
+    def group_index(self, axes):
+        return self.mesh.index_in_group(self.rank, tuple(axes))
+
+    @abstractmethod
+    def all_reduce(self, x, axes, op="sum"): ...
+
+    @abstractmethod
+    def all_gather(self, x, axes, dim=0): ...
+
+    @abstractmethod
+    def reduce_scatter(self, x, axes, dim=0, op="sum"): ...
+
+    @abstractmethod
+    def all_to_all(self, x, axes, split_dim, concat_dim): ...
+
+    @abstractmethod
+    def permute(self, x, axes, pairs): ...
+
+    @abstractmethod
+    def broadcast(self, x, axes, root=0): ...
+
+    @abstractmethod
+    def barrier(self, axes=None): ...

@@ -1,0 +1,104 @@
+"""Reverse-mode autodiff over the IR.
+
+`grad(f)` traces f into the current graph, then walks the ops f emitted backwards and
+emits each op's VJP (from the registry) into the same graph. Because the backward ops
+are ordinary ops of that graph, grad of grad just works: the outer walk differentiates
+the inner backward pass too. Outside of tracing, grad runs under a fresh jit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TraceError
+from ..ir import dtypes
+from ..tree import tree_flatten, tree_unflatten
+from . import numpy_api as npx
+from .trace import Tracer, current_trace, user_loc
+
+
+def vjp_graph(graph, start, inputs, output, ct):
+    """Emit the cotangents of `inputs` given `ct` for `output`, walking graph.ops[start:]."""
+    ops = graph.ops[start:]
+    active = set(inputs)
+    for op in ops:
+        if any(o in active for o in op.operands):
+            active.update(r for r in op.results if dtypes.is_float(r.dtype))
+    cts = {output: ct} if output in active else {}
+    saved_loc = graph.loc
+    for op in reversed(ops):
+        ct_r = cts.pop(op.results[0], None) if len(op.results) == 1 else None
+        if ct_r is None or op.opdef.vjp is None:
+            continue
+        graph.loc = op.loc
+        for o, c in zip(op.operands, op.opdef.vjp(graph, op, ct_r)):
+            if c is None or o not in active:
+                continue
+            cts[o] = graph.emit("add", cts[o], c) if o in cts else c
+    graph.loc = saved_loc
+    return [cts.get(x) for x in inputs]
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+
+    def wrapped(*args, **kwargs):
+        t = current_trace()
+        if t is None:
+            from ..jit import jit
+            return jit(value_and_grad(f, argnums, has_aux))(*args, **kwargs)
+        g = t.graph
+        loc = user_loc()
+        args = list(args)
+        flat = {}
+        for n in nums:
+            leaves, tree = tree_flatten(args[n])
+            fresh = []
+            for leaf in leaves:
+                x = npx.asarray(leaf, t=t)
+                if not dtypes.is_float(x.value.dtype):
+                    raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
+                                     f"grad needs float inputs")
+                # a fresh value, so uses of the same array outside f are not differentiated
+                fresh.append(Tracer(g.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
+            flat[n] = (fresh, tree)
+            args[n] = tree_unflatten(tree, fresh)
+        start = len(g.ops)
+        out = f(*args, **kwargs)
+        aux = None
+        if has_aux:
+            out, aux = out
+        out = npx.asarray(out, t=t)
+        if out.shape != () or not dtypes.is_float(out.value.dtype):
+            raise TraceError(f"grad at {loc}: the function must return a float scalar, got "
+                             f"{out.value.dtype}{list(out.shape)}")
+        t.fixed_loc = loc
+        try:
+            one = g.emit("constant", value=np.ones((), out.value.dtype), loc=loc)
+            grads = []
+            for n in nums:
+                fresh, tree = flat[n]
+                cts = vjp_graph(g, start, [x.value for x in fresh], out.value, one)
+                leaves = []
+                for x, c in zip(fresh, cts):
+                    if c is None:
+                        leaves.append(npx.zeros_like(x))
+                    else:
+                        leaves.append(Tracer(c, t))
+                grads.append(tree_unflatten(tree, leaves))
+        finally:
+            t.fixed_loc = None
+        grad = grads[0] if single else tuple(grads)
+        return ((out, aux), grad) if has_aux else (out, grad)
+
+    return wrapped
+
+
+def grad(f, argnums=0, has_aux=False):
+    vg = value_and_grad(f, argnums, has_aux)
+
+    def wrapped(*args, **kwargs):
+        out, g = vg(*args, **kwargs)
+        return (g, out[1]) if has_aux else g
+
+    return wrapped

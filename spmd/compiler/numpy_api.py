@@ -1,0 +1,826 @@
+"""numpy's API on Tracers: each function here emits IR with numpy's semantics
+(broadcasting, NEP 50 dtype promotion, axis conventions). Anything numpy offers that is
+not here raises NotImplementedError naming the function and the user's line."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ..errors import ShapeError, TraceError
+from ..ir import dtypes
+from .trace import Tracer, current_trace, user_loc
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _trace(*xs):
+    for x in xs:
+        if isinstance(x, Tracer):
+            return x.trace
+    t = current_trace()
+    if t is None:
+        raise TraceError("spmd numpy function called outside of tracing")
+    return t
+
+
+def _emit(t, name, *tracers, **attrs):
+    return Tracer(t.emit(name, *[x.value for x in tracers], **attrs), t)
+
+
+def _is_array(x):
+    return isinstance(x, (Tracer, np.ndarray, np.generic))
+
+
+def _dtype_token(x):
+    """What np.result_type should see of x: dtypes for arrays, Python scalars as weak."""
+    if isinstance(x, Tracer):
+        if x.weak:
+            return {"bool": False, "int64": 0, "int32": 0}.get(x.value.dtype, 0.0)
+        return x.dtype
+    if isinstance(x, (bool, int, float)):
+        return x
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype
+    if isinstance(x, complex):
+        raise TypeError("spmd does not support complex numbers")
+    raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
+
+
+def result_dtype(*xs) -> str:
+    dt = np.result_type(*[_dtype_token(x) for x in xs])
+    return dtypes.canon(dt)
+
+
+def asarray(x, dtype=None, t=None) -> Tracer:
+    """Any array-like -> a Tracer of `dtype` (a constant if it is not traced)."""
+    t = t or _trace(x)
+    if not isinstance(x, Tracer):
+        if isinstance(x, (list, tuple)) and builtins.any(isinstance(e, Tracer) for e in x):
+            return stack([asarray(e, dtype, t) for e in x])
+        arr = np.asarray(x)
+        if dtype is None and isinstance(x, (bool, int, float)):
+            arr = np.asarray(x, dtype=result_dtype(x))
+        x = t.const(arr if dtype is None else arr.astype(dtype))
+    if dtype is not None and x.value.dtype != dtypes.canon(dtype):
+        x = _emit(t, "convert", x, dtype=dtypes.canon(dtype))
+    return x
+
+
+def broadcast_to(x, shape):
+    x = asarray(x)
+    shape = tuple(int(s) for s in shape)
+    if x.shape == shape:
+        return x
+    try:
+        ok = np.broadcast_shapes(x.shape, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"broadcast_to at {user_loc()}: cannot broadcast {list(x.shape)} to {list(shape)}")
+    n = len(shape) - x.ndim
+    return _emit(x.trace, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
+
+
+def _promote(*xs, dtype=None):
+    """numpy's rules: one result dtype (NEP 50), one broadcast shape."""
+    t = _trace(*xs)
+    dt = dtype or result_dtype(*xs)
+    ts = [asarray(x, dt, t) for x in xs]
+    try:
+        shape = np.broadcast_shapes(*[x.shape for x in ts])
+    except ValueError:
+        raise ShapeError(f"operands could not be broadcast together at {user_loc()}: shapes "
+                         f"{', '.join(str(list(x.shape)) for x in ts)}") from None
+    return [broadcast_to(x, shape) for x in ts]
+
+
+def _float_dtype(*xs):
+    dt = result_dtype(*xs)
+    return dt if dt in dtypes.FLOATS else "float64"
+
+
+def _binary(name, x, y, dtype=None):
+    a, b = _promote(x, y, dtype=dtype)
+    return _emit(a.trace, name, a, b)
+
+
+def _unary_float(name):
+    def f(x, *args, **kwargs):
+        _no_extra(name, args, kwargs)
+        x = asarray(x)
+        return _emit(x.trace, name, asarray(x, _float_dtype(x)))
+    f.__name__ = name
+    return f
+
+
+def _no_extra(name, args, kwargs):
+    kwargs = {k: v for k, v in kwargs.items() if v is not None and k != "casting"}
+    if args or kwargs:
+        raise NotImplementedError(f"np.{name} with extra arguments {list(args)} {sorted(kwargs)} "
+                                  f"is not supported in spmd (at {user_loc()})")
+
+
+def _axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    out = []
+    for a in axis:
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim} (at {user_loc()})")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {axis} (at {user_loc()})")
+    return tuple(sorted(out))
+
+
+def _keep(x, r, axes, keepdims):
+    if not keepdims:
+        return r
+    return reshape(r, tuple(1 if d in axes else s for d, s in enumerate(x.shape)))
+
+
+# ---------------------------------------------------------------------------- elementwise
+def add(x, y): return _binary("add", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
+def subtract(x, y): return _binary("subtract", x, y)
+def multiply(x, y): return _binary("multiply", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
+def maximum(x, y): return _binary("maximum", x, y)
+def minimum(x, y): return _binary("minimum", x, y)
+def true_divide(x, y): return _binary("divide", x, y, dtype=_float_dtype(x, y))
+
+
+divide = true_divide
+
+
+def floor_divide(x, y):
+    dt = result_dtype(x, y)
+    if dt in dtypes.FLOATS:
+        return floor(_binary("divide", x, y))
+    a, b = _promote(x, y)
+    q = _emit(a.trace, "divide", a, b)            # truncates toward zero
+    r = _emit(a.trace, "remainder", a, b)
+    fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
+    return subtract(q, astype(fix, dt))
+
+
+def mod(x, y):
+    a, b = _promote(x, y)
+    r = _emit(a.trace, "remainder", a, b)         # sign of the dividend (C fmod)
+    fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
+    return where(fix, add(r, b), r)
+
+
+remainder = mod
+
+
+def power(x, y):
+    if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and y == 2:
+        x = asarray(x)
+        return multiply(x, x)
+    return _binary("power", x, y)
+
+
+def square(x):
+    x = asarray(x)
+    return multiply(x, x)
+
+
+def negative(x):
+    x = asarray(x)
+    return _emit(x.trace, "negate", x)
+
+
+def absolute(x):
+    x = asarray(x)
+    return x if x.dtype == np.bool_ else _emit(x.trace, "abs", x)
+
+
+def sign(x):
+    x = asarray(x)
+    return _emit(x.trace, "sign", x)
+
+
+def floor(x):
+    x = asarray(x)
+    return x if x.dtype.kind in "iub" else _emit(x.trace, "floor", asarray(x, _float_dtype(x)))
+
+
+def ceil(x):
+    return negative(floor(negative(x)))
+
+
+def reciprocal(x):
+    return true_divide(1, x)
+
+
+exp = _unary_float("exp")
+log = _unary_float("log")
+log1p = _unary_float("log1p")
+tanh = _unary_float("tanh")
+sqrt = _unary_float("sqrt")
+sin = _unary_float("sin")
+cos = _unary_float("cos")
+
+
+def expm1(x): return subtract(exp(x), 1)
+def log2(x): return true_divide(log(x), np.log(2.0))
+def log10(x): return true_divide(log(x), np.log(10.0))
+def tan(x): return true_divide(sin(x), cos(x))
+def sinh(x): return true_divide(subtract(exp(x), exp(negative(x))), 2)
+def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
+
+
+def _compare(direction):
+    def f(x, y):
+        a, b = _promote(x, y)
+        return _emit(a.trace, "compare", a, b, direction=direction)
+    return f
+
+
+equal, not_equal = _compare("EQ"), _compare("NE")
+less, less_equal = _compare("LT"), _compare("LE")
+greater, greater_equal = _compare("GT"), _compare("GE")
+
+
+def _logical(name):
+    def f(x, y):
+        a, b = _promote(asarray(x, "bool") if not _is_bool(x) else x,
+                        asarray(y, "bool") if not _is_bool(y) else y, dtype="bool")
+        return _emit(a.trace, name, a, b)
+    return f
+
+
+def _is_bool(x):
+    return isinstance(x, bool) or (hasattr(x, "dtype") and np.dtype(x.dtype) == np.bool_)
+
+
+def _bitwise(name):
+    def f(x, y):
+        if result_dtype(x, y) in dtypes.FLOATS:
+            raise TypeError(f"np.bitwise_{name} is not defined for floats (at {user_loc()})")
+        return _binary(name, x, y)
+    return f
+
+
+logical_and, logical_or, logical_xor = _logical("and"), _logical("or"), _logical("xor")
+bitwise_and, bitwise_or, bitwise_xor = _bitwise("and"), _bitwise("or"), _bitwise("xor")
+
+
+def logical_not(x):
+    x = asarray(x, "bool")
+    return _emit(x.trace, "not", x)
+
+
+def invert(x):
+    x = asarray(x)
+    if x.dtype.kind == "f":
+        raise TypeError(f"~ is not defined for floats (at {user_loc()})")
+    return _emit(x.trace, "not", x)
+
+
+def where(cond, x=None, y=None):
+    if x is None or y is None:
+        raise NotImplementedError(f"np.where with one argument has a data-dependent shape; "
+                                  f"not supported in spmd (at {user_loc()})")
+    t = _trace(cond, x, y)
+    dt = result_dtype(x, y)
+    xs = [asarray(x, dt, t), asarray(y, dt, t), asarray(cond, "bool", t)]
+    shape = np.broadcast_shapes(*[v.shape for v in xs])
+    a, b, c = [broadcast_to(v, shape) for v in xs]
+    return _emit(t, "select", c, a, b)
+
+
+def clip(x, a_min=None, a_max=None, **kw):
+    a_min = kw.pop("min", a_min)
+    a_max = kw.pop("max", a_max)
+    _no_extra("clip", (), kw)
+    if a_min is not None:
+        x = maximum(x, a_min)
+    if a_max is not None:
+        x = minimum(x, a_max)
+    return x
+
+
+def astype(x, dtype):
+    x = asarray(x)
+    dt = dtypes.canon(dtype)
+    return x if x.value.dtype == dt else _emit(x.trace, "convert", x, dtype=dt)
+
+
+def logistic(x):
+    x = asarray(x)
+    return _emit(x.trace, "logistic", asarray(x, _float_dtype(x)))
+
+
+def rsqrt(x):
+    x = asarray(x)
+    return _emit(x.trace, "rsqrt", asarray(x, _float_dtype(x)))
+
+
+# ---------------------------------------------------------------------------- reductions
+def _sum_dtype(x):
+    return "int64" if x.dtype.kind in "bi" else x.value.dtype
+
+
+def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
+    x = asarray(x)
+    axes = _axes(axis, x.ndim)
+    dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
+    xin = astype(x, dt)
+    r = _emit(x.trace, "reduce", xin, kind=kind, axes=axes) if axes else xin
+    return _keep(x, r, axes, keepdims)
+
+
+def sum(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_extra("sum", (), dict(kw, out=out))
+    return _reduce("sum", x, axis, dtype, keepdims, _sum_dtype)
+
+
+def prod(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_extra("prod", (), dict(kw, out=out))
+    return _reduce("prod", x, axis, dtype, keepdims, _sum_dtype)
+
+
+def max(x, axis=None, out=None, keepdims=False, **kw):
+    _no_extra("max", (), dict(kw, out=out))
+    x = asarray(x)
+    if x.size == 0 and not kw.get("initial"):
+        raise ShapeError(f"max of an empty array {list(x.shape)} has no identity (at {user_loc()})")
+    return _reduce("max", x, axis, None, keepdims, lambda v: v.value.dtype)
+
+
+def min(x, axis=None, out=None, keepdims=False, **kw):
+    _no_extra("min", (), dict(kw, out=out))
+    x = asarray(x)
+    if x.size == 0:
+        raise ShapeError(f"min of an empty array {list(x.shape)} has no identity (at {user_loc()})")
+    return _reduce("min", x, axis, None, keepdims, lambda v: v.value.dtype)
+
+
+amax, amin = max, min
+
+
+def _count(x, axes):
+    return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+
+
+def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_extra("mean", (), dict(kw, out=out))
+    x = asarray(x)
+    axes = _axes(axis, x.ndim)
+    dt = dtypes.canon(dtype) if dtype is not None else _float_dtype(x)
+    s = _reduce("sum", astype(x, dt), axis, None, keepdims, lambda v: v.value.dtype)
+    return true_divide(s, np.array(_count(x, axes), dtype=dt)) if _count(x, axes) else \
+        true_divide(s, np.array(np.nan, dtype=dt))
+
+
+def var(x, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
+    _no_extra("var", (), dict(kw, out=out))
+    x = asarray(x)
+    axes = _axes(axis, x.ndim)
+    m = mean(x, axis, dtype, keepdims=True)
+    d = subtract(x, m)
+    s = sum(multiply(d, d), axis, keepdims=keepdims)
+    return true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
+
+
+def std(x, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
+    return sqrt(var(x, axis, dtype, out, keepdims, ddof, **kw))
+
+
+def any(x, axis=None, keepdims=False):
+    return _reduce("max", asarray(x, "bool"), axis, None, keepdims, lambda v: "bool")
+
+
+def all(x, axis=None, keepdims=False):
+    return _reduce("min", asarray(x, "bool"), axis, None, keepdims, lambda v: "bool")
+
+
+def argmax(x, axis=None, keepdims=False):
+    return _arg(x, axis, keepdims, max)
+
+
+def argmin(x, axis=None, keepdims=False):
+    return _arg(x, axis, keepdims, min)
+
+
+def _arg(x, axis, keepdims, pick):
+    """The first index where x equals its max/min: a reduction of masked iotas."""
+    x = asarray(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    (ax,) = _axes(axis, x.ndim)
+    best = pick(x, ax, keepdims=True)
+    idx = _emit(x.trace, "iota", shape=x.shape, dtype="int64", dimension=ax)
+    big = np.array(x.shape[ax], dtype="int64")
+    r = min(where(equal(x, best), idx, big), ax, keepdims=keepdims)
+    return r
+
+
+# ---------------------------------------------------------------------------- shapes
+def reshape(x, shape, order="C"):
+    if order != "C":
+        raise NotImplementedError(f"reshape with order={order!r} (at {user_loc()})")
+    x = asarray(x)
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = [int(s) for s in shape]
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape at {user_loc()}: only one dimension can be -1, got {shape}")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise ShapeError(f"cannot reshape {list(x.shape)} into {shape} (at {user_loc()})")
+        shape[shape.index(-1)] = x.size // known
+    shape = tuple(shape)
+    return x if shape == x.shape else _emit(x.trace, "reshape", x, shape=shape)
+
+
+def transpose(x, axes=None):
+    x = asarray(x)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes} do not permute the {x.ndim} dims of {list(x.shape)} (at {user_loc()})")
+    return x if perm == tuple(range(x.ndim)) else _emit(x.trace, "transpose", x, permutation=perm)
+
+
+def swapaxes(x, a, b):
+    x = asarray(x)
+    p = list(range(x.ndim))
+    a, b = a % x.ndim, b % x.ndim
+    p[a], p[b] = p[b], p[a]
+    return transpose(x, p)
+
+
+def moveaxis(x, source, destination):
+    x = asarray(x)
+    src = [s % x.ndim for s in np.atleast_1d(source)]
+    dst = [d % x.ndim for d in np.atleast_1d(destination)]
+    order = [n for n in range(x.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(x, order)
+
+
+def expand_dims(x, axis):
+    x = asarray(x)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = x.ndim + len(axes)
+    axes = sorted(a % nd for a in axes)
+    shape, it = [], iter(x.shape)
+    for d in range(nd):
+        shape.append(1 if d in axes else next(it))
+    return reshape(x, shape)
+
+
+def squeeze(x, axis=None):
+    x = asarray(x)
+    axes = [d for d, s in enumerate(x.shape) if s == 1] if axis is None else _axes(axis, x.ndim)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]} (at {user_loc()})")
+    return reshape(x, [s for d, s in enumerate(x.shape) if d not in axes])
+
+
+def ravel(x):
+    return reshape(x, (-1,))
+
+
+def atleast_1d(x):
+    x = asarray(x)
+    return reshape(x, (1,)) if x.ndim == 0 else x
+
+
+def concatenate(xs, axis=0, dtype=None, **kw):
+    _no_extra("concatenate", (), kw)
+    xs = list(xs)
+    if not xs:
+        raise ShapeError(f"need at least one array to concatenate (at {user_loc()})")
+    t = _trace(*xs)
+    dt = dtypes.canon(dtype) if dtype else result_dtype(*xs)
+    ts = [asarray(x, dt, t) for x in xs]
+    if axis is None:
+        ts, axis = [reshape(x, (-1,)) for x in ts], 0
+    nd = ts[0].ndim
+    if nd == 0:
+        raise ShapeError(f"zero-dimensional arrays cannot be concatenated (at {user_loc()})")
+    axis = int(axis) % nd
+    return _emit(t, "concatenate", *ts, dimension=axis)
+
+
+def stack(xs, axis=0, **kw):
+    _no_extra("stack", (), kw)
+    xs = [asarray(x, t=_trace(*xs)) for x in xs]
+    if len({x.shape for x in xs}) > 1:
+        raise ShapeError(f"all input arrays must have the same shape to stack, got "
+                         f"{[list(x.shape) for x in xs]} (at {user_loc()})")
+    nd = xs[0].ndim + 1
+    axis = axis % nd
+    return concatenate([expand_dims(x, axis) for x in xs], axis)
+
+
+def zeros_like(x, dtype=None, **kw):
+    return full_like(x, 0, dtype, **kw)
+
+
+def ones_like(x, dtype=None, **kw):
+    return full_like(x, 1, dtype, **kw)
+
+
+def full_like(x, fill_value, dtype=None, shape=None, **kw):
+    _no_extra("full_like", (), kw)
+    x = asarray(x)
+    dt = dtypes.canon(dtype or x.dtype)
+    shape = x.shape if shape is None else tuple(np.atleast_1d(shape))
+    return broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x.trace), shape)
+
+
+def tile(x, reps):
+    x = asarray(x)
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    nd = builtins.max(x.ndim, len(reps))
+    x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    reps = (1,) * (nd - len(reps)) + reps
+    # broadcast a new axis before each dim, then merge the pairs
+    inter = []
+    for r, s in zip(reps, x.shape):
+        inter += [r, s]
+    y = broadcast_to(reshape(x, [v for s in x.shape for v in (1, s)]), inter)
+    return reshape(y, [r * s for r, s in zip(reps, x.shape)])
+
+
+def take(x, indices, axis=None, mode=None):
+    x = asarray(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    axis = axis % x.ndim
+    idx = asarray(indices)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"indices must be integers, got {idx.dtype} (at {user_loc()})")
+    n = x.shape[axis]
+    idx = where(less(idx, 0), add(idx, n), idx)   # numpy's negative indices
+    return _emit(x.trace, "gather", x, idx, axis=axis)
+
+
+# ---------------------------------------------------------------------------- contractions
+def _dot_general(a, b, lc, rc, lb=(), rb=()):
+    return _emit(a.trace, "dot_general", a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
+                 lhs_contract=tuple(lc), rhs_contract=tuple(rc))
+
+
+def _check_contract(name, a, b, da, db):
+    if a.shape[da] != b.shape[db]:
+        raise ShapeError(f"{name} at {user_loc()}: {list(a.shape)} and {list(b.shape)} do not contract "
+                         f"(dim {da} is {a.shape[da]}, dim {db} is {b.shape[db]})")
+
+
+def matmul(a, b):
+    a, b = [asarray(v, result_dtype(a, b), _trace(a, b)) for v in (a, b)]
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul at {user_loc()}: operands must not be 0-d, got {list(a.shape)}, {list(b.shape)}")
+    if a.ndim == 1 and b.ndim == 1:
+        _check_contract("matmul", a, b, 0, 0)
+        return _dot_general(a, b, (0,), (0,))
+    if b.ndim <= 2:
+        db = 0 if b.ndim == 1 else 0
+        _check_contract("matmul", a, b, a.ndim - 1, db)
+        return _dot_general(a, b, (a.ndim - 1,), (db,))
+    if a.ndim == 1:
+        _check_contract("matmul", a, b, 0, b.ndim - 2)
+        return _dot_general(a, b, (0,), (b.ndim - 2,))
+    _check_contract("matmul", a, b, a.ndim - 1, b.ndim - 2)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(a, batch + a.shape[-2:])
+    b = broadcast_to(b, batch + b.shape[-2:])
+    nb = len(batch)
+    return _dot_general(a, b, (nb + 1,), (nb,), range(nb), range(nb))
+
+
+def dot(a, b, out=None):
+    _no_extra("dot", (), {"out": out})
+    a, b = [asarray(v, result_dtype(a, b), _trace(a, b)) for v in (a, b)]
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    db = 0 if b.ndim == 1 else b.ndim - 2
+    _check_contract("dot", a, b, a.ndim - 1, db)
+    return _dot_general(a, b, (a.ndim - 1,), (db,))
+
+
+def vdot(a, b):
+    return dot(ravel(a), ravel(b))
+
+
+def inner(a, b):
+    a, b = asarray(a), asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    _check_contract("inner", a, b, a.ndim - 1, b.ndim - 1)
+    return _dot_general(a, b, (a.ndim - 1,), (b.ndim - 1,))
+
+
+def outer(a, b):
+    return multiply(reshape(ravel(a), (-1, 1)), ravel(b))
+
+
+def tensordot(a, b, axes=2):
+    a, b = asarray(a), asarray(b)
+    if isinstance(axes, int):
+        la, lb_ = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    else:
+        la, lb_ = [np.atleast_1d(x).tolist() for x in axes]
+    return _dot_general(a, b, [x % a.ndim for x in la], [x % b.ndim for x in lb_])
+
+
+def einsum(subscripts, *operands, optimize=None, **kw):
+    _no_extra("einsum", (), kw)
+    if "..." in subscripts:
+        raise NotImplementedError(f"einsum with '...' is not supported in spmd (at {user_loc()})")
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        ins, out = subscripts.split("->")
+    else:
+        ins = subscripts
+        counts = {c: ins.count(c) for c in ins if c != ","}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    specs = ins.split(",")
+    if len(specs) != len(operands):
+        raise ShapeError(f"einsum {subscripts!r} names {len(specs)} operands, got {len(operands)} (at {user_loc()})")
+    t = _trace(*operands)
+    dt = result_dtype(*operands)
+    ts = [asarray(x, dt, t) for x in operands]
+    for s, x in zip(specs, ts):
+        if len(s) != x.ndim:
+            raise ShapeError(f"einsum {subscripts!r}: {s!r} names {len(s)} dims of an operand of "
+                             f"shape {list(x.shape)} (at {user_loc()})")
+        if len(set(s)) != len(s):
+            raise NotImplementedError(f"einsum with a repeated index in {s!r} (a diagonal) is not "
+                                      f"supported in spmd (at {user_loc()})")
+    # contract left to right; a letter is summed once no later operand or the output needs it
+    acc, acc_s = _einsum_sum_unused(ts[0], specs[0], set("".join(specs[1:])) | set(out))
+    for k in range(1, len(ts)):
+        later = set("".join(specs[k + 1:])) | set(out)
+        b, bs = _einsum_sum_unused(ts[k], specs[k], set(acc_s) | later)
+        batch = [c for c in acc_s if c in bs and c in later]
+        contract = [c for c in acc_s if c in bs and c not in later]
+        for c in batch + contract:
+            _check_contract("einsum", acc, b, acc_s.index(c), bs.index(c))
+        acc = _dot_general(acc, b, [acc_s.index(c) for c in contract], [bs.index(c) for c in contract],
+                           [acc_s.index(c) for c in batch], [bs.index(c) for c in batch])
+        acc_s = "".join(batch) + "".join(c for c in acc_s if c not in bs) + "".join(c for c in bs if c not in acc_s)
+    acc, acc_s = _einsum_sum_unused(acc, acc_s, set(out))
+    return transpose(acc, [acc_s.index(c) for c in out])
+
+
+def _einsum_sum_unused(x, spec, keep):
+    drop = [i for i, c in enumerate(spec) if c not in keep]
+    if not drop:
+        return x, spec
+    return sum(x, tuple(drop)), "".join(c for c in spec if c in keep)
+
+
+# ---------------------------------------------------------------------------- indexing
+def getitem(x, key):
+    """numpy basic indexing (ints, slices with any step, None, ...), traced scalar indices
+    (dynamic_slice) and one integer index array (gather)."""
+    x = asarray(x)
+    key = key if isinstance(key, tuple) else (key,)
+    is_arr = [isinstance(k, (Tracer, np.ndarray, list)) and np.ndim(k) > 0 if not isinstance(k, Tracer)
+              else k.ndim > 0 for k in key]
+    if builtins.any(isinstance(k, (np.ndarray, Tracer)) and k.dtype == np.bool_ for k in key):
+        raise NotImplementedError(f"boolean mask indexing has a data-dependent shape; use np.where "
+                                  f"(at {user_loc()})")
+    if builtins.sum(is_arr) > 1:
+        raise NotImplementedError(f"indexing with more than one index array is not supported in spmd "
+                                  f"(at {user_loc()})")
+    n_real = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices ({n_real}) for an array of shape {list(x.shape)} (at {user_loc()})")
+    ell = [i for i, k in enumerate(key) if k is Ellipsis]
+    if ell:
+        i = ell[0]
+        key = key[:i] + (slice(None),) * (x.ndim - n_real) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (x.ndim - n_real)
+
+    start, limit, stride = [], [], []
+    reverse, dyn, gather = [], [], None
+    final = []          # the result shape after the same-rank steps: ints dropped, None added
+    d = 0
+    for k in key:
+        if k is None:
+            final.append(1)
+            continue
+        size = x.shape[d]
+        s, e, st = 0, size, 1
+        if isinstance(k, slice):
+            s, e, st = k.indices(size)
+            n = len(range(s, e, st))
+            if st < 0:      # slice the covered range forward, reverse it after
+                s, e, st = (s + (n - 1) * st, s + 1, -st) if n else (0, 0, 1)
+                reverse.append(d)
+            e = builtins.max(s, e)
+            final.append(n)
+        elif isinstance(k, Tracer) and k.ndim == 0:
+            if k.dtype.kind not in "iu":
+                raise TypeError(f"index must be an integer, got {k.dtype} (at {user_loc()})")
+            dyn.append((d, k))
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            k = int(k)
+            if not -size <= k < size:
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {size} (at {user_loc()})")
+            s, e = k % size, k % size + 1
+        elif isinstance(k, (Tracer, np.ndarray, list)):
+            gather = (len(final), k)
+            final.append(size)
+        else:
+            raise TypeError(f"unsupported index {k!r} (at {user_loc()})")
+        start.append(s), limit.append(e), stride.append(st)
+        d += 1
+
+    y = x
+    if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
+        y = _emit(x.trace, "slice", y, start=tuple(start), limit=tuple(limit), stride=tuple(stride))
+    if dyn:
+        starts = [asarray(0, "int64", x.trace)] * y.ndim
+        sizes = list(y.shape)
+        for dim, k in dyn:
+            k = astype(k, "int64")
+            starts[dim] = where(less(k, 0), add(k, y.shape[dim]), k)
+            sizes[dim] = 1
+        y = _emit(x.trace, "dynamic_slice", y, *starts, slice_sizes=tuple(sizes))
+    for dim in reverse:
+        y = take(y, np.arange(y.shape[dim] - 1, -1, -1, dtype="int64"), axis=dim)
+    y = reshape(y, final)
+    if gather is not None:
+        y = take(y, gather[1], axis=gather[0])
+    return y
+
+
+# ---------------------------------------------------------------------------- dispatch
+UFUNCS = {
+    "add": add, "subtract": subtract, "multiply": multiply, "divide": true_divide,
+    "true_divide": true_divide, "floor_divide": floor_divide, "remainder": mod, "mod": mod,
+    "power": power, "float_power": lambda x, y: power(asarray(x, "float64"), y),
+    "maximum": maximum, "minimum": minimum, "fmax": maximum, "fmin": minimum,
+    "negative": negative, "positive": lambda x: x, "absolute": absolute, "fabs": absolute,
+    "sign": sign, "floor": floor, "ceil": ceil, "reciprocal": reciprocal,
+    "exp": exp, "expm1": expm1, "log": log, "log1p": log1p, "log2": log2, "log10": log10,
+    "tanh": tanh, "sinh": sinh, "cosh": cosh, "sqrt": sqrt, "square": square,
+    "sin": sin, "cos": cos, "tan": tan,
+    "equal": equal, "not_equal": not_equal, "less": less, "less_equal": less_equal,
+    "greater": greater, "greater_equal": greater_equal,
+    "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
+    "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
+    "bitwise_xor": bitwise_xor, "invert": invert, "matmul": matmul,
+}
+UFUNC_REDUCE = {"add": sum, "multiply": prod, "maximum": max, "minimum": min}
+
+FUNCTIONS = {
+    np.sum: sum, np.prod: prod, np.mean: mean, np.max: max, np.min: min, np.amax: max,
+    np.amin: min, np.var: var, np.std: std, np.any: any, np.all: all,
+    np.argmax: argmax, np.argmin: argmin,
+    np.dot: dot, np.vdot: vdot, np.inner: inner, np.outer: outer, np.tensordot: tensordot,
+    np.einsum: einsum, np.transpose: transpose, np.reshape: reshape, np.swapaxes: swapaxes,
+    np.moveaxis: moveaxis, np.concatenate: concatenate, np.stack: stack,
+    np.broadcast_to: broadcast_to, np.expand_dims: expand_dims, np.squeeze: squeeze,
+    np.ravel: ravel, np.atleast_1d: atleast_1d, np.clip: clip, np.where: where,
+    np.zeros_like: zeros_like, np.ones_like: ones_like, np.full_like: full_like,
+    np.tile: tile, np.take: take, np.shape: lambda x: asarray(x).shape,
+    np.ndim: lambda x: asarray(x).ndim, np.size: lambda x: asarray(x).size,
+    np.result_type: lambda *xs: np.dtype(result_dtype(*xs)),
+    np.asarray: lambda x, dtype=None, **k: asarray(x, dtype),
+    np.array: lambda x, dtype=None, copy=True, **k: asarray(x, dtype),
+    np.astype: lambda x, dtype, **k: astype(x, dtype),
+}
+
+
+def dispatch_ufunc(ufunc, method, inputs, kwargs):
+    name = ufunc.__name__
+    if kwargs.get("out") is not None:
+        raise NotImplementedError(f"np.{name}(..., out=...) writes in place; traced arrays are "
+                                  f"immutable (at {user_loc()})")
+    kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    dtype = kwargs.pop("dtype", None)
+    if method == "__call__" and name in UFUNCS:
+        _no_extra(name, (), kwargs)
+        r = UFUNCS[name](*inputs)
+        return astype(r, dtype) if dtype is not None else r
+    if method == "reduce" and name in UFUNC_REDUCE:
+        axis = kwargs.pop("axis", 0)
+        return UFUNC_REDUCE[name](inputs[0], axis=axis, **kwargs)
+    what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
+    raise NotImplementedError(f"{what} is not supported on traced arrays in spmd (at {user_loc()}); "
+                              f"supported ufuncs: {', '.join(sorted(UFUNCS))}")
+
+
+def dispatch_function(func, args, kwargs):
+    impl = FUNCTIONS.get(func)
+    if impl is None:
+        raise NotImplementedError(f"np.{func.__name__} is not supported on traced arrays in spmd "
+                                  f"(at {user_loc()})")
+    return impl(*args, **kwargs)
+
+

@@ -1,0 +1,235 @@
+"""Elementwise ops: unary and binary math, compare, select, convert, logical ops.
+
+Binary ops take operands of one shape and dtype (StableHLO); the tracer broadcasts and
+promotes before it emits them.
+"""
+import numpy as np
+
+from ..factors import einsum_rule, letters
+from .registry import OpDef, check, register
+
+NUM = ("float32", "float64", "int32", "int64")
+FLOAT = ("float32", "float64")
+ALL = NUM + ("bool",)
+
+
+def _aval(shape, dtype):
+    from ..graph import Aval
+    return Aval(tuple(shape), dtype)
+
+
+def elementwise_factors(avals_in, avals_out, attrs):
+    r = letters(len(avals_out[0].shape))
+    return einsum_rule(",".join([r] * len(avals_in)) + "->" + r, avals_in, avals_out)
+
+
+def _infer_unary(allowed):
+    def infer(x, **_):
+        check(x.dtype in allowed, f"dtype {x.dtype} not supported (takes {', '.join(allowed)})")
+        return _aval(x.shape, x.dtype)
+    return infer
+
+
+def _infer_binary(allowed, out_dtype=None):
+    def infer(x, y, **_):
+        check(x.shape == y.shape, f"operand shapes differ: {list(x.shape)} vs {list(y.shape)}")
+        check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
+        check(x.dtype in allowed, f"dtype {x.dtype} not supported (takes {', '.join(allowed)})")
+        return _aval(x.shape, out_dtype or x.dtype)
+    return infer
+
+
+def _flops_n(n):
+    return lambda ins, out, attrs: n * int(np.prod(out.shape, dtype=np.int64))
+
+
+def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1):
+    register(OpDef(name, "elementwise", _infer_unary(allowed), ref, vjp, elementwise_factors,
+                   scalar, _flops_n(flops), allowed))
+
+
+def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1):
+    register(OpDef(name, "elementwise", _infer_binary(allowed, out_dtype), ref, vjp,
+                   elementwise_factors, scalar, _flops_n(flops), allowed))
+
+
+# -- VJP helpers: they build IR with the graph's emit -------------------------------------
+def const_like(g, v, c):
+    """A scalar constant broadcast to v's shape and dtype."""
+    s = g.emit("constant", value=np.array(c, dtype=v.dtype))
+    return g.emit("broadcast_in_dim", s, shape=v.shape, broadcast_dimensions=())
+
+
+def _cast_ref(f):
+    """numpy ufuncs may return a wider dtype for 0-d inputs; keep the operand's."""
+    def ref(*xs, **_):
+        with np.errstate(all="ignore"):
+            out = f(*xs)
+        return np.asarray(out, dtype=xs[-1].dtype)
+    return ref
+
+
+def _int_divide(x, y):
+    if x.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            safe = np.where(y == 0, 1, y)
+            q = np.abs(x) // np.abs(safe)
+            q = np.where((x < 0) != (safe < 0), -q, q)
+            return np.where(y == 0, 0, q).astype(x.dtype)
+    return x / y
+
+
+def _int_power(x, y):
+    if x.dtype.kind in "iu":
+        # integer power with a negative exponent is 0 (1 for base 1, +-1 for base -1), as in XLA
+        ok = y >= 0
+        with np.errstate(all="ignore"):
+            r = np.power(x, np.where(ok, y, 0))
+        neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0))
+        return np.where(ok, r, neg).astype(x.dtype)
+    return np.power(x, y)
+
+
+def _pick_vjp(g, x, y, ct, direction):
+    """Gradient of max (GT) / min (LT): to the winner; split evenly on ties, as JAX does."""
+    win = g.emit("convert", g.emit("compare", x, y, direction=direction), dtype=x.dtype)
+    tie = g.emit("convert", g.emit("compare", x, y, direction="EQ"), dtype=x.dtype)
+    wx = g.emit("add", win, g.emit("multiply", tie, const_like(g, tie, 0.5)))
+    wy = g.emit("subtract", const_like(g, wx, 1.0), wx)
+    return g.emit("multiply", ct, wx), g.emit("multiply", ct, wy)
+
+
+def _max_vjp(g, op, ct):
+    return _pick_vjp(g, *op.operands, ct, "GT")
+
+
+def _min_vjp(g, op, ct):
+    return _pick_vjp(g, *op.operands, ct, "LT")
+
+
+def _pow_vjp(g, op, ct):
+    x, y = op.operands
+    out = op.result
+    one = const_like(g, y, 1.0)
+    dx = g.emit("multiply", ct, g.emit("multiply", y, g.emit("power", x, g.emit("subtract", y, one))))
+    # d/dy x**y = log(x) x**y, taken as 0 where x <= 0 (as JAX does)
+    pos = g.emit("compare", x, const_like(g, x, 0.0), direction="GT")
+    safe_x = g.emit("select", pos, x, const_like(g, x, 1.0))
+    dy = g.emit("multiply", ct, g.emit("multiply", g.emit("log", safe_x), out))
+    return dx, dy
+
+
+E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
+
+binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), ALL[:-1],
+       scalar=lambda b, x, y: b.add(x, y))
+binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
+       scalar=lambda b, x, y: b.sub(x, y))
+binary("multiply", _cast_ref(np.multiply),
+       lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
+       scalar=lambda b, x, y: b.mul(x, y))
+binary("divide", _cast_ref(_int_divide),
+       lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
+                          E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
+       scalar=lambda b, x, y: b.div(x, y))
+binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
+binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
+binary("power", _cast_ref(_int_power), _pow_vjp, scalar=lambda b, x, y: b.pow(x, y), flops=10)
+binary("remainder", _cast_ref(np.fmod), None, scalar=lambda b, x, y: b.rem(x, y))
+binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y))
+binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y))
+binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))
+
+unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM,
+      scalar=lambda b, x: b.neg(x))
+unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))
+unary("abs", _cast_ref(np.abs), lambda g, op, ct: (E(g, "multiply", ct, E(g, "sign", op.operands[0])),),
+      NUM, scalar=lambda b, x: b.abs(x))
+unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM,
+      scalar=lambda b, x: b.sign(x))
+unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
+      scalar=lambda b, x: b.floor(x))
+unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, "multiply", ct, op.result),),
+      scalar=lambda b, x: b.exp(x), flops=8)
+unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, "divide", ct, op.operands[0]),),
+      scalar=lambda b, x: b.log(x), flops=8)
+unary("log1p", _cast_ref(np.log1p),
+      lambda g, op, ct: (E(g, "divide", ct, E(g, "add", op.operands[0], const_like(g, ct, 1.0))),),
+      scalar=lambda b, x: b.log1p(x), flops=8)
+unary("tanh", _cast_ref(np.tanh),
+      lambda g, op, ct: (E(g, "multiply", ct, E(g, "subtract", const_like(g, ct, 1.0),
+                                                 E(g, "multiply", op.result, op.result))),),
+      scalar=lambda b, x: b.tanh(x), flops=10)
+unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
+      lambda g, op, ct: (E(g, "multiply", ct, E(g, "multiply", op.result,
+                                                 E(g, "subtract", const_like(g, ct, 1.0), op.result))),),
+      scalar=lambda b, x: b.logistic(x), flops=10)
+unary("sqrt", _cast_ref(np.sqrt),
+      lambda g, op, ct: (E(g, "divide", E(g, "multiply", ct, const_like(g, ct, 0.5)), op.result),),
+      scalar=lambda b, x: b.sqrt(x), flops=4)
+unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
+      lambda g, op, ct: (E(g, "multiply", ct, E(g, "divide", E(g, "multiply", op.result, const_like(g, ct, -0.5)),
+                                                 op.operands[0])),),
+      scalar=lambda b, x: b.rsqrt(x), flops=5)
+unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, "multiply", ct, E(g, "cos", op.operands[0])),),
+      scalar=lambda b, x: b.sin(x), flops=8)
+unary("cos", _cast_ref(np.cos),
+      lambda g, op, ct: (E(g, "negate", E(g, "multiply", ct, E(g, "sin", op.operands[0]))),),
+      scalar=lambda b, x: b.cos(x), flops=8)
+
+
+# -- compare, select, convert --------------------------------------------------------------
+DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+              "GT": np.greater, "GE": np.greater_equal}
+
+
+def _compare_infer(x, y, direction):
+    check(direction in DIRECTIONS, f"unknown comparison direction {direction!r}")
+    return _infer_binary(ALL, "bool")(x, y)
+
+
+register(OpDef("compare", "elementwise", _compare_infer,
+               lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
+               None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
+               _flops_n(1), ALL))
+
+
+def _select_infer(p, a, b):
+    check(p.dtype == "bool", f"predicate must be bool, got {p.dtype}")
+    check(p.shape == a.shape == b.shape,
+          f"shapes differ: pred {list(p.shape)}, on_true {list(a.shape)}, on_false {list(b.shape)}")
+    check(a.dtype == b.dtype, f"branch dtypes differ: {a.dtype} vs {b.dtype}")
+    return _aval(a.shape, a.dtype)
+
+
+def _select_vjp(g, op, ct):
+    p = op.operands[0]
+    zero = const_like(g, ct, 0)
+    return None, g.emit("select", p, ct, zero), g.emit("select", p, zero, ct)
+
+
+register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
+               elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL))
+
+
+def _convert_infer(x, dtype):
+    from .. import dtypes
+    return _aval(x.shape, dtypes.canon(dtype))
+
+
+def _convert_ref(x, dtype):
+    if x.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
+        with np.errstate(invalid="ignore"):
+            return x.astype(dtype)
+    return x.astype(dtype)
+
+
+def _convert_vjp(g, op, ct):
+    x = op.operands[0]
+    if x.dtype in FLOAT and op.result.dtype in FLOAT:
+        return (g.emit("convert", ct, dtype=x.dtype),)
+    return (None,)
+
+
+register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
+               elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL))

@@ -1,0 +1,69 @@
+"""reduce: sum, max, min or prod over a set of axes. The result keeps the operand's
+dtype; numpy's promotion of integer sums is done by the tracer with a convert."""
+import numpy as np
+
+from ..factors import einsum_rule, letters
+from .elementwise import _aval
+from .registry import OpDef, check, register
+
+KINDS = ("sum", "max", "min", "prod")
+
+
+def _infer(x, kind, axes):
+    check(kind in KINDS, f"unknown reduction {kind!r} (takes {', '.join(KINDS)})")
+    check(list(axes) == sorted(set(axes)) and all(0 <= a < len(x.shape) for a in axes),
+          f"axes {list(axes)} must be increasing and < rank {len(x.shape)}")
+    check(not (x.dtype == "bool" and kind in ("sum", "prod")), f"{kind} of bool: convert first")
+    return _aval(tuple(s for d, s in enumerate(x.shape) if d not in axes), x.dtype)
+
+
+def identity(kind, dtype):
+    """The value a reduction of nothing gives (StableHLO's init value)."""
+    dt = np.dtype(dtype)
+    if kind == "sum":
+        return dt.type(0)
+    if kind == "prod":
+        return dt.type(1)
+    if dt == np.bool_:
+        return np.bool_(kind == "min")
+    if dt.kind == "f":
+        return dt.type(-np.inf if kind == "max" else np.inf)
+    info = np.iinfo(dt)
+    return dt.type(info.min if kind == "max" else info.max)
+
+
+def _ref(x, kind, axes):
+    f = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[kind]
+    kw = {"dtype": x.dtype} if kind in ("sum", "prod") else {"initial": identity(kind, x.dtype)}
+    return np.asarray(f(x, axis=tuple(axes), **kw), dtype=x.dtype)
+
+
+def _vjp(g, op, ct):
+    x = op.operands[0]
+    kind, axes = op.attrs["kind"], op.attrs["axes"]
+    kept = tuple(d for d in range(x.ndim) if d not in axes)
+
+    def back(v):
+        return g.emit("broadcast_in_dim", v, shape=x.shape, broadcast_dimensions=kept)
+
+    if kind == "sum":
+        return (back(ct),)
+    if kind == "prod":
+        # d prod / d x_i = prod / x_i (undefined where x_i == 0, as the simple rule is)
+        return (g.emit("divide", back(g.emit("multiply", ct, op.result)), x),)
+    # max / min: to the elements equal to the result, split evenly among ties
+    mask = g.emit("convert", g.emit("compare", x, back(op.result), direction="EQ"), dtype=x.dtype)
+    count = g.emit("reduce", mask, kind="sum", axes=axes)
+    return (g.emit("multiply", back(g.emit("divide", ct, count)), mask),)
+
+
+def _factors(ins, outs, attrs):
+    a = letters(len(ins[0].shape))
+    axes = attrs["axes"]
+    return einsum_rule(a + "->" + "".join(c for d, c in enumerate(a) if d not in axes), ins, outs,
+                       reduction="".join(a[d] for d in axes))
+
+
+register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
+               lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
+               ("float32", "float64", "int32", "int64", "bool")))

@@ -1,0 +1,111 @@
+"""Pytrees: nested dict / list / tuple / None with array leaves, as in JAX.
+Dict keys are visited in sorted order so the flattening is deterministic."""
+from __future__ import annotations
+
+
+class TreeDef:
+    __slots__ = ("kind", "meta", "children")
+
+    def __init__(self, kind, meta=None, children=()):
+        self.kind, self.meta, self.children = kind, meta, tuple(children)
+
+    def _key(self):
+        return (self.kind, self.meta, tuple(c._key() for c in self.children))
+
+    def __eq__(self, other):
+        return isinstance(other, TreeDef) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    @property
+    def num_leaves(self):
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+    def __repr__(self):
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(map(repr, self.children))
+        if self.kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children)) + "}"
+        return f"[{inner}]" if self.kind == "list" else f"({inner})"
+
+
+def tree_flatten(tree, is_leaf=None):
+    leaves = []
+
+    def go(t):
+        if is_leaf is not None and is_leaf(t):
+            leaves.append(t)
+            return TreeDef("leaf")
+        if t is None:
+            return TreeDef("none")
+        if isinstance(t, dict):
+            keys = tuple(sorted(t))
+            return TreeDef("dict", keys, [go(t[k]) for k in keys])
+        if isinstance(t, tuple) and not hasattr(t, "_fields"):
+            return TreeDef("tuple", None, [go(x) for x in t])
+        if isinstance(t, list):
+            return TreeDef("list", None, [go(x) for x in t])
+        leaves.append(t)
+        return TreeDef("leaf")
+
+    return leaves, go(tree)
+
+
+def tree_unflatten(treedef: TreeDef, leaves):
+    it = iter(leaves)
+
+    def go(td):
+        if td.kind == "leaf":
+            return next(it)
+        if td.kind == "none":
+            return None
+        kids = [go(c) for c in td.children]
+        if td.kind == "dict":
+            return dict(zip(td.meta, kids))
+        return kids if td.kind == "list" else tuple(kids)
+
+    out = go(treedef)
+    rest = list(it)
+    if rest:
+        raise ValueError(f"tree_unflatten: {len(rest)} leaves left over")
+    return out
+
+
+def tree_map(f, tree, *rest, is_leaf=None):
+    leaves, td = tree_flatten(tree, is_leaf)
+    others = [tree_flatten(r, is_leaf)[0] for r in rest]
+    return tree_unflatten(td, [f(*xs) for xs in zip(leaves, *others)])
+
+
+def tree_leaves(tree, is_leaf=None):
+    return tree_flatten(tree, is_leaf)[0]
+
+
+def broadcast_prefix(prefix, tree, is_leaf=None):
+    """Expand `prefix` (a tree whose leaves stand for whole subtrees of `tree`) to one entry
+    per leaf of `tree`: how in_shardings=... applies one sharding to a dict of params."""
+    out = []
+
+    def go(p, t):
+        if p is None or (is_leaf is not None and is_leaf(p)) or not isinstance(p, (dict, list, tuple)):
+            out.extend([p] * len(tree_leaves(t, is_leaf)))
+            return
+        if isinstance(p, dict):
+            if not isinstance(t, dict) or set(p) != set(t):
+                raise ValueError(f"sharding tree {p!r} does not match the argument's structure")
+            for k in sorted(p):
+                go(p[k], t[k])
+            return
+        if not isinstance(t, (list, tuple)) or len(p) != len(t):
+            raise ValueError(f"sharding tree {p!r} does not match the argument's structure")
+        for a, b in zip(p, t):
+            go(a, b)
+
+    go(prefix, tree)
+    return out
