@@ -26,7 +26,7 @@ class ShapeDtype(NamedTuple):
     dtype: object = "float32"
 
 
-STAGES = ("traced", "optimized")
+STAGES = ("traced", "propagated", "partitioned", "optimized")
 
 
 def _leaf_aval(x):
@@ -72,12 +72,14 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
 
 
 class Lowered:
-    """A traced and compiled program for one input signature."""
+    """A traced and compiled program for one input signature: every stage's Graph,
+    the mesh, the per-leaf input/output shardings, and (lazily) the executable."""
 
-    def __init__(self, stages: dict, in_tree, out_tree, backend):
+    def __init__(self, stages: dict, in_tree, out_tree, backend, mesh=None):
         self.stages = stages
         self.in_tree, self.out_tree = in_tree, out_tree
         self.backend = backend
+        self.mesh = mesh
         self._exe = None
 
     def as_text(self, stage="optimized"):
@@ -88,16 +90,40 @@ class Lowered:
 
     @property
     def graph(self):
-        return self.stages[STAGES[-1]]
+        """The program every rank runs."""
+        return self.stages["optimized"]
+
+    @property
+    def in_shardings(self):
+        return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).inputs]
+
+    @property
+    def out_shardings(self):
+        return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).outputs]
 
     def compile(self):
         if self._exe is None:
-            from .compiler.backends.numpy import compile_numpy
-            self._exe = compile_numpy(self.graph)
+            from .compiler.backends import compile_graph
+            self._exe = compile_graph(self.graph, self.backend)
         return self._exe
 
     def __call__(self, *flat_args):
-        return self.compile()(list(flat_args))
+        from .runtime.execute import execute
+        return execute(self, list(flat_args))
+
+
+def lower_graph(graph, mesh, in_shardings, out_shardings):
+    """The stages after tracing: propagate and partition (with a mesh), then optimise."""
+    from .compiler.passes import optimize
+    stages = {"traced": graph}
+    src = dce(graph)
+    if mesh is not None:
+        from .sharding.propagate import propagate
+        from .sharding.partition import partition
+        stages["propagated"] = propagate(src, mesh, in_shardings, out_shardings)
+        stages["partitioned"] = src = partition(stages["propagated"])
+    stages["optimized"] = optimize(src)
+    return stages
 
 
 class Jitted:
@@ -105,7 +131,7 @@ class Jitted:
                  static_argnums=()):
         self.fn = fn
         self.in_shardings, self.out_shardings, self.mesh = in_shardings, out_shardings, mesh
-        self.backend = backend or os.environ.get("SPMD_BACKEND_COMPILER", "numpy")
+        self.backend = backend or os.environ.get("SPMD_COMPILER", "numpy")
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         self._cache = {}
         functools.update_wrapper(self, fn)
@@ -117,22 +143,23 @@ class Jitted:
         return (tree, tuple(_leaf_aval(x) for x in leaves), static), leaves
 
     def lower(self, *args) -> Lowered:
-        key, _ = self._key(args)
+        key, leaves = self._key(args)
         low = self._cache.get(key)
         if low is None:
             graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh)
-            stages = {"traced": graph, "optimized": dce(graph)}
+            from .sharding.annotate import resolve_shardings
+            mesh, in_sh, out_sh = resolve_shardings(self, args, leaves, graph, out_tree)
+            graph.mesh = mesh
+            stages = lower_graph(graph, mesh, in_sh, out_sh)
             _dump(self.fn, stages)
-            low = Lowered(stages, in_tree, out_tree, self.backend)
+            low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
             self._cache[key] = low
         return low
 
     def __call__(self, *args):
         key, leaves = self._key(args)
         low = self.lower(*args)
-        arrays = [np.asarray(x, dtype=dt) for x, (_, dt, _) in zip(leaves, key[1])]
-        outs = low(*arrays)
-        return tree_unflatten(low.out_tree, outs)
+        return tree_unflatten(low.out_tree, low(*leaves))
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=()):
