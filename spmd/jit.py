@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .compiler.passes import dce
-from .compiler.trace import Trace, Tracer, tracing
+from .compiler.trace import Trace, Tracer, current_trace, tracing
 from .compiler import numpy_api as npx
 from .errors import SpmdError
 from .ir import Graph, dtypes
@@ -33,6 +33,8 @@ def _leaf_aval(x):
     """(shape, dtype, weak) of an argument leaf."""
     if isinstance(x, ShapeDtype):
         return tuple(x.shape), dtypes.canon(x.dtype), False
+    if isinstance(x, np.generic):       # np.float64 is a float subclass, but not weak (NEP 50)
+        return (), dtypes.canon(x.dtype), False
     if isinstance(x, bool):
         return (), "bool", True
     if isinstance(x, int):
@@ -157,6 +159,9 @@ class Jitted:
         return low
 
     def __call__(self, *args):
+        if current_trace() is not None:
+            # a jitted function called while tracing another: inline it into that trace
+            return self.fn(*args)
         key, leaves = self._key(args)
         low = self.lower(*args)
         return tree_unflatten(low.out_tree, low(*leaves))

@@ -39,55 +39,66 @@ def vjp_graph(graph, start, inputs, output, ct):
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
+    """(f(*args), df/d args[argnums]) for a function f returning a float scalar. Inside
+    tracing it emits the backward pass into the current graph; outside, it runs under
+    its own jit (traced once per input signature)."""
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
+    eager = {}
 
     def wrapped(*args, **kwargs):
         t = current_trace()
         if t is None:
             from ..jit import jit
-            return jit(value_and_grad(f, argnums, has_aux))(*args, **kwargs)
+            if kwargs:      # jit takes positional leaves; keyword arguments are baked in
+                return jit(lambda *a: wrapped(*a, **kwargs))(*args)
+            if "jit" not in eager:
+                eager["jit"] = jit(wrapped)
+            return eager["jit"](*args)
         g = t.graph
         loc = user_loc()
+        if len({n % max(len(args), 1) for n in nums}) != len(nums):
+            raise TraceError(f"grad at {loc}: repeated argument in argnums {argnums}")
+        for n in nums:
+            if not -len(args) <= n < len(args):
+                raise TraceError(f"grad at {loc}: argnums {argnums} but the function got {len(args)} "
+                                 f"positional arguments")
         args = list(args)
-        flat = {}
+        fresh, trees = [], {}
         for n in nums:
             leaves, tree = tree_flatten(args[n])
-            fresh = []
+            mine = []
             for leaf in leaves:
                 x = npx.asarray(leaf, t=t)
                 if not dtypes.is_float(x.value.dtype):
                     raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
                                      f"grad needs float inputs")
                 # a fresh value, so uses of the same array outside f are not differentiated
-                fresh.append(Tracer(g.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
-            flat[n] = (fresh, tree)
-            args[n] = tree_unflatten(tree, fresh)
+                mine.append(Tracer(g.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
+            trees[n] = (tree, len(fresh), len(mine))
+            fresh += mine
+            args[n] = tree_unflatten(tree, mine)
         start = len(g.ops)
         out = f(*args, **kwargs)
         aux = None
         if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TraceError(f"grad at {loc}: with has_aux=True the function must return a pair "
+                                 f"(value, aux)")
             out, aux = out
         out = npx.asarray(out, t=t)
         if out.shape != () or not dtypes.is_float(out.value.dtype):
             raise TraceError(f"grad at {loc}: the function must return a float scalar, got "
                              f"{out.value.dtype}{list(out.shape)}")
-        t.fixed_loc = loc
+        saved, t.fixed_loc = t.fixed_loc, loc
         try:
             one = g.emit("constant", value=np.ones((), out.value.dtype), loc=loc)
-            grads = []
-            for n in nums:
-                fresh, tree = flat[n]
-                cts = vjp_graph(g, start, [x.value for x in fresh], out.value, one)
-                leaves = []
-                for x, c in zip(fresh, cts):
-                    if c is None:
-                        leaves.append(npx.zeros_like(x))
-                    else:
-                        leaves.append(Tracer(c, t))
-                grads.append(tree_unflatten(tree, leaves))
+            # one backward walk for all the arguments asked for
+            cts = vjp_graph(g, start, [x.value for x in fresh], out.value, one)
+            leaves = [npx.zeros_like(x) if c is None else Tracer(c, t) for x, c in zip(fresh, cts)]
+            grads = [tree_unflatten(tree, leaves[i:i + k]) for tree, i, k in (trees[n] for n in nums)]
         finally:
-            t.fixed_loc = None
+            t.fixed_loc = saved
         grad = grads[0] if single else tuple(grads)
         return ((out, aux), grad) if has_aux else (out, grad)
 
@@ -95,6 +106,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
 
 
 def grad(f, argnums=0, has_aux=False):
+    """df/d args[argnums] (and aux, with has_aux=True); see value_and_grad."""
     vg = value_and_grad(f, argnums, has_aux)
 
     def wrapped(*args, **kwargs):

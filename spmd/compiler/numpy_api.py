@@ -38,10 +38,12 @@ def _dtype_token(x):
         if x.weak:
             return {"bool": False, "int64": 0, "int32": 0}.get(x.value.dtype, 0.0)
         return x.dtype
-    if isinstance(x, (bool, int, float)):
-        return x
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
+    if isinstance(x, (bool, int, float)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x).dtype
     if isinstance(x, complex):
         raise TypeError("spmd does not support complex numbers")
     raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
@@ -58,6 +60,9 @@ def asarray(x, dtype=None, t=None) -> Tracer:
     if not isinstance(x, Tracer):
         if isinstance(x, (list, tuple)) and builtins.any(isinstance(e, Tracer) for e in x):
             return stack([asarray(e, dtype, t) for e in x])
+        if isinstance(x, int) and not isinstance(x, bool) and dtype is not None \
+                and np.dtype(dtype).kind in "iu" and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
+            raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
         arr = np.asarray(x)
         if dtype is None and isinstance(x, (bool, int, float)):
             arr = np.asarray(x, dtype=result_dtype(x))
@@ -69,7 +74,7 @@ def asarray(x, dtype=None, t=None) -> Tracer:
 
 def broadcast_to(x, shape):
     x = asarray(x)
-    shape = tuple(int(s) for s in shape)
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     if x.shape == shape:
         return x
     try:
@@ -82,7 +87,7 @@ def broadcast_to(x, shape):
     return _emit(x.trace, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
 
 
-def _promote(*xs, dtype=None):
+def _promote(*xs, dtype=None, op="elementwise op"):
     """numpy's rules: one result dtype (NEP 50), one broadcast shape."""
     t = _trace(*xs)
     dt = dtype or result_dtype(*xs)
@@ -90,7 +95,7 @@ def _promote(*xs, dtype=None):
     try:
         shape = np.broadcast_shapes(*[x.shape for x in ts])
     except ValueError:
-        raise ShapeError(f"operands could not be broadcast together at {user_loc()}: shapes "
+        raise ShapeError(f"{op} at {user_loc()}: operands could not be broadcast together, shapes "
                          f"{', '.join(str(list(x.shape)) for x in ts)}") from None
     return [broadcast_to(x, shape) for x in ts]
 
@@ -101,7 +106,7 @@ def _float_dtype(*xs):
 
 
 def _binary(name, x, y, dtype=None):
-    a, b = _promote(x, y, dtype=dtype)
+    a, b = _promote(x, y, dtype=dtype, op=name)
     return _emit(a.trace, name, a, b)
 
 
@@ -121,7 +126,7 @@ def _no_extra(name, args, kwargs):
                                   f"is not supported in spmd (at {user_loc()})")
 
 
-def _axes(axis, ndim):
+def _axes(axis, ndim, op="reduction"):
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (int, np.integer)):
@@ -130,10 +135,10 @@ def _axes(axis, ndim):
     for a in axis:
         a = int(a)
         if not -ndim <= a < ndim:
-            raise ShapeError(f"axis {a} is out of bounds for an array of rank {ndim} (at {user_loc()})")
+            raise ShapeError(f"{op} at {user_loc()}: axis {a} is out of bounds for an array of rank {ndim}")
         out.append(a % ndim)
     if len(set(out)) != len(out):
-        raise ShapeError(f"repeated axis in {axis} (at {user_loc()})")
+        raise ShapeError(f"{op} at {user_loc()}: repeated axis in {axis}")
     return tuple(sorted(out))
 
 
@@ -147,8 +152,8 @@ def _keep(x, r, axes, keepdims):
 def add(x, y): return _binary("add", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
 def subtract(x, y): return _binary("subtract", x, y)
 def multiply(x, y): return _binary("multiply", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
-def maximum(x, y): return _binary("maximum", x, y)
-def minimum(x, y): return _binary("minimum", x, y)
+def maximum(x, y): return _binary("maximum", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
+def minimum(x, y): return _binary("minimum", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
 def true_divide(x, y): return _binary("divide", x, y, dtype=_float_dtype(x, y))
 
 
@@ -157,9 +162,15 @@ divide = true_divide
 
 def floor_divide(x, y):
     dt = result_dtype(x, y)
+    a, b = _promote(x, y, op="floor_divide")
     if dt in dtypes.FLOATS:
-        return floor(_binary("divide", x, y))
-    a, b = _promote(x, y)
+        # numpy's npy_floor_divide: exact where floor(a / b) is not (7.0 // 0.1 == 69.0)
+        r = _emit(a.trace, "remainder", a, b)
+        div = true_divide(subtract(a, r), b)
+        div = where(logical_and(not_equal(r, 0), not_equal(less(b, 0), less(r, 0))), subtract(div, 1), div)
+        fl = floor(div)
+        fl = where(greater(subtract(div, fl), 0.5), add(fl, 1), fl)
+        return where(equal(b, 0), true_divide(a, b), fl)
     q = _emit(a.trace, "divide", a, b)            # truncates toward zero
     r = _emit(a.trace, "remainder", a, b)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
@@ -167,7 +178,7 @@ def floor_divide(x, y):
 
 
 def mod(x, y):
-    a, b = _promote(x, y)
+    a, b = _promote(x, y, op="remainder")
     r = _emit(a.trace, "remainder", a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     return where(fix, add(r, b), r)
@@ -177,9 +188,10 @@ remainder = mod
 
 
 def power(x, y):
-    if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and y == 2:
-        x = asarray(x)
-        return multiply(x, x)
+    if isinstance(y, int) and not isinstance(y, bool) and y == 2:
+        x = asarray(x, result_dtype(x, y))         # bool ** 2 is an int64 in numpy
+        if x.dtype != np.bool_:
+            return multiply(x, x)
     return _binary("power", x, y)
 
 
@@ -226,8 +238,8 @@ cos = _unary_float("cos")
 
 
 def expm1(x): return subtract(exp(x), 1)
-def log2(x): return true_divide(log(x), np.log(2.0))
-def log10(x): return true_divide(log(x), np.log(10.0))
+def log2(x): return true_divide(log(x), float(np.log(2.0)))     # a Python float stays weak
+def log10(x): return true_divide(log(x), float(np.log(10.0)))
 def tan(x): return true_divide(sin(x), cos(x))
 def sinh(x): return true_divide(subtract(exp(x), exp(negative(x))), 2)
 def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
@@ -235,7 +247,7 @@ def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
 
 def _compare(direction):
     def f(x, y):
-        a, b = _promote(x, y)
+        a, b = _promote(x, y, op=f"compare {direction}")
         return _emit(a.trace, "compare", a, b, direction=direction)
     return f
 
@@ -248,7 +260,7 @@ greater, greater_equal = _compare("GT"), _compare("GE")
 def _logical(name):
     def f(x, y):
         a, b = _promote(asarray(x, "bool") if not _is_bool(x) else x,
-                        asarray(y, "bool") if not _is_bool(y) else y, dtype="bool")
+                        asarray(y, "bool") if not _is_bool(y) else y, dtype="bool", op=f"logical_{name}")
         return _emit(a.trace, name, a, b)
     return f
 
@@ -288,7 +300,11 @@ def where(cond, x=None, y=None):
     t = _trace(cond, x, y)
     dt = result_dtype(x, y)
     xs = [asarray(x, dt, t), asarray(y, dt, t), asarray(cond, "bool", t)]
-    shape = np.broadcast_shapes(*[v.shape for v in xs])
+    try:
+        shape = np.broadcast_shapes(*[v.shape for v in xs])
+    except ValueError:
+        raise ShapeError(f"where at {user_loc()}: condition, x and y could not be broadcast together, "
+                         f"shapes {list(xs[2].shape)}, {list(xs[0].shape)}, {list(xs[1].shape)}") from None
     a, b, c = [broadcast_to(v, shape) for v in xs]
     return _emit(t, "select", c, a, b)
 
@@ -327,7 +343,7 @@ def _sum_dtype(x):
 
 def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     x = asarray(x)
-    axes = _axes(axis, x.ndim)
+    axes = _axes(axis, x.ndim, kind)
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
     xin = astype(x, dt)
     r = _emit(x.trace, "reduce", xin, kind=kind, axes=axes) if axes else xin
@@ -344,19 +360,29 @@ def prod(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
     return _reduce("prod", x, axis, dtype, keepdims, _sum_dtype)
 
 
+def _no_identity(name, x, axis):
+    """numpy refuses max/min over an empty axis: there is no identity to return."""
+    axes = _axes(axis, x.ndim, name)
+    if builtins.any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{name} at {user_loc()}: zero-size array {list(x.shape)} to a reduction "
+                         f"over axes {list(axes)}, which has no identity")
+
+
 def max(x, axis=None, out=None, keepdims=False, **kw):
     _no_extra("max", (), dict(kw, out=out))
     x = asarray(x)
-    if x.size == 0 and not kw.get("initial"):
-        raise ShapeError(f"max of an empty array {list(x.shape)} has no identity (at {user_loc()})")
+    _no_identity("max", x, axis)
+    if x.dtype == np.bool_:
+        return any(x, axis, keepdims)
     return _reduce("max", x, axis, None, keepdims, lambda v: v.value.dtype)
 
 
 def min(x, axis=None, out=None, keepdims=False, **kw):
     _no_extra("min", (), dict(kw, out=out))
     x = asarray(x)
-    if x.size == 0:
-        raise ShapeError(f"min of an empty array {list(x.shape)} has no identity (at {user_loc()})")
+    _no_identity("min", x, axis)
+    if x.dtype == np.bool_:
+        return all(x, axis, keepdims)
     return _reduce("min", x, axis, None, keepdims, lambda v: v.value.dtype)
 
 
@@ -370,7 +396,7 @@ def _count(x, axes):
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
     _no_extra("mean", (), dict(kw, out=out))
     x = asarray(x)
-    axes = _axes(axis, x.ndim)
+    axes = _axes(axis, x.ndim, "mean")
     dt = dtypes.canon(dtype) if dtype is not None else _float_dtype(x)
     s = _reduce("sum", astype(x, dt), axis, None, keepdims, lambda v: v.value.dtype)
     return true_divide(s, np.array(_count(x, axes), dtype=dt)) if _count(x, axes) else \
@@ -380,7 +406,7 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
 def var(x, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
     _no_extra("var", (), dict(kw, out=out))
     x = asarray(x)
-    axes = _axes(axis, x.ndim)
+    axes = _axes(axis, x.ndim, "var")
     m = mean(x, axis, dtype, keepdims=True)
     d = subtract(x, m)
     s = sum(multiply(d, d), axis, keepdims=keepdims)
@@ -408,15 +434,25 @@ def argmin(x, axis=None, keepdims=False):
 
 
 def _arg(x, axis, keepdims, pick):
-    """The first index where x equals its max/min: a reduction of masked iotas."""
+    """The first index where x equals its max/min (or is NaN, as numpy's argmax returns
+    the first NaN): a min-reduction of masked iotas."""
     x = asarray(x)
+    shape = x.shape
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    (ax,) = _axes(axis, x.ndim)
+    (ax,) = _axes(axis, x.ndim, f"arg{pick.__name__}")
+    if x.shape[ax] == 0:
+        raise ShapeError(f"arg{pick.__name__} at {user_loc()}: attempt to get it of an empty sequence "
+                         f"{list(shape)}")
     best = pick(x, ax, keepdims=True)
+    hit = equal(x, best)
+    if x.dtype.kind == "f":
+        hit = logical_or(hit, not_equal(x, x))
     idx = _emit(x.trace, "iota", shape=x.shape, dtype="int64", dimension=ax)
     big = np.array(x.shape[ax], dtype="int64")
-    r = min(where(equal(x, best), idx, big), ax, keepdims=keepdims)
+    r = min(where(hit, idx, big), ax, keepdims=keepdims)
+    if keepdims and len(shape) != r.ndim:
+        r = reshape(r, (1,) * len(shape))
     return r
 
 
@@ -439,9 +475,23 @@ def reshape(x, shape, order="C"):
     return x if shape == x.shape else _emit(x.trace, "reshape", x, shape=shape)
 
 
+def _axis(a, ndim, op):
+    """One axis, negative counted from the end, checked like numpy's AxisError."""
+    a = int(a)
+    if not -ndim <= a < ndim:
+        raise ShapeError(f"{op} at {user_loc()}: axis {a} is out of bounds for an array of rank {ndim}")
+    return a % ndim
+
+
 def transpose(x, axes=None):
     x = asarray(x)
-    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
+    if axes is not None and len(axes) != x.ndim:
+        raise ShapeError(f"transpose at {user_loc()}: axes {list(axes)} do not match the {x.ndim} dims "
+                         f"of {list(x.shape)}")
+    if axes is None:
+        perm = tuple(reversed(range(x.ndim)))
+    else:
+        perm = tuple(_axis(a, x.ndim, "transpose") for a in axes)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"axes {axes} do not permute the {x.ndim} dims of {list(x.shape)} (at {user_loc()})")
     return x if perm == tuple(range(x.ndim)) else _emit(x.trace, "transpose", x, permutation=perm)
@@ -450,15 +500,17 @@ def transpose(x, axes=None):
 def swapaxes(x, a, b):
     x = asarray(x)
     p = list(range(x.ndim))
-    a, b = a % x.ndim, b % x.ndim
+    a, b = _axis(a, x.ndim, "swapaxes"), _axis(b, x.ndim, "swapaxes")
     p[a], p[b] = p[b], p[a]
     return transpose(x, p)
 
 
 def moveaxis(x, source, destination):
     x = asarray(x)
-    src = [s % x.ndim for s in np.atleast_1d(source)]
-    dst = [d % x.ndim for d in np.atleast_1d(destination)]
+    src = [_axis(s, x.ndim, "moveaxis") for s in np.atleast_1d(source)]
+    dst = [_axis(d, x.ndim, "moveaxis") for d in np.atleast_1d(destination)]
+    if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis at {user_loc()}: bad source {source} / destination {destination}")
     order = [n for n in range(x.ndim) if n not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
@@ -469,7 +521,9 @@ def expand_dims(x, axis):
     x = asarray(x)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     nd = x.ndim + len(axes)
-    axes = sorted(a % nd for a in axes)
+    axes = sorted(_axis(a, nd, "expand_dims") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"expand_dims at {user_loc()}: repeated axis in {axis}")
     shape, it = [], iter(x.shape)
     for d in range(nd):
         shape.append(1 if d in axes else next(it))
@@ -478,7 +532,7 @@ def expand_dims(x, axis):
 
 def squeeze(x, axis=None):
     x = asarray(x)
-    axes = [d for d, s in enumerate(x.shape) if s == 1] if axis is None else _axes(axis, x.ndim)
+    axes = [d for d, s in enumerate(x.shape) if s == 1] if axis is None else _axes(axis, x.ndim, "squeeze")
     for a in axes:
         if x.shape[a] != 1:
             raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]} (at {user_loc()})")
@@ -507,18 +561,21 @@ def concatenate(xs, axis=0, dtype=None, **kw):
     nd = ts[0].ndim
     if nd == 0:
         raise ShapeError(f"zero-dimensional arrays cannot be concatenated (at {user_loc()})")
-    axis = int(axis) % nd
+    axis = _axis(axis, nd, "concatenate")
     return _emit(t, "concatenate", *ts, dimension=axis)
 
 
 def stack(xs, axis=0, **kw):
     _no_extra("stack", (), kw)
+    xs = list(xs)
+    if not xs:
+        raise ShapeError(f"need at least one array to stack (at {user_loc()})")
     xs = [asarray(x, t=_trace(*xs)) for x in xs]
     if len({x.shape for x in xs}) > 1:
         raise ShapeError(f"all input arrays must have the same shape to stack, got "
                          f"{[list(x.shape) for x in xs]} (at {user_loc()})")
     nd = xs[0].ndim + 1
-    axis = axis % nd
+    axis = _axis(axis, nd, "stack")
     return concatenate([expand_dims(x, axis) for x in xs], axis)
 
 
@@ -535,6 +592,8 @@ def full_like(x, fill_value, dtype=None, shape=None, **kw):
     x = asarray(x)
     dt = dtypes.canon(dtype or x.dtype)
     shape = x.shape if shape is None else tuple(np.atleast_1d(shape))
+    if isinstance(fill_value, Tracer):
+        return broadcast_to(astype(fill_value, dt), shape)
     return broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x.trace), shape)
 
 
@@ -553,20 +612,48 @@ def tile(x, reps):
 
 
 def take(x, indices, axis=None, mode=None):
+    """np.take. Indices known at trace time are checked like numpy's; traced indices
+    cannot raise, so out-of-range ones clamp (mode="raise" behaves as "clip")."""
     x = asarray(x)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    axis = axis % x.ndim
-    idx = asarray(indices)
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"indices must be integers, got {idx.dtype} (at {user_loc()})")
+    axis = _axis(axis, x.ndim, "take")
     n = x.shape[axis]
-    idx = where(less(idx, 0), add(idx, n), idx)   # numpy's negative indices
+    if mode not in (None, "raise", "clip", "wrap"):
+        raise ValueError(f"take: mode {mode!r} is not one of 'raise', 'wrap', 'clip' (at {user_loc()})")
+    if not isinstance(indices, Tracer):
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
+        idx = idx.astype(np.int64)
+        if mode == "clip":
+            idx = np.clip(idx, 0, builtins.max(n - 1, 0))
+        elif mode == "wrap" and n:
+            idx = idx % n
+        elif idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"take: index {idx.min() if idx.min() < -n else idx.max()} is out of bounds "
+                             f"for axis {axis} with size {n} (at {user_loc()})")
+        else:
+            idx = np.where(idx < 0, idx + n, idx)
+        return _emit(x.trace, "gather", x, asarray(idx, t=x.trace), axis=axis)
+    idx = indices
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
+    if mode == "wrap":
+        idx = mod(idx, n)
+    elif mode != "clip":
+        idx = where(less(idx, 0), add(idx, n), idx)   # numpy's negative indices
     return _emit(x.trace, "gather", x, idx, axis=axis)
 
 
 # ---------------------------------------------------------------------------- contractions
 def _dot_general(a, b, lc, rc, lb=(), rb=()):
+    dt = result_dtype(a, b)
+    if dt == "bool":     # numpy: a logical or of ands, i.e. an integer dot product != 0
+        return not_equal(_dot_general(astype(a, "int64"), astype(b, "int64"), lc, rc, lb, rb), 0)
+    a, b = asarray(a, dt), asarray(b, dt)
     return _emit(a.trace, "dot_general", a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
                  lhs_contract=tuple(lc), rhs_contract=tuple(rc))
 
@@ -678,44 +765,46 @@ def _einsum_sum_unused(x, spec, keep):
     drop = [i for i, c in enumerate(spec) if c not in keep]
     if not drop:
         return x, spec
-    return sum(x, tuple(drop)), "".join(c for c in spec if c in keep)
+    # einsum sums in the operands' dtype (np.sum would widen int32)
+    return sum(x, tuple(drop), dtype=x.dtype), "".join(c for c in spec if c in keep)
 
 
 # ---------------------------------------------------------------------------- indexing
 def getitem(x, key):
-    """numpy basic indexing (ints, slices with any step, None, ...), traced scalar indices
-    (dynamic_slice) and one integer index array (gather)."""
+    """numpy indexing: ints, slices with any step, None, ..., traced integer scalars
+    (dynamic_slice) and one integer index array (gather). As in numpy, when an index
+    array and the integer indices are not side by side, the indexed dims go first."""
     x = asarray(x)
     key = key if isinstance(key, tuple) else (key,)
-    is_arr = [isinstance(k, (Tracer, np.ndarray, list)) and np.ndim(k) > 0 if not isinstance(k, Tracer)
-              else k.ndim > 0 for k in key]
-    if builtins.any(isinstance(k, (np.ndarray, Tracer)) and k.dtype == np.bool_ for k in key):
-        raise NotImplementedError(f"boolean mask indexing has a data-dependent shape; use np.where "
-                                  f"(at {user_loc()})")
-    if builtins.sum(is_arr) > 1:
+    kinds = [_index_kind(k) for k in key]
+    if kinds.count("array") > 1:
         raise NotImplementedError(f"indexing with more than one index array is not supported in spmd "
                                   f"(at {user_loc()})")
-    n_real = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if kinds.count("ellipsis") > 1:
+        raise IndexError(f"an index can only have a single ellipsis ('...') (at {user_loc()})")
+    n_real = builtins.sum(1 for k in kinds if k not in ("none", "ellipsis"))
     if n_real > x.ndim:
         raise IndexError(f"too many indices ({n_real}) for an array of shape {list(x.shape)} (at {user_loc()})")
-    ell = [i for i, k in enumerate(key) if k is Ellipsis]
-    if ell:
-        i = ell[0]
-        key = key[:i] + (slice(None),) * (x.ndim - n_real) + key[i + 1:]
+    fill = (slice(None),) * (x.ndim - n_real)
+    if "ellipsis" in kinds:
+        i = kinds.index("ellipsis")
+        key, kinds = key[:i] + fill + key[i + 1:], kinds[:i] + ["slice"] * len(fill) + kinds[i + 1:]
     else:
-        key = key + (slice(None),) * (x.ndim - n_real)
+        key, kinds = key + fill, kinds + ["slice"] * len(fill)
+    adv = [i for i, k in enumerate(kinds) if k in ("int", "scalar", "array")]
+    front = "array" in kinds and adv != list(range(adv[0], adv[-1] + 1))
 
     start, limit, stride = [], [], []
     reverse, dyn, gather = [], [], None
     final = []          # the result shape after the same-rank steps: ints dropped, None added
     d = 0
-    for k in key:
-        if k is None:
+    for k, kind in zip(key, kinds):
+        if kind == "none":
             final.append(1)
             continue
         size = x.shape[d]
         s, e, st = 0, size, 1
-        if isinstance(k, slice):
+        if kind == "slice":
             s, e, st = k.indices(size)
             n = len(range(s, e, st))
             if st < 0:      # slice the covered range forward, reverse it after
@@ -723,20 +812,16 @@ def getitem(x, key):
                 reverse.append(d)
             e = builtins.max(s, e)
             final.append(n)
-        elif isinstance(k, Tracer) and k.ndim == 0:
-            if k.dtype.kind not in "iu":
-                raise TypeError(f"index must be an integer, got {k.dtype} (at {user_loc()})")
+        elif kind == "scalar":
             dyn.append((d, k))
-        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+        elif kind == "int":
             k = int(k)
             if not -size <= k < size:
                 raise IndexError(f"index {k} is out of bounds for axis {d} with size {size} (at {user_loc()})")
             s, e = k % size, k % size + 1
-        elif isinstance(k, (Tracer, np.ndarray, list)):
+        else:
             gather = (len(final), k)
             final.append(size)
-        else:
-            raise TypeError(f"unsupported index {k!r} (at {user_loc()})")
         start.append(s), limit.append(e), stride.append(st)
         d += 1
 
@@ -755,8 +840,43 @@ def getitem(x, key):
         y = take(y, np.arange(y.shape[dim] - 1, -1, -1, dtype="int64"), axis=dim)
     y = reshape(y, final)
     if gather is not None:
-        y = take(y, gather[1], axis=gather[0])
+        pos, idx = gather
+        nd = y.ndim
+        y = take(y, idx, axis=pos)
+        if front:
+            k = y.ndim - nd + 1          # the dims the index array put in place of one
+            y = transpose(y, list(range(pos, pos + k)) + [i for i in range(y.ndim) if not pos <= i < pos + k])
     return y
+
+
+def _index_kind(k):
+    if k is None:
+        return "none"
+    if k is Ellipsis:
+        return "ellipsis"
+    if isinstance(k, slice):
+        for v in (k.start, k.stop, k.step):
+            if isinstance(v, Tracer):
+                raise NotImplementedError(f"a slice with a traced bound has a data-dependent shape; use "
+                                          f"np.take or a fixed-size slice (at {user_loc()})")
+        return "slice"
+    if isinstance(k, (bool, np.bool_)):
+        raise NotImplementedError(f"indexing with a bool scalar is not supported in spmd (at {user_loc()})")
+    if isinstance(k, (int, np.integer)):
+        return "int"
+    if isinstance(k, (Tracer, np.ndarray, list, tuple)):
+        dt = k.dtype if isinstance(k, (Tracer, np.ndarray)) else np.asarray(k).dtype
+        if dt == np.bool_:
+            raise NotImplementedError(f"boolean mask indexing has a data-dependent shape; use np.where "
+                                      f"(at {user_loc()})")
+        nd = k.ndim if isinstance(k, Tracer) else np.ndim(k)
+        empty = not isinstance(k, Tracer) and np.size(k) == 0      # [] indexes like an int array
+        if dt.kind not in "iu" and not empty:
+            raise IndexError(f"arrays used as indices must be of integer type, got {dt} (at {user_loc()})")
+        if nd:
+            return "array"
+        return "scalar" if isinstance(k, Tracer) else "int"
+    raise IndexError(f"unsupported index {k!r} of type {type(k).__name__} (at {user_loc()})")
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -810,6 +930,10 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
         return astype(r, dtype) if dtype is not None else r
     if method == "reduce" and name in UFUNC_REDUCE:
         axis = kwargs.pop("axis", 0)
+        if dtype is not None:
+            if name not in ("add", "multiply"):
+                raise NotImplementedError(f"np.{name}.reduce with dtype= (at {user_loc()})")
+            kwargs["dtype"] = dtype
         return UFUNC_REDUCE[name](inputs[0], axis=axis, **kwargs)
     what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
     raise NotImplementedError(f"{what} is not supported on traced arrays in spmd (at {user_loc()}); "
@@ -819,7 +943,9 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
 def dispatch_function(func, args, kwargs):
     impl = FUNCTIONS.get(func)
     if impl is None:
-        raise NotImplementedError(f"np.{func.__name__} is not supported on traced arrays in spmd "
+        module = getattr(func, "__module__", "numpy") or "numpy"
+        module = "np" + module[len("numpy"):] if module.startswith("numpy") else module
+        raise NotImplementedError(f"{module}.{func.__name__} is not supported on traced arrays in spmd "
                                   f"(at {user_loc()})")
     return impl(*args, **kwargs)
 

@@ -16,8 +16,8 @@ from ..errors import TraceError
 from ..ir import Graph, Value
 from ..ir import dtypes
 
-_SPMD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+_SPMD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 _state = threading.local()
 
 
@@ -89,6 +89,8 @@ class Tracer:
     ndim = property(lambda self: len(self.value.shape))
     size = property(lambda self: self.value.size)
     dtype = property(lambda self: np.dtype(self.value.dtype))
+    itemsize = property(lambda self: self.dtype.itemsize)
+    nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
     T = property(lambda self: _api().transpose(self))
     mT = property(lambda self: _api().swapaxes(self, -1, -2))
 
@@ -207,9 +209,21 @@ class Tracer:
     def swapaxes(self, a, b): return _api().swapaxes(self, a, b)
     def dot(self, o): return _api().dot(self, o)
     def clip(self, a_min=None, a_max=None): return _api().clip(self, a_min, a_max)
+    def any(self, axis=None, keepdims=False): return _api().any(self, axis, keepdims=keepdims)
+    def all(self, axis=None, keepdims=False): return _api().all(self, axis, keepdims=keepdims)
+    def argmax(self, axis=None, keepdims=False): return _api().argmax(self, axis, keepdims=keepdims)
+    def argmin(self, axis=None, keepdims=False): return _api().argmin(self, axis, keepdims=keepdims)
+    def take(self, indices, axis=None, mode=None): return _api().take(self, indices, axis, mode)
     def copy(self): return self
     def __copy__(self): return self
     def __deepcopy__(self, memo): return self
+
+    def __getattr__(self, name):
+        # only reached for names the class lacks: an ndarray method spmd does not trace
+        if hasattr(np.ndarray, name) and not name.startswith("__"):
+            raise NotImplementedError(f"ndarray.{name} is not supported on traced arrays in spmd "
+                                      f"(at {user_loc()})")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def _api():

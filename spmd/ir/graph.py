@@ -112,7 +112,8 @@ class Graph:
                 raise TypeError(f"{name}: operand {o!r} is not an IR Value")
         try:
             out = opdef.infer(*[o.aval for o in operands], **attrs)
-        except ShapeError as e:
+        except (ShapeError, TypeError, IndexError, KeyError) as e:
+            # TypeError & co.: a missing or malformed attribute, reported like a shape error
             shapes = ", ".join(f"{dtypes.SHORT[o.dtype]}{list(o.shape)}" for o in operands)
             raise ShapeError(f"{name}{where(loc)}: {e} (operands: {shapes}; attrs: "
                              f"{_fmt_attrs(attrs)})") from None

@@ -23,7 +23,15 @@ class NumpyExecutable:
 
     def __call__(self, inputs, comm=None):
         g = self.graph
-        env = dict(zip(g.inputs, inputs))
+        if len(inputs) != len(g.inputs):
+            raise SpmdError(f"{g.name}: expected {len(g.inputs)} inputs, got {len(inputs)}")
+        env = {}
+        for i, (v, x) in enumerate(zip(g.inputs, inputs)):
+            x = np.asarray(x)
+            if x.shape != v.shape or x.dtype.name != v.dtype:
+                raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
+                                f"takes {v.dtype}{list(v.shape)}")
+            env[v] = x
         for op, free in zip(g.ops, self._free):
             opdef = op.opdef
             args = [env[o] for o in op.operands]
@@ -36,21 +44,30 @@ class NumpyExecutable:
                 raise
             except Exception as e:
                 raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
-            env[op.results[0]] = out if len(op.results) == 1 else None
-            if len(op.results) > 1:
-                env.update(zip(op.results, out))
+            outs = [out] if len(op.results) == 1 else list(out)
+            for r, x in zip(op.results, outs):
+                env[r] = _checked(op, r, x)
             for v in free:
                 env.pop(v, None)
-        return [_owned(env[v], v.dtype) for v in g.outputs]
+        results, seen = [], set()
+        for v in g.outputs:
+            x = env[v]
+            # outputs are fresh, writeable arrays: never the caller's input, a constant the
+            # graph keeps, a view (a broadcast is read-only) or the same array twice
+            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
+                    or not x.flags.writeable or x.base is not None):
+                x = x.copy()
+            seen.add(id(x))
+            results.append(x)
+        return results
 
 
-def _owned(x, dtype):
-    """Outputs are fresh, writeable arrays of the declared dtype (never a broadcast view)."""
+def _checked(op, v, x):
+    """The ref's result as an ndarray; it must be exactly the type the op inferred."""
     x = np.asarray(x)
-    if x.dtype != dtype:
-        x = x.astype(dtype)
-    if not x.flags.writeable or x.base is not None:
-        x = x.copy()
+    if x.shape != v.shape or x.dtype.name != v.dtype:
+        raise SpmdError(f"internal error: {op.name} at {op.loc} computed {x.dtype.name}{list(x.shape)} "
+                        f"but its shape rule says {v.dtype}{list(v.shape)}")
     return x
 
 

@@ -119,6 +119,14 @@ def _pow_vjp(g, op, ct):
     return dx, dy
 
 
+def _rem_vjp(g, op, ct):
+    """fmod(x, y) = x - y * trunc(x / y): d/dx = 1, d/dy = -trunc(x / y) (away from jumps)."""
+    x, y = op.operands
+    q = g.emit("divide", x, y)
+    trunc = g.emit("multiply", g.emit("sign", q), g.emit("floor", g.emit("abs", q)))
+    return ct, g.emit("negate", g.emit("multiply", ct, trunc))
+
+
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), ALL[:-1],
@@ -135,7 +143,7 @@ binary("divide", _cast_ref(_int_divide),
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
 binary("power", _cast_ref(_int_power), _pow_vjp, scalar=lambda b, x, y: b.pow(x, y), flops=10)
-binary("remainder", _cast_ref(np.fmod), None, scalar=lambda b, x, y: b.rem(x, y))
+binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y))
 binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y))
 binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y))
 binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))

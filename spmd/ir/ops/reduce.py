@@ -49,12 +49,27 @@ def _vjp(g, op, ct):
     if kind == "sum":
         return (back(ct),)
     if kind == "prod":
-        # d prod / d x_i = prod / x_i (undefined where x_i == 0, as the simple rule is)
-        return (g.emit("divide", back(g.emit("multiply", ct, op.result)), x),)
+        return (g.emit("multiply", back(ct), _prod_others(g, x, axes, back)),)
     # max / min: to the elements equal to the result, split evenly among ties
     mask = g.emit("convert", g.emit("compare", x, back(op.result), direction="EQ"), dtype=x.dtype)
     count = g.emit("reduce", mask, kind="sum", axes=axes)
     return (g.emit("multiply", back(g.emit("divide", ct, count)), mask),)
+
+
+def _prod_others(g, x, axes, back):
+    """d prod / d x_i = the product of the other elements, also where x has zeros: with
+    no zero it is prod / x_i; with one zero it is the product of the non-zeros at the
+    zero and 0 elsewhere; with two or more zeros it is 0."""
+    from .elementwise import const_like
+    zero = g.emit("compare", x, const_like(g, x, 0), direction="EQ")
+    safe = g.emit("select", zero, const_like(g, x, 1), x)
+    prod_nz = back(g.emit("reduce", safe, kind="prod", axes=axes))
+    n_zero = back(g.emit("reduce", g.emit("convert", zero, dtype=x.dtype), kind="sum", axes=axes))
+    no_zero = g.emit("compare", n_zero, const_like(g, x, 0), direction="EQ")
+    one_zero = g.emit("compare", n_zero, const_like(g, x, 1), direction="EQ")
+    at_the_zero = g.emit("and", one_zero, zero)
+    other = g.emit("select", at_the_zero, prod_nz, const_like(g, x, 0))
+    return g.emit("select", no_zero, g.emit("divide", prod_nz, safe), other)
 
 
 def _factors(ins, outs, attrs):

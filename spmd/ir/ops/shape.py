@@ -16,18 +16,26 @@ def _zero_flops(ins, out, attrs):
     return 0
 
 
-def _leaf(name, infer, ref):
+def _leaf(name, infer, ref, allowed=ALL):
     register(OpDef(name, "shape", infer, ref, lambda g, op, ct: (), _no_operands_factors,
-                   None, _zero_flops, ALL))
+                   None, _zero_flops, allowed))
 
 
 # constant: the value lives in the attribute (small ones print inline, large ones as hex)
-_leaf("constant", lambda value: _aval(value.shape, dtypes.canon(value.dtype)), lambda value: value)
+def _constant_infer(value):
+    check(isinstance(value, np.ndarray), f"constant value must be an ndarray, got {type(value).__name__}")
+    return _aval(value.shape, dtypes.canon(value.dtype))
+
+
+_leaf("constant", _constant_infer, lambda value: value)
 
 
 def _iota_infer(shape, dtype, dimension):
     check(0 <= dimension < len(shape), f"iota dimension {dimension} out of range for shape {list(shape)}")
-    return _aval(shape, dtypes.canon(dtype))
+    check(all(d >= 0 for d in shape), f"negative dimension in shape {list(shape)}")
+    dt = dtypes.canon(dtype)
+    check(dt != "bool", "iota of bool is not defined (StableHLO: integer or float)")
+    return _aval(shape, dt)
 
 
 def _iota_ref(shape, dtype, dimension):
@@ -35,7 +43,7 @@ def _iota_ref(shape, dtype, dimension):
     return np.broadcast_to(ar.reshape([-1 if d == dimension else 1 for d in range(len(shape))]), shape).copy()
 
 
-_leaf("iota", _iota_infer, _iota_ref)
+_leaf("iota", _iota_infer, _iota_ref, ALL[:-1])
 
 
 # -- broadcast_in_dim ----------------------------------------------------------------------
