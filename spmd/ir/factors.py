@@ -81,6 +81,8 @@ def reshape_rule(in_shape, out_shape) -> FactorRule:
     in_f = [[] for _ in in_shape]
     out_f = [[] for _ in out_shape]
     sizes, replicate = {}, set()
+    if 0 in in_shape:     # an empty array: nothing to split, no factor to share
+        return FactorRule((tuple(map(tuple, in_f)),), (tuple(map(tuple, out_f)),), sizes)
     i = j = 0
     ri = in_shape[0] if in_shape else 1
     rj = out_shape[0] if out_shape else 1

@@ -6,6 +6,7 @@ import numpy as np
 
 from ...errors import SpmdError
 from ...ir import Graph
+from ...tools import timeline
 
 
 class NumpyExecutable:
@@ -32,14 +33,20 @@ class NumpyExecutable:
                 raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
                                 f"takes {v.dtype}{list(v.shape)}")
             env[v] = x
+        tracing = timeline.enabled()
+        rank = getattr(comm, "rank", 0)
         for op, free in zip(g.ops, self._free):
             opdef = op.opdef
             args = [env[o] for o in op.operands]
+            t0 = timeline.now_us() if tracing else 0
             try:
                 if opdef.needs_comm:
                     out = opdef.ref(*args, comm=comm, **op.attrs)
                 else:
                     out = opdef.ref(*args, **op.attrs)
+                if tracing:
+                    timeline.add(op.name, "collective" if opdef.needs_comm else "compute", rank, t0,
+                                 timeline.now_us() - t0, {"loc": op.loc})
             except SpmdError:
                 raise
             except Exception as e:

@@ -1,0 +1,101 @@
+"""SPMD_TRACE=file.json: a Chrome / Perfetto trace with one track per rank.
+
+Executables record a span per kernel and per collective (`span(...)`); each process
+keeps its events in memory. At exit (or `write()`), the process writes them; under MPI
+and Ray the runtime gathers every rank's events first so one file holds all tracks
+(`merge_events`). Open the file in chrome://tracing or ui.perfetto.dev.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_events: list = []
+_t0 = time.perf_counter()
+_registered = False
+
+
+def enabled() -> bool:
+    return bool(os.environ.get("SPMD_TRACE"))
+
+
+def now_us() -> float:
+    return (time.perf_counter() - _t0) * 1e6
+
+
+def add(name, cat, rank, start_us, dur_us, args=None):
+    ev = {"name": name, "cat": cat, "ph": "X", "ts": round(start_us, 3), "dur": round(dur_us, 3),
+          "pid": 0, "tid": int(rank)}
+    if args:
+        ev["args"] = args
+    with _lock:
+        _events.append(ev)
+    _ensure_atexit()
+
+
+@contextmanager
+def span(name, cat, rank, **args):
+    """Record the enclosed work as one span on `rank`'s track (no-op unless SPMD_TRACE)."""
+    if not enabled():
+        yield
+        return
+    t = now_us()
+    try:
+        yield
+    finally:
+        add(name, cat, rank, t, now_us() - t, args or None)
+
+
+def take_events() -> list:
+    """This process's events so far (and forget them): what a rank ships to its gatherer."""
+    with _lock:
+        out = list(_events)
+        _events.clear()
+    return out
+
+
+def merge_events(per_process: list) -> list:
+    """Merge event lists from several processes, each already on its ranks' tracks."""
+    out = [e for evs in per_process for e in evs]
+    out.sort(key=lambda e: (e["tid"], e["ts"]))
+    return out
+
+
+def write(path=None, events=None):
+    path = path or os.environ.get("SPMD_TRACE")
+    if not path:
+        return None
+    events = take_events() if events is None else events
+    ranks = sorted({e["tid"] for e in events})
+    meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}}
+            for r in ranks]
+    meta.append({"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "spmd"}})
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"traceEvents": meta + events, "displayTimeUnit": "ms"}, f)
+    os.replace(tmp, path)
+    return path
+
+
+# A runtime that gathers events across processes (MPI, Ray) replaces this hook so that
+# only one process writes the merged file.
+exit_hook = None
+
+
+def _at_exit():
+    if exit_hook is not None:
+        exit_hook()
+    elif _events:
+        write()
+
+
+def _ensure_atexit():
+    global _registered
+    if not _registered:
+        _registered = True
+        atexit.register(_at_exit)
