@@ -1,0 +1,3 @@
+"""Runtimes (where per-device programs run) and spmd.Array (runtime/array.py)."""
+from .array import Array, Shard, device_put  # noqa: F401
+from .context import device_count, get_runtime, init, process_count, process_index  # noqa: F401

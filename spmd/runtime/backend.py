@@ -5,7 +5,13 @@ is one rank), ray (this process is the driver; ranks are actors). spmd.Array and
 to the runtime only through this interface, so one user script runs on all three.
 
 A *handle* is whatever the runtime uses to hold one device's shard: a numpy array for
-local and mpi, a Ray ObjectRef for ray.
+local and mpi, a Ray ObjectRef for ray. A shard always has the padded local shape
+(Sharding.local_shape); the padding's content is unspecified (device_put writes zeros).
+Shards are immutable once placed: `put` may keep the array it is given without copying,
+and `run` may hand a handle to several programs.
+
+The current runtime is chosen by spmd.init (runtime/context.py); spmd.Array (array.py) and
+jit's run step (execute.py) are written against this class only.
 """
 from __future__ import annotations
 
@@ -18,11 +24,13 @@ class Runtime(ABC):
     @property
     @abstractmethod
     def num_devices(self) -> int:
-        """Ranks in the world (a mesh must have exactly this many devices)."""
+        """Ranks in the world (a mesh must have exactly this many devices; the local
+        runtime runs a mesh of any size, one thread per device)."""
 
     @abstractmethod
-    def local_devices(self) -> list:
-        """Device ids whose shards this process holds handles for."""
+    def local_devices(self, mesh=None) -> list:
+        """Device ids whose shards this process holds handles for (of `mesh` if given:
+        local holds every device of any mesh, an MPI process its own rank)."""
 
     def process_index(self) -> int:
         return 0
@@ -48,3 +56,6 @@ class Runtime(ABC):
     def all_shards(self, handles: dict, mesh) -> dict:
         """{device: numpy array} for *every* device of the mesh, in this process (mpi:
         an allgather across processes) — how Array.numpy() assembles a global value."""
+
+    def shutdown(self):
+        """Release workers / actors (spmd.init replacing this runtime calls it)."""

@@ -1,11 +1,75 @@
-"""Running a Lowered program on the current runtime."""
+"""jit's run step: a Lowered program and its flat argument leaves -> flat result leaves.
+
+No mesh (lowered.mesh is None): one device; numpy arrays in, numpy arrays out.
+
+With a mesh, lowered.graph is the per-device program (inputs and outputs have the
+padded local shapes of lowered.in_shardings / out_shardings applied to the global
+shapes of the traced program). Each leaf is placed by its in-sharding:
+  - an spmd.Array with exactly that sharding is used as it is (no copy);
+  - an spmd.Array with another sharding (or mesh) is resharded (device_put: through
+    the host for now);
+  - a numpy array or Python scalar is split (device_put).
+The compiled program runs on every device through the current runtime, and each
+output becomes an spmd.Array with its out-sharding (partial axes are already reduced
+by the partitioner).
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SpmdError
+from ..sharding.spec import Sharding
+from .array import Array, device_put
+from .context import get_runtime
+
 
 def execute(lowered, leaves):
     """Flat argument leaves -> flat output leaves."""
-    graph = lowered.stages["traced"]
-    arrays = [np.asarray(x, dtype=v.dtype) for x, v in zip(leaves, graph.inputs)]
-    return lowered.compile()(arrays)
+    if lowered.mesh is None:
+        graph = lowered.stages["traced"]
+        arrays = [np.asarray(x, dtype=v.dtype) for x, v in zip(leaves, graph.inputs)]
+        return lowered.compile()(arrays)
+    return _execute_sharded(lowered, leaves, get_runtime())
+
+
+def _sharding(mesh, s, ndim) -> Sharding:
+    """A value's sharding as an Array holds it: None is replicated, partial is dropped
+    (the partitioner reduces partial values before they leave the program)."""
+    if s is None:
+        return Sharding(mesh, (None,) * ndim)
+    return s.replace(partial=()).for_rank(ndim)
+
+
+def _execute_sharded(lowered, leaves, rt):
+    mesh = lowered.mesh
+    glob = lowered.stages["traced"]
+    prog_graph = lowered.graph
+    if len(leaves) != len(glob.inputs):
+        raise SpmdError(f"{glob.name}: expected {len(glob.inputs)} argument leaves, got {len(leaves)}")
+    arrays = []
+    for k, (x, v, s) in enumerate(zip(leaves, glob.inputs, lowered.in_shardings)):
+        sh = _sharding(mesh, s, v.ndim)
+        if not isinstance(x, Array):
+            x = np.asarray(x, dtype=v.dtype)
+        elif x.dtype.name != v.dtype:
+            x = x.numpy().astype(v.dtype)
+        a = device_put(x, sh, runtime=rt)
+        want = prog_graph.inputs[k].shape
+        if a.local_shape != want:
+            raise SpmdError(f"internal error: {glob.name} input {k} {v.dtype}{list(v.shape)} split by "
+                            f"{sh.text()} has local shape {list(a.local_shape)}, the per-device program "
+                            f"takes {list(want)}")
+        arrays.append(a)
+    devices = rt.local_devices(mesh)
+    args = {d: [a._handles[d] for a in arrays] for d in devices}
+    outs = rt.run(lowered.compile(), mesh, args)
+    results = []
+    for k, (v, s) in enumerate(zip(glob.outputs, lowered.out_shardings)):
+        sh = _sharding(mesh, s, v.ndim)
+        local = prog_graph.outputs[k].shape
+        if sh.local_shape(v.shape) != tuple(local):
+            raise SpmdError(f"internal error: {glob.name} output {k} {v.dtype}{list(v.shape)} split by "
+                            f"{sh.text()} has local shape {list(sh.local_shape(v.shape))}, the per-device "
+                            f"program makes {list(local)}")
+        results.append(Array(v.shape, v.dtype, sh, {d: outs[d][k] for d in devices}, rt))
+    return results

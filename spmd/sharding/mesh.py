@@ -104,13 +104,19 @@ class Mesh:
         return s + ">"
 
     def _key(self):
-        return (self.shape, self.axis_names, tuple(self.devices.reshape(-1).tolist()))
+        # computed once: every Sharding hashes its mesh, and a mesh may hold thousands of devices
+        k = self.__dict__.get("_key_cache")
+        if k is None:
+            k = self.__dict__["_key_cache"] = (self.shape, self.axis_names, tuple(self.devices.reshape(-1).tolist()),)
+            self.__dict__["_hash_cache"] = hash(k)
+        return k
 
     def __eq__(self, other):
-        return isinstance(other, Mesh) and self._key() == other._key()
+        return self is other or isinstance(other, Mesh) and self._key() == other._key()
 
     def __hash__(self):
-        return hash(self._key())
+        self._key()
+        return self.__dict__["_hash_cache"]
 
     def __repr__(self):
         return f"Mesh({self.shape}, {self.axis_names})"

@@ -1,3 +1,3 @@
 """The op registry, populated by one module per op family."""
 from .registry import REGISTRY, OpDef, get_op, register  # noqa: F401
-from . import elementwise, shape, reduce, dot, indexing  # noqa: F401
+from . import elementwise, shape, reduce, dot, indexing, collective  # noqa: F401

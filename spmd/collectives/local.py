@@ -1,0 +1,291 @@
+"""LocalCommunicator: the N ranks are threads of this process; collectives go through
+shared memory.
+
+One `LocalWorld` per run of a program holds what the ranks share: one `_Group` per
+device group (the devices of a mesh-axis group, in group order), an abort flag, and
+the set of ranks whose program has returned. Each rank gets a `LocalCommunicator`
+(`world.communicator(rank)`).
+
+A collective is two rendezvous on its group:
+
+1. *deposit*: each rank puts its input (and, for all_reduce, its fresh output buffer)
+   in its slot and waits until all G have; the last to arrive releases the others.
+2. each rank computes its own result from the deposited inputs, reading them in group
+   order, so every rank's result is bit-identical and independent of thread timing.
+   (all_reduce: rank i reduces block i of the flattened inputs and writes it into every
+   rank's output buffer — the reduce-scatter + all-gather schedule, each element
+   reduced once.)
+3. *done*: each rank waits until all G have finished reading, then returns. Only then
+   may a rank reuse or free its input buffer, so inputs are never copied on the way in.
+   Small inputs (<= SMALL_BYTES) are copied into the exchange instead, which makes the
+   done-rendezvous unnecessary (latency matters more than bytes there), and all_reduce
+   of a small input reduces the whole array on every rank (still in group order).
+
+Results are always new arrays owned by the caller. Every rank first checks that the
+group agrees on what it is doing (same collective, shapes, dtype, attributes) and
+raises CollectiveError naming the ranks that differ.
+
+Failure, never a hang:
+- `world.abort(rank, exc)` (the runtime calls it when a rank's program raises) wakes
+  every waiting rank, which raises CollectiveError naming the failed rank;
+- `world.finish(rank)` (the rank's program returned) makes ranks waiting for it in a
+  collective fail at once: it skipped a collective the others called;
+- a rank that never arrives: the waiters raise CollectiveError naming the missing
+  rank(s) after SPMD_COLLECTIVE_TIMEOUT seconds (base.collective_timeout()).
+
+The MPI and Ray communicators implement the same methods with the same semantics
+(base.py); the collective-matching check and the failure messages are worth mirroring.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..errors import CollectiveError
+from .base import REDUCE_OPS, Communicator, collective_timeout, reduce_arrays
+
+_EMPTY = object()
+
+# inputs up to this size are copied into the exchange, which saves the second rendezvous
+SMALL_BYTES = 1 << 16
+
+
+class LocalWorld:
+    """What the ranks of one run share."""
+
+    def __init__(self, mesh, timeout=None):
+        self.mesh = mesh
+        self.timeout = collective_timeout() if timeout is None else float(timeout)
+        self._lock = threading.Lock()
+        self._groups = {}
+        self.failed = None            # (rank, exception) of the first rank that failed
+        self.finished = set()         # ranks whose program has returned
+
+    def communicator(self, rank) -> "LocalCommunicator":
+        return LocalCommunicator(self.mesh, rank, self)
+
+    def group(self, devices: tuple) -> "_Group":
+        with self._lock:
+            g = self._groups.get(devices)
+            if g is None:
+                g = self._groups[devices] = _Group(devices, self)
+            return g
+
+    def abort(self, rank, exc):
+        """Rank `rank` failed: wake every waiting rank so it fails too."""
+        with self._lock:
+            if self.failed is None:
+                self.failed = (rank, exc)
+            groups = list(self._groups.values())
+        for g in groups:
+            g.wake()
+
+    def finish(self, rank):
+        with self._lock:
+            self.finished.add(rank)
+            groups = list(self._groups.values())
+        for g in groups:
+            g.wake()
+
+
+class _Group:
+    """A reusable rendezvous of the G devices of one group, carrying one value per rank."""
+
+    def __init__(self, devices, world):
+        self.devices = devices
+        self.world = world
+        self.cond = threading.Condition()
+        self.gen = 0                   # completed rendezvous
+        self.slots = [_EMPTY] * len(devices)
+        self.arrived = 0
+        self.result = None             # the slots of the last completed rendezvous
+
+    def wake(self):
+        with self.cond:
+            self.cond.notify_all()
+
+    def exchange(self, i, value, what):
+        """Deposit `value` as member i; return every member's value (group order) once all
+        have deposited. The returned list stays valid: the next rendezvous cannot
+        complete before this member deposits again."""
+        G = len(self.devices)
+        w = self.world
+        with self.cond:
+            self._check_failed(i, what)
+            gen = self.gen
+            self.slots[i] = value
+            self.arrived += 1
+            if self.arrived == G:
+                self.result, self.slots, self.arrived = self.slots, [_EMPTY] * G, 0
+                self.gen += 1
+                self.cond.notify_all()
+                return self.result
+            deadline = time.monotonic() + w.timeout
+            while self.gen == gen:
+                self._check_failed(i, what)
+                missing = [self.devices[j] for j in range(G) if self.slots[j] is _EMPTY]
+                gone = sorted(set(missing) & w.finished)
+                if gone:
+                    raise CollectiveError(f"{what} on rank {self.devices[i]}: rank(s) {gone} finished the "
+                                          f"program without joining it (the ranks ran different programs)")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CollectiveError(f"{what} on rank {self.devices[i]}: timed out after {w.timeout:g} s "
+                                          f"waiting for rank(s) {missing} of group {list(self.devices)} "
+                                          f"(SPMD_COLLECTIVE_TIMEOUT)")
+                self.cond.wait(left)
+            return self.result
+
+    def _check_failed(self, i, what):
+        f = self.world.failed
+        if f is not None:
+            rank, exc = f
+            raise CollectiveError(f"{what} on rank {self.devices[i]}: aborted because rank {rank} failed: "
+                                  f"{type(exc).__name__}: {exc}")
+
+
+class LocalCommunicator(Communicator):
+    def __init__(self, mesh, rank, world: LocalWorld):
+        super().__init__(mesh, rank)
+        self.world = world
+        self._cache = {}
+
+    # -- the rendezvous ------------------------------------------------------------------
+    def _group(self, axes):
+        """(axes, devices of the group, this rank's index, the shared _Group), memoised."""
+        axes = _axes(axes)
+        hit = self._cache.get(axes)
+        if hit is None:
+            devices = tuple(self.group(axes))
+            hit = self._cache[axes] = (axes, devices, devices.index(self.rank),
+                                       self.world.group(devices) if len(devices) > 1 else None)
+        return hit
+
+    def _collective(self, name, x, axes, attrs, compute, extra=None):
+        """Run one collective: deposit (tag, x, extra); compute(inputs, extras, i, G) ->
+        this rank's result from the group's inputs; wait until all have computed."""
+        axes, devices, i, grp = self._group(axes)
+        G = len(devices)
+        what = f"{name} over {axes}"
+        if G == 1:
+            return compute([x], [extra], 0, 1)
+        tag = (name, x.shape, x.dtype.str, attrs)
+        small = x.nbytes <= SMALL_BYTES
+        got = grp.exchange(i, (tag, x.copy() if small else x, extra), what)
+        differ = [devices[j] for j, (t, _, _) in enumerate(got) if t != tag]
+        if differ:
+            mine = _describe(tag)
+            raise CollectiveError(f"{what} on rank {self.rank}: the group does not agree on the call: rank "
+                                  f"{self.rank} called {mine}, rank(s) {differ} called "
+                                  f"{'; '.join(sorted({_describe(got[devices.index(d)][0]) for d in differ}))}")
+        out = compute([v for _, v, _ in got], [e for _, _, e in got], i, G)
+        if not small:
+            grp.exchange(i, None, what + " (done)")
+        return out
+
+    # -- the collectives -----------------------------------------------------------------
+    def all_reduce(self, x, axes, op="sum"):
+        x = _input(x)
+        _check_op(op)
+        if x.nbytes <= SMALL_BYTES:
+            return self._collective("all_reduce", x, axes, (op,), lambda xs, _, i, G: reduce_arrays(op, xs))
+        out = np.empty_like(x)
+
+        def compute(xs, outs, i, G):
+            flat = [a.reshape(-1) for a in xs]
+            n = flat[0].size
+            lo, hi = n * i // G, n * (i + 1) // G
+            block = reduce_arrays(op, [a[lo:hi] for a in flat])
+            for o in outs:
+                o.reshape(-1)[lo:hi] = block
+            return outs[i]
+
+        return self._collective("all_reduce", x, axes, (op,), compute, extra=out)
+
+    def all_gather(self, x, axes, dim=0):
+        x = _input(x)
+        _check_dim("all_gather", x, dim)
+        return self._collective("all_gather", x, axes, (dim,),
+                                lambda xs, _, i, G: np.concatenate(xs, axis=dim))
+
+    def reduce_scatter(self, x, axes, dim=0, op="sum"):
+        x = _input(x)
+        _check_op(op)
+        G = self.mesh.axes_size(_axes(axes))
+        _check_dim("reduce_scatter", x, dim, G)
+        return self._collective("reduce_scatter", x, axes, (dim, op),
+                                lambda xs, _, i, G: reduce_arrays(op, [_block(a, dim, i, G) for a in xs]))
+
+    def all_to_all(self, x, axes, split_dim, concat_dim):
+        x = _input(x)
+        G = self.mesh.axes_size(_axes(axes))
+        _check_dim("all_to_all", x, split_dim, G)
+        _check_dim("all_to_all", x, concat_dim)
+        return self._collective("all_to_all", x, axes, (split_dim, concat_dim),
+                                lambda xs, _, i, G: np.concatenate([_block(a, split_dim, i, G) for a in xs],
+                                                                   axis=concat_dim))
+
+    def permute(self, x, axes, pairs):
+        x = _input(x)
+        G = self.mesh.axes_size(_axes(axes))
+        pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
+        dsts = [d for _, d in pairs]
+        if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
+            raise CollectiveError(f"permute over {_axes(axes)}: pairs {pairs} must be (src, dst) group indices "
+                                  f"in [0, {G}) naming each dst at most once")
+        src_of = {d: s for s, d in pairs}
+
+        def compute(xs, _, i, G):
+            s = src_of.get(i)
+            return np.zeros_like(xs[i]) if s is None else xs[s].copy()
+
+        return self._collective("permute", x, axes, (pairs,), compute)
+
+    def broadcast(self, x, axes, root=0):
+        x = _input(x)
+        G = self.mesh.axes_size(_axes(axes))
+        if not 0 <= root < G:
+            raise CollectiveError(f"broadcast over {_axes(axes)}: root {root} is not a group index in [0, {G})")
+        return self._collective("broadcast", x, axes, (root,), lambda xs, _, i, G: xs[root].copy())
+
+    def barrier(self, axes=None):
+        axes = self.mesh.axis_names if axes is None else _axes(axes)
+        self._collective("barrier", np.zeros(0), axes, (), lambda xs, _, i, G: None)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _axes(axes):
+    return (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def _input(x):
+    # no copy for the usual contiguous ndarray: the done-rendezvous keeps it alive and
+    # unmodified until every rank has read it (np.ascontiguousarray would make 0-d 1-d)
+    x = np.asarray(x)
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _check_op(op):
+    if op not in REDUCE_OPS:
+        raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
+
+
+def _check_dim(name, x, dim, G=None):
+    if not (isinstance(dim, (int, np.integer)) and 0 <= dim < x.ndim):
+        raise CollectiveError(f"{name}: dim {dim!r} is not a dim of a rank-{x.ndim} array {list(x.shape)}")
+    if G is not None and x.shape[dim] % G:
+        raise CollectiveError(f"{name}: dim {dim} of {list(x.shape)} does not split into {G} equal blocks")
+
+
+def _block(a, dim, i, G):
+    c = a.shape[dim] // G
+    idx = [slice(None)] * a.ndim
+    idx[dim] = slice(i * c, (i + 1) * c)
+    return a[tuple(idx)]
+
+
+def _describe(tag):
+    name, shape, dt, attrs = tag
+    return f"{name}({np.dtype(dt).name}{list(shape)}, {attrs})"

@@ -1,0 +1,231 @@
+"""spmd.Array: a global array split over the devices of a mesh, and device_put.
+
+An Array is a global shape and dtype, a Sharding (never partial), and the handles of
+the shards this process holds ({device: handle}, see runtime/backend.py): one per
+device of `runtime.local_devices(mesh)` — every device on the local runtime, this
+rank's on MPI. Each shard has the padded local shape `sharding.local_shape(shape)`;
+device i's valid part is the box `sharding.shard_box(shape, i)` at its low corner, the
+rest is padding (zeros from device_put, unspecified in jit results). Arrays are
+immutable; devices holding the same shard (replicated axes) may share one buffer.
+
+Reading an Array (numpy(), np.asarray, float(), printing, operators) assembles the
+global value through `runtime.all_shards` — a collective on MPI, so every process must
+do it. Arithmetic and comparisons fall back to numpy and return numpy arrays, and so do
+numpy's ndarray methods (`a.sum()`); inside spmd.jit an Array argument stays sharded.
+
+`.shards` (JAX's addressable_shards): this process's shards as (device, index, data),
+`data` a read-only view of the valid part. `.local`: the data of the first of them —
+this rank's shard under MPI, device `min(mesh devices)`'s on the local runtime.
+"""
+from __future__ import annotations
+
+import operator
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import ShardingError
+from ..sharding.spec import Sharding
+
+
+class Shard(NamedTuple):
+    device: int
+    index: tuple          # the global slices this shard holds
+    data: np.ndarray      # its valid (unpadded) part, read-only
+
+
+class Array:
+    __array_priority__ = 100      # ndarray (op) Array -> Array's reflected op
+    __hash__ = None               # == is elementwise, as for ndarray
+
+    def __init__(self, shape, dtype, sharding: Sharding, handles: dict, runtime):
+        """Internal: Arrays come from device_put and from jit."""
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = np.dtype(dtype)
+        self._sharding = sharding
+        self._handles = handles
+        self._runtime = runtime
+
+    # -- metadata -------------------------------------------------------------------------
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    sharding = property(lambda self: self._sharding)
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: int(np.prod(self._shape, dtype=np.int64)))
+    nbytes = property(lambda self: self.size * self._dtype.itemsize)
+
+    @property
+    def mesh(self):
+        return self._sharding.mesh
+
+    @property
+    def local_shape(self):
+        """The padded shape of each shard."""
+        return self._sharding.local_shape(self._shape)
+
+    # -- values ---------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The global value, assembled from the shards (a new array)."""
+        sh = self._sharding
+        shards = self._runtime.all_shards(self._handles, sh.mesh)
+        out = np.empty(self._shape, self._dtype)
+        seen = set()
+        for d in sh.mesh.devices.reshape(-1).tolist():
+            key = sh.shard_index(d)
+            if key in seen:           # a replica of a shard already copied
+                continue
+            seen.add(key)
+            box = sh.shard_box(self._shape, d)
+            out[tuple(slice(a, b) for a, b in box)] = shards[d][tuple(slice(0, b - a) for a, b in box)]
+        return out
+
+    @property
+    def shards(self) -> list:
+        got = self._runtime.get(self._handles)
+        out = []
+        for d in sorted(got):
+            box = self._sharding.shard_box(self._shape, d)
+            data = got[d][tuple(slice(0, b - a) for a, b in box) + (Ellipsis,)]    # a view, also 0-d
+            data.flags.writeable = False
+            out.append(Shard(d, tuple(slice(a, b) for a, b in box), data))
+        return out
+
+    @property
+    def local(self) -> np.ndarray:
+        """This process's shard (its valid part, read-only); see the module docstring."""
+        return self.shards[0].data
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("spmd.Array: the global value is assembled from shards, which copies")
+        v = self.numpy()
+        return v if dtype is None else v.astype(dtype, copy=False)
+
+    # -- Python protocols -----------------------------------------------------------------
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of unsized object (a 0-d spmd.Array)")
+        return self._shape[0]
+
+    def __iter__(self):
+        return iter(self.numpy())
+
+    def __getitem__(self, idx):
+        return self.numpy()[idx]
+
+    def __bool__(self):
+        return bool(self.numpy())
+
+    def __float__(self):
+        return float(self.numpy())
+
+    def __int__(self):
+        return int(self.numpy())
+
+    def __complex__(self):
+        return complex(self.numpy())
+
+    def __index__(self):
+        return operator.index(self.numpy())
+
+    def __format__(self, spec):
+        v = self.numpy()
+        return format(v[()] if v.ndim == 0 else v, spec)
+
+    def __repr__(self):
+        r = np.array_repr(self.numpy())           # "array([...], dtype=...)"
+        return f"Array({r[len('array('):-1]}, sharding={self._sharding.text()})"
+
+    def __str__(self):
+        return str(self.numpy())
+
+    def __getattr__(self, name):
+        # numpy's ndarray methods and attributes (sum, mean, T, astype, tolist, ...) on the global value
+        if not name.startswith("_") and hasattr(np.ndarray, name):
+            return getattr(self.numpy(), name)
+        raise AttributeError(f"'spmd.Array' object has no attribute {name!r}")
+
+    def __reduce__(self):
+        # pickling (copy.deepcopy, a task argument) ships the global value; unpickling
+        # places it again, with the same sharding, on the runtime of the receiving process
+        return (_from_value, (self.numpy(), self._sharding))
+
+
+def _from_value(value, sharding):
+    return device_put(value, sharding)
+
+
+# -- operators fall back to numpy (and return numpy arrays) ---------------------------------
+_ARRAY_LIKE = (np.ndarray, np.generic, int, float, complex, bool, list, tuple)
+
+
+def _operand(x):
+    if isinstance(x, Array):
+        return x.numpy()
+    if isinstance(x, _ARRAY_LIKE):
+        return x
+    return None
+
+
+def _binary(op, reflected=False):
+    def method(self, other):
+        o = _operand(other)
+        if o is None:
+            return NotImplemented     # let a Tracer or another type handle it
+        return op(o, self.numpy()) if reflected else op(self.numpy(), o)
+    return method
+
+
+for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
+           "lshift", "rshift", "divmod"):
+    _f = divmod if _n == "divmod" else getattr(operator, _n if _n not in ("and", "or") else _n + "_")
+    setattr(Array, f"__{_n}__", _binary(_f))
+    setattr(Array, f"__r{_n}__", _binary(_f, reflected=True))
+for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(Array, f"__{_n}__", _binary(getattr(operator, _n)))
+for _n, _f in (("neg", operator.neg), ("pos", operator.pos), ("abs", abs), ("invert", operator.invert)):
+    setattr(Array, f"__{_n}__", (lambda f: lambda self: f(self.numpy()))(_f))
+
+
+# -- placing values -------------------------------------------------------------------------
+def device_put(x, sharding, runtime=None) -> Array:
+    """An ndarray (or anything np.asarray takes) -> an Array split by `sharding`.
+
+    An Array with another sharding is resharded *through the host* for now: its global
+    value is assembled and split again (inside jit, reshards are planned collectives).
+    An Array that already has `sharding` is returned as it is.
+    """
+    from .context import get_runtime
+    if not isinstance(sharding, Sharding):
+        raise ShardingError(f"spmd.device_put takes a Sharding (mesh.sharding(...)), got {sharding!r}")
+    if sharding.partial:
+        raise ShardingError(f"spmd.device_put: sharding {sharding.text()} is partial; an Array holds "
+                            f"whole values")
+    if isinstance(x, Array):
+        sh = sharding.for_rank(x.ndim, "array")
+        if sh == x.sharding and (runtime is None or runtime is x._runtime):
+            return x
+        x = x.numpy()
+    x = np.asarray(x)
+    sh = sharding.for_rank(x.ndim, f"array of shape {list(x.shape)}")
+    rt = runtime or get_runtime()
+    local = sh.local_shape(x.shape)
+    buffers = {}                   # shard index -> buffer, shared by that shard's replicas
+    handles = {}
+    for d in rt.local_devices(sh.mesh):
+        key = sh.shard_index(d)
+        buf = buffers.get(key)
+        if buf is None:
+            buf = buffers[key] = _padded(x, sh.shard_box(x.shape, d), local)
+        handles[d] = rt.put(d, buf)
+    return Array(x.shape, x.dtype, sh, handles, rt)
+
+
+def _padded(x, box, local_shape):
+    """A fresh, C-contiguous buffer of local_shape: x's `box` at the low corner, zeros after."""
+    piece = x[tuple(slice(a, b) for a, b in box)]
+    if piece.shape == tuple(local_shape):
+        return np.array(piece, order="C", copy=True)
+    buf = np.zeros(local_shape, x.dtype)
+    buf[tuple(slice(0, b - a) for a, b in box)] = piece
+    return buf

@@ -1,0 +1,80 @@
+"""spmd.init and the current runtime: choose the runtime this process takes part in, once.
+
+    spmd.init(backend=None, num_devices=None) -> Runtime
+    spmd.process_index(), spmd.process_count(), spmd.device_count()
+
+`backend=None` detects the environment (`detect_backend`); everything that needs a
+runtime calls `get_runtime()`, which runs `init()` with the defaults on first use, so
+`python script.py` needs no init call at all.
+
+Adding a backend is two small edits here: an entry in BACKENDS (name -> factory taking
+num_devices) and, if it can be recognised from the environment, a line in
+`detect_backend`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from ..errors import SpmdError
+
+
+def _local(num_devices):
+    from .local import LocalRuntime
+    return LocalRuntime(num_devices)
+
+
+# name -> factory(num_devices) -> Runtime.  The MPI and Ray backends add "mpi" and "ray".
+BACKENDS = {"local": _local}
+
+_runtime = None
+_lock = threading.Lock()
+
+
+def detect_backend() -> str:
+    """The backend the environment asks for. SPMD_BACKEND wins; the MPI/Ray detection
+    (mpirun / srun variables, a Ray job) goes here; otherwise local."""
+    env = os.environ.get("SPMD_BACKEND")
+    if env:
+        return env
+    return "local"
+
+
+def init(backend=None, num_devices=None):
+    """Choose (or re-choose) the runtime. Calling it again with the same arguments, or
+    with none, keeps the current one."""
+    global _runtime
+    with _lock:
+        name = backend or (_runtime.name if _runtime is not None and num_devices is None else None) \
+            or detect_backend()
+        if name not in BACKENDS:
+            raise SpmdError(f"spmd.init: unknown backend {name!r} (takes {', '.join(sorted(BACKENDS))})")
+        if num_devices is not None and (not isinstance(num_devices, int) or num_devices < 1):
+            raise SpmdError(f"spmd.init: num_devices must be a positive int, got {num_devices!r}")
+        rt = _runtime
+        if rt is not None and rt.name == name and (num_devices is None or rt.num_devices == num_devices):
+            return rt
+        if rt is not None:
+            getattr(rt, "shutdown", lambda: None)()
+        _runtime = BACKENDS[name](num_devices)
+        return _runtime
+
+
+def get_runtime():
+    """The current runtime (the default one if init was never called)."""
+    rt = _runtime
+    return rt if rt is not None else init()
+
+
+def process_index() -> int:
+    """This process's index among the processes running the program (0 on local)."""
+    return get_runtime().process_index()
+
+
+def process_count() -> int:
+    return get_runtime().process_count()
+
+
+def device_count() -> int:
+    """Devices (ranks) in the world."""
+    return get_runtime().num_devices
