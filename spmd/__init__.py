@@ -3,6 +3,8 @@ from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError
 from .jit import jit, ShapeDtype, Lowered  # noqa: F401
 from .compiler.autodiff import grad, value_and_grad  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
+from .sharding import Mesh, Sharding  # noqa: F401
+from .tools.visualize import visualize  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 
 __version__ = "0.1.0"
