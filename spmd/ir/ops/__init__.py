@@ -1,3 +1,4 @@
 """The op registry, populated by one module per op family."""
 from .registry import REGISTRY, OpDef, get_op, register  # noqa: F401
 from . import elementwise, shape, reduce, dot, indexing, collective  # noqa: F401
+from . import annotation  # noqa: F401,E402
