@@ -103,6 +103,12 @@ class Lowered:
     def out_shardings(self):
         return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).outputs]
 
+    def report(self) -> dict:
+        """Per-device collectives (op, axes, group_size, in/out shapes, dtype, bytes),
+        comm_bytes, flops and out_shardings of the partitioned program."""
+        from .sharding.report import report
+        return report(self)
+
     def compile(self):
         if self._exe is None:
             from .compiler.backends import compile_graph

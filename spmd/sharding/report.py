@@ -1,0 +1,43 @@
+"""`lowered.report()`: what the per-device program communicates and computes.
+
+Shapes and bytes are per device. A collective's `bytes` is the size of the larger of
+its input and output buffers (an all_gather's output, a reduce_scatter's input, the
+buffer of an all_reduce / all_to_all / collective_permute): the amount of data the
+collective handles on each device, as XLA reports it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+
+
+def collectives(graph) -> list:
+    out = []
+    for op in graph.ops:
+        if op.name not in COLLECTIVES:
+            continue
+        x, r = op.operands[0], op.results[0]
+        item = np.dtype(x.dtype).itemsize
+        out.append({"op": op.name, "axes": tuple(op.attrs["axes"]), "group_size": int(op.attrs["group_size"]),
+                    "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
+                    "bytes": max(x.size, r.size) * item, "loc": op.loc})
+    return out
+
+
+def flops(graph) -> int:
+    total = 0
+    for op in graph.ops:
+        f = op.opdef.flops
+        if f is not None:
+            total += int(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+    return total
+
+
+def report(lowered) -> dict:
+    stages = lowered.stages
+    g = stages.get("partitioned", stages["optimized"])
+    colls = collectives(g)
+    outs = [s.replace(partial=()) if s is not None else None for s in lowered.out_shardings]
+    return {"collectives": colls, "comm_bytes": sum(c["bytes"] for c in colls),
+            "flops": flops(g), "out_shardings": outs}
