@@ -5,6 +5,7 @@ from .compiler.autodiff import grad, value_and_grad  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
 from .sharding import Mesh, Sharding  # noqa: F401
 from .sharding.annotate import shard  # noqa: F401
+from .sharding.explain import explain  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 

@@ -109,6 +109,11 @@ class Lowered:
         from .sharding.report import report
         return report(self)
 
+    def explain(self, file=None) -> str:
+        """Print the collectives and why, and where every value's sharding came from."""
+        from .sharding.explain import explain_lowered
+        return explain_lowered(self, file)
+
     def compile(self):
         if self._exe is None:
             from .compiler.backends import compile_graph

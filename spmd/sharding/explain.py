@@ -1,0 +1,114 @@
+"""spmd.explain: why the program communicates, and where every value's sharding came from.
+
+Two tables:
+- every collective of the per-device program: op, mesh axes, bytes per device, local
+  shapes before -> after, the user line that needed it, and why (what kind of reshard);
+- every value of the propagated program: its sharding, and for each split dim the
+  annotation it came from and the ops it flowed through.
+"""
+from __future__ import annotations
+
+from .report import collectives
+
+WHY = {
+    "all_reduce": "sum the partial results of a contraction/reduction over a split dim",
+    "reduce_scatter": "sum partial results and keep them split",
+    "all_gather": "the consumer needs a split dim whole",
+    "all_to_all": "move a split from one dim to another",
+    "collective_permute": "exchange halos across shard borders (shifted slice/pad/concat)",
+}
+
+
+def _names(graph):
+    return {v: f"%{i}" for i, v in enumerate(graph.values())}
+
+
+def _consumers(graph):
+    uses = {}
+    for op in graph.ops:
+        for o in op.operands:
+            uses.setdefault(o, []).append(op)
+    return uses
+
+
+def collective_rows(lowered) -> list:
+    g = lowered.stages.get("partitioned")
+    if g is None:
+        return []
+    uses = _consumers(g)
+    coll_ops = [op for op in g.ops if op.name in WHY]
+    rows = []
+    for op, c in zip(coll_ops, collectives(g)):
+        nxt = uses.get(op.result, [])
+        need = next((u.name for u in nxt if u.name not in WHY), "the program's output" if not nxt else nxt[0].name)
+        rows.append(dict(c, needed_by=need, why=WHY[op.name]))
+    return rows
+
+
+def provenance(graph) -> list:
+    """[(name, type, sharding text, explanation)] for each value of the propagated graph."""
+    why = getattr(graph, "why", {})
+    names = _names(graph)
+    rows = []
+    for v in graph.values():
+        reasons = why.get(v, [])
+        if not reasons:
+            expl = "replicated: nothing splits it" if v.sharding.is_replicated else ""
+        elif reasons[0][0] is None:
+            expl = f"annotation ({reasons[0][2]})"
+        else:
+            parts = []
+            for d, axes, (op, origin) in reasons:
+                root = _root(origin, why, names)
+                parts.append(f"dim {d} on {'x'.join(axes)} via {op.name}"
+                             f"{' at ' + op.loc if op.loc else ''} from {names[origin]}{root}")
+            expl = "; ".join(parts)
+        if v.sharding.partial:
+            expl += ("; " if expl else "") + f"partial over {','.join(v.sharding.partial)}: a contraction " \
+                                            f"over a split dim (summed where a consumer needs it)"
+        from ..ir.text import type_str
+        rows.append((names[v], type_str(v), v.sharding.text(), expl))
+    return rows
+
+
+def _root(v, why, names, depth=0):
+    """Follow a value's sharding back to the annotation it started from."""
+    seen = set()
+    while depth < 1000 and v not in seen:
+        seen.add(v)
+        r = why.get(v, [])
+        if not r:
+            return ""
+        if r[0][0] is None:
+            return f" <- {r[0][2]}"
+        v = r[0][2][1]
+        depth += 1
+    return ""
+
+
+def explain_lowered(lowered, file=None) -> str:
+    lines = []
+    rows = collective_rows(lowered)
+    lines.append(f"collectives ({len(rows)}, {sum(r['bytes'] for r in rows)} bytes per device):")
+    if rows:
+        lines.append(f"  {'op':<18} {'axes':<14} {'bytes':>10}  {'local shape':<24} {'line':<18} needed by / why")
+    for r in rows:
+        shp = f"{list(r['in_shape'])}->{list(r['out_shape'])}"
+        lines.append(f"  {r['op']:<18} {','.join(r['axes']):<14} {r['bytes']:>10}  {shp:<24} "
+                     f"{r['loc'] or '?':<18} {r['needed_by']}: {r['why']}")
+    g = lowered.stages.get("propagated")
+    if g is not None:
+        lines.append("")
+        lines.append("shardings:")
+        for name, typ, shs, expl in provenance(g):
+            lines.append(f"  {name:<5} {typ:<16} {shs:<24} {expl}")
+    text = "\n".join(lines)
+    print(text, file=file)
+    return text
+
+
+def explain(f, *args, **jit_kwargs) -> str:
+    """Print and return the explanation for `f` (a function or an spmd.jit object)."""
+    from ..jit import Jitted, jit
+    j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
+    return explain_lowered(j.lower(*args))
