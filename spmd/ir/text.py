@@ -88,7 +88,7 @@ def print_graph(graph) -> str:
     names = name_values(graph)
     mesh = ""
     if graph.mesh is not None:
-        mesh = " mesh<" + ", ".join(f"{a}={n}" for a, n in zip(graph.mesh.axis_names, graph.mesh.shape)) + ">"
+        mesh = " " + graph.mesh.text()
     args = ", ".join(f"{names[v]}: {value_type(v)}" for v in graph.inputs)
     res = ", ".join(value_type(v) for v in graph.outputs)
     lines = [f"func @{graph.name}{mesh}({args}) -> ({res}) {{"]
@@ -104,3 +104,9 @@ def print_graph(graph) -> str:
     lines.append("  return " + ", ".join(names[v] for v in graph.outputs))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def parse_graph(text):
+    """Text -> Graph (the inverse of print_graph); see text_parse.py."""
+    from .text_parse import parse_graph as parse
+    return parse(text)
