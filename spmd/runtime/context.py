@@ -24,8 +24,16 @@ def _local(num_devices):
     return LocalRuntime(num_devices)
 
 
-# name -> factory(num_devices) -> Runtime.  The MPI and Ray backends add "mpi" and "ray".
-BACKENDS = {"local": _local}
+def _mpi(num_devices):
+    from .mpi import MPIRuntime
+    return MPIRuntime(num_devices)
+
+
+# name -> factory(num_devices) -> Runtime.
+BACKENDS = {"local": _local, "mpi": _mpi}
+
+# set by mpiexec / mpirun (MPICH's hydra, Open MPI), PMI launchers and SLURM's srun
+MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
 _runtime = None
 _lock = threading.Lock()
@@ -37,6 +45,10 @@ def detect_backend() -> str:
     env = os.environ.get("SPMD_BACKEND")
     if env:
         return env
+    for var in MPI_ENV:
+        v = os.environ.get(var)
+        if v is not None and (var != "SLURM_NTASKS" or int(v or 1) > 1):
+            return "mpi"
     return "local"
 
 
@@ -51,6 +63,8 @@ def init(backend=None, num_devices=None):
             raise SpmdError(f"spmd.init: unknown backend {name!r} (takes {', '.join(sorted(BACKENDS))})")
         if num_devices is not None and (not isinstance(num_devices, int) or num_devices < 1):
             raise SpmdError(f"spmd.init: num_devices must be a positive int, got {num_devices!r}")
+        if num_devices is None and os.environ.get("SPMD_NUM_DEVICES"):
+            num_devices = int(os.environ["SPMD_NUM_DEVICES"])     # set by `spmd run -n N`
         rt = _runtime
         if rt is not None and rt.name == name and (num_devices is None or rt.num_devices == num_devices):
             return rt

@@ -1,0 +1,90 @@
+"""The MPI backend, for real: scripts under the mpiexec the mpich wheel ships."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from spmd.launcher.cli import find_mpiexec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MPIEXEC = find_mpiexec()
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec")]
+
+
+def mpirun(n, script, *args, timeout=120, env=None):
+    e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+    e.pop("SPMD_BACKEND", None)
+    t0 = time.monotonic()
+    p = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, script, *args], capture_output=True, text=True,
+                       timeout=timeout, env=e)
+    return p, time.monotonic() - t0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_collective_matches_numpy(n):
+    p, _ = mpirun(n, os.path.join(HERE, "mpi_scripts", "collectives.py"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    oks = re.findall(r"OK (\d+)", p.stdout)
+    assert len(oks) == n and len(set(oks)) == 1 and int(oks[0]) > 40
+
+
+def losses(out):
+    return [float(v) for v in re.findall(r"^step +\d+ +loss ([\d.]+)$", out, re.M)]
+
+
+def _example(name):
+    return os.path.join(ROOT, "examples", name)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.slow
+def test_mlp_same_losses_under_mpiexec_as_locally():
+    p, _ = mpirun(4, _example("mlp.py"), "--steps", "6")
+    assert p.returncode == 0, p.stderr
+    got = losses(p.stdout)
+    local = subprocess.run([sys.executable, _example("mlp.py"), "--steps", "6"], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    want = losses(local.stdout)
+    assert len(got) == len(want) == 6
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # only rank 0 prints plainly; every other rank's lines carry its rank
+    assert all(ln.startswith("[rank ") for ln in p.stdout.splitlines() if "loss" in ln and not ln.startswith("step"))
+
+
+@pytest.mark.timeout(60)
+def test_exception_on_one_rank_ends_every_rank_promptly():
+    p, took = mpirun(4, os.path.join(HERE, "mpi_scripts", "fail_raise.py"), env={"SPMD_COLLECTIVE_TIMEOUT": "20"})
+    assert p.returncode != 0
+    assert took < 10, took
+    out = p.stdout + p.stderr
+    assert "rank 2 failed" in out and "boom on purpose" in out
+
+
+@pytest.mark.timeout(60)
+def test_killed_rank_does_not_hang_the_others():
+    p, took = mpirun(4, os.path.join(HERE, "mpi_scripts", "fail_kill.py"), env={"SPMD_COLLECTIVE_TIMEOUT": "5"})
+    assert p.returncode != 0
+    assert took < 15, took
+    assert "signal 9" in (p.stdout + p.stderr) or "Killed" in (p.stdout + p.stderr)
+
+
+@pytest.mark.timeout(120)
+def test_spmd_run_launches_local_and_mpi():
+    for backend in ("local", "mpi"):
+        p = subprocess.run(["spmd", "run", "-n", "4", "--backend", backend, _example("mlp.py"), "--steps", "2"],
+                           capture_output=True, text=True, timeout=100, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert p.returncode == 0, (backend, p.stderr)
+        assert len(losses(p.stdout)) == 2, (backend, p.stdout)
+
+
+def test_mesh_size_must_match_ranks():
+    script = os.path.join(HERE, "mpi_scripts", "wrong_mesh.py")
+    p, took = mpirun(2, script)
+    assert p.returncode != 0
+    assert "mesh" in p.stderr and "4 devices" in p.stderr and "2" in p.stderr
