@@ -113,10 +113,12 @@ UNARY_I = ("negate", "abs")
 BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 
 
-def random_program(rng, dtype, dims, n_ops):
+def random_program(rng, dtype, dims, n_ops, constrain=None):
     """A global Graph of 3-4 inputs with dims drawn from `dims`, then n_ops random ops
     (elementwise, dot, reduce, broadcast, transpose, reshape, slice, pad, concatenate,
-    select, dynamic_slice, gather, iota, the x[1:] - x[:-1] stencil). -> (graph, args)."""
+    select, dynamic_slice, gather, iota, the x[1:] - x[:-1] stencil). -> (graph, args).
+    `constrain(v)` -> a spec or None: pin that value's sharding with a sharding_constraint
+    (what spmd.shard records), as a user annotation."""
     g = Graph("random")
     isf = np.dtype(dtype).kind == "f"
     pool, args = [], []
@@ -215,6 +217,9 @@ def random_program(rng, dtype, dims, n_ops):
                              g.emit("slice", x, start=(0,) * x.ndim, limit=lim0, stride=one))
         if out is None or out.size > 4096:
             continue
+        spec = constrain(out) if constrain else None
+        if spec is not None:
+            out = g.emit("sharding_constraint", out, spec=spec, partial=())
         pool.append(out)
         ops += 1
     outs = [pool[-1]] + [pool[int(i)] for i in rng.choice(len(pool), size=min(2, len(pool)), replace=False)]

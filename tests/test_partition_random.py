@@ -3,8 +3,11 @@ transposes, reshapes, slices, pads, concatenations, stencils, dynamic slices, ga
 iotas) on meshes of 2, 4, 8, 2x2 and 2x4 devices, with even and uneven dims, equal
 single-device numpy: exactly for int64 programs, to 1e-9 for float64 ones.
 
-Here every value gets a random sharding (a pending sum sometimes), as if propagation
-had chosen it: the partitioner must make any combination exact, whatever it costs.
+Two kinds: (1) every value gets a random sharding (a pending sum sometimes), as if
+propagation had chosen it: the partitioner must make any combination exact, whatever
+it costs; (2) a few random annotations (sharding_constraint, what spmd.shard records,
+and random in_shardings) go through jit's real stages: propagate, partition, optimise,
+and the runtime's execute with spmd.Arrays.
 """
 import warnings
 
@@ -13,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from partition_util import random_program, random_sharding, reference, run_partitioned
+from spmd.jit import Lowered, lower_graph
 from spmd.sharding import Mesh
 
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((8,), ("x",)),
@@ -59,3 +63,34 @@ def test_random_programs_fixed_seeds(seed):
     """A few fixed programs on each mesh, so a regression shows without hypothesis luck;
     half of them on meshes whose devices are not in row-major order."""
     _check(seed, even=seed % 2 == 0, permuted=seed % 4 < 2)
+
+
+def _check_jit(seed, even):
+    rng = np.random.default_rng(seed)
+    mesh = MESHES[seed % len(MESHES)]
+    dims = (4, 8, 16) if even else (3, 5, 7, 9)
+    dtype = "int64" if seed % 3 == 0 else "float64"
+
+    def constrain(v):
+        return random_sharding(rng, mesh, v, p_partial=0).spec if rng.random() < 0.2 else None
+
+    g, args = random_program(rng, dtype, dims, int(rng.integers(5, 31)), constrain)
+    g.mesh = mesh
+    in_sh = [random_sharding(rng, mesh, v) if rng.random() < 0.5 else None for v in g.inputs]
+    want = reference(g, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs)), None, None, "numpy", mesh)
+        got = low(*args)
+    for k, (w, r) in enumerate(zip(want, got)):
+        msg = f"output {k} of seed {seed} on {mesh.text()}:\n{low.as_text('propagated')}"
+        if dtype == "int64":
+            np.testing.assert_array_equal(r.numpy(), w, err_msg=msg)
+        else:
+            np.testing.assert_allclose(r.numpy(), w, rtol=1e-9, atol=1e-9, err_msg=msg)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.booleans())
+def test_random_annotated_programs_through_jit(seed, even):
+    _check_jit(seed, even)

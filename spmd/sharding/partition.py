@@ -13,11 +13,12 @@ For each op, generically (`_generic`):
 3. Emit the op on local shapes. A sharded reduction factor makes the result partial
    over its axes (a sum pending); max/min/prod reductions and bool values are
    all-reduced at once, since `partial` means a pending sum.
-4. Reshard the result to its propagated sharding.
+4. Reshard the result to its propagated sharding; a pending sum is kept, though, when
+   the split is the propagated one: its uses settle it where they need to.
 
-Partial operands flow through ops that are linear in them (add, dot, transpose...),
-and are reduced first where the op is not (exp, compare...), whichever moves fewer
-bytes. Uneven dims are padded per shard; padding is unspecified, so reductions and
+Partial operands flow through ops that are linear in them (add, dot, transpose...)
+when that moves fewer bytes than reducing them first, and are reduced first where the
+op is not linear (exp, compare...); one all_reduce serves every use of a value. Uneven dims are padded per shard; padding is unspecified, so reductions and
 contractions mask it with their identity first (iota + axis_index + select).
 
 Special handlers: constant and iota (local pieces via axis_index), slice / pad /
@@ -170,12 +171,17 @@ class _Partitioner:
 
     def finish(self, local, have: Sharding, target: Sharding, shape, dtype, kind="sum"):
         """An op's local result laid out by `have` -> the propagated `target`. Partial
-        axes that are not a pending *sum* (max/min/prod, bool) are reduced now."""
+        axes that are not a pending *sum* (max/min/prod, bool) are reduced now. A pending
+        sum the target does not have is kept when the split is the target's: the uses
+        settle it where they need to, so a sum of partial terms (d x = d q + d k + d v)
+        costs one all_reduce, not one per term."""
         if have.partial and (kind != "sum" or dtype == "bool"):
             red = "max" if dtype == "bool" and kind == "sum" else kind
             local = self.em.emit("all_reduce", local, axes=have.partial, reduction=red,
                                  group_size=self.axes_size(have.partial))
             have = have.replace(partial=())
+        if have.spec == target.spec and set(target.partial) <= set(have.partial):
+            return local, have
         return self.reshard(local, have, target, shape), target
 
     # -- partial operands --------------------------------------------------------------------
