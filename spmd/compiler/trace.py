@@ -16,17 +16,30 @@ from ..errors import TraceError
 from ..ir import Graph, Value
 from ..ir import dtypes
 
-_SPMD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
+_SPMD_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+_NUMPY_DIR = os.path.dirname(os.path.realpath(np.__file__)) + os.sep
 _state = threading.local()
 
 
-def user_loc(skip_dirs=(_SPMD_DIR, _NUMPY_DIR)) -> str | None:
+_internal: dict = {}
+
+
+def _is_internal(fn: str) -> bool:
+    """Is this code file part of spmd or numpy? (Real paths: spmd may be imported
+    through a path like docs/../spmd.)"""
+    r = _internal.get(fn)
+    if r is None:
+        real = os.path.realpath(fn)
+        r = _internal[fn] = fn.startswith("<frozen") or real.startswith((_SPMD_DIR, _NUMPY_DIR))
+    return r
+
+
+def user_loc() -> str | None:
     """file:line of the innermost frame outside spmd and numpy: the user's line."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(skip_dirs) and not fn.startswith("<frozen"):
+        if not _is_internal(fn):
             return f"{os.path.basename(fn)}:{f.f_lineno}"
         f = f.f_back
     return None
