@@ -114,7 +114,9 @@ class MPICommunicator(Communicator):
                 out[i] = self.broadcast(x, axes, root=i)
         else:
             self._wait(c.Iallgather(_buf(x), _buf(out)), "all_gather", group)
-        return np.concatenate(list(out), axis=dim) if x.ndim else out
+        if dim == 0:               # (G, n, ...) is already the concatenation along dim 0
+            return out.reshape((G * x.shape[0],) + x.shape[1:])
+        return np.concatenate(list(out), axis=dim)
 
     def reduce_scatter(self, x, axes, dim=0, op="sum"):
         x = np.asarray(x)
@@ -122,8 +124,11 @@ class MPICommunicator(Communicator):
         G = len(group)
         if x.shape[dim] % G:
             raise CollectiveError(f"reduce_scatter: dim {dim} of {list(x.shape)} does not split into {G} blocks")
-        # blocks along `dim` made contiguous: (G, *block_shape)
-        blocks = contiguous(np.stack(np.split(x, G, axis=dim)))
+        # blocks along `dim` made contiguous: (G, *block_shape); along dim 0 they already are
+        if dim == 0:
+            blocks = contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
+        else:
+            blocks = contiguous(np.stack(np.split(x, G, axis=dim)))
         out = np.empty(blocks.shape[1:], x.dtype)
         if blocks.size > MAX_COUNT:
             full = self.all_reduce(blocks, axes, op)
@@ -138,11 +143,16 @@ class MPICommunicator(Communicator):
         G = len(group)
         if x.shape[split_dim] % G:
             raise CollectiveError(f"all_to_all: dim {split_dim} of {list(x.shape)} does not split into {G} blocks")
-        send = contiguous(np.stack(np.split(x, G, axis=split_dim)))
+        if split_dim == 0:
+            send = contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
+        else:
+            send = contiguous(np.stack(np.split(x, G, axis=split_dim)))
         recv = np.empty_like(send)
         if send.size > MAX_COUNT:
             raise CollectiveError(f"all_to_all of {send.size} elements exceeds MPI's count limit")
         self._wait(c.Ialltoall(_buf(send), _buf(recv)), "all_to_all", group)
+        if concat_dim == 0:
+            return recv.reshape((G * recv.shape[1],) + recv.shape[2:])
         return np.concatenate(list(recv), axis=concat_dim)
 
     def permute(self, x, axes, pairs):
