@@ -243,10 +243,8 @@ def main(argv=None):
 
 
 def _latest_checkpoint(d):
-    if not os.path.isdir(d):
-        return None
-    names = sorted(n for n in os.listdir(d) if n.startswith("step_") and not n.endswith(".tmp"))
-    return os.path.join(d, names[-1]) if names else None
+    from spmd.runtime.checkpoint import latest
+    return latest(d)
 
 
 def _plot(losses, path, start):

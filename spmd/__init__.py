@@ -1,5 +1,5 @@
 """spmd: write a numpy program once, shard a few arrays, run it on many devices."""
-from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError  # noqa: F401
+from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
 from .jit import jit, ShapeDtype, Lowered  # noqa: F401
 from .compiler.autodiff import grad, value_and_grad  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
@@ -7,6 +7,7 @@ from .sharding import Mesh, Sharding  # noqa: F401
 from .sharding.annotate import shard  # noqa: F401
 from .sharding.explain import explain  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
+from .runtime.checkpoint import save, load  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 
 __version__ = "0.1.0"

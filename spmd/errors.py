@@ -22,6 +22,10 @@ class ShardingError(SpmdError, ValueError):
     """A sharding or mesh is malformed or does not fit the value it annotates."""
 
 
+class CheckpointError(SpmdError, ValueError):
+    """A checkpoint is missing, corrupt, truncated, or its index is malformed or unsafe."""
+
+
 class CollectiveError(SpmdError, RuntimeError):
     """A collective failed: a rank was lost, timed out, or raised."""
 
