@@ -88,3 +88,18 @@ def test_mesh_size_must_match_ranks():
     p, took = mpirun(2, script)
     assert p.returncode != 0
     assert "mesh" in p.stderr and "4 devices" in p.stderr and "2" in p.stderr
+
+
+@pytest.mark.timeout(120)
+def test_timeline_merges_every_rank(tmp_path):
+    import json
+    out = tmp_path / "trace.json"
+    p, _ = mpirun(4, os.path.join(HERE, "mpi_scripts", "timeline.py"), env={"SPMD_TRACE": str(out)})
+    assert p.returncode == 0, p.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1, 2, 3}
+    for r in range(4):
+        names = [e["name"] for e in spans if e["tid"] == r]
+        assert "tanh" in names and "all_reduce" in names
+    assert all(e["cat"] == "collective" for e in spans if e["name"] == "all_reduce")

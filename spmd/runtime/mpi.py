@@ -59,6 +59,21 @@ class MPIRuntime(Runtime):
             sys.stdout = _Prefixed(sys.stdout, f"[rank {self.rank}] ")
             sys.stderr = _Prefixed(sys.stderr, f"[rank {self.rank}] ")
         self._install_excepthook()
+        self._merge_timeline_at_exit()
+
+    def _merge_timeline_at_exit(self):
+        """SPMD_TRACE: at exit every rank sends its spans to rank 0, which writes one file
+        with a track per rank."""
+        from ..tools import timeline
+        world, rank = self.world, self.rank
+
+        def hook():
+            events = world.gather(timeline.take_events(), root=0)
+            if rank == 0:
+                timeline.write(events=timeline.merge_events(events))
+        timeline.exit_hook = hook
+        if timeline.enabled():
+            timeline._ensure_atexit()
 
     def _install_excepthook(self):
         world, rank = self.world, self.rank
