@@ -56,6 +56,17 @@ def _buf(a):
     return a
 
 
+def _blocks(what, x, G, dim):
+    """x split in G equal blocks along dim, as one contiguous (G, *block) buffer; along
+    dim 0 that is x itself, reshaped."""
+    x = np.asarray(x)
+    if x.shape[dim] % G:
+        raise CollectiveError(f"{what}: dim {dim} of {list(x.shape)} does not split into {G} blocks")
+    if dim == 0:
+        return contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
+    return contiguous(np.stack(np.split(x, G, axis=dim)))
+
+
 class MPICommunicator(Communicator):
     _comms = {}      # (mesh key, axes, color) -> sub-communicator, shared by the process
 
@@ -119,16 +130,8 @@ class MPICommunicator(Communicator):
         return np.concatenate(list(out), axis=dim)
 
     def reduce_scatter(self, x, axes, dim=0, op="sum"):
-        x = np.asarray(x)
         c, group = self.comm(axes)
-        G = len(group)
-        if x.shape[dim] % G:
-            raise CollectiveError(f"reduce_scatter: dim {dim} of {list(x.shape)} does not split into {G} blocks")
-        # blocks along `dim` made contiguous: (G, *block_shape); along dim 0 they already are
-        if dim == 0:
-            blocks = contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
-        else:
-            blocks = contiguous(np.stack(np.split(x, G, axis=dim)))
+        blocks = _blocks("reduce_scatter", x, len(group), dim)
         out = np.empty(blocks.shape[1:], x.dtype)
         if blocks.size > MAX_COUNT:
             full = self.all_reduce(blocks, axes, op)
@@ -138,15 +141,9 @@ class MPICommunicator(Communicator):
         return out
 
     def all_to_all(self, x, axes, split_dim, concat_dim):
-        x = np.asarray(x)
         c, group = self.comm(axes)
         G = len(group)
-        if x.shape[split_dim] % G:
-            raise CollectiveError(f"all_to_all: dim {split_dim} of {list(x.shape)} does not split into {G} blocks")
-        if split_dim == 0:
-            send = contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
-        else:
-            send = contiguous(np.stack(np.split(x, G, axis=split_dim)))
+        send = _blocks("all_to_all", x, G, split_dim)
         recv = np.empty_like(send)
         if send.size > MAX_COUNT:
             raise CollectiveError(f"all_to_all of {send.size} elements exceeds MPI's count limit")
