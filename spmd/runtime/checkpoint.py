@@ -220,6 +220,7 @@ def _validate_leaf(i, e):
     for s in shards:
         _check(isinstance(s, dict) and isinstance(s.get("sha256"), str) and len(s["sha256"]) == 64,
                f"index: leaf {i} has a shard without a sha256")
+        _check(isinstance(s.get("file"), str), f"index: leaf {i} has a shard whose file is {s.get('file')!r}")
         box = s.get("box")
         _check(isinstance(box, list) and len(box) == nd and all(
             _int_list(b, 2) and b[0] <= b[1] <= n for b, n in zip(box, e["shape"])),

@@ -1,0 +1,13 @@
+import os
+import sys
+
+from hypothesis import settings
+
+# tests import their shared helpers (opinfo, partition_util) as top-level modules
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# CI replays the same examples every run (a red CI is then a real, reproducible bug);
+# locally hypothesis explores new ones each time.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
