@@ -8,17 +8,20 @@
 
 Attributes print sorted by name; arrays as dense<type, [values]> (small) or
 dense<type, "0x..."> (raw little-endian bytes), so print -> parse -> print is exact.
+A function name that is not an identifier is printed quoted: func @"my step"(...).
 The parser lives in text_parse.py.
 """
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
 from .dtypes import SHORT
 
 INLINE_ELEMENTS = 16
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 def type_str(v) -> str:
@@ -91,7 +94,9 @@ def print_graph(graph) -> str:
         mesh = " " + graph.mesh.text()
     args = ", ".join(f"{names[v]}: {value_type(v)}" for v in graph.inputs)
     res = ", ".join(value_type(v) for v in graph.outputs)
-    lines = [f"func @{graph.name}{mesh}({args}) -> ({res}) {{"]
+    # a name that is not an identifier (spaces, '<lambda>'...) is quoted so the parser can read it
+    name = graph.name if IDENT.fullmatch(str(graph.name)) else json.dumps(str(graph.name))
+    lines = [f"func @{name}{mesh}({args}) -> ({res}) {{"]
     for op in graph.ops:
         lhs = ", ".join(names[r] for r in op.results)
         operands = ", ".join(names[o] for o in op.operands)
