@@ -6,9 +6,11 @@ maps the merged dim to both factors). Sharding a factor over a mesh axis shards 
 dimension that holds it. Factor kinds:
 
 - pass-through (default): sharded alike on operands and results, no communication;
-- reduction: appears on operands only (a contracted or reduced dim); if it is sharded,
-  the result is partial over those mesh axes;
-- replicate: the op needs this dim whole (e.g. the sliced dim of dynamic_slice);
+- reduction: appears on operands only (a contracted or reduced dim, the looked-up dim
+  of gather and dynamic_slice: each device reads what it holds, zeros elsewhere); if it
+  is sharded, the result is partial over those mesh axes;
+- replicate: the op needs this dim whole (the part of a reshape that shares no factor
+  with the other side); propagation never splits such a dim;
 - permute: may stay sharded, but the partitioner must move data across shard borders
   (slice, pad, concatenate on that dim: halo exchange).
 """

@@ -4,8 +4,7 @@ jit(in_shardings=, out_shardings=, mesh=). Both are hard constraints for propaga
 from __future__ import annotations
 
 from ..errors import ShardingError
-from ..tree import broadcast_prefix, tree_unflatten
-from .mesh import Mesh
+from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from .spec import Sharding
 
 
@@ -31,11 +30,16 @@ def shard(x, sharding):
             raise ShardingError(f"spmd.shard at {user_loc()}: sharding is on {mesh!r} but this "
                                 f"program already uses {t.mesh!r}; one jit function uses one mesh")
     else:
+        if isinstance(sharding, str):
+            sharding = (sharding,)
+        if not isinstance(sharding, (tuple, list)):
+            raise ShardingError(f"spmd.shard at {user_loc()}: expected a Sharding or a spec tuple, "
+                                f"got {sharding!r}")
         if t.mesh is None:
             raise ShardingError(f"spmd.shard at {user_loc()}: a bare spec {sharding!r} needs "
                                 f"spmd.jit(..., mesh=...); or pass mesh.sharding(...)")
-        mesh, spec, partial = t.mesh, tuple(sharding), ()
-        Sharding(mesh, spec)          # validates axis names
+        mesh, partial = t.mesh, ()
+        spec = Sharding(mesh, tuple(sharding)).spec      # validates and normalises the entries
     if len(spec) > x.ndim:
         raise ShardingError(f"spmd.shard at {user_loc()}: sharding {Sharding(mesh, spec).text()} has "
                             f"{len(spec)} entries but the value has shape {list(x.shape)}")
@@ -47,56 +51,130 @@ def shard(x, sharding):
 def _with_mesh(s, mesh, what):
     if s is None:
         return None
+    if isinstance(s, str):
+        s = (s,)
     if not _is_sharding(s):
+        if not isinstance(s, (tuple, list)):
+            raise ShardingError(f"{what}: expected a Sharding, a spec tuple or None, got {s!r}")
         if mesh is None:
             raise ShardingError(f"{what}: a bare spec {s!r} needs spmd.jit(..., mesh=...)")
         s = Sharding(mesh, tuple(s))
     return s
 
 
+class Shardings(list):
+    """One Sharding (or None: infer) per leaf, and `names`: what the user calls each
+    leaf ("x", "params['w1']"), so explain and errors can name them."""
+
+    def __init__(self, items, names):
+        super().__init__(items)
+        self.names = list(names)
+
+
+def _leaf_names(fn, args, static_argnums) -> list:
+    """A name per argument leaf, in tree_flatten's order: "x", "p['w1']", "args[2][0]"."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i, a in enumerate(args):
+        if i in static_argnums:
+            continue
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+            base = params[i].name
+        elif params and params[-1].kind == params[-1].VAR_POSITIONAL:
+            base = f"{params[-1].name}[{i - len(params) + 1}]"
+        else:
+            base = f"args[{i}]"
+        names += _paths(a, base)
+    return names
+
+
+def _paths(t, base):
+    leaves, _ = tree_flatten(t)
+    if len(leaves) == 1 and leaves[0] is t:
+        return [base]
+    if isinstance(t, dict):
+        return [p for k in sorted(t) for p in _paths(t[k], f"{base}[{k!r}]")]
+    if isinstance(t, (list, tuple)):
+        return [p for i, x in enumerate(t) for p in _paths(x, f"{base}[{i}]")]
+    return []
+
+
+def _expand(prefix, tree, what):
+    """broadcast_prefix with a clear error."""
+    try:
+        return broadcast_prefix(prefix, tree, is_leaf=lambda x: _is_sharding(x) or _is_spec(x))
+    except ValueError as e:
+        raise ShardingError(f"{what}: {e}") from None
+
+
 def resolve_shardings(jitted, args, leaves, graph, out_tree):
-    """-> (mesh or None, [Sharding|None] per input leaf, [Sharding|None] per output leaf)."""
+    """-> (mesh or None, Shardings per input leaf, Shardings per output leaf); None in
+    them means "infer". in_shardings / out_shardings are pytree prefixes of the
+    arguments / results (one Sharding may stand for a whole dict of params); a bare
+    spec tuple like ("data", None) is allowed when the mesh is known (jit(mesh=...), or
+    another annotation names it). An spmd.Array argument without an in-sharding keeps
+    its own sharding."""
     from ..runtime.array import Array
+    from ..jit import _leaf_aval
+    fname = getattr(jitted.fn, "__name__", "fn")
     mesh = jitted.mesh
     dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]
+    names = _leaf_names(jitted.fn, args, jitted.static_argnums)
+    if len(names) != len(leaves):
+        names = [f"in_shardings[{i}]" for i in range(len(leaves))]
     in_sh = [None] * len(leaves)
     if jitted.in_shardings is not None:
         spec = jitted.in_shardings
-        if not isinstance(spec, (tuple, list)) or (len(dyn) == 1 and _is_spec(spec)):
+        if not isinstance(spec, (tuple, list)) or (len(dyn) == 1 and _is_spec(spec) and (
+                len(spec) != 1 or spec[0] is None or isinstance(spec[0], str))):
             spec = (spec,)          # one argument's sharding given without the outer tuple
         if len(spec) != len(dyn):
-            raise ShardingError(f"in_shardings has {len(spec)} entries for {len(dyn)} arguments")
-        in_sh = broadcast_prefix(list(spec), dyn, is_leaf=lambda x: _is_sharding(x) or _is_spec(x))
+            raise ShardingError(f"{fname}: in_shardings has {len(spec)} entries for {len(dyn)} arguments")
+        in_sh = _expand(list(spec), dyn, f"{fname}: in_shardings")
     meshes = [s.mesh for s in in_sh if _is_sharding(s)]
     if graph.mesh is not None:
         meshes.append(graph.mesh)
     meshes += [x.sharding.mesh for x in leaves if isinstance(x, Array) and x.sharding.mesh.size > 1]
+    out_sh = [None] * len(graph.outputs)
+    if jitted.out_shardings is not None:
+        skeleton = tree_unflatten(out_tree, [0] * len(graph.outputs))
+        out_sh = _expand(jitted.out_shardings, skeleton, f"{fname}: out_shardings")
+        meshes += [s.mesh for s in out_sh if _is_sharding(s)]
     for m in meshes:
         if mesh is None:
             mesh = m
         elif m != mesh:
-            raise ShardingError(f"{getattr(jitted.fn, '__name__', 'fn')}: shardings on two different "
-                                f"meshes ({mesh!r} and {m!r}); one jit function uses one mesh")
-    in_sh = [_with_mesh(s, mesh, "in_shardings") for s in in_sh]
+            raise ShardingError(f"{fname}: shardings on two different meshes ({mesh!r} and {m!r}); "
+                                f"one jit function uses one mesh")
+    in_sh = [_with_mesh(s, mesh, f"{fname}: in_shardings for {n}") for s, n in zip(in_sh, names)]
+    out_sh = [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(out_sh)]
     # an spmd.Array passed without an in-sharding keeps its own (as JAX's committed arrays)
     for i, x in enumerate(leaves):
         if in_sh[i] is None and isinstance(x, Array) and mesh is not None and x.sharding.mesh == mesh:
             in_sh[i] = x.sharding
-    out_sh = [None] * len(graph.outputs)
-    if jitted.out_shardings is not None:
-        skeleton = tree_unflatten(out_tree, [0] * len(graph.outputs))
-        spec = jitted.out_shardings
-        out_sh = broadcast_prefix(spec, skeleton, is_leaf=lambda x: _is_sharding(x) or _is_spec(x))
-        out_sh = [_with_mesh(s, mesh, "out_shardings") for s in out_sh]
-        for s in out_sh:
-            if s is not None:
-                mesh = mesh or s.mesh
-    if mesh is None and isinstance(jitted.mesh, Mesh):
-        mesh = jitted.mesh
-    return mesh, in_sh, out_sh
+    for s, x, n in zip(in_sh, leaves, names):
+        shape = _leaf_aval(x)[0]
+        if s is not None and len(s.spec) > len(shape):
+            raise ShardingError(f"{fname}: in_shardings for {n}: sharding {s.text()} has {len(s.spec)} "
+                                f"entries but the argument has shape {list(shape)}")
+    for i, (s, v) in enumerate(zip(out_sh, graph.outputs)):
+        if s is not None and len(s.spec) > v.ndim:
+            raise ShardingError(f"{fname}: out_shardings[{i}]: sharding {s.text()} has {len(s.spec)} "
+                                f"entries but the result has shape {list(v.shape)}")
+    return (mesh, Shardings(in_sh, [f"in_shardings for {n}" for n in names]),
+            Shardings(out_sh, [f"out_shardings[{i}]" for i in range(len(out_sh))]))
 
 
 def _is_spec(x):
-    """A bare spec tuple like ("data", None) (allowed with jit(mesh=...))."""
-    return isinstance(x, tuple) and all(e is None or isinstance(e, str) for e in x) and len(x) > 0 \
-        and any(isinstance(e, str) for e in x)
+    """A bare spec tuple like ("data", None) or (("data", "model"), None) (allowed when
+    the mesh is known): every entry None, an axis name or a tuple of axis names, and at
+    least one axis named."""
+    def entry(e):
+        return e is None or isinstance(e, str) or (
+            isinstance(e, tuple) and len(e) > 0 and all(isinstance(a, str) for a in e))
+    return isinstance(x, tuple) and len(x) > 0 and all(entry(e) for e in x) and \
+        any(e is not None for e in x)

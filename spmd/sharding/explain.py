@@ -46,44 +46,45 @@ def collective_rows(lowered) -> list:
 
 
 def provenance(graph) -> list:
-    """[(name, type, sharding text, explanation)] for each value of the propagated graph."""
+    """[(name, type, sharding text, explanation)] for each value of the propagated graph:
+    the annotation that fixed it, or for each split dim the annotation the split came
+    from and the ops it flowed through."""
+    from ..ir.text import type_str
     why = getattr(graph, "why", {})
+    notes = getattr(graph, "annotations", {})
     names = _names(graph)
     rows = []
     for v in graph.values():
-        reasons = why.get(v, [])
-        if not reasons:
-            expl = "replicated: nothing splits it" if v.sharding.is_replicated else ""
-        elif reasons[0][0] is None:
-            expl = f"annotation ({reasons[0][2]})"
+        if v in notes:
+            expl = f"annotation: {notes[v]}"
+        elif why.get(v):
+            expl = "; ".join(f"dim {d} on {','.join(axes)}: {_path(v, d, axes, why, notes, names)}"
+                             for d, axes, *_ in why[v])
         else:
-            parts = []
-            for d, axes, (op, origin) in reasons:
-                root = _root(origin, why, names)
-                parts.append(f"dim {d} on {'x'.join(axes)} via {op.name}"
-                             f"{' at ' + op.loc if op.loc else ''} from {names[origin]}{root}")
-            expl = "; ".join(parts)
-        if v.sharding.partial:
+            expl = "replicated: nothing splits it" if v.sharding.is_replicated else ""
+        if v.sharding.partial and v not in notes:
             expl += ("; " if expl else "") + f"partial over {','.join(v.sharding.partial)}: a contraction " \
-                                            f"over a split dim (summed where a consumer needs it)"
-        from ..ir.text import type_str
+                                            f"over a split dim, summed where a consumer needs it"
         rows.append((names[v], type_str(v), v.sharding.text(), expl))
     return rows
 
 
-def _root(v, why, names, depth=0):
-    """Follow a value's sharding back to the annotation it started from."""
-    seen = set()
-    while depth < 1000 and v not in seen:
-        seen.add(v)
-        r = why.get(v, [])
-        if not r:
-            return ""
-        if r[0][0] is None:
-            return f" <- {r[0][2]}"
-        v = r[0][2][1]
-        depth += 1
-    return ""
+def _path(v, d, axes, why, notes, names, limit=1000):
+    """'from <annotation> %k via op (line) -> op (line)': follow a split back to where it
+    was fixed."""
+    hops, seen = [], set()
+    axes = set(axes)
+    while (v, d) not in seen and len(hops) < limit:
+        seen.add((v, d))
+        entry = next((e for e in why.get(v, []) if e[0] == d and axes & set(e[1])), None)
+        if entry is None:
+            break
+        _, _, op, src, sd = entry
+        hops.append(f"{op.name}{' (' + op.loc + ')' if op.loc else ''}")
+        if src in notes:
+            return f"from {notes[src]} {names[src]} via " + " -> ".join(reversed(hops))
+        v, d = src, sd
+    return "via " + " -> ".join(reversed(hops)) if hops else ""
 
 
 def explain_lowered(lowered, file=None) -> str:

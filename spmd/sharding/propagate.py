@@ -1,55 +1,112 @@
 """Sharding propagation: a Sharding on every Value, from a few annotations.
 
-Shardy's model, written once for all ops through their factor rules (ir/factors.py):
-for an op, each tensor dim that holds a factor proposes the mesh axes it is split
-over; the op's factors take the proposals (where they disagree, the proposal of the
-largest tensor wins: keeping the biggest array in place moves the fewest bytes), and
-the factors' axes are projected back onto every dim of every operand and result that
-is not split yet. Information only flows into unsplit dims, so this terminates.
+    propagate(graph, mesh, in_shardings, out_shardings) -> a new Graph (a clone) in
+    which every Value has `.sharding`, a Sharding of its rank on `mesh`.
 
-Sweeps go forward and backward over the graph to a fixed point, in priority order:
-annotations are fixed first (in_shardings, out_shardings, sharding_constraint ops);
-then pass-through ops (elementwise, transpose, reshape, convert), then contractions and
-reductions, then everything else (broadcasts, slices, gathers...). Deterministic: ops
-in graph order, ties broken by operand position.
+Written once for all ops through their factor rules (ir/factors.py, Shardy's model).
+One step on an op:
 
-`partial`: the result of a dot_general, a sum reduce or a scatter whose reduction
-factor is split carries `partial` over those axes (its per-device values are summands),
-unless it is annotated. Every other value is non-partial; the partitioner decides
-where pending sums are resolved. Dims a factor rule marks `replicate` are never split.
+1. project each operand's and result's dim shardings onto the op's factors
+   (rules.py): which mesh axes each tensor splits each factor over;
+2. choose axes for every factor: the candidates are what the tensors propose (and
+   their major prefixes); where they conflict -- two tensors split one factor
+   differently, or two factors want one mesh axis -- the candidate whose loss would
+   move the most bytes is kept (cost.py: the cheaper tensor is the one resharded);
+   ties go to the longer split, then to the earlier tensor, then to the earlier factor;
+3. project the factors' axes back onto every dim of every tensor that is not an
+   annotation. A dim only ever grows: unsplit -> split, or (data) -> (data, model);
+   a dim already split some other way keeps its split (the partitioner reshards
+   there). Since every change adds an axis to a dim, this terminates.
+
+Sweeps go forward then backward over the ops until nothing changes, in priority
+order, each level adding ops to the ones before it (Shardy's op-priority propagation):
+
+    0  pass-through: elementwise, transpose, reshape, convert, sharding_constraint
+    1  contractions and reductions: dot_general, reduce
+    2  the other data movement: slice, pad, concatenate, dynamic_slice,
+       dynamic_update_slice, gather, scatter
+    3  broadcasts and the ops that make values: broadcast_in_dim, iota, constant
+
+Annotations -- in_shardings, out_shardings and sharding_constraint results
+(spmd.shard) -- are fixed before the first sweep and never change: they are hard
+constraints. Everything is deterministic: ops in graph order, factors in rule order.
+
+What the result means, for the partitioner:
+
+- `spec`: the axes each dim is split over (major to minor). A dim that does not
+  divide evenly may be split (shards are padded). A dim holding a factor an op's rule
+  marks `replicate` (a reshape's part that shares no factor with the other side) is
+  never split, on the Values that op touches, unless the user annotated the Value so.
+  A dim that a gather or dynamic_slice indexes is a reduction factor of that op: a
+  split never flows into it through the op, but one that comes from elsewhere stays
+  (the partitioner looks up locally and sums, or gathers, whichever is cheaper).
+  Values of ops without a factor rule (collectives never appear in a global program)
+  are left replicated.
+- `partial`: only on the result of a dot_general, a sum reduce or a scatter whose
+  reduction factor is split (over exactly those axes, minus any the result itself is
+  split over), and on annotated values whose annotation says so. Such a value holds,
+  per device, a summand: the sum over the partial axes is the value. It stays a
+  pending sum: nothing here says where it is summed; the partitioner settles it where
+  a consumer needs (e.g. data-parallel weight gradients are partial over `data` until
+  the update uses them). Every other Value, and every graph output, is not partial.
+- Graph outputs carry their out_shardings. When the output Value already has another
+  fixed sharding (an input returned as is, a value returned twice, or one pinned by
+  spmd.shard), a sharding_constraint op is added to make the output a Value of its own.
+
+`graph.annotations` ({Value: "in_shardings for x" | "spmd.shard at f.py:3" |
+"out_shardings[0]"}) and `graph.why` ({Value: [(dim, axes added, op, source Value,
+source dim)]}) record where each split came from; spmd.explain prints them.
 """
 from __future__ import annotations
 
+from ..errors import ShardingError, where
+from ..ir import Graph, Op, Value, clone
 import numpy as np
 
-from ..errors import ShardingError
-from ..ir import Graph, clone
+from .cost import dims_reshard_bytes
+from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
 from .spec import Sharding
 
-PASS_THROUGH = {"transpose", "reshape", "convert", "sharding_constraint"}
-CONTRACT = {"dot_general", "reduce"}
+PASS_THROUGH = ("transpose", "reshape", "convert", "sharding_constraint")
+CONTRACTIONS = ("dot_general", "reduce")
+LAST = ("broadcast_in_dim", "iota", "constant")
+# ops whose split reduction factor leaves summands: contractions and scatter-add. (gather
+# and dynamic_slice on a split dim also can -- a masked lookup -- but whether that beats
+# gathering the operand is the partitioner's local choice, so their results are not
+# declared partial.)
+SUM_LIKE = ("dot_general", "scatter")
+LEVELS = 4
 
 
-def _level(op):
-    fam = op.opdef.family
-    if fam == "elementwise" or op.name in PASS_THROUGH:
+def level(op) -> int:
+    """The op's propagation priority (0 first)."""
+    if op.opdef.family == "elementwise" or op.name in PASS_THROUGH:
         return 0
-    if op.name in CONTRACT:
+    if op.name in CONTRACTIONS:
         return 1
+    if op.name in LAST:
+        return 3
     return 2
 
 
-def _nbytes(v):
-    return v.size * np.dtype(v.dtype).itemsize
+def _sum_like(op) -> bool:
+    """Does a split reduction factor leave the result a pending *sum*?"""
+    if op.result.dtype == "bool":
+        return False
+    return op.name in SUM_LIKE or (op.name == "reduce" and op.attrs["kind"] == "sum")
 
 
 class _State:
     def __init__(self, mesh):
         self.mesh = mesh
-        self.dims = {}        # Value -> list of axis tuples, one per dim
-        self.fixed = {}       # Value -> Sharding (hard constraints)
-        self.why = {}         # Value -> [(dim, axes, reason)]
-        self.rules = {}
+        self.dims = {}         # Value -> [axes per dim]
+        self.fixed = {}        # Value -> Sharding (annotations)
+        self.annotations = {}  # Value -> why it is fixed
+        self.why = {}          # Value -> [(dim, axes added, op, source Value, source dim)]
+        self.rules = {}        # Op -> FactorRule
+        self.caps = {}         # (Value, dim) -> largest split the ops using it allow (None: any)
+        self.version = {}      # Value -> how many times its splits changed
+        self.settled = {}      # Op -> its tensors' versions when its last step changed nothing
 
     def get(self, v):
         d = self.dims.get(v)
@@ -57,131 +114,193 @@ class _State:
             d = self.dims[v] = [()] * v.ndim
         return d
 
-    def fix(self, v, s, reason):
-        s = s.for_rank(v.ndim, "annotated value")
-        if v in self.fixed and self.fixed[v] != s:
-            raise ShardingError(f"value {v} is annotated twice with different shardings: "
-                                f"{self.fixed[v].text()} and {s.text()}")
+    def fix(self, v, s: Sharding, reason):
         self.fixed[v] = s
         self.dims[v] = [s.dim_axes(d) for d in range(v.ndim)]
-        self.why[v] = [(None, None, reason)]
+        self.annotations[v] = reason
 
     def rule(self, op):
         r = self.rules.get(op)
         if r is None:
-            r = self.rules[op] = op.opdef.factors([o.aval for o in op.operands], [x.aval for x in op.results],
-                                                  op.attrs)
+            r = self.rules[op] = rule_of(op)
         return r
 
-    # -- one op ----------------------------------------------------------------------------
-    def step(self, op) -> bool:
+    def add_caps(self, op):
         rule = self.rule(op)
+        if not rule.replicate:
+            return
+        for v, fmap in zip(list(op.operands) + list(op.results), list(rule.operands) + list(rule.results)):
+            for d, fs in enumerate(fmap):
+                c = dim_cap(fs, rule)
+                if c is not None:
+                    old = self.caps.get((v, d))
+                    self.caps[(v, d)] = c if old is None else np.gcd(old, c)
+
+    def allowed(self, v, d, axes) -> bool:
+        cap = self.caps.get((v, d))
+        return cap is None or cap % axes_size(self.mesh, axes) == 0
+
+    # -- one op ----------------------------------------------------------------------------
+    def choose(self, op):
+        """-> ({factor: axes}, {factor: (source Value, source dim)}) for this op now."""
+        rule = self.rule(op)
+        mesh, sizes = self.mesh, rule.sizes
         tensors = list(op.operands) + list(op.results)
         maps = list(rule.operands) + list(rule.results)
-        proposals = {}     # factor -> [(weight, -position, axes, value)]
-        for pos, (v, fmap) in enumerate(zip(tensors, maps)):
-            dims = self.get(v)
-            for d, fs in enumerate(fmap):
-                for f, axes in _split_among_factors(dims[d], fs, rule.sizes, self.mesh):
-                    if axes and f not in rule.replicate:
-                        proposals.setdefault(f, []).append((_nbytes(v), -pos, axes, v))
-        chosen, used, src = {}, set(), {}
-        order = sorted(proposals, key=lambda f: max(p[:2] for p in proposals[f]), reverse=True)
-        for f in order:
-            for w, negpos, axes, v in sorted(proposals[f], key=lambda p: p[:2], reverse=True):
-                if not used & set(axes):
-                    chosen[f] = axes
-                    used |= set(axes)
-                    src[f] = v
-                    break
-        changed = False
-        for v, fmap in zip(tensors, maps):
-            if v in self.fixed:
+        per = [tensor_factors(self.get(t), fmap, sizes, mesh) for t, fmap in zip(tensors, maps)]
+        cands = []
+        for fi, f in enumerate(sizes):
+            if f in rule.replicate:
                 continue
-            dims = self.get(v)
-            taken = {a for ax in dims for a in ax}
-            for d, fs in enumerate(fmap):
-                if dims[d]:
-                    continue
-                axes = _project(fs, chosen, rule.sizes, self.mesh)
-                if axes and not taken & set(axes):
-                    dims = list(dims)
-                    dims[d] = axes
-                    self.dims[v] = dims
-                    taken |= set(axes)
-                    origin = next(src[f] for f in fs if f in src)
-                    self.why.setdefault(v, []).append((d, axes, (op, origin)))
-                    changed = True
+            options = []
+            for p in per:
+                ax = p.get(f, ())
+                for n in range(len(ax), 0, -1):
+                    if ax[:n] not in options:
+                        options.append(ax[:n])
+            for c in options:
+                # saved: the bytes committing f to c saves, over not splitting f at all;
+                # the source is the tensor that proposed it and gains the most
+                saved, best = 0.0, None
+                for pos, (t, fmap, p) in enumerate(zip(tensors, maps, per)):
+                    have = p.get(f, ())
+                    if not have:
+                        continue
+                    s = self._saved(t, fmap, p, f, have, c, sizes)
+                    saved += s
+                    related = c[:len(have)] == have or have[:len(c)] == c
+                    if related and (best is None or s > best[0]):
+                        best = (s, pos, t, next(d for d, fs in enumerate(fmap) if f in fs))
+                cands.append((-saved, -len(c), best[1], fi, f, c, (best[2], best[3])))
+        cands.sort(key=lambda x: x[:4])
+        chosen, source, used = {}, {}, set()
+        for *_, f, c, src in cands:
+            if f in chosen or used & set(c):
+                continue
+            chosen[f] = c
+            source[f] = src
+            used |= set(c)
+        return chosen, source
+
+    def _saved(self, t, fmap, per, f, have, c, sizes):
+        """Bytes a device would move to reshard tensor t from splitting factor f over
+        `have` to not splitting it, minus those to splitting it over `c`."""
+        def dims_with(axes):
+            p = dict(per)
+            p[f] = axes
+            return [factors_to_dim(fs, p, sizes, self.mesh) if f in fs else factors_to_dim(fs, per, sizes, self.mesh)
+                    for fs in fmap]
+        base = dims_with(have)
+        item = np.dtype(t.dtype).itemsize
+        drop = dims_reshard_bytes(self.mesh, t.shape, item, base, dims_with(()))
+        keep = dims_reshard_bytes(self.mesh, t.shape, item, base, dims_with(c))
+        return drop - keep
+
+    def step(self, op) -> bool:
+        tensors = list(op.operands) + list(op.results)
+        # a step only depends on its tensors' splits: skip it while they are as they were
+        # the last time it changed nothing
+        sig = tuple(self.version.get(t, 0) for t in tensors)
+        if self.settled.get(op) == sig:
+            return False
+        changed = self._step(op)
+        if not changed:
+            self.settled[op] = sig
         return changed
 
-    def partial_axes(self, op):
-        """Axes a result is partial over: its split reduction factors."""
-        if op.name not in ("dot_general", "scatter") and not (op.name == "reduce" and op.attrs["kind"] == "sum"):
-            return ()
-        if op.result.dtype == "bool":
-            return ()
+    def _step(self, op) -> bool:
         rule = self.rule(op)
-        axes = []
-        for v, fmap in zip(op.operands, rule.operands):
-            dims = self.get(v)
+        chosen, source = self.choose(op)
+        if not chosen:
+            return False
+        changed = False
+        for t, fmap in zip(list(op.operands) + list(op.results), list(rule.operands) + list(rule.results)):
+            if t in self.fixed:
+                continue
+            dims = list(self.get(t))
             for d, fs in enumerate(fmap):
-                for f, ax in _split_among_factors(dims[d], fs, rule.sizes, self.mesh):
-                    if f in rule.reduction:
-                        axes += [a for a in ax if a not in axes]
+                new = factors_to_dim(fs, chosen, rule.sizes, self.mesh)
+                cur = dims[d]
+                if len(new) <= len(cur) or new[:len(cur)] != cur:
+                    continue
+                others = {a for k, ax in enumerate(dims) if k != d for a in ax} | set(cur)
+                add = []
+                for a in new[len(cur):]:
+                    if a in others or not self.allowed(t, d, cur + tuple(add) + (a,)):
+                        break
+                    add.append(a)
+                if not add:
+                    continue
+                dims[d] = cur + tuple(add)
+                f = next(f for f in fs if chosen.get(f) and (set(chosen[f]) & set(add)))
+                src, sd = source[f]
+                self.why.setdefault(t, []).append((d, tuple(add), op, src, sd))
+                self.version[t] = self.version.get(t, 0) + 1
+                changed = True
+            self.dims[t] = dims
+        return changed
+
+    def partial_axes(self, op) -> tuple:
+        """The axes the result of a sum-like contraction is partial over: its split
+        reduction factors, as the op's final factor choice has them."""
+        if len(op.results) != 1 or not _sum_like(op):
+            return ()
+        chosen, _ = self.choose(op)
+        rule = self.rule(op)
+        axes = {a for f in rule.reduction for a in chosen.get(f, ())}
         res_used = {a for ax in self.get(op.result) for a in ax}
         return tuple(a for a in self.mesh.axis_names if a in axes and a not in res_used)
 
 
-def _split_among_factors(axes, factors, sizes, mesh):
-    """A dim split over `axes` and holding `factors` (major to minor): which axes split
-    which factor. Major axes go to the major factor until its size is used up."""
-    out, axes = [], list(axes)
-    for i, f in enumerate(factors):
-        take, n = [], sizes.get(f, 1)
-        while axes:
-            k = mesh.axis_size(axes[0])
-            last = i == len(factors) - 1
-            if n % k == 0 or last:
-                take.append(axes.pop(0))
-                n = max(n // k, 1)
-            else:
-                break
-        out.append((f, tuple(take)))
-        if axes and n != 1:
-            break          # the rest cannot be expressed in these factors
-    return out
-
-
-def _project(factors, chosen, sizes, mesh):
-    """The axes a dim holding `factors` is split over, given each factor's axes. A minor
-    factor only adds axes if every more major one is split all the way."""
-    out = []
-    for f in factors:
-        axes = chosen.get(f, ())
-        out += list(axes)
-        if int(np.prod([mesh.axis_size(a) for a in axes] or [1])) != sizes.get(f, 1):
-            break
-    return tuple(out)
+def _annotation(mesh, v, s, what):
+    if not isinstance(s, Sharding):
+        raise ShardingError(f"{what}: expected a Sharding, got {s!r}")
+    if s.mesh != mesh:
+        raise ShardingError(f"{what}: sharding {s.text()} is on {s.mesh!r}, the program on {mesh!r}")
+    if len(s.spec) > v.ndim:
+        raise ShardingError(f"{what}: sharding {s.text()} has {len(s.spec)} entries but the value has "
+                            f"shape {list(v.shape)}")
+    return s.for_rank(v.ndim)
 
 
 def propagate(graph: Graph, mesh, in_shardings, out_shardings) -> Graph:
+    """A copy of `graph` with a Sharding on every Value (see the module docstring)."""
     g, _ = clone(graph, keep_shardings=False)
     g.mesh = mesh
     st = _State(mesh)
-    for v, s in zip(g.inputs, in_shardings):
+    names = getattr(in_shardings, "names", None) or [f"in_shardings[{i}]" for i in range(len(g.inputs))]
+    out_names = getattr(out_shardings, "names", None) or [f"out_shardings[{i}]" for i in range(len(g.outputs))]
+    in_shardings = list(in_shardings) + [None] * (len(g.inputs) - len(in_shardings))
+    out_shardings = list(out_shardings) + [None] * (len(g.outputs) - len(out_shardings))
+
+    for i, (v, s) in enumerate(zip(g.inputs, in_shardings)):
         if s is not None:
-            st.fix(v, s, "in_shardings")
-    for i, (v, s) in enumerate(zip(g.outputs, out_shardings)):
-        if s is not None and v not in st.fixed:
-            st.fix(v, s, f"out_shardings[{i}]")
+            st.fix(v, _annotation(mesh, v, s, names[i]), names[i])
     for op in g.ops:
         if op.name == "sharding_constraint":
-            s = Sharding(mesh, op.attrs["spec"], op.attrs.get("partial", ()))
-            st.fix(op.result, s, f"spmd.shard at {op.loc}")
+            s = _annotation(mesh, op.result, Sharding(mesh, op.attrs["spec"], op.attrs.get("partial", ())),
+                            f"spmd.shard{where(op.loc)}")
+            st.fix(op.result, s, f"spmd.shard{where(op.loc)}")
+    for i, (v, s) in enumerate(zip(g.outputs, out_shardings)):
+        if s is None:
+            continue
+        s = _annotation(mesh, v, s, out_names[i])
+        if v in st.fixed and st.fixed[v] != s:
+            # the Value is pinned already: the output becomes a resharded copy of it
+            op = Op("sharding_constraint", [v], {"spec": s.spec, "partial": s.partial}, [], v.producer.loc
+                    if v.producer is not None else None)
+            op.results = (Value(v.shape, v.dtype, op, 0),)
+            g.ops.append(op)
+            v = g.outputs[i] = op.result
+        if v not in st.fixed:
+            st.fix(v, s, out_names[i])
+
     ops = [op for op in g.ops if op.opdef.factors is not None]
-    for level in range(3):
-        active = [op for op in ops if _level(op) <= level]
-        for _ in range(100):
+    for op in ops:
+        st.add_caps(op)
+    for lv in range(LEVELS):
+        active = [op for op in ops if level(op) <= lv]
+        while True:
             changed = False
             for op in active:
                 changed |= st.step(op)
@@ -189,14 +308,19 @@ def propagate(graph: Graph, mesh, in_shardings, out_shardings) -> Graph:
                 changed |= st.step(op)
             if not changed:
                 break
+
     outputs = set(g.outputs)
     for v in g.values():
         if v in st.fixed:
             v.sharding = st.fixed[v]
             continue
-        partial = st.partial_axes(v.producer) if v.producer is not None and len(v.producer.results) == 1 else ()
-        if v in outputs:
-            partial = ()        # what the user gets back is never a pending sum
+        partial = ()
+        if v.producer is not None and v.producer.opdef.factors is not None and v not in outputs:
+            partial = st.partial_axes(v.producer)
         v.sharding = Sharding(mesh, tuple(ax if ax else None for ax in st.get(v)), partial)
-    g.why = {v: st.why.get(v, []) for v in g.values()}
+    g.annotations = dict(st.annotations)
+    g.why = {v: list(st.why.get(v, [])) for v in g.values()}
     return g
+
+
+__all__ = ["propagate", "level"]

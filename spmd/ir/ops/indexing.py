@@ -44,16 +44,18 @@ def _ds_vjp(g, op, ct):
 
 
 def _window_factors(x_aval, window_shape):
-    """Dims the window covers whole pass through; the others must be replicated."""
+    """Dims the window covers whole pass through; the sliced ones are `sliced`."""
     a = letters(len(x_aval.shape))
     w = "".join(c if k == n else "_" for c, k, n in zip(a, window_shape, x_aval.shape))
-    rep = "".join(c for c, k, n in zip(a, window_shape, x_aval.shape) if k != n)
-    return a, w, rep
+    sliced = "".join(c for c, k, n in zip(a, window_shape, x_aval.shape) if k != n)
+    return a, w, sliced
 
 
 def _ds_factors(ins, outs, attrs):
-    a, w, rep = _window_factors(ins[0], attrs["slice_sizes"])
-    return einsum_rule(",".join([a] + [""] * (len(ins) - 1)) + "->" + w, ins, outs, replicate=rep)
+    # a sliced dim may stay split: each device reads the part of the window it holds,
+    # zeros elsewhere, and the window is their sum -- a reduction factor
+    a, w, sliced = _window_factors(ins[0], attrs["slice_sizes"])
+    return einsum_rule(",".join([a] + [""] * (len(ins) - 1)) + "->" + w, ins, outs, reduction=sliced)
 
 
 register(OpDef("dynamic_slice", "indexing", _ds_infer, _ds_ref, _ds_vjp, _ds_factors, None,
@@ -83,8 +85,10 @@ def _dus_vjp(g, op, ct):
 
 
 def _dus_factors(ins, outs, attrs):
-    a, w, rep = _window_factors(ins[0], ins[1].shape)
-    return einsum_rule(",".join([a, w] + [""] * (len(ins) - 2)) + "->" + a, ins, outs, replicate=rep)
+    # a sliced dim may stay split on the operand and result alike: each device writes the
+    # part of the window it holds (the update is whole on that dim)
+    a, w, _ = _window_factors(ins[0], ins[1].shape)
+    return einsum_rule(",".join([a, w] + [""] * (len(ins) - 2)) + "->" + a, ins, outs)
 
 
 register(OpDef("dynamic_update_slice", "indexing", _dus_infer, _dus_ref, _dus_vjp, _dus_factors, None,
@@ -121,9 +125,11 @@ def _take_letters(x_nd, idx_nd, axis):
 
 
 def _gather_factors(ins, outs, attrs):
+    # the indexed dim may stay split: each device looks up the rows it holds, zeros
+    # elsewhere, and the result is their sum -- a reduction factor
     ax = attrs["axis"]
     a, i, out = _take_letters(len(ins[0].shape), len(ins[1].shape), ax)
-    return einsum_rule(f"{a},{i}->{out}", ins, outs, replicate=a[ax])
+    return einsum_rule(f"{a},{i}->{out}", ins, outs, reduction=a[ax])
 
 
 register(OpDef("gather", "indexing", _gather_infer, _gather_ref, _gather_vjp, _gather_factors, None,
@@ -161,8 +167,9 @@ def _scatter_vjp(g, op, ct):
 def _scatter_factors(ins, outs, attrs):
     ax = attrs["axis"]
     a, i, u = _take_letters(len(ins[0].shape), len(ins[1].shape), ax)
-    # updates split along the index dims each add into the whole operand: a partial sum
-    return einsum_rule(f"{a},{i},{u}->{a}", ins, outs, replicate=a[ax], reduction=i)
+    # updates split along the index dims each add into the whole operand: a partial sum;
+    # the indexed dim may stay split on operand and result: each device adds what lands in it
+    return einsum_rule(f"{a},{i},{u}->{a}", ins, outs, reduction=i)
 
 
 register(OpDef("scatter", "indexing", _scatter_infer, _scatter_ref, _scatter_vjp, _scatter_factors, None,
