@@ -11,3 +11,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(params=["numpy", "llvm"])
+def compiler(request):
+    """The compiler backends (spmd.jit(..., backend=compiler)): tests that run programs take
+    this fixture to run under both; the numpy backend is the reference."""
+    return request.param

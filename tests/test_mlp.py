@@ -39,7 +39,7 @@ def rel_err(a, b):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_mlp_training_matches_numpy(dtype):
+def test_mlp_training_matches_numpy(dtype, compiler):
     rng = np.random.default_rng(0)
     p = {"w1": rng.standard_normal((16, 32)) / 4, "b1": rng.standard_normal(32) / 10,
          "w2": rng.standard_normal((32, 4)) / 6, "b2": np.zeros(4)}
@@ -52,7 +52,7 @@ def test_mlp_training_matches_numpy(dtype):
     def counted(p, x, y):
         count.append(1)
         return step(p, x, y)
-    f = spmd.jit(counted)
+    f = spmd.jit(counted, backend=compiler)
     pj, pn = p, p
     losses = []
     for _ in range(20):

@@ -1,8 +1,13 @@
 """Code generation: a per-device Graph -> an executable `exe(inputs, comm) -> outputs`."""
 
+BACKENDS = ("numpy", "llvm")
+
 
 def compile_graph(graph, backend="numpy"):
     if backend == "numpy":
         from .numpy import compile_numpy
         return compile_numpy(graph)
-    raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy')")
+    if backend == "llvm":
+        from .llvm import compile_llvm
+        return compile_llvm(graph)
+    raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy' or 'llvm')")

@@ -1,0 +1,232 @@
+"""Fused native kernels (the LLVM backend) against numpy and jax.jit on CPU, same process,
+same inputs, medians of several runs; then the MLP step's compile times and peak memory.
+
+    python benchmarks/kernels.py [--runs 7] [--quick]
+
+Prints one line per kernel: milliseconds of spmd / numpy / jax and the ratios, and the
+targets of issue 6 with whether they are met. jax comes from the `bench` extra
+(`pip install -e .[bench]`); without it the jax columns are skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import tracemalloc
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import spmd  # noqa: E402
+
+try:
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+except ImportError:     # the bench extra is not installed
+    jax = jnp = None
+
+
+def median_ms(f, runs):
+    return interleaved([f], runs)[0]
+
+
+def interleaved(fs, runs):
+    """Median milliseconds of each function, the runs of all of them interleaved so that
+    they share the machine's state (other load, clocks) alike."""
+    for f in fs:
+        f()                                 # warm up (and compile)
+    ts = [[] for _ in fs]
+    for _ in range(runs):
+        for f, t in zip(fs, ts):
+            t0 = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - t0)
+    return [1e3 * float(np.median(t)) for t in ts]
+
+
+# ---------------------------------------------------------------------------- programs
+def sum_fma(xp):
+    return lambda x, y, z: xp.sum(x + y * z)
+
+
+def gelu(xp):
+    return lambda x: 0.5 * x * (1 + xp.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+
+
+def softmax(xp):
+    def f(x):
+        e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
+        return e / xp.sum(e, axis=-1, keepdims=True)
+    return f
+
+
+def layernorm(xp):
+    def f(x):
+        mu = xp.mean(x, axis=-1, keepdims=True)
+        xc = x - mu
+        return xc / xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + 1e-5)
+    return f
+
+
+LR = np.float32(0.01)
+
+
+def mlp_loss(xp):
+    def loss(p, x, y):
+        h = xp.maximum(x @ p["w1"], 0)
+        return xp.mean((h @ p["w2"] - y) ** 2)
+    return loss
+
+
+def spmd_mlp_step(p, x, y):
+    l, g = spmd.value_and_grad(mlp_loss(np))(p, x, y)
+    return l, {k: p[k] - LR * g[k] for k in p}
+
+
+def jax_mlp_step(p, x, y):
+    l, g = jax.value_and_grad(mlp_loss(jnp))(p, x, y)
+    return l, {k: p[k] - LR * g[k] for k in p}
+
+
+def numpy_mlp_step(p, x, y):
+    """The same step, eagerly, gradients by hand."""
+    z = x @ p["w1"]
+    h = np.maximum(z, 0)
+    err = h @ p["w2"] - y
+    loss = np.mean(err ** 2)
+    d = err * np.float32(2 / err.size)
+    g2 = h.T @ d
+    dz = (d @ p["w2"].T) * (z > 0)
+    g1 = x.T @ dz
+    return loss, {"w1": p["w1"] - LR * g1, "w2": p["w2"] - LR * g2}
+
+
+def mlp_inputs(rng, batch=256, din=1024, dh=4096, dout=1024):
+    p = {"w1": (rng.standard_normal((din, dh)) / np.sqrt(din)).astype(np.float32),
+         "w2": (rng.standard_normal((dh, dout)) / np.sqrt(dh)).astype(np.float32)}
+    return p, rng.standard_normal((batch, din)).astype(np.float32), rng.standard_normal((batch, dout)).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- timing
+def compare(name, np_fn, jax_fn, spmd_fn, args, runs, jargs=None):
+    f = spmd.jit(spmd_fn, backend="llvm")
+    got = f(*args)
+    want = np_fn(*args)
+    ok = all(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-3)
+             for a, b in zip(spmd.tree.tree_flatten(got)[0], spmd.tree.tree_flatten(want)[0]))
+    fs = [lambda: f(*args), lambda: np_fn(*args)]
+    if jax is not None:
+        jf = jax.jit(jax_fn)
+        ja = jax.tree_util.tree_map(jnp.asarray, jargs or args)
+        fs.append(lambda: jax.block_until_ready(jf(*ja)))
+    t_s, t_n, *t_j = interleaved(fs, runs)
+    t_j = t_j[0] if t_j else None
+    row = {"name": name, "spmd": t_s, "numpy": t_n, "jax": t_j, "vs_numpy": t_s / t_n,
+           "vs_jax": t_s / t_j if t_j else None, "correct": ok}
+    print(f"{name:22s} spmd {t_s:8.2f} ms  numpy {t_n:8.2f} ms  jax "
+          f"{(f'{t_j:8.2f}' if t_j else '     n/a')} ms   spmd/numpy {t_s / t_n:5.2f}x   spmd/jax "
+          f"{(f'{t_s / t_j:5.2f}x' if t_j else '  n/a')}   {'ok' if ok else 'WRONG RESULT'}", flush=True)
+    return row
+
+
+COMPILE_SCRIPT = textwrap.dedent("""
+    import sys, time
+    t0 = time.perf_counter()
+    sys.path.insert(0, {root!r})
+    import numpy as np, spmd
+    sys.path.insert(0, {here!r})
+    import kernels as K
+    t1 = time.perf_counter()
+    p, x, y = K.mlp_inputs(np.random.default_rng(0), {sizes})
+    f = spmd.jit(K.spmd_mlp_step, backend="llvm")
+    t2 = time.perf_counter()
+    f(p, x, y)
+    t3 = time.perf_counter()
+    exe = f.lower(p, x, y).compile()
+    print(f"{{t3 - t2:.4f}} {{t1 - t0:.4f}} {{exe.stats['cache']}}")
+""")
+
+
+def compile_times(sizes):
+    """First call of the MLP step (trace -> native code) with an empty cache, then in a new
+    process with the disk cache warm. Each in its own process: nothing cached in memory."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = COMPILE_SCRIPT.format(root=os.path.dirname(here), here=here, sizes=", ".join(map(str, sizes)))
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, SPMD_CACHE_DIR=d)
+        out = []
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(r.stderr)
+            first, imports, cache = r.stdout.split()
+            out.append((float(first), float(imports), cache))
+    return out
+
+
+def peak_memory(step, args):
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    step(*args)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="small sizes, to check the script runs")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    n, side = (1 << 16, 256) if a.quick else (16 << 20, 4096)
+    sizes = (32, 64, 128, 64) if a.quick else (256, 1024, 4096, 1024)
+    print(f"spmd LLVM backend vs numpy {np.__version__} and jax {jax.__version__ if jax else '(not installed)'}; "
+          f"{os.cpu_count()} cores; medians of {a.runs} runs\n")
+    x, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    X = rng.standard_normal((side, side)).astype(np.float32)
+    rows = [compare(f"sum(x+y*z) {n >> 20}M f32", sum_fma(np), sum_fma(jnp), sum_fma(np), (x, y, z), a.runs),
+            compare(f"gelu {n >> 20}M f32", gelu(np), gelu(jnp), gelu(np), (x,), a.runs),
+            compare(f"softmax {side}x{side}", softmax(np), softmax(jnp), softmax(np), (X,), a.runs),
+            compare(f"layernorm {side}x{side}", layernorm(np), layernorm(jnp), layernorm(np), (X,), a.runs)]
+    del x, y, z, X
+    p, xb, yb = mlp_inputs(rng, *sizes)
+    rows.append(compare("mlp step", numpy_mlp_step, jax_mlp_step, spmd_mlp_step, (p, xb, yb), a.runs))
+
+    (cold, imp, c1), (warm, imp2, c2) = compile_times(sizes)
+    print(f"\nMLP step first call (trace -> native): {cold:.3f} s with an empty cache ({c1}); "
+          f"{warm:.3f} s in a new process with a warm disk cache ({c2}; importing spmd took {imp2:.2f} s more)")
+
+    exe = spmd.jit(spmd_mlp_step, backend="llvm").lower(p, xb, yb)
+    from spmd.compiler.backends.llvm import compile_llvm
+    fresh = compile_llvm(exe.graph)          # a new executable: its buffers are allocated in the measured call
+    leaves = spmd.tree.tree_flatten((p, xb, yb))[0]
+    m_spmd = peak_memory(lambda: fresh(leaves), ())
+    m_np = peak_memory(numpy_mlp_step, (p, xb, yb))
+    print(f"MLP step peak memory (tracemalloc, beyond the inputs): spmd {m_spmd / 2**20:.1f} MiB "
+          f"(plan: {fresh.memory}), numpy eager {m_np / 2**20:.1f} MiB")
+
+    r = {row["name"].split()[0]: row for row in rows}
+    targets = [("sum(x+y*z) <= 1.0x jax", r["sum(x+y*z)"]["vs_jax"], 1.0),
+               ("gelu <= 1.0x jax", r["gelu"]["vs_jax"], 1.0),
+               ("softmax <= 1.0x jax", r["softmax"]["vs_jax"], 1.0),
+               ("layernorm <= 1.0x jax", r["layernorm"]["vs_jax"], 1.0),
+               ("mlp step <= 1.05x numpy", r["mlp"]["vs_numpy"], 1.05),
+               ("mlp step <= 1.0x jax", r["mlp"]["vs_jax"], 1.0),
+               ("mlp first call < 2 s", cold, 2.0),
+               ("mlp first call, warm disk cache < 0.5 s", warm, 0.5),
+               ("mlp peak memory <= numpy eager", m_spmd / m_np, 1.0)]
+    print("\ntargets (issue 6):")
+    for what, got, limit in targets:
+        status = "n/a" if got is None else ("met" if got <= limit else "NOT met")
+        print(f"  {what:42s} {('%.3f' % got) if got is not None else 'n/a':>8s}  {status}")
+
+
+if __name__ == "__main__":
+    main()

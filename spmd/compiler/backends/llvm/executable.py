@@ -1,0 +1,295 @@
+"""Run a fusion plan: native kernels called through ctypes (which releases the GIL), with
+the outer loop of large kernels split over a thread pool; dot_general through numpy's
+matmul (BLAS) into a preallocated output with the operands' transposes folded into the
+call; collectives and every op without a native lowering through its numpy reference.
+
+Temporaries come from the memory plan (passes/memory.py): buffers are reused by liveness,
+and kept between calls (per thread) so a step does not pay for fresh pages every time.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ....errors import SpmdError
+from ....ir import Graph
+from ....ir.ops.dot import dims as dot_dims
+from ....tools import timeline
+from ...passes.fuse import CHEAP, Kernel, fuse
+from ...passes.memory import plan_memory
+from .codegen import Split, kernel_ir
+from .jit import compile_ir
+from .scalar import SV, ScalarBuilder, Unsupported
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def cores():
+    return os.cpu_count() or 1
+
+
+def pool():
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(cores() - 1, 1), thread_name_prefix="spmd-kernel")
+    return _pool
+
+
+def threads_for(comm):
+    """Threads per rank: SPMD_THREADS, else the host's cores divided by the ranks."""
+    env = os.environ.get("SPMD_THREADS")
+    if env:
+        return max(1, int(env))
+    ranks = getattr(comm, "size", 1) if comm is not None else 1
+    return max(1, cores() // max(1, ranks))
+
+
+def fusible(op) -> bool:
+    d = op.opdef
+    if op.name in CHEAP or op.name == "reduce":
+        return all(v.dtype != "bool" or op.name != "iota" for v in op.results)
+    if d.family != "elementwise" or d.scalar is None:
+        return False
+    try:   # a dry run: does the builder lower this op for these dtypes?
+        b = ScalarBuilder(lambda line: None, lambda: "%x", lambda line: None)
+        d.scalar(b, *[SV("%a", o.dtype) for o in op.operands], **op.attrs)
+    except Unsupported:
+        return False
+    return True
+
+
+class KernelStep:
+    def __init__(self, kernel, cg):
+        self.kernel = kernel
+        self.name = cg.name
+        self.params = list(cg.params)                   # Values, in parameter order
+        self.par, self.extent = cg.par, cg.extent
+        self.root = kernel.root
+        # timeline name: the ops it fuses ("tanh+reduce"), data movement left out
+        ops = [op.name for op in kernel.ops if op.name not in CHEAP] or [kernel.root.producer.name]
+        self.label = "+".join(ops)
+        self.fn = None
+
+    def bind(self, addr):
+        n = len(self.params)
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n), ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+        self.fn = proto(addr)
+
+
+class LLVMExecutable:
+    def __init__(self, graph: Graph, threads=None):
+        self.graph = graph
+        self.threads = threads
+        t0 = time.perf_counter()
+        roots = set()
+        for _ in range(len(graph.ops) + 1):
+            plan = fuse(graph, fusible, frozenset(roots))
+            try:
+                gen = [kernel_ir(k, f"k{i}", cores()) for i, k in enumerate(plan.kernels())]
+                break
+            except Split as e:
+                roots.add(e.value)
+        else:
+            raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
+        self.plan = plan
+        self.steps = []
+        ki = iter(gen)
+        for s in plan.steps:
+            self.steps.append(KernelStep(s, next(ki)[2]) if isinstance(s, Kernel) else s)
+        kernels = [s for s in self.steps if isinstance(s, KernelStep)]
+        self.stats = {"kernels": len(kernels), "codegen_s": time.perf_counter() - t0}
+        t1 = time.perf_counter()
+        # two modules: big kernels get the full O3 (unrolled, interleaved), small ones a
+        # cheaper pipeline: most kernels of a real program are small, and compile 5x faster
+        self.ir = {}
+        for big in (True, False):
+            part = [(t, d, cg) for t, d, cg in gen if cg.big == big]
+            if not part:
+                continue
+            decls = sorted(set().union(*[d for _, d, _ in part]))
+            ir = "\n".join(decls + [t for t, _, _ in part] + ['attributes #0 = { nounwind "no-trapping-math"="true" }'])
+            self.ir["big" if big else "small"] = ir
+            addrs = compile_ir(ir, [cg.name for _, _, cg in part], self.stats, big)
+            for k in kernels:
+                if k.name in addrs:
+                    k.bind(addrs[k.name])
+        self.stats["compile_s"] = time.perf_counter() - t1
+        self.memory = plan_memory(graph, self.steps)
+        self._dots = {s: dot_plan(s) for s in self.steps if getattr(s, "name", None) == "dot_general"}
+        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.slot_of}
+        self._local = threading.local()
+        _dump(self)
+
+    def __reduce__(self):
+        # shipped to Ray actors: rebuilt there from the graph (the object-code cache,
+        # keyed by the IR, makes that a load when the actor's host compiled it before)
+        return (LLVMExecutable, (self.graph, self.threads))
+
+    # -- running --------------------------------------------------------------------------
+    def __call__(self, inputs, comm=None):
+        g = self.graph
+        if len(inputs) != len(g.inputs):
+            raise SpmdError(f"{g.name}: expected {len(g.inputs)} inputs, got {len(inputs)}")
+        env = {}
+        for i, (v, x) in enumerate(zip(g.inputs, inputs)):
+            x = np.asarray(x)
+            if x.shape != v.shape or x.dtype.name != v.dtype:
+                raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
+                                f"takes {v.dtype}{list(v.shape)}")
+            env[v] = x
+        nthreads = self.threads or threads_for(comm)
+        mem = self.memory
+        slots = self._slots()
+        tracing = timeline.enabled()
+        rank = getattr(comm, "rank", 0)
+        for k, step in enumerate(self.steps):
+            t0 = timeline.now_us() if tracing else 0
+            if isinstance(step, KernelStep):
+                self._run_kernel(step, env, nthreads, mem, slots)
+                name, cat = step.label, "compute"
+            else:
+                self._run_op(step, env, comm, mem, slots)
+                name, cat = step.name, "collective" if step.opdef.needs_comm else "compute"
+            if tracing:
+                timeline.add(name, cat, rank, t0, timeline.now_us() - t0,
+                             {"loc": getattr(step, "loc", None) or getattr(step.root.producer, "loc", None)
+                              if isinstance(step, KernelStep) else step.loc})
+            for v in mem.free_after[k]:
+                env.pop(v, None)
+        results, seen = [], set()
+        for v in g.outputs:
+            x = env[v]
+            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
+                    or not x.flags.writeable or x.base is not None or v in mem.slot_of):
+                x = x.copy()
+            seen.add(id(x))
+            results.append(x)
+        return results
+
+    def _slots(self):
+        """This thread's reusable temporaries (the local runtime runs ranks as threads)."""
+        s = getattr(self._local, "slots", None)
+        if s is None:
+            s = self._local.slots = [None] * len(self.memory.slot_bytes)
+        return s
+
+    def _buffer(self, v, mem, slots):
+        k = mem.slot_of.get(v)
+        if k is None:
+            return np.empty(v.shape, v.dtype)
+        if slots[k] is None:
+            slots[k] = np.empty(mem.slot_bytes[k], np.uint8)
+        return slots[k][:self._nbytes[v]].view(v.dtype).reshape(v.shape)
+
+    def _run_kernel(self, step: KernelStep, env, nthreads, mem, slots):
+        arrays = []
+        for v in step.params:
+            x = env.get(v)
+            if x is None:
+                x = env[v] = self._buffer(v, mem, slots)
+            elif not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            arrays.append(x)
+        fn = step.fn
+        if step.par == "reduce":
+            t = max(1, min(nthreads, step.extent))
+            out_i = step.params.index(step.root)
+            partial = np.empty((t,) + step.root.shape, step.root.dtype)
+            arrays[out_i] = partial
+            ptrs = [a.ctypes.data for a in arrays]
+            self._split(fn, ptrs, step.extent, t)
+            _combine(step.root.producer.attrs["kind"], partial, env[step.root])
+            return
+        ptrs = [a.ctypes.data for a in arrays]
+        if step.par == "rows" and nthreads > 1:
+            self._split(fn, ptrs, step.extent, min(nthreads, step.extent))
+        else:
+            fn(*ptrs, 0, step.extent, 0)
+
+    @staticmethod
+    def _split(fn, ptrs, extent, t):
+        bounds = [extent * i // t for i in range(t + 1)]
+        futs = [pool().submit(fn, *ptrs, bounds[i], bounds[i + 1], i) for i in range(1, t)]
+        fn(*ptrs, bounds[0], bounds[1], 0)
+        for f in futs:
+            f.result()
+
+    def _run_op(self, op, env, comm, mem, slots):
+        opdef = op.opdef
+        args = [env[o] for o in op.operands]
+        try:
+            if op.name == "dot_general":
+                out = self._buffer(op.result, mem, slots)
+                _dot(*args, out, self._dots[op])
+                env[op.result] = out
+                return
+            if opdef.needs_comm:
+                out = opdef.ref(*args, comm=comm, **op.attrs)
+            else:
+                out = opdef.ref(*args, **op.attrs)
+        except SpmdError:
+            raise
+        except Exception as e:
+            raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
+        outs = [out] if len(op.results) == 1 else list(out)
+        for r, x in zip(op.results, outs):
+            x = np.asarray(x)
+            if x.shape != r.shape or x.dtype.name != r.dtype:
+                raise SpmdError(f"internal error: {op.name} at {op.loc} computed {x.dtype.name}{list(x.shape)} "
+                                f"but its shape rule says {r.dtype}{list(r.shape)}")
+            env[r] = x
+
+
+def _combine(kind, partial, out):
+    f = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
+    out[...] = f(partial, axis=0)
+
+
+def dot_plan(op):
+    """(lhs permutation, lhs 3-d shape, rhs permutation, rhs 3-d shape, out 3-d shape):
+    dot_general as one batched matmul, worked out once at compile time."""
+    lhs, rhs = op.operands
+    lb, rb, lc, rc = (op.attrs[k] for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"))
+    lf, rf = dot_dims(lhs.ndim, rhs.ndim, lb, rb, lc, rc)
+    size = lambda v, ds: int(np.prod([v.shape[d] for d in ds], dtype=np.int64))  # noqa: E731
+    b, m, n, k = size(lhs, lb), size(lhs, lf), size(rhs, rf), size(lhs, lc)
+    return (list(lb) + lf + list(lc), (b, m, k), list(rb) + list(rc) + rf, (b, k, n), (b, m, n))
+
+
+def _dot(lhs, rhs, out, plan):
+    """The operands' transposes are views (BLAS reads them transposed); the result goes
+    straight into `out`."""
+    pa, sa, pb, sb, so = plan
+    a = lhs.transpose(pa).reshape(sa)
+    c = rhs.transpose(pb).reshape(sb)
+    o = out.reshape(so)
+    if so[0] == 1:
+        np.matmul(a[0], c[0], out=o[0])
+    else:
+        np.matmul(a, c, out=o)
+
+
+def _dump(exe):
+    d = os.environ.get("SPMD_DUMP")
+    if not d:
+        return
+    os.makedirs(d, exist_ok=True)
+    base = os.path.join(d, f"{exe.graph.name}.llvm")
+    with open(base + ".fusion.txt", "w") as f:
+        f.write(str(exe.plan))
+    with open(base + ".ll", "w") as f:
+        f.write("\n\n".join(exe.ir.values()))
+    if "optimized_ir" in exe.stats:
+        with open(base + ".opt.ll", "w") as f:
+            f.write("\n\n".join(exe.stats["optimized_ir"]))
+
+
+def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
+    return LLVMExecutable(graph, threads)

@@ -1,0 +1,304 @@
+"""The scalar builder the op registry's `scalar=` lowerings call: `b.add(x, y)` and friends
+emit one LLVM instruction (or a short inline sequence) as IR text and return the result.
+
+Values are `SV(name, dtype)`: an SSA name (or a literal) and an spmd dtype. float32 exp, log,
+log1p, tanh and logistic are inline polynomials (Cephes / Eigen, the ones XLA uses) rather
+than libm calls, so the loop vectoriser can vectorise loops that use them; float64 keeps
+libm for full accuracy.
+"""
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i1"}
+MEM = {**LL, "bool": "i8"}                  # numpy stores a bool in a byte
+SIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+
+
+class Unsupported(Exception):
+    """This op/dtype has no native lowering: the op runs through its numpy reference."""
+
+
+class SV(NamedTuple):
+    name: str
+    dtype: str
+
+
+def literal(value, dtype) -> str:
+    """An LLVM literal of `value` in `dtype` (floats as exact hex doubles)."""
+    if dtype == "bool":
+        return "true" if bool(value) else "false"
+    if dtype in ("int32", "int64"):
+        return str(int(value))
+    v = float(np.float32(value)) if dtype == "float32" else float(value)
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
+
+
+def is_float(dtype):
+    return dtype in ("float32", "float64")
+
+
+class ScalarBuilder:
+    """Emits instructions through `emit(line)`; `fresh()` gives new SSA names."""
+
+    def __init__(self, emit, fresh, declare):
+        self.emit_line, self.fresh, self.declare = emit, fresh, declare
+
+    # -- plumbing -----------------------------------------------------------------------
+    def const(self, value, dtype):
+        return SV(literal(value, dtype), dtype)
+
+    def _op(self, text, dtype):
+        r = self.fresh()
+        self.emit_line(f"  {r} = {text}")
+        return SV(r, dtype)
+
+    def _bin(self, iop, fop, x, y, flags=""):
+        t = LL[x.dtype]
+        op = (fop + flags) if is_float(x.dtype) else iop
+        return self._op(f"{op} {t} {x.name}, {y.name}", x.dtype)
+
+    def _call(self, fn, dtype, *args):
+        t = LL[dtype]
+        self.declare(f"declare {t} @{fn}({', '.join([t] * len(args))})")
+        return self._op(f"call {t} @{fn}({', '.join(f'{t} {a.name}' for a in args)})", dtype)
+
+    def _intr(self, name, x, *more):
+        suffix = "f32" if x.dtype == "float32" else "f64"
+        return self._call(f"llvm.{name}.{suffix}", x.dtype, x, *more)
+
+    def icmp(self, pred, x, y):
+        return self._op(f"icmp {pred} {LL[x.dtype]} {x.name}, {y.name}", "bool")
+
+    def fcmp(self, pred, x, y):
+        return self._op(f"fcmp {pred} {LL[x.dtype]} {x.name}, {y.name}", "bool")
+
+    def select(self, p, x, y):
+        t = LL[x.dtype]
+        return self._op(f"select i1 {p.name}, {t} {x.name}, {t} {y.name}", x.dtype)
+
+    def bitcast(self, x, dtype):
+        return self._op(f"bitcast {LL[x.dtype]} {x.name} to {LL[dtype]}", dtype)
+
+    # -- arithmetic ---------------------------------------------------------------------
+    def add(self, x, y):
+        return self._bin("add", "fadd", x, y)
+
+    def sub(self, x, y):
+        return self._bin("sub", "fsub", x, y)
+
+    def mul(self, x, y):
+        return self._bin("mul", "fmul", x, y)
+
+    def div(self, x, y):
+        if is_float(x.dtype):
+            return self._bin("", "fdiv", x, y)
+        # XLA semantics: x / 0 == 0; MIN / -1 wraps (sdiv would trap on both)
+        zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
+        y0, ym1 = self.icmp("eq", y, zero), self.icmp("eq", y, m1)
+        bad = self._op(f"or i1 {y0.name}, {ym1.name}", "bool")
+        q = self._bin("sdiv", "", x, self.select(bad, one, y))
+        q = self.select(ym1, self.neg(x), q)
+        return self.select(y0, zero, q)
+
+    def rem(self, x, y):
+        if is_float(x.dtype):
+            return self._bin("", "frem", x, y)
+        zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
+        bad = self._op(f"or i1 {self.icmp('eq', y, zero).name}, {self.icmp('eq', y, m1).name}", "bool")
+        r = self._bin("srem", "", x, self.select(bad, one, y))
+        return self.select(bad, zero, r)
+
+    def pow(self, x, y):
+        if not is_float(x.dtype):
+            raise Unsupported("integer power")
+        return self._intr("pow", x, y)
+
+    def max(self, x, y):
+        if is_float(x.dtype):
+            return self._intr("maximum", x, y)      # NaN-propagating, like np.maximum
+        if x.dtype == "bool":
+            return self.or_(x, y)
+        return self.select(self.icmp("sgt", x, y), x, y)
+
+    def min(self, x, y):
+        if is_float(x.dtype):
+            return self._intr("minimum", x, y)
+        if x.dtype == "bool":
+            return self.and_(x, y)
+        return self.select(self.icmp("slt", x, y), x, y)
+
+    def and_(self, x, y):
+        return self._op(f"and {LL[x.dtype]} {x.name}, {y.name}", x.dtype)
+
+    def or_(self, x, y):
+        return self._op(f"or {LL[x.dtype]} {x.name}, {y.name}", x.dtype)
+
+    def xor(self, x, y):
+        return self._op(f"xor {LL[x.dtype]} {x.name}, {y.name}", x.dtype)
+
+    def not_(self, x):
+        return self._op(f"xor {LL[x.dtype]} {x.name}, {'true' if x.dtype == 'bool' else -1}", x.dtype)
+
+    def neg(self, x):
+        if is_float(x.dtype):
+            return self._op(f"fneg {LL[x.dtype]} {x.name}", x.dtype)
+        return self._op(f"sub {LL[x.dtype]} 0, {x.name}", x.dtype)
+
+    def abs(self, x):
+        if is_float(x.dtype):
+            return self._intr("fabs", x)
+        return self.select(self.icmp("slt", x, self.const(0, x.dtype)), self.neg(x), x)
+
+    def sign(self, x):
+        zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
+        if is_float(x.dtype):      # keeps NaN (and the zero's sign), as np.sign
+            return self.select(self.fcmp("ogt", x, zero), one, self.select(self.fcmp("olt", x, zero), m1, x))
+        return self.select(self.icmp("sgt", x, zero), one, self.select(self.icmp("slt", x, zero), m1, zero))
+
+    def floor(self, x):
+        return self._intr("floor", x)
+
+    def sqrt(self, x):
+        return self._intr("sqrt", x)
+
+    def rsqrt(self, x):
+        return self.div(self.const(1, x.dtype), self.sqrt(x))
+
+    def sin(self, x):
+        return self._intr("sin", x)
+
+    def cos(self, x):
+        return self._intr("cos", x)
+
+    def fma(self, a, b, c):
+        """a * b + c, contracted to an FMA where the CPU has one."""
+        return self._bin("", "fadd", self._bin("", "fmul", a, b, " contract"), c, " contract")
+
+    def poly(self, x, coeffs):
+        """Horner: coeffs[0] * x^n + ... + coeffs[n]."""
+        acc = self.const(coeffs[0], x.dtype)
+        for c in coeffs[1:]:
+            acc = self.fma(acc, x, self.const(c, x.dtype))
+        return acc
+
+    def clamp(self, x, lo, hi):
+        """Clamp keeping NaN (a comparison with NaN is false, so NaN passes both selects)."""
+        lo, hi = self.const(lo, x.dtype), self.const(hi, x.dtype)
+        x = self.select(self.fcmp("olt", x, lo), lo, x)
+        return self.select(self.fcmp("ogt", x, hi), hi, x)
+
+    # -- transcendental functions -------------------------------------------------------
+    def exp(self, x):
+        if x.dtype != "float32":
+            return self._intr("exp", x)
+        # Cephes expf: exp(x) = 2^n * exp(r), |r| <= ln2/2, 2^n added to the exponent bits.
+        # Results below the smallest normal float (x < -87.33) flush to 0; above
+        # 128 ln2 the result is inf; NaN stays NaN.
+        f = "float32"
+        xc = self._intr("minnum", self._intr("maxnum", x, self.const(-87.33, f)), self.const(88.7228, f))
+        fx = self.floor(self.fma(xc, self.const(1.44269504088896341, f), self.const(0.5, f)))
+        r = self.fma(fx, self.const(-0.693359375, f), xc)
+        r = self.fma(fx, self.const(2.12194440e-4, f), r)
+        p = self.poly(r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                          1.6666665459e-1, 5.0000001201e-1])
+        y = self.add(self.fma(p, self.mul(r, r), r), self.const(1.0, f))
+        n = self._op(f"fptosi float {fx.name} to i32", "int32")
+        bits = self._op(f"shl i32 {n.name}, 23", "int32")
+        y = self.bitcast(self.add(self.bitcast(y, "int32"), bits), f)
+        y = self.select(self.fcmp("ogt", x, self.const(88.72283935546875, f)), self.const(np.inf, f), y)
+        y = self.select(self.fcmp("olt", x, self.const(-87.33, f)), self.const(0.0, f), y)
+        return self.select(self.fcmp("uno", x, x), x, y)
+
+    def log(self, x):
+        if x.dtype != "float32":
+            return self._intr("log", x)
+        f = "float32"
+        # denormals: scale into the normal range first
+        tiny = self.fcmp("olt", x, self.const(1.17549435e-38, f))
+        xs = self.select(tiny, self.mul(x, self.const(8388608.0, f)), x)
+        eadj = self.select(tiny, self.const(-23.0, f), self.const(0.0, f))
+        bits = self.bitcast(xs, "int32")
+        e = self._op(f"ashr i32 {bits.name}, 23", "int32")
+        e = self._op(f"and i32 {e.name}, 255", "int32")
+        e = self._op(f"sitofp i32 {self.sub(e, self.const(126, 'int32')).name} to float", f)
+        e = self.add(e, eadj)
+        mb = self._op(f"and i32 {bits.name}, -2139095041", "int32")          # 0x807FFFFF
+        mb = self._op(f"or i32 {mb.name}, 1056964608", "int32")              # 0x3F000000
+        m = self.bitcast(mb, f)                                              # in [0.5, 1)
+        small = self.fcmp("olt", m, self.const(0.707106781186547524, f))
+        e = self.select(small, self.sub(e, self.const(1.0, f)), e)
+        m = self.sub(self.select(small, self.add(m, m), m), self.const(1.0, f))
+        z = self.mul(m, m)
+        p = self.poly(m, [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+                          1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+                          3.3333331174e-1])
+        y = self.mul(self.mul(p, m), z)
+        y = self.fma(e, self.const(-2.12194440e-4, f), y)
+        y = self.fma(z, self.const(-0.5, f), y)
+        r = self.fma(e, self.const(0.693359375, f), self.add(m, y))
+        zero = self.const(0.0, f)
+        r = self.select(self.fcmp("oeq", x, self.const(np.inf, f)), x, r)
+        r = self.select(self.fcmp("oeq", x, zero), self.const(-np.inf, f), r)
+        return self.select(self.fcmp("ult", x, zero), self.const(np.nan, f), r)   # x < 0 or NaN
+
+    def log1p(self, x):
+        if x.dtype != "float32":
+            return self._call("log1p", x.dtype, x)
+        # log1p(x) = log(u) * x / (u - 1), u = 1 + x (Goldberg): exact where u rounds to 1
+        one = self.const(1.0, x.dtype)
+        u = self.add(one, x)
+        r = self.mul(self.log(u), self.div(x, self.sub(u, one)))
+        r = self.select(self.fcmp("oeq", u, one), x, r)
+        return self.select(self.fcmp("oeq", x, self.const(np.inf, x.dtype)), x, r)
+
+    def tanh(self, x):
+        if x.dtype != "float32":
+            return self._call("tanh", x.dtype, x)
+        # Eigen / XLA's rational approximation on [-7.9, 7.9], where float32 tanh is +-1
+        xc = self.clamp(x, -7.90531110763549805, 7.90531110763549805)
+        x2 = self.mul(xc, xc)
+        p = self.mul(xc, self.poly(x2, [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                                        5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                                        4.89352455891786e-03]))
+        q = self.poly(x2, [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                           4.89352518554385e-03])
+        small = self.fcmp("olt", self.abs(x), self.const(0.0004, "float32"))
+        return self.select(small, x, self.div(p, q))
+
+    def logistic(self, x):
+        one = self.const(1.0, x.dtype)
+        return self.div(one, self.add(one, self.exp(self.neg(x))))
+
+    # -- compare, convert ---------------------------------------------------------------
+    def cmp(self, direction, x, y):
+        if is_float(x.dtype):
+            pred = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}[direction]
+            return self.fcmp(pred, x, y)
+        s = "u" if x.dtype == "bool" else "s"
+        pred = {"EQ": "eq", "NE": "ne", "LT": s + "lt", "LE": s + "le", "GT": s + "gt", "GE": s + "ge"}[direction]
+        return self.icmp(pred, x, y)
+
+    def convert(self, x, dtype):
+        src, dst = x.dtype, dtype
+        if src == dst:
+            return x
+        ts, td = LL[src], LL[dst]
+        if dst == "bool":
+            if is_float(src):
+                return self.fcmp("une", x, self.const(0, src))
+            return self.icmp("ne", x, self.const(0, src))
+        if is_float(src) and is_float(dst):
+            op = "fpext" if dst == "float64" else "fptrunc"
+        elif is_float(dst):
+            op = "uitofp" if src == "bool" else "sitofp"
+        elif is_float(src):
+            op = "fptosi"
+        elif src == "bool":
+            op = "zext"
+        else:
+            op = "sext" if SIZE[dst] > SIZE[src] else "trunc"
+        return self._op(f"{op} {ts} {x.name} to {td}", dst)

@@ -1,0 +1,145 @@
+"""Fusion: group elementwise ops, broadcasts, views and reductions into loop kernels.
+
+`fuse(graph, fusible)` returns a FusionPlan: the graph's ops cut into steps, in an order
+that respects every dependency. A step is either a Kernel (a group of ops compiled into
+one loop nest: one pass over memory, no temporaries between them) or a single op run
+on its own (dot_general, collectives, indexing ops, and anything `fusible` refuses).
+
+The rule is producer-into-consumer: walking the graph backwards, an op joins the kernel
+of its users when all its users are in one kernel, so every value that leaves a kernel is
+its root (or a graph output, stored on the way). Cheap ops that only re-index
+(broadcast_in_dim, transpose, slice, reshape, iota, splat constants) are copied into every
+kernel that uses them, so they never cost memory. A reduction's epilogue (softmax's
+exp/sum/divide, layernorm) fuses with the reduction: the code generator hoists each
+reduction out of the loops it does not depend on.
+
+The plan prints as text (`str(plan)`), which `SPMD_DUMP` writes next to the stages.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...ir import Graph, Op, Value
+
+CHEAP = ("broadcast_in_dim", "transpose", "slice", "reshape", "iota", "constant")
+MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
+
+
+@dataclass
+class Kernel:
+    ops: list                       # member ops, in graph order (cheap ops may be in several kernels)
+    root: Value                     # the value the loop nest is built around
+    outputs: list                   # values the kernel stores: the root, then escaping graph outputs
+    inputs: list = field(default_factory=list)   # materialised values it reads
+
+
+@dataclass
+class FusionPlan:
+    graph: Graph
+    steps: list                     # Kernel or Op, in execution order
+
+    def kernels(self):
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    def __str__(self):
+        names = {v: f"%{i}" for i, v in enumerate(self.graph.values())}   # as the text form numbers them
+        _name = names.get
+        lines = []
+        for s in self.steps:
+            if isinstance(s, Kernel):
+                outs = ", ".join(_name(v) for v in s.outputs)
+                ins = ", ".join(_name(v) for v in s.inputs)
+                lines.append(f"kernel ({ins}) -> ({outs}) root {_name(s.root)} {{")
+                lines += [f"  {_name(op.results[0])} = {op.name}" for op in s.ops]
+                lines.append("}")
+            else:
+                lines.append(f"{', '.join(_name(r) for r in s.results)} = {s.name}")
+        return "\n".join(lines) + "\n"
+
+
+def splat(v: Value):
+    """The one value every element of v has, if v is a constant (or a broadcast of one)
+    whose elements are all equal; else None."""
+    op = v.producer
+    while op is not None and op.name == "broadcast_in_dim":
+        op = op.operands[0].producer
+    if op is None or op.name != "constant":
+        return None
+    c = op.attrs["value"]
+    if c.size == 0:
+        return c.dtype.type(0)          # no elements: any value will do
+    first = c.reshape(-1)[0]
+    if c.size == 1 or (np.all(c == first) and not (c.dtype.kind == "f" and np.isnan(first))):
+        return first
+    return None
+
+
+def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
+    """`fusible(op) -> bool` says which ops the backend can compile into a kernel;
+    `roots` are values forced to be materialised (the code generator asks for them)."""
+    users = defaultdict(list)
+    for op in graph.ops:
+        for o in op.operands:
+            users[o].append(op)
+    outs = set(graph.outputs)
+    groups: dict[Op, set] = {}       # op -> ids of the kernels it is part of
+    standalone: set = set()          # ops run on their own (their results are materialised)
+    members = defaultdict(list)      # kernel id -> member ops (reverse order)
+    root_of, reduces, escaping = [], [], defaultdict(list)
+
+    def new_group(op):
+        root_of.append(op)
+        reduces.append(0)
+        return len(root_of) - 1
+
+    for op in reversed(graph.ops):
+        if len(op.results) != 1 or not fusible(op) or (op.name == "constant" and splat(op.result) is None):
+            standalone.add(op)
+            continue
+        r = op.result
+        ug, outside_op = set(), False
+        for u in users[r]:
+            if u in standalone:
+                outside_op = True
+            ug |= groups.get(u, set())
+        if op.name in CHEAP and r not in roots:
+            groups[op] = ug
+            for gid in ug:
+                members[gid].append(op)
+            if outside_op or r in outs or not ug:
+                standalone.add(op)
+            continue
+        is_red = op.name == "reduce"
+        if (len(ug) == 1 and not outside_op and r not in roots
+                and reduces[next(iter(ug))] + is_red <= MAX_REDUCES):
+            (gid,) = ug
+            if r in outs:
+                escaping[gid].append(r)
+        else:
+            gid = new_group(op)
+        groups[op] = {gid}
+        members[gid].append(op)
+        reduces[gid] += is_red
+
+    # steps in graph order: a kernel runs where its root is
+    steps = []
+    kernel_at = {root: gid for gid, root in enumerate(root_of)}
+    for op in graph.ops:
+        if op in kernel_at:
+            gid = kernel_at[op]
+            ops = members[gid][::-1]
+            mset = set(ops)
+            inputs, seen = [], set()
+            for m in ops:
+                for o in m.operands:
+                    if (o.producer not in mset or o.producer.name == "constant" and splat(o) is None) \
+                            and o not in seen:
+                        seen.add(o)
+                        inputs.append(o)
+            steps.append(Kernel(ops, op.result, [op.result] + escaping[gid][::-1], inputs))
+        if op in standalone:
+            steps.append(op)
+    return FusionPlan(graph, steps)
