@@ -194,7 +194,11 @@ def main(argv=None):
     if args.checkpoint_dir and hasattr(spmd, "load"):
         latest = _latest_checkpoint(args.checkpoint_dir)
         if latest is not None:
-            state = spmd.load(latest)
+            shardings = None
+            if mesh is not None:      # placed as the step wants them: each rank reads only its shards
+                psh = param_shardings(mesh, params)
+                shardings = {"params": psh, "opt": {"m": psh, "v": psh, "t": mesh.sharding()}, "step": None}
+            state = spmd.load(latest, shardings)
             params, opt, start = state["params"], state["opt"], int(np.asarray(state["step"])) + 1
             if rank0:
                 print(f"resumed from {latest} at step {start}")

@@ -1,329 +1,629 @@
 """spmd.save / spmd.load: sharded checkpoints that load onto any mesh.
 
-Layout of a checkpoint directory:
-    index.json          tree structure; per leaf: global shape, dtype, sharding, and its
-                        shards (file, global box, sha256)
-    l{leaf}_s{k}.npy    one file per distinct shard box (replicas are written once, by
-                        the lowest device holding the box)
+A checkpoint is a directory:
+    index.json          the tree, and per leaf its shape, dtype, sharding and shards
+                        (checkpoint_index.py describes and validates it)
+    l{leaf}_s{k}.npy    one .npy file per distinct shard box: replicas are written once,
+                        by the lowest device holding the box
 
-No pickle anywhere: .npy files are read with allow_pickle=False, the index is JSON and
-is validated field by field. A save is atomic: everything is written under
-`<path>.tmp`, fsynced, then renamed to `<path>` (an existing checkpoint at `<path>` is
-replaced only after the new one is complete), so a crash mid-save leaves the previous
-checkpoint intact. Each process writes the shards of its own devices (under MPI every
-rank writes its own; rank 0 writes the index after a barrier).
+Save: each process writes the shards its devices own (local runtime and Ray driver: all
+of them; MPI: each rank its own, to a shared file system), hashing as it writes (sha256
+of the file and of each 4 MiB block); the processes swap the hashes; process 0 writes
+the index. Everything goes to `<path>.tmp`, every file and the directory are fsynced,
+then `<path>.tmp` is renamed to `<path>`. An existing checkpoint at `<path>` is first
+renamed to `<path>.old` and deleted only once the new one is in place; if a crash falls
+between the two renames, `load(path)` finds `<path>.old`. So a crash at any point leaves
+the previous checkpoint loadable; a leftover `.tmp` is ignored by load and latest and
+removed by the next save.
 
-`load` reshards: each device's box is cut out of the saved shards that overlap it,
-reading only those slices (memory-mapped), so a checkpoint saved on a 2x2 mesh loads on
-1, 2 or 8 devices. Every file read is checked against its sha256 first.
+Load reshards: each target device's box is cut out of the saved shards that overlap it.
+Each process reads, per saved file, only the byte span its devices need (explicit
+offsets, one read per file, rounded out to whole 4 MiB blocks; a whole shard going to one
+contiguous buffer is read straight into it), checks every block it read against its
+sha256, and copies the overlaps into place; replicas share one buffer. The whole-file
+sha256 is for `verify(path)` and for sha256sum; a load checks blocks, so that a partial
+read is checked too.
+
+No pickle anywhere: the index is JSON, the .npy headers are parsed by numpy's header
+reader and the data read as raw bytes, MPI ranks exchange JSON bytes. Any bad input
+(corrupt, truncated, missing or foreign files, a malformed or lying index, paths that
+leave the directory) is a CheckpointError, on every rank.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import stat
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import CheckpointError, SpmdError
-from ..ir import dtypes
+from ..errors import CheckpointError, ShardingError
 from ..sharding.mesh import Mesh
 from ..sharding.spec import Sharding
-from ..tree import broadcast_prefix, tree_flatten, tree_unflatten, TreeDef
+from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
+from . import checkpoint_index as cx
 from .array import Array
 from .context import get_runtime
 
-FORMAT = "spmd-checkpoint-1"
+INDEX = "index.json"
+# files written / read at once: I/O and sha256 release the GIL, but more threads than cores
+# only fight over memory bandwidth
+IO_THREADS = max(1, min(8, os.cpu_count() or 1))
+WRITE_CHUNK = 16 << 20
+HEADER_BYTES = 1 << 16          # numpy's header reader refuses headers over 10000 bytes
 
 
-# -- tree structure as JSON ----------------------------------------------------------------
-def _tree_json(td: TreeDef):
-    if td.kind == "leaf":
-        return "*"
-    if td.kind == "none":
-        return None
-    kids = [_tree_json(c) for c in td.children]
-    if td.kind == "dict":
-        return {"dict": [[k, c] for k, c in zip(td.meta, kids)]}
-    return {td.kind: kids}
+# -- the processes taking part -------------------------------------------------------------
+class _Procs:
+    """One process (local runtime, Ray driver): nothing to exchange. MPI: the world
+    communicator; messages are JSON bytes over the buffer API (no pickle)."""
+
+    def __init__(self, rt):
+        self.count, self.me = rt.process_count(), rt.process_index()
+        self.comm = getattr(rt, "world", None) if self.count > 1 else None
+        if self.count > 1 and self.comm is None:
+            raise CheckpointError(f"checkpoints on the {rt.name} runtime with {self.count} processes need "
+                                  f"its communicator (runtime.world)")
+
+    def allgather(self, obj) -> list:
+        if self.count == 1:
+            return [obj]
+        from mpi4py import MPI
+        data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+        counts = np.zeros(self.count, np.int64)
+        self.comm.Allgather(np.array([data.size], np.int64), counts)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        buf = np.empty(int(counts.sum()), np.uint8)
+        self.comm.Allgatherv(data, [buf, counts.tolist(), displs.tolist(), MPI.BYTE])
+        return [json.loads(buf[a:a + n].tobytes()) for a, n in zip(displs.tolist(), counts.tolist())]
+
+    def agree(self, error):
+        """Every process raises if any did (so no rank is left waiting in a collective)."""
+        errors = [(r, e) for r, e in enumerate(self.allgather(error)) if e]
+        if errors:
+            r, e = errors[0]
+            raise CheckpointError(e if self.count == 1 else f"rank {r}: {e}")
+
+    def on_root(self, fn):
+        """Run fn on process 0 only; every process raises if it failed."""
+        err = None
+        if self.me == 0:
+            try:
+                fn()
+            except CheckpointError as e:
+                err = str(e)
+            except OSError as e:
+                err = f"{type(e).__name__}: {e}"
+        self.agree(err)
 
 
-def _tree_from_json(j, depth=0) -> TreeDef:
-    if depth > 100:
-        raise CheckpointError("index: tree nested too deeply")
-    if j == "*":
-        return TreeDef("leaf")
-    if j is None:
-        return TreeDef("none")
-    if isinstance(j, dict) and len(j) == 1:
-        (kind, kids), = j.items()
-        if kind == "dict" and isinstance(kids, list) and all(
-                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in kids):
-            return TreeDef("dict", tuple(p[0] for p in kids), [_tree_from_json(p[1], depth + 1) for p in kids])
-        if kind in ("list", "tuple") and isinstance(kids, list):
-            return TreeDef(kind, None, [_tree_from_json(c, depth + 1) for c in kids])
-    raise CheckpointError(f"index: malformed tree node {str(j)[:80]}")
+def _capture(fn):
+    """(result, None) or (None, message) for the errors a process reports to the others."""
+    try:
+        return fn(), None
+    except CheckpointError as e:
+        return None, str(e)
+    except OSError as e:
+        return None, f"{type(e).__name__}: {e}"
 
 
-def _sharding_json(s: Sharding):
-    m = s.mesh
-    return {"mesh_shape": list(m.shape), "axis_names": list(m.axis_names),
-            "devices": m.devices.reshape(-1).tolist(),
-            "spec": [e if e is None or isinstance(e, str) else list(e) for e in s.spec]}
+def _parallel(fn, items):
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(IO_THREADS, len(items))) as ex:
+        return list(ex.map(fn, items))
+
+
+def _file_dtype(dtype):
+    """Files are little-endian whatever the machine (a checkpoint moves between hosts)."""
+    return np.dtype(dtype).newbyteorder("<")
 
 
 # -- save -----------------------------------------------------------------------------------
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
+def save(path, tree):
+    """Write `tree` (nested dicts/lists/tuples of numpy arrays, numpy or Python scalars and
+    spmd.Arrays) to the directory `path`, atomically. Every process must call it.
+    Returns the absolute path."""
+    rt = get_runtime()
+    procs = _Procs(rt)
+    path = os.path.abspath(os.fspath(path))
+    tmp = path + ".tmp"
+    leaves, td = tree_flatten(tree)
+    names = cx.leaf_paths(td)
+    entries, jobs = [], []
+    for i, (name, leaf) in enumerate(zip(names, leaves)):
+        entry, leaf_jobs = _plan_leaf(i, name, leaf, procs.me)
+        entries.append(entry)
+        jobs += leaf_jobs
+    procs.on_root(lambda: _prepare(path, tmp))
+
+    def write_all():
+        return dict(_parallel(lambda job: (job[0], _write_npy(os.path.join(tmp, job[0]), job[1]())), jobs))
+    written, err = _capture(write_all)
+    gathered = procs.allgather({"error": err, "files": written or {}})
+    errors = [g["error"] for g in gathered if g["error"]]
+    if errors and procs.me == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    procs.agree(errors[0] if errors else None)
+    files = {}
+    for g in gathered:
+        files.update(g["files"])
+    procs.on_root(lambda: _commit(path, tmp, cx.dumps(cx.tree_to_json(td), _with_hashes(entries, files))))
+    return path
+
+
+def _plan_leaf(i, name, leaf, me):
+    """The index entry of one leaf (hashes still missing) and the files this process
+    writes for it: [(file name, () -> the array to write)]."""
+    if isinstance(leaf, Array):
+        sh, shape, rt = leaf.sharding, leaf.shape, leaf._runtime
+        dtype = _savable_dtype(leaf.dtype, name)
+        if sh.partial:
+            raise CheckpointError(f"spmd.save: leaf {name!r} has partial sharding {sh.text()}; reduce it first")
+        local = set(rt.local_devices(sh.mesh))
+        shards, jobs = [], []
+        for k, (box, dev) in enumerate(cx.shard_boxes(shape, sh)):
+            f = cx.file_name(i, k)
+            shards.append({"file": f, "box": [list(b) for b in box], "device": dev})
+            if dev in local:
+                def fetch(dev=dev, box=box):
+                    data = np.asarray(rt.get({dev: leaf._handles[dev]})[dev])
+                    return data[tuple(slice(0, b - a) for a, b in box)]      # drop the padding
+                jobs.append((f, fetch))
+        return {"path": name, "kind": "array", "shape": list(shape), "dtype": dtype.name,
+                "sharding": cx.sharding_to_json(sh), "shards": shards}, jobs
+    if isinstance(leaf, bool):
+        kind = "bool"
+    elif isinstance(leaf, int):
+        kind = "int"
+    elif isinstance(leaf, float):
+        kind = "float"
+    elif isinstance(leaf, complex):
+        kind = "complex"
+    elif isinstance(leaf, np.generic):
+        kind = "numpy_scalar"
+    elif isinstance(leaf, np.ndarray):
+        kind = "array"
+    else:
+        raise CheckpointError(f"spmd.save: leaf {name!r} is a {type(leaf).__name__}; a checkpoint holds numpy "
+                              f"arrays, numpy or Python scalars and spmd.Arrays")
+    try:
+        arr = np.asarray(leaf, dtype=np.int64) if kind == "int" else np.asarray(leaf)
+    except OverflowError:
+        raise CheckpointError(f"spmd.save: leaf {name!r} = {leaf} does not fit in int64") from None
+    dtype = _savable_dtype(arr.dtype, name)
+    shards = [{"file": cx.file_name(i, 0), "box": [[0, n] for n in arr.shape], "device": 0}]
+    jobs = [(cx.file_name(i, 0), lambda: arr)] if me == 0 else []
+    return {"path": name, "kind": kind, "shape": list(arr.shape), "dtype": dtype.name, "sharding": None,
+            "shards": shards}, jobs
+
+
+def _savable_dtype(dtype, name):
+    dtype = np.dtype(dtype)
+    if dtype.name not in cx.DTYPES or dtype.fields is not None:
+        raise CheckpointError(f"spmd.save: leaf {name!r} has dtype {dtype}; a checkpoint holds {', '.join(cx.DTYPES)}")
+    return np.dtype(dtype.name)
+
+
+def _with_hashes(entries, files):
+    for e in entries:
+        for s in e["shards"]:
+            got = files.get(s["file"])
+            if got is None:
+                raise CheckpointError(f"spmd.save: no process wrote {s['file']} (leaf {e['path']!r})")
+            s.update(got)
+    return entries
+
+
+def _remove(p):
+    if os.path.islink(p) or os.path.isfile(p):
+        os.remove(p)
+    elif os.path.isdir(p):
+        shutil.rmtree(p)
+
+
+def _complete(p):
+    return os.path.isfile(os.path.join(p, INDEX))
+
+
+def _prepare(path, tmp):
+    """Process 0, before anyone writes: finish the recovery of an interrupted save, make
+    sure `path` is ours to replace, start a fresh `<path>.tmp`."""
+    old = path + ".old"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not os.path.lexists(path) and _complete(old):
+        os.rename(old, path)              # a crash fell between the two renames of _commit
+    if os.path.lexists(path):
+        if not (os.path.isdir(path) and (_complete(path) or not os.listdir(path))):
+            raise CheckpointError(f"spmd.save: refusing to replace {path}: it is not an spmd checkpoint "
+                                  f"(no {INDEX})")
+    if os.path.lexists(old):
+        _remove(old)
+    _remove(tmp)
+    os.makedirs(tmp)
+
+
+def _commit(path, tmp, index_text):
+    """Process 0, after every file is written and fsynced: index, fsync, rename."""
+    with open(os.path.join(tmp, INDEX), "x") as f:
+        f.write(index_text)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    old = path + ".old"
+    if os.path.lexists(path):
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+    if os.path.lexists(old):
+        _remove(old)
+
+
+def _fsync_dir(p):
+    fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _write_npy(path, arr):
-    with open(path, "wb") as f:
-        np.save(f, np.asarray(arr), allow_pickle=False)
+class _Digest:
+    """sha256 of the whole stream and of each `block` bytes of it."""
+
+    def __init__(self, block):
+        self.block, self.whole, self.cur, self.fill, self.blocks, self.n = block, hashlib.sha256(), \
+            hashlib.sha256(), 0, [], 0
+
+    def update(self, data):
+        self.whole.update(data)
+        self.n += len(data)
+        while len(data):
+            take = min(len(data), self.block - self.fill)
+            self.cur.update(data[:take])
+            self.fill += take
+            data = data[take:]
+            if self.fill == self.block:
+                self.blocks.append(self.cur.hexdigest())
+                self.cur, self.fill = hashlib.sha256(), 0
+
+    def result(self):
+        if self.fill:
+            self.blocks.append(self.cur.hexdigest())
+        return {"bytes": self.n, "sha256": self.whole.hexdigest(), "blocks": self.blocks}
+
+
+def _npy_header(shape, dtype):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)})
+    return np.frombuffer(buf.getvalue(), np.uint8)
+
+
+def _byte_chunks(arr):
+    """The C-order bytes of arr, in pieces of about WRITE_CHUNK (copying at most that much)."""
+    if arr.flags.c_contiguous:
+        flat = arr.reshape(-1).view(np.uint8)
+        for a in range(0, flat.size, WRITE_CHUNK):
+            yield flat[a:a + WRITE_CHUNK]
+        return
+    rows = max(1, WRITE_CHUNK // max(1, arr[0].nbytes))
+    for a in range(0, arr.shape[0], rows):
+        yield np.ascontiguousarray(arr[a:a + rows]).reshape(-1).view(np.uint8)
+
+
+def _write_npy(full, arr):
+    """Write arr as a .npy file, fsync it; its size and hashes for the index."""
+    arr = np.asarray(arr)
+    arr = arr.astype(_file_dtype(arr.dtype), copy=False)
+    digest = _Digest(cx.BLOCK_BYTES)
+    with open(full, "xb") as f:
+        header = _npy_header(arr.shape, arr.dtype)
+        digest.update(header)
+        f.write(header)
+        for chunk in _byte_chunks(arr):
+            digest.update(chunk)
+            f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def save(path, tree):
-    """Write `tree` (numpy arrays, scalars, spmd.Arrays) to the directory `path`."""
-    rt = get_runtime()
-    path = os.path.abspath(os.fspath(path))
-    tmp = path + ".tmp"
-    leaves, td = tree_flatten(tree)
-    me = rt.process_index()
-    if me == 0:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
-        os.makedirs(tmp)
-    _barrier(rt)
-    entries = []
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Array):
-            sh = leaf.sharding.replace(partial=())
-            shape, dt = leaf.shape, dtypes.canon(leaf.dtype)
-            owners = {}
-            for dev in sh.mesh.devices.reshape(-1).tolist():
-                owners.setdefault(sh.shard_box(shape, dev), dev)
-            local = set(rt.local_devices(sh.mesh))
-            mine = {box: d for box, d in owners.items() if d in local}
-            data = rt.get({d: leaf._handles[d] for d in mine.values()}) if mine else {}
-            shards = []
-            for k, (box, dev) in enumerate(sorted(owners.items(), key=lambda kv: kv[1])):
-                name = f"l{i}_s{k}.npy"
-                sha = None
-                if dev in local:
-                    piece = np.asarray(data[dev])[tuple(slice(0, b - a) for a, b in box)]
-                    sha = _write_npy(os.path.join(tmp, name), piece)
-                shards.append({"file": name, "box": [list(b) for b in box], "sha256": sha, "device": dev})
-            entries.append({"shape": list(shape), "dtype": dt, "sharding": _sharding_json(sh), "shards": shards})
-        else:
-            arr = np.asarray(leaf)
-            dt = dtypes.canon(arr.dtype)
-            sha = _write_npy(os.path.join(tmp, f"l{i}_s0.npy"), arr.astype(dt)) if me == 0 else None
-            entries.append({"shape": list(arr.shape), "dtype": dt, "sharding": None,
-                            "shards": [{"file": f"l{i}_s0.npy", "box": [[0, n] for n in arr.shape],
-                                        "sha256": sha, "device": 0}]})
-    entries = _gather_hashes(rt, entries)
-    if me == 0:
-        index = {"format": FORMAT, "tree": _tree_json(td), "leaves": entries}
-        with open(os.path.join(tmp, "index.json"), "w") as f:
-            json.dump(index, f)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync(tmp)
-        old = None
-        if os.path.exists(path):
-            old = path + ".old"
-            if os.path.exists(old):
-                shutil.rmtree(old)
-            os.rename(path, old)
-        os.rename(tmp, path)
-        _fsync(os.path.dirname(path))
-        if old:
-            shutil.rmtree(old)
-    _barrier(rt)
-    return path
-
-
-def _barrier(rt):
-    b = getattr(rt, "barrier", None)
-    if b is not None and rt.process_count() > 1:
-        b()
-
-
-def _gather_hashes(rt, entries):
-    """Under MPI each rank knows the hashes of the files it wrote: merge them on every rank."""
-    if rt.process_count() == 1:
-        return entries
-    mine = {(i, k): s["sha256"] for i, e in enumerate(entries) for k, s in enumerate(e["shards"]) if s["sha256"]}
-    allh = rt.world.allgather(mine)
-    for d in allh:
-        for (i, k), sha in d.items():
-            entries[i]["shards"][k]["sha256"] = sha
-    return entries
+    return digest.result()
 
 
 # -- load -----------------------------------------------------------------------------------
-def _check(cond, msg):
-    if not cond:
-        raise CheckpointError(msg)
-
-
-def _read_index(path):
-    ipath = os.path.join(path, "index.json")
-    _check(os.path.isdir(path), f"no checkpoint at {path}")
-    _check(os.path.isfile(ipath), f"checkpoint {path} has no index.json (an unfinished save?)")
-    try:
-        with open(ipath) as f:
-            index = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{ipath} is not valid JSON: {e}") from None
-    _check(isinstance(index, dict) and index.get("format") == FORMAT,
-           f"{ipath}: not an spmd checkpoint index (format {FORMAT!r} expected)")
-    _check(isinstance(index.get("leaves"), list), f"{ipath}: 'leaves' must be a list")
-    return index
-
-
-def _safe_file(path, name):
-    _check(isinstance(name, str) and name and os.path.basename(name) == name and name not in (".", "..")
-           and not name.startswith("."), f"checkpoint index names an unsafe file {name!r}")
-    full = os.path.join(path, name)
-    real = os.path.realpath(full)
-    _check(os.path.dirname(real) == os.path.realpath(path),
-           f"checkpoint file {name!r} resolves outside the checkpoint directory")
-    _check(os.path.isfile(real), f"checkpoint file {name} is missing from {path}")
-    return full
-
-
-def _int_list(x, n=None):
-    return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x) \
-        and (n is None or len(x) == n)
-
-
-def _validate_leaf(i, e):
-    _check(isinstance(e, dict), f"index: leaf {i} is not an object")
-    _check(_int_list(e.get("shape")), f"index: leaf {i} has a bad shape {e.get('shape')!r}")
-    _check(e.get("dtype") in dtypes.DTYPES, f"index: leaf {i} has an unsupported dtype {e.get('dtype')!r}")
-    shards = e.get("shards")
-    _check(isinstance(shards, list) and shards, f"index: leaf {i} has no shards")
-    nd = len(e["shape"])
-    for s in shards:
-        _check(isinstance(s, dict) and isinstance(s.get("sha256"), str) and len(s["sha256"]) == 64,
-               f"index: leaf {i} has a shard without a sha256")
-        _check(isinstance(s.get("file"), str), f"index: leaf {i} has a shard whose file is {s.get('file')!r}")
-        box = s.get("box")
-        _check(isinstance(box, list) and len(box) == nd and all(
-            _int_list(b, 2) and b[0] <= b[1] <= n for b, n in zip(box, e["shape"])),
-            f"index: leaf {i} shard {s.get('file')!r} has a box {box!r} outside shape {e['shape']}")
-
-
-class _Source:
-    """The saved shards of one leaf, opened lazily and checked once."""
-
-    def __init__(self, path, i, e):
-        self.path, self.i, self.e = path, i, e
-        self.dtype = np.dtype(e["dtype"])
-        self._open = {}
-
-    def shard(self, s):
-        name = s.get("file")
-        arr = self._open.get(name)
-        if arr is None:
-            full = _safe_file(self.path, name)
-            if os.environ.get("SPMD_CHECKPOINT_VERIFY", "1") != "0":
-                h = hashlib.sha256()
-                with open(full, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 22), b""):
-                        h.update(chunk)
-                _check(h.hexdigest() == s["sha256"], f"checkpoint file {name} is corrupt (sha256 mismatch)")
-            try:
-                arr = np.load(full, mmap_mode="r", allow_pickle=False)
-            except (ValueError, OSError, EOFError) as err:
-                raise CheckpointError(f"checkpoint file {name} is not a readable .npy: {err}") from None
-            want = tuple(b - a for a, b in s["box"])
-            _check(arr.shape == want and arr.dtype == self.dtype,
-                   f"checkpoint file {name} holds {arr.dtype}{list(arr.shape)} but the index says "
-                   f"{self.dtype}{list(want)}")
-            self._open[name] = arr
-        return arr
-
-    def read_box(self, box):
-        """The global region `box` ((start, stop) per dim), cut from the overlapping shards."""
-        out = np.zeros(tuple(b - a for a, b in box), self.dtype)
-        covered = 0
-        for s in self.e["shards"]:
-            lo = [max(a, sa) for (a, _), (sa, _) in zip(box, s["box"])]
-            hi = [min(b, sb) for (_, b), (_, sb) in zip(box, s["box"])]
-            if any(l >= h for l, h in zip(lo, hi)) and out.size:
-                continue
-            src = self.shard(s)
-            if not out.size:
-                continue
-            out[tuple(slice(l - a, h - a) for l, h, (a, _) in zip(lo, hi, box))] = \
-                src[tuple(slice(l - sa, h - sa) for l, h, (sa, _) in zip(lo, hi, s["box"]))]
-            covered += int(np.prod([h - l for l, h in zip(lo, hi)]))
-        _check(covered >= out.size, f"checkpoint leaf {self.i}: the saved shards do not cover region {box}")
-        return out
-
-
 def load(path, shardings=None):
-    """Read a checkpoint. shardings: None -> numpy arrays; a Mesh -> replicated on it;
-    a Sharding or a tree of them (None = numpy) -> spmd.Arrays split that way."""
+    """Read a checkpoint. `shardings`: None -> numpy arrays (and the saved scalars); a
+    Mesh -> spmd.Arrays replicated on it; a Sharding or a tree of them (a prefix of the
+    checkpoint's tree; None entries -> numpy) -> spmd.Arrays split that way. Every
+    process must call it; each reads only the bytes its devices need."""
+    rt = get_runtime()
+    procs = _Procs(rt)
     path = os.path.abspath(os.fspath(path))
+    result, err = _capture(lambda: _load(path, shardings, rt))
+    procs.agree(err)
+    return result
+
+
+def _load(path, shardings, rt):
+    path = _resolve(path)
     index = _read_index(path)
-    td = _tree_from_json(index.get("tree"))
-    entries = index["leaves"]
-    _check(td.num_leaves == len(entries), f"index: the tree has {td.num_leaves} leaves but {len(entries)} are listed")
-    for i, e in enumerate(entries):
-        _validate_leaf(i, e)
-    skeleton = tree_unflatten(td, [0] * len(entries))
+    targets = _targets(index, shardings)
+    # which saved shard goes where: [(leaf, target sharding or None, {dest box: [devices]})]
+    plans = []
+    needed = {}                       # (leaf, shard k) -> the Leaf, for the files we read
+    for leaf, target in zip(index.leaves, targets):
+        if target is None:
+            dests = {tuple((0, n) for n in leaf.shape): []}
+        else:
+            dests = {}
+            for dev in rt.local_devices(target.mesh):
+                dests.setdefault(target.shard_box(leaf.shape, dev), []).append(dev)
+        plans.append((leaf, target, dests))
+        for k, s in enumerate(leaf.shards):
+            if any(_overlap(box, s.box) for box in dests):
+                needed[(leaf.index, k)] = leaf
+    # before allocating anything: the files exist, are ours, and hold the data they claim
+    for (i, k), leaf in needed.items():
+        _stat_shard(path, leaf, leaf.shards[k])
+    reads = {key: [] for key in needed}        # (leaf, k) -> [(lo, hi in the shard, dest view)]
+    out = []
+    for leaf, target, dests in plans:
+        views = {}
+        if target is None:
+            value = np.empty(leaf.shape, leaf.dtype)
+            views[next(iter(dests))] = value
+        else:
+            local_shape = target.local_shape(leaf.shape)
+            buffers = {}
+            for box in dests:
+                buf = buffers[box] = np.zeros(local_shape, leaf.dtype)    # replicas share it
+                views[box] = buf[tuple(slice(0, b - a) for a, b in box) + (Ellipsis,)]    # a view, also 0-d
+            value = (target, {dev: buf for box, buf in buffers.items() for dev in dests[box]})
+        for box, view in views.items():
+            for k, s in enumerate(leaf.shards):
+                ov = _overlap(box, s.box)
+                if ov is not None:
+                    lo, hi = ov
+                    dst = view[tuple(slice(a - d, b - d) for a, b, (d, _) in zip(lo, hi, box)) + (Ellipsis,)]
+                    reads[(leaf.index, k)].append((
+                        tuple(a - sa for a, (sa, _) in zip(lo, s.box)),
+                        tuple(b - sa for b, (sa, _) in zip(hi, s.box)), dst))
+        out.append((leaf, value))
+    _parallel(lambda item: _read_shard(path, index.block_bytes, needed[item[0]],
+                                       needed[item[0]].shards[item[0][1]], item[1]),
+              [(key, parts) for key, parts in reads.items() if parts])
+    return tree_unflatten(index.tree, [_finish(leaf, value, rt) for leaf, value in out])
+
+
+def _finish(leaf, value, rt):
+    if isinstance(value, tuple):
+        target, bufs = value
+        return Array(leaf.shape, leaf.dtype, target, {d: rt.put(d, b) for d, b in sorted(bufs.items())}, rt)
+    if leaf.kind == "numpy_scalar":
+        return value[()]
+    if leaf.kind in cx.SCALAR_KINDS:
+        return value[()].item()
+    return value
+
+
+def _overlap(a, b):
+    """The intersection of two boxes as (lo, hi), or None if it holds no element."""
+    lo = tuple(max(x, y) for (x, _), (y, _) in zip(a, b))
+    hi = tuple(min(x, y) for (_, x), (_, y) in zip(a, b))
+    return None if any(l >= h for l, h in zip(lo, hi)) else (lo, hi)
+
+
+def _targets(index, shardings):
+    n = len(index.leaves)
     if shardings is None or isinstance(shardings, (Mesh, Sharding)):
-        targets = [shardings] * len(entries)
+        targets = [shardings] * n
     else:
+        skeleton = tree_unflatten(index.tree, [0] * n)
         try:
             targets = broadcast_prefix(shardings, skeleton, is_leaf=lambda x: isinstance(x, (Sharding, Mesh)))
         except ValueError as err:
-            raise CheckpointError(f"load: shardings do not match the checkpoint's tree: {err}") from None
+            raise CheckpointError(f"spmd.load: shardings do not match the checkpoint's tree "
+                                  f"{index.tree!r}: {str(err)[:300]}") from None
     out = []
-    for i, (e, target) in enumerate(zip(entries, targets)):
-        src = _Source(path, i, e)
-        shape = tuple(e["shape"])
-        if target is None:
-            out.append(src.read_box(tuple((0, n) for n in shape)))
-            continue
-        if isinstance(target, Mesh):
-            target = Sharding(target, (None,) * len(shape))
-        target = target.for_rank(len(shape), f"checkpoint leaf {i}")
-        rt = get_runtime()
-        handles = {}
-        local_shape = target.local_shape(shape)
-        for dev in rt.local_devices(target.mesh):
-            box = target.shard_box(shape, dev)
-            piece = src.read_box(box)
-            padded = np.zeros(local_shape, src.dtype)
-            padded[tuple(slice(0, b - a) for a, b in box)] = piece
-            handles[dev] = rt.put(dev, padded)
-        out.append(Array(shape, src.dtype, target, handles, rt))
-    return tree_unflatten(td, out)
+    for leaf, t in zip(index.leaves, targets):
+        if isinstance(t, Mesh):
+            # a mesh places arrays; saved Python scalars stay Python scalars
+            t = None if leaf.kind in cx.SCALAR_KINDS else Sharding(t, (None,) * len(leaf.shape))
+        elif isinstance(t, Sharding):
+            if t.partial:
+                raise ShardingError(f"spmd.load: sharding {t.text()} for {leaf!r} is partial; an Array holds "
+                                    f"whole values")
+            t = t.for_rank(len(leaf.shape), f"{leaf!r} (shape {list(leaf.shape)})")
+        elif t is not None:
+            raise CheckpointError(f"spmd.load: the sharding for {leaf!r} must be None, a Mesh or a Sharding, "
+                                  f"got {type(t).__name__}")
+        out.append(t)
+    return out
 
 
+def _resolve(path):
+    """The directory to read: `path`, or `path.old` if a crash fell between the renames."""
+    if _complete(path):
+        return path
+    old = path + ".old"
+    if not os.path.lexists(path) and _complete(old):
+        return old
+    if not os.path.lexists(path):
+        raise CheckpointError(f"no checkpoint at {path}")
+    raise CheckpointError(f"{path} has no {INDEX}: not an spmd checkpoint, or a save that never finished")
+
+
+def _read_index(path):
+    where = os.path.join(path, INDEX)
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise CheckpointError(f"cannot open {where}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if size > cx.MAX_INDEX_BYTES:
+            raise CheckpointError(f"{where} is {size} bytes; an index is at most {cx.MAX_INDEX_BYTES}")
+        return cx.parse(f.read(), where)
+
+
+def _stat_shard(path, leaf, s):
+    full = os.path.join(path, s.file)
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) is missing from {path}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) is a "
+                              f"{'symlink' if stat.S_ISLNK(st.st_mode) else 'special file'}; shard files must "
+                              f"be regular files inside the checkpoint directory")
+    if st.st_size != s.bytes:
+        raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) is truncated or was changed: "
+                              f"{st.st_size} bytes, the index says {s.bytes}")
+    need = int(np.prod([b - a for a, b in s.box], dtype=object)) * leaf.dtype.itemsize
+    if s.bytes < need:
+        raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}): {s.bytes} bytes cannot hold box "
+                              f"{[list(b) for b in s.box]} of {leaf.dtype}")
+
+
+def _pread_into(fd, buf, pos, name):
+    got = 0
+    while got < buf.size:
+        n = os.preadv(fd, [buf[got:]], pos + got)
+        if n == 0:
+            raise CheckpointError(f"checkpoint file {name} is truncated (changed while loading)")
+        got += n
+
+
+def _verify(s, block, start, pieces, name):
+    """Check the bytes of a file from `start` (a block boundary) to a block boundary or the
+    end, given as consecutive uint8 pieces, against the index's block hashes."""
+    h, pos = hashlib.sha256(), start
+    for p in pieces:
+        i = 0
+        while i < p.size:
+            take = min(p.size - i, block - pos % block)
+            h.update(p[i:i + take])
+            i, pos = i + take, pos + take
+            if pos % block == 0 or pos == s.bytes:
+                k = (pos - 1) // block
+                if h.hexdigest() != s.blocks[k]:
+                    raise CheckpointError(f"checkpoint file {name} is corrupt: sha256 mismatch in bytes "
+                                          f"{k * block}..{pos}")
+                h = hashlib.sha256()
+
+
+def _read_verified(fd, s, block, start, stop, name):
+    """Bytes [start, stop) of the file (block-aligned), each block checked against the index."""
+    buf = np.empty(stop - start, np.uint8)
+    _pread_into(fd, buf, start, name)
+    _verify(s, block, start, [buf], name)
+    return buf
+
+
+def _read_header(head, leaf, s):
+    """Parse and check the .npy header; returns the data offset."""
+    f = io.BytesIO(head.tobytes())
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except Exception as e:           # noqa: BLE001 - whatever numpy's header parser says, it is a bad file
+        raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) has a bad .npy header: {e}") from None
+    want_shape = tuple(b - a for a, b in s.box)
+    if fortran or tuple(shape) != want_shape or dtype != _file_dtype(leaf.dtype):
+        raise CheckpointError(f"checkpoint file {s.file} holds {dtype}{list(shape)}"
+                              f"{' (Fortran order)' if fortran else ''} but the index says "
+                              f"{_file_dtype(leaf.dtype)}{list(want_shape)} for {leaf!r}")
+    offset = f.tell()
+    if offset + int(np.prod(want_shape, dtype=object)) * dtype.itemsize != s.bytes:
+        raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) is {s.bytes} bytes, not a header of "
+                              f"{offset} and the data of {dtype}{list(want_shape)}")
+    return offset
+
+
+def _read_shard(path, block, leaf, s, parts):
+    """Copy regions of one saved shard into their destinations: parts = [(lo, hi, dest)],
+    lo/hi in the shard's own coordinates. Reads one span: from the first byte any part
+    needs to the last."""
+    fd = os.open(os.path.join(path, s.file), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if os.fstat(fd).st_size != s.bytes:
+            raise CheckpointError(f"checkpoint file {s.file} changed while loading")
+        # the header is parsed before its block is hashed (only the blocks of the span are
+        # read): it is checked field by field against the index and the file size instead,
+        # so a header that passes says exactly what the genuine one says
+        offset = _read_header(np.frombuffer(os.pread(fd, min(HEADER_BYTES, s.bytes), 0), np.uint8), leaf, s)
+        shape = tuple(b - a for a, b in s.box)
+        dtype = _file_dtype(leaf.dtype)
+        strides = [dtype.itemsize] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+
+        def at(idx):                   # byte offset of an element of the shard
+            return offset + sum(i * st for i, st in zip(idx, strides))
+        (lo, hi, dest), = parts if len(parts) == 1 else [(None, None, None)]
+        if hi == shape and not any(lo) and dest.flags.c_contiguous and dest.dtype == dtype:
+            # the whole shard into one contiguous destination: read straight into it
+            head = np.empty(offset, np.uint8)
+            _pread_into(fd, head, 0, s.file)
+            data = dest.reshape(-1).view(np.uint8)
+            _pread_into(fd, data, offset, s.file)
+            _verify(s, block, 0, [head, data], s.file)
+            return
+        first = min(at(lo) for lo, _, _ in parts)
+        last = max(at([h - 1 for h in hi]) + dtype.itemsize for _, hi, _ in parts)
+        start, stop = first // block * block, min(-(-last // block) * block, s.bytes)
+        buf = _read_verified(fd, s, block, start, stop, s.file)
+        for lo, hi, dest in parts:
+            dest[...] = np.ndarray(tuple(h - l for l, h in zip(lo, hi)), dtype, buffer=buf,
+                                   offset=at(lo) - start, strides=tuple(strides))
+    finally:
+        os.close(fd)
+
+
+# -- finding and checking checkpoints ---------------------------------------------------------
 def latest(directory):
-    """The newest complete checkpoint under `directory` (names sort by step), or None."""
+    """The newest complete checkpoint in `directory` (the greatest name, so name them by
+    zero-padded step), or None. Unfinished saves (.tmp, no index) are skipped."""
     if not os.path.isdir(directory):
         return None
-    names = sorted(n for n in os.listdir(directory)
-                   if not n.endswith((".tmp", ".old")) and os.path.isfile(os.path.join(directory, n, "index.json")))
-    return os.path.join(directory, names[-1]) if names else None
+    names = {n[:-4] if n.endswith(".old") else n for n in os.listdir(directory) if not n.endswith(".tmp")}
+    for n in sorted(names, reverse=True):
+        p = os.path.join(directory, n)
+        if _complete(p) or (not os.path.lexists(p) and _complete(p + ".old")):
+            return p
+    return None
 
 
-__all__ = ["save", "load", "latest", "CheckpointError", "SpmdError"]
+def verify(path):
+    """Check every file of a checkpoint against the index (whole-file sha256 and every
+    block); raises CheckpointError, returns the number of bytes checked."""
+    path = _resolve(os.path.abspath(os.fspath(path)))
+    index = _read_index(path)
+    total = 0
+    for leaf in index.leaves:
+        for s in leaf.shards:
+            _stat_shard(path, leaf, s)
+            fd = os.open(os.path.join(path, s.file), os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                whole = hashlib.sha256()
+                for a in range(0, s.bytes, index.block_bytes):
+                    whole.update(_read_verified(fd, s, index.block_bytes, a,
+                                                min(a + index.block_bytes, s.bytes), s.file))
+                if whole.hexdigest() != s.sha256:
+                    raise CheckpointError(f"checkpoint file {s.file} is corrupt (sha256 of the file)")
+                _read_header(_read_verified(fd, s, index.block_bytes, 0, min(index.block_bytes, s.bytes), s.file),
+                             leaf, s)
+            finally:
+                os.close(fd)
+            total += s.bytes
+    return total
+
+
+__all__ = ["save", "load", "latest", "verify"]
