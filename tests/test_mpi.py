@@ -25,9 +25,11 @@ def mpirun(n, script, *args, timeout=120, env=None):
     return p, time.monotonic() - t0
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_collective_matches_numpy(n):
+    """tests/collective_checks.py on meshes (n,), and for 4: (2, 2) and a (2, 2) with
+    devices out of row-major order, over every axis and ordered axis pair."""
     p, _ = mpirun(n, os.path.join(HERE, "mpi_scripts", "collectives.py"))
     assert p.returncode == 0, p.stdout + p.stderr
     oks = re.findall(r"OK (\d+)", p.stdout)
@@ -55,23 +57,6 @@ def test_mlp_same_losses_under_mpiexec_as_locally():
     np.testing.assert_allclose(got, want, rtol=1e-6)
     # only rank 0 prints plainly; every other rank's lines carry its rank
     assert all(ln.startswith("[rank ") for ln in p.stdout.splitlines() if "loss" in ln and not ln.startswith("step"))
-
-
-@pytest.mark.timeout(60)
-def test_exception_on_one_rank_ends_every_rank_promptly():
-    p, took = mpirun(4, os.path.join(HERE, "mpi_scripts", "fail_raise.py"), env={"SPMD_COLLECTIVE_TIMEOUT": "20"})
-    assert p.returncode != 0
-    assert took < 10, took
-    out = p.stdout + p.stderr
-    assert "rank 2 failed" in out and "boom on purpose" in out
-
-
-@pytest.mark.timeout(60)
-def test_killed_rank_does_not_hang_the_others():
-    p, took = mpirun(4, os.path.join(HERE, "mpi_scripts", "fail_kill.py"), env={"SPMD_COLLECTIVE_TIMEOUT": "5"})
-    assert p.returncode != 0
-    assert took < 15, took
-    assert "signal 9" in (p.stdout + p.stderr) or "Killed" in (p.stdout + p.stderr)
 
 
 @pytest.mark.timeout(120)
@@ -103,3 +88,25 @@ def test_timeline_merges_every_rank(tmp_path):
         names = [n for e in spans if e["tid"] == r for n in e["name"].split("+")]   # fused: "tanh+reduce"
         assert "tanh" in names and "all_reduce" in names
     assert all(e["cat"] == "collective" for e in spans if e["name"] == "all_reduce")
+
+
+@pytest.mark.timeout(120)
+def test_validation_programs_identical_to_local(tmp_path):
+    """The partitioner's validation programs give the local runtime's results."""
+    import validation_programs as vp
+    from spmd.runtime.local import LocalRuntime
+    path = tmp_path / "out.npz"
+    p, _ = mpirun(4, os.path.join(HERE, "mpi_scripts", "validation.py"), str(path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    rt = LocalRuntime()
+    want = vp.flat(vp.run_all(lambda exe, mesh, per_dev: rt.run(exe, mesh, per_dev)))
+    vp.assert_same(dict(np.load(path)), want, "mpiexec -n 4 vs local")
+
+
+@pytest.mark.timeout(60)
+def test_messages_over_the_count_limit_are_chunked():
+    """MAX_COUNT lowered to 7 elements: every collective and Array read goes through
+    its chunked path and still matches numpy."""
+    p, _ = mpirun(4, os.path.join(HERE, "mpi_scripts", "chunked.py"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert len(re.findall(r"OK \d+", p.stdout)) == 4

@@ -5,27 +5,53 @@ A mesh-axis group is an MPI sub-communicator made once with `Split` (color: the
 group's first device, key: this rank's index in the group) and cached, so a
 collective over ("data",) on a 2x2 mesh runs on a 2-rank communicator.
 
-Every collective is nonblocking (Iallreduce, Iallgather, ...) and waited on with a
-deadline (SPMD_COLLECTIVE_TIMEOUT): a peer that died or hangs makes this rank raise
-CollectiveError naming the group's ranks within the timeout instead of hanging.
-Messages over MPI's count limit (2**31-1 elements) are sent in chunks.
-The semantics match collectives/base.py and the LocalCommunicator exactly.
+The calls are MPI's blocking collectives (Allreduce, Allgather, Reduce_scatter_block,
+Alltoall, Bcast, Barrier), exactly what a raw mpi4py program calls, into recycled
+result buffers (collectives/pool.py), so spmd costs next to nothing over it: MPICH's
+nonblocking versions run other (schedule-based) algorithms and only progress while
+polled, which made them up to 2x slower at 1 MB. The deadline
+(SPMD_COLLECTIVE_TIMEOUT) is kept by a watchdog thread instead: a call still blocked
+past it prints which collective timed out, over which ranks, and which of them are
+gone (a process on this host that exited or was killed, from the pid table MPIRuntime
+gathers at start), with this rank's stack, and aborts the world — under MPI a rank
+cannot leave a broken collective and carry on, so aborting is what raising would
+lead to anyway (runtime/mpi.py aborts on any uncaught exception).
+
+Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
+sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
+and the LocalCommunicator (MPI may reduce floats in another order than group order).
 """
 from __future__ import annotations
 
+import os
+import socket
+import sys
+import threading
 import time
+import traceback
 
 import numpy as np
 
 from ..errors import CollectiveError
 from .base import REDUCE_OPS, Communicator, collective_timeout
+from .pool import BufferPool
 
 MAX_COUNT = 2 ** 31 - 1
 
+# world rank -> (host, pid), filled by MPIRuntime when it starts: a timed-out collective
+# then names the ranks of its group whose process on this host is gone
+PEERS = {}
+
+
+_MPI = None
+
 
 def _mpi():
-    from mpi4py import MPI
-    return MPI
+    global _MPI
+    if _MPI is None:              # imported on first use: importing mpi4py.MPI initialises MPI
+        from mpi4py import MPI
+        _MPI = MPI
+    return _MPI
 
 
 def _axes(axes):
@@ -64,9 +90,168 @@ def _blocks(what, x, G, dim):
         raise CollectiveError(f"{what}: dim {dim} of {list(x.shape)} does not split into {G} blocks")
     if dim == 0:
         return contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
-    return contiguous(np.stack(np.split(x, G, axis=dim)))
+    parts = np.split(x, G, axis=dim)
+    return np.stack(parts, out=POOL.empty((G,) + parts[0].shape, x.dtype))
 
 
+def _concatenate(parts, dim):
+    """np.concatenate(list(parts), axis=dim) into a pooled buffer."""
+    shape = list(parts.shape[1:])
+    shape[dim] *= parts.shape[0]
+    return np.concatenate(list(parts), axis=dim, out=POOL.empty(tuple(shape), parts.dtype))
+
+
+def _chunks(n):
+    """[lo, hi) ranges of at most MAX_COUNT elements covering n (one empty range for 0)."""
+    if n <= MAX_COUNT:
+        return ((0, n),)
+    return [(lo, min(lo + MAX_COUNT, n)) for lo in range(0, n, MAX_COUNT)]
+
+
+# results come from a pool of recycled buffers (collectives/pool.py): fresh pages cost a
+# page fault each, raw mpi4py code reuses its buffers
+POOL = BufferPool()
+
+
+# -- the deadline ------------------------------------------------------------------------------
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")   # a zombie is dead
+    except OSError:
+        try:
+            os.kill(pid, 0)       # no /proc (not Linux): ask the kernel
+            return True
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+
+
+def gone(ranks):
+    """The ranks among `ranks` whose process ran on this host and no longer does."""
+    host = socket.gethostname()
+    return [r for r in ranks if r in PEERS and PEERS[r][0] == host and not _alive(PEERS[r][1])]
+
+
+def timeout_message(rank, what, group, timeout):
+    lost = gone(group)
+    why = (f"rank(s) {lost} of this group are gone (their processes exited or were killed)"
+           if lost else "a rank of this group died or stopped calling collectives")
+    return (f"rank {rank}: {what} over ranks {list(group)} timed out after {timeout:g} s "
+            f"(SPMD_COLLECTIVE_TIMEOUT): {why}")
+
+
+class _Watchdog:
+    """One daemon thread per process that aborts the world when a blocking MPI call
+    outlives its deadline (the hot path only stores a tuple in a dict), or at once when
+    mpiexec signals that a rank died (MPICH's hydra sends SIGUSR1 to the survivors when
+    run with -disable-auto-cleanup, as `spmd run` does; see `watch_peer_deaths`)."""
+
+    PERIOD = 0.1
+
+    def __init__(self):
+        self.calls = {}                   # thread id -> (deadline, what, group, rank, timeout)
+        self.rank = None
+        self.signal = None
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def guard(self, fn, what, group, rank, timeout):
+        if self._thread is None:
+            self.start()
+        tid = threading.get_ident()
+        prev = self.calls.get(tid)
+        self.calls[tid] = (time.monotonic() + timeout, what, group, rank, timeout)
+        try:
+            return fn()
+        finally:
+            if prev is None:
+                self.calls.pop(tid, None)
+            else:
+                self.calls[tid] = prev
+
+    def watch_peer_deaths(self, rank):
+        """Hear mpiexec's notice that a rank died. Hydra, run with -disable-auto-cleanup
+        (as `spmd run` does), sends SIGUSR1 to the survivors; by default that signal
+        kills a process silently. Instead, Python's C-level handler writes it to a wakeup
+        pipe, which the watchdog thread reads at once: the main thread may be blocked in
+        an MPI call, where a Python-level handler would never run. Main thread only;
+        left alone if the program already uses a wakeup fd (asyncio)."""
+        import signal
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+            return
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        if old != -1:
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        self.rank, self.signal, self._wakeup = rank, signal.SIGUSR1, r
+        # At exit, ignore it: MPI_Finalize runs after Python has put the default action
+        # (terminate) back on its handled signals, and hydra signals the ranks still in
+        # MPI_Finalize as the first ones leave it. Python leaves an ignored signal ignored.
+        import atexit
+        atexit.register(signal.signal, signal.SIGUSR1, signal.SIG_IGN)
+        self.start()
+
+    def start(self):
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="spmd-mpi-watchdog", daemon=True)
+                self._thread.start()
+
+    def _watch(self):
+        import select
+        while True:
+            if self.signal is not None:
+                ready, _, _ = select.select([self._wakeup], [], [], self.PERIOD)
+                if ready and self.signal in os.read(self._wakeup, 512):
+                    self._peer_died()
+            else:
+                time.sleep(self.PERIOD)
+            now = time.monotonic()
+            for tid, call in list(self.calls.items()):
+                if now > call[0] and self.calls.get(tid) is call:
+                    _, what, group, rank, timeout = call
+                    self._abort(rank, timeout_message(rank, what, group, timeout), tid)
+
+    def _peer_died(self):
+        time.sleep(0.3)                    # let the dead process leave the process table
+        world = sorted(PEERS)
+        lost = gone(world)
+        who = f"rank(s) {lost}" if lost else "a rank on another host"
+        calls = list(self.calls.items())
+        doing = f" while in {calls[0][1][1]} over ranks {list(calls[0][1][2])}" if calls else ""
+        self._abort(self.rank, f"rank {self.rank}: {who} of the {len(world)} died (mpiexec reported a lost "
+                               f"process){doing}", calls[0][0] if calls else threading.main_thread().ident)
+
+    def _abort(self, rank, msg, tid):
+        frame = sys._current_frames().get(tid)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        try:
+            sys.stderr.write(f"spmd: rank {rank} failed:\nTraceback (most recent call last):\n{stack}"
+                             f"spmd.errors.CollectiveError: {msg}\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+        finally:
+            time.sleep(1.0)      # let mpiexec forward the message before the job is torn down
+            _mpi().COMM_WORLD.Abort(1)
+
+
+WATCHDOG = _Watchdog()
+
+
+def guarded(fn, what, group, rank, timeout=None):
+    """fn() (a blocking MPI call), aborting the world if it is still blocked after the
+    timeout (SPMD_COLLECTIVE_TIMEOUT by default)."""
+    return WATCHDOG.guard(fn, what, group, rank, collective_timeout() if timeout is None else timeout)
+
+
+# -- the communicator --------------------------------------------------------------------------
 class MPICommunicator(Communicator):
     _comms = {}      # (mesh key, axes, color) -> sub-communicator, shared by the process
 
@@ -75,106 +260,123 @@ class MPICommunicator(Communicator):
         self.world = world or MPI.COMM_WORLD
         super().__init__(mesh, self.world.Get_rank() if rank is None else rank)
         self.timeout = collective_timeout()
+        self._groups = {}           # axes as given -> (sub-communicator, group)
 
     # -- groups --------------------------------------------------------------------------
     def comm(self, axes):
+        if not isinstance(axes, (str, tuple)):
+            axes = tuple(axes)
+        hit = self._groups.get(axes)
+        if hit is None:
+            hit = self._groups[axes] = self._make_comm(axes)
+        return hit
+
+    def _make_comm(self, axes):
         axes = _axes(axes)
         group = self.mesh.group(self.rank, axes)
         key = (hash(self.mesh), axes, group[0])
         c = self._comms.get(key)
         if c is None:
-            if len(group) == self.world.Get_size():
-                c = self.world.Split(0, self.mesh.index_in_group(self.rank, axes))
-            else:
-                c = self.world.Split(group[0], self.mesh.index_in_group(self.rank, axes))
+            color = 0 if len(group) == self.world.Get_size() else group[0]
+            key_in = self.mesh.index_in_group(self.rank, axes)
+            c = self._guard(lambda: self.world.Split(color, key_in), "making the communicator of a group",
+                            list(range(self.world.Get_size())))
             self._comms[key] = c
         return c, group
 
-    def _wait(self, req, what, group):
-        """Wait for a nonblocking request, failing (not hanging) past the deadline."""
-        deadline = time.monotonic() + self.timeout
-        spins = 0
-        while not req.Test():
-            spins += 1
-            if spins > 200:
-                time.sleep(5e-5 if spins < 20000 else 1e-3)
-            if time.monotonic() > deadline:
-                raise CollectiveError(
-                    f"rank {self.rank}: {what} over ranks {group} timed out after {self.timeout:g} s "
-                    f"(SPMD_COLLECTIVE_TIMEOUT): a rank of this group died or stopped calling collectives")
+    def _guard(self, fn, what, group):
+        return guarded(fn, what, group, self.rank, self.timeout)
 
     # -- the collectives -----------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum"):
         x = contiguous(x)
         c, group = self.comm(axes)
-        out = np.empty_like(x)
+        out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
         fx, fo = x.reshape(-1), out.reshape(-1)
-        for lo in range(0, max(fx.size, 1), MAX_COUNT):
-            hi = min(lo + MAX_COUNT, fx.size)
-            self._wait(c.Iallreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
+        for lo, hi in _chunks(fx.size):
+            self._guard(lambda: c.Allreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
         return out
 
     def all_gather(self, x, axes, dim=0):
         x = contiguous(x)
         c, group = self.comm(axes)
         G = len(group)
-        out = np.empty((G,) + x.shape, x.dtype)
-        if x.size > MAX_COUNT:
-            for i in range(G):     # chunked: one broadcast per member
-                out[i] = self.broadcast(x, axes, root=i)
-        else:
-            self._wait(c.Iallgather(_buf(x), _buf(out)), "all_gather", group)
+        out = POOL.empty((G,) + x.shape, x.dtype)
+        if x.size <= MAX_COUNT:
+            self._guard(lambda: c.Allgather(_buf(x), _buf(out)), "all_gather", group)
+        else:                      # each member's x in chunks, gathered into its row
+            fx, fo = x.reshape(-1), out.reshape(G, -1)
+            for lo, hi in _chunks(fx.size):
+                part = np.empty((G, hi - lo), x.dtype)
+                self._guard(lambda: c.Allgather(_buf(fx[lo:hi]), _buf(part)), "all_gather", group)
+                fo[:, lo:hi] = part
         if dim == 0:               # (G, n, ...) is already the concatenation along dim 0
             return out.reshape((G * x.shape[0],) + x.shape[1:])
-        return np.concatenate(list(out), axis=dim)
+        return _concatenate(out, dim)
 
     def reduce_scatter(self, x, axes, dim=0, op="sum"):
         c, group = self.comm(axes)
-        blocks = _blocks("reduce_scatter", x, len(group), dim)
-        out = np.empty(blocks.shape[1:], x.dtype)
-        if blocks.size > MAX_COUNT:
-            full = self.all_reduce(blocks, axes, op)
-            return contiguous(full[c.Get_rank()])
-        self._wait(c.Ireduce_scatter_block(_buf(blocks), _buf(out), op=_op(op, x.dtype)),
-                   f"reduce_scatter({op})", group)
+        G = len(group)
+        blocks = _blocks("reduce_scatter", x, G, dim)
+        out = POOL.empty(blocks.shape[1:], blocks.dtype)
+        mop = _op(op, blocks.dtype)
+        if out.size <= MAX_COUNT:
+            self._guard(lambda: c.Reduce_scatter_block(_buf(blocks), _buf(out), op=mop),
+                        f"reduce_scatter({op})", group)
+            return out
+        fb, fo = blocks.reshape(G, -1), out.reshape(-1)
+        for lo, hi in _chunks(fo.size):    # the same element range of every block
+            part = np.ascontiguousarray(fb[:, lo:hi])
+            self._guard(lambda: c.Reduce_scatter_block(_buf(part), _buf(fo[lo:hi]), op=mop),
+                        f"reduce_scatter({op})", group)
         return out
 
     def all_to_all(self, x, axes, split_dim, concat_dim):
         c, group = self.comm(axes)
         G = len(group)
         send = _blocks("all_to_all", x, G, split_dim)
-        recv = np.empty_like(send)
-        if send.size > MAX_COUNT:
-            raise CollectiveError(f"all_to_all of {send.size} elements exceeds MPI's count limit")
-        self._wait(c.Ialltoall(_buf(send), _buf(recv)), "all_to_all", group)
+        recv = POOL.empty(send.shape, send.dtype)
+        if send[0].size <= MAX_COUNT:
+            self._guard(lambda: c.Alltoall(_buf(send), _buf(recv)), "all_to_all", group)
+        else:
+            fs, fr = send.reshape(G, -1), recv.reshape(G, -1)
+            for lo, hi in _chunks(fs.shape[1]):
+                part, got = np.ascontiguousarray(fs[:, lo:hi]), np.empty((G, hi - lo), send.dtype)
+                self._guard(lambda: c.Alltoall(_buf(part), _buf(got)), "all_to_all", group)
+                fr[:, lo:hi] = got
         if concat_dim == 0:
             return recv.reshape((G * recv.shape[1],) + recv.shape[2:])
-        return np.concatenate(list(recv), axis=concat_dim)
+        return _concatenate(recv, concat_dim)
 
     def permute(self, x, axes, pairs):
         x = contiguous(x)
         c, group = self.comm(axes)
         me = c.Get_rank()
         out = np.zeros_like(x)
+        fx, fo = x.reshape(-1), out.reshape(-1)
         reqs = []
         for s, d in pairs:
             if s == me and d == me:
                 out[...] = x
             elif s == me:
-                reqs.append(c.Isend(_buf(x), dest=d, tag=17))
+                reqs += [c.Isend(_buf(fx[lo:hi]), dest=d, tag=17) for lo, hi in _chunks(fx.size)]
             elif d == me:
-                reqs.append(c.Irecv(_buf(out), source=s, tag=17))
-        for r in reqs:
-            self._wait(r, "collective_permute", group)
+                reqs += [c.Irecv(_buf(fo[lo:hi]), source=s, tag=17) for lo, hi in _chunks(fo.size)]
+        if reqs:
+            MPI = _mpi()
+            self._guard(lambda: MPI.Request.Waitall(reqs), "collective_permute", group)
         return out
 
     def broadcast(self, x, axes, root=0):
-        x = np.array(x, copy=True, order="C")
+        x = np.asarray(x)
+        out = POOL.empty(x.shape, x.dtype)
+        out[...] = x
+        x = out
         c, group = self.comm(axes)
         flat = x.reshape(-1)
-        for lo in range(0, max(flat.size, 1), MAX_COUNT):
-            self._wait(c.Ibcast(_buf(flat[lo:lo + MAX_COUNT]), root=root), "broadcast", group)
+        for lo, hi in _chunks(flat.size):
+            self._guard(lambda: c.Bcast(_buf(flat[lo:hi]), root=root), "broadcast", group)
         return x
 
     def barrier(self, axes=None):
@@ -182,4 +384,4 @@ class MPICommunicator(Communicator):
             c, group = self.world, list(range(self.world.Get_size()))
         else:
             c, group = self.comm(axes)
-        self._wait(c.Ibarrier(), "barrier", group)
+        self._guard(c.Barrier, "barrier", group)

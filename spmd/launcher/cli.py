@@ -1,40 +1,35 @@
 """The `spmd` command.
 
-    spmd run -n N [--backend local|mpi] script.py args...
+    spmd run -n N [--backend local|mpi|ray] script.py args...
 
-local: runs the script in this process's Python with N devices (threads).
-mpi:   runs it under `mpiexec -n N` (the mpich wheel ships mpiexec); each process is a
-       rank and spmd.init() detects MPI from the launcher's environment.
-The script is the same in every case.
+The script is the same in every case; `spmd run` sets SPMD_BACKEND and SPMD_NUM_DEVICES
+and spmd.init() (or the first jit call) picks them up.
+
+local: runs the script in this Python with N devices (threads).
+mpi:   runs it under `mpiexec -n N` (launcher/mpi.py); each process is a rank; output
+       of ranks other than 0 is prefixed with "[rank N] ".
+ray:   runs the script here as the Ray driver with N rank actors. It joins the cluster
+       named by RAY_ADDRESS (e.g. RAY_ADDRESS=auto on a node of a `ray start` cluster),
+       or starts a private single-node Ray; the actors' output is prefixed "(rank N ...)".
 """
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 
-BACKENDS = ("local", "mpi")
+from .mpi import find_mpiexec, mpiexec_command  # noqa: F401 - find_mpiexec is used by tests and benchmarks
 
-
-def find_mpiexec():
-    exe = shutil.which("mpiexec") or shutil.which("mpirun")
-    if exe is None:
-        cand = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        exe = cand if os.path.exists(cand) else None
-    return exe
+BACKENDS = ("local", "mpi", "ray")
 
 
 def command(args) -> tuple[list, dict]:
     """The command line and environment that run the script."""
     env = dict(os.environ, SPMD_BACKEND=args.backend, SPMD_NUM_DEVICES=str(args.n))
     py = [sys.executable, args.script, *args.args]
-    if args.backend == "local":
-        return py, env
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        raise SystemExit("spmd run: mpiexec not found (pip install mpich)")
-    return [mpiexec, "-n", str(args.n), *py], env
+    if args.backend == "mpi":
+        return mpiexec_command(args.n, py), env
+    return py, env
 
 
 def main(argv=None):
@@ -47,7 +42,7 @@ def main(argv=None):
     run.add_argument("args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     if args.n < 1:
-        ap.error("-n must be at least 1")
+        run.error("-n must be at least 1")
     cmd, env = command(args)
     sys.stdout.flush()
     os.execvpe(cmd[0], cmd, env)

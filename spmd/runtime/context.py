@@ -29,27 +29,23 @@ def _mpi(num_devices):
     return MPIRuntime(num_devices)
 
 
-# name -> factory(num_devices) -> Runtime.
-BACKENDS = {"local": _local, "mpi": _mpi}
+def _ray(num_devices):
+    from .ray import RayRuntime
+    return RayRuntime(num_devices)
 
-# set by mpiexec / mpirun (MPICH's hydra, Open MPI), PMI launchers and SLURM's srun
-MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
+
+# name -> factory(num_devices) -> Runtime.
+BACKENDS = {"local": _local, "mpi": _mpi, "ray": _ray}
 
 _runtime = None
 _lock = threading.Lock()
 
 
 def detect_backend() -> str:
-    """The backend the environment asks for. SPMD_BACKEND wins; the MPI/Ray detection
-    (mpirun / srun variables, a Ray job) goes here; otherwise local."""
-    env = os.environ.get("SPMD_BACKEND")
-    if env:
-        return env
-    for var in MPI_ENV:
-        v = os.environ.get(var)
-        if v is not None and (var != "SLURM_NTASKS" or int(v or 1) > 1):
-            return "mpi"
-    return "local"
+    """The backend the environment asks for: SPMD_BACKEND, else mpi under mpiexec /
+    mpirun / srun, else local (launcher/detect.py)."""
+    from ..launcher.detect import detect_backend as detect
+    return detect()
 
 
 def init(backend=None, num_devices=None):
@@ -57,8 +53,10 @@ def init(backend=None, num_devices=None):
     with none, keeps the current one."""
     global _runtime
     with _lock:
-        name = backend or (_runtime.name if _runtime is not None and num_devices is None else None) \
-            or detect_backend()
+        # backend=None keeps a runtime already chosen (e.g. spmd.init(backend="ray", ...)
+        # by the caller) when it has the devices asked for; otherwise detect
+        keep = _runtime is not None and (num_devices is None or _runtime.num_devices == num_devices)
+        name = backend or (_runtime.name if keep else None) or detect_backend()
         if name not in BACKENDS:
             raise SpmdError(f"spmd.init: unknown backend {name!r} (takes {', '.join(sorted(BACKENDS))})")
         if num_devices is not None and (not isinstance(num_devices, int) or num_devices < 1):

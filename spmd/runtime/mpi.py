@@ -6,13 +6,22 @@ about as much as receiving a broadcast program would, without a serialisation fo
 for compiled code. Each process holds the shard of its own device; `all_shards`
 (what Array.numpy() uses) is an Allgather of the padded shards.
 
+Why not compile on rank 0 and broadcast: compiled code (LLVM object code, ctypes
+function pointers) has no portable wire format, and the program every rank needs is
+the same one, so a broadcast would only add a round of communication.
+
 Failure: `init` installs an excepthook that prints the rank's traceback and aborts the
-world (MPI_Abort), so an exception on one rank ends every rank promptly. A rank that
-dies makes its peers' collectives time out (collectives/mpi.py) and abort in turn.
-Output from ranks other than 0 is prefixed with "[rank N] ".
+world (MPI_Abort), so an exception on one rank ends every rank promptly. It gathers
+every rank's (host, pid) once, and a watchdog thread (collectives/mpi.py) aborts the
+world, naming the lost rank, when a collective outlives SPMD_COLLECTIVE_TIMEOUT or
+mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`).
+Output: whole lines only (ranks' lines never interleave mid-line); lines of ranks
+other than 0 are prefixed with "[rank N] ".
 """
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import time
 import traceback
@@ -20,24 +29,34 @@ import traceback
 import numpy as np
 
 from ..errors import ShardingError
-from ..collectives.mpi import _buf, contiguous
+from ..collectives import mpi as mpi_comm
+from ..collectives.base import collective_timeout
+from ..collectives.mpi import MPICommunicator, _buf, contiguous, guarded
 from .backend import Runtime
 
 
 class _Prefixed:
+    """A text stream that writes whole lines, each starting with `prefix`, in one write
+    each: mpiexec merges every rank's output, and a line written in pieces (as
+    `print` does when Python is unbuffered) would interleave with other ranks' lines."""
+
     def __init__(self, stream, prefix):
-        self.stream, self.prefix, self.bol = stream, prefix, True
+        self.stream, self.prefix, self.pending = stream, prefix, ""
 
     def write(self, s):
-        out = []
-        for part in s.splitlines(keepends=True):
-            if self.bol:
-                out.append(self.prefix)
-            out.append(part)
-            self.bol = part.endswith("\n")
-        return self.stream.write("".join(out))
+        text = self.pending + s
+        cut = text.rfind("\n") + 1
+        self.pending = text[cut:]
+        if cut:
+            lines = text[:cut].splitlines(keepends=True)
+            self.stream.write("".join(self.prefix + ln for ln in lines))
+            self.stream.flush()
+        return len(s)
 
     def flush(self):
+        if self.pending:
+            self.stream.write(self.prefix + self.pending)
+            self.pending = ""
         self.stream.flush()
 
     def __getattr__(self, name):
@@ -52,14 +71,20 @@ class MPIRuntime(Runtime):
         self.world = MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
+        self._comms = {}            # mesh -> its MPICommunicator (groups cached inside)
         if num_devices is not None and num_devices != self.size:
             raise ShardingError(f"spmd.init(num_devices={num_devices}) but MPI started {self.size} ranks; "
                                 f"launch with mpiexec -n {num_devices}")
-        if self.rank != 0:
-            sys.stdout = _Prefixed(sys.stdout, f"[rank {self.rank}] ")
-            sys.stderr = _Prefixed(sys.stderr, f"[rank {self.rank}] ")
+        # rank 0's lines plain, every other rank's prefixed with its rank; whole lines only
+        prefix = f"[rank {self.rank}] " if self.rank != 0 else ""
+        if not isinstance(sys.stdout, _Prefixed):
+            sys.stdout = _Prefixed(sys.stdout, prefix)
+            sys.stderr = _Prefixed(sys.stderr, prefix)
         self._install_excepthook()
         self._merge_timeline_at_exit()
+        # once, at start: who runs where, so a timeout can name a rank that is gone
+        mpi_comm.PEERS.update(enumerate(self.world.allgather((socket.gethostname(), os.getpid()))))
+        mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
 
     def _merge_timeline_at_exit(self):
         """SPMD_TRACE: at exit every rank sends its spans to rank 0, which writes one file
@@ -81,7 +106,8 @@ class MPIRuntime(Runtime):
         def hook(tp, value, tb):
             sys.stderr.write(f"spmd: rank {rank} failed:\n" + "".join(traceback.format_exception(tp, value, tb)))
             sys.stderr.flush()
-            time.sleep(0.5)      # let mpiexec forward the traceback before it tears the job down
+            sys.stdout.flush()
+            time.sleep(1.0)      # let mpiexec forward the traceback before it tears the job down
             world.Abort(1)
         sys.excepthook = hook
 
@@ -111,17 +137,25 @@ class MPIRuntime(Runtime):
         return dict(handles)
 
     def run(self, program, mesh, args):
-        from ..collectives.mpi import MPICommunicator
         self._check(mesh)
-        comm = MPICommunicator(mesh, self.rank, self.world)
+        comm = self._comms.get(mesh)
+        if comm is None or comm.timeout != collective_timeout():
+            comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         return {self.rank: program(args[self.rank], comm=comm)}
 
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
+        if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
+            from ..sharding import Mesh
+            world = Mesh((self.size,), ("world",))
+            out = MPICommunicator(world, self.rank, self.world).all_gather(mine[None], "world", 0)
+            return {d: out[d] for d in range(self.size)}
         out = np.empty((self.size,) + mine.shape, mine.dtype)
-        self.world.Allgather(_buf(mine), _buf(out))
+        # a collective: a rank that reads an Array alone times out, naming who is missing
+        guarded(lambda: self.world.Allgather(_buf(mine), _buf(out)), "reading an spmd.Array (all ranks must)",
+                list(range(self.size)), self.rank)
         return {d: out[d] for d in range(self.size)}
 
     def barrier(self):
-        self.world.Barrier()
+        guarded(self.world.Barrier, "barrier", list(range(self.size)), self.rank)

@@ -1,0 +1,41 @@
+"""Result buffers, recycled: a small pool that hands a buffer out again once nobody
+refers to it any more. Used by the MPI and Ray communicators for their results."""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+
+import numpy as np
+
+
+class BufferPool:
+    """Fresh memory for results, recycled. A new large array costs a page fault per 4 KiB
+    page the first time it is written (on this kind of VM, more than the collective
+    itself: 0.8 ms of a 1 MB all_reduce's 1.1 ms), while raw mpi4py code reuses its
+    buffers. Results must still be new arrays to their callers. So results come from here: a buffer is handed out again once nobody holds
+    it or any view of it any more, which its reference count shows (every numpy view
+    keeps a reference to the buffer that owns the memory). Small arrays use malloc."""
+
+    MIN_BYTES = 1 << 16
+
+    def __init__(self, max_bytes=1 << 30, per_size=4):
+        self.bufs = {}                   # nbytes -> [uint8 buffers of that size]
+        self.max_bytes, self.per_size, self.total = max_bytes, per_size, 0
+        self._lock = threading.Lock()
+
+    def empty(self, shape, dtype):
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes < self.MIN_BYTES:
+            return np.empty(shape, dtype)
+        with self._lock:
+            bucket = self.bufs.setdefault(nbytes, [])
+            for b in bucket:
+                if sys.getrefcount(b) == 3:  # the bucket, `b` and getrefcount's argument: free
+                    return b.view(dtype).reshape(shape)
+            b = np.empty(nbytes, np.uint8)
+            if len(bucket) < self.per_size and self.total + nbytes <= self.max_bytes:
+                bucket.append(b)
+                self.total += nbytes
+            return b.view(dtype).reshape(shape)

@@ -1,0 +1,94 @@
+"""Every Communicator method against numpy, run by each rank with its own communicator.
+
+Shared by the MPI script (tests/mpi_scripts/collectives.py) and the Ray tests: each
+rank can compute every device's input (seeded by device id), so it checks its own
+result against the numpy answer without any extra communication. Returns how many
+checks passed; a wrong result raises AssertionError naming the case.
+"""
+import itertools
+
+import numpy as np
+
+DTYPES = ("float64", "float32", "int64", "bool")
+_F = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+def value(dev, shape, dtype):
+    rng = np.random.default_rng(dev)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    return (rng.standard_normal(shape) * 10).astype(dtype)
+
+
+def axis_groups(mesh):
+    """Every ordered choice of mesh axes: ("a",), ("b",), ("a","b"), ("b","a")..."""
+    return [ax for k in range(1, mesh.ndim + 1) for ax in itertools.permutations(mesh.axis_names, k)]
+
+
+def reduce_in_order(op, xs):
+    want = xs[0].copy()
+    for x in xs[1:]:
+        want = _F[op](want, x)
+    return want
+
+
+def check_collectives(comm, dtypes=DTYPES, big=False):
+    """All collectives over every axis group of comm.mesh. big: also one all_reduce of
+    a few MB (the object-store / blockwise path)."""
+    mesh, me = comm.mesh, comm.rank
+    checked = 0
+    for axes, dtype in itertools.product(axis_groups(mesh), dtypes):
+        group = mesh.group(me, axes)
+        G, i = len(group), mesh.index_in_group(me, axes)
+        xs = [value(d, (G * 2, 3), dtype) for d in group]
+        case = (mesh.text(), axes, dtype)
+        for op in (["sum", "max", "min", "prod"] if dtype != "bool" else ["sum", "min"]):
+            want = reduce_in_order(op, xs)
+            got = comm.all_reduce(xs[i], axes, op)
+            assert got.dtype == want.dtype and np.allclose(got, want), (case, "all_reduce", op)
+            rs = comm.reduce_scatter(xs[i], axes, 0, op)
+            assert np.allclose(rs, np.split(want, G)[i]), (case, "reduce_scatter", op)
+            checked += 2
+        for dim in (0, 1):
+            got = comm.all_gather(xs[i], axes, dim)
+            assert np.array_equal(got, np.concatenate(xs, axis=dim)), (case, "all_gather", dim)
+        ys = [value(d + 100, (3, G * 2), dtype) for d in group]
+        rs1 = comm.reduce_scatter(ys[i], axes, 1, "sum")
+        assert np.allclose(rs1, np.split(reduce_in_order("sum", ys), G, axis=1)[i]), (case, "reduce_scatter dim 1")
+        for split, concat, zs in ((0, 1, xs), (1, 0, ys)):
+            got = comm.all_to_all(zs[i], axes, split, concat)
+            want = np.concatenate([np.split(z, G, split)[i] for z in zs], axis=concat)
+            assert np.array_equal(got, want), (case, "all_to_all", split, concat)
+        pairs = [(k, (k + 1) % G) for k in range(G - 1)]          # a shift; member 0 gets nothing
+        got = comm.permute(xs[i], axes, pairs)
+        src = {d: s for s, d in pairs}.get(i)
+        assert np.array_equal(got, xs[src] if src is not None else np.zeros_like(xs[i])), (case, "permute")
+        got = comm.permute(xs[i], axes, [(0, k) for k in range(G)])   # one src, every dst (itself too)
+        assert np.array_equal(got, xs[0]), (case, "permute fan-out")
+        assert np.array_equal(comm.broadcast(xs[i], axes, root=G - 1), xs[G - 1]), (case, "broadcast")
+        scalar = comm.all_reduce(np.array(float(me)), axes)
+        assert scalar.shape == () and scalar == sum(group), (case, "0-d all_reduce")
+        comm.barrier(axes)
+        checked += 9
+    if big:
+        for axes in axis_groups(mesh):
+            group = mesh.group(me, axes)
+            xs = [value(d, (512, 1024), "float32") for d in group]      # 2 MB each
+            got = comm.all_reduce(xs[mesh.index_in_group(me, axes)], axes)
+            want = reduce_in_order("sum", xs)           # MPI may sum in another order
+            assert np.allclose(got, want, rtol=1e-6, atol=1e-5), (mesh.text(), axes, "big all_reduce")
+            checked += 1
+    comm.barrier()
+    return checked + 1
+
+
+class CheckCollectives:
+    """A per-device 'program' for a runtime's run(): runs check_collectives with the
+    rank's communicator and returns [number of checks]."""
+    num_outputs = 1
+
+    def __init__(self, dtypes=DTYPES, big=False):
+        self.dtypes, self.big = dtypes, big
+
+    def __call__(self, inputs, comm):
+        return [np.array(check_collectives(comm, self.dtypes, self.big))]

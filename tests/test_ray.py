@@ -1,0 +1,260 @@
+"""The Ray backend, for real: 4 rank actors on a two-node ray.cluster_utils.Cluster
+(both nodes on this machine, every port on loopback, small object stores).
+
+One cluster for the module (starting one takes ~10 s). The runtime under test is the
+global one (spmd.init(backend="ray")), so jit runs on it; the module restores a local
+runtime when it is done.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import spmd  # noqa: E402
+from spmd.errors import CollectiveError  # noqa: E402
+from spmd.runtime.context import get_runtime  # noqa: E402
+
+import collective_checks  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    from spmd.launcher.ray import LOOPBACK
+    node = dict(num_cpus=4, node_ip_address=LOOPBACK, object_store_memory=128 << 20)
+    prev = get_runtime()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SPMD_RAY_STRATEGY", "SPREAD")       # two ranks on each node
+    c = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
+    c.add_node(**node)
+    ray.init(address=c.address, _node_ip_address=LOOPBACK, log_to_driver=True)
+    # the actors unpickle the test programs by value: this module is not importable there
+    ray.cloudpickle.register_pickle_by_value(collective_checks)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        rt = spmd.init(backend="ray", num_devices=4)
+        yield c, rt
+    finally:
+        spmd.init(backend="local", num_devices=prev.num_devices)
+        ray.shutdown()
+        c.shutdown()
+        mp.undo()
+
+
+def meshes():
+    return [spmd.Mesh((4,), ("x",)), spmd.Mesh((2, 2), ("a", "b")),
+            spmd.Mesh((2, 2), ("a", "b"), devices=[[2, 0], [3, 1]]), spmd.Mesh((2,), ("x",))]
+
+
+def run(rt, program, mesh, args=None):
+    devices = sorted(mesh.devices.reshape(-1).tolist())
+    out = rt.run(program, mesh, args or {d: [] for d in devices})
+    return {d: [rt.get({d: h})[d] for h in out[d]] for d in devices}
+
+
+def test_ranks_are_actors_spread_over_two_nodes(cluster):
+    _, rt = cluster
+    where = rt.where()
+    assert [w["rank"] for w in where] == [0, 1, 2, 3]
+    assert len({w["node"] for w in where}) == 2
+    assert len({w["pid"] for w in where}) == 4 and os.getpid() not in {w["pid"] for w in where}
+    assert spmd.process_index() == 0 and spmd.process_count() == 1 and spmd.device_count() == 4
+
+
+def test_every_collective_matches_numpy(cluster):
+    _, rt = cluster
+    for mesh in meshes():
+        got = run(rt, collective_checks.CheckCollectives(big=True), mesh)
+        counts = {int(v[0]) for v in got.values()}
+        assert len(counts) == 1 and counts.pop() > 40, (mesh, got)
+
+
+class _Blockwise:
+    """The checks with every all_reduce over 3+ ranks taking the block-wise path."""
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        import spmd.collectives.ray as R
+        old, R.BLOCKWISE_BYTES = R.BLOCKWISE_BYTES, 1
+        try:
+            return [np.array(collective_checks.check_collectives(comm, ("float64", "int64", "bool"), big=True))]
+        finally:
+            R.BLOCKWISE_BYTES = old
+
+
+def test_blockwise_all_reduce_matches_numpy(cluster):
+    _, rt = cluster
+    for mesh in meshes()[:2]:
+        got = run(rt, _Blockwise(), mesh)
+        assert len({int(v[0]) for v in got.values()}) == 1, got
+
+
+class _Mismatch:
+    """Rank 1 calls all_gather where the others call all_reduce."""
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        x = np.ones(4)
+        return [comm.all_gather(x, "x") if comm.rank == 1 else comm.all_reduce(x, "x")]
+
+
+def test_a_group_that_disagrees_on_the_call_fails_naming_the_ranks(cluster):
+    _, rt = cluster
+    with pytest.raises(CollectiveError, match=r"does not agree.*rank\(s\) \[(1|0, 2, 3)\] called"):
+        rt.run(_Mismatch(), spmd.Mesh((4,), ("x",)), {d: [] for d in range(4)})
+
+
+def test_arrays_live_in_the_actors_and_round_trip(cluster):
+    _, rt = cluster
+    mesh = spmd.Mesh((2, 2), ("data", "model"))
+    x = np.arange(7 * 6, dtype=np.float32).reshape(7, 6)
+    a = spmd.device_put(x, mesh.sharding("data", "model"))
+    assert all(isinstance(h, ray.ObjectRef) for h in a._handles.values())
+    np.testing.assert_array_equal(a.numpy(), x)
+    f = spmd.jit(lambda v: (v * 2).sum(axis=0), in_shardings=mesh.sharding("data", "model"))
+    out = f(a)
+    assert isinstance(out, spmd.Array) and all(isinstance(h, ray.ObjectRef) for h in out._handles.values())
+    np.testing.assert_allclose(out.numpy(), (x * 2).sum(axis=0))
+    # the result feeds the next call without leaving the cluster
+    g = spmd.jit(lambda v: v + 1, in_shardings=out.sharding)
+    np.testing.assert_allclose(g(out).numpy(), (x * 2).sum(axis=0) + 1)
+
+
+def test_checkpoint_round_trip_from_the_actors(cluster, tmp_path):
+    _, rt = cluster
+    mesh = spmd.Mesh((2, 2), ("data", "model"))
+    x = np.arange(7 * 6, dtype=np.float32).reshape(7, 6)
+    a = spmd.device_put(x, mesh.sharding("data", "model"))
+    spmd.save(str(tmp_path / "ck"), {"a": a, "step": np.int64(3)})
+    got = spmd.load(str(tmp_path / "ck"), {"a": mesh.sharding("model", None), "step": None})
+    assert isinstance(got["a"], spmd.Array) and all(isinstance(h, ray.ObjectRef) for h in got["a"]._handles.values())
+    np.testing.assert_array_equal(got["a"].numpy(), x)
+
+
+def test_mlp_same_losses_as_local(cluster):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        import mlp
+    finally:
+        sys.path.pop(0)
+    os.environ["SPMD_BACKEND"] = "ray"                # as `spmd run --backend ray` sets it
+    try:
+        got = mlp.main(["--steps", "4"])
+    finally:
+        del os.environ["SPMD_BACKEND"]
+    assert get_runtime().name == "ray"
+    want = _local_losses()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _local_losses():
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mlp.py"), "--steps", "4"],
+                       capture_output=True, text=True, timeout=100,
+                       env=dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="local"))
+    assert p.returncode == 0, p.stderr
+    return [float(v) for v in re.findall(r"loss ([\d.]+)", p.stdout)]
+
+
+# -- failures -------------------------------------------------------------------------------
+class _RaiseOnRank2:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == 2:
+            raise ValueError("boom on purpose")
+        return [comm.all_reduce(x, "x")]      # the others wait here for rank 2
+
+
+class _KillRank1:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return [comm.all_reduce(x, "x")]
+
+
+def test_exception_on_rank_2_raises_on_the_driver_with_its_traceback(cluster, monkeypatch):
+    _, rt = cluster
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    mesh = spmd.Mesh((4,), ("x",))
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="boom on purpose") as e:
+        rt.run(_RaiseOnRank2(), mesh, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 10
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert "raised on rank 2" in notes and 'raise ValueError("boom on purpose")' in notes and "test_ray.py" in notes
+    # the runtime is still usable
+    assert all(int(v[0]) > 0 for v in run(rt, collective_checks.CheckCollectives(dtypes=("int64",)), mesh).values())
+
+
+def test_killed_rank_fails_the_run_naming_it_and_is_replaced(cluster, monkeypatch):
+    _, rt = cluster
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    mesh = spmd.Mesh((4,), ("x",))
+    before = {w["rank"]: w["pid"] for w in rt.where()}
+    t0 = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"rank 1 died"):
+        rt.run(_KillRank1(), mesh, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 20
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)), mesh)   # rank 1 was restarted
+    assert all(int(v[0]) > 0 for v in got.values())
+    after = {w["rank"]: w["pid"] for w in rt.where()}
+    assert after[1] != before[1] and all(after[r] == before[r] for r in (0, 2, 3))
+
+
+def test_collective_timeout_names_the_missing_rank(cluster, monkeypatch):
+    _, rt = cluster
+    from spmd.collectives.ray import Mailbox
+    box = Mailbox()
+    box.start(1)
+    box.deposit(1, 1, 0, "t", np.ones(1))
+    t0 = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"timed out after 0.2 s waiting for rank\(s\) \[3\]"):
+        box.take(1, 1, [0, 3], 0.2, "all_reduce over ('x',) on rank 1", [0, 1, 3])
+    assert time.monotonic() - t0 < 2
+
+
+# -- the same programs as on the other backends ---------------------------------------------
+def test_validation_programs_identical_to_local(cluster):
+    """The partitioner's validation programs give the local runtime's results, bit for bit."""
+    import validation_programs as vp
+    from spmd.runtime.local import LocalRuntime
+    _, rt = cluster
+
+    def on_ray(exe, mesh, per_dev):
+        out = rt.run(exe, mesh, {d: [rt.put(d, a) for a in per_dev[d]] for d in per_dev})
+        return {d: ray.get(out[d]) for d in out}
+
+    local = LocalRuntime()
+    want = vp.flat(vp.run_all(lambda exe, mesh, per_dev: local.run(exe, mesh, per_dev)))
+    vp.assert_same(vp.flat(vp.run_all(on_ray)), want, "ray (4 actors, 2 nodes) vs local")
+
+
+@pytest.mark.slow
+def test_a_script_joins_the_cluster_as_a_ray_job_does(cluster):
+    """`ray job submit -- python mlp.py --backend ray` runs the script on the cluster with
+    RAY_ADDRESS set; the script's spmd.init(backend="ray", num_devices=4) joins it."""
+    c, _ = cluster
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_ADDRESS=c.address)
+    env.pop("SPMD_BACKEND", None)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mlp.py"), "--backend", "ray", "--steps", "4"],
+                       capture_output=True, text=True, timeout=100, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "Connecting to existing Ray cluster" in p.stderr
+    got = [float(v) for v in re.findall(r"loss ([\d.]+)", p.stdout)]
+    np.testing.assert_allclose(got, _local_losses(), rtol=1e-6)
