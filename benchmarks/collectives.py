@@ -111,6 +111,35 @@ class RayBench:
         return [np.array(ts[2:])]
 
 
+def ray_hop(sizes, repeats):
+    """The transport's floor: one actor puts an array in the object store and another
+    actor receives it as an argument (what every message of the Ray backend does), timed
+    round trip by the sender. {MB: median seconds}."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Receiver:
+        def take(self, x):
+            return x.nbytes
+
+    @ray.remote(num_cpus=0)
+    class Sender:
+        def send(self, peer, mb, repeats):
+            x = np.random.default_rng(0).standard_normal((mb << 20) // 4).astype(np.float32)
+            ts = []
+            for _ in range(repeats + 2):
+                t0 = time.perf_counter()
+                ray.get(peer.take.remote(ray.put(x)))
+                ts.append(time.perf_counter() - t0)
+            return float(np.median(ts[2:]))
+
+    a, b = Sender.remote(), Receiver.remote()
+    out = {mb: ray.get(a.send.remote(b, mb, max(repeats, 40 // mb))) for mb in sizes}
+    ray.kill(a)
+    ray.kill(b)
+    return out
+
+
 def run_ray(ranks, sizes, repeats, preallocate):
     import ray
 
@@ -132,8 +161,9 @@ def run_ray(ranks, sizes, repeats, preallocate):
                 per_rank = np.array(ray.get([out[d][0] for d in range(n)]))
                 rows.append({"op": name, "mb": mb, "ranks": n, "spmd_ray": float(np.median(per_rank.max(axis=0)))})
         rt.shutdown()
+    hop = ray_hop(sizes, repeats)
     ray.shutdown()
-    return rows
+    return rows, hop
 
 
 def main(argv=None):
@@ -157,8 +187,10 @@ def main(argv=None):
     for n in ranks:
         for r in run_mpi(n, sizes, args.repeats):
             rows[(r["op"], r["mb"], r["ranks"])] = r
+    hop = {}
     if not args.no_ray:
-        for r in run_ray(ranks, sizes, args.ray_repeats, not args.no_preallocate):
+        ray_rows, hop = run_ray(ranks, sizes, args.ray_repeats, not args.no_preallocate)
+        for r in ray_rows:
             rows[(r["op"], r["mb"], r["ranks"])].update(r)
     print(f"\nmedian ms (float32, MB per rank); MPI: max({args.repeats}, 200/MB) runs, "
           f"Ray: max({args.ray_repeats}, 40/MB) runs"
@@ -174,6 +206,10 @@ def main(argv=None):
                 if "spmd_ray" in r:
                     line += f"{r['spmd_ray'] * 1e3:>10.2f}{r['spmd_ray'] / r['spmd_mpi']:>9.1f}"
                 print(line)
+    if hop:
+        print("\nRay's own floor: one array put by an actor and received by another (round trip)")
+        for mb, t in hop.items():
+            print(f"{mb:>4} MB {t * 1e3:8.2f} ms {mb / 1024 / t:6.2f} GB/s")
     sys.stdout.flush()
 
 

@@ -81,8 +81,10 @@ def test_spmd_run_mpi_prefixes_other_ranks():
 
 @pytest.mark.timeout(120)
 @pytest.mark.slow
-def test_spmd_run_ray_starts_a_private_ray_on_loopback():
-    p, out, err = spmd_run("-n", "2", "--backend", "ray", HELLO, env={"SPMD_RAY_OBJECT_STORE_MB": "100"})
+def test_spmd_run_ray_starts_a_private_ray_on_loopback(tmp_path):
+    trace = tmp_path / "trace.json"
+    p, out, err = spmd_run("-n", "2", "--backend", "ray", HELLO,
+                           env={"SPMD_RAY_OBJECT_STORE_MB": "100", "SPMD_TRACE": str(trace)})
     assert p.returncode == 0, err
     lines = out.splitlines()
     assert "backend ray process 0 of 1 devices 2" in lines            # the driver's own output
@@ -91,3 +93,8 @@ def test_spmd_run_ray_starts_a_private_ray_on_loopback():
     for r in (0, 1):
         assert re.search(rf"\(rank {r} pid=\d+.*\) hello from device {r}", both), both
     assert "ray nodes ['127.0.0.2']" in lines                         # Ray listens on loopback only
+    # SPMD_TRACE: the driver wrote one file at exit with both actors' tracks
+    import json
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1}
+    assert all(any(e["tid"] == r and e["name"] == "all_reduce" for e in spans) for r in (0, 1))

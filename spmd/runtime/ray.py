@@ -36,6 +36,7 @@ import ray
 from ..collectives.base import collective_timeout
 from ..collectives.ray import Mailbox, RayCommunicator
 from ..errors import CollectiveError, ShardingError, SpmdError
+from ..tools import timeline
 from .backend import Runtime
 
 # after the first failure, how long the driver waits for the other ranks to stop
@@ -75,8 +76,15 @@ class RankActor:
     def abort(self, run_id, reason):
         self.mailbox.abort(run_id, reason)
 
-    def run(self, run_id, mesh, key, boxed_program, timeout, *inputs):
+    @ray.method(concurrency_group="mail")
+    def take_trace(self):
+        """The timeline spans this rank recorded so far (SPMD_TRACE), for the driver."""
+        from ..tools import timeline
+        return timeline.take_events()
+
+    def run(self, run_id, mesh, key, boxed_program, timeout, trace, *inputs):
         self.mailbox.start(run_id)
+        _trace_in_actor(trace)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = ray.get(boxed_program[0])
@@ -95,6 +103,19 @@ class RankActor:
                     self.peers[d].abort.remote(run_id, reason)
             raise
         return tuple(outs) + (True,) if outs else True
+
+
+def _trace_in_actor(on):
+    """Record timeline spans in this actor when the driver does; the driver writes them
+    (take_trace), never the actor."""
+    import os
+
+    from ..tools import timeline
+    timeline.exit_hook = lambda: None
+    if on:
+        os.environ["SPMD_TRACE"] = "1"
+    else:
+        os.environ.pop("SPMD_TRACE", None)
 
 
 def _num_outputs(program):
@@ -124,6 +145,7 @@ class RayRuntime(Runtime):
         self._recent_puts = {}                           # id(array) -> (weakref, ObjectRef)
         self._closed = False
         atexit.register(self.shutdown)
+        self._merge_timeline_at_exit()
 
     def _setup(self):
         peers = dict(enumerate(self._actors))
@@ -190,7 +212,7 @@ class RayRuntime(Runtime):
         outs = {}
         for d in devices:
             r = self._actors[d].run.options(num_returns=n_out + 1).remote(
-                run_id, mesh, key, [ref], timeout, *args[d])
+                run_id, mesh, key, [ref], timeout, timeline.enabled(), *args[d])
             outs[d] = [r] if n_out == 0 else list(r)
         errors = self._wait({outs[d][-1]: d for d in devices}, run_id)
         if errors:
@@ -246,9 +268,34 @@ class RayRuntime(Runtime):
         self._dead = set()
         self._setup()
 
+    # -- SPMD_TRACE -----------------------------------------------------------------------
+    def _merge_timeline_at_exit(self):
+        """One trace file, written by the driver, with every rank's track: the actors'
+        spans are collected when the driver exits (or the runtime shuts down first)."""
+        def hook():
+            self._collect_trace()
+            if timeline._events:
+                timeline.write()
+        timeline.exit_hook = hook
+        if timeline.enabled():
+            timeline._ensure_atexit()
+
+    def _collect_trace(self):
+        if self._closed or not timeline.enabled() or not ray.is_initialized():
+            return
+        got = []
+        for ref in [a.take_trace.remote() for a in self._actors]:
+            try:
+                got.append(ray.get(ref, timeout=30))
+            except Exception:     # noqa: BLE001 - a dead actor's spans are lost, the others' are kept
+                pass
+        with timeline._lock:
+            timeline._events.extend(timeline.merge_events(got))
+
     def shutdown(self):
         if getattr(self, "_closed", True):
             return
+        self._collect_trace()
         self._closed = True
         try:
             if ray.is_initialized():

@@ -16,7 +16,11 @@ from contextlib import contextmanager
 
 _lock = threading.Lock()
 _events: list = []
+# timestamps are microseconds of wall-clock time (read through perf_counter for
+# resolution): ranks in other processes, on other hosts (MPI, Ray actors) then share one
+# time axis, as far as their clocks agree; `write` shifts them to start at 0
 _t0 = time.perf_counter()
+_wall0 = time.time()
 _registered = False
 
 
@@ -25,7 +29,7 @@ def enabled() -> bool:
 
 
 def now_us() -> float:
-    return (time.perf_counter() - _t0) * 1e6
+    return (_wall0 + time.perf_counter() - _t0) * 1e6
 
 
 def add(name, cat, rank, start_us, dur_us, args=None):
@@ -71,6 +75,8 @@ def write(path=None, events=None):
     if not path:
         return None
     events = take_events() if events is None else events
+    t_min = min((e["ts"] for e in events), default=0.0)
+    events = [dict(e, ts=round(e["ts"] - t_min, 3)) for e in events]
     ranks = sorted({e["tid"] for e in events})
     meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}}
             for r in ranks]
