@@ -135,12 +135,24 @@ def test_arrays_live_in_the_actors_and_round_trip(cluster):
 def test_checkpoint_round_trip_from_the_actors(cluster, tmp_path):
     _, rt = cluster
     mesh = spmd.Mesh((2, 2), ("data", "model"))
-    x = np.arange(7 * 6, dtype=np.float32).reshape(7, 6)
+    x = np.arange(300 * 200, dtype=np.float32).reshape(300, 200)     # shards over Ray's inline limit
     a = spmd.device_put(x, mesh.sharding("data", "model"))
-    spmd.save(str(tmp_path / "ck"), {"a": a, "step": np.int64(3)})
-    got = spmd.load(str(tmp_path / "ck"), {"a": mesh.sharding("model", None), "step": None})
+
+    def driver_reads(handles):
+        raise AssertionError("the driver fetched shards: the actors should do the checkpoint's I/O")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rt, "get", driver_reads)
+        spmd.save(str(tmp_path / "ck"), {"a": a, "step": np.int64(3)})
+        got = spmd.load(str(tmp_path / "ck"), {"a": mesh.sharding("model", None), "step": None})
     assert isinstance(got["a"], spmd.Array) and all(isinstance(h, ray.ObjectRef) for h in got["a"]._handles.values())
+    # each loaded shard was made by, and lives on the node of, an actor of its devices
+    nodes = {w["rank"]: w["node"] for w in rt.where()}
+    where = ray.experimental.get_object_locations(list(got["a"]._handles.values()))
+    for d, h in got["a"]._handles.items():
+        assert nodes[d] in where[h]["node_ids"] or any(
+            nodes[e] in where[h]["node_ids"] for e, g in got["a"]._handles.items() if g == h), (d, where[h])
     np.testing.assert_array_equal(got["a"].numpy(), x)
+    assert got["step"] == 3
 
 
 def test_mlp_same_losses_as_local(cluster):

@@ -57,5 +57,14 @@ class Runtime(ABC):
         """{device: numpy array} for *every* device of the mesh, in this process (mpi:
         an allgather across processes) — how Array.numpy() assembles a global value."""
 
+    def call_on(self, device, fn, *args, keep=False):
+        """fn(*args) in the process that holds `device`'s shard, with handles among args
+        (top level) seen there as numpy arrays: local and mpi run it here and now; ray on
+        the device's actor, so that checkpoint I/O happens on the node that holds the data
+        and sees its file system. keep=False: fn's result here; keep=True: a handle to
+        it as `device`'s shard, left where it was made."""
+        out = fn(*args)
+        return self.put(device, out) if keep else out
+
     def shutdown(self):
         """Release workers / actors (spmd.init replacing this runtime calls it)."""

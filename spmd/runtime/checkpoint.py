@@ -6,8 +6,9 @@ A checkpoint is a directory:
     l{leaf}_s{k}.npy    one .npy file per distinct shard box: replicas are written once,
                         by the lowest device holding the box
 
-Save: each process writes the shards its devices own (local runtime and Ray driver: all
-of them; MPI: each rank its own, to a shared file system), hashing as it writes (sha256
+Save: each shard is written where it lives (Runtime.call_on): local runtime, this
+process; MPI, each rank its own, to a shared file system; Ray, each rank's actor, to the
+path it sees (a file system shared with the driver). Writing hashes as it goes (sha256
 of the file and of each 4 MiB block); the processes swap the hashes; process 0 writes
 the index. Everything goes to `<path>.tmp`, every file and the directory are fsynced,
 then `<path>.tmp` is renamed to `<path>`. An existing checkpoint at `<path>` is first
@@ -16,10 +17,12 @@ between the two renames, `load(path)` finds `<path>.old`. So a crash at any poin
 the previous checkpoint loadable; a leftover `.tmp` is ignored by load and latest and
 removed by the next save.
 
-Load reshards: each target device's box is cut out of the saved shards that overlap it.
-Each process reads, per saved file, only the byte span its devices need (explicit
-offsets, one read per file, rounded out to whole 4 MiB blocks; a whole shard going to one
-contiguous buffer is read straight into it), checks every block it read against its
+Load reshards: each destination buffer (one per distinct target box; replicas share it)
+is made where it will live (Ray: on the actor of its first device, so the data never
+passes through the driver) and filled from the saved shards that overlap it. Per saved
+file it reads only the byte span the buffer needs (explicit offsets, one read per file,
+rounded out to whole 4 MiB blocks; a whole shard going to one contiguous buffer is read
+straight into it), checks every block it read against its
 sha256, and copies the overlaps into place; replicas share one buffer. The whole-file
 sha256 is for `verify(path)` and for sha256sum; a load checks blocks, so that a partial
 read is checked too.
@@ -36,6 +39,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
@@ -111,11 +115,17 @@ def _capture(fn):
         return None, f"{type(e).__name__}: {e}"
 
 
-def _parallel(fn, items):
+def _parallel(fn, items, threads=IO_THREADS):
     if len(items) <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(min(IO_THREADS, len(items))) as ex:
+    with ThreadPoolExecutor(min(threads, len(items))) as ex:
         return list(ex.map(fn, items))
+
+
+def _threads(rt):
+    """I/O threads: one per core here; on Ray, where the actors do the I/O and the driver's
+    threads only wait for them, one per rank."""
+    return max(IO_THREADS, rt.num_devices) if getattr(rt, "remote_io", False) else IO_THREADS
 
 
 def _file_dtype(dtype):
@@ -142,7 +152,7 @@ def save(path, tree):
     procs.on_root(lambda: _prepare(path, tmp))
 
     def write_all():
-        return dict(_parallel(lambda job: (job[0], _write_npy(os.path.join(tmp, job[0]), job[1]())), jobs))
+        return dict(_parallel(lambda job: (job[0], job[1](os.path.join(tmp, job[0]))), jobs, _threads(rt)))
     written, err = _capture(write_all)
     gathered = procs.allgather({"error": err, "files": written or {}})
     errors = [g["error"] for g in gathered if g["error"]]
@@ -158,7 +168,7 @@ def save(path, tree):
 
 def _plan_leaf(i, name, leaf, me):
     """The index entry of one leaf (hashes still missing) and the files this process
-    writes for it: [(file name, () -> the array to write)]."""
+    writes for it: [(file name, (full path) -> its hashes, once written)]."""
     if isinstance(leaf, Array):
         sh, shape, rt = leaf.sharding, leaf.shape, leaf._runtime
         dtype = _savable_dtype(leaf.dtype, name)
@@ -170,10 +180,9 @@ def _plan_leaf(i, name, leaf, me):
             f = cx.file_name(i, k)
             shards.append({"file": f, "box": [list(b) for b in box], "device": dev})
             if dev in local:
-                def fetch(dev=dev, box=box):
-                    data = np.asarray(rt.get({dev: leaf._handles[dev]})[dev])
-                    return data[tuple(slice(0, b - a) for a, b in box)]      # drop the padding
-                jobs.append((f, fetch))
+                def write(full, dev=dev, box=box):
+                    return rt.call_on(dev, _write_shard, full, leaf._handles[dev], box)
+                jobs.append((f, write))
         return {"path": name, "kind": "array", "shape": list(shape), "dtype": dtype.name,
                 "sharding": cx.sharding_to_json(sh), "shards": shards}, jobs
     if isinstance(leaf, bool):
@@ -197,7 +206,7 @@ def _plan_leaf(i, name, leaf, me):
         raise CheckpointError(f"spmd.save: leaf {name!r} = {leaf} does not fit in int64") from None
     dtype = _savable_dtype(arr.dtype, name)
     shards = [{"file": cx.file_name(i, 0), "box": [[0, n] for n in arr.shape], "device": 0}]
-    jobs = [(cx.file_name(i, 0), lambda: arr)] if me == 0 else []
+    jobs = [(cx.file_name(i, 0), lambda full: _write_npy(full, arr))] if me == 0 else []
     return {"path": name, "kind": kind, "shape": list(arr.shape), "dtype": dtype.name, "sharding": None,
             "shards": shards}, jobs
 
@@ -315,6 +324,16 @@ def _byte_chunks(arr):
         yield np.ascontiguousarray(arr[a:a + rows]).reshape(-1).view(np.uint8)
 
 
+def _write_shard(full, data, box):
+    """One device's shard, without its padding, to the file `full` (runs where the
+    shard lives: Runtime.call_on)."""
+    if not os.path.isdir(os.path.dirname(full)):
+        raise CheckpointError(f"spmd.save: {os.path.dirname(full)} does not exist on the node of "
+                              f"{socket.gethostname()} that holds a shard; a checkpoint on Ray or MPI "
+                              f"needs a file system that every node sees at the same path")
+    return _write_npy(full, np.asarray(data)[tuple(slice(0, b - a) for a, b in box)])
+
+
 def _write_npy(full, arr):
     """Write arr as a .npy file, fsync it; its size and hashes for the index."""
     arr = np.asarray(arr)
@@ -367,40 +386,66 @@ def _load(path, shardings, rt):
     # before allocating anything: the files exist, are ours, and hold the data they claim
     for (i, k), leaf in needed.items():
         _stat_shard(path, leaf, leaf.shards[k])
-    reads = {key: [] for key in needed}        # (leaf, k) -> [(lo, hi in the shard, dest view)]
-    out = []
+    # one job per destination buffer (replicas share it): which saved shards fill which of
+    # its regions; on Ray it runs on the actor of the buffer's first device (call_on)
+    jobs, out = [], []
     for leaf, target, dests in plans:
-        views = {}
         if target is None:
-            value = np.empty(leaf.shape, leaf.dtype)
-            views[next(iter(dests))] = value
+            box = next(iter(dests))
+            jobs.append((leaf, None, None, leaf.shape, box, _box_reads(leaf, box)))
         else:
             local_shape = target.local_shape(leaf.shape)
-            buffers = {}
-            for box in dests:
-                buf = buffers[box] = np.zeros(local_shape, leaf.dtype)    # replicas share it
-                views[box] = buf[tuple(slice(0, b - a) for a, b in box) + (Ellipsis,)]    # a view, also 0-d
-            value = (target, {dev: buf for box, buf in buffers.items() for dev in dests[box]})
-        for box, view in views.items():
-            for k, s in enumerate(leaf.shards):
-                ov = _overlap(box, s.box)
-                if ov is not None:
-                    lo, hi = ov
-                    dst = view[tuple(slice(a - d, b - d) for a, b, (d, _) in zip(lo, hi, box)) + (Ellipsis,)]
-                    reads[(leaf.index, k)].append((
-                        tuple(a - sa for a, (sa, _) in zip(lo, s.box)),
-                        tuple(b - sa for b, (sa, _) in zip(hi, s.box)), dst))
-        out.append((leaf, value))
-    _parallel(lambda item: _read_shard(path, index.block_bytes, needed[item[0]],
-                                       needed[item[0]].shards[item[0][1]], item[1]),
-              [(key, parts) for key, parts in reads.items() if parts])
-    return tree_unflatten(index.tree, [_finish(leaf, value, rt) for leaf, value in out])
+            for box, devs in dests.items():
+                jobs.append((leaf, devs, target, local_shape, box, _box_reads(leaf, box)))
+        out.append((leaf, target, len(jobs)))
+
+    def run(job):
+        leaf, devs, target, shape, box, reads = job
+        if devs is None:
+            return _fill(path, index.block_bytes, leaf, shape, box, reads)
+        return rt.call_on(devs[0], _fill, path, index.block_bytes, leaf, shape, box, reads, keep=True)
+    results = _parallel(run, jobs, _threads(rt))
+    values, first = [], 0
+    for leaf, target, stop in out:
+        mine = list(zip(jobs[first:stop], results[first:stop]))
+        first = stop
+        if target is None:
+            values.append(_finish(leaf, mine[0][1]))
+        else:
+            handles = {d: h for job, h in mine for d in job[1]}
+            values.append(Array(leaf.shape, leaf.dtype, target, dict(sorted(handles.items())), rt))
+    return tree_unflatten(index.tree, values)
 
 
-def _finish(leaf, value, rt):
-    if isinstance(value, tuple):
-        target, bufs = value
-        return Array(leaf.shape, leaf.dtype, target, {d: rt.put(d, b) for d, b in sorted(bufs.items())}, rt)
+def _box_reads(leaf, box):
+    """The saved shards that overlap `box`: [(k, lo, hi in the shard, lo, hi in the box)]."""
+    reads = []
+    for k, s in enumerate(leaf.shards):
+        ov = _overlap(box, s.box)
+        if ov is not None:
+            lo, hi = ov
+            reads.append((k, tuple(a - sa for a, (sa, _) in zip(lo, s.box)),
+                          tuple(b - sa for b, (sa, _) in zip(hi, s.box)),
+                          tuple(a - d for a, (d, _) in zip(lo, box)), tuple(b - d for b, (d, _) in zip(hi, box))))
+    return reads
+
+
+def _fill(path, block, leaf, shape, box, reads):
+    """A new buffer of `shape` whose `box` region holds the checkpoint's values (the
+    padding beyond the box is zeros), read from the saved shards (runs where the buffer
+    is to live: Runtime.call_on)."""
+    buf = np.zeros(shape, leaf.dtype)
+    view = buf[tuple(slice(0, b - a) for a, b in box) + (Ellipsis,)]       # a view, also 0-d
+    parts = {}
+    for k, lo, hi, dlo, dhi in reads:
+        dst = view[tuple(slice(a, b) for a, b in zip(dlo, dhi)) + (Ellipsis,)]
+        parts.setdefault(k, []).append((lo, hi, dst))
+    for k, ps in parts.items():
+        _read_shard(path, block, leaf, leaf.shards[k], ps)
+    return buf
+
+
+def _finish(leaf, value):
     if leaf.kind == "numpy_scalar":
         return value[()]
     if leaf.kind in cx.SCALAR_KINDS:

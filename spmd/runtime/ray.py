@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import re
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -81,6 +82,13 @@ class RankActor:
         """The timeline spans this rank recorded so far (SPMD_TRACE), for the driver."""
         from ..tools import timeline
         return timeline.take_events()
+
+    def call(self, fn, *args):
+        return fn(*args)
+
+    def call_kept(self, fn, *args):
+        """fn's result stays here (first return, a shard); the second tells success."""
+        return fn(*args), True
 
     def run(self, run_id, mesh, key, boxed_program, timeout, trace, *inputs):
         self.mailbox.start(run_id)
@@ -138,6 +146,7 @@ class RayRuntime(Runtime):
         self._n = int(num_devices) if num_devices else default_num_devices()
         self._pg, self._actors = place_ranks(RankActor, self._n)
         self._dead = set()
+        self._revive_lock = threading.Lock()
         self._setup()
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
@@ -192,6 +201,29 @@ class RayRuntime(Runtime):
 
     def all_shards(self, handles, mesh):
         return self.get(handles)
+
+    # the driver's I/O threads only wait for the actors: as many as there are ranks
+    remote_io = True
+
+    def call_on(self, device, fn, *args, keep=False):
+        with self._revive_lock:         # called from the checkpoint's I/O threads
+            self._revive()
+        actor = self._actors[device]
+        try:
+            if not keep:
+                return ray.get(actor.call.remote(fn, *args))
+            ref, ok = actor.call_kept.options(num_returns=2).remote(fn, *args)
+            ray.get(ok)
+            return ref
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):
+                cause.add_note(f"spmd: raised on rank {device} of the ray runtime")
+                raise cause from None
+            raise SpmdError(f"rank {device} failed on the ray runtime: {e}") from None
+        except ray.exceptions.RayActorError as e:
+            self._dead.add(device)
+            raise CollectiveError(f"rank {device} died: its Ray actor was lost ({_first_line(e)})") from None
 
     def where(self):
         """[{rank, node, pid}] of every rank actor (which node each rank runs on)."""
