@@ -4,6 +4,7 @@ to read).
 
     python benchmarks/checkpoint.py [--mb 1024] [--dir DIR]              # local runtime, 4 devices
     mpiexec -n 4 python benchmarks/checkpoint.py [--mb 1024] [--dir DIR]  # 4 MPI processes
+    spmd run -n 4 --backend ray benchmarks/checkpoint.py [--mb 1024]      # 4 Ray actors
 
 The model is 8 float32 matrices split (data, model) over a 2x2 mesh. Each repeat:
   disk write   every process writes the bytes it holds with tofile + fsync (MPI: all at once)
@@ -116,7 +117,9 @@ def main():
     barrier()
     if me == 0:
         mb = nbytes / 1e6
-        where = f"{procs} MPI processes" if procs > 1 else "the local runtime (4 devices, 1 process)"
+        where = (f"{procs} MPI processes" if procs > 1 else
+                 "4 Ray actors (the actors write and read)" if rt.name == "ray" else
+                 "the local runtime (4 devices, 1 process)")
         print(f"{mb:.0f} MB model, 2x2 mesh, {where}; {args.repeats} repeats, medians; dir {base}")
         for k, v in times.items():
             t = float(np.median(v))

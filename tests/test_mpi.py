@@ -110,3 +110,18 @@ def test_messages_over_the_count_limit_are_chunked():
     p, _ = mpirun(4, os.path.join(HERE, "mpi_scripts", "chunked.py"))
     assert p.returncode == 0, p.stdout + p.stderr
     assert len(re.findall(r"OK \d+", p.stdout)) == 4
+
+
+def test_mpich_is_told_to_yield_only_on_an_oversubscribed_host():
+    from spmd.collectives.mpi import OVERSUBSCRIBED, yield_when_oversubscribed
+    cores = os.cpu_count() or 1
+    env = {"MPI_LOCALNRANKS": str(cores + 1)}
+    yield_when_oversubscribed(env)
+    assert all(env[k] == v for k, v in OVERSUBSCRIBED.items())
+    env = {"OMPI_COMM_WORLD_LOCAL_SIZE": str(cores + 2), "MPIR_CVAR_POLLS_BEFORE_YIELD": "500"}
+    yield_when_oversubscribed(env)
+    assert env["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "500"             # the user's own setting wins
+    for env in ({"MPI_LOCALNRANKS": str(cores)}, {}, {"MPI_LOCALNRANKS": "x"}):
+        before = dict(env)
+        yield_when_oversubscribed(env)
+        assert env == before

@@ -38,8 +38,10 @@ def collective_timeout() -> float:
 def reduce_arrays(op, arrays):
     """Reduce a list of same-shape arrays with op, in list order (deterministic)."""
     f = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
-    out = np.array(arrays[0], copy=True)
-    for a in arrays[1:]:
+    if len(arrays) == 1:
+        return np.array(arrays[0], copy=True)
+    out = f(arrays[0], arrays[1], out=np.empty_like(arrays[0]))     # no separate copy pass
+    for a in arrays[2:]:
         f(out, a, out=out)
     return out
 

@@ -60,9 +60,12 @@ def _reduce(op, xs):
     """op over xs in list (group) order into a new array: the bits of
     base.reduce_arrays, so every backend agrees."""
     out = POOL.empty(xs[0].shape, xs[0].dtype)
-    np.copyto(out, xs[0])
     f = _UFUNC[op]
-    for a in xs[1:]:
+    if len(xs) == 1:
+        np.copyto(out, xs[0])
+        return out
+    f(xs[0], xs[1], out=out)          # one pass for the first two: a copy first would be another
+    for a in xs[2:]:
         f(out, a, out=out)
     return out
 

@@ -67,7 +67,7 @@ class MPIRuntime(Runtime):
     name = "mpi"
 
     def __init__(self, num_devices=None):
-        from mpi4py import MPI
+        MPI = mpi_comm._mpi()          # MPI_Init, with MPICH's settings for an oversubscribed host
         self.world = MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
