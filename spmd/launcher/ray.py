@@ -25,7 +25,9 @@ import sys
 from ..errors import SpmdError
 
 # Ray rewrites 127.0.0.1 into the machine's outward address; every other 127/8 address
-# is loopback too on Linux and is kept as given, so a private Ray listens on loopback only.
+# is loopback too on Linux and is kept as given, so a private Ray's nodes talk over
+# loopback. (Ray 2.60's gRPC servers still listen on every interface whatever address
+# they are given; .ci/run confines the tests with a network namespace.)
 LOOPBACK = "127.0.0.2"
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
