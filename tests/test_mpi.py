@@ -115,13 +115,29 @@ def test_messages_over_the_count_limit_are_chunked():
 def test_mpich_is_told_to_yield_only_on_an_oversubscribed_host():
     from spmd.collectives.mpi import OVERSUBSCRIBED, yield_when_oversubscribed
     cores = os.cpu_count() or 1
-    env = {"MPI_LOCALNRANKS": str(cores + 1)}
+    env = {"MPI_LOCALNRANKS": str(2 * cores + 1)}
     yield_when_oversubscribed(env)
     assert all(env[k] == v for k, v in OVERSUBSCRIBED.items())
-    env = {"OMPI_COMM_WORLD_LOCAL_SIZE": str(cores + 2), "MPIR_CVAR_POLLS_BEFORE_YIELD": "500"}
+    env = {"OMPI_COMM_WORLD_LOCAL_SIZE": str(2 * cores + 2), "MPIR_CVAR_POLLS_BEFORE_YIELD": "500"}
     yield_when_oversubscribed(env)
     assert env["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "500"             # the user's own setting wins
-    for env in ({"MPI_LOCALNRANKS": str(cores)}, {}, {"MPI_LOCALNRANKS": "x"}):
+    for env in ({"MPI_LOCALNRANKS": str(2 * cores)}, {}, {"MPI_LOCALNRANKS": "x"}):
         before = dict(env)
         yield_when_oversubscribed(env)
         assert env == before
+
+
+@pytest.mark.timeout(120)
+def test_ranks_share_the_hosts_cores_for_blas():
+    """Every rank's BLAS gets cores // (ranks on the host) threads, so ranks do not spin
+    against each other's BLAS threads; a user's OPENBLAS_NUM_THREADS is kept."""
+    script = os.path.join(HERE, "mpi_scripts", "blas_threads.py")
+    env = {k: "" for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    p, _ = mpirun(2, script, env=env)
+    assert p.returncode == 0, p.stderr
+    want = max(1, (os.cpu_count() or 1) // 2)
+    assert sorted(re.findall(r"BLAS (\d) (\d+)", p.stdout)) == [("0", str(want)), ("1", str(want))], p.stdout
+    p, _ = mpirun(1, script, env=env)                         # one rank: every core
+    assert re.findall(r"BLAS (\d) (\d+)", p.stdout) == [("0", str(os.cpu_count() or 1))], p.stdout
+    p, _ = mpirun(1, script, env=dict(env, OPENBLAS_NUM_THREADS="1"))
+    assert re.findall(r"BLAS (\d) (\d+)", p.stdout) == [("0", "1")], p.stdout

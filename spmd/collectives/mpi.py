@@ -60,12 +60,14 @@ OVERSUBSCRIBED = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1", "MPIR_CVAR_POLLS_BEFORE_Y
 
 
 def yield_when_oversubscribed(environ=None):
-    """With more ranks on this host than cores, MPICH's blocking calls busy-poll on the
-    cores the working ranks need: train_gpt's 2x2 mesh under `mpiexec -n 4` on 2 cores
-    took 24-30 s for 20 steps, 11-16 s with MPICH told to sleep after 10 polls. MPICH
-    reads these at MPI_Init, so this runs before mpi4py.MPI is first imported. The rank
-    count on this host comes from the launcher (hydra: MPI_LOCALNRANKS; Open MPI:
-    OMPI_COMM_WORLD_LOCAL_SIZE, which ignores MPICH's variables)."""
+    """With many more ranks on this host than cores, MPICH's blocking calls busy-poll on
+    the cores the working ranks need: train_gpt's 4x2 mesh under `mpiexec -n 8` on 2
+    cores took 8.3 s for 30 steps, 6.2 s with MPICH told to sleep after 10 polls. At
+    twice as many ranks as cores it is the other way round (the 2x2 mesh on `-n 4`: 4.1 s
+    polling, 5.2-5.7 s sleeping), so only beyond that. MPICH reads these at MPI_Init, so
+    this runs before mpi4py.MPI is first imported. The rank count on this host comes from
+    the launcher (hydra: MPI_LOCALNRANKS; Open MPI: OMPI_COMM_WORLD_LOCAL_SIZE, which
+    ignores MPICH's variables)."""
     env = os.environ if environ is None else environ
     local = 0
     for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
@@ -73,7 +75,7 @@ def yield_when_oversubscribed(environ=None):
             local = max(local, int(env.get(var, 0)))
         except ValueError:
             pass
-    if local > (os.cpu_count() or 1):
+    if local > 2 * (os.cpu_count() or 1):
         for k, v in OVERSUBSCRIBED.items():
             env.setdefault(k, v)
 
