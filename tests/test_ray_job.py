@@ -25,6 +25,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from spmd.launcher.ray import LOOPBACK  # noqa: E402
+from test_ray import _local_losses  # noqa: E402 - examples/mlp.py's losses on the local backend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -83,14 +84,6 @@ def job_server(monkeypatch):
     finally:
         c.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _local_losses():
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mlp.py"), "--steps", "4"],
-                       capture_output=True, text=True, timeout=100,
-                       env=dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="local"))
-    assert p.returncode == 0, p.stderr
-    return [float(v) for v in re.findall(r"loss ([\d.]+)", p.stdout)]
 
 
 def test_ray_job_submit_runs_mlp_on_the_cluster_with_the_local_losses(job_server):
