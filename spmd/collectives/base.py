@@ -35,12 +35,16 @@ def collective_timeout() -> float:
     return float(os.environ.get("SPMD_COLLECTIVE_TIMEOUT", "60"))
 
 
-def reduce_arrays(op, arrays):
-    """Reduce a list of same-shape arrays with op, in list order (deterministic)."""
+def reduce_arrays(op, arrays, out=None):
+    """Reduce a list of same-shape arrays with op, in list order (deterministic), into
+    `out` (a new array if None). Every backend reduces through this, so all agree bit
+    for bit."""
     f = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
+    out = np.empty_like(arrays[0]) if out is None else out
     if len(arrays) == 1:
-        return np.array(arrays[0], copy=True)
-    out = f(arrays[0], arrays[1], out=np.empty_like(arrays[0]))     # no separate copy pass
+        np.copyto(out, arrays[0])
+        return out
+    f(arrays[0], arrays[1], out=out)     # one pass for the first pair: a copy first would be another
     for a in arrays[2:]:
         f(out, a, out=out)
     return out

@@ -37,7 +37,7 @@ import numpy as np
 import ray
 
 from ..errors import CollectiveError
-from .base import Communicator
+from .base import Communicator, reduce_arrays
 from .local import _axes, _block, _check_dim, _check_op, _describe, _input
 from .pool import BufferPool
 
@@ -53,21 +53,11 @@ BLOCKWISE_MIN_GROUP = 3
 
 # results come from recycled buffers: fresh pages cost a page fault each (collectives/pool.py)
 POOL = BufferPool()
-_UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
 
 def _reduce(op, xs):
-    """op over xs in list (group) order into a new array: the bits of
-    base.reduce_arrays, so every backend agrees."""
-    out = POOL.empty(xs[0].shape, xs[0].dtype)
-    f = _UFUNC[op]
-    if len(xs) == 1:
-        np.copyto(out, xs[0])
-        return out
-    f(xs[0], xs[1], out=out)          # one pass for the first two: a copy first would be another
-    for a in xs[2:]:
-        f(out, a, out=out)
-    return out
+    """op over xs in list (group) order into a recycled buffer (base.reduce_arrays)."""
+    return reduce_arrays(op, xs, out=POOL.empty(xs[0].shape, xs[0].dtype))
 
 
 def _concat(xs, dim):

@@ -386,33 +386,29 @@ def _load(path, shardings, rt):
     # before allocating anything: the files exist, are ours, and hold the data they claim
     for (i, k), leaf in needed.items():
         _stat_shard(path, leaf, leaf.shards[k])
-    # one job per destination buffer (replicas share it): which saved shards fill which of
-    # its regions; on Ray it runs on the actor of the buffer's first device (call_on)
-    jobs, out = [], []
+    # one job per destination buffer (replicas share it): (its devices, shape, box); on
+    # Ray it runs on the actor of the buffer's first device (call_on)
+    leaves = []                       # (leaf, target sharding or None, its jobs)
     for leaf, target, dests in plans:
         if target is None:
-            box = next(iter(dests))
-            jobs.append((leaf, None, None, leaf.shape, box, _box_reads(leaf, box)))
+            jobs = [(None, leaf.shape, next(iter(dests)))]
         else:
-            local_shape = target.local_shape(leaf.shape)
-            for box, devs in dests.items():
-                jobs.append((leaf, devs, target, local_shape, box, _box_reads(leaf, box)))
-        out.append((leaf, target, len(jobs)))
+            shape = target.local_shape(leaf.shape)
+            jobs = [(devs, shape, box) for box, devs in dests.items()]
+        leaves.append((leaf, target, jobs))
 
-    def run(job):
-        leaf, devs, target, shape, box, reads = job
-        if devs is None:
-            return _fill(path, index.block_bytes, leaf, shape, box, reads)
-        return rt.call_on(devs[0], _fill, path, index.block_bytes, leaf, shape, box, reads, keep=True)
-    results = _parallel(run, jobs, _threads(rt))
-    values, first = [], 0
-    for leaf, target, stop in out:
-        mine = list(zip(jobs[first:stop], results[first:stop]))
-        first = stop
+    def run(item):
+        leaf, (devs, shape, box) = item
+        args = (path, index.block_bytes, leaf, shape, box, _box_reads(leaf, box))
+        return _fill(*args) if devs is None else rt.call_on(devs[0], _fill, *args, keep=True)
+    results = iter(_parallel(run, [(leaf, job) for leaf, _, jobs in leaves for job in jobs], _threads(rt)))
+    values = []
+    for leaf, target, jobs in leaves:
+        got = [next(results) for _ in jobs]
         if target is None:
-            values.append(_finish(leaf, mine[0][1]))
+            values.append(_finish(leaf, got[0]))
         else:
-            handles = {d: h for job, h in mine for d in job[1]}
+            handles = {d: h for (devs, _, _), h in zip(jobs, got) for d in devs}
             values.append(Array(leaf.shape, leaf.dtype, target, dict(sorted(handles.items())), rt))
     return tree_unflatten(index.tree, values)
 
