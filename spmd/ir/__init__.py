@@ -1,3 +1,3 @@
-from .graph import Aval, Graph, Op, Value, clone  # noqa: F401
+from .graph import Aval, Graph, Op, Value, clone, splat  # noqa: F401
 from .ops import REGISTRY, OpDef, get_op  # noqa: F401
 from .text_parse import parse_graph  # noqa: F401,E402

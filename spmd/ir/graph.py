@@ -157,3 +157,20 @@ def clone(graph: Graph, keep_shardings=True) -> tuple[Graph, dict]:
             vmap[r] = nr
     g.outputs = [vmap[v] for v in graph.outputs]
     return g, vmap
+
+
+def splat(v: Value):
+    """The one value every element of v has, if v is a constant (or a broadcast of one)
+    whose elements are all equal; else None."""
+    op = v.producer
+    while op is not None and op.name == "broadcast_in_dim":
+        op = op.operands[0].producer
+    if op is None or op.name != "constant":
+        return None
+    c = op.attrs["value"]
+    if c.size == 0:
+        return c.dtype.type(0)          # no elements: any value will do
+    first = c.reshape(-1)[0]
+    if c.size == 1 or (np.all(c == first) and not (c.dtype.kind == "f" and np.isnan(first))):
+        return first
+    return None

@@ -57,29 +57,16 @@ def _chunk(n, k):
     return -(-n // k) if k > 0 else n
 
 
-# -- which operands an op is linear in ------------------------------------------------------
-def _linear_sets(op):
-    """Alternative sets of operand indices the op is jointly linear in: if the operands
-    of one set carry a pending sum over axes P, so does the result."""
-    n, a = op.name, op.attrs
-    if n in ("add", "subtract", "concatenate", "dynamic_update_slice", "pad"):
-        return [tuple(range(len(op.operands))) if n == "concatenate" else (0, 1)]
-    if n in ("negate", "transpose", "reshape", "broadcast_in_dim", "slice", "dynamic_slice", "gather",
-             "sharding_constraint"):
-        return [(0,)]
-    if n == "reduce":
-        return [(0,)] if a["kind"] == "sum" else []
-    if n == "convert":
-        return [(0,)] if op.operands[0].dtype.startswith("float") and op.result.dtype.startswith("float") else []
-    if n == "select":
-        return [(1, 2)]
-    if n in ("multiply", "dot_general"):
-        return [(0,), (1,)]
-    if n == "divide":      # integer division truncates: not linear
-        return [(0,)] if op.result.dtype.startswith("float") else []
-    if n == "scatter":
-        return [(0, 2)]
-    return []
+def linear_sets(op):
+    """Alternative sets of operand indices the op is jointly linear in (its OpDef's
+    `linear`): if the operands of one set carry a pending sum over axes P, so does the result."""
+    lin = op.opdef.linear
+    return list(lin(op) if callable(lin) else lin)
+
+
+def reduction_kind(op) -> str:
+    """The reduction a split reduction factor of op leaves pending (a masked lookup's is a sum)."""
+    return op.opdef.reduction_kind(op.attrs) or "sum"
 
 
 # -- factor rules, relaxed where a local masked implementation exists ----------------------
@@ -88,16 +75,24 @@ def _rule(op):
     if opdef.factors is None:
         raise ShardingError(f"{op.name}{where(op.loc)}: the op has no sharding factor rule")
     rule = opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
-    if op.name in ("gather", "dynamic_slice"):
+    if opdef.split_replicate == "partial":
         # a sharded looked-up dim: each device looks up what it holds, zeros elsewhere -> a partial sum
         rule = dataclasses.replace(rule, reduction=rule.reduction | rule.replicate, replicate=frozenset())
-    elif op.name in ("dynamic_update_slice", "scatter"):
+    elif opdef.split_replicate == "local":
         # a sharded updated dim: each device updates what it holds -> no communication
         rule = dataclasses.replace(rule, replicate=frozenset())
     return rule
 
 
 class _Partitioner:
+    """The partitioner, and the context an op's `partition` / `partition_local` handler
+    receives: `mesh`, `em` (the Emitter of the per-device graph), `halo` (halo.py),
+    `get` / `reshard` / `finish` (collectives between layouts), `sh` (a Sharding from a
+    spec), `sharding_of` (a global Value's propagated sharding), `axes_size`, `chunk`,
+    `carry_all`, `gather_fallback` and `mask_reduction_dims`."""
+
+    halo = halo
+
     def __init__(self, src: Graph):
         self.src = src
         self.mesh = src.mesh
@@ -122,8 +117,7 @@ class _Partitioner:
             if op.opdef.family == "collective":
                 raise ShardingError(f"{op.name}{where(op.loc)}: the global program already holds a collective; "
                                     f"collectives are inserted by the partitioner")
-            handler = SPECIAL.get(op.name, _generic)
-            out, sh = handler(self, op)
+            out, sh = (op.opdef.partition or _generic)(self, op)
             self.env[op.result] = (out, sh)
         self.op = None
         outs = []
@@ -169,6 +163,36 @@ class _Partitioner:
     def axes_size(self, axes):
         return self.mesh.axes_size(axes) if axes else 1
 
+    chunk = staticmethod(lambda n, k: _chunk(n, k))
+
+    def carry_all(self, op, spec):
+        """For ops that are linear in every operand and never grow much (slice, pad,
+        concatenate): operands keep their pending sums over axes the result does not split."""
+        axes = {a for o in op.operands for a in self.env[o][1].partial} - {a for ax in spec for a in ax}
+        if op.result.dtype == "bool":
+            return ()
+        return tuple(a for a in self.mesh.axis_names if a in axes)
+
+    def gather_fallback(self, x, cur_shape, spec, partial, d):
+        """Gather dim d of x (split by `spec`): the route when a halo would take too many hops."""
+        warnings.warn(f"spmd: {self.what()} moves data across many shards of dim {d} of {x.dtype}"
+                      f"{list(cur_shape)}; gathering that dim instead of a halo exchange",
+                      ReshardWarning, stacklevel=4)
+        whole = list(spec)
+        whole[d] = ()
+        return self.reshard(x, self.sh(spec, partial), self.sh(whole, partial), cur_shape), whole
+
+    def mask_reduction_dims(self, op, rule, assign, locals_, shardings, kind="sum"):
+        """Padding in a dim that is reduced over must hold the reduction's identity."""
+        out = []
+        for i, (x, sh, arr) in enumerate(zip(locals_, shardings, rule.operands)):
+            v = op.operands[i]
+            for d, fs in enumerate(arr):
+                if any(f in rule.reduction and assign.get(f) for f in fs):
+                    x = self.em.mask_dim(x, d, sh.dim_axes(d), v.shape[d], reduce_identity(kind, v.dtype))
+            out.append(x)
+        return out
+
     def finish(self, local, have: Sharding, target: Sharding, shape, dtype, kind="sum"):
         """An op's local result laid out by `have` -> the propagated `target`. Partial
         axes that are not a pending *sum* (max/min/prod, bool) are reduced now. A pending
@@ -189,7 +213,7 @@ class _Partitioner:
         """Which operand set carries its pending sum into the result (and over which
         axes), or () if reducing the operands first moves fewer bytes."""
         res = op.result
-        sets = _linear_sets(op)
+        sets = linear_sets(op)
         carrying = [i for i, (_, h) in enumerate(ins) if h.partial]
         if not carrying or not sets or res.dtype == "bool":
             return (), ()
@@ -336,341 +360,30 @@ def _generic(P, op):
     used = {a for ax in assign.values() for a in ax}
     red = _reduction_axes(P, rule, assign)
     res_spec = _spec_of(rule.results[0], assign)
-    kind = op.attrs.get("kind", "sum") if op.name == "reduce" else "sum"
+    kind = reduction_kind(op)
     carry_set, carried = P.carried_partial(op, ins, used, res_spec, red, target)
     locals_, shardings = [], []
     for i, v in enumerate(op.operands):
         partial = carried if i in carry_set else ()
-        if op.name == "scatter" and i == 0 and red:
+        if i == op.opdef.accumulates_into and red:
             # the operand is added to once, by the devices at group index 0 of the index axes
             partial = tuple(a for a in P.mesh.axis_names if a in set(partial) | set(red))
         want = P.sh(_spec_of(rule.operands[i], assign), partial)
         shardings.append(want)
         locals_.append(P.get(v, want))
     have = P.sh(res_spec, tuple(a for a in P.mesh.axis_names if a in set(carried) | set(red)))
-    local = LOCAL_EMIT.get(op.name, _emit_default)(P, op, rule, assign, locals_, shardings, have)
+    local = (op.opdef.partition_local or _emit_default)(P, op, rule, assign, locals_, shardings, have)
     return P.finish(local, have, target, res.shape, res.dtype, kind)
 
 
-def _mask_reduction_dims(P, op, rule, assign, locals_, shardings, fill_of):
-    """Padding in a dim that is reduced over must hold the reduction's identity."""
-    out = []
-    for i, (x, sh, arr) in enumerate(zip(locals_, shardings, rule.operands)):
-        v = op.operands[i]
-        for d, fs in enumerate(arr):
-            if any(f in rule.reduction and assign.get(f) for f in fs):
-                x = P.em.mask_dim(x, d, sh.dim_axes(d), v.shape[d], fill_of(v.dtype))
-        out.append(x)
-    return out
-
-
-def _zero(dtype):
-    return False if dtype == "bool" else 0
-
-
 def _emit_default(P, op, rule, assign, locals_, shardings, have):
-    res = op.result
+    """The op itself on local shapes; an attr that names the result's shape gets the local one."""
     attrs = dict(op.attrs)
-    local_shape = have.local_shape(res.shape)
-    if op.name in ("broadcast_in_dim", "reshape"):
-        attrs["shape"] = local_shape
-    if op.name == "reduce":
-        kind = attrs["kind"]
-        locals_ = _mask_reduction_dims(P, op, rule, assign, locals_, shardings,
-                                       lambda dt: reduce_identity(kind, dt))
-    elif rule.reduction:
-        locals_ = _mask_reduction_dims(P, op, rule, assign, locals_, shardings, _zero)
+    if "shape" in attrs:
+        attrs["shape"] = have.local_shape(op.result.shape)
+    if rule.reduction:
+        locals_ = P.mask_reduction_dims(op, rule, assign, locals_, shardings, reduction_kind(op))
     return P.em.emit(op.name, *locals_, **attrs)
-
-
-def _emit_iota(P, op, rule, assign, locals_, shardings, have):
-    a = op.attrs
-    d = a["dimension"]
-    shape = have.local_shape(op.result.shape)
-    axes = have.dim_axes(d)
-    if not axes:
-        return P.em.emit("iota", shape=shape, dtype=a["dtype"], dimension=d)
-    pos = P.em.positions(shape, d, axes, _chunk(op.result.shape[d], P.axes_size(axes)))
-    return pos if a["dtype"] == "int64" else P.em.emit("convert", pos, dtype=a["dtype"])
-
-
-def _clamped_start(P, s, n, w):
-    """A start index scalar as int64, clamped so the window [s, s+w) fits in n."""
-    em = P.em
-    if s.dtype != "int64":
-        s = em.emit("convert", s, dtype="int64")
-    s = em.emit("minimum", s, em.const(n - w, "int64"))
-    return em.emit("maximum", s, em.const(0, "int64"))
-
-
-def _clip(P, x, lo, hi):
-    em = P.em
-    x = em.emit("maximum", x, em.full(lo, x.shape, x.dtype))
-    return em.emit("minimum", x, em.full(hi, x.shape, x.dtype))
-
-
-def _in_range(P, x, lo, hi):
-    return P.em.and_(P.em.compare(x, lo, "GE"), P.em.compare(x, hi, "LT"))
-
-
-def _emit_dynamic_slice(P, op, rule, assign, locals_, shardings, have):
-    """Sharded looked-up dims: take what this device holds of the window, zeros for the
-    rest; the sum over the dim's axes is the window (the result is partial)."""
-    em = P.em
-    x, *starts = locals_
-    xv = op.operands[0]
-    sizes = list(op.attrs["slice_sizes"])
-    sx = shardings[0]
-    local_starts = list(starts)
-    for d, w in enumerate(sizes):
-        axes = sx.dim_axes(d)
-        n = xv.shape[d]
-        if w == n or not axes:
-            if w == n:
-                sizes[d] = x.shape[d]
-            continue
-        c = x.shape[d]
-        s = _clamped_start(P, starts[d], n, w)
-        rel = em.emit("iota", shape=(w,), dtype="int64", dimension=0)
-        rel = em.emit("add", rel, em.bcast(em.emit("subtract", s, em.affine(axes, c, 0)), (w,)))
-        ok = _in_range(P, rel, 0, c)
-        x = em.emit("gather", x, _clip(P, rel, 0, max(c - 1, 0)), axis=d) if c else \
-            em.full(_zero(x.dtype), tuple(w if k == d else s_ for k, s_ in enumerate(x.shape)), x.dtype)
-        x = em.select(em.bcast(ok, x.shape, (d,)), x, _zero(x.dtype))
-        local_starts[d] = em.const(0, "int64")
-    if tuple(sizes) == tuple(x.shape):
-        return x
-    return em.emit("dynamic_slice", x, *local_starts, slice_sizes=tuple(sizes))
-
-
-def _emit_dynamic_update_slice(P, op, rule, assign, locals_, shardings, have):
-    """Sharded updated dims: each device writes the part of the window it holds."""
-    em = P.em
-    x, u, *starts = locals_
-    xv, uv = op.operands[0], op.operands[1]
-    sx = shardings[0]
-    local_starts = list(starts)
-    mask = None
-    for d in range(xv.ndim):
-        axes = sx.dim_axes(d)
-        n, w = xv.shape[d], uv.shape[d]
-        if w == n or not axes:
-            continue
-        if w == 0:
-            return x
-        c = x.shape[d]
-        s = _clamped_start(P, starts[d], n, w)
-        rel = em.positions((c,), 0, axes, c)          # global index of each local row
-        rel = em.emit("subtract", rel, em.bcast(s, (c,)))
-        ok = _in_range(P, rel, 0, w)
-        u = em.emit("gather", u, _clip(P, rel, 0, w - 1), axis=d)
-        mask = em.and_(mask, em.bcast(ok, x.shape, (d,)))
-        local_starts[d] = em.const(0, "int64")
-    y = em.emit("dynamic_update_slice", x, u, *local_starts)
-    return y if mask is None else em.emit("select", mask, y, x)
-
-
-def _take_rel(P, idx, n, axes, c):
-    """Indices into a dim of size n split over axes: (local index clipped, in-this-shard mask)."""
-    em = P.em
-    gi = idx if idx.dtype == "int64" else em.emit("convert", idx, dtype="int64")
-    gi = _clip(P, gi, 0, max(n - 1, 0))
-    rel = em.emit("subtract", gi, em.bcast(em.affine(axes, c, 0), gi.shape))
-    return _clip(P, rel, 0, max(c - 1, 0)), _in_range(P, rel, 0, c)
-
-
-def _emit_gather(P, op, rule, assign, locals_, shardings, have):
-    em = P.em
-    x, idx = locals_
-    ax = op.attrs["axis"]
-    axes = shardings[0].dim_axes(ax)
-    if not axes:
-        return em.emit("gather", x, idx, axis=ax)
-    rel, ok = _take_rel(P, idx, op.operands[0].shape[ax], axes, x.shape[ax])
-    y = em.emit("gather", x, rel, axis=ax)
-    ok = em.bcast(ok, y.shape, tuple(range(ax, ax + idx.ndim)))
-    return em.select(ok, y, _zero(y.dtype))
-
-
-def _emit_scatter(P, op, rule, assign, locals_, shardings, have):
-    em = P.em
-    locals_ = _mask_reduction_dims(P, op, rule, assign, locals_, shardings, _zero)
-    x, idx, upd = locals_
-    ax = op.attrs["axis"]
-    axes = shardings[0].dim_axes(ax)
-    if axes:
-        idx, ok = _take_rel(P, idx, op.operands[0].shape[ax], axes, x.shape[ax])
-        upd = em.select(em.bcast(ok, upd.shape, tuple(range(ax, ax + idx.ndim))), upd, _zero(upd.dtype))
-    return em.emit("scatter", x, idx, upd, axis=ax)
-
-
-LOCAL_EMIT = {
-    "iota": _emit_iota,
-    "dynamic_slice": _emit_dynamic_slice,
-    "dynamic_update_slice": _emit_dynamic_update_slice,
-    "gather": _emit_gather,
-    "scatter": _emit_scatter,
-}
-
-
-# -- special handlers ---------------------------------------------------------------------
-def _constant(P, op):
-    """The whole constant on every device, then a local slice to the result's sharding."""
-    res = op.result
-    local = P.em.emit("constant", value=op.attrs["value"])
-    rep = P.sh((None,) * res.ndim)
-    return P.reshard(local, rep, P.sharding_of(res), res.shape), P.sharding_of(res)
-
-
-def _sharding_constraint(P, op):
-    target = P.sharding_of(op.result)
-    return P.get(op.operands[0], target), target
-
-
-def _carry_all(P, op, spec):
-    """Slice/pad/concatenate are linear and never grow much: operands keep their
-    pending sums (over axes the result does not split)."""
-    axes = {a for o in op.operands for a in P.env[o][1].partial} - {a for ax in spec for a in ax}
-    if op.result.dtype == "bool":
-        return ()
-    return tuple(a for a in P.mesh.axis_names if a in axes)
-
-
-def _gather_fallback(P, x, cur_shape, spec, partial, d):
-    """Gather dim d of x (split by `spec`): the route when a halo would take too many hops."""
-    warnings.warn(f"spmd: {P.what()} moves data across many shards of dim {d} of {x.dtype}"
-                  f"{list(cur_shape)}; gathering that dim instead of a halo exchange",
-                  ReshardWarning, stacklevel=4)
-    whole = list(spec)
-    whole[d] = ()
-    return P.reshard(x, P.sh(spec, partial), P.sh(whole, partial), cur_shape), whole
-
-
-def _slice(P, op):
-    res, xv = op.result, op.operands[0]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = _carry_all(P, op, spec)
-    x = P.get(xv, P.sh(spec, partial))
-    start, limit, stride = op.attrs["start"], op.attrs["limit"], op.attrs["stride"]
-    em = P.em
-    # dims that are whole on every device: one local slice
-    st = [0 if spec[d] else start[d] for d in range(xv.ndim)]
-    lim = [x.shape[d] if spec[d] else limit[d] for d in range(xv.ndim)]
-    sd = [1 if spec[d] else stride[d] for d in range(xv.ndim)]
-    if (st, lim, sd) != ([0] * xv.ndim, list(x.shape), [1] * xv.ndim):
-        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
-    cur = [res.shape[d] if not spec[d] else xv.shape[d] for d in range(xv.ndim)]
-    for d in range(xv.ndim):
-        n, m = xv.shape[d], res.shape[d]
-        if not spec[d] or (start[d] == 0 and stride[d] == 1 and m == n):
-            continue
-        k = P.axes_size(spec[d])
-        c_out = _chunk(m, k)
-        plan = halo.window_plan(k, x.shape[d], n, c_out, m, stride[d], start[d])
-        if plan is None:
-            x, whole = _gather_fallback(P, x, tuple(cur), spec, partial, d)
-            x = em.slice_dim(x, d, start[d], limit[d], stride[d])
-            cur[d] = m
-            x = P.reshard(x, P.sh(whole, partial), P.sh(spec, partial), tuple(cur))
-        else:
-            x = halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, stride[d], start[d], n)
-            cur[d] = m
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-def _pad(P, op):
-    res, xv, vv = op.result, op.operands[0], op.operands[1]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = _carry_all(P, op, spec)
-    x = P.get(xv, P.sh(spec, partial))
-    v = P.get(vv, P.sh((), partial))
-    low, high, interior = op.attrs["low"], op.attrs["high"], op.attrs["interior"]
-    em = P.em
-    # whole dims pad locally; split dims get their interior padding locally (each shard
-    # also pads after its last element, so shards stay equal) and their edges by a window
-    lo = [0 if spec[d] else low[d] for d in range(xv.ndim)]
-    hi = [interior[d] if spec[d] else high[d] for d in range(xv.ndim)]
-    if any(lo) or any(hi) or any(interior):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=tuple(interior))
-    # global sizes as laid out now: split dims not yet done hold k equal chunks
-    cur = [res.shape[d] if not spec[d] else x.shape[d] * P.axes_size(spec[d]) for d in range(xv.ndim)]
-    for d in range(xv.ndim):
-        m = res.shape[d]
-        if not spec[d] or (low[d] == 0 and high[d] == 0 and interior[d] == 0):
-            cur[d] = m
-            continue
-        k = P.axes_size(spec[d])
-        n = xv.shape[d]
-        n_src = n + max(n - 1, 0) * interior[d]     # the interior-padded source size
-        c_out = _chunk(m, k)
-        plan = halo.window_plan(k, x.shape[d], n_src, c_out, m, 1, -low[d])
-        if plan is None:
-            # shards are equal after the local interior padding: gather them whole
-            gshape = tuple(cur[:d]) + (x.shape[d] * k,) + tuple(cur[d + 1:])
-            xs, whole = _gather_fallback(P, x, gshape, spec, partial, d)
-            xs = em.slice_dim(xs, d, 0, n_src)
-            xs = em.pad_dim(xs, d, low[d], high[d], v)
-            cur[d] = m
-            x = P.reshard(xs, P.sh(whole, partial), P.sh(spec, partial), tuple(cur))
-        else:
-            x = halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -low[d], n_src, fill=v)
-            cur[d] = m
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-def _concatenate(P, op):
-    res = op.result
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = _carry_all(P, op, spec)
-    d = op.attrs["dimension"]
-    xs = [P.get(o, P.sh(spec, partial)) for o in op.operands]
-    em = P.em
-    if not spec[d]:
-        out = xs[0] if len(xs) == 1 else em.emit("concatenate", *xs, dimension=d)
-        return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-    k = P.axes_size(spec[d])
-    m = res.shape[d]
-    c_out = _chunk(m, k)
-    plans, off = [], 0
-    for o, x in zip(op.operands, xs):
-        n = o.shape[d]
-        plans.append(None if n == 0 else halo.window_plan(k, x.shape[d], n, c_out, m, 1, -off))
-        off += n
-    if any(p is None for p, o in zip(plans, op.operands) if o.shape[d]):
-        whole = list(spec)
-        whole[d] = ()
-        gathered = [_gather_fallback(P, x, o.shape, spec, partial, d)[0] if o.shape[d] else x
-                    for o, x in zip(op.operands, xs)]
-        out = em.emit("concatenate", *gathered, dimension=d)
-        out = P.reshard(out, P.sh(whole, partial), P.sh(spec, partial), res.shape)
-        return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-    out, pos, off = None, None, 0
-    for o, x, plan in zip(op.operands, xs, plans):
-        n = o.shape[d]
-        if n:
-            y = halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -off, n)
-            if out is None:
-                out = y
-            else:
-                if pos is None:
-                    pos = em.positions(y.shape, d, spec[d], c_out)
-                out = em.emit("select", em.compare(pos, off, "GE"), y, out)
-        off += n
-    if out is None:
-        out = em.full(_zero(res.dtype), P.sh(spec).local_shape(res.shape), res.dtype)
-    return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-SPECIAL = {
-    "constant": _constant,
-    "sharding_constraint": _sharding_constraint,
-    "slice": _slice,
-    "pad": _pad,
-    "concatenate": _concatenate,
-}
 
 
 def _dce(g: Graph) -> Graph:

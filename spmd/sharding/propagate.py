@@ -67,33 +67,20 @@ from .cost import dims_reshard_bytes
 from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
 from .spec import Sharding
 
-PASS_THROUGH = ("transpose", "reshape", "convert", "sharding_constraint")
-CONTRACTIONS = ("dot_general", "reduce")
-LAST = ("broadcast_in_dim", "iota", "constant")
-# ops whose split reduction factor leaves summands: contractions and scatter-add. (gather
-# and dynamic_slice on a split dim also can -- a masked lookup -- but whether that beats
-# gathering the operand is the partitioner's local choice, so their results are not
-# declared partial.)
-SUM_LIKE = ("dot_general", "scatter")
 LEVELS = 4
 
 
 def level(op) -> int:
-    """The op's propagation priority (0 first)."""
-    if op.opdef.family == "elementwise" or op.name in PASS_THROUGH:
-        return 0
-    if op.name in CONTRACTIONS:
-        return 1
-    if op.name in LAST:
-        return 3
-    return 2
+    """The op's propagation priority (0 first): its OpDef's `priority`."""
+    return op.opdef.priority
 
 
 def _sum_like(op) -> bool:
-    """Does a split reduction factor leave the result a pending *sum*?"""
-    if op.result.dtype == "bool":
-        return False
-    return op.name in SUM_LIKE or (op.name == "reduce" and op.attrs["kind"] == "sum")
+    """Does a split reduction factor leave the result a pending *sum*? (Contractions and
+    scatter-add. gather and dynamic_slice on a split dim also can -- a masked lookup --
+    but whether that beats gathering the operand is the partitioner's local choice, so
+    their results are not declared partial.)"""
+    return op.result.dtype != "bool" and op.opdef.reduction_kind(op.attrs) == "sum"
 
 
 class _State:

@@ -299,6 +299,14 @@ class Emitter:
     def and_(self, a, b):
         return b if a is None else a if b is None else self.emit("and", a, b)
 
+    def clip(self, x, lo, hi):
+        x = self.emit("maximum", x, self.full(lo, x.shape, x.dtype))
+        return self.emit("minimum", x, self.full(hi, x.shape, x.dtype))
+
+    def in_range(self, x, lo, hi):
+        """lo <= x < hi, elementwise."""
+        return self.and_(self.compare(x, lo, "GE"), self.compare(x, hi, "LT"))
+
     def select(self, mask, x, fill):
         """select(mask, x, fill) where fill is a Python scalar or a scalar Value."""
         if not isinstance(fill, Value):

@@ -22,9 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...ir import Graph, Op, Value
+from ...ir import Graph, Op, Value, splat  # noqa: F401  (splat: re-exported for the backends)
 
-CHEAP = ("broadcast_in_dim", "transpose", "slice", "reshape", "iota", "constant")
+
+
+def reindexes(op) -> bool:
+    """Does op only move elements (OpDef.fusion "reindex")? Such ops are copied into
+    every kernel that reads them."""
+    return op.opdef.fusion == "reindex"
+
 MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
 
 
@@ -60,23 +66,6 @@ class FusionPlan:
         return "\n".join(lines) + "\n"
 
 
-def splat(v: Value):
-    """The one value every element of v has, if v is a constant (or a broadcast of one)
-    whose elements are all equal; else None."""
-    op = v.producer
-    while op is not None and op.name == "broadcast_in_dim":
-        op = op.operands[0].producer
-    if op is None or op.name != "constant":
-        return None
-    c = op.attrs["value"]
-    if c.size == 0:
-        return c.dtype.type(0)          # no elements: any value will do
-    first = c.reshape(-1)[0]
-    if c.size == 1 or (np.all(c == first) and not (c.dtype.kind == "f" and np.isnan(first))):
-        return first
-    return None
-
-
 def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
     """`fusible(op) -> bool` says which ops the backend can compile into a kernel;
     `roots` are values forced to be materialised (the code generator asks for them)."""
@@ -105,14 +94,14 @@ def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
             if u in standalone:
                 outside_op = True
             ug |= groups.get(u, set())
-        if op.name in CHEAP and r not in roots:
+        if reindexes(op) and r not in roots:
             groups[op] = ug
             for gid in ug:
                 members[gid].append(op)
             if outside_op or r in outs or not ug:
                 standalone.add(op)
             continue
-        is_red = op.name == "reduce"
+        is_red = op.opdef.fusion == "reduce"
         if (len(ug) == 1 and not outside_op and r not in roots
                 and reduces[next(iter(ug))] + is_red <= MAX_REDUCES):
             (gid,) = ug

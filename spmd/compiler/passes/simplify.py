@@ -1,4 +1,5 @@
-"""Algebraic simplification and constant folding.
+"""Algebraic simplification and constant folding. The identities are each op's own
+(`OpDef.simplify`, in ir/ops/); this pass applies them and folds constants:
 
 - constant folding: an op whose operands are all constants and whose result is small is
   replaced by its value (computed by the op's numpy reference);
@@ -19,19 +20,9 @@ from collections import Counter
 import numpy as np
 
 from ...ir import Graph
-from ...ir.ops.dot import dims as dot_dims
-from .fuse import splat
 from .rewrite import Rebuild
 
 FOLD_LIMIT = 64          # fold only results this small (bigger constants cost memory)
-
-
-def _is(v, c):
-    s = splat(v)
-    if s is None:
-        return False
-    with np.errstate(all="ignore"):
-        return bool(s == c)
 
 
 def _fold(op, operands):
@@ -44,21 +35,6 @@ def _fold(op, operands):
         val = op.opdef.ref(*[o.producer.attrs["value"] for o in operands], **op.attrs)
     val = np.array(val, dtype=op.result.dtype)
     return val if val.shape == op.result.shape else None
-
-
-def _dot_swap(rb, op, x):
-    """transpose(dot(a, b)) -> dot(b, a) when the permutation swaps the lhs-free and
-    rhs-free blocks of a dot without batch dims."""
-    lb, rb_, lc, rc = (x.producer.attrs[k] for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"))
-    if lb:
-        return None
-    a, b = x.producer.operands
-    lf, rf = dot_dims(a.ndim, b.ndim, lb, rb_, lc, rc)
-    nl, nr = len(lf), len(rf)
-    if tuple(op.attrs["permutation"]) != tuple(range(nl, nl + nr)) + tuple(range(nl)):
-        return None
-    return rb.emit("dot_general", b, a, loc=x.producer.loc, sharding=op.result.sharding,
-                   lhs_batch=(), rhs_batch=(), lhs_contract=tuple(rc), rhs_contract=tuple(lc))
 
 
 def simplify(graph: Graph) -> Graph:
@@ -85,75 +61,5 @@ def _rule(rb, op, uses):
     val = _fold(op, ops)
     if val is not None:
         return rb.emit("constant", loc=op.loc, sharding=r.sharding, value=val)
-    name, a = op.name, op.attrs
-    x = ops[0] if ops else None
-    same = x is not None and x.shape == r.shape and x.dtype == r.dtype
-    if name == "add":
-        if _is(ops[1], 0):
-            return x
-        if _is(x, 0):
-            return ops[1]
-    elif name == "subtract" and _is(ops[1], 0):
-        return x
-    elif name == "multiply":
-        if _is(ops[1], 1):
-            return x
-        if _is(x, 1):
-            return ops[1]
-    elif name == "divide" and _is(ops[1], 1):
-        return x
-    elif name == "power" and r.dtype in ("float32", "float64"):
-        e = splat(ops[1])
-        if e is not None:
-            e = float(e)
-            mul = lambda p, q: rb.emit("multiply", p, q, loc=op.loc, sharding=r.sharding)  # noqa: E731
-            if e == 1:
-                return x
-            if e == 2:
-                return mul(x, x)
-            if e == 3:
-                return mul(mul(x, x), x)
-            if e == -1:
-                one = rb.emit("broadcast_in_dim", rb.emit("constant", value=np.array(1, r.dtype)),
-                              shape=r.shape, broadcast_dimensions=())
-                return rb.emit("divide", one, x, loc=op.loc, sharding=r.sharding)
-    elif name == "negate" and x.producer is not None and x.producer.name == "negate":
-        return x.producer.operands[0]
-    elif name == "select":
-        if ops[1] is ops[2]:
-            return ops[1]
-        p = splat(x)
-        if p is not None:
-            return ops[1] if p else ops[2]
-    elif name == "convert" and same:
-        return x
-    elif name == "reshape":
-        if same:
-            return x
-        if x.producer is not None and x.producer.name == "reshape":
-            inner = x.producer.operands[0]
-            if inner.shape == r.shape:
-                return inner
-            return rb.emit("reshape", x.producer.operands[0], loc=op.loc, sharding=r.sharding, shape=r.shape)
-    elif name == "transpose":
-        perm = tuple(a["permutation"])
-        if perm == tuple(range(len(perm))):
-            return x
-        if x.producer is not None and x.producer.name == "transpose":
-            inner = x.producer.attrs["permutation"]
-            composed = tuple(inner[p] for p in perm)
-            if composed == tuple(range(len(perm))):
-                return x.producer.operands[0]
-            return rb.emit("transpose", x.producer.operands[0], loc=op.loc, sharding=r.sharding,
-                           permutation=composed)
-        if x.producer is not None and x.producer.name == "dot_general" and uses[op.operands[0]] == 1:
-            return _dot_swap(rb, op, x)
-    elif name == "broadcast_in_dim":
-        if same and tuple(a["broadcast_dimensions"]) == tuple(range(x.ndim)):
-            return x
-    elif name == "slice":
-        if same and all(s == 0 for s in a["start"]) and all(s == 1 for s in a["stride"]):
-            return x
-    elif name == "reduce" and not a["axes"]:
-        return x
-    return None
+    rule = op.opdef.simplify
+    return rule(rb, op, ops, uses) if rule is not None else None

@@ -6,7 +6,7 @@ promotes before it emits them.
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .registry import OpDef, check, register
+from .registry import OpDef, check, is_const, producer_is, register
 
 NUM = ("float32", "float64", "int32", "int64")
 FLOAT = ("float32", "float64")
@@ -43,14 +43,79 @@ def _flops_n(n):
     return lambda ins, out, attrs: n * int(np.prod(out.shape, dtype=np.int64))
 
 
-def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1):
+def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1, **rules):
     register(OpDef(name, "elementwise", _infer_unary(allowed), ref, vjp, elementwise_factors,
-                   scalar, _flops_n(flops), allowed))
+                   scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise", **rules))
 
 
-def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1):
+def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1, **rules):
     register(OpDef(name, "elementwise", _infer_binary(allowed, out_dtype), ref, vjp,
-                   elementwise_factors, scalar, _flops_n(flops), allowed))
+                   elementwise_factors, scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise",
+                   **rules))
+
+
+# -- simplification rules (see OpDef.simplify) ------------------------------------------------
+def _unit_right(c):
+    """x op c -> x."""
+    return lambda rb, op, ops, uses: ops[0] if is_const(ops[1], c) else None
+
+
+def _unit_either(c):
+    """x op c -> x and c op x -> x."""
+    def rule(rb, op, ops, uses):
+        if is_const(ops[1], c):
+            return ops[0]
+        if is_const(ops[0], c):
+            return ops[1]
+        return None
+    return rule
+
+
+def _power_simplify(rb, op, ops, uses):
+    """x**1 -> x, x**2 -> x*x, x**3 -> x*x*x, x**-1 -> 1/x (floats)."""
+    from ..graph import splat
+    x, r = ops[0], op.result
+    e = splat(ops[1])
+    if r.dtype not in FLOAT or e is None:
+        return None
+    e = float(e)
+    mul = lambda p, q: rb.emit("multiply", p, q, loc=op.loc, sharding=r.sharding)  # noqa: E731
+    if e == 1:
+        return x
+    if e == 2:
+        return mul(x, x)
+    if e == 3:
+        return mul(mul(x, x), x)
+    if e == -1:
+        one = rb.emit("broadcast_in_dim", rb.emit("constant", value=np.array(1, r.dtype)),
+                      shape=r.shape, broadcast_dimensions=())
+        return rb.emit("divide", one, x, loc=op.loc, sharding=r.sharding)
+    return None
+
+
+def _negate_simplify(rb, op, ops, uses):
+    """--x -> x."""
+    return ops[0].producer.operands[0] if producer_is(ops[0], "negate") else None
+
+
+def _select_simplify(rb, op, ops, uses):
+    """select(p, x, x) -> x; a constant predicate picks its branch."""
+    from ..graph import splat
+    if ops[1] is ops[2]:
+        return ops[1]
+    p = splat(ops[0])
+    if p is not None:
+        return ops[1] if p else ops[2]
+    return None
+
+
+def _convert_simplify(rb, op, ops, uses):
+    return ops[0] if ops[0].dtype == op.result.dtype else None
+
+
+def _float_only(sets):
+    """Linear only where the op is exact arithmetic on floats (integer division truncates)."""
+    return lambda op: sets if op.result.dtype.startswith("float") else []
 
 
 # -- VJP helpers: they build IR with the graph's emit -------------------------------------
@@ -130,26 +195,27 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), ALL[:-1],
-       scalar=lambda b, x, y: b.add(x, y))
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_unit_either(0))
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
-       scalar=lambda b, x, y: b.sub(x, y))
+       scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_unit_right(0))
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
-       scalar=lambda b, x, y: b.mul(x, y))
+       scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1))
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
-       scalar=lambda b, x, y: b.div(x, y))
+       scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1))
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
-binary("power", _cast_ref(_int_power), _pow_vjp, scalar=lambda b, x, y: b.pow(x, y), flops=10)
+binary("power", _cast_ref(_int_power), _pow_vjp, scalar=lambda b, x, y: b.pow(x, y), flops=10,
+       simplify=_power_simplify)
 binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y))
 binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y))
 binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y))
 binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM,
-      scalar=lambda b, x: b.neg(x))
+      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify)
 unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))
 unary("abs", _cast_ref(np.abs), lambda g, op, ct: (E(g, "multiply", ct, E(g, "sign", op.operands[0])),),
       NUM, scalar=lambda b, x: b.abs(x))
@@ -199,7 +265,7 @@ def _compare_infer(x, y, direction):
 register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
-               _flops_n(1), ALL))
+               _flops_n(1), ALL, priority=0, fusion="elementwise"))
 
 
 def _select_infer(p, a, b):
@@ -217,7 +283,8 @@ def _select_vjp(g, op, ct):
 
 
 register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
-               elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL))
+               elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL,
+               priority=0, fusion="elementwise", linear=((1, 2),), simplify=_select_simplify))
 
 
 def _convert_infer(x, dtype):
@@ -240,4 +307,7 @@ def _convert_vjp(g, op, ct):
 
 
 register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
-               elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL))
+               elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL,
+               priority=0, fusion="elementwise", simplify=_convert_simplify,
+               linear=lambda op: [(0,)] if op.operands[0].dtype.startswith("float")
+               and op.result.dtype.startswith("float") else []))

@@ -81,4 +81,7 @@ def _factors(ins, outs, attrs):
 
 register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
                lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
-               ("float32", "float64", "int32", "int64", "bool")))
+               ("float32", "float64", "int32", "int64", "bool"), priority=1, fusion="reduce",
+               linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
+               reduction_kind=lambda attrs: attrs["kind"],
+               simplify=lambda rb, op, ops, uses: ops[0] if not op.attrs["axes"] else None))

@@ -1,11 +1,21 @@
 """The op registry: one OpDef per op, holding every rule the system needs of it.
 
-Adding an op is one `register(OpDef(...))` call in the file of its family. A test walks
-the registry so that no op can miss a rule.
+Adding an op is one `register(OpDef(...))` call in the file of its family, plus one line
+in the numpy-API table (compiler/numpy_api.py) if numpy users reach it. No other file
+keys anything on an op's name: propagation, the partitioner, the simplifier, fusion and
+the code generators read the fields below. A test walks the registry so that no op can
+miss a rule.
+
+Rules are data or small functions in the IR's own terms, so `ir/` imports nothing above
+it. Rules that build IR (VJP, simplification, partition handlers) receive the builder
+they emit into as an argument: a Graph, the simplifier's rebuild, or the partitioner's
+context (see sharding/partition.py `_Partitioner` for what it offers).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Callable, Optional
 
 from ...errors import ShapeError
@@ -31,6 +41,40 @@ class OpDef:
     dtypes: tuple = ("float32", "float64", "int32", "int64", "bool")
     # collectives get the communicator from the runtime
     needs_comm: bool = False
+
+    # -- sharding -------------------------------------------------------------------------
+    # propagation priority: 0 pass-through (elementwise, transpose, reshape...), 1
+    # contractions and reductions, 2 the rest, 3 broadcasts and leaves (decided last)
+    priority: int = 2
+    # operand index sets the op is jointly linear in: if every operand of one set carries
+    # a pending sum over axes P, so can the result. A tuple of tuples, or op -> that.
+    linear: object = ()
+    # what a split reduction factor leaves in the result: "sum" (a pending sum that
+    # propagation may keep partial), "max"/"min"/"prod" (reduced at once), or None (the
+    # op has no reduction a split leaves pending). attrs -> str | None
+    reduction_kind: Callable = lambda attrs: None  # noqa: E731
+    # how the partitioner may keep a `replicate` factor split: None (it may not),
+    # "partial" (each device looks up what it holds, zeros elsewhere: a pending sum), or
+    # "local" (each device updates what it holds: no communication)
+    split_replicate: Optional[str] = None
+    # the operand the op accumulates into (scatter-add): with a split reduction factor,
+    # only one device of the group may add it, so it is fed as a pending sum
+    accumulates_into: Optional[int] = None
+    # the partitioner's handler when the generic factor-driven one does not fit:
+    # (P, op) -> (local Value, Sharding it is laid out by)
+    partition: Optional[Callable] = None
+    # the local op the generic handler emits once operands are resharded, when it is not
+    # the op itself on local shapes: (P, op, rule, assign, locals, shardings, have) -> Value
+    partition_local: Optional[Callable] = None
+
+    # -- optimisation and code generation ---------------------------------------------------
+    # how fusion treats the op: "elementwise" (a scalar function per element), "reindex"
+    # (only moves elements: copied into every kernel that reads it), "reduce", or None
+    # (runs on its own: dots, collectives, indexing)
+    fusion: Optional[str] = None
+    # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
+    # emits into the new graph, `operands` are op's operands there, `uses` counts uses
+    simplify: Optional[Callable] = None
 
     @property
     def differentiable(self):
@@ -58,3 +102,22 @@ def check(cond, msg):
     """Shape rules state their requirements with check(); the message names the problem."""
     if not cond:
         raise ShapeError(msg)
+
+
+def zero_of(dtype):
+    """A zero of dtype, as the emitters' scalar fill takes it."""
+    return False if dtype == "bool" else 0
+
+
+def is_const(v, c) -> bool:
+    """Is every element of Value v the constant c? (Simplification rules ask this.)"""
+    from ..graph import splat
+    s = splat(v)
+    if s is None:
+        return False
+    with np.errstate(all="ignore"):
+        return bool(s == c)
+
+
+def producer_is(v, name):
+    return v.producer is not None and v.producer.name == name

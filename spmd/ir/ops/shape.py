@@ -5,7 +5,7 @@ import numpy as np
 from .. import dtypes
 from ..factors import einsum_rule, letters, reshape_rule
 from .elementwise import ALL, _aval, const_like
-from .registry import OpDef, check, register
+from .registry import OpDef, check, producer_is, register, zero_of
 
 
 def _no_operands_factors(ins, outs, attrs):
@@ -16,9 +16,208 @@ def _zero_flops(ins, out, attrs):
     return 0
 
 
-def _leaf(name, infer, ref, allowed=ALL):
+def _leaf(name, infer, ref, allowed=ALL, **rules):
     register(OpDef(name, "shape", infer, ref, lambda g, op, ct: (), _no_operands_factors,
-                   None, _zero_flops, allowed))
+                   None, _zero_flops, allowed, priority=3, fusion="reindex", **rules))
+
+
+# -- partition handlers (see OpDef.partition; P is the partitioner's context) ----------------
+def _partition_iota(P, op, rule, assign, locals_, shardings, have):
+    a = op.attrs
+    d = a["dimension"]
+    shape = have.local_shape(op.result.shape)
+    axes = have.dim_axes(d)
+    if not axes:
+        return P.em.emit("iota", shape=shape, dtype=a["dtype"], dimension=d)
+    pos = P.em.positions(shape, d, axes, P.chunk(op.result.shape[d], P.axes_size(axes)))
+    return pos if a["dtype"] == "int64" else P.em.emit("convert", pos, dtype=a["dtype"])
+
+
+def _partition_constant(P, op):
+    """The whole constant on every device, then a local slice to the result's sharding."""
+    res = op.result
+    local = P.em.emit("constant", value=op.attrs["value"])
+    rep = P.sh((None,) * res.ndim)
+    return P.reshard(local, rep, P.sharding_of(res), res.shape), P.sharding_of(res)
+
+
+def _partition_slice(P, op):
+    res, xv = op.result, op.operands[0]
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec)
+    x = P.get(xv, P.sh(spec, partial))
+    start, limit, stride = op.attrs["start"], op.attrs["limit"], op.attrs["stride"]
+    em = P.em
+    # dims that are whole on every device: one local slice
+    st = [0 if spec[d] else start[d] for d in range(xv.ndim)]
+    lim = [x.shape[d] if spec[d] else limit[d] for d in range(xv.ndim)]
+    sd = [1 if spec[d] else stride[d] for d in range(xv.ndim)]
+    if (st, lim, sd) != ([0] * xv.ndim, list(x.shape), [1] * xv.ndim):
+        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
+    cur = [res.shape[d] if not spec[d] else xv.shape[d] for d in range(xv.ndim)]
+    for d in range(xv.ndim):
+        n, m = xv.shape[d], res.shape[d]
+        if not spec[d] or (start[d] == 0 and stride[d] == 1 and m == n):
+            continue
+        k = P.axes_size(spec[d])
+        c_out = P.chunk(m, k)
+        plan = P.halo.window_plan(k, x.shape[d], n, c_out, m, stride[d], start[d])
+        if plan is None:
+            x, whole = P.gather_fallback(x, tuple(cur), spec, partial, d)
+            x = em.slice_dim(x, d, start[d], limit[d], stride[d])
+            cur[d] = m
+            x = P.reshard(x, P.sh(whole, partial), P.sh(spec, partial), tuple(cur))
+        else:
+            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, stride[d], start[d], n)
+            cur[d] = m
+    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+def _partition_pad(P, op):
+    res, xv, vv = op.result, op.operands[0], op.operands[1]
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec)
+    x = P.get(xv, P.sh(spec, partial))
+    v = P.get(vv, P.sh((), partial))
+    low, high, interior = op.attrs["low"], op.attrs["high"], op.attrs["interior"]
+    em = P.em
+    # whole dims pad locally; split dims get their interior padding locally (each shard
+    # also pads after its last element, so shards stay equal) and their edges by a window
+    lo = [0 if spec[d] else low[d] for d in range(xv.ndim)]
+    hi = [interior[d] if spec[d] else high[d] for d in range(xv.ndim)]
+    if any(lo) or any(hi) or any(interior):
+        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=tuple(interior))
+    # global sizes as laid out now: split dims not yet done hold k equal chunks
+    cur = [res.shape[d] if not spec[d] else x.shape[d] * P.axes_size(spec[d]) for d in range(xv.ndim)]
+    for d in range(xv.ndim):
+        m = res.shape[d]
+        if not spec[d] or (low[d] == 0 and high[d] == 0 and interior[d] == 0):
+            cur[d] = m
+            continue
+        k = P.axes_size(spec[d])
+        n = xv.shape[d]
+        n_src = n + max(n - 1, 0) * interior[d]     # the interior-padded source size
+        c_out = P.chunk(m, k)
+        plan = P.halo.window_plan(k, x.shape[d], n_src, c_out, m, 1, -low[d])
+        if plan is None:
+            # shards are equal after the local interior padding: gather them whole
+            gshape = tuple(cur[:d]) + (x.shape[d] * k,) + tuple(cur[d + 1:])
+            xs, whole = P.gather_fallback(x, gshape, spec, partial, d)
+            xs = em.slice_dim(xs, d, 0, n_src)
+            xs = em.pad_dim(xs, d, low[d], high[d], v)
+            cur[d] = m
+            x = P.reshard(xs, P.sh(whole, partial), P.sh(spec, partial), tuple(cur))
+        else:
+            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -low[d], n_src, fill=v)
+            cur[d] = m
+    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+def _partition_concatenate(P, op):
+    res = op.result
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec)
+    d = op.attrs["dimension"]
+    xs = [P.get(o, P.sh(spec, partial)) for o in op.operands]
+    em = P.em
+    if not spec[d]:
+        out = xs[0] if len(xs) == 1 else em.emit("concatenate", *xs, dimension=d)
+        return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
+    k = P.axes_size(spec[d])
+    m = res.shape[d]
+    c_out = P.chunk(m, k)
+    plans, off = [], 0
+    for o, x in zip(op.operands, xs):
+        n = o.shape[d]
+        plans.append(None if n == 0 else P.halo.window_plan(k, x.shape[d], n, c_out, m, 1, -off))
+        off += n
+    if any(p is None for p, o in zip(plans, op.operands) if o.shape[d]):
+        whole = list(spec)
+        whole[d] = ()
+        gathered = [P.gather_fallback(x, o.shape, spec, partial, d)[0] if o.shape[d] else x
+                    for o, x in zip(op.operands, xs)]
+        out = em.emit("concatenate", *gathered, dimension=d)
+        out = P.reshard(out, P.sh(whole, partial), P.sh(spec, partial), res.shape)
+        return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
+    out, pos, off = None, None, 0
+    for o, x, plan in zip(op.operands, xs, plans):
+        n = o.shape[d]
+        if n:
+            y = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -off, n)
+            if out is None:
+                out = y
+            else:
+                if pos is None:
+                    pos = em.positions(y.shape, d, spec[d], c_out)
+                out = em.emit("select", em.compare(pos, off, "GE"), y, out)
+        off += n
+    if out is None:
+        out = em.full(zero_of(res.dtype), P.sh(spec).local_shape(res.shape), res.dtype)
+    return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+# -- simplification rules (see OpDef.simplify) -----------------------------------------------
+def _same(x, r):
+    return x.shape == r.shape and x.dtype == r.dtype
+
+
+def _reshape_simplify(rb, op, ops, uses):
+    """A reshape to the same shape goes; a reshape of a reshape is one reshape."""
+    x, r = ops[0], op.result
+    if _same(x, r):
+        return x
+    if producer_is(x, "reshape"):
+        inner = x.producer.operands[0]
+        if inner.shape == r.shape:
+            return inner
+        return rb.emit("reshape", inner, loc=op.loc, sharding=r.sharding, shape=r.shape)
+    return None
+
+
+def _transpose_simplify(rb, op, ops, uses):
+    """Identity transposes go, a transpose of a transpose is one, and transpose(dot(a, b))
+    that swaps the two free blocks is dot(b, a): BLAS reads the operands transposed."""
+    from .dot import dims as dot_dims
+    x, r = ops[0], op.result
+    perm = tuple(op.attrs["permutation"])
+    if perm == tuple(range(len(perm))):
+        return x
+    if producer_is(x, "transpose"):
+        inner = x.producer.attrs["permutation"]
+        composed = tuple(inner[p] for p in perm)
+        if composed == tuple(range(len(perm))):
+            return x.producer.operands[0]
+        return rb.emit("transpose", x.producer.operands[0], loc=op.loc, sharding=r.sharding,
+                       permutation=composed)
+    if producer_is(x, "dot_general") and uses[op.operands[0]] == 1:
+        d = x.producer
+        lb, rb_, lc, rc = (d.attrs[k] for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"))
+        if lb:
+            return None
+        a, b = d.operands
+        lf, rf = dot_dims(a.ndim, b.ndim, lb, rb_, lc, rc)
+        nl, nr = len(lf), len(rf)
+        if perm != tuple(range(nl, nl + nr)) + tuple(range(nl)):
+            return None
+        return rb.emit("dot_general", b, a, loc=d.loc, sharding=r.sharding,
+                       lhs_batch=(), rhs_batch=(), lhs_contract=tuple(rc), rhs_contract=tuple(lc))
+    return None
+
+
+def _bcast_simplify(rb, op, ops, uses):
+    x = ops[0]
+    same_dims = tuple(op.attrs["broadcast_dimensions"]) == tuple(range(x.ndim))
+    return x if _same(x, op.result) and same_dims else None
+
+
+def _slice_simplify(rb, op, ops, uses):
+    x, a = ops[0], op.attrs
+    full = all(s == 0 for s in a["start"]) and all(s == 1 for s in a["stride"])
+    return x if _same(x, op.result) and full else None
+
 
 
 # constant: the value lives in the attribute (small ones print inline, large ones as hex)
@@ -27,7 +226,7 @@ def _constant_infer(value):
     return _aval(value.shape, dtypes.canon(value.dtype))
 
 
-_leaf("constant", _constant_infer, lambda value: value)
+_leaf("constant", _constant_infer, lambda value: value, partition=_partition_constant)
 
 
 def _iota_infer(shape, dtype, dimension):
@@ -43,7 +242,7 @@ def _iota_ref(shape, dtype, dimension):
     return np.broadcast_to(ar.reshape([-1 if d == dimension else 1 for d in range(len(shape))]), shape).copy()
 
 
-_leaf("iota", _iota_infer, _iota_ref, ALL[:-1])
+_leaf("iota", _iota_infer, _iota_ref, ALL[:-1], partition_local=_partition_iota)
 
 
 # -- broadcast_in_dim ----------------------------------------------------------------------
@@ -87,7 +286,7 @@ def _bcast_factors(ins, outs, attrs):
 
 
 register(OpDef("broadcast_in_dim", "shape", _bcast_infer, _bcast_ref, _bcast_vjp, _bcast_factors,
-               None, _zero_flops, ALL))
+               None, _zero_flops, ALL, priority=3, linear=((0,),), fusion="reindex", simplify=_bcast_simplify))
 
 
 # -- reshape, transpose --------------------------------------------------------------------
@@ -101,7 +300,7 @@ def _reshape_infer(x, shape):
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
                lambda g, op, ct: (g.emit("reshape", ct, shape=op.operands[0].shape),),
                lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
-               None, _zero_flops, ALL))
+               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify))
 
 
 def _transpose_infer(x, permutation):
@@ -117,7 +316,8 @@ def _transpose_factors(ins, outs, attrs):
 
 register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np.transpose(x, permutation),
                lambda g, op, ct: (g.emit("transpose", ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
-               _transpose_factors, None, _zero_flops, ALL))
+               _transpose_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_transpose_simplify))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------
@@ -157,7 +357,8 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
 
 register(OpDef("slice", "shape", _slice_infer,
                lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
-               _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL))
+               _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, linear=((0,),), fusion="reindex",
+               partition=_partition_slice, simplify=_slice_simplify))
 
 
 def _pad_infer(x, v, low, high, interior):
@@ -190,7 +391,7 @@ def _pad_vjp(g, op, ct):
 
 
 register(OpDef("pad", "shape", _pad_infer, _pad_ref, _pad_vjp, _changed_dims_factors,
-               None, _zero_flops, ALL))
+               None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad))
 
 
 def _concat_infer(*xs, dimension):
@@ -224,6 +425,7 @@ def _concat_factors(ins, outs, attrs):
 
 register(OpDef("concatenate", "shape", _concat_infer,
                lambda *xs, dimension: np.concatenate(xs, axis=dimension),
-               _concat_vjp, _concat_factors, None, _zero_flops, ALL))
+               _concat_vjp, _concat_factors, None, _zero_flops, ALL,
+               linear=lambda op: [tuple(range(len(op.operands)))], partition=_partition_concatenate))
 
 __all__ = ["slice_size", "const_like"]

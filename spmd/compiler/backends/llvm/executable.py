@@ -20,7 +20,7 @@ from ....errors import SpmdError
 from ....ir import Graph
 from ....ir.ops.dot import dims as dot_dims
 from ....tools import timeline
-from ...passes.fuse import CHEAP, Kernel, fuse
+from ...passes.fuse import Kernel, fuse, reindexes
 from ...passes.memory import plan_memory
 from .codegen import Split, kernel_ir
 from .jit import compile_ir
@@ -53,9 +53,9 @@ def threads_for(comm):
 
 def fusible(op) -> bool:
     d = op.opdef
-    if op.name in CHEAP or op.name == "reduce":
+    if d.fusion in ("reindex", "reduce"):
         return all(v.dtype != "bool" or op.name != "iota" for v in op.results)
-    if d.family != "elementwise" or d.scalar is None:
+    if d.fusion != "elementwise" or d.scalar is None:
         return False
     try:   # a dry run: does the builder lower this op for these dtypes?
         b = ScalarBuilder(lambda line: None, lambda: "%x", lambda line: None)
@@ -73,7 +73,7 @@ class KernelStep:
         self.par, self.extent = cg.par, cg.extent
         self.root = kernel.root
         # timeline name: the ops it fuses ("tanh+reduce"), data movement left out
-        ops = [op.name for op in kernel.ops if op.name not in CHEAP] or [kernel.root.producer.name]
+        ops = [op.name for op in kernel.ops if not reindexes(op)] or [kernel.root.producer.name]
         self.label = "+".join(ops)
         self.fn = None
 
