@@ -373,7 +373,7 @@ def max(x, axis=None, out=None, keepdims=False, **kw):
     x = asarray(x)
     _no_identity("max", x, axis)
     if x.dtype == np.bool_:
-        return any(x, axis, keepdims)
+        return any(x, axis, keepdims=keepdims)
     return _reduce("max", x, axis, None, keepdims, lambda v: v.value.dtype)
 
 
@@ -382,7 +382,7 @@ def min(x, axis=None, out=None, keepdims=False, **kw):
     x = asarray(x)
     _no_identity("min", x, axis)
     if x.dtype == np.bool_:
-        return all(x, axis, keepdims)
+        return all(x, axis, keepdims=keepdims)
     return _reduce("min", x, axis, None, keepdims, lambda v: v.value.dtype)
 
 
@@ -403,7 +403,7 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
         true_divide(s, np.array(np.nan, dtype=dt))
 
 
-def var(x, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     _no_extra("var", (), dict(kw, out=out))
     x = asarray(x)
     axes = _axes(axis, x.ndim, "var")
@@ -413,23 +413,27 @@ def var(x, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
     return true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
 
 
-def std(x, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
-    return sqrt(var(x, axis, dtype, out, keepdims, ddof, **kw))
+def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    return sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw))
 
 
-def any(x, axis=None, keepdims=False):
+def any(x, axis=None, out=None, keepdims=False, **kw):
+    _no_extra("any", (), dict(kw, out=out))
     return _reduce("max", asarray(x, "bool"), axis, None, keepdims, lambda v: "bool")
 
 
-def all(x, axis=None, keepdims=False):
+def all(x, axis=None, out=None, keepdims=False, **kw):
+    _no_extra("all", (), dict(kw, out=out))
     return _reduce("min", asarray(x, "bool"), axis, None, keepdims, lambda v: "bool")
 
 
-def argmax(x, axis=None, keepdims=False):
+def argmax(x, axis=None, out=None, keepdims=False):
+    _no_extra("argmax", (), {"out": out})
     return _arg(x, axis, keepdims, max)
 
 
-def argmin(x, axis=None, keepdims=False):
+def argmin(x, axis=None, out=None, keepdims=False):
+    _no_extra("argmin", (), {"out": out})
     return _arg(x, axis, keepdims, min)
 
 
@@ -611,7 +615,7 @@ def tile(x, reps):
     return reshape(y, [r * s for r, s in zip(reps, x.shape)])
 
 
-def take(x, indices, axis=None, mode=None):
+def take(x, indices, axis=None, out=None, mode=None):
     """np.take. Indices known at trace time are checked like numpy's; traced indices
     cannot raise, so out-of-range ones clamp (mode="raise" behaves as "clip")."""
     x = asarray(x)
@@ -879,42 +883,149 @@ def _index_kind(k):
     raise IndexError(f"unsupported index {k!r} of type {type(k).__name__} (at {user_loc()})")
 
 
-# ---------------------------------------------------------------------------- dispatch
-UFUNCS = {
-    "add": add, "subtract": subtract, "multiply": multiply, "divide": true_divide,
-    "true_divide": true_divide, "floor_divide": floor_divide, "remainder": mod, "mod": mod,
-    "power": power, "float_power": lambda x, y: power(asarray(x, "float64"), y),
-    "maximum": maximum, "minimum": minimum, "fmax": maximum, "fmin": minimum,
-    "negative": negative, "positive": lambda x: x, "absolute": absolute, "fabs": absolute,
-    "sign": sign, "floor": floor, "ceil": ceil, "reciprocal": reciprocal,
-    "exp": exp, "expm1": expm1, "log": log, "log1p": log1p, "log2": log2, "log10": log10,
-    "tanh": tanh, "sinh": sinh, "cosh": cosh, "sqrt": sqrt, "square": square,
-    "sin": sin, "cos": cos, "tan": tan,
-    "equal": equal, "not_equal": not_equal, "less": less, "less_equal": less_equal,
-    "greater": greater, "greater_equal": greater_equal,
-    "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
-    "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
-    "bitwise_xor": bitwise_xor, "invert": invert, "matmul": matmul,
-}
+# ---------------------------------------------------------------------------- the table
+def _reshape_method(x, *shape, order="C"):
+    return reshape(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape, order)
+
+
+def _transpose_method(x, *axes):
+    return transpose(x, (axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes) or None)
+
+
+def copy(x, order="K", subok=False):
+    # traced values are immutable: a copy is the value itself
+    return asarray(x)
+
+
+U, F, M = "ufunc", "function", "method"
+# The numpy API spmd traces, one row per numpy name: the builder that emits its IR, where
+# numpy users reach it -- a ufunc (np.add(x, y) on a Tracer), a function np.NAME, an
+# ndarray method x.NAME(...) (numpy's methods take the function's arguments after the
+# array), a method with its own argument form, Python operators (__op__ and, for binary
+# ones, the reflected __rop__). trace.py installs the methods and operators from here.
+API = (
+    # name            builder                       surfaces   operators
+    ("add",           add,                          (U,),      ("add",)),
+    ("subtract",      subtract,                     (U,),      ("sub",)),
+    ("multiply",      multiply,                     (U,),      ("mul",)),
+    ("divide",        true_divide,                  (U,),      ()),
+    ("true_divide",   true_divide,                  (U,),      ("truediv",)),
+    ("floor_divide",  floor_divide,                 (U,),      ("floordiv",)),
+    ("remainder",     mod,                          (U,),      ("mod",)),
+    ("mod",           mod,                          (U,),      ()),
+    ("power",         power,                        (U,),      ("pow",)),
+    ("float_power",   lambda x, y: power(asarray(x, "float64"), y), (U,), ()),
+    ("maximum",       maximum,                      (U,),      ()),
+    ("minimum",       minimum,                      (U,),      ()),
+    ("fmax",          maximum,                      (U,),      ()),
+    ("fmin",          minimum,                      (U,),      ()),
+    ("negative",      negative,                     (U,),      ("-neg",)),
+    ("positive",      lambda x: x,                  (U,),      ("-pos",)),
+    ("absolute",      absolute,                     (U,),      ("-abs",)),
+    ("fabs",          absolute,                     (U,),      ()),
+    ("sign",          sign,                         (U,),      ()),
+    ("floor",         floor,                        (U,),      ()),
+    ("ceil",          ceil,                         (U,),      ()),
+    ("reciprocal",    reciprocal,                   (U,),      ()),
+    ("exp",           exp,                          (U,),      ()),
+    ("expm1",         expm1,                        (U,),      ()),
+    ("log",           log,                          (U,),      ()),
+    ("log1p",         log1p,                        (U,),      ()),
+    ("log2",          log2,                         (U,),      ()),
+    ("log10",         log10,                        (U,),      ()),
+    ("tanh",          tanh,                         (U,),      ()),
+    ("sinh",          sinh,                         (U,),      ()),
+    ("cosh",          cosh,                         (U,),      ()),
+    ("sqrt",          sqrt,                         (U,),      ()),
+    ("square",        square,                       (U,),      ()),
+    ("sin",           sin,                          (U,),      ()),
+    ("cos",           cos,                          (U,),      ()),
+    ("tan",           tan,                          (U,),      ()),
+    ("equal",         equal,                        (U,),      ("=eq",)),
+    ("not_equal",     not_equal,                    (U,),      ("=ne",)),
+    ("less",          less,                         (U,),      ("=lt",)),
+    ("less_equal",    less_equal,                   (U,),      ("=le",)),
+    ("greater",       greater,                      (U,),      ("=gt",)),
+    ("greater_equal", greater_equal,                (U,),      ("=ge",)),
+    ("logical_and",   logical_and,                  (U,),      ()),
+    ("logical_or",    logical_or,                   (U,),      ()),
+    ("logical_xor",   logical_xor,                  (U,),      ()),
+    ("logical_not",   logical_not,                  (U,),      ()),
+    ("bitwise_and",   bitwise_and,                  (U,),      ("and",)),
+    ("bitwise_or",    bitwise_or,                   (U,),      ("or",)),
+    ("bitwise_xor",   bitwise_xor,                  (U,),      ("xor",)),
+    ("invert",        invert,                       (U,),      ("-invert",)),
+    ("matmul",        matmul,                       (U,),      ("matmul",)),
+    ("sum",           sum,                          (F, M),    ()),
+    ("prod",          prod,                         (F, M),    ()),
+    ("mean",          mean,                         (F, M),    ()),
+    ("max",           max,                          (F, M),    ()),
+    ("min",           min,                          (F, M),    ()),
+    ("amax",          max,                          (F,),      ()),
+    ("amin",          min,                          (F,),      ()),
+    ("var",           var,                          (F, M),    ()),
+    ("std",           std,                          (F, M),    ()),
+    ("any",           any,                          (F, M),    ()),
+    ("all",           all,                          (F, M),    ()),
+    ("argmax",        argmax,                       (F, M),    ()),
+    ("argmin",        argmin,                       (F, M),    ()),
+    ("dot",           dot,                          (F, M),    ()),
+    ("vdot",          vdot,                         (F,),      ()),
+    ("inner",         inner,                        (F,),      ()),
+    ("outer",         outer,                        (F,),      ()),
+    ("tensordot",     tensordot,                    (F,),      ()),
+    ("einsum",        einsum,                       (F,),      ()),
+    ("transpose",     transpose,                    (F,),      ()),
+    ("transpose",     _transpose_method,            (M,),      ()),
+    ("reshape",       reshape,                      (F,),      ()),
+    ("reshape",       _reshape_method,              (M,),      ()),
+    ("swapaxes",      swapaxes,                     (F, M),    ()),
+    ("moveaxis",      moveaxis,                     (F,),      ()),
+    ("concatenate",   concatenate,                  (F,),      ()),
+    ("stack",         stack,                        (F,),      ()),
+    ("broadcast_to",  broadcast_to,                 (F,),      ()),
+    ("expand_dims",   expand_dims,                  (F,),      ()),
+    ("squeeze",       squeeze,                      (F, M),    ()),
+    ("ravel",         ravel,                        (F, M),    ()),
+    ("flatten",       ravel,                        (M,),      ()),
+    ("atleast_1d",    atleast_1d,                   (F,),      ()),
+    ("clip",          clip,                         (F, M),    ()),
+    ("where",         where,                        (F,),      ()),
+    ("zeros_like",    zeros_like,                   (F,),      ()),
+    ("ones_like",     ones_like,                    (F,),      ()),
+    ("full_like",     full_like,                    (F,),      ()),
+    ("tile",          tile,                         (F,),      ()),
+    ("take",          take,                         (F, M),    ()),
+    ("copy",          copy,                         (F, M),    ()),
+    ("shape",         lambda x: asarray(x).shape,   (F,),      ()),
+    ("ndim",          lambda x: asarray(x).ndim,    (F,),      ()),
+    ("size",          lambda x: asarray(x).size,    (F,),      ()),
+    ("result_type",   lambda *xs: np.dtype(result_dtype(*xs)), (F,), ()),
+    ("asarray",       lambda x, dtype=None, **k: asarray(x, dtype), (F,), ()),
+    ("array",         lambda x, dtype=None, copy=True, **k: asarray(x, dtype), (F,), ()),
+    ("astype",        lambda x, dtype, copy=True, **k: astype(x, dtype), (F, M), ()),
+    ("getitem",       getitem,                      (),        ("getitem",)),
+)
+
+UFUNCS = {name: f for name, f, where_, _ in API if U in where_}
+FUNCTIONS = {getattr(np, name): f for name, f, where_, _ in API if F in where_ and hasattr(np, name)}
+METHODS = {name: f for name, f, where_, _ in API if M in where_}
 UFUNC_REDUCE = {"add": sum, "multiply": prod, "maximum": max, "minimum": min}
 
-FUNCTIONS = {
-    np.sum: sum, np.prod: prod, np.mean: mean, np.max: max, np.min: min, np.amax: max,
-    np.amin: min, np.var: var, np.std: std, np.any: any, np.all: all,
-    np.argmax: argmax, np.argmin: argmin,
-    np.dot: dot, np.vdot: vdot, np.inner: inner, np.outer: outer, np.tensordot: tensordot,
-    np.einsum: einsum, np.transpose: transpose, np.reshape: reshape, np.swapaxes: swapaxes,
-    np.moveaxis: moveaxis, np.concatenate: concatenate, np.stack: stack,
-    np.broadcast_to: broadcast_to, np.expand_dims: expand_dims, np.squeeze: squeeze,
-    np.ravel: ravel, np.atleast_1d: atleast_1d, np.clip: clip, np.where: where,
-    np.zeros_like: zeros_like, np.ones_like: ones_like, np.full_like: full_like,
-    np.tile: tile, np.take: take, np.shape: lambda x: asarray(x).shape,
-    np.ndim: lambda x: asarray(x).ndim, np.size: lambda x: asarray(x).size,
-    np.result_type: lambda *xs: np.dtype(result_dtype(*xs)),
-    np.asarray: lambda x, dtype=None, **k: asarray(x, dtype),
-    np.array: lambda x, dtype=None, copy=True, **k: asarray(x, dtype),
-    np.astype: lambda x, dtype, **k: astype(x, dtype),
-}
+
+def operators():
+    """Python's operator methods -> builders: "add" gives __add__ and the reflected
+    __radd__, "-neg" a unary __neg__, "=eq" a comparison (Python reflects those itself)."""
+    out = {}
+    for _, f, _, ops in API:
+        for o in ops:
+            if o[0] in "-=":
+                out[f"__{o[1:]}__"] = f
+            else:
+                out[f"__{o}__"] = f
+                out[f"__r{o}__"] = (lambda g: lambda x, y: g(y, x))(f)
+    out.pop("__rgetitem__")
+    return out
 
 
 def dispatch_ufunc(ufunc, method, inputs, kwargs):

@@ -1,8 +1,9 @@
 """Tracing: run the user's numpy function on Tracers and record a Graph.
 
 A Tracer stands for an IR Value while the function runs. numpy calls reach spmd through
-`__array_ufunc__` / `__array_function__` and Python operators; the implementations live
-in numpy_api.py. Every op records the user's file:line.
+`__array_ufunc__` / `__array_function__`, ndarray methods and Python operators; all of
+them are rows of numpy_api.py's table (API), which also installs the methods and
+operators here. Every op records the user's file:line.
 """
 from __future__ import annotations
 
@@ -160,74 +161,7 @@ class Tracer:
     def __array_function__(self, func, types, args, kwargs):
         return _api().dispatch_function(func, args, kwargs)
 
-    # -- operators -------------------------------------------------------------------------
-    def __add__(self, o): return _api().add(self, o)
-    def __radd__(self, o): return _api().add(o, self)
-    def __sub__(self, o): return _api().subtract(self, o)
-    def __rsub__(self, o): return _api().subtract(o, self)
-    def __mul__(self, o): return _api().multiply(self, o)
-    def __rmul__(self, o): return _api().multiply(o, self)
-    def __truediv__(self, o): return _api().true_divide(self, o)
-    def __rtruediv__(self, o): return _api().true_divide(o, self)
-    def __floordiv__(self, o): return _api().floor_divide(self, o)
-    def __rfloordiv__(self, o): return _api().floor_divide(o, self)
-    def __mod__(self, o): return _api().mod(self, o)
-    def __rmod__(self, o): return _api().mod(o, self)
-    def __pow__(self, o): return _api().power(self, o)
-    def __rpow__(self, o): return _api().power(o, self)
-    def __matmul__(self, o): return _api().matmul(self, o)
-    def __rmatmul__(self, o): return _api().matmul(o, self)
-    def __neg__(self): return _api().negative(self)
-    def __pos__(self): return self
-    def __abs__(self): return _api().absolute(self)
-    def __invert__(self): return _api().invert(self)
-    def __and__(self, o): return _api().bitwise_and(self, o)
-    def __rand__(self, o): return _api().bitwise_and(o, self)
-    def __or__(self, o): return _api().bitwise_or(self, o)
-    def __ror__(self, o): return _api().bitwise_or(o, self)
-    def __xor__(self, o): return _api().bitwise_xor(self, o)
-    def __rxor__(self, o): return _api().bitwise_xor(o, self)
-    def __eq__(self, o): return _api().equal(self, o)
-    def __ne__(self, o): return _api().not_equal(self, o)
-    def __lt__(self, o): return _api().less(self, o)
-    def __le__(self, o): return _api().less_equal(self, o)
-    def __gt__(self, o): return _api().greater(self, o)
-    def __ge__(self, o): return _api().greater_equal(self, o)
-    def __getitem__(self, key): return _api().getitem(self, key)
-
-    # -- methods ---------------------------------------------------------------------------
-    def reshape(self, *shape, order="C"):
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = shape[0]
-        return _api().reshape(self, shape, order=order)
-
-    def transpose(self, *axes):
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = axes[0]
-        return _api().transpose(self, axes or None)
-
-    def astype(self, dtype, copy=True):
-        return _api().astype(self, dtype)
-
-    def sum(self, axis=None, dtype=None, keepdims=False): return _api().sum(self, axis, dtype, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False): return _api().prod(self, axis, dtype, keepdims=keepdims)
-    def mean(self, axis=None, dtype=None, keepdims=False): return _api().mean(self, axis, dtype, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return _api().max(self, axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return _api().min(self, axis, keepdims=keepdims)
-    def var(self, axis=None, keepdims=False, ddof=0): return _api().var(self, axis, keepdims=keepdims, ddof=ddof)
-    def std(self, axis=None, keepdims=False, ddof=0): return _api().std(self, axis, keepdims=keepdims, ddof=ddof)
-    def squeeze(self, axis=None): return _api().squeeze(self, axis)
-    def ravel(self): return _api().reshape(self, (-1,))
-    flatten = ravel
-    def swapaxes(self, a, b): return _api().swapaxes(self, a, b)
-    def dot(self, o): return _api().dot(self, o)
-    def clip(self, a_min=None, a_max=None): return _api().clip(self, a_min, a_max)
-    def any(self, axis=None, keepdims=False): return _api().any(self, axis, keepdims=keepdims)
-    def all(self, axis=None, keepdims=False): return _api().all(self, axis, keepdims=keepdims)
-    def argmax(self, axis=None, keepdims=False): return _api().argmax(self, axis, keepdims=keepdims)
-    def argmin(self, axis=None, keepdims=False): return _api().argmin(self, axis, keepdims=keepdims)
-    def take(self, indices, axis=None, mode=None): return _api().take(self, indices, axis, mode)
-    def copy(self): return self
+    # traced values are immutable, so a copy is the value itself
     def __copy__(self): return self
     def __deepcopy__(self, memo): return self
 
@@ -242,3 +176,19 @@ class Tracer:
 def _api():
     from . import numpy_api
     return numpy_api
+
+
+def _install(cls, methods, operators):
+    """Give the Tracer numpy's methods and Python's operators, from numpy_api's table."""
+    def method(name, f):
+        def m(self, *args, **kwargs):
+            return f(self, *args, **kwargs)
+        m.__name__ = m.__qualname__ = name
+        return m
+    for name, f in {**methods, **operators}.items():
+        setattr(cls, name, method(name, f))
+
+
+from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
+
+_install(Tracer, _numpy_api.METHODS, _numpy_api.operators())
