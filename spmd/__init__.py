@@ -1,11 +1,8 @@
 """spmd: write a numpy program once, shard a few arrays, run it on many devices."""
 from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
-from .jit import jit, ShapeDtype, Lowered  # noqa: F401
-from .compiler.autodiff import grad, value_and_grad  # noqa: F401
+from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
-from .sharding import Mesh, Sharding  # noqa: F401
-from .sharding.annotate import shard  # noqa: F401
-from .sharding.explain import explain  # noqa: F401
+from .ir import Mesh, Sharding  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
 from .runtime.checkpoint import save, load  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401

@@ -8,6 +8,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # CI replays the same examples every run (a red CI is then a real, reproducible bug);
 # locally hypothesis explores new ones each time.
+# every stage's graph is checked by ir.verify (SSA, shapes, shardings) in the tests,
+# including the MPI and Ray processes they start (they inherit the environment)
+os.environ.setdefault("SPMD_VERIFY", "1")
+
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")

@@ -60,6 +60,56 @@ def test_registry_has_every_rule():
 
 
 @pytest.mark.parametrize("name", ops_to_test())
+def test_registry_rules_are_well_formed(name):
+    """Every OpDef field holds a rule of the right form, checked on every OpInfo sample:
+    linearity names real operands, a reduction kind is one the partitioner can settle,
+    fusion classes have what the code generator needs."""
+    op = REGISTRY[name]
+    assert op.priority in (0, 1, 2, 3), op.priority
+    assert op.split_replicate in (None, "partial", "local")
+    assert op.fusion in (None, "elementwise", "reindex", "reduce")
+    if op.fusion == "elementwise":
+        assert op.scalar is not None and op.priority == 0, "elementwise ops lower a scalar and pass shardings through"
+    for rule in ("partition", "partition_local", "simplify"):
+        assert getattr(op, rule) is None or callable(getattr(op, rule)), rule
+    assert callable(op.flops) and callable(op.reduction_kind)
+    rng = np.random.default_rng(0)
+    for operands, attrs in samples(name, rng)[:8]:
+        out, _ = run_op(name, operands, attrs)
+        o = out.producer
+        sets = op.linear(o) if callable(op.linear) else op.linear
+        for s in sets:
+            assert s and all(0 <= i < len(operands) for i in s), f"linear set {s} of {len(operands)} operands"
+        kind = op.reduction_kind(o.attrs)
+        assert kind in (None, "sum", "max", "min", "prod"), kind
+        if op.accumulates_into is not None:
+            assert 0 <= op.accumulates_into < len(operands) and kind == "sum"
+        assert op.flops([v.aval for v in o.operands], out.aval, o.attrs) >= 0
+
+
+def test_no_pass_keys_on_op_names():
+    """Per-op facts live on the OpDef: outside ir/ops/ no module keeps a table of op
+    names. (The few names left are the IR's structure: constants and broadcasts of
+    them are literals, sharding_constraint is how annotations enter the graph, and the
+    explainer's sentences per collective.)"""
+    import pathlib
+    import re
+    root = pathlib.Path(spmd.__file__).parent
+    allowed = {"constant", "broadcast_in_dim", "sharding_constraint"}
+    pattern = re.compile(r"\bname\b\s*(?:==|!=|in)\s*\(?\s*\"([a-z_]+)\"")
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("ir/ops/") or rel.startswith("compiler/backends/"):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for m in pattern.finditer(line):
+                if m.group(1) in REGISTRY and m.group(1) not in allowed:
+                    found.append(f"{rel}:{i}: {line.strip()}")
+    assert not found, "op-name tables outside the registry:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("name", ops_to_test())
 def test_table_covers_edge_shapes(name):
     """Each op is tried on empty and size-1 dims, on 0-d values, and on every dtype it takes."""
     rng = np.random.default_rng(0)

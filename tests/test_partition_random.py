@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from partition_util import random_program, random_sharding, reference, run_partitioned
-from spmd.jit import Lowered, lower_graph
+from spmd.api import Lowered, lower_graph
 from spmd.sharding import Mesh
 
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((8,), ("x",)),
@@ -80,7 +80,7 @@ def _check_jit(seed, even):
     want = reference(g, args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs)), None, None, "numpy", mesh)
+        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs))[0], None, None, "numpy", mesh)
         got = low(*args)
     for k, (w, r) in enumerate(zip(want, got)):
         msg = f"output {k} of seed {seed} on {mesh.text()}:\n{low.as_text('propagated')}"

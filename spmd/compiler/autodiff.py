@@ -3,7 +3,7 @@
 `grad(f)` traces f into the current graph, then walks the ops f emitted backwards and
 emits each op's VJP (from the registry) into the same graph. Because the backward ops
 are ordinary ops of that graph, grad of grad just works: the outer walk differentiates
-the inner backward pass too. Outside of tracing, grad runs under a fresh jit.
+the inner backward pass too. (Outside of tracing, spmd.grad runs it under a fresh jit.)
 """
 from __future__ import annotations
 
@@ -39,22 +39,17 @@ def vjp_graph(graph, start, inputs, output, ct):
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
-    """(f(*args), df/d args[argnums]) for a function f returning a float scalar. Inside
-    tracing it emits the backward pass into the current graph; outside, it runs under
-    its own jit (traced once per input signature)."""
+    """(f(*args), df/d args[argnums]) for a function f returning a float scalar, traced:
+    it emits the backward pass into the current graph. (spmd.value_and_grad, in api.py,
+    runs it under jit when called outside of tracing.)"""
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
-    eager = {}
 
     def wrapped(*args, **kwargs):
         t = current_trace()
         if t is None:
-            from ..jit import jit
-            if kwargs:      # jit takes positional leaves; keyword arguments are baked in
-                return jit(lambda *a: wrapped(*a, **kwargs))(*args)
-            if "jit" not in eager:
-                eager["jit"] = jit(wrapped)
-            return eager["jit"](*args)
+            raise TraceError("autodiff.value_and_grad outside of tracing: use spmd.value_and_grad, "
+                             "which runs it under jit")
         g = t.graph
         loc = user_loc()
         if len({n % max(len(args), 1) for n in nums}) != len(nums):
@@ -104,13 +99,3 @@ def value_and_grad(f, argnums=0, has_aux=False):
 
     return wrapped
 
-
-def grad(f, argnums=0, has_aux=False):
-    """df/d args[argnums] (and aux, with has_aux=True); see value_and_grad."""
-    vg = value_and_grad(f, argnums, has_aux)
-
-    def wrapped(*args, **kwargs):
-        out, g = vg(*args, **kwargs)
-        return (g, out[1]) if has_aux else g
-
-    return wrapped

@@ -11,6 +11,8 @@ import os
 import sys
 import threading
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..errors import TraceError
@@ -64,6 +66,30 @@ class Trace:
         if arr.dtype != dt:
             arr = arr.astype(dt)
         return Tracer(self.emit("constant", value=np.array(arr, copy=True)), self)
+
+
+class ShapeDtype(NamedTuple):
+    """A placeholder argument for `lower`: a shape and dtype, nothing allocated."""
+    shape: tuple
+    dtype: object = "float32"
+
+
+def leaf_aval(x):
+    """(shape, dtype, weak) of an argument leaf."""
+    if isinstance(x, ShapeDtype):
+        return tuple(x.shape), dtypes.canon(x.dtype), False
+    if isinstance(x, np.generic):       # np.float64 is a float subclass, but not weak (NEP 50)
+        return (), dtypes.canon(x.dtype), False
+    if isinstance(x, bool):
+        return (), "bool", True
+    if isinstance(x, int):
+        return (), "int64", True
+    if isinstance(x, float):
+        return (), "float64", True
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return tuple(x.shape), dtypes.canon(x.dtype), False
+    raise TypeError(f"spmd.jit: argument leaf {x!r} of type {type(x).__name__} is not an array; "
+                    f"pass it through static_argnums if it is configuration")
 
 
 def current_trace() -> Trace | None:

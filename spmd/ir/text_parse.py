@@ -212,7 +212,7 @@ def _type_text(shape, dt, sh=None):
 
 def _mesh(c):
     """After 'mesh<': axis=size, ..., optionally devices=[...], then '>'."""
-    from ..sharding.mesh import Mesh
+    from .mesh import Mesh
     start = c.i
     axes, sizes, devices = [], [], None
     if not c.accept(">"):
@@ -301,7 +301,7 @@ def _sharding(c, g, ndim):
                 c.expect(",", "',' or ')' in partial(...)")
     if g is None or g.mesh is None:
         c.error("a sharding annotation needs a mesh<...> in the function header", start)
-    from ..sharding.spec import Sharding
+    from .spec import Sharding
     try:
         return Sharding.from_text(c.s[start:c.i], g.mesh).for_rank(ndim)
     except SpmdError as e:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ShardingError
-from ..sharding.spec import Sharding
+from ..ir.spec import Sharding
 
 
 class Shard(NamedTuple):

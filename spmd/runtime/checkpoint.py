@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import CheckpointError, ShardingError
-from ..sharding.mesh import Mesh
-from ..sharding.spec import Sharding
+from ..ir.mesh import Mesh
+from ..ir.spec import Sharding
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from . import checkpoint_index as cx
 from .array import Array

@@ -31,8 +31,8 @@ import re
 import numpy as np
 
 from ..errors import CheckpointError, ShardingError
-from ..sharding.mesh import Mesh
-from ..sharding.spec import Sharding
+from ..ir.mesh import Mesh
+from ..ir.spec import Sharding
 from ..tree import TreeDef
 
 FORMAT = "spmd-checkpoint-2"

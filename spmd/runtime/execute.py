@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpmdError
-from ..sharding.spec import Sharding
+from ..ir.spec import Sharding
 from .array import Array, device_put
 from .context import get_runtime
 

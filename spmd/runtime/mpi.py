@@ -165,7 +165,7 @@ class MPIRuntime(Runtime):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
         if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
-            from ..sharding import Mesh
+            from ..ir.mesh import Mesh
             world = Mesh((self.size,), ("world",))
             out = MPICommunicator(world, self.rank, self.world).all_gather(mine[None], "world", 0)
             return {d: out[d] for d in range(self.size)}

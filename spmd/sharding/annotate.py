@@ -5,23 +5,23 @@ from __future__ import annotations
 
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
-from .spec import Sharding
+from ..ir.spec import Sharding
 
 
 def _is_sharding(x):
     return isinstance(x, Sharding)
 
 
-def shard(x, sharding):
-    """Pin x's sharding. Inside spmd.jit: an annotation propagation must keep. Outside:
-    place the array on the devices (spmd.device_put)."""
+def _placed(x):
+    """The Sharding of an argument already placed on devices (an spmd.Array), or None."""
+    s = getattr(x, "sharding", None)
+    return s if isinstance(s, Sharding) else None
+
+
+def shard_traced(x, sharding):
+    """spmd.shard inside traced code: pin x's sharding with an annotation propagation must keep."""
     from ..compiler.trace import Tracer, current_trace, user_loc
     t = current_trace()
-    if t is None:
-        from ..runtime import device_put
-        if not _is_sharding(sharding):
-            raise ShardingError("spmd.shard outside of jit needs a Sharding (mesh.sharding(...))")
-        return device_put(x, sharding)
     from ..compiler import numpy_api as npx
     x = npx.asarray(x, t=t)
     if _is_sharding(sharding):
@@ -118,8 +118,7 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     spec tuple like ("data", None) is allowed when the mesh is known (jit(mesh=...), or
     another annotation names it). An spmd.Array argument without an in-sharding keeps
     its own sharding."""
-    from ..runtime.array import Array
-    from ..jit import _leaf_aval
+    from ..compiler.trace import leaf_aval
     fname = getattr(jitted.fn, "__name__", "fn")
     mesh = jitted.mesh
     dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]
@@ -138,7 +137,7 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     meshes = [s.mesh for s in in_sh if _is_sharding(s)]
     if graph.mesh is not None:
         meshes.append(graph.mesh)
-    meshes += [x.sharding.mesh for x in leaves if isinstance(x, Array) and x.sharding.mesh.size > 1]
+    meshes += [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1]
     out_sh = [None] * len(graph.outputs)
     if jitted.out_shardings is not None:
         skeleton = tree_unflatten(out_tree, [0] * len(graph.outputs))
@@ -154,10 +153,10 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     out_sh = [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(out_sh)]
     # an spmd.Array passed without an in-sharding keeps its own (as JAX's committed arrays)
     for i, x in enumerate(leaves):
-        if in_sh[i] is None and isinstance(x, Array) and mesh is not None and x.sharding.mesh == mesh:
+        if in_sh[i] is None and _placed(x) is not None and mesh is not None and _placed(x).mesh == mesh:
             in_sh[i] = x.sharding
     for s, x, n in zip(in_sh, leaves, names):
-        shape = _leaf_aval(x)[0]
+        shape = leaf_aval(x)[0]
         if s is not None and len(s.spec) > len(shape):
             raise ShardingError(f"{fname}: in_shardings for {n}: sharding {s.text()} has {len(s.spec)} "
                                 f"entries but the argument has shape {list(shape)}")

@@ -107,9 +107,3 @@ def explain_lowered(lowered, file=None) -> str:
     print(text, file=file)
     return text
 
-
-def explain(f, *args, **jit_kwargs) -> str:
-    """Print and return the explanation for `f` (a function or an spmd.jit object)."""
-    from ..jit import Jitted, jit
-    j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
-    return explain_lowered(j.lower(*args))

@@ -42,7 +42,7 @@ from ..ir import Graph
 from ..ir.ops.reduce import identity as reduce_identity
 from . import halo
 from .reshard import Emitter, ReshardWarning, plan_cost, reshard
-from .spec import Sharding
+from ..ir.spec import Sharding
 
 def partition(graph: Graph) -> Graph:
     """Global graph with a sharding on every Value -> per-device graph. Inputs are the

@@ -65,7 +65,7 @@ import numpy as np
 
 from .cost import dims_reshard_bytes
 from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
-from .spec import Sharding
+from ..ir.spec import Sharding
 
 LEVELS = 4
 

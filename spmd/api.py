@@ -1,50 +1,29 @@
-"""spmd.jit: trace once per input signature, run the stages of DESIGN.md, cache the result.
+"""The user API, above every layer: `jit` (trace once per input signature, run the
+stages of DESIGN.md, cache the result), `shard`, `explain`, and `grad` /
+`value_and_grad` outside of tracing.
 
-    traced -> (autodiff happens during tracing) -> optimized -> executable
+    traced -> propagated -> partitioned -> optimized -> executable
 
-Later stages (propagated, partitioned) slot in between as the sharding work lands.
+(autodiff happens during tracing; without a mesh there is nothing to propagate or
+partition.) The stages are one pipeline (compiler/pipeline.py).
 """
 from __future__ import annotations
 
 import functools
 import os
-from typing import NamedTuple
-
 import numpy as np
 
 from .compiler.passes import dce
-from .compiler.trace import Trace, Tracer, current_trace, tracing
+from .compiler.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
 from .compiler import numpy_api as npx
-from .errors import SpmdError
+from .compiler import autodiff
+from .errors import ShardingError, SpmdError
+from .ir.spec import Sharding
 from .ir import Graph, dtypes
 from .tree import tree_flatten, tree_unflatten
 
 
-class ShapeDtype(NamedTuple):
-    """A placeholder argument for `lower`: a shape and dtype, nothing allocated."""
-    shape: tuple
-    dtype: object = "float32"
-
-
 STAGES = ("traced", "propagated", "partitioned", "optimized")
-
-
-def _leaf_aval(x):
-    """(shape, dtype, weak) of an argument leaf."""
-    if isinstance(x, ShapeDtype):
-        return tuple(x.shape), dtypes.canon(x.dtype), False
-    if isinstance(x, np.generic):       # np.float64 is a float subclass, but not weak (NEP 50)
-        return (), dtypes.canon(x.dtype), False
-    if isinstance(x, bool):
-        return (), "bool", True
-    if isinstance(x, int):
-        return (), "int64", True
-    if isinstance(x, float):
-        return (), "float64", True
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return tuple(x.shape), dtypes.canon(x.dtype), False
-    raise TypeError(f"spmd.jit: argument leaf {x!r} of type {type(x).__name__} is not an array; "
-                    f"pass it through static_argnums if it is configuration")
 
 
 def trace_function(fn, args, static_argnums=(), mesh=None):
@@ -55,7 +34,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
     t = Trace(g, mesh)
     tracers = []
     for leaf in leaves:
-        shape, dt, weak = _leaf_aval(leaf)
+        shape, dt, weak = leaf_aval(leaf)
         tracers.append(Tracer(g.add_input(shape, dt), t, weak))
     it = iter(tree_unflatten(in_tree, tracers))
     call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
@@ -83,6 +62,7 @@ class Lowered:
         self.backend = backend
         self.mesh = mesh
         self._exe = None
+        self.timings = {}             # seconds per stage, from the pipeline
 
     def as_text(self, stage="optimized"):
         from .ir.text import print_graph
@@ -126,17 +106,17 @@ class Lowered:
 
 
 def lower_graph(graph, mesh, in_shardings, out_shardings):
-    """The stages after tracing: propagate and partition (with a mesh), then optimise."""
-    from .compiler.passes import optimize
-    stages = {"traced": graph}
-    src = dce(graph)
+    """The stages after tracing, as one pipeline: drop dead code, propagate and partition
+    (with a mesh), then optimise. Returns (stages by name, seconds per stage)."""
+    from .compiler import pipeline
+    from .compiler.passes import dce
+    stages = [("dce", dce)]
     if mesh is not None:
-        from .sharding.propagate import propagate
         from .sharding.partition import partition
-        stages["propagated"] = propagate(src, mesh, in_shardings, out_shardings)
-        stages["partitioned"] = src = partition(stages["propagated"])
-    stages["optimized"] = optimize(src)
-    return stages
+        from .sharding.propagate import propagate
+        stages += [("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings)),
+                   ("partitioned", partition)]
+    return pipeline.run(stages + list(pipeline.OPTIMIZE), graph)
 
 
 class Jitted:
@@ -154,7 +134,7 @@ class Jitted:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, tree = tree_flatten(dyn)
         static = tuple(args[i] for i in self.static_argnums if i < len(args))
-        return (tree, tuple(_leaf_aval(x) for x in leaves), static), leaves
+        return (tree, tuple(leaf_aval(x) for x in leaves), static), leaves
 
     def lower(self, *args) -> Lowered:
         key, leaves = self._key(args)
@@ -164,9 +144,9 @@ class Jitted:
             from .sharding.annotate import resolve_shardings
             mesh, in_sh, out_sh = resolve_shardings(self, args, leaves, graph, out_tree)
             graph.mesh = mesh
-            stages = lower_graph(graph, mesh, in_sh, out_sh)
-            _dump(self.fn, stages)
+            stages, timings = lower_graph(graph, mesh, in_sh, out_sh)
             low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
+            low.timings = timings
             self._cache[key] = low
         return low
 
@@ -186,17 +166,56 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
     return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums)
 
 
-def _dump(fn, stages):
-    """SPMD_DUMP=dir writes each stage's program as text."""
-    d = os.environ.get("SPMD_DUMP")
-    if not d:
-        return
-    from .ir.text import print_graph
-    os.makedirs(d, exist_ok=True)
-    name = getattr(fn, "__name__", "fn")
-    for i, (stage, g) in enumerate(stages.items()):
-        with open(os.path.join(d, f"{name}.{i}.{stage}.txt"), "w") as f:
-            f.write(print_graph(g))
+# -- shard, explain, grad: the rest of the user API ----------------------------------------
+def shard(x, sharding):
+    """Pin x's sharding. Inside spmd.jit: an annotation propagation must keep. Outside:
+    place the array on the devices (spmd.device_put)."""
+    if current_trace() is None:
+        from .runtime import device_put
+        if not isinstance(sharding, Sharding):
+            raise ShardingError("spmd.shard outside of jit needs a Sharding (mesh.sharding(...))")
+        return device_put(x, sharding)
+    from .sharding.annotate import shard_traced
+    return shard_traced(x, sharding)
 
 
-__all__ = ["jit", "Jitted", "Lowered", "ShapeDtype", "SpmdError"]
+def explain(f, *args, **jit_kwargs) -> str:
+    """Print and return the explanation for `f` (a function or an spmd.jit object)."""
+    from .sharding.explain import explain_lowered
+    j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
+    return explain_lowered(j.lower(*args))
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """(f(*args), df/d args[argnums]) for a function f returning a float scalar. Inside
+    tracing it emits the backward pass into the current graph (compiler/autodiff.py);
+    outside, it runs under its own jit (traced once per input signature)."""
+    traced = autodiff.value_and_grad(f, argnums, has_aux)
+    eager = {}
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        if current_trace() is not None:
+            return traced(*args, **kwargs)
+        if kwargs:      # jit takes positional leaves; keyword arguments are baked in
+            return jit(lambda *a: traced(*a, **kwargs))(*args)
+        if "jit" not in eager:
+            eager["jit"] = jit(traced)
+        return eager["jit"](*args)
+
+    return wrapped
+
+
+def grad(f, argnums=0, has_aux=False):
+    """df/d args[argnums] (and aux, with has_aux=True); see value_and_grad."""
+    vg = value_and_grad(f, argnums, has_aux)
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        out, g = vg(*args, **kwargs)
+        return (g, out[1]) if has_aux else g
+
+    return wrapped
+
+
+__all__ = ["jit", "Jitted", "Lowered", "ShapeDtype", "SpmdError", "shard", "explain", "grad", "value_and_grad"]

@@ -1,0 +1,72 @@
+"""verify(graph): the invariants every stage's output must keep, checked between stages
+(compiler/pipeline.py runs it under tests). A pass that breaks one is caught at the
+stage that broke it, not three stages later as a wrong number.
+
+- SSA: every operand is a graph input or the result of an earlier op; every value is
+  defined once; outputs are defined values.
+- Shapes: every op's results are what its registry shape rule infers from its operands
+  and attributes.
+- Shardings: a value's sharding is on the graph's mesh, names only mesh axes, no axis
+  twice, and has no more entries than the value has dimensions.
+"""
+from __future__ import annotations
+
+from ..errors import ShapeError, SpmdError, where
+from .ops.registry import get_op
+
+
+class VerifyError(SpmdError):
+    """A stage produced a malformed graph: a bug in spmd, not in the user's program."""
+
+
+def verify(graph, stage="graph"):
+    defined = set()
+
+    def fail(msg, op=None):
+        at = f" ({op.name}{where(op.loc)})" if op is not None else ""
+        raise VerifyError(f"after stage {stage!r}, graph {graph.name!r}: {msg}{at}")
+
+    def define(v, op=None):
+        if id(v) in defined:
+            fail(f"value {v} is defined twice", op)
+        defined.add(id(v))
+        _check_sharding(graph, v, fail, op)
+
+    for v in graph.inputs:
+        define(v)
+    for op in graph.ops:
+        for o in op.operands:
+            if id(o) not in defined:
+                fail(f"operand {o} is used before it is defined", op)
+        try:
+            out = get_op(op.name).infer(*[o.aval for o in op.operands], **op.attrs)
+        except (ShapeError, TypeError, KeyError, IndexError) as e:
+            fail(f"the op no longer passes its shape rule: {e}", op)
+        avals = out if isinstance(out, list) else [out]
+        got = [r.aval for r in op.results]
+        if [tuple(a) for a in avals] != [tuple(a) for a in got]:
+            fail(f"results {got} but the shape rule infers {avals}", op)
+        for i, r in enumerate(op.results):
+            if r.producer is not op or r.index != i:
+                fail(f"result {i} does not point back to its op", op)
+            define(r, op)
+    for v in graph.outputs:
+        if id(v) not in defined:
+            fail(f"output {v} is not defined in the graph")
+    return graph
+
+
+def _check_sharding(graph, v, fail, op):
+    s = v.sharding
+    if s is None:
+        return
+    if graph.mesh is not None and s.mesh != graph.mesh:
+        fail(f"value {v} has a sharding on {s.mesh!r}, the graph is on {graph.mesh!r}", op)
+    if len(s.spec) > v.ndim:
+        fail(f"value {v} has sharding {s.text()} with more entries than dimensions", op)
+    used = [a for d in range(len(s.spec)) for a in s.dim_axes(d)] + list(s.partial)
+    unknown = [a for a in used if a not in s.mesh.axis_names]
+    if unknown:
+        fail(f"value {v} has sharding {s.text()} naming unknown mesh axes {unknown}", op)
+    if len(set(used)) != len(used):
+        fail(f"value {v} has sharding {s.text()} using a mesh axis twice", op)
