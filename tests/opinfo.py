@@ -406,6 +406,37 @@ def _reduce_grad_ok(ops, attrs):
 entry("reduce", _make_reduce, _reduce_expect, _reduce_grad_ok)
 
 
+# ------------------------------------------------------------------------ cumulative
+def _make_cumulative(rng, dt):
+    out = []
+    for shape in [(5,), (3, 4), (2, 3, 4), (0, 3), (1,)]:
+        for axis in range(len(shape)):
+            for kind in ("sum", "prod", "max", "min"):
+                for reverse in (False, True):
+                    lo, hi = (0.5, 1.5) if kind == "prod" else (-3.0, 3.0)
+                    out.append(([rand(rng, shape, dt, lo, hi)], {"kind": kind, "axis": axis, "reverse": reverse}))
+    return out
+
+
+def _cumulative_expect(x, kind, axis, reverse):
+    """A running reduction written out element by element."""
+    out = np.empty_like(x)
+    n = x.shape[axis]
+    for idx in np.ndindex(*[s for d, s in enumerate(x.shape) if d != axis]):
+        acc = None
+        for i in (range(n - 1, -1, -1) if reverse else range(n)):
+            full = list(idx)
+            full.insert(axis, i)
+            v = x[tuple(full)]
+            acc = v if acc is None else COMBINE[kind](acc, v)
+            out[tuple(full)] = acc
+    return out
+
+
+# only cumsum is differentiable (the others raise a TraceError in grad)
+entry("cumulative", _make_cumulative, _cumulative_expect, lambda ops, attrs: attrs["kind"] == "sum")
+
+
 # ------------------------------------------------------------------------ dot_general
 DOTS = [((2, 3), (3, 4), (), (), (1,), (0,)), ((3,), (3,), (), (), (0,), (0,)),
         ((2,), (3,), (), (), (), ()), ((2, 3, 4), (2, 4, 5), (0,), (0,), (2,), (1,)),

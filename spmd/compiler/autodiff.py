@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, where
 from ..ir import dtypes
 from ..tree import tree_flatten, tree_unflatten
 from . import numpy_api as npx
@@ -27,8 +27,11 @@ def vjp_graph(graph, start, inputs, output, ct):
     saved_loc = graph.loc
     for op in reversed(ops):
         ct_r = cts.pop(op.results[0], None) if len(op.results) == 1 else None
-        if ct_r is None or op.opdef.vjp is None:
+        if ct_r is None:
             continue
+        if op.opdef.vjp is None:
+            # a float result with no derivative rule: say so, never a silent zero gradient
+            raise TraceError(f"grad: {op.name}{where(op.loc)} has no derivative rule")
         graph.loc = op.loc
         for o, c in zip(op.operands, op.opdef.vjp(graph, op, ct_r)):
             if c is None or o not in active:

@@ -360,6 +360,26 @@ def prod(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
     return _reduce("prod", x, axis, dtype, keepdims, _sum_dtype)
 
 
+def _cumulative(kind, x, axis, dtype, default_dtype):
+    """np.cumsum / np.cumprod / ufunc.accumulate: axis=None scans the flattened array."""
+    x = asarray(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    ax = _axis(axis, x.ndim, f"cum{kind}")
+    dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
+    return _emit(x.trace, "cumulative", astype(x, dt), kind=kind, axis=ax, reverse=False)
+
+
+def cumsum(x, axis=None, dtype=None, out=None):
+    _no_extra("cumsum", (), {"out": out})
+    return _cumulative("sum", x, axis, dtype, _sum_dtype)
+
+
+def cumprod(x, axis=None, dtype=None, out=None):
+    _no_extra("cumprod", (), {"out": out})
+    return _cumulative("prod", x, axis, dtype, _sum_dtype)
+
+
 def _no_identity(name, x, axis):
     """numpy refuses max/min over an empty axis: there is no identity to return."""
     axes = _axes(axis, x.ndim, name)
@@ -975,6 +995,8 @@ API = (
     ("outer",         outer,                        (F,),      ()),
     ("tensordot",     tensordot,                    (F,),      ()),
     ("einsum",        einsum,                       (F,),      ()),
+    ("cumsum",        cumsum,                       (F, M),    ()),
+    ("cumprod",       cumprod,                      (F, M),    ()),
     ("transpose",     transpose,                    (F,),      ()),
     ("transpose",     _transpose_method,            (M,),      ()),
     ("reshape",       reshape,                      (F,),      ()),
@@ -1011,6 +1033,8 @@ UFUNCS = {name: f for name, f, where_, _ in API if U in where_}
 FUNCTIONS = {getattr(np, name): f for name, f, where_, _ in API if F in where_ and hasattr(np, name)}
 METHODS = {name: f for name, f, where_, _ in API if M in where_}
 UFUNC_REDUCE = {"add": sum, "multiply": prod, "maximum": max, "minimum": min}
+# ufunc.accumulate: the cumulative op's kind
+UFUNC_ACCUMULATE = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min"}
 
 
 def operators():
@@ -1046,6 +1070,16 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
                 raise NotImplementedError(f"np.{name}.reduce with dtype= (at {user_loc()})")
             kwargs["dtype"] = dtype
         return UFUNC_REDUCE[name](inputs[0], axis=axis, **kwargs)
+    if method == "accumulate" and name in UFUNC_ACCUMULATE:
+        _no_extra(f"{name}.accumulate", (), {k: v for k, v in kwargs.items() if k != "axis"})
+        x = asarray(inputs[0])
+        kind = UFUNC_ACCUMULATE[name]
+        if kind in ("sum", "prod"):      # numpy promotes small ints and bools, as np.cumsum does
+            return _cumulative(kind, x, kwargs.get("axis", 0), dtype, _sum_dtype)
+        if x.value.dtype == "bool" and dtype is None:   # a running any / all
+            return astype(_cumulative(kind, astype(x, "int32"), kwargs.get("axis", 0), None,
+                                      lambda v: v.value.dtype), "bool")
+        return _cumulative(kind, x, kwargs.get("axis", 0), dtype, lambda v: v.value.dtype)
     what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
     raise NotImplementedError(f"{what} is not supported on traced arrays in spmd (at {user_loc()}); "
                               f"supported ufuncs: {', '.join(sorted(UFUNCS))}")

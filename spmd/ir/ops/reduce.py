@@ -85,3 +85,81 @@ register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
                reduction_kind=lambda attrs: attrs["kind"],
                simplify=lambda rb, op, ops, uses: ops[0] if not op.attrs["axes"] else None))
+
+
+# -- cumulative: inclusive prefix (or, reversed, suffix) reductions along one axis ------------
+_ACCUMULATE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+_COMBINE = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def _cum_infer(x, kind, axis, reverse):
+    check(kind in KINDS, f"unknown reduction {kind!r} (takes {', '.join(KINDS)})")
+    check(0 <= axis < len(x.shape), f"axis {axis} out of range for rank {len(x.shape)}")
+    check(x.dtype != "bool", f"cumulative {kind} of bool: convert first")
+    return _aval(x.shape, x.dtype)
+
+
+def _cum_ref(x, kind, axis, reverse):
+    f = _ACCUMULATE[kind].accumulate
+    with np.errstate(all="ignore"):
+        if reverse:
+            return np.flip(f(np.flip(x, axis), axis=axis, dtype=x.dtype), axis).copy()
+        return np.asarray(f(x, axis=axis, dtype=x.dtype), dtype=x.dtype)
+
+
+def _cum_vjp(g, op, ct):
+    # y_i = sum_{j<=i} x_j, so dx_j = sum_{i>=j} ct_i: the same scan run the other way.
+    # (cumprod/cummax/cummin have no VJP here: autodiff says so rather than guess.)
+    a = op.attrs
+    if a["kind"] != "sum":
+        from ...errors import TraceError
+        raise TraceError(f"grad of a cumulative {a['kind']} at {op.loc} is not supported "
+                         f"(only cumsum's is)")
+    return (g.emit("cumulative", ct, kind="sum", axis=a["axis"], reverse=not a["reverse"]),)
+
+
+def _cum_partition(P, op):
+    """A scan along a split axis, never gathering it: each device scans its shard, the
+    shards' totals are all-gathered (one value per shard and row), and each device
+    combines its scan with the exclusive scan of the totals before it."""
+    res, xv = op.result, op.operands[0]
+    kind, ax, rev = op.attrs["kind"], op.attrs["axis"], op.attrs["reverse"]
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec) if kind == "sum" else ()
+    x = P.get(xv, P.sh(spec, partial))
+    em = P.em
+    axes = spec[ax]
+    if not axes or xv.shape[ax] == 0:
+        y = em.emit("cumulative", x, **op.attrs)
+        return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
+    k, c = P.axes_size(axes), x.shape[ax]
+    ident = identity(kind, res.dtype)
+    # padding at the end of the last shard must not reach a reversed scan
+    x = em.mask_dim(x, ax, axes, xv.shape[ax], ident)
+    y = em.emit("cumulative", x, **op.attrs)
+    total = em.slice_dim(y, ax, 0, 1) if rev else em.slice_dim(y, ax, c - 1, c)
+    whole = list(spec)
+    whole[ax] = ()
+    tshape = tuple(k if d == ax else n for d, n in enumerate(res.shape))
+    totals = P.reshard(total, P.sh(spec, partial), P.sh(whole, partial), tshape)   # all_gather
+    incl = em.emit("cumulative", totals, kind=kind, axis=ax, reverse=rev)
+    excl = em.slice_dim(em.pad_dim(incl, ax, 0, 1, ident), ax, 1, k + 1) if rev else \
+        em.slice_dim(em.pad_dim(incl, ax, 1, 0, ident), ax, 0, k)
+    mine = em.dynamic_slice_dim(excl, ax, em.affine(axes, 1, 0), 1)
+    mine = em.emit("broadcast_in_dim", mine, shape=y.shape, broadcast_dimensions=tuple(range(y.ndim)))
+    out = em.emit(_COMBINE[kind], y, mine)
+    return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+def _cum_factors(ins, outs, attrs):
+    # every dim passes through; a split scan axis is the partition handler's business
+    a = letters(len(ins[0].shape))
+    return einsum_rule(f"{a}->{a}", ins, outs)
+
+
+register(OpDef("cumulative", "reduce", _cum_infer, _cum_ref, _cum_vjp, _cum_factors, None,
+               lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
+               ("float32", "float64", "int32", "int64"), priority=0,
+               linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
+               partition=_cum_partition))
