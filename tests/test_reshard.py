@@ -13,7 +13,8 @@ from partition_util import assemble, collective_ops, place, run_per_device
 from spmd.ir import Graph
 from spmd.sharding import Mesh, Sharding
 from spmd.sharding.partition import partition
-from spmd.sharding.reshard import Emitter, ReshardWarning, plan, plan_cost, reshard
+from spmd.sharding.cost import reshard_cost as plan_cost
+from spmd.sharding.reshard import Emitter, ReshardWarning, plan, reshard
 
 M22 = Mesh((2, 2), ("a", "b"))
 

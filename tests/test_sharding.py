@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import spmd
 from spmd.errors import ShardingError
-from spmd.sharding.cost import dims_reshard_bytes, reshard_bytes
+from spmd.sharding.cost import reshard_bytes
 
 MESH = spmd.Mesh((2, 2), ("data", "model"))
 
@@ -196,7 +196,7 @@ def test_reshard_bytes(src, dst, want):
 
 def test_reshard_bytes_counts_padding_of_uneven_shards():
     # 5 rows over 2: shards of 3 (padded); a gather receives one padded shard
-    assert dims_reshard_bytes(MESH, (5,), 8, [("data",)], [()]) == 3 * 8
+    assert reshard_bytes(S("data"), S(None), (5,), "float64") == 3 * 8
 
 
 def test_cost_orders_the_moves():

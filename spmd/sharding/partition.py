@@ -41,7 +41,8 @@ from ..errors import ShardingError, where
 from ..ir import Graph
 from ..ir.ops.reduce import identity as reduce_identity
 from . import halo
-from .reshard import Emitter, ReshardWarning, plan_cost, reshard
+from .cost import reshard_cost
+from .reshard import Emitter, ReshardWarning, reshard
 from ..ir.spec import Sharding
 
 def partition(graph: Graph) -> Graph:
@@ -223,13 +224,13 @@ class _Partitioner:
             return (), ()
         P = tuple(a for a in self.mesh.axis_names if a in axes)
         full = tuple(a for a in self.mesh.axis_names if a in set(P) | set(result_partial))
-        carry = plan_cost(self.sh(result_spec, full), target, res.shape, res.dtype)
-        early = plan_cost(self.sh(result_spec, result_partial), target, res.shape, res.dtype)
+        carry = reshard_cost(self.sh(result_spec, full), target, res.shape, res.dtype)
+        early = reshard_cost(self.sh(result_spec, result_partial), target, res.shape, res.dtype)
         for i in best:
             v = op.operands[i]
             h = ins[i][1]
             if h.partial:
-                early += plan_cost(h, h.replace(partial=()), v.shape, v.dtype)
+                early += reshard_cost(h, h.replace(partial=()), v.shape, v.dtype)
         # on a tie reduce first: the reduced operand may be shared with other uses
         return (best, P) if carry < early else ((), ())
 
@@ -338,9 +339,9 @@ def _choose(P, op, rule, ins, target):
         cost = 0.0
         for i, (_, have) in enumerate(ins):
             v = op.operands[i]
-            cost += plan_cost(have.replace(partial=()), P.sh(_spec_of(rule.operands[i], assign)), v.shape, v.dtype)
+            cost += reshard_cost(have.replace(partial=()), P.sh(_spec_of(rule.operands[i], assign)), v.shape, v.dtype)
         red = _reduction_axes(P, rule, assign)
-        cost += plan_cost(P.sh(_spec_of(rule.results[0], assign), red), target, res.shape, res.dtype)
+        cost += reshard_cost(P.sh(_spec_of(rule.results[0], assign), red), target, res.shape, res.dtype)
         if best_cost is None or cost < best_cost - 1e-9:
             best, best_cost = assign, cost
     return best

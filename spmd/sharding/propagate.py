@@ -63,7 +63,7 @@ from ..errors import ShardingError, where
 from ..ir import Graph, Op, Value, clone
 import numpy as np
 
-from .cost import dims_reshard_bytes
+from .cost import reshard_cost
 from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
 from ..ir.spec import Sharding
 
@@ -177,10 +177,17 @@ class _State:
             p[f] = axes
             return [factors_to_dim(fs, p, sizes, self.mesh) if f in fs else factors_to_dim(fs, per, sizes, self.mesh)
                     for fs in fmap]
-        base = dims_with(have)
-        item = np.dtype(t.dtype).itemsize
-        drop = dims_reshard_bytes(self.mesh, t.shape, item, base, dims_with(()))
-        keep = dims_reshard_bytes(self.mesh, t.shape, item, base, dims_with(c))
+        def sharding(dims):
+            # splitting f over c takes c from any other dim of t that holds it
+            own = [d for d, fs in enumerate(fmap) if f in fs]
+            dims = [tuple(a) if d in own else tuple(x for x in a if x not in c) for d, a in enumerate(dims)]
+            return Sharding(self.mesh, tuple(a or None for a in dims))
+        try:
+            base = sharding(dims_with(have))
+        except ShardingError:        # not a layout t can have: nothing to keep
+            return float("-inf")
+        drop = reshard_cost(base, sharding(dims_with(())), t.shape, t.dtype)
+        keep = reshard_cost(base, sharding(dims_with(c)), t.shape, t.dtype)
         return drop - keep
 
     def step(self, op) -> bool:

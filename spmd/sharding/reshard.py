@@ -220,10 +220,6 @@ def plan(src: Sharding, dst: Sharding, shape, dtype) -> tuple:
                  np.dtype(dtype).itemsize)
 
 
-def plan_cost(src: Sharding, dst: Sharding, shape, dtype) -> float:
-    return sum(max(st.cost, 0.0) for st in plan(src, dst, shape, dtype))
-
-
 def plan_peak(steps, mesh, shape) -> int:
     """The most elements per device any state of the plan holds."""
     if not steps:
@@ -442,4 +438,4 @@ def describe(steps, mesh, shape, dtype) -> list:
     return out
 
 
-__all__ = ["plan", "plan_cost", "reshard", "Emitter", "ReshardWarning", "describe", "where"]
+__all__ = ["plan", "reshard", "Emitter", "ReshardWarning", "describe", "where"]
