@@ -33,7 +33,7 @@ import traceback
 import numpy as np
 
 from ..errors import CollectiveError
-from .base import REDUCE_OPS, Communicator, collective_timeout
+from .base import REDUCE_OPS, Communicator, collective_timeout, reduce_arrays
 from .pool import BufferPool
 
 MAX_COUNT = 2 ** 31 - 1
@@ -91,6 +91,14 @@ def _op(op, dtype):
     if dtype == np.bool_:
         return MPI.LOR if op in ("sum", "max") else MPI.LAND
     return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
+
+
+def _in_group_order(op, dtype):
+    """max/min of floats: MPI's built-in MAX/MIN drop NaN (C's fmax semantics in MPICH),
+    numpy's maximum/minimum propagate it. Those reduce in group order through
+    base.reduce_arrays, the rule every backend follows; sum and prod (and integers) keep
+    MPI's fast built-in reductions."""
+    return op in ("max", "min") and np.dtype(dtype).kind in "fc"
 
 
 def contiguous(x):
@@ -317,12 +325,21 @@ class MPICommunicator(Communicator):
     def all_reduce(self, x, axes, op="sum"):
         x = contiguous(x)
         c, group = self.comm(axes)
+        if _in_group_order(op, x.dtype):
+            return self._gather_reduce(x, axes, op)
         out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
         fx, fo = x.reshape(-1), out.reshape(-1)
         for lo, hi in _chunks(fx.size):
             self._guard(lambda: c.Allreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
         return out
+
+    def _gather_reduce(self, x, axes, op):
+        """op over the group's x in group order (base.reduce_arrays, numpy's NaN rules):
+        the all_gather, then the reduction on every rank."""
+        G = len(self.comm(axes)[1])
+        rows = self.all_gather(x[None], axes, 0)
+        return reduce_arrays(op, [rows[j] for j in range(G)], out=POOL.empty(x.shape, x.dtype))
 
     def all_gather(self, x, axes, dim=0):
         x = contiguous(x)
@@ -345,6 +362,9 @@ class MPICommunicator(Communicator):
         c, group = self.comm(axes)
         G = len(group)
         blocks = _blocks("reduce_scatter", x, G, dim)
+        if _in_group_order(op, blocks.dtype):
+            got = self.all_to_all(blocks, axes, 0, 0).reshape(blocks.shape)   # row j: member j's block i
+            return reduce_arrays(op, list(got), out=POOL.empty(blocks.shape[1:], blocks.dtype))
         out = POOL.empty(blocks.shape[1:], blocks.dtype)
         mop = _op(op, blocks.dtype)
         if out.size <= MAX_COUNT:

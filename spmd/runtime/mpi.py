@@ -161,9 +161,15 @@ class MPIRuntime(Runtime):
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         return {self.rank: program(args[self.rank], comm=comm)}
 
+    def allgather_object(self, obj):
+        return guarded(lambda: self.world.allgather(obj), "comparing what the ranks do next",
+                       list(range(self.size)), self.rank)
+
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
+        from .consistency import agree
+        agree(self, "reading an spmd.Array", ("read", mine.dtype.str, mine.shape))
         if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
             from ..sharding import Mesh
             world = Mesh((self.size,), ("world",))
