@@ -99,8 +99,16 @@ class MPIRuntime(Runtime):
         self._install_excepthook()
         self._merge_timeline_at_exit()
         # once, at start: who runs where, so a timeout can name a rank that is gone
-        peers = self.world.allgather((socket.gethostname(), os.getpid()))
+        # and where its heartbeats go (liveness: collectives/mpi.py, _Heartbeat)
+        try:
+            addr = mpi_comm.HEARTBEAT.open()
+        except OSError:
+            addr = None                 # no UDP: judged by the process table and mpiexec only
+        got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
+        peers = [(h, p) for h, p, _ in got]
         mpi_comm.PEERS.update(enumerate(peers))
+        if addr is not None:
+            mpi_comm.HEARTBEAT.start(self.rank, {r: a for r, (_, _, a) in enumerate(got)})
         mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
         limit_blas_threads(sum(host == peers[self.rank][0] for host, _ in peers))
 
@@ -162,8 +170,9 @@ class MPIRuntime(Runtime):
         return {self.rank: program(args[self.rank], comm=comm)}
 
     def allgather_object(self, obj):
-        return guarded(lambda: self.world.allgather(obj), "comparing what the ranks do next",
-                       list(range(self.size)), self.rank)
+        from ..compiler.trace import user_loc
+        return guarded(lambda: self.world.allgather(obj), "checking that the ranks agree on what they run next",
+                       list(range(self.size)), self.rank, loc=user_loc())
 
     def all_shards(self, handles, mesh):
         self._check(mesh)
@@ -177,8 +186,9 @@ class MPIRuntime(Runtime):
             return {d: out[d] for d in range(self.size)}
         out = np.empty((self.size,) + mine.shape, mine.dtype)
         # a collective: a rank that reads an Array alone times out, naming who is missing
+        from ..compiler.trace import user_loc
         guarded(lambda: self.world.Allgather(_buf(mine), _buf(out)), "reading an spmd.Array (all ranks must)",
-                list(range(self.size)), self.rank)
+                list(range(self.size)), self.rank, loc=user_loc())
         return {d: out[d] for d in range(self.size)}
 
     def barrier(self):

@@ -78,7 +78,7 @@ elif case == "busy":
     f = spmd.jit(fsum, in_shardings=row)
     for step in range(2):
         out = f(np.ones((8, 3)))
-        if rank == 0:
+        if rank == 0 and step == 0:
             time.sleep(float(os.environ.get("BUSY", "5")))   # rank 0 evaluates, the others wait
     np.testing.assert_allclose(np.asarray(out), 16.0)
     print("OK busy")
@@ -87,7 +87,8 @@ elif case == "dead":
     f = spmd.jit(fsum, in_shardings=row)
     f(np.ones((8, 3)))
     if rank == 2:
-        os.kill(os.getpid(), 9)                             # dies without a word
+        # dies without a word; "frozen": stopped, its process still there (as a hung host)
+        os.kill(os.getpid(), 19 if os.environ.get("FROZEN") else 9)
     t0 = time.monotonic()
     f(np.ones((8, 3)))
     print("UNREACHABLE")
