@@ -62,6 +62,10 @@ class Runtime(ABC):
         process (a collective: every process must call it). One process: [obj]."""
         return [obj]
 
+    def allgather_bytes(self, data: bytes) -> list:
+        """allgather_object for raw bytes (of any length per process), without pickle."""
+        return [bytes(data)]
+
     def call_on(self, device, fn, *args, keep=False):
         """fn(*args) in the process that holds `device`'s shard, with handles among args
         (top level) seen there as numpy arrays: local and mpi run it here and now; ray on

@@ -174,6 +174,19 @@ class MPIRuntime(Runtime):
         return guarded(lambda: self.world.allgather(obj), "checking that the ranks agree on what they run next",
                        list(range(self.size)), self.rank, loc=user_loc())
 
+    def allgather_bytes(self, data):
+        MPI = mpi_comm._mpi()
+        mine = np.frombuffer(bytes(data), np.uint8)
+        counts = np.zeros(self.size, np.int64)
+        group = list(range(self.size))
+        guarded(lambda: self.world.Allgather(np.array([mine.size], np.int64), counts), "exchanging metadata",
+                group, self.rank)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        buf = np.empty(int(counts.sum()), np.uint8)
+        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs.tolist(), MPI.BYTE]),
+                "exchanging metadata", group, self.rank)
+        return [buf[a:a + n].tobytes() for a, n in zip(displs.tolist(), counts.tolist())]
+
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
