@@ -6,5 +6,6 @@ from .ir import Mesh, Sharding  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
 from .runtime.checkpoint import save, load  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
+from .runtime import make_array_from_process_local_data, process_allgather  # noqa: F401
 
 __version__ = "0.1.0"

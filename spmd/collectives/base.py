@@ -19,7 +19,15 @@ Semantics, with G the group size and i this rank's index in its group:
 - barrier(axes=None)                 -> returns when every rank of the group (all ranks if None) arrived
 
 A rank that fails, or a peer lost mid-collective, raises CollectiveError naming the rank
-within SPMD_COLLECTIVE_TIMEOUT seconds (default 60), never hangs.
+(and the collective and user line it waits in), never hangs. Liveness, not a stopwatch:
+a peer that is alive but busy is waited for however long it takes; a dead one is noticed
+within seconds (local: its thread raised or returned; mpi: its process is gone, mpiexec
+says so, or its heartbeats stopped for SPMD_HEARTBEAT_TIMEOUT s, default 10; ray: the
+driver sees its actor die). SPMD_COLLECTIVE_TIMEOUT=seconds adds a plain per-call
+stopwatch on top (unset by default).
+
+`comm.loc` is the user line (file:line) of the collective op being run, set by the
+executables before each collective so that failures can name it.
 """
 from __future__ import annotations
 
@@ -32,7 +40,9 @@ REDUCE_OPS = ("sum", "max", "min", "prod")
 
 
 def collective_timeout() -> float:
-    return float(os.environ.get("SPMD_COLLECTIVE_TIMEOUT", "60"))
+    """The per-call stopwatch, SPMD_COLLECTIVE_TIMEOUT seconds; infinite when unset."""
+    v = os.environ.get("SPMD_COLLECTIVE_TIMEOUT", "").strip()
+    return float(v) if v else float("inf")
 
 
 def reduce_arrays(op, arrays, out=None):
@@ -51,6 +61,8 @@ def reduce_arrays(op, arrays, out=None):
 
 
 class Communicator(ABC):
+    loc = None                      # the user line of the collective being run (for messages)
+
     def __init__(self, mesh, rank):
         self.mesh = mesh
         self.rank = rank            # this rank's device id in the mesh

@@ -135,7 +135,7 @@ class _Group:
                     raise CollectiveError(f"{what} on rank {self.devices[i]}: timed out after {w.timeout:g} s "
                                           f"waiting for rank(s) {missing} of group {list(self.devices)} "
                                           f"(SPMD_COLLECTIVE_TIMEOUT)")
-                self.cond.wait(left)
+                self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
             return self.result
 
     def _check_failed(self, i, what):
@@ -168,7 +168,7 @@ class LocalCommunicator(Communicator):
         this rank's result from the group's inputs; wait until all have computed."""
         axes, devices, i, grp = self._group(axes)
         G = len(devices)
-        what = f"{name} over {axes}"
+        what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "")
         if G == 1:
             return compute([x], [extra], 0, 1)
         tag = (name, x.shape, x.dtype.str, attrs)

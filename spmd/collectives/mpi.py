@@ -23,6 +23,7 @@ and the LocalCommunicator (MPI may reduce floats in another order than group ord
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -33,7 +34,7 @@ import traceback
 import numpy as np
 
 from ..errors import CollectiveError
-from .base import REDUCE_OPS, Communicator, collective_timeout
+from .base import REDUCE_OPS, Communicator, collective_timeout, reduce_arrays
 from .pool import BufferPool
 
 MAX_COUNT = 2 ** 31 - 1
@@ -91,6 +92,14 @@ def _op(op, dtype):
     if dtype == np.bool_:
         return MPI.LOR if op in ("sum", "max") else MPI.LAND
     return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
+
+
+def _in_group_order(op, dtype):
+    """max/min of floats: MPI's built-in MAX/MIN drop NaN (C's fmax semantics in MPICH),
+    numpy's maximum/minimum propagate it. Those reduce in group order through
+    base.reduce_arrays, the rule every backend follows; sum and prod (and integers) keep
+    MPI's fast built-in reductions."""
+    return op in ("max", "min") and np.dtype(dtype).kind in "fc"
 
 
 def contiguous(x):
@@ -160,35 +169,173 @@ def gone(ranks):
     return [r for r in ranks if r in PEERS and PEERS[r][0] == host and not _alive(PEERS[r][1])]
 
 
-def timeout_message(rank, what, group, timeout):
+def heartbeat_timeout() -> float:
+    """Seconds without a heartbeat after which a peer is taken for dead (default 10)."""
+    return float(os.environ.get("SPMD_HEARTBEAT_TIMEOUT", "10"))
+
+
+def _at(loc):
+    return f" at {loc}" if loc else ""
+
+
+class _Heartbeat:
+    """Liveness, not a stopwatch. Every process sends a small UDP datagram to every peer
+    each period (SPMD_HEARTBEAT_TIMEOUT / 4, at most 1 s) from a daemon thread, saying
+    what it is doing: busy (computing, not in a collective), waiting in a collective
+    (which, at which user line) or exited. A rank that is alive but busy — rank 0
+    evaluating for minutes — keeps sending, so nobody waiting for it gives up; a rank
+    whose heartbeats stop for SPMD_HEARTBEAT_TIMEOUT seconds is taken for dead. Peers
+    never heard from (a firewall between hosts) are judged only by the other signs
+    (process table, mpiexec's notice)."""
+
+    def __init__(self):
+        self.sock = None
+        self.addrs = {}             # rank -> (ip, port)
+        self.heard = {}             # rank -> (monotonic time, state, what, loc)
+        self.exited_at = {}         # rank -> monotonic time its "exit" arrived
+        self.rank = None
+        self.exiting = False
+        self._thread = None
+
+    def open(self):
+        """Bind the socket; returns this process's address for its peers."""
+        if self.sock is None:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.sock.bind(("0.0.0.0", 0))
+            self.sock.setblocking(False)
+        try:
+            ip = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            ip = "127.0.0.1"
+        return ip, self.sock.getsockname()[1]
+
+    def start(self, rank, addrs):
+        host = socket.gethostname()
+        self.rank = rank
+        self.addrs = {r: (("127.0.0.1" if PEERS.get(r, ("",))[0] == host else a[0]), a[1])
+                      for r, a in addrs.items() if r != rank and a is not None}
+        import atexit
+        atexit.register(self.exit)
+        self._thread = threading.Thread(target=self._run, name="spmd-mpi-heartbeat", daemon=True)
+        self._thread.start()
+
+    def exit(self):
+        """This process is leaving (atexit): tell the peers at once."""
+        self.exiting = True
+        self._send()
+
+    def _state(self):
+        if self.exiting:
+            return ["exit", None, None]
+        for call in list(WATCHDOG.calls.values()):
+            return ["wait", call[1], call[5]]
+        return ["busy", None, None]
+
+    def _send(self):
+        if self.sock is None:
+            return
+        msg = json.dumps([self.rank] + self._state()).encode()
+        for a in self.addrs.values():
+            try:
+                self.sock.sendto(msg, a)
+            except OSError:
+                pass
+
+    def _run(self):
+        import select
+        period = max(0.05, min(1.0, heartbeat_timeout() / 4))
+        next_send = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_send:
+                self._send()
+                next_send = now + period
+            try:
+                ready, _, _ = select.select([self.sock], [], [], max(0.0, next_send - time.monotonic()))
+            except (OSError, ValueError):
+                return
+            if ready:
+                while True:
+                    try:
+                        data = self.sock.recv(4096)
+                    except (BlockingIOError, OSError):
+                        break
+                    try:
+                        r, state, what, loc = json.loads(data)
+                    except ValueError:
+                        continue
+                    t = time.monotonic()
+                    if state == "exit" and r not in self.exited_at:
+                        self.exited_at[r] = t
+                    self.heard[r] = (t, state, what, loc)
+
+    def silent(self, ranks, now):
+        """Ranks heard from before whose heartbeats stopped (taken for dead)."""
+        limit = heartbeat_timeout()
+        return [r for r in ranks if r in self.heard and r not in self.exited_at
+                and now - self.heard[r][0] > limit]
+
+    def describe(self, ranks):
+        out = []
+        for r in ranks:
+            h = self.heard.get(r)
+            if h is None:
+                continue
+            if h[1] == "wait":
+                out.append(f"rank {r} waits in {h[2]}{_at(h[3])}")
+            elif h[1] == "busy":
+                out.append(f"rank {r} is busy (computing, not in a collective)")
+            else:
+                out.append(f"rank {r} has finished")
+        return "; ".join(out)
+
+
+HEARTBEAT = _Heartbeat()
+
+
+def timeout_message(rank, what, group, timeout, loc=None):
     lost = gone(group)
     why = (f"rank(s) {lost} of this group are gone (their processes exited or were killed)"
            if lost else "a rank of this group died or stopped calling collectives")
-    return (f"rank {rank}: {what} over ranks {list(group)} timed out after {timeout:g} s "
-            f"(SPMD_COLLECTIVE_TIMEOUT): {why}")
+    states = HEARTBEAT.describe([r for r in group if r != rank])
+    return (f"rank {rank}: {what}{_at(loc)} over ranks {list(group)} timed out after {timeout:g} s "
+            f"(SPMD_COLLECTIVE_TIMEOUT): {why}" + (f"; {states}" if states else ""))
 
 
 class _Watchdog:
-    """One daemon thread per process that aborts the world when a blocking MPI call
-    outlives its deadline (the hot path only stores a tuple in a dict), or at once when
-    mpiexec signals that a rank died (MPICH's hydra sends SIGUSR1 to the survivors when
-    run with -disable-auto-cleanup, as `spmd run` does; see `watch_peer_deaths`)."""
+    """One daemon thread per process that aborts the world when a rank blocked in an
+    MPI call can no longer be released (the hot path only stores a tuple in a dict):
+
+    - a rank of its group is gone: its process on this host exited or was killed, or
+      its heartbeats stopped for SPMD_HEARTBEAT_TIMEOUT seconds (see _Heartbeat);
+    - a rank of its group finished the program (it skipped this collective);
+    - every rank waits in a collective, some in another one than this, and nothing
+      changed for SPMD_HEARTBEAT_TIMEOUT seconds: the ranks ran different programs;
+    - mpiexec signals that a rank died (MPICH's hydra sends SIGUSR1 to the survivors
+      when run with -disable-auto-cleanup, as `spmd run` does; see `watch_peer_deaths`);
+    - SPMD_COLLECTIVE_TIMEOUT, if set, as a plain stopwatch per call.
+
+    A rank that is alive and busy is waited for, however long: no stopwatch by default."""
 
     PERIOD = 0.1
+    CHECK_EVERY = 0.5           # the liveness checks (process table, heartbeats)
+    EXIT_GRACE = 2.0            # a peer that finished may have completed the call we wait in
 
     def __init__(self):
-        self.calls = {}                   # thread id -> (deadline, what, group, rank, timeout)
+        self.calls = {}                   # thread id -> (deadline, what, group, rank, timeout, loc, start)
         self.rank = None
         self.signal = None
         self._thread = None
         self._lock = threading.Lock()
+        self._stuck = None                # (states seen, since) of an all-waiting world
 
-    def guard(self, fn, what, group, rank, timeout):
+    def guard(self, fn, what, group, rank, timeout, loc=None):
         if self._thread is None:
             self.start()
         tid = threading.get_ident()
         prev = self.calls.get(tid)
-        self.calls[tid] = (time.monotonic() + timeout, what, group, rank, timeout)
+        now = time.monotonic()
+        self.calls[tid] = (now + timeout, what, group, rank, timeout, loc, now)
         try:
             return fn()
         finally:
@@ -232,6 +379,7 @@ class _Watchdog:
 
     def _watch(self):
         import select
+        next_check = 0.0
         while True:
             if self.signal is not None:
                 ready, _, _ = select.select([self._wakeup], [], [], self.PERIOD)
@@ -240,10 +388,53 @@ class _Watchdog:
             else:
                 time.sleep(self.PERIOD)
             now = time.monotonic()
+            check = now >= next_check
+            if check:
+                next_check = now + self.CHECK_EVERY
             for tid, call in list(self.calls.items()):
-                if now > call[0] and self.calls.get(tid) is call:
-                    _, what, group, rank, timeout = call
-                    self._abort(rank, timeout_message(rank, what, group, timeout), tid)
+                if self.calls.get(tid) is not call:
+                    continue
+                deadline, what, group, rank, timeout, loc, start = call
+                if now > deadline:
+                    self._abort(rank, timeout_message(rank, what, group, timeout, loc), tid)
+                if check:
+                    msg = self._why_stuck(call, now)
+                    if msg:
+                        self._abort(rank, msg, tid)
+
+    def _why_stuck(self, call, now):
+        _, what, group, rank, _, loc, start = call
+        others = [r for r in group if r != rank]
+        doing = f"rank {rank} waits in {what}{_at(loc)} over ranks {list(group)}"
+        lost = gone(others)
+        if lost:
+            return f"{doing}: rank(s) {lost} of this group are gone (their processes exited or were killed)"
+        silent = HEARTBEAT.silent(others, now)
+        if silent:
+            return (f"{doing}: rank(s) {silent} of this group died or hang: no sign of life for "
+                    f"{heartbeat_timeout():g} s (SPMD_HEARTBEAT_TIMEOUT)")
+        done = [r for r in others if r in HEARTBEAT.exited_at
+                and now - max(HEARTBEAT.exited_at[r], start) > self.EXIT_GRACE]
+        if done:
+            return (f"{doing}: rank(s) {done} finished the program without joining this collective "
+                    f"(the ranks ran different programs)")
+        return self._deadlock(doing, group, rank, what, loc, now)
+
+    def _deadlock(self, doing, group, rank, what, loc, now):
+        world = sorted(PEERS)
+        heard = HEARTBEAT.heard
+        if len(world) < 2 or any(r != rank and (r not in heard or heard[r][1] != "wait") for r in world):
+            self._stuck = None
+            return None
+        states = tuple((r, heard[r][2], heard[r][3]) for r in world if r != rank) + ((rank, what, loc),)
+        if self._stuck is None or self._stuck[0] != states:
+            self._stuck = (states, now)
+            return None
+        differ = [r for r in group if r != rank and (heard[r][2], heard[r][3]) != (what, loc)]
+        if not differ or now - self._stuck[1] < heartbeat_timeout():
+            return None
+        return (f"{doing}, but every rank has been waiting in a collective for {heartbeat_timeout():g} s "
+                f"and {HEARTBEAT.describe(differ)}: the ranks ran different programs")
 
     def _peer_died(self):
         time.sleep(0.3)                    # let the dead process leave the process table
@@ -251,7 +442,8 @@ class _Watchdog:
         lost = gone(world)
         who = f"rank(s) {lost}" if lost else "a rank on another host"
         calls = list(self.calls.items())
-        doing = f" while in {calls[0][1][1]} over ranks {list(calls[0][1][2])}" if calls else ""
+        doing = (f" while in {calls[0][1][1]}{_at(calls[0][1][5])} over ranks {list(calls[0][1][2])}"
+                 if calls else "")
         self._abort(self.rank, f"rank {self.rank}: {who} of the {len(world)} died (mpiexec reported a lost "
                                f"process){doing}", calls[0][0] if calls else threading.main_thread().ident)
 
@@ -271,10 +463,11 @@ class _Watchdog:
 WATCHDOG = _Watchdog()
 
 
-def guarded(fn, what, group, rank, timeout=None):
-    """fn() (a blocking MPI call), aborting the world if it is still blocked after the
-    timeout (SPMD_COLLECTIVE_TIMEOUT by default)."""
-    return WATCHDOG.guard(fn, what, group, rank, collective_timeout() if timeout is None else timeout)
+def guarded(fn, what, group, rank, timeout=None, loc=None):
+    """fn() (a blocking MPI call), aborting the world if it can no longer complete (a
+    peer died, hangs or left; see _Watchdog) or, when SPMD_COLLECTIVE_TIMEOUT is set,
+    it is still blocked after that many seconds."""
+    return WATCHDOG.guard(fn, what, group, rank, collective_timeout() if timeout is None else timeout, loc)
 
 
 # -- the communicator --------------------------------------------------------------------------
@@ -311,18 +504,27 @@ class MPICommunicator(Communicator):
         return c, group
 
     def _guard(self, fn, what, group):
-        return guarded(fn, what, group, self.rank, self.timeout)
+        return guarded(fn, what, group, self.rank, self.timeout, self.loc)
 
     # -- the collectives -----------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum"):
         x = contiguous(x)
         c, group = self.comm(axes)
+        if _in_group_order(op, x.dtype):
+            return self._gather_reduce(x, axes, op)
         out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
         fx, fo = x.reshape(-1), out.reshape(-1)
         for lo, hi in _chunks(fx.size):
             self._guard(lambda: c.Allreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
         return out
+
+    def _gather_reduce(self, x, axes, op):
+        """op over the group's x in group order (base.reduce_arrays, numpy's NaN rules):
+        the all_gather, then the reduction on every rank."""
+        G = len(self.comm(axes)[1])
+        rows = self.all_gather(x[None], axes, 0)
+        return reduce_arrays(op, [rows[j] for j in range(G)], out=POOL.empty(x.shape, x.dtype))
 
     def all_gather(self, x, axes, dim=0):
         x = contiguous(x)
@@ -345,6 +547,9 @@ class MPICommunicator(Communicator):
         c, group = self.comm(axes)
         G = len(group)
         blocks = _blocks("reduce_scatter", x, G, dim)
+        if _in_group_order(op, blocks.dtype):
+            got = self.all_to_all(blocks, axes, 0, 0).reshape(blocks.shape)   # row j: member j's block i
+            return reduce_arrays(op, list(got), out=POOL.empty(blocks.shape[1:], blocks.dtype))
         out = POOL.empty(blocks.shape[1:], blocks.dtype)
         mop = _op(op, blocks.dtype)
         if out.size <= MAX_COUNT:

@@ -119,7 +119,7 @@ class Mailbox:
                     raise CollectiveError(
                         f"{what}: timed out after {timeout:g} s waiting for rank(s) {missing} of group "
                         f"{list(group)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped calling collectives")
-                self.cond.wait(left)
+                self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
 
 
 class RayCommunicator(Communicator):
@@ -165,7 +165,7 @@ class RayCommunicator(Communicator):
         axes, devices, i = self._group(axes)
         self.seq += 1
         tag = (name, x.shape, x.dtype.str, attrs)
-        what = f"{name} over {axes} on rank {self.rank}"
+        what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "") + f" on rank {self.rank}"
         return axes, devices, i, self.seq, tag, what
 
     def _exchange(self, name, x, axes, attrs, payload_for):

@@ -57,6 +57,15 @@ class Runtime(ABC):
         """{device: numpy array} for *every* device of the mesh, in this process (mpi:
         an allgather across processes) — how Array.numpy() assembles a global value."""
 
+    def allgather_object(self, obj) -> list:
+        """[obj of process 0, obj of process 1, ...]: a small picklable value from every
+        process (a collective: every process must call it). One process: [obj]."""
+        return [obj]
+
+    def allgather_bytes(self, data: bytes) -> list:
+        """allgather_object for raw bytes (of any length per process), without pickle."""
+        return [bytes(data)]
+
     def call_on(self, device, fn, *args, keep=False):
         """fn(*args) in the process that holds `device`'s shard, with handles among args
         (top level) seen there as numpy arrays: local and mpi run it here and now; ray on

@@ -10,12 +10,19 @@ Save: each shard is written where it lives (Runtime.call_on): local runtime, thi
 process; MPI, each rank its own, to a shared file system; Ray, each rank's actor, to the
 path it sees (a file system shared with the driver). Writing hashes as it goes (sha256
 of the file and of each 4 MiB block); the processes swap the hashes; process 0 writes
-the index. Everything goes to `<path>.tmp`, every file and the directory are fsynced,
-then `<path>.tmp` is renamed to `<path>`. An existing checkpoint at `<path>` is first
-renamed to `<path>.old` and deleted only once the new one is in place; if a crash falls
-between the two renames, `load(path)` finds `<path>.old`. So a crash at any point leaves
-the previous checkpoint loadable; a leftover `.tmp` is ignored by load and latest and
-removed by the next save.
+the index. Everything goes to this save's own `<path>.tmp.<host>.<pid>.<random>`, every
+file and the directory are fsynced; then, holding an flock on the parent directory (so
+concurrent saves to one path take turns for the swap and never delete each other's
+work), an existing checkpoint at `<path>` is renamed to `<path>.old`, the new one to
+`<path>`, and `<path>.old` deleted. If a crash falls between the two renames, `load(path)`
+finds `<path>.old` and the next save puts it back first. So a crash at any point leaves
+the previous checkpoint loadable; a leftover temp directory is ignored by load and
+latest and removed by the next save once its process is gone. Of two concurrent saves
+the later swap wins, whole.
+
+A load that races a save reads the old or the new checkpoint whole: when files vanish
+or fail their hashes while the checkpoint at `path` was swapped, it reads again (a
+CheckpointError only for a checkpoint that held still).
 
 Load reshards: each destination buffer (one per distinct target box; replicas share it)
 is made where it will live (Ray: on the actor of its first device, so the data never
@@ -63,27 +70,18 @@ HEADER_BYTES = 1 << 16          # numpy's header reader refuses headers over 100
 
 # -- the processes taking part -------------------------------------------------------------
 class _Procs:
-    """One process (local runtime, Ray driver): nothing to exchange. MPI: the world
-    communicator; messages are JSON bytes over the buffer API (no pickle)."""
+    """The processes taking part, through the Runtime contract: one (local runtime, Ray
+    driver) has nothing to exchange; under MPI, messages are JSON bytes exchanged with
+    `Runtime.allgather_bytes` (no pickle)."""
 
     def __init__(self, rt):
+        self.rt = rt
         self.count, self.me = rt.process_count(), rt.process_index()
-        self.comm = getattr(rt, "world", None) if self.count > 1 else None
-        if self.count > 1 and self.comm is None:
-            raise CheckpointError(f"checkpoints on the {rt.name} runtime with {self.count} processes need "
-                                  f"its communicator (runtime.world)")
 
     def allgather(self, obj) -> list:
         if self.count == 1:
             return [obj]
-        from mpi4py import MPI
-        data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
-        counts = np.zeros(self.count, np.int64)
-        self.comm.Allgather(np.array([data.size], np.int64), counts)
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        buf = np.empty(int(counts.sum()), np.uint8)
-        self.comm.Allgatherv(data, [buf, counts.tolist(), displs.tolist(), MPI.BYTE])
-        return [json.loads(buf[a:a + n].tobytes()) for a, n in zip(displs.tolist(), counts.tolist())]
+        return [json.loads(b) for b in self.rt.allgather_bytes(json.dumps(obj).encode())]
 
     def agree(self, error):
         """Every process raises if any did (so no rank is left waiting in a collective)."""
@@ -141,7 +139,8 @@ def save(path, tree):
     rt = get_runtime()
     procs = _Procs(rt)
     path = os.path.abspath(os.fspath(path))
-    tmp = path + ".tmp"
+    # a temp directory of this save's own: concurrent saves never write into each other's
+    tmp = path + ".tmp." + procs.allgather(_token())[0]
     leaves, td = tree_flatten(tree)
     names = cx.leaf_paths(td)
     entries, jobs = [], []
@@ -239,37 +238,114 @@ def _complete(p):
     return os.path.isfile(os.path.join(p, INDEX))
 
 
+def _token():
+    """host.pid.random: names this save's temp directory (and says whose it is)."""
+    return f"{socket.gethostname()}.{os.getpid()}.{os.urandom(4).hex()}"
+
+
+class _DirLock:
+    """An exclusive flock on the checkpoint's parent directory, held by process 0 of a
+    save for the few renames that swap checkpoints, so concurrent saves to one path (two
+    jobs, two threads) take turns there and never remove each other's work; nothing is
+    left behind. Where the file system has no flock, the renames go ahead unlocked."""
+
+    _thread_lock = __import__("threading").Lock()     # flock is per open file, not per thread
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def __enter__(self):
+        import fcntl
+        self._thread_lock.acquire()
+        self.fd = None
+        try:
+            self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)          # releases the flock
+        self._thread_lock.release()
+
+
 def _prepare(path, tmp):
-    """Process 0, before anyone writes: finish the recovery of an interrupted save, make
-    sure `path` is ours to replace, start a fresh `<path>.tmp`."""
-    old = path + ".old"
+    """Process 0, before anyone writes: make sure `path` is ours to replace, start this
+    save's own temp directory."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    if not os.path.lexists(path) and _complete(old):
-        os.rename(old, path)              # a crash fell between the two renames of _commit
+    with _DirLock(os.path.dirname(path)):          # not in the middle of another save's swap
+        _check_replaceable(path)
+    os.makedirs(tmp)
+
+
+def _check_replaceable(path):
     if os.path.lexists(path):
         if not (os.path.isdir(path) and (_complete(path) or not os.listdir(path))):
             raise CheckpointError(f"spmd.save: refusing to replace {path}: it is not an spmd checkpoint "
                                   f"(no {INDEX})")
-    if os.path.lexists(old):
-        _remove(old)
-    _remove(tmp)
-    os.makedirs(tmp)
+
+
+def _stale_temps(path):
+    """Temp directories of saves to `path` that can no longer finish: the legacy
+    `<path>.tmp`, and `<path>.tmp.<host>.<pid>.<r>` of this host whose process is gone."""
+    d, base = os.path.split(path)
+    host = socket.gethostname()
+    out = []
+    for n in os.listdir(d):
+        if n == base + ".tmp":
+            out.append(n)
+        elif n.startswith(base + ".tmp."):
+            parts = n[len(base) + 5:].rsplit(".", 2)
+            if len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _pid_alive(int(parts[1])):
+                out.append(n)
+    return [os.path.join(d, n) for n in out]
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
 
 
 def _commit(path, tmp, index_text):
-    """Process 0, after every file is written and fsynced: index, fsync, rename."""
+    """Process 0, after every file is written and fsynced: index, fsync, then under the
+    directory lock: finish an interrupted swap, rename the current checkpoint to
+    `<path>.old`, this one to `<path>`, remove the old one and stale temp directories.
+    At every moment `<path>` or `<path>.old` is a complete checkpoint."""
+    try:
+        _swap(path, tmp, index_text)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _swap(path, tmp, index_text):
     with open(os.path.join(tmp, INDEX), "x") as f:
         f.write(index_text)
         f.flush()
         os.fsync(f.fileno())
     _fsync_dir(tmp)
     old = path + ".old"
-    if os.path.lexists(path):
-        os.rename(path, old)
-    os.rename(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-    if os.path.lexists(old):
-        _remove(old)
+    with _DirLock(os.path.dirname(path)):
+        if not os.path.lexists(path) and _complete(old):
+            os.rename(old, path)              # a crash fell between the two renames of a save
+        if os.path.lexists(path):
+            _check_replaceable(path)
+            if os.path.lexists(old):
+                _remove(old)
+            os.rename(path, old)
+        os.rename(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+        if os.path.lexists(old):
+            _remove(old)
+        for t in _stale_temps(path):
+            shutil.rmtree(t, ignore_errors=True)
 
 
 def _fsync_dir(p):
@@ -360,9 +436,35 @@ def load(path, shardings=None):
     rt = get_runtime()
     procs = _Procs(rt)
     path = os.path.abspath(os.fspath(path))
-    result, err = _capture(lambda: _load(path, shardings, rt))
+    result, err = _capture(lambda: _load_consistent(path, shardings, rt))
     procs.agree(err)
     return result
+
+
+def _identity(path):
+    """Which checkpoint `path` names now: (directory read, its inode, the index's inode
+    and mtime), or None when there is none."""
+    try:
+        p = _resolve(path)
+        st, ix = os.stat(p), os.stat(os.path.join(p, INDEX))
+        return p, st.st_ino, ix.st_ino, ix.st_mtime_ns
+    except (CheckpointError, OSError):
+        return None
+
+
+def _load_consistent(path, shardings, rt, attempts=20):
+    """_load, again when a save replaced the checkpoint while it was being read (its
+    files vanished or changed under us): a load racing a save returns the old or the new
+    checkpoint, whole, and reports corruption only of a checkpoint that held still."""
+    import time
+    for k in range(attempts):
+        before = _identity(path)
+        try:
+            return _load(path, shardings, rt)
+        except (CheckpointError, OSError):
+            if k + 1 == attempts or _identity(path) == before:
+                raise
+            time.sleep(0.01 * (k + 1))
 
 
 def _load(path, shardings, rt):
@@ -634,7 +736,8 @@ def latest(directory):
     zero-padded step), or None. Unfinished saves (.tmp, no index) are skipped."""
     if not os.path.isdir(directory):
         return None
-    names = {n[:-4] if n.endswith(".old") else n for n in os.listdir(directory) if not n.endswith(".tmp")}
+    names = {n[:-4] if n.endswith(".old") else n for n in os.listdir(directory)
+             if not n.endswith(".tmp") and ".tmp." not in n}
     for n in sorted(names, reverse=True):
         p = os.path.join(directory, n)
         if _complete(p) or (not os.path.lexists(p) and _complete(p + ".old")):

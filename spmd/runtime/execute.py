@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import SpmdError
 from ..ir.spec import Sharding
 from .array import Array, device_put
+from .consistency import check_program
 from .context import get_runtime
 
 
@@ -29,7 +30,9 @@ def execute(lowered, leaves):
         graph = lowered.stages["traced"]
         arrays = [np.asarray(x, dtype=v.dtype) for x, v in zip(leaves, graph.inputs)]
         return lowered.compile()(arrays)
-    return _execute_sharded(lowered, leaves, get_runtime())
+    rt = get_runtime()
+    check_program(rt, lowered, leaves)
+    return _execute_sharded(lowered, leaves, rt)
 
 
 def _sharding(mesh, s, ndim) -> Sharding:

@@ -99,8 +99,16 @@ class MPIRuntime(Runtime):
         self._install_excepthook()
         self._merge_timeline_at_exit()
         # once, at start: who runs where, so a timeout can name a rank that is gone
-        peers = self.world.allgather((socket.gethostname(), os.getpid()))
+        # and where its heartbeats go (liveness: collectives/mpi.py, _Heartbeat)
+        try:
+            addr = mpi_comm.HEARTBEAT.open()
+        except OSError:
+            addr = None                 # no UDP: judged by the process table and mpiexec only
+        got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
+        peers = [(h, p) for h, p, _ in got]
         mpi_comm.PEERS.update(enumerate(peers))
+        if addr is not None:
+            mpi_comm.HEARTBEAT.start(self.rank, {r: a for r, (_, _, a) in enumerate(got)})
         mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
         limit_blas_threads(sum(host == peers[self.rank][0] for host, _ in peers))
 
@@ -161,9 +169,29 @@ class MPIRuntime(Runtime):
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         return {self.rank: program(args[self.rank], comm=comm)}
 
+    def allgather_object(self, obj):
+        from ..compiler.trace import user_loc
+        return guarded(lambda: self.world.allgather(obj), "checking that the ranks agree on what they run next",
+                       list(range(self.size)), self.rank, loc=user_loc())
+
+    def allgather_bytes(self, data):
+        MPI = mpi_comm._mpi()
+        mine = np.frombuffer(bytes(data), np.uint8)
+        counts = np.zeros(self.size, np.int64)
+        group = list(range(self.size))
+        guarded(lambda: self.world.Allgather(np.array([mine.size], np.int64), counts), "exchanging metadata",
+                group, self.rank)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        buf = np.empty(int(counts.sum()), np.uint8)
+        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs.tolist(), MPI.BYTE]),
+                "exchanging metadata", group, self.rank)
+        return [buf[a:a + n].tobytes() for a, n in zip(displs.tolist(), counts.tolist())]
+
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
+        from .consistency import agree
+        agree(self, "reading an spmd.Array", ("read", mine.dtype.str, mine.shape))
         if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
             from ..ir.mesh import Mesh
             world = Mesh((self.size,), ("world",))
@@ -171,8 +199,9 @@ class MPIRuntime(Runtime):
             return {d: out[d] for d in range(self.size)}
         out = np.empty((self.size,) + mine.shape, mine.dtype)
         # a collective: a rank that reads an Array alone times out, naming who is missing
+        from ..compiler.trace import user_loc
         guarded(lambda: self.world.Allgather(_buf(mine), _buf(out)), "reading an spmd.Array (all ranks must)",
-                list(range(self.size)), self.rank)
+                list(range(self.size)), self.rank, loc=user_loc())
         return {d: out[d] for d in range(self.size)}
 
     def barrier(self):

@@ -1,5 +1,6 @@
 """Rank 2 is SIGKILLed while it writes its shard of a checkpoint (run by
 tests/test_checkpoint.py with mpiexec -n 4): the checkpoint saved before must survive."""
+import glob
 import os
 import signal
 import sys
@@ -18,8 +19,9 @@ spmd.save(path, {"w": spmd.device_put(np.zeros((8, 8), np.float32), mesh.shardin
 big = spmd.device_put(np.ones((8192, 8192), np.float32), mesh.sharding("data", "model"))   # 64 MiB a rank
 if rank == 2:
     def killer():
-        mine = os.path.join(path + ".tmp", "l1_s2.npy")       # leaf 1 ("w"), the shard of device 2
-        while not (os.path.exists(mine) and os.path.getsize(mine) > 0):
+        mine = None                       # leaf 1 ("w"), the shard of device 2, in this save's temp dir
+        while not (mine and os.path.exists(mine) and os.path.getsize(mine) > 0):
+            mine = next(iter(glob.glob(path + ".tmp.*/l1_s2.npy")), None)
             time.sleep(0.001)
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=killer, daemon=True).start()

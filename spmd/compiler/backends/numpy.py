@@ -41,6 +41,8 @@ class NumpyExecutable:
             t0 = timeline.now_us() if tracing else 0
             try:
                 if opdef.needs_comm:
+                    if comm is not None:                # the user line, for failure messages (collectives/base.py)
+                        comm.loc = op.loc
                     out = opdef.ref(*args, comm=comm, **op.attrs)
                 else:
                     out = opdef.ref(*args, **op.attrs)

@@ -207,12 +207,33 @@ class KernelCodegen:
         if op is None or op not in self.member:
             x, scope = self.load(v, amap)
         else:
+            if op.opdef.family == "elementwise":
+                self._emit_operands_first(op, amap)
             x, scope = self.emit_op(op, v, amap)
         self.memo[key] = (x, scope)
         if v in self.out_set and v not in self.stored and v is not self.k.root and self.storable(v, amap):
             self.stored.add(v)
             self.store(scope, v, x, amap)
         return x
+
+    def _emit_operands_first(self, op, amap):
+        """Emit the chain of elementwise producers below op (same index map) bottom-up with
+        an explicit stack, in the order the recursion would, so that a chain of thousands
+        of ops never nests emit() more than a step deep."""
+        stack = [(o, False) for o in reversed(op.operands)]
+        while stack:
+            u, ready = stack.pop()
+            hit = self.memo.get((u, amap))
+            if (hit is not None and not hit[1].closed) or splat(u) is not None:
+                continue
+            p = u.producer
+            if p is None or p not in self.member or p.opdef.family != "elementwise":
+                continue                  # emitted when its user is (no deep chain there)
+            if ready:
+                self.emit(u, amap)
+            else:
+                stack.append((u, True))
+                stack.extend((o, False) for o in reversed(p.operands))
 
     def storable(self, v, amap):
         """Does this map visit each element of v exactly once (so v can be stored here)?"""

@@ -231,6 +231,8 @@ class LLVMExecutable:
                 env[op.result] = out
                 return
             if opdef.needs_comm:
+                if comm is not None:                # the user line, for failure messages (collectives/base.py)
+                    comm.loc = op.loc
                 out = opdef.ref(*args, comm=comm, **op.attrs)
             else:
                 out = opdef.ref(*args, **op.attrs)
