@@ -122,9 +122,7 @@ class MPIRuntime(Runtime):
             events = world.gather(timeline.take_events(), root=0)
             if rank == 0:
                 timeline.write(events=timeline.merge_events(events))
-        timeline.exit_hook = hook
-        if timeline.enabled():
-            timeline._ensure_atexit()
+        timeline.set_exit_hook(hook)
 
     def _install_excepthook(self):
         world, rank = self.world, self.rank
