@@ -320,7 +320,7 @@ class _Watchdog:
     A rank that is alive and busy is waited for, however long: no stopwatch by default."""
 
     PERIOD = 0.1
-    CHECK_EVERY = 0.5           # the liveness checks (process table, heartbeats)
+    CHECK_EVERY = 0.2           # the liveness checks (process table, heartbeats)
     EXIT_GRACE = 2.0            # a peer that finished may have completed the call we wait in
 
     def __init__(self):
