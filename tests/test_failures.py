@@ -57,12 +57,14 @@ def test_killed_rank_under_spmd_run_is_named_by_the_others():
     down first (a race inside hydra, also seen with plain mpi4py), so: every run ends
     promptly, and a run that lets the survivors speak names rank 1."""
     named = 0
-    for attempt in range(4):
+    for attempt in range(6):
         p, out, took = spmd_run(4, "fail_kill.py", env={"SPMD_COLLECTIVE_TIMEOUT": "30"})
         assert p.returncode != 0
         assert took < 10, took                   # not the 30 s timeout: told by mpiexec
         errors = [ln for ln in out.splitlines() if "CollectiveError" in ln]
-        assert all("rank(s) [1] of the 4 died" in ln for ln in errors), errors
+        # told by mpiexec, or seen in the process table first
+        assert all("rank(s) [1] of the 4 died" in ln or "rank(s) [1] of this group are gone" in ln
+                   for ln in errors), errors
         named += bool(errors)
         if named:
             break

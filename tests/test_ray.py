@@ -216,7 +216,7 @@ def test_exception_on_rank_2_raises_on_the_driver_with_its_traceback(cluster, mo
 
 def test_killed_rank_fails_the_run_naming_it_and_is_replaced(cluster, monkeypatch):
     _, rt = cluster
-    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    monkeypatch.delenv("SPMD_COLLECTIVE_TIMEOUT", raising=False)    # no stopwatch: the driver sees the death
     mesh = spmd.Mesh((4,), ("x",))
     before = {w["rank"]: w["pid"] for w in rt.where()}
     t0 = time.monotonic()
@@ -227,6 +227,37 @@ def test_killed_rank_fails_the_run_naming_it_and_is_replaced(cluster, monkeypatc
     assert all(int(v[0]) > 0 for v in got.values())
     after = {w["rank"]: w["pid"] for w in rt.where()}
     assert after[1] != before[1] and all(after[r] == before[r] for r in (0, 2, 3))
+
+
+class _BusyRank1:
+    """Rank 1 computes alone for a while before the collective the others wait in."""
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        if comm.rank == 1:
+            time.sleep(3)
+        return [comm.all_reduce(np.full(2, float(comm.rank)), "x")]
+
+
+def test_a_busy_rank_is_waited_for(cluster, monkeypatch):
+    _, rt = cluster
+    monkeypatch.delenv("SPMD_COLLECTIVE_TIMEOUT", raising=False)
+    got = run(rt, _BusyRank1(), spmd.Mesh((4,), ("x",)))
+    assert all(np.array_equal(v[0], np.full(2, 6.0)) for v in got.values())
+
+
+def test_nan_reductions_and_per_process_data_as_on_every_backend(cluster):
+    mesh = spmd.Mesh((4,), ("x",))
+    row = mesh.sharding("x", None)
+    x = np.arange(32.0).reshape(8, 4)
+    x[5, 1] = x[0, 3] = np.nan
+    for f in (lambda v: v.max(axis=0), lambda v: v.min(axis=0), lambda v: np.argmax(v, axis=0),
+              lambda v: np.argmin(v, axis=0)):
+        np.testing.assert_array_equal(np.asarray(spmd.jit(f, in_shardings=row)(x)), f(x))
+    a = spmd.make_array_from_process_local_data(row, x)     # the driver holds every device
+    assert a.shape == (8, 4) and a.sharding == row
+    np.testing.assert_array_equal(a.numpy(), x)
+    np.testing.assert_array_equal(spmd.process_allgather(np.arange(3)), [np.arange(3)])
 
 
 def test_collective_timeout_names_the_missing_rank(cluster, monkeypatch):

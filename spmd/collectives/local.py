@@ -30,8 +30,9 @@ Failure, never a hang:
   every waiting rank, which raises CollectiveError naming the failed rank;
 - `world.finish(rank)` (the rank's program returned) makes ranks waiting for it in a
   collective fail at once: it skipped a collective the others called;
-- a rank that never arrives: the waiters raise CollectiveError naming the missing
-  rank(s) after SPMD_COLLECTIVE_TIMEOUT seconds (base.collective_timeout()).
+- a rank that is still computing is waited for (threads of this process cannot die
+  silently); with SPMD_COLLECTIVE_TIMEOUT set, the waiters raise CollectiveError naming
+  the missing rank(s) after that many seconds (base.collective_timeout()).
 
 The MPI and Ray communicators implement the same methods with the same semantics
 (base.py); the collective-matching check and the failure messages are worth mirroring.

@@ -9,17 +9,19 @@ The calls are MPI's blocking collectives (Allreduce, Allgather, Reduce_scatter_b
 Alltoall, Bcast, Barrier), exactly what a raw mpi4py program calls, into recycled
 result buffers (collectives/pool.py), so spmd costs next to nothing over it: MPICH's
 nonblocking versions run other (schedule-based) algorithms and only progress while
-polled, which made them up to 2x slower at 1 MB. The deadline
-(SPMD_COLLECTIVE_TIMEOUT) is kept by a watchdog thread instead: a call still blocked
-past it prints which collective timed out, over which ranks, and which of them are
-gone (a process on this host that exited or was killed, from the pid table MPIRuntime
-gathers at start), with this rank's stack, and aborts the world — under MPI a rank
+polled, which made them up to 2x slower at 1 MB. Liveness is kept by a watchdog
+thread instead (see _Watchdog and _Heartbeat): a call that can no longer complete —
+a peer's process gone, its heartbeats silent, the peer finished, or mpiexec's notice
+of a death — prints which collective, at which user line, over which ranks and what
+the others are doing, with this rank's stack, and aborts the world; a busy peer is
+waited for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set). Under MPI a rank
 cannot leave a broken collective and carry on, so aborting is what raising would
 lead to anyway (runtime/mpi.py aborts on any uncaught exception).
 
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
 sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
-and the LocalCommunicator (MPI may reduce floats in another order than group order).
+and the LocalCommunicator (MPI may sum floats in another order than group order; max and
+min of floats go through base.reduce_arrays in group order, so NaN propagates as in numpy).
 """
 from __future__ import annotations
 
@@ -318,7 +320,7 @@ class _Watchdog:
     A rank that is alive and busy is waited for, however long: no stopwatch by default."""
 
     PERIOD = 0.1
-    CHECK_EVERY = 0.5           # the liveness checks (process table, heartbeats)
+    CHECK_EVERY = 0.2           # the liveness checks (process table, heartbeats)
     EXIT_GRACE = 2.0            # a peer that finished may have completed the call we wait in
 
     def __init__(self):

@@ -25,8 +25,9 @@ Failure, never a hang:
 - a rank whose program raises tells its peers (`abort` on each), and the driver does
   the same when it sees an actor die; a waiting rank then raises CollectiveError
   naming the failed rank;
-- otherwise a waiting rank raises CollectiveError after SPMD_COLLECTIVE_TIMEOUT seconds
-  naming exactly the ranks whose messages never came.
+- a busy peer is waited for (the driver watches for dead actors); only when
+  SPMD_COLLECTIVE_TIMEOUT is set does a waiting rank raise CollectiveError after that
+  many seconds, naming exactly the ranks whose messages never came.
 """
 from __future__ import annotations
 

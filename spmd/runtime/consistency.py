@@ -71,6 +71,8 @@ def value_hash(x) -> str:
 def leaf_names(in_tree, prefix="args"):
     """A readable path for every leaf of a flattened argument tree: args[1]['w1']..."""
     names = []
+    if in_tree is None:
+        return names
 
     def go(td, path):
         if td.kind == "leaf":
@@ -135,7 +137,7 @@ def check_program(rt, lowered, leaves):
             if vals[0] is not None and any(v != vals[0] for v in vals):
                 who = _groups(vals)
                 raise SpmdError(
-                    f"rank {me}: argument {names[k] if k < len(names) else k} of {name} "
+                    f"rank {me}: argument {names[k] if k < len(names) else f'leaf {k}'} of {name} "
                     f"({sig[k]}) has different values on different ranks: "
                     + "; ".join(f"ranks {rs} agree" for rs in who.values())
                     + ". jit treats a numpy argument as one global value that every process "

@@ -43,8 +43,8 @@ _lock = threading.Lock()
 
 def detect_backend() -> str:
     """The backend the environment asks for: SPMD_BACKEND, else mpi under mpiexec /
-    mpirun / srun, else local (launcher/detect.py)."""
-    from ..launcher.detect import detect_backend as detect
+    mpirun / srun, else local (runtime/detect.py)."""
+    from .detect import detect_backend as detect
     return detect()
 
 

@@ -18,9 +18,13 @@ retired, a fresh one replaces it) rather than making the caller hang.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import queue
+import sys
 import threading
+import time
+import weakref
 
 from ..collectives.local import LocalWorld
 from ..errors import CollectiveError, SpmdError
@@ -28,12 +32,25 @@ from .backend import Runtime
 
 # how long run() waits, after the first failure, for the other ranks to stop
 GRACE_SECONDS = 0.25
+# how often the caller's wait wakes: a signal (Ctrl-C, a SIGTERM handler) is handled by
+# the main thread only, and only between bytecodes, so it must never block for good
+POLL_SECONDS = 0.1
+
+_WORKERS = weakref.WeakSet()         # every worker thread, to let them finish at exit
+
+
+def shutdown_wait() -> float:
+    """Seconds the process waits at exit for device threads still computing (an
+    interrupted step) before it leaves without them (SPMD_SHUTDOWN_WAIT, default 60)."""
+    return float(os.environ.get("SPMD_SHUTDOWN_WAIT", "60"))
 
 
 class _Worker(threading.Thread):
     def __init__(self, device):
         super().__init__(name=f"spmd-device-{device}", daemon=True)
         self.tasks = queue.Queue()
+        self.busy = False
+        _WORKERS.add(self)
         self.start()
 
     def run(self):
@@ -41,7 +58,33 @@ class _Worker(threading.Thread):
             task = self.tasks.get()
             if task is None:
                 return
-            task()
+            self.busy = True
+            try:
+                task()
+            finally:
+                self.busy = False
+
+
+@atexit.register
+def _drain():
+    """At exit, let device threads of an interrupted step finish (their world is
+    aborted: they stop at their next collective). A daemon thread frozen by the
+    interpreter's shutdown in the middle of a BLAS call holds BLAS's locks, and BLAS's
+    own exit handler then waits for them forever. Past SPMD_SHUTDOWN_WAIT, the process
+    leaves without them (os._exit) rather than hang."""
+    busy = [w for w in list(_WORKERS) if w.busy and w.is_alive()]
+    if not busy:
+        return
+    deadline = time.monotonic() + shutdown_wait()
+    for w in busy:
+        w.tasks.put(None)
+        w.join(max(0.0, deadline - time.monotonic()))
+    if any(w.is_alive() and w.busy for w in busy):
+        sys.stderr.write(f"spmd: device threads of an interrupted step still running after "
+                         f"{shutdown_wait():g} s at exit (SPMD_SHUTDOWN_WAIT); leaving without them\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
 
 
 class LocalRuntime(Runtime):
@@ -110,9 +153,11 @@ class LocalRuntime(Runtime):
         try:
             while pending:
                 try:
-                    d, ok, val = done.get(timeout=GRACE_SECONDS if errors else None)
+                    d, ok, val = done.get(timeout=GRACE_SECONDS if errors else POLL_SECONDS)
                 except queue.Empty:
-                    break
+                    if errors:
+                        break
+                    continue
                 pending.discard(d)
                 if ok:
                     results[d] = val

@@ -12,9 +12,13 @@ the same one, so a broadcast would only add a round of communication.
 
 Failure: `init` installs an excepthook that prints the rank's traceback and aborts the
 world (MPI_Abort), so an exception on one rank ends every rank promptly. It gathers
-every rank's (host, pid) once, and a watchdog thread (collectives/mpi.py) aborts the
-world, naming the lost rank, when a collective outlives SPMD_COLLECTIVE_TIMEOUT or
-mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`).
+every rank's (host, pid, heartbeat address) once, starts the heartbeats, and a watchdog
+thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
+the user line, when a peer of a blocked collective is gone, silent, finished, or
+mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`); a busy peer is waited
+for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set).
+Consistency: before each run the processes compare the program's fingerprint and, on
+its first run, the hashes of host-value inputs (runtime/consistency.py).
 Output: whole lines only (ranks' lines never interleave mid-line); lines of ranks
 other than 0 are prefixed with "[rank N] ".
 """
@@ -122,9 +126,7 @@ class MPIRuntime(Runtime):
             events = world.gather(timeline.take_events(), root=0)
             if rank == 0:
                 timeline.write(events=timeline.merge_events(events))
-        timeline.exit_hook = hook
-        if timeline.enabled():
-            timeline._ensure_atexit()
+        timeline.set_exit_hook(hook)
 
     def _install_excepthook(self):
         world, rank = self.world, self.rank

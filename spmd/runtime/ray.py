@@ -9,7 +9,7 @@ top-level arguments (Ray resolves them zero-copy on the actor's node) and gets o
 ObjectRef per output back, stored on the actor's node; spmd.Array on the driver holds
 those refs, and reading an Array (`all_shards`) is a `ray.get` of them.
 
-Actors are placed by a placement group, one bundle per rank (launcher/ray.py). Each has
+Actors are placed by a placement group, one bundle per rank (runtime/ray_placement.py). Each has
 a run thread (one program at a time) and message threads (`deposit`, `abort`) that fill
 its Mailbox while the program waits in a collective (collectives/ray.py).
 
@@ -119,7 +119,7 @@ def _trace_in_actor(on):
     import os
 
     from ..tools import timeline
-    timeline.exit_hook = lambda: None
+    timeline.set_exit_hook(lambda: None)
     if on:
         os.environ["SPMD_TRACE"] = "1"
     else:
@@ -141,7 +141,7 @@ class RayRuntime(Runtime):
     name = "ray"
 
     def __init__(self, num_devices=None):
-        from ..launcher.ray import connect, default_num_devices, place_ranks
+        from .ray_placement import connect, default_num_devices, place_ranks
         self._owns_ray = connect(num_devices)
         self._n = int(num_devices) if num_devices else default_num_devices()
         self._pg, self._actors = place_ranks(RankActor, self._n)
@@ -294,7 +294,7 @@ class RayRuntime(Runtime):
         """Replace the actors of ranks that died, in their bundles."""
         if not self._dead:
             return
-        from ..launcher.ray import restart_rank
+        from .ray_placement import restart_rank
         for d in sorted(self._dead):
             self._actors[d] = restart_rank(RankActor, self._pg, d)
         self._dead = set()
@@ -306,11 +306,9 @@ class RayRuntime(Runtime):
         spans are collected when the driver exits (or the runtime shuts down first)."""
         def hook():
             self._collect_trace()
-            if timeline._events:
+            if timeline.has_events():
                 timeline.write()
-        timeline.exit_hook = hook
-        if timeline.enabled():
-            timeline._ensure_atexit()
+        timeline.set_exit_hook(hook)
 
     def _collect_trace(self):
         if self._closed or not timeline.enabled() or not ray.is_initialized():
@@ -321,8 +319,7 @@ class RayRuntime(Runtime):
                 got.append(ray.get(ref, timeout=30))
             except Exception:     # noqa: BLE001 - a dead actor's spans are lost, the others' are kept
                 pass
-        with timeline._lock:
-            timeline._events.extend(timeline.merge_events(got))
+        timeline.add_events(timeline.merge_events(got))
 
     def shutdown(self):
         if getattr(self, "_closed", True):

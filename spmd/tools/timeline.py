@@ -63,6 +63,16 @@ def take_events() -> list:
     return out
 
 
+def has_events() -> bool:
+    return bool(_events)
+
+
+def add_events(events: list):
+    """Add events gathered from other processes (already on their ranks' tracks)."""
+    with _lock:
+        _events.extend(events)
+
+
 def merge_events(per_process: list) -> list:
     """Merge event lists from several processes, each already on its ranks' tracks."""
     out = [e for evs in per_process for e in evs]
@@ -105,3 +115,13 @@ def _ensure_atexit():
     if not _registered:
         _registered = True
         atexit.register(_at_exit)
+
+
+def set_exit_hook(hook):
+    """A runtime that gathers events across processes (MPI, Ray) sets the hook that runs
+    at exit instead of this process writing its own events; with SPMD_TRACE set, the
+    exit handler is registered now."""
+    global exit_hook
+    exit_hook = hook
+    if enabled():
+        _ensure_atexit()
