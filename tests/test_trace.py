@@ -328,7 +328,8 @@ def converts(x):
 
 
 def assigns(x):
-    x[0] = 1                                # MARK
+    buf = np.zeros(3)                       # a plain numpy buffer cannot hold a traced value
+    buf[0] = x[0]                           # MARK
     return x
 
 
