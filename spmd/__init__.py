@@ -7,4 +7,6 @@ from .tools.visualize import visualize  # noqa: F401
 from .runtime.checkpoint import save, load  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 
+from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit)
+
 __version__ = "0.1.0"

@@ -255,6 +255,10 @@ def _install(cls, methods, operators, inplace):
         setattr(cls, name, f)
 
 
+from . import random_guard as _random_guard  # noqa: E402
+
+_random_guard.install(current_trace, user_loc)
+
 from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
 
 _install(Tracer, _numpy_api.METHODS, _numpy_api.operators(), _numpy_api.inplace_operators())
