@@ -999,7 +999,7 @@ def inplace_operators():
 def dispatch_ufunc(ufunc, method, inputs, kwargs):
     name = ufunc.__name__
     out = kwargs.pop("out", None)
-    if out is not None and out != (None,) * len(out if isinstance(out, tuple) else (out,)):
+    if builtins.any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
         r = dispatch_ufunc(ufunc, method, inputs, kwargs)
         return fz.store_out(out, r, f"np.{name}" + ("" if method == "__call__" else f".{method}"))
     if method == "at":
