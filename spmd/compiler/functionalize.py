@@ -204,8 +204,8 @@ def fresh(r):
 
 def as_view(f, kind):
     """Wrap a builder whose numpy result is a view of its first argument: a transpose
-    (transpose, swapaxes, moveaxis, .T) or a reshape (reshape, ravel, squeeze,
-    expand_dims; a copy where numpy's strides do not allow a view)."""
+    (transpose, swapaxes, moveaxis, .T) or a reshape (reshape, squeeze, expand_dims; a
+    copy where numpy's strides do not allow a view; ravel: a view of a contiguous array)."""
     from .trace import Tracer
 
     def g(x, *args, **kwargs):
@@ -218,7 +218,11 @@ def as_view(f, kind):
                 else tuple(range(x.ndim))
             return view_of(x, r, [("transpose", tuple(perm))])
         buf = x._ensure_buffer()
-        if reshape_is_view(buf, x._view, r.shape):
+        if kind == "ravel":        # ravel promises a contiguous result: a view only of a contiguous array
+            ok = layout(buf, x._view).flags.c_contiguous
+        else:
+            ok = reshape_is_view(buf, x._view, r.shape)
+        if ok:
             return view_of(x, r, [("reshape", tuple(r.shape))])
         return fresh(r)
     g.__name__ = getattr(f, "__name__", "view")

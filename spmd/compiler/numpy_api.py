@@ -841,7 +841,7 @@ _view_swapaxes = fz.as_view(swapaxes, "transpose")
 _view_moveaxis = fz.as_view(moveaxis, "transpose")
 _view_reshape = fz.as_view(reshape, "reshape")
 _view_reshape_method = fz.as_view(_reshape_method, "reshape")
-_view_ravel = fz.as_view(lambda x, order="C": ravel(x), "reshape")
+_view_ravel = fz.as_view(lambda x, order="C": ravel(x), "ravel")
 _view_squeeze = fz.as_view(squeeze, "reshape")
 _view_expand_dims = fz.as_view(expand_dims, "reshape")
 
