@@ -33,9 +33,18 @@ def _add(a, b):
     return np.bitwise_and(np.add(a, b), _M32)
 
 
+def _shr(x, s):
+    """x >> s for 0 <= x < 2^63: a truncating integer divide (one IR op; numpy's
+    floor_divide would add the fix-up for negative operands)."""
+    if isinstance(x, Tracer):
+        from .compiler import numpy_api
+        return numpy_api._binary("divide", x, 1 << s)
+    return np.right_shift(x, s)
+
+
 def _rotl(x, r):
-    lo = np.multiply(np.bitwise_and(x, (1 << (32 - r)) - 1), 1 << r)
-    return np.bitwise_or(lo, np.floor_divide(x, 1 << (32 - r)))
+    # x < 2^32 and r < 31, so x * 2^r fits in int64
+    return np.bitwise_or(np.bitwise_and(np.multiply(x, 1 << r), _M32), _shr(x, 32 - r))
 
 
 def threefry2x32(k0, k1, c0, c1):
@@ -88,7 +97,7 @@ def _counters(shape, k):
             stride *= shape[d]
         if i is None:
             i = Tracer(t.emit("constant", value=np.zeros((), np.int64)), t)
-    return np.bitwise_and(i, _M32), np.floor_divide(i, 1 << 32)
+    return np.bitwise_and(i, _M32), _shr(i, 32)
 
 
 def bits(k, shape, salt=0):
@@ -124,10 +133,10 @@ def uniform(k, shape=None, low=0.0, high=1.0, dtype="float64"):
     shape = _shape(shape)
     x0, x1 = bits(k, shape)
     if np.dtype(dtype) == np.float32:
-        u = np.multiply(np.floor_divide(x0, 1 << 8).astype("float32"), np.float32(2.0 ** -24))
+        u = np.multiply(_shr(x0, 8).astype("float32"), np.float32(2.0 ** -24))
     elif np.dtype(dtype) == np.float64:
-        hi = np.floor_divide(x0, 1 << 6)               # 26 bits
-        lo = np.floor_divide(x1, 1 << 5)               # 27 bits
+        hi = _shr(x0, 6)                               # 26 bits
+        lo = _shr(x1, 5)                               # 27 bits
         m = np.add(np.multiply(hi, 1 << 27), lo)
         u = np.multiply(m.astype("float64"), 2.0 ** -53)
     else:
