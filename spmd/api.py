@@ -64,7 +64,24 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
     # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
     g.updates = [(tr._buf.arg, tr._buf.value) for tr in tracers
                  if tr._buf is not None and tr._buf.value is not g.inputs[tr._buf.arg]]
+    _check_aliasing(fn, leaves, [k for k, _ in g.updates])
     return g, in_tree, out_tree
+
+
+def _check_aliasing(fn, leaves, written):
+    """numpy would show a write through one argument in another that shares its memory
+    (f(a, a), f(a, a[1:])); traced arguments are separate values, so refuse instead."""
+    for k in written:
+        for j, other in enumerate(leaves):
+            if j == k:
+                continue
+            a, b = leaves[k], other
+            same = a is b or (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                              and np.may_share_memory(a, b))
+            if same:
+                raise SpmdError(f"spmd.jit: {getattr(fn, '__name__', 'fn')} writes into argument leaf {k}, "
+                                f"which shares memory with argument leaf {j}; numpy would show the write "
+                                f"through both, spmd cannot. Pass a copy (x.copy()) or pass the array once.")
 
 
 def _mutable(leaf):

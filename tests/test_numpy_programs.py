@@ -322,3 +322,14 @@ def test_item_and_trace():
         spmd.jit(lambda x: x.item(1))(np.ones(3))
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_allclose(spmd.jit(lambda x: x.trace(1))(x), x.trace(1))
+
+
+def test_aliased_written_arguments_are_refused():
+    def f(a, b):
+        a += 1
+        return b.sum()
+    x = np.ones(4)
+    with pytest.raises(spmd.SpmdError, match="shares memory"):
+        spmd.jit(f)(x, x[1:])
+    y = np.ones(4)
+    assert spmd.jit(f)(y, np.ones(4)) == 4.0 and (y == 2).all()

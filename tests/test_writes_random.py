@@ -129,3 +129,57 @@ def test_write_through_reversed_and_strided_views(key):
     got = spmd.jit(f, backend="numpy")(x.copy())
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def _adv_key(rng, shape):
+    """A random numpy key mixing ints, slices, None, index lists and arrays."""
+    key = []
+    for n in shape:
+        r = rng.random()
+        if r < 0.35:
+            key.append(rng.integers(-n, n, size=int(rng.integers(1, 4))).tolist())
+        elif r < 0.5:
+            key.append(int(rng.integers(-n, n)))
+        elif r < 0.6:
+            key.append(range(0, n, 2))
+        else:
+            a, b = sorted(rng.integers(0, n + 1, size=2).tolist())
+            key.append(slice(a, b, int(rng.choice([1, 2, -1]))) if a != b else slice(None))
+        if rng.random() < 0.1:
+            key.append(None)
+    # index arrays broadcast together: give them one length
+    lens = {len(k) for k in key if isinstance(k, list)}
+    if len(lens) > 1:
+        m = min(lens)
+        key = [k[:m] if isinstance(k, list) else k for k in key]
+    if sum(isinstance(k, range) for k in key) + sum(isinstance(k, list) for k in key) > 1:
+        key = [list(k) if isinstance(k, range) else k for k in key]
+        lens = {len(k) for k in key if isinstance(k, list)}
+        m = min(lens)
+        key = [k[:m] if isinstance(k, list) else k for k in key]
+    return tuple(key)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2 ** 20), shape=st.sampled_from([(5, 6), (4, 3, 5), (6,)]),
+       mesh=st.sampled_from([None, (2, 2)]))
+def test_random_advanced_indexing_reads_and_writes(seed, shape, mesh):
+    rng = np.random.default_rng(seed)
+    key = _adv_key(rng, shape)
+    x = rng.random(shape)
+    want_get = x[key]
+    val = float(rng.integers(1, 9)) if rng.random() < 0.5 else rng.random(np.shape(want_get))
+
+    def f(x):
+        r = x[key]
+        x[key] = val
+        return r, x
+    w = x.copy()
+    want = f(w)
+    m = spmd.Mesh(mesh, ("a", "b")) if mesh else None
+    sh = (m.sharding(*(("a", "b", None)[:len(shape)] if len(shape) > 1 else ("a",))),) if m else None
+    got = spmd.jit(f, in_shardings=sh, backend="numpy")(x.copy())
+    for g, v in zip(got, want):
+        g = np.asarray(g.numpy() if hasattr(g, "numpy") else g)
+        assert g.shape == np.shape(v), (key, g.shape, np.shape(v))
+        np.testing.assert_array_equal(g, v, err_msg=str(key))

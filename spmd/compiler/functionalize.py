@@ -51,6 +51,24 @@ def _rev_index(t, n):
     return t.emit("constant", value=np.arange(n - 1, -1, -1, dtype="int64"))
 
 
+def _window_mask(t, shape, start, sizes, stride):
+    """True where a strided window of `shape` lies: compares of iotas, which every device
+    makes for its own shard."""
+    mask = None
+    for d, (n, s, k, st) in enumerate(zip(shape, start, sizes, stride)):
+        if k == n:
+            continue
+        i = t.emit("iota", shape=tuple(shape), dtype="int64", dimension=d)
+        conds = [t.emit("compare", i, _full(t, s, shape, "int64"), direction="GE"),
+                 t.emit("compare", i, _full(t, s + (k - 1) * st + 1, shape, "int64"), direction="LT")]
+        if st > 1:
+            r = t.emit("remainder", t.emit("subtract", i, _full(t, s, shape, "int64")), _full(t, st, shape, "int64"))
+            conds.append(t.emit("compare", r, _full(t, 0, shape, "int64"), direction="EQ"))
+        for c in conds:
+            mask = c if mask is None else t.emit("and", mask, c)
+    return mask if mask is not None else _full(t, True, shape, "bool")
+
+
 def fwd(t, step, v):
     kind, p = step
     if kind == "slice":
@@ -86,8 +104,7 @@ def back(t, step, src, new):
         high = tuple(n - (s + (k - 1) * st + 1) for n, s, k, st in zip(src.shape, start, new.shape, stride))
         cfg = dict(low=low, high=high, interior=interior)
         padded = t.emit("pad", new, _const(t, 0, new.dtype), **cfg)
-        mask = t.emit("pad", _full(t, True, new.shape, "bool"), _const(t, False, "bool"), **cfg)
-        return t.emit("select", mask, padded, src)
+        return t.emit("select", _window_mask(t, src.shape, start, new.shape, stride), padded, src)
     if kind == "dyn":
         starts, sizes = p
         return t.emit("dynamic_update_slice", src, new, *starts)

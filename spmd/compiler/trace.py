@@ -195,8 +195,9 @@ class Tracer:
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
             f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
             f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
-            f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value, "
-            f"that works on its own; convert to a plain array only outside spmd.jit.")
+            f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
+            f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
+            f"them, or spmd.numpy.asarray / spmd.numpy.array.")
 
     def tolist(self):
         self._concrete("tolist()")
