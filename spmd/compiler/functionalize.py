@@ -231,8 +231,8 @@ def as_view(f, kind):
             return r
         if kind == "transpose":
             op = r.value.producer if r is not x else None
-            perm = op.attrs["permutation"] if op is not None and op.name == "transpose" \
-                else tuple(range(x.ndim))
+            perm = op.attrs.get("permutation", None) if op is not None else None
+            perm = tuple(range(x.ndim)) if perm is None else perm
             return view_of(x, r, [("transpose", tuple(perm))])
         buf = x._ensure_buffer()
         if kind == "ravel":        # ravel promises a contiguous result: a view only of a contiguous array

@@ -497,8 +497,8 @@ def ufunc_at(ufunc, a, indices, b=None):
     if not isinstance(a, Tracer):
         from .functionalize import no_plain_write
         no_plain_write(f"np.{name}.at", user_loc())
-    if name in ("add", "subtract"):
-        v = b if name == "add" else npx.negative(b)
+    if ufunc is np.add or ufunc is np.subtract:
+        v = b if ufunc is np.add else npx.negative(b)
         return scatter_add(a, indices, v)
     ents, _ = parse(a, indices)
     repeats = builtins.any(k == "array" and (isinstance(v, Tracer) or np.unique(v).size != np.size(v))
