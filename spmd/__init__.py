@@ -8,4 +8,6 @@ from .runtime.checkpoint import save, load  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 from .runtime import make_array_from_process_local_data, process_allgather  # noqa: F401
 
+from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit)
+
 __version__ = "0.1.0"

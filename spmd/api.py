@@ -17,7 +17,7 @@ from .compiler.passes import dce
 from .compiler.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
 from .compiler import numpy_api as npx
 from .compiler import autodiff
-from .errors import ShardingError, SpmdError
+from .errors import ShardingError, SpmdError, TraceError
 from .ir.spec import Sharding
 from .ir import Graph, dtypes
 from .tree import tree_flatten, tree_unflatten
@@ -33,13 +33,25 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
     g = Graph(getattr(fn, "__name__", "fn").replace("<", "").replace(">", ""))
     t = Trace(g, mesh)
     tracers = []
-    for leaf in leaves:
+    from .compiler.functionalize import Buffer
+    for k, leaf in enumerate(leaves):
         shape, dt, weak = leaf_aval(leaf)
-        tracers.append(Tracer(g.add_input(shape, dt), t, weak))
+        tr = Tracer(g.add_input(shape, dt), t, weak)
+        if _mutable(leaf):
+            # numpy writes into an array argument in place: the caller sees it (see Jitted)
+            tr._buf = Buffer(tr.value, arg=k)
+        tracers.append(tr)
     it = iter(tree_unflatten(in_tree, tracers))
     call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
     with tracing(t):
-        out = fn(*call_args)
+        try:
+            out = fn(*call_args)
+        except ValueError as e:
+            # numpy storing a traced scalar into a plain ndarray turns our error into
+            # "setting an array element with a sequence": surface ours
+            if isinstance(e.__cause__, TraceError):
+                raise e.__cause__ from None
+            raise
         out_leaves, out_tree = tree_flatten(out)
         outs = []
         for leaf in out_leaves:
@@ -49,7 +61,33 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
                 raise TypeError(f"spmd.jit: {fn.__name__} returned a {type(leaf).__name__}, "
                                 f"which is not an array") from None
     g.outputs = outs
+    # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
+    g.updates = [(tr._buf.arg, tr._buf.value) for tr in tracers
+                 if tr._buf is not None and tr._buf.value is not g.inputs[tr._buf.arg]]
+    _check_aliasing(fn, leaves, [k for k, _ in g.updates])
     return g, in_tree, out_tree
+
+
+def _check_aliasing(fn, leaves, written):
+    """numpy would show a write through one argument in another that shares its memory
+    (f(a, a), f(a, a[1:])); traced arguments are separate values, so refuse instead."""
+    for k in written:
+        for j, other in enumerate(leaves):
+            if j == k:
+                continue
+            a, b = leaves[k], other
+            same = a is b or (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                              and np.may_share_memory(a, b))
+            if same:
+                raise SpmdError(f"spmd.jit: {getattr(fn, '__name__', 'fn')} writes into argument leaf {k}, "
+                                f"which shares memory with argument leaf {j}; numpy would show the write "
+                                f"through both, spmd cannot. Pass a copy (x.copy()) or pass the array once.")
+
+
+def _mutable(leaf):
+    """An argument numpy could write into: an array (0-d too), not a Python or numpy scalar."""
+    return isinstance(leaf, (np.ndarray, ShapeDtype)) or \
+        (hasattr(leaf, "sharding") and hasattr(leaf, "shape") and not isinstance(leaf, np.generic))
 
 
 class Lowered:
@@ -62,6 +100,7 @@ class Lowered:
         self.backend = backend
         self.mesh = mesh
         self._exe = None
+        self.updates = []             # argument leaves the program writes (extra outputs)
         self.timings = {}             # seconds per stage, from the pipeline
 
     def as_text(self, stage="optimized"):
@@ -144,9 +183,16 @@ class Jitted:
             from .sharding.annotate import resolve_shardings
             mesh, in_sh, out_sh = resolve_shardings(self, args, leaves, graph, out_tree)
             graph.mesh = mesh
+            # written arguments are extra outputs, laid out as they came in
+            updates = getattr(graph, "updates", [])
+            for k, v in updates:
+                graph.outputs.append(v)
+                out_sh.append(in_sh[k])
+                out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
             stages, timings = lower_graph(graph, mesh, in_sh, out_sh)
             low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
             low.timings = timings
+            low.updates = [k for k, _ in updates]
             self._cache[key] = low
         return low
 
@@ -156,7 +202,29 @@ class Jitted:
             return self.fn(*args)
         key, leaves = self._key(args)
         low = self.lower(*args)
-        return tree_unflatten(low.out_tree, low(*leaves))
+        outs = low(*leaves)
+        if low.updates:
+            outs, new = outs[:len(outs) - len(low.updates)], outs[len(outs) - len(low.updates):]
+            for k, v in zip(low.updates, new):
+                _write_back(leaves[k], v)
+        return tree_unflatten(low.out_tree, outs)
+
+
+def _write_back(arg, new):
+    """The function wrote into argument `arg`, as numpy would in place: an spmd.Array
+    takes the new shards (no copy, no gather); a numpy array gets the values copied in."""
+    if isinstance(arg, np.ndarray):
+        if not arg.flags.writeable:
+            raise ValueError("spmd.jit: the function writes into a read-only numpy array argument "
+                             "(numpy raises 'assignment destination is read-only')")
+        arg[...] = new.numpy() if hasattr(new, "numpy") else new
+        return
+    from .runtime.array import Array
+    if isinstance(arg, Array) and isinstance(new, Array):
+        arg._sharding, arg._handles, arg._runtime = new._sharding, new._handles, new._runtime
+        return
+    raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
+                    f"which spmd cannot update in place; return the new value instead")
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=()):

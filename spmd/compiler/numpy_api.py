@@ -17,7 +17,7 @@ from .trace import Tracer, current_trace, user_loc
 def _trace(*xs):
     for x in xs:
         if isinstance(x, Tracer):
-            return x.trace
+            return x._tr
     t = current_trace()
     if t is None:
         raise TraceError("spmd numpy function called outside of tracing")
@@ -84,7 +84,7 @@ def broadcast_to(x, shape):
     if not ok:
         raise ShapeError(f"broadcast_to at {user_loc()}: cannot broadcast {list(x.shape)} to {list(shape)}")
     n = len(shape) - x.ndim
-    return _emit(x.trace, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
+    return _emit(x._tr, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
 
 
 def _promote(*xs, dtype=None, op="elementwise op"):
@@ -107,14 +107,14 @@ def _float_dtype(*xs):
 
 def _binary(name, x, y, dtype=None):
     a, b = _promote(x, y, dtype=dtype, op=name)
-    return _emit(a.trace, name, a, b)
+    return _emit(a._tr, name, a, b)
 
 
 def _unary_float(name):
     def f(x, *args, **kwargs):
         _no_extra(name, args, kwargs)
         x = asarray(x)
-        return _emit(x.trace, name, asarray(x, _float_dtype(x)))
+        return _emit(x._tr, name, asarray(x, _float_dtype(x)))
     f.__name__ = name
     return f
 
@@ -165,21 +165,21 @@ def floor_divide(x, y):
     a, b = _promote(x, y, op="floor_divide")
     if dt in dtypes.FLOATS:
         # numpy's npy_floor_divide: exact where floor(a / b) is not (7.0 // 0.1 == 69.0)
-        r = _emit(a.trace, "remainder", a, b)
+        r = _emit(a._tr, "remainder", a, b)
         div = true_divide(subtract(a, r), b)
         div = where(logical_and(not_equal(r, 0), not_equal(less(b, 0), less(r, 0))), subtract(div, 1), div)
         fl = floor(div)
         fl = where(greater(subtract(div, fl), 0.5), add(fl, 1), fl)
         return where(equal(b, 0), true_divide(a, b), fl)
-    q = _emit(a.trace, "divide", a, b)            # truncates toward zero
-    r = _emit(a.trace, "remainder", a, b)
+    q = _emit(a._tr, "divide", a, b)            # truncates toward zero
+    r = _emit(a._tr, "remainder", a, b)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     return subtract(q, astype(fix, dt))
 
 
 def mod(x, y):
     a, b = _promote(x, y, op="remainder")
-    r = _emit(a.trace, "remainder", a, b)         # sign of the dividend (C fmod)
+    r = _emit(a._tr, "remainder", a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     return where(fix, add(r, b), r)
 
@@ -202,22 +202,22 @@ def square(x):
 
 def negative(x):
     x = asarray(x)
-    return _emit(x.trace, "negate", x)
+    return _emit(x._tr, "negate", x)
 
 
 def absolute(x):
     x = asarray(x)
-    return x if x.dtype == np.bool_ else _emit(x.trace, "abs", x)
+    return x if x.dtype == np.bool_ else _emit(x._tr, "abs", x)
 
 
 def sign(x):
     x = asarray(x)
-    return _emit(x.trace, "sign", x)
+    return _emit(x._tr, "sign", x)
 
 
 def floor(x):
     x = asarray(x)
-    return x if x.dtype.kind in "iub" else _emit(x.trace, "floor", asarray(x, _float_dtype(x)))
+    return x if x.dtype.kind in "iub" else _emit(x._tr, "floor", asarray(x, _float_dtype(x)))
 
 
 def ceil(x):
@@ -248,7 +248,7 @@ def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
 def _compare(direction):
     def f(x, y):
         a, b = _promote(x, y, op=f"compare {direction}")
-        return _emit(a.trace, "compare", a, b, direction=direction)
+        return _emit(a._tr, "compare", a, b, direction=direction)
     return f
 
 
@@ -261,7 +261,7 @@ def _logical(name):
     def f(x, y):
         a, b = _promote(asarray(x, "bool") if not _is_bool(x) else x,
                         asarray(y, "bool") if not _is_bool(y) else y, dtype="bool", op=f"logical_{name}")
-        return _emit(a.trace, name, a, b)
+        return _emit(a._tr, name, a, b)
     return f
 
 
@@ -283,14 +283,14 @@ bitwise_and, bitwise_or, bitwise_xor = _bitwise("and"), _bitwise("or"), _bitwise
 
 def logical_not(x):
     x = asarray(x, "bool")
-    return _emit(x.trace, "not", x)
+    return _emit(x._tr, "not", x)
 
 
 def invert(x):
     x = asarray(x)
     if x.dtype.kind == "f":
         raise TypeError(f"~ is not defined for floats (at {user_loc()})")
-    return _emit(x.trace, "not", x)
+    return _emit(x._tr, "not", x)
 
 
 def where(cond, x=None, y=None):
@@ -323,17 +323,17 @@ def clip(x, a_min=None, a_max=None, **kw):
 def astype(x, dtype):
     x = asarray(x)
     dt = dtypes.canon(dtype)
-    return x if x.value.dtype == dt else _emit(x.trace, "convert", x, dtype=dt)
+    return x if x.value.dtype == dt else _emit(x._tr, "convert", x, dtype=dt)
 
 
 def logistic(x):
     x = asarray(x)
-    return _emit(x.trace, "logistic", asarray(x, _float_dtype(x)))
+    return _emit(x._tr, "logistic", asarray(x, _float_dtype(x)))
 
 
 def rsqrt(x):
     x = asarray(x)
-    return _emit(x.trace, "rsqrt", asarray(x, _float_dtype(x)))
+    return _emit(x._tr, "rsqrt", asarray(x, _float_dtype(x)))
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -346,7 +346,7 @@ def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     axes = _axes(axis, x.ndim, kind)
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
     xin = astype(x, dt)
-    r = _emit(x.trace, "reduce", xin, kind=kind, axes=axes) if axes else xin
+    r = _emit(x._tr, "reduce", xin, kind=kind, axes=axes) if axes else xin
     return _keep(x, r, axes, keepdims)
 
 
@@ -367,7 +367,7 @@ def _cumulative(kind, x, axis, dtype, default_dtype):
         x, axis = reshape(x, (-1,)), 0
     ax = _axis(axis, x.ndim, f"cum{kind}")
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
-    return _emit(x.trace, "cumulative", astype(x, dt), kind=kind, axis=ax, reverse=False)
+    return _emit(x._tr, "cumulative", astype(x, dt), kind=kind, axis=ax, reverse=False)
 
 
 def cumsum(x, axis=None, dtype=None, out=None):
@@ -472,7 +472,7 @@ def _arg(x, axis, keepdims, pick):
     hit = equal(x, best)
     if x.dtype.kind == "f":
         hit = logical_or(hit, not_equal(x, x))
-    idx = _emit(x.trace, "iota", shape=x.shape, dtype="int64", dimension=ax)
+    idx = _emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=ax)
     big = np.array(x.shape[ax], dtype="int64")
     r = min(where(hit, idx, big), ax, keepdims=keepdims)
     if keepdims and len(shape) != r.ndim:
@@ -496,7 +496,7 @@ def reshape(x, shape, order="C"):
             raise ShapeError(f"cannot reshape {list(x.shape)} into {shape} (at {user_loc()})")
         shape[shape.index(-1)] = x.size // known
     shape = tuple(shape)
-    return x if shape == x.shape else _emit(x.trace, "reshape", x, shape=shape)
+    return x if shape == x.shape else _emit(x._tr, "reshape", x, shape=shape)
 
 
 def _axis(a, ndim, op):
@@ -518,7 +518,7 @@ def transpose(x, axes=None):
         perm = tuple(_axis(a, x.ndim, "transpose") for a in axes)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"axes {axes} do not permute the {x.ndim} dims of {list(x.shape)} (at {user_loc()})")
-    return x if perm == tuple(range(x.ndim)) else _emit(x.trace, "transpose", x, permutation=perm)
+    return x if perm == tuple(range(x.ndim)) else _emit(x._tr, "transpose", x, permutation=perm)
 
 
 def swapaxes(x, a, b):
@@ -618,7 +618,7 @@ def full_like(x, fill_value, dtype=None, shape=None, **kw):
     shape = x.shape if shape is None else tuple(np.atleast_1d(shape))
     if isinstance(fill_value, Tracer):
         return broadcast_to(astype(fill_value, dt), shape)
-    return broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x.trace), shape)
+    return broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x._tr), shape)
 
 
 def tile(x, reps):
@@ -661,7 +661,7 @@ def take(x, indices, axis=None, out=None, mode=None):
                              f"for axis {axis} with size {n} (at {user_loc()})")
         else:
             idx = np.where(idx < 0, idx + n, idx)
-        return _emit(x.trace, "gather", x, asarray(idx, t=x.trace), axis=axis)
+        return _emit(x._tr, "gather", x, asarray(idx, t=x._tr), axis=axis)
     idx = indices
     if idx.dtype.kind not in "iu":
         raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
@@ -669,7 +669,7 @@ def take(x, indices, axis=None, out=None, mode=None):
         idx = mod(idx, n)
     elif mode != "clip":
         idx = where(less(idx, 0), add(idx, n), idx)   # numpy's negative indices
-    return _emit(x.trace, "gather", x, idx, axis=axis)
+    return _emit(x._tr, "gather", x, idx, axis=axis)
 
 
 # ---------------------------------------------------------------------------- contractions
@@ -678,7 +678,7 @@ def _dot_general(a, b, lc, rc, lb=(), rb=()):
     if dt == "bool":     # numpy: a logical or of ands, i.e. an integer dot product != 0
         return not_equal(_dot_general(astype(a, "int64"), astype(b, "int64"), lc, rc, lb, rb), 0)
     a, b = asarray(a, dt), asarray(b, dt)
-    return _emit(a.trace, "dot_general", a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
+    return _emit(a._tr, "dot_general", a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
                  lhs_contract=tuple(lc), rhs_contract=tuple(rc))
 
 
@@ -793,114 +793,52 @@ def _einsum_sum_unused(x, spec, keep):
     return sum(x, tuple(drop), dtype=x.dtype), "".join(c for c in spec if c in keep)
 
 
-# ---------------------------------------------------------------------------- indexing
-def getitem(x, key):
-    """numpy indexing: ints, slices with any step, None, ..., traced integer scalars
-    (dynamic_slice) and one integer index array (gather). As in numpy, when an index
-    array and the integer indices are not side by side, the indexed dims go first."""
+# ---------------------------------------------------------------------------- indexing and writes
+# numpy's indexing (views, advanced indices) and write semantics live in their own files
+from . import functionalize as fz  # noqa: E402
+from .indexing import (getitem, setitem, ix_, take_along_axis, put_along_axis, put,  # noqa: E402
+                       fill_diagonal, ufunc_at)
+
+
+def fmax(x, y):
+    """numpy's fmax ignores a NaN when the other operand is a number."""
+    m = maximum(x, y)
+    if result_dtype(x, y) not in dtypes.FLOATS:
+        return m
+    return where(not_equal(y, y), x, where(not_equal(x, x), y, m))
+
+
+def fmin(x, y):
+    m = minimum(x, y)
+    if result_dtype(x, y) not in dtypes.FLOATS:
+        return m
+    return where(not_equal(y, y), x, where(not_equal(x, x), y, m))
+
+
+def trace_(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """ndarray.trace: the sum along a diagonal (a masked sum, no gather)."""
+    _no_extra("trace", (), {"out": out})
     x = asarray(x)
-    key = key if isinstance(key, tuple) else (key,)
-    kinds = [_index_kind(k) for k in key]
-    if kinds.count("array") > 1:
-        raise NotImplementedError(f"indexing with more than one index array is not supported in spmd "
-                                  f"(at {user_loc()})")
-    if kinds.count("ellipsis") > 1:
-        raise IndexError(f"an index can only have a single ellipsis ('...') (at {user_loc()})")
-    n_real = builtins.sum(1 for k in kinds if k not in ("none", "ellipsis"))
-    if n_real > x.ndim:
-        raise IndexError(f"too many indices ({n_real}) for an array of shape {list(x.shape)} (at {user_loc()})")
-    fill = (slice(None),) * (x.ndim - n_real)
-    if "ellipsis" in kinds:
-        i = kinds.index("ellipsis")
-        key, kinds = key[:i] + fill + key[i + 1:], kinds[:i] + ["slice"] * len(fill) + kinds[i + 1:]
-    else:
-        key, kinds = key + fill, kinds + ["slice"] * len(fill)
-    adv = [i for i, k in enumerate(kinds) if k in ("int", "scalar", "array")]
-    front = "array" in kinds and adv != list(range(adv[0], adv[-1] + 1))
-
-    start, limit, stride = [], [], []
-    reverse, dyn, gather = [], [], None
-    final = []          # the result shape after the same-rank steps: ints dropped, None added
-    d = 0
-    for k, kind in zip(key, kinds):
-        if kind == "none":
-            final.append(1)
-            continue
-        size = x.shape[d]
-        s, e, st = 0, size, 1
-        if kind == "slice":
-            s, e, st = k.indices(size)
-            n = len(range(s, e, st))
-            if st < 0:      # slice the covered range forward, reverse it after
-                s, e, st = (s + (n - 1) * st, s + 1, -st) if n else (0, 0, 1)
-                reverse.append(d)
-            e = builtins.max(s, e)
-            final.append(n)
-        elif kind == "scalar":
-            dyn.append((d, k))
-        elif kind == "int":
-            k = int(k)
-            if not -size <= k < size:
-                raise IndexError(f"index {k} is out of bounds for axis {d} with size {size} (at {user_loc()})")
-            s, e = k % size, k % size + 1
-        else:
-            gather = (len(final), k)
-            final.append(size)
-        start.append(s), limit.append(e), stride.append(st)
-        d += 1
-
-    y = x
-    if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
-        y = _emit(x.trace, "slice", y, start=tuple(start), limit=tuple(limit), stride=tuple(stride))
-    if dyn:
-        starts = [asarray(0, "int64", x.trace)] * y.ndim
-        sizes = list(y.shape)
-        for dim, k in dyn:
-            k = astype(k, "int64")
-            starts[dim] = where(less(k, 0), add(k, y.shape[dim]), k)
-            sizes[dim] = 1
-        y = _emit(x.trace, "dynamic_slice", y, *starts, slice_sizes=tuple(sizes))
-    for dim in reverse:
-        y = take(y, np.arange(y.shape[dim] - 1, -1, -1, dtype="int64"), axis=dim)
-    y = reshape(y, final)
-    if gather is not None:
-        pos, idx = gather
-        nd = y.ndim
-        y = take(y, idx, axis=pos)
-        if front:
-            k = y.ndim - nd + 1          # the dims the index array put in place of one
-            y = transpose(y, list(range(pos, pos + k)) + [i for i in range(y.ndim) if not pos <= i < pos + k])
-    return y
+    a1, a2 = _axis(axis1, x.ndim, "trace"), _axis(axis2, x.ndim, "trace")
+    if a1 == a2:
+        raise ValueError(f"trace: axis1 and axis2 cannot be the same (at {user_loc()})")
+    i = _emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a1)
+    j = _emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a2)
+    on = equal(add(i, offset), j)
+    return sum(where(on, x, zeros_like(x)), axis=(a1, a2), dtype=dtype)
 
 
-def _index_kind(k):
-    if k is None:
-        return "none"
-    if k is Ellipsis:
-        return "ellipsis"
-    if isinstance(k, slice):
-        for v in (k.start, k.stop, k.step):
-            if isinstance(v, Tracer):
-                raise NotImplementedError(f"a slice with a traced bound has a data-dependent shape; use "
-                                          f"np.take or a fixed-size slice (at {user_loc()})")
-        return "slice"
-    if isinstance(k, (bool, np.bool_)):
-        raise NotImplementedError(f"indexing with a bool scalar is not supported in spmd (at {user_loc()})")
-    if isinstance(k, (int, np.integer)):
-        return "int"
-    if isinstance(k, (Tracer, np.ndarray, list, tuple)):
-        dt = k.dtype if isinstance(k, (Tracer, np.ndarray)) else np.asarray(k).dtype
-        if dt == np.bool_:
-            raise NotImplementedError(f"boolean mask indexing has a data-dependent shape; use np.where "
-                                      f"(at {user_loc()})")
-        nd = k.ndim if isinstance(k, Tracer) else np.ndim(k)
-        empty = not isinstance(k, Tracer) and np.size(k) == 0      # [] indexes like an int array
-        if dt.kind not in "iu" and not empty:
-            raise IndexError(f"arrays used as indices must be of integer type, got {dt} (at {user_loc()})")
-        if nd:
-            return "array"
-        return "scalar" if isinstance(k, Tracer) else "int"
-    raise IndexError(f"unsupported index {k!r} of type {type(k).__name__} (at {user_loc()})")
+def empty_like(x, dtype=None, **kw):
+    return full_like(x, 0, dtype, **kw)
+
+
+def fresh_result(r, inputs):
+    """numpy returns a new array unless it documents a view: a builder that handed back
+    one of its inputs (x + 0 folded, astype to the same dtype, ...) gets a fresh base,
+    so a later write to the result does not reach the input."""
+    if isinstance(r, Tracer) and builtins.any(r is i for i in inputs):
+        return fz.fresh(r)
+    return r
 
 
 # ---------------------------------------------------------------------------- the table
@@ -913,8 +851,19 @@ def _transpose_method(x, *axes):
 
 
 def copy(x, order="K", subok=False):
-    # traced values are immutable: a copy is the value itself
-    return asarray(x)
+    # a fresh base holding the same (immutable SSA) value
+    return fz.fresh(asarray(x))
+
+
+_view_transpose = fz.as_view(transpose, "transpose")
+_view_transpose_method = fz.as_view(_transpose_method, "transpose")
+_view_swapaxes = fz.as_view(swapaxes, "transpose")
+_view_moveaxis = fz.as_view(moveaxis, "transpose")
+_view_reshape = fz.as_view(reshape, "reshape")
+_view_reshape_method = fz.as_view(_reshape_method, "reshape")
+_view_ravel = fz.as_view(lambda x, order="C": ravel(x), "ravel")
+_view_squeeze = fz.as_view(squeeze, "reshape")
+_view_expand_dims = fz.as_view(expand_dims, "reshape")
 
 
 U, F, M = "ufunc", "function", "method"
@@ -937,8 +886,8 @@ API = (
     ("float_power",   lambda x, y: power(asarray(x, "float64"), y), (U,), ()),
     ("maximum",       maximum,                      (U,),      ()),
     ("minimum",       minimum,                      (U,),      ()),
-    ("fmax",          maximum,                      (U,),      ()),
-    ("fmin",          minimum,                      (U,),      ()),
+    ("fmax",          fmax,                         (U,),      ()),
+    ("fmin",          fmin,                         (U,),      ()),
     ("negative",      negative,                     (U,),      ("-neg",)),
     ("positive",      lambda x: x,                  (U,),      ("-pos",)),
     ("absolute",      absolute,                     (U,),      ("-abs",)),
@@ -997,19 +946,19 @@ API = (
     ("einsum",        einsum,                       (F,),      ()),
     ("cumsum",        cumsum,                       (F, M),    ()),
     ("cumprod",       cumprod,                      (F, M),    ()),
-    ("transpose",     transpose,                    (F,),      ()),
-    ("transpose",     _transpose_method,            (M,),      ()),
-    ("reshape",       reshape,                      (F,),      ()),
-    ("reshape",       _reshape_method,              (M,),      ()),
-    ("swapaxes",      swapaxes,                     (F, M),    ()),
-    ("moveaxis",      moveaxis,                     (F,),      ()),
+    ("transpose",     _view_transpose,              (F,),      ()),
+    ("transpose",     _view_transpose_method,       (M,),      ()),
+    ("reshape",       _view_reshape,                (F,),      ()),
+    ("reshape",       _view_reshape_method,         (M,),      ()),
+    ("swapaxes",      _view_swapaxes,               (F, M),    ()),
+    ("moveaxis",      _view_moveaxis,               (F,),      ()),
     ("concatenate",   concatenate,                  (F,),      ()),
     ("stack",         stack,                        (F,),      ()),
     ("broadcast_to",  broadcast_to,                 (F,),      ()),
-    ("expand_dims",   expand_dims,                  (F,),      ()),
-    ("squeeze",       squeeze,                      (F, M),    ()),
-    ("ravel",         ravel,                        (F, M),    ()),
-    ("flatten",       ravel,                        (M,),      ()),
+    ("expand_dims",   _view_expand_dims,            (F,),      ()),
+    ("squeeze",       _view_squeeze,                (F, M),    ()),
+    ("ravel",         _view_ravel,                  (F, M),    ()),
+    ("flatten",       lambda x, order="C": copy(ravel(x)), (M,), ()),
     ("atleast_1d",    atleast_1d,                   (F,),      ()),
     ("clip",          clip,                         (F, M),    ()),
     ("where",         where,                        (F,),      ()),
@@ -1024,9 +973,19 @@ API = (
     ("size",          lambda x: asarray(x).size,    (F,),      ()),
     ("result_type",   lambda *xs: np.dtype(result_dtype(*xs)), (F,), ()),
     ("asarray",       lambda x, dtype=None, **k: asarray(x, dtype), (F,), ()),
-    ("array",         lambda x, dtype=None, copy=True, **k: asarray(x, dtype), (F,), ()),
+    ("array",         lambda x, dtype=None, copy=True, **k: fz.fresh(asarray(x, dtype)), (F,), ()),
     ("astype",        lambda x, dtype, copy=True, **k: astype(x, dtype), (F, M), ()),
     ("getitem",       getitem,                      (),        ("getitem",)),
+    # writes (functionalize.py) and indexing (indexing.py)
+    ("copyto",        fz.copyto,                    (F,),      ()),
+    ("fill",          fz.fill,                      (M,),      ()),
+    ("put",           put,                          (F, M),    ()),
+    ("put_along_axis", put_along_axis,              (F,),      ()),
+    ("take_along_axis", take_along_axis,            (F,),      ()),
+    ("fill_diagonal", fill_diagonal,                (F,),      ()),
+    ("ix_",           ix_,                          (F,),      ()),
+    ("empty_like",    empty_like,                   (F,),      ()),
+    ("trace",         trace_,                       (M,),      ()),
 )
 
 UFUNCS = {name: f for name, f, where_, _ in API if U in where_}
@@ -1052,17 +1011,28 @@ def operators():
     return out
 
 
+INPLACE = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor")
+
+
+def inplace_operators():
+    """x op= y: numpy stores op(x, y) into x (functionalize.inplace)."""
+    ops = operators()
+    return {f"__i{o}__": fz.inplace(ops[f"__{o}__"], o) for o in INPLACE}
+
+
 def dispatch_ufunc(ufunc, method, inputs, kwargs):
     name = ufunc.__name__
-    if kwargs.get("out") is not None:
-        raise NotImplementedError(f"np.{name}(..., out=...) writes in place; traced arrays are "
-                                  f"immutable (at {user_loc()})")
-    kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    out = kwargs.pop("out", None)
+    if builtins.any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
+        r = dispatch_ufunc(ufunc, method, inputs, kwargs)
+        return fz.store_out(out, r, f"np.{name}" + ("" if method == "__call__" else f".{method}"))
+    if method == "at":
+        return ufunc_at(ufunc, *inputs)
     dtype = kwargs.pop("dtype", None)
     if method == "__call__" and name in UFUNCS:
         _no_extra(name, (), kwargs)
         r = UFUNCS[name](*inputs)
-        return astype(r, dtype) if dtype is not None else r
+        return fresh_result(astype(r, dtype) if dtype is not None else r, inputs)
     if method == "reduce" and name in UFUNC_REDUCE:
         axis = kwargs.pop("axis", 0)
         if dtype is not None:
@@ -1092,6 +1062,10 @@ def dispatch_function(func, args, kwargs):
         module = "np" + module[len("numpy"):] if module.startswith("numpy") else module
         raise NotImplementedError(f"{module}.{func.__name__} is not supported on traced arrays in spmd "
                                   f"(at {user_loc()})")
-    return impl(*args, **kwargs)
+    out = kwargs.pop("out", None)
+    r = impl(*args, **kwargs)
+    if out is not None:
+        return fz.store_out(out, r, f"np.{func.__name__}")
+    return r if func in (np.asarray, np.asanyarray) else fresh_result(r, args)
 
 

@@ -114,15 +114,37 @@ class tracing:
 
 
 class Tracer:
-    """A traced array. Behaves like an ndarray of its shape and dtype under numpy."""
+    """A traced array. Behaves like an ndarray of its shape and dtype under numpy,
+    including writes: see functionalize.py (a written array, and every view of it, refers
+    to a Buffer holding its base's current value)."""
 
     __array_priority__ = 1000
-    __slots__ = ("value", "trace", "weak")
+    __slots__ = ("_val", "_tr", "weak", "_buf", "_view", "_ver")
 
     def __init__(self, value: Value, trace: Trace, weak=False):
-        self.value = value
-        self.trace = trace
+        self._val = value
+        self._tr = trace           # the Trace recording it (not `trace`: that is ndarray.trace)
         self.weak = weak           # a Python scalar argument: promotes like one (NEP 50)
+        self._buf = None           # the base's Buffer, once written or viewed
+        self._view = ()            # the view chain from the base
+        self._ver = 0              # the Buffer version _val was derived at
+
+    @property
+    def value(self) -> Value:
+        """The current IR Value (re-derived from the base after a write through any view)."""
+        b = self._buf
+        if b is not None and self._ver != b.version:
+            from .functionalize import derive
+            self._val = derive(self._tr, b.value, self._view)
+            self._ver = b.version
+        return self._val
+
+    def _ensure_buffer(self):
+        if self._buf is None:
+            from .functionalize import Buffer
+            self._buf = Buffer(self._val)
+            self._view, self._ver = (), 0
+        return self._buf
 
     # -- array attributes ------------------------------------------------------------------
     shape = property(lambda self: self.value.shape)
@@ -131,8 +153,8 @@ class Tracer:
     dtype = property(lambda self: np.dtype(self.value.dtype))
     itemsize = property(lambda self: self.dtype.itemsize)
     nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
-    T = property(lambda self: _api().transpose(self))
-    mT = property(lambda self: _api().swapaxes(self, -1, -2))
+    T = property(lambda self: _api()._view_transpose(self))         # views, as numpy's
+    mT = property(lambda self: _api()._view_swapaxes(self, -1, -2))
 
     def __repr__(self):
         return f"Tracer({dtypes.SHORT[self.value.dtype]}{list(self.shape)})"
@@ -151,7 +173,9 @@ class Tracer:
         raise TraceError(
             f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
             f"{self!r} is not known until the program runs. Use np.where for data-dependent "
-            f"choices, or pass the value as a static argument.")
+            f"choices, or pass the value as a static argument. (Writing it into a plain numpy "
+            f"array made inside the function, buf[i] = value? Make the buffer traced: "
+            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
 
     def __bool__(self):
         self._concrete("bool()")
@@ -166,16 +190,23 @@ class Tracer:
         self._concrete("use as an index")
 
     def __array__(self, dtype=None, copy=None):
-        self._concrete("np.asarray()")
+        raise TraceError(
+            f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
+            f"spmd.jit its value is not known until the program runs. If this is a write into a "
+            f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
+            f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
+            f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
+            f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
+            f"them, or spmd.numpy.asarray / spmd.numpy.array.")
 
     def tolist(self):
         self._concrete("tolist()")
 
-    item = tolist
+    def item(self, *args):
+        self._concrete("item()" if not args else f"item{args}")
 
     def __setitem__(self, key, value):
-        raise TraceError(f"in-place assignment to a traced array at {user_loc()}: traced arrays are "
-                         f"immutable; build the new value with np.where or np.concatenate")
+        _api().setitem(self, key, value)
 
     def __hash__(self):
         return id(self)
@@ -187,9 +218,9 @@ class Tracer:
     def __array_function__(self, func, types, args, kwargs):
         return _api().dispatch_function(func, args, kwargs)
 
-    # traced values are immutable, so a copy is the value itself
-    def __copy__(self): return self
-    def __deepcopy__(self, memo): return self
+    # a copy is a fresh base holding the same (immutable SSA) Value
+    def __copy__(self): return Tracer(self.value, self._tr, self.weak)
+    def __deepcopy__(self, memo): return Tracer(self.value, self._tr, self.weak)
 
     def __getattr__(self, name):
         # only reached for names the class lacks: an ndarray method spmd does not trace
@@ -204,17 +235,31 @@ def _api():
     return numpy_api
 
 
-def _install(cls, methods, operators):
-    """Give the Tracer numpy's methods and Python's operators, from numpy_api's table."""
+def _install(cls, methods, operators, inplace):
+    """Give the Tracer numpy's methods and Python's operators, from numpy_api's table.
+    A method's result is a new array (or a view) as in numpy, never `self`; out= stores
+    into the array given. In-place operators (x += y) return the array they wrote."""
+    api = _api()
+
     def method(name, f):
         def m(self, *args, **kwargs):
-            return f(self, *args, **kwargs)
+            out = kwargs.pop("out", None) if name not in ("__getitem__",) else None
+            r = f(self, *args, **kwargs)
+            if out is not None:
+                return api.fz.store_out(out, r, f"ndarray.{name}")
+            return api.fresh_result(r, (self,) + args)
         m.__name__ = m.__qualname__ = name
         return m
     for name, f in {**methods, **operators}.items():
         setattr(cls, name, method(name, f))
+    for name, f in inplace.items():
+        setattr(cls, name, f)
 
+
+from . import random_guard as _random_guard  # noqa: E402
+
+_random_guard.install(current_trace, user_loc)
 
 from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
 
-_install(Tracer, _numpy_api.METHODS, _numpy_api.operators())
+_install(Tracer, _numpy_api.METHODS, _numpy_api.operators(), _numpy_api.inplace_operators())

@@ -1,0 +1,512 @@
+"""numpy indexing on Tracers, reads and writes (see numpy's "Indexing on ndarrays").
+
+Basic indexing (ints, slices with any step, None, ..., traced integer scalars) gives a
+*view*: a chain of slice / dynamic_slice / reverse / reshape steps from the base
+(functionalize.py), so writes through it reach the base. Advanced indexing (integer
+arrays, lists, ranges, several of them broadcast together, concrete boolean masks)
+gives a copy: the indexed dims are moved to the front, merged, and looked up with one
+`gather` of a flat index; as in numpy the broadcast index dims replace the indexed dims
+when those were side by side in the key, else they go first. A write through advanced
+indices is a `scatter` of the values and of a hit count, then a `select`. A traced
+boolean mask can be written (`x[x > 0] = 0` is a select) but not read: its result's
+shape depends on the data.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ..errors import TraceError
+from .functionalize import fresh, view_of, write, fwd
+from .trace import Tracer, user_loc
+
+
+def _npx():
+    from . import numpy_api
+    return numpy_api
+
+
+# -- the key --------------------------------------------------------------------------------
+def _entry(k, t):
+    """One key entry -> (kind, value); kinds: none ellipsis slice int scalar array mask."""
+    if k is None:
+        return "none", None
+    if k is Ellipsis:
+        return "ellipsis", None
+    if isinstance(k, slice):
+        for v in (k.start, k.stop, k.step):
+            if isinstance(v, Tracer):
+                raise NotImplementedError(f"a slice with a traced bound has a data-dependent shape; use a "
+                                          f"fixed-size window x[np.arange(w) + start] or np.take "
+                                          f"(at {user_loc()})")
+        return "slice", k
+    if isinstance(k, (bool, np.bool_)):
+        raise NotImplementedError(f"indexing with a bool scalar (x[True]) is not supported in spmd; use "
+                                  f"x[None] (at {user_loc()})")
+    if isinstance(k, (int, np.integer)):
+        return "int", int(k)
+    if isinstance(k, range):
+        k = np.arange(k.start, k.stop, k.step, dtype=np.int64)
+    if isinstance(k, (list, tuple)):
+        if _has_tracer(k):
+            k = _npx().asarray(k, t=t)
+        else:
+            k = np.asarray(k)
+            if k.size == 0:
+                k = k.astype(np.int64)
+    if isinstance(k, (np.ndarray, Tracer)):
+        dt = np.dtype(k.dtype)
+        if dt == np.bool_:
+            return ("mask", k) if isinstance(k, Tracer) else ("bool", k)
+        if dt.kind not in "iu":
+            raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {dt} "
+                             f"(at {user_loc()})")
+        if k.ndim == 0:
+            return ("scalar", k) if isinstance(k, Tracer) else ("int", int(k))
+        return "array", k
+    raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and integer "
+                     f"or boolean arrays are valid indices; got {type(k).__name__} {k!r} (at {user_loc()})")
+
+
+def _has_tracer(xs):
+    return builtins.any(isinstance(e, Tracer) or (isinstance(e, (list, tuple)) and _has_tracer(e)) for e in xs)
+
+
+def parse(x, key):
+    """The key as a list of (kind, value) with the ellipsis expanded to full slices and
+    concrete boolean masks turned into their integer index arrays (np.nonzero)."""
+    key = key if isinstance(key, tuple) else (key,)
+    ents = [_entry(k, x._tr) for k in key]
+    if builtins.sum(1 for k, _ in ents if k == "ellipsis") > 1:
+        raise IndexError(f"an index can only have a single ellipsis ('...') (at {user_loc()})")
+    used = builtins.sum(v.ndim if k in ("bool", "mask") else 1 for k, v in ents if k not in ("none", "ellipsis"))
+    if used > x.ndim:
+        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but {used} were "
+                         f"indexed (at {user_loc()})")
+    out, d = [], 0
+    for k, v in ents:
+        if k == "ellipsis":
+            for _ in range(x.ndim - used):
+                out.append(("slice", slice(None)))
+                d += 1
+        elif k == "bool":
+            if v.shape != x.shape[d:d + v.ndim]:
+                raise IndexError(f"boolean index did not match indexed array along dimensions "
+                                 f"{list(range(d, d + v.ndim))}: array is {list(x.shape)}, boolean index is "
+                                 f"{list(v.shape)} (at {user_loc()})")
+            out += [("array", i.astype(np.int64)) for i in np.nonzero(v)]
+            d += v.ndim
+        elif k == "mask":
+            out.append((k, v))
+            d += v.ndim
+        else:
+            out.append((k, v))
+            d += k != "none"
+    out += [("slice", slice(None))] * (x.ndim - d)
+    has_ellipsis = builtins.any(k == "ellipsis" for k, _ in ents)
+    return out, has_ellipsis
+
+
+# -- basic indexing: a view -----------------------------------------------------------------
+def _basic_steps(x, ents):
+    """The view chain of a key of none/slice/int/scalar entries."""
+    npx = _npx()
+    t = x._tr
+    start, limit, stride, reverse, dyn, final = [], [], [], [], [], []
+    d = 0
+    for kind, k in ents:
+        if kind == "none":
+            final.append(1)
+            continue
+        n = x.shape[d]
+        s, e, st = 0, n, 1
+        if kind == "slice":
+            s, e, st = k.indices(n)
+            m = len(range(s, e, st))
+            if st < 0:          # slice the covered range forward, reverse it after
+                s, e, st = (s + (m - 1) * st, s + 1, -st) if m else (0, 0, 1)
+                reverse.append(d)
+            e = builtins.max(s, e)
+            final.append(m)
+        elif kind == "int":
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} (at {user_loc()})")
+            s, e = k % n, k % n + 1
+        else:       # a traced integer scalar: a dynamic window of 1 (clamped, as traced indices cannot raise)
+            i = npx.astype(k, "int64")
+            dyn.append((d, npx.where(npx.less(i, 0), npx.add(i, n), i)))
+        start.append(s), limit.append(e), stride.append(st)
+        d += 1
+    steps = []
+    shape = list(x.shape)
+    if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
+        steps.append(("slice", (tuple(start), tuple(limit), tuple(stride))))
+        shape = [len(range(s, e, st)) for s, e, st in zip(start, limit, stride)]
+    if dyn:
+        starts = [npx.asarray(0, "int64", t).value] * len(shape)
+        sizes = list(shape)
+        for dim, i in dyn:
+            starts[dim] = i.value
+            sizes[dim] = 1
+        steps.append(("dyn", (tuple(starts), tuple(sizes))))
+        shape = sizes
+    if reverse:
+        steps.append(("reverse", tuple(reverse)))
+    if tuple(final) != tuple(shape):
+        steps.append(("reshape", tuple(final)))
+    return steps
+
+
+def _basic_view(x, ents):
+    steps = _basic_steps(x, ents)
+    v = x.value
+    for s in steps:
+        v = fwd(x._tr, s, v)
+    return view_of(x, v, steps)
+
+
+# -- advanced indexing ------------------------------------------------------------------------
+def _split(x, ents):
+    """(the basic view y, the positions of the advanced dims in y, their index entries,
+    whether the advanced entries were side by side in the key)."""
+    basic, pos, adv, where_ = [], [], [], []
+    p = 0
+    for i, (kind, k) in enumerate(ents):
+        if kind in ("int", "scalar", "array"):
+            basic.append(("slice", slice(None)))
+            pos.append(p)
+            adv.append((kind, k))
+            where_.append(i)
+        else:
+            basic.append((kind, k))
+        p += 1
+    adjacent = where_ == list(range(where_[0], where_[0] + len(where_)))
+    return _basic_view(x, basic), pos, adv, adjacent
+
+
+def _flat_index(y, pos, adv):
+    """The advanced indices broadcast together and merged into one index into the
+    advanced dims of y flattened (row-major): an ndarray if all are known, else a Tracer."""
+    npx = _npx()
+    t = y._tr
+    sizes = [y.shape[p] for p in pos]
+    known = builtins.all(not isinstance(k, Tracer) for _, k in adv)
+    idx = []
+    for (kind, k), n, p in zip(adv, sizes, pos):
+        if isinstance(k, Tracer):
+            k = npx.astype(k, "int64")
+            idx.append(npx.where(npx.less(k, 0), npx.add(k, n), k))
+        else:
+            k = np.asarray(k, dtype=np.int64)
+            if k.size and (k.min() < -n or k.max() >= n):
+                bad = k.min() if k.min() < -n else k.max()
+                raise IndexError(f"index {bad} is out of bounds for axis {p} with size {n} (at {user_loc()})")
+            idx.append(np.where(k < 0, k + n, k))
+    try:
+        bshape = np.broadcast_shapes(*[np.shape(i) if not isinstance(i, Tracer) else i.shape for i in idx])
+    except ValueError:
+        raise IndexError(f"shape mismatch: indexing arrays could not be broadcast together with shapes "
+                         f"{' '.join(str(tuple(np.shape(i))) for i in idx)} (at {user_loc()})") from None
+    flat, mult = None, 1
+    for i, n in zip(reversed(idx), reversed(sizes)):
+        term = i * mult if known else (npx.multiply(i, mult) if mult != 1 else i)
+        flat = term if flat is None else (flat + term if known else npx.add(flat, term))
+        mult *= n
+    if known:
+        flat = np.broadcast_to(np.asarray(flat, np.int64), bshape)
+    else:
+        flat = npx.broadcast_to(npx.asarray(flat, "int64", t), bshape)
+    return flat, bshape, int(np.prod(sizes, dtype=np.int64))
+
+
+def _merged(y, pos):
+    """y with its advanced dims moved to the front and merged into one: (value, perm, shape)."""
+    npx = _npx()
+    rest = [d for d in range(y.ndim) if d not in pos]
+    perm = list(pos) + rest
+    yt = npx.transpose(y, perm)
+    n = int(np.prod([y.shape[p] for p in pos], dtype=np.int64))
+    return npx.reshape(yt, (n,) + tuple(y.shape[d] for d in rest)), perm, yt.shape
+
+
+def _place(r, nb, first, adjacent):
+    """Put the nb broadcast index dims (at the front of r) where numpy does: in place of
+    the indexed dims when they were side by side in the key, else first."""
+    if not adjacent or first == 0:
+        return r, None
+    npx = _npx()
+    perm = list(range(nb, nb + first)) + list(range(nb)) + list(range(nb + first, r.ndim))
+    return npx.transpose(r, perm), perm
+
+
+def getitem(x, key):
+    npx = _npx()
+    x = npx.asarray(x)
+    ents, has_ellipsis = parse(x, key)
+    kinds = {k for k, _ in ents}
+    if "mask" in kinds:
+        raise TraceError(
+            f"x[mask] with a traced boolean mask at {user_loc()}: the result's shape depends on the "
+            f"data, which spmd.jit cannot know when it compiles. Keep the shape instead: "
+            f"np.where(mask, x, 0) (then reduce: np.sum(np.where(mask, x, 0))), or write through the "
+            f"mask (x[mask] = v works), or run this part eagerly outside spmd.jit.")
+    if "array" not in kinds:
+        v = _basic_view(x, ents)
+        if v.ndim == 0 and not has_ellipsis:
+            return fresh(v)          # x[i, j] is a numpy scalar: a copy, not a view
+        return v
+    y, pos, adv, adjacent = _split(x, ents)
+    flat, bshape, n = _flat_index(y, pos, adv)
+    if n == 0 and int(np.prod(bshape, dtype=np.int64)):
+        raise IndexError(f"index out of bounds: indexing an empty dimension (at {user_loc()})")
+    m, _, _ = _merged(y, pos)
+    idx = flat if isinstance(flat, Tracer) else npx.asarray(flat, t=x._tr)
+    r = npx._emit(x._tr, "gather", m, idx, axis=0) if n else \
+        npx.zeros_like(m, shape=tuple(bshape) + m.shape[1:])
+    r, _ = _place(r, len(bshape), pos[0], adjacent)
+    return fresh(r)
+
+
+def setitem(x, key, value):
+    """x[key] = value, numpy's way: value is broadcast to x[key]'s shape and cast to x's
+    dtype (unsafe casting, as numpy's assignment), and the write reaches x's base."""
+    npx = _npx()
+    if not isinstance(x, Tracer):
+        from .functionalize import no_plain_write
+        no_plain_write("x[...] = traced value", user_loc())
+    ents, _ = parse(x, key)
+    kinds = {k for k, _ in ents}
+    t = x._tr
+    if "mask" in kinds:
+        return _set_mask(x, ents, value)
+    if "array" not in kinds:
+        v = _basic_view(x, ents)
+        write(v, _fit(value, v, t).value)
+        return
+    y, pos, adv, adjacent = _split(x, ents)
+    flat, bshape, n = _flat_index(y, pos, adv)
+    m, perm, tshape = _merged(y, pos)
+    # the values in the shape of x[key], then with the index dims first as in m
+    shape = tuple(bshape) + m.shape[1:]
+    nb = len(bshape)
+    placed = list(shape)
+    if adjacent and pos[0]:
+        placed = list(shape[nb:nb + pos[0]]) + list(shape[:nb]) + list(shape[nb + pos[0]:])
+    val = _fit(value, tuple(placed), t, x.dtype)
+    if adjacent and pos[0]:
+        val = npx.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
+                            list(range(pos[0] + nb, len(placed))))
+    if not n or not int(np.prod(bshape, dtype=np.int64)):
+        return
+    new = _scatter_set(m, flat, val, nb, t)
+    new = npx.reshape(new, tshape)
+    new = npx.transpose(new, list(np.argsort(perm)))
+    write(y, new.value)
+
+
+def _fit(value, like, t, dtype=None):
+    """value broadcast to like's shape and cast (unsafely, as numpy's assignment) to its dtype."""
+    npx = _npx()
+    shape = like.shape if isinstance(like, Tracer) else like
+    dtype = dtype or like.dtype
+    v = npx.asarray(value, t=t)
+    try:
+        ok = np.broadcast_shapes(v.shape, tuple(shape)) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"could not broadcast input array from shape {tuple(v.shape)} into shape "
+                         f"{tuple(shape)} (at {user_loc()})")
+    return npx.broadcast_to(npx.astype(v, dtype), tuple(shape))
+
+
+def _scatter_set(m, flat, val, nb, t):
+    """m (N, rest...) with rows flat (index shape B) set to val (B + rest): where an index
+    repeats, numpy keeps the last value written; for known indices so do we, for traced
+    ones the repeated values add up (numpy leaves the order unspecified there)."""
+    npx = _npx()
+    if not isinstance(flat, Tracer):
+        f = flat.reshape(-1)
+        val = npx.reshape(val, (f.size,) + m.shape[1:])
+        last = f.size - 1 - np.unique(f[::-1], return_index=True)[1]
+        if last.size != f.size:
+            last = np.sort(last)
+            val = npx._emit(t, "gather", val, npx.asarray(last.astype(np.int64), t=t), axis=0)
+            f = f[last]
+        idx = npx.asarray(f, t=t)
+    else:
+        idx = flat
+    zeros = npx.zeros_like(m)
+    upd = npx._emit(t, "scatter", zeros, idx, val, axis=0)
+    one = npx.broadcast_to(npx.asarray(np.int32(1), t=t), idx.shape)
+    hits = npx._emit(t, "scatter", npx.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
+    hit = npx.greater(hits, 0)
+    hit = npx.reshape(hit, (m.shape[0],) + (1,) * (m.ndim - 1))
+    return npx.where(hit, upd, m)
+
+
+def scatter_add(x, key, value):
+    """np.add.at(x, key, value): unbuffered, so repeated indices all add."""
+    npx = _npx()
+    t = x._tr
+    ents, _ = parse(x, key)
+    if builtins.any(k == "mask" for k, _ in ents):
+        raise NotImplementedError(f"ufunc.at with a traced boolean mask (at {user_loc()}); use "
+                                  f"x += np.where(mask, v, 0)")
+    if not builtins.any(k == "array" for k, _ in ents):
+        v = _basic_view(x, ents)
+        write(v, npx.add(v, _fit(value, v, t)).value if x.dtype != np.bool_ else
+              npx.logical_or(v, _fit(value, v, t)).value)
+        return
+    y, pos, adv, adjacent = _split(x, ents)
+    flat, bshape, n = _flat_index(y, pos, adv)
+    m, perm, tshape = _merged(y, pos)
+    nb = len(bshape)
+    shape = tuple(bshape) + m.shape[1:]
+    placed = list(shape)
+    if adjacent and pos[0]:
+        placed = list(shape[nb:nb + pos[0]]) + list(shape[:nb]) + list(shape[nb + pos[0]:])
+    val = _fit(value, tuple(placed), t, x.dtype)
+    if adjacent and pos[0]:
+        val = npx.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
+                            list(range(pos[0] + nb, len(placed))))
+    if not n or not int(np.prod(bshape, dtype=np.int64)):
+        return
+    idx = flat if isinstance(flat, Tracer) else npx.asarray(flat, t=t)
+    new = npx._emit(t, "scatter", m, idx, val, axis=0)
+    new = npx.transpose(npx.reshape(new, tshape), list(np.argsort(perm)))
+    write(y, new.value)
+
+
+def _set_mask(x, ents, value):
+    """x[mask] = v with a traced boolean mask: a select. v must not depend on how many
+    elements the mask picks: a scalar, or one value per trailing element."""
+    npx = _npx()
+    i = [k for k, _ in ents].index("mask")
+    if builtins.any(k != "slice" or v != slice(None) for k, v in ents[:i] + ents[i + 1:]) or \
+            builtins.sum(1 for k, _ in ents if k == "mask") > 1:
+        raise NotImplementedError(f"x[...] = v with a traced boolean mask combined with other indices "
+                                  f"(at {user_loc()}); write x[...] = np.where(mask, v, x) with the mask "
+                                  f"broadcast to x's shape")
+    mask = ents[i][1]
+    d = builtins.sum(1 for k, _ in ents[:i])
+    if tuple(mask.shape) != tuple(x.shape[d:d + mask.ndim]):
+        raise IndexError(f"boolean index did not match indexed array: array is {list(x.shape)}, boolean "
+                         f"index is {list(mask.shape)} at dim {d} (at {user_loc()})")
+    v = npx.asarray(value, t=x._tr)
+    trailing = x.shape[d + mask.ndim:]
+    if v.ndim > (len(trailing) if d == 0 else 0):
+        raise TraceError(f"x[mask] = values at {user_loc()}: with a traced mask the number of values "
+                         f"numpy would take depends on the data; assign a scalar, or write "
+                         f"x[...] = np.where(mask, values, x) with values of x's shape")
+    mb = npx.reshape(mask, (1,) * d + tuple(mask.shape) + (1,) * len(trailing))
+    write(x, npx.where(mb, npx.astype(v, x.dtype), x).value)
+
+
+# -- index helpers ------------------------------------------------------------------------
+def ix_(*seqs):
+    """np.ix_ of known or traced 1-d sequences: open-mesh index arrays."""
+    npx = _npx()
+    out = []
+    n = len(seqs)
+    for i, s in enumerate(seqs):
+        shape = (1,) * i + (-1,) + (1,) * (n - i - 1)
+        if isinstance(s, Tracer):
+            if s.dtype == np.bool_:
+                raise TraceError(f"np.ix_ of a traced boolean array has a data-dependent shape (at {user_loc()})")
+            out.append(npx.reshape(s, shape))
+        else:
+            out.append(np.ix_(*[np.zeros(1, np.int64)] * i, s, *[np.zeros(1, np.int64)] * (n - i - 1))[i])
+    return tuple(out)
+
+
+def _along_key(arr, indices, axis, what):
+    npx = _npx()
+    if axis is None:
+        return npx.reshape(arr, (-1,)), (indices,)
+    axis = npx._axis(axis, arr.ndim, what)
+    if np.ndim(indices) != arr.ndim:
+        raise ValueError(f"{what}: indices and arr must have the same number of dimensions, got "
+                         f"{np.ndim(indices)} and {arr.ndim} (at {user_loc()})")
+    key = []
+    for d in range(arr.ndim):
+        if d == axis:
+            key.append(indices)
+        else:
+            shape = [1] * arr.ndim
+            shape[d] = arr.shape[d]
+            key.append(np.arange(arr.shape[d], dtype=np.int64).reshape(shape))
+    return arr, tuple(key)
+
+
+def take_along_axis(arr, indices, axis=-1):
+    arr = _npx().asarray(arr)
+    a, key = _along_key(arr, indices, axis, "take_along_axis")
+    return getitem(a, key)
+
+
+def put_along_axis(arr, indices, values, axis):
+    if axis is None:
+        raise NotImplementedError(f"np.put_along_axis with axis=None (at {user_loc()}); use np.put")
+    a, key = _along_key(arr, indices, axis, "put_along_axis")
+    setitem(a, key, values)
+
+
+def put(a, ind, v, mode="raise"):
+    """np.put: write v at the flat indices ind of a (through a flat view of a)."""
+    npx = _npx()
+    if mode != "raise":
+        raise NotImplementedError(f"np.put with mode={mode!r} (at {user_loc()})")
+    from .functionalize import as_view
+    flat = as_view(lambda x: npx.reshape(x, (-1,)), "reshape")(a)
+    if flat._buf is not a._buf:
+        raise NotImplementedError(f"np.put into a non-contiguous view (at {user_loc()}); write into the "
+                                  f"base array")
+    ind = np.asarray(ind) if not isinstance(ind, Tracer) else ind
+    v = npx.asarray(v, t=a._tr)
+    if v.ndim and v.size != int(np.prod(np.shape(ind))):
+        raise NotImplementedError(f"np.put with {v.size} values for {np.size(ind)} indices (numpy repeats "
+                                  f"them) is not supported in spmd (at {user_loc()})")
+    setitem(flat, (ind,), npx.reshape(v, np.shape(ind)) if v.ndim else v)
+
+
+def fill_diagonal(a, val, wrap=False):
+    npx = _npx()
+    if a.ndim < 2 or (a.ndim > 2 and len(set(a.shape)) != 1):
+        raise ValueError(f"np.fill_diagonal: all dimensions of the input must be of equal length, or "
+                         f"the array 2-d; got {list(a.shape)} (at {user_loc()})")
+    if wrap and a.ndim == 2 and a.shape[0] > a.shape[1] + 1:
+        raise NotImplementedError(f"np.fill_diagonal(..., wrap=True) on a tall matrix (at {user_loc()})")
+    n = builtins.min(a.shape)
+    i = np.arange(n, dtype=np.int64)
+    v = npx.asarray(val, t=a._tr)
+    if v.ndim:
+        v = npx.reshape(v, (-1,))
+        if v.shape[0] != n:
+            raise NotImplementedError(f"np.fill_diagonal with {v.shape[0]} values for a diagonal of {n} "
+                                      f"(numpy repeats them) (at {user_loc()})")
+    setitem(a, (i,) * a.ndim, v)
+
+
+def ufunc_at(ufunc, a, indices, b=None):
+    """np.<ufunc>.at(a, indices, b): add / subtract accumulate at repeated indices (a
+    scatter-add); other ufuncs where the indices are known not to repeat."""
+    npx = _npx()
+    name = ufunc.__name__
+    if not isinstance(a, Tracer):
+        from .functionalize import no_plain_write
+        no_plain_write(f"np.{name}.at", user_loc())
+    if ufunc is np.add or ufunc is np.subtract:
+        v = b if ufunc is np.add else npx.negative(b)
+        return scatter_add(a, indices, v)
+    ents, _ = parse(a, indices)
+    repeats = builtins.any(k == "array" and (isinstance(v, Tracer) or np.unique(v).size != np.size(v))
+                           for k, v in ents) or builtins.sum(1 for k, _ in ents if k == "array") > 1
+    if repeats or name not in npx.UFUNCS:
+        raise NotImplementedError(f"np.{name}.at with indices that may repeat is not supported in spmd "
+                                  f"(at {user_loc()}); np.add.at and np.subtract.at are, and so is "
+                                  f"x[idx] = np.{name}(x[idx], v) when idx has no repeats")
+    f = npx.UFUNCS[name]
+    cur = getitem(a, indices)
+    setitem(a, indices, f(cur) if b is None else f(cur, b))

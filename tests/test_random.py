@@ -1,0 +1,81 @@
+"""spmd.random: counter-based keys give the same numbers eagerly, under jit, on any mesh
+and backend; np.random inside traced code is an error naming the line."""
+import numpy as np
+import pytest
+
+import spmd
+import spmd.random as R
+
+
+def test_threefry_known_answers():
+    # Random123's known-answer vectors for Threefry-2x32, 20 rounds
+    cases = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+             ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+             ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0))]
+    for (k0, k1), (c0, c1), want in cases:
+        got = R.threefry2x32(np.int64(k0), np.int64(k1), np.int64(c0), np.int64(c1))
+        assert tuple(int(v) for v in got) == want
+
+
+def _draws(k):
+    return (R.normal(k, (7, 9)), R.uniform(k, (5, 6), dtype="float32"), R.integers(k, 3, 11, (9, 4)),
+            R.bernoulli(k, 0.3, (6, 5)), R.split(k, 3), R.permutation(k, 7), R.fold_in(k, 5))
+
+
+@pytest.mark.parametrize("mesh,compiler", [(None, "llvm"), (None, "numpy"), ((2,), "numpy"), ((4,), "numpy"),
+                                           ((2, 2), "numpy"), pytest.param((2, 2), "llvm", marks=pytest.mark.slow)])
+def test_same_numbers_on_any_mesh_and_backend(mesh, compiler):
+    k = R.key(1234)
+    want = _draws(k)
+    if mesh is None:
+        f = spmd.jit(_draws, backend=compiler)
+    else:
+        m = spmd.Mesh(mesh, ("a", "b")[:len(mesh)])
+        outs = tuple(m.sharding(*(m.axis_names + (None,) * 2)[:w.ndim]) if w.ndim >= len(mesh) else None
+                     for w in want)
+        f = spmd.jit(_draws, out_shardings=outs, backend=compiler)
+    got = f(k)
+    for g, w in zip(got, want):
+        g = np.asarray(g.numpy() if hasattr(g, "numpy") else g)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    if mesh is not None:
+        # each device makes its own part from iotas: no communication for the samples
+        rep = f.lower(k).report()
+        assert not [c for c in rep["collectives"] if np.prod(c["in_shape"]) > 49], rep["collectives"]
+
+
+def test_distributions():
+    k = R.key(7)
+    z = R.normal(k, (200_000,))
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    u = R.uniform(k, (200_000,))
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005
+    i = R.integers(k, 0, 10, (100_000,))
+    assert set(np.unique(i)) == set(range(10))
+    assert abs(R.bernoulli(k, 0.25, (100_000,)).mean() - 0.25) < 0.01
+    assert sorted(R.permutation(k, 50).tolist()) == list(range(50))
+    a, b = R.split(k)
+    assert not np.array_equal(R.normal(a, (4,)), R.normal(b, (4,)))
+    np.testing.assert_array_equal(R.normal(a, (4,)), R.normal(a, (4,)))        # keys are values
+
+
+def test_dropout_changes_every_step():
+    def step(k, x):
+        k, sub = R.split(k)
+        return k, np.where(R.bernoulli(sub, 0.5, x.shape), x, 0.0)
+    f = spmd.jit(step, backend="numpy")
+    k, x = R.key(0), np.ones(64)
+    k, a = f(k, x)
+    k, b = f(k, x)
+    assert not np.array_equal(a, b)
+
+
+def test_np_random_in_jit_names_the_line():
+    def f(x):
+        return x * np.random.rand(*x.shape)        # MARK
+    with pytest.raises(spmd.TraceError, match=r"np\.random\.rand at test_random\.py:\d+.*spmd\.random"):
+        spmd.jit(f)(np.ones(3))
+    with pytest.raises(spmd.TraceError, match="default_rng"):
+        spmd.jit(lambda x: x + np.random.default_rng(0).normal(size=3))(np.ones(3))
+    assert np.random.default_rng(0).random(2).shape == (2,)     # outside jit, numpy as ever
