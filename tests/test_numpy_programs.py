@@ -333,3 +333,22 @@ def test_aliased_written_arguments_are_refused():
         spmd.jit(f)(x, x[1:])
     y = np.ones(4)
     assert spmd.jit(f)(y, np.ones(4)) == 4.0 and (y == 2).all()
+
+
+@pytest.mark.parametrize("mesh", ["1", "2x2"])
+def test_masked_in_place_update(mesh):
+    def f(x, y):
+        m = x > 0.5
+        x[m] += 1.0
+        x[m] *= y[m]
+        y[y < 0.2] -= 10
+        return x, y
+    rng = np.random.default_rng(13)
+    check(f, rng.random((5, 6)), rng.random((5, 6)), mesh=mesh, shard=(0, 1))
+
+
+def test_masked_selection_is_only_for_updates():
+    with pytest.raises(spmd.TraceError, match="np.where"):
+        spmd.jit(lambda x: x[x > 0] * 2)(np.ones(3))
+    with pytest.raises(spmd.TraceError, match="np.where"):
+        spmd.jit(lambda x: np.sum(x[x > 0]))(np.ones(3))

@@ -246,11 +246,11 @@ def getitem(x, key):
     ents, has_ellipsis = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" in kinds:
-        raise TraceError(
-            f"x[mask] with a traced boolean mask at {user_loc()}: the result's shape depends on the "
-            f"data, which spmd.jit cannot know when it compiles. Keep the shape instead: "
-            f"np.where(mask, x, 0) (then reduce: np.sum(np.where(mask, x, 0))), or write through the "
-            f"mask (x[mask] = v works), or run this part eagerly outside spmd.jit.")
+        if len(ents) - builtins.sum(1 for k, v in ents if k == "slice" and v == slice(None)) == 1:
+            mask = next(v for k, v in ents if k == "mask")
+            if mask.shape == x.shape:
+                return MaskedSelection(x, mask)      # only for x[mask] op= v
+        _mask_read_error()
     if "array" not in kinds:
         v = _basic_view(x, ents)
         if v.ndim == 0 and not has_ellipsis:
@@ -268,6 +268,69 @@ def getitem(x, key):
     return fresh(r)
 
 
+def _mask_read_error():
+    raise TraceError(
+        f"x[mask] with a traced boolean mask at {user_loc()}: the result's shape depends on the "
+        f"data, which spmd.jit cannot know when it compiles. Keep the shape instead: "
+        f"np.where(mask, x, 0) (then reduce: np.sum(np.where(mask, x, 0))), or write through the "
+        f"mask (x[mask] = v and x[mask] += v work), or run this part eagerly outside spmd.jit.")
+
+
+class MaskedSelection:
+    """x[mask] for a traced mask of x's shape, good for one thing only: numpy's
+    `x[mask] op= v`, which Python runs as t = x[mask]; t op= v; x[mask] = t. It keeps
+    the selected values in place (x's shape) and applies op there; any other use is the
+    data-dependent-shape error."""
+    __slots__ = ("x", "mask", "vals")
+
+    def __init__(self, x, mask, vals=None):
+        self.x, self.mask = x, mask
+        self.vals = x if vals is None else vals
+
+    def _operand(self, other):
+        if isinstance(other, MaskedSelection):
+            if other.mask is not self.mask:
+                _mask_read_error()
+            return other.vals
+        if (isinstance(other, Tracer) or isinstance(other, np.ndarray)) and np.ndim(other) > 0:
+            _mask_read_error()       # numpy pairs it with the selected elements in order
+        return other
+
+    def __getattr__(self, name):
+        _mask_read_error()
+
+    def __array__(self, *a, **k):
+        _mask_read_error()
+
+    def __array_ufunc__(self, *a, **k):
+        _mask_read_error()
+
+    def __array_function__(self, *a, **k):
+        _mask_read_error()
+
+
+def _masked_inplace(f, name):
+    def g(self, other):
+        r = f(self.vals, self._operand(other))
+        from .functionalize import check_cast
+        if not np.can_cast(r.dtype, self.x.dtype, "same_kind"):
+            check_cast(f"x[mask] {name}=", r.dtype, self.x.dtype, user_loc())
+        return MaskedSelection(self.x, self.mask, _npx().astype(r, self.x.dtype))
+    g.__name__ = f"__i{name}__"
+    return g
+
+
+def _install_masked():
+    ops = _npx().operators()
+    for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor"):
+        setattr(MaskedSelection, f"__i{o}__", _masked_inplace(ops[f"__{o}__"], o))
+    for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul",
+              "lt", "le", "gt", "ge", "eq", "ne", "neg", "pos", "abs", "len", "iter", "bool", "float", "int"):
+        setattr(MaskedSelection, f"__{o}__", lambda self, *a: _mask_read_error())
+        if o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul"):
+            setattr(MaskedSelection, f"__r{o}__", lambda self, *a: _mask_read_error())
+
+
 def setitem(x, key, value):
     """x[key] = value, numpy's way: value is broadcast to x[key]'s shape and cast to x's
     dtype (unsafe casting, as numpy's assignment), and the write reaches x's base."""
@@ -279,6 +342,12 @@ def setitem(x, key, value):
     kinds = {k for k, _ in ents}
     t = x._tr
     if "mask" in kinds:
+        if isinstance(value, MaskedSelection):
+            mask = next(v for k, v in ents if k == "mask")
+            if value.x is not x or value.mask is not mask:
+                _mask_read_error()
+            write(x, _npx().where(mask, value.vals, x).value)
+            return
         return _set_mask(x, ents, value)
     if "array" not in kinds:
         v = _basic_view(x, ents)

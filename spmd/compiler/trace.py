@@ -263,3 +263,7 @@ _random_guard.install(current_trace, user_loc)
 from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
 
 _install(Tracer, _numpy_api.METHODS, _numpy_api.operators(), _numpy_api.inplace_operators())
+
+from .indexing import _install_masked  # noqa: E402
+
+_install_masked()
