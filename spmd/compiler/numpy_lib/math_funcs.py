@@ -13,14 +13,38 @@ from .. import numpy_api as A
 from ..trace import Tracer, user_loc
 
 
-def _f(x):
+def _sample(x):
+    """What numpy's type resolution should see of x: a 0-d array of its dtype (strong),
+    or a Python scalar (weak, NEP 50)."""
+    if isinstance(x, Tracer):
+        if x.weak:
+            return {"bool": False, "int64": 0, "int32": 0}.get(x.value.dtype, 0.0)
+        return np.zeros((), x.dtype)
+    if isinstance(x, (bool, int, float)):
+        return x
+    return np.zeros((), np.asarray(x).dtype)
+
+
+def ufunc_dtype(ufunc, *xs):
+    """The dtype numpy's ufunc gives for these operands; a TypeError where spmd has no such
+    dtype (float16 for bool inputs)."""
+    with np.errstate(all="ignore"):
+        dt = np.asarray(ufunc(*[_sample(x) for x in xs])).dtype
+    if dt.name not in A.dtypes.DTYPES:
+        raise TypeError(f"np.{ufunc.__name__} of {', '.join(str(np.asarray(_sample(x)).dtype) for x in xs)} "
+                        f"gives {dt.name} in numpy, which spmd does not support; convert to float32 or "
+                        f"float64 first (at {user_loc()})")
+    return dt.name
+
+
+def _f(x, ufunc=np.sin):
     """x as a Tracer of numpy's float result dtype for a one-argument float function."""
     x = A.asarray(x)
-    return A.astype(x, A._float_dtype(x))
+    return A.astype(x, ufunc_dtype(ufunc, x))
 
 
 def _f2(x, y, op):
-    return A._promote(x, y, dtype=A._float_dtype(x, y), op=op)
+    return A._promote(x, y, dtype=ufunc_dtype(getattr(np, op), x, y), op=op)
 
 
 def _ufunc(f, name, nargs=1):
