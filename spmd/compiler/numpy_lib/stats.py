@@ -406,7 +406,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     tail = A.reshape(A.subtract(A.getitem(cnt, nb - 1), over), (1,))
     hist = A.concatenate([A.subtract(A.getitem(cnt, slice(0, nb - 1)), A.getitem(cnt, slice(1, nb))), tail], 0)
     if density:
-        widths = A.subtract(A.getitem(edges, slice(1, None)), A.getitem(edges, slice(0, nb)))
+        # numpy divides by the widths as float64
+        widths = A.astype(A.subtract(A.getitem(edges, slice(1, None)), A.getitem(edges, slice(0, nb))), "float64")
         hist = A.true_divide(A.true_divide(hist, widths), A.sum(hist))
     return hist, edges
 
