@@ -4,6 +4,7 @@ warning); norms, pinv, lstsq and matrix_power are composed from them and from su
 maxima and matmuls. Integer inputs are converted to float64, as numpy does."""
 from __future__ import annotations
 
+import builtins
 from collections import namedtuple
 
 import numpy as np
@@ -208,12 +209,21 @@ def matrix_power(a, n):
     return result
 
 
+def _max0(x, axis, keepdims=False):
+    """max of non-negative values; 0 over an empty axis, as numpy's norms give."""
+    axes = A._axes(axis, x.ndim, "norm")
+    if builtins.any(x.shape[d] == 0 for d in axes):
+        r = A.sum(x, axis, keepdims=keepdims)
+        return A.zeros_like(r)
+    return A.max(x, axis, keepdims=keepdims)
+
+
 def _vector_norm(x, ord, axis, keepdims):
     ax = A.absolute(x)
     if ord is None or ord == 2:
         return A.sqrt(A.sum(A.multiply(x, x), axis, keepdims=keepdims))
     if ord == np.inf:
-        return A.max(ax, axis, keepdims=keepdims)
+        return _max0(ax, axis, keepdims=keepdims)
     if ord == -np.inf:
         return A.min(ax, axis, keepdims=keepdims)
     if ord == 0:
@@ -243,15 +253,15 @@ def _matrix_norm(x, ord, axes, keepdims):
         res = A.sum(_sv(x, r, c), -1)
     elif ord in (2, -2):
         s = _sv(x, r, c)
-        res = A.max(s, -1) if ord == 2 else A.min(s, -1)
+        res = _max0(s, -1) if ord == 2 else A.min(s, -1)
     elif ord in (1, -1):
         col = A.sum(A.absolute(x), r)
         c2 = c - 1 if c > r else c
-        res = A.max(col, c2) if ord == 1 else A.min(col, c2)
+        res = _max0(col, c2) if ord == 1 else A.min(col, c2)
     elif ord in (np.inf, -np.inf):
         row = A.sum(A.absolute(x), c)
         r2 = r - 1 if r > c else r
-        res = A.max(row, r2) if ord == np.inf else A.min(row, r2)
+        res = _max0(row, r2) if ord == np.inf else A.min(row, r2)
     else:
         raise ValueError(f"Invalid norm order {ord!r} for matrices (at {user_loc()})")
     if keepdims:

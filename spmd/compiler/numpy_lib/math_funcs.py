@@ -37,10 +37,11 @@ def ufunc_dtype(ufunc, *xs):
     return dt.name
 
 
-def _f(x, ufunc=np.sin):
-    """x as a Tracer of numpy's float result dtype for a one-argument float function."""
+def _f(x, ufunc):
+    """x as a Tracer of numpy's float result dtype for one-argument float function `ufunc`
+    (None: a numpy Python function, which converts to float64 first)."""
     x = A.asarray(x)
-    return A.astype(x, ufunc_dtype(ufunc, x))
+    return A.astype(x, ufunc_dtype(ufunc, x) if ufunc is not None else A._float_dtype(x))
 
 
 def _f2(x, y, op):
@@ -125,18 +126,18 @@ def arctan2(x1, x2):
 
 
 def arctan(x):
-    x = _f(x)
+    x = _f(x, np.arctan)
     return A._emit(x.trace, "atan2", x, A.ones_like(x))
 
 
 def arcsin(x):
-    x = _f(x)
+    x = _f(x, np.arcsin)
     # asin x = atan2(x, sqrt((1 - x)(1 + x))): accurate near +-1; NaN outside [-1, 1]
     return arctan2(x, A.sqrt(A.multiply(A.subtract(1, x), A.add(1, x))))
 
 
 def arccos(x):
-    x = _f(x)
+    x = _f(x, np.arccos)
     # acos x = 2 atan2(sqrt(1 - x), sqrt(1 + x)); NaN outside [-1, 1]
     r = arctan2(A.sqrt(A.subtract(1, x)), A.sqrt(A.add(1, x)))
     return A.add(r, r)
@@ -154,17 +155,17 @@ def hypot(x1, x2):
 
 
 def deg2rad(x):
-    x = _f(x)
+    x = _f(x, np.deg2rad)
     return A.multiply(x, float(np.pi / 180.0))
 
 
 def rad2deg(x):
-    x = _f(x)
+    x = _f(x, np.rad2deg)
     return A.multiply(x, float(180.0 / np.pi))
 
 
 def sinc(x):
-    x = _f(x)
+    x = _f(x, None)
     y = A.multiply(x, float(np.pi))
     zero = A.equal(y, 0)
     safe = A.where(zero, A.full_like(y, 1e-20), y)
@@ -173,7 +174,7 @@ def sinc(x):
 
 # ---------------------------------------------------------------------------- hyperbolic
 def arcsinh(x):
-    x = _f(x)
+    x = _f(x, np.arcsinh)
     ax = A.absolute(x)
     big = A.greater(ax, 1e150 if x.dtype == np.float64 else 1e18)
     safe = A.where(big, A.ones_like(ax), ax)
@@ -184,7 +185,7 @@ def arcsinh(x):
 
 
 def arccosh(x):
-    x = _f(x)
+    x = _f(x, np.arccosh)
     big = A.greater(x, 1e150 if x.dtype == np.float64 else 1e18)
     safe = A.where(big, A.ones_like(x), x)
     t = A.subtract(safe, 1)
@@ -194,18 +195,18 @@ def arccosh(x):
 
 
 def arctanh(x):
-    x = _f(x)
+    x = _f(x, np.arctanh)
     # atanh x = log1p(2x / (1 - x)) / 2
     return A.multiply(A.log1p(A.true_divide(A.add(x, x), A.subtract(1, x))), 0.5)
 
 
 def exp2(x):
-    x = _f(x)
+    x = _f(x, np.exp2)
     return A.power(A.asarray(np.asarray(2.0, x.dtype), t=x.trace), x)
 
 
 def cbrt(x):
-    x = _f(x)
+    x = _f(x, np.cbrt)
     ax = A.absolute(x)
     r = A.power(ax, A.asarray(np.asarray(1.0 / 3.0, x.dtype), t=x.trace))
     # one Newton step makes exact cubes exact: r -= (r^3 - a) / (3 r^2)
@@ -230,8 +231,9 @@ def fix(x):
 
 def rint(x):
     x = A.asarray(x)
-    if x.dtype.kind in "iub":
-        return A.astype(x, "float64") if x.dtype.kind == "b" else x
+    ufunc_dtype(np.rint, x)                # bool: float16 in numpy, a TypeError here
+    if x.dtype.kind in "iu":
+        return x
     fl = A.floor(x)
     d = A.subtract(x, fl)              # exact
     odd = A.equal(A.subtract(fl, A.multiply(A.floor(A.multiply(fl, 0.5)), 2.0)), 1.0)
@@ -248,7 +250,8 @@ def round_(a, decimals=0, out=None):
         raise NotImplementedError(f"np.round with traced decimals (at {user_loc()})")
     decimals = int(decimals)
     if x.dtype.kind == "b":
-        return x
+        raise TypeError(f"np.round of bool gives float16 (or fails) in numpy, which spmd does not support "
+                        f"(at {user_loc()})")
     if x.dtype.kind in "iu":
         if decimals >= 0:
             return x
@@ -297,10 +300,7 @@ def logaddexp2(x1, x2):
 
 
 def heaviside(x1, x2):
-    a, b = A._promote(x1, x2, dtype=A._float_dtype(x1, x2) if A.result_dtype(x1, x2) in ("bool",)
-                      else A.result_dtype(x1, x2), op="heaviside")
-    if a.dtype.kind != "f":
-        a, b = A.astype(a, "float64"), A.astype(b, "float64")
+    a, b = _f2(x1, x2, "heaviside")
     r = A.where(A.less(a, 0), A.zeros_like(a), A.where(A.greater(a, 0), A.ones_like(a), b))
     return A.where(isnan(a), a, r)
 

@@ -73,13 +73,14 @@ def _quantile(name, a, q, axis, method, keepdims, scale):
         raise ValueError(f"np.{name}: {'Percentiles' if scale == 100 else 'Quantiles'} must be in the range "
                          f"[0, {int(scale)}] (at {user_loc()})")
     dt = A._float_dtype(x, q if np.ndim(q) == 0 and isinstance(q, (int, float)) else np.asarray(q, np.float64))
-    if x.dtype.kind not in "fiub":
-        raise TypeError(f"np.{name} of {x.dtype} (at {user_loc()})")
+    if x.dtype.kind not in "fiu":
+        raise TypeError(f"np.{name} of {x.dtype}: numpy's interpolation subtracts, which bool does not "
+                        f"support (at {user_loc()})")
     y, axes = _move_last(A.astype(x, dt) if x.dtype.kind == "f" else x, axis, name)
     n = y.shape[-1]
     kept = y.shape[:-1]
     if n == 0:
-        r = A.full_like(y, np.nan, dtype=dt, shape=qa.shape + kept)
+        raise IndexError(f"np.{name} of an empty axis: numpy has no element to pick (at {user_loc()})")
     else:
         s = sort(y, axis=-1)
         v = qa.ravel() * (n - 1)
@@ -151,6 +152,9 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     axes = A._axes(axis, x.ndim, "average")
     if weights is None:
         avg = A.mean(x, axis, keepdims=keepdims)
+        if avg.size == 0:
+            raise ZeroDivisionError(f"np.average of an empty result: numpy divides by its size "
+                                    f"(at {user_loc()})")
         if returned:
             n = float(np.prod([x.shape[d] for d in axes], dtype=np.int64))
             return avg, A.full_like(avg, n)
@@ -167,6 +171,9 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
             raise ValueError(f"average: shape of weights {list(w.shape)} must be consistent with shape of a "
                              f"{list(x.shape)} along axis {axis} (at {user_loc()})")
         w = A._emit(x.trace, "broadcast_in_dim", A.astype(w, dt), shape=x.shape, broadcast_dimensions=axes)
+    if builtins.any(x.shape[d] == 0 for d in axes):
+        raise ZeroDivisionError(f"np.average: Weights sum to zero, can't be normalized (an empty axis) "
+                                f"(at {user_loc()})")
     xw = A.astype(x, dt)
     w = A.astype(w, dt)
     scl = A.sum(w, axis, keepdims=keepdims)
