@@ -380,7 +380,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
             if x.shape[0] == 0:
                 first, last = A.asarray(np.asarray(0.0, et), t=t), A.asarray(np.asarray(1.0, et), t=t)
             else:
-                first, last = A.min(xf), A.max(xf)
+                # numpy raises on a NaN range; a compiled program cannot, so NaNs are left out
+                first, last = (nanmin(xf), nanmax(xf)) if xf.dtype.kind == "f" else (A.min(xf), A.max(xf))
                 same = A.equal(first, last)
                 first = A.where(same, A.subtract(first, 0.5), first)
                 last = A.where(same, A.add(last, 0.5), last)
