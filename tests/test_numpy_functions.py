@@ -396,3 +396,46 @@ def test_unsupported_forms_raise_clear_errors():
 def test_traced_bools_of_allclose_cannot_branch():
     with pytest.raises(spmd.errors.TraceError if hasattr(spmd, "errors") else Exception):
         spmd.jit(lambda x: x if bool(np.allclose(x, 0)) else -x, backend="numpy")(np.ones(3))
+
+
+# ----------------------------------------------------------------------- gradients
+GRADS = {
+    "median_percentile": lambda x: np.median(x, axis=1).sum() + np.percentile(x, [30, 70], axis=0).sum(),
+    "norm": lambda x: np.linalg.norm(x, axis=1).sum() + np.linalg.norm(x),
+    "math": lambda x: (np.logaddexp(x, 2 * x) + np.arcsinh(x) + np.arctan2(x, 2.0) + np.hypot(x, 1.5)
+                       + np.cbrt(x + 3)).sum(),
+    "pad_roll_sort": lambda x: (np.pad(x, 2, mode="reflect") ** 2).sum() + (np.roll(x, 1, 0) * x).sum()
+    + (np.sort(x, 1) * np.arange(5.0)).sum(),
+    "nanmean": lambda x: np.nanmean(np.where(x > 1, np.nan, x), 0).sum(),
+}
+GRADS_LINALG = {
+    "inv_det": lambda a: np.linalg.inv(a).sum() + np.linalg.det(a).sum() + np.linalg.slogdet(a)[1].sum(),
+    "solve_cholesky": lambda a: np.linalg.solve(a, a[..., :1]).sum()
+    + np.linalg.cholesky(a @ np.swapaxes(a, 1, 2)).sum(),
+    "trace_triu": lambda a: np.trace(a, axis1=1, axis2=2).sum() + (np.triu(a) ** 2).sum(),
+}
+
+
+def _fd(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("name", sorted(GRADS) + sorted(GRADS_LINALG))
+def test_gradients_match_finite_differences(name):
+    """spmd.grad through the composed functions, on one device and split over 2."""
+    rng = np.random.default_rng(0)
+    f = GRADS.get(name) or GRADS_LINALG[name]
+    v = rng.standard_normal((4, 5)) if name in GRADS else rng.standard_normal((3, 4, 4)) + 5 * np.eye(4)
+    want = _fd(f, v)
+    np.testing.assert_allclose(spmd.jit(spmd.grad(f), backend="numpy")(v), want, rtol=1e-5, atol=1e-5)
+    mesh = spmd.Mesh((2,), ("x",))
+    g = spmd.jit(spmd.grad(f), in_shardings=(mesh.sharding("x", *([None] * (v.ndim - 1))),), backend="numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReshardWarning)
+        got = g(v).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
