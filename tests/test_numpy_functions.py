@@ -158,7 +158,17 @@ CASES = [
     C("percentile_methods", lambda x: np.stack([np.percentile(x, 37, axis=-1, method=m) for m in
                                                 ("lower", "higher", "nearest", "midpoint", "linear")]),
       FI, local=(0,)),
+    C("percentile_methods_inf", lambda x: np.stack([np.percentile(x, 37, axis=-1, method=m) for m in
+                                                    ("lower", "higher", "nearest")]), F, local=(0,), nan=True),
     C("quantile", lambda x: np.quantile(x, 0.3, axis=0, keepdims=True), FI, local=(1,)),
+    C("nanmedian", lambda x: np.nanmedian(x, axis=-1) + np.nanmedian(x * np.nan, axis=-1), FI, local=(0,),
+      nan=True),
+    C("nanpercentile", lambda x: np.nanpercentile(x, [0, 35, 100], axis=0, keepdims=True), FI, local=(1,),
+      nan=True),
+    C("nanquantile", lambda x: np.stack([np.nanquantile(x, 0.4, axis=-1, method=m)
+                                         for m in ("linear", "lower", "higher", "midpoint")]), F, local=(0,),
+      nan=True),
+    C("nanmedian_all", lambda x: np.nanmedian(x), FI, local=(), nan=True),
     C("average", lambda x: np.average(x, axis=0), FI, local=(1,)),
     C("average_w", lambda x: np.average(x, axis=-1, weights=np.arange(1, x.shape[-1] + 1)), FI, local=(0,)),
     C("average_ret", lambda x: np.stack(np.average(x, weights=np.ones_like(x) * 2, returned=True)), FI, local=()),
@@ -209,6 +219,15 @@ CASES = [
                                   np.linalg.norm(x, "nuc"), np.linalg.norm(x, 1), np.linalg.norm(x, -1),
                                   np.linalg.norm(x, np.inf), np.linalg.norm(x, -np.inf),
                                   np.linalg.norm(x, "fro")]), FI, shapes=((5, 6), (1, 3)), local=()),
+    C("matrix_rank_cond", lambda x: np.stack([np.linalg.matrix_rank(x).astype(float), np.linalg.cond(x),
+                                              np.linalg.cond(x, 1), np.linalg.cond(x, -2), np.linalg.cond(x, "fro")]),
+      F, shapes=((3, 4, 4), (2, 3, 3)), local=(0,), rtol=1e-8),
+    C("matrix_rank_deficient", lambda x: np.linalg.matrix_rank(np.concatenate([x, x], -1)), F,
+      shapes=((3, 4, 2), (2, 3, 1)), local=(0,)),
+    C("multi_dot", lambda x: np.linalg.multi_dot([x, x.T, x[:, 0]]), FI, shapes=((5, 6), (1, 3)), local=()),
+    C("vector_matrix_norm", lambda x: np.linalg.vector_norm(x, axis=(1, 2), ord=3) + np.linalg.vector_norm(x, axis=(-1, -2))
+      + np.linalg.matrix_norm(x, ord=np.inf) + np.linalg.matrix_norm(x, keepdims=True)[:, 0, 0], FI,
+      shapes=BATCH, local=(0,)),
     C("norm_vec", lambda x: np.stack([np.linalg.norm(x, o, axis=0) for o in (None, 1, 2, 0, 3.5, np.inf,
                                                                             -np.inf, -1)]),
       FI, local=(1,)),

@@ -288,3 +288,62 @@ def norm(x, ord=None, axis=None, keepdims=False):
     if len(axes) == 2:
         return _matrix_norm(x, ord, axes, keepdims)
     raise ValueError(f"Improper number of dimensions to norm (at {user_loc()})")
+
+
+def matrix_rank(A_, tol=None, hermitian=False, *, rtol=None):
+    x = A.asarray(A_)
+    if x.ndim < 2:
+        return A.astype(A.any(A.not_equal(x, 0)), "int64")
+    x = _f(x, "matrix_rank", square=False)
+    s = svdvals(x)
+    if s.shape[-1] == 0:
+        return A.zeros_like(s, dtype="int64", shape=s.shape[:-1])
+    smax = A.max(s, axis=-1, keepdims=True)
+    if tol is None:
+        r = max(x.shape[-2:]) * float(np.finfo(x.dtype).eps) if rtol is None else rtol
+        cut = A.multiply(smax, r)
+    else:
+        cut = A.expand_dims(A.asarray(tol, t=x.trace), -1) if np.ndim(tol) or isinstance(tol, Tracer) else tol
+    return A.sum(A.astype(A.greater(s, cut), "int64"), axis=-1)
+
+
+def cond(x, p=None):
+    x = _f(x, "cond", square=p not in (None, 2, -2))
+    if p is None or p in (2, -2):
+        s = svdvals(x)
+        big, small = A.getitem(s, (Ellipsis, 0)), A.getitem(s, (Ellipsis, -1))
+        return A.true_divide(big, small) if p != -2 else A.true_divide(small, big)
+    r = A.multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
+    # a singular matrix (NaN inverse) has condition number inf, as numpy gives
+    x_nan = A.any(A.not_equal(x, x), axis=(-2, -1))
+    return A.where(A.logical_and(A.not_equal(r, r), A.logical_not(x_nan)), A.full_like(r, np.inf), r)
+
+
+def multi_dot(arrays, *, out=None):
+    A._no_extra("multi_dot", (), {"out": out})
+    xs = list(arrays)
+    if len(xs) < 2:
+        raise ValueError(f"multi_dot: expecting at least two arrays (at {user_loc()})")
+    r = xs[0]
+    for y in xs[1:]:
+        r = A.dot(r, y)
+    return r
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    x = A.asarray(x)
+    if axis is None:
+        r = _vector_norm(A.ravel(A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")), ord, 0, False)
+        return A.reshape(r, (1,) * x.ndim) if keepdims else r
+    if isinstance(axis, (int, np.integer)) or len(axis) == 1:
+        return norm(x, ord, axis if isinstance(axis, (int, np.integer)) else axis[0], keepdims)
+    axes = A._axes(axis, x.ndim, "vector_norm")
+    rest = [d for d in range(x.ndim) if d not in axes]
+    n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    y = A.reshape(A.transpose(x, rest + list(axes)), tuple(x.shape[d] for d in rest) + (n,))
+    r = norm(y, ord, -1)
+    return A.reshape(r, tuple(1 if d in axes else s for d, s in enumerate(x.shape))) if keepdims else r
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    return norm(x, ord, (-2, -1), keepdims)

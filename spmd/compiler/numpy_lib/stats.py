@@ -73,7 +73,9 @@ def _quantile(name, a, q, axis, method, keepdims, scale):
         raise ValueError(f"np.{name}: {'Percentiles' if scale == 100 else 'Quantiles'} must be in the range "
                          f"[0, {int(scale)}] (at {user_loc()})")
     dt = A._float_dtype(x, q if np.ndim(q) == 0 and isinstance(q, (int, float)) else np.asarray(q, np.float64))
-    if x.dtype.kind not in "fiu":
+    if method in ("lower", "higher", "nearest"):
+        dt = x.dtype.name          # numpy picks an element: the input's dtype, bool included
+    elif x.dtype.kind not in "fiu":
         raise TypeError(f"np.{name} of {x.dtype}: numpy's interpolation subtracts, which bool does not "
                         f"support (at {user_loc()})")
     y, axes = _move_last(A.astype(x, dt) if x.dtype.kind == "f" else x, axis, name)
@@ -95,12 +97,15 @@ def _quantile(name, a, q, axis, method, keepdims, scale):
         a0 = A.astype(A.take(s, lo, axis=-1), dt)
         a1 = A.astype(A.take(s, hi, axis=-1), dt)
         if method == "midpoint":
-            t = np.where(lo == hi, 0.0, 0.5)
+            t = np.where(v == np.floor(v), 0.0, 0.5)      # numpy: an exact index is picked as is
         else:
             t = v - lo if method == "linear" else np.zeros_like(v)
         t = np.asarray(t, dtype=dt)
-        d = A.subtract(a1, a0)
-        r = A.where(t >= 0.5, A.subtract(a1, A.multiply(d, 1.0 - t)), A.add(a0, A.multiply(d, t)))
+        if method in ("lower", "higher", "nearest"):
+            r = a0                  # numpy picks these without interpolating (inf stays inf)
+        else:
+            d = A.subtract(a1, a0)
+            r = A.where(t >= 0.5, A.subtract(a1, A.multiply(d, 1.0 - t)), A.add(a0, A.multiply(d, t)))
         if x.dtype.kind == "f":
             # any NaN in a slice makes its quantiles NaN (sorted NaNs sit last)
             bad = M.isnan(A.getitem(s, (Ellipsis, slice(n - 1, n))))
@@ -459,3 +464,95 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 
 
 __all__ = ["builtins"]
+
+
+# ---------------------------------------------------------------------------- NaN-ignoring quantiles
+def _pick(s, pos):
+    """s[..., pos[...]] along the last dim for traced positions: a one-hot sum (local on
+    every other dim; n elements read per pick)."""
+    n = s.shape[-1]
+    iota = A._emit(s.trace, "iota", shape=pos.shape + (n,), dtype="int64", dimension=pos.ndim)
+    hit = A.equal(iota, A._emit(s.trace, "broadcast_in_dim", pos, shape=pos.shape + (n,),
+                                broadcast_dimensions=tuple(range(pos.ndim))))
+    sb = A.broadcast_to(s, pos.shape + (n,))
+    return A.sum(A.where(hit, sb, A.zeros_like(sb)), axis=-1)
+
+
+def _nanquantile(name, a, q, axis, method, keepdims, scale):
+    x = A.asarray(a)
+    if x.size == 0:
+        # numpy returns nanmean's result for an empty array (NaN, without q's dims)
+        return nanmean(x, axis, keepdims=keepdims)
+    if x.dtype.kind != "f":
+        return _quantile(name[3:], x, q, axis, method, keepdims, scale)
+    if isinstance(q, Tracer):
+        raise NotImplementedError(f"np.{name} with traced q is not supported in spmd (at {user_loc()})")
+    if method not in ("linear", "lower", "higher", "midpoint", "median"):
+        raise NotImplementedError(f"np.{name} method={method!r} (supported: linear, lower, higher, midpoint) "
+                                  f"(at {user_loc()})")
+    qa = np.asarray(q, dtype=np.float64) / scale
+    if (qa < 0).any() or (qa > 1).any() or np.isnan(qa).any():
+        raise ValueError(f"np.{name}: {'Percentiles' if scale == 100 else 'Quantiles'} must be in the range "
+                         f"[0, {int(scale)}] (at {user_loc()})")
+    dt = A._float_dtype(x, q if np.ndim(q) == 0 and isinstance(q, (int, float)) else np.asarray(q, np.float64))
+    y, axes = _move_last(A.astype(x, dt), axis, name)
+    n = y.shape[-1]
+    kept = y.shape[:-1]
+    if n == 0:
+        raise IndexError(f"np.{name} of an empty axis (at {user_loc()})")
+    s = sort(y, axis=-1)                                              # NaNs last
+    k = A.sum(A.astype(A.logical_not(M.isnan(y)), dt), axis=-1)      # non-NaN count per slice
+    outs = []
+    for qq in qa.ravel().tolist():
+        v = A.multiply(A.maximum(A.subtract(k, 1.0), 0.0), qq)        # virtual index among the non-NaNs
+        lo = A.floor(v)
+        hi = A.minimum(A.add(lo, 1.0), A.maximum(A.subtract(k, 1.0), 0.0))
+        if method == "lower":
+            hi = lo
+        elif method == "higher":
+            lo = hi = A.negative(A.floor(A.negative(v)))
+        if method == "median":
+            hi = A.negative(A.floor(A.negative(v)))
+            t = A.zeros_like(v)
+        elif method == "linear":
+            t = A.subtract(v, lo)
+        elif method == "midpoint":          # numpy: an exact index is picked as is
+            t = A.where(A.equal(v, A.floor(v)), A.zeros_like(v), A.full_like(v, 0.5))
+        else:
+            t = A.zeros_like(v)
+        a0 = _pick(s, A.astype(lo, "int64"))
+        a1 = _pick(s, A.astype(hi, "int64"))
+        d = A.subtract(a1, a0)
+        r = A.where(A.greater_equal(t, 0.5), A.subtract(a1, A.multiply(d, A.subtract(1.0, t))),
+                    A.add(a0, A.multiply(d, t)))
+        if method in ("lower", "higher"):
+            r = a0                  # numpy picks these without interpolating (inf stays inf)
+        elif method == "median":    # np.median of the non-NaNs: the middle one, or the mean of two
+            r = A.where(A.equal(lo, hi), a0, A.multiply(A.add(a0, a1), 0.5))
+        outs.append(A.where(A.equal(k, 0), A.full_like(r, np.nan), r))  # an all-NaN slice: NaN
+    r = A.stack(outs, 0) if outs else None
+    r = A.reshape(r, qa.shape + kept)
+    if keepdims:
+        shape = _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim
+        r = A.reshape(r, qa.shape + shape)
+    return A.astype(r, dt)
+
+
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+                  weights=None, interpolation=None):
+    A._no_extra("nanpercentile", (), {"out": out, "weights": weights, "interpolation": interpolation})
+    return _nanquantile("nanpercentile", a, q, axis, method, keepdims, 100.0)
+
+
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+                weights=None, interpolation=None):
+    A._no_extra("nanquantile", (), {"out": out, "weights": weights, "interpolation": interpolation})
+    return _nanquantile("nanquantile", a, q, axis, method, keepdims, 1.0)
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    A._no_extra("nanmedian", (), {"out": out})
+    x = A.asarray(a)
+    if x.dtype.kind != "f" and x.size:
+        return median(x, axis, keepdims=keepdims)
+    return _nanquantile("nanmedian", x, 0.5, axis, "median", keepdims, 1.0)
