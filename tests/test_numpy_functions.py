@@ -290,6 +290,7 @@ def _specs(ndim):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", CASES, ids=_ids)
 def test_function_sharded(c):
     """The first shape, first dtype, split along each dim of a 4-device mesh and over two
