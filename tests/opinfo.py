@@ -574,6 +574,9 @@ def _scatter_expect(x, idx, upd, axis):
 entry("scatter", _make_scatter, _scatter_expect)
 
 
+import opinfo_linalg  # noqa: E402,F401  (linalg, sort, atan2 entries)
+
+
 def tolerance(dtype):
     """(rtol, atol) for comparing results of `dtype`; exact for ints and bools."""
     return {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}.get(np.dtype(dtype).name, (0, 0))

@@ -866,6 +866,8 @@ _view_squeeze = fz.as_view(squeeze, "reshape")
 _view_expand_dims = fz.as_view(expand_dims, "reshape")
 
 
+from .numpy_lib import linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST  # noqa: E402
+
 U, F, M = "ufunc", "function", "method"
 # The numpy API spmd traces, one row per numpy name: the builder that emits its IR, where
 # numpy users reach it -- a ufunc (np.add(x, y) on a Tracer), a function np.NAME, an
@@ -946,6 +948,120 @@ API = (
     ("einsum",        einsum,                       (F,),      ()),
     ("cumsum",        cumsum,                       (F, M),    ()),
     ("cumprod",       cumprod,                      (F, M),    ()),
+    # -- numpy_lib/shape_funcs.py
+    ("hstack",        SF.hstack,                    (F,),      ()),
+    ("vstack",        SF.vstack,                    (F,),      ()),
+    ("dstack",        SF.dstack,                    (F,),      ()),
+    ("column_stack",  SF.column_stack,              (F,),      ()),
+    ("append",        SF.append,                    (F,),      ()),
+    ("split",         SF.split,                     (F,),      ()),
+    ("array_split",   SF.array_split,               (F,),      ()),
+    ("hsplit",        SF.hsplit,                    (F,),      ()),
+    ("vsplit",        SF.vsplit,                    (F,),      ()),
+    ("dsplit",        SF.dsplit,                    (F,),      ()),
+    ("repeat",        SF.repeat,                    (F, M),    ()),
+    ("roll",          SF.roll,                      (F,),      ()),
+    ("flip",          SF.flip,                      (F,),      ()),
+    ("fliplr",        SF.fliplr,                    (F,),      ()),
+    ("flipud",        SF.flipud,                    (F,),      ()),
+    ("rot90",         SF.rot90,                     (F,),      ()),
+    ("atleast_2d",    SF.atleast_2d,                (F,),      ()),
+    ("atleast_3d",    SF.atleast_3d,                (F,),      ()),
+    ("broadcast_arrays", SF.broadcast_arrays,       (F,),      ()),
+    ("meshgrid",      SF.meshgrid,                  (F,),      ()),
+    ("pad",           SF.pad,                       (F,),      ()),
+    ("diff",          SF.diff,                      (F,),      ()),
+    ("gradient",      SF.gradient,                  (F,),      ()),
+    ("tril",          SF.tril,                      (F,),      ()),
+    ("triu",          SF.triu,                      (F,),      ()),
+    ("diag",          SF.diag,                      (F,),      ()),
+    ("diagonal",      SF.diagonal,                  (F, M),    ()),
+    ("trace",         SF.trace,                     (F,),      ()),
+    ("kron",          SF.kron,                      (F,),      ()),
+    ("cross",         SF.cross,                     (F,),      ()),
+    # -- numpy_lib/math_funcs.py
+    ("isnan",         MF.isnan,                     (U,),      ()),
+    ("isinf",         MF.isinf,                     (U,),      ()),
+    ("isfinite",      MF.isfinite,                  (U,),      ()),
+    ("isposinf",      MF.isposinf,                  (F,),      ()),
+    ("isneginf",      MF.isneginf,                  (F,),      ()),
+    ("nan_to_num",    MF.nan_to_num,                (F,),      ()),
+    ("signbit",       MF.signbit,                   (U,),      ()),
+    ("copysign",      MF.copysign,                  (U,),      ()),
+    ("arctan2",       MF.arctan2,                   (U,),      ()),
+    ("arctan",        MF.arctan,                    (U,),      ()),
+    ("arcsin",        MF.arcsin,                    (U,),      ()),
+    ("arccos",        MF.arccos,                    (U,),      ()),
+    ("hypot",         MF.hypot,                     (U,),      ()),
+    ("deg2rad",       MF.deg2rad,                   (U,),      ()),
+    ("rad2deg",       MF.rad2deg,                   (U,),      ()),
+    ("radians",       MF.deg2rad,                   (U,),      ()),
+    ("degrees",       MF.rad2deg,                   (U,),      ()),
+    ("sinc",          MF.sinc,                      (F,),      ()),
+    ("arcsinh",       MF.arcsinh,                   (U,),      ()),
+    ("arccosh",       MF.arccosh,                   (U,),      ()),
+    ("arctanh",       MF.arctanh,                   (U,),      ()),
+    ("exp2",          MF.exp2,                      (U,),      ()),
+    ("cbrt",          MF.cbrt,                      (U,),      ()),
+    ("trunc",         MF.trunc,                     (U,),      ()),
+    ("fix",           MF.fix,                       (F,),      ()),
+    ("rint",          MF.rint,                      (U,),      ()),
+    ("round",         MF.round_,                    (F, M),    ()),
+    ("around",        MF.round_,                    (F,),      ()),
+    ("fmod",          MF.fmod,                      (U,),      ()),
+    ("divmod",        MF.divmod_,                   (U,),      ("divmod",)),
+    ("logaddexp",     MF.logaddexp,                 (U,),      ()),
+    ("logaddexp2",    MF.logaddexp2,                (U,),      ()),
+    ("heaviside",     MF.heaviside,                 (U,),      ()),
+    ("isclose",       MF.isclose,                   (F,),      ()),
+    ("allclose",      MF.allclose,                  (F,),      ()),
+    ("array_equal",   MF.array_equal,               (F,),      ()),
+    ("select",        MF.select,                    (F,),      ()),
+    # -- numpy_lib/stats.py
+    ("sort",          ST.sort,                      (F,),      ()),
+    ("argsort",       ST.argsort,                   (F, M),    ()),
+    ("median",        ST.median,                    (F,),      ()),
+    ("percentile",    ST.percentile,                (F,),      ()),
+    ("quantile",      ST.quantile,                  (F,),      ()),
+    ("average",       ST.average,                   (F,),      ()),
+    ("nansum",        ST.nansum,                    (F,),      ()),
+    ("nanprod",       ST.nanprod,                   (F,),      ()),
+    ("nanmean",       ST.nanmean,                   (F,),      ()),
+    ("nanvar",        ST.nanvar,                    (F,),      ()),
+    ("nanstd",        ST.nanstd,                    (F,),      ()),
+    ("nanmax",        ST.nanmax,                    (F,),      ()),
+    ("nanmin",        ST.nanmin,                    (F,),      ()),
+    ("ptp",           ST.ptp,                       (F,),      ()),
+    ("count_nonzero", ST.count_nonzero,             (F,),      ()),
+    ("searchsorted",  ST.searchsorted,              (F, M),    ()),
+    ("digitize",      ST.digitize,                  (F,),      ()),
+    ("isin",          ST.isin,                      (F,),      ()),
+    ("bincount",      ST.bincount,                  (F,),      ()),
+    ("histogram",     ST.histogram,                 (F,),      ()),
+    ("interp",        ST.interp,                    (F,),      ()),
+    ("nanmedian",     ST.nanmedian,                 (F,),      ()),
+    ("nanpercentile", ST.nanpercentile,             (F,),      ()),
+    ("nanquantile",   ST.nanquantile,               (F,),      ()),
+    # -- numpy_lib/linalg.py (np.linalg.NAME)
+    ("linalg.inv",    LA.inv,                       (F,),      ()),
+    ("linalg.det",    LA.det,                       (F,),      ()),
+    ("linalg.slogdet", LA.slogdet,                  (F,),      ()),
+    ("linalg.cholesky", LA.cholesky,                (F,),      ()),
+    ("linalg.solve",  LA.solve,                     (F,),      ()),
+    ("linalg.eigh",   LA.eigh,                      (F,),      ()),
+    ("linalg.eigvalsh", LA.eigvalsh,                (F,),      ()),
+    ("linalg.svd",    LA.svd,                       (F,),      ()),
+    ("linalg.svdvals", LA.svdvals,                  (F,),      ()),
+    ("linalg.qr",     LA.qr,                        (F,),      ()),
+    ("linalg.pinv",   LA.pinv,                      (F,),      ()),
+    ("linalg.lstsq",  LA.lstsq,                     (F,),      ()),
+    ("linalg.matrix_power", LA.matrix_power,        (F,),      ()),
+    ("linalg.norm",   LA.norm,                      (F,),      ()),
+    ("linalg.vector_norm", LA.vector_norm,          (F,),      ()),
+    ("linalg.matrix_norm", LA.matrix_norm,          (F,),      ()),
+    ("linalg.matrix_rank", LA.matrix_rank,          (F,),      ()),
+    ("linalg.cond",   LA.cond,                      (F,),      ()),
+    ("linalg.multi_dot", LA.multi_dot,              (F,),      ()),
     ("transpose",     _view_transpose,              (F,),      ()),
     ("transpose",     _view_transpose_method,       (M,),      ()),
     ("reshape",       _view_reshape,                (F,),      ()),
@@ -959,7 +1075,7 @@ API = (
     ("squeeze",       _view_squeeze,                (F, M),    ()),
     ("ravel",         _view_ravel,                  (F, M),    ()),
     ("flatten",       lambda x, order="C": copy(ravel(x)), (M,), ()),
-    ("atleast_1d",    atleast_1d,                   (F,),      ()),
+    ("atleast_1d",    SF.atleast_1d,                (F,),      ()),
     ("clip",          clip,                         (F, M),    ()),
     ("where",         where,                        (F,),      ()),
     ("zeros_like",    zeros_like,                   (F,),      ()),
@@ -989,7 +1105,15 @@ API = (
 )
 
 UFUNCS = {name: f for name, f, where_, _ in API if U in where_}
-FUNCTIONS = {getattr(np, name): f for name, f, where_, _ in API if F in where_ and hasattr(np, name)}
+def _np_attr(name):
+    """np.NAME, or np.linalg.NAME for "linalg.NAME"; None where this numpy has none."""
+    obj = np
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+FUNCTIONS = {_np_attr(name): f for name, f, where_, _ in API if F in where_ and _np_attr(name) is not None}
 METHODS = {name: f for name, f, where_, _ in API if M in where_}
 UFUNC_REDUCE = {"add": sum, "multiply": prod, "maximum": max, "minimum": min}
 # ufunc.accumulate: the cumulative op's kind

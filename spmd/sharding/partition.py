@@ -370,11 +370,27 @@ def _generic(P, op):
             # the operand is added to once, by the devices at group index 0 of the index axes
             partial = tuple(a for a in P.mesh.axis_names if a in set(partial) | set(red))
         want = P.sh(_spec_of(rule.operands[i], assign), partial)
+        if op.opdef.needs_whole:
+            _warn_gathered(P, op, i, rule, ins[i][1], want)
         shardings.append(want)
         locals_.append(P.get(v, want))
     have = P.sh(res_spec, tuple(a for a in P.mesh.axis_names if a in set(carried) | set(red)))
     local = (op.opdef.partition_local or _emit_default)(P, op, rule, assign, locals_, shardings, have)
     return P.finish(local, have, target, res.shape, res.dtype, kind)
+
+
+def _warn_gathered(P, op, i, rule, have, want):
+    """An op that needs some dims whole (OpDef.needs_whole) gets one that arrived split:
+    the gather is the plan, but never a silent one."""
+    v = op.operands[i]
+    dims = [d for d, fs in enumerate(rule.operands[i])
+            if fs and all(rule.kind(f) == "replicate" for f in fs)
+            and set(have.dim_axes(d)) - set(want.dim_axes(d))]
+    if dims:
+        warnings.warn(f"spmd: {P.what()} gathers dim{'s' if len(dims) > 1 else ''} "
+                      f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
+                      f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
+                      f"it local", ReshardWarning, stacklevel=4)
 
 
 def _emit_default(P, op, rule, assign, locals_, shardings, have):

@@ -66,6 +66,10 @@ class OpDef:
     # the local op the generic handler emits once operands are resharded, when it is not
     # the op itself on local shapes: (P, op, rule, assign, locals, shardings, have) -> Value
     partition_local: Optional[Callable] = None
+    # why the op needs its `replicate` dims whole (e.g. "it needs whole matrices"): when
+    # set, the partitioner warns (ReshardWarning, naming the op and user line) whenever it
+    # gathers such a dim that arrived split, so the gather is never silent
+    needs_whole: Optional[str] = None
 
     # -- optimisation and code generation ---------------------------------------------------
     # how fusion treats the op: "elementwise" (a scalar function per element), "reindex"

@@ -1,0 +1,349 @@
+"""np.linalg on Tracers. Factorizations and solves are IR ops of the `linalg` family
+(ir/ops/linalg.py: batch dims split -> local; a split matrix dim is gathered, with a
+warning); norms, pinv, lstsq and matrix_power are composed from them and from sums,
+maxima and matmuls. Integer inputs are converted to float64, as numpy does."""
+from __future__ import annotations
+
+import builtins
+from collections import namedtuple
+
+import numpy as np
+
+from ...errors import ShapeError
+from .. import numpy_api as A
+from ..trace import Tracer, user_loc
+
+SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
+EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
+QRResult = namedtuple("QRResult", ["Q", "R"])
+
+
+def _f(a, name, square=True, min_ndim=2):
+    x = A.asarray(a)
+    if x.ndim < min_ndim:
+        raise ShapeError(f"np.linalg.{name}: {x.ndim}-dimensional array given. Array must be at least "
+                         f"two-dimensional (at {user_loc()})")
+    if square and x.shape[-1] != x.shape[-2]:
+        raise ShapeError(f"np.linalg.{name}: last 2 dimensions of the array must be square, got "
+                         f"{list(x.shape)} (at {user_loc()})")
+    if x.dtype.kind not in "fiub":
+        raise TypeError(f"np.linalg.{name} of {x.dtype} (at {user_loc()})")
+    return A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
+
+
+def _op(name, x, *more, **attrs):
+    return A._emit(x._tr, name, x, *more, **attrs)
+
+
+def _mT(x):
+    return A.swapaxes(x, -1, -2)
+
+
+def inv(a):
+    return _op("inv", _f(a, "inv"))
+
+
+def det(a):
+    return _op("det", _f(a, "det"))
+
+
+def slogdet(a):
+    r = _op("slogdet", _f(a, "slogdet"))
+    return SlogdetResult(A.getitem(r, (Ellipsis, 0)), A.getitem(r, (Ellipsis, 1)))
+
+
+def cholesky(a, /, *, upper=False):
+    x = _f(a, "cholesky")
+    if upper:
+        return _mT(_op("cholesky", _mT(x)))
+    return _op("cholesky", x)
+
+
+def solve(a, b):
+    t = A._trace(a, b)
+    x = _f(a, "solve")
+    bb = A.asarray(b, t=t)
+    dt = A.result_dtype(x, bb)
+    dt = dt if dt in ("float32", "float64") else "float64"
+    x, bb = A.astype(x, dt), A.astype(bb, dt)
+    n = x.shape[-1]
+    vec = bb.ndim == 1
+    if vec:
+        bb = A.reshape(bb, (n, 1))
+    if bb.shape[-2] != n:
+        raise ShapeError(f"np.linalg.solve: b {list(bb.shape)} does not match a {list(x.shape)} (at {user_loc()})")
+    try:
+        batch = np.broadcast_shapes(x.shape[:-2], bb.shape[:-2])
+    except ValueError:
+        raise ShapeError(f"np.linalg.solve: batch dims of a {list(x.shape)} and b {list(bb.shape)} do not "
+                         f"broadcast (at {user_loc()})") from None
+    x = A.broadcast_to(x, batch + x.shape[-2:])
+    bb = A.broadcast_to(bb, batch + bb.shape[-2:])
+    r = _op("solve", x, bb)
+    return A.reshape(r, (n,)) if vec else r
+
+
+def eigh(a, UPLO="L"):
+    x = _f(a, "eigh")
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"np.linalg.eigh: UPLO argument must be 'L' or 'U' (at {user_loc()})")
+    if UPLO == "U":
+        x = _mT(x)        # numpy reads one triangle: the upper one of a is the lower one of a.T
+    return EighResult(_op("eigh", x, part="w"), _op("eigh", x, part="v"))
+
+
+def eigvalsh(a, UPLO="L"):
+    return eigh(a, UPLO).eigenvalues
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    x = _f(a, "svd", square=False)
+    if not compute_uv:
+        return _op("svd", x, part="s", full_matrices=False)
+    return SVDResult(_op("svd", x, part="u", full_matrices=bool(full_matrices)),
+                     _op("svd", x, part="s", full_matrices=False),
+                     _op("svd", x, part="vh", full_matrices=bool(full_matrices)))
+
+
+def svdvals(x):
+    return svd(x, compute_uv=False)
+
+
+def qr(a, mode="reduced"):
+    x = _f(a, "qr", square=False)
+    if mode not in ("reduced", "complete", "r"):
+        raise NotImplementedError(f"np.linalg.qr mode={mode!r} (supported: reduced, complete, r) "
+                                  f"(at {user_loc()})")
+    if mode == "r":
+        return _op("qr", x, part="r", mode="reduced")
+    return QRResult(_op("qr", x, part="q", mode=mode), _op("qr", x, part="r", mode=mode))
+
+
+def _cutoff(s, rcond):
+    smax = A.max(s, axis=-1, keepdims=True) if s.shape[-1] else s
+    return A.multiply(rcond, smax)
+
+
+def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+    x = _f(a, "pinv", square=False)
+    m, n = x.shape[-2:]
+    if rcond is None:
+        if rtol is np._NoValue:
+            rcond = 1e-15
+        elif rtol is None:
+            rcond = max(m, n) * float(np.finfo(x.dtype).eps)
+        else:
+            rcond = rtol
+    elif rtol is not np._NoValue:
+        raise ValueError("`rtol` and `rcond` can't be both set.")
+    if m == 0 or n == 0:
+        return A.zeros_like(x, shape=x.shape[:-2] + (n, m))
+    u, s, vh = svd(x, full_matrices=False)
+    big = A.greater(s, _cutoff(s, rcond))
+    sinv = A.where(big, A.true_divide(1, A.where(big, s, A.ones_like(s))), A.zeros_like(s))
+    # pinv = V diag(1/s) U^T
+    return A.matmul(_mT(vh), A.multiply(A.expand_dims(sinv, -1), _mT(u)))
+
+
+def lstsq(a, b, rcond=None):
+    """(x, residuals, rank, s). numpy's residuals are empty when rank < N (known only at
+    run time); spmd's shape is fixed, so they are NaN there instead."""
+    t = A._trace(a, b)
+    x = _f(a, "lstsq", square=False)
+    if x.ndim != 2:
+        raise ShapeError(f"np.linalg.lstsq: a must be 2-d, got {list(x.shape)} (at {user_loc()})")
+    bb = A.asarray(b, t=t)
+    dt = A.result_dtype(x, bb)
+    dt = dt if dt in ("float32", "float64") else "float64"
+    x, bb = A.astype(x, dt), A.astype(bb, dt)
+    m, n = x.shape
+    vec = bb.ndim == 1
+    if bb.shape[0] != m:
+        raise ShapeError(f"np.linalg.lstsq: incompatible dimensions {list(x.shape)}, {list(bb.shape)} "
+                         f"(at {user_loc()})")
+    b2 = A.reshape(bb, (m, 1)) if vec else bb
+    if rcond is None:
+        rcond = float(np.finfo(dt).eps) * max(m, n)
+    if m == 0 or n == 0:
+        sol = A.zeros_like(b2, shape=(n, b2.shape[1]))
+        s = A.zeros_like(x, shape=(min(m, n),))
+        rank = A.asarray(np.asarray(0, np.int64), t=t)
+    else:
+        u, s, vh = svd(x, full_matrices=False)
+        big = A.greater(s, _cutoff(s, rcond))
+        sinv = A.where(big, A.true_divide(1, A.where(big, s, A.ones_like(s))), A.zeros_like(s))
+        sol = A.matmul(_mT(vh), A.multiply(A.expand_dims(sinv, -1), A.matmul(_mT(u), b2)))
+        rank = A.sum(A.astype(big, "int64"))
+    if m > n and n > 0:
+        r = A.subtract(A.matmul(x, sol), b2)
+        res = A.sum(A.multiply(r, r), axis=0)
+        res = A.where(A.equal(rank, n), res, A.full_like(res, np.nan))
+    else:
+        res = A.zeros_like(b2, shape=(0,))
+    if vec:
+        sol = A.reshape(sol, (n,))
+    return sol, res, rank, s
+
+
+def matrix_power(a, n):
+    x = A.asarray(a)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ShapeError(f"np.linalg.matrix_power: expected a stack of square matrices, got {list(x.shape)} "
+                         f"(at {user_loc()})")
+    if isinstance(n, Tracer) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"np.linalg.matrix_power: exponent must be a Python integer (at {user_loc()})")
+    n = int(n)
+    if n == 0:
+        k = x.shape[-1]
+        return A.broadcast_to(A.asarray(np.eye(k, dtype=x.dtype), t=x._tr), x.shape)
+    if n < 0:
+        x, n = inv(x), -n
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else A.matmul(result, base)
+        n >>= 1
+        if n:
+            base = A.matmul(base, base)
+    return result
+
+
+def _max0(x, axis, keepdims=False):
+    """max of non-negative values; 0 over an empty axis, as numpy's norms give."""
+    axes = A._axes(axis, x.ndim, "norm")
+    if builtins.any(x.shape[d] == 0 for d in axes):
+        r = A.sum(x, axis, keepdims=keepdims)
+        return A.zeros_like(r)
+    return A.max(x, axis, keepdims=keepdims)
+
+
+def _vector_norm(x, ord, axis, keepdims):
+    ax = A.absolute(x)
+    if ord is None or ord == 2:
+        return A.sqrt(A.sum(A.multiply(x, x), axis, keepdims=keepdims))
+    if ord == np.inf:
+        return _max0(ax, axis, keepdims=keepdims)
+    if ord == -np.inf:
+        return A.min(ax, axis, keepdims=keepdims)
+    if ord == 0:
+        return A.sum(A.astype(A.not_equal(x, 0), x.dtype), axis, keepdims=keepdims)
+    if ord == 1:
+        return A.sum(ax, axis, keepdims=keepdims)
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order '{ord}' for vectors (at {user_loc()})")
+    p = float(ord)
+    s = A.sum(A.power(ax, A.asarray(np.asarray(p, x.dtype), t=x._tr)), axis, keepdims=keepdims)
+    return A.power(s, A.asarray(np.asarray(1.0 / p, x.dtype), t=x._tr))
+
+
+def _sv(x, r, c):
+    """Singular values of the matrices on dims (r, c), on a last dim."""
+    rest = [d for d in range(x.ndim) if d not in (r, c)]
+    return _op("svd", A.transpose(x, rest + [r, c]), part="s", full_matrices=False)
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    r, c = axes
+    if r == c:
+        raise ValueError(f"Duplicate axes given (at {user_loc()})")
+    if ord is None or ord == "fro":
+        res = A.sqrt(A.sum(A.multiply(x, x), (r, c)))
+    elif ord == "nuc":
+        res = A.sum(_sv(x, r, c), -1)
+    elif ord in (2, -2):
+        s = _sv(x, r, c)
+        res = _max0(s, -1) if ord == 2 else A.min(s, -1)
+    elif ord in (1, -1):
+        col = A.sum(A.absolute(x), r)
+        c2 = c - 1 if c > r else c
+        res = _max0(col, c2) if ord == 1 else A.min(col, c2)
+    elif ord in (np.inf, -np.inf):
+        row = A.sum(A.absolute(x), c)
+        r2 = r - 1 if r > c else r
+        res = _max0(row, r2) if ord == np.inf else A.min(row, r2)
+    else:
+        raise ValueError(f"Invalid norm order {ord!r} for matrices (at {user_loc()})")
+    if keepdims:
+        res = A.reshape(res, tuple(1 if d in (r, c) else s for d, s in enumerate(x.shape)))
+    return res
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    x = A.asarray(x)
+    x = A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
+    if axis is None:
+        if ord is None:
+            r = A.sqrt(A.sum(A.multiply(x, x)))
+            return A.reshape(r, (1,) * x.ndim) if keepdims else r
+        if x.ndim == 1:
+            return _vector_norm(x, ord, 0, keepdims)
+        if x.ndim == 2:
+            return _matrix_norm(x, ord, (0, 1), keepdims)
+        raise ValueError(f"Improper number of dimensions to norm (at {user_loc()})")
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(A._axis(a, x.ndim, "norm") for a in axes)
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes[0], keepdims)
+    if len(axes) == 2:
+        return _matrix_norm(x, ord, axes, keepdims)
+    raise ValueError(f"Improper number of dimensions to norm (at {user_loc()})")
+
+
+def matrix_rank(A_, tol=None, hermitian=False, *, rtol=None):
+    x = A.asarray(A_)
+    if x.ndim < 2:
+        return A.astype(A.any(A.not_equal(x, 0)), "int64")
+    x = _f(x, "matrix_rank", square=False)
+    s = svdvals(x)
+    if s.shape[-1] == 0:
+        return A.zeros_like(s, dtype="int64", shape=s.shape[:-1])
+    smax = A.max(s, axis=-1, keepdims=True)
+    if tol is None:
+        r = max(x.shape[-2:]) * float(np.finfo(x.dtype).eps) if rtol is None else rtol
+        cut = A.multiply(smax, r)
+    else:
+        cut = A.expand_dims(A.asarray(tol, t=x._tr), -1) if np.ndim(tol) or isinstance(tol, Tracer) else tol
+    return A.sum(A.astype(A.greater(s, cut), "int64"), axis=-1)
+
+
+def cond(x, p=None):
+    x = _f(x, "cond", square=p not in (None, 2, -2))
+    if p is None or p in (2, -2):
+        s = svdvals(x)
+        big, small = A.getitem(s, (Ellipsis, 0)), A.getitem(s, (Ellipsis, -1))
+        return A.true_divide(big, small) if p != -2 else A.true_divide(small, big)
+    r = A.multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
+    # a singular matrix (NaN inverse) has condition number inf, as numpy gives
+    x_nan = A.any(A.not_equal(x, x), axis=(-2, -1))
+    return A.where(A.logical_and(A.not_equal(r, r), A.logical_not(x_nan)), A.full_like(r, np.inf), r)
+
+
+def multi_dot(arrays, *, out=None):
+    A._no_extra("multi_dot", (), {"out": out})
+    xs = list(arrays)
+    if len(xs) < 2:
+        raise ValueError(f"multi_dot: expecting at least two arrays (at {user_loc()})")
+    r = xs[0]
+    for y in xs[1:]:
+        r = A.dot(r, y)
+    return r
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    x = A.asarray(x)
+    if axis is None:
+        r = _vector_norm(A.ravel(A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")), ord, 0, False)
+        return A.reshape(r, (1,) * x.ndim) if keepdims else r
+    if isinstance(axis, (int, np.integer)) or len(axis) == 1:
+        return norm(x, ord, axis if isinstance(axis, (int, np.integer)) else axis[0], keepdims)
+    axes = A._axes(axis, x.ndim, "vector_norm")
+    rest = [d for d in range(x.ndim) if d not in axes]
+    n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    y = A.reshape(A.transpose(x, rest + list(axes)), tuple(x.shape[d] for d in rest) + (n,))
+    r = norm(y, ord, -1)
+    return A.reshape(r, tuple(1 if d in axes else s for d, s in enumerate(x.shape))) if keepdims else r
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    return norm(x, ord, (-2, -1), keepdims)
