@@ -8,3 +8,4 @@ from .runtime.checkpoint import save, load  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 
 __version__ = "0.1.0"
+from . import eager as _eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)

@@ -59,6 +59,11 @@ class Array:
         return self._sharding.mesh
 
     @property
+    def is_fully_replicated(self) -> bool:
+        """Does every device hold the whole value? (Then reading it is local.)"""
+        return all(e is None for e in self._sharding.spec)
+
+    @property
     def local_shape(self):
         """The padded shape of each shard."""
         return self._sharding.local_shape(self._shape)
@@ -67,6 +72,12 @@ class Array:
     def numpy(self) -> np.ndarray:
         """The global value, assembled from the shards (a new array)."""
         sh = self._sharding
+        if self.is_fully_replicated:
+            # every device holds the whole value: read this process's copy, no collective
+            # (so `if rank == 0: print(float(loss))` works under MPI)
+            got = self._runtime.get({d: h for d, h in list(self._handles.items())[:1]})
+            return np.array(next(iter(got.values()))[tuple(slice(0, n) for n in self._shape)],
+                            dtype=self._dtype, copy=True)
         shards = self._runtime.all_shards(self._handles, sh.mesh)
         out = np.empty(self._shape, self._dtype)
         seen = set()
