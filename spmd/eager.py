@@ -42,7 +42,14 @@ from .tree import tree_flatten, tree_unflatten
 
 _CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
 _FALLBACK = object()
-STATS = {"compiled": 0, "calls": 0, "fallbacks": 0}
+_COLLECTIVES: dict = {}    # key -> the collectives its program runs, by op name
+# counters since import (tests and users may reset them): one-op programs compiled and
+# run, fallbacks to numpy, and the collectives the eager programs ran, by op name
+STATS = {"compiled": 0, "calls": 0, "fallbacks": 0, "collectives": {}}
+
+
+def reset_stats():
+    STATS.update(compiled=0, calls=0, fallbacks=0, collectives={})
 
 _BY_UFUNC = npx.UFUNCS
 _BY_FUNCTION = npx.FUNCTIONS
@@ -95,11 +102,15 @@ def _name(kind, name):
             "operator": name}.get(kind, name)
 
 
-def run(kind, name, builder, args, kwargs, scalars_dynamic=False):
-    """Run builder(*args, **kwargs) as a cached one-op partitioned program."""
+def run(kind, name, builder, args, kwargs, scalars_dynamic=False, out_sharding=None):
+    """Run builder(*args, **kwargs) as a cached one-op partitioned program (its result laid
+    out by `out_sharding` if given, as an in-place write keeps its target's)."""
     STATS["calls"] += 1
     leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_array_leaf)
-    dyn, key = [], [kind, name, tree]
+    for x in leaves:
+        if isinstance(x, Array):
+            _check_fresh(x)
+    dyn, key = [], [kind, name, tree, out_sharding]
     for x in leaves:
         dynamic = isinstance(x, (Array, np.ndarray)) or (
             scalars_dynamic and isinstance(x, (bool, int, float, np.generic)))
@@ -114,17 +125,31 @@ def run(kind, name, builder, args, kwargs, scalars_dynamic=False):
     key = tuple(key)
     f = _CACHE.get(key)
     if f is None:
-        f = _CACHE[key] = _make(kind, name, builder, tree, leaves, scalars_dynamic)
+        f = _CACHE[key] = _make(kind, name, builder, tree, leaves, scalars_dynamic, out_sharding)
     if f is _FALLBACK:
         return _fallback(kind, name, args, kwargs, "spmd cannot run it")
     try:
-        return f(*dyn)
+        out = f(*dyn)
     except (NotImplementedError, TraceError) as e:
         _CACHE[key] = _FALLBACK
         return _fallback(kind, name, args, kwargs, str(e).split(" (at ")[0])
+    ops = _COLLECTIVES.get(key)
+    if ops is None:
+        low = f.lower(*dyn)
+        ops = _COLLECTIVES[key] = [c["op"] for c in low.report()["collectives"]] if low.mesh else []
+    for o in ops:
+        STATS["collectives"][o] = STATS["collectives"].get(o, 0) + 1
+    if name in _VIEWS and isinstance(out, Array) and isinstance(args[0], Array):
+        out._view = (args[0], None, _version(args[0]))     # numpy's result is a view
+    return out
 
 
-def _make(kind, name, builder, tree, leaves, scalars_dynamic):
+# what numpy returns as a view of its first argument (getitem's basic indexing is below)
+_VIEWS = {"T", "mT", "transpose", "reshape", "ravel", "swapaxes", "moveaxis", "squeeze", "expand_dims",
+          "atleast_1d", "broadcast_to"}
+
+
+def _make(kind, name, builder, tree, leaves, scalars_dynamic, out_sharding):
     from .api import jit
     is_dyn = [isinstance(x, (Array, np.ndarray)) or (
         scalars_dynamic and isinstance(x, (bool, int, float, np.generic))) for x in leaves]
@@ -138,7 +163,7 @@ def _make(kind, name, builder, tree, leaves, scalars_dynamic):
 
     one_op.__name__ = one_op.__qualname__ = f"eager_{name.strip('_')}"
     STATS["compiled"] += 1
-    return jit(one_op)
+    return jit(one_op, out_shardings=out_sharding)
 
 
 def _gathered(x):
@@ -147,15 +172,20 @@ def _gathered(x):
 
 def _fallback(kind, name, args, kwargs, why):
     """numpy on the gathered values, with a warning naming the bytes gathered."""
-    STATS["fallbacks"] += 1
+    func = name
     leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_array_leaf)
     arrays = [x for x in leaves if isinstance(x, Array)]
     nbytes = sum(x.nbytes for x in arrays)
     mesh = arrays[0].sharding.mesh if arrays else None
-    warnings.warn(f"spmd: {_name(kind, name)} on an spmd.Array runs in numpy on the gathered value "
-                  f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=_user_stacklevel())
+    if kind == "function" and callable(name):
+        name = getattr(name, "__name__", str(name))
+    if nbytes and not all(x.is_fully_replicated for x in arrays):
+        # (replicated values are read locally: nothing leaves the mesh, nothing to warn about)
+        STATS["fallbacks"] += 1
+        warnings.warn(f"spmd: {_name(kind, name)} on an spmd.Array runs in numpy on the gathered value "
+                      f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=_user_stacklevel())
     a, k = tree_unflatten(tree, [_gathered(x) for x in leaves])
-    out = _call_numpy(kind, name, a, k)
+    out = _call_numpy(kind, func if kind == "function" else name, a, k)
     return _place(out, mesh)
 
 
@@ -358,16 +388,20 @@ def set_value(a, value):
         if value.shape != a.shape:
             value = np.broadcast_to(value, a.shape)
         value = device_put(np.ascontiguousarray(value.astype(a.dtype, copy=False)), a.sharding)
-    if value.shape != a.shape:
-        value = run("function", "broadcast_to", npx.broadcast_to, (value, a.shape), {})
-    if value.dtype != a.dtype:
-        if not np.can_cast(value.dtype, a.dtype, casting="same_kind"):
-            raise TypeError(f"Cannot cast ufunc output from dtype('{value.dtype}') to dtype('{a.dtype}') "
-                            f"with casting rule 'same_kind'")
-        value = run("method", "astype", _METHODS["astype"], (value, a.dtype), {})
+    if value.dtype != a.dtype and not np.can_cast(value.dtype, a.dtype, casting="same_kind"):
+        raise TypeError(f"Cannot cast ufunc output from dtype('{value.dtype}') to dtype('{a.dtype}') "
+                        f"with casting rule 'same_kind'")
+    if value.shape != a.shape or value.dtype != a.dtype or value.sharding != a.sharding:
+        # broadcast, cast and lay out as the target is (planned collectives, no gather)
+        value = run("function", "assign", lambda v, shape, dt: npx.astype(npx.broadcast_to(v, shape), dt),
+                    (value, a.shape, a.dtype), {}, out_sharding=a.sharding)
     a._handles, a._sharding = value._handles, value._sharding
     a._version = _version(a) + 1
     v = getattr(a, "_view", None)
+    if v is not None and v[1] is None:
+        raise ValueError("spmd: writing into a transposed or reshaped view of an spmd.Array is not "
+                         "supported (numpy would write through to the base array); write to the base "
+                         "array, or take a .copy() first")
     if v is not None:                      # a view: write through to its base
         base, key, _ = v
         setitem(base, key, a)
@@ -413,6 +447,7 @@ def _setitem_builder(x, v, *ks):
         else:                                   # a traced int64 scalar
             box_shape.append(1)
             kinds.append("int")
+            lo.append(0), hi.append(0), interior.append(0)
             idx = npx.Tracer(t.emit("iota", shape=(n,), dtype="int64", dimension=0), t)
             m = npx.equal(idx, k)
         shape = [1] * x.ndim
@@ -461,11 +496,12 @@ def setitem(self, key, value):
         set_value(self, device_put(g, self.sharding))
         return
     if mask:
-        new = run("operator", "setitem", _setitem_builder, (self, value, ks[0]), {}, scalars_dynamic=True)
+        new = run("operator", "setitem", _setitem_builder, (self, value, ks[0]), {}, scalars_dynamic=True,
+                  out_sharding=self.sharding)
     else:
         k = _normalise_ints(self, ks)
         new = run("operator", "setitem", _setitem_builder, (self, value) + tuple(_wrap_key(e) for e in k), {},
-                  scalars_dynamic=False)
+                  scalars_dynamic=True, out_sharding=self.sharding)
     set_value(self, new)
 
 
@@ -473,7 +509,7 @@ def _inplace(name, f):
     def m(self, other):
         if current_trace() is not None or isinstance(other, Tracer):
             return NotImplemented
-        r = run("operator", name, f, (self, other), {}, scalars_dynamic=True)
+        r = run("operator", name, f, (self, other), {}, scalars_dynamic=True, out_sharding=self.sharding)
         set_value(self, r)
         return self
     m.__name__ = m.__qualname__ = f"__i{name.strip('_')}__"
@@ -482,7 +518,7 @@ def _inplace(name, f):
 
 def _fill(self, value):
     set_value(self, run("method", "fill", lambda x, v: npx.full_like(x, v), (self, value), {},
-                        scalars_dynamic=True))
+                        scalars_dynamic=True, out_sharding=self.sharding))
 
 
 def _mutating_fallback(name):
@@ -522,7 +558,16 @@ def _tolist(self):
     return self.numpy().tolist()
 
 
+def _numpy(self):
+    _check_fresh(self)
+    return _ARRAY_NUMPY(self)
+
+
+_ARRAY_NUMPY = Array.numpy
+
+
 def install():
+    Array.numpy = _numpy
     for name, f in _METHODS.items():
         setattr(Array, name, _method(name, f))
     for name, f in _OPERATORS.items():
