@@ -12,9 +12,16 @@ import numpy as np
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 
 
-def collectives(graph) -> list:
+def collectives(graph, inside=None) -> list:
+    """Every collective of the program; those of a control-flow body (while, cond, scan)
+    too, with `inside`: the op and line of the loop or branch that runs them (a loop's
+    run once an iteration)."""
     out = []
     for op in graph.ops:
+        for k in sorted(op.attrs):
+            sub = op.attrs[k]
+            if hasattr(sub, "ops") and hasattr(sub, "inputs"):
+                out += collectives(sub, f"{op.name}.{k} at {op.loc}")
         if op.name not in COLLECTIVES:
             continue
         x, r = op.operands[0], op.results[0]
@@ -22,6 +29,8 @@ def collectives(graph) -> list:
         out.append({"op": op.name, "axes": tuple(op.attrs["axes"]), "group_size": int(op.attrs["group_size"]),
                     "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
                     "bytes": max(x.size, r.size) * item, "loc": op.loc})
+        if inside is not None:
+            out[-1]["inside"] = inside
     return out
 
 

@@ -1,0 +1,240 @@
+"""Structured control flow: `while`, `cond` and `scan`, whose bodies are sub-graphs held
+as attributes (StableHLO's regions). Sub-graphs are closed: a value of the enclosing
+program a body uses is an explicit operand (tracing captures it, compiler/control.py).
+
+    while(carry..., captured...)   {cond: Graph, body: Graph, num_carry}
+        cond: (carry..., captured...) -> bool[]; body: (carry..., captured...) -> carry...
+        results: the carry when cond is false
+    cond(pred, args...)             {true: Graph, false: Graph}
+        both branches: (args...) -> results..., the same avals
+    scan(carry..., xs..., captured...)  {body: Graph, num_carry, num_xs, length, reverse}
+        body: (carry..., x[i]..., captured...) -> (carry..., y...)
+        results: the final carry, then each y stacked along a new leading dim of `length`
+
+Sharding (GSPMD's rules): a loop-carried value keeps one sharding (operand i, result i
+and the body's input and output i share their factors); the scanned dimension of xs and
+ys is not split; a predicate is replicated (the partitioner lowers the sub-graphs with
+the predicate's output replicated, one collective). The partition handlers reshard the
+operands, then propagate and partition each sub-graph with those shardings pinned at
+its inputs and outputs (P.lower_subgraph), so every device runs the same loop.
+
+The reference (`ref`) interprets the sub-graphs op by op with each op's reference
+(collectives get the communicator, so a per-device loop body may hold collectives).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .registry import OpDef, check, register
+
+SUBGRAPHS = {"while": ("cond", "body"), "cond": ("true", "false"), "scan": ("body",)}
+
+
+def run_graph(g, args, comm=None):
+    """Interpret Graph g on ndarrays with each op's numpy reference."""
+    env = dict(zip(g.inputs, args))
+    for op in g.ops:
+        d = op.opdef
+        xs = [env[o] for o in op.operands]
+        out = d.ref(*xs, comm=comm, **op.attrs) if d.needs_comm else d.ref(*xs, **op.attrs)
+        outs = [out] if len(op.results) == 1 else list(out)
+        for r, x in zip(op.results, outs):
+            env[r] = np.asarray(x, dtype=r.dtype)
+    return [env[v] for v in g.outputs]
+
+
+def _avals(vs):
+    from ..graph import Aval
+    return [Aval(v.shape, v.dtype) for v in vs]
+
+
+def _same(got, want, what):
+    check(len(got) == len(want), f"{what}: {len(got)} values where {len(want)} are expected")
+    for i, (a, b) in enumerate(zip(got, want)):
+        check(tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype,
+              f"{what}: value {i} is {a.dtype}{list(a.shape)}, expected {b.dtype}{list(b.shape)}")
+
+
+# -- while ---------------------------------------------------------------------------------
+def _while_infer(*operands, cond, body, num_carry):
+    carry = list(operands[:num_carry])
+    _same(_avals(cond.inputs), operands, "while: the cond function's inputs")
+    _same(_avals(body.inputs), operands, "while: the body's inputs")
+    check(len(cond.outputs) == 1 and cond.outputs[0].shape == () and cond.outputs[0].dtype == "bool",
+          "while: cond_fun must return a bool scalar")
+    _same(_avals(body.outputs), carry, "while: the body's results (they must match the loop carry)")
+    return list(carry)
+
+
+def _while_ref(*operands, cond, body, num_carry, comm=None):
+    carry, rest = list(operands[:num_carry]), list(operands[num_carry:])
+    while bool(run_graph(cond, carry + rest, comm)[0]):
+        carry = run_graph(body, carry + rest, comm)
+    return _ret(carry)
+
+
+def _ret(xs):
+    """A ref's result: the array itself for a single-result op, else the list."""
+    return xs[0] if len(xs) == 1 else xs
+
+
+def _carry_factors(avals_in, avals_out, num_carry, start=0):
+    """Factor names: carry i in and out share theirs; every other operand its own."""
+    from ..factors import FactorRule
+    sizes, ops, res = {}, [], []
+    for i, a in enumerate(avals_in):
+        fs = []
+        for d, n in enumerate(a.shape):
+            name = f"c{i - start}_{d}" if start <= i < start + num_carry else f"o{i}_{d}"
+            sizes[name] = n
+            fs.append((name,))
+        ops.append(tuple(fs))
+    for j, a in enumerate(avals_out):
+        fs = []
+        for d, n in enumerate(a.shape):
+            name = f"c{j}_{d}" if j < num_carry else f"r{j}_{d}"
+            sizes[name] = max(sizes.get(name, 0), n)
+            fs.append((name,))
+        res.append(tuple(fs))
+    return FactorRule(tuple(ops), tuple(res), sizes)
+
+
+def _while_factors(avals_in, avals_out, attrs):
+    return _carry_factors(avals_in, avals_out, attrs["num_carry"])
+
+
+def _partition_while(P, op):
+    n = op.attrs["num_carry"]
+    shs = [P.sharding_of(r).replace(partial=()) for r in op.results]
+    ins = shs + [P.sharding_of(o).replace(partial=()) for o in op.operands[n:]]
+    locs = [P.get(o, s) for o, s in zip(op.operands, ins)]
+    cond = P.lower_subgraph(op.attrs["cond"], ins, [P.sh(())])
+    body = P.lower_subgraph(op.attrs["body"], ins, shs)
+    outs = P.em.emit("while", *locs, cond=cond, body=body, num_carry=n)
+    return [(o, s) for o, s in zip(outs, shs)]
+
+
+register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
+               partition=_partition_while))
+
+
+# -- cond ----------------------------------------------------------------------------------
+def _cond_infer(pred, *args, true, false):
+    check(pred.shape == () and pred.dtype == "bool", f"cond: the predicate must be a bool scalar, got "
+                                                    f"{pred.dtype}{list(pred.shape)}")
+    _same(_avals(true.inputs), args, "cond: true_fun's inputs")
+    _same(_avals(false.inputs), args, "cond: false_fun's inputs")
+    _same(_avals(false.outputs), _avals(true.outputs), "cond: false_fun's results (they must match "
+                                                        "true_fun's)")
+    return _avals(true.outputs)
+
+
+def _cond_ref(pred, *args, true, false, comm=None):
+    return _ret(run_graph(true if bool(pred) else false, list(args), comm))
+
+
+def _cond_factors(avals_in, avals_out, attrs):
+    """A result shares its factors with the first argument of its shape and dtype (a
+    preference only: the branches are lowered with the shardings chosen, whatever they are)."""
+    rule = _carry_factors(avals_in, avals_out, 0)
+    ops = list(rule.operands)
+    sizes = dict(rule.sizes)
+    for j, a in enumerate(avals_out):
+        for i in range(1, len(avals_in)):
+            if tuple(avals_in[i].shape) == tuple(a.shape) and avals_in[i].dtype == a.dtype:
+                ops[i] = rule.results[j]
+                for fs, n in zip(rule.results[j], a.shape):
+                    for f in fs:
+                        sizes[f] = n
+                break
+    for i in range(len(ops)):
+        for fs in ops[i]:
+            for f in fs:
+                sizes.setdefault(f, 0)
+    return dataclasses.replace(rule, operands=tuple(ops), sizes={f: n for f, n in sizes.items() if any(
+        f in fs for arr in tuple(ops) + rule.results for fs in arr)})
+
+
+def _partition_cond(P, op):
+    shs = [P.sharding_of(r).replace(partial=()) for r in op.results]
+    ins = [P.sharding_of(o).replace(partial=()) for o in op.operands[1:]]
+    pred = P.get(op.operands[0], P.sh(()))               # replicated: one collective at most
+    locs = [P.get(o, s) for o, s in zip(op.operands[1:], ins)]
+    true = P.lower_subgraph(op.attrs["true"], ins, shs)
+    false = P.lower_subgraph(op.attrs["false"], ins, shs)
+    outs = P.em.emit("cond", pred, *locs, true=true, false=false)
+    return [(o, s) for o, s in zip(outs, shs)]
+
+
+register(OpDef("cond", "control", _cond_infer, _cond_ref, factors=_cond_factors, needs_comm=True,
+               partition=_partition_cond))
+
+
+# -- scan ----------------------------------------------------------------------------------
+def _scan_infer(*operands, body, num_carry, num_xs, length, reverse):
+    from ..graph import Aval
+    carry = list(operands[:num_carry])
+    xs = operands[num_carry:num_carry + num_xs]
+    for i, x in enumerate(xs):
+        check(len(x.shape) >= 1 and x.shape[0] == length,
+              f"scan: xs[{i}] has shape {list(x.shape)}; its leading dim must be length={length}")
+    want = carry + [Aval(tuple(x.shape[1:]), x.dtype) for x in xs] + list(operands[num_carry + num_xs:])
+    _same(_avals(body.inputs), want, "scan: the body's inputs")
+    outs = _avals(body.outputs)
+    _same(outs[:num_carry], carry, "scan: the body's carry (it must match the initial carry)")
+    return carry + [Aval((length,) + tuple(y.shape), y.dtype) for y in outs[num_carry:]]
+
+
+def _scan_ref(*operands, body, num_carry, num_xs, length, reverse, comm=None):
+    carry = list(operands[:num_carry])
+    xs = operands[num_carry:num_carry + num_xs]
+    rest = list(operands[num_carry + num_xs:])
+    ys = [np.empty((length,) + v.shape, v.dtype) for v in body.outputs[num_carry:]]
+    for i in (range(length - 1, -1, -1) if reverse else range(length)):
+        out = run_graph(body, carry + [x[i] for x in xs] + rest, comm)
+        carry = out[:num_carry]
+        for y, v in zip(ys, out[num_carry:]):
+            y[i] = v
+    return _ret(carry + ys)
+
+
+def _scan_factors(avals_in, avals_out, attrs):
+    import dataclasses
+    nc, nx = attrs["num_carry"], attrs["num_xs"]
+    rule = _carry_factors(avals_in, avals_out, nc)
+    # the scanned dim of xs and ys is read one slice an iteration: not split
+    lead = {rule.operands[i][0][0] for i in range(nc, nc + nx)} | \
+        {rule.results[j][0][0] for j in range(nc, len(avals_out))}
+    return dataclasses.replace(rule, replicate=frozenset(lead))
+
+
+def _partition_scan(P, op):
+    a = op.attrs
+    nc, nx = a["num_carry"], a["num_xs"]
+    shs = [P.sharding_of(r).replace(partial=()) for r in op.results]
+    ins = shs[:nc] + [P.sharding_of(o).replace(partial=()) for o in op.operands[nc:]]
+    ins = ins[:nc] + [_lead_replicated(P, s, o) for s, o in zip(ins[nc:nc + nx], op.operands[nc:nc + nx])] \
+        + ins[nc + nx:]
+    shs = shs[:nc] + [_lead_replicated(P, s, r) for s, r in zip(shs[nc:], op.results[nc:])]
+    locs = [P.get(o, s) for o, s in zip(op.operands, ins)]
+    body_in = ins[:nc] + [_drop_lead(P, s) for s in ins[nc:nc + nx]] + ins[nc + nx:]
+    body_out = shs[:nc] + [_drop_lead(P, s) for s in shs[nc:]]
+    body = P.lower_subgraph(a["body"], body_in, body_out)
+    outs = P.em.emit("scan", *locs, body=body, num_carry=nc, num_xs=nx, length=a["length"],
+                     reverse=a["reverse"])
+    return [(o, s) for o, s in zip(outs, shs)]
+
+
+def _lead_replicated(P, s, v):
+    spec = tuple(s.for_rank(v.ndim).spec)
+    return P.sh((None,) + spec[1:])
+
+
+def _drop_lead(P, s):
+    return P.sh(tuple(s.spec[1:]))
+
+
+register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
+               partition=_partition_scan))
