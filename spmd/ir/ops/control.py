@@ -117,7 +117,7 @@ def _partition_while(P, op):
 
 
 register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
-               partition=_partition_while))
+               partition=_partition_while, subgraphs=("cond", "body")))
 
 
 # -- cond ----------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def _partition_cond(P, op):
 
 
 register(OpDef("cond", "control", _cond_infer, _cond_ref, factors=_cond_factors, needs_comm=True,
-               partition=_partition_cond))
+               partition=_partition_cond, subgraphs=("true", "false"), vjp=lambda *a: _cond_vjp(*a)))
 
 
 # -- scan ----------------------------------------------------------------------------------
@@ -237,4 +237,108 @@ def _drop_lead(P, s):
 
 
 register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
-               partition=_partition_scan))
+               partition=_partition_scan, subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a)))
+
+
+# -- reverse mode ---------------------------------------------------------------------------
+def _is_float(dt):
+    return dt in ("float32", "float64", "float16", "bfloat16")
+
+
+def _zeros(g, shape, dtype):
+    z = g.emit("constant", value=np.zeros((), dtype))
+    return g.emit("broadcast_in_dim", z, shape=tuple(shape), broadcast_dimensions=())
+
+
+def _replay(dst, body, inputs):
+    """Emit body's ops into graph dst on `inputs` (one per body input); -> its outputs."""
+    vmap = dict(zip(body.inputs, inputs))
+    for op in body.ops:
+        out = dst.emit(op.name, *[vmap[o] for o in op.operands], loc=op.loc, **op.attrs)
+        for r, nr in zip(op.results, out if isinstance(out, tuple) else (out,)):
+            vmap[r] = nr
+    return [vmap[v] for v in body.outputs]
+
+
+def _scan_vjp(g, op, cts, differentiate):
+    """The derivative of a scan is a scan the other way. A forward scan first records the
+    carry each step starts from (the body's values are recomputed from it); the backward
+    body replays the forward body and differentiates it, carrying the carry's cotangent
+    and summing the captured values' cotangents."""
+    from ..graph import Graph
+    a = op.attrs
+    nc, nx, L, body = a["num_carry"], a["num_xs"], a["length"], a["body"]
+    carry0, xs, ks = op.operands[:nc], op.operands[nc:nc + nx], op.operands[nc + nx:]
+    ys = op.results[nc:]
+    ny = len(ys)
+    # 1. the carries each step starts from, as extra ys
+    rec = Graph(body.name + "_record")
+    for v in body.inputs:
+        rec.add_input(v.shape, v.dtype)
+    rec.outputs = _replay(rec, body, rec.inputs) + list(rec.inputs[:nc])
+    fw = g.emit("scan", *op.operands, body=rec, num_carry=nc, num_xs=nx, length=L, reverse=a["reverse"])
+    fw = fw if isinstance(fw, tuple) else (fw,)
+    C = list(fw[nc + ny:])
+    ci = [i for i in range(nc) if _is_float(carry0[i].dtype)]
+    xi = [i for i in range(nx) if _is_float(xs[i].dtype)]
+    ki = [i for i in range(len(ks)) if _is_float(ks[i].dtype)]
+    yi = [j for j in range(ny) if _is_float(ys[j].dtype)]
+    # 2. the backward body: (ct_c, ct_k | c_i, x_i, ct_y_i | k) -> (ct_c, ct_k | ct_x_i)
+    bb = Graph(body.name + "_vjp")
+    in_ctc = [bb.add_input(carry0[i].shape, carry0[i].dtype) for i in ci]
+    in_ctk = [bb.add_input(ks[i].shape, ks[i].dtype) for i in ki]
+    in_c = [bb.add_input(c.shape, c.dtype) for c in carry0]
+    in_x = [bb.add_input(x.shape[1:], x.dtype) for x in xs]
+    in_cty = [bb.add_input(ys[j].shape[1:], ys[j].dtype) for j in yi]
+    in_k = [bb.add_input(k.shape, k.dtype) for k in ks]
+    start = len(bb.ops)
+    outs = _replay(bb, body, in_c + in_x + in_k)
+    wrt = [in_c[i] for i in ci] + [in_x[i] for i in xi] + [in_k[i] for i in ki]
+    grads = differentiate(bb, start, wrt, [outs[i] for i in ci] + [outs[nc + j] for j in yi], in_ctc + in_cty)
+    grads = [gr if gr is not None else _zeros(bb, w.shape, w.dtype) for gr, w in zip(grads, wrt)]
+    g_c, g_x, g_k = grads[:len(ci)], grads[len(ci):len(ci) + len(xi)], grads[len(ci) + len(xi):]
+    bb.outputs = g_c + [bb.emit("add", t, d) for t, d in zip(in_ctk, g_k)] + g_x
+    # 3. the backward scan
+    ct_c = [cts[i] if cts[i] is not None else _zeros(g, carry0[i].shape, carry0[i].dtype) for i in ci]
+    ct_k = [_zeros(g, ks[i].shape, ks[i].dtype) for i in ki]
+    ct_y = [cts[nc + j] if cts[nc + j] is not None else _zeros(g, ys[j].shape, ys[j].dtype) for j in yi]
+    nb = len(ci) + len(ki)
+    bw = g.emit("scan", *ct_c, *ct_k, *C, *xs, *ct_y, *ks, body=bb, num_carry=nb, num_xs=nc + nx + len(yi),
+                length=L, reverse=not a["reverse"])
+    bw = bw if isinstance(bw, tuple) else (bw,)
+    out = [None] * len(op.operands)
+    for n, i in enumerate(ci):
+        out[i] = bw[n]
+    for n, i in enumerate(ki):
+        out[nc + nx + i] = bw[len(ci) + n]
+    for n, i in enumerate(xi):
+        out[nc + i] = bw[nb + n]
+    return tuple(out)
+
+
+def _cond_vjp(g, op, cts, differentiate):
+    """The derivative of a branch is a branch: the same predicate picks the VJP of the
+    branch that ran."""
+    from ..graph import Graph
+    pred, args = op.operands[0], op.operands[1:]
+    ai = [i for i in range(len(args)) if _is_float(args[i].dtype)]
+    ri = [j for j in range(len(op.results)) if _is_float(op.results[j].dtype) and cts[j] is not None]
+    if not ai or not ri:
+        return (None,) * len(op.operands)
+    branches = {}
+    for k in ("true", "false"):
+        br = op.attrs[k]
+        bg = Graph(br.name + "_vjp")
+        ins = [bg.add_input(x.shape, x.dtype) for x in args]
+        cin = [bg.add_input(op.results[j].shape, op.results[j].dtype) for j in ri]
+        start = len(bg.ops)
+        outs = _replay(bg, br, ins)
+        grads = differentiate(bg, start, [ins[i] for i in ai], [outs[j] for j in ri], cin)
+        bg.outputs = [gr if gr is not None else _zeros(bg, ins[i].shape, ins[i].dtype) for gr, i in zip(grads, ai)]
+        branches[k] = bg
+    res = g.emit("cond", pred, *args, *[cts[j] for j in ri], true=branches["true"], false=branches["false"])
+    res = res if isinstance(res, tuple) else (res,)
+    out = [None] * len(op.operands)
+    for n, i in enumerate(ai):
+        out[1 + i] = res[n]
+    return tuple(out)
