@@ -12,18 +12,22 @@ import numpy as np
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 
 
-def collectives(graph, inside=None) -> list:
-    """Every collective of the program; those of a control-flow body (while, cond, scan)
-    too, with `inside`: the op and line of the loop or branch that runs them (a loop's
-    run once an iteration)."""
-    out = []
+def collective_ops(graph, inside=None):
+    """(op, the graph holding it, inside) for every collective of the program, in order;
+    those of a control-flow body (while, cond, scan) too, with `inside`: the op and line
+    of the loop or branch that runs them (a loop's run once an iteration)."""
     for op in graph.ops:
         for k in sorted(op.attrs):
             sub = op.attrs[k]
             if hasattr(sub, "ops") and hasattr(sub, "inputs"):
-                out += collectives(sub, f"{op.name}.{k} at {op.loc}")
-        if op.name not in COLLECTIVES:
-            continue
+                yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}")
+        if op.name in COLLECTIVES:
+            yield op, graph, inside
+
+
+def collectives(graph) -> list:
+    out = []
+    for op, _, inside in collective_ops(graph):
         x, r = op.operands[0], op.results[0]
         item = np.dtype(x.dtype).itemsize
         out.append({"op": op.name, "axes": tuple(op.attrs["axes"]), "group_size": int(op.attrs["group_size"]),
