@@ -65,7 +65,16 @@ def _while_infer(*operands, cond, body, num_carry):
     check(len(cond.outputs) == 1 and cond.outputs[0].shape == () and cond.outputs[0].dtype == "bool",
           "while: cond_fun must return a bool scalar")
     _same(_avals(body.outputs), carry, "while: the body's results (they must match the loop carry)")
-    return list(carry)
+    return _one(list(carry))
+
+
+def _tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _one(avals):
+    """Infer's result: one Aval for a single-result op (graph.emit then returns a Value)."""
+    return avals[0] if len(avals) == 1 else avals
 
 
 def _while_ref(*operands, cond, body, num_carry, comm=None):
@@ -113,10 +122,37 @@ def _partition_while(P, op):
     cond = P.lower_subgraph(op.attrs["cond"], ins, [P.sh(())])
     body = P.lower_subgraph(op.attrs["body"], ins, shs)
     outs = P.em.emit("while", *locs, cond=cond, body=body, num_carry=n)
-    return [(o, s) for o, s in zip(outs, shs)]
+    return [(o, s) for o, s in zip(_tuple(outs), shs)]
+
+
+CF_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+def _graph_flops(g) -> int:
+    total = 0
+    for op in g.ops:
+        f = op.opdef.flops
+        if f is not None:
+            total += int(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+    return total
+
+
+# flops: a while's body once (its trip count is not known), a scan's `length` times, a
+# cond's dearer branch
+def _while_flops(avals_in, aval_out, attrs):
+    return _graph_flops(attrs["cond"]) + _graph_flops(attrs["body"])
+
+
+def _cond_flops(avals_in, aval_out, attrs):
+    return max(_graph_flops(attrs["true"]), _graph_flops(attrs["false"]))
+
+
+def _scan_flops(avals_in, aval_out, attrs):
+    return attrs["length"] * _graph_flops(attrs["body"])
 
 
 register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
+               dtypes=CF_DTYPES, flops=_while_flops,
                partition=_partition_while, subgraphs=("cond", "body")))
 
 
@@ -128,7 +164,7 @@ def _cond_infer(pred, *args, true, false):
     _same(_avals(false.inputs), args, "cond: false_fun's inputs")
     _same(_avals(false.outputs), _avals(true.outputs), "cond: false_fun's results (they must match "
                                                         "true_fun's)")
-    return _avals(true.outputs)
+    return _one(_avals(true.outputs))
 
 
 def _cond_ref(pred, *args, true, false, comm=None):
@@ -165,10 +201,11 @@ def _partition_cond(P, op):
     true = P.lower_subgraph(op.attrs["true"], ins, shs)
     false = P.lower_subgraph(op.attrs["false"], ins, shs)
     outs = P.em.emit("cond", pred, *locs, true=true, false=false)
-    return [(o, s) for o, s in zip(outs, shs)]
+    return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
 
 register(OpDef("cond", "control", _cond_infer, _cond_ref, factors=_cond_factors, needs_comm=True,
+               dtypes=CF_DTYPES, flops=_cond_flops,
                partition=_partition_cond, subgraphs=("true", "false"), vjp=lambda *a: _cond_vjp(*a)))
 
 
@@ -184,7 +221,7 @@ def _scan_infer(*operands, body, num_carry, num_xs, length, reverse):
     _same(_avals(body.inputs), want, "scan: the body's inputs")
     outs = _avals(body.outputs)
     _same(outs[:num_carry], carry, "scan: the body's carry (it must match the initial carry)")
-    return carry + [Aval((length,) + tuple(y.shape), y.dtype) for y in outs[num_carry:]]
+    return _one(carry + [Aval((length,) + tuple(y.shape), y.dtype) for y in outs[num_carry:]])
 
 
 def _scan_ref(*operands, body, num_carry, num_xs, length, reverse, comm=None):
@@ -224,7 +261,7 @@ def _partition_scan(P, op):
     body = P.lower_subgraph(a["body"], body_in, body_out)
     outs = P.em.emit("scan", *locs, body=body, num_carry=nc, num_xs=nx, length=a["length"],
                      reverse=a["reverse"])
-    return [(o, s) for o, s in zip(outs, shs)]
+    return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
 
 def _lead_replicated(P, s, v):
@@ -237,6 +274,7 @@ def _drop_lead(P, s):
 
 
 register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
+               dtypes=CF_DTYPES, flops=_scan_flops,
                partition=_partition_scan, subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a)))
 
 
