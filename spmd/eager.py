@@ -267,10 +267,34 @@ def array_function(self, func, types, args, kwargs):
         out = kwargs.pop("out")
         _write(out, array_function(self, func, types, args, kwargs))
         return out
+    if func in _SELECTING and isinstance(args[0], Array) and not kwargs and len(args) == 1:
+        r = _selecting(func, args[0])
+        if r is not None:
+            return r
     impl = _BY_FUNCTION.get(func)
     if impl is None:
         return _fallback("function", func, args, kwargs, "not supported eagerly")
     return run("function", func.__name__, impl, args, kwargs)
+
+
+_SELECTING = (np.nonzero, np.argwhere, np.flatnonzero, np.count_nonzero)
+
+
+def _selecting(func, x):
+    """The data-dependent-shape functions (eager_select.py); None: not for this x."""
+    from . import eager_select
+    if func is np.count_nonzero:
+        return run("function", "count_nonzero", lambda v: npx.sum(npx.not_equal(v, False if v.dtype == np.bool_
+                                                                                  else 0)), (x,), {})
+    if not eager_select.supported(x):
+        return None
+    w = eager_select.select(x)                        # np.argwhere(x), split like x's rows
+    if func is np.argwhere:
+        return w
+    if func is np.nonzero:
+        return tuple(w[:, i] for i in range(x.ndim))
+    strides = np.array([int(np.prod(x.shape[i + 1:])) for i in range(x.ndim)], np.int64)
+    return w @ strides                                # np.flatnonzero
 
 
 def _method(name, f):
@@ -333,8 +357,11 @@ def _getitem_builder(x, key):
 def getitem(self, key):
     _check_fresh(self)
     if isinstance(key, Array) and key.dtype == np.bool_ or isinstance(key, np.ndarray) and key.dtype == np.bool_:
-        return _fallback("operator", "getitem", (self, key), {}, "boolean mask indexing has a "
-                         "data-dependent shape")
+        from . import eager_select
+        if key.shape == self.shape and eager_select.supported(self):
+            return eager_select.select(self, key)         # local selections, counts all-gathered
+        return _fallback("operator", "getitem", (self, key), {}, "boolean mask indexing with a mask "
+                         "not of x's shape, or x split along a dim other than the first")
     k = _normalise_ints(self, key)
     ks = k if isinstance(k, tuple) else (k,)
     # int64 scalars are program inputs (dynamic_slice); slices/None/... are static
@@ -586,6 +613,7 @@ def install():
     Array.T = property(lambda self: run("method", "T", lambda x: npx.transpose(x), (self,), {}))
     Array.mT = property(lambda self: run("method", "mT", lambda x: npx.swapaxes(x, -1, -2), (self,), {}))
     Array.fill = _fill
+    Array.nonzero = lambda self: np.nonzero(self)
     Array.item = _item
     Array.tolist = _tolist
     for name in ("sort", "put", "partition", "resize", "itemset", "setfield", "byteswap"):

@@ -81,6 +81,7 @@ def test_reductions_and_contractions_all_reduce_small_results():
 
 
 def test_programs_are_cached_per_op_shape_and_sharding():
+    eager._CACHE.clear()
     a = put(np.arange(8.0), "x")
     a + 1.0
     n = eager.STATS["compiled"]
@@ -152,6 +153,28 @@ def test_views_write_through_and_stale_views_fail():
     a[0, 0] = -5.0                              # numpy: col would show it; spmd's is a copy
     with pytest.raises(ValueError, match="view"):
         col + 1
+
+
+@pytest.mark.parametrize("mesh,spec", [(MESH, ("x", None)), (MESH2, (("a", "b"), None)), (MESH2, ("b", None)),
+                                       (MESH, (None, None))])
+def test_data_dependent_shapes_stay_sharded(mesh, spec):
+    rng = np.random.default_rng(3)
+    for shape in [(10, 3), (3, 2), (9,), (5, 1, 2)]:
+        x = rng.standard_normal(shape).round(1)
+        a = spmd.device_put(x, mesh.sharding(*spec[:len(shape)]))
+        eager.reset_stats()
+        sel = a[a > 0.2]
+        assert isinstance(sel, spmd.Array) and sel.sharding.spec == (spec[0],)
+        np.testing.assert_array_equal(sel.numpy(), x[x > 0.2])
+        np.testing.assert_array_equal(np.argwhere(a).numpy(), np.argwhere(x))
+        for got, want in zip(np.nonzero(a < 0), np.nonzero(x < 0)):
+            assert got.sharding.spec == (spec[0],)
+            np.testing.assert_array_equal(got.numpy(), want)
+        np.testing.assert_array_equal(np.flatnonzero(a).numpy(), np.flatnonzero(x))
+        assert int(np.count_nonzero(a > 0)) == np.count_nonzero(x > 0)
+        assert eager.STATS["fallbacks"] == 0 and "all_gather" not in collectives(), collectives()
+    empty = a[a > 100]
+    assert empty.shape == (0,) and empty.numpy().shape == (0,)
 
 
 def test_fallbacks_warn_with_the_bytes_gathered():

@@ -22,6 +22,11 @@ X = rng.standard_normal((10, 3))
 c, labels = kmeans(spmd.device_put(X, mesh.sharding("x", None)), X[:3].copy(), steps=2)
 cw, lw = kmeans(X, X[:3].copy(), steps=2)
 assert np.allclose(c.numpy(), cw) and (labels == lw).all()
+# data-dependent shapes: local selections, counts all-gathered, no gather of the input
+X = spmd.device_put(np.arange(30.0).reshape(10, 3) % 7, mesh.sharding("x", None))
+sel = X[X > 3]
+assert sel.sharding == mesh.sharding("x") and np.array_equal(sel.numpy(), X.numpy()[X.numpy() > 3])
+assert np.array_equal(np.argwhere(X > 3).numpy(), np.argwhere(X.numpy() > 3))
 loss = np.sum(x * x)                     # replicated: reading it on one rank is local
 if spmd.process_index() == 0:
     print(f"loss {float(loss):.6f}")
