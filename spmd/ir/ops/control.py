@@ -32,13 +32,20 @@ from .registry import OpDef, check, register
 SUBGRAPHS = {"while": ("cond", "body"), "cond": ("true", "false"), "scan": ("body",)}
 
 
-def run_graph(g, args, comm=None):
-    """Interpret Graph g on ndarrays with each op's numpy reference."""
+def run_graph(g, args, comm=None, run=None):
+    """Run Graph g on ndarrays: with `run` (a backend's executor of its compiled sub-graph,
+    run(g, args) -> outputs), else interpreted with each op's numpy reference."""
+    if run is not None:
+        # fresh arrays: a backend may reuse its output buffers on the next call
+        return [np.array(x, dtype=v.dtype, copy=True) for x, v in zip(run(g, list(args)), g.outputs)]
     env = dict(zip(g.inputs, args))
     for op in g.ops:
         d = op.opdef
         xs = [env[o] for o in op.operands]
-        out = d.ref(*xs, comm=comm, **op.attrs) if d.needs_comm else d.ref(*xs, **op.attrs)
+        if d.subgraphs:
+            out = d.ref(*xs, comm=comm, run=run, **op.attrs)
+        else:
+            out = d.ref(*xs, comm=comm, **op.attrs) if d.needs_comm else d.ref(*xs, **op.attrs)
         outs = [out] if len(op.results) == 1 else list(out)
         for r, x in zip(op.results, outs):
             env[r] = np.asarray(x, dtype=r.dtype)
@@ -77,10 +84,10 @@ def _one(avals):
     return avals[0] if len(avals) == 1 else avals
 
 
-def _while_ref(*operands, cond, body, num_carry, comm=None):
+def _while_ref(*operands, cond, body, num_carry, comm=None, run=None):
     carry, rest = list(operands[:num_carry]), list(operands[num_carry:])
-    while bool(run_graph(cond, carry + rest, comm)[0]):
-        carry = run_graph(body, carry + rest, comm)
+    while bool(run_graph(cond, carry + rest, comm, run)[0]):
+        carry = run_graph(body, carry + rest, comm, run)
     return _ret(carry)
 
 
@@ -167,8 +174,8 @@ def _cond_infer(pred, *args, true, false):
     return _one(_avals(true.outputs))
 
 
-def _cond_ref(pred, *args, true, false, comm=None):
-    return _ret(run_graph(true if bool(pred) else false, list(args), comm))
+def _cond_ref(pred, *args, true, false, comm=None, run=None):
+    return _ret(run_graph(true if bool(pred) else false, list(args), comm, run))
 
 
 def _cond_factors(avals_in, avals_out, attrs):
@@ -224,13 +231,13 @@ def _scan_infer(*operands, body, num_carry, num_xs, length, reverse):
     return _one(carry + [Aval((length,) + tuple(y.shape), y.dtype) for y in outs[num_carry:]])
 
 
-def _scan_ref(*operands, body, num_carry, num_xs, length, reverse, comm=None):
+def _scan_ref(*operands, body, num_carry, num_xs, length, reverse, comm=None, run=None):
     carry = list(operands[:num_carry])
     xs = operands[num_carry:num_carry + num_xs]
     rest = list(operands[num_carry + num_xs:])
     ys = [np.empty((length,) + v.shape, v.dtype) for v in body.outputs[num_carry:]]
     for i in (range(length - 1, -1, -1) if reverse else range(length)):
-        out = run_graph(body, carry + [x[i] for x in xs] + rest, comm)
+        out = run_graph(body, carry + [x[i] for x in xs] + rest, comm, run)
         carry = out[:num_carry]
         for y, v in zip(ys, out[num_carry:]):
             y[i] = v
