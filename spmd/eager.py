@@ -28,7 +28,6 @@ full reduction) is local on every backend.
 """
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
@@ -349,11 +348,6 @@ def _normalise_ints(x, key):
     return tuple(out)
 
 
-def _getitem_builder(x, key):
-    key = tuple(npx.asarray(k) if isinstance(k, Tracer) else k for k in key)
-    return npx.getitem(x, key)
-
-
 def getitem(self, key):
     _check_fresh(self)
     if isinstance(key, Array) and key.dtype == np.bool_ or isinstance(key, np.ndarray) and key.dtype == np.bool_:
@@ -379,7 +373,6 @@ def _wrap_key(e):
 
 
 def _getitem_scalar_keys(x, *ks):
-    ks = tuple(k if not isinstance(k, Tracer) or k.ndim else k for k in ks)
     return npx.getitem(x, ks)
 
 
@@ -577,8 +570,8 @@ def _getattr(self, name):
 
 
 def _item(self, *args):
-    v = self.numpy() if not args else self.numpy()        # a replicated 0-d read is local
-    return v.item(*args)
+    """The documented way a value leaves the mesh (local for a replicated Array)."""
+    return self.numpy().item(*args)
 
 
 def _tolist(self):
