@@ -8,10 +8,11 @@ device i's valid part is the box `sharding.shard_box(shape, i)` at its low corne
 rest is padding (zeros from device_put, unspecified in jit results). Arrays are
 immutable; devices holding the same shard (replicated axes) may share one buffer.
 
-Reading an Array (numpy(), np.asarray, float(), printing, operators) assembles the
-global value through `runtime.all_shards` — a collective on MPI, so every process must
-do it. Arithmetic and comparisons fall back to numpy and return numpy arrays, and so do
-numpy's ndarray methods (`a.sum()`); inside spmd.jit an Array argument stays sharded.
+Reading an Array (numpy(), np.asarray, float(), printing) assembles the global value
+through `runtime.all_shards` — a collective on MPI, so every process must do it — except
+for a fully replicated Array, which each process reads from its own copy. numpy on
+Arrays (operators, ufuncs, functions, methods, indexing, writes) runs eagerly as sharded
+programs and returns Arrays: spmd/eager.py installs those protocols on this class.
 
 `.shards` (JAX's addressable_shards): this process's shards as (device, index, data),
 `data` a read-only view of the valid part. `.local`: the data of the first of them —
@@ -151,9 +152,7 @@ class Array:
         return str(self.numpy())
 
     def __getattr__(self, name):
-        # numpy's ndarray methods and attributes (sum, mean, T, astype, tolist, ...) on the global value
-        if not name.startswith("_") and hasattr(np.ndarray, name):
-            return getattr(self.numpy(), name)
+        # (spmd/eager.py replaces this: ndarray methods run sharded, or warn when they gather)
         raise AttributeError(f"'spmd.Array' object has no attribute {name!r}")
 
     def __reduce__(self):
@@ -164,38 +163,6 @@ class Array:
 
 def _from_value(value, sharding):
     return device_put(value, sharding)
-
-
-# -- operators fall back to numpy (and return numpy arrays) ---------------------------------
-_ARRAY_LIKE = (np.ndarray, np.generic, int, float, complex, bool, list, tuple)
-
-
-def _operand(x):
-    if isinstance(x, Array):
-        return x.numpy()
-    if isinstance(x, _ARRAY_LIKE):
-        return x
-    return None
-
-
-def _binary(op, reflected=False):
-    def method(self, other):
-        o = _operand(other)
-        if o is None:
-            return NotImplemented     # let a Tracer or another type handle it
-        return op(o, self.numpy()) if reflected else op(self.numpy(), o)
-    return method
-
-
-for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
-           "lshift", "rshift", "divmod"):
-    _f = divmod if _n == "divmod" else getattr(operator, _n if _n not in ("and", "or") else _n + "_")
-    setattr(Array, f"__{_n}__", _binary(_f))
-    setattr(Array, f"__r{_n}__", _binary(_f, reflected=True))
-for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
-    setattr(Array, f"__{_n}__", _binary(getattr(operator, _n)))
-for _n, _f in (("neg", operator.neg), ("pos", operator.pos), ("abs", abs), ("invert", operator.invert)):
-    setattr(Array, f"__{_n}__", (lambda f: lambda self: f(self.numpy()))(_f))
 
 
 # -- placing values -------------------------------------------------------------------------
