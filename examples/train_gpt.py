@@ -101,48 +101,62 @@ def gelu(x):
     return 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
 
 
-def attention(x, p, i, heads):
+LAYER_KEYS = ("ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w1", "b1", "w2")
+
+
+def attention(x, p, heads):
     B, T, D = x.shape
     dh = D // heads
 
     def split(w):
         return (x @ w).reshape(B, T, heads, dh).transpose(0, 2, 1, 3)
 
-    q, k, v = split(p[f"l{i}_wq"]), split(p[f"l{i}_wk"]), split(p[f"l{i}_wv"])
-    scores = (q @ k.transpose(0, 1, 3, 2)) / np.sqrt(dh)
+    q, k, v = split(p["wq"]), split(p["wk"]), split(p["wv"])
+    scores = (q @ k.transpose(0, 1, 3, 2)) / float(np.sqrt(dh))     # a Python float: stays float32
     causal = np.tril(np.ones((T, T), dtype=bool))
     scores = np.where(causal, scores, -1e9)
     scores = scores - scores.max(axis=-1, keepdims=True)
     att = np.exp(scores)
     att = att / att.sum(axis=-1, keepdims=True)
     out = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, D)
-    return out @ p[f"l{i}_wo"]
+    return out @ p["wo"]
 
 
-def forward(p, tokens, layers, heads):
+def block(x, q, heads):
+    """One transformer layer; q holds its parameters (LAYER_KEYS)."""
+    x = x + attention(layernorm(x, q["ln1_g"], q["ln1_b"]), q, heads)
+    h = layernorm(x, q["ln2_g"], q["ln2_b"])
+    return x + gelu(h @ q["w1"] + q["b1"]) @ q["w2"]
+
+
+def forward(p, tokens, layers, heads, scan=False):
     B, T = tokens.shape
     x = p["wte"][tokens] + p["wpe"][None, :T]
-    for i in range(layers):
-        x = x + attention(layernorm(x, p[f"l{i}_ln1_g"], p[f"l{i}_ln1_b"]), p, i, heads)
-        h = layernorm(x, p[f"l{i}_ln2_g"], p[f"l{i}_ln2_b"])
-        x = x + gelu(h @ p[f"l{i}_w1"] + p[f"l{i}_b1"]) @ p[f"l{i}_w2"]
+    if scan:
+        # one traced layer, run `layers` times over the stacked parameters (spmd.scan):
+        # the program (and its compile time) no longer grows with the depth
+        stacked = {k: np.stack([p[f"l{i}_{k}"] for i in range(layers)]) for k in LAYER_KEYS}
+        x, _ = spmd.scan(lambda x, q: (block(x, q, heads), None), x, stacked)
+    else:
+        for i in range(layers):
+            x = block(x, {k: p[f"l{i}_{k}"] for k in LAYER_KEYS}, heads)
     x = layernorm(x, p["lnf_g"], p["lnf_b"])
     return x @ p["wte"].T                       # tied embeddings
 
 
-def loss_fn(p, tokens, targets, layers, heads):
-    logits = forward(p, tokens, layers, heads)
+def loss_fn(p, tokens, targets, layers, heads, scan=False):
+    logits = forward(p, tokens, layers, heads, scan)
     logits = logits - logits.max(axis=-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
     onehot = targets[..., None] == np.arange(VOCAB)
     return -np.mean(np.sum(np.where(onehot, logp, 0.0), axis=-1))
 
 
-def make_step(layers, heads, lr, mesh):
+def make_step(layers, heads, lr, mesh, scan=False):
     def step(params, opt, tokens, targets):
         if mesh is not None:
             tokens = spmd.shard(tokens, mesh.sharding("data", None))
-        loss, grads = spmd.value_and_grad(loss_fn)(params, tokens, targets, layers, heads)
+        loss, grads = spmd.value_and_grad(loss_fn)(params, tokens, targets, layers, heads, scan)
         # Adam
         t = opt["t"] + 1.0
         b1, b2 = 0.9, 0.99
@@ -175,6 +189,7 @@ def parse_args(argv=None):
     ap.add_argument("--save-every", type=int, default=0)
     ap.add_argument("--plot", default="loss.png", help="loss-curve PNG (needs matplotlib); '' to skip")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--scan", action="store_true", help="run the layers with spmd.scan (one traced layer)")
     return ap.parse_args(argv)
 
 
@@ -209,9 +224,15 @@ def main(argv=None):
         rep = mesh.sharding()
         jit_kw = dict(in_shardings=(psh, {"m": psh, "v": psh, "t": rep},
                                     mesh.sharding("data", None), mesh.sharding("data", None)))
-    step = spmd.jit(make_step(args.layers, args.heads, args.lr, mesh), **jit_kw)
+    step = spmd.jit(make_step(args.layers, args.heads, args.lr, mesh, args.scan), **jit_kw)
 
     losses, tokens_per_step = [], args.batch * args.seq
+    tc = time.perf_counter()
+    _, x0, y0 = next(batches(corpus, args.batch, args.seq, args.seed))
+    step.lower(params, opt, x0, y0).compile()
+    if rank0 and not args.quiet:
+        print(f"compile: {time.perf_counter() - tc:.2f} s ({'scan over' if args.scan else 'unrolled'} "
+              f"{args.layers} layers)")
     t0 = time.perf_counter()
     data = batches(corpus, args.batch, args.seq, args.seed)
     for i, x, y in data:

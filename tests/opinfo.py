@@ -58,6 +58,8 @@ def entry(name, make, expect, grad_ok=None, nondiff=None):
 
 def is_per_device(name) -> bool:
     op = REGISTRY[name]
+    if op.family == "control":      # they take the communicator only for the collectives of their bodies
+        return False
     return op.needs_comm or op.family in PER_DEVICE_FAMILIES or name in PER_DEVICE_OPS
 
 
@@ -574,6 +576,91 @@ def _scatter_expect(x, idx, upd, axis):
 entry("scatter", _make_scatter, _scatter_expect)
 
 
+# -- control flow (bodies are small Graphs built here; the expectations are Python loops)
+CF_SHAPES = [(), (1,), (4,), (2, 3), (0,), (3, 0)]
+
+
+def _body(in_avals, build):
+    """A Graph with inputs of in_avals and outputs build(graph, *inputs)."""
+    from spmd.ir import Graph
+    g = Graph("body")
+    ins = [g.add_input(s, d) for s, d in in_avals]
+    out = build(g, *ins)
+    g.outputs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return g
+
+
+def _splat(g, c, shape, dt):
+    k = g.emit("constant", value=np.asarray(c, dt))
+    return g.emit("broadcast_in_dim", k, shape=tuple(shape), broadcast_dimensions=()) if shape else k
+
+
+def _make_while(rng, dt):
+    # while min(x) < 6: x = x + k   (k >= 1 captured; an empty x stops at once: min is +inf)
+    out = []
+    for s in CF_SHAPES:
+        x = rand(rng, s, dt)
+        k = np.asarray(rng.integers(1, 3), dt)
+        av = [(s, dt), ((), dt)]
+
+        def cond(g, x, k, s=s):
+            m = g.emit("reduce", x, kind="min", axes=tuple(range(len(s))))
+            return g.emit("compare", m, _splat(g, 6, (), dt), direction="LT")
+        body = _body(av, lambda g, x, k, s=s: g.emit("add", x, g.emit("broadcast_in_dim", k, shape=s,
+                                                                        broadcast_dimensions=()) if s else k))
+        out.append(([x, k], {"cond": _body(av, cond), "body": body, "num_carry": 1}))
+    return out
+
+
+def _while_expect(x, k, cond, body, num_carry):
+    x = x.copy()
+    while x.size and x.min() < 6:
+        x = x + k
+    return x
+
+
+entry("while", _make_while, _while_expect, nondiff="a data-dependent trip count (as in JAX)")
+
+
+def _make_cond(rng, dt):
+    out = []
+    for n, s in enumerate(CF_SHAPES):
+        x = rand(rng, s, dt)
+        av = [(s, dt)]
+        true = _body(av, lambda g, x, s=s: g.emit("multiply", x, _splat(g, 2, s, dt)))
+        false = _body(av, lambda g, x, s=s: g.emit("subtract", x, _splat(g, 1, s, dt)))
+        out.append(([np.asarray(n % 2 == 0), x], {"true": true, "false": false}))
+    return out
+
+
+def _cond_expect(pred, x, true, false):
+    return (x * 2 if pred else x - 1).astype(x.dtype)
+
+
+entry("cond", _make_cond, _cond_expect)
+
+
+def _make_scan(rng, dt):
+    # carry = carry * 2 + x[i] (+ k captured), over the leading dim of xs, either direction
+    out = []
+    for n, s in enumerate(CF_SHAPES):
+        L = n % 3 + 1 if n != 4 else 0
+        c, xs, k = rand(rng, s, dt), rand(rng, (L,) + s, dt), rand(rng, s, dt)
+        av = [(s, dt), (s, dt), (s, dt)]
+        body = _body(av, lambda g, c, x, k, s=s: g.emit("add", g.emit("add", g.emit(
+            "multiply", c, _splat(g, 2, s, dt)), x), k))
+        out.append(([c, xs, k], {"body": body, "num_carry": 1, "num_xs": 1, "length": L, "reverse": n % 2 == 1}))
+    return out
+
+
+def _scan_expect(c, xs, k, body, num_carry, num_xs, length, reverse):
+    order = range(length - 1, -1, -1) if reverse else range(length)
+    for i in order:
+        c = (c * 2 + xs[i] + k).astype(c.dtype)
+    return c
+
+
+entry("scan", _make_scan, _scan_expect)
 import opinfo_linalg  # noqa: E402,F401  (linalg, sort, atan2 entries)
 
 

@@ -36,6 +36,17 @@ def test_train_gpt_sharded_equals_single_device():
     np.testing.assert_allclose(four, one, rtol=1e-5)
 
 
+def test_train_gpt_scan_over_layers_gives_the_same_losses(capsys):
+    gpt = example("train_gpt")
+    args = ["--steps", "3", "--batch", "4", "--seq", "16", "--d-model", "16", "--layers", "2", "--heads", "2",
+            "--corpus-bytes", "100000", "--plot", "", "--mesh", "2x2"]
+    unrolled = gpt.main(args)
+    scanned = gpt.main(args + ["--scan"])
+    np.testing.assert_allclose(scanned, unrolled, rtol=1e-5)
+    out = capsys.readouterr().out
+    assert "compile:" in out and "(unrolled 2 layers)" in out and "(scan over 2 layers)" in out
+
+
 def test_mlp_loss_falls():
     losses = example("mlp").main(["--steps", "10"])
     assert losses[-1] < 0.45 < losses[0], losses

@@ -132,6 +132,20 @@ def test_arrays_live_in_the_actors_and_round_trip(cluster):
     np.testing.assert_allclose(g(out).numpy(), (x * 2).sum(axis=0) + 1)
 
 
+def test_eager_numpy_on_arrays_in_the_actors(cluster):
+    """Eager mode (spmd/eager.py) on Ray: CG with a Python while loop, the shards staying
+    in the actors; the same iterates as numpy."""
+    from eager_programs import cg, spd_problem
+    mesh = spmd.Mesh((4,), ("x",))
+    A, b = spd_problem(16)
+    x, norms = cg(spmd.device_put(A, mesh.sharding("x", None)), spmd.device_put(b, mesh.sharding("x")))
+    xw, nw = cg(A, b)
+    assert isinstance(x, spmd.Array) and x.sharding == mesh.sharding("x")
+    assert all(isinstance(h, ray.ObjectRef) for h in x._handles.values())
+    np.testing.assert_allclose(x.numpy(), xw, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(norms, nw, rtol=1e-9)
+
+
 def test_checkpoint_round_trip_from_the_actors(cluster, tmp_path):
     _, rt = cluster
     mesh = spmd.Mesh((2, 2), ("data", "model"))

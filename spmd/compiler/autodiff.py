@@ -18,22 +18,43 @@ from .trace import Tracer, current_trace, user_loc
 
 def vjp_graph(graph, start, inputs, output, ct):
     """Emit the cotangents of `inputs` given `ct` for `output`, walking graph.ops[start:]."""
+    return vjp_multi(graph, start, inputs, [output], [ct])
+
+
+def vjp_multi(graph, start, inputs, outputs, out_cts):
+    """Emit the cotangents of `inputs` given a cotangent (or None) per value of `outputs`,
+    walking graph.ops[start:]. Control-flow ops differentiate their bodies through this."""
     ops = graph.ops[start:]
     active = set(inputs)
     for op in ops:
         if any(o in active for o in op.operands):
             active.update(r for r in op.results if dtypes.is_float(r.dtype))
-    cts = {output: ct} if output in active else {}
+    cts = {}
+    for o, c in zip(outputs, out_cts):
+        if c is not None and o in active:
+            cts[o] = graph.emit("add", cts[o], c) if o in cts else c
     saved_loc = graph.loc
     for op in reversed(ops):
-        ct_r = cts.pop(op.results[0], None) if len(op.results) == 1 else None
-        if ct_r is None:
-            continue
-        if op.opdef.vjp is None:
-            # a float result with no derivative rule: say so, never a silent zero gradient
-            raise TraceError(f"grad: {op.name}{where(op.loc)} has no derivative rule")
-        graph.loc = op.loc
-        for o, c in zip(op.operands, op.opdef.vjp(graph, op, ct_r)):
+        if op.opdef.subgraphs:
+            rc = [cts.pop(r, None) for r in op.results]
+            if all(c is None for c in rc):
+                continue
+            if op.opdef.vjp is None:
+                raise TraceError(f"{op.name} at {op.loc}: reverse-mode differentiation through it is not "
+                                 f"supported (as in JAX: spmd.while_loop has a data-dependent trip count); "
+                                 f"use spmd.scan or spmd.fori_loop with Python-int bounds")
+            graph.loc = op.loc
+            grads = op.opdef.vjp(graph, op, rc, vjp_multi)
+        else:
+            ct_r = cts.pop(op.results[0], None) if len(op.results) == 1 else None
+            if ct_r is None:
+                continue
+            if op.opdef.vjp is None:
+                # a float result with no derivative rule: say so, never a silent zero gradient
+                raise TraceError(f"grad: {op.name}{where(op.loc)} has no derivative rule")
+            graph.loc = op.loc
+            grads = op.opdef.vjp(graph, op, ct_r)
+        for o, c in zip(op.operands, grads):
             if c is None or o not in active:
                 continue
             cts[o] = graph.emit("add", cts[o], c) if o in cts else c

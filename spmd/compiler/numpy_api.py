@@ -46,6 +46,8 @@ def _dtype_token(x):
         return np.asarray(x).dtype
     if isinstance(x, complex):
         raise TypeError("spmd does not support complex numbers")
+    if hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape"):
+        return np.dtype(x.dtype)          # an array-like (an spmd.Array closed over): a constant
     raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
 
 

@@ -56,9 +56,24 @@ class Trace:
         self.mesh = mesh
         self.fixed_loc = None      # autodiff pins the location of the ops it emits
 
+    parent = None                  # the enclosing trace of a control-flow body (compiler/control.py)
+
     def emit(self, name, *operands, **attrs):
+        cur = current_trace()
+        if cur is not self and cur is not None and cur.inside(self):
+            # a Tracer of an enclosing program used inside a loop body or branch: the op
+            # belongs to the body being traced, which captures the outer operands
+            return cur.emit(name, *operands, **attrs)
         loc = self.fixed_loc or user_loc()
         return self.graph.emit(name, *operands, loc=loc, **attrs)
+
+    def inside(self, other) -> bool:
+        t = self.parent
+        while t is not None:
+            if t is other:
+                return True
+            t = t.parent
+        return False
 
     def const(self, x) -> "Tracer":
         arr = np.asarray(x)
@@ -178,7 +193,11 @@ class Tracer:
             f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
 
     def __bool__(self):
-        self._concrete("bool()")
+        raise TraceError(
+            f"Python control flow on a traced value at {user_loc()} (bool() of {self!r}): inside "
+            f"spmd.jit the value is not known until the program runs. Use spmd.while_loop / "
+            f"spmd.fori_loop / spmd.cond / spmd.scan for loops and branches, np.where for "
+            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.")
 
     def __float__(self):
         self._concrete("float()")

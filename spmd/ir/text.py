@@ -9,6 +9,8 @@
 Attributes print sorted by name; arrays as dense<type, [values]> (small) or
 dense<type, "0x..."> (raw little-endian bytes), so print -> parse -> print is exact.
 A function name that is not an identifier is printed quoted: func @"my step"(...).
+Control-flow ops (while, cond, scan) hold their bodies as attributes: nested functions,
+printed in place (`{body=func @while_body(%0: f32[8]) -> (f32[8]) { ... }, ...}`).
 The parser lives in text_parse.py.
 """
 from __future__ import annotations
@@ -53,6 +55,8 @@ def attr_str(x) -> str:
         return json.dumps(x)
     if isinstance(x, tuple):
         return "[" + ", ".join(attr_str(e) for e in x) + "]"
+    if hasattr(x, "ops") and hasattr(x, "inputs"):        # a Graph: a control-flow body, nested
+        return print_graph(x).rstrip("\n").replace("\n", "\n  ")
     raise TypeError(f"cannot print attribute {x!r}")
 
 

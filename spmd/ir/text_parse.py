@@ -141,6 +141,16 @@ def _parse(c: _Cursor) -> Graph:
     c.ws(newlines=True)
     if not c.word("func"):
         c.error("expected 'func'")
+    g = _func(c, 0)
+    c.ws(newlines=True)
+    if c.i != len(c.s):
+        c.error("expected the end of the text after '}'")
+    return g
+
+
+def _func(c: _Cursor, depth) -> Graph:
+    """A function after its 'func' keyword, up to its closing '}' (a control-flow op's
+    body is a nested one, an attribute; its value names are its own)."""
     c.expect("@", "'@' and the function name")
     g = Graph(c.string("a function name") if c.peek('"') else c.match(_IDENT, "a function name"))
     if c.accept("mesh<"):
@@ -182,11 +192,8 @@ def _parse(c: _Cursor) -> Graph:
                         break
             c.eol()
             break
-        _op_line(c, g, names)
+        _op_line(c, g, names, depth)
     c.expect("}", "'}' closing the function")
-    c.ws(newlines=True)
-    if c.i != len(c.s):
-        c.error("expected the end of the text after '}'")
     if len(outs) != len(out_types):
         c.error(f"the function header declares {len(out_types)} results but return gives {len(outs)}", ret_at)
     for k, (v, decl) in enumerate(zip(outs, out_types)):
@@ -308,7 +315,7 @@ def _sharding(c, g, ndim):
         c.error(str(e), start)
 
 
-def _op_line(c, g, names):
+def _op_line(c, g, names, depth=0):
     start = c.here()
     results = []
     while True:
@@ -344,7 +351,7 @@ def _op_line(c, g, names):
                 if key in ("name", "loc"):    # graph.emit's own parameters
                     c.error(f"{key!r} is not an attribute name spmd allows", at)
                 c.expect("=")
-                attrs[key] = _attr(c, 0)
+                attrs[key] = _attr(c, depth)
                 if c.accept("}"):
                     break
                 c.expect(",", "',' or '}'")
@@ -391,6 +398,8 @@ def _attr(c, depth):
         return tuple(items)
     if c.accept("dense<"):
         return _dense(c)
+    if c.word("func"):                      # a nested function: a control-flow body
+        return _func(c, depth + 1)
     if c.peek('"'):
         return c.string()
     for word, val in (("true", True), ("false", False), ("none", None)):

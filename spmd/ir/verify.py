@@ -6,6 +6,7 @@ stage that broke it, not three stages later as a wrong number.
   defined once; outputs are defined values.
 - Shapes: every op's results are what its registry shape rule infers from its operands
   and attributes.
+- Sub-graphs (the bodies of while, cond, scan) keep all of these, recursively.
 - Shardings: a value's sharding is on the graph's mesh, names only mesh axes, no axis
   twice, and has no more entries than the value has dimensions.
 """
@@ -46,6 +47,13 @@ def verify(graph, stage="graph"):
         got = [r.aval for r in op.results]
         if [tuple(a) for a in avals] != [tuple(a) for a in got]:
             fail(f"results {got} but the shape rule infers {avals}", op)
+        for k in sorted(op.attrs):
+            sub = op.attrs[k]
+            if hasattr(sub, "ops") and hasattr(sub, "inputs"):     # a control-flow body
+                try:
+                    verify(sub, f"{stage}: {op.name}.{k}")
+                except VerifyError as e:
+                    fail(f"its {k} sub-graph is malformed: {e}", op)
         for i, r in enumerate(op.results):
             if r.producer is not op or r.index != i:
                 fail(f"result {i} does not point back to its op", op)

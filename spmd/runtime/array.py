@@ -8,10 +8,11 @@ device i's valid part is the box `sharding.shard_box(shape, i)` at its low corne
 rest is padding (zeros from device_put, unspecified in jit results). Arrays are
 immutable; devices holding the same shard (replicated axes) may share one buffer.
 
-Reading an Array (numpy(), np.asarray, float(), printing, operators) assembles the
-global value through `runtime.all_shards` — a collective on MPI, so every process must
-do it. Arithmetic and comparisons fall back to numpy and return numpy arrays, and so do
-numpy's ndarray methods (`a.sum()`); inside spmd.jit an Array argument stays sharded.
+Reading an Array (numpy(), np.asarray, float(), printing) assembles the global value
+through `runtime.all_shards` — a collective on MPI, so every process must do it — except
+for a fully replicated Array, which each process reads from its own copy. numpy on
+Arrays (operators, ufuncs, functions, methods, indexing, writes) runs eagerly as sharded
+programs and returns Arrays: spmd/eager.py installs those protocols on this class.
 
 `.shards` (JAX's addressable_shards): this process's shards as (device, index, data),
 `data` a read-only view of the valid part. `.local`: the data of the first of them —
@@ -59,6 +60,11 @@ class Array:
         return self._sharding.mesh
 
     @property
+    def is_fully_replicated(self) -> bool:
+        """Does every device hold the whole value? (Then reading it is local.)"""
+        return all(e is None for e in self._sharding.spec)
+
+    @property
     def local_shape(self):
         """The padded shape of each shard."""
         return self._sharding.local_shape(self._shape)
@@ -67,6 +73,12 @@ class Array:
     def numpy(self) -> np.ndarray:
         """The global value, assembled from the shards (a new array)."""
         sh = self._sharding
+        if self.is_fully_replicated:
+            # every device holds the whole value: read this process's copy, no collective
+            # (so `if rank == 0: print(float(loss))` works under MPI)
+            got = self._runtime.get({d: h for d, h in list(self._handles.items())[:1]})
+            return np.array(next(iter(got.values()))[tuple(slice(0, n) for n in self._shape)],
+                            dtype=self._dtype, copy=True)
         shards = self._runtime.all_shards(self._handles, sh.mesh)
         out = np.empty(self._shape, self._dtype)
         seen = set()
@@ -140,9 +152,7 @@ class Array:
         return str(self.numpy())
 
     def __getattr__(self, name):
-        # numpy's ndarray methods and attributes (sum, mean, T, astype, tolist, ...) on the global value
-        if not name.startswith("_") and hasattr(np.ndarray, name):
-            return getattr(self.numpy(), name)
+        # (spmd/eager.py replaces this: ndarray methods run sharded, or warn when they gather)
         raise AttributeError(f"'spmd.Array' object has no attribute {name!r}")
 
     def __reduce__(self):
@@ -153,38 +163,6 @@ class Array:
 
 def _from_value(value, sharding):
     return device_put(value, sharding)
-
-
-# -- operators fall back to numpy (and return numpy arrays) ---------------------------------
-_ARRAY_LIKE = (np.ndarray, np.generic, int, float, complex, bool, list, tuple)
-
-
-def _operand(x):
-    if isinstance(x, Array):
-        return x.numpy()
-    if isinstance(x, _ARRAY_LIKE):
-        return x
-    return None
-
-
-def _binary(op, reflected=False):
-    def method(self, other):
-        o = _operand(other)
-        if o is None:
-            return NotImplemented     # let a Tracer or another type handle it
-        return op(o, self.numpy()) if reflected else op(self.numpy(), o)
-    return method
-
-
-for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
-           "lshift", "rshift", "divmod"):
-    _f = divmod if _n == "divmod" else getattr(operator, _n if _n not in ("and", "or") else _n + "_")
-    setattr(Array, f"__{_n}__", _binary(_f))
-    setattr(Array, f"__r{_n}__", _binary(_f, reflected=True))
-for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
-    setattr(Array, f"__{_n}__", _binary(getattr(operator, _n)))
-for _n, _f in (("neg", operator.neg), ("pos", operator.pos), ("abs", abs), ("invert", operator.invert)):
-    setattr(Array, f"__{_n}__", (lambda f: lambda self: f(self.numpy()))(_f))
 
 
 # -- placing values -------------------------------------------------------------------------

@@ -122,7 +122,8 @@ def check_program(rt, lowered, leaves):
     if not getattr(lowered, "_spmd_inputs_checked", False) and check_inputs_enabled():
         hashes = tuple(None if isinstance(x, Array) else value_hash(x) for x in leaves)
         lowered._spmd_inputs_checked = True
-    sig = tuple(f"{x.dtype}{list(np.shape(x))}" if not isinstance(x, Array) else f"{x.dtype}{list(x.shape)}"
+    # leaves are Arrays, ndarrays or Python scalars (eager mode passes those as inputs)
+    sig = tuple(f"{x.dtype}{list(x.shape)}" if isinstance(x, Array) else f"{np.asarray(x).dtype}{list(np.shape(x))}"
                 for x in leaves)
     from ..compiler.trace import user_loc
     got = rt.allgather_object(("run", fingerprint(lowered), name, sig, hashes, user_loc()))

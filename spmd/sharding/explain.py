@@ -8,7 +8,7 @@ Two tables:
 """
 from __future__ import annotations
 
-from .report import collectives
+from .report import collective_ops, collectives
 
 WHY = {
     "all_reduce": "sum the partial results of a contraction/reduction over a split dim",
@@ -35,11 +35,12 @@ def collective_rows(lowered) -> list:
     g = lowered.stages.get("partitioned")
     if g is None:
         return []
-    uses = _consumers(g)
-    coll_ops = [op for op in g.ops if op.name in WHY]
+    uses = {}
     rows = []
-    for op, c in zip(coll_ops, collectives(g)):
-        nxt = uses.get(op.result, [])
+    for (op, holder, _), c in zip(collective_ops(g), collectives(g)):
+        if id(holder) not in uses:
+            uses[id(holder)] = _consumers(holder)
+        nxt = uses[id(holder)].get(op.result, [])
         need = next((u.name for u in nxt if u.name not in WHY), "the program's output" if not nxt else nxt[0].name)
         rows.append(dict(c, needed_by=need, why=WHY[op.name]))
     return rows
@@ -96,7 +97,8 @@ def explain_lowered(lowered, file=None) -> str:
     for r in rows:
         shp = f"{list(r['in_shape'])}->{list(r['out_shape'])}"
         lines.append(f"  {r['op']:<18} {','.join(r['axes']):<14} {r['bytes']:>10}  {shp:<24} "
-                     f"{r['loc'] or '?':<18} {r['needed_by']}: {r['why']}")
+                     f"{r['loc'] or '?':<18} {r['needed_by']}: {r['why']}"
+                     + (f" [in {r['inside']}]" if r.get("inside") else ""))
     g = lowered.stages.get("propagated")
     if g is not None:
         lines.append("")

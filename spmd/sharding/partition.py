@@ -112,14 +112,18 @@ class _Partitioner:
         for op in self.src.ops:
             self.op = op
             self.em.loc = op.loc
-            if len(op.results) != 1:
+            if len(op.results) != 1 and op.opdef.partition is None:
                 raise ShardingError(f"{op.name}{where(op.loc)}: ops with {len(op.results)} results cannot be "
                                     f"partitioned yet")
             if op.opdef.family == "collective":
                 raise ShardingError(f"{op.name}{where(op.loc)}: the global program already holds a collective; "
                                     f"collectives are inserted by the partitioner")
-            out, sh = (op.opdef.partition or _generic)(self, op)
-            self.env[op.result] = (out, sh)
+            got = (op.opdef.partition or _generic)(self, op)
+            if isinstance(got, list):     # a handler of a (multi-result) op: one pair a result
+                for r, pair in zip(op.results, got):
+                    self.env[r] = pair
+                continue
+            self.env[op.result] = got
         self.op = None
         outs = []
         for v in self.src.outputs:
@@ -157,6 +161,13 @@ class _Partitioner:
         if out is None:
             out = self.memo[key] = reshard(self.em, lv, have, want, shape, what=self.what())
         return out
+
+    def lower_subgraph(self, g: Graph, in_shardings, out_shardings) -> Graph:
+        """A control-flow body (a global sub-graph) -> its per-device graph, with its inputs
+        and outputs pinned to the given shardings (a loop carry keeps one sharding; a
+        predicate is replicated): propagation, then partitioning, as for a program."""
+        from .propagate import propagate       # (it copies g: the global body stays as it is)
+        return partition(propagate(g, self.mesh, list(in_shardings), list(out_shardings)))
 
     def sh(self, spec, partial=()):
         return Sharding(self.mesh, tuple(a if a else None for a in spec), partial)

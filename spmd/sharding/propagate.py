@@ -258,7 +258,49 @@ def _annotation(mesh, v, s, what):
 
 
 def propagate(graph: Graph, mesh, in_shardings, out_shardings) -> Graph:
-    """A copy of `graph` with a Sharding on every Value (see the module docstring)."""
+    """A copy of `graph` with a Sharding on every Value (see the module docstring).
+
+    Loops (ops holding a `body` with a `num_carry`, ir/ops/control.py): a carried value
+    keeps one sharding. Propagation iterates to a fixed point over the bodies: where the
+    outer program leaves a carry unsplit but its body splits it (x = zeros_like(b) that
+    the body updates with sharded values), the carry takes the body's sharding and the
+    program is propagated again."""
+    hints = {}
+    for _ in range(4):
+        g = _propagate(graph, mesh, in_shardings, out_shardings, hints)
+        new = _carry_hints(g, mesh)
+        if all(k in hints for k in new):
+            return g
+        hints.update({k: v for k, v in new.items() if k not in hints})
+    return g
+
+
+def _carry_hints(g, mesh) -> dict:
+    """{(op index, result index): Sharding} for loop carries left unsplit whose body splits them."""
+    out = {}
+    for oi, op in enumerate(g.ops):
+        body, nc = op.attrs.get("body"), op.attrs.get("num_carry")
+        if body is None or not nc or not hasattr(body, "ops"):
+            continue
+        nx = op.attrs.get("num_xs", 0)
+        carry = [r.sharding.for_rank(r.ndim) for r in op.results[:nc]]
+        ins = [c if not c.is_replicated else None for c in carry]
+        for o in op.operands[nc:nc + nx]:
+            s = o.sharding.for_rank(o.ndim).replace(partial=())
+            ins.append(Sharding(mesh, (None,) + tuple(s.spec[1:])))
+        ins += [o.sharding.for_rank(o.ndim).replace(partial=()) for o in op.operands[nc + nx:]]
+        try:
+            bg = _propagate(body, mesh, ins, [], {})
+        except ShardingError:
+            continue
+        for i, (c, v) in enumerate(zip(carry, bg.outputs[:nc])):
+            s = v.sharding.for_rank(v.ndim).replace(partial=())
+            if c.is_replicated and not s.is_replicated:
+                out[(oi, i)] = s
+    return out
+
+
+def _propagate(graph: Graph, mesh, in_shardings, out_shardings, hints) -> Graph:
     g, _ = clone(graph, keep_shardings=False)
     g.mesh = mesh
     st = _State(mesh)
@@ -275,6 +317,8 @@ def propagate(graph: Graph, mesh, in_shardings, out_shardings) -> Graph:
             s = _annotation(mesh, op.result, Sharding(mesh, op.attrs["spec"], op.attrs.get("partial", ())),
                             f"spmd.shard{where(op.loc)}")
             st.fix(op.result, s, f"spmd.shard{where(op.loc)}")
+    for (oi, ri), s in hints.items():
+        st.fix(g.ops[oi].results[ri], s, f"the loop carry its body splits{where(g.ops[oi].loc)}")
     for i, (v, s) in enumerate(zip(g.outputs, out_shardings)):
         if s is None:
             continue

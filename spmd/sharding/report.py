@@ -12,16 +12,29 @@ import numpy as np
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 
 
+def collective_ops(graph, inside=None):
+    """(op, the graph holding it, inside) for every collective of the program, in order;
+    those of a control-flow body (while, cond, scan) too, with `inside`: the op and line
+    of the loop or branch that runs them (a loop's run once an iteration)."""
+    for op in graph.ops:
+        for k in sorted(op.attrs):
+            sub = op.attrs[k]
+            if hasattr(sub, "ops") and hasattr(sub, "inputs"):
+                yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}")
+        if op.name in COLLECTIVES:
+            yield op, graph, inside
+
+
 def collectives(graph) -> list:
     out = []
-    for op in graph.ops:
-        if op.name not in COLLECTIVES:
-            continue
+    for op, _, inside in collective_ops(graph):
         x, r = op.operands[0], op.results[0]
         item = np.dtype(x.dtype).itemsize
         out.append({"op": op.name, "axes": tuple(op.attrs["axes"]), "group_size": int(op.attrs["group_size"]),
                     "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
                     "bytes": max(x.size, r.size) * item, "loc": op.loc})
+        if inside is not None:
+            out[-1]["inside"] = inside
     return out
 
 

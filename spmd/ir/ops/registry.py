@@ -41,6 +41,10 @@ class OpDef:
     dtypes: tuple = ("float32", "float64", "int32", "int64", "bool")
     # collectives get the communicator from the runtime
     needs_comm: bool = False
+    # the attributes that hold sub-graphs (the bodies of control-flow ops). Such an op's
+    # vjp is (graph, op, cts: one per result or None, differentiate) -> per operand, where
+    # differentiate(graph, start, inputs, outputs, cts) is reverse mode over graph.ops[start:]
+    subgraphs: tuple = ()
 
     # -- sharding -------------------------------------------------------------------------
     # propagation priority: 0 pass-through (elementwise, transpose, reshape...), 1

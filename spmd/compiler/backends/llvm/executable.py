@@ -125,6 +125,9 @@ class LLVMExecutable:
         self._dots = {s: dot_plan(s) for s in self.steps if getattr(s, "name", None) == "dot_general"}
         self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.slot_of}
         self._local = threading.local()
+        # control-flow bodies (while, cond, scan) run as native executables of their own
+        self._subs = {id(op.attrs[k]): LLVMExecutable(op.attrs[k], threads)
+                      for op in graph.ops for k in op.opdef.subgraphs}
         _dump(self)
 
     def __reduce__(self):
@@ -230,7 +233,9 @@ class LLVMExecutable:
                 _dot(*args, out, self._dots[op])
                 env[op.result] = out
                 return
-            if opdef.needs_comm:
+            if opdef.subgraphs:
+                out = opdef.ref(*args, comm=comm, run=lambda g, xs: self._subs[id(g)](xs, comm), **op.attrs)
+            elif opdef.needs_comm:
                 if comm is not None:                # the user line, for failure messages (collectives/base.py)
                     comm.loc = op.loc
                 out = opdef.ref(*args, comm=comm, **op.attrs)
