@@ -104,7 +104,7 @@ def _differ(values, show):
 def agree(rt, what, header):
     """Allgather `header` (a small picklable tuple) over the processes; an SpmdError on
     every process unless all are equal. Returns the list of headers."""
-    got = rt.allgather_object(header)
+    got = rt.allgather_object(header, what)
     if any(h != got[0] for h in got):
         raise SpmdError(f"rank {rt.process_index()}: the ranks are not doing the same thing ({what}): "
                         f"{_differ(got, repr)}")
@@ -125,10 +125,10 @@ def check_program(rt, lowered, leaves):
     sig = tuple(f"{x.dtype}{list(np.shape(x))}" if not isinstance(x, Array) else f"{x.dtype}{list(x.shape)}"
                 for x in leaves)
     from ..compiler.trace import user_loc
-    got = rt.allgather_object(("run", fingerprint(lowered), name, sig, hashes, user_loc()))
+    got = rt.allgather_object(("run", fingerprint(lowered), name, sig, hashes, user_loc()), "running a program")
     me = rt.process_index()
     if any(h[:4] != got[0][:4] for h in got):
-        texts = rt.allgather_object(lowered.as_text("traced"))
+        texts = rt.allgather_object(lowered.as_text("traced"), "running a program")
         raise SpmdError(_program_mismatch(me, got, texts))
     if all(h[4] is not None for h in got):
         names = leaf_names(lowered.in_tree)

@@ -104,8 +104,8 @@ class MPIRuntime(Runtime):
         self._merge_timeline_at_exit()
         # once, at start: who runs where, so a timeout can name a rank that is gone
         # and where its heartbeats go (liveness: collectives/mpi.py, _Heartbeat)
-        try:
-            addr = mpi_comm.HEARTBEAT.open()
+        try:                            # SPMD_HEARTBEAT_TIMEOUT=0: no heartbeats
+            addr = mpi_comm.HEARTBEAT.open() if mpi_comm.heartbeat_timeout() > 0 else None
         except OSError:
             addr = None                 # no UDP: judged by the process table and mpiexec only
         got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
@@ -171,29 +171,51 @@ class MPIRuntime(Runtime):
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         return {self.rank: program(args[self.rank], comm=comm)}
 
-    def allgather_object(self, obj):
-        from ..compiler.trace import user_loc
-        return guarded(lambda: self.world.allgather(obj), "checking that the ranks agree on what they run next",
-                       list(range(self.size)), self.rank, loc=user_loc())
+    def allgather_object(self, obj, what="exchanging values"):
+        import pickle
+        return [pickle.loads(b) for b in self.allgather_bytes(pickle.dumps(obj), what)]
 
-    def allgather_bytes(self, data):
+    def allgather_bytes(self, data, what="exchanging values"):
+        """Every process's bytes. All of spmd's exchanges among the processes go through
+        here (an int64 count, then the bytes), each message headed by what its sender is
+        doing and where: processes that meet here doing different things (one reading
+        an Array, one saving a checkpoint, one running a program) pair up at the MPI
+        level, see it, and all raise an SpmdError naming them."""
+        import json
+        from ..compiler.trace import user_loc
+        from ..errors import SpmdError
         MPI = mpi_comm._mpi()
-        mine = np.frombuffer(bytes(data), np.uint8)
+        loc = user_loc()
+        head = json.dumps([what, loc]).encode()
+        mine = np.frombuffer(len(head).to_bytes(4, "little") + head + bytes(data), np.uint8)
         counts = np.zeros(self.size, np.int64)
         group = list(range(self.size))
-        guarded(lambda: self.world.Allgather(np.array([mine.size], np.int64), counts), "exchanging metadata",
-                group, self.rank)
+        label = f"{what} (all ranks must)"
+        guarded(lambda: self.world.Allgather(np.array([mine.size], np.int64), counts), label, group, self.rank,
+                loc=loc)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         buf = np.empty(int(counts.sum()), np.uint8)
         guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs.tolist(), MPI.BYTE]),
-                "exchanging metadata", group, self.rank)
-        return [buf[a:a + n].tobytes() for a, n in zip(displs.tolist(), counts.tolist())]
+                label, group, self.rank, loc=loc)
+        heads, out = [], []
+        for a, n in zip(displs.tolist(), counts.tolist()):
+            raw = buf[a:a + n].tobytes()
+            k = int.from_bytes(raw[:4], "little")
+            heads.append(tuple(json.loads(raw[4:4 + k])))
+            out.append(raw[4 + k:])
+        if any(h[0] != heads[0][0] for h in heads):
+            groups = {}
+            for r, h in enumerate(heads):
+                groups.setdefault(h, []).append(r)
+            raise SpmdError(f"rank {self.rank}: the ranks are not doing the same thing: " + "; ".join(
+                f"rank(s) {rs}: {w}" + (f" at {l}" if l else "") for (w, l), rs in groups.items()))
+        return out
 
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
         from .consistency import agree
-        agree(self, "reading an spmd.Array", ("read", mine.dtype.str, mine.shape))
+        agree(self, "reading an spmd.Array", (mine.dtype.str, mine.shape))
         if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
             from ..sharding import Mesh
             world = Mesh((self.size,), ("world",))

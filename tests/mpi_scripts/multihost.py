@@ -63,6 +63,14 @@ elif case == "assemble":
     np.testing.assert_array_equal(g, [[r, r * 10] for r in range(n)])
     print("OK assemble")
 
+elif case == "mixed":
+    # rank 1 goes on to the next step while the others read the result
+    f = spmd.jit(fsum, in_shardings=row)
+    out = f(np.ones((8, 3)))
+    if rank == 1:
+        out = f(np.ones((8, 3)))                           # USER LINE mixed-run
+    print("RESULT", out.numpy().tolist())                  # USER LINE mixed-read
+
 elif case == "nan":
     x = np.arange(32.0).reshape(8, 4)
     x[5, 1] = np.nan
