@@ -118,6 +118,15 @@ def test_a_frozen_rank_is_detected_by_its_silence():
     assert "multihost.py:" in out and "UNREACHABLE" not in out
 
 
+def test_a_deadlock_between_live_ranks_is_named():
+    """Every rank alive and waiting, in collectives that can never pair up: after
+    SPMD_HEARTBEAT_TIMEOUT with nothing changing, the ranks say who waits where."""
+    p, out, took = run("deadlock", env={"SPMD_HEARTBEAT_TIMEOUT": "2"})
+    assert p.returncode != 0 and took < 20, (took, out)
+    assert "every rank has been waiting in a collective for 2 s" in out, out
+    assert "UNREACHABLE" not in out
+
+
 def test_a_killed_rank_is_named_within_seconds():
     cmd = ["spmd", "run", "-n", "4", "--backend", "mpi", SCRIPT, "dead"]
     p, out, took = run("dead", cmd=cmd)

@@ -229,4 +229,4 @@ class MPIRuntime(Runtime):
         return {d: out[d] for d in range(self.size)}
 
     def barrier(self):
-        guarded(self.world.Barrier, "barrier", list(range(self.size)), self.rank)
+        self.allgather_bytes(b"", "barrier")       # an exchange like any other: mismatches are named
