@@ -65,6 +65,18 @@ def test_a_ragged_batch_on_one_rank_fails_naming_it():
     assert "Message truncated" not in out and "RESULT" not in out
 
 
+def test_ranks_doing_different_things_fail_naming_them():
+    """Rank 1 runs a program while the others read an Array: the exchanges pair up at
+    the MPI level and everyone says who does what where (not MPICH's "Message truncated")."""
+    p, out, took = run("mixed")
+    assert p.returncode != 0 and took < 30
+    line = next(ln for ln in out.splitlines() if ln.startswith("spmd.errors.SpmdError"))
+    assert "the ranks are not doing the same thing" in line, out
+    assert re.search(r"rank\(s\) \[0, 2, 3\]: reading an spmd.Array at multihost.py:\d+", line), line
+    assert re.search(r"rank\(s\) \[1\]: running a program at multihost.py:\d+", line), line
+    assert "truncated" not in out
+
+
 def test_divergent_replicated_inputs_fail_naming_the_argument():
     p, out, took = run("replicated")
     assert p.returncode != 0 and took < 30
@@ -104,6 +116,15 @@ def test_a_frozen_rank_is_detected_by_its_silence():
     assert p.returncode != 0 and took < 15, (took, out)
     assert "rank(s) [2] of this group died or hang: no sign of life for 3 s" in out, out
     assert "multihost.py:" in out and "UNREACHABLE" not in out
+
+
+def test_a_deadlock_between_live_ranks_is_named():
+    """Every rank alive and waiting, in collectives that can never pair up: after
+    SPMD_HEARTBEAT_TIMEOUT with nothing changing, the ranks say who waits where."""
+    p, out, took = run("deadlock", env={"SPMD_HEARTBEAT_TIMEOUT": "2"})
+    assert p.returncode != 0 and took < 20, (took, out)
+    assert "every rank has been waiting in a collective for 2 s" in out, out
+    assert "UNREACHABLE" not in out
 
 
 def test_a_killed_rank_is_named_within_seconds():

@@ -193,7 +193,7 @@ class _Heartbeat:
     def __init__(self):
         self.sock = None
         self.addrs = {}             # rank -> (ip, port)
-        self.heard = {}             # rank -> (monotonic time, state, what, loc)
+        self.heard = {}             # rank -> (monotonic time, state, what, loc, group)
         self.exited_at = {}         # rank -> monotonic time its "exit" arrived
         self.rank = None
         self.exiting = False
@@ -228,10 +228,10 @@ class _Heartbeat:
 
     def _state(self):
         if self.exiting:
-            return ["exit", None, None]
+            return ["exit", None, None, None]
         for call in list(WATCHDOG.calls.values()):
-            return ["wait", call[1], call[5]]
-        return ["busy", None, None]
+            return ["wait", call[1], call[5], list(call[2])]
+        return ["busy", None, None, None]
 
     def _send(self):
         if self.sock is None:
@@ -263,13 +263,13 @@ class _Heartbeat:
                     except (BlockingIOError, OSError):
                         break
                     try:
-                        r, state, what, loc = json.loads(data)
+                        r, state, what, loc, group = json.loads(data)
                     except ValueError:
                         continue
                     t = time.monotonic()
                     if state == "exit" and r not in self.exited_at:
                         self.exited_at[r] = t
-                    self.heard[r] = (t, state, what, loc)
+                    self.heard[r] = (t, state, what, loc, group)
 
     def silent(self, ranks, now):
         """Ranks heard from before whose heartbeats stopped (taken for dead)."""
@@ -284,7 +284,7 @@ class _Heartbeat:
             if h is None:
                 continue
             if h[1] == "wait":
-                out.append(f"rank {r} waits in {h[2]}{_at(h[3])}")
+                out.append(f"rank {r} waits in {h[2]}{_at(h[3])} over ranks {h[4]}")
             elif h[1] == "busy":
                 out.append(f"rank {r} is busy (computing, not in a collective)")
             else:
@@ -321,7 +321,7 @@ class _Watchdog:
 
     PERIOD = 0.1
     CHECK_EVERY = 0.2           # the liveness checks (process table, heartbeats)
-    EXIT_GRACE = 2.0            # a peer that finished may have completed the call we wait in
+    EXIT_GRACE = 5.0            # a peer that finished may have completed the call we wait in
 
     def __init__(self):
         self.calls = {}                   # thread id -> (deadline, what, group, rank, timeout, loc, start)
@@ -428,11 +428,13 @@ class _Watchdog:
         if len(world) < 2 or any(r != rank and (r not in heard or heard[r][1] != "wait") for r in world):
             self._stuck = None
             return None
-        states = tuple((r, heard[r][2], heard[r][3]) for r in world if r != rank) + ((rank, what, loc),)
+        mine = (what, loc, list(group))
+        states = tuple((r, heard[r][2], heard[r][3], tuple(heard[r][4] or ())) for r in world if r != rank) \
+            + ((rank, what, loc, tuple(group)),)
         if self._stuck is None or self._stuck[0] != states:
             self._stuck = (states, now)
             return None
-        differ = [r for r in group if r != rank and (heard[r][2], heard[r][3]) != (what, loc)]
+        differ = [r for r in group if r != rank and tuple(heard[r][2:5]) != mine]
         if not differ or now - self._stuck[1] < heartbeat_timeout():
             return None
         return (f"{doing}, but every rank has been waiting in a collective for {heartbeat_timeout():g} s "

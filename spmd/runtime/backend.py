@@ -57,12 +57,14 @@ class Runtime(ABC):
         """{device: numpy array} for *every* device of the mesh, in this process (mpi:
         an allgather across processes) — how Array.numpy() assembles a global value."""
 
-    def allgather_object(self, obj) -> list:
+    def allgather_object(self, obj, what="exchanging values") -> list:
         """[obj of process 0, obj of process 1, ...]: a small picklable value from every
-        process (a collective: every process must call it). One process: [obj]."""
+        process (a collective: every process must call it). One process: [obj].
+        `what` says what the caller is doing: processes that meet in this exchange while
+        doing different things fail with an SpmdError naming them (mpi)."""
         return [obj]
 
-    def allgather_bytes(self, data: bytes) -> list:
+    def allgather_bytes(self, data: bytes, what="exchanging values") -> list:
         """allgather_object for raw bytes (of any length per process), without pickle."""
         return [bytes(data)]
 

@@ -74,14 +74,14 @@ class _Procs:
     driver) has nothing to exchange; under MPI, messages are JSON bytes exchanged with
     `Runtime.allgather_bytes` (no pickle)."""
 
-    def __init__(self, rt):
-        self.rt = rt
+    def __init__(self, rt, what="a checkpoint"):
+        self.rt, self.what = rt, what
         self.count, self.me = rt.process_count(), rt.process_index()
 
     def allgather(self, obj) -> list:
         if self.count == 1:
             return [obj]
-        return [json.loads(b) for b in self.rt.allgather_bytes(json.dumps(obj).encode())]
+        return [json.loads(b) for b in self.rt.allgather_bytes(json.dumps(obj).encode(), self.what)]
 
     def agree(self, error):
         """Every process raises if any did (so no rank is left waiting in a collective)."""
@@ -137,7 +137,7 @@ def save(path, tree):
     spmd.Arrays) to the directory `path`, atomically. Every process must call it.
     Returns the absolute path."""
     rt = get_runtime()
-    procs = _Procs(rt)
+    procs = _Procs(rt, "spmd.save")
     path = os.path.abspath(os.fspath(path))
     # a temp directory of this save's own: concurrent saves never write into each other's
     tmp = path + ".tmp." + procs.allgather(_token())[0]
@@ -434,7 +434,7 @@ def load(path, shardings=None):
     checkpoint's tree; None entries -> numpy) -> spmd.Arrays split that way. Every
     process must call it; each reads only the bytes its devices need."""
     rt = get_runtime()
-    procs = _Procs(rt)
+    procs = _Procs(rt, "spmd.load")
     path = os.path.abspath(os.fspath(path))
     result, err = _capture(lambda: _load_consistent(path, shardings, rt))
     procs.agree(err)

@@ -104,8 +104,8 @@ class MPIRuntime(Runtime):
         self._merge_timeline_at_exit()
         # once, at start: who runs where, so a timeout can name a rank that is gone
         # and where its heartbeats go (liveness: collectives/mpi.py, _Heartbeat)
-        try:
-            addr = mpi_comm.HEARTBEAT.open()
+        try:                            # SPMD_HEARTBEAT_TIMEOUT=0: no heartbeats
+            addr = mpi_comm.HEARTBEAT.open() if mpi_comm.heartbeat_timeout() > 0 else None
         except OSError:
             addr = None                 # no UDP: judged by the process table and mpiexec only
         got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
@@ -171,29 +171,76 @@ class MPIRuntime(Runtime):
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         return {self.rank: program(args[self.rank], comm=comm)}
 
-    def allgather_object(self, obj):
-        from ..compiler.trace import user_loc
-        return guarded(lambda: self.world.allgather(obj), "checking that the ranks agree on what they run next",
-                       list(range(self.size)), self.rank, loc=user_loc())
+    def allgather_object(self, obj, what="exchanging values"):
+        import pickle
+        return [pickle.loads(b) for b in self.allgather_bytes(pickle.dumps(obj), what)]
 
-    def allgather_bytes(self, data):
+    # the fixed block every exchange starts with: length (4 bytes), 4 spare, a hash of
+    # what the sender is doing (8), and the first INLINE bytes of the message
+    INLINE = 48
+
+    def allgather_bytes(self, data, what="exchanging values"):
+        """Every process's bytes. All of spmd's exchanges among the processes go through
+        here, each headed by a hash of what its sender is doing: processes that meet
+        here doing different things (one reading an Array, one saving a checkpoint, one
+        running a program) pair up at the MPI level, see it, and all raise an SpmdError
+        naming them and their lines. One fixed-size Allgather carries the header and a
+        short message (a program's fingerprint: the per-call cost); longer messages
+        follow in one Allgatherv (their lengths are known from the header by then)."""
+        import hashlib
+        from ..compiler.trace import user_loc
         MPI = mpi_comm._mpi()
-        mine = np.frombuffer(bytes(data), np.uint8)
-        counts = np.zeros(self.size, np.int64)
+        data = bytes(data)
+        loc = user_loc()
         group = list(range(self.size))
-        guarded(lambda: self.world.Allgather(np.array([mine.size], np.int64), counts), "exchanging metadata",
+        label = f"{what} (all ranks must)"
+        W = 16 + self.INLINE
+        block = np.zeros(W, np.uint8)
+        block[0:4] = np.frombuffer(len(data).to_bytes(4, "little"), np.uint8)
+        block[8:16] = np.frombuffer(hashlib.blake2b(what.encode(), digest_size=8).digest(), np.uint8)
+        head = data[:self.INLINE]
+        block[16:16 + len(head)] = np.frombuffer(head, np.uint8)
+        blocks = np.empty((self.size, W), np.uint8)
+        guarded(lambda: self.world.Allgather(block, blocks), label, group, self.rank, loc=loc)
+        if any((blocks[r, 8:16] != blocks[0, 8:16]).any() for r in range(self.size)):
+            self._not_the_same(what, loc)
+        lens = [int.from_bytes(blocks[r, 0:4].tobytes(), "little") for r in range(self.size)]
+        out = [blocks[r, 16:16 + min(n, self.INLINE)].tobytes() for r, n in enumerate(lens)]
+        if max(lens) <= self.INLINE:
+            return out
+        rest = [max(0, n - self.INLINE) for n in lens]
+        displs = np.concatenate([[0], np.cumsum(rest)[:-1]]).astype(np.int64).tolist()
+        buf = np.empty(sum(rest), np.uint8)
+        mine = np.frombuffer(data[self.INLINE:], np.uint8)
+        guarded(lambda: self.world.Allgatherv(mine, [buf, rest, displs, MPI.BYTE]), label, group, self.rank,
+                loc=loc)
+        return [o + buf[d:d + n].tobytes() for o, d, n in zip(out, displs, rest)]
+
+    def _not_the_same(self, what, loc):
+        """The ranks met doing different things (every rank sees it, so all come here):
+        exchange what and where, raise naming them."""
+        import json
+        from ..errors import SpmdError
+        mine = np.frombuffer(json.dumps([what, loc]).encode(), np.uint8)
+        counts = np.empty(self.size, np.int64)
+        group = list(range(self.size))
+        guarded(lambda: self.world.Allgather(np.array([mine.size], np.int64), counts), "naming what the ranks do",
                 group, self.rank)
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
         buf = np.empty(int(counts.sum()), np.uint8)
-        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs.tolist(), MPI.BYTE]),
-                "exchanging metadata", group, self.rank)
-        return [buf[a:a + n].tobytes() for a, n in zip(displs.tolist(), counts.tolist())]
+        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs, mpi_comm._mpi().BYTE]),
+                "naming what the ranks do", group, self.rank)
+        groups = {}
+        for r, (d, n) in enumerate(zip(displs, counts.tolist())):
+            groups.setdefault(tuple(json.loads(buf[d:d + n].tobytes())), []).append(r)
+        raise SpmdError(f"rank {self.rank}: the ranks are not doing the same thing: " + "; ".join(
+            f"rank(s) {rs}: {w}" + (f" at {l}" if l else "") for (w, l), rs in groups.items()))
 
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
         from .consistency import agree
-        agree(self, "reading an spmd.Array", ("read", mine.dtype.str, mine.shape))
+        agree(self, "reading an spmd.Array", (mine.dtype.str, mine.shape))
         if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
             from ..ir.mesh import Mesh
             world = Mesh((self.size,), ("world",))
@@ -207,4 +254,4 @@ class MPIRuntime(Runtime):
         return {d: out[d] for d in range(self.size)}
 
     def barrier(self):
-        guarded(self.world.Barrier, "barrier", list(range(self.size)), self.rank)
+        self.allgather_bytes(b"", "barrier")       # an exchange like any other: mismatches are named

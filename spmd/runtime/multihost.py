@@ -34,7 +34,7 @@ def process_allgather(x, tiled=False):
         if isinstance(v, Array):
             return v.numpy()
         v = np.asarray(v)
-        parts = rt.allgather_object(v)
+        parts = rt.allgather_object(v, "spmd.process_allgather")
         shapes = {p.shape for p in parts}
         if len(shapes) > 1 and not tiled:
             raise ShardingError(f"spmd.process_allgather: the processes' values have different shapes "
@@ -64,7 +64,7 @@ def make_array_from_process_local_data(sharding, local_data, global_shape=None) 
                             "devices is not supported yet")
     me = devices[0]
     mine = (sh.shard_index(me), local_data.shape, str(local_data.dtype), value_hash(local_data))
-    parts = rt.allgather_object(mine)           # process p runs device p under MPI
+    parts = rt.allgather_object(mine, "spmd.make_array_from_process_local_data")   # process p: device p
     dtypes = {p[2] for p in parts}
     if len(dtypes) > 1:
         raise ShardingError(f"spmd.make_array_from_process_local_data: the processes' parts have different "

@@ -63,6 +63,25 @@ elif case == "assemble":
     np.testing.assert_array_equal(g, [[r, r * 10] for r in range(n)])
     print("OK assemble")
 
+elif case == "mixed":
+    # rank 1 goes on to the next step while the others read the (split: reading it is a
+    # collective; a replicated result would be read locally) result
+    f = spmd.jit(lambda x: x * 2.0, in_shardings=row, out_shardings=row)
+    out = f(np.ones((8, 3)))
+    if rank == 1:
+        out = f(np.ones((8, 3)))                           # USER LINE mixed-run
+    print("RESULT", out.numpy().tolist())                  # USER LINE mixed-read
+
+elif case == "deadlock":
+    # a cycle: 0 waits for 2 over "a", 2 for 3 over "b", 3 for 1 over "a", 1 for 0 over "b"
+    from spmd.collectives.mpi import MPICommunicator
+    comm = MPICommunicator(spmd.Mesh((2, 2), ("a", "b")))
+    comm.comm("a"), comm.comm("b")                          # the sub-communicators, made in one order
+    order = ("a", "b") if rank in (0, 3) else ("b", "a")
+    for ax in order:
+        comm.all_reduce(np.ones(2), ax)
+    print("UNREACHABLE")
+
 elif case == "nan":
     x = np.arange(32.0).reshape(8, 4)
     x[5, 1] = np.nan
