@@ -109,7 +109,7 @@ def attention(x, p, i, heads):
         return (x @ w).reshape(B, T, heads, dh).transpose(0, 2, 1, 3)
 
     q, k, v = split(p[f"l{i}_wq"]), split(p[f"l{i}_wk"]), split(p[f"l{i}_wv"])
-    scores = (q @ k.transpose(0, 1, 3, 2)) / np.sqrt(dh)
+    scores = (q @ k.transpose(0, 1, 3, 2)) / dh ** 0.5      # a Python float: stays float32
     causal = np.tril(np.ones((T, T), dtype=bool))
     scores = np.where(causal, scores, -1e9)
     scores = scores - scores.max(axis=-1, keepdims=True)
