@@ -24,7 +24,12 @@ from ...passes.fuse import CHEAP, Kernel, fuse
 from ...passes.memory import plan_memory
 from .codegen import Split, kernel_ir
 from .jit import compile_ir
+from . import native
 from .scalar import SV, ScalarBuilder, Unsupported
+
+# a kernel is split over threads only when it has this many elements to touch: below it,
+# waking a pool thread (which may not get a core at once on a loaded machine) costs more
+PAR_WORK = 1 << 20
 
 _pool = None
 _pool_lock = threading.Lock()
@@ -76,6 +81,8 @@ class KernelStep:
         ops = [op.name for op in kernel.ops if op.name not in CHEAP] or [kernel.root.producer.name]
         self.label = "+".join(ops)
         self.fn = None
+        self.addr_t = None                              # the trampoline (native schedules)
+        self.work = cg.work
 
     def bind(self, addr):
         n = len(self.params)
@@ -114,17 +121,21 @@ class LLVMExecutable:
             if not part:
                 continue
             decls = sorted(set().union(*[d for _, d, _ in part]))
-            ir = "\n".join(decls + [t for t, _, _ in part] + ['attributes #0 = { nounwind "no-trapping-math"="true" }'])
+            tramps = [native.trampoline(cg.name, len(cg.params)) for _, _, cg in part]
+            ir = "\n".join(decls + [t for t, _, _ in part] + tramps
+                           + ['attributes #0 = { nounwind "no-trapping-math"="true" }'])
             self.ir["big" if big else "small"] = ir
-            addrs = compile_ir(ir, [cg.name for _, _, cg in part], self.stats, big)
+            addrs = compile_ir(ir, [n for _, _, cg in part for n in (cg.name, cg.name + "_t")], self.stats, big)
             for k in kernels:
                 if k.name in addrs:
                     k.bind(addrs[k.name])
+                    k.addr_t = addrs[k.name + "_t"]
         self.stats["compile_s"] = time.perf_counter() - t1
         self.memory = plan_memory(graph, self.steps)
         self._dots = {s: dot_plan(s) for s in self.steps if getattr(s, "name", None) == "dot_general"}
         self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.slot_of}
         self._local = threading.local()
+        self._schedules = {}
         _dump(self)
 
     def __reduce__(self):
@@ -145,6 +156,30 @@ class LLVMExecutable:
                                 f"takes {v.dtype}{list(v.shape)}")
             env[v] = x
         nthreads = self.threads or threads_for(comm)
+        native.set_blas_threads(nthreads)
+        if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
+            self._run_steps(env, comm, nthreads)
+        else:
+            sched = self._schedules.get(nthreads)
+            if sched is None:
+                sched = self._schedules[nthreads] = Schedule(self, nthreads)
+            sched.run(env, comm)
+        return self._results(env)
+
+    def _results(self, env):
+        results, seen = [], set()
+        mem = self.memory
+        for v in self.graph.outputs:
+            x = env[v]
+            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
+                    or not x.flags.writeable or x.base is not None or v in mem.slot_of):
+                x = x.copy()
+            seen.add(id(x))
+            results.append(x)
+        return results
+
+    def _run_steps(self, env, comm, nthreads):
+        """Step by step from Python (each step on the timeline when SPMD_TRACE is on)."""
         mem = self.memory
         slots = self._slots()
         tracing = timeline.enabled()
@@ -163,15 +198,6 @@ class LLVMExecutable:
                               if isinstance(step, KernelStep) else step.loc})
             for v in mem.free_after[k]:
                 env.pop(v, None)
-        results, seen = [], set()
-        for v in g.outputs:
-            x = env[v]
-            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
-                    or not x.flags.writeable or x.base is not None or v in mem.slot_of):
-                x = x.copy()
-            seen.add(id(x))
-            results.append(x)
-        return results
 
     def _slots(self):
         """This thread's reusable temporaries (the local runtime runs ranks as threads)."""
@@ -198,7 +224,7 @@ class LLVMExecutable:
                 x = np.ascontiguousarray(x)
             arrays.append(x)
         fn = step.fn
-        if step.par == "reduce":
+        if step.par == "reduce" and nthreads > 1 and step.work >= PAR_WORK:
             t = max(1, min(nthreads, step.extent))
             out_i = step.params.index(step.root)
             partial = np.empty((t,) + step.root.shape, step.root.dtype)
@@ -208,7 +234,7 @@ class LLVMExecutable:
             _combine(step.root.producer.attrs["kind"], partial, env[step.root])
             return
         ptrs = [a.ctypes.data for a in arrays]
-        if step.par == "rows" and nthreads > 1:
+        if step.par == "rows" and nthreads > 1 and step.work >= PAR_WORK:
             self._split(fn, ptrs, step.extent, min(nthreads, step.extent))
         else:
             fn(*ptrs, 0, step.extent, 0)
@@ -293,3 +319,221 @@ def _dump(exe):
 
 def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
     return LLVMExecutable(graph, threads)
+
+
+VIEWS = ("transpose", "reshape", "slice")
+
+
+class _Segment:
+    def __init__(self):
+        self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
+        self.allocs = []        # values it writes that are not in the memory plan (made per call)
+        self.steps = []         # step indices it covers
+
+
+class Schedule:
+    """The program's steps as native segments (one call each, see native.py) and the steps
+    that run in Python between them (collectives, ops without a native lowering, kernels
+    big enough to split over threads)."""
+
+    def __init__(self, exe, nthreads):
+        self.exe = exe
+        mem = exe.memory
+        b = native.blas()
+        helpers = native.helpers() if True else None
+        self.run_fn = helpers["run"]
+        self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
+        self.items = []          # _Segment | step index
+        seg = None
+
+        def flush():
+            nonlocal seg
+            if seg is not None and seg.instrs:
+                self.items.append(seg)
+            elif seg is not None:
+                self.items.extend(seg.steps)
+            seg = None
+
+        for k, step in enumerate(exe.steps):
+            instr = None
+            if isinstance(step, KernelStep):
+                threaded = step.par is not None and nthreads > 1 and step.work >= PAR_WORK
+                if not threaded and step.addr_t and not any(v in self.views for v in step.params):
+                    instr = (step.addr_t, [(v, 0) for v in step.params] + [0, step.extent, 0])
+            elif step.name == "dot_general" and b:
+                instr = self._dot(step, b, helpers)
+            elif step.name in VIEWS and self._view(step):
+                if seg is None:
+                    seg = _Segment()
+                seg.steps.append(k)
+                continue
+            if instr is None:
+                flush()
+                self.items.append(k)
+                continue
+            if seg is None:
+                seg = _Segment()
+            seg.instrs.append(instr)
+            seg.steps.append(k)
+            written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
+            seg.allocs += [v for v in written if v not in mem.slot_of]
+        flush()
+        # the argument blocks' layout in the arena, and what each segment patches per call
+        self.size = 0
+        for it in self.items:
+            if not isinstance(it, _Segment):
+                continue
+            it.offsets, dyn, pos, idx, offs = [], {}, [], [], []
+            for fn, entries in it.instrs:
+                it.offsets.append(self.size)
+                for j, e in enumerate(entries):
+                    if isinstance(e, tuple) and e[0] not in mem.slot_of:
+                        pos.append(self.size + j)
+                        idx.append(dyn.setdefault(e[0], len(dyn)))
+                        offs.append(e[1])
+                self.size += len(entries)
+            it.dyn = list(dyn)
+            it.pos, it.idx = np.array(pos, np.int64), np.array(idx, np.int64)
+            it.offs = np.array(offs, np.int64)
+            it.reads = [v for v in it.dyn if v not in set(it.allocs)]
+        self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
+        self._local = threading.local()
+
+    # -- building --------------------------------------------------------------------------
+    def _dummy(self, v):
+        t = self.views.get(v)
+        if t is not None:
+            return t
+        base = np.empty(v.shape, v.dtype)
+        return (v, base, base)
+
+    def _view(self, op):
+        """Can op's result be read as a strided view of a buffer (no copy)? Records it."""
+        base, view, dbase = self._dummy(op.operands[0])
+        try:
+            r = op.opdef.ref(view, **op.attrs)
+        except Exception:     # noqa: BLE001 - then it simply runs in Python
+            return False
+        if not isinstance(r, np.ndarray) or r.size == 0 or not np.may_share_memory(r, dbase):
+            return False
+        self.views[op.result] = (base, r, dbase)
+        return True
+
+    def _dot(self, op, b, helpers):
+        dt = op.result.dtype
+        if dt not in ("float32", "float64") or any(o.dtype != dt for o in op.operands):
+            return None
+        pa, sa, pb, sb, so = self.exe._dots[op]
+        _, m, n = so
+        k = sa[2]
+        lhs, rhs = op.operands
+        bshape = [lhs.shape[d] for d in op.attrs["lhs_batch"]]
+        if min([m, n, k] + bshape) == 0:
+            return None
+        isz = np.dtype(dt).itemsize
+        da, db = self._dummy(lhs), self._dummy(rhs)
+        for b1, b2 in native.batch_levels(bshape):
+            got = []
+            for (base, view, dbase), perm, rows, cols in ((da, pa, m, k), (db, pb, k, n)):
+                try:
+                    v4 = view.transpose(perm).reshape((b1, b2, rows, cols))
+                except ValueError:
+                    break
+                if not np.may_share_memory(v4, dbase):
+                    break
+                lay = native.gemm_operand(v4.strides[2], v4.strides[3], isz, rows, cols)
+                if lay is None:
+                    break
+                off = v4.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+                got.append((base, off, lay, v4.strides[0], v4.strides[1]))
+            if len(got) < 2:
+                continue
+            (ba, offa, (ta, lda), a1, a2), (bb, offb, (tb, ldb), c1, c2) = got
+            name = "spmd_dot_f32" if dt == "float32" else "spmd_dot_f64"
+            entries = [b["gemm"][dt], (ba, offa), (bb, offb), (op.result, 0), m, n, k, lda, ldb, n, ta, tb,
+                       b1, a1, c1, b2 * m * n * isz, b2, a2, c2, m * n * isz]
+            return helpers[name], entries
+        return None
+
+    # -- running ---------------------------------------------------------------------------
+    def _state(self):
+        """This thread's arena and program arrays (the memory plan's buffers are per thread)."""
+        st = getattr(self._local, "st", None)
+        if st is not None:
+            return st
+        exe, mem = self.exe, self.exe.memory
+        slots = exe._slots()
+        arena = np.zeros(max(self.size, 1), np.int64)
+        base = arena.ctypes.data
+        progs = []
+        for it in self.items:
+            if not isinstance(it, _Segment):
+                continue
+            prog = np.zeros(2 * len(it.instrs), np.int64)
+            for i, ((fn, entries), o) in enumerate(zip(it.instrs, it.offsets)):
+                prog[2 * i], prog[2 * i + 1] = fn, base + 8 * o
+                for j, e in enumerate(entries):
+                    if isinstance(e, tuple):
+                        v, off = e
+                        if v in mem.slot_of:
+                            arena[o + j] = exe._buffer(v, mem, slots).ctypes.data + off
+                    else:
+                        arena[o + j] = e
+            progs.append(prog)
+        st = self._local.st = (arena, progs, slots)
+        return st
+
+    def _get(self, v, env, slots):
+        x = env.get(v)
+        if x is not None:
+            return x
+        mem = self.exe.memory
+        if v in mem.slot_of:
+            return self.exe._buffer(v, mem, slots)
+        op = v.producer           # a view the native code read for free: numpy makes it now
+        x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)
+        return x
+
+    def run(self, env, comm):
+        exe, mem = self.exe, self.exe.memory
+        arena, progs, slots = self._state()
+        run_fn = self.run_fn
+        steps = exe.steps
+        si = 0
+        for it in self.items:
+            if isinstance(it, _Segment):
+                for v in it.allocs:
+                    env[v] = np.empty(v.shape, v.dtype)
+                if it.dyn:
+                    addrs = np.empty(len(it.dyn), np.int64)
+                    for j, v in enumerate(it.dyn):
+                        x = env.get(v)
+                        if x is None:
+                            x = self._get(v, env, slots)
+                        if not x.flags.c_contiguous:
+                            x = env[v] = np.ascontiguousarray(x)
+                        addrs[j] = x.ctypes.data
+                    arena[it.pos] = addrs[it.idx] + it.offs
+                prog = progs[si]
+                si += 1
+                run_fn(prog.ctypes.data, len(it.instrs))
+                done = it.steps
+            else:
+                step = steps[it]
+                if isinstance(step, KernelStep):
+                    for v in step.kernel.inputs:
+                        if v not in env:
+                            env[v] = self._get(v, env, slots)
+                    exe._run_kernel(step, env, exe.threads or threads_for(comm), mem, slots)
+                else:
+                    for o in step.operands:
+                        if o not in env:
+                            env[o] = self._get(o, env, slots)
+                    exe._run_op(step, env, comm, mem, slots)
+                done = (it,)
+            for k in done:
+                for v in mem.free_after[k]:
+                    env.pop(v, None)
+        for v in exe.graph.outputs:
+            if v not in env:
+                env[v] = self._get(v, env, slots)

@@ -1,0 +1,214 @@
+"""Native schedules: run a whole stretch of a program's steps with one call from Python.
+
+A program's steps are kernels, dots, views (transpose/reshape/slice feeding a dot) and
+everything else (collectives, gather, scatter, ...). Consecutive kernels and dots form a
+*segment*: a flat list of instructions `(function, argument block)` that one native loop
+(`spmd_run`) calls in order, with the GIL released for the whole segment. Each kernel gets
+a trampoline `kN_t(ptr args)` that loads its buffer pointers from its argument block; a
+dot is `spmd_dot_f32/f64(ptr args)`, a loop of cblas ?gemm calls (one per batch matrix)
+into the BLAS numpy itself links, with the operands' transposes and strides worked out at
+build time. Views cost nothing: a dot reads its operand's base buffer at an offset with
+strides.
+
+Argument blocks live in one int64 array per thread (the `arena`). Pointers to the memory
+plan's buffers are written once per thread; pointers that change from call to call (the
+program's inputs, outputs, and values made by steps that run in Python) are patched in
+before each segment runs, one vectorised assignment per segment.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+
+from .jit import compile_ir
+
+RUNNER_IR = """
+define void @spmd_run(ptr %prog, i64 %n) {
+entry:
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %b]
+  %c = icmp slt i64 %i, %n
+  br i1 %c, label %b, label %x
+b:
+  %j = shl i64 %i, 1
+  %pf = getelementptr i64, ptr %prog, i64 %j
+  %f = load ptr, ptr %pf
+  %j1 = add i64 %j, 1
+  %pa = getelementptr i64, ptr %prog, i64 %j1
+  %a = load ptr, ptr %pa
+  call void %f(ptr %a)
+  %i1 = add i64 %i, 1
+  br label %h
+x:
+  ret void
+}
+"""
+
+# argument block of a dot: fn A B C M N K lda ldb ldc transA transB, then two batch levels
+# (outer, inner), each: extent strideA strideB strideC (strides in bytes)
+DOT_FIELDS = 20
+DOT_IR = """
+define void @spmd_dot_{t}(ptr %a) {{
+entry:
+{loads}
+  br label %oh
+oh:
+  %o = phi i64 [0, %entry], [%o1, %ix]
+  %oc = icmp slt i64 %o, %f12
+  br i1 %oc, label %ob, label %x
+ob:
+  %ooa = mul i64 %o, %f13
+  %oob = mul i64 %o, %f14
+  %ooc = mul i64 %o, %f15
+  %qa = getelementptr i8, ptr %p1, i64 %ooa
+  %qb = getelementptr i8, ptr %p2, i64 %oob
+  %qc = getelementptr i8, ptr %p3, i64 %ooc
+  br label %h
+h:
+  %i = phi i64 [0, %ob], [%i1, %b]
+  %c = icmp slt i64 %i, %f16
+  br i1 %c, label %b, label %ix
+b:
+  %oa = mul i64 %i, %f17
+  %obb = mul i64 %i, %f18
+  %occ = mul i64 %i, %f19
+  %pa = getelementptr i8, ptr %qa, i64 %oa
+  %pb = getelementptr i8, ptr %qb, i64 %obb
+  %pc = getelementptr i8, ptr %qc, i64 %occ
+  call void %p0(i32 101, i32 %ta, i32 %tb, {I} %m, {I} %n, {I} %k, {T} 1.0, ptr %pa, {I} %lda, ptr %pb, {I} %ldb, {T} 0.0, ptr %pc, {I} %ldc)
+  %i1 = add i64 %i, 1
+  br label %h
+ix:
+  %o1 = add i64 %o, 1
+  br label %oh
+x:
+  ret void
+}}
+"""
+
+
+def _dot_ir(t, T, I):   # noqa: E741 - the int type's name in BLAS
+    loads = []
+    for j in range(DOT_FIELDS):
+        loads.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
+        kind = "ptr" if j < 4 else "i64"
+        loads.append(f"  {'%p' if j < 4 else '%f'}{j} = load {kind}, ptr %g{j}")
+    loads += ["  %ta = trunc i64 %f10 to i32", "  %tb = trunc i64 %f11 to i32"]
+    for name, j in (("m", 4), ("n", 5), ("k", 6), ("lda", 7), ("ldb", 8), ("ldc", 9)):
+        loads.append(f"  %{name} = trunc i64 %f{j} to i32" if I == "i32" else f"  %{name} = add i64 %f{j}, 0")
+    return DOT_IR.format(t=t, T=T, I=I, loads="\n".join(loads))
+
+
+def trampoline(name, nparams):
+    """`name_t(ptr args)`: the kernel `name` called with its pointers (and start, end, tid)
+    read from an argument block."""
+    lines = [f"define void @{name}_t(ptr %a) #0 {{", "entry:"]
+    args = []
+    for j in range(nparams + 3):
+        lines.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
+        kind = "ptr" if j < nparams else "i64"
+        lines.append(f"  %v{j} = load {kind}, ptr %g{j}")
+        args.append(f"{kind} %v{j}")
+    lines += [f"  call void @{name}({', '.join(args)})", "  ret void", "}"]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- BLAS
+_blas = None
+
+
+def blas():
+    """{"gemm": {"float32": addr, "float64": addr}, "int": "i64"|"i32", "set_threads": fn}
+    for the cblas numpy links, or {} when it cannot be found (dots then run in numpy)."""
+    global _blas
+    if _blas is not None:
+        return _blas
+    _blas = {}
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted(set(re.findall(r"(/\S*(?:openblas|blas)\S*\.so\S*)", f.read())))
+    except OSError:
+        libs = []
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for s, d, it, thr in (("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", "i64", "scipy_openblas_set_num_threads64_"),
+                              ("cblas_sgemm64_", "cblas_dgemm64_", "i64", "openblas_set_num_threads64_"),
+                              ("cblas_sgemm", "cblas_dgemm", None, "openblas_set_num_threads")):
+            try:
+                fs, fd = getattr(lib, s), getattr(lib, d)
+            except AttributeError:
+                continue
+            if it is None:   # plain names: 32-bit ints unless the library is an ILP64 build
+                if "64" in path.rsplit("/", 1)[-1]:
+                    continue
+                it = "i32"
+            st = getattr(lib, thr, None)
+            if st is not None:
+                st.argtypes, st.restype = [ctypes.c_int], None
+            _blas = {"gemm": {"float32": ctypes.cast(fs, ctypes.c_void_p).value,
+                              "float64": ctypes.cast(fd, ctypes.c_void_p).value},
+                     "int": it, "set_threads": st, "lib": lib}
+            return _blas
+    return _blas
+
+
+_blas_threads = None
+
+
+def set_blas_threads(n):
+    """BLAS threads for the process (the ranks of the local runtime share one budget)."""
+    global _blas_threads
+    if n == _blas_threads:
+        return
+    b = blas()
+    if b.get("set_threads") is not None:
+        b["set_threads"](int(n))
+    _blas_threads = n
+
+
+_helpers = None
+
+
+def helpers():
+    """{name: address} of spmd_run and the dot wrappers (compiled once, cached on disk)."""
+    global _helpers
+    if _helpers is None:
+        it = blas().get("int", "i64")
+        ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it)
+        names = ["spmd_run", "spmd_dot_f32", "spmd_dot_f64"]
+        _helpers = compile_ir(ir, names, None, False)
+        run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(_helpers["spmd_run"])
+        _helpers = dict(_helpers, run=run)
+    return _helpers
+
+
+# ----------------------------------------------------------------------------- layouts
+def gemm_operand(rs, cs, isz, rows, cols):
+    """(transpose flag, leading dimension) of a matrix with row and column strides `rs`,
+    `cs` (bytes) as a BLAS operand of `rows x cols`, or None if BLAS cannot read it as it is."""
+    if rs % isz or cs % isz:
+        return None
+    if cols == 1 or cs == isz:                  # row-major
+        ld = rs // isz if rows > 1 else cols
+        if ld >= max(1, cols):
+            return 111, ld
+    if rows == 1 or rs == isz:                  # column-major: the transpose of a row-major
+        ld = cs // isz if cols > 1 else rows
+        if ld >= max(1, rows):
+            return 112, ld
+    return None
+
+
+def batch_levels(batch_shape):
+    """Ways to run a dot's batch dimensions as two nested loops (outer, inner extents)."""
+    b = int(np.prod(batch_shape, dtype=np.int64))
+    out = [(1, b)]
+    for j in range(1, len(batch_shape)):
+        out.append((int(np.prod(batch_shape[:j], dtype=np.int64)), int(np.prod(batch_shape[j:], dtype=np.int64))))
+    return out
