@@ -6,11 +6,12 @@ With SPMD_DUMP=dir, every pass's result is written as text (`<name>.opt.<i>.<pas
 """
 import os
 
+from .combine import combine_collectives  # noqa: F401
 from .cse import cse  # noqa: F401
 from .dce import dce  # noqa: F401
 from .simplify import simplify  # noqa: F401
 
-PIPELINE = (("simplify", simplify), ("cse", cse), ("dce", dce))
+PIPELINE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("combine", combine_collectives))
 
 
 def optimize(graph):

@@ -156,7 +156,6 @@ class LLVMExecutable:
                                 f"takes {v.dtype}{list(v.shape)}")
             env[v] = x
         nthreads = self.threads or threads_for(comm)
-        native.set_blas_threads(nthreads)
         if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
             self._run_steps(env, comm, nthreads)
         else:
@@ -190,7 +189,7 @@ class LLVMExecutable:
                 self._run_kernel(step, env, nthreads, mem, slots)
                 name, cat = step.label, "compute"
             else:
-                self._run_op(step, env, comm, mem, slots)
+                self._run_op(step, env, comm, mem, slots, nthreads)
                 name, cat = step.name, "collective" if step.opdef.needs_comm else "compute"
             if tracing:
                 timeline.add(name, cat, rank, t0, timeline.now_us() - t0,
@@ -247,11 +246,13 @@ class LLVMExecutable:
         for f in futs:
             f.result()
 
-    def _run_op(self, op, env, comm, mem, slots):
+    def _run_op(self, op, env, comm, mem, slots, nthreads=1):
         opdef = op.opdef
         args = [env[o] for o in op.operands]
         try:
             if op.name == "dot_general":
+                _, (_, m, k), _, _, (_, _, n) = self._dots[op]
+                native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
                 out = self._buffer(op.result, mem, slots)
                 _dot(*args, out, self._dots[op])
                 env[op.result] = out
@@ -338,9 +339,10 @@ class Schedule:
 
     def __init__(self, exe, nthreads):
         self.exe = exe
+        self.nthreads = nthreads
         mem = exe.memory
         b = native.blas()
-        helpers = native.helpers() if True else None
+        helpers = native.helpers()
         self.run_fn = helpers["run"]
         self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
         self.items = []          # _Segment | step index
@@ -451,7 +453,9 @@ class Schedule:
             (ba, offa, (ta, lda), a1, a2), (bb, offb, (tb, ldb), c1, c2) = got
             name = "spmd_dot_f32" if dt == "float32" else "spmd_dot_f64"
             entries = [b["gemm"][dt], (ba, offa), (bb, offb), (op.result, 0), m, n, k, lda, ldb, n, ta, tb,
-                       b1, a1, c1, b2 * m * n * isz, b2, a2, c2, m * n * isz]
+                       b1, a1, c1, b2 * m * n * isz, b2, a2, c2, m * n * isz,
+                       native.set_threads_addr(), 1 if m * n * k < native.SMALL_DOT else self.nthreads,
+                       native.blas_threads_cell.ctypes.data]
             return helpers[name], entries
         return None
 
@@ -529,7 +533,7 @@ class Schedule:
                     for o in step.operands:
                         if o not in env:
                             env[o] = self._get(o, env, slots)
-                    exe._run_op(step, env, comm, mem, slots)
+                    exe._run_op(step, env, comm, mem, slots, self.nthreads)
                 done = (it,)
             for k in done:
                 for v in mem.free_after[k]:

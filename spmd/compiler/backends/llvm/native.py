@@ -48,15 +48,29 @@ x:
 """
 
 # argument block of a dot: fn A B C M N K lda ldb ldc transA transB, then two batch levels
-# (outer, inner), each: extent strideA strideB strideC (strides in bytes)
-DOT_FIELDS = 20
+# (outer, inner), each: extent strideA strideB strideC (strides in bytes); then the BLAS's
+# set-threads function (or 0), the threads this dot wants, and the cell holding the current
+# setting (small products run on one thread: waking BLAS threads costs more than they save,
+# and on a loaded machine a woken thread may wait for a core for a whole time slice)
+DOT_FIELDS = 23
 DOT_IR = """
 define void @spmd_dot_{t}(ptr %a) {{
 entry:
 {loads}
+  %cur = load i64, ptr %p22
+  %need = icmp ne i64 %cur, %f21
+  %has = icmp ne ptr %p20, null
+  %do = and i1 %need, %has
+  br i1 %do, label %set, label %go
+set:
+  %w32 = trunc i64 %f21 to i32
+  call void %p20(i32 %w32)
+  store i64 %f21, ptr %p22
+  br label %go
+go:
   br label %oh
 oh:
-  %o = phi i64 [0, %entry], [%o1, %ix]
+  %o = phi i64 [0, %go], [%o1, %ix]
   %oc = icmp slt i64 %o, %f12
   br i1 %oc, label %ob, label %x
 ob:
@@ -94,8 +108,8 @@ def _dot_ir(t, T, I):   # noqa: E741 - the int type's name in BLAS
     loads = []
     for j in range(DOT_FIELDS):
         loads.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
-        kind = "ptr" if j < 4 else "i64"
-        loads.append(f"  {'%p' if j < 4 else '%f'}{j} = load {kind}, ptr %g{j}")
+        isptr = j < 4 or j in (20, 22)
+        loads.append(f"  {'%p' if isptr else '%f'}{j} = load {'ptr' if isptr else 'i64'}, ptr %g{j}")
     loads += ["  %ta = trunc i64 %f10 to i32", "  %tb = trunc i64 %f11 to i32"]
     for name, j in (("m", 4), ("n", 5), ("k", 6), ("lda", 7), ("ldb", 8), ("ldc", 9)):
         loads.append(f"  %{name} = trunc i64 %f{j} to i32" if I == "i32" else f"  %{name} = add i64 %f{j}, 0")
@@ -158,18 +172,24 @@ def blas():
     return _blas
 
 
-_blas_threads = None
+# the BLAS's current thread setting, shared with the native dots (which change it)
+blas_threads_cell = np.zeros(1, np.int64)
+SMALL_DOT = 1 << 27       # multiply-adds per matrix below which a dot runs on one thread
 
 
 def set_blas_threads(n):
     """BLAS threads for the process (the ranks of the local runtime share one budget)."""
-    global _blas_threads
-    if n == _blas_threads:
+    if n == blas_threads_cell[0]:
         return
     b = blas()
     if b.get("set_threads") is not None:
         b["set_threads"](int(n))
-    _blas_threads = n
+    blas_threads_cell[0] = n
+
+
+def set_threads_addr():
+    st = blas().get("set_threads")
+    return ctypes.cast(st, ctypes.c_void_p).value if st is not None else 0
 
 
 _helpers = None
