@@ -22,6 +22,7 @@ from ....ir.ops.dot import dims as dot_dims
 from ....tools import timeline
 from ...passes.fuse import CHEAP, Kernel, fuse
 from ...passes.memory import plan_memory
+from ..executor import Executable, op_label, run_op
 from .codegen import Split, kernel_ir
 from .jit import compile_ir
 from . import native
@@ -90,7 +91,7 @@ class KernelStep:
         self.fn = proto(addr)
 
 
-class LLVMExecutable:
+class LLVMExecutable(Executable):
     def __init__(self, graph: Graph, threads=None):
         self.graph = graph
         self.threads = threads
@@ -144,59 +145,27 @@ class LLVMExecutable:
         return (LLVMExecutable, (self.graph, self.threads))
 
     # -- running --------------------------------------------------------------------------
-    def __call__(self, inputs, comm=None):
-        g = self.graph
-        if len(inputs) != len(g.inputs):
-            raise SpmdError(f"{g.name}: expected {len(g.inputs)} inputs, got {len(inputs)}")
-        env = {}
-        for i, (v, x) in enumerate(zip(g.inputs, inputs)):
-            x = np.asarray(x)
-            if x.shape != v.shape or x.dtype.name != v.dtype:
-                raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
-                                f"takes {v.dtype}{list(v.shape)}")
-            env[v] = x
+    @property
+    def planned(self):
+        return self.memory.slot_of
+
+    def run(self, env, comm):
         nthreads = self.threads or threads_for(comm)
         if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
-            self._run_steps(env, comm, nthreads)
-        else:
-            sched = self._schedules.get(nthreads)
-            if sched is None:
-                sched = self._schedules[nthreads] = Schedule(self, nthreads)
-            sched.run(env, comm)
-        return self._results(env)
+            # step by step from Python, each step a span on the timeline
+            slots = self._slots()
 
-    def _results(self, env):
-        results, seen = [], set()
-        mem = self.memory
-        for v in self.graph.outputs:
-            x = env[v]
-            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
-                    or not x.flags.writeable or x.base is not None or v in mem.slot_of):
-                x = x.copy()
-            seen.add(id(x))
-            results.append(x)
-        return results
-
-    def _run_steps(self, env, comm, nthreads):
-        """Step by step from Python (each step on the timeline when SPMD_TRACE is on)."""
-        mem = self.memory
-        slots = self._slots()
-        tracing = timeline.enabled()
-        rank = getattr(comm, "rank", 0)
-        for k, step in enumerate(self.steps):
-            t0 = timeline.now_us() if tracing else 0
-            if isinstance(step, KernelStep):
-                self._run_kernel(step, env, nthreads, mem, slots)
-                name, cat = step.label, "compute"
-            else:
-                self._run_op(step, env, comm, mem, slots, nthreads)
-                name, cat = step.name, "collective" if step.opdef.needs_comm else "compute"
-            if tracing:
-                timeline.add(name, cat, rank, t0, timeline.now_us() - t0,
-                             {"loc": getattr(step, "loc", None) or getattr(step.root.producer, "loc", None)
-                              if isinstance(step, KernelStep) else step.loc})
-            for v in mem.free_after[k]:
-                env.pop(v, None)
+            def step_fn(step, env, comm):
+                if isinstance(step, KernelStep):
+                    self._run_kernel(step, env, nthreads, self.memory, slots)
+                else:
+                    self._run_op(step, env, comm, self.memory, slots, nthreads)
+            self.run_steps(self.steps, self.memory.free_after, env, comm, step_fn, _label)
+            return
+        sched = self._schedules.get(nthreads)
+        if sched is None:
+            sched = self._schedules[nthreads] = Schedule(self, nthreads)
+        sched.run(env, comm)
 
     def _slots(self):
         """This thread's reusable temporaries (the local runtime runs ranks as threads)."""
@@ -247,31 +216,23 @@ class LLVMExecutable:
             f.result()
 
     def _run_op(self, op, env, comm, mem, slots, nthreads=1):
-        opdef = op.opdef
-        args = [env[o] for o in op.operands]
-        try:
-            if op.name == "dot_general":
-                _, (_, m, k), _, _, (_, _, n) = self._dots[op]
-                native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
-                out = self._buffer(op.result, mem, slots)
-                _dot(*args, out, self._dots[op])
-                env[op.result] = out
-                return
-            if opdef.needs_comm:
-                out = opdef.ref(*args, comm=comm, **op.attrs)
-            else:
-                out = opdef.ref(*args, **op.attrs)
-        except SpmdError:
-            raise
-        except Exception as e:
-            raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
-        outs = [out] if len(op.results) == 1 else list(out)
-        for r, x in zip(op.results, outs):
-            x = np.asarray(x)
-            if x.shape != r.shape or x.dtype.name != r.dtype:
-                raise SpmdError(f"internal error: {op.name} at {op.loc} computed {x.dtype.name}{list(x.shape)} "
-                                f"but its shape rule says {r.dtype}{list(r.shape)}")
-            env[r] = x
+        if op.name == "dot_general":
+            _, (_, m, k), _, _, (_, _, n) = self._dots[op]
+            native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
+            out = self._buffer(op.result, mem, slots)
+            try:
+                _dot(*[env[o] for o in op.operands], out, self._dots[op])
+            except Exception as e:
+                raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
+            env[op.result] = out
+            return
+        run_op(op, env, comm)
+
+
+def _label(step):
+    if isinstance(step, KernelStep):
+        return step.label, "compute", getattr(step.root.producer, "loc", None)
+    return op_label(step)
 
 
 def _combine(kind, partial, out):
@@ -399,6 +360,19 @@ class Schedule:
             it.offs = np.array(offs, np.int64)
             it.reads = [v for v in it.dyn if v not in set(it.allocs)]
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
+        # a value is dropped after its last use, where reading a view made for free reads its base
+        last, n = {}, len(exe.steps)
+        for k, step in enumerate(exe.steps):
+            for v in (step.kernel.inputs if isinstance(step, KernelStep) else step.operands):
+                last[self.views.get(v, v)] = k
+                last[v] = k
+        outs = set(exe.graph.outputs)
+        for v in outs:
+            last[self.views.get(v, v)] = n
+        self.free_after = [[] for _ in range(n)]
+        for v, k in last.items():
+            if v not in outs and k < n:
+                self.free_after[k].append(v)
         self._local = threading.local()
 
     # -- building --------------------------------------------------------------------------
@@ -528,7 +502,7 @@ class Schedule:
                     for v in step.kernel.inputs:
                         if v not in env:
                             env[v] = self._get(v, env, slots)
-                    exe._run_kernel(step, env, exe.threads or threads_for(comm), mem, slots)
+                    exe._run_kernel(step, env, self.nthreads, mem, slots)
                 else:
                     for o in step.operands:
                         if o not in env:
@@ -536,7 +510,7 @@ class Schedule:
                     exe._run_op(step, env, comm, mem, slots, self.nthreads)
                 done = (it,)
             for k in done:
-                for v in mem.free_after[k]:
+                for v in self.free_after[k]:
                     env.pop(v, None)
         for v in exe.graph.outputs:
             if v not in env:
