@@ -5,6 +5,7 @@ registry. After it is built a Graph is treated as immutable: every pass returns 
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -37,7 +38,7 @@ class Value:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)        # Python ints (np.prod costs ~40x more per call)
 
     @property
     def aval(self):

@@ -96,14 +96,32 @@ class LLVMExecutable(Executable):
         self.graph = graph
         self.threads = threads
         t0 = time.perf_counter()
-        roots = set()
+        roots, memo = set(), {}
         for _ in range(len(graph.ops) + 1):
             plan = fuse(graph, fusible, frozenset(roots))
-            try:
-                gen = [kernel_ir(k, f"k{i}", cores()) for i, k in enumerate(plan.kernels())]
+            # every kernel that wants a value materialised says so in one pass; kernels the
+            # new roots leave alone are generated once (memo) across the re-plans
+            gen, split = [], set()
+            for i, k in enumerate(plan.kernels()):
+                key = (tuple(map(id, k.ops)), id(k.root), tuple(map(id, k.outputs)), tuple(map(id, k.inputs)))
+                hit = memo.get(key)
+                if hit is None:
+                    try:
+                        hit = memo[key] = kernel_ir(k, f"k{i}", cores())
+                    except Split as e:
+                        hit = memo[key] = e
+                if isinstance(hit, Split):
+                    split.add(hit.value)
+                    continue
+                text, decls, cg = hit
+                if cg.name != f"k{i}":
+                    cg.name = f"k{i}"
+                    text = cg.render()
+                    hit = memo[key] = (text, decls, cg)
+                gen.append(hit)
+            if not split:
                 break
-            except Split as e:
-                roots.add(e.value)
+            roots |= split
         else:
             raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
         self.plan = plan
