@@ -35,8 +35,9 @@ import tracemalloc
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-_CACHE = tempfile.TemporaryDirectory(prefix="spmd-bench-cache-")
-os.environ["SPMD_CACHE_DIR"] = _CACHE.name          # cold first calls (set before spmd compiles)
+if "--mpi-child" not in sys.argv:       # (the ranks of the MPI child run share the one mpi_run makes)
+    _CACHE = tempfile.TemporaryDirectory(prefix="spmd-bench-cache-")
+    os.environ["SPMD_CACHE_DIR"] = _CACHE.name      # cold first calls (set before spmd compiles)
 
 import numpy as np  # noqa: E402
 
@@ -240,13 +241,15 @@ def mpi_child(a):
 def mpi_run(a):
     cmd = ["mpiexec", "-n", "4", sys.executable, os.path.abspath(__file__), "--mpi-child",
            "--models", a.models, "--runs", str(a.runs)]
-    if os.geteuid() == 0:
-        cmd[1:1] = ["-launcher", "fork"]
+    cold = tempfile.TemporaryDirectory(prefix="spmd-bench-mpi-cache-")
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                           env=dict(os.environ, SPMD_CACHE_DIR=cold.name))
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"mpiexec run failed: {e}")
         return {}
+    finally:
+        cold.cleanup()
     if r.returncode:
         print(f"mpiexec run failed:\n{r.stderr[-2000:]}")
         return {}
