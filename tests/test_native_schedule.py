@@ -62,3 +62,13 @@ def test_repeated_calls_with_new_inputs():
         a = rng.standard_normal((5, 3)).astype(np.float32)
         b = rng.standard_normal((3, 4)).astype(np.float32)
         np.testing.assert_allclose(f(a, b), np.tanh(a @ b).sum(axis=0) + (a.T @ a).sum(), rtol=1e-5)
+
+
+def test_dot_of_a_reshaped_transposed_view_copies_natively():
+    x = rng.standard_normal((3, 2, 5, 4)).astype(np.float32)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+
+    def f(x, w):
+        y = np.tanh(x).transpose(0, 2, 1, 3).reshape(3, 5, 8)    # numpy copies this reshape
+        return y @ w, np.einsum("bti,btj->ij", y, y)
+    _both(f, x, w)

@@ -304,6 +304,29 @@ def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
 VIEWS = ("transpose", "reshape", "slice")
 
 
+class _Scratch:
+    """A per-thread buffer an instruction uses internally (not a value of the program)."""
+
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+
+def _in_place(view, dbase, perm, shape4, isz):
+    """(offset, transpose flag, leading dim, outer and inner batch strides) for BLAS to read
+    `view`, permuted and reshaped to (outer, inner, rows, cols), where it is; or None."""
+    try:
+        v4 = view.transpose(perm).reshape(shape4)
+    except ValueError:
+        return None
+    if not np.may_share_memory(v4, dbase):
+        return None
+    lay = native.gemm_operand(v4.strides[2], v4.strides[3], isz, shape4[2], shape4[3])
+    if lay is None:
+        return None
+    off = v4.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+    return (off,) + lay + (v4.strides[0], v4.strides[1])
+
+
 class _Segment:
     def __init__(self):
         self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
@@ -324,6 +347,7 @@ class Schedule:
         helpers = native.helpers()
         self.run_fn = helpers["run"]
         self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
+        self.consts = {}         # value -> its array (constants are not made per call)
         self.items = []          # _Segment | step index
         seg = None
 
@@ -348,13 +372,23 @@ class Schedule:
                     seg = _Segment()
                 seg.steps.append(k)
                 continue
+            elif step.name in VIEWS:
+                instr = self._copy(step, helpers)
+            elif step.name == "constant":
+                # made once: read where it is (the graph keeps the array)
+                c = np.asarray(step.attrs["value"], dtype=step.result.dtype)
+                self.consts[step.result] = c if c.flags.c_contiguous else c.copy()
+                if seg is None:
+                    seg = _Segment()
+                seg.steps.append(k)
+                continue
             if instr is None:
                 flush()
                 self.items.append(k)
                 continue
             if seg is None:
                 seg = _Segment()
-            seg.instrs.append(instr)
+            seg.instrs += instr if isinstance(instr, list) else [instr]
             seg.steps.append(k)
             written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
             seg.allocs += [v for v in written if v not in mem.slot_of]
@@ -368,7 +402,8 @@ class Schedule:
             for fn, entries in it.instrs:
                 it.offsets.append(self.size)
                 for j, e in enumerate(entries):
-                    if isinstance(e, tuple) and e[0] not in mem.slot_of:
+                    if (isinstance(e, tuple) and not isinstance(e[0], _Scratch) and e[0] not in mem.slot_of
+                            and e[0] not in self.consts):
                         pos.append(self.size + j)
                         idx.append(dyn.setdefault(e[0], len(dyn)))
                         offs.append(e[1])
@@ -376,7 +411,6 @@ class Schedule:
             it.dyn = list(dyn)
             it.pos, it.idx = np.array(pos, np.int64), np.array(idx, np.int64)
             it.offs = np.array(offs, np.int64)
-            it.reads = [v for v in it.dyn if v not in set(it.allocs)]
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
         # a value is dropped after its last use, where reading a view made for free reads its base
         last, n = {}, len(exe.steps)
@@ -413,7 +447,22 @@ class Schedule:
         self.views[op.result] = (base, r, dbase)
         return True
 
+    def _copy(self, op, helpers):
+        """A view op numpy would copy (a reshape of a transposed view): a native strided copy
+        of its operand, in row-major order, into a fresh buffer."""
+        isz = np.dtype(op.result.dtype).itemsize
+        if op.name != "reshape" or isz not in (1, 4, 8) or op.result.size == 0:
+            return None
+        base, view, dbase = self._dummy(op.operands[0])
+        ext = native.copy_entries(view, isz)
+        if ext is None:
+            return None
+        off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+        return helpers[f"spmd_copy{isz}"], [(op.result, 0), (base, off)] + ext
+
     def _dot(self, op, b, helpers):
+        """A dot as cblas calls reading its operands in place, or, for an operand BLAS cannot
+        read as it is (a reshape of a transposed view), from a native copy into scratch."""
         dt = op.result.dtype
         if dt not in ("float32", "float64") or any(o.dtype != dt for o in op.operands):
             return None
@@ -426,29 +475,35 @@ class Schedule:
             return None
         isz = np.dtype(dt).itemsize
         da, db = self._dummy(lhs), self._dummy(rhs)
-        for b1, b2 in native.batch_levels(bshape):
-            got = []
+        bt = int(np.prod(bshape, dtype=np.int64))
+        # in place with some split of the batch loops; else the operands that cannot be
+        # read in place are copied, in the dot's order, to contiguous scratch
+        for b1, b2, copy in [lv + (False,) for lv in native.batch_levels(bshape)] + [(1, bt, True)]:
+            got, pre = [], []
             for (base, view, dbase), perm, rows, cols in ((da, pa, m, k), (db, pb, k, n)):
-                try:
-                    v4 = view.transpose(perm).reshape((b1, b2, rows, cols))
-                except ValueError:
+                lay = _in_place(view, dbase, perm, (b1, b2, rows, cols), isz)
+                if lay is not None:
+                    got.append((base,) + lay)
+                    continue
+                if not copy:
                     break
-                if not np.may_share_memory(v4, dbase):
-                    break
-                lay = native.gemm_operand(v4.strides[2], v4.strides[3], isz, rows, cols)
-                if lay is None:
-                    break
-                off = v4.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
-                got.append((base, off, lay, v4.strides[0], v4.strides[1]))
+                vt = view.transpose(perm)
+                ext = native.copy_entries(vt, isz)
+                if ext is None:
+                    return None
+                sc = _Scratch(vt.size * isz)
+                off = vt.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+                pre.append((helpers[f"spmd_copy{isz}"], [(sc, 0), (base, off)] + ext))
+                got.append((sc, 0, 111, cols, bt * rows * cols * isz, rows * cols * isz))
             if len(got) < 2:
                 continue
-            (ba, offa, (ta, lda), a1, a2), (bb, offb, (tb, ldb), c1, c2) = got
+            (ba, offa, ta, lda, a1, a2), (bb, offb, tb, ldb, c1, c2) = got
             name = "spmd_dot_f32" if dt == "float32" else "spmd_dot_f64"
             entries = [b["gemm"][dt], (ba, offa), (bb, offb), (op.result, 0), m, n, k, lda, ldb, n, ta, tb,
                        b1, a1, c1, b2 * m * n * isz, b2, a2, c2, m * n * isz,
                        native.set_threads_addr(), 1 if m * n * k < native.SMALL_DOT else self.nthreads,
                        native.blas_threads_cell.ctypes.data]
-            return helpers[name], entries
+            return pre + [(helpers[name], entries)]
         return None
 
     # -- running ---------------------------------------------------------------------------
@@ -461,7 +516,7 @@ class Schedule:
         slots = exe._slots()
         arena = np.zeros(max(self.size, 1), np.int64)
         base = arena.ctypes.data
-        progs = []
+        progs, scratch = [], {}
         for it in self.items:
             if not isinstance(it, _Segment):
                 continue
@@ -471,18 +526,28 @@ class Schedule:
                 for j, e in enumerate(entries):
                     if isinstance(e, tuple):
                         v, off = e
-                        if v in mem.slot_of:
+                        if isinstance(v, _Scratch):
+                            buf = scratch.get(v)
+                            if buf is None:
+                                buf = scratch[v] = np.empty(v.nbytes, np.uint8)
+                            arena[o + j] = buf.ctypes.data + off
+                        elif v in mem.slot_of:
                             arena[o + j] = exe._buffer(v, mem, slots).ctypes.data + off
+                        elif v in self.consts:
+                            arena[o + j] = self.consts[v].ctypes.data + off
                     else:
                         arena[o + j] = e
             progs.append(prog)
-        st = self._local.st = (arena, progs, slots)
+        st = self._local.st = (arena, progs, slots, scratch)
         return st
 
     def _get(self, v, env, slots):
         x = env.get(v)
         if x is not None:
             return x
+        c = self.consts.get(v)
+        if c is not None:
+            return c
         mem = self.exe.memory
         if v in mem.slot_of:
             return self.exe._buffer(v, mem, slots)
@@ -492,7 +557,7 @@ class Schedule:
 
     def run(self, env, comm):
         exe, mem = self.exe, self.exe.memory
-        arena, progs, slots = self._state()
+        arena, progs, slots, _ = self._state()
         run_fn = self.run_fn
         steps = exe.steps
         si = 0

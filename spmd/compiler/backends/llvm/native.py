@@ -1,7 +1,7 @@
 """Native schedules: run a whole stretch of a program's steps with one call from Python.
 
-A program's steps are kernels, dots, views (transpose/reshape/slice feeding a dot) and
-everything else (collectives, gather, scatter, ...). Consecutive kernels and dots form a
+A program's steps are kernels, dots, views (transpose/reshape/slice feeding a dot; a
+reshape numpy would have to copy is a native strided copy), constants and everything else (collectives, gather, scatter, ...). Consecutive kernels and dots form a
 *segment*: a flat list of instructions `(function, argument block)` that one native loop
 (`spmd_run`) calls in order, with the GIL released for the whole segment. Each kernel gets
 a trampoline `kN_t(ptr args)` that loads its buffer pointers from its argument block; a
@@ -200,8 +200,9 @@ def helpers():
     global _helpers
     if _helpers is None:
         it = blas().get("int", "i64")
-        ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it)
-        names = ["spmd_run", "spmd_dot_f32", "spmd_dot_f64"]
+        ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
+            "".join(_copy_ir(n) for n in (1, 4, 8))
+        names = ["spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8"]
         _helpers = compile_ir(ir, names, None, False)
         run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(_helpers["spmd_run"])
         _helpers = dict(_helpers, run=run)
@@ -232,3 +233,49 @@ def batch_levels(batch_shape):
     for j in range(1, len(batch_shape)):
         out.append((int(np.prod(batch_shape[:j], dtype=np.int64)), int(np.prod(batch_shape[j:], dtype=np.int64))))
     return out
+
+
+# ----------------------------------------------------------------------------- copies
+COPY_DIMS = 6
+# argument block of a copy: dst src, then COPY_DIMS extents and COPY_DIMS source strides
+# (bytes); the destination is contiguous, written in row-major order
+
+
+def _copy_ir(isz):
+    t = {1: "i8", 4: "i32", 8: "i64"}[isz]
+    lines = [f"define void @spmd_copy{isz}(ptr %a) {{", "entry:",
+             "  %dp = load ptr, ptr %a", "  %g1 = getelementptr i64, ptr %a, i64 1", "  %sp = load ptr, ptr %g1",
+             "  %o.a = alloca i64", "  store i64 0, ptr %o.a"]
+    for d in range(COPY_DIMS):
+        lines += [f"  %ge{d} = getelementptr i64, ptr %a, i64 {2 + d}", f"  %e{d} = load i64, ptr %ge{d}",
+                  f"  %gs{d} = getelementptr i64, ptr %a, i64 {2 + COPY_DIMS + d}", f"  %s{d} = load i64, ptr %gs{d}"]
+    lines.append("  br label %h0")
+    prev_off, prev_lbl = "0", "entry"
+    for d in range(COPY_DIMS):
+        lines += [f"h{d}:", f"  %i{d} = phi i64 [0, %{prev_lbl}], [%n{d}, %x{d + 1}]" if d < COPY_DIMS - 1
+                  else f"  %i{d} = phi i64 [0, %{prev_lbl}], [%n{d}, %b{d}]",
+                  f"  %c{d} = icmp slt i64 %i{d}, %e{d}", f"  br i1 %c{d}, label %b{d}, label %x{d}", f"b{d}:",
+                  f"  %m{d} = mul i64 %i{d}, %s{d}", f"  %off{d} = add i64 {'%off' + str(d - 1) if d else '0'}, %m{d}"]
+        if d < COPY_DIMS - 1:
+            lines.append(f"  br label %h{d + 1}")
+            prev_lbl = f"b{d}"
+    last = COPY_DIMS - 1
+    lines += [f"  %src = getelementptr i8, ptr %sp, i64 %off{last}", f"  %v = load {t}, ptr %src",
+              "  %o = load i64, ptr %o.a", f"  %dst = getelementptr {t}, ptr %dp, i64 %o",
+              f"  store {t} %v, ptr %dst", "  %o1 = add i64 %o, 1", "  store i64 %o1, ptr %o.a",
+              f"  %n{last} = add i64 %i{last}, 1", f"  br label %h{last}"]
+    for d in range(last, -1, -1):
+        lines.append(f"x{d}:")
+        if d == 0:
+            lines.append("  ret void")
+        else:
+            lines += [f"  %n{d - 1} = add i64 %i{d - 1}, 1", f"  br label %h{d - 1}"]
+    return "\n".join(lines) + "\n}\n"
+
+
+def copy_entries(view, isz):
+    """[extents..., strides...] (padded to COPY_DIMS) for copying a strided view, or None."""
+    if view.ndim > COPY_DIMS:
+        return None
+    pad = COPY_DIMS - view.ndim
+    return [1] * pad + list(view.shape) + [0] * pad + list(view.strides)
