@@ -191,11 +191,15 @@ def spmd_setup(model, mesh_shape, args):
     planned = sum(mem.slot_bytes) if mem is not None else 0
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    f(*placed)
+    out = f(*placed)
     extra = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
-    ranks = dp * mp
-    return (lambda: f(*placed)), first, planned + extra // ranks, loss
+    # what a step allocates beyond its reused buffers, less its outputs (XLA's temp excludes them)
+    leaves = spmd.tree.tree_flatten(out)[0]
+    outs = sum(sum(np.asarray(s).nbytes for s in getattr(x, "_handles", {0: x}).values()) for x in leaves)
+    ranks = len(getattr(leaves[0], "_handles", {0: None}))         # the devices this process runs
+    del out, leaves
+    return (lambda: f(*placed)), first, planned + max(0, extra - outs) // ranks, loss
 
 
 def jax_setup(model, mesh_shape, args):
