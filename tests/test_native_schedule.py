@@ -72,3 +72,15 @@ def test_dot_of_a_reshaped_transposed_view_copies_natively():
         y = np.tanh(x).transpose(0, 2, 1, 3).reshape(3, 5, 8)    # numpy copies this reshape
         return y @ w, np.einsum("bti,btj->ij", y, y)
     _both(f, x, w)
+
+
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_embedding_gather_and_scatter_grad(itype):
+    table = rng.standard_normal((10, 3)).astype(np.float32)
+    tok = np.array([[0, 3, 3], [9, 12, -2]], dtype=itype)     # out of range: clamped, as numpy's take(mode=clip)
+
+    def f(t, tok):
+        def loss(t):
+            return np.sum(np.tanh(t[np.clip(tok, 0, 9)]) ** 2) + np.sum(np.take(t, tok, axis=0, mode="clip"))
+        return spmd.value_and_grad(loss)(t)
+    _both(f, table, tok)

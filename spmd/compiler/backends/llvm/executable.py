@@ -374,6 +374,8 @@ class Schedule:
                 continue
             elif step.name in VIEWS:
                 instr = self._copy(step, helpers)
+            elif step.name in ("gather", "scatter"):
+                instr = self._take(step, helpers)
             elif step.name == "constant":
                 # made once: read where it is (the graph keeps the array)
                 c = np.asarray(step.attrs["value"], dtype=step.result.dtype)
@@ -459,6 +461,24 @@ class Schedule:
             return None
         off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
         return helpers[f"spmd_copy{isz}"], [(op.result, 0), (base, off)] + ext
+
+    def _take(self, op, helpers):
+        """gather / scatter(-add) along axis 0 of contiguous operands, natively."""
+        if op.attrs["axis"] != 0 or any(o in self.views for o in op.operands):
+            return None
+        x, idx = op.operands[0], op.operands[1]
+        if x.shape[0] == 0 or idx.dtype not in ("int32", "int64"):
+            return None
+        is64 = int(idx.dtype == "int64")
+        row = x.size // x.shape[0]
+        isz = np.dtype(x.dtype).itemsize
+        if op.name == "gather":
+            return helpers["spmd_gather"], [(op.result, 0), (idx, 0), (x, 0), idx.size, x.shape[0], row * isz, is64]
+        if x.dtype not in ("float32", "float64"):
+            return None
+        name = "spmd_scatter_f32" if x.dtype == "float32" else "spmd_scatter_f64"
+        return helpers[name], [(op.result, 0), (x, 0), (idx, 0), (op.operands[2], 0), idx.size, x.shape[0],
+                               row, is64, x.size * isz]
 
     def _dot(self, op, b, helpers):
         """A dot as cblas calls reading its operands in place, or, for an operand BLAS cannot

@@ -201,8 +201,10 @@ def helpers():
     if _helpers is None:
         it = blas().get("int", "i64")
         ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
-            "".join(_copy_ir(n) for n in (1, 4, 8))
-        names = ["spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8"]
+            "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
+            _scatter_ir("f32", "float") + _scatter_ir("f64", "double")
+        names = ["spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
+                 "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
         _helpers = compile_ir(ir, names, None, False)
         run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(_helpers["spmd_run"])
         _helpers = dict(_helpers, run=run)
@@ -279,3 +281,62 @@ def copy_entries(view, isz):
         return None
     pad = COPY_DIMS - view.ndim
     return [1] * pad + list(view.shape) + [0] * pad + list(view.strides)
+
+
+# ----------------------------------------------------------------------------- gather/scatter
+# take-form gather and scatter-add along axis 0 of contiguous arrays (indices clamped, as
+# the ops' numpy references do). gather: out idx x n_idx nrows row_bytes idx64
+# scatter: out x idx upd n_idx nrows row_len idx64 x_bytes (adds in index order, as np.add.at)
+def _index_load(lines, var, idx_ptr, i):
+    lines += [f"  %ip4.{var} = getelementptr i32, ptr {idx_ptr}, i64 {i}",
+              f"  %ip8.{var} = getelementptr i64, ptr {idx_ptr}, i64 {i}",
+              f"  br i1 %is64, label %l8.{var}, label %l4.{var}",
+              f"l4.{var}:", f"  %v4.{var} = load i32, ptr %ip4.{var}", f"  %w4.{var} = sext i32 %v4.{var} to i64",
+              f"  br label %lj.{var}", f"l8.{var}:", f"  %w8.{var} = load i64, ptr %ip8.{var}", f"  br label %lj.{var}",
+              f"lj.{var}:", f"  %raw.{var} = phi i64 [%w4.{var}, %l4.{var}], [%w8.{var}, %l8.{var}]",
+              f"  %lo.{var} = icmp slt i64 %raw.{var}, 0", f"  %c0.{var} = select i1 %lo.{var}, i64 0, i64 %raw.{var}",
+              f"  %hi.{var} = icmp sgt i64 %c0.{var}, %maxrow",
+              f"  %{var} = select i1 %hi.{var}, i64 %maxrow, i64 %c0.{var}"]
+
+
+def _fields(lines, n, ptrs):
+    for j in range(n):
+        lines.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
+        lines.append(f"  %f{j} = load {'ptr' if j in ptrs else 'i64'}, ptr %g{j}")
+
+
+GATHER_IR_DECL = "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+
+
+def _gather_ir():
+    lines = ["define void @spmd_gather(ptr %a) {", "entry:"]
+    _fields(lines, 6, (0, 1, 2))      # out idx x n_idx nrows row_bytes ; idx64 at 6
+    lines += ["  %g6 = getelementptr i64, ptr %a, i64 6", "  %f6 = load i64, ptr %g6",
+              "  %is64 = icmp ne i64 %f6, 0", "  %maxrow = sub i64 %f4, 1", "  br label %h", "h:",
+              "  %i = phi i64 [0, %entry], [%i1, %lj.r]", "  %c = icmp slt i64 %i, %f3", "  br i1 %c, label %b, label %x",
+              "b:"]
+    _index_load(lines, "r", "%f1", "%i")
+    lines += ["  %so = mul i64 %r, %f5", "  %src = getelementptr i8, ptr %f2, i64 %so",
+              "  %do = mul i64 %i, %f5", "  %dst = getelementptr i8, ptr %f0, i64 %do",
+              "  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %f5, i1 false)",
+              "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _scatter_ir(t, T):
+    lines = [f"define void @spmd_scatter_{t}(ptr %a) {{", "entry:"]
+    _fields(lines, 9, (0, 1, 2, 3))   # out x idx upd n_idx nrows row_len idx64 x_bytes
+    lines += ["  call void @llvm.memcpy.p0.p0.i64(ptr %f0, ptr %f1, i64 %f8, i1 false)",
+              "  %is64 = icmp ne i64 %f7, 0", "  %maxrow = sub i64 %f5, 1", "  br label %h", "h:",
+              "  %i = phi i64 [0, %entry], [%i1, %xe]", "  %c = icmp slt i64 %i, %f4", "  br i1 %c, label %b, label %x",
+              "b:"]
+    _index_load(lines, "r", "%f2", "%i")
+    lines += ["  %ro = mul i64 %r, %f6", f"  %drow = getelementptr {T}, ptr %f0, i64 %ro",
+              "  %uo = mul i64 %i, %f6", f"  %urow = getelementptr {T}, ptr %f3, i64 %uo", "  br label %he", "he:",
+              "  %e = phi i64 [0, %lj.r], [%e1, %be]", "  %ce = icmp slt i64 %e, %f6",
+              "  br i1 %ce, label %be, label %xe", "be:",
+              f"  %pd = getelementptr {T}, ptr %drow, i64 %e", f"  %pu = getelementptr {T}, ptr %urow, i64 %e",
+              f"  %vd = load {T}, ptr %pd", f"  %vu = load {T}, ptr %pu", f"  %s = fadd {T} %vd, %vu",
+              f"  store {T} %s, ptr %pd", "  %e1 = add i64 %e, 1", "  br label %he", "xe:",
+              "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
