@@ -84,3 +84,15 @@ def test_embedding_gather_and_scatter_grad(itype):
             return np.sum(np.tanh(t[np.clip(tok, 0, 9)]) ** 2) + np.sum(np.take(t, tok, axis=0, mode="clip"))
         return spmd.value_and_grad(loss)(t)
     _both(f, table, tok)
+
+
+def test_small_integer_powers():
+    x = np.array([-2.5, -1.0, -0.0, 0.0, 0.3, 1.0, 7.0, np.inf, -np.inf, np.nan], np.float32)
+
+    def f(x):
+        return x ** 0, x ** 1, x ** 2, x ** 3, x ** 4, x ** -1, x ** -2, x ** 2.5
+    with np.errstate(all="ignore"):
+        got = spmd.jit(f, backend="llvm")(x)
+        want = f(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
