@@ -96,3 +96,13 @@ def test_small_integer_powers():
         want = f(x)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_sums_and_their_epilogues(dtype):
+    x = rng.standard_normal((8, 64, 300)).astype(dtype)
+    b = rng.standard_normal(300).astype(dtype)
+
+    def f(x, b):
+        return b - 0.1 * x.sum(axis=(0, 1)), x.max(axis=0), np.tanh(x).sum(axis=0)
+    _both(f, x, b)

@@ -57,8 +57,24 @@ def threads_for(comm):
     return max(1, cores() // max(1, ranks))
 
 
+# a reduction over leading axes that keeps the last one (a bias's gradient, summing the
+# rows of a batch) is not fused from this size on: the kernel would read its operand
+# column by column; on its own it runs row by row (natively, or numpy's sum)
+COLUMN_REDUCE = 1 << 16
+
+
+def column_reduce(op) -> bool:
+    if op.name != "reduce":
+        return False
+    x = op.operands[0]
+    axes = op.attrs["axes"]
+    return bool(axes) and x.ndim - 1 not in axes and x.size >= COLUMN_REDUCE
+
+
 def fusible(op) -> bool:
     d = op.opdef
+    if column_reduce(op):
+        return False
     if op.name in CHEAP or op.name == "reduce":
         return all(v.dtype != "bool" or op.name != "iota" for v in op.results)
     if d.family != "elementwise" or d.scalar is None:
@@ -376,6 +392,8 @@ class Schedule:
                 instr = self._copy(step, helpers)
             elif step.name in ("gather", "scatter"):
                 instr = self._take(step, helpers)
+            elif step.name == "reduce":
+                instr = self._colsum(step, helpers)
             elif step.name == "constant":
                 # made once: read where it is (the graph keeps the array)
                 c = np.asarray(step.attrs["value"], dtype=step.result.dtype)
@@ -461,6 +479,17 @@ class Schedule:
             return None
         off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
         return helpers[f"spmd_copy{isz}"], [(op.result, 0), (base, off)] + ext
+
+    def _colsum(self, op, helpers):
+        """A float sum over the leading axes of a contiguous operand, row by row."""
+        x = op.operands[0]
+        axes = tuple(op.attrs["axes"])
+        if (op.attrs["kind"] != "sum" or x.dtype not in ("float32", "float64") or x in self.views
+                or axes != tuple(range(len(axes))) or x.size == 0):
+            return None
+        cols = op.result.size
+        name = "spmd_colsum_f32" if x.dtype == "float32" else "spmd_colsum_f64"
+        return helpers[name], [(op.result, 0), (x, 0), x.size // cols, cols]
 
     def _take(self, op, helpers):
         """gather / scatter(-add) along axis 0 of contiguous operands, natively."""

@@ -202,8 +202,9 @@ def helpers():
         it = blas().get("int", "i64")
         ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
             "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
-            _scatter_ir("f32", "float") + _scatter_ir("f64", "double")
-        names = ["spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
+            _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
+            _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
+        names = ["spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
                  "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
         _helpers = compile_ir(ir, names, None, False)
         run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(_helpers["spmd_run"])
@@ -336,6 +337,25 @@ def _scatter_ir(t, T):
               "  %e = phi i64 [0, %lj.r], [%e1, %be]", "  %ce = icmp slt i64 %e, %f6",
               "  br i1 %ce, label %be, label %xe", "be:",
               f"  %pd = getelementptr {T}, ptr %drow, i64 %e", f"  %pu = getelementptr {T}, ptr %urow, i64 %e",
+              f"  %vd = load {T}, ptr %pd", f"  %vu = load {T}, ptr %pu", f"  %s = fadd {T} %vd, %vu",
+              f"  store {T} %s, ptr %pd", "  %e1 = add i64 %e, 1", "  br label %he", "xe:",
+              "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _colsum_ir(t, T):
+    """out[j] = sum over i of x[i, j] for a contiguous (rows, cols) x, in row order (as numpy's
+    sum over leading axes adds them). args: out x rows cols"""
+    lines = [f"define void @spmd_colsum_{t}(ptr %a) {{", "entry:"]
+    _fields(lines, 4, (0, 1))
+    lines += ["  br label %zh", "zh:", "  %z = phi i64 [0, %entry], [%z1, %zb]", "  %zc = icmp slt i64 %z, %f3",
+              "  br i1 %zc, label %zb, label %h", "zb:", f"  %zp = getelementptr {T}, ptr %f0, i64 %z",
+              f"  store {T} 0.0, ptr %zp", "  %z1 = add i64 %z, 1", "  br label %zh",
+              "h:", "  %i = phi i64 [0, %zh], [%i1, %xe]", "  %c = icmp slt i64 %i, %f2", "  br i1 %c, label %b, label %x",
+              "b:", "  %ro = mul i64 %i, %f3", f"  %row = getelementptr {T}, ptr %f1, i64 %ro", "  br label %he",
+              "he:", "  %e = phi i64 [0, %b], [%e1, %be]", "  %ce = icmp slt i64 %e, %f3",
+              "  br i1 %ce, label %be, label %xe", "be:",
+              f"  %pd = getelementptr {T}, ptr %f0, i64 %e", f"  %pu = getelementptr {T}, ptr %row, i64 %e",
               f"  %vd = load {T}, ptr %pd", f"  %vu = load {T}, ptr %pu", f"  %s = fadd {T} %vd, %vu",
               f"  store {T} %s, ptr %pd", "  %e1 = add i64 %e, 1", "  br label %he", "xe:",
               "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
