@@ -31,6 +31,9 @@ class OpDef:
     dtypes: tuple = ("float32", "float64", "int32", "int64", "bool")
     # collectives get the communicator from the runtime
     needs_comm: bool = False
+    # only re-indexes its first operand: `ref` returns a view of it where numpy can (a
+    # backend may then read the operand in place, with strides, instead of a copy)
+    view: bool = False
 
     @property
     def differentiable(self):

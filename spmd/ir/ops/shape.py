@@ -101,7 +101,7 @@ def _reshape_infer(x, shape):
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
                lambda g, op, ct: (g.emit("reshape", ct, shape=op.operands[0].shape),),
                lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
-               None, _zero_flops, ALL))
+               None, _zero_flops, ALL, view=True))
 
 
 def _transpose_infer(x, permutation):
@@ -117,7 +117,7 @@ def _transpose_factors(ins, outs, attrs):
 
 register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np.transpose(x, permutation),
                lambda g, op, ct: (g.emit("transpose", ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
-               _transpose_factors, None, _zero_flops, ALL))
+               _transpose_factors, None, _zero_flops, ALL, view=True))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------
@@ -157,7 +157,7 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
 
 register(OpDef("slice", "shape", _slice_infer,
                lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
-               _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL))
+               _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, view=True))
 
 
 def _pad_infer(x, v, low, high, interior):

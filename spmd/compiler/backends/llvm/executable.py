@@ -317,9 +317,6 @@ def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
     return LLVMExecutable(graph, threads)
 
 
-VIEWS = ("transpose", "reshape", "slice")
-
-
 class _Scratch:
     """A per-thread buffer an instruction uses internally (not a value of the program)."""
 
@@ -383,12 +380,12 @@ class Schedule:
                     instr = (step.addr_t, [(v, 0) for v in step.params] + [0, step.extent, 0])
             elif step.name == "dot_general" and b:
                 instr = self._dot(step, b, helpers)
-            elif step.name in VIEWS and self._view(step):
+            elif step.opdef.view and self._view(step):
                 if seg is None:
                     seg = _Segment()
                 seg.steps.append(k)
                 continue
-            elif step.name in VIEWS:
+            elif step.opdef.view:
                 instr = self._copy(step, helpers)
             elif step.name in ("gather", "scatter"):
                 instr = self._take(step, helpers)
