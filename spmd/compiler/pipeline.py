@@ -16,10 +16,10 @@ import sys
 import time
 
 from ..ir.verify import verify
-from .passes import cse, dce, simplify
+from .passes import combine_collectives, cse, dce, simplify
 
 # the passes run on the per-device program, in order; the last one's result is "optimized"
-OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce))
+OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("combine", combine_collectives))
 
 
 def verifying() -> bool:

@@ -10,6 +10,8 @@ INTS = ("int32", "int64")
 
 def canon(dtype) -> str:
     """Any numpy-understood dtype -> one of DTYPES, or a clear TypeError."""
+    if type(dtype) is str and dtype in DTYPES:       # already canonical: the common case
+        return dtype
     name = np.dtype(dtype).name
     if name not in DTYPES:
         raise TypeError(f"spmd does not support dtype {name}; supported: {', '.join(DTYPES)}")

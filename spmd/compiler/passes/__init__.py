@@ -2,6 +2,7 @@
 named stages (OPTIMIZE there is the list jit runs on the per-device program). Fusion
 (fuse.py) and memory planning (memory.py) are planned by the backend that uses them.
 """
+from .combine import combine_collectives  # noqa: F401
 from .cse import cse  # noqa: F401
 from .dce import dce  # noqa: F401
 from .simplify import simplify  # noqa: F401

@@ -94,7 +94,7 @@ def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
             if u in standalone:
                 outside_op = True
             ug |= groups.get(u, set())
-        if reindexes(op) and r not in roots:
+        if (reindexes(op) or splat(r) is not None) and r not in roots:
             groups[op] = ug
             for gid in ug:
                 members[gid].append(op)

@@ -228,12 +228,13 @@ def _no_flops(ins, out, attrs):
     return 0
 
 
-for _name, _infer, _ref, _vjp in (
-        ("all_reduce", _ar_infer, _ar_ref, _ar_vjp),
-        ("all_gather", _ag_infer, _ag_ref, _ag_vjp),
-        ("reduce_scatter", _rs_infer, _rs_ref, _rs_vjp),
-        ("all_to_all", _a2a_infer, _a2a_ref, _a2a_vjp),
-        ("collective_permute", _cp_infer, _cp_ref, _cp_vjp),
-        ("axis_index", _ai_infer, _ai_ref, None)):
+# all_reduce works element by element: several with equal attributes may run as one
+for _name, _infer, _ref, _vjp, _combinable in (
+        ("all_reduce", _ar_infer, _ar_ref, _ar_vjp, True),
+        ("all_gather", _ag_infer, _ag_ref, _ag_vjp, False),
+        ("reduce_scatter", _rs_infer, _rs_ref, _rs_vjp, False),
+        ("all_to_all", _a2a_infer, _a2a_ref, _a2a_vjp, False),
+        ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, False),
+        ("axis_index", _ai_infer, _ai_ref, None, False)):
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
-                   dtypes=ALL, needs_comm=True))
+                   dtypes=ALL, needs_comm=True, combinable=_combinable))

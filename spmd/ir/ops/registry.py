@@ -83,6 +83,12 @@ class OpDef:
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None
+    # a collective that acts on each element on its own: independent instances with equal
+    # attributes may run as one on the concatenation of their operands (passes/combine.py)
+    combinable: bool = False
+    # only re-indexes its first operand: `ref` returns a view of it where numpy can (a
+    # backend may then read the operand in place, with strides, instead of a copy)
+    view: bool = False
 
     @property
     def differentiable(self):

@@ -300,7 +300,7 @@ def _reshape_infer(x, shape):
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
                lambda g, op, ct: (g.emit("reshape", ct, shape=op.operands[0].shape),),
                lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
-               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify))
+               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify, view=True))
 
 
 def _transpose_infer(x, permutation):
@@ -317,7 +317,7 @@ def _transpose_factors(ins, outs, attrs):
 register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np.transpose(x, permutation),
                lambda g, op, ct: (g.emit("transpose", ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
                _transpose_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_transpose_simplify))
+               simplify=_transpose_simplify, view=True))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------
@@ -358,7 +358,7 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
 register(OpDef("slice", "shape", _slice_infer,
                lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
                _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, linear=((0,),), fusion="reindex",
-               partition=_partition_slice, simplify=_slice_simplify))
+               partition=_partition_slice, simplify=_slice_simplify, view=True))
 
 
 def _pad_infer(x, v, low, high, interior):

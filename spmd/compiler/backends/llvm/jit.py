@@ -8,6 +8,7 @@ skips optimisation and code generation.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -75,29 +76,53 @@ def compile_ir(ir: str, names, stats=None, big=True):
         tm = target_machine()
         path = os.path.join(cache_dir(), key + ".o")
         obj = None
-        if os.environ.get("SPMD_CACHE", "1") != "0":
-            try:
-                with open(path, "rb") as f:
-                    obj = f.read()
+        use_disk = os.environ.get("SPMD_CACHE", "1") != "0"
+        # processes of one host (MPI ranks) compiling the same module: one compiles, the
+        # others wait for its object file instead of all spending the same CPU at once
+        with (_host_lock(path) if use_disk else contextlib.nullcontext()):
+            if use_disk:
+                try:
+                    with open(path, "rb") as f:
+                        obj = f.read()
+                    if stats is not None:
+                        stats["cache"] = "disk"
+                except OSError:
+                    obj = None
+            if obj is None:
+                mod = llvm.parse_assembly(ir)
+                mod.verify()
+                optimize_module(mod, big)
+                obj = tm.emit_object(mod)
                 if stats is not None:
-                    stats["cache"] = "disk"
-            except OSError:
-                obj = None
-        if obj is None:
-            mod = llvm.parse_assembly(ir)
-            mod.verify()
-            optimize_module(mod, big)
-            obj = tm.emit_object(mod)
-            if stats is not None:
-                stats["cache"] = "miss"
-                stats.setdefault("optimized_ir", []).append(str(mod))
-            _write_atomic(path, obj)
+                    stats["cache"] = "miss"
+                    stats.setdefault("optimized_ir", []).append(str(mod))
+                _write_atomic(path, obj)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         addrs = {n: engine.get_function_address(n) for n in names}
         _memory[key] = (engine, addrs)
         return addrs
+
+
+@contextlib.contextmanager
+def _host_lock(path):
+    """An advisory lock on `path`.lock (best effort: no lock if it cannot be made)."""
+    fd = None
+    try:
+        import fcntl
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (OSError, ImportError):
+        if fd is not None:
+            os.close(fd)
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)        # closing releases the lock
 
 
 def _write_atomic(path, data):

@@ -37,6 +37,16 @@ def literal(value, dtype) -> str:
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
 
 
+_FOLD = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply}
+
+
+def _literal_value(name):
+    """The value of a float literal as `literal` writes it (0x + 16 hex digits), else None."""
+    if isinstance(name, str) and name.startswith("0x") and len(name) == 18:
+        return struct.unpack("<d", int(name, 16).to_bytes(8, "little"))[0]
+    return None
+
+
 def is_float(dtype):
     return dtype in ("float32", "float64")
 
@@ -57,6 +67,12 @@ class ScalarBuilder:
         return SV(r, dtype)
 
     def _bin(self, iop, fop, x, y, flags=""):
+        a, b = _literal_value(x.name), _literal_value(y.name)
+        if a is not None and b is not None and fop in _FOLD and is_float(x.dtype):
+            # both constant (an exponent's y - 1 in a VJP): folded, so later rules see a literal
+            with np.errstate(all="ignore"):
+                r = _FOLD[fop](np.dtype(x.dtype).type(a), np.dtype(x.dtype).type(b))
+            return SV(literal(r, x.dtype), x.dtype)
         t = LL[x.dtype]
         op = (fop + flags) if is_float(x.dtype) else iop
         return self._op(f"{op} {t} {x.name}, {y.name}", x.dtype)
@@ -115,6 +131,17 @@ class ScalarBuilder:
     def pow(self, x, y):
         if not is_float(x.dtype):
             raise Unsupported("integer power")
+        n = _literal_value(y.name)
+        if n is not None and n == int(n) and abs(n) <= 4:
+            # a small constant integer exponent (x ** 2, x ** 3, 1 / x): multiplies, which
+            # vectorise, instead of a libm pow call per element (as XLA expands it)
+            n = int(n)
+            if n == 0:
+                return self.const(1, x.dtype)
+            r = x
+            for _ in range(abs(n) - 1):
+                r = self.mul(r, x)
+            return r if n > 0 else self.div(self.const(1, x.dtype), r)
         return self._intr("pow", x, y)
 
     def max(self, x, y):

@@ -1,0 +1,362 @@
+"""Native schedules: run a whole stretch of a program's steps with one call from Python.
+
+A program's steps are kernels, dots, views (transpose/reshape/slice feeding a dot; a
+reshape numpy would have to copy is a native strided copy), constants and everything else (collectives, gather, scatter, ...). Consecutive kernels and dots form a
+*segment*: a flat list of instructions `(function, argument block)` that one native loop
+(`spmd_run`) calls in order, with the GIL released for the whole segment. Each kernel gets
+a trampoline `kN_t(ptr args)` that loads its buffer pointers from its argument block; a
+dot is `spmd_dot_f32/f64(ptr args)`, a loop of cblas ?gemm calls (one per batch matrix)
+into the BLAS numpy itself links, with the operands' transposes and strides worked out at
+build time. Views cost nothing: a dot reads its operand's base buffer at an offset with
+strides.
+
+Argument blocks live in one int64 array per thread (the `arena`). Pointers to the memory
+plan's buffers are written once per thread; pointers that change from call to call (the
+program's inputs, outputs, and values made by steps that run in Python) are patched in
+before each segment runs, one vectorised assignment per segment.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+
+from .jit import compile_ir
+
+RUNNER_IR = """
+define void @spmd_run(ptr %prog, i64 %n) {
+entry:
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %b]
+  %c = icmp slt i64 %i, %n
+  br i1 %c, label %b, label %x
+b:
+  %j = shl i64 %i, 1
+  %pf = getelementptr i64, ptr %prog, i64 %j
+  %f = load ptr, ptr %pf
+  %j1 = add i64 %j, 1
+  %pa = getelementptr i64, ptr %prog, i64 %j1
+  %a = load ptr, ptr %pa
+  call void %f(ptr %a)
+  %i1 = add i64 %i, 1
+  br label %h
+x:
+  ret void
+}
+"""
+
+# argument block of a dot: fn A B C M N K lda ldb ldc transA transB, then two batch levels
+# (outer, inner), each: extent strideA strideB strideC (strides in bytes); then the BLAS's
+# set-threads function (or 0), the threads this dot wants, and the cell holding the current
+# setting (small products run on one thread: waking BLAS threads costs more than they save,
+# and on a loaded machine a woken thread may wait for a core for a whole time slice)
+DOT_FIELDS = 23
+DOT_IR = """
+define void @spmd_dot_{t}(ptr %a) {{
+entry:
+{loads}
+  %cur = load i64, ptr %p22
+  %need = icmp ne i64 %cur, %f21
+  %has = icmp ne ptr %p20, null
+  %do = and i1 %need, %has
+  br i1 %do, label %set, label %go
+set:
+  %w32 = trunc i64 %f21 to i32
+  call void %p20(i32 %w32)
+  store i64 %f21, ptr %p22
+  br label %go
+go:
+  br label %oh
+oh:
+  %o = phi i64 [0, %go], [%o1, %ix]
+  %oc = icmp slt i64 %o, %f12
+  br i1 %oc, label %ob, label %x
+ob:
+  %ooa = mul i64 %o, %f13
+  %oob = mul i64 %o, %f14
+  %ooc = mul i64 %o, %f15
+  %qa = getelementptr i8, ptr %p1, i64 %ooa
+  %qb = getelementptr i8, ptr %p2, i64 %oob
+  %qc = getelementptr i8, ptr %p3, i64 %ooc
+  br label %h
+h:
+  %i = phi i64 [0, %ob], [%i1, %b]
+  %c = icmp slt i64 %i, %f16
+  br i1 %c, label %b, label %ix
+b:
+  %oa = mul i64 %i, %f17
+  %obb = mul i64 %i, %f18
+  %occ = mul i64 %i, %f19
+  %pa = getelementptr i8, ptr %qa, i64 %oa
+  %pb = getelementptr i8, ptr %qb, i64 %obb
+  %pc = getelementptr i8, ptr %qc, i64 %occ
+  call void %p0(i32 101, i32 %ta, i32 %tb, {I} %m, {I} %n, {I} %k, {T} 1.0, ptr %pa, {I} %lda, ptr %pb, {I} %ldb, {T} 0.0, ptr %pc, {I} %ldc)
+  %i1 = add i64 %i, 1
+  br label %h
+ix:
+  %o1 = add i64 %o, 1
+  br label %oh
+x:
+  ret void
+}}
+"""
+
+
+def _dot_ir(t, T, I):   # noqa: E741 - the int type's name in BLAS
+    loads = []
+    for j in range(DOT_FIELDS):
+        loads.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
+        isptr = j < 4 or j in (20, 22)
+        loads.append(f"  {'%p' if isptr else '%f'}{j} = load {'ptr' if isptr else 'i64'}, ptr %g{j}")
+    loads += ["  %ta = trunc i64 %f10 to i32", "  %tb = trunc i64 %f11 to i32"]
+    for name, j in (("m", 4), ("n", 5), ("k", 6), ("lda", 7), ("ldb", 8), ("ldc", 9)):
+        loads.append(f"  %{name} = trunc i64 %f{j} to i32" if I == "i32" else f"  %{name} = add i64 %f{j}, 0")
+    return DOT_IR.format(t=t, T=T, I=I, loads="\n".join(loads))
+
+
+def trampoline(name, nparams):
+    """`name_t(ptr args)`: the kernel `name` called with its pointers (and start, end, tid)
+    read from an argument block."""
+    lines = [f"define void @{name}_t(ptr %a) #0 {{", "entry:"]
+    args = []
+    for j in range(nparams + 3):
+        lines.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
+        kind = "ptr" if j < nparams else "i64"
+        lines.append(f"  %v{j} = load {kind}, ptr %g{j}")
+        args.append(f"{kind} %v{j}")
+    lines += [f"  call void @{name}({', '.join(args)})", "  ret void", "}"]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- BLAS
+_blas = None
+
+
+def blas():
+    """{"gemm": {"float32": addr, "float64": addr}, "int": "i64"|"i32", "set_threads": fn}
+    for the cblas numpy links, or {} when it cannot be found (dots then run in numpy)."""
+    global _blas
+    if _blas is not None:
+        return _blas
+    _blas = {}
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted(set(re.findall(r"(/\S*(?:openblas|blas)\S*\.so\S*)", f.read())))
+    except OSError:
+        libs = []
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for s, d, it, thr in (("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", "i64", "scipy_openblas_set_num_threads64_"),
+                              ("cblas_sgemm64_", "cblas_dgemm64_", "i64", "openblas_set_num_threads64_"),
+                              ("cblas_sgemm", "cblas_dgemm", None, "openblas_set_num_threads")):
+            try:
+                fs, fd = getattr(lib, s), getattr(lib, d)
+            except AttributeError:
+                continue
+            if it is None:   # plain names: 32-bit ints unless the library is an ILP64 build
+                if "64" in path.rsplit("/", 1)[-1]:
+                    continue
+                it = "i32"
+            st = getattr(lib, thr, None)
+            if st is not None:
+                st.argtypes, st.restype = [ctypes.c_int], None
+            _blas = {"gemm": {"float32": ctypes.cast(fs, ctypes.c_void_p).value,
+                              "float64": ctypes.cast(fd, ctypes.c_void_p).value},
+                     "int": it, "set_threads": st, "lib": lib}
+            return _blas
+    return _blas
+
+
+# the BLAS's current thread setting, shared with the native dots (which change it)
+blas_threads_cell = np.zeros(1, np.int64)
+SMALL_DOT = 1 << 27       # multiply-adds per matrix below which a dot runs on one thread
+
+
+def set_blas_threads(n):
+    """BLAS threads for the process (the ranks of the local runtime share one budget)."""
+    if n == blas_threads_cell[0]:
+        return
+    b = blas()
+    if b.get("set_threads") is not None:
+        b["set_threads"](int(n))
+    blas_threads_cell[0] = n
+
+
+def set_threads_addr():
+    st = blas().get("set_threads")
+    return ctypes.cast(st, ctypes.c_void_p).value if st is not None else 0
+
+
+_helpers = None
+
+
+def helpers():
+    """{name: address} of spmd_run and the dot wrappers (compiled once, cached on disk)."""
+    global _helpers
+    if _helpers is None:
+        it = blas().get("int", "i64")
+        ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
+            "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
+            _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
+            _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
+        names = ["spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
+                 "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
+        _helpers = compile_ir(ir, names, None, False)
+        run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(_helpers["spmd_run"])
+        _helpers = dict(_helpers, run=run)
+    return _helpers
+
+
+# ----------------------------------------------------------------------------- layouts
+def gemm_operand(rs, cs, isz, rows, cols):
+    """(transpose flag, leading dimension) of a matrix with row and column strides `rs`,
+    `cs` (bytes) as a BLAS operand of `rows x cols`, or None if BLAS cannot read it as it is."""
+    if rs % isz or cs % isz:
+        return None
+    if cols == 1 or cs == isz:                  # row-major
+        ld = rs // isz if rows > 1 else cols
+        if ld >= max(1, cols):
+            return 111, ld
+    if rows == 1 or rs == isz:                  # column-major: the transpose of a row-major
+        ld = cs // isz if cols > 1 else rows
+        if ld >= max(1, rows):
+            return 112, ld
+    return None
+
+
+def batch_levels(batch_shape):
+    """Ways to run a dot's batch dimensions as two nested loops (outer, inner extents)."""
+    b = int(np.prod(batch_shape, dtype=np.int64))
+    out = [(1, b)]
+    for j in range(1, len(batch_shape)):
+        out.append((int(np.prod(batch_shape[:j], dtype=np.int64)), int(np.prod(batch_shape[j:], dtype=np.int64))))
+    return out
+
+
+# ----------------------------------------------------------------------------- copies
+COPY_DIMS = 6
+# argument block of a copy: dst src, then COPY_DIMS extents and COPY_DIMS source strides
+# (bytes); the destination is contiguous, written in row-major order
+
+
+def _copy_ir(isz):
+    t = {1: "i8", 4: "i32", 8: "i64"}[isz]
+    lines = [f"define void @spmd_copy{isz}(ptr %a) {{", "entry:",
+             "  %dp = load ptr, ptr %a", "  %g1 = getelementptr i64, ptr %a, i64 1", "  %sp = load ptr, ptr %g1",
+             "  %o.a = alloca i64", "  store i64 0, ptr %o.a"]
+    for d in range(COPY_DIMS):
+        lines += [f"  %ge{d} = getelementptr i64, ptr %a, i64 {2 + d}", f"  %e{d} = load i64, ptr %ge{d}",
+                  f"  %gs{d} = getelementptr i64, ptr %a, i64 {2 + COPY_DIMS + d}", f"  %s{d} = load i64, ptr %gs{d}"]
+    lines.append("  br label %h0")
+    prev_off, prev_lbl = "0", "entry"
+    for d in range(COPY_DIMS):
+        lines += [f"h{d}:", f"  %i{d} = phi i64 [0, %{prev_lbl}], [%n{d}, %x{d + 1}]" if d < COPY_DIMS - 1
+                  else f"  %i{d} = phi i64 [0, %{prev_lbl}], [%n{d}, %b{d}]",
+                  f"  %c{d} = icmp slt i64 %i{d}, %e{d}", f"  br i1 %c{d}, label %b{d}, label %x{d}", f"b{d}:",
+                  f"  %m{d} = mul i64 %i{d}, %s{d}", f"  %off{d} = add i64 {'%off' + str(d - 1) if d else '0'}, %m{d}"]
+        if d < COPY_DIMS - 1:
+            lines.append(f"  br label %h{d + 1}")
+            prev_lbl = f"b{d}"
+    last = COPY_DIMS - 1
+    lines += [f"  %src = getelementptr i8, ptr %sp, i64 %off{last}", f"  %v = load {t}, ptr %src",
+              "  %o = load i64, ptr %o.a", f"  %dst = getelementptr {t}, ptr %dp, i64 %o",
+              f"  store {t} %v, ptr %dst", "  %o1 = add i64 %o, 1", "  store i64 %o1, ptr %o.a",
+              f"  %n{last} = add i64 %i{last}, 1", f"  br label %h{last}"]
+    for d in range(last, -1, -1):
+        lines.append(f"x{d}:")
+        if d == 0:
+            lines.append("  ret void")
+        else:
+            lines += [f"  %n{d - 1} = add i64 %i{d - 1}, 1", f"  br label %h{d - 1}"]
+    return "\n".join(lines) + "\n}\n"
+
+
+def copy_entries(view, isz):
+    """[extents..., strides...] (padded to COPY_DIMS) for copying a strided view, or None."""
+    if view.ndim > COPY_DIMS:
+        return None
+    pad = COPY_DIMS - view.ndim
+    return [1] * pad + list(view.shape) + [0] * pad + list(view.strides)
+
+
+# ----------------------------------------------------------------------------- gather/scatter
+# take-form gather and scatter-add along axis 0 of contiguous arrays (indices clamped, as
+# the ops' numpy references do). gather: out idx x n_idx nrows row_bytes idx64
+# scatter: out x idx upd n_idx nrows row_len idx64 x_bytes (adds in index order, as np.add.at)
+def _index_load(lines, var, idx_ptr, i):
+    lines += [f"  %ip4.{var} = getelementptr i32, ptr {idx_ptr}, i64 {i}",
+              f"  %ip8.{var} = getelementptr i64, ptr {idx_ptr}, i64 {i}",
+              f"  br i1 %is64, label %l8.{var}, label %l4.{var}",
+              f"l4.{var}:", f"  %v4.{var} = load i32, ptr %ip4.{var}", f"  %w4.{var} = sext i32 %v4.{var} to i64",
+              f"  br label %lj.{var}", f"l8.{var}:", f"  %w8.{var} = load i64, ptr %ip8.{var}", f"  br label %lj.{var}",
+              f"lj.{var}:", f"  %raw.{var} = phi i64 [%w4.{var}, %l4.{var}], [%w8.{var}, %l8.{var}]",
+              f"  %lo.{var} = icmp slt i64 %raw.{var}, 0", f"  %c0.{var} = select i1 %lo.{var}, i64 0, i64 %raw.{var}",
+              f"  %hi.{var} = icmp sgt i64 %c0.{var}, %maxrow",
+              f"  %{var} = select i1 %hi.{var}, i64 %maxrow, i64 %c0.{var}"]
+
+
+def _fields(lines, n, ptrs):
+    for j in range(n):
+        lines.append(f"  %g{j} = getelementptr i64, ptr %a, i64 {j}")
+        lines.append(f"  %f{j} = load {'ptr' if j in ptrs else 'i64'}, ptr %g{j}")
+
+
+GATHER_IR_DECL = "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+
+
+def _gather_ir():
+    lines = ["define void @spmd_gather(ptr %a) {", "entry:"]
+    _fields(lines, 6, (0, 1, 2))      # out idx x n_idx nrows row_bytes ; idx64 at 6
+    lines += ["  %g6 = getelementptr i64, ptr %a, i64 6", "  %f6 = load i64, ptr %g6",
+              "  %is64 = icmp ne i64 %f6, 0", "  %maxrow = sub i64 %f4, 1", "  br label %h", "h:",
+              "  %i = phi i64 [0, %entry], [%i1, %lj.r]", "  %c = icmp slt i64 %i, %f3", "  br i1 %c, label %b, label %x",
+              "b:"]
+    _index_load(lines, "r", "%f1", "%i")
+    lines += ["  %so = mul i64 %r, %f5", "  %src = getelementptr i8, ptr %f2, i64 %so",
+              "  %do = mul i64 %i, %f5", "  %dst = getelementptr i8, ptr %f0, i64 %do",
+              "  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %f5, i1 false)",
+              "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _scatter_ir(t, T):
+    lines = [f"define void @spmd_scatter_{t}(ptr %a) {{", "entry:"]
+    _fields(lines, 9, (0, 1, 2, 3))   # out x idx upd n_idx nrows row_len idx64 x_bytes
+    lines += ["  call void @llvm.memcpy.p0.p0.i64(ptr %f0, ptr %f1, i64 %f8, i1 false)",
+              "  %is64 = icmp ne i64 %f7, 0", "  %maxrow = sub i64 %f5, 1", "  br label %h", "h:",
+              "  %i = phi i64 [0, %entry], [%i1, %xe]", "  %c = icmp slt i64 %i, %f4", "  br i1 %c, label %b, label %x",
+              "b:"]
+    _index_load(lines, "r", "%f2", "%i")
+    lines += ["  %ro = mul i64 %r, %f6", f"  %drow = getelementptr {T}, ptr %f0, i64 %ro",
+              "  %uo = mul i64 %i, %f6", f"  %urow = getelementptr {T}, ptr %f3, i64 %uo", "  br label %he", "he:",
+              "  %e = phi i64 [0, %lj.r], [%e1, %be]", "  %ce = icmp slt i64 %e, %f6",
+              "  br i1 %ce, label %be, label %xe", "be:",
+              f"  %pd = getelementptr {T}, ptr %drow, i64 %e", f"  %pu = getelementptr {T}, ptr %urow, i64 %e",
+              f"  %vd = load {T}, ptr %pd", f"  %vu = load {T}, ptr %pu", f"  %s = fadd {T} %vd, %vu",
+              f"  store {T} %s, ptr %pd", "  %e1 = add i64 %e, 1", "  br label %he", "xe:",
+              "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _colsum_ir(t, T):
+    """out[j] = sum over i of x[i, j] for a contiguous (rows, cols) x, in row order (as numpy's
+    sum over leading axes adds them). args: out x rows cols"""
+    lines = [f"define void @spmd_colsum_{t}(ptr %a) {{", "entry:"]
+    _fields(lines, 4, (0, 1))
+    lines += ["  br label %zh", "zh:", "  %z = phi i64 [0, %entry], [%z1, %zb]", "  %zc = icmp slt i64 %z, %f3",
+              "  br i1 %zc, label %zb, label %h", "zb:", f"  %zp = getelementptr {T}, ptr %f0, i64 %z",
+              f"  store {T} 0.0, ptr %zp", "  %z1 = add i64 %z, 1", "  br label %zh",
+              "h:", "  %i = phi i64 [0, %zh], [%i1, %xe]", "  %c = icmp slt i64 %i, %f2", "  br i1 %c, label %b, label %x",
+              "b:", "  %ro = mul i64 %i, %f3", f"  %row = getelementptr {T}, ptr %f1, i64 %ro", "  br label %he",
+              "he:", "  %e = phi i64 [0, %b], [%e1, %be]", "  %ce = icmp slt i64 %e, %f3",
+              "  br i1 %ce, label %be, label %xe", "be:",
+              f"  %pd = getelementptr {T}, ptr %f0, i64 %e", f"  %pu = getelementptr {T}, ptr %row, i64 %e",
+              f"  %vd = load {T}, ptr %pd", f"  %vu = load {T}, ptr %pu", f"  %s = fadd {T} %vd, %vu",
+              f"  store {T} %s, ptr %pd", "  %e1 = add i64 %e, 1", "  br label %he", "xe:",
+              "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
