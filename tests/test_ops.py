@@ -70,7 +70,8 @@ def test_registry_rules_are_well_formed(name):
     assert op.fusion in (None, "elementwise", "reindex", "reduce")
     if op.fusion == "elementwise":
         assert op.scalar is not None and op.priority == 0, "elementwise ops lower a scalar and pass shardings through"
-    for rule in ("partition", "partition_local", "simplify"):
+    assert op.index_map is None or op.fusion == "reindex", "only re-indexing ops have an index map"
+    for rule in ("partition", "partition_local", "simplify", "index_map"):
         assert getattr(op, rule) is None or callable(getattr(op, rule)), rule
     assert callable(op.flops) and callable(op.reduction_kind)
     rng = np.random.default_rng(0)

@@ -83,6 +83,11 @@ class OpDef:
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None
+    # "reindex" ops whose element at an index reads operand 0 at an affine function of it:
+    # (out_index, operand_shape, attrs) -> operand_index, each index one (terms, const) per
+    # dim with terms ((loop variable, coefficient), ...). The LLVM code generator follows it
+    # through fused kernels, so the op costs no memory traffic.
+    index_map: Optional[Callable] = None
     # a collective that acts on each element on its own: independent instances with equal
     # attributes may run as one on the concatenation of their operands (passes/combine.py)
     combinable: bool = False

@@ -159,6 +159,24 @@ def _partition_concatenate(P, op):
     return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
 
 
+# -- index maps for fused kernels (see OpDef.index_map) ----------------------------------------
+def _bcast_index_map(out, shape, attrs):
+    # a size-1 operand dim is read at 0 whatever the result index
+    return tuple(out[d] if shape[i] != 1 else ((), 0) for i, d in enumerate(attrs["broadcast_dimensions"]))
+
+
+def _transpose_index_map(out, shape, attrs):
+    sub = [None] * len(out)
+    for j, p in enumerate(attrs["permutation"]):
+        sub[p] = out[j]
+    return tuple(sub)
+
+
+def _slice_index_map(out, shape, attrs):
+    return tuple((tuple((var, k * st) for var, k in terms), c * st + s0)
+                 for (terms, c), s0, st in zip(out, attrs["start"], attrs["stride"]))
+
+
 # -- simplification rules (see OpDef.simplify) -----------------------------------------------
 def _same(x, r):
     return x.shape == r.shape and x.dtype == r.dtype
@@ -286,7 +304,8 @@ def _bcast_factors(ins, outs, attrs):
 
 
 register(OpDef("broadcast_in_dim", "shape", _bcast_infer, _bcast_ref, _bcast_vjp, _bcast_factors,
-               None, _zero_flops, ALL, priority=3, linear=((0,),), fusion="reindex", simplify=_bcast_simplify))
+               None, _zero_flops, ALL, priority=3, linear=((0,),), fusion="reindex", simplify=_bcast_simplify,
+               index_map=_bcast_index_map))
 
 
 # -- reshape, transpose --------------------------------------------------------------------
@@ -317,7 +336,7 @@ def _transpose_factors(ins, outs, attrs):
 register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np.transpose(x, permutation),
                lambda g, op, ct: (g.emit("transpose", ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
                _transpose_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_transpose_simplify, view=True))
+               simplify=_transpose_simplify, view=True, index_map=_transpose_index_map))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------
@@ -358,7 +377,7 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
 register(OpDef("slice", "shape", _slice_infer,
                lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
                _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, linear=((0,),), fusion="reindex",
-               partition=_partition_slice, simplify=_slice_simplify, view=True))
+               partition=_partition_slice, simplify=_slice_simplify, view=True, index_map=_slice_index_map))
 
 
 def _pad_infer(x, v, low, high, interior):

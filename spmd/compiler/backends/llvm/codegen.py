@@ -274,19 +274,8 @@ class KernelCodegen:
         if self.flat:
             raise AssertionError(f"{name} in a flat kernel")
         x = op.operands[0] if op.operands else None
-        if name == "broadcast_in_dim":
-            sub = tuple(amap[d] if x.shape[i] != 1 else ((), 0)
-                        for i, d in enumerate(attrs["broadcast_dimensions"]))
-            return self._pass(x, sub)
-        if name == "transpose":
-            sub = [None] * len(amap)
-            for j, p in enumerate(attrs["permutation"]):
-                sub[p] = amap[j]
-            return self._pass(x, tuple(sub))
-        if name == "slice":
-            sub = tuple((tuple((var, k * st) for var, k in terms), c * st + s0)
-                        for (terms, c), s0, st in zip(amap, attrs["start"], attrs["stride"]))
-            return self._pass(x, sub)
+        if op.opdef.index_map is not None:          # broadcast_in_dim, transpose, slice
+            return self._pass(x, op.opdef.index_map(amap, x.shape, attrs))
         if name == "reshape":
             if x.producer is None or x.producer not in self.member or splat(x) is not None:
                 if splat(x) is not None:
@@ -304,7 +293,7 @@ class KernelCodegen:
             idx = self.index_expr(scope, terms, c)
             b = self.builder(scope)
             return b.convert(SV(idx, "int64"), v.dtype), scope
-        if name == "reduce":
+        if op.opdef.fusion == "reduce":
             return self.emit_reduce(op, v, amap)
         raise Unsupported(name)
 
