@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from partition_util import random_program, random_sharding, reference, run_partitioned
-from spmd.api import Lowered, lower_graph
+from partition_util import (check_random_jit_program, random_program, random_sharding, reference,
+                            run_partitioned)
 from spmd.sharding import Mesh
 
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((8,), ("x",)),
@@ -66,28 +66,7 @@ def test_random_programs_fixed_seeds(seed):
 
 
 def _check_jit(seed, even):
-    rng = np.random.default_rng(seed)
-    mesh = MESHES[seed % len(MESHES)]
-    dims = (4, 8, 16) if even else (3, 5, 7, 9)
-    dtype = "int64" if seed % 3 == 0 else "float64"
-
-    def constrain(v):
-        return random_sharding(rng, mesh, v, p_partial=0).spec if rng.random() < 0.2 else None
-
-    g, args = random_program(rng, dtype, dims, int(rng.integers(5, 31)), constrain)
-    g.mesh = mesh
-    in_sh = [random_sharding(rng, mesh, v) if rng.random() < 0.5 else None for v in g.inputs]
-    want = reference(g, args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs))[0], None, None, "numpy", mesh)
-        got = low(*args)
-    for k, (w, r) in enumerate(zip(want, got)):
-        msg = f"output {k} of seed {seed} on {mesh.text()}:\n{low.as_text('propagated')}"
-        if dtype == "int64":
-            np.testing.assert_array_equal(r.numpy(), w, err_msg=msg)
-        else:
-            np.testing.assert_allclose(r.numpy(), w, rtol=1e-9, atol=1e-9, err_msg=msg)
+    check_random_jit_program(seed, MESHES[seed % len(MESHES)], even)
 
 
 @settings(max_examples=120, deadline=None)
