@@ -356,16 +356,8 @@ def setitem(x, key, value):
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)
     m, perm, tshape = _merged(y, pos)
-    # the values in the shape of x[key], then with the index dims first as in m
-    shape = tuple(bshape) + m.shape[1:]
     nb = len(bshape)
-    placed = list(shape)
-    if adjacent and pos[0]:
-        placed = list(shape[nb:nb + pos[0]]) + list(shape[:nb]) + list(shape[nb + pos[0]:])
-    val = _fit(value, tuple(placed), t, x.dtype)
-    if adjacent and pos[0]:
-        val = npx.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
-                            list(range(pos[0] + nb, len(placed))))
+    val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
     if not n or not int(np.prod(bshape, dtype=np.int64)):
         return
     new = _scatter_set(m, flat, val, nb, t)
@@ -415,6 +407,23 @@ def _scatter_set(m, flat, val, nb, t):
     return npx.where(hit, upd, m)
 
 
+def _index_first(value, m, bshape, pos, adjacent, t, dtype):
+    """The written values, given in the shape of x[key] (numpy puts the broadcast index
+    dims where the adjacent index arrays stood), laid out with the index dims first, as
+    the merged array m has them."""
+    npx = _npx()
+    nb = len(bshape)
+    shape = tuple(bshape) + m.shape[1:]
+    placed = list(shape)
+    if adjacent and pos[0]:
+        placed = list(shape[nb:nb + pos[0]]) + list(shape[:nb]) + list(shape[nb + pos[0]:])
+    val = _fit(value, tuple(placed), t, dtype)
+    if adjacent and pos[0]:
+        val = npx.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
+                            list(range(pos[0] + nb, len(placed))))
+    return val
+
+
 def scatter_add(x, key, value):
     """np.add.at(x, key, value): unbuffered, so repeated indices all add."""
     npx = _npx()
@@ -431,15 +440,7 @@ def scatter_add(x, key, value):
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)
     m, perm, tshape = _merged(y, pos)
-    nb = len(bshape)
-    shape = tuple(bshape) + m.shape[1:]
-    placed = list(shape)
-    if adjacent and pos[0]:
-        placed = list(shape[nb:nb + pos[0]]) + list(shape[:nb]) + list(shape[nb + pos[0]:])
-    val = _fit(value, tuple(placed), t, x.dtype)
-    if adjacent and pos[0]:
-        val = npx.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
-                            list(range(pos[0] + nb, len(placed))))
+    val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
     if not n or not int(np.prod(bshape, dtype=np.int64)):
         return
     idx = flat if isinstance(flat, Tracer) else npx.asarray(flat, t=t)
