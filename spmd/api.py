@@ -146,7 +146,8 @@ class Lowered:
 
 def lower_graph(graph, mesh, in_shardings, out_shardings):
     """The stages after tracing, as one pipeline: drop dead code, propagate and partition
-    (with a mesh), then optimise. Returns (stages by name, seconds per stage)."""
+    (with a mesh), then optimise; or all of them from the disk cache, when another process
+    lowered the same program. Returns (stages by name, seconds per stage)."""
     from .compiler import pipeline
     from .compiler.passes import dce
     stages = [("dce", dce)]
@@ -155,7 +156,9 @@ def lower_graph(graph, mesh, in_shardings, out_shardings):
         from .sharding.propagate import propagate
         stages += [("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings)),
                    ("partitioned", partition)]
-    return pipeline.run(stages + list(pipeline.OPTIMIZE), graph)
+    from .compiler import program_cache
+    return program_cache.lower(lambda: pipeline.run(stages + list(pipeline.OPTIMIZE), graph),
+                               graph, mesh, in_shardings, out_shardings)
 
 
 class Jitted:

@@ -11,6 +11,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # every stage's graph is checked by ir.verify (SSA, shapes, shardings) in the tests,
 # including the MPI and Ray processes they start (they inherit the environment)
 os.environ.setdefault("SPMD_VERIFY", "1")
+# every test runs the passes it tests: some plant a broken pass or rule and expect it to
+# be caught, which a program loaded from the disk cache would hide (test_program_cache.py
+# turns the cache on in processes of its own)
+os.environ.setdefault("SPMD_PROGRAM_CACHE", "0")
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):

@@ -30,8 +30,10 @@ class Mesh:
             raise ShardingError(f"Mesh devices must be an array of shape {self.shape} holding each of "
                                 f"the ranks 0..{n - 1} once")
         self.devices = devices
+        self._sizes = dict(zip(self.axis_names, self.shape))
         self._default_devices = bool((devices.reshape(-1) == np.arange(n)).all())
         self._coords = None
+        self._checked = {}              # (spec, partial) -> checked Sharding fields (ir/spec.py)
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -43,10 +45,15 @@ class Mesh:
         return len(self.shape)
 
     def axis_size(self, axis) -> int:
-        return self.shape[self.axis_index(axis)]
+        n = self._sizes.get(axis)
+        return self.shape[self.axis_index(axis)] if n is None else n
 
     def axes_size(self, axes) -> int:
-        return int(np.prod([self.axis_size(a) for a in axes], dtype=np.int64))
+        # called tens of thousands of times per compile: plain ints, no numpy
+        n = 1
+        for a in axes:
+            n *= self.axis_size(a)
+        return n
 
     def axis_index(self, axis) -> int:
         try:
@@ -56,7 +63,7 @@ class Mesh:
 
     @property
     def sizes(self) -> dict:
-        return dict(zip(self.axis_names, self.shape))
+        return dict(self._sizes)
 
     # -- where a device sits -----------------------------------------------------------------
     def coords(self, device) -> dict:
@@ -110,6 +117,11 @@ class Mesh:
             k = self.__dict__["_key_cache"] = (self.shape, self.axis_names, tuple(self.devices.reshape(-1).tolist()),)
             self.__dict__["_hash_cache"] = hash(k)
         return k
+
+    def __reduce__(self):
+        # rebuilt, not copied: the cached hash is of strings, which hash differently in
+        # another process (PYTHONHASHSEED), and the caches may be large
+        return (Mesh, (self.shape, self.axis_names, self.devices))
 
     def __eq__(self, other):
         return self is other or isinstance(other, Mesh) and self._key() == other._key()

@@ -32,6 +32,16 @@ class Sharding:
     def __init__(self, mesh: Mesh, spec=(), partial=()):
         if not isinstance(mesh, Mesh):
             raise ShardingError(f"Sharding needs a Mesh, got {type(mesh).__name__}")
+        # propagation and partitioning make tens of thousands of these per compile, mostly
+        # the same few: a mesh remembers the ones it has checked
+        try:
+            key = (tuple(spec), partial)
+            known = mesh._checked.get(key)
+        except TypeError:                        # an unhashable entry (a list): check it below
+            key = known = None
+        if known is not None:
+            self.mesh, self.spec, self.partial, self._hash = mesh, known[0], known[1], known[2]
+            return
         spec = tuple(_norm_entry(e) for e in spec)
         partial = (partial,) if isinstance(partial, str) else tuple(partial)
         used = [a for e in spec for a in _axes_of(e)] + list(partial)
@@ -46,6 +56,8 @@ class Sharding:
         self.spec = spec
         self.partial = tuple(a for a in mesh.axis_names if a in partial)   # mesh order
         self._hash = hash((mesh, spec, self.partial))
+        if key is not None:
+            mesh._checked[key] = (self.spec, self.partial, self._hash)
 
     # -- queries -----------------------------------------------------------------------------
     def for_rank(self, ndim, what="value") -> "Sharding":
@@ -128,6 +140,10 @@ class Sharding:
 
     def __hash__(self):
         return self._hash
+
+    def __reduce__(self):
+        # rebuilt in the receiving process, whose string hashes differ from this one's
+        return (Sharding, (self.mesh, self.spec, self.partial))
 
     def __repr__(self):
         return f"Sharding({self.text()})"

@@ -2,20 +2,20 @@
 with the AVX2/AVX-512 it has), MCJIT, and a compile cache.
 
 The cache is keyed by the IR's hash, the CPU name and features and the LLVM version. It
-lives in memory (per process) and on disk as object files under `$SPMD_CACHE_DIR`, else
-`$XDG_CACHE_HOME/spmd`, else `~/.cache/spmd`: a second process loads the object code and
-skips optimisation and code generation.
+lives in memory (per process) and on disk as object files (compiler/disk_cache.py): a
+second process loads the object code and skips optimisation and code generation.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
-import tempfile
 import threading
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from ...disk_cache import cache_dir, enabled as disk_enabled, host_lock, read, write_atomic
 
 _lock = threading.Lock()
 _tm = None
@@ -32,14 +32,6 @@ def target_machine():
                                            features=llvm.get_host_cpu_features().flatten(),
                                            opt=3, jit=True)
     return _tm
-
-
-def cache_dir():
-    d = os.environ.get("SPMD_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "spmd")
-    return d
 
 
 def module_key(ir: str) -> str:
@@ -76,18 +68,14 @@ def compile_ir(ir: str, names, stats=None, big=True):
         tm = target_machine()
         path = os.path.join(cache_dir(), key + ".o")
         obj = None
-        use_disk = os.environ.get("SPMD_CACHE", "1") != "0"
+        use_disk = disk_enabled()
         # processes of one host (MPI ranks) compiling the same module: one compiles, the
         # others wait for its object file instead of all spending the same CPU at once
-        with (_host_lock(path) if use_disk else contextlib.nullcontext()):
+        with (host_lock(path) if use_disk else contextlib.nullcontext()):
             if use_disk:
-                try:
-                    with open(path, "rb") as f:
-                        obj = f.read()
-                    if stats is not None:
-                        stats["cache"] = "disk"
-                except OSError:
-                    obj = None
+                obj = read(path)
+                if obj is not None and stats is not None:
+                    stats["cache"] = "disk"
             if obj is None:
                 mod = llvm.parse_assembly(ir)
                 mod.verify()
@@ -96,44 +84,10 @@ def compile_ir(ir: str, names, stats=None, big=True):
                 if stats is not None:
                     stats["cache"] = "miss"
                     stats.setdefault("optimized_ir", []).append(str(mod))
-                _write_atomic(path, obj)
+                write_atomic(path, obj)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         addrs = {n: engine.get_function_address(n) for n in names}
         _memory[key] = (engine, addrs)
         return addrs
-
-
-@contextlib.contextmanager
-def _host_lock(path):
-    """An advisory lock on `path`.lock (best effort: no lock if it cannot be made)."""
-    fd = None
-    try:
-        import fcntl
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except (OSError, ImportError):
-        if fd is not None:
-            os.close(fd)
-        fd = None
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)        # closing releases the lock
-
-
-def _write_atomic(path, data):
-    """Best effort: a read-only or missing cache directory only costs the next process time."""
-    if os.environ.get("SPMD_CACHE", "1") == "0":
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        pass
