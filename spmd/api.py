@@ -179,7 +179,9 @@ class Jitted:
         return (tree, tuple(leaf_aval(x) for x in leaves), static), leaves
 
     def lower(self, *args) -> Lowered:
-        key, leaves = self._key(args)
+        return self._lower(args, *self._key(args))
+
+    def _lower(self, args, key, leaves) -> Lowered:
         low = self._cache.get(key)
         if low is None:
             graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh)
@@ -204,7 +206,7 @@ class Jitted:
             # a jitted function called while tracing another: inline it into that trace
             return self.fn(*args)
         key, leaves = self._key(args)
-        low = self.lower(*args)
+        low = self._lower(args, key, leaves)
         outs = low(*leaves)
         if low.updates:
             outs, new = outs[:len(outs) - len(low.updates)], outs[len(outs) - len(low.updates):]

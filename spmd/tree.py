@@ -4,13 +4,17 @@ from __future__ import annotations
 
 
 class TreeDef:
-    __slots__ = ("kind", "meta", "children")
+    __slots__ = ("kind", "meta", "children", "_k")
 
     def __init__(self, kind, meta=None, children=()):
         self.kind, self.meta, self.children = kind, meta, tuple(children)
+        self._k = None
 
     def _key(self):
-        return (self.kind, self.meta, tuple(c._key() for c in self.children))
+        # jit hashes the argument tree on every call: computed once per TreeDef
+        if self._k is None:
+            self._k = (self.kind, self.meta, tuple(c._key() for c in self.children))
+        return self._k
 
     def __eq__(self, other):
         return isinstance(other, TreeDef) and self._key() == other._key()

@@ -8,11 +8,18 @@ FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
 
 
+_NAMES = {}                                          # np.dtype -> its name, memoised
+
+
 def canon(dtype) -> str:
     """Any numpy-understood dtype -> one of DTYPES, or a clear TypeError."""
     if type(dtype) is str and dtype in DTYPES:       # already canonical: the common case
         return dtype
-    name = np.dtype(dtype).name
+    name = _NAMES.get(dtype) if isinstance(dtype, np.dtype) else None
+    if name is None:
+        name = np.dtype(dtype).name
+        if isinstance(dtype, np.dtype):
+            _NAMES[dtype] = name
     if name not in DTYPES:
         raise TypeError(f"spmd does not support dtype {name}; supported: {', '.join(DTYPES)}")
     return name
