@@ -112,7 +112,7 @@ def attention(x, p, heads):
         return (x @ w).reshape(B, T, heads, dh).transpose(0, 2, 1, 3)
 
     q, k, v = split(p["wq"]), split(p["wk"]), split(p["wv"])
-    scores = (q @ k.transpose(0, 1, 3, 2)) / float(np.sqrt(dh))     # a Python float: stays float32
+    scores = (q @ k.transpose(0, 1, 3, 2)) / dh ** 0.5     # a Python float: the scores stay float32
     causal = np.tril(np.ones((T, T), dtype=bool))
     scores = np.where(causal, scores, -1e9)
     scores = scores - scores.max(axis=-1, keepdims=True)
