@@ -260,8 +260,9 @@ def main(argv=None):
             low = step.lower(params, opt, x, y)
             if hasattr(low, "report"):
                 rep = low.report()
-                print(f"communication per step per device: {rep['comm_bytes'] / 1e6:.2f} MB in "
-                      f"{len(rep['collectives'])} collectives")
+                print(f"communication per step per device: {rep['launched_bytes'] / 1e6:.2f} MB in "
+                      f"{len(rep['launched'])} collectives ({len(rep['collectives'])} reshards, the "
+                      f"independent all-reduces combined)")
         if args.plot:
             _plot(losses, args.plot, start)
     return losses

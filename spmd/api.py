@@ -123,8 +123,9 @@ class Lowered:
         return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).outputs]
 
     def report(self) -> dict:
-        """Per-device collectives (op, axes, group_size, in/out shapes, dtype, bytes),
-        comm_bytes, flops and out_shardings of the partitioned program."""
+        """Per-device collectives (op, axes, group_size, in/out shapes, dtype, bytes) and
+        comm_bytes of the partitioned program; `launched` / `launched_bytes`, the same for
+        the program that runs (independent all-reduces combined); flops; out_shardings."""
         from .sharding.report import report
         return report(self)
 

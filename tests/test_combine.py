@@ -28,6 +28,10 @@ def test_gradient_all_reduces_are_combined_and_results_unchanged():
     low = f.lower(p, x)
     assert _count(low.stages["partitioned"], "all_reduce") >= 3
     assert _count(low.graph, "all_reduce") == 1          # loss and both gradients: one reduction
+    rep = low.report()       # the partitioner's reshards, and what runs once combined
+    assert len(rep["collectives"]) == _count(low.stages["partitioned"], "all_reduce")
+    assert [c["op"] for c in rep["launched"]] == ["all_reduce"]
+    assert rep["launched_bytes"] == rep["comm_bytes"] == rep["launched"][0]["bytes"]
     l, new = f(p, x)
     l0, new0 = spmd.jit(step, backend="numpy")(p, x)
     ref_l = np.mean(np.tanh(x @ p["w1"]) @ p["w2"])
