@@ -162,6 +162,20 @@ binary("remainder", cast(lambda x, y: x - y * (np.trunc(x.astype(np.float64) / y
 binary("and", lambda x, y: x & y)
 binary("or", lambda x, y: x | y)
 binary("xor", lambda x, y: x ^ y)
+# counts outside [0, bits) included: numpy defines them (all bits shifted out). Expected
+# values from Python's unbounded ints, wrapped to the width
+def _shift_expect(left):
+    def one(x, y, bits):
+        if not 0 <= y < bits:
+            return 0 if left or x >= 0 else -1
+        v = (x << y) if left else (x >> y)
+        return (v + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1)
+    return lambda x, y: np.array([one(int(a), int(b), 8 * x.itemsize) for a, b in zip(x.ravel(), y.ravel())],
+                                 dtype=x.dtype).reshape(x.shape)
+
+
+binary("shift_left", _shift_expect(True), lo=-40.0, hi=40.0, y_lo=-3.0, y_hi=70.0)
+binary("shift_right", _shift_expect(False), lo=-40.0, hi=40.0, y_lo=-3.0, y_hi=70.0)
 
 unary("negate", lambda x: (-x.astype(np.float64)).astype(x.dtype) if x.dtype.kind == "f" else -x)
 unary("not", lambda x: ~x)

@@ -226,10 +226,6 @@ def ceil(x):
     return negative(floor(negative(x)))
 
 
-def reciprocal(x):
-    return true_divide(1, x)
-
-
 exp = _unary_float("exp")
 log = _unary_float("log")
 log1p = _unary_float("log1p")
@@ -281,6 +277,35 @@ def _bitwise(name):
 
 logical_and, logical_or, logical_xor = _logical("and"), _logical("or"), _logical("xor")
 bitwise_and, bitwise_or, bitwise_xor = _bitwise("and"), _bitwise("or"), _bitwise("xor")
+
+
+def _shift(name, what):
+    def f(x, y):
+        dt = result_dtype(x, y)
+        if dt not in dtypes.INTS:
+            raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})"
+                            + ("; numpy makes bool << bool an int8, which spmd does not have: "
+                               "convert with .astype(np.int32) first" if dt == "bool" else ""))
+        return _binary(name, x, y)
+    f.__name__ = what
+    return f
+
+
+left_shift, right_shift = _shift("shift_left", "left_shift"), _shift("shift_right", "right_shift")
+
+
+def reciprocal(x):
+    x = asarray(x)
+    if x.dtype.kind in "iu":
+        # numpy divides in the integer type: 1 and -1 stay, larger magnitudes give 0, and
+        # 1 / 0 gives the type's minimum (what numpy's integer division returns for it)
+        dt = x.dtype.name
+        r = where(equal(x, 1), x, where(equal(x, -1), x, asarray(0, dt)))
+        return where(equal(x, 0), asarray(np.iinfo(dt).min, dt), r)
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.reciprocal of bool is not supported by spmd (numpy gives int8); "
+                        f"convert with .astype(np.float32) first (at {user_loc()})")
+    return true_divide(1, x)
 
 
 def logical_not(x):
@@ -352,14 +377,32 @@ def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     return _keep(x, r, axes, keepdims)
 
 
-def sum(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def _masked(x, where_, fill):
+    """numpy's `where=` on a reduction: the elements where the mask is False count as the
+    reduction's identity (or `initial`), the mask broadcast against x."""
+    x = asarray(x)
+    if where_ is None or where_ is True:
+        return x
+    return where(where_, x, asarray(fill, x.value.dtype))
+
+
+def _with_initial(kind, r, initial):
+    if initial is None:
+        return r
+    init = asarray(initial, r.value.dtype)
+    return {"sum": add, "prod": multiply, "max": maximum, "min": minimum}[kind](r, init)
+
+
+def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, **kw):
     _no_extra("sum", (), dict(kw, out=out))
-    return _reduce("sum", x, axis, dtype, keepdims, _sum_dtype)
+    r = _reduce("sum", _masked(x, where, 0), axis, dtype, keepdims, _sum_dtype)
+    return _with_initial("sum", r, initial)
 
 
-def prod(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def prod(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, **kw):
     _no_extra("prod", (), dict(kw, out=out))
-    return _reduce("prod", x, axis, dtype, keepdims, _sum_dtype)
+    r = _reduce("prod", _masked(x, where, 1), axis, dtype, keepdims, _sum_dtype)
+    return _with_initial("prod", r, initial)
 
 
 def _cumulative(kind, x, axis, dtype, default_dtype):
@@ -390,22 +433,30 @@ def _no_identity(name, x, axis):
                          f"over axes {list(axes)}, which has no identity")
 
 
-def max(x, axis=None, out=None, keepdims=False, **kw):
+def _extreme(kind, x, axis, keepdims, initial, where_):
+    x = asarray(x)
+    if where_ is not None and where_ is not True and initial is None:
+        name = "maximum" if kind == "max" else "minimum"
+        raise ValueError(f"reduction operation '{name}' does not have an identity, so to use a where "
+                         f"mask one has to specify 'initial' (at {user_loc()})")
+    if initial is None:
+        _no_identity(kind, x, axis)
+    if x.dtype == np.bool_:
+        x = _masked(x, where_, bool(initial))
+        r = (any if kind == "max" else all)(x, axis, keepdims=keepdims)
+        return r if initial is None else (logical_or if kind == "max" else logical_and)(r, bool(initial))
+    r = _reduce(kind, _masked(x, where_, initial), axis, None, keepdims, lambda v: v.value.dtype)
+    return _with_initial(kind, r, initial)
+
+
+def max(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
     _no_extra("max", (), dict(kw, out=out))
-    x = asarray(x)
-    _no_identity("max", x, axis)
-    if x.dtype == np.bool_:
-        return any(x, axis, keepdims=keepdims)
-    return _reduce("max", x, axis, None, keepdims, lambda v: v.value.dtype)
+    return _extreme("max", x, axis, keepdims, initial, where)
 
 
-def min(x, axis=None, out=None, keepdims=False, **kw):
+def min(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
     _no_extra("min", (), dict(kw, out=out))
-    x = asarray(x)
-    _no_identity("min", x, axis)
-    if x.dtype == np.bool_:
-        return all(x, axis, keepdims=keepdims)
-    return _reduce("min", x, axis, None, keepdims, lambda v: v.value.dtype)
+    return _extreme("min", x, axis, keepdims, initial, where)
 
 
 amax, amin = max, min
@@ -415,22 +466,35 @@ def _count(x, axes):
     return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
 
 
-def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def _where_count(x, axis, where_, keepdims, dt):
+    """How many elements a `where=` mask keeps per reduced slice (a traced count)."""
+    m = broadcast_to(asarray(where_, "bool"), x.shape)
+    return _reduce("sum", astype(m, dt), axis, None, keepdims, lambda v: v.value.dtype)
+
+
+def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw):
     _no_extra("mean", (), dict(kw, out=out))
     x = asarray(x)
     axes = _axes(axis, x.ndim, "mean")
     dt = dtypes.canon(dtype) if dtype is not None else _float_dtype(x)
+    if where is not None and where is not True:
+        s = _reduce("sum", astype(_masked(x, where, 0), dt), axis, None, keepdims, lambda v: v.value.dtype)
+        return true_divide(s, _where_count(x, axis, where, keepdims, dt))     # 0/0: NaN, as numpy
     s = _reduce("sum", astype(x, dt), axis, None, keepdims, lambda v: v.value.dtype)
     return true_divide(s, np.array(_count(x, axes), dtype=dt)) if _count(x, axes) else \
         true_divide(s, np.array(np.nan, dtype=dt))
 
 
-def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, **kw):
     _no_extra("var", (), dict(kw, out=out))
     x = asarray(x)
     axes = _axes(axis, x.ndim, "var")
-    m = mean(x, axis, dtype, keepdims=True)
+    m = mean(x, axis, dtype, keepdims=True, where=where)
     d = subtract(x, m)
+    if where is not None and where is not True:
+        s = sum(multiply(d, d), axis, keepdims=keepdims, where=where)
+        n = subtract(_where_count(x, axis, where, keepdims, s.value.dtype), ddof)
+        return true_divide(s, maximum(n, asarray(0, s.value.dtype)))
     s = sum(multiply(d, d), axis, keepdims=keepdims)
     return true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
 
@@ -439,14 +503,14 @@ def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     return sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw))
 
 
-def any(x, axis=None, out=None, keepdims=False, **kw):
+def any(x, axis=None, out=None, keepdims=False, *, where=None, **kw):
     _no_extra("any", (), dict(kw, out=out))
-    return _reduce("max", asarray(x, "bool"), axis, None, keepdims, lambda v: "bool")
+    return _reduce("max", _masked(asarray(x, "bool"), where, False), axis, None, keepdims, lambda v: "bool")
 
 
-def all(x, axis=None, out=None, keepdims=False, **kw):
+def all(x, axis=None, out=None, keepdims=False, *, where=None, **kw):
     _no_extra("all", (), dict(kw, out=out))
-    return _reduce("min", asarray(x, "bool"), axis, None, keepdims, lambda v: "bool")
+    return _reduce("min", _masked(asarray(x, "bool"), where, True), axis, None, keepdims, lambda v: "bool")
 
 
 def argmax(x, axis=None, out=None, keepdims=False):
@@ -928,6 +992,8 @@ API = (
     ("bitwise_or",    bitwise_or,                   (U,),      ("or",)),
     ("bitwise_xor",   bitwise_xor,                  (U,),      ("xor",)),
     ("invert",        invert,                       (U,),      ("-invert",)),
+    ("left_shift",    left_shift,                   (U,),      ("lshift",)),
+    ("right_shift",   right_shift,                  (U,),      ("rshift",)),
     ("matmul",        matmul,                       (U,),      ("matmul",)),
     ("sum",           sum,                          (F, M),    ()),
     ("prod",          prod,                         (F, M),    ()),

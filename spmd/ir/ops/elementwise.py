@@ -214,6 +214,22 @@ binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scala
 binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y))
 binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))
 
+
+def _shift_ref(left):
+    """numpy's shifts, defined for every count: a count outside [0, bits) shifts every
+    bit out (0; an arithmetic right shift leaves the sign: -1 or 0)."""
+    def ref(x, y):
+        ok = (y >= 0) & (y < x.dtype.itemsize * 8)
+        s = np.where(ok, y, 0).astype(x.dtype)
+        if left:
+            return np.where(ok, np.left_shift(x, s), 0).astype(x.dtype)
+        return np.where(ok, np.right_shift(x, s), np.where(x < 0, -1, 0)).astype(x.dtype)
+    return ref
+
+
+binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True))
+binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False))
+
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM,
       scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify)
 unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))

@@ -167,6 +167,17 @@ class ScalarBuilder:
     def xor(self, x, y):
         return self._op(f"xor {LL[x.dtype]} {x.name}, {y.name}", x.dtype)
 
+    def shift(self, x, y, left):
+        """numpy's shift: LLVM's shl/ashr are poison for counts outside [0, bits), so such
+        counts shift by 0 and the result is picked: 0, or the sign for a right shift."""
+        t, bits = LL[x.dtype], SIZE[x.dtype] * 8
+        ok = self._op(f"icmp ult {t} {y.name}, {bits}", "bool")      # unsigned: negatives too
+        s = self.select(ok, y, self.const(0, x.dtype))
+        r = self._op(f"{'shl' if left else 'ashr'} {t} {x.name}, {s.name}", x.dtype)
+        out = (self.const(0, x.dtype) if left
+               else self._op(f"ashr {t} {x.name}, {bits - 1}", x.dtype))
+        return self.select(ok, r, out)
+
     def not_(self, x):
         return self._op(f"xor {LL[x.dtype]} {x.name}, {'true' if x.dtype == 'bool' else -1}", x.dtype)
 
