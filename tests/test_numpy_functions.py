@@ -138,6 +138,8 @@ CASES = [
     C("shifts", lambda x: (x << (x % 70)) + (x >> 3) + np.right_shift(x, -x) + np.left_shift(3, x % 40),
       ("int64", "int32"), lo=-80, hi=80),
     C("reciprocal_int", lambda x: np.reciprocal(x), ("int64", "int32")),
+    C("ufunc_outer", lambda x: np.multiply.outer(x, x.ravel()[:3]) - np.greater.outer(x.ravel()[:2], x)[1][..., None],
+      FI, local=()),
     C("reciprocal", lambda x: np.reciprocal(x), F),
     C("fmod_int", lambda x: np.fmod(x, np.where(x == 0, 3, x) - 7), ("int64", "int32")),
     C("divmod", lambda x: np.stack(divmod(x, 1.25)), F),

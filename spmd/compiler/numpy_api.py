@@ -1242,6 +1242,12 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
             return astype(_cumulative(kind, astype(x, "int32"), kwargs.get("axis", 0), None,
                                       lambda v: v.value.dtype), "bool")
         return _cumulative(kind, x, kwargs.get("axis", 0), dtype, lambda v: v.value.dtype)
+    if method == "outer" and name in UFUNCS and len(inputs) == 2:
+        # every element of a with every element of b: a's dims, then b's
+        _no_extra(f"{name}.outer", (), kwargs)
+        a, b = asarray(inputs[0]), asarray(inputs[1])
+        r = UFUNCS[name](reshape(a, a.shape + (1,) * b.ndim), b)
+        return fresh_result(astype(r, dtype) if dtype is not None else r, inputs)
     what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
     raise NotImplementedError(f"{what} is not supported on traced arrays in spmd (at {user_loc()}); "
                               f"supported ufuncs: {', '.join(sorted(UFUNCS))}")
