@@ -52,7 +52,7 @@ def _dtype_token(x):
 
 
 def result_dtype(*xs) -> str:
-    dt = np.result_type(*[_dtype_token(x) for x in xs])
+    dt = dtypes.result_type(*[_dtype_token(x) for x in xs])
     return dtypes.canon(dt)
 
 
