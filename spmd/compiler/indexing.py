@@ -280,6 +280,7 @@ class MaskedSelection:
     select, see _mask_plan) and applies op there; any other use is the
     data-dependent-shape error."""
     __slots__ = ("x", "mask", "plan", "vals")
+    spmd_not_an_array = staticmethod(lambda: _mask_read_error())     # returned from jit: say why
 
     def __init__(self, x, mask, plan, vals):
         self.x, self.mask, self.plan, self.vals = x, mask, plan, vals
