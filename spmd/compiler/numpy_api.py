@@ -418,6 +418,9 @@ def _count(x, axes):
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
     _no_extra("mean", (), dict(kw, out=out))
     x = asarray(x)
+    if dtype is None and x.value.dtype in dtypes.HALFS:
+        # numpy computes a float16 mean in float32 and rounds once (bfloat16 here too)
+        return astype(mean(astype(x, "float32"), axis, keepdims=keepdims), x.value.dtype)
     axes = _axes(axis, x.ndim, "mean")
     dt = dtypes.canon(dtype) if dtype is not None else _float_dtype(x)
     s = _reduce("sum", astype(x, dt), axis, None, keepdims, lambda v: v.value.dtype)
@@ -428,6 +431,8 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, **kw):
 def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     _no_extra("var", (), dict(kw, out=out))
     x = asarray(x)
+    if dtype is None and x.value.dtype in dtypes.HALFS:         # as mean
+        return astype(var(astype(x, "float32"), axis, ddof=ddof, keepdims=keepdims), x.value.dtype)
     axes = _axes(axis, x.ndim, "var")
     m = mean(x, axis, dtype, keepdims=True)
     d = subtract(x, m)
