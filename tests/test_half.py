@@ -119,6 +119,28 @@ def test_every_half_value_converts_exactly(dt, f16_path):
     assert not bad.any(), (f[~nan][bad][:5], got[~nan][bad][:5], want[~nan][bad][:5])
 
 
+@pytest.mark.parametrize("dt", HALFS, ids=["f16", "bf16"])
+def test_float64_and_int_to_half_round_as_numpy_and_ml_dtypes(dt, f16_path):
+    """float64 -> float16 rounds once, as numpy (a float32 step would round twice at ties);
+    bfloat16 rounds through float32, as ml_dtypes does."""
+    rng = np.random.default_rng(1)
+    sh = np.uint64(42 if dt == F16 else 45)                 # the float64 bits the half drops
+    base = rng.uniform(-70000, 70000, 5000)
+    b = base.view(np.uint64)
+    ties = ((b >> sh) << sh) | (np.uint64(1) << (sh - np.uint64(1)))
+    f = np.concatenate([base, ties.view(np.float64), (ties + np.uint64(1)).view(np.float64),
+                        rng.uniform(-1e-7, 1e-7, 500), [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, 65519.99]])
+    with np.errstate(all="ignore"):
+        want = f.astype(dt)
+    got = np.asarray(spmd.jit(lambda a: a.astype(dt))(f))
+    nan = np.isnan(want.astype(np.float32))
+    assert np.isnan(got.astype(np.float32)[nan]).all()
+    assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    i = np.concatenate([rng.integers(-2 ** 40, 2 ** 40, 1000), np.arange(-3000, 3000)])
+    with np.errstate(all="ignore"):
+        assert np.array_equal(np.asarray(spmd.jit(lambda a: a.astype(dt))(i)).view(np.uint16), i.astype(dt).view(np.uint16))
+
+
 def test_kernels_call_no_conversion_libcall(f16_path):
     """The JIT resolves only symbols of this process: no __extendhfsf2 / __truncsfhf2."""
     from spmd.compiler.backends.llvm.codegen import kernel_ir

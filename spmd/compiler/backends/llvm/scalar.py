@@ -396,6 +396,20 @@ class ScalarBuilder:
         n = self.select(self.icmp("eq", e, self.const(0, "int32")), self.bitcast(sub, "int32"), n)
         return self.bitcast(self.i32(f"or i32 {n.name}, {sign.name}"), "float32")
 
+    def _to_f32_odd(self, x):
+        """float64 -> float32 rounded to odd: truncated toward zero, the last bit set when
+        inexact (float32 keeps 13 more bits than a 2-byte float, so rounding this once
+        more gives the correctly rounded result)."""
+        t = self._op(f"fptrunc double {x.name} to float", "float32")
+        back = self._op(f"fpext float {t.name} to double", "float64")
+        exact = self.fcmp("oeq", back, x)
+        away = self.fcmp("ogt", self.abs(back), self.abs(x))
+        b = self.bitcast(t, "int32")
+        down = self.i32(f"sub i32 {b.name}, 1")
+        b2 = self.select(away, down, b)
+        b2 = self.i32(f"or i32 {b2.name}, 1")
+        return self.select(exact, t, self.bitcast(b2, "float32"))
+
     def round_to(self, x, dtype):
         """A float32 x rounded to the nearest `dtype` (float16 / bfloat16) value, as float32."""
         return self.half_value(self.half_bits(x, dtype), dtype)
@@ -403,6 +417,11 @@ class ScalarBuilder:
     def convert(self, x, dtype):
         src, dst = x.dtype, dtype
         if dst in HALFS:
+            if dst == "float16" and src not in ("float32", "bool"):
+                # float64 (and integers, through it): to float32 rounding to odd, so that the
+                # rounding to float16 is numpy's single rounding, not a double one (ml_dtypes
+                # rounds to bfloat16 through float32, twice: bfloat16 follows it)
+                return self.round_to(self._to_f32_odd(self.convert(x, "float64")), dst)
             return self.round_to(self.convert(x, "float32"), dst)
         if src == dst:
             return x
