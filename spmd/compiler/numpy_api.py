@@ -290,7 +290,7 @@ def logical_not(x):
 
 def invert(x):
     x = asarray(x)
-    if x.dtype.kind == "f":
+    if dtypes.is_float(x.value.dtype):
         raise TypeError(f"~ is not defined for floats (at {user_loc()})")
     return _emit(x._tr, "not", x)
 
@@ -477,7 +477,7 @@ def _arg(x, axis, keepdims, pick):
                          f"{list(shape)}")
     best = pick(x, ax, keepdims=True)
     hit = equal(x, best)
-    if x.dtype.kind == "f":
+    if dtypes.is_float(x.value.dtype):
         hit = logical_or(hit, not_equal(x, x))
     idx = _emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=ax)
     big = np.array(x.shape[ax], dtype="int64")
