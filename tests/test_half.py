@@ -74,11 +74,10 @@ def test_promotion(a, b, want):
     y = b if not isinstance(b, str) else np.ones(3, b)
     got = spmd.jit(lambda x: x + y)(x)
     assert np.asarray(got).dtype == np.dtype(want)
-    if a == "float16" or (isinstance(b, str) and "bfloat16" not in (b,) and b != "float16"):
-        if not isinstance(b, (int, float)):       # the arrays case: what numpy/ml_dtypes do
-            assert (x + y).dtype == np.dtype(want)
-    if a == "float16":
-        assert np.result_type(x.dtype, b if not isinstance(b, str) else np.dtype(b)) == np.dtype(want)
+    if a == "float16" or isinstance(b, str):         # what numpy / ml_dtypes' arithmetic gives
+        assert (x + y).dtype == np.dtype(want)
+    if not isinstance(b, str):                       # Python scalars are weak: the array's dtype
+        assert want == a
 
 
 # -- the conversions in native kernels -----------------------------------------------------
@@ -315,8 +314,7 @@ def test_collectives_move_two_bytes_an_element(dt):
     g = spmd.jit(lambda a: a.T @ a, in_shardings=(mesh.sharding(None, "x"),))     # an all_gather
     assert all(c["bytes"] % 2 == 0 and c["dtype"] == dt.name for c in g.lower(x).report()["collectives"])
     a = spmd.device_put(x, mesh.sharding("x", None))
-    assert a.dtype == dt and all(np.asarray(s).dtype == dt and np.asarray(s).nbytes == 2 * 2 * 6
-                                 for s in a.local.values()) if isinstance(a.local, dict) else True
+    assert a.dtype == dt and a.local.dtype == dt and a.local.nbytes == 2 * 6 * 2      # a (2, 6) shard
 
 
 def test_local_collectives_sum_in_float32():

@@ -466,9 +466,10 @@ class _MaskPlan:
         if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask") for k in kinds):
             if read and "array" not in kinds and "none" not in kinds:
                 _mask_read_error()
+            other = "another mask" if kinds.count("mask") > 1 else "integer arrays or None"
             raise NotImplementedError(
-                f"x[...] with a traced boolean mask combined with {'another mask' if kinds.count('mask') > 1 else 'integer arrays or None'} "
-                f"(at {user_loc()}); write x[...] = np.where(mask, v, x) with the mask broadcast to x's shape")
+                f"x[...] with a traced boolean mask combined with {other} (at {user_loc()}); write "
+                f"x[...] = np.where(mask, v, x) with the mask broadcast to x's shape")
         i = kinds.index("mask")
         mask = ents[i][1]
         if tuple(mask.shape) != tuple(x.shape[i:i + mask.ndim]):
