@@ -317,6 +317,16 @@ def test_collectives_move_two_bytes_an_element(dt):
     assert a.dtype == dt and a.local.dtype == dt and a.local.nbytes == 2 * 6 * 2      # a (2, 6) shard
 
 
+@pytest.mark.parametrize("mesh", [(2,), (4,), (2, 2)])
+def test_every_local_collective_on_half_dtypes(mesh):
+    from collective_checks import CheckHalfCollectives
+    from spmd.runtime.local import LocalRuntime
+    m = spmd.Mesh(mesh, ("a", "b")[:len(mesh)])
+    out = LocalRuntime().run(CheckHalfCollectives(), m, {d: [] for d in range(m.size)})
+    counts = {int(v[0]) for v in out.values()}
+    assert len(counts) == 1 and counts.pop() >= 20
+
+
 def test_local_collectives_sum_in_float32():
     from spmd.collectives.base import reduce_arrays
     for dt in HALFS:
