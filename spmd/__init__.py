@@ -10,6 +10,7 @@ from .runtime import Array, device_put, init, process_index, process_count, devi
 from .runtime import make_array_from_process_local_data, process_allgather  # noqa: F401
 
 from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit)
+from .ir.dtypes import bfloat16  # noqa: F401,E402  (ml_dtypes.bfloat16, the 2-byte float jax uses)
 
 __version__ = "0.1.0"
 from . import eager as _eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)

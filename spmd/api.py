@@ -58,6 +58,9 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
             try:
                 outs.append(npx.asarray(leaf, t=t).value)
             except TypeError:
+                why = getattr(type(leaf), "spmd_not_an_array", None)
+                if why is not None:          # e.g. x[mask]: its error says why and what instead
+                    why()
                 raise TypeError(f"spmd.jit: {fn.__name__} returned a {type(leaf).__name__}, "
                                 f"which is not an array") from None
     g.outputs = outs

@@ -83,6 +83,11 @@ def expected(name, operands, attrs):
 
 
 # ------------------------------------------------------------------------ value makers
+def _isf(dt):
+    """A float dtype (bfloat16, from ml_dtypes, has numpy kind 'V')."""
+    return np.dtype(dt).kind == "f" or np.dtype(dt).name == "bfloat16"
+
+
 def rand(rng, shape, dtype, lo=-3.0, hi=3.0, nonzero=False):
     """Random values of `dtype` in [lo, hi] (ints: integers in that range)."""
     dtype = np.dtype(dtype)
@@ -152,11 +157,11 @@ binary("minimum", lambda x, y: np.where(x <= y, x, y),
        grad_ok=lambda ops, a: away(ops[0] - ops[1], [0]))
 # floats: positive bases (log x is in d/dy); ints: non-negative exponents
 binary("power", cast(lambda x, y: x.astype(np.float64) ** y.astype(np.float64)
-                     if x.dtype.kind == "f" else x ** y),
+                     if _isf(x.dtype) else x ** y),
        lo=0.5, hi=2.0, y_lo=-2.0, y_hi=2.0, y_int=(0, 4))
 # C fmod: the result has the sign of the dividend
 binary("remainder", cast(lambda x, y: x - y * (np.trunc(x.astype(np.float64) / y))
-                         if x.dtype.kind == "f" else x - y * _trunc_div(x, y)),
+                         if _isf(x.dtype) else x - y * _trunc_div(x, y)),
        lo=-5.0, hi=5.0, y_lo=-2.0, y_hi=2.0, y_nonzero=True,
        grad_ok=lambda ops, a: away(np.abs(ops[0] / ops[1]) % 1.0, [0.0, 1.0], 0.05))
 binary("and", lambda x, y: x & y)
@@ -177,7 +182,7 @@ def _shift_expect(left):
 binary("shift_left", _shift_expect(True), lo=-40.0, hi=40.0, y_lo=-3.0, y_hi=70.0)
 binary("shift_right", _shift_expect(False), lo=-40.0, hi=40.0, y_lo=-3.0, y_hi=70.0)
 
-unary("negate", lambda x: (-x.astype(np.float64)).astype(x.dtype) if x.dtype.kind == "f" else -x)
+unary("negate", lambda x: (-x.astype(np.float64)).astype(x.dtype) if _isf(x.dtype) else -x)
 unary("not", lambda x: ~x)
 unary("abs", cast(lambda x: np.where(x < 0, -x, x)), grad_ok=lambda ops, a: away(ops[0], [0]))
 unary("sign", cast(lambda x: (x > 0).astype(np.int8) - (x < 0).astype(np.int8)),
@@ -230,7 +235,7 @@ def _make_convert(rng, dt):
 def _convert_expect(x, dtype):
     if np.dtype(dtype) == np.bool_:
         return x != 0
-    if np.dtype(dtype).kind in "iu" and x.dtype.kind == "f":
+    if np.dtype(dtype).kind in "iu" and _isf(x.dtype):
         return np.trunc(x).astype(dtype)          # toward zero
     return np.array(x.tolist(), dtype=dtype).reshape(x.shape)
 
@@ -389,15 +394,15 @@ def _make_reduce(rng, dt):
 
 
 IDENTITY = {"sum": lambda dt: 0, "prod": lambda dt: 1,
-            "max": lambda dt: (False if dt == np.bool_ else -np.inf if dt.kind == "f" else np.iinfo(dt).min),
-            "min": lambda dt: (True if dt == np.bool_ else np.inf if dt.kind == "f" else np.iinfo(dt).max)}
+            "max": lambda dt: (False if dt == np.bool_ else -np.inf if _isf(dt) else np.iinfo(dt).min),
+            "min": lambda dt: (True if dt == np.bool_ else np.inf if _isf(dt) else np.iinfo(dt).max)}
 COMBINE = {"sum": operator.add, "prod": operator.mul, "max": max, "min": min}
 
 
 def _reduce_expect(x, kind, axes):
     kept = [d for d in range(x.ndim) if d not in axes]
     out = np.empty(tuple(x.shape[d] for d in kept), x.dtype)
-    acc_dt = np.float64 if x.dtype.kind == "f" else x.dtype.type
+    acc_dt = np.float64 if _isf(x.dtype) else x.dtype.type
     for idx in np.ndindex(*out.shape):
         acc = acc_dt(IDENTITY[kind](x.dtype)) if x.dtype != np.bool_ else IDENTITY[kind](x.dtype)
         for ridx in np.ndindex(*[x.shape[d] for d in axes]):
@@ -484,7 +489,7 @@ def _dot_expect(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
         if R[i] is None:
             R[i] = c = next(letters)
             out += c
-    acc = np.float64 if lhs.dtype.kind == "f" else lhs.dtype
+    acc = np.float64 if _isf(lhs.dtype) else lhs.dtype
     return np.einsum(f"{''.join(L)},{''.join(R)}->{out}", lhs.astype(acc), rhs.astype(acc)).astype(lhs.dtype)
 
 
@@ -577,7 +582,7 @@ def _make_scatter(rng, dt):
 
 def _scatter_expect(x, idx, upd, axis):
     n = x.shape[axis]
-    acc = np.float64 if x.dtype.kind == "f" else x.dtype
+    acc = np.float64 if _isf(x.dtype) else x.dtype
     out = np.array(x, dtype=acc, copy=True)
     for o in np.ndindex(*upd.shape):
         i = o[axis:axis + idx.ndim]
@@ -680,4 +685,5 @@ import opinfo_linalg  # noqa: E402,F401  (linalg, sort, atan2 entries)
 
 def tolerance(dtype):
     """(rtol, atol) for comparing results of `dtype`; exact for ints and bools."""
-    return {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}.get(np.dtype(dtype).name, (0, 0))
+    return {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12), "float16": (2e-3, 2e-3),
+            "bfloat16": (1.6e-2, 1.6e-2)}.get(np.dtype(dtype).name, (0, 0))

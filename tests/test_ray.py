@@ -132,6 +132,22 @@ def test_arrays_live_in_the_actors_and_round_trip(cluster):
     np.testing.assert_allclose(g(out).numpy(), (x * 2).sum(axis=0) + 1)
 
 
+def test_half_dtypes_travel_and_sum_as_on_every_backend(cluster):
+    """float16 / bfloat16: every collective through the object store (2 bytes an element,
+    float32 sums in group order), and a bfloat16 program on arrays held by the actors."""
+    _, rt = cluster
+    for mesh in meshes()[:2]:
+        got = run(rt, collective_checks.CheckHalfCollectives(), mesh)
+        counts = {int(v[0]) for v in got.values()}
+        assert len(counts) == 1 and counts.pop() >= 20, (mesh, got)
+    mesh = spmd.Mesh((2, 2), ("data", "model"))
+    x = (np.arange(7 * 6).reshape(7, 6) / 5).astype(spmd.bfloat16)
+    a = spmd.device_put(x, mesh.sharding("data", "model"))
+    out = spmd.jit(lambda v: (v * 2).sum(axis=0), in_shardings=mesh.sharding("data", "model"))(a)
+    assert out.dtype == np.dtype(spmd.bfloat16)
+    np.testing.assert_allclose(out.numpy().astype(np.float32), (x.astype(np.float32) * 2).sum(axis=0), rtol=2e-2)
+
+
 def test_eager_numpy_on_arrays_in_the_actors(cluster):
     """Eager mode (spmd/eager.py) on Ray: CG with a Python while loop, the shards staying
     in the actors; the same iterates as numpy."""

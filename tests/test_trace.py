@@ -33,7 +33,7 @@ def assert_same(got, want, what=""):
         assert g.shape == w.shape, f"{what}: shape {g.shape} != numpy's {w.shape}"
         assert g.dtype == w.dtype, f"{what}: dtype {g.dtype} != numpy's {w.dtype}"
         if w.dtype.kind == "f":
-            tol = 1e-5 if w.dtype == np.float32 else 1e-12
+            tol = {np.float32: 1e-5, np.float16: 2e-3}.get(w.dtype.type, 1e-12)
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True, err_msg=what)
         else:
             assert np.array_equal(g, w), f"{what}: {g} != {w}"
@@ -185,7 +185,7 @@ def test_python_int_overflow_raises_like_numpy():
 
 
 # ------------------------------------------------------------------------ dtype promotion
-DTYPES = ["float32", "float64", "int32", "int64", "bool"]
+DTYPES = ["float32", "float64", "int32", "int64", "bool", "float16"]
 
 
 @st.composite
@@ -230,7 +230,7 @@ def test_binary_promotion_matches_numpy(name, shapes, data):
             want = fn(x, y)
     except Exception as e:
         want = e
-    if not isinstance(want, Exception) and np.asarray(want).dtype.name not in DTYPES:
+    if not isinstance(want, Exception) and np.asarray(want).dtype.name not in spmd.ir.dtypes.DTYPES:
         want = TypeError(f"numpy gives {np.asarray(want).dtype}, which spmd does not support")
     # trace both as arguments (a Python scalar argument stays weak) and as closed-over constants
     for f in (lambda a, b: fn(a, b), lambda a: fn(a, y)):

@@ -54,6 +54,13 @@ def reduce_arrays(op, arrays, out=None):
     if len(arrays) == 1:
         np.copyto(out, arrays[0])
         return out
+    if out.dtype.name in ("float16", "bfloat16") and op in ("sum", "prod"):
+        # 2-byte floats travel as 2 bytes and are summed in float32, rounded once at the end
+        acc = arrays[0].astype(np.float32)
+        for a in arrays[1:]:
+            f(acc, a.astype(np.float32), out=acc)
+        out[...] = acc
+        return out
     f(arrays[0], arrays[1], out=out)     # one pass for the first pair: a copy first would be another
     for a in arrays[2:]:
         f(out, a, out=out)

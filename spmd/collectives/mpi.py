@@ -101,7 +101,12 @@ def _in_group_order(op, dtype):
     numpy's maximum/minimum propagate it. Those reduce in group order through
     base.reduce_arrays, the rule every backend follows; sum and prod (and integers) keep
     MPI's fast built-in reductions."""
-    return op in ("max", "min") and np.dtype(dtype).kind in "fc"
+    return (op in ("max", "min") and np.dtype(dtype).kind in "fc") or np.dtype(dtype).name in _HALFS
+
+
+# 2-byte floats: MPI has no bfloat16 (nor, portably, float16) type: they travel as raw
+# uint16 and every reduction of them goes through base.reduce_arrays (float32 sums)
+_HALFS = ("float16", "bfloat16")
 
 
 def contiguous(x):
@@ -116,6 +121,8 @@ def _buf(a):
     MPI = _mpi()
     if a.dtype == np.bool_:
         return [a, MPI.C_BOOL]
+    if a.dtype.name in _HALFS:
+        return [a.view(np.uint16), MPI.UINT16_T]
     return a
 
 

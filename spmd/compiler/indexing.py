@@ -246,11 +246,8 @@ def getitem(x, key):
     ents, has_ellipsis = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" in kinds:
-        if len(ents) - builtins.sum(1 for k, v in ents if k == "slice" and v == slice(None)) == 1:
-            mask = next(v for k, v in ents if k == "mask")
-            if mask.shape == x.shape:
-                return MaskedSelection(x, mask)      # only for x[mask] op= v
-        _mask_read_error()
+        plan = _mask_plan(x, ents, read=True)
+        return MaskedSelection(x, plan.mask, plan, plan.view)      # only for x[mask] op= v
     if "array" not in kinds:
         v = _basic_view(x, ents)
         if v.ndim == 0 and not has_ellipsis:
@@ -277,15 +274,16 @@ def _mask_read_error():
 
 
 class MaskedSelection:
-    """x[mask] for a traced mask of x's shape, good for one thing only: numpy's
-    `x[mask] op= v`, which Python runs as t = x[mask]; t op= v; x[mask] = t. It keeps
-    the selected values in place (x's shape) and applies op there; any other use is the
+    """x[key] for a key with a traced boolean mask, good for one thing only: numpy's
+    `x[key] op= v`, which Python runs as t = x[key]; t op= v; x[key] = t. It keeps the
+    selected values in place (in the layout of the basic view the key's other entries
+    select, see _mask_plan) and applies op there; any other use is the
     data-dependent-shape error."""
-    __slots__ = ("x", "mask", "vals")
+    __slots__ = ("x", "mask", "plan", "vals")
+    spmd_not_an_array = staticmethod(lambda: _mask_read_error())     # returned from jit: say why
 
-    def __init__(self, x, mask, vals=None):
-        self.x, self.mask = x, mask
-        self.vals = x if vals is None else vals
+    def __init__(self, x, mask, plan, vals):
+        self.x, self.mask, self.plan, self.vals = x, mask, plan, vals
 
     def _operand(self, other):
         if isinstance(other, MaskedSelection):
@@ -293,7 +291,7 @@ class MaskedSelection:
                 _mask_read_error()
             return other.vals
         if (isinstance(other, Tracer) or isinstance(other, np.ndarray)) and np.ndim(other) > 0:
-            _mask_read_error()       # numpy pairs it with the selected elements in order
+            return self.plan.to_view(other, "x[mask] op= v")    # one value per row: laid out as the view
         return other
 
     def __getattr__(self, name):
@@ -315,7 +313,7 @@ def _masked_inplace(f, name):
         from .functionalize import check_cast
         if not np.can_cast(r.dtype, self.x.dtype, "same_kind"):
             check_cast(f"x[mask] {name}=", r.dtype, self.x.dtype, user_loc())
-        return MaskedSelection(self.x, self.mask, _npx().astype(r, self.x.dtype))
+        return MaskedSelection(self.x, self.mask, self.plan, _npx().astype(r, self.x.dtype))
     g.__name__ = f"__i{name}__"
     return g
 
@@ -342,13 +340,16 @@ def setitem(x, key, value):
     kinds = {k for k, _ in ents}
     t = x._tr
     if "mask" in kinds:
+        plan = _mask_plan(x, ents)
+        view, mask = plan.view, plan.mask_in_view
         if isinstance(value, MaskedSelection):
-            mask = next(v for k, v in ents if k == "mask")
-            if value.x is not x or value.mask is not mask:
+            if value.x is not x or value.mask is not plan.mask:
                 _mask_read_error()
-            write(x, _npx().where(mask, value.vals, x).value)
-            return
-        return _set_mask(x, ents, value)
+            new = value.vals
+        else:
+            new = npx.astype(plan.to_view(value, "x[mask] = v"), x.dtype)
+        write(view, npx.where(mask, new, view).value)
+        return
     if "array" not in kinds:
         v = _basic_view(x, ents)
         write(v, _fit(value, v, t).value)
@@ -449,29 +450,71 @@ def scatter_add(x, key, value):
     write(y, new.value)
 
 
-def _set_mask(x, ents, value):
-    """x[mask] = v with a traced boolean mask: a select. v must not depend on how many
-    elements the mask picks: a scalar, or one value per trailing element."""
-    npx = _npx()
-    i = [k for k, _ in ents].index("mask")
-    if builtins.any(k != "slice" or v != slice(None) for k, v in ents[:i] + ents[i + 1:]) or \
-            builtins.sum(1 for k, _ in ents if k == "mask") > 1:
-        raise NotImplementedError(f"x[...] = v with a traced boolean mask combined with other indices "
-                                  f"(at {user_loc()}); write x[...] = np.where(mask, v, x) with the mask "
-                                  f"broadcast to x's shape")
-    mask = ents[i][1]
-    d = builtins.sum(1 for k, _ in ents[:i])
-    if tuple(mask.shape) != tuple(x.shape[d:d + mask.ndim]):
-        raise IndexError(f"boolean index did not match indexed array: array is {list(x.shape)}, boolean "
-                         f"index is {list(mask.shape)} at dim {d} (at {user_loc()})")
-    v = npx.asarray(value, t=x._tr)
-    trailing = x.shape[d + mask.ndim:]
-    if v.ndim > (len(trailing) if d == 0 else 0):
-        raise TraceError(f"x[mask] = values at {user_loc()}: with a traced mask the number of values "
-                         f"numpy would take depends on the data; assign a scalar, or write "
-                         f"x[...] = np.where(mask, values, x) with values of x's shape")
-    mb = npx.reshape(mask, (1,) * d + tuple(mask.shape) + (1,) * len(trailing))
-    write(x, npx.where(mb, npx.astype(v, x.dtype), x).value)
+class _MaskPlan:
+    """A key with one traced boolean mask, otherwise slices and integers, laid out for a
+    select. numpy selects x[key] with shape S: the basic dims the slices keep, with N (the
+    mask's count of true elements, known only at run time) in place of the mask's dims
+    (first instead, when integers, which numpy broadcasts with the mask, are not side by side
+    with it in the key). Here the same elements are kept where they are: `view` is x with
+    the mask's dims kept whole (x[key] with the mask replaced by full slices), `mask_in_view`
+    the mask broadcastable to it, and a value for the selection is laid out as the view
+    (to_view) when its N dim is absent or 1: then it does not depend on the data."""
+
+    def __init__(self, x, ents, read):
+        npx = _npx()
+        kinds = [k for k, _ in ents]
+        if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask") for k in kinds):
+            if read and "array" not in kinds and "none" not in kinds:
+                _mask_read_error()
+            other = "another mask" if kinds.count("mask") > 1 else "integer arrays or None"
+            raise NotImplementedError(
+                f"x[...] with a traced boolean mask combined with {other} (at {user_loc()}); write "
+                f"x[...] = np.where(mask, v, x) with the mask broadcast to x's shape")
+        i = kinds.index("mask")
+        mask = ents[i][1]
+        if tuple(mask.shape) != tuple(x.shape[i:i + mask.ndim]):
+            raise IndexError(f"boolean index did not match indexed array along dimensions "
+                             f"{list(range(i, i + mask.ndim))}: array is {list(x.shape)}, boolean index is "
+                             f"{list(mask.shape)} (at {user_loc()})")
+        self.mask = mask
+        self.view = _basic_view(x, ents[:i] + [("slice", slice(None))] * mask.ndim + ents[i + 1:])
+        p = self.p = builtins.sum(1 for k, _ in ents[:i] if k == "slice")     # the mask's first dim in view
+        self.k = mask.ndim
+        a, b = self.view.shape[:p], self.view.shape[p + mask.ndim:]
+        adv = [j for j, k in enumerate(kinds) if k != "slice"]
+        self.n_first = adv != list(range(adv[0], adv[-1] + 1))
+        self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
+        self.mask_in_view = npx.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
+
+    def to_view(self, value, what):
+        """A value numpy broadcasts against the selection -> one broadcastable to the view."""
+        npx = _npx()
+        v = npx.asarray(value, t=self.view._tr)
+        sel, nd = self.sel, len(self.sel)
+        shown = "(" + ", ".join("n_true" if s is None else str(s) for s in sel) + ("," if nd == 1 else "") + ")"
+        if v.ndim > nd:
+            raise ValueError(f"{what} at {user_loc()}: cannot broadcast a value of shape {list(v.shape)} to the "
+                             f"selection's shape {shown}")
+        vs = (1,) * (nd - v.ndim) + tuple(v.shape)
+        for s, n in zip(sel, vs):
+            if s is None and n != 1:
+                raise TraceError(
+                    f"{what} at {user_loc()}: the value has shape {list(v.shape)}, one entry per selected "
+                    f"element (numpy's selection is {shown}), and with a traced mask that count "
+                    f"depends on the data. Assign a value that broadcasts without it (a scalar, or one of "
+                    f"shape {list(s for s in sel if s is not None)}), or give the values at every position "
+                    f"and select: x[...] = np.where(mask, values, x) with values of x's shape.")
+            if s is not None and n not in (1, s):
+                raise ValueError(f"{what} at {user_loc()}: cannot broadcast a value of shape {list(v.shape)} to "
+                                 f"the selection's shape {shown}")
+        v = npx.reshape(v, vs)
+        if self.n_first and self.p:
+            v = npx.transpose(v, list(range(1, self.p + 1)) + [0] + list(range(self.p + 1, nd)))
+        return npx.reshape(v, tuple(v.shape[:self.p]) + (1,) * self.k + tuple(v.shape[self.p + 1:]))
+
+
+def _mask_plan(x, ents, read=False):
+    return _MaskPlan(x, ents, read)
 
 
 # -- index helpers ------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def _dtype_token(x):
 
 
 def result_dtype(*xs) -> str:
-    dt = np.result_type(*[_dtype_token(x) for x in xs])
+    dt = dtypes.result_type(*[_dtype_token(x) for x in xs])
     return dtypes.canon(dt)
 
 
@@ -315,7 +315,7 @@ def logical_not(x):
 
 def invert(x):
     x = asarray(x)
-    if x.dtype.kind == "f":
+    if dtypes.is_float(x.value.dtype):
         raise TypeError(f"~ is not defined for floats (at {user_loc()})")
     return _emit(x._tr, "not", x)
 
@@ -475,6 +475,9 @@ def _where_count(x, axis, where_, keepdims, dt):
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw):
     _no_extra("mean", (), dict(kw, out=out))
     x = asarray(x)
+    if dtype is None and x.value.dtype in dtypes.HALFS:
+        # numpy computes a float16 mean in float32 and rounds once (bfloat16 here too)
+        return astype(mean(astype(x, "float32"), axis, keepdims=keepdims), x.value.dtype)
     axes = _axes(axis, x.ndim, "mean")
     dt = dtypes.canon(dtype) if dtype is not None else _float_dtype(x)
     if where is not None and where is not True:
@@ -488,6 +491,8 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw
 def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, **kw):
     _no_extra("var", (), dict(kw, out=out))
     x = asarray(x)
+    if dtype is None and x.value.dtype in dtypes.HALFS:         # as mean
+        return astype(var(astype(x, "float32"), axis, ddof=ddof, keepdims=keepdims), x.value.dtype)
     axes = _axes(axis, x.ndim, "var")
     m = mean(x, axis, dtype, keepdims=True, where=where)
     d = subtract(x, m)
@@ -536,7 +541,7 @@ def _arg(x, axis, keepdims, pick):
                          f"{list(shape)}")
     best = pick(x, ax, keepdims=True)
     hit = equal(x, best)
-    if x.dtype.kind == "f":
+    if dtypes.is_float(x.value.dtype):
         hit = logical_or(hit, not_equal(x, x))
     idx = _emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=ax)
     big = np.array(x.shape[ax], dtype="int64")

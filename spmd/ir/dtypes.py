@@ -1,11 +1,20 @@
 """The dtypes the IR knows, with their short names for the text form."""
+import ml_dtypes
 import numpy as np
 
 DTYPES = ("float32", "float64", "int32", "int64", "bool")
 SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "pred"}
-LONG = {v: k for k, v in SHORT.items()}
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
+
+# 2-byte storage floats: numpy's float16, and bfloat16 from ml_dtypes (the numpy dtype jax
+# uses). Arrays hold 2 bytes an element; native kernels compute on them in float32.
+bfloat16 = ml_dtypes.bfloat16
+HALFS = ("float16", "bfloat16")
+DTYPES += HALFS
+FLOATS += HALFS
+SHORT.update(float16="f16", bfloat16="bf16")
+LONG = {v: k for k, v in SHORT.items()}
 
 
 _NAMES = {}                                          # np.dtype -> its name, memoised
@@ -27,3 +36,21 @@ def canon(dtype) -> str:
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOATS
+
+
+def result_type(*tokens):
+    """np.result_type over dtypes and (weak) Python scalars, extended to bfloat16, which numpy
+    cannot promote with other dtypes: it promotes as float16 does (bool and int8/uint8 keep it,
+    int32/int64 give float64, float32/float64 win, Python scalars are weak and keep it, as in
+    jax), and bfloat16 with float16 gives float32 (as ml_dtypes' arithmetic and jax do)."""
+    bf = np.dtype(bfloat16)
+    strong = [np.dtype(t) for t in tokens if not isinstance(t, (bool, int, float, complex))]
+    if bf not in strong:
+        return np.result_type(*tokens)
+    f16 = np.dtype(np.float16)
+    has16 = f16 in strong
+    r = np.result_type(*[f16 if not isinstance(t, (bool, int, float, complex)) and np.dtype(t) == bf else t
+                         for t in tokens])
+    if r == f16:
+        return np.dtype(np.float32) if has16 else bf
+    return r

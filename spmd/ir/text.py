@@ -71,7 +71,7 @@ def _float_str(x: float) -> str:
 def _list_str(values, dtype) -> str:
     if dtype == np.bool_:
         return "[" + ", ".join("true" if v else "false" for v in values) + "]"
-    if dtype.kind == "f":
+    if dtype.kind == "f" or dtype.name == "bfloat16":     # float16 / bfloat16 print exactly as float32
         return "[" + ", ".join(_float_str(float(np.asarray(v, dtype))) if dtype == np.float64
                                else _f32_str(v) for v in values) + "]"
     return "[" + ", ".join(str(int(v)) for v in values) + "]"

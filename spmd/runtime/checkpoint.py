@@ -679,7 +679,9 @@ def _read_header(head, leaf, s):
     except Exception as e:           # noqa: BLE001 - whatever numpy's header parser says, it is a bad file
         raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) has a bad .npy header: {e}") from None
     want_shape = tuple(b - a for a, b in s.box)
-    if fortran or tuple(shape) != want_shape or dtype != _file_dtype(leaf.dtype):
+    # .npy has no bfloat16: its files say raw 2-byte elements (|V2), the index says bfloat16
+    same = dtype == _file_dtype(leaf.dtype) or (np.dtype(leaf.dtype).name == "bfloat16" and dtype == np.dtype("V2"))
+    if fortran or tuple(shape) != want_shape or not same:
         raise CheckpointError(f"checkpoint file {s.file} holds {dtype}{list(shape)}"
                               f"{' (Fortran order)' if fortran else ''} but the index says "
                               f"{_file_dtype(leaf.dtype)}{list(want_shape)} for {leaf!r}")

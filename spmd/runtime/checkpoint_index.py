@@ -45,7 +45,7 @@ MAX_ARRAY_BYTES = 1 << 60
 
 # dtypes a checkpoint may hold: plain numbers and bools (never object, str or structured)
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128")
+          "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 # Python scalar kinds and the dtype kind (np.dtype.kind) each is saved with
 SCALAR_KINDS = {"int": "i", "float": "f", "bool": "b", "complex": "c"}
 KINDS = ("array", "numpy_scalar") + tuple(SCALAR_KINDS)

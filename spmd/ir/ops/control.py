@@ -132,7 +132,7 @@ def _partition_while(P, op):
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
 
-CF_DTYPES = ("float32", "float64", "int32", "int64")
+CF_DTYPES = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
 
 
 def _graph_flops(g) -> int:

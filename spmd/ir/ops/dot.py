@@ -43,6 +43,9 @@ def _ref(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
     k = _prod([lhs.shape[d] for d in lhs_contract])
     a = np.transpose(lhs, list(lhs_batch) + lf + list(lhs_contract)).reshape(_prod(bs), _prod(ms), k)
     b = np.transpose(rhs, list(rhs_batch) + list(rhs_contract) + rf).reshape(_prod(bs), k, _prod(ns))
+    if lhs.dtype.name in ("float16", "bfloat16"):
+        # 2-byte floats multiply in float32 (BLAS has no half gemm) and round once
+        a, b = a.astype(np.float32), b.astype(np.float32)
     return np.matmul(a, b).reshape(bs + ms + ns).astype(lhs.dtype, copy=False)
 
 
@@ -93,5 +96,5 @@ def _flops(ins, out, attrs):
 
 
 register(OpDef("dot_general", "dot", _infer, _ref, _vjp, _factors, None, _flops,
-               ("float32", "float64", "int32", "int64"), priority=1, linear=((0,), (1,)),
+               ("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=1, linear=((0,), (1,)),
                reduction_kind=lambda attrs: "sum"))

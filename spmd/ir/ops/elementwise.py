@@ -8,8 +8,8 @@ import numpy as np
 from ..factors import einsum_rule, letters
 from .registry import OpDef, check, is_const, producer_is, register
 
-NUM = ("float32", "float64", "int32", "int64")
-FLOAT = ("float32", "float64")
+NUM = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
+FLOAT = ("float32", "float64", "float16", "bfloat16")
 ALL = NUM + ("bool",)
 
 

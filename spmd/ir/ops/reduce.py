@@ -6,6 +6,8 @@ from ..factors import einsum_rule, letters
 from .elementwise import _aval
 from .registry import OpDef, check, register
 
+HALFS = ("float16", "bfloat16")
+
 KINDS = ("sum", "max", "min", "prod")
 
 
@@ -26,7 +28,7 @@ def identity(kind, dtype):
         return dt.type(1)
     if dt == np.bool_:
         return np.bool_(kind == "min")
-    if dt.kind == "f":
+    if dt.kind == "f" or dt.name == "bfloat16":
         return dt.type(-np.inf if kind == "max" else np.inf)
     info = np.iinfo(dt)
     return dt.type(info.min if kind == "max" else info.max)
@@ -34,6 +36,10 @@ def identity(kind, dtype):
 
 def _ref(x, kind, axes):
     f = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[kind]
+    if x.dtype.name in HALFS and kind in ("sum", "prod"):
+        # 2-byte floats accumulate in float32 (numpy's float16 sum adds in float16), as the
+        # native kernels and XLA do, and round once at the end
+        return np.asarray(f(x, axis=tuple(axes), dtype=np.float32)).astype(x.dtype)
     kw = {"dtype": x.dtype} if kind in ("sum", "prod") else {"initial": identity(kind, x.dtype)}
     return np.asarray(f(x, axis=tuple(axes), **kw), dtype=x.dtype)
 
@@ -81,7 +87,7 @@ def _factors(ins, outs, attrs):
 
 register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
                lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
-               ("float32", "float64", "int32", "int64", "bool"), priority=1, fusion="reduce",
+               ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16"), priority=1, fusion="reduce",
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
                reduction_kind=lambda attrs: attrs["kind"],
                simplify=lambda rb, op, ops, uses: ops[0] if not op.attrs["axes"] else None))
@@ -160,6 +166,6 @@ def _cum_factors(ins, outs, attrs):
 
 register(OpDef("cumulative", "reduce", _cum_infer, _cum_ref, _cum_vjp, _cum_factors, None,
                lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
-               ("float32", "float64", "int32", "int64"), priority=0,
+               ("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=0,
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
                partition=_cum_partition))

@@ -24,7 +24,7 @@ import numpy as np
 
 from ....ir import Value
 from ...passes.fuse import Kernel, splat
-from .scalar import LL, MEM, SIZE, SV, ScalarBuilder, Unsupported, is_float, literal
+from .scalar import HALFS, LL, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, is_float, literal
 
 BIG_WORK, BIG_LOOP = 1 << 14, 64
 # reduce kind -> (scalar builder method, identity)
@@ -173,6 +173,8 @@ class KernelCodegen:
             b = self.fresh()
             scope.insert(f"  {b} = icmp ne i8 {r}, 0")
             r = b
+        if v.dtype in HALFS:          # 2 bytes in memory, float32 in the kernel
+            return self.builder(scope).half_value(SV(r, "i16"), v.dtype), scope
         return SV(r, v.dtype), scope
 
     def store(self, scope, v, x: SV, amap, base_offset=None):
@@ -181,6 +183,8 @@ class KernelCodegen:
         if v.dtype == "bool":
             val = self.fresh()
             scope.insert(f"  {val} = zext i1 {x.name} to i8")
+        if v.dtype in HALFS:
+            val = self.builder(scope).half_bits(x, v.dtype).name
         scope.insert(f"  store {MEM[v.dtype]} {val}, ptr {p}, align {SIZE[v.dtype]}")
 
     # -- planning -----------------------------------------------------------------------
@@ -202,7 +206,7 @@ class KernelCodegen:
             return hit[0]
         c = splat(v)
         if c is not None:
-            return SV(literal(c, v.dtype), v.dtype)
+            return SV(literal(c, v.dtype), compute_dtype(v.dtype))
         op = v.producer
         if op is None or op not in self.member:
             x, scope = self.load(v, amap)
@@ -267,10 +271,10 @@ class KernelCodegen:
                     rhit = self.memo.get(rkey)
                     if rhit is None or rhit[1].closed:
                         b = self.builder(hit[1])
-                        rhit = self.memo[rkey] = (b.div(b.const(1, v.dtype), args[1]), hit[1])
+                        rhit = self.memo[rkey] = (b.div(b.const(1, args[1].dtype), args[1]), hit[1])
                     return self.builder(scope).mul(args[0], rhit[0]), scope
             x = op.opdef.scalar(self.builder(scope), *args, **attrs)
-            return x, scope
+            return self._round(scope, x, v), scope
         if self.flat:
             raise AssertionError(f"{name} in a flat kernel")
         x = op.operands[0] if op.operands else None
@@ -279,7 +283,7 @@ class KernelCodegen:
         if name == "reshape":
             if x.producer is None or x.producer not in self.member or splat(x) is not None:
                 if splat(x) is not None:
-                    return SV(literal(splat(x), x.dtype), x.dtype), self.body
+                    return SV(literal(splat(x), x.dtype), compute_dtype(x.dtype)), self.body
                 # a reshape of a contiguous buffer is the same memory read with other strides
                 return self.load(x, amap, shape=v.shape)
             rows = [r for r, n in zip(amap, v.shape) if n != 1]
@@ -297,6 +301,12 @@ class KernelCodegen:
             return self.emit_reduce(op, v, amap)
         raise Unsupported(name)
 
+    def _round(self, scope, x, v):
+        """A 2-byte float result, computed in float32, rounded to its dtype per op."""
+        if v.dtype in HALFS and x.dtype != "bool":
+            return self.builder(scope).round_to(x, v.dtype)
+        return x
+
     def _pass(self, x, sub):
         r = self.emit(x, sub)
         return r, self.memo[(x, sub)][1] if (x, sub) in self.memo else self.body
@@ -306,7 +316,8 @@ class KernelCodegen:
         kind, axes = op.attrs["kind"], op.attrs["axes"]
         scope = self.scope_of(amap)
         from ....ir.ops.reduce import identity
-        t = LL[v.dtype]
+        cd = compute_dtype(v.dtype)       # 2-byte floats accumulate in float32
+        t = LL[cd]
         acc = f"%acc{self.n + 1}"
         self.n += 1
         self.allocas.append(f"  {acc} = alloca {t}")
@@ -327,19 +338,19 @@ class KernelCodegen:
         cur = self.fresh()
         inner.insert(f"  {cur} = load {t}, ptr {acc}")
         meth = getattr(b, REDUCERS[kind])
-        if is_float(v.dtype) and kind in ("sum", "prod"):
+        if is_float(cd) and kind in ("sum", "prod"):
             # reassociation lets the vectoriser keep several partial sums
             nxt = self.fresh()
             inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
-            nxt = SV(nxt, v.dtype)
+            nxt = SV(nxt, cd)
         else:
-            nxt = meth(SV(cur, v.dtype), val)
+            nxt = meth(SV(cur, cd), val)
         inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
         for a in reversed(axes):
             self.close_loop(loops[a])
         r = self.fresh()
         scope.insert(f"  {r} = load {t}, ptr {acc}")
-        return SV(r, v.dtype), scope
+        return self._round(scope, SV(r, cd), v), scope
 
     # -- the kernel -----------------------------------------------------------------------
     def generate(self) -> str:

@@ -26,7 +26,7 @@ from ..executor import Executable, op_label, run_op
 from .codegen import Split, kernel_ir
 from .jit import compile_ir
 from . import native
-from .scalar import SV, ScalarBuilder, Unsupported
+from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
@@ -81,7 +81,7 @@ def fusible(op) -> bool:
         return False
     try:   # a dry run: does the builder lower this op for these dtypes?
         b = ScalarBuilder(lambda line: None, lambda: "%x", lambda line: None)
-        d.scalar(b, *[SV("%a", o.dtype) for o in op.operands], **op.attrs)
+        d.scalar(b, *[SV("%a", compute_dtype(o.dtype)) for o in op.operands], **op.attrs)
     except Unsupported:
         return False
     return True

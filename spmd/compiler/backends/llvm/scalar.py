@@ -14,8 +14,33 @@ from typing import NamedTuple
 import numpy as np
 
 LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i1"}
-MEM = {**LL, "bool": "i8"}                  # numpy stores a bool in a byte
-SIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+MEM = {**LL, "bool": "i8", "float16": "i16", "bfloat16": "i16"}   # numpy stores a bool in a byte
+SIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2}
+# 2-byte floats are stored as 2 bytes and computed on as float32 inside a kernel: loads
+# extend, each op's result is rounded back to the storage type (so elementwise results are
+# numpy's / ml_dtypes', which also compute these in float32 and round per op), stores narrow
+HALFS = ("float16", "bfloat16")
+# float16 <-> float32 with the CPU's instructions (x86 F16C: vcvtph2ps / vcvtps2ph) where it
+# has them; otherwise integer code, so no kernel ever calls a conversion libcall
+# (__extendhfsf2 / __truncsfhf2) that the JIT could not resolve. Set by the code generator.
+HARD_F16 = {"on": None}
+
+
+def hard_f16():
+    if HARD_F16["on"] is None:
+        import os
+
+        import llvmlite.binding as llvm
+        from .jit import target_machine
+        target_machine()                   # initialises the native target
+        HARD_F16["on"] = "+f16c" in llvm.get_host_cpu_features().flatten().split(",") and \
+            os.environ.get("SPMD_SOFT_F16", "0") != "1"
+    return HARD_F16["on"]
+
+
+def compute_dtype(dtype):
+    """The dtype a kernel computes a value of `dtype` in."""
+    return "float32" if dtype in HALFS else dtype
 
 
 class Unsupported(Exception):
@@ -33,6 +58,8 @@ def literal(value, dtype) -> str:
         return "true" if bool(value) else "false"
     if dtype in ("int32", "int64"):
         return str(int(value))
+    if dtype in HALFS:             # kernels hold 2-byte floats as float32
+        value, dtype = np.asarray(value).astype(dtype).astype(np.float32), "float32"
     v = float(np.float32(value)) if dtype == "float32" else float(value)
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
 
@@ -320,8 +347,93 @@ class ScalarBuilder:
         pred = {"EQ": "eq", "NE": "ne", "LT": s + "lt", "LE": s + "le", "GT": s + "gt", "GE": s + "ge"}[direction]
         return self.icmp(pred, x, y)
 
+    # -- 2-byte floats ------------------------------------------------------------------
+    def i32(self, text):
+        return self._op(text, "int32")
+
+    def half_bits(self, x, dtype):
+        """float32 x -> the i16 bits of `dtype` (float16 / bfloat16), rounding to nearest even;
+        NaN stays NaN, overflow gives inf."""
+        if dtype == "float16" and hard_f16():
+            h = self._op(f"fptrunc float {x.name} to half", "f16")
+            return self._op(f"bitcast half {h.name} to i16", "i16")
+        u = self.bitcast(x, "int32")
+        if dtype == "bfloat16":
+            hi = self.i32(f"lshr i32 {u.name}, 16")
+            odd = self.i32(f"and i32 {hi.name}, 1")
+            r = self.i32(f"add i32 {u.name}, 32767")
+            r = self.i32(f"add i32 {r.name}, {odd.name}")
+            r = self.i32(f"lshr i32 {r.name}, 16")
+            qnan = self.i32(f"or i32 {hi.name}, 64")                 # a quiet NaN of the same sign
+            r = self.select(self.fcmp("uno", x, x), qnan, r)
+            return self._op(f"trunc i32 {r.name} to i16", "i16")
+        sign = self.i32(f"lshr i32 {u.name}, 16")
+        sign = self.i32(f"and i32 {sign.name}, 32768")
+        a = self.i32(f"and i32 {u.name}, 2147483647")
+        # normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to even
+        odd = self.i32(f"lshr i32 {a.name}, 13")
+        odd = self.i32(f"and i32 {odd.name}, 1")
+        n = self.i32(f"add i32 {a.name}, -939520001")               # -(112 << 23) + 0xFFF
+        n = self.i32(f"add i32 {n.name}, {odd.name}")
+        n = self.i32(f"lshr i32 {n.name}, 13")
+        # below 2^-14 (subnormal or zero): adding 0.5 rounds |x| to a multiple of 2^-24
+        # (float32's spacing at 0.5), leaving the count of 2^-24 steps in the low bits
+        s = self.add(self.bitcast(a, "float32"), self.const(0.5, "float32"))
+        s = self.i32(f"sub i32 {self.bitcast(s, 'int32').name}, 1056964608")
+        r = self.select(self.icmp("ult", a, self.const(0x38800000, "int32")), s, n)
+        r = self.select(self.icmp("uge", a, self.const(0x477FF000, "int32")), self.const(0x7C00, "int32"), r)
+        r = self.select(self.icmp("ugt", a, self.const(0x7F800000, "int32")), self.const(0x7E00, "int32"), r)
+        r = self.i32(f"or i32 {r.name}, {sign.name}")
+        return self._op(f"trunc i32 {r.name} to i16", "i16")
+
+    def half_value(self, h, dtype):
+        """i16 bits of `dtype` -> the float32 value (exact)."""
+        if dtype == "float16" and hard_f16():
+            f = self._op(f"bitcast i16 {h.name} to half", "f16")
+            return self._op(f"fpext half {f.name} to float", "float32")
+        w = self.i32(f"zext i16 {h.name} to i32")
+        if dtype == "bfloat16":
+            return self.bitcast(self.i32(f"shl i32 {w.name}, 16"), "float32")
+        sign = self.i32(f"and i32 {w.name}, 32768")
+        sign = self.i32(f"shl i32 {sign.name}, 16")
+        e = self.i32(f"and i32 {w.name}, 31744")                     # 0x7C00
+        m = self.i32(f"and i32 {w.name}, 1023")
+        bits = self.i32(f"and i32 {w.name}, 32767")
+        n = self.i32(f"shl i32 {bits.name}, 13")
+        n = self.i32(f"add i32 {n.name}, 939524096")                 # 112 << 23: rebias
+        inf = self.i32(f"or i32 {n.name}, 2139095040")               # exponent 31: inf / NaN
+        n = self.select(self.icmp("eq", e, self.const(31744, "int32")), inf, n)
+        sub = self.mul(self._op(f"sitofp i32 {m.name} to float", "float32"), self.const(2.0 ** -24, "float32"))
+        n = self.select(self.icmp("eq", e, self.const(0, "int32")), self.bitcast(sub, "int32"), n)
+        return self.bitcast(self.i32(f"or i32 {n.name}, {sign.name}"), "float32")
+
+    def _to_f32_odd(self, x):
+        """float64 -> float32 rounded to odd: truncated toward zero, the last bit set when
+        inexact (float32 keeps 13 more bits than a 2-byte float, so rounding this once
+        more gives the correctly rounded result)."""
+        t = self._op(f"fptrunc double {x.name} to float", "float32")
+        back = self._op(f"fpext float {t.name} to double", "float64")
+        exact = self.fcmp("oeq", back, x)
+        away = self.fcmp("ogt", self.abs(back), self.abs(x))
+        b = self.bitcast(t, "int32")
+        down = self.i32(f"sub i32 {b.name}, 1")
+        b2 = self.select(away, down, b)
+        b2 = self.i32(f"or i32 {b2.name}, 1")
+        return self.select(exact, t, self.bitcast(b2, "float32"))
+
+    def round_to(self, x, dtype):
+        """A float32 x rounded to the nearest `dtype` (float16 / bfloat16) value, as float32."""
+        return self.half_value(self.half_bits(x, dtype), dtype)
+
     def convert(self, x, dtype):
         src, dst = x.dtype, dtype
+        if dst in HALFS:
+            if dst == "float16" and src not in ("float32", "bool"):
+                # float64 (and integers, through it): to float32 rounding to odd, so that the
+                # rounding to float16 is numpy's single rounding, not a double one (ml_dtypes
+                # rounds to bfloat16 through float32, twice: bfloat16 follows it)
+                return self.round_to(self._to_f32_odd(self.convert(x, "float64")), dst)
+            return self.round_to(self.convert(x, "float32"), dst)
         if src == dst:
             return x
         ts, td = LL[src], LL[dst]
