@@ -477,7 +477,7 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw
     x = asarray(x)
     if dtype is None and x.value.dtype in dtypes.HALFS:
         # numpy computes a float16 mean in float32 and rounds once (bfloat16 here too)
-        return astype(mean(astype(x, "float32"), axis, keepdims=keepdims), x.value.dtype)
+        return astype(mean(astype(x, "float32"), axis, keepdims=keepdims, where=where), x.value.dtype)
     axes = _axes(axis, x.ndim, "mean")
     dt = dtypes.canon(dtype) if dtype is not None else _float_dtype(x)
     if where is not None and where is not True:
@@ -492,7 +492,8 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     _no_extra("var", (), dict(kw, out=out))
     x = asarray(x)
     if dtype is None and x.value.dtype in dtypes.HALFS:         # as mean
-        return astype(var(astype(x, "float32"), axis, ddof=ddof, keepdims=keepdims), x.value.dtype)
+        return astype(var(astype(x, "float32"), axis, ddof=ddof, keepdims=keepdims, where=where),
+                      x.value.dtype)
     axes = _axes(axis, x.ndim, "var")
     m = mean(x, axis, dtype, keepdims=True, where=where)
     d = subtract(x, m)
