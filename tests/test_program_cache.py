@@ -28,7 +28,10 @@ SCRIPT = textwrap.dedent("""
     low = f.lower(w, x)
     loss, w2 = f(w, x)
     print("TIMINGS", sorted(low.timings))
-    print("TEXT", hash(low.as_text("partitioned") + low.as_text("optimized") + low.as_text("propagated")))
+    import io, hashlib
+    text = low.as_text("partitioned") + low.as_text("optimized") + low.as_text("propagated")
+    buf = io.StringIO(); low.explain(buf)
+    print("TEXT", hashlib.sha1((text + buf.getvalue()).encode()).hexdigest())
     print("RESULT", repr(float(loss)), repr(np.asarray(w2).tobytes().hex()))
 """)
 
@@ -64,7 +67,8 @@ def test_second_process_loads_the_same_program(tmp_path):
     second = _run(tmp_path, SCRIPT, "1.5")
     assert second["TIMINGS"] == "['cache']"
     # the same stages (PYTHONHASHSEED differs: hashes inside must be rebuilt, not copied)
-    assert second["TEXT"] != "" and second["RESULT"] == first["RESULT"]
+    # and the same explanation: where each sharding came from travels with the stages
+    assert second["TEXT"] == first["TEXT"] and second["RESULT"] == first["RESULT"]
     # a different constant in the program is another key: lowered afresh, right answer
     other = _run(tmp_path, SCRIPT, "2.5")
     assert "propagated" in other["TIMINGS"] and len(_programs(tmp_path)) == 2
@@ -109,3 +113,30 @@ def test_sharding_memo_keeps_the_checks():
                 mesh.sharding(*bad)
     s = spmd.Sharding(mesh, [["x"], None])      # an unhashable spec is checked, not memoised
     assert s.spec == ("x", None)
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_mpi_ranks_share_the_cache(tmp_path):
+    """Four ranks of one host lower at once (each writes the entry whole, atomically);
+    the next job's ranks all load it and compute the same as the first."""
+    from spmd.launcher.cli import find_mpiexec
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    script = tmp_path / "step.py"
+    script.write_text(SCRIPT.replace('print("TIMINGS"', 'print(spmd.process_index(), "TIMINGS"')
+                      .replace('print("RESULT"', 'print(spmd.process_index(), "RESULT"')
+                      .replace('print("TEXT"', 'print(spmd.process_index(), "TEXT"'))
+    env = dict(os.environ, SPMD_CACHE_DIR=str(tmp_path / "cache"), SPMD_PROGRAM_CACHE="1")
+    env.pop("SPMD_BACKEND", None)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run([mpiexec, "-n", "4", sys.executable, str(script), "1.5"], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs.append(r.stdout)
+    assert len(list((tmp_path / "cache" / "programs").glob("*.pkl"))) == 1
+    assert outs[1].count("TIMINGS ['cache']") == 4
+    results = [sorted(line for line in o.splitlines() if " RESULT " in line) for o in outs]
+    assert len(results[0]) == 4 and results[0] == results[1]
