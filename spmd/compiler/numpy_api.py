@@ -36,16 +36,14 @@ def _dtype_token(x):
     """What np.result_type should see of x: dtypes for arrays, Python scalars as weak."""
     if isinstance(x, Tracer):
         if x.weak:
-            return {"bool": False, "int64": 0, "int32": 0}.get(x.value.dtype, 0.0)
+            return {"bool": False, "int64": 0, "int32": 0, "complex128": 0j}.get(x.value.dtype, 0.0)
         return x.dtype
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, (bool, int, float, complex)):
         return x
     if isinstance(x, (list, tuple)):
         return np.asarray(x).dtype
-    if isinstance(x, complex):
-        raise TypeError("spmd does not support complex numbers")
     if hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape"):
         return np.dtype(x.dtype)          # an array-like (an spmd.Array closed over): a constant
     raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
@@ -66,7 +64,7 @@ def asarray(x, dtype=None, t=None) -> Tracer:
                 and np.dtype(dtype).kind in "iu" and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
             raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
         arr = np.asarray(x)
-        if dtype is None and isinstance(x, (bool, int, float)):
+        if dtype is None and isinstance(x, (bool, int, float, complex)):
             arr = np.asarray(x, dtype=result_dtype(x))
         x = t.const(arr if dtype is None else arr.astype(dtype))
     if dtype is not None and x.value.dtype != dtypes.canon(dtype):
@@ -103,8 +101,9 @@ def _promote(*xs, dtype=None, op="elementwise op"):
 
 
 def _float_dtype(*xs):
+    """The inexact dtype numpy computes in: floats and complex stay, the rest -> float64."""
     dt = result_dtype(*xs)
-    return dt if dt in dtypes.FLOATS else "float64"
+    return dt if dtypes.is_inexact(dt) else "float64"
 
 
 def _binary(name, x, y, dtype=None):
@@ -868,7 +867,7 @@ _view_squeeze = fz.as_view(squeeze, "reshape")
 _view_expand_dims = fz.as_view(expand_dims, "reshape")
 
 
-from .numpy_lib import linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST  # noqa: E402
+from .numpy_lib import fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST  # noqa: E402
 
 U, F, M = "ufunc", "function", "method"
 # The numpy API spmd traces, one row per numpy name: the builder that emits its IR, where
@@ -1064,6 +1063,23 @@ API = (
     ("linalg.matrix_rank", LA.matrix_rank,          (F,),      ()),
     ("linalg.cond",   LA.cond,                      (F,),      ()),
     ("linalg.multi_dot", LA.multi_dot,              (F,),      ()),
+    # -- numpy_lib/fft.py (np.fft.NAME)
+    ("fft.fft",         FFT.fft,                       (F,),      ()),
+    ("fft.ifft",        FFT.ifft,                      (F,),      ()),
+    ("fft.rfft",        FFT.rfft,                      (F,),      ()),
+    ("fft.irfft",       FFT.irfft,                     (F,),      ()),
+    ("fft.hfft",        FFT.hfft,                      (F,),      ()),
+    ("fft.ihfft",       FFT.ihfft,                     (F,),      ()),
+    ("fft.fft2",        FFT.fft2,                      (F,),      ()),
+    ("fft.ifft2",       FFT.ifft2,                     (F,),      ()),
+    ("fft.rfft2",       FFT.rfft2,                     (F,),      ()),
+    ("fft.irfft2",      FFT.irfft2,                    (F,),      ()),
+    ("fft.fftn",        FFT.fftn,                      (F,),      ()),
+    ("fft.ifftn",       FFT.ifftn,                     (F,),      ()),
+    ("fft.rfftn",       FFT.rfftn,                     (F,),      ()),
+    ("fft.irfftn",      FFT.irfftn,                    (F,),      ()),
+    ("fft.fftshift",    FFT.fftshift,                  (F,),      ()),
+    ("fft.ifftshift",   FFT.ifftshift,                 (F,),      ()),
     ("transpose",     _view_transpose,              (F,),      ()),
     ("transpose",     _view_transpose_method,       (M,),      ()),
     ("reshape",       _view_reshape,                (F,),      ()),
@@ -1108,7 +1124,8 @@ API = (
 
 UFUNCS = {name: f for name, f, where_, _ in API if U in where_}
 def _np_attr(name):
-    """np.NAME, or np.linalg.NAME for "linalg.NAME"; None where this numpy has none."""
+    """np.NAME, or np.linalg.NAME for "linalg.NAME" (np.fft.NAME for "fft.NAME"); None where
+    this numpy has none."""
     obj = np
     for part in name.split("."):
         obj = getattr(obj, part, None)

@@ -101,6 +101,8 @@ def leaf_aval(x):
         return (), "int64", True
     if isinstance(x, float):
         return (), "float64", True
+    if isinstance(x, complex):
+        return (), "complex128", True
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return tuple(x.shape), dtypes.canon(x.dtype), False
     raise TypeError(f"spmd.jit: argument leaf {x!r} of type {type(x).__name__} is not an array; "

@@ -26,7 +26,7 @@ from ..executor import Executable, op_label, run_op
 from .codegen import Split, kernel_ir
 from .jit import compile_ir
 from . import native
-from .scalar import SV, ScalarBuilder, Unsupported
+from .scalar import LL, SV, ScalarBuilder, Unsupported
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
@@ -75,6 +75,8 @@ def fusible(op) -> bool:
     d = op.opdef
     if column_reduce(op):
         return False
+    if any(v.dtype not in LL for v in (*op.operands, *op.results)):
+        return False        # complex values: the op runs through its numpy reference
     if d.fusion in ("reindex", "reduce"):
         return all(v.dtype != "bool" or op.name != "iota" for v in op.results)
     if d.fusion != "elementwise" or d.scalar is None:
