@@ -127,15 +127,23 @@ def _flops(ins, out, attrs):
 
 
 # -- the partition handler: the pencil decomposition ---------------------------------------------
-def _order_ok(kind, axes, pending, d):
-    """May dim d be transformed now? rfft transforms its real axis first (the others are
-    c2c on its complex result); irfft transforms its real axis last."""
-    last = axes[-1]
-    if kind == "rfft":
-        return d == last or last not in pending
+def _ready(kind, last, pending, whole):
+    """The pending dims one local transform can do now. rfft transforms its real axis
+    first (the others are c2c on its complex result), irfft its real axis last."""
+    if kind == "rfft" and last in pending:
+        return whole if last in whole else []
+    if kind == "irfft" and last in pending and len(whole) < len(pending):
+        return [d for d in whole if d != last]
+    return whole
+
+
+def _next_split(kind, last, pending, spec):
+    """The split dim the transform needs whole next."""
+    if kind == "rfft" and last in pending:
+        return last
     if kind == "irfft":
-        return d != last or pending == [last]
-    return True
+        return next((d for d in pending if spec[d] and d != last), last)
+    return next(d for d in pending if spec[d])
 
 
 def _stage(P, x, kind, axes, n, norm, done_now, shape):
@@ -166,17 +174,13 @@ def _partition(P, op):
     shape = list(xv.shape)
     pending = list(axes)
     while pending:
-        ready = [d for d in pending if not spec[d] and _order_ok(kind, axes, pending, d)]
-        if kind == "rfft" and axes[-1] in pending and axes[-1] not in ready:
-            ready = []
-        if kind == "irfft" and axes[-1] in ready and len(ready) < len(pending):
-            ready.remove(axes[-1])
+        ready = _ready(kind, axes[-1], pending, [d for d in pending if not spec[d]])
         if ready:
             lv, shape = _stage(P, lv, kind, axes, n, norm, ready, shape)
             pending = [d for d in pending if d not in ready]
             continue
         # the next dim to transform is split: move its split to a dim not needed now
-        need = next(d for d in pending if spec[d] and _order_ok(kind, axes, pending, d))
+        need = _next_split(kind, axes[-1], pending, spec)
         k = P.axes_size(spec[need])
         cands = [d for d in range(len(shape)) if d != need]
 
