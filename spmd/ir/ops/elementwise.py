@@ -362,9 +362,9 @@ def _imag_vjp(g, op, ct):
 
 
 def _part(name, f, vjp, infer=_part_infer, **rules):
-    register(OpDef(name, "elementwise", infer, lambda x: np.ascontiguousarray(f(x)), vjp,
-                   elementwise_factors, None, _flops_n(1), CPLX, priority=0, fusion="elementwise",
-                   linear=((0,),), **rules))
+    # no scalar lowering (fusion None): complex values run through the numpy reference
+    register(OpDef(name, "elementwise", infer, lambda x: np.array(f(x), copy=True), vjp,
+                   elementwise_factors, None, _flops_n(1), CPLX, priority=0, linear=((0,),), **rules))
 
 
 _part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),))
