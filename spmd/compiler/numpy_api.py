@@ -153,8 +153,21 @@ def _keep(x, r, axes, keepdims):
 def add(x, y): return _binary("add", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
 def subtract(x, y): return _binary("subtract", x, y)
 def multiply(x, y): return _binary("multiply", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
-def maximum(x, y): return _binary("maximum", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
-def minimum(x, y): return _binary("minimum", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
+def _ordered(name, *xs):
+    """numpy orders complex numbers lexicographically; spmd does not: say so, never guess."""
+    if dtypes.is_complex(result_dtype(*xs)):
+        raise TypeError(f"np.{name} of complex numbers is not supported in spmd (numpy orders them "
+                        f"lexicographically); compare np.abs(z) or z.real instead (at {user_loc()})")
+
+
+def maximum(x, y):
+    _ordered("maximum", x, y)
+    return _binary("maximum", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
+
+
+def minimum(x, y):
+    _ordered("minimum", x, y)
+    return _binary("minimum", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
 def true_divide(x, y): return _binary("divide", x, y, dtype=_float_dtype(x, y))
 
 
@@ -248,6 +261,8 @@ def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
 
 def _compare(direction):
     def f(x, y):
+        if direction not in ("EQ", "NE"):
+            _ordered({"LT": "less", "LE": "less_equal", "GT": "greater", "GE": "greater_equal"}[direction], x, y)
         a, b = _promote(x, y, op=f"compare {direction}")
         return _emit(a._tr, "compare", a, b, direction=direction)
     return f
@@ -319,6 +334,41 @@ def clip(x, a_min=None, a_max=None, **kw):
     if a_max is not None:
         x = minimum(x, a_max)
     return x
+
+
+# ---------------------------------------------------------------------------- complex parts
+def real(x):
+    x = asarray(x)
+    return _emit(x._tr, "real", x) if dtypes.is_complex(x.value.dtype) else x
+
+
+def imag(x):
+    x = asarray(x)
+    return _emit(x._tr, "imag", x) if dtypes.is_complex(x.value.dtype) else zeros_like(x)
+
+
+def conjugate(x):
+    x = asarray(x)
+    return _emit(x._tr, "conj", x) if dtypes.is_complex(x.value.dtype) else x
+
+
+def angle(z, deg=False):
+    z = asarray(z)
+    if dtypes.is_complex(z.value.dtype):
+        re, im = real(z), imag(z)
+    else:
+        re = asarray(z, _float_dtype(z))
+        im = zeros_like(re)
+    a = _emit(z._tr, "atan2", im, re)
+    return multiply(a, 180.0 / np.pi) if deg else a
+
+
+def iscomplexobj(x):
+    return dtypes.is_complex(asarray(x).value.dtype)
+
+
+def isrealobj(x):
+    return not iscomplexobj(x)
 
 
 def astype(x, dtype):
@@ -393,6 +443,7 @@ def max(x, axis=None, out=None, keepdims=False, **kw):
     _no_extra("max", (), dict(kw, out=out))
     x = asarray(x)
     _no_identity("max", x, axis)
+    _ordered("max", x)
     if x.dtype == np.bool_:
         return any(x, axis, keepdims=keepdims)
     return _reduce("max", x, axis, None, keepdims, lambda v: v.value.dtype)
@@ -402,6 +453,7 @@ def min(x, axis=None, out=None, keepdims=False, **kw):
     _no_extra("min", (), dict(kw, out=out))
     x = asarray(x)
     _no_identity("min", x, axis)
+    _ordered("min", x)
     if x.dtype == np.bool_:
         return all(x, axis, keepdims=keepdims)
     return _reduce("min", x, axis, None, keepdims, lambda v: v.value.dtype)
@@ -894,6 +946,13 @@ API = (
     ("negative",      negative,                     (U,),      ("-neg",)),
     ("positive",      lambda x: x,                  (U,),      ("-pos",)),
     ("absolute",      absolute,                     (U,),      ("-abs",)),
+    ("conjugate",     conjugate,                    (U, M),    ()),
+    ("conj",          conjugate,                    (M,),      ()),
+    ("real",          real,                         (F,),      ()),
+    ("imag",          imag,                         (F,),      ()),
+    ("angle",         angle,                        (F,),      ()),
+    ("iscomplexobj",  iscomplexobj,                 (F,),      ()),
+    ("isrealobj",     isrealobj,                    (F,),      ()),
     ("fabs",          absolute,                     (U,),      ()),
     ("sign",          sign,                         (U,),      ()),
     ("floor",         floor,                        (U,),      ()),

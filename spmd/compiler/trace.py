@@ -172,6 +172,8 @@ class Tracer:
     nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
     T = property(lambda self: _api()._view_transpose(self))         # views, as numpy's
     mT = property(lambda self: _api()._view_swapaxes(self, -1, -2))
+    real = property(lambda self: _api().real(self))
+    imag = property(lambda self: _api().imag(self))
 
     def __repr__(self):
         return f"Tracer({dtypes.SHORT[self.value.dtype]}{list(self.shape)})"
