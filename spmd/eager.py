@@ -605,6 +605,8 @@ def install():
     Array.__getattr__ = _getattr
     Array.T = property(lambda self: run("method", "T", lambda x: npx.transpose(x), (self,), {}))
     Array.mT = property(lambda self: run("method", "mT", lambda x: npx.swapaxes(x, -1, -2), (self,), {}))
+    Array.real = property(lambda self: run("method", "real", lambda x: npx.real(x), (self,), {}))
+    Array.imag = property(lambda self: run("method", "imag", lambda x: npx.imag(x), (self,), {}))
     Array.fill = _fill
     Array.nonzero = lambda self: np.nonzero(self)
     Array.item = _item
