@@ -415,3 +415,18 @@ def test_distributed_fft2_under_mpiexec():
                        capture_output=True, text=True, timeout=170, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("FFT OK") == 4, p.stdout
+
+
+def test_complex_program_on_both_backends(compiler):
+    """Complex values are kept out of the LLVM backend's fused kernels (they run through
+    the ops' numpy references) and the float parts around them still fuse."""
+    mesh = Mesh((2,), ("x",))
+    z, x = data((16, 8), "complex128", 1), data((16, 8), "float32", 2)
+
+    def f(z, x):
+        w = np.exp(z) * x + np.conj(z) - 2j
+        return np.abs(w) + x, np.sum(w * w, axis=1), np.fft.fft(w).real * 2, np.where(np.abs(z) > 1, z, -z)
+
+    got = spmd.jit(f, backend=compiler, in_shardings=(mesh.sharding("x", None),) * 2)(z, x)
+    for g, w in zip(got, f(z, x)):
+        close(g.numpy(), np.asarray(w), f"complex program on {compiler}")
