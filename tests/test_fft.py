@@ -221,6 +221,22 @@ def test_1d_fft_along_the_split_axis():
     close(g(v).numpy(), np.fft.fft(v), "1-d fft")
 
 
+def test_real_transforms_along_a_split_axis_keep_the_split():
+    """rfft / irfft change the real axis' length; its split still carries over (as pad's)."""
+    mesh = Mesh((2, 2), ("a", "b"))
+    x = data((8, 8, 4), "float64")
+    for spec in [(None, None, "a"), (None, "a", "b"), ("a", "b", None)]:
+        for fn in (lambda v: np.fft.rfft(v), lambda v: np.fft.rfftn(v),
+                   lambda v: np.fft.irfftn(np.fft.rfftn(v, axes=(0, 1)), axes=(0, 1), s=(8, 8))):
+            f = spmd.jit(fn, in_shardings=(mesh.sharding(*spec),))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ReshardWarning)
+                rep = f.lower(x).report()
+            assert {c["op"] for c in rep["collectives"]} <= {"all_to_all"}, (spec, rep["collectives"])
+            assert rep["out_shardings"][0].spec == mesh.sharding(*spec).spec
+            close(f(x).numpy(), fn(x), f"real transform split {spec}")
+
+
 def test_fft_convolution_chain_stays_distributed():
     """irfft2(rfft2(a) * rfft2(k)) on row-split inputs: all_to_alls only."""
     mesh = Mesh((4,), ("x",))

@@ -107,17 +107,9 @@ def _vjp(g, op, ct):
 def _factors(ins, outs, attrs):
     """Every dim passes through; the transformed ones are `permute` factors (they may
     arrive split: the partition handler moves the split, see the module doc). The real
-    axis of rfft / irfft changes length, so its two sides are different factors."""
-    r = len(ins[0].shape)
-    a = letters(r)
-    axes = attrs["axes"]
-    out = list(a)
-    if attrs["kind"] in ("rfft", "irfft"):
-        out[axes[-1]] = letters(r + 1)[r]
-        rule = einsum_rule(f"{a}->{''.join(out)}", ins, outs,
-                           permute="".join(a[d] for d in axes) + out[axes[-1]])
-        return rule
-    return einsum_rule(f"{a}->{a}", ins, outs, permute="".join(a[d] for d in axes))
+    axis of rfft / irfft changes length; its factor spans both sizes, as pad's does."""
+    a = letters(len(ins[0].shape))
+    return einsum_rule(f"{a}->{a}", ins, outs, permute="".join(a[d] for d in attrs["axes"]))
 
 
 def _flops(ins, out, attrs):
