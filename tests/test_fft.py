@@ -446,3 +446,14 @@ def test_complex_program_on_both_backends(compiler):
     got = spmd.jit(f, backend=compiler, in_shardings=(mesh.sharding("x", None),) * 2)(z, x)
     for g, w in zip(got, f(z, x)):
         close(g.numpy(), np.asarray(w), f"complex program on {compiler}")
+
+
+def test_complex_arrays_in_checkpoints(tmp_path):
+    mesh = Mesh((2, 2), ("a", "b"))
+    z = data((6, 5), "complex64")
+    Z = np.fft.fft2(spmd.device_put(data((6, 5), "float64"), mesh.sharding("a", "b")))
+    spmd.save(tmp_path / "ck", {"z": spmd.device_put(z, mesh.sharding("a", None)), "Z": Z, "s": 1 - 2j})
+    back = spmd.load(tmp_path / "ck", {"z": mesh.sharding(None, "b"), "Z": mesh.sharding("b", None), "s": None})
+    assert back["z"].dtype == np.complex64 and np.array_equal(back["z"].numpy(), z)
+    assert back["Z"].dtype == np.complex128 and np.array_equal(back["Z"].numpy(), Z.numpy())
+    assert back["s"] == 1 - 2j
