@@ -457,3 +457,46 @@ def test_complex_arrays_in_checkpoints(tmp_path):
     assert back["z"].dtype == np.complex64 and np.array_equal(back["z"].numpy(), z)
     assert back["Z"].dtype == np.complex128 and np.array_equal(back["Z"].numpy(), Z.numpy())
     assert back["s"] == 1 - 2j
+
+
+# -- complex values through the rest of the numpy API ---------------------------------------------
+COMPLEX_FUNCS = {
+    "arith": lambda a: (a * 2 - 1j) / (a + 3) + a ** 2 - (-a),
+    "power": lambda a: a ** (0.5 + 1j), "exp log sqrt": lambda a: np.exp(a) + np.log(a) + np.sqrt(a),
+    "sinh cosh": lambda a: np.sinh(a) * np.cosh(a), "log2 log10 expm1": lambda a: np.log2(a) + np.log10(a) + np.expm1(a),
+    "abs angle": lambda a: np.abs(a) + np.angle(a, deg=True), "real imag conj": lambda a: a.real * np.imag(a) + np.conj(a),
+    "sum mean prod": lambda a: np.sum(a, axis=0) + np.mean(a, axis=0) + np.prod(a, axis=0),
+    "var std": lambda a: np.var(a, axis=1) + np.std(a, axis=1, ddof=1), "nansum nanmean": lambda a: np.nansum(a) + np.nanmean(a),
+    "cumsum cumprod": lambda a: np.cumsum(a, axis=1) + np.cumprod(a, axis=0),
+    "matmul vdot einsum": lambda a: (a @ a.T)[0] + np.vdot(a, a) + np.einsum("ij,ij->j", a, a),
+    "norm": lambda a: np.linalg.norm(a) + np.linalg.norm(a, 1) + np.linalg.vector_norm(a, ord=3, axis=0)[0],
+    "isnan isfinite eq": lambda a: np.isnan(a) | ~np.isfinite(a) | (a == a[0]) | (a != 1j),
+    "where": lambda a: np.where(np.abs(a) > 1, a, 1j * a), "sort median": lambda a: np.sort(a, axis=1)[:, 0] + np.median(a),
+    "shape funcs": lambda a: np.roll(np.pad(a, 1), 1, 0)[1:-1, :3] + np.diff(a, axis=0, append=0j)[:, :3] + np.tril(a)[:, :3],
+    "gradient": lambda a: np.gradient(a, axis=1), "nan_to_num": lambda a: np.nan_to_num(a * np.inf),
+    "astype": lambda a: a.astype(np.complex64).astype(np.complex128) + a.astype(np.float32),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(COMPLEX_FUNCS)), st.sampled_from(MESHES), st.integers(0, 100),
+       st.sampled_from([(4, 6), (5, 3), (8, 8)]))
+def test_complex_numpy_functions_match_numpy(name, mesh, pick, shape):
+    fn = COMPLEX_FUNCS[name]
+    z = data(shape, "complex128", pick)
+    all_specs = specs(mesh, 2)
+    spec = all_specs[pick % len(all_specs)]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = np.asarray(fn(z))
+        got = np.asarray(spmd.jit(fn, in_shardings=(mesh.sharding(*spec),))(z))
+    assert got.shape == want.shape and got.dtype == want.dtype, (name, got.dtype, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=f"{name} on {mesh} split {spec}")
+
+
+def test_complex_functions_spmd_does_not_order_raise():
+    z = data((4, 4), "complex128")
+    for fn in (lambda a: np.sort(a) < 1, lambda a: np.argmax(a), lambda a: np.clip(a, 0, 1),
+               lambda a: np.nanmedian(a), lambda a: np.isposinf(a)):
+        with pytest.raises((TypeError, spmd.errors.ShapeError), match="complex"):
+            spmd.jit(fn)(z)

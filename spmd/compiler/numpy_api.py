@@ -482,7 +482,11 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     axes = _axes(axis, x.ndim, "var")
     m = mean(x, axis, dtype, keepdims=True)
     d = subtract(x, m)
-    s = sum(multiply(d, d), axis, keepdims=keepdims)
+    if dtypes.is_complex(d.value.dtype):       # numpy: the mean of |d|^2, a real result
+        re, im = real(d), imag(d)
+        s = sum(add(multiply(re, re), multiply(im, im)), axis, keepdims=keepdims)
+    else:
+        s = sum(multiply(d, d), axis, keepdims=keepdims)
     return true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
 
 
@@ -774,7 +778,7 @@ def dot(a, b, out=None):
 
 
 def vdot(a, b):
-    return dot(ravel(a), ravel(b))
+    return dot(ravel(conjugate(a)), ravel(b))     # numpy conjugates the first argument
 
 
 def inner(a, b):
