@@ -361,13 +361,14 @@ def _imag_vjp(g, op, ct):
     return (E(g, "multiply", E(g, "convert", ct, dtype=x.dtype), const_like(g, x, -1j)),)
 
 
-def _part(name, f, vjp, infer=_part_infer, **rules):
-    # no scalar lowering (fusion None): complex values run through the numpy reference
+def _part(name, f, vjp, scalar, infer=_part_infer, **rules):
     register(OpDef(name, "elementwise", infer, lambda x: np.array(f(x), copy=True), vjp,
-                   elementwise_factors, None, _flops_n(1), CPLX, priority=0, linear=((0,),), **rules))
+                   elementwise_factors, scalar, _flops_n(1), CPLX, priority=0, fusion="elementwise",
+                   linear=((0,),), **rules))
 
 
-_part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),))
-_part("imag", np.imag, _imag_vjp)
-_part("conj", np.conjugate, lambda g, op, ct: (E(g, "conj", ct),), infer=_infer_unary(CPLX),
+_part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),),
+      lambda b, x: b.real(x))
+_part("imag", np.imag, _imag_vjp, lambda b, x: b.imag(x))
+_part("conj", np.conjugate, lambda g, op, ct: (E(g, "conj", ct),), lambda b, x: b.conj(x), infer=_infer_unary(CPLX),
       simplify=lambda rb, op, ops, uses: ops[0].producer.operands[0] if producer_is(ops[0], "conj") else None)
