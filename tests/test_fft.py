@@ -154,10 +154,6 @@ def test_random_calls_match_numpy(call):
 
 
 # -- communication: the pencil decomposition -----------------------------------------------------
-def collectives(f, x, **jit_kw):
-    return f.lower(x).report()["collectives"] if not jit_kw else None
-
-
 @pytest.mark.parametrize("mesh,spec", [(Mesh((4,), ("x",)), ("x", None)),
                                        (Mesh((2, 2), ("a", "b")), ("a", None)),
                                        (Mesh((2, 2), ("a", "b")), (("a", "b"), None))])
@@ -200,6 +196,17 @@ def test_batched_fft_over_a_split_batch_dim_is_local():
         if len(spec) == 3:
             f = spmd.jit(lambda a: np.fft.fft2(a), in_shardings=(mesh.sharding(*spec),))
             assert f.lower(x).report()["collectives"] == []
+
+
+def test_split_moves_to_a_dim_long_enough_to_hold_it():
+    """A size-1 batch dim cannot hold a 4-way split: the split moves to a transformed dim
+    already done instead (moving it to the batch dim would replicate the array)."""
+    mesh = Mesh((4,), ("x",))
+    x = data((1, 8, 8), "float64")
+    f = spmd.jit(lambda a: np.fft.fft2(a, axes=(1, 2)), in_shardings=(mesh.sharding(None, "x", None),))
+    cs = f.lower(x).report()["collectives"]
+    assert [c["op"] for c in cs] == ["all_to_all", "all_to_all"] and all(c["bytes"] == 256 for c in cs), cs
+    close(f(x).numpy(), np.fft.fft2(x), "fft2 with a size-1 batch dim")
 
 
 def test_1d_fft_along_the_split_axis():

@@ -176,9 +176,12 @@ def _partition(P, op):
         k = P.axes_size(spec[need])
         cands = [d for d in range(len(shape)) if d != need]
 
-        def rank(d):        # a batch dim, then one done, then one still to do; unsplit first
+        def rank(d):
+            # unsplit first, long enough to hold the split, then a batch dim, then one
+            # already transformed, then one still to do; evenly split, then the longest
+            g = k * P.axes_size(spec[d])
             role = 0 if d not in axes else (1 if d not in pending else 2)
-            return (bool(spec[d]), role, shape[d] % (k * P.axes_size(spec[d])) != 0, -shape[d])
+            return (bool(spec[d]), shape[d] < g, role, shape[d] % g != 0, -shape[d])
         cands.sort(key=rank)
         old = P.sh(spec)
         new = list(spec)
