@@ -112,7 +112,7 @@ def run(kind, name, builder, args, kwargs, scalars_dynamic=False, out_sharding=N
     dyn, key = [], [kind, name, tree, out_sharding]
     for x in leaves:
         dynamic = isinstance(x, (Array, np.ndarray)) or (
-            scalars_dynamic and isinstance(x, (bool, int, float, np.generic)))
+            scalars_dynamic and isinstance(x, (bool, int, float, complex, np.generic)))
         if dynamic:
             dyn.append(x)
             key.append(_dyn_aval(x))
@@ -151,7 +151,7 @@ _VIEWS = {"T", "mT", "transpose", "reshape", "ravel", "swapaxes", "moveaxis", "s
 def _make(kind, name, builder, tree, leaves, scalars_dynamic, out_sharding):
     from .api import jit
     is_dyn = [isinstance(x, (Array, np.ndarray)) or (
-        scalars_dynamic and isinstance(x, (bool, int, float, np.generic))) for x in leaves]
+        scalars_dynamic and isinstance(x, (bool, int, float, complex, np.generic))) for x in leaves]
     static = [None if d else x for x, d in zip(leaves, is_dyn)]
 
     def one_op(*dyn):
@@ -307,7 +307,7 @@ def _operator(name, f):
     def m(self, *args):
         if current_trace() is not None or any(isinstance(a, Tracer) for a in args):
             return NotImplemented
-        if not all(isinstance(a, (Array, np.ndarray, np.generic, bool, int, float, list, tuple))
+        if not all(isinstance(a, (Array, np.ndarray, np.generic, bool, int, float, complex, list, tuple))
                    for a in args):
             return NotImplemented
         return run("operator", name, f, (self,) + args, {}, scalars_dynamic=True)
@@ -605,6 +605,8 @@ def install():
     Array.__getattr__ = _getattr
     Array.T = property(lambda self: run("method", "T", lambda x: npx.transpose(x), (self,), {}))
     Array.mT = property(lambda self: run("method", "mT", lambda x: npx.swapaxes(x, -1, -2), (self,), {}))
+    Array.real = property(lambda self: run("method", "real", lambda x: npx.real(x), (self,), {}))
+    Array.imag = property(lambda self: run("method", "imag", lambda x: npx.imag(x), (self,), {}))
     Array.fill = _fill
     Array.nonzero = lambda self: np.nonzero(self)
     Array.item = _item

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-DTYPES = ("float64", "float32", "int64", "bool")
+DTYPES = ("float64", "float32", "int64", "bool", "complex128", "complex64")
 _F = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
 
@@ -17,6 +17,8 @@ def value(dev, shape, dtype):
     rng = np.random.default_rng(dev)
     if dtype == "bool":
         return rng.random(shape) < 0.5
+    if dtype.startswith("complex"):
+        return (rng.standard_normal(shape) * 10 + 1j * rng.standard_normal(shape)).astype(dtype)
     return (rng.standard_normal(shape) * 10).astype(dtype)
 
 
@@ -42,7 +44,8 @@ def check_collectives(comm, dtypes=DTYPES, big=False):
         G, i = len(group), mesh.index_in_group(me, axes)
         xs = [value(d, (G * 2, 3), dtype) for d in group]
         case = (mesh.text(), axes, dtype)
-        for op in (["sum", "max", "min", "prod"] if dtype != "bool" else ["sum", "min"]):
+        ops = {"bool": ["sum", "min"], "complex128": ["sum", "prod"], "complex64": ["sum", "prod"]}
+        for op in ops.get(dtype, ["sum", "max", "min", "prod"]):
             want = reduce_in_order(op, xs)
             got = comm.all_reduce(xs[i], axes, op)
             assert got.dtype == want.dtype and np.allclose(got, want), (case, "all_reduce", op)

@@ -98,10 +98,20 @@ def rand(rng, shape, dtype, lo=-3.0, hi=3.0, nonzero=False):
         if nonzero:
             x = np.where(x == 0, 1, x).astype(dtype)
         return x
+    if dtype.kind == "c":            # complex: both parts in [lo, hi]
+        x = (rng.uniform(lo, hi, size=shape) + 1j * rng.uniform(lo, hi, size=shape)).astype(dtype)
+        if nonzero:
+            x = np.where(np.abs(x) < 0.25, 0.5 + 0.5j, x).astype(dtype)
+        return x
     x = rng.uniform(lo, hi, size=shape).astype(dtype)
     if nonzero:
         x = np.where(np.abs(x) < 0.25, np.where(x < 0, -0.5, 0.5), x).astype(dtype)
     return x
+
+
+def wide(x):
+    """x in float64 (complex128 if complex): the precision expectations are computed in."""
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
 def cast(f):
@@ -156,8 +166,7 @@ binary("maximum", lambda x, y: np.where(x >= y, x, y),
 binary("minimum", lambda x, y: np.where(x <= y, x, y),
        grad_ok=lambda ops, a: away(ops[0] - ops[1], [0]))
 # floats: positive bases (log x is in d/dy); ints: non-negative exponents
-binary("power", cast(lambda x, y: x.astype(np.float64) ** y.astype(np.float64)
-                     if _isf(x.dtype) else x ** y),
+binary("power", cast(lambda x, y: wide(x) ** wide(y) if _isf(x.dtype) or x.dtype.kind == "c" else x ** y),
        lo=0.5, hi=2.0, y_lo=-2.0, y_hi=2.0, y_int=(0, 4))
 # C fmod: the result has the sign of the dividend
 binary("remainder", cast(lambda x, y: x - y * (np.trunc(x.astype(np.float64) / y))
@@ -179,25 +188,92 @@ def _shift_expect(left):
                                  dtype=x.dtype).reshape(x.shape)
 
 
+
 binary("shift_left", _shift_expect(True), lo=-40.0, hi=40.0, y_lo=-3.0, y_hi=70.0)
 binary("shift_right", _shift_expect(False), lo=-40.0, hi=40.0, y_lo=-3.0, y_hi=70.0)
 
-unary("negate", lambda x: (-x.astype(np.float64)).astype(x.dtype) if _isf(x.dtype) else -x)
+unary("negate", lambda x: (-wide(x)).astype(x.dtype) if _isf(x.dtype) or x.dtype.kind == "c" else -x)
 unary("not", lambda x: ~x)
-unary("abs", cast(lambda x: np.where(x < 0, -x, x)), grad_ok=lambda ops, a: away(ops[0], [0]))
+unary("abs", lambda x: np.hypot(x.real, x.imag) if x.dtype.kind == "c" else np.where(x < 0, -x, x).astype(x.dtype),
+      grad_ok=lambda ops, a: away(np.abs(ops[0]), [0]))
 unary("sign", cast(lambda x: (x > 0).astype(np.int8) - (x < 0).astype(np.int8)),
       grad_ok=lambda ops, a: away(ops[0], [0]))
 unary("floor", cast(lambda x: x - np.mod(x, 1.0)),
       grad_ok=lambda ops, a: away(ops[0] % 1.0, [0.0, 1.0]))
-unary("exp", cast(lambda x: np.e ** x.astype(np.float64)))
-unary("log", cast(lambda x: np.log2(x.astype(np.float64)) / np.log2(np.e)), lo=0.1, hi=4.0)
+unary("exp", cast(lambda x: np.e ** wide(x)))
+unary("log", cast(lambda x: np.log2(wide(x)) / np.log2(np.e)), lo=0.1, hi=4.0)
 unary("log1p", cast(lambda x: np.log(1.0 + x.astype(np.float64))), lo=-0.9, hi=3.0)
 unary("tanh", cast(lambda x: (1 - np.exp(-2.0 * x)) / (1 + np.exp(-2.0 * x))))
 unary("logistic", cast(lambda x: 0.5 * (1 + np.tanh(x.astype(np.float64) / 2))))
-unary("sqrt", cast(lambda x: x.astype(np.float64) ** 0.5), lo=0.1, hi=4.0)
+unary("sqrt", cast(lambda x: wide(x) ** 0.5), lo=0.1, hi=4.0)
 unary("rsqrt", cast(lambda x: x.astype(np.float64) ** -0.5), lo=0.1, hi=4.0)
 unary("sin", cast(lambda x: np.cos(x.astype(np.float64) - np.pi / 2)))
 unary("cos", cast(lambda x: np.sin(x.astype(np.float64) + np.pi / 2)))
+
+# complex parts (from the definition z = a + bi, not numpy's np.real / np.imag / np.conj)
+_REAL_OF = {np.dtype("complex64"): np.float32, np.dtype("complex128"): np.float64}
+unary("real", lambda z: np.array([complex(v).real for v in z.ravel()], _REAL_OF[z.dtype]).reshape(z.shape))
+unary("imag", lambda z: np.array([complex(v).imag for v in z.ravel()], _REAL_OF[z.dtype]).reshape(z.shape))
+unary("conj", lambda z: np.array([complex(v.real, -v.imag) for v in z.ravel()], z.dtype).reshape(z.shape))
+
+
+# -- fft: the DFT written out as a matrix product, one axis at a time (not pocketfft)
+def _dft(x, axis, sign, scale):
+    n = x.shape[axis]
+    k = np.arange(n)
+    w = np.exp(sign * 2j * np.pi * np.outer(k, k) / n) * scale
+    return np.moveaxis(np.tensordot(w, np.moveaxis(x, axis, 0), axes=(1, 0)), 0, axis)
+
+
+def _scale(n, norm, inverse):
+    return {"backward": 1.0 / n if inverse else 1.0, "ortho": n ** -0.5,
+            "forward": 1.0 if inverse else 1.0 / n}[norm]
+
+
+def _fft_expect(x, kind, axes, n, norm):
+    cdt = {"float32": np.complex64, "complex64": np.complex64}.get(x.dtype.name, np.complex128)
+    z = x.astype(np.complex128)
+    if kind in ("fft", "ifft", "rfft"):
+        inv = kind == "ifft"
+        for a in axes:
+            z = _dft(z, a, 1 if inv else -1, _scale(z.shape[a], norm, inv))
+        if kind == "rfft":
+            z = np.take(z, np.arange(n // 2 + 1), axis=axes[-1])
+        return z.astype(cdt)
+    for a in axes[:-1]:                  # irfft: inverse c2c on the others, then c2r
+        z = _dft(z, a, 1, _scale(z.shape[a], norm, True))
+    last = axes[-1]
+    m = z.shape[last]
+    k, t = np.arange(m), np.arange(n)
+    wgt = np.where((k == 0) | ((n % 2 == 0) & (k == n // 2)), 1.0, 2.0)
+    e = np.exp(2j * np.pi * np.outer(t, k) / n) * wgt * _scale(n, norm, True)
+    z = np.moveaxis(np.tensordot(e, np.moveaxis(z, last, 0), axes=(1, 0)), 0, last)
+    return z.real.astype(np.float32 if cdt is np.complex64 else np.float64)
+
+
+FFT_CASES = [((8,), (0,)), ((5,), (0,)), ((3, 4), (1,)), ((3, 4), (0,)), ((4, 3), (0, 1)),
+             ((4, 5), (1, 0)), ((2, 3, 4), (0, 2)), ((2, 3, 4), (2, 1, 0)), ((1, 1), (0, 1)), ((0, 4), (1,))]
+
+
+def _make_fft(rng, dt):
+    out = []
+    norms = itertools.cycle(("backward", "ortho", "forward"))
+    for shape, axes in FFT_CASES:
+        if np.dtype(dt).kind == "f":
+            out.append(([rand(rng, shape, dt)], {"kind": "rfft", "axes": axes, "n": shape[axes[-1]],
+                                                 "norm": next(norms)}))
+            continue
+        for kind in ("fft", "ifft"):
+            out.append(([rand(rng, shape, dt)], {"kind": kind, "axes": axes, "n": shape[axes[-1]],
+                                                 "norm": next(norms)}))
+        for n in (2 * shape[axes[-1]] - 2, 2 * shape[axes[-1]] - 1):
+            if n >= 1:
+                out.append(([rand(rng, shape, dt)], {"kind": "irfft", "axes": axes, "n": n,
+                                                     "norm": next(norms)}))
+    return out
+
+
+entry("fft", _make_fft, _fft_expect)
 
 CMP = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le,
        "GT": operator.gt, "GE": operator.ge}
@@ -205,7 +281,8 @@ CMP = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.l
 
 def _make_compare(rng, dt):
     out = []
-    for s, d in zip(SHAPES * 2, itertools.cycle(CMP)):
+    dirs = ("EQ", "NE") if np.dtype(dt).kind == "c" else CMP      # complex numbers have no order
+    for s, d in zip(SHAPES * 2, itertools.cycle(dirs)):
         x, y = rand(rng, s, dt), rand(rng, s, dt)
         y = np.where(rng.random(s) < 0.3, x, y).astype(dt)      # some equal pairs
         out.append(([x, y], {"direction": d}))
@@ -235,6 +312,8 @@ def _make_convert(rng, dt):
 def _convert_expect(x, dtype):
     if np.dtype(dtype) == np.bool_:
         return x != 0
+    if x.dtype.kind == "c" and np.dtype(dtype).kind != "c":
+        x = x.real                                # numpy keeps the real part
     if np.dtype(dtype).kind in "iu" and _isf(x.dtype):
         return np.trunc(x).astype(dtype)          # toward zero
     return np.array(x.tolist(), dtype=dtype).reshape(x.shape)
@@ -380,7 +459,7 @@ REDUCES = [((2, 3, 4), ()), ((2, 3, 4), (0,)), ((2, 3, 4), (1,)), ((2, 3, 4), (2
 
 
 def _make_reduce(rng, dt):
-    kinds = ("max", "min") if dt == "bool" else ("sum", "max", "min", "prod")
+    kinds = ("max", "min") if dt == "bool" else ("sum", "prod") if dt.startswith("complex") else ("sum", "max", "min", "prod")
     out = []
     for k in kinds:
         for s, axes in REDUCES:
@@ -686,4 +765,5 @@ import opinfo_linalg  # noqa: E402,F401  (linalg, sort, atan2 entries)
 def tolerance(dtype):
     """(rtol, atol) for comparing results of `dtype`; exact for ints and bools."""
     return {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12), "float16": (2e-3, 2e-3),
-            "bfloat16": (1.6e-2, 1.6e-2)}.get(np.dtype(dtype).name, (0, 0))
+            "bfloat16": (1.6e-2, 1.6e-2), "complex64": (1e-5, 1e-5),
+            "complex128": (1e-12, 1e-12)}.get(np.dtype(dtype).name, (0, 0))

@@ -27,7 +27,7 @@ def sharding_of(v, mesh):
 
 def garbage(shape, dtype):
     dt = np.dtype(dtype)
-    if dt.kind == "f":
+    if dt.kind in "fc":
         return np.full(shape, np.nan, dt)
     if dt.kind == "b":
         return np.ones(shape, dt)

@@ -14,14 +14,14 @@ EPS = 1e-6
 
 
 def _is_f64(x):
-    return np.asarray(x).dtype == np.float64
+    return np.asarray(x).dtype in (np.float64, np.complex128)
 
 
 def grad_samples(name, rng):
-    """float64 samples at smooth points, with something to differentiate."""
+    """float64 (and complex128) samples at smooth points, with something to differentiate."""
     out = []
     for operands, attrs in samples(name, rng):
-        floats = [i for i, x in enumerate(operands) if np.asarray(x).dtype.kind == "f"]
+        floats = [i for i, x in enumerate(operands) if np.asarray(x).dtype.kind in "fc"]
         if not floats or not all(_is_f64(operands[i]) for i in floats):
             continue
         if not any(np.size(operands[i]) for i in floats):
@@ -40,6 +40,9 @@ def loss_graph(name, operands, attrs, floats, rng, order=1):
     out = g.emit(name, *ins, **attrs)
 
     def weighted_sum(v):
+        if v.dtype.startswith("complex"):     # a real loss of a complex value: Re(sum(w * v))
+            w = rng.standard_normal(v.shape) + 1j * rng.standard_normal(v.shape)
+            v = g.emit("real", g.emit("multiply", v, g.emit("constant", value=np.asarray(w, v.dtype))))
         w = g.emit("constant", value=rng.standard_normal(v.shape))
         p = g.emit("multiply", v, w)
         return g.emit("reduce", p, kind="sum", axes=tuple(range(v.ndim))) if v.ndim else p
@@ -47,7 +50,7 @@ def loss_graph(name, operands, attrs, floats, rng, order=1):
     def grads(loss, start=0):
         one = g.emit("constant", value=np.ones(()))
         cts = vjp_graph(g, start, [ins[i] for i in floats], loss, one)
-        zeros = [g.emit("broadcast_in_dim", g.emit("constant", value=np.zeros(())),
+        zeros = [g.emit("broadcast_in_dim", g.emit("constant", value=np.zeros((), ins[i].dtype)),
                         shape=ins[i].shape, broadcast_dimensions=()) for i in floats]
         return [c if c is not None else z for c, z in zip(cts, zeros)]
 
@@ -64,17 +67,19 @@ def loss_graph(name, operands, attrs, floats, rng, order=1):
 
 
 def finite_differences(exe, operands, floats):
-    """Central differences of output 0 of exe wrt every element of the float operands."""
+    """Central differences of output 0 of exe wrt every element of the float operands.
+    A complex operand's gradient is d/d re - i d/d im (JAX's convention)."""
     base = [np.array(x, copy=True) for x in operands]
     out = []
     for i in floats:
-        d = np.zeros(base[i].shape)
-        for idx in np.ndindex(*base[i].shape):
-            hi = [b.copy() for b in base]
-            lo = [b.copy() for b in base]
-            hi[i][idx] += EPS
-            lo[i][idx] -= EPS
-            d[idx] = (exe(hi)[0] - exe(lo)[0]) / (2 * EPS)
+        d = np.zeros(base[i].shape, base[i].dtype)
+        for step in ((1.0, 1.0), (1j, -1j)) if base[i].dtype.kind == "c" else ((1.0, 1.0),):
+            for idx in np.ndindex(*base[i].shape):
+                hi = [b.copy() for b in base]
+                lo = [b.copy() for b in base]
+                hi[i][idx] += EPS * step[0]
+                lo[i][idx] -= EPS * step[0]
+                d[idx] += (exe(hi)[0] - exe(lo)[0]) / (2 * EPS) * step[1]
         out.append(d)
     return out
 

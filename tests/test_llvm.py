@@ -379,3 +379,30 @@ def test_bad_input_is_a_clear_error():
     exe = spmd.jit(lambda x: x + 1, backend="llvm").lower(np.zeros(3, np.float32)).compile()
     with pytest.raises(spmd.SpmdError, match="input 0 is float64"):
         exe([np.zeros(3)])
+
+
+def test_complex_elementwise_ops_compile_into_kernels():
+    """add, subtract, multiply, negate, conj, real, imag, select, ==, != and converts are
+    lowered on complex values (a pair of floats) and fuse into one kernel; divide, exp,
+    abs and the reductions of complex values run through numpy."""
+    rng = np.random.default_rng(0)
+    edges = np.array([0, -0.0, 1, np.nan, 0.5, 3.0, -1.0, -2.5])      # (overflow: numpy may use FMA)
+    for dt, ft in (("complex64", "float32"), ("complex128", "float64")):
+        z = (rng.standard_normal((6, 8)) + 1j * rng.standard_normal((6, 8))).astype(dt)
+        z[0, :] = (edges + 1j * np.roll(edges, 3)).astype(dt)
+        w = (rng.standard_normal((6, 8)) + 1j * rng.standard_normal((6, 8))).astype(dt)
+        x = rng.standard_normal((6, 8)).astype(ft)
+
+        def f(z, w, x):
+            y = np.conj(z * w - w) + (-z) * x + (2 - 1j)
+            y = np.where(z == w, y, y * y) + np.where(z != z, 1j, 0)
+            return y.real + np.imag(y) * x, y, y.astype(np.complex128 if dt == "complex64" else np.complex64)
+
+        exe, ks = kernels(f, z, w, x)
+        assert ks and all(type(s) is KernelStep for s in exe.steps), [type(s).__name__ for s in exe.steps]
+        with np.errstate(all="ignore"):
+            want = f(z, w, x)
+        got = spmd.jit(f, backend="llvm")(z, w, x)
+        for g, wv in zip(got, want):      # compared in the precision it was computed in
+            close(np.asarray(g).astype(np.result_type(ft, dt) if np.iscomplexobj(wv) else ft),
+                  np.asarray(wv).astype(np.result_type(ft, dt) if np.iscomplexobj(wv) else ft), f"complex kernel {dt}")

@@ -27,7 +27,7 @@ from spmd.sharding import Mesh, Sharding
 
 CAP = 160          # drawn cases per op, beyond the complete 1-d enumeration
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("a", "b"))]
-DTYPES = (np.float32, np.int32, np.bool_)
+DTYPES = (np.float32, np.int32, np.bool_, np.complex64)
 
 
 def specs(mesh, ndim):

@@ -28,7 +28,7 @@ def vjp_multi(graph, start, inputs, outputs, out_cts):
     active = set(inputs)
     for op in ops:
         if any(o in active for o in op.operands):
-            active.update(r for r in op.results if dtypes.is_float(r.dtype))
+            active.update(r for r in op.results if dtypes.is_inexact(r.dtype))
     cts = {}
     for o, c in zip(outputs, out_cts):
         if c is not None and o in active:
@@ -89,9 +89,9 @@ def value_and_grad(f, argnums=0, has_aux=False):
             mine = []
             for leaf in leaves:
                 x = npx.asarray(leaf, t=t)
-                if not dtypes.is_float(x.value.dtype):
+                if not dtypes.is_inexact(x.value.dtype):
                     raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
-                                     f"grad needs float inputs")
+                                     f"grad needs float (or complex) inputs")
                 # a fresh value, so uses of the same array outside f are not differentiated
                 mine.append(Tracer(g.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
             trees[n] = (tree, len(fresh), len(mine))

@@ -36,16 +36,14 @@ def _dtype_token(x):
     """What np.result_type should see of x: dtypes for arrays, Python scalars as weak."""
     if isinstance(x, Tracer):
         if x.weak:
-            return {"bool": False, "int64": 0, "int32": 0}.get(x.value.dtype, 0.0)
+            return {"bool": False, "int64": 0, "int32": 0, "complex128": 0j}.get(x.value.dtype, 0.0)
         return x.dtype
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, (bool, int, float, complex)):
         return x
     if isinstance(x, (list, tuple)):
         return np.asarray(x).dtype
-    if isinstance(x, complex):
-        raise TypeError("spmd does not support complex numbers")
     if hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape"):
         return np.dtype(x.dtype)          # an array-like (an spmd.Array closed over): a constant
     raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
@@ -66,7 +64,7 @@ def asarray(x, dtype=None, t=None) -> Tracer:
                 and np.dtype(dtype).kind in "iu" and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
             raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
         arr = np.asarray(x)
-        if dtype is None and isinstance(x, (bool, int, float)):
+        if dtype is None and isinstance(x, (bool, int, float, complex)):
             arr = np.asarray(x, dtype=result_dtype(x))
         x = t.const(arr if dtype is None else arr.astype(dtype))
     if dtype is not None and x.value.dtype != dtypes.canon(dtype):
@@ -103,8 +101,9 @@ def _promote(*xs, dtype=None, op="elementwise op"):
 
 
 def _float_dtype(*xs):
+    """The inexact dtype numpy computes in: floats and complex stay, the rest -> float64."""
     dt = result_dtype(*xs)
-    return dt if dt in dtypes.FLOATS else "float64"
+    return dt if dtypes.is_inexact(dt) else "float64"
 
 
 def _binary(name, x, y, dtype=None):
@@ -154,8 +153,21 @@ def _keep(x, r, axes, keepdims):
 def add(x, y): return _binary("add", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
 def subtract(x, y): return _binary("subtract", x, y)
 def multiply(x, y): return _binary("multiply", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
-def maximum(x, y): return _binary("maximum", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
-def minimum(x, y): return _binary("minimum", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
+def _ordered(name, *xs):
+    """numpy orders complex numbers lexicographically; spmd does not: say so, never guess."""
+    if dtypes.is_complex(result_dtype(*xs)):
+        raise TypeError(f"np.{name} of complex numbers is not supported in spmd (numpy orders them "
+                        f"lexicographically); compare np.abs(z) or z.real instead (at {user_loc()})")
+
+
+def maximum(x, y):
+    _ordered("maximum", x, y)
+    return _binary("maximum", x, y) if result_dtype(x, y) != "bool" else logical_or(x, y)
+
+
+def minimum(x, y):
+    _ordered("minimum", x, y)
+    return _binary("minimum", x, y) if result_dtype(x, y) != "bool" else logical_and(x, y)
 def true_divide(x, y): return _binary("divide", x, y, dtype=_float_dtype(x, y))
 
 
@@ -245,6 +257,8 @@ def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
 
 def _compare(direction):
     def f(x, y):
+        if direction not in ("EQ", "NE"):
+            _ordered({"LT": "less", "LE": "less_equal", "GT": "greater", "GE": "greater_equal"}[direction], x, y)
         a, b = _promote(x, y, op=f"compare {direction}")
         return _emit(a._tr, "compare", a, b, direction=direction)
     return f
@@ -345,6 +359,41 @@ def clip(x, a_min=None, a_max=None, **kw):
     if a_max is not None:
         x = minimum(x, a_max)
     return x
+
+
+# ---------------------------------------------------------------------------- complex parts
+def real(x):
+    x = asarray(x)
+    return _emit(x._tr, "real", x) if dtypes.is_complex(x.value.dtype) else x
+
+
+def imag(x):
+    x = asarray(x)
+    return _emit(x._tr, "imag", x) if dtypes.is_complex(x.value.dtype) else zeros_like(x)
+
+
+def conjugate(x):
+    x = asarray(x)
+    return _emit(x._tr, "conj", x) if dtypes.is_complex(x.value.dtype) else x
+
+
+def angle(z, deg=False):
+    z = asarray(z)
+    if dtypes.is_complex(z.value.dtype):
+        re, im = real(z), imag(z)
+    else:
+        re = asarray(z, _float_dtype(z))
+        im = zeros_like(re)
+    a = _emit(z._tr, "atan2", im, re)
+    return multiply(a, 180.0 / np.pi) if deg else a
+
+
+def iscomplexobj(x):
+    return dtypes.is_complex(asarray(x).value.dtype)
+
+
+def isrealobj(x):
+    return not iscomplexobj(x)
 
 
 def astype(x, dtype):
@@ -451,11 +500,13 @@ def _extreme(kind, x, axis, keepdims, initial, where_):
 
 def max(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
     _no_extra("max", (), dict(kw, out=out))
+    _ordered("max", x)
     return _extreme("max", x, axis, keepdims, initial, where)
 
 
 def min(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
     _no_extra("min", (), dict(kw, out=out))
+    _ordered("min", x)
     return _extreme("min", x, axis, keepdims, initial, where)
 
 
@@ -497,11 +548,16 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     axes = _axes(axis, x.ndim, "var")
     m = mean(x, axis, dtype, keepdims=True, where=where)
     d = subtract(x, m)
+    if dtypes.is_complex(d.value.dtype):       # numpy: the mean of |d|^2, a real result
+        re, im = real(d), imag(d)
+        d2 = add(multiply(re, re), multiply(im, im))
+    else:
+        d2 = multiply(d, d)
     if where is not None and where is not True:
-        s = sum(multiply(d, d), axis, keepdims=keepdims, where=where)
+        s = sum(d2, axis, keepdims=keepdims, where=where)
         n = subtract(_where_count(x, axis, where, keepdims, s.value.dtype), ddof)
         return true_divide(s, maximum(n, asarray(0, s.value.dtype)))
-    s = sum(multiply(d, d), axis, keepdims=keepdims)
+    s = sum(d2, axis, keepdims=keepdims)
     return true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
 
 
@@ -793,7 +849,7 @@ def dot(a, b, out=None):
 
 
 def vdot(a, b):
-    return dot(ravel(a), ravel(b))
+    return dot(ravel(conjugate(a)), ravel(b))     # numpy conjugates the first argument
 
 
 def inner(a, b):
@@ -938,7 +994,7 @@ _view_squeeze = fz.as_view(squeeze, "reshape")
 _view_expand_dims = fz.as_view(expand_dims, "reshape")
 
 
-from .numpy_lib import linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST  # noqa: E402
+from .numpy_lib import fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST  # noqa: E402
 
 U, F, M = "ufunc", "function", "method"
 # The numpy API spmd traces, one row per numpy name: the builder that emits its IR, where
@@ -965,6 +1021,13 @@ API = (
     ("negative",      negative,                     (U,),      ("-neg",)),
     ("positive",      lambda x: x,                  (U,),      ("-pos",)),
     ("absolute",      absolute,                     (U,),      ("-abs",)),
+    ("conjugate",     conjugate,                    (U, M),    ()),
+    ("conj",          conjugate,                    (M,),      ()),
+    ("real",          real,                         (F,),      ()),
+    ("imag",          imag,                         (F,),      ()),
+    ("angle",         angle,                        (F,),      ()),
+    ("iscomplexobj",  iscomplexobj,                 (F,),      ()),
+    ("isrealobj",     isrealobj,                    (F,),      ()),
     ("fabs",          absolute,                     (U,),      ()),
     ("sign",          sign,                         (U,),      ()),
     ("floor",         floor,                        (U,),      ()),
@@ -1136,6 +1199,23 @@ API = (
     ("linalg.matrix_rank", LA.matrix_rank,          (F,),      ()),
     ("linalg.cond",   LA.cond,                      (F,),      ()),
     ("linalg.multi_dot", LA.multi_dot,              (F,),      ()),
+    # -- numpy_lib/fft.py (np.fft.NAME)
+    ("fft.fft",         FFT.fft,                       (F,),      ()),
+    ("fft.ifft",        FFT.ifft,                      (F,),      ()),
+    ("fft.rfft",        FFT.rfft,                      (F,),      ()),
+    ("fft.irfft",       FFT.irfft,                     (F,),      ()),
+    ("fft.hfft",        FFT.hfft,                      (F,),      ()),
+    ("fft.ihfft",       FFT.ihfft,                     (F,),      ()),
+    ("fft.fft2",        FFT.fft2,                      (F,),      ()),
+    ("fft.ifft2",       FFT.ifft2,                     (F,),      ()),
+    ("fft.rfft2",       FFT.rfft2,                     (F,),      ()),
+    ("fft.irfft2",      FFT.irfft2,                    (F,),      ()),
+    ("fft.fftn",        FFT.fftn,                      (F,),      ()),
+    ("fft.ifftn",       FFT.ifftn,                     (F,),      ()),
+    ("fft.rfftn",       FFT.rfftn,                     (F,),      ()),
+    ("fft.irfftn",      FFT.irfftn,                    (F,),      ()),
+    ("fft.fftshift",    FFT.fftshift,                  (F,),      ()),
+    ("fft.ifftshift",   FFT.ifftshift,                 (F,),      ()),
     ("transpose",     _view_transpose,              (F,),      ()),
     ("transpose",     _view_transpose_method,       (M,),      ()),
     ("reshape",       _view_reshape,                (F,),      ()),
@@ -1180,7 +1260,8 @@ API = (
 
 UFUNCS = {name: f for name, f, where_, _ in API if U in where_}
 def _np_attr(name):
-    """np.NAME, or np.linalg.NAME for "linalg.NAME"; None where this numpy has none."""
+    """np.NAME, or np.linalg.NAME for "linalg.NAME" (np.fft.NAME for "fft.NAME"); None where
+    this numpy has none."""
     obj = np
     for part in name.split("."):
         obj = getattr(obj, part, None)

@@ -101,6 +101,8 @@ def leaf_aval(x):
         return (), "int64", True
     if isinstance(x, float):
         return (), "float64", True
+    if isinstance(x, complex):
+        return (), "complex128", True
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return tuple(x.shape), dtypes.canon(x.dtype), False
     raise TypeError(f"spmd.jit: argument leaf {x!r} of type {type(x).__name__} is not an array; "
@@ -170,6 +172,8 @@ class Tracer:
     nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
     T = property(lambda self: _api()._view_transpose(self))         # views, as numpy's
     mT = property(lambda self: _api()._view_swapaxes(self, -1, -2))
+    real = property(lambda self: _api().real(self))
+    imag = property(lambda self: _api().imag(self))
 
     def __repr__(self):
         return f"Tracer({dtypes.SHORT[self.value.dtype]}{list(self.shape)})"

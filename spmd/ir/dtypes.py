@@ -6,6 +6,12 @@ DTYPES = ("float32", "float64", "int32", "int64", "bool")
 SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "pred"}
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
+# complex numbers: np.fft's results, and the elementwise math that makes sense on them
+COMPLEX = ("complex64", "complex128")
+DTYPES += COMPLEX
+SHORT.update({"complex64": "c64", "complex128": "c128"})
+REAL_OF = {"complex64": "float32", "complex128": "float64"}
+COMPLEX_OF = {"float32": "complex64", "float64": "complex128"}
 
 # 2-byte storage floats: numpy's float16, and bfloat16 from ml_dtypes (the numpy dtype jax
 # uses). Arrays hold 2 bytes an element; native kernels compute on them in float32.
@@ -54,3 +60,12 @@ def result_type(*tokens):
     if r == f16:
         return np.dtype(np.float32) if has16 else bf
     return r
+
+
+def is_complex(dtype: str) -> bool:
+    return dtype in COMPLEX
+
+
+def is_inexact(dtype: str) -> bool:
+    """float or complex: the dtypes that carry derivatives."""
+    return dtype in FLOATS or dtype in COMPLEX

@@ -40,7 +40,7 @@ def value_type(v) -> str:
 def attr_str(x) -> str:
     if isinstance(x, np.ndarray):
         t = f"{SHORT[x.dtype.name]}[{','.join(map(str, x.shape))}]"
-        if x.size <= INLINE_ELEMENTS:
+        if x.size <= INLINE_ELEMENTS and x.dtype.kind != "c":     # complex: always hex
             return f"dense<{t}, {_list_str(x.reshape(-1).tolist(), x.dtype)}>"
         return f'dense<{t}, "0x{np.ascontiguousarray(x).astype(x.dtype.newbyteorder("<")).tobytes().hex()}">'
     if isinstance(x, bool):

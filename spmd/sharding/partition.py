@@ -90,7 +90,7 @@ class _Partitioner:
     receives: `mesh`, `em` (the Emitter of the per-device graph), `halo` (halo.py),
     `get` / `reshard` / `finish` (collectives between layouts), `sh` (a Sharding from a
     spec), `sharding_of` (a global Value's propagated sharding), `axes_size`, `chunk`,
-    `carry_all`, `gather_fallback` and `mask_reduction_dims`."""
+    `carry_all`, `gather_fallback`, `warn_gather` and `mask_reduction_dims`."""
 
     halo = halo
 
@@ -193,6 +193,10 @@ class _Partitioner:
         whole = list(spec)
         whole[d] = ()
         return self.reshard(x, self.sh(spec, partial), self.sh(whole, partial), cur_shape), whole
+
+    def warn_gather(self, message):
+        """A handler that must gather what the op needs whole says so (never silently)."""
+        warnings.warn(message, ReshardWarning, stacklevel=4)
 
     def mask_reduction_dims(self, op, rule, assign, locals_, shardings, kind="sum"):
         """Padding in a dim that is reduced over must hold the reduction's identity."""

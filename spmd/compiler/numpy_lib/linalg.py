@@ -269,8 +269,22 @@ def _matrix_norm(x, ord, axes, keepdims):
     return res
 
 
+def _moduli(x, ord, matrix):
+    """A complex input's norms are its moduli's (numpy's), except a matrix's 2-norm and
+    nuclear norm, which need a complex SVD: those raise."""
+    if x.dtype.kind != "c":
+        return x
+    if matrix and ord in (2, -2, "nuc"):
+        raise TypeError(f"np.linalg.norm(ord={ord!r}) of a complex matrix is not supported in spmd "
+                        f"(at {user_loc()})")
+    return A.absolute(x)
+
+
 def norm(x, ord=None, axis=None, keepdims=False):
     x = A.asarray(x)
+    matrix = (x.ndim == 2 and ord is not None) if axis is None else \
+        not isinstance(axis, (int, np.integer)) and len(axis) == 2
+    x = _moduli(x, ord, matrix)
     x = A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
     if axis is None:
         if ord is None:
@@ -333,6 +347,7 @@ def multi_dot(arrays, *, out=None):
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     x = A.asarray(x)
     if axis is None:
+        x = _moduli(x, ord, False)
         r = _vector_norm(A.ravel(A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")), ord, 0, False)
         return A.reshape(r, (1,) * x.ndim) if keepdims else r
     if isinstance(axis, (int, np.integer)) or len(axis) == 1:

@@ -59,38 +59,48 @@ def _ufunc(f, name, nargs=1):
 # ---------------------------------------------------------------------------- NaN and inf
 def isnan(x):
     x = A.asarray(x)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         return A.full_like(x, False, dtype="bool")
     return A.not_equal(x, x)
 
 
 def isinf(x):
     x = A.asarray(x)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         return A.full_like(x, False, dtype="bool")
     return A.equal(A.absolute(x), np.inf)
 
 
 def isfinite(x):
     x = A.asarray(x)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         return A.full_like(x, True, dtype="bool")
     # x - x is 0 for finite x, NaN for inf and NaN
     return A.equal(A.subtract(x, x), 0.0)
 
 
+def _no_complex(x, name):
+    if x.dtype.kind == "c":
+        raise TypeError(f"np.{name} is not defined for complex numbers (at {user_loc()})")
+
+
 def isposinf(x):
     x = A.asarray(x)
+    _no_complex(x, "isposinf")
     return A.equal(x, np.inf) if x.dtype.kind == "f" else A.full_like(x, False, dtype="bool")
 
 
 def isneginf(x):
     x = A.asarray(x)
+    _no_complex(x, "isneginf")
     return A.equal(x, -np.inf) if x.dtype.kind == "f" else A.full_like(x, False, dtype="bool")
 
 
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     x = A.asarray(x)
+    if x.dtype.kind == "c":         # numpy: the real and imaginary parts on their own
+        parts = [nan_to_num(p, copy, nan, posinf, neginf) for p in (A.real(x), A.imag(x))]
+        return A.add(A.astype(parts[0], x.dtype.name), A.multiply(parts[1], np.asarray(1j, x.dtype)))
     if x.dtype.kind != "f":
         return x
     info = np.finfo(x.dtype)

@@ -417,7 +417,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         raise ValueError(f"gradient: 'edge_order' greater than 2 not supported (at {user_loc()})")
     if x.dtype == np.bool_:
         raise TypeError(f"np.gradient of bool: numpy's boolean subtract is not supported (at {user_loc()})")
-    dt = x.dtype.name if x.dtype.kind == "f" else "float64"
+    dt = x.dtype.name if x.dtype.kind in "fc" else "float64"
     xf = A.astype(x, dt)
     out = []
     for ax, h in zip(axes, hs):

@@ -190,7 +190,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 
 def _nan_prep(a):
     x = A.asarray(a)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         return x, None
     return x, M.isnan(x)
 
@@ -483,6 +483,8 @@ def _nanquantile(name, a, q, axis, method, keepdims, scale):
     if x.size == 0:
         # numpy returns nanmean's result for an empty array (NaN, without q's dims)
         return nanmean(x, axis, keepdims=keepdims)
+    if x.dtype.kind == "c":
+        raise TypeError(f"np.{name} of complex numbers is not supported in spmd (at {user_loc()})")
     if x.dtype.kind != "f":
         return _quantile(name[3:], x, q, axis, method, keepdims, scale)
     if isinstance(q, Tracer):
@@ -553,6 +555,8 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     A._no_extra("nanmedian", (), {"out": out})
     x = A.asarray(a)
+    if x.dtype.kind == "c":
+        raise TypeError(f"np.nanmedian of complex numbers is not supported in spmd (at {user_loc()})")
     if x.dtype.kind != "f" and x.size:
         return median(x, axis, keepdims=keepdims)
     return _nanquantile("nanmedian", x, 0.5, axis, "median", keepdims, 1.0)

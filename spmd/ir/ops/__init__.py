@@ -2,5 +2,5 @@
 from .registry import REGISTRY, OpDef, get_op, register  # noqa: F401
 from . import elementwise, shape, reduce, dot, indexing, collective  # noqa: F401
 from . import annotation  # noqa: F401,E402
-from . import linalg, sort  # noqa: F401,E402
+from . import linalg, sort, fft  # noqa: F401,E402
 from . import control  # noqa: F401,E402

@@ -11,6 +11,8 @@ from .registry import OpDef, check, is_const, producer_is, register
 NUM = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
 FLOAT = ("float32", "float64", "float16", "bfloat16")
 ALL = NUM + ("bool",)
+CPLX = ("complex64", "complex128")
+REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
 
 def _aval(shape, dtype):
@@ -115,7 +117,7 @@ def _convert_simplify(rb, op, ops, uses):
 
 def _float_only(sets):
     """Linear only where the op is exact arithmetic on floats (integer division truncates)."""
-    return lambda op: sets if op.result.dtype.startswith("float") else []
+    return lambda op: sets if op.result.dtype.startswith(("float", "complex")) else []
 
 
 # -- VJP helpers: they build IR with the graph's emit -------------------------------------
@@ -177,6 +179,8 @@ def _pow_vjp(g, op, ct):
     out = op.result
     one = const_like(g, y, 1.0)
     dx = g.emit("multiply", ct, g.emit("multiply", y, g.emit("power", x, g.emit("subtract", y, one))))
+    if x.dtype in CPLX:       # holomorphic: d/dy x**y = log(x) x**y (JAX: no conjugate)
+        return dx, g.emit("multiply", ct, g.emit("multiply", g.emit("log", x), out))
     # d/dy x**y = log(x) x**y, taken as 0 where x <= 0 (as JAX does)
     pos = g.emit("compare", x, const_like(g, x, 0.0), direction="GT")
     safe_x = g.emit("select", pos, x, const_like(g, x, 1.0))
@@ -194,20 +198,20 @@ def _rem_vjp(g, op, ct):
 
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
-binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), ALL[:-1],
+binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
        scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_unit_either(0))
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
-       scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_unit_right(0))
+       NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_unit_right(0))
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
-       scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1))
+       NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1))
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
-       scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1))
+       NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1))
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
-binary("power", _cast_ref(_int_power), _pow_vjp, scalar=lambda b, x, y: b.pow(x, y), flops=10,
+binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=10,
        simplify=_power_simplify)
 binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y))
 binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y))
@@ -230,18 +234,41 @@ def _shift_ref(left):
 binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True))
 binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False))
 
-unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM,
+unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
       scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify)
 unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))
-unary("abs", _cast_ref(np.abs), lambda g, op, ct: (E(g, "multiply", ct, E(g, "sign", op.operands[0])),),
-      NUM, scalar=lambda b, x: b.abs(x))
+def _abs_vjp(g, op, ct):
+    x = op.operands[0]
+    if x.dtype not in CPLX:
+        return (E(g, "multiply", ct, E(g, "sign", x)),)
+    # JAX's convention (the cotangent of a complex value is conjugate-linear):
+    # ct * conj(x) / |x|, and 0 where x == 0
+    r = op.result
+    zero = E(g, "compare", r, const_like(g, r, 0), direction="EQ")
+    safe = E(g, "convert", E(g, "select", zero, const_like(g, r, 1), r), dtype=x.dtype)
+    u = E(g, "select", zero, const_like(g, x, 0), E(g, "divide", E(g, "conj", x), safe))
+    return (E(g, "multiply", E(g, "convert", ct, dtype=x.dtype), u),)
+
+
+def _abs_infer(x, **_):
+    check(x.dtype in NUM + CPLX, f"dtype {x.dtype} not supported (takes {', '.join(NUM + CPLX)})")
+    return _aval(x.shape, REAL_OF.get(x.dtype, x.dtype))
+
+
+def _abs_ref(x):
+    with np.errstate(all="ignore"):
+        return np.asarray(np.abs(x), dtype=REAL_OF.get(x.dtype.name, x.dtype))
+
+
+register(OpDef("abs", "elementwise", _abs_infer, _abs_ref, _abs_vjp, elementwise_factors,
+               lambda b, x: b.abs(x), _flops_n(1), NUM + CPLX, priority=0, fusion="elementwise"))
 unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM,
       scalar=lambda b, x: b.sign(x))
 unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
       scalar=lambda b, x: b.floor(x))
-unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, "multiply", ct, op.result),),
+unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, "multiply", ct, op.result),), FLOAT + CPLX,
       scalar=lambda b, x: b.exp(x), flops=8)
-unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, "divide", ct, op.operands[0]),),
+unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, "divide", ct, op.operands[0]),), FLOAT + CPLX,
       scalar=lambda b, x: b.log(x), flops=8)
 unary("log1p", _cast_ref(np.log1p),
       lambda g, op, ct: (E(g, "divide", ct, E(g, "add", op.operands[0], const_like(g, ct, 1.0))),),
@@ -256,7 +283,7 @@ unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
       scalar=lambda b, x: b.logistic(x), flops=10)
 unary("sqrt", _cast_ref(np.sqrt),
       lambda g, op, ct: (E(g, "divide", E(g, "multiply", ct, const_like(g, ct, 0.5)), op.result),),
-      scalar=lambda b, x: b.sqrt(x), flops=4)
+      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=4)
 unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
       lambda g, op, ct: (E(g, "multiply", ct, E(g, "divide", E(g, "multiply", op.result, const_like(g, ct, -0.5)),
                                                  op.operands[0])),),
@@ -275,13 +302,15 @@ DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_e
 
 def _compare_infer(x, y, direction):
     check(direction in DIRECTIONS, f"unknown comparison direction {direction!r}")
-    return _infer_binary(ALL, "bool")(x, y)
+    check(x.dtype not in CPLX or direction in ("EQ", "NE"),
+          f"complex numbers have no order: compare {direction} takes real operands, got {x.dtype}")
+    return _infer_binary(ALL + CPLX, "bool")(x, y)
 
 
 register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
-               _flops_n(1), ALL, priority=0, fusion="elementwise"))
+               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise"))
 
 
 def _select_infer(p, a, b):
@@ -299,7 +328,7 @@ def _select_vjp(g, op, ct):
 
 
 register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
-               elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL,
+               elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL + CPLX,
                priority=0, fusion="elementwise", linear=((1, 2),), simplify=_select_simplify))
 
 
@@ -309,6 +338,8 @@ def _convert_infer(x, dtype):
 
 
 def _convert_ref(x, dtype):
+    if x.dtype.kind == "c" and np.dtype(dtype).kind not in "cb":
+        x = x.real               # numpy keeps the real part (with a ComplexWarning)
     if x.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
         with np.errstate(invalid="ignore"):
             return x.astype(dtype)
@@ -316,14 +347,44 @@ def _convert_ref(x, dtype):
 
 
 def _convert_vjp(g, op, ct):
-    x = op.operands[0]
-    if x.dtype in FLOAT and op.result.dtype in FLOAT:
-        return (g.emit("convert", ct, dtype=x.dtype),)
+    x, dt = op.operands[0], op.result.dtype
+    if x.dtype in FLOAT + CPLX and dt in FLOAT + CPLX:
+        if x.dtype in FLOAT and dt in CPLX:      # real -> complex: the real part comes back (JAX)
+            ct = g.emit("real", ct)
+        return (ct if ct.dtype == x.dtype else g.emit("convert", ct, dtype=x.dtype),)
     return (None,)
 
 
+def _inexact(dt):
+    return dt.startswith(("float", "complex"))
+
+
 register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
-               elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL,
+               elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL + CPLX,
                priority=0, fusion="elementwise", simplify=_convert_simplify,
-               linear=lambda op: [(0,)] if op.operands[0].dtype.startswith("float")
-               and op.result.dtype.startswith("float") else []))
+               linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
+
+
+# -- complex parts: real, imag, conj ---------------------------------------------------------
+def _part_infer(x, **_):
+    check(x.dtype in CPLX, f"takes complex64/complex128, got {x.dtype}")
+    return _aval(x.shape, REAL_OF[x.dtype])
+
+
+def _imag_vjp(g, op, ct):
+    """JAX's convention: imag(z) = Im z pulls a real cotangent back to -i * ct."""
+    x = op.operands[0]
+    return (E(g, "multiply", E(g, "convert", ct, dtype=x.dtype), const_like(g, x, -1j)),)
+
+
+def _part(name, f, vjp, scalar, infer=_part_infer, **rules):
+    register(OpDef(name, "elementwise", infer, lambda x: np.array(f(x), copy=True), vjp,
+                   elementwise_factors, scalar, _flops_n(1), CPLX, priority=0, fusion="elementwise",
+                   linear=((0,),), **rules))
+
+
+_part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),),
+      lambda b, x: b.real(x))
+_part("imag", np.imag, _imag_vjp, lambda b, x: b.imag(x))
+_part("conj", np.conjugate, lambda g, op, ct: (E(g, "conj", ct),), lambda b, x: b.conj(x), infer=_infer_unary(CPLX),
+      simplify=lambda rb, op, ops, uses: ops[0].producer.operands[0] if producer_is(ops[0], "conj") else None)

@@ -16,6 +16,8 @@ def _infer(x, kind, axes):
     check(list(axes) == sorted(set(axes)) and all(0 <= a < len(x.shape) for a in axes),
           f"axes {list(axes)} must be increasing and < rank {len(x.shape)}")
     check(not (x.dtype == "bool" and kind in ("sum", "prod")), f"{kind} of bool: convert first")
+    check(not (x.dtype.startswith("complex") and kind in ("max", "min")),
+          f"{kind} of {x.dtype}: complex numbers have no order")
     return _aval(tuple(s for d, s in enumerate(x.shape) if d not in axes), x.dtype)
 
 
@@ -87,8 +89,8 @@ def _factors(ins, outs, attrs):
 
 register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
                lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
-               ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16"), priority=1, fusion="reduce",
-               linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
+               ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "complex64", "complex128"),
+               priority=1, fusion="reduce", linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
                reduction_kind=lambda attrs: attrs["kind"],
                simplify=lambda rb, op, ops, uses: ops[0] if not op.attrs["axes"] else None))
 

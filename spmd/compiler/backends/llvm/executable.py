@@ -26,7 +26,7 @@ from ..executor import Executable, op_label, run_op
 from .codegen import Split, kernel_ir
 from .jit import compile_ir
 from . import native
-from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype
+from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
@@ -71,10 +71,22 @@ def column_reduce(op) -> bool:
     return bool(axes) and x.ndim - 1 not in axes and x.size >= COLUMN_REDUCE
 
 
+# ops the scalar builder lowers on complex values (a pair of floats); the others (divide,
+# exp, abs, reductions...) run through their numpy reference
+COMPLEX_LOWERED = ("add", "subtract", "multiply", "negate", "conj", "real", "imag", "select", "compare",
+                   "convert", "broadcast_in_dim", "transpose", "slice", "reshape", "constant")
+
+
+def _complex_lowered(op) -> bool:
+    return op.name in COMPLEX_LOWERED
+
+
 def fusible(op) -> bool:
     d = op.opdef
     if column_reduce(op):
         return False
+    if any(is_complex(v.dtype) for v in (*op.operands, *op.results)) and not _complex_lowered(op):
+        return False        # the op runs through its numpy reference
     if d.fusion in ("reindex", "reduce"):
         return all(v.dtype != "bool" or op.name != "iota" for v in op.results)
     if d.fusion != "elementwise" or d.scalar is None:

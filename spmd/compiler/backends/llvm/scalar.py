@@ -13,9 +13,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i1"}
+LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i1",
+      # complex: a (real, imaginary) pair of floats, as numpy lays it out
+      "complex64": "<2 x float>", "complex128": "<2 x double>"}
 MEM = {**LL, "bool": "i8", "float16": "i16", "bfloat16": "i16"}   # numpy stores a bool in a byte
-SIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2}
+# alignment (complex: its parts'); byte sizes of the ints and floats
+SIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2,
+        "complex64": 4, "complex128": 8}
+PART = {"complex64": "float32", "complex128": "float64"}
 # 2-byte floats are stored as 2 bytes and computed on as float32 inside a kernel: loads
 # extend, each op's result is rounded back to the storage type (so elementwise results are
 # numpy's / ml_dtypes', which also compute these in float32 and round per op), stores narrow
@@ -60,6 +65,9 @@ def literal(value, dtype) -> str:
         return str(int(value))
     if dtype in HALFS:             # kernels hold 2-byte floats as float32
         value, dtype = np.asarray(value).astype(dtype).astype(np.float32), "float32"
+    if dtype in PART:
+        c, t = complex(value), LL[PART[dtype]]
+        return f"<{t} {literal(c.real, PART[dtype])}, {t} {literal(c.imag, PART[dtype])}>"
     v = float(np.float32(value)) if dtype == "float32" else float(value)
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
 
@@ -76,6 +84,10 @@ def _literal_value(name):
 
 def is_float(dtype):
     return dtype in ("float32", "float64")
+
+
+def is_complex(dtype):
+    return dtype in PART
 
 
 class ScalarBuilder:
@@ -101,8 +113,31 @@ class ScalarBuilder:
                 r = _FOLD[fop](np.dtype(x.dtype).type(a), np.dtype(x.dtype).type(b))
             return SV(literal(r, x.dtype), x.dtype)
         t = LL[x.dtype]
+        if is_complex(x.dtype):          # part by part (add, subtract)
+            if fop not in ("fadd", "fsub"):
+                raise Unsupported(f"{fop} of complex")
+            return self._op(f"{fop} {t} {x.name}, {y.name}", x.dtype)
         op = (fop + flags) if is_float(x.dtype) else iop
         return self._op(f"{op} {t} {x.name}, {y.name}", x.dtype)
+
+    # -- complex parts ------------------------------------------------------------------
+    def part(self, x, i):
+        """The real (0) or imaginary (1) part of a complex value."""
+        return self._op(f"extractelement {LL[x.dtype]} {x.name}, i32 {i}", PART[x.dtype])
+
+    def make_complex(self, re, im, dtype):
+        t = LL[dtype]
+        v = self._op(f"insertelement {t} poison, {LL[re.dtype]} {re.name}, i32 0", dtype)
+        return self._op(f"insertelement {t} {v.name}, {LL[im.dtype]} {im.name}, i32 1", dtype)
+
+    def real(self, x):
+        return self.part(x, 0)
+
+    def imag(self, x):
+        return self.part(x, 1)
+
+    def conj(self, x):
+        return self.make_complex(self.part(x, 0), self.neg(self.part(x, 1)), x.dtype)
 
     def _call(self, fn, dtype, *args):
         t = LL[dtype]
@@ -134,9 +169,15 @@ class ScalarBuilder:
         return self._bin("sub", "fsub", x, y)
 
     def mul(self, x, y):
+        if is_complex(x.dtype):      # (a + bi)(c + di) = (ac - bd) + (ad + bc)i
+            a, b, c, d = self.part(x, 0), self.part(x, 1), self.part(y, 0), self.part(y, 1)
+            return self.make_complex(self.sub(self.mul(a, c), self.mul(b, d)),
+                                     self.add(self.mul(a, d), self.mul(b, c)), x.dtype)
         return self._bin("mul", "fmul", x, y)
 
     def div(self, x, y):
+        if is_complex(x.dtype):
+            raise Unsupported("complex divide (numpy's scaled algorithm runs through the reference)")
         if is_float(x.dtype):
             return self._bin("", "fdiv", x, y)
         # XLA semantics: x / 0 == 0; MIN / -1 wraps (sdiv would trap on both)
@@ -209,7 +250,7 @@ class ScalarBuilder:
         return self._op(f"xor {LL[x.dtype]} {x.name}, {'true' if x.dtype == 'bool' else -1}", x.dtype)
 
     def neg(self, x):
-        if is_float(x.dtype):
+        if is_float(x.dtype) or is_complex(x.dtype):
             return self._op(f"fneg {LL[x.dtype]} {x.name}", x.dtype)
         return self._op(f"sub {LL[x.dtype]} 0, {x.name}", x.dtype)
 
@@ -340,6 +381,12 @@ class ScalarBuilder:
 
     # -- compare, convert ---------------------------------------------------------------
     def cmp(self, direction, x, y):
+        if is_complex(x.dtype):        # equal when both parts are
+            if direction not in ("EQ", "NE"):
+                raise Unsupported("ordering of complex numbers")
+            pred, join = ("oeq", "and") if direction == "EQ" else ("une", "or")
+            p = [self.fcmp(pred, self.part(x, i), self.part(y, i)) for i in (0, 1)]
+            return self._op(f"{join} i1 {p[0].name}, {p[1].name}", "bool")
         if is_float(x.dtype):
             pred = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}[direction]
             return self.fcmp(pred, x, y)
@@ -436,6 +483,17 @@ class ScalarBuilder:
             return self.round_to(self.convert(x, "float32"), dst)
         if src == dst:
             return x
+        if is_complex(dst):          # from a float or a complex: part by part
+            if is_complex(src):
+                return self.make_complex(self.convert(self.part(x, 0), PART[dst]),
+                                         self.convert(self.part(x, 1), PART[dst]), dst)
+            if not is_float(src):
+                raise Unsupported(f"{src} to {dst}")
+            return self.make_complex(self.convert(x, PART[dst]), self.const(0, PART[dst]), dst)
+        if is_complex(src):
+            if not is_float(dst):
+                raise Unsupported(f"{src} to {dst}")
+            return self.convert(self.part(x, 0), dst)
         ts, td = LL[src], LL[dst]
         if dst == "bool":
             if is_float(src):
