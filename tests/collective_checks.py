@@ -115,7 +115,9 @@ def check_started_all_reduces(comm, dtypes=DTYPES, big=False):
             want = wants[j]
             assert got.dtype == want.dtype and got.shape == want.shape, (case, "started all_reduce type")
             if dtype in ("float32", "float64") and case[3] in ("sum", "prod"):
-                assert np.allclose(got, want, rtol=1e-6), (case, "started all_reduce")   # MPI: its own order
+                # MPI sums in its own order: float32 rounding (values ~10, sums near 0)
+                assert np.allclose(got, want, rtol=1e-5, atol=1e-4), \
+                    (case, "started all_reduce", float(np.max(np.abs(got - want))))
             else:
                 assert np.array_equal(got, want), (case, "started all_reduce")
             assert np.array_equal(x, x0), (case, "started all_reduce changed its input")
