@@ -168,7 +168,12 @@ def check_half_collectives(comm):
             rs = comm.reduce_scatter(xs[i], axes, 0, op)
             assert rs.dtype == dt and np.array_equal(rs.view(np.uint16), np.split(want, G)[i].view(np.uint16)), \
                 (case, "reduce_scatter", op)
-            checked += 2
+            h = comm.all_reduce_start(xs[i], axes, op)      # (group order: synchronous under MPI)
+            comm.all_gather(xs[i], axes, 0)
+            got = comm.wait(h)
+            assert got.dtype == dt and np.array_equal(got.view(np.uint16), want.view(np.uint16)), \
+                (case, "started all_reduce", op)
+            checked += 3
         got = comm.all_gather(xs[i], axes, 1)
         assert got.dtype == dt and np.array_equal(got.view(np.uint16), np.concatenate(xs, axis=1).view(np.uint16))
         got = comm.all_to_all(xs[i], axes, 0, 1)
