@@ -314,3 +314,15 @@ def test_threads_are_not_left_behind():
         local.LocalCommunicator.wait = orig
     assert left and left.count(0) >= 4
     assert threading.active_count() < 100
+
+
+def test_pairs_round_trip_through_the_text_form():
+    from spmd.ir import parse_graph
+    from spmd.ir.text import print_graph
+    step, args, sh = mlp_case(MESH22)
+    with _Env(300):
+        low = spmd.jit(step, in_shardings=sh).lower(*args)
+    text = print_graph(low.graph)
+    assert "all_reduce_start" in text and "all_reduce_done" in text
+    back = parse_graph(text)
+    assert print_graph(back) == text and len(pairs(back)) == len(pairs(low.graph)) >= 1
