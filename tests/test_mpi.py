@@ -183,4 +183,4 @@ def test_overlapped_gradient_reductions_under_mpiexec_equal_one_process(tmp_path
     got = np.load(out)
     assert len(got.files) == len(want)
     for k, w in enumerate(want):
-        np.testing.assert_allclose(got[f"arr_{k}"], w, rtol=2e-5, atol=1e-6, err_msg=f"output {k}")
+        np.testing.assert_allclose(got[f"arr_{k}"], w, rtol=1e-4, atol=1e-5, err_msg=f"output {k}")
