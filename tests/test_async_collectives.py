@@ -294,7 +294,7 @@ def test_timeline_shows_each_reduction_in_flight_with_compute_inside(monkeypatch
     assert sum(ev["ph"] == "b" for ev in data["traceEvents"]) == 4 * n_pairs
 
 
-def test_threads_are_not_left_behind():
+def test_nothing_is_left_in_flight_after_a_step():
     """The started reductions leave nothing in flight on any rank after a step."""
     step, args, sh = mlp_case(MESH22)
     left = []
