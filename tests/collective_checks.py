@@ -81,8 +81,63 @@ def check_collectives(comm, dtypes=DTYPES, big=False):
             want = reduce_in_order("sum", xs)           # MPI may sum in another order
             assert np.allclose(got, want, rtol=1e-6, atol=1e-5), (mesh.text(), axes, "big all_reduce")
             checked += 1
+    checked += check_started_all_reduces(comm, dtypes, big)
     comm.barrier()
     return checked + 1
+
+
+def check_started_all_reduces(comm, dtypes=DTYPES, big=False):
+    """all_reduce_start / wait: several started at once over every axis group (small, and
+    big enough for the local backend's block-wise path), other collectives run while
+    they are in flight, waited for in another order than started; each result equals
+    the blocking all_reduce's answer. The inputs are left as they were."""
+    mesh, me = comm.mesh, comm.rank
+    groups = axis_groups(mesh)
+    checked = 0
+    for dtype in dtypes:
+        ops = ["sum", "max", "min", "prod"] if dtype != "bool" else ["sum", "min"]
+        flights, wants = [], []
+        for k, (axes, op) in enumerate(itertools.product(groups, ops)):
+            group = mesh.group(me, axes)
+            i = mesh.index_in_group(me, axes)
+            shape = (300, 70) if k % 3 == 0 else (5, 3)       # 84 / 168 KB: past local's SMALL_BYTES
+            if dtype == "bool":
+                shape = (5, 3)
+            xs = [value(d + 7 * k, shape, dtype) for d in group]
+            x = xs[i].copy()
+            flights.append((comm.all_reduce_start(x, axes, op), x, xs[i], (mesh.text(), axes, dtype, op, shape)))
+            wants.append(reduce_in_order(op, xs))
+            # a blocking collective over another group while the others are in flight
+            other = groups[(k + 1) % len(groups)]
+            got = comm.all_gather(np.array([me]), other, 0)
+            assert got.tolist() == list(mesh.group(me, other)), ("all_gather between starts", other)
+        order = list(range(len(flights)))[1::2] + list(range(len(flights)))[0::2]   # not the start order
+        for j in order:
+            h, x, x0, case = flights[j]
+            got = comm.wait(h)
+            want = wants[j]
+            assert got.dtype == want.dtype and got.shape == want.shape, (case, "started all_reduce type")
+            if dtype in ("float32", "float64") and case[3] in ("sum", "prod"):
+                # MPI sums in its own order: float32 rounding (values ~10, sums near 0)
+                assert np.allclose(got, want, rtol=1e-5, atol=1e-4), \
+                    (case, "started all_reduce", float(np.max(np.abs(got - want))))
+            else:
+                assert np.array_equal(got, want), (case, "started all_reduce")
+            assert np.array_equal(x, x0), (case, "started all_reduce changed its input")
+            checked += 1
+    if big:
+        for axes in groups:
+            group = mesh.group(me, axes)
+            xs = [value(d, (512, 1024), "float32") for d in group]
+            h = comm.all_reduce_start(xs[mesh.index_in_group(me, axes)], axes)
+            blocking = comm.all_reduce(xs[mesh.index_in_group(me, axes)] * 2, axes)
+            got = comm.wait(h)
+            want = reduce_in_order("sum", xs)
+            assert np.allclose(got, want, rtol=1e-6, atol=1e-5), (mesh.text(), axes, "big started all_reduce")
+            assert np.allclose(blocking, 2 * want, rtol=1e-6, atol=1e-5), (mesh.text(), axes, "blocking in between")
+            checked += 1
+    assert comm.in_flight() == 0
+    return checked
 
 
 class CheckCollectives:
@@ -116,7 +171,12 @@ def check_half_collectives(comm):
             rs = comm.reduce_scatter(xs[i], axes, 0, op)
             assert rs.dtype == dt and np.array_equal(rs.view(np.uint16), np.split(want, G)[i].view(np.uint16)), \
                 (case, "reduce_scatter", op)
-            checked += 2
+            h = comm.all_reduce_start(xs[i], axes, op)      # (group order: synchronous under MPI)
+            comm.all_gather(xs[i], axes, 0)
+            got = comm.wait(h)
+            assert got.dtype == dt and np.array_equal(got.view(np.uint16), want.view(np.uint16)), \
+                (case, "started all_reduce", op)
+            checked += 3
         got = comm.all_gather(xs[i], axes, 1)
         assert got.dtype == dt and np.array_equal(got.view(np.uint16), np.concatenate(xs, axis=1).view(np.uint16))
         got = comm.all_to_all(xs[i], axes, 0, 1)

@@ -141,3 +141,46 @@ def test_ranks_share_the_hosts_cores_for_blas():
     assert re.findall(r"BLAS (\d) (\d+)", p.stdout) == [("0", str(os.cpu_count() or 1))], p.stdout
     p, _ = mpirun(1, script, env=dict(env, OPENBLAS_NUM_THREADS="1"))
     assert re.findall(r"BLAS (\d) (\d+)", p.stdout) == [("0", "1")], p.stdout
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.slow
+def test_overlapped_gradient_reductions_under_mpiexec_equal_one_process(tmp_path):
+    """The MLP and GPT steps of tests/async_programs.py with small buckets (start/done
+    pairs: Iallreduce, compute, Waitall) under mpiexec -n 4 give the single-process
+    (local runtime) results; MPI may sum in another order, so to float tolerance."""
+    import spmd
+    sys.path.insert(0, HERE)
+    try:
+        from async_programs import flat, gpt_case, mlp_case, pairs
+    finally:
+        sys.path.pop(0)
+    out = str(tmp_path / "mpi.npz")
+    env = {"SPMD_BUCKET_BYTES": "16384"}
+    p, _ = mpirun(4, os.path.join(HERE, "mpi_scripts", "async_step.py"), "step", out, timeout=200,
+                  env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("OK step") == 4
+    mesh = spmd.Mesh((2, 2), ("data", "model"))
+    want, counts = [], {}
+    old = os.environ.get("SPMD_BUCKET_BYTES")
+    os.environ["SPMD_BUCKET_BYTES"] = env["SPMD_BUCKET_BYTES"]
+    try:
+        for make in (mlp_case, gpt_case):
+            step, args, sh = make(mesh)
+            f = spmd.jit(step, in_shardings=sh, backend="llvm")
+            counts[make.__name__] = len(pairs(f.lower(*args).graph))
+            want += flat(f(*args))
+    finally:
+        if old is None:
+            del os.environ["SPMD_BUCKET_BYTES"]
+        else:
+            os.environ["SPMD_BUCKET_BYTES"] = old
+    # every rank ran the same overlapped program as this process
+    for name, n in counts.items():
+        assert p.stdout.count(f"PAIRS {name} {n}") == 4, p.stdout
+    assert counts["gpt_case"] >= 2
+    got = np.load(out)
+    assert len(got.files) == len(want)
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(got[f"arr_{k}"], w, rtol=1e-4, atol=1e-5, err_msg=f"output {k}")

@@ -148,3 +148,27 @@ def test_random_programs_under_mpiexec_agree_with_numpy():
     p, out, took = run("fuzz", cmd=cmd, timeout=110)
     assert p.returncode == 0, out[-5000:]
     assert len(re.findall(r"OK fuzz 200 programs", out)) == 4, out[-2000:]
+
+
+def test_a_rank_killed_while_an_all_reduce_is_in_flight_is_named():
+    """Rank 2 dies between all_reduce_start and its wait: the others, waiting in the
+    started all_reduce (MPI's Iallreduce, then Waitall under the watchdog), name it."""
+    script = os.path.join(HERE, "mpi_scripts", "async_step.py")
+    cmd = ["spmd", "run", "-n", "4", "--backend", "mpi", script, "inflight_kill"]
+    p, out, took = run("inflight_kill", cmd=cmd)
+    assert p.returncode != 0 and took < 15, (took, out)
+    # (hydra often tears the job down before a survivor's message is out, as in
+    # test_a_killed_rank_is_named_within_seconds; the frozen case below always names it)
+    errors = [ln for ln in out.splitlines() if "CollectiveError" in ln]
+    assert all("rank(s) [2]" in ln for ln in errors), out
+    assert "UNREACHABLE" not in out
+
+
+def test_a_frozen_rank_is_named_by_a_started_all_reduce():
+    """The same with rank 2 stopped (SIGSTOP), under plain mpiexec: only the heartbeats
+    tell, and the message names the all_reduce being waited for and its line."""
+    script = os.path.join(HERE, "mpi_scripts", "async_step.py")
+    p, out, took = run("inflight_kill", cmd=[MPIEXEC, "-n", "4", sys.executable, script, "inflight_kill"],
+                       env={"SPMD_HEARTBEAT_TIMEOUT": "3", "FROZEN": "1"})
+    assert p.returncode != 0 and took < 20, (took, out)
+    assert "rank(s) [2] of this group died or hang" in out and "all_reduce(sum) at async_step.py:inflight" in out, out

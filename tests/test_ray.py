@@ -201,6 +201,32 @@ def test_mlp_same_losses_as_local(cluster):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_overlapped_gradient_reductions_as_on_local(cluster, monkeypatch, tmp_path):
+    """The MLP step of tests/async_programs.py with small buckets: start/done pairs, the
+    start sending to the peers at once and the done collecting them; the same bits as
+    the local runtime (both reduce in group order)."""
+    from async_programs import flat, mlp_case, pairs
+    monkeypatch.setenv("SPMD_BUCKET_BYTES", "300")
+    mesh = spmd.Mesh((2, 2), ("data", "model"))
+    step, args, sh = mlp_case(mesh)
+    f = spmd.jit(step, in_shardings=sh)
+    assert pairs(f.lower(*args).graph)
+    got = flat(f(*args))
+    assert get_runtime().name == "ray"
+    out = str(tmp_path / "local.npz")
+    code = ("import sys, numpy as np, spmd; sys.path.insert(0, sys.argv[2]);"
+            "from async_programs import flat, mlp_case;"
+            "mesh = spmd.Mesh((2, 2), ('data', 'model')); step, args, sh = mlp_case(mesh);"
+            "np.savez(sys.argv[1], *flat(spmd.jit(step, in_shardings=sh)(*args)))")
+    p = subprocess.run([sys.executable, "-c", code, out, HERE], capture_output=True, text=True, timeout=100,
+                       env=dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="local", SPMD_BUCKET_BYTES="300"))
+    assert p.returncode == 0, p.stderr
+    want = np.load(out)
+    assert len(want.files) == len(got)
+    for k, a in enumerate(got):
+        np.testing.assert_array_equal(a, want[f"arr_{k}"])
+
+
 def _local_losses():
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mlp.py"), "--steps", "4"],
                        capture_output=True, text=True, timeout=100,

@@ -17,6 +17,13 @@ Semantics, with G the group size and i this rank's index in its group:
                                         the src that names it, or zeros if none does
 - broadcast(x, axes, root)           -> the x of the rank at group index `root`
 - barrier(axes=None)                 -> returns when every rank of the group (all ranks if None) arrived
+- all_reduce_start(x, axes, op)      -> an int handle: the all_reduce is in flight; x must stay
+                                        unmodified until its wait returns
+- wait(handle)                       -> the result of the collective the handle started
+
+Started collectives complete in any order, with any collectives called in between; every
+rank of a group starts them in the same order. The default here runs the collective at
+start (synchronous: no overlap); local, mpi and ray overlap it with what runs until the wait.
 
 A rank that fails, or a peer lost mid-collective, raises CollectiveError naming the rank
 (and the collective and user line it waits in), never hangs. Liveness, not a stopwatch:
@@ -86,6 +93,39 @@ class Communicator(ABC):
 
     @abstractmethod
     def all_reduce(self, x, axes, op="sum"): ...
+
+    # -- started collectives (all_reduce_start / all_reduce_done) --------------------------
+    def _handles(self):
+        h = self.__dict__.get("_inflight")
+        if h is None:
+            h = self.__dict__["_inflight"] = {"next": 0}
+        return h
+
+    def put_handle(self, item) -> int:
+        """A new handle for `item` (what `wait` needs to finish the call)."""
+        h = self._handles()
+        n = h["next"]
+        h["next"] = n + 1
+        h[n] = item
+        return n
+
+    def take_handle(self, n):
+        from ..errors import CollectiveError
+        try:
+            return self._handles().pop(n)
+        except KeyError:
+            raise CollectiveError(f"rank {self.rank}: wait on handle {n}, which no start of this "
+                                  f"communicator returned (or was waited on already)") from None
+
+    def in_flight(self) -> int:
+        """How many started collectives are not waited on yet."""
+        return len(self._handles()) - 1
+
+    def all_reduce_start(self, x, axes, op="sum") -> int:
+        return self.put_handle(self.all_reduce(x, axes, op))
+
+    def wait(self, handle):
+        return self.take_handle(handle)
 
     @abstractmethod
     def all_gather(self, x, axes, dim=0): ...

@@ -34,6 +34,15 @@ Failure, never a hang:
   silently); with SPMD_COLLECTIVE_TIMEOUT set, the waiters raise CollectiveError naming
   the missing rank(s) after that many seconds (base.collective_timeout()).
 
+Started all-reduces (`all_reduce_start` / `wait`) use the same group object but not its
+rendezvous: the k-th start of a group (every rank starts them in the same order) is a
+`_Flight` of its own, so any collectives may run between a start and its wait. The
+start deposits (input, fresh output buffer) and returns without waiting; the wait waits
+until every member deposited, then reduces as all_reduce does (block i into every
+member's output, or, small, the whole array), and, for a large input, waits until every
+member has finished reading the inputs before it returns. The waits fail as the
+rendezvous do (a rank failed or finished without starting it, or the stopwatch).
+
 The MPI and Ray communicators implement the same methods with the same semantics
 (base.py); the collective-matching check and the failure messages are worth mirroring.
 """
@@ -102,6 +111,7 @@ class _Group:
         self.slots = [_EMPTY] * len(devices)
         self.arrived = 0
         self.result = None             # the slots of the last completed rendezvous
+        self.flights = {}              # k -> _Flight: the k-th all_reduce_start of the group
 
     def wake(self):
         with self.cond:
@@ -139,6 +149,24 @@ class _Group:
                 self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
             return self.result
 
+    def wait_until(self, ready, i, what, missing):
+        """Wait (holding self.cond) until ready() is true, failing as exchange does;
+        missing() -> the devices not there yet."""
+        w = self.world
+        deadline = time.monotonic() + w.timeout
+        while not ready():
+            self._check_failed(i, what)
+            gone = sorted(set(missing()) & w.finished)
+            if gone:
+                raise CollectiveError(f"{what} on rank {self.devices[i]}: rank(s) {gone} finished the "
+                                      f"program without joining it (the ranks ran different programs)")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CollectiveError(f"{what} on rank {self.devices[i]}: timed out after {w.timeout:g} s "
+                                      f"waiting for rank(s) {missing()} of group {list(self.devices)} "
+                                      f"(SPMD_COLLECTIVE_TIMEOUT)")
+            self.cond.wait(min(left, 1.0))
+
     def _check_failed(self, i, what):
         f = self.world.failed
         if f is not None:
@@ -147,11 +175,22 @@ class _Group:
                                   f"{type(exc).__name__}: {exc}")
 
 
+class _Flight:
+    """One started all_reduce of a group: what each member deposited, and how many have
+    finished reading the deposits."""
+
+    def __init__(self, G):
+        self.slots = [_EMPTY] * G
+        self.arrived = 0
+        self.read = 0
+
+
 class LocalCommunicator(Communicator):
     def __init__(self, mesh, rank, world: LocalWorld):
         super().__init__(mesh, rank)
         self.world = world
         self._cache = {}
+        self._starts = {}            # group devices -> how many all_reduce_start this rank made on it
 
     # -- the rendezvous ------------------------------------------------------------------
     def _group(self, axes):
@@ -204,6 +243,65 @@ class LocalCommunicator(Communicator):
             return outs[i]
 
         return self._collective("all_reduce", x, axes, (op,), compute, extra=out)
+
+    def all_reduce_start(self, x, axes, op="sum"):
+        x = _input(x)
+        _check_op(op)
+        axes, devices, i, grp = self._group(axes)
+        what = f"all_reduce over {axes}" + (f" at {self.loc}" if self.loc else "")
+        if grp is None:
+            return self.put_handle((None, reduce_arrays(op, [x])))
+        seq = self._starts.get(devices, 0)
+        self._starts[devices] = seq + 1
+        small = x.nbytes <= SMALL_BYTES
+        tag = ("all_reduce", x.shape, x.dtype.str, (op,))
+        mine = (tag, x.copy() if small else x, None if small else np.empty_like(x))
+        G = len(devices)
+        with grp.cond:
+            grp._check_failed(i, what)
+            f = grp.flights.get(seq)
+            if f is None:
+                f = grp.flights[seq] = _Flight(G)
+            f.slots[i] = mine
+            f.arrived += 1
+            if f.arrived == G:
+                grp.cond.notify_all()
+        return self.put_handle((grp, (seq, i, devices, f, tag, small, op, what)))
+
+    def wait(self, handle):
+        grp, item = self.take_handle(handle)
+        if grp is None:
+            return item
+        seq, i, devices, f, tag, small, op, what = item
+        G = len(devices)
+        with grp.cond:
+            grp.wait_until(lambda: f.arrived == G, i, what,
+                           lambda: [devices[j] for j in range(G) if f.slots[j] is _EMPTY])
+        got = f.slots
+        differ = [devices[j] for j, (t, _, _) in enumerate(got) if t != tag]
+        if differ:
+            raise CollectiveError(f"{what} on rank {self.rank}: the group does not agree on the call: rank "
+                                  f"{self.rank} started {_describe(tag)}, rank(s) {differ} started "
+                                  f"{'; '.join(sorted({_describe(got[devices.index(d)][0]) for d in differ}))}")
+        xs = [v for _, v, _ in got]
+        if small:
+            out = reduce_arrays(op, xs)
+        else:
+            flat = [a.reshape(-1) for a in xs]
+            n = flat[0].size
+            lo, hi = n * i // G, n * (i + 1) // G
+            block = reduce_arrays(op, [a[lo:hi] for a in flat])
+            for _, _, o in got:
+                o.reshape(-1)[lo:hi] = block
+            out = got[i][2]
+        with grp.cond:
+            f.read += 1
+            if f.read == G:
+                del grp.flights[seq]
+                grp.cond.notify_all()
+            elif not small:      # the others still read this rank's input and write its output
+                grp.wait_until(lambda: f.read == G, i, what + " (done)", lambda: [])
+        return out
 
     def all_gather(self, x, axes, dim=0):
         x = _input(x)

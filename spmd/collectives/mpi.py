@@ -18,6 +18,16 @@ waited for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set). Under MPI a
 cannot leave a broken collective and carry on, so aborting is what raising would
 lead to anyway (runtime/mpi.py aborts on any uncaught exception).
 
+Started all-reduces (`all_reduce_start` / `wait`, the halves passes/schedule.py makes
+so that the backward pass overlaps the gradient reductions) are MPI's nonblocking
+Iallreduce, into a pooled buffer the handle holds, and Waitall in `wait`, under the same
+watchdog as a blocking call (the heartbeats say which all_reduce, at which user line, the
+rank waits in). Those reduced in group order (max/min of floats, 2-byte floats) run
+synchronously at the start. MPICH progresses a nonblocking collective only inside MPI
+calls (this one's wait, or any collective run in between), unless MPICH's asynchronous
+progress thread is switched on (MPIR_CVAR_ASYNC_PROGRESS=1), so on MPICH's default the
+overlap is mostly that of the transfers the start itself puts on the wire.
+
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
 sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
 and the LocalCommunicator (MPI may sum floats in another order than group order; max and
@@ -528,6 +538,26 @@ class MPICommunicator(Communicator):
         fx, fo = x.reshape(-1), out.reshape(-1)
         for lo, hi in _chunks(fx.size):
             self._guard(lambda: c.Allreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
+        return out
+
+    def all_reduce_start(self, x, axes, op="sum"):
+        x = contiguous(x)
+        c, group = self.comm(axes)
+        what = f"all_reduce({op})"
+        if _in_group_order(op, x.dtype):
+            return self.put_handle((None, self._gather_reduce(x, axes, op), what, group, None))
+        out = POOL.empty(x.shape, x.dtype)
+        mop = _op(op, x.dtype)
+        fx, fo = x.reshape(-1), out.reshape(-1)
+        reqs = [c.Iallreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop) for lo, hi in _chunks(fx.size)]
+        # the handle keeps x (the send buffer) and out referenced while the call is in flight
+        return self.put_handle((reqs, out, what, group, (x, self.loc)))
+
+    def wait(self, handle):
+        reqs, out, what, group, keep = self.take_handle(handle)
+        if reqs is not None:
+            MPI = _mpi()
+            guarded(lambda: MPI.Request.Waitall(reqs), what, group, self.rank, self.timeout, keep[1])
         return out
 
     def _gather_reduce(self, x, axes, op):

@@ -21,6 +21,12 @@ reductions run over the group's inputs in group order, so every rank gets the sa
 bits and Ray and local runs agree exactly. Results come from recycled buffers
 (collectives/pool.py).
 
+Started all-reduces (`all_reduce_start` / `wait`): the start sends this rank's input to
+its peers (fire and forget, as above) and returns; the wait collects the peers' inputs
+from the mailbox (keyed by the start's sequence number, so any collectives may run in
+between) and reduces them in group order. The block-wise all_reduce (big inputs on big
+groups) runs in two rounds and is done at the start (synchronous).
+
 Failure, never a hang:
 - a rank whose program raises tells its peers (`abort` on each), and the driver does
   the same when it sees an actor die; a waiting rank then raises CollectiveError
@@ -197,6 +203,25 @@ class RayCommunicator(Communicator):
             return self._all_reduce_blockwise(x, axes, op)
         xs, _, _ = self._exchange("all_reduce", x, axes, (op,), lambda j: x)
         return _reduce(op, xs)
+
+    def all_reduce_start(self, x, axes, op="sum"):
+        x = _input(x)
+        _check_op(op)
+        G = self.mesh.axes_size(_axes(axes))
+        if G >= BLOCKWISE_MIN_GROUP and x.nbytes >= BLOCKWISE_BYTES and x.size >= G:
+            return self.put_handle((None, self._all_reduce_blockwise(x, axes, op)))
+        axes, devices, i, seq, tag, what = self._begin("all_reduce", x, axes, (op,))
+        others = [d for d in devices if d != self.rank]
+        self._send(seq, tag, others, x)         # serialised (inline) or put in the store now
+        return self.put_handle(((seq, tag, others, what, devices, op), x))
+
+    def wait(self, handle):
+        call, x = self.take_handle(handle)
+        if call is None:
+            return x
+        seq, tag, others, what, devices, op = call
+        got = self._recv(seq, tag, others, what, devices) if others else {}
+        return _reduce(op, [x if d == self.rank else got[d] for d in devices])
 
     def _all_reduce_blockwise(self, x, axes, op):
         """A reduce-scatter of the flat x (member j gets block j of everyone's x and

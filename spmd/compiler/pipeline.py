@@ -16,10 +16,12 @@ import sys
 import time
 
 from ..ir.verify import verify
-from .passes import combine_collectives, cse, dce, simplify
+from .passes import combine_collectives, cse, dce, schedule_async, simplify
 
 # the passes run on the per-device program, in order; the last one's result is "optimized"
-OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("combine", combine_collectives))
+# (combine: gradient all-reduces in buckets; schedule: each started early, finished late)
+OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("combine", combine_collectives),
+            ("schedule", schedule_async))
 
 
 def verifying() -> bool:

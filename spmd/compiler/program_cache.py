@@ -4,8 +4,9 @@ propagation and partitioning again (1.4 s of the 2x2 GPT example's 1.9 s compile
 
 The key is a hash of everything the stages depend on: the traced program's exact text
 (constants in full, user lines included, so error locations stay right), the mesh with
-its device order, the requested shardings, and the source of spmd itself (any edit to a
-pass is a new key), numpy's and Python's versions. A lowering that warned (a
+its device order, the requested shardings, the gradient bucket size (SPMD_BUCKET_BYTES),
+and the source of spmd itself (any edit to a pass is a new key), numpy's and Python's
+versions. A lowering that warned (a
 ReshardWarning) is not stored, so a warning is never lost on a later run; a file that
 cannot be read is ignored and the program lowered again. SPMD_PROGRAM_CACHE=0 turns
 this cache off (SPMD_CACHE=0 turns off every disk cache).
@@ -49,8 +50,9 @@ def _key(graph, mesh, in_shardings, out_shardings) -> str:
     from ..ir.text import print_graph
     h = hashlib.blake2b(_source_hash(), digest_size=20)
     h.update(print_graph(graph).encode())
+    from .passes.combine import bucket_bytes
     for part in (mesh.text() if mesh is not None else "", _shardings(in_shardings),
-                 _shardings(out_shardings)):
+                 _shardings(out_shardings), f"bucket {bucket_bytes()}"):
         h.update(b"\0" + part.encode())
     return h.hexdigest()
 

@@ -21,7 +21,7 @@ def collective_ops(graph, inside=None):
             sub = op.attrs[k]
             if hasattr(sub, "ops") and hasattr(sub, "inputs"):
                 yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}")
-        if op.name in COLLECTIVES:
+        if op.name in COLLECTIVES or op.opdef.phase == "start":
             yield op, graph, inside
 
 
@@ -30,9 +30,14 @@ def collectives(graph) -> list:
     for op, _, inside in collective_ops(graph):
         x, r = op.operands[0], op.results[0]
         item = np.dtype(x.dtype).itemsize
-        out.append({"op": op.name, "axes": tuple(op.attrs["axes"]), "group_size": int(op.attrs["group_size"]),
+        if op.opdef.phase == "start":        # a started collective: its done holds the result
+            r = op.operands[0]
+        out.append({"op": op.opdef.async_of or op.name, "axes": tuple(op.attrs["axes"]),
+                    "group_size": int(op.attrs["group_size"]),
                     "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
                     "bytes": max(x.size, r.size) * item, "loc": op.loc})
+        if op.opdef.phase == "start":
+            out[-1]["async"] = True         # overlapped with computation (passes/schedule.py)
         if inside is not None:
             out[-1]["inside"] = inside
     return out
@@ -51,7 +56,8 @@ def report(lowered) -> dict:
     """`collectives` / `comm_bytes`: what the partitioner decided, one entry per reshard
     (what the golden comparisons with GSPMD read). `launched` / `launched_bytes`: what
     the compiled program runs, after the optimiser combined independent all-reduces into
-    one (the combine pass): fewer, larger collectives moving the same bytes."""
+    buckets (the combine pass): fewer, larger collectives moving the same bytes; those
+    started early and finished late, overlapped with computation, say `"async": True`."""
     stages = lowered.stages
     g = stages.get("partitioned", stages["optimized"])
     colls = collectives(g)

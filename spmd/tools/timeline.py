@@ -1,6 +1,9 @@
 """SPMD_TRACE=file.json: a Chrome / Perfetto trace with one track per rank.
 
-Executables record a span per kernel and per collective (`span(...)`); each process
+Executables record a span per kernel and per collective (`span(...)`), and each
+collective started early and finished late (all_reduce_start .. all_reduce_done) as an
+"in flight" interval from its start to its done (`add_async`), on a track of its own
+under its rank's, so the computation that overlaps it is visible; each process
 keeps its events in memory. At exit (or `write()`), the process writes them; under MPI
 and Ray the runtime gathers every rank's events first so one file holds all tracks
 (`merge_events`). Open the file in chrome://tracing or ui.perfetto.dev.
@@ -40,6 +43,27 @@ def add(name, cat, rank, start_us, dur_us, args=None):
     with _lock:
         _events.append(ev)
     _ensure_atexit()
+
+
+def add_async(name, cat, rank, start_us, end_us, args=None):
+    """An interval that overlaps the spans on `rank`'s track (a collective in flight, from
+    its start to its done): a pair of async events, which the trace viewers draw on a
+    track of their own under the rank's."""
+    global _async_id
+    with _lock:
+        _async_id += 1
+        i = _async_id
+        key = f"r{int(rank)}.{i}"         # unique across the ranks whose events are merged
+        b = {"name": name, "cat": cat, "ph": "b", "id": key, "ts": round(start_us, 3), "pid": 0, "tid": int(rank)}
+        if args:
+            b["args"] = args
+        _events.append(b)
+        _events.append({"name": name, "cat": cat, "ph": "e", "id": key, "ts": round(end_us, 3), "pid": 0,
+                        "tid": int(rank)})
+    _ensure_atexit()
+
+
+_async_id = 0
 
 
 @contextmanager

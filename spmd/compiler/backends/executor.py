@@ -73,12 +73,22 @@ class Executable:
         name, category and source location)."""
         tracing = timeline.enabled()
         rank = getattr(comm, "rank", 0)
+        started = {}                 # handle Value -> when its collective's start returned
         for step, free in zip(steps, free_after):
             t0 = timeline.now_us() if tracing else 0
             run_step(step, env, comm)
             if tracing:
                 name, cat, loc = label(step)
-                timeline.add(name, cat, rank, t0, timeline.now_us() - t0, {"loc": loc})
+                t1 = timeline.now_us()
+                timeline.add(name, cat, rank, t0, t1 - t0, {"loc": loc})
+                phase = getattr(getattr(step, "opdef", None), "phase", None)
+                if phase == "start":
+                    started[step.result] = t1
+                elif phase == "done" and step.operands[0] in started:
+                    x = step.operands[1]
+                    timeline.add_async(f"{step.opdef.async_of} in flight", "inflight", rank,
+                                       started.pop(step.operands[0]), t0,
+                                       {"loc": loc, "bytes": x.size * np.dtype(x.dtype).itemsize})
             for v in free:
                 env.pop(v, None)
 

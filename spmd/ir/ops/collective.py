@@ -20,6 +20,16 @@ rank's index in its group:
                           a src may send to several dsts, a dst hears from one src)
     axis_index()          {axes} -> int64 scalar i
 
+    all_reduce_start(x)   {axes, reduction, group_size}           -> int64[] handle
+    all_reduce_done(h, x) {axes, reduction, group_size}           -> x.shape
+
+The last two are an all_reduce in two halves (XLA's async start/done pair), made by
+passes/schedule.py after the combiner: the start hands x to the communicator and returns
+at once with a handle (this rank's number for the call in flight); the done waits for it
+and returns the reduced array. The done takes x too, so that x stays alive (its buffer
+neither freed nor reused) while the reduction is in flight. Every rank starts them in
+the same order (they run the same program), as MPI requires of nonblocking collectives.
+
 `reduction` is sum | max | min | prod; on bool, sum and max are `or`, prod and min `and`
 (numpy's add / multiply on bools).
 
@@ -91,6 +101,28 @@ def _ar_vjp(g, op, ct):
         count = g.emit("all_reduce", mask, axes=a["axes"], reduction="sum", group_size=a["group_size"])
         return (g.emit("multiply", g.emit("divide", total, count), mask),)
     raise SpmdError("all_reduce with reduction 'prod' has no derivative")
+
+
+# -- all_reduce_start / all_reduce_done ---------------------------------------------------------
+def _ars_infer(x, axes, reduction, group_size):
+    _ar_infer(x, axes, reduction, group_size)
+    return _aval((), "int64")
+
+
+def _ars_ref(x, comm=None, *, axes, reduction, group_size):
+    comm, axes = _comm("all_reduce_start", comm, axes, group_size)
+    return np.array(comm.all_reduce_start(x, axes, op=reduction), dtype=np.int64)
+
+
+def _ard_infer(h, x, axes, reduction, group_size):
+    check(h.shape == () and h.dtype == "int64", f"all_reduce_done takes the int64[] handle of its start, "
+                                                 f"not {h.dtype}{list(h.shape)}")
+    return _ar_infer(x, axes, reduction, group_size)
+
+
+def _ard_ref(h, x, comm=None, *, axes, reduction, group_size):
+    comm, axes = _comm("all_reduce_done", comm, axes, group_size)
+    return comm.wait(int(h))
 
 
 # -- all_gather / reduce_scatter -------------------------------------------------------------
@@ -237,4 +269,12 @@ for _name, _infer, _ref, _vjp, _combinable in (
         ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, False),
         ("axis_index", _ai_infer, _ai_ref, None, False)):
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
-                   dtypes=ALL, needs_comm=True, combinable=_combinable))
+                   dtypes=ALL, needs_comm=True, combinable=_combinable,
+                   async_pair=("all_reduce_start", "all_reduce_done") if _name == "all_reduce" else None))
+
+# the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
+# after differentiation, so they have no VJP
+register(OpDef("all_reduce_start", "collective", _ars_infer, _ars_ref, None, factors=None, flops=_no_flops,
+               dtypes=ALL, needs_comm=True, phase="start", async_of="all_reduce"))
+register(OpDef("all_reduce_done", "collective", _ard_infer, _ard_ref, None, factors=None, flops=_no_flops,
+               dtypes=ALL, needs_comm=True, phase="done", async_of="all_reduce"))

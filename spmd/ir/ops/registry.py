@@ -91,6 +91,13 @@ class OpDef:
     # a collective that acts on each element on its own: independent instances with equal
     # attributes may run as one on the concatenation of their operands (passes/combine.py)
     combinable: bool = False
+    # a collective that may run as two halves, so that computation overlaps it: the names of
+    # its start op (operands -> a handle) and done op ((handle, operands) -> its results),
+    # which passes/schedule.py places as early and as late as it can
+    async_pair: Optional[tuple] = None
+    # on those halves: "start" or "done", and `async_of` the collective they are halves of
+    phase: Optional[str] = None
+    async_of: Optional[str] = None
     # only re-indexes its first operand: `ref` returns a view of it where numpy can (a
     # backend may then read the operand in place, with strides, instead of a copy)
     view: bool = False

@@ -1,0 +1,104 @@
+"""Overlap collectives with computation: split each collective that may run in two halves
+(`OpDef.async_pair`: all_reduce -> all_reduce_start + all_reduce_done) and schedule the
+start as early and the done as late as the program allows, as XLA's async collective
+conversion and latency-hiding scheduler do.
+
+One walk in program order (after the combiner, which put each bucket of gradients where
+its last member became ready):
+
+- a splittable collective is *started* where it stands (its operand is ready there), and
+  its done is deferred;
+- an op that only re-indexes a deferred value (the slices and reshapes the combiner
+  cuts a bucket's result into) is deferred with it;
+- any other op first emits the deferred values it reads (the done right before its first
+  use, then the slices), then itself.
+
+Everything that neither feeds nor reads a collective in flight runs between its start
+and its done: in a training step, the rest of the backward pass runs while the first
+buckets' gradients are being reduced. A pair with no computation between them (the one
+bucket of a small model, an all-reduce used by the very next op) stays one blocking
+all_reduce: a split would only cost a second call.
+
+Every rank runs this pass on the same program, so every rank starts its collectives in
+the same order (MPI requires it of nonblocking collectives) and the program stays one
+program for all devices. The done reads the collective's operand too, which keeps that
+buffer alive (not freed, not reused by the memory plan) while the collective is in flight.
+"""
+from __future__ import annotations
+
+from ...ir import Graph, Op, Value, get_op
+
+
+def schedule_async(graph: Graph) -> Graph:
+    if not any(op.opdef.async_pair for op in graph.ops):
+        return graph
+    items = []              # ("op" | "start" | "done", op), the new order
+    deferred = set()        # ops not emitted yet: collectives in flight, re-indexes of them
+    started_at = {}         # split collective -> how much computation had run at its start
+    overlapped = {}         # split collective -> did computation run between start and done
+    ran = 0
+
+    def need(v):
+        p = v.producer
+        if p is None or p not in deferred:
+            return
+        deferred.discard(p)
+        if p.opdef.async_pair:
+            overlapped[p] = ran > started_at[p]
+            items.append(("done", p))
+            return
+        for o in p.operands:
+            need(o)
+        items.append(("op", p))
+
+    for op in graph.ops:
+        if op.opdef.async_pair:
+            for o in op.operands:
+                need(o)
+            items.append(("start", op))
+            started_at[op] = ran
+            deferred.add(op)
+        elif op.opdef.fusion == "reindex" and any(o.producer in deferred for o in op.operands):
+            deferred.add(op)
+        else:
+            for o in op.operands:
+                need(o)
+            items.append(("op", op))
+            if op.operands:         # constants and other leaves are not work to overlap
+                ran += 1
+    for v in graph.outputs:
+        need(v)
+    for op in graph.ops:            # (a collective nobody reads still runs, on every rank)
+        if op in deferred:
+            need(op.results[0])
+    if not any(overlapped.values()):
+        return graph
+
+    g = Graph(graph.name)
+    g.mesh = graph.mesh
+    vmap = {v: g.add_input(v.shape, v.dtype, v.sharding) for v in graph.inputs}
+    handle = {}
+
+    def copy(op):
+        new = Op(op.name, [vmap[o] for o in op.operands], dict(op.attrs), [], op.loc)
+        new.results = tuple(Value(r.shape, r.dtype, new, i, r.sharding) for i, r in enumerate(op.results))
+        g.ops.append(new)
+        vmap.update(zip(op.results, new.results))
+
+    for kind, op in items:
+        if kind == "op":
+            copy(op)
+        elif not overlapped[op]:
+            if kind == "done":           # nothing to overlap: one blocking call where it is needed
+                copy(op)
+        elif kind == "start":
+            start, _ = op.opdef.async_pair
+            handle[op] = g.emit(start, *[vmap[o] for o in op.operands], loc=op.loc, **op.attrs)
+        else:
+            _, done = op.opdef.async_pair
+            assert get_op(done).phase == "done"
+            out = g.emit(done, handle[op], *[vmap[o] for o in op.operands], loc=op.loc, **op.attrs)
+            vmap[op.result] = out
+            out.sharding = op.result.sharding
+    g.outputs = [vmap[v] for v in graph.outputs]
+    return g
