@@ -6,10 +6,10 @@ The key is a hash of everything the stages depend on: the traced program's exact
 (constants in full, user lines included, so error locations stay right), the mesh with
 its device order, the requested shardings, the gradient bucket size (SPMD_BUCKET_BYTES),
 and the source of spmd itself (any edit to a pass is a new key), numpy's and Python's
-versions. A lowering that warned (a
-ReshardWarning) is not stored, so a warning is never lost on a later run; a file that
-cannot be read is ignored and the program lowered again. SPMD_PROGRAM_CACHE=0 turns
-this cache off (SPMD_CACHE=0 turns off every disk cache).
+versions. A lowering that warned (a ReshardWarning) is not stored, so a warning is never
+lost on a later run; a file that cannot be read is ignored and the program lowered
+again. SPMD_PROGRAM_CACHE=0 turns this cache off (SPMD_CACHE=0 turns off every disk
+cache).
 """
 from __future__ import annotations
 
