@@ -60,8 +60,21 @@ def _load(name, as_jax=False):
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     if as_jax:
-        m.np = jnp          # the same model code, its numpy calls now jax.numpy's
+        m.np = _JaxNumpy()  # the same model code, its numpy calls now jax.numpy's
     return m
+
+
+class _JaxNumpy:
+    """jax.numpy for the model code, except that numpy on a Python number stays numpy (the
+    model takes `float(np.sqrt(dh))` of an int; under jax.jit jnp.sqrt(int) is a tracer)."""
+
+    def __getattr__(self, name):
+        f = getattr(jnp, name)
+        npf = getattr(np, name, None)
+        if not callable(f) or npf is None or not callable(npf):
+            return f
+        return lambda *a, **k: (npf(*a, **k) if a and all(isinstance(x, (int, float)) for x in a)
+                                else f(*a, **k))
 
 
 # ----------------------------------------------------------------------------- models
@@ -188,7 +201,7 @@ def spmd_setup(model, mesh_shape, args):
     first = time.perf_counter() - t0
     exe = f.lower(*placed).compile()
     mem = getattr(exe, "memory", None)
-    planned = sum(mem.slot_bytes) if mem is not None else 0
+    planned = mem.arena_bytes if mem is not None else 0
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     out = f(*placed)

@@ -3,8 +3,10 @@ the outer loop of large kernels split over a thread pool; dot_general through nu
 matmul (BLAS) into a preallocated output with the operands' transposes folded into the
 call; collectives and every op without a native lowering through its numpy reference.
 
-Temporaries come from the memory plan (passes/memory.py): buffers are reused by liveness,
-and kept between calls (per thread) so a step does not pay for fresh pages every time.
+Temporaries come from the memory plan (passes/memory.py): static offsets in one arena
+per thread, kept between calls, so a step allocates no temporaries; an elementwise kernel
+writes in place into a dying input's buffer where the plan says so, and a program output
+is computed in the buffer the caller gets (a dot's result updated in place by a kernel).
 """
 from __future__ import annotations
 
@@ -107,10 +109,17 @@ class KernelStep:
         self.fn = proto(addr)
 
 
+def writes_into(op) -> bool:
+    """Ops the backend runs into a buffer it is given (BLAS's output): the memory plan
+    places their results like a kernel's."""
+    return op.name == "dot_general"
+
+
 class LLVMExecutable(Executable):
-    def __init__(self, graph: Graph, threads=None):
+    def __init__(self, graph: Graph, threads=None, donated=()):
         self.graph = graph
         self.threads = threads
+        self.donated = tuple(sorted(donated))
         t0 = time.perf_counter()
         roots, memo = set(), {}
         for _ in range(len(graph.ops) + 1):
@@ -141,6 +150,13 @@ class LLVMExecutable(Executable):
         else:
             raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
         self.plan = plan
+        self.memory = plan_memory(graph, plan.steps, writes_into, self.donated,
+                                  in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0")
+        # kernels that write an output in place read and write it through one pointer
+        for j, (k, (text, decls, cg)) in enumerate(zip(plan.kernels(), gen)):
+            pairs = {r: self.memory.in_place[r] for r in k.outputs if r in self.memory.in_place}
+            if pairs:
+                gen[j] = (cg.render(pairs), decls, cg)
         self.steps = []
         ki = iter(gen)
         for s in plan.steps:
@@ -166,9 +182,8 @@ class LLVMExecutable(Executable):
                     k.bind(addrs[k.name])
                     k.addr_t = addrs[k.name + "_t"]
         self.stats["compile_s"] = time.perf_counter() - t1
-        self.memory = plan_memory(graph, self.steps)
         self._dots = {s: dot_plan(s) for s in self.steps if getattr(s, "name", None) == "dot_general"}
-        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.slot_of}
+        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.offset_of}
         self._local = threading.local()
         # control-flow bodies (while, cond, scan) run as native executables of their own
         self._subs = {id(op.attrs[k]): LLVMExecutable(op.attrs[k], threads)
@@ -179,18 +194,18 @@ class LLVMExecutable(Executable):
     def __reduce__(self):
         # shipped to Ray actors: rebuilt there from the graph (the object-code cache,
         # keyed by the IR, makes that a load when the actor's host compiled it before)
-        return (LLVMExecutable, (self.graph, self.threads))
+        return (LLVMExecutable, (self.graph, self.threads, self.donated))
 
     # -- running --------------------------------------------------------------------------
     @property
     def planned(self):
-        return self.memory.slot_of
+        return self.memory.offset_of
 
     def run(self, env, comm):
         nthreads = self.threads or threads_for(comm)
         if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
             # step by step from Python, each step a span on the timeline
-            slots = self._slots()
+            slots = self._arena()
 
             def step_fn(step, env, comm):
                 if isinstance(step, KernelStep):
@@ -204,27 +219,44 @@ class LLVMExecutable(Executable):
             sched = self._schedules[nthreads] = Schedule(self, nthreads)
         sched.run(env, comm)
 
-    def _slots(self):
-        """This thread's reusable temporaries (the local runtime runs ranks as threads)."""
-        s = getattr(self._local, "slots", None)
-        if s is None:
-            s = self._local.slots = [None] * len(self.memory.slot_bytes)
-        return s
+    def _arena(self):
+        """This thread's arena of temporaries (the local runtime runs ranks as threads)."""
+        a = getattr(self._local, "arena", None)
+        if a is None:
+            a = self._local.arena = np.empty(max(self.memory.arena_bytes, 1), np.uint8)
+        return a
 
-    def _buffer(self, v, mem, slots):
-        k = mem.slot_of.get(v)
-        if k is None:
-            return np.empty(v.shape, v.dtype)
-        if slots[k] is None:
-            slots[k] = np.empty(mem.slot_bytes[k], np.uint8)
-        return slots[k][:self._nbytes[v]].view(v.dtype).reshape(v.shape)
+    def _buffer(self, v, mem, arena, env=None):
+        """The array step writes v into: the buffer of the input it is written in place
+        into, its place in the arena, or (a program output) a fresh array."""
+        off = mem.offset_of.get(v)
+        if off is not None:             # (in place into a temporary: the same offset)
+            return arena[off:off + self._nbytes[v]].view(v.dtype).reshape(v.shape)
+        src = mem.in_place.get(v)
+        if src is not None:
+            x = env.get(src) if env is not None else None
+            if x is None or not x.flags.c_contiguous:
+                raise SpmdError(f"internal error: {v} is planned in place into {src}, which is not live")
+            return x
+        return np.empty(v.shape, v.dtype)
+
+    def check_inputs(self, inputs) -> dict:
+        env = super().check_inputs(inputs)
+        for i in self.donated:
+            # the plan writes into a donated buffer as it is: one numpy could not write
+            # through directly (read-only, strided) is copied first
+            v = self.graph.inputs[i]
+            x = env[v]
+            if not (x.flags.c_contiguous and x.flags.writeable and x.flags.aligned):
+                env[v] = np.ascontiguousarray(x).copy()
+        return env
 
     def _run_kernel(self, step: KernelStep, env, nthreads, mem, slots):
         arrays = []
         for v in step.params:
             x = env.get(v)
             if x is None:
-                x = env[v] = self._buffer(v, mem, slots)
+                x = env[v] = self._buffer(v, mem, slots, env)
             elif not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
             arrays.append(x)
@@ -256,7 +288,7 @@ class LLVMExecutable(Executable):
         if op.name == "dot_general":
             _, (_, m, k), _, _, (_, _, n) = self._dots[op]
             native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
-            out = self._buffer(op.result, mem, slots)
+            out = self._buffer(op.result, mem, slots, env)
             try:
                 _dot(*[env[o] for o in op.operands], out, self._dots[op])
             except Exception as e:
@@ -347,7 +379,7 @@ def _in_place(view, dbase, perm, shape4, isz):
 class _Segment:
     def __init__(self):
         self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
-        self.allocs = []        # values it writes that are not in the memory plan (made per call)
+        self.allocs = []        # (value, in-place source or None): values it writes outside the arena
         self.steps = []         # step indices it covers
 
 
@@ -412,7 +444,7 @@ class Schedule:
             seg.instrs += instr if isinstance(instr, list) else [instr]
             seg.steps.append(k)
             written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
-            seg.allocs += [v for v in written if v not in mem.slot_of]
+            seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
         flush()
         # the argument blocks' layout in the arena, and what each segment patches per call
         self.size = 0
@@ -423,7 +455,7 @@ class Schedule:
             for fn, entries in it.instrs:
                 it.offsets.append(self.size)
                 for j, e in enumerate(entries):
-                    if (isinstance(e, tuple) and not isinstance(e[0], _Scratch) and e[0] not in mem.slot_of
+                    if (isinstance(e, tuple) and not isinstance(e[0], _Scratch) and e[0] not in mem.offset_of
                             and e[0] not in self.consts):
                         pos.append(self.size + j)
                         idx.append(dyn.setdefault(e[0], len(dyn)))
@@ -563,7 +595,7 @@ class Schedule:
         if st is not None:
             return st
         exe, mem = self.exe, self.exe.memory
-        slots = exe._slots()
+        slots = exe._arena()
         arena = np.zeros(max(self.size, 1), np.int64)
         base = arena.ctypes.data
         progs, scratch = [], {}
@@ -581,8 +613,8 @@ class Schedule:
                             if buf is None:
                                 buf = scratch[v] = np.empty(v.nbytes, np.uint8)
                             arena[o + j] = buf.ctypes.data + off
-                        elif v in mem.slot_of:
-                            arena[o + j] = exe._buffer(v, mem, slots).ctypes.data + off
+                        elif v in mem.offset_of:
+                            arena[o + j] = slots.ctypes.data + mem.offset_of[v] + off
                         elif v in self.consts:
                             arena[o + j] = self.consts[v].ctypes.data + off
                     else:
@@ -599,7 +631,7 @@ class Schedule:
         if c is not None:
             return c
         mem = self.exe.memory
-        if v in mem.slot_of:
+        if v in mem.offset_of:
             return self.exe._buffer(v, mem, slots)
         op = v.producer           # a view the native code read for free: numpy makes it now
         x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)
@@ -613,8 +645,8 @@ class Schedule:
         si = 0
         for it in self.items:
             if isinstance(it, _Segment):
-                for v in it.allocs:
-                    env[v] = np.empty(v.shape, v.dtype)
+                for v, src in it.allocs:
+                    env[v] = np.empty(v.shape, v.dtype) if src is None else self._get(src, env, slots)
                 if it.dyn:
                     addrs = np.empty(len(it.dyn), np.int64)
                     for j, v in enumerate(it.dyn):
