@@ -133,6 +133,22 @@ class Lowered:
         from .sharding.explain import explain_lowered
         return explain_lowered(self, file)
 
+    def memory(self) -> dict:
+        """Per-device memory of one run of the compiled program, in bytes: `temp_bytes`
+        (the arena of temporaries, XLA's temp allocation), `peak_live_bytes` (the largest
+        set of temporaries live at once), `argument_bytes`, `output_bytes` (outputs the
+        program computes into fresh buffers), `in_place` (values written into a dying
+        input's buffer) and `donated` (argument positions). Values the backend does not plan
+        (the numpy backend plans nothing) are None."""
+        g = self.graph
+        size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
+        rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
+               "output_bytes": size(g.outputs), "in_place": None, "donated": []}
+        plan = getattr(self.compile(), "memory", None)
+        if plan is not None:
+            rep.update(plan.report())
+        return rep
+
     def compile(self):
         if self._exe is None:
             from .compiler.backends import compile_graph

@@ -59,7 +59,7 @@ class MemoryPlan:
     def report(self) -> dict:
         return {"temp_bytes": self.arena_bytes, "peak_live_bytes": self.peak_bytes,
                 "temporaries": len(self.offset_of), "in_place": len(self.in_place),
-                "output_bytes": self.output_bytes, "donated": sorted(self.donated)}
+                "donated": sorted(self.donated)}
 
     def __str__(self):
         return (f"arena {self.arena_bytes} bytes for {len(self.offset_of)} temporaries (largest live set "

@@ -1,0 +1,226 @@
+"""The LLVM backend's memory plan (compiler/passes/memory.py): kernels written in place
+into a dying input's buffer, outputs computed in the caller's buffer, one arena of
+temporaries at static offsets; and where in place would be wrong, that it does not happen.
+Every case also runs and is compared with numpy (a silent wrong answer is the worst bug)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import spmd
+from spmd.compiler.backends import compile_graph
+from spmd.compiler.backends.llvm import compile_llvm
+from spmd.ir import Graph
+from spmd.sharding import Mesh
+
+from partition_util import check_random_jit_program, random_program, reference
+
+F4 = 4
+
+
+def dot(g, a, b):
+    return g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+
+
+def run_both(g, *args, calls=2):
+    """The LLVM executable (twice: the arena is kept between calls) against the numpy backend;
+    the arguments must come back unchanged."""
+    exe = compile_llvm(g)
+    want = compile_graph(g, "numpy")([a.copy() for a in args])
+    before = [a.copy() for a in args]
+    for _ in range(calls):
+        got = exe(list(args))
+        for w, r in zip(want, got):
+            np.testing.assert_allclose(r, w, rtol=1e-5, atol=1e-6)
+    for a, b in zip(args, before):
+        np.testing.assert_array_equal(a, b)          # the caller's arrays are not written
+    return exe, got
+
+
+def data(*shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(s) / 4).astype(np.float32) for s in shapes]
+
+
+# ------------------------------------------------------------------ where it happens
+def test_chain_runs_in_place_and_peak_drops_to_one_buffer():
+    """dot -> tanh -> exp -> negate (three kernels, forced apart by the dots' later reads being
+    none): each kernel overwrites the buffer it reads, so the temporaries need one buffer."""
+    g = Graph()
+    x, w = g.add_input((32, 32), "float32"), g.add_input((32, 32), "float32")
+    d = dot(g, x, w)
+    a = g.emit("tanh", d)
+    b = dot(g, a, w)                 # a dies here
+    c = g.emit("exp", b)             # in place in b's buffer
+    e = dot(g, c, w)
+    f = g.emit("negate", e)          # in place in e's buffer, which is the output's
+    g.outputs = [f]
+    exe, (out,) = run_both(g, *data((32, 32), (32, 32)))
+    mem = exe.memory
+    assert mem.in_place == {a: d, c: b, f: e}, mem.in_place
+    # d/a and b/c are temporaries (one buffer each, not both live); e is the output's array
+    assert e not in mem.offset_of and f not in mem.offset_of
+    assert mem.peak_bytes == mem.arena_bytes == 2 * 32 * 32 * F4, mem
+    assert out.flags.owndata and out.flags.writeable
+
+
+def test_weight_update_is_computed_in_the_new_weights_buffer():
+    """The SGD step's w - lr * (x.T @ g): the gradient dot writes into the output's array and
+    the update kernel runs in place there (XLA's buffer sharing), so no temporary holds it."""
+    g = Graph()
+    w, x, gr = g.add_input((64, 16), "float32"), g.add_input((8, 64), "float32"), g.add_input((8, 16), "float32")
+    gw = g.emit("dot_general", x, gr, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
+    lr = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(0.1, np.float32)),
+                shape=(64, 16), broadcast_dimensions=())
+    new = g.emit("subtract", w, g.emit("multiply", lr, gw))
+    g.outputs = [new]
+    exe, _ = run_both(g, *data((64, 16), (8, 64), (8, 16)))
+    assert exe.memory.in_place == {new: gw}
+    assert exe.memory.arena_bytes == 0
+
+
+def test_program_through_jit_reports_memory():
+    def f(x, w):
+        h = np.tanh(x @ w)
+        return np.exp(h @ w.T) * 2.0
+    x, w = data((16, 32), (32, 32))
+    low = spmd.jit(f).lower(x, w)
+    m = low.memory()
+    assert m["temp_bytes"] == low.compile().memory.arena_bytes
+    assert m["in_place"] >= 1 and m["argument_bytes"] == x.nbytes + w.nbytes
+    assert m["output_bytes"] == 16 * 32 * F4
+    np.testing.assert_allclose(spmd.jit(f)(x, w), f(x, w), rtol=1e-5)
+
+
+# ------------------------------------------------------------ where it must not happen
+def test_not_in_place_when_the_input_is_read_later():
+    g = Graph()
+    x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
+    d = dot(g, x, w)
+    a = g.emit("tanh", d)
+    b = dot(g, a, d)                 # d is read after the tanh kernel
+    g.outputs = [b]
+    exe, _ = run_both(g, *data((16, 16), (16, 16)))
+    assert a not in exe.memory.in_place
+
+
+def test_not_in_place_into_a_callers_argument():
+    g = Graph()
+    x = g.add_input((16, 16), "float32")
+    a = g.emit("exp", x)
+    b = g.emit("tanh", g.emit("transpose", a, permutation=(1, 0)))
+    g.outputs = [b]
+    exe, _ = run_both(g, *data((16, 16)))            # run_both checks x comes back unchanged
+    assert not exe.memory.in_place or x not in exe.memory.in_place.values()
+
+
+def test_not_in_place_while_a_view_of_the_input_is_alive():
+    """A reshape feeding a dot is a numpy view of its operand: the operand's buffer stays
+    busy until the view's last reader, so a kernel in between must not overwrite it."""
+    g = Graph()
+    x, w, v = g.add_input((8, 6), "float32"), g.add_input((6, 8), "float32"), g.add_input((4, 6), "float32")
+    d = dot(g, x, w)                                   # (8, 8)
+    r = g.emit("reshape", d, shape=(4, 16))            # a view of d
+    e = g.emit("exp", d)                               # d's last direct read
+    t = g.emit("dot_general", r, g.emit("reshape", e, shape=(16, 4)), lhs_batch=(), rhs_batch=(),
+               lhs_contract=(1,), rhs_contract=(0,))   # reads the view after the exp kernel
+    g.outputs = [t, g.emit("tanh", v)]
+    exe, _ = run_both(g, *data((8, 6), (6, 8), (4, 6)))
+    assert e not in exe.memory.in_place
+
+
+@pytest.mark.parametrize("how", ["transpose", "reduce", "broadcast"])
+def test_not_in_place_when_the_kernel_reads_other_elements(how):
+    """d + d.T, d - max(d, axis=1), d * d[0] broadcast: the kernel reads elements of d other
+    than the one it writes, so writing into d would corrupt later reads."""
+    g = Graph()
+    x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
+    d = dot(g, x, w)
+    if how == "transpose":
+        out = g.emit("add", d, g.emit("transpose", d, permutation=(1, 0)))
+    elif how == "reduce":
+        m = g.emit("reduce", d, axes=(1,), kind="max")
+        out = g.emit("subtract", d, g.emit("broadcast_in_dim", m, shape=(16, 16), broadcast_dimensions=(0,)))
+    else:
+        row = g.emit("reshape", g.emit("slice", d, start=(0, 0), limit=(1, 16), stride=(1, 1)), shape=(16,))
+        out = g.emit("multiply", d, g.emit("broadcast_in_dim", row, shape=(16, 16), broadcast_dimensions=(1,)))
+    g.outputs = [g.emit("exp", out)]
+    exe, _ = run_both(g, *data((16, 16), (16, 16)))
+    assert d not in exe.memory.in_place.values()
+
+
+def test_outputs_never_share_a_buffer():
+    """Two outputs from one buffer group cannot happen (an output is never overwritten), and
+    the same value returned twice or an output and its view come back as separate arrays."""
+    g = Graph()
+    x, w = g.add_input((8, 8), "float32"), g.add_input((8, 8), "float32")
+    d = dot(g, x, w)
+    e = g.emit("exp", d)
+    f = g.emit("tanh", e)
+    g.outputs = [d, e, f, f, g.emit("transpose", f, permutation=(1, 0))]
+    exe, got = run_both(g, *data((8, 8), (8, 8)))
+    assert not exe.memory.in_place          # d, e, f are all outputs: none may be overwritten
+    for i in range(len(got)):
+        for j in range(i):
+            assert not np.shares_memory(got[i], got[j]), (i, j)
+
+
+def test_loop_bodies_do_not_overwrite_the_carried_state():
+    """A while body's inputs are its arguments (the carried state, also read by the loop):
+    its kernels write them nowhere in place; the loop still matches numpy."""
+    def f(x, w):
+        def body(i, c):
+            h = np.tanh(c @ w)
+            return np.exp(h) * 0.5 + c
+        return spmd.fori_loop(0, 3, body, x)
+
+    x, w = data((8, 8), (8, 8))
+    want = x.copy()
+    for _ in range(3):
+        want = np.exp(np.tanh(want @ w)) * 0.5 + want
+    for backend in ("llvm", "numpy"):
+        got = spmd.jit(f, backend=backend)(x, w)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("SPMD_IN_PLACE", "0")
+    g = Graph()
+    x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
+    d = dot(g, x, w)
+    g.outputs = [dot(g, g.emit("tanh", d), w)]
+    exe, _ = run_both(g, *data((16, 16), (16, 16)))
+    assert not exe.memory.in_place and exe.memory.arena_bytes == 2 * 16 * 16 * F4
+
+
+# -------------------------------------------------------------------- random programs
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.booleans())
+def test_random_programs_on_one_device_match_numpy(seed, even):
+    """Random programs (dots, elementwise chains, reductions, views, indexing) compiled whole
+    by the LLVM backend, planner on, against the numpy reference, twice (arena reuse)."""
+    rng = np.random.default_rng(seed)
+    dtype = "int64" if seed % 3 == 0 else "float64"
+    g, args = random_program(rng, dtype, (4, 8, 16) if even else (3, 5, 7, 9), int(rng.integers(5, 31)))
+    want = reference(g, args)
+    exe = compile_llvm(g)
+    before = [a.copy() for a in args]
+    for _ in range(2):
+        got = exe([a for a in args])
+        for k, (w, r) in enumerate(zip(want, got)):
+            if dtype == "int64":
+                np.testing.assert_array_equal(r, w, err_msg=f"output {k}:\n{g}")
+            else:
+                np.testing.assert_allclose(r, w, rtol=1e-9, atol=1e-9, err_msg=f"output {k}:\n{g}")
+    for a, b in zip(args, before):
+        np.testing.assert_array_equal(a, b)
+
+
+MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("a", "b"))]
+
+
+@pytest.mark.slow
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.booleans())
+def test_random_jit_programs_on_meshes_with_the_llvm_backend(seed, even):
+    check_random_jit_program(seed, MESHES[seed % len(MESHES)], even, backend="llvm")
