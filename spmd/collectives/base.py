@@ -78,7 +78,9 @@ class Communicator(ABC):
         return self.mesh.index_in_group(self.rank, tuple(axes))
 
     @abstractmethod
-    def all_reduce(self, x, axes, op="sum"): ...
+    def all_reduce(self, x, axes, op="sum", out=None):
+        """`out`: an array of x's shape and dtype to write the result into (it may be x:
+        then x is overwritten with the result), else a new one."""
 
     @abstractmethod
     def all_gather(self, x, axes, dim=0): ...

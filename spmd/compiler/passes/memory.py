@@ -14,7 +14,9 @@ Three decisions, made once at compile time, as XLA's buffer assignment makes the
    value that may alias it: a view that is still alive pins its base), is not a program
    output, no other input of the kernel may alias it, and the buffer is ours: written
    by an earlier kernel or dot, or an argument the caller donated. The output joins the
-   input's *buffer group* (one buffer, several values over time).
+   input's *buffer group* (one buffer, several values over time). An op whose OpDef says
+   its result may be written over an operand (`out_may_be_operand`: all_reduce, which
+   reads each block before writing it) is planned the same way.
 2. **Output groups.** A group that ends in a program output is allocated per call (the
    caller keeps it): every value of it is written straight into the output's array,
    so a weight gradient is computed into the new weight's buffer and updated there.
@@ -167,12 +169,16 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
     if in_place:
         for k, step in enumerate(steps):
             kern = _kernel(step)
-            if kern is None:
+            if kern is not None:
+                cands, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
+            elif step.opdef.out_may_be_operand is not None and writes(step):
+                # an op that may write its result over an operand (all_reduce)
+                cands, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
+            else:
                 continue
-            cands = same_index_inputs(kern)
             used = set()
-            for r in kern.outputs:
-                for x in kern.inputs:
+            for r in results:
+                for x in reads:
                     if (x not in cands or x in used or x not in mine or x.dtype != r.dtype
                             or x.shape != r.shape or x in outs):
                         continue
@@ -180,7 +186,7 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
                     if busy(gx) != k:
                         continue
                     # no other input of this kernel may share the buffer
-                    if any(gx in bufs.get(u, ()) for u in kern.inputs if u is not x):
+                    if any(gx in bufs.get(u, ()) for u in reads if u is not x):
                         continue
                     used.add(x)
                     inplace[r] = x

@@ -282,6 +282,14 @@ class KernelCodegen:
                     return SV(literal(splat(x), x.dtype), x.dtype), self.body
                 # a reshape of a contiguous buffer is the same memory read with other strides
                 return self.load(x, amap, shape=v.shape)
+            if x.ndim == 1 and v.ndim != 1:
+                # a flat value read as n-d: its index is the row-major offset, an affine map
+                coefs, const = {}, 0
+                for (terms, c), st in zip(amap, contiguous_strides(v.shape)):
+                    const += c * st
+                    for var, k in terms:
+                        coefs[var] = coefs.get(var, 0) + k * st
+                return self._pass(x, ((tuple((var, k) for var, k in coefs.items() if k), const),))
             rows = [r for r, n in zip(amap, v.shape) if n != 1]
             if [n for n in x.shape if n != 1] != [n for n in v.shape if n != 1]:
                 raise Split(x)

@@ -110,9 +110,9 @@ class KernelStep:
 
 
 def writes_into(op) -> bool:
-    """Ops the backend runs into a buffer it is given (BLAS's output): the memory plan
-    places their results like a kernel's."""
-    return op.name == "dot_general"
+    """Ops the backend runs into a buffer it is given (BLAS's output, `out=` of an OpDef
+    that takes one): the memory plan places their results like a kernel's."""
+    return op.name == "dot_general" or op.opdef.takes_out
 
 
 class LLVMExecutable(Executable):
@@ -294,6 +294,14 @@ class LLVMExecutable(Executable):
             except Exception as e:
                 raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
             env[op.result] = out
+            return
+        if op.opdef.takes_out:
+            # into the plan's buffer (maybe its operand's: all_reduce in place)
+            out = self._buffer(op.result, mem, slots, env)
+            run_op(op, env, comm, out=out)
+            if env[op.result] is not out:
+                np.copyto(out, env[op.result])
+                env[op.result] = out
             return
         # control-flow bodies (while, cond, scan) run as native executables of their own
         run_op(op, env, comm, run=lambda g, xs: self._subs[id(g)](xs, comm))
