@@ -27,6 +27,10 @@ Three decisions, made once at compile time, as XLA's buffer assignment makes the
    whose live range meets its own), so a step allocates no temporaries at all, and the
    arena stays close to the largest live set. A buffer dying at a step is never handed
    to another output of that step except through (1).
+4. **Joined in place.** The operands of a join (concatenate, OpDef `joins`, e.g. the
+   gradients a combined all-reduce sums at once) are computed straight into their place
+   in the join's buffer, when each is a temporary (or a same-bytes view of one: a
+   reshape) whose buffer dies at the join and whose place is one contiguous range.
 
 `plan.report()` gives the figures (`lowered.memory()` shows them to users).
 """
@@ -52,6 +56,7 @@ class MemoryPlan:
     peak_bytes: int          # the largest total of live temporaries at any step
     output_bytes: int = 0    # program outputs written by steps into fresh per-call buffers
     donated: frozenset = field(default_factory=frozenset)   # input positions whose buffers may be reused
+    joined: dict = field(default_factory=dict)   # join result -> operand positions already in place
 
     # the names the executors and older callers use
     @property
@@ -124,10 +129,13 @@ def same_index_inputs(kernel) -> set:
     return {x for x in kernel.inputs if x not in bad and x.shape == shape}
 
 
-def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True) -> MemoryPlan:
+def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True,
+                same_bytes=lambda op: False) -> MemoryPlan:
     """`steps`: Kernels (or wrappers with `.kernel`) and Ops, in execution order; `writes(op)`:
     does the backend run this op into a buffer it is given (a dot into BLAS's output)?
-    `donated`: positions of graph inputs whose buffers the program may write into."""
+    `donated`: positions of graph inputs whose buffers the program may write into.
+    `same_bytes(op)`: is op's result its (single) operand's bytes in the same order (a
+    reshape the backend runs as a view)?"""
     n = len(steps)
     outs = set(graph.outputs)
     donated_vals = {graph.inputs[i] for i in donated}
@@ -202,6 +210,43 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
     members = {}
     for v, gid in group.items():
         members.setdefault(gid, []).append(v)
+
+    def is_temp(gid):
+        return gid not in donated_vals and not any(v in outs for v in members[gid])
+
+    # joins: operands computed in their place in the result's buffer
+    inside = {}                       # group -> (enclosing group, byte offset)
+    joined, enclosing = {}, set()
+    for k, step in enumerate(steps):
+        if _kernel(step) is not None or step.opdef.joins is None or not writes(step):
+            continue
+        c = step.results[0]
+        d = step.opdef.joins(step.attrs)
+        if int(np.prod(c.shape[:d], dtype=np.int64)) != 1 or not is_temp(group[c]) or group[c] in inside:
+            continue
+        off, placed, seen = 0, set(), set()
+        for i, a in enumerate(step.operands):
+            w = a
+            while w not in group and w.producer is not None and same_bytes(w.producer):
+                w = w.producer.operands[0]
+            gw = group.get(w)
+            if (gw is not None and w in mine and gw not in seen and gw not in inside and is_temp(gw)
+                    and gw not in enclosing
+                    and gw is not group[c] and nbytes(w) == nbytes(a) == nbytes(gw)
+                    and busy(gw) == k and not any(gw in bufs.get(u, ()) for j, u in enumerate(step.operands)
+                                                  if j != i)):
+                seen.add(gw)
+                inside[gw] = (group[c], off)
+                placed.add(i)
+            off += nbytes(a)
+        if placed:
+            joined[c] = frozenset(placed)
+            enclosing.add(group[c])
+    start = {}
+    for gid in members:
+        start[gid] = define[gid]
+    for gw, (gc, _) in inside.items():
+        start[gc] = min(start[gc], define[gw])
     temps = []
     out_bytes = 0
     for gid, vs in members.items():
@@ -210,7 +255,8 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
         if any(v in outs for v in vs):
             out_bytes += nbytes(gid)
             continue
-        temps.append((gid, define[gid], busy(gid), nbytes(gid)))
+        if gid not in inside:
+            temps.append((gid, start[gid], busy(gid), nbytes(gid)))
 
     # static offsets in one arena: largest first, lowest offset that fits
     placed = []                       # (start, end, offset, size)
@@ -225,6 +271,9 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
         placed.append((s, e, off, size))
         for v in members[gid]:
             offset_of[v] = off
+    for gw, (gc, off) in inside.items():
+        for v in members[gw]:
+            offset_of[v] = offset_of[gc] + off
     arena = max([o + sz for _, _, o, sz in placed], default=0)
     live = [0] * (n + 1)
     for _, s, e, size in temps:
@@ -236,4 +285,4 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
     for v, k in last.items():
         if v not in outs and 0 <= k < n:
             free_after[k].append(v)
-    return MemoryPlan(offset_of, arena, inplace, free_after, peak, out_bytes, frozenset(donated))
+    return MemoryPlan(offset_of, arena, inplace, free_after, peak, out_bytes, frozenset(donated), joined)

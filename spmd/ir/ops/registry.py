@@ -100,6 +100,10 @@ class OpDef:
     # the operand whose buffer `out` may be (the result written over it: all_reduce reads
     # each block of its operand before it writes that block), or None
     out_may_be_operand: Optional[int] = None
+    # the result is its operands laid side by side along a dimension: attrs -> that
+    # dimension (concatenate). A memory plan may compute each operand in its place in the
+    # result's buffer, so that joining them copies nothing.
+    joins: Optional[Callable] = None
 
     @property
     def differentiable(self):

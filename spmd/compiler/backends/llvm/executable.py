@@ -151,7 +151,8 @@ class LLVMExecutable(Executable):
             raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
         self.plan = plan
         self.memory = plan_memory(graph, plan.steps, writes_into, self.donated,
-                                  in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0")
+                                  in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0",
+                                  same_bytes=lambda op: op.name == "reshape")
         # kernels that write an output in place read and write it through one pointer
         for j, (k, (text, decls, cg)) in enumerate(zip(plan.kernels(), gen)):
             pairs = {r: self.memory.in_place[r] for r in k.outputs if r in self.memory.in_place}
@@ -298,6 +299,11 @@ class LLVMExecutable(Executable):
         if op.opdef.takes_out:
             # into the plan's buffer (maybe its operand's: all_reduce in place)
             out = self._buffer(op.result, mem, slots, env)
+            placed = mem.joined.get(op.result)
+            if placed is not None:
+                _join(op, [env[o] for o in op.operands], out, placed)
+                env[op.result] = out
+                return
             run_op(op, env, comm, out=out)
             if env[op.result] is not out:
                 np.copyto(out, env[op.result])
@@ -305,6 +311,21 @@ class LLVMExecutable(Executable):
             return
         # control-flow bodies (while, cond, scan) run as native executables of their own
         run_op(op, env, comm, run=lambda g, xs: self._subs[id(g)](xs, comm))
+
+
+def _join(op, xs, out, placed):
+    """A join (concatenate) whose operands at `placed` were computed in their place in
+    `out` (the memory plan): only the others are copied in."""
+    d = op.opdef.joins(op.attrs)
+    at = 0
+    for i, x in enumerate(xs):
+        n = x.shape[d]
+        region = out[(slice(None),) * d + (slice(at, at + n),)]
+        at += n
+        if i in placed and x.__array_interface__["data"][0] == region.__array_interface__["data"][0] \
+                and x.strides == region.strides:
+            continue
+        region[...] = x
 
 
 def _label(step):
