@@ -135,18 +135,20 @@ class Lowered:
 
     def memory(self) -> dict:
         """Per-device memory of one run of the compiled program, in bytes: `temp_bytes`
-        (the arena of temporaries, XLA's temp allocation), `peak_live_bytes` (the largest
-        set of temporaries live at once), `argument_bytes`, `output_bytes` (outputs the
-        program computes into fresh buffers), `in_place` (values written into a dying
-        input's buffer) and `donated` (argument positions). Values the backend does not plan
-        (the numpy backend plans nothing) are None."""
+        (the arena of temporaries, XLA's temp allocation), `scratch_bytes` (copies of dot
+        operands BLAS cannot read in place), `peak_live_bytes` (the largest set of
+        temporaries live at once), `argument_bytes`, `output_bytes`, `in_place` (values
+        written into a dying input's buffer) and `donated` (argument positions whose
+        buffers the program reuses). Ops run through numpy (collectives, indexing) may
+        allocate more per call. What the backend does not plan (the numpy backend plans
+        nothing) is None."""
         g = self.graph
         size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
         rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
                "output_bytes": size(g.outputs), "in_place": None, "donated": []}
-        plan = getattr(self.compile(), "memory", None)
-        if plan is not None:
-            rep.update(plan.report())
+        exe = self.compile()
+        if hasattr(exe, "memory_report"):
+            rep.update(exe.memory_report(_FakeComm(self.mesh)))
         return rep
 
     def compile(self):
@@ -158,6 +160,13 @@ class Lowered:
     def __call__(self, *flat_args):
         from .runtime.execute import execute
         return execute(self, list(flat_args))
+
+
+class _FakeComm:
+    """The size of a mesh, where the executable asks a communicator for it."""
+
+    def __init__(self, mesh):
+        self.size = 1 if mesh is None else mesh.size
 
 
 def lower_graph(graph, mesh, in_shardings, out_shardings):

@@ -220,6 +220,17 @@ class LLVMExecutable(Executable):
             sched = self._schedules[nthreads] = Schedule(self, nthreads)
         sched.run(env, comm)
 
+    def memory_report(self, comm=None) -> dict:
+        """The plan's figures (passes/memory.py) plus the native schedule's scratch (the
+        copies of dot operands BLAS cannot read where they are), per device."""
+        n = self.threads or threads_for(comm)
+        sched = self._schedules.get(n)
+        if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
+            sched = self._schedules[n] = Schedule(self, n)
+        rep = self.memory.report()
+        rep["scratch_bytes"] = sum(sched.scratch_sizes.values()) if sched is not None else 0
+        return rep
+
     def _arena(self):
         """This thread's arena of temporaries (the local runtime runs ranks as threads)."""
         a = getattr(self._local, "arena", None)
@@ -383,10 +394,12 @@ def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
 
 
 class _Scratch:
-    """A per-thread buffer an instruction uses internally (not a value of the program)."""
+    """A per-thread buffer an instruction uses internally (not a value of the program).
+    Instructions run one at a time, so scratch of the same `slot` (a dot's lhs copy is
+    slot 0, its rhs copy slot 1) shares one buffer, as large as the largest."""
 
-    def __init__(self, nbytes):
-        self.nbytes = nbytes
+    def __init__(self, nbytes, slot=0):
+        self.nbytes, self.slot = nbytes, slot
 
 
 def _in_place(view, dbase, perm, shape4, isz):
@@ -494,6 +507,14 @@ class Schedule:
             it.pos, it.idx = np.array(pos, np.int64), np.array(idx, np.int64)
             it.offs = np.array(offs, np.int64)
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
+        self.scratch_sizes = {}          # scratch slot -> bytes (one buffer per slot and thread)
+        for it in self.items:
+            if isinstance(it, _Segment):
+                for _, entries in it.instrs:
+                    for e in entries:
+                        if isinstance(e, tuple) and isinstance(e[0], _Scratch):
+                            s = e[0].slot
+                            self.scratch_sizes[s] = max(self.scratch_sizes.get(s, 0), e[0].nbytes)
         # a value is dropped after its last use, where reading a view made for free reads its base
         last, n = {}, len(exe.steps)
         for k, step in enumerate(exe.steps):
@@ -602,7 +623,7 @@ class Schedule:
                 ext = native.copy_entries(vt, isz)
                 if ext is None:
                     return None
-                sc = _Scratch(vt.size * isz)
+                sc = _Scratch(vt.size * isz, len(pre))
                 off = vt.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
                 pre.append((helpers[f"spmd_copy{isz}"], [(sc, 0), (base, off)] + ext))
                 got.append((sc, 0, 111, cols, bt * rows * cols * isz, rows * cols * isz))
@@ -627,7 +648,8 @@ class Schedule:
         slots = exe._arena()
         arena = np.zeros(max(self.size, 1), np.int64)
         base = arena.ctypes.data
-        progs, scratch = [], {}
+        progs = []
+        scratch = {s: np.empty(n, np.uint8) for s, n in self.scratch_sizes.items()}
         for it in self.items:
             if not isinstance(it, _Segment):
                 continue
@@ -638,10 +660,7 @@ class Schedule:
                     if isinstance(e, tuple):
                         v, off = e
                         if isinstance(v, _Scratch):
-                            buf = scratch.get(v)
-                            if buf is None:
-                                buf = scratch[v] = np.empty(v.nbytes, np.uint8)
-                            arena[o + j] = buf.ctypes.data + off
+                            arena[o + j] = scratch[v.slot].ctypes.data + off
                         elif v in mem.offset_of:
                             arena[o + j] = slots.ctypes.data + mem.offset_of[v] + off
                         elif v in self.consts:
