@@ -9,8 +9,10 @@ Three decisions, made once at compile time, as XLA's buffer assignment makes the
 
 1. **In place.** A kernel that reads an input only at the index of the element it writes
    (elementwise ops on the way from that input to the outputs: no reduction, no
-   broadcast/transpose/slice/reshape of it) may write an output of the same shape and
-   dtype into that input's buffer, when the input is not read after this kernel (nor any
+   broadcast/transpose/slice/reshape of it) may write an output computed from that input
+   (so the element is loaded before the output's element is stored over it: a kernel
+   stores each output as soon as it has it) of the same shape and dtype into that
+   input's buffer, when the input is not read after this kernel (nor any
    value that may alias it: a view that is still alive pins its base), is not a program
    output, no other input of the kernel may alias it, and the buffer is ours: written
    by an earlier kernel or dot, or an argument the caller donated. The output joins the
@@ -101,15 +103,15 @@ def _results(step):
 
 
 def same_index_inputs(kernel) -> set:
-    """The inputs a kernel reads only at the index of the element it stores: every op is
-    elementwise or only re-indexes, there is no reduction, all outputs have the root's
-    shape, and no re-indexing op reads the input (directly or through elementwise ops)."""
+    """The inputs of the root's shape a kernel reads only at the index of the element it
+    stores: every op is elementwise or only re-indexes, there is no reduction, and no
+    re-indexing op reads the input (directly or through elementwise ops). Every output
+    is an ancestor of the root (or the code generator splits the kernel), so such an input
+    and the elementwise values made from it are all at the root's own index."""
     ops = kernel.ops
     if any(op.opdef.fusion not in ("elementwise", "reindex") for op in ops):
         return set()
     shape = kernel.root.shape
-    if any(o.shape != shape for o in kernel.outputs):
-        return set()
     members = {op.results[0]: op for op in ops}
     bad, stack = set(), []
     for op in ops:
@@ -127,6 +129,46 @@ def same_index_inputs(kernel) -> set:
         if op is not None:
             stack.extend(op.operands)
     return {x for x in kernel.inputs if x not in bad and x.shape == shape}
+
+
+def _depends_on(kernel, r) -> set:
+    """The kernel's inputs r is computed from. A kernel stores an escaping output as soon as
+    it is computed, so only such an input is sure to be loaded (once: the code generator
+    memoises a value per index map) before r's element is stored over it."""
+    members = {op.results[0]: op for op in kernel.ops}
+    seen, stack, out = set(), [r], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = members.get(v)
+        if op is None:
+            out.add(v)
+        else:
+            stack.extend(op.operands)
+    return out
+
+
+def _match(results, options) -> dict:
+    """As many outputs as possible each over its own input (a maximum bipartite matching,
+    by augmenting paths; a kernel has a handful of each): output -> input."""
+    owner = {}
+
+    def take(r, seen):
+        for x in options[r]:
+            if x in seen:
+                continue
+            seen.add(x)
+            if x not in owner or take(owner[x], seen):
+                owner[x] = r
+                return True
+        return False
+
+    for r in results:
+        if options.get(r):
+            take(r, set())
+    return {r: x for x, r in owner.items()}
 
 
 def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True,
@@ -178,33 +220,28 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
         for k, step in enumerate(steps):
             kern = _kernel(step)
             if kern is not None:
-                cands, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
+                same, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
             elif step.opdef.out_may_be_operand is not None and writes(step):
                 # an op that may write its result over an operand (all_reduce)
-                cands, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
+                same, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
             else:
                 continue
-            used = set()
+            options = {}
             for r in results:
-                for x in reads:
-                    if (x not in cands or x in used or x not in mine or x.dtype != r.dtype
-                            or x.shape != r.shape or x in outs):
-                        continue
-                    gx = group[x]
-                    if busy(gx) != k:
-                        continue
-                    # no other input of this kernel may share the buffer
-                    if any(gx in bufs.get(u, ()) for u in reads if u is not x):
-                        continue
-                    used.add(x)
-                    inplace[r] = x
-                    # r's group is x's: values aliasing r now alias that buffer
-                    old = group[r]
-                    for v in aliases.pop(old, set()):
-                        bufs[v] = {gx if g is old else g for g in bufs[v]}
-                        aliases[gx].add(v)
-                    group[r] = gx
-                    break
+                cands = same & _depends_on(kern, r) if kern is not None else same
+                options[r] = [x for x in reads if x in cands and x in mine and x.dtype == r.dtype
+                              and x.shape == r.shape and x not in outs and busy(group[x]) == k
+                              # no other input of this step may share the buffer
+                              and not any(group[x] in bufs.get(u, ()) for u in reads if u is not x)]
+            for r, x in _match(results, options).items():
+                gx = group[x]
+                inplace[r] = x
+                # r's group is x's: values aliasing r now alias that buffer
+                old = group[r]
+                for v in aliases.pop(old, set()):
+                    bufs[v] = {gx if g is old else g for g in bufs[v]}
+                    aliases[gx].add(v)
+                group[r] = gx
 
     # the groups: output groups are fresh per call, donated ones are the caller's
     members = {}

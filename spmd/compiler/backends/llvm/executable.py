@@ -389,8 +389,8 @@ def _dump(exe):
             f.write("\n\n".join(exe.stats["optimized_ir"]))
 
 
-def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
-    return LLVMExecutable(graph, threads)
+def compile_llvm(graph: Graph, threads=None, donated=()) -> LLVMExecutable:
+    return LLVMExecutable(graph, threads, donated)
 
 
 class _Scratch:
