@@ -216,6 +216,39 @@ def test_random_programs_on_one_device_match_numpy(seed, even):
         np.testing.assert_array_equal(a, b)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1))
+def test_random_elementwise_webs_over_dying_temporaries_match_numpy(seed):
+    """Dots (temporaries that die in the kernels reading them), then a random web of
+    elementwise ops and transposes over them with random values escaping as outputs: the
+    kernels have several outputs and several same-shape inputs, the case where which
+    output may take which input's buffer matters."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([3, 8, 16]))
+    g = Graph()
+    x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
+    pool = [dot(g, a, b) for a, b in [(x, w), (w, x), (x, x), (w, w)][:int(rng.integers(2, 5))]]
+    for _ in range(int(rng.integers(3, 20))):
+        a = pool[rng.integers(len(pool))]
+        kind = rng.random()
+        if kind < 0.35:
+            v = g.emit(str(rng.choice(["tanh", "negate", "abs", "sin"])), a)
+        elif kind < 0.85:
+            v = g.emit(str(rng.choice(["add", "multiply", "subtract", "maximum"])), a, pool[rng.integers(len(pool))])
+        else:
+            v = g.emit("transpose", a, permutation=(1, 0))
+        pool.append(v)
+    k = int(rng.integers(1, 7))
+    g.outputs = [pool[-1]] + [pool[i] for i in rng.choice(len(pool), size=k, replace=True)]
+    args = data((n, n), (n, n), seed=seed % 1000)
+    args = [a.astype(np.float64) for a in args]
+    want = compile_graph(g, "numpy")([a.copy() for a in args])
+    exe = compile_llvm(g)
+    for _ in range(2):
+        for wv, r in zip(want, exe(list(args))):
+            np.testing.assert_allclose(r, wv, rtol=1e-12, atol=1e-12, err_msg=str(exe.plan))
+
+
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("a", "b"))]
 
 
