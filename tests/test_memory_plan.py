@@ -408,3 +408,27 @@ def test_gpt_training_steps_with_the_planner_match_the_numpy_backend(shape):
                         for a in spmd.tree.tree_flatten((loss, p, o))[0]]
     for a, b in zip(got["llvm"], got["numpy"]):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("n", [4, 128])         # under and over the local backend's small-message size
+@pytest.mark.parametrize("mesh", [Mesh((2,), ("x",)), Mesh((2, 2), ("x", "y"))])
+def test_all_reduce_in_place_over_its_operand(n, mesh):
+    """A dot's result all-reduced: the plan runs the all-reduce over the dot's buffer (the
+    collective's `out=` is its operand) and every device gets the group's sum."""
+    from spmd.runtime.local import LocalRuntime
+    g = Graph("ar")
+    a, b = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
+    d = dot(g, a, b)
+    r = g.emit("all_reduce", d, axes=("x",), reduction="sum", group_size=2)
+    g.outputs = [g.emit("tanh", r)]
+    exe = compile_llvm(g)
+    assert exe.memory.in_place.get(r) is d
+    rng = np.random.default_rng(n)
+    args = {dev: [rng.standard_normal((n, n)), rng.standard_normal((n, n))] for dev in range(mesh.size)}
+    where = {int(dev): c for c, dev in np.ndenumerate(mesh.devices)}
+    for _ in range(2):
+        out = LocalRuntime().run(exe, mesh, {k: [x.copy() for x in v] for k, v in args.items()})
+        for dev in range(mesh.size):
+            group = [e for e in range(mesh.size) if where[e][1:] == where[dev][1:]]
+            want = np.tanh(sum(args[e][0] @ args[e][1] for e in group))
+            np.testing.assert_allclose(out[dev][0], want, rtol=1e-12, atol=1e-12)
