@@ -432,3 +432,20 @@ def test_all_reduce_in_place_over_its_operand(n, mesh):
             group = [e for e in range(mesh.size) if where[e][1:] == where[dev][1:]]
             want = np.tanh(sum(args[e][0] @ args[e][1] for e in group))
             np.testing.assert_allclose(out[dev][0], want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_donated_buffer_the_program_cannot_write_is_copied_first():
+    """A read-only donated input (Ray's object store hands out read-only arrays), 0-d too:
+    copied with its shape, written there, the caller's array untouched."""
+    g = Graph()
+    t, m = g.add_input((), "float32"), g.add_input((4, 4), "float32")
+    g.outputs = [g.emit("add", t, g.emit("constant", value=np.array(1, np.float32))),
+                 g.emit("tanh", m)]
+    exe = compile_llvm(g, donated=[0, 1])
+    assert set(exe.memory.in_place.values()) == {t, m}
+    tv, mv = np.array(2.0, np.float32), np.ones((4, 4), np.float32)
+    tv.flags.writeable = mv.flags.writeable = False
+    a, b = exe([tv, mv])
+    assert a.shape == () and float(a) == 3.0 and float(tv) == 2.0
+    np.testing.assert_allclose(b, np.tanh(np.ones((4, 4))), rtol=1e-6)
+    assert (mv == 1).all()

@@ -260,7 +260,7 @@ class LLVMExecutable(Executable):
             v = self.graph.inputs[i]
             x = env[v]
             if not (x.flags.c_contiguous and x.flags.writeable and x.flags.aligned):
-                env[v] = np.ascontiguousarray(x).copy()
+                env[v] = np.array(x, order="C", copy=True)      # (0-d stays 0-d)
         return env
 
     def _run_kernel(self, step: KernelStep, env, nthreads, mem, slots):
