@@ -13,9 +13,11 @@ Unless --no-mpi, the 2x2 spmd step is also run under `mpiexec -n 4` (a child run
 script) and compared with jax's 2x2 time from this process.
 
 First calls are cold: spmd compiles into an empty disk cache (a temporary SPMD_CACHE_DIR),
-jax.jit has no persistent cache. Memory is the per-device temporary memory of one step: the
-buffers of spmd's memory plan plus what a step allocates beyond them (tracemalloc), against
-XLA's temp allocation (compiled.memory_analysis()).
+jax.jit has no persistent cache. Memory is the per-device temporary memory of one step,
+arguments and outputs excluded on both sides: spmd's arena of temporaries and per-thread
+scratch (`lowered.memory()`) plus what a step allocates beyond them (tracemalloc: ops run
+through numpy, collectives' buffers; less the outputs), against XLA's temp allocation
+(compiled.memory_analysis().temp_size_in_bytes).
 
 Timings on a shared machine are noisy: the runs of spmd and jax are interleaved so that
 they see the same load, and medians are reported. jax comes from the `bench` extra.
@@ -60,8 +62,21 @@ def _load(name, as_jax=False):
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     if as_jax:
-        m.np = jnp          # the same model code, its numpy calls now jax.numpy's
+        m.np = _JaxNumpy()  # the same model code, its numpy calls now jax.numpy's
     return m
+
+
+class _JaxNumpy:
+    """jax.numpy for the model code, except that numpy on a Python number stays numpy (the
+    model takes `float(np.sqrt(dh))` of an int; under jax.jit jnp.sqrt(int) is a tracer)."""
+
+    def __getattr__(self, name):
+        f = getattr(jnp, name)
+        npf = getattr(np, name, None)
+        if not callable(f) or npf is None or not callable(npf):
+            return f
+        return lambda *a, **k: (npf(*a, **k) if a and all(isinstance(x, (int, float)) for x in a)
+                                else f(*a, **k))
 
 
 # ----------------------------------------------------------------------------- models
@@ -186,9 +201,8 @@ def spmd_setup(model, mesh_shape, args):
     out = f(*placed)
     loss = float(np.asarray(out[0].numpy() if hasattr(out[0], "numpy") else out[0]))
     first = time.perf_counter() - t0
-    exe = f.lower(*placed).compile()
-    mem = getattr(exe, "memory", None)
-    planned = sum(mem.slot_bytes) if mem is not None else 0
+    rep = f.lower(*placed).memory()
+    planned = (rep["temp_bytes"] or 0) + rep.get("scratch_bytes", 0)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     out = f(*placed)

@@ -31,6 +31,9 @@ def main():
     for stage, text in parts.items():
         out = out.replace("{{" + stage + "}}", text.rstrip())
     out = out.replace("{{collectives}}", coll).replace("{{comm_bytes}}", str(rep["comm_bytes"]))
+    mem = {k: v for k, v in low.memory().items() if k in ("temp_bytes", "peak_live_bytes", "in_place",
+                                                         "argument_bytes", "output_bytes")}
+    out = out.replace("{{memory}}", str(mem))
     with open(os.path.join(HERE, "architecture.md"), "w") as fh:
         fh.write(out)
     print("wrote docs/architecture.md")

@@ -224,6 +224,9 @@ def main(argv=None):
         rep = mesh.sharding()
         jit_kw = dict(in_shardings=(psh, {"m": psh, "v": psh, "t": rep},
                                     mesh.sharding("data", None), mesh.sharding("data", None)))
+        # params and optimizer state are replaced by the step's outputs: donated, the new
+        # values are computed in the old ones' buffers (the first, numpy, call copies them)
+        jit_kw["donate_argnums"] = (0, 1)
     step = spmd.jit(make_step(args.layers, args.heads, args.lr, mesh, args.scan), **jit_kw)
 
     losses, tokens_per_step = [], args.batch * args.seq

@@ -104,6 +104,7 @@ class Lowered:
         self.mesh = mesh
         self._exe = None
         self.updates = []             # argument leaves the program writes (extra outputs)
+        self.donated = frozenset()    # argument leaves whose buffers the program may reuse
         self.timings = {}             # seconds per stage, from the pipeline
 
     def as_text(self, stage="optimized"):
@@ -137,15 +138,53 @@ class Lowered:
         from .sharding.explain import explain_lowered
         return explain_lowered(self, file)
 
+    def memory(self) -> dict:
+        """Per-device memory of one run of the compiled program, in bytes: `temp_bytes`
+        (the arena of temporaries, XLA's temp allocation), `scratch_bytes` (copies of dot
+        operands BLAS cannot read in place), `peak_live_bytes` (the largest set of
+        temporaries live at once), `argument_bytes`, `output_bytes`, `in_place` (values
+        written into a dying input's buffer) and `donated` (argument positions whose
+        buffers the program reuses). Ops run through numpy (collectives, indexing) may
+        allocate more per call. What the backend does not plan (the numpy backend plans
+        nothing) is None."""
+        g = self.graph
+        size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
+        rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
+               "output_bytes": size(g.outputs), "in_place": None, "donated": []}
+        exe = self.compile()
+        if hasattr(exe, "memory_report"):
+            rep.update(exe.memory_report(_FakeComm(self.mesh)))
+        return rep
+
     def compile(self):
         if self._exe is None:
             from .compiler.backends import compile_graph
-            self._exe = compile_graph(self.graph, self.backend)
+            self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated))
         return self._exe
 
     def __call__(self, *flat_args):
         from .runtime.execute import execute
-        return execute(self, list(flat_args))
+        try:
+            return execute(self, list(flat_args))
+        finally:
+            if self.donated:        # (also when the run failed: its buffers may be half written)
+                self.donate(flat_args)
+
+    def donate(self, flat_args):
+        """After a run: the donated spmd.Array arguments are invalid (their buffers may now
+        hold the outputs), as jax deletes donated arrays."""
+        from .runtime.array import Array, donated_handles
+        for k in self.donated:
+            x = flat_args[k]
+            if isinstance(x, Array):
+                x._handles = donated_handles(self.stages["traced"].name, k)
+
+
+class _FakeComm:
+    """The size of a mesh, where the executable asks a communicator for it."""
+
+    def __init__(self, mesh):
+        self.size = 1 if mesh is None else mesh.size
 
 
 def lower_graph(graph, mesh, in_shardings, out_shardings):
@@ -167,12 +206,16 @@ def lower_graph(graph, mesh, in_shardings, out_shardings):
 
 class Jitted:
     def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
-                 static_argnums=()):
+                 static_argnums=(), donate_argnums=()):
         self.fn = fn
         self.in_shardings, self.out_shardings, self.mesh = in_shardings, out_shardings, mesh
         # the LLVM backend (fused native kernels) by default; "numpy" is the reference
         self.backend = backend or os.environ.get("SPMD_COMPILER", "llvm")
         self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        both = set(self.static_argnums) & set(self.donate_argnums)
+        if both:
+            raise SpmdError(f"spmd.jit: argument(s) {sorted(both)} are both static and donated")
         self._cache = {}
         functools.update_wrapper(self, fn)
 
@@ -202,8 +245,21 @@ class Jitted:
             low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
             low.timings = timings
             low.updates = [k for k, _ in updates]
+            low.donated = self._donated_leaves(args) - set(low.updates)
             self._cache[key] = low
         return low
+
+    def _donated_leaves(self, args) -> set:
+        """The flat argument leaves of the donated arguments."""
+        out, at = set(), 0
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                continue
+            n = len(tree_flatten(a)[0])
+            if i in self.donate_argnums:
+                out.update(range(at, at + n))
+            at += n
+        return out
 
     def __call__(self, *args):
         if current_trace() is not None:
@@ -236,11 +292,16 @@ def _write_back(arg, new):
                     f"which spmd cannot update in place; return the new value instead")
 
 
-def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=()):
+def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
+        donate_argnums=()):
+    """`donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
+    their buffers to the program, which may compute outputs (or temporaries) in them; the
+    donated Arrays are invalid afterwards (using one raises). A numpy argument is copied
+    for the program instead (its owner keeps it)."""
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
-                             backend=backend, static_argnums=static_argnums)
-    return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums)
+                             backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums)
+    return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums, donate_argnums)
 
 
 # -- shard, explain, grad: the rest of the user API ----------------------------------------

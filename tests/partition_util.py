@@ -245,7 +245,7 @@ def random_sharding(rng, mesh, v, p_partial=0.2):
     return Sharding(mesh, spec, partial)
 
 
-def check_random_jit_program(seed, mesh, even):
+def check_random_jit_program(seed, mesh, even, backend="numpy"):
     """Random annotated program `seed` through jit's real stages (propagate, partition,
     optimise) on `mesh`, compared with single-device numpy: exactly for int64, to 1e-9
     for float64. Shapes divide the mesh evenly when `even`, else they do not."""
@@ -264,7 +264,7 @@ def check_random_jit_program(seed, mesh, even):
     want = reference(g, args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs))[0], None, None, "numpy", mesh)
+        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs))[0], None, None, backend, mesh)
         got = low(*args)
     for k, (w, r) in enumerate(zip(want, got)):
         msg = f"output {k} of seed {seed} on {mesh.text()}:\n{low.as_text('propagated')}"

@@ -92,7 +92,9 @@ class Communicator(ABC):
         return self.mesh.index_in_group(self.rank, tuple(axes))
 
     @abstractmethod
-    def all_reduce(self, x, axes, op="sum"): ...
+    def all_reduce(self, x, axes, op="sum", out=None):
+        """`out`: an array of x's shape and dtype to write the result into (it may be x:
+        then x is overwritten with the result), else a new one."""
 
     # -- started collectives (all_reduce_start / all_reduce_done) --------------------------
     def _handles(self):

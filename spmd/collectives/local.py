@@ -226,12 +226,19 @@ class LocalCommunicator(Communicator):
         return out
 
     # -- the collectives -----------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum"):
+    def all_reduce(self, x, axes, op="sum", out=None):
+        given = out
         x = _input(x)
         _check_op(op)
         if x.nbytes <= SMALL_BYTES:
-            return self._collective("all_reduce", x, axes, (op,), lambda xs, _, i, G: reduce_arrays(op, xs))
-        out = np.empty_like(x)
+            r = self._collective("all_reduce", x, axes, (op,), lambda xs, _, i, G: reduce_arrays(op, xs))
+            if given is not None:       # (the group's inputs were copies: out may be x)
+                np.copyto(given, r)
+                return given
+            return r
+        # each rank reduces one block of everyone's x and writes it into everyone's out: a
+        # block is read before it is written, by one rank only, so out may be x itself
+        out = np.empty_like(x) if out is None or not out.flags.c_contiguous else out
 
         def compute(xs, outs, i, G):
             flat = [a.reshape(-1) for a in xs]
@@ -242,7 +249,11 @@ class LocalCommunicator(Communicator):
                 o.reshape(-1)[lo:hi] = block
             return outs[i]
 
-        return self._collective("all_reduce", x, axes, (op,), compute, extra=out)
+        r = self._collective("all_reduce", x, axes, (op,), compute, extra=out)
+        if given is not None and r is not given:
+            np.copyto(given, r)
+            return given
+        return r
 
     def all_reduce_start(self, x, axes, op="sum"):
         x = _input(x)

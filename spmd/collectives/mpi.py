@@ -528,17 +528,27 @@ class MPICommunicator(Communicator):
         return guarded(fn, what, group, self.rank, self.timeout, self.loc)
 
     # -- the collectives -----------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum"):
+    def all_reduce(self, x, axes, op="sum", out=None):
+        given = out
         x = contiguous(x)
         c, group = self.comm(axes)
+        if out is not None and not out.flags.c_contiguous:
+            out = None
         if _in_group_order(op, x.dtype):
-            return self._gather_reduce(x, axes, op)
-        out = POOL.empty(x.shape, x.dtype)
-        mop = _op(op, x.dtype)
-        fx, fo = x.reshape(-1), out.reshape(-1)
-        for lo, hi in _chunks(fx.size):
-            self._guard(lambda: c.Allreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
-        return out
+            r = self._gather_reduce(x, axes, op, out)
+        else:
+            out = POOL.empty(x.shape, x.dtype) if out is None else out
+            mop = _op(op, x.dtype)
+            fx, fo = x.reshape(-1), out.reshape(-1)
+            inplace = np.shares_memory(fx, fo)       # out is x: MPI_IN_PLACE
+            for lo, hi in _chunks(fx.size):
+                send = _mpi().IN_PLACE if inplace else _buf(fx[lo:hi])
+                self._guard(lambda: c.Allreduce(send, _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
+            r = out
+        if given is not None and r is not given:
+            np.copyto(given, r)
+            return given
+        return r
 
     def all_reduce_start(self, x, axes, op="sum"):
         x = contiguous(x)
@@ -560,12 +570,13 @@ class MPICommunicator(Communicator):
             guarded(lambda: MPI.Request.Waitall(reqs), what, group, self.rank, self.timeout, keep[1])
         return out
 
-    def _gather_reduce(self, x, axes, op):
+    def _gather_reduce(self, x, axes, op, out=None):
         """op over the group's x in group order (base.reduce_arrays, numpy's NaN rules):
-        the all_gather, then the reduction on every rank."""
+        the all_gather, then the reduction on every rank (into out, which may be x)."""
         G = len(self.comm(axes)[1])
         rows = self.all_gather(x[None], axes, 0)
-        return reduce_arrays(op, [rows[j] for j in range(G)], out=POOL.empty(x.shape, x.dtype))
+        return reduce_arrays(op, [rows[j] for j in range(G)],
+                             out=POOL.empty(x.shape, x.dtype) if out is None else out)
 
     def all_gather(self, x, axes, dim=0):
         x = contiguous(x)

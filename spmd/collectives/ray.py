@@ -195,7 +195,14 @@ class RayCommunicator(Communicator):
         return [mine if d == self.rank else got[d] for d in devices], i, G
 
     # -- the collectives ---------------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum"):
+    def all_reduce(self, x, axes, op="sum", out=None):
+        r = self._all_reduce(x, axes, op)
+        if out is None:
+            return r
+        np.copyto(out, r)
+        return out
+
+    def _all_reduce(self, x, axes, op):
         x = _input(x)
         _check_op(op)
         G = self.mesh.axes_size(_axes(axes))

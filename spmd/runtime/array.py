@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ShardingError
+from ..errors import ShardingError, SpmdError
 from ..ir.spec import Sharding
 
 
@@ -33,6 +33,24 @@ class Shard(NamedTuple):
     device: int
     index: tuple          # the global slices this shard holds
     data: np.ndarray      # its valid (unpadded) part, read-only
+
+
+class _Donated:
+    """The handles of an Array donated to a jitted function: any use raises."""
+
+    def __init__(self, fn, leaf):
+        self._why = (f"this spmd.Array was donated to {fn} (donate_argnums, argument leaf {leaf}): the "
+                     f"program may have reused its buffers. Use the function's outputs instead, or do "
+                     f"not donate it")
+
+    def _fail(self, *a, **k):
+        raise SpmdError(self._why)
+
+    __getitem__ = __iter__ = __len__ = __contains__ = items = values = keys = get = _fail
+
+
+def donated_handles(fn, leaf):
+    return _Donated(fn, leaf)
 
 
 class Array:

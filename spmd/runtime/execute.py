@@ -26,13 +26,51 @@ from .context import get_runtime
 
 def execute(lowered, leaves):
     """Flat argument leaves -> flat output leaves."""
+    donated = getattr(lowered, "donated", ())
     if lowered.mesh is None:
         graph = lowered.stages["traced"]
         arrays = [np.asarray(x, dtype=v.dtype) for x, v in zip(leaves, graph.inputs)]
+        for k in donated:     # a numpy argument stays its owner's: the program gets a copy
+            arrays[k] = np.array(arrays[k], copy=True)
         return lowered.compile()(arrays)
     rt = get_runtime()
     check_program(rt, lowered, leaves)
     return _execute_sharded(lowered, leaves, rt)
+
+
+def _private(args, donated, own):
+    """Each device's buffer of a donated argument is written by that device's program: it
+    must be its own, writeable, and shared with nothing else the run reads (replicas of a
+    shard share one buffer; the same array may be passed twice; a numpy argument that
+    device_put did not copy is its owner's). Such a buffer is copied first."""
+    spans = []                  # (first byte, end, device, leaf) of every buffer the run reads
+    for d, hs in args.items():
+        for j, h in enumerate(hs):
+            if isinstance(h, np.ndarray) and h.size:
+                lo, hi = _byte_bounds(h)
+                spans.append((lo, hi, d, j))
+    spans.sort(key=lambda s: s[0])
+    overlapping = set()
+    for i, (lo, hi, d, j) in enumerate(spans):
+        for lo2, _, e, m in spans[i + 1:]:
+            if lo2 >= hi:
+                break
+            overlapping.update([(d, j), (e, m)])
+    for k in sorted(donated):
+        for d in args:
+            h = args[d][k]
+            if not isinstance(h, np.ndarray):
+                continue        # (Ray: a reference; the executable copies what it cannot write)
+            if not own[k] or (d, k) in overlapping or not (h.flags.writeable and h.flags.c_contiguous):
+                args[d][k] = np.array(h, copy=True)
+
+
+def _byte_bounds(a):
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:             # numpy < 2
+        byte_bounds = np.byte_bounds
+    return byte_bounds(a)
 
 
 def _sharding(mesh, s, ndim) -> Sharding:
@@ -89,6 +127,9 @@ def _execute_sharded(lowered, leaves, rt):
         arrays.append(device_put(x, sh, runtime=rt))
     devices = rt.local_devices(mesh)
     args = {d: [a._handles[d] for a in arrays] for d in devices}
+    donated = getattr(lowered, "donated", ())
+    if donated:
+        _private(args, donated, [a is x for a, x in zip(arrays, leaves)])
     outs = rt.run(lowered.compile(), mesh, args)
     return [Array(v.shape, v.dtype, sh, {d: outs[d][k] for d in devices}, rt)
             for k, (v, sh) in enumerate(outs_layout)]

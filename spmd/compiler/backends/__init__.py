@@ -3,11 +3,13 @@
 BACKENDS = ("numpy", "llvm")
 
 
-def compile_graph(graph, backend="numpy"):
+def compile_graph(graph, backend="numpy", donated=()):
+    """`donated`: positions of inputs whose buffers the executable may write into (the
+    caller gives it private, writeable buffers there and does not read them again)."""
     if backend == "numpy":
         from .numpy import compile_numpy
         return compile_numpy(graph)
     if backend == "llvm":
         from .llvm import compile_llvm
-        return compile_llvm(graph)
+        return compile_llvm(graph, donated=donated)
     raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy' or 'llvm')")

@@ -97,21 +97,23 @@ def op_label(op):
     return op.name, "collective" if op.opdef.needs_comm else "compute", op.loc
 
 
-def run_op(op, env, comm, run=None):
+def run_op(op, env, comm, run=None, out=None):
     """One op through its numpy reference; its results go into env. `run(graph, inputs)`
     runs a control-flow op's body with the backend's own executable of it (interpreted
-    with the numpy references when None)."""
+    with the numpy references when None). `out`: the array to write the result into, for
+    an OpDef that `takes_out`."""
     opdef = op.opdef
     args = [env[o] for o in op.operands]
+    kw = {} if out is None else {"out": out}
     try:
         if opdef.subgraphs:
             out = opdef.ref(*args, comm=comm, run=run, **op.attrs)
         elif opdef.needs_comm:
             if comm is not None:                # the user line, for failure messages (collectives/base.py)
                 comm.loc = op.loc
-            out = opdef.ref(*args, comm=comm, **op.attrs)
+            out = opdef.ref(*args, comm=comm, **kw, **op.attrs)
         else:
-            out = opdef.ref(*args, **op.attrs)
+            out = opdef.ref(*args, **kw, **op.attrs)
     except SpmdError:
         raise
     except Exception as e:

@@ -1,107 +1,325 @@
-"""Memory planning: assign the temporaries of a step sequence to reusable buffers (slots)
-by liveness, so the peak memory of a run stays near its largest live set.
+"""Memory planning for a scheduled per-device program (a backend's list of steps).
 
-A temporary is a value a kernel or a dot writes that is not a program output. Its slot
-is busy from the step that writes it to the last step that reads it *or any value that
-may alias it*: ops run by numpy (reshape, transpose, slice, ...) may return views of their
-operands, so their results are assumed to alias every operand. A slot freed by a step is
-only reused by later steps (never for the outputs of the step that frees it), so no
-kernel reads and writes the same buffer.
+What a step writes into a buffer the plan controls: a fused kernel's outputs and a dot's
+result. Everything else (collectives, indexing ops, ops run through their numpy reference)
+makes its own arrays, and those ops may return *views* of their operands (reshape,
+transpose, slice, ...), so their results are assumed to alias every operand.
+
+Three decisions, made once at compile time, as XLA's buffer assignment makes them:
+
+1. **In place.** A kernel that reads an input only at the index of the element it writes
+   (elementwise ops on the way from that input to the outputs: no reduction, no
+   broadcast/transpose/slice/reshape of it) may write an output computed from that input
+   (so the element is loaded before the output's element is stored over it: a kernel
+   stores each output as soon as it has it) of the same shape and dtype into that
+   input's buffer, when the input is not read after this kernel (nor any
+   value that may alias it: a view that is still alive pins its base), is not a program
+   output, no other input of the kernel may alias it, and the buffer is ours: written
+   by an earlier kernel or dot, or an argument the caller donated. The output joins the
+   input's *buffer group* (one buffer, several values over time). An op whose OpDef says
+   its result may be written over an operand (`out_may_be_operand`: all_reduce, which
+   reads each block before writing it) is planned the same way.
+2. **Output groups.** A group that ends in a program output is allocated per call (the
+   caller keeps it): every value of it is written straight into the output's array,
+   so a weight gradient is computed into the new weight's buffer and updated there.
+3. **One arena for the temporaries.** The other groups are temporaries: each is live
+   from the step that writes its first value to the last step that reads a value of it
+   (or of a view of it). They get static byte offsets in one per-thread arena (greedy by
+   size: the largest first, each at the lowest offset that does not overlap a group
+   whose live range meets its own), so a step allocates no temporaries at all, and the
+   arena stays close to the largest live set. A buffer dying at a step is never handed
+   to another output of that step except through (1).
+4. **Joined in place.** The operands of a join (concatenate, OpDef `joins`, e.g. the
+   gradients a combined all-reduce sums at once) are computed straight into their place
+   in the join's buffer, when each is a temporary (or a same-bytes view of one: a
+   reshape) whose buffer dies at the join and whose place is one contiguous range.
+
+`plan.report()` gives the figures (`lowered.memory()` shows them to users).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+ALIGN = 64
+
+
+def nbytes(v) -> int:
+    return int(v.size) * np.dtype(v.dtype).itemsize
 
 
 @dataclass
 class MemoryPlan:
-    slot_of: dict          # Value -> slot index
-    slot_bytes: list       # slot index -> size in bytes
-    free_after: list       # step index -> Values to drop after that step
-    peak_bytes: int        # the largest total of live temporaries at any step
+    offset_of: dict          # Value -> byte offset in the per-thread arena (temporaries)
+    arena_bytes: int         # the arena's size
+    in_place: dict           # Value -> the Value whose buffer it is written into (same shape, dtype)
+    free_after: list         # step index -> Values to drop after that step
+    peak_bytes: int          # the largest total of live temporaries at any step
+    output_bytes: int = 0    # program outputs written by steps into fresh per-call buffers
+    donated: frozenset = field(default_factory=frozenset)   # input positions whose buffers may be reused
+    joined: dict = field(default_factory=dict)   # join result -> operand positions already in place
+
+    # the names the executors and older callers use
+    @property
+    def slot_of(self):
+        return self.offset_of
+
+    def report(self) -> dict:
+        return {"temp_bytes": self.arena_bytes, "peak_live_bytes": self.peak_bytes,
+                "temporaries": len(self.offset_of), "in_place": len(self.in_place),
+                "donated": sorted(self.donated)}
 
     def __str__(self):
-        return (f"{len(self.slot_bytes)} slots, {sum(self.slot_bytes)} bytes "
-                f"(largest live set {self.peak_bytes} bytes)")
+        return (f"arena {self.arena_bytes} bytes for {len(self.offset_of)} temporaries (largest live set "
+                f"{self.peak_bytes} bytes), {len(self.in_place)} written in place")
 
 
-def _written(step):
-    """Values a step writes into planned buffers (kernel outputs, dot results)."""
-    if hasattr(step, "kernel"):
-        return list(step.kernel.outputs)
-    if getattr(step, "name", None) == "dot_general":
-        return list(step.results)
-    return []
+def _kernel(step):
+    """The fused Kernel of a step (a Kernel or a backend's wrapper of one), or None."""
+    k = getattr(step, "kernel", None)
+    if k is not None:
+        return k
+    return step if hasattr(step, "root") and hasattr(step, "outputs") else None
+
+
+def _written(step, writes):
+    """Values a step writes into buffers the plan controls: a kernel's outputs, and the
+    results of the ops the backend runs into buffers it is given (`writes(op)`)."""
+    k = _kernel(step)
+    if k is not None:
+        return list(k.outputs)
+    return list(step.results) if writes(step) else []
 
 
 def _reads(step):
-    if hasattr(step, "kernel"):
-        return list(step.kernel.inputs)
-    return list(step.operands)
+    k = _kernel(step)
+    return list(k.inputs) if k is not None else list(step.operands)
 
 
 def _results(step):
-    return _written(step) if hasattr(step, "kernel") else list(step.results)
+    k = _kernel(step)
+    return list(k.outputs) if k is not None else list(step.results)
 
 
-def plan_memory(graph, steps) -> MemoryPlan:
+def same_index_inputs(kernel) -> set:
+    """The inputs of the root's shape a kernel reads only at the index of the element it
+    stores: every op is elementwise or only re-indexes, there is no reduction, and no
+    re-indexing op reads the input (directly or through elementwise ops). Every output
+    is an ancestor of the root (or the code generator splits the kernel), so such an input
+    and the elementwise values made from it are all at the root's own index."""
+    ops = kernel.ops
+    if any(op.opdef.fusion not in ("elementwise", "reindex") for op in ops):
+        return set()
+    shape = kernel.root.shape
+    members = {op.results[0]: op for op in ops}
+    bad, stack = set(), []
+    for op in ops:
+        if op.opdef.fusion != "elementwise":
+            stack.extend(op.operands)
+    seen = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = members.get(v)
+        if op is None:
+            bad.add(v)
+        if op is not None:
+            stack.extend(op.operands)
+    return {x for x in kernel.inputs if x not in bad and x.shape == shape}
+
+
+def _depends_on(kernel, r) -> set:
+    """The kernel's inputs r is computed from. A kernel stores an escaping output as soon as
+    it is computed, so only such an input is sure to be loaded (once: the code generator
+    memoises a value per index map) before r's element is stored over it."""
+    members = {op.results[0]: op for op in kernel.ops}
+    seen, stack, out = set(), [r], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = members.get(v)
+        if op is None:
+            out.add(v)
+        else:
+            stack.extend(op.operands)
+    return out
+
+
+def _match(results, options) -> dict:
+    """As many outputs as possible each over its own input (a maximum bipartite matching,
+    by augmenting paths; a kernel has a handful of each): output -> input."""
+    owner = {}
+
+    def take(r, seen):
+        for x in options[r]:
+            if x in seen:
+                continue
+            seen.add(x)
+            if x not in owner or take(owner[x], seen):
+                owner[x] = r
+                return True
+        return False
+
+    for r in results:
+        if options.get(r):
+            take(r, set())
+    return {r: x for x, r in owner.items()}
+
+
+def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True,
+                same_bytes=lambda op: False) -> MemoryPlan:
+    """`steps`: Kernels (or wrappers with `.kernel`) and Ops, in execution order; `writes(op)`:
+    does the backend run this op into a buffer it is given (a dot into BLAS's output)?
+    `donated`: positions of graph inputs whose buffers the program may write into.
+    `same_bytes(op)`: is op's result its (single) operand's bytes in the same order (a
+    reshape the backend runs as a view)?"""
     n = len(steps)
     outs = set(graph.outputs)
-    alias = {}                 # value -> set of planned values whose buffer it may share
+    donated_vals = {graph.inputs[i] for i in donated}
     define, last = {}, {}
-    planned = []
+    mine = set(donated_vals)          # values whose buffer is ours to write into
+    bufs = {v: {v} for v in donated_vals}    # value -> buffer groups (their first value) it may alias
+    group = {v: v for v in donated_vals}     # written value -> its group (first value)
+    for v in graph.inputs:
+        define.setdefault(v, -1)
+        last.setdefault(v, -1)
+    written_at = []
     for k, step in enumerate(steps):
         for v in _reads(step):
             last[v] = k
-        written = set(_written(step))
+        written = _written(step, writes)
+        written_at.append(written)
+        wset = set(written)
         for r in _results(step):
             define[r] = k
             last.setdefault(r, k)
-            if r in written and r not in outs:
-                alias[r] = {r}
-                planned.append(r)
-            elif r not in written:
-                alias[r] = set().union(*[alias.get(o, set()) for o in _reads(step)])
+            if r in wset:
+                group[r] = r
+                bufs[r] = {r}
+                mine.add(r)
+            else:
+                bufs[r] = set().union(*[bufs.get(o, set()) for o in _reads(step)])
     for v in outs:
         last[v] = n
-    busy_until = {}
-    for v, roots in alias.items():
-        for r in roots:
-            busy_until[r] = max(busy_until.get(r, 0), last.get(v, define[v]))
 
-    slot_of, slot_bytes, free = {}, [], []
-    by_step = {}
-    for r in planned:
-        by_step.setdefault(define[r], []).append(r)
-    release = {}
-    for r in planned:
-        release.setdefault(busy_until[r], []).append(r)
-    live = peak = 0
-    for k in range(n):
-        for r in by_step.get(k, []):
-            need = r.size * np.dtype(r.dtype).itemsize
-            fits = [s for s in free if slot_bytes[s] >= need]
-            if fits:
-                s = min(fits, key=lambda s: slot_bytes[s])
-            elif free:
-                s = max(free, key=lambda s: slot_bytes[s])
-                slot_bytes[s] = need
+    def busy(grp):                    # the last step any value aliasing the group is read at
+        return max(last.get(v, define[v]) for v in aliases[grp])
+
+    aliases = {}
+    for v, gs in bufs.items():
+        for gid in gs:
+            aliases.setdefault(gid, set()).add(v)
+
+    inplace = {}
+    if in_place:
+        for k, step in enumerate(steps):
+            kern = _kernel(step)
+            if kern is not None:
+                same, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
+            elif step.opdef.out_may_be_operand is not None and writes(step):
+                # an op that may write its result over an operand (all_reduce)
+                same, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
             else:
-                s = len(slot_bytes)
-                slot_bytes.append(need)
-            if s in free:
-                free.remove(s)
-            slot_of[r] = s
-            live += need
-        peak = max(peak, live)
-        for r in release.get(k, []):
-            free.append(slot_of[r])
-            live -= r.size * np.dtype(r.dtype).itemsize
+                continue
+            options = {}
+            for r in results:
+                cands = same & _depends_on(kern, r) if kern is not None else same
+                options[r] = [x for x in reads if x in cands and x in mine and x.dtype == r.dtype
+                              and x.shape == r.shape and x not in outs and busy(group[x]) == k
+                              # no other input of this step may share the buffer
+                              and not any(group[x] in bufs.get(u, ()) for u in reads if u is not x)]
+            for r, x in _match(results, options).items():
+                gx = group[x]
+                inplace[r] = x
+                # r's group is x's: values aliasing r now alias that buffer
+                old = group[r]
+                for v in aliases.pop(old, set()):
+                    bufs[v] = {gx if g is old else g for g in bufs[v]}
+                    aliases[gx].add(v)
+                group[r] = gx
+
+    # the groups: output groups are fresh per call, donated ones are the caller's
+    members = {}
+    for v, gid in group.items():
+        members.setdefault(gid, []).append(v)
+
+    def is_temp(gid):
+        return gid not in donated_vals and not any(v in outs for v in members[gid])
+
+    # joins: operands computed in their place in the result's buffer
+    inside = {}                       # group -> (enclosing group, byte offset)
+    joined, enclosing = {}, set()
+    for k, step in enumerate(steps):
+        if _kernel(step) is not None or step.opdef.joins is None or not writes(step):
+            continue
+        c = step.results[0]
+        d = step.opdef.joins(step.attrs)
+        if int(np.prod(c.shape[:d], dtype=np.int64)) != 1 or not is_temp(group[c]) or group[c] in inside:
+            continue
+        off, placed, seen = 0, set(), set()
+        for i, a in enumerate(step.operands):
+            w = a
+            while w not in group and w.producer is not None and same_bytes(w.producer):
+                w = w.producer.operands[0]
+            gw = group.get(w)
+            if (gw is not None and w in mine and gw not in seen and gw not in inside and is_temp(gw)
+                    and gw not in enclosing
+                    and gw is not group[c] and nbytes(w) == nbytes(a) == nbytes(gw)
+                    and busy(gw) == k and not any(gw in bufs.get(u, ()) for j, u in enumerate(step.operands)
+                                                  if j != i)):
+                seen.add(gw)
+                inside[gw] = (group[c], off)
+                placed.add(i)
+            off += nbytes(a)
+        if placed:
+            joined[c] = frozenset(placed)
+            enclosing.add(group[c])
+    start = {}
+    for gid in members:
+        start[gid] = define[gid]
+    for gw, (gc, _) in inside.items():
+        start[gc] = min(start[gc], define[gw])
+    temps = []
+    out_bytes = 0
+    for gid, vs in members.items():
+        if gid in donated_vals:
+            continue
+        if any(v in outs for v in vs):
+            out_bytes += nbytes(gid)
+            continue
+        if gid not in inside:
+            temps.append((gid, start[gid], busy(gid), nbytes(gid)))
+
+    # static offsets in one arena: largest first, lowest offset that fits
+    placed = []                       # (start, end, offset, size)
+    offset_of = {}
+    for gid, s, e, size in sorted(temps, key=lambda t: (-t[3], t[1])):
+        taken = sorted((o, o + sz) for s2, e2, o, sz in placed if not (e2 < s or e < s2))
+        off = 0
+        for lo, hi in taken:
+            if off + size <= lo:
+                break
+            off = max(off, -(-hi // ALIGN) * ALIGN)
+        placed.append((s, e, off, size))
+        for v in members[gid]:
+            offset_of[v] = off
+    for gw, (gc, off) in inside.items():
+        for v in members[gw]:
+            offset_of[v] = offset_of[gc] + off
+    arena = max([o + sz for _, _, o, sz in placed], default=0)
+    live = [0] * (n + 1)
+    for _, s, e, size in temps:
+        for k in range(max(s, 0), min(e, n - 1) + 1):
+            live[k] += size
+    peak = max(live, default=0)
 
     free_after = [[] for _ in range(n)]
     for v, k in last.items():
-        if v not in outs and k < n:
+        if v not in outs and 0 <= k < n:
             free_after[k].append(v)
-    return MemoryPlan(slot_of, slot_bytes, free_after, peak)
+    return MemoryPlan(offset_of, arena, inplace, free_after, peak, out_bytes, frozenset(donated), joined)

@@ -83,9 +83,11 @@ def _ar_infer(x, axes, reduction, group_size):
     return _aval(x.shape, x.dtype)
 
 
-def _ar_ref(x, comm=None, *, axes, reduction, group_size):
+def _ar_ref(x, comm=None, *, axes, reduction, group_size, out=None):
     comm, axes = _comm("all_reduce", comm, axes, group_size)
-    return comm.all_reduce(x, axes, op=reduction)
+    if out is None:
+        return comm.all_reduce(x, axes, op=reduction)
+    return comm.all_reduce(x, axes, op=reduction, out=out)
 
 
 def _ar_vjp(g, op, ct):
@@ -270,7 +272,9 @@ for _name, _infer, _ref, _vjp, _combinable in (
         ("axis_index", _ai_infer, _ai_ref, None, False)):
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
                    dtypes=ALL, needs_comm=True, combinable=_combinable,
-                   async_pair=("all_reduce_start", "all_reduce_done") if _name == "all_reduce" else None))
+                   async_pair=("all_reduce_start", "all_reduce_done") if _name == "all_reduce" else None,
+                   # all_reduce writes into a given buffer, its operand's too (in place)
+                   takes_out=_combinable, out_may_be_operand=0 if _combinable else None))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP

@@ -101,6 +101,16 @@ class OpDef:
     # only re-indexes its first operand: `ref` returns a view of it where numpy can (a
     # backend may then read the operand in place, with strides, instead of a copy)
     view: bool = False
+    # the ref can write its result into an array it is given (`ref(..., out=array)`, of
+    # the result's shape and dtype), so a backend can place the result in its memory plan
+    takes_out: bool = False
+    # the operand whose buffer `out` may be (the result written over it: all_reduce reads
+    # each block of its operand before it writes that block), or None
+    out_may_be_operand: Optional[int] = None
+    # the result is its operands laid side by side along a dimension: attrs -> that
+    # dimension (concatenate). A memory plan may compute each operand in its place in the
+    # result's buffer, so that joining them copies nothing.
+    joins: Optional[Callable] = None
 
     @property
     def differentiable(self):

@@ -443,8 +443,9 @@ def _concat_factors(ins, outs, attrs):
 
 
 register(OpDef("concatenate", "shape", _concat_infer,
-               lambda *xs, dimension: np.concatenate(xs, axis=dimension),
-               _concat_vjp, _concat_factors, None, _zero_flops, ALL,
+               lambda *xs, dimension, out=None: np.concatenate(xs, axis=dimension, out=out),
+               _concat_vjp, _concat_factors, None, _zero_flops, ALL, takes_out=True,
+               joins=lambda attrs: attrs["dimension"],
                linear=lambda op: [tuple(range(len(op.operands)))], partition=_partition_concatenate))
 
 __all__ = ["slice_size", "const_like"]

@@ -286,6 +286,14 @@ class KernelCodegen:
                     return SV(literal(splat(x), x.dtype), compute_dtype(x.dtype)), self.body
                 # a reshape of a contiguous buffer is the same memory read with other strides
                 return self.load(x, amap, shape=v.shape)
+            if x.ndim == 1 and v.ndim != 1:
+                # a flat value read as n-d: its index is the row-major offset, an affine map
+                coefs, const = {}, 0
+                for (terms, c), st in zip(amap, contiguous_strides(v.shape)):
+                    const += c * st
+                    for var, k in terms:
+                        coefs[var] = coefs.get(var, 0) + k * st
+                return self._pass(x, ((tuple((var, k) for var, k in coefs.items() if k), const),))
             rows = [r for r, n in zip(amap, v.shape) if n != 1]
             if [n for n in x.shape if n != 1] != [n for n in v.shape if n != 1]:
                 raise Split(x)
@@ -389,14 +397,21 @@ class KernelCodegen:
             raise Split(missing[0])
         return self.render()
 
-    def render(self) -> str:
+    def render(self, in_place=None) -> str:
+        """The function text. `in_place` {output: input}: outputs the memory plan writes into
+        an input's buffer. The signature stays (both pointers are passed, and are equal), but
+        the body reads and writes such a buffer through the input's pointer only, so LLVM
+        sees one buffer (noalias holds) and the same-index dependence in it."""
         params = [f"ptr noalias {p}" for p in self.params.values()]
         lines = [f"define void @{self.name}({', '.join(params + ['i64 %start', 'i64 %end', 'i64 %tid'])}) #0 {{",
                  "entry:"]
         lines += self.allocas
         self._render_scope(self.body, lines)
         lines += ["  ret void", "}"]
-        return "\n".join(lines)
+        text = "\n".join(lines)
+        for r, x in (in_place or {}).items():
+            text = text.replace(f"ptr {self.params[r]}, i64", f"ptr {self.params[x]}, i64")
+        return text
 
     def _render_scope(self, scope, out):
         for item in scope.items:

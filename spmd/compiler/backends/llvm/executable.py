@@ -3,8 +3,10 @@ the outer loop of large kernels split over a thread pool; dot_general through nu
 matmul (BLAS) into a preallocated output with the operands' transposes folded into the
 call; collectives and every op without a native lowering through its numpy reference.
 
-Temporaries come from the memory plan (passes/memory.py): buffers are reused by liveness,
-and kept between calls (per thread) so a step does not pay for fresh pages every time.
+Temporaries come from the memory plan (passes/memory.py): static offsets in one arena
+per thread, kept between calls, so a step allocates no temporaries; an elementwise kernel
+writes in place into a dying input's buffer where the plan says so, and a program output
+is computed in the buffer the caller gets (a dot's result updated in place by a kernel).
 """
 from __future__ import annotations
 
@@ -119,10 +121,17 @@ class KernelStep:
         self.fn = proto(addr)
 
 
+def writes_into(op) -> bool:
+    """Ops the backend runs into a buffer it is given (BLAS's output, `out=` of an OpDef
+    that takes one): the memory plan places their results like a kernel's."""
+    return op.name == "dot_general" or op.opdef.takes_out
+
+
 class LLVMExecutable(Executable):
-    def __init__(self, graph: Graph, threads=None):
+    def __init__(self, graph: Graph, threads=None, donated=()):
         self.graph = graph
         self.threads = threads
+        self.donated = tuple(sorted(donated))
         t0 = time.perf_counter()
         roots, memo = set(), {}
         for _ in range(len(graph.ops) + 1):
@@ -153,6 +162,14 @@ class LLVMExecutable(Executable):
         else:
             raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
         self.plan = plan
+        self.memory = plan_memory(graph, plan.steps, writes_into, self.donated,
+                                  in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0",
+                                  same_bytes=lambda op: op.name == "reshape")
+        # kernels that write an output in place read and write it through one pointer
+        for j, (k, (text, decls, cg)) in enumerate(zip(plan.kernels(), gen)):
+            pairs = {r: self.memory.in_place[r] for r in k.outputs if r in self.memory.in_place}
+            if pairs:
+                gen[j] = (cg.render(pairs), decls, cg)
         self.steps = []
         ki = iter(gen)
         for s in plan.steps:
@@ -178,9 +195,8 @@ class LLVMExecutable(Executable):
                     k.bind(addrs[k.name])
                     k.addr_t = addrs[k.name + "_t"]
         self.stats["compile_s"] = time.perf_counter() - t1
-        self.memory = plan_memory(graph, self.steps)
         self._dots = {s: dot_plan(s) for s in self.steps if getattr(s, "name", None) == "dot_general"}
-        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.slot_of}
+        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.offset_of}
         self._local = threading.local()
         # control-flow bodies (while, cond, scan) run as native executables of their own
         self._subs = {id(op.attrs[k]): LLVMExecutable(op.attrs[k], threads)
@@ -191,18 +207,18 @@ class LLVMExecutable(Executable):
     def __reduce__(self):
         # shipped to Ray actors: rebuilt there from the graph (the object-code cache,
         # keyed by the IR, makes that a load when the actor's host compiled it before)
-        return (LLVMExecutable, (self.graph, self.threads))
+        return (LLVMExecutable, (self.graph, self.threads, self.donated))
 
     # -- running --------------------------------------------------------------------------
     @property
     def planned(self):
-        return self.memory.slot_of
+        return self.memory.offset_of
 
     def run(self, env, comm):
         nthreads = self.threads or threads_for(comm)
         if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
             # step by step from Python, each step a span on the timeline
-            slots = self._slots()
+            slots = self._arena()
 
             def step_fn(step, env, comm):
                 if isinstance(step, KernelStep):
@@ -216,27 +232,55 @@ class LLVMExecutable(Executable):
             sched = self._schedules[nthreads] = Schedule(self, nthreads)
         sched.run(env, comm)
 
-    def _slots(self):
-        """This thread's reusable temporaries (the local runtime runs ranks as threads)."""
-        s = getattr(self._local, "slots", None)
-        if s is None:
-            s = self._local.slots = [None] * len(self.memory.slot_bytes)
-        return s
+    def memory_report(self, comm=None) -> dict:
+        """The plan's figures (passes/memory.py) plus the native schedule's scratch (the
+        copies of dot operands BLAS cannot read where they are), per device."""
+        n = self.threads or threads_for(comm)
+        sched = self._schedules.get(n)
+        if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
+            sched = self._schedules[n] = Schedule(self, n)
+        rep = self.memory.report()
+        rep["scratch_bytes"] = sum(sched.scratch_sizes.values()) if sched is not None else 0
+        return rep
 
-    def _buffer(self, v, mem, slots):
-        k = mem.slot_of.get(v)
-        if k is None:
-            return np.empty(v.shape, v.dtype)
-        if slots[k] is None:
-            slots[k] = np.empty(mem.slot_bytes[k], np.uint8)
-        return slots[k][:self._nbytes[v]].view(v.dtype).reshape(v.shape)
+    def _arena(self):
+        """This thread's arena of temporaries (the local runtime runs ranks as threads)."""
+        a = getattr(self._local, "arena", None)
+        if a is None:
+            a = self._local.arena = np.empty(max(self.memory.arena_bytes, 1), np.uint8)
+        return a
+
+    def _buffer(self, v, mem, arena, env=None):
+        """The array step writes v into: the buffer of the input it is written in place
+        into, its place in the arena, or (a program output) a fresh array."""
+        off = mem.offset_of.get(v)
+        if off is not None:             # (in place into a temporary: the same offset)
+            return arena[off:off + self._nbytes[v]].view(v.dtype).reshape(v.shape)
+        src = mem.in_place.get(v)
+        if src is not None:
+            x = env.get(src) if env is not None else None
+            if x is None or not x.flags.c_contiguous:
+                raise SpmdError(f"internal error: {v} is planned in place into {src}, which is not live")
+            return x
+        return np.empty(v.shape, v.dtype)
+
+    def check_inputs(self, inputs) -> dict:
+        env = super().check_inputs(inputs)
+        for i in self.donated:
+            # the plan writes into a donated buffer as it is: one numpy could not write
+            # through directly (read-only, strided) is copied first
+            v = self.graph.inputs[i]
+            x = env[v]
+            if not (x.flags.c_contiguous and x.flags.writeable and x.flags.aligned):
+                env[v] = np.array(x, order="C", copy=True)      # (0-d stays 0-d)
+        return env
 
     def _run_kernel(self, step: KernelStep, env, nthreads, mem, slots):
         arrays = []
         for v in step.params:
             x = env.get(v)
             if x is None:
-                x = env[v] = self._buffer(v, mem, slots)
+                x = env[v] = self._buffer(v, mem, slots, env)
             elif not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
             arrays.append(x)
@@ -268,15 +312,43 @@ class LLVMExecutable(Executable):
         if op.name == "dot_general":
             _, (_, m, k), _, _, (_, _, n) = self._dots[op]
             native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
-            out = self._buffer(op.result, mem, slots)
+            out = self._buffer(op.result, mem, slots, env)
             try:
                 _dot(*[env[o] for o in op.operands], out, self._dots[op])
             except Exception as e:
                 raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
             env[op.result] = out
             return
+        if op.opdef.takes_out:
+            # into the plan's buffer (maybe its operand's: all_reduce in place)
+            out = self._buffer(op.result, mem, slots, env)
+            placed = mem.joined.get(op.result)
+            if placed is not None:
+                _join(op, [env[o] for o in op.operands], out, placed)
+                env[op.result] = out
+                return
+            run_op(op, env, comm, out=out)
+            if env[op.result] is not out:
+                np.copyto(out, env[op.result])
+                env[op.result] = out
+            return
         # control-flow bodies (while, cond, scan) run as native executables of their own
         run_op(op, env, comm, run=lambda g, xs: self._subs[id(g)](xs, comm))
+
+
+def _join(op, xs, out, placed):
+    """A join (concatenate) whose operands at `placed` were computed in their place in
+    `out` (the memory plan): only the others are copied in."""
+    d = op.opdef.joins(op.attrs)
+    at = 0
+    for i, x in enumerate(xs):
+        n = x.shape[d]
+        region = out[(slice(None),) * d + (slice(at, at + n),)]
+        at += n
+        if i in placed and x.__array_interface__["data"][0] == region.__array_interface__["data"][0] \
+                and x.strides == region.strides:
+            continue
+        region[...] = x
 
 
 def _label(step):
@@ -329,15 +401,17 @@ def _dump(exe):
             f.write("\n\n".join(exe.stats["optimized_ir"]))
 
 
-def compile_llvm(graph: Graph, threads=None) -> LLVMExecutable:
-    return LLVMExecutable(graph, threads)
+def compile_llvm(graph: Graph, threads=None, donated=()) -> LLVMExecutable:
+    return LLVMExecutable(graph, threads, donated)
 
 
 class _Scratch:
-    """A per-thread buffer an instruction uses internally (not a value of the program)."""
+    """A per-thread buffer an instruction uses internally (not a value of the program).
+    Instructions run one at a time, so scratch of the same `slot` (a dot's lhs copy is
+    slot 0, its rhs copy slot 1) shares one buffer, as large as the largest."""
 
-    def __init__(self, nbytes):
-        self.nbytes = nbytes
+    def __init__(self, nbytes, slot=0):
+        self.nbytes, self.slot = nbytes, slot
 
 
 def _in_place(view, dbase, perm, shape4, isz):
@@ -359,7 +433,7 @@ def _in_place(view, dbase, perm, shape4, isz):
 class _Segment:
     def __init__(self):
         self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
-        self.allocs = []        # values it writes that are not in the memory plan (made per call)
+        self.allocs = []        # (value, in-place source or None): values it writes outside the arena
         self.steps = []         # step indices it covers
 
 
@@ -424,7 +498,7 @@ class Schedule:
             seg.instrs += instr if isinstance(instr, list) else [instr]
             seg.steps.append(k)
             written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
-            seg.allocs += [v for v in written if v not in mem.slot_of]
+            seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
         flush()
         # the argument blocks' layout in the arena, and what each segment patches per call
         self.size = 0
@@ -435,7 +509,7 @@ class Schedule:
             for fn, entries in it.instrs:
                 it.offsets.append(self.size)
                 for j, e in enumerate(entries):
-                    if (isinstance(e, tuple) and not isinstance(e[0], _Scratch) and e[0] not in mem.slot_of
+                    if (isinstance(e, tuple) and not isinstance(e[0], _Scratch) and e[0] not in mem.offset_of
                             and e[0] not in self.consts):
                         pos.append(self.size + j)
                         idx.append(dyn.setdefault(e[0], len(dyn)))
@@ -445,6 +519,14 @@ class Schedule:
             it.pos, it.idx = np.array(pos, np.int64), np.array(idx, np.int64)
             it.offs = np.array(offs, np.int64)
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
+        self.scratch_sizes = {}          # scratch slot -> bytes (one buffer per slot and thread)
+        for it in self.items:
+            if isinstance(it, _Segment):
+                for _, entries in it.instrs:
+                    for e in entries:
+                        if isinstance(e, tuple) and isinstance(e[0], _Scratch):
+                            s = e[0].slot
+                            self.scratch_sizes[s] = max(self.scratch_sizes.get(s, 0), e[0].nbytes)
         # a value is dropped after its last use, where reading a view made for free reads its base
         last, n = {}, len(exe.steps)
         for k, step in enumerate(exe.steps):
@@ -553,7 +635,7 @@ class Schedule:
                 ext = native.copy_entries(vt, isz)
                 if ext is None:
                     return None
-                sc = _Scratch(vt.size * isz)
+                sc = _Scratch(vt.size * isz, len(pre))
                 off = vt.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
                 pre.append((helpers[f"spmd_copy{isz}"], [(sc, 0), (base, off)] + ext))
                 got.append((sc, 0, 111, cols, bt * rows * cols * isz, rows * cols * isz))
@@ -575,10 +657,11 @@ class Schedule:
         if st is not None:
             return st
         exe, mem = self.exe, self.exe.memory
-        slots = exe._slots()
+        slots = exe._arena()
         arena = np.zeros(max(self.size, 1), np.int64)
         base = arena.ctypes.data
-        progs, scratch = [], {}
+        progs = []
+        scratch = {s: np.empty(n, np.uint8) for s, n in self.scratch_sizes.items()}
         for it in self.items:
             if not isinstance(it, _Segment):
                 continue
@@ -589,12 +672,9 @@ class Schedule:
                     if isinstance(e, tuple):
                         v, off = e
                         if isinstance(v, _Scratch):
-                            buf = scratch.get(v)
-                            if buf is None:
-                                buf = scratch[v] = np.empty(v.nbytes, np.uint8)
-                            arena[o + j] = buf.ctypes.data + off
-                        elif v in mem.slot_of:
-                            arena[o + j] = exe._buffer(v, mem, slots).ctypes.data + off
+                            arena[o + j] = scratch[v.slot].ctypes.data + off
+                        elif v in mem.offset_of:
+                            arena[o + j] = slots.ctypes.data + mem.offset_of[v] + off
                         elif v in self.consts:
                             arena[o + j] = self.consts[v].ctypes.data + off
                     else:
@@ -611,7 +691,7 @@ class Schedule:
         if c is not None:
             return c
         mem = self.exe.memory
-        if v in mem.slot_of:
+        if v in mem.offset_of:
             return self.exe._buffer(v, mem, slots)
         op = v.producer           # a view the native code read for free: numpy makes it now
         x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)
@@ -625,8 +705,8 @@ class Schedule:
         si = 0
         for it in self.items:
             if isinstance(it, _Segment):
-                for v in it.allocs:
-                    env[v] = np.empty(v.shape, v.dtype)
+                for v, src in it.allocs:
+                    env[v] = np.empty(v.shape, v.dtype) if src is None else self._get(src, env, slots)
                 if it.dyn:
                     addrs = np.empty(len(it.dyn), np.int64)
                     for j, v in enumerate(it.dyn):
