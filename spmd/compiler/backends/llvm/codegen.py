@@ -263,16 +263,8 @@ class KernelCodegen:
         if op.opdef.family == "elementwise":
             args = [self.emit(o, amap) for o in op.operands]
             scope = self.scope_of(amap)
-            if name == "divide" and is_float(v.dtype):
-                # x / broadcast(s) -> x * broadcast(1 / s): one division per row, as XLA does
-                hit = self.memo.get((op.operands[1], amap))
-                if hit is not None and hit[1].depth < scope.depth:
-                    rkey = ("recip", op.operands[1], amap)
-                    rhit = self.memo.get(rkey)
-                    if rhit is None or rhit[1].closed:
-                        b = self.builder(hit[1])
-                        rhit = self.memo[rkey] = (b.div(b.const(1, args[1].dtype), args[1]), hit[1])
-                    return self.builder(scope).mul(args[0], rhit[0]), scope
+            # x / s stays a division even when s is hoisted out of the loop: x * (1 / s) is
+            # faster but not what numpy computes (1 ulp off, a silent difference)
             x = op.opdef.scalar(self.builder(scope), *args, **attrs)
             return self._round(scope, x, v), scope
         if self.flat:
