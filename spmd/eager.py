@@ -227,7 +227,7 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if kwargs:
             r = _fallback("ufunc", name, inputs, kwargs, f"keyword arguments {sorted(kwargs)}")
         else:
-            r = run("ufunc", name, _BY_UFUNC[name], inputs, {}, scalars_dynamic=True)
+            r = run("ufunc", name, _BY_UFUNC[name], inputs, {}, scalars_dynamic=_dynamic_scalars(name, inputs[1:]))
             if dtype is not None:
                 r = run("method", "astype", _METHODS["astype"], (r, np.dtype(dtype)), {})
     elif method == "reduce" and name in npx.UFUNC_REDUCE:
@@ -303,6 +303,14 @@ def _method(name, f):
     return m
 
 
+def _dynamic_scalars(name, args):
+    """Scalars are program inputs (one compile for every value), except the exponents 0.5
+    and 2 of `x ** y` / `np.power(x, y)`, which numpy computes as np.sqrt / np.square (the
+    builder must see the value)."""
+    return not (name in ("__pow__", "power") and len(args) == 1 and isinstance(args[0], (int, float, np.number))
+                and not isinstance(args[0], bool) and args[0] in (0.5, 2))
+
+
 def _operator(name, f):
     def m(self, *args):
         if current_trace() is not None or any(isinstance(a, Tracer) for a in args):
@@ -310,7 +318,7 @@ def _operator(name, f):
         if not all(isinstance(a, (Array, np.ndarray, np.generic, bool, int, float, list, tuple))
                    for a in args):
             return NotImplemented
-        return run("operator", name, f, (self,) + args, {}, scalars_dynamic=True)
+        return run("operator", name, f, (self,) + args, {}, scalars_dynamic=_dynamic_scalars(name, args))
     m.__name__ = m.__qualname__ = name
     return m
 
@@ -529,7 +537,8 @@ def _inplace(name, f):
     def m(self, other):
         if current_trace() is not None or isinstance(other, Tracer):
             return NotImplemented
-        r = run("operator", name, f, (self, other), {}, scalars_dynamic=True, out_sharding=self.sharding)
+        r = run("operator", name, f, (self, other), {}, scalars_dynamic=_dynamic_scalars(name, (other,)),
+                out_sharding=self.sharding)
         set_value(self, r)
         return self
     m.__name__ = m.__qualname__ = f"__i{name.strip('_')}__"

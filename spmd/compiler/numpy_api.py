@@ -112,11 +112,17 @@ def _binary(name, x, y, dtype=None):
     return _emit(a._tr, name, a, b)
 
 
+def _ufunc_float_dtype(x):
+    """The float dtype numpy's one-argument float ufuncs give x: float16 for bool (numpy's
+    smallest float loop), float64 for integers, the float itself otherwise."""
+    return "float16" if x.dtype == np.bool_ else _float_dtype(x)
+
+
 def _unary_float(name):
     def f(x, *args, **kwargs):
         _no_extra(name, args, kwargs)
         x = asarray(x)
-        return _emit(x._tr, name, asarray(x, _float_dtype(x)))
+        return _emit(x._tr, name, asarray(x, _ufunc_float_dtype(x)))
     f.__name__ = name
     return f
 
@@ -172,6 +178,8 @@ def floor_divide(x, y):
         div = where(logical_and(not_equal(r, 0), not_equal(less(b, 0), less(r, 0))), subtract(div, 1), div)
         fl = floor(div)
         fl = where(greater(subtract(div, fl), 0.5), add(fl, 1), fl)
+        # a zero quotient has the sign of a / b (-0.0 // 2.5 is -0.0, -2.5 // -3e10 is +0.0)
+        fl = where(equal(div, 0), MF.copysign(asarray(np.zeros((), dt), t=a._tr), true_divide(a, b)), fl)
         return where(equal(b, 0), true_divide(a, b), fl)
     q = _emit(a._tr, "divide", a, b)            # truncates toward zero
     r = _emit(a._tr, "remainder", a, b)
@@ -183,22 +191,45 @@ def mod(x, y):
     a, b = _promote(x, y, op="remainder")
     r = _emit(a._tr, "remainder", a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
-    return where(fix, add(r, b), r)
+    out = where(fix, add(r, b), r)
+    if a.dtype in dtypes.FLOATS:                 # numpy: a zero remainder has the divisor's sign
+        out = where(equal(r, 0), MF.copysign(asarray(np.zeros((), a.dtype), t=a._tr), b), out)
+    return out
 
 
 remainder = mod
 
 
 def power(x, y):
+    if result_dtype(x, y) == "bool":
+        raise TypeError(f"np.power / ** of bool operands gives int8 in numpy, which spmd does not have; "
+                        f"convert to an integer or float dtype first (at {user_loc()})")
     if isinstance(y, int) and not isinstance(y, bool) and y == 2:
-        x = asarray(x, result_dtype(x, y))         # bool ** 2 is an int64 in numpy
-        if x.dtype != np.bool_:
-            return multiply(x, x)
+        return multiply(*[asarray(x, result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
+    if isinstance(y, (float, np.floating)) and y == 0.5:
+        # numpy computes an array to a scalar power 0.5 as np.sqrt (so (-inf) ** 0.5 is nan
+        # and (-0.0) ** 0.5 is -0.0, where pow() gives inf and 0.0); an array of exponents
+        # goes through pow()
+        x = asarray(x)
+        if not getattr(x, "weak", False):
+            return sqrt(asarray(x, result_dtype(x, y)))
     return _binary("power", x, y)
+
+
+def _pow_operator(x, y):
+    """x ** y: numpy's ndarray.__pow__ computes bool_array ** 2 as np.square, an int8."""
+    if isinstance(x, Tracer) and not getattr(x, "weak", False) and x.dtype == np.bool_ \
+            and isinstance(y, int) and not isinstance(y, bool) and y == 2:
+        raise TypeError(f"bool_array ** 2 gives int8 in numpy (np.square), which spmd does not have; "
+                        f"convert to an integer or float dtype first (at {user_loc()})")
+    return power(x, y)
 
 
 def square(x):
     x = asarray(x)
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.square of bool gives int8 in numpy, which spmd does not have; convert to "
+                        f"an integer or float dtype first (at {user_loc()})")
     return multiply(x, x)
 
 
@@ -235,12 +266,42 @@ sin = _unary_float("sin")
 cos = _unary_float("cos")
 
 
-def expm1(x): return subtract(exp(x), 1)
+def expm1(x):
+    """exp(x) - 1, accurate near 0 (Kahan: (u - 1) * x / log(u), u = exp(x)), where a plain
+    exp(x) - 1 loses every digit (expm1(1e-20) is 1e-20, not 0)."""
+    x = asarray(x)
+    if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
+        return astype(expm1(astype(x, "float32")), _ufunc_float_dtype(x))
+    x = asarray(x, _ufunc_float_dtype(x))
+    u = exp(x)
+    um1 = subtract(u, 1)
+    r = multiply(um1, true_divide(x, log(u)))
+    r = where(equal(u, 1), x, r)                          # |x| tiny: x itself (keeps -0.0)
+    r = where(equal(um1, -1), um1, r)                     # x very negative: -1
+    return where(logical_or(MF.isinf(u), MF.isnan(x)), um1, r)   # inf, nan: exp(x) - 1 is exact
+
+
 def log2(x): return true_divide(log(x), float(np.log(2.0)))     # a Python float stays weak
 def log10(x): return true_divide(log(x), float(np.log(10.0)))
 def tan(x): return true_divide(sin(x), cos(x))
-def sinh(x): return true_divide(subtract(exp(x), exp(negative(x))), 2)
-def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
+
+
+def sinh(x):
+    """(e^x - e^-x) / 2 from expm1, so it is accurate near 0 (sinh(1e-20) is 1e-20, -0.0
+    stays -0.0); the float conversion comes first (negating INT_MIN would wrap)."""
+    x = asarray(x)
+    if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
+        return astype(sinh(astype(x, "float32")), _ufunc_float_dtype(x))
+    x = asarray(x, _ufunc_float_dtype(x))
+    return true_divide(subtract(expm1(x), expm1(negative(x))), 2)
+
+
+def cosh(x):
+    x = asarray(x)
+    if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
+        return astype(cosh(astype(x, "float32")), _ufunc_float_dtype(x))
+    x = asarray(x, _ufunc_float_dtype(x))
+    return true_divide(add(exp(x), exp(negative(x))), 2)
 
 
 def _compare(direction):
@@ -1206,6 +1267,7 @@ def operators():
                 out[f"__{o}__"] = f
                 out[f"__r{o}__"] = (lambda g: lambda x, y: g(y, x))(f)
     out.pop("__rgetitem__")
+    out["__pow__"] = _pow_operator
     return out
 
 

@@ -231,9 +231,9 @@ def fix(x):
 
 def rint(x):
     x = A.asarray(x)
-    ufunc_dtype(np.rint, x)                # bool: float16 in numpy, a TypeError here
-    if x.dtype.kind in "iu":
-        return x
+    dt = ufunc_dtype(np.rint, x)           # bool: float16; integers: float64
+    if x.dtype.kind in "iub":
+        return A.astype(x, dt)
     fl = A.floor(x)
     d = A.subtract(x, fl)              # exact
     odd = A.equal(A.subtract(fl, A.multiply(A.floor(A.multiply(fl, 0.5)), 2.0)), 1.0)

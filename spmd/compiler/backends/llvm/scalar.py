@@ -220,8 +220,9 @@ class ScalarBuilder:
 
     def sign(self, x):
         zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
-        if is_float(x.dtype):      # keeps NaN (and the zero's sign), as np.sign
-            return self.select(self.fcmp("ogt", x, zero), one, self.select(self.fcmp("olt", x, zero), m1, x))
+        if is_float(x.dtype):      # keeps NaN; np.sign(-0.0) is +0.0
+            rest = self.select(self.fcmp("uno", x, x), x, zero)
+            return self.select(self.fcmp("ogt", x, zero), one, self.select(self.fcmp("olt", x, zero), m1, rest))
         return self.select(self.icmp("sgt", x, zero), one, self.select(self.icmp("slt", x, zero), m1, zero))
 
     def floor(self, x):
@@ -446,7 +447,15 @@ class ScalarBuilder:
         elif is_float(dst):
             op = "uitofp" if src == "bool" else "sitofp"
         elif is_float(src):
-            op = "fptosi"
+            # fptosi is poison for NaN, inf and values out of range: numpy (x86's cvttsd2si)
+            # gives the integer minimum there, so such inputs convert 0 and pick it
+            bits = SIZE[dst] * 8
+            lim = self.const(2.0 ** (bits - 1), src)
+            ok = self._op(f"and i1 {self.fcmp('olt', x, lim).name}, {self.fcmp('oge', x, self.neg(lim)).name}",
+                          "bool")
+            safe = self.select(ok, x, self.const(0, src))
+            r = self._op(f"fptosi {ts} {safe.name} to {td}", dst)
+            return self.select(ok, r, self.const(-(2 ** (bits - 1)), dst))
         elif src == "bool":
             op = "zext"
         else:

@@ -1,0 +1,200 @@
+"""Differential edge cases (issue #13: a silent wrong answer is the worst bug): each form
+runs on special values -- NaN, +-inf, -0.0, denormals, huge values, integer minimum and
+maximum, bool -- under spmd.jit with the numpy backend, with the LLVM backend (fused
+native kernels), split over a 4-device mesh and a 2x2 mesh (uneven: 2 rows over 4
+devices), and eagerly on a sharded spmd.Array, and must equal numpy exactly: values
+(NaN where numpy has NaN, the sign of every zero, ints bit for bit), dtype and shape.
+A form numpy computes in a dtype spmd does not have (int8) must raise, naming the line.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import spmd
+
+MESH4 = spmd.Mesh((4,), ("x",))
+MESH22 = spmd.Mesh((2, 2), ("a", "b"))
+
+F64 = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.5, 2.5,
+                3e10, -3e10, 1e300, 5e-324, 0.5, -0.5, 7.0, -1.0]).reshape(2, 8)
+I64 = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0, 1, 7, -7, 3,
+                -3, 2, 5, -8, 100, -100, 64, 63], np.int64).reshape(2, 8)
+I32 = np.array([np.iinfo(np.int32).min, np.iinfo(np.int32).max, -1, 0, 1, 7, -7, 3,
+                -3, 2, 5, -8, 100, -100, 32, 31], np.int32).reshape(2, 8)
+with np.errstate(over="ignore"):
+    F32 = F64.astype(np.float32)
+INPUTS = {"float64": F64, "float32": F32, "int64": I64, "int32": I32,
+          "bool": np.array([True, False, False, True] * 4).reshape(2, 8)}
+FLOATS = ("float64", "float32")
+INTS = ("int64", "int32")
+ALL = FLOATS + INTS + ("bool",)
+
+
+def rev(x):
+    return x[::-1, ::-1]
+
+
+# (name, function, dtypes); every function takes the (2, 8) input
+CASES = [
+    # floor division and remainder: numpy's npy_divmod (signed zeros, inf, nan, 0 divisors)
+    ("floordiv", lambda x: x // rev(x), FLOATS + INTS),
+    ("mod", lambda x: x % rev(x), FLOATS + INTS),
+    ("divmod", lambda x: np.divmod(x, rev(x)), FLOATS + INTS),
+    ("floordiv_m1", lambda x: x // -1, FLOATS + INTS),
+    ("mod_m1", lambda x: x % -1, FLOATS + INTS),
+    ("floordiv_0", lambda x: x // 0, FLOATS + INTS),
+    ("fmod", lambda x: np.fmod(x, rev(x)), FLOATS + INTS),
+    ("truediv", lambda x: x / rev(x), ALL),
+    # a reversed (gathered) -0.0 keeps its sign on a split axis
+    ("reverse", lambda x: rev(x), ALL),
+    ("take", lambda x: np.take(x, [7, 0, 3, 3], axis=1), ALL),
+    ("add_zero", lambda x: x + 0, FLOATS + INTS),
+    ("add_neg_zero", lambda x: x + np.float64(-0.0) - 0.0, FLOATS),
+    ("sub_neg_zero", lambda x: x - (-0.0), FLOATS),
+    ("maximum", lambda x: np.maximum(x, rev(x)), ALL),
+    ("minimum", lambda x: np.minimum(x, rev(x)), ALL),
+    ("fmax_fmin", lambda x: np.fmax(x, rev(x)) - np.fmin(x, 0.5), FLOATS),
+    ("sign", np.sign, FLOATS + INTS),
+    ("abs_neg", lambda x: (np.abs(x), -x), FLOATS + INTS),
+    ("compare", lambda x: (x == rev(x), x != rev(x), x < rev(x), x >= rev(x)), ALL),
+    # conversions: float -> int of NaN / inf / out of range is the integer minimum (x86)
+    ("astype_int64", lambda x: x.astype(np.int64), FLOATS + INTS + ("bool",)),
+    ("astype_int32", lambda x: x.astype(np.int32), FLOATS + INTS + ("bool",)),
+    ("astype_bool", lambda x: x.astype(bool), ALL),
+    ("astype_float32", lambda x: x.astype(np.float32), ALL),
+    # powers: x ** 0.5 is np.sqrt for float arrays (numpy's ndarray.__pow__), np.power is pow
+    ("pow_half_operator", lambda x: x ** 0.5, FLOATS),
+    ("power_half", lambda x: np.power(x, 0.5), FLOATS),
+    ("pow_small", lambda x: (x ** 2, x ** 3, x ** -1.0, x ** 0), FLOATS),
+    ("pow_int", lambda x: (x ** 2, x ** 3, x ** 0), INTS),
+    ("pow_arrays", lambda x: (x % 7 - 3) ** (rev(x) % 5), INTS),
+    ("bool_pow", lambda x: (np.power(x, 2), np.power(x, 3), x ** 3, 2 ** x, x ** 0.5), ("bool",)),
+    # transcendental: accurate at 0, tiny and huge arguments; bool computes in float16
+    ("exp_log", lambda x: (np.exp(x), np.log(x), np.log1p(x)), ALL),
+    ("expm1", np.expm1, ALL),
+    ("sinh_cosh", lambda x: (np.sinh(x), np.cosh(x)), ALL),
+    ("tanh", np.tanh, ALL),
+    ("sqrt", np.sqrt, ALL),
+    ("rint", np.rint, FLOATS + INTS),
+    ("round", lambda x: (np.round(x), np.round(x, 1), np.round(x, -1)), FLOATS + INTS),
+    ("floor_ceil_trunc", lambda x: (np.floor(x), np.ceil(x), np.trunc(x)), FLOATS + INTS),
+    ("isnan_isinf", lambda x: (np.isnan(x), np.isinf(x), np.isfinite(x), np.signbit(x)), ALL),
+    ("nan_to_num", np.nan_to_num, FLOATS + INTS),
+    ("clip", lambda x: np.clip(x, -1, 2), FLOATS + INTS),
+    ("copysign", lambda x: np.copysign(1.0, x), FLOATS),
+    # reductions with special values
+    # (numpy's own max/min reductions give either zero for a -0.0 / 0.0 tie: signs not compared)
+    ("max_min", lambda x: (np.max(x, axis=1), np.min(x, axis=0), np.argmax(x, axis=1), np.argmin(x)), ALL,
+     False),
+    ("sum_prod", lambda x: (np.sum(x, axis=1), np.prod(x, axis=0)), FLOATS + INTS),
+    ("cumsum", lambda x: np.cumsum(x, axis=1), FLOATS + INTS),
+    ("sort_stable", lambda x: (np.sort(x, axis=1, kind="stable"), np.argsort(x, axis=1, kind="stable")),
+     FLOATS + INTS),
+    ("nan_reductions", lambda x: (np.nanmax(x, axis=0), np.nansum(x, axis=1)), FLOATS),
+    ("any_all", lambda x: (np.any(x, axis=1), np.all(x, axis=0), np.count_nonzero(x, axis=1)), ALL),
+]
+
+# forms numpy computes in int8 (a dtype spmd does not have): a clear error, not another dtype
+RAISES = [
+    ("bool_pow_int", lambda x: x ** 2),
+    ("bool_power_bool", lambda x: np.power(x, x)),
+    ("bool_square", np.square),
+    ("bool_pow_bool", lambda x: x ** x),
+]
+
+
+def _same(got, want, what, zsign=True):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), what
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same(g, w, f"{what}[{k}]", zsign)
+        return
+    got = np.asarray(got.numpy() if hasattr(got, "numpy") else got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != numpy's {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != numpy's {want.dtype}"
+    if want.dtype.kind != "f":
+        assert np.array_equal(got, want), f"{what}:\n got {got}\nwant {want}"
+        return
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), f"{what}: NaNs differ\n got {got}\nwant {want}"
+    g, w = got[~nan].astype(np.float64), want[~nan].astype(np.float64)
+    tol = {np.dtype(np.float64): 1e-13, np.dtype(np.float32): 2e-6}.get(want.dtype, 1e-3)
+    assert np.array_equal(np.isinf(g), np.isinf(w)) and np.array_equal(g[np.isinf(g)], w[np.isinf(w)]), \
+        f"{what}: infs differ\n got {got}\nwant {want}"
+    fin = ~np.isinf(w)
+    # relative to the value: a denormal result (expm1(5e-324)) must not round to 0
+    assert np.all(np.abs(g[fin] - w[fin]) <= tol * np.abs(w[fin])), f"{what}: values\n got {got}\nwant {want}"
+    assert not zsign or np.array_equal(np.signbit(g[w == 0]), np.signbit(w[w == 0])), \
+        f"{what}: the sign of a zero differs\n got {got}\nwant {want}"
+
+
+def _numpy(fn, x):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return fn(x)
+
+
+def _run(fn, x, mode):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "numpy":
+            return spmd.jit(fn, backend="numpy")(x)
+        if mode == "llvm":
+            return spmd.jit(fn)(x)
+        if mode == "mesh4":
+            return spmd.jit(fn, in_shardings=(MESH4.sharding("x", None),))(x)
+        if mode == "mesh4_cols":
+            return spmd.jit(fn, in_shardings=(MESH4.sharding(None, "x"),), backend="numpy")(x)
+        if mode == "mesh22":
+            return spmd.jit(fn, in_shardings=(MESH22.sharding("a", "b"),))(x)
+        if mode == "eager":
+            return fn(spmd.device_put(x, MESH4.sharding(None, "x")))
+    raise AssertionError(mode)
+
+
+def _params(modes):
+    return [pytest.param(c[0], c[1], dt, mode, c[3] if len(c) > 3 else True, id=f"{c[0]}-{dt}-{mode}")
+            for c in CASES for dt in c[2] for mode in modes]
+
+
+@pytest.mark.parametrize("name,fn,dt,mode,zsign", _params(("numpy", "llvm")))
+def test_edge_values_match_numpy(name, fn, dt, mode, zsign):
+    x = INPUTS[dt]
+    _same(_run(fn, x, mode), _numpy(fn, x), f"{name} of {dt} ({mode})", zsign)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,fn,dt,mode,zsign", _params(("mesh4", "mesh4_cols", "mesh22", "eager")))
+def test_edge_values_match_numpy_sharded(name, fn, dt, mode, zsign):
+    x = INPUTS[dt]
+    _same(_run(fn, x, mode), _numpy(fn, x), f"{name} of {dt} ({mode})", zsign)
+
+
+@pytest.mark.parametrize("name,fn", RAISES, ids=[r[0] for r in RAISES])
+@pytest.mark.parametrize("mode", ("numpy", "eager"))
+def test_int8_results_raise_naming_the_line(name, fn, mode):
+    x = INPUTS["bool"]
+    assert _numpy(fn, x).dtype == np.int8          # what numpy does
+    with pytest.raises(TypeError, match=r"int8.*test_numpy_edge_cases\.py:\d+"):
+        _run(fn, x, mode)
+
+
+def test_tiny_arguments_keep_their_digits():
+    """expm1 / sinh of tiny x is x (exp(x) - 1 would be 0), in every float dtype."""
+    for dt in ("float64", "float32", "float16"):
+        x = np.array([1e-30, -1e-30, 1e-7, -0.0, 3e-5], dtype=dt)
+        for f in (np.expm1, np.sinh):
+            _same(spmd.jit(f)(x), _numpy(f, x), f"{f.__name__} of {dt}")
+
+
+def test_float_to_int_conversion_in_a_fused_kernel():
+    """fptosi is poison for NaN / inf / out of range in LLVM: a fused kernel must give
+    numpy's integer minimum, also when the operand is computed in the same kernel."""
+    x = np.array([1e10, -1e10, 1.0, np.inf, 2.5, -2.5, 3e9, -2147483648.0])
+    for dt in ("int32", "int64"):
+        f = lambda x: (x * 2.0 + np.log(x * 0 + 1)).astype(dt) + 1   # noqa: E731
+        _same(spmd.jit(f)(x), _numpy(f, x), dt)
