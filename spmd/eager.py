@@ -190,7 +190,8 @@ def _fallback(kind, name, args, kwargs, why):
 
 def _call_numpy(kind, name, a, k):
     if kind == "ufunc":
-        return getattr(np, name)(*a, **k)
+        ufunc, _, method = name.partition(".")          # "add.accumulate": np.add.accumulate
+        return getattr(getattr(np, ufunc), method or "__call__")(*a, **k)
     if kind == "function":
         return name(*a, **k) if callable(name) else getattr(np, name)(*a, **k)
     if kind == "method":
@@ -233,6 +234,8 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     elif method == "reduce" and name in npx.UFUNC_REDUCE:
         r = run("ufunc", f"{name}.reduce", lambda x, **k: npx.dispatch_ufunc(ufunc, "reduce", (x,), k),
                 inputs, kwargs)
+    elif method == "at" and isinstance(inputs[0], Array):
+        return _ufunc_at(ufunc, *inputs)
     else:
         r = _fallback("ufunc", name if method == "__call__" else f"{name}.{method}", inputs, kwargs,
                       "not supported")
@@ -243,6 +246,19 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
             _write(o, v)
         return out[0] if len(out) == 1 else out
     return r
+
+
+def _ufunc_at(ufunc, a, *args):
+    """np.<ufunc>.at(a, indices, b) on an spmd.Array: an unbuffered in-place update of a
+    (repeated indices accumulate), run in numpy on the gathered value and written back."""
+    g = a.numpy()
+    if not a.is_fully_replicated:
+        STATS["fallbacks"] += 1
+        warnings.warn(f"spmd: np.{ufunc.__name__}.at on an spmd.Array runs in numpy on the gathered value "
+                      f"({a.nbytes} bytes gathered): not supported eagerly", UserWarning,
+                      stacklevel=_user_stacklevel())
+    getattr(ufunc, "at")(g, *[_gathered(x) if isinstance(x, Array) else x for x in args])
+    set_value(a, device_put(g, a.sharding))
 
 
 def _write(target, value):

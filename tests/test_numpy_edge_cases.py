@@ -198,3 +198,68 @@ def test_float_to_int_conversion_in_a_fused_kernel():
     for dt in ("int32", "int64"):
         f = lambda x: (x * 2.0 + np.log(x * 0 + 1)).astype(dt) + 1   # noqa: E731
         _same(spmd.jit(f)(x), _numpy(f, x), dt)
+
+
+# -- order= of ravel / flatten (was silently C order), and the views ravel returns ----------------
+def _rw(f, k, v):
+    def g(x):
+        y = x.copy()
+        f(y)[k] = v                      # a view writes through to y; a copy does not
+        return y
+    return g
+
+
+ORDERS = [
+    ("ravel_F", lambda x: x.ravel(order="F")), ("np_ravel_F", lambda x: np.ravel(x, "F")),
+    ("flatten_F", lambda x: x.flatten("F")), ("T_ravel_K", lambda x: x.T.ravel(order="K")),
+    ("T_ravel_A", lambda x: x.T.ravel("A")), ("T_ravel_F", lambda x: x.T.ravel("F")),
+    ("swap_slice_K", lambda x: np.swapaxes(x, 0, 2)[:, 1:].ravel("K")),
+    ("transpose_flatten_K", lambda x: x.transpose(1, 0, 2).flatten("K")),
+    ("T_ravel_F_writes_through", _rw(lambda y: y.T.ravel("F"), slice(0, 3), -1.0)),
+    ("ravel_F_is_a_copy", _rw(lambda y: y.ravel("F"), slice(0, 3), -1.0)),
+    ("T_ravel_K_writes_through", _rw(lambda y: y.T.ravel("K"), slice(0, 5), -1.0)),
+    ("flatten_is_a_copy", _rw(lambda y: y.T.flatten("K"), slice(0, 5), -1.0)),
+]
+
+
+@pytest.mark.parametrize("name,fn", ORDERS, ids=[o[0] for o in ORDERS])
+@pytest.mark.parametrize("mode", ("numpy", "llvm", "mesh4_cols"))
+def test_ravel_order_matches_numpy(name, fn, mode):
+    x = np.arange(24.0).reshape(2, 3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "mesh4_cols":
+            got = spmd.jit(fn, in_shardings=(MESH4.sharding(None, None, "x"),), backend="numpy")(x)
+        else:
+            got = _run(fn, x, mode)
+    _same(got, fn(x), f"{name} ({mode})")
+
+
+def test_eager_ravel_order():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    a = spmd.device_put(x, MESH4.sharding(None, None, "x"))
+    _same(a.ravel(order="F"), x.ravel(order="F"), "ravel F")
+    _same(a.flatten("F"), x.flatten("F"), "flatten F")
+
+
+# -- np.<ufunc>.at on an eager spmd.Array (was an AttributeError from the numpy fallback) ----------
+@pytest.mark.parametrize("ufunc", (np.add, np.subtract, np.maximum, np.multiply))
+def test_eager_ufunc_at_writes_the_array(ufunc):
+    x = np.arange(15.0).reshape(5, 3)
+    a = spmd.device_put(x.copy(), MESH4.sharding("x", None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = ufunc.at(a, [0, 0, 4, -1], 2.5)
+    want = x.copy()
+    ufunc.at(want, [0, 0, 4, -1], 2.5)
+    assert r is None
+    _same(a, want, f"np.{ufunc.__name__}.at")
+    assert a.sharding == MESH4.sharding("x", None)
+
+
+def test_eager_ufunc_method_fallback_runs_numpy():
+    x = np.arange(15.0).reshape(5, 3)
+    a = spmd.device_put(x, MESH4.sharding("x", None))
+    with pytest.warns(UserWarning, match="accumulate"):
+        got = np.add.accumulate(a, axis=1)
+    _same(got, np.add.accumulate(x, axis=1), "np.add.accumulate")

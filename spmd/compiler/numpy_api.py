@@ -994,7 +994,46 @@ _view_swapaxes = fz.as_view(swapaxes, "transpose")
 _view_moveaxis = fz.as_view(moveaxis, "transpose")
 _view_reshape = fz.as_view(reshape, "reshape")
 _view_reshape_method = fz.as_view(_reshape_method, "reshape")
-_view_ravel = fz.as_view(lambda x, order="C": ravel(x), "ravel")
+_view_ravel_c = fz.as_view(lambda x: ravel(x), "ravel")
+
+
+def _ravel_perm(x, order):
+    """The axis order numpy's ravel / flatten(order=) read x's elements in, as a
+    permutation (None: C order). "F": first index fastest; "A": F if x is Fortran- and not
+    C-contiguous; "K": the order x's elements sit in memory (x is a view's strides)."""
+    if order is None or order == "C" or x.ndim < 2:
+        if order not in (None, "C", "F", "A", "K"):
+            raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+        return None
+    if order == "F":
+        return tuple(range(x.ndim))[::-1]
+    if order not in ("A", "K"):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    lay = fz.layout(x._ensure_buffer(), x._view) if isinstance(x, Tracer) else None
+    if lay is None or lay.flags.c_contiguous:
+        return None
+    if order == "A":
+        return tuple(range(x.ndim))[::-1] if lay.flags.f_contiguous else None
+    if builtins.any(st < 0 for st in lay.strides):
+        raise NotImplementedError(f"ravel / flatten with order='K' of a view with negative strides "
+                                  f"(at {user_loc()}); use order='C' or 'F'")
+    perm = tuple(sorted(range(x.ndim), key=lambda d: -lay.strides[d]))     # stable: ties keep C order
+    return None if perm == tuple(range(x.ndim)) else perm
+
+
+def _view_ravel(x, order="C"):
+    """np.ravel / x.ravel(order): a view where numpy's is (x is contiguous in that order)."""
+    x = asarray(x)
+    perm = _ravel_perm(x, order)
+    if perm is None:
+        return _view_ravel_c(x)
+    return _view_ravel_c(fz.as_view(transpose, "transpose")(x, perm))
+
+
+def _flatten(x, order="C"):
+    x = asarray(x)
+    perm = _ravel_perm(x, order)
+    return copy(ravel(x if perm is None else transpose(x, perm)))
 _view_squeeze = fz.as_view(squeeze, "reshape")
 _view_expand_dims = fz.as_view(expand_dims, "reshape")
 
@@ -1209,7 +1248,7 @@ API = (
     ("expand_dims",   _view_expand_dims,            (F,),      ()),
     ("squeeze",       _view_squeeze,                (F, M),    ()),
     ("ravel",         _view_ravel,                  (F, M),    ()),
-    ("flatten",       lambda x, order="C": copy(ravel(x)), (M,), ()),
+    ("flatten",       _flatten,                     (M,),      ()),
     ("atleast_1d",    SF.atleast_1d,                (F,),      ()),
     ("clip",          clip,                         (F, M),    ()),
     ("where",         where,                        (F,),      ()),
