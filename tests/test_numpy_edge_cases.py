@@ -263,3 +263,32 @@ def test_eager_ufunc_method_fallback_runs_numpy():
     with pytest.warns(UserWarning, match="accumulate"):
         got = np.add.accumulate(a, axis=1)
     _same(got, np.add.accumulate(x, axis=1), "np.add.accumulate")
+
+
+# -- transcendental functions near their limits: within a few ulps of numpy, same inf / nan / 0 ----
+LIMITS = {
+    "float32": np.array([1e-45, -1e-45, 1e-40, 1.17e-38, -87.5, -88.0, -95.0, -103.0, -103.9, -104.5, 88.7,
+                         88.8, 89.0, 89.3, -89.3, 9.05, -9.5, 8.1, 8.3, 8.5, 7.91, -7.91, 1e-4, 3e-4,
+                         -0.0, 0.0, 20.0, np.nan, np.inf, -np.inf], np.float32),
+    "float64": np.array([5e-324, -5e-324, 1e-310, 2.2e-308, -708.0, -745.0, -746.0, 709.0, 709.9, 710.4,
+                         -710.4, 711.0, 19.1, 20.5, -20.5, 1e-9, 1e-300, 36.0, -0.0, 0.0, np.nan, np.inf,
+                         -np.inf], np.float64),
+}
+
+
+@pytest.mark.parametrize("f", (np.exp, np.expm1, np.tanh, np.sinh, np.cosh, np.log, np.log1p, np.sqrt),
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dt", ("float32", "float64"))
+@pytest.mark.parametrize("backend", ("numpy", "llvm"))
+def test_transcendental_near_limits(f, dt, backend):
+    x = LIMITS[dt]
+    got = np.asarray(spmd.jit(f, backend=None if backend == "llvm" else backend)(x))
+    want = _numpy(f, x)
+    assert got.dtype == want.dtype
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (x, got, want)
+    assert np.array_equal(np.isinf(got), np.isinf(want)) and np.array_equal(got[np.isinf(got)], want[np.isinf(want)])
+    assert np.array_equal(got == 0, want == 0), (x, got, want)            # no denormal flushed to 0
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+    fin = np.isfinite(want) & (want != 0)
+    ulps = np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(np.abs(want[fin]))
+    assert ulps.max(initial=0) <= 4, dict(zip(x[fin], ulps))

@@ -293,7 +293,20 @@ def sinh(x):
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(sinh(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
-    return true_divide(subtract(expm1(x), expm1(negative(x))), 2)
+    r = true_divide(subtract(expm1(x), expm1(negative(x))), 2)
+    return where(_big_hyperbolic(x), MF.copysign(_half_exp(x), x), r)
+
+
+def _big_hyperbolic(x):
+    """|x| where e^-|x| is below half an ulp of e^|x|: sinh and cosh are e^|x| / 2 there."""
+    return greater(absolute(x), 20.0 if x.dtype == np.float64 else 9.0)
+
+
+def _half_exp(x):
+    """e^|x| / 2 as t * (t / 2), t = e^(|x|/2): finite up to the largest float (e^710 / 2
+    is, though e^710 overflows)."""
+    t = exp(multiply(absolute(x), 0.5))
+    return multiply(t, multiply(t, 0.5))
 
 
 def cosh(x):
@@ -301,7 +314,8 @@ def cosh(x):
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(cosh(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
-    return true_divide(add(exp(x), exp(negative(x))), 2)
+    r = true_divide(add(exp(x), exp(negative(x))), 2)
+    return where(_big_hyperbolic(x), _half_exp(x), r)
 
 
 def _compare(direction):

@@ -262,10 +262,11 @@ class ScalarBuilder:
         if x.dtype != "float32":
             return self._intr("exp", x)
         # Cephes expf: exp(x) = 2^n * exp(r), |r| <= ln2/2, 2^n added to the exponent bits.
-        # Results below the smallest normal float (x < -87.33) flush to 0; above
-        # 128 ln2 the result is inf; NaN stays NaN.
+        # Results below the smallest normal float (x < -87.33: n < -125) are denormals, as
+        # numpy's: 2^(n + 64) goes into the exponent bits, then one multiply by 2^-64 rounds
+        # once; below -104 the result is 0; above 128 ln2 it is inf; NaN stays NaN.
         f = "float32"
-        xc = self._intr("minnum", self._intr("maxnum", x, self.const(-87.33, f)), self.const(88.7228, f))
+        xc = self._intr("minnum", self._intr("maxnum", x, self.const(-104.0, f)), self.const(88.7228, f))
         fx = self.floor(self.fma(xc, self.const(1.44269504088896341, f), self.const(0.5, f)))
         r = self.fma(fx, self.const(-0.693359375, f), xc)
         r = self.fma(fx, self.const(2.12194440e-4, f), r)
@@ -273,10 +274,13 @@ class ScalarBuilder:
                           1.6666665459e-1, 5.0000001201e-1])
         y = self.add(self.fma(p, self.mul(r, r), r), self.const(1.0, f))
         n = self._op(f"fptosi float {fx.name} to i32", "int32")
+        tiny = self.icmp("slt", n, self.const(-125, "int32"))
+        n = self.select(tiny, self.add(n, self.const(64, "int32")), n)
         bits = self._op(f"shl i32 {n.name}, 23", "int32")
         y = self.bitcast(self.add(self.bitcast(y, "int32"), bits), f)
+        y = self.select(tiny, self.mul(y, self.const(2.0 ** -64, f)), y)
         y = self.select(self.fcmp("ogt", x, self.const(88.72283935546875, f)), self.const(np.inf, f), y)
-        y = self.select(self.fcmp("olt", x, self.const(-87.33, f)), self.const(0.0, f), y)
+        y = self.select(self.fcmp("olt", x, self.const(-104.0, f)), self.const(0.0, f), y)
         return self.select(self.fcmp("uno", x, x), x, y)
 
     def log(self, x):
@@ -333,7 +337,17 @@ class ScalarBuilder:
         q = self.poly(x2, [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
                            4.89352518554385e-03])
         small = self.fcmp("olt", self.abs(x), self.const(0.0004, "float32"))
-        return self.select(small, x, self.div(p, q))
+        r = self.select(small, x, self.div(p, q))
+        # past the clamp the rational is stuck at 1 - 4 ulp; float32 tanh is 1 - k 2^-24,
+        # k = 3, 2, 1, 0, beyond these points (1 - 2 e^-2x rounded), 1.0 from 9.0109
+        ax = self.abs(x)
+        for lim, k in ((8.037958272751633, 3), (8.206194391062239, 2), (8.461607202945235, 1),
+                       (9.010913347279288, 0)):
+            r = self.select(self.fcmp("oge", ax, self.const(lim, "float32")),
+                            self.select(self.fcmp("olt", x, self.const(0.0, "float32")),
+                                        self.const(-(1 - k * 2.0 ** -24), "float32"),
+                                        self.const(1 - k * 2.0 ** -24, "float32")), r)
+        return r
 
     def logistic(self, x):
         one = self.const(1.0, x.dtype)
