@@ -78,6 +78,7 @@ CASES = [
     ("sinh_cosh", lambda x: (np.sinh(x), np.cosh(x)), ALL),
     ("tanh", np.tanh, ALL),
     ("sqrt", np.sqrt, ALL),
+    ("inverse_hyperbolic", lambda x: (np.arccosh(x), np.arcsinh(x), np.arctanh(x)), FLOATS + INTS),
     ("rint", np.rint, FLOATS + INTS),
     ("round", lambda x: (np.round(x), np.round(x, 1), np.round(x, -1)), FLOATS + INTS),
     ("floor_ceil_trunc", lambda x: (np.floor(x), np.ceil(x), np.trunc(x)), FLOATS + INTS),
@@ -292,3 +293,28 @@ def test_transcendental_near_limits(f, dt, backend):
     fin = np.isfinite(want) & (want != 0)
     ulps = np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(np.abs(want[fin]))
     assert ulps.max(initial=0) <= 4, dict(zip(x[fin], ulps))
+
+
+# -- 2-byte floats: numpy computes its float16 loops in float32 and rounds once -------------------
+H = np.concatenate([np.linspace(-3, 3, 40), [0.0, -0.0, 1e-5, -1e-5, 60000.0, -60000.0, np.inf, -np.inf,
+                                             np.nan, 6e-8]]).astype(np.float16)
+HALF_FUNCS = ["exp", "log", "log1p", "expm1", "tanh", "sqrt", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
+              "arcsinh", "arccosh", "arctanh", "sinh", "cosh", "cbrt", "exp2", "log2", "log10", "rint", "floor",
+              "ceil", "trunc", "sign", "deg2rad", "rad2deg", "hypot", "logaddexp", "logaddexp2", "arctan2",
+              "copysign", "fmod", "remainder", "floor_divide", "power", "true_divide"]
+
+
+@pytest.mark.parametrize("name", HALF_FUNCS)
+@pytest.mark.parametrize("backend", ("numpy", "llvm"))
+def test_float16_functions_round_once(name, backend):
+    f = getattr(np, name)
+    fn = (lambda a: f(a, a[::-1])) if f.nin == 2 else f
+    got = _run(fn, H, backend)
+    _same(got, _numpy(fn, H), f"np.{name} of float16 ({backend})")
+
+
+def test_float16_power_of_a_huge_python_int():
+    """2**40 is inf in float16: the kernel's small-integer-exponent shortcut must not choke."""
+    x = np.array([0.5, 1.0, 2.0, -1.0], np.float16)
+    fn = lambda a: np.power(a, 2 ** 40)                     # noqa: E731
+    _same(_run(fn, x, "llvm"), _numpy(fn, x), "float16 ** 2**40")

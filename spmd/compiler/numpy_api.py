@@ -281,8 +281,21 @@ def expm1(x):
     return where(logical_or(MF.isinf(u), MF.isnan(x)), um1, r)   # inf, nan: exp(x) - 1 is exact
 
 
+def _halfs_in_f32(f):
+    """numpy's float16 loops compute in float32 and round once: so do these compositions."""
+    def g(x):
+        x = asarray(x)
+        dt = _ufunc_float_dtype(x)
+        return astype(f(astype(x, "float32")), dt) if dt in dtypes.HALFS else f(x)
+    g.__name__ = f.__name__
+    return g
+
+
+@_halfs_in_f32
 def log2(x): return true_divide(log(x), float(np.log(2.0)))     # a Python float stays weak
+@_halfs_in_f32
 def log10(x): return true_divide(log(x), float(np.log(10.0)))
+@_halfs_in_f32
 def tan(x): return true_divide(sin(x), cos(x))
 
 

@@ -159,7 +159,7 @@ class ScalarBuilder:
         if not is_float(x.dtype):
             raise Unsupported("integer power")
         n = _literal_value(y.name)
-        if n is not None and n == int(n) and abs(n) <= 4:
+        if n is not None and np.isfinite(n) and n == int(n) and abs(n) <= 4:
             # a small constant integer exponent (x ** 2, x ** 3, 1 / x): multiplies, which
             # vectorise, instead of a libm pow call per element (as XLA expands it)
             n = int(n)
