@@ -318,3 +318,15 @@ def test_float16_power_of_a_huge_python_int():
     x = np.array([0.5, 1.0, 2.0, -1.0], np.float16)
     fn = lambda a: np.power(a, 2 ** 40)                     # noqa: E731
     _same(_run(fn, x, "llvm"), _numpy(fn, x), "float16 ** 2**40")
+
+
+@pytest.mark.parametrize("backend", ("numpy", "llvm"))
+def test_split_scan_keeps_negative_zeros(backend):
+    """A cumsum along a split axis adds each shard the total before it: that offset starts
+    at -0.0 (x + -0.0 == x), so a run of -0.0s stays -0.0 as in numpy."""
+    x = np.full((9, 2), -0.0)
+    x[6, 1] = 2.5
+    for f in (lambda v: np.cumsum(v, axis=0), lambda v: np.cumsum(v[::-1], axis=0), lambda v: np.cumsum(v)):
+        got = spmd.jit(f, in_shardings=(MESH4.sharding("x", None),),
+                       backend=None if backend == "llvm" else backend)(x)
+        _same(got, f(x), "cumsum of -0.0s split along the scan")
