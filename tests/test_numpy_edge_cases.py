@@ -330,3 +330,25 @@ def test_split_scan_keeps_negative_zeros(backend):
         got = spmd.jit(f, in_shardings=(MESH4.sharding("x", None),),
                        backend=None if backend == "llvm" else backend)(x)
         _same(got, f(x), "cumsum of -0.0s split along the scan")
+
+
+SIGNED_ZERO_FORMS = {
+    "diagonal": lambda v: np.diagonal(v), "diag_k": lambda v: np.diag(v, 1),
+    "take": lambda v: np.take(v, [4, 0, 2], axis=0), "take_cols": lambda v: np.take(v, [3, 0], axis=1),
+    "fancy2d": lambda v: v[[0, 4, 2]][:, [3, 1]], "reverse": lambda v: v[::-1, ::-1],
+    "take_along": lambda v: np.take_along_axis(v, np.zeros((5, 4), np.int64), axis=0),
+}
+
+
+@pytest.mark.parametrize("name", SIGNED_ZERO_FORMS)
+@pytest.mark.parametrize("spec", (("x", None), (None, "x"), ("a", "b")), ids=str)
+def test_lookups_keep_negative_zeros_on_any_split(name, spec):
+    """Lookups on split dims sum one device's value with the others' fillers: the filler
+    is -0.0 (and diagonal is not a masked sum), so every -0.0 arrives as -0.0."""
+    f = SIGNED_ZERO_FORMS[name]
+    x = np.full((5, 4), -0.0)
+    x[1, 1] = 3.0
+    mesh = MESH22 if spec == ("a", "b") else MESH4
+    for backend in ("numpy", None):
+        got = spmd.jit(f, in_shardings=(mesh.sharding(*spec),), backend=backend)(x)
+        _same(got, f(x), f"{name} split {spec}")
