@@ -185,7 +185,13 @@ def _fallback(kind, name, args, kwargs, why):
                       f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=_user_stacklevel())
     a, k = tree_unflatten(tree, [_gathered(x) for x in leaves])
     out = _call_numpy(kind, func if kind == "function" else name, a, k)
+    if kind == "function" and func in _WRITES_FIRST and args and isinstance(args[0], Array):
+        set_value(args[0], a[0])         # numpy wrote the gathered copy: the Array takes it
     return _place(out, mesh)
+
+
+# numpy functions that write into their first argument (a fallback must write it back)
+_WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
 
 
 def _call_numpy(kind, name, a, k):

@@ -352,3 +352,87 @@ def test_lookups_keep_negative_zeros_on_any_split(name, spec):
     for backend in ("numpy", None):
         got = spmd.jit(f, in_shardings=(mesh.sharding(*spec),), backend=backend)(x)
         _same(got, f(x), f"{name} split {spec}")
+
+
+# -- writes: repeated traced indices, -0.0 values, in-place functions on eager Arrays and views -----
+def _put_along_view(x, i):
+    y = x.copy()
+    np.put_along_axis(y[:4], np.stack([i] * 4), 7.0, axis=1)     # a view of y: writes through
+    return y
+
+
+def _set_rows(x, i):
+    y = x.copy()
+    y[i] = -np.arange(16.0).reshape(4, 4)          # rows -1 and -4 (== 1) ... repeat: the last wins
+    return y
+
+
+def _set_points(x, i):
+    y = x.copy()
+    y[i % 5, i % 4] = np.array([1.0, 2.0, 3.0, 4.0])
+    return y
+
+
+def _set_neg_zero_twice(x, i):
+    y = x.copy()
+    y[np.concatenate([i, i])] = -0.0
+    return y
+
+
+WRITES = [_put_along_view, _set_rows, _set_points, _set_neg_zero_twice]
+
+
+@pytest.mark.parametrize("f", WRITES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("spec", (None, ("x", None), (None, "x")), ids=str)
+def test_traced_repeated_indices_last_write_wins(f, spec):
+    """numpy keeps one value where an index repeats (the last); a traced index used to add
+    the repeated values up."""
+    x = np.arange(20.0).reshape(5, 4)
+    i = np.array([-1, 0, -4, 2])                   # -4 is 1 along 4 columns, 0 is 0 ... repeats
+    for backend in ("numpy", None):
+        sh = None if spec is None else (MESH4.sharding(*spec), None)
+        g = spmd.jit(f, backend=backend) if sh is None else spmd.jit(f, in_shardings=sh, backend=backend)
+        _same(g(x, i), f(x, i), f"{f.__name__} split {spec}")
+
+
+def test_eager_in_place_functions_write_the_array_and_its_base():
+    x = np.arange(20.0).reshape(5, 4)
+    mask = (np.arange(20).reshape(5, 4) % 3) == 0
+    cases = [("place", lambda z: np.place(z, mask, [3.0, -1.0])),
+             ("putmask", lambda z: np.putmask(z, mask, [3.0, -1.0, 4.0])),
+             ("put_along_axis", lambda z: np.put_along_axis(z, np.zeros((5, 1), np.int64), 9.0, axis=1)),
+             ("fill_diagonal", lambda z: np.fill_diagonal(z, 5.0))]
+    for name, f in cases:
+        a = spmd.device_put(x.copy(), MESH4.sharding("x", None))
+        y = x.copy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f(a)
+        f(y)
+        _same(a, y, name)
+    # into a view: numpy writes through to the base
+    a = spmd.device_put(x.copy(), MESH4.sharding("x", None))
+    v = a[:4]
+    y = x.copy()
+    np.put_along_axis(v, np.zeros((4, 1), np.int64), 9.0, axis=1)
+    np.put_along_axis(y[:4], np.zeros((4, 1), np.int64), 9.0, axis=1)
+    _same(v, y[:4], "put_along_axis into a view")
+    _same(a, y, "its base")
+
+
+def test_jit_writing_an_eager_array_bumps_its_views():
+    """A jitted function writing its argument: a view read from that Array before must not
+    show the stale value (it raises, as after any eager write)."""
+    x = np.arange(20.0).reshape(5, 4)
+    a = spmd.device_put(x.copy(), MESH4.sharding("x", None))
+    v = a[1:3]
+
+    def f(z):
+        z[2] = -1.0
+
+    spmd.jit(f)(a)
+    y = x.copy()
+    y[2] = -1.0
+    _same(a, y, "written argument")
+    with pytest.raises(ValueError, match="has since been written"):
+        v.numpy()
