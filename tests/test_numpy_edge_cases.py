@@ -436,3 +436,15 @@ def test_jit_writing_an_eager_array_bumps_its_views():
     _same(a, y, "written argument")
     with pytest.raises(ValueError, match="has since been written"):
         v.numpy()
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("backend", ("numpy", "llvm"))
+def test_maximum_minimum_ties_of_zeros_and_nans(dt, backend):
+    """np.maximum / np.minimum propagate NaN and give the second operand on a -0.0 / 0.0 tie
+    (numpy's float32 / float64 loops); both backends agree with it."""
+    a = np.array([-0.0, 0.0, np.nan, 1.0, -0.0, np.nan, 2.0, -np.inf], dt)
+    b = np.array([0.0, -0.0, 1.0, np.nan, -0.0, np.nan, 3.0, np.inf], dt)
+    for f in (np.maximum, np.minimum, np.fmax, np.fmin):
+        got = spmd.jit(f, backend=None if backend == "llvm" else backend)(a, b)
+        _same(got, f(a, b), f"np.{f.__name__} of {dt}")

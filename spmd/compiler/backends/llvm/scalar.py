@@ -171,16 +171,23 @@ class ScalarBuilder:
             return r if n > 0 else self.div(self.const(1, x.dtype), r)
         return self._intr("pow", x, y)
 
+    def _pick(self, pred, x, y):
+        """np.maximum / np.minimum: NaN if either is NaN, else x if x `pred` y, else y (so
+        a tie of -0.0 and 0.0 gives the second operand, as numpy does; llvm.maximum would
+        order -0.0 below 0.0 and make the numpy and LLVM backends disagree)."""
+        r = self.select(self.fcmp(pred, x, y), x, y)          # y NaN: y
+        return self.select(self.fcmp("uno", x, x), x, r)      # x NaN: x
+
     def max(self, x, y):
         if is_float(x.dtype):
-            return self._intr("maximum", x, y)      # NaN-propagating, like np.maximum
+            return self._pick("ogt", x, y)
         if x.dtype == "bool":
             return self.or_(x, y)
         return self.select(self.icmp("sgt", x, y), x, y)
 
     def min(self, x, y):
         if is_float(x.dtype):
-            return self._intr("minimum", x, y)
+            return self._pick("olt", x, y)
         if x.dtype == "bool":
             return self.and_(x, y)
         return self.select(self.icmp("slt", x, y), x, y)
