@@ -448,3 +448,24 @@ def test_maximum_minimum_ties_of_zeros_and_nans(dt, backend):
     for f in (np.maximum, np.minimum, np.fmax, np.fmin):
         got = spmd.jit(f, backend=None if backend == "llvm" else backend)(a, b)
         _same(got, f(a, b), f"np.{f.__name__} of {dt}")
+
+
+@pytest.mark.parametrize("mode", ("clip", "wrap"))
+def test_put_modes(mode):
+    """np.put(mode="clip" | "wrap") (was NotImplementedError): constant and traced indices,
+    repeated ones after clipping / wrapping keeping the last value, and eagerly."""
+    x = np.arange(12.0).reshape(3, 4)
+    idx = np.array([[2, 13], [-13, 11], [100, -1]])
+    vals = np.arange(6.0) - 10
+
+    def f(x, i):
+        y = x.copy()
+        np.put(y, i, vals, mode=mode)
+        return y
+
+    want = f(x, idx)
+    _same(spmd.jit(lambda x: f(x, idx))(x), want, "constant indices")
+    _same(spmd.jit(f, backend="numpy")(x, idx), want, "traced indices")
+    a = spmd.device_put(x.copy(), MESH4.sharding(None, "x"))
+    np.put(a, idx, vals, mode=mode)
+    _same(a, want, "eager")

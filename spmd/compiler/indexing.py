@@ -592,14 +592,20 @@ def put_along_axis(arr, indices, values, axis):
 def put(a, ind, v, mode="raise"):
     """np.put: write v at the flat indices ind of a (through a flat view of a)."""
     npx = _npx()
-    if mode != "raise":
-        raise NotImplementedError(f"np.put with mode={mode!r} (at {user_loc()})")
+    if mode not in ("raise", "clip", "wrap"):
+        raise ValueError(f"np.put: mode must be 'raise', 'clip' or 'wrap', got {mode!r} (at {user_loc()})")
     from .functionalize import as_view
     flat = as_view(lambda x: npx.reshape(x, (-1,)), "reshape")(a)
     if flat._buf is not a._buf:
         raise NotImplementedError(f"np.put into a non-contiguous view (at {user_loc()}); write into the "
                                   f"base array")
     ind = np.asarray(ind) if not isinstance(ind, Tracer) else ind
+    n = int(np.prod(a.shape, dtype=np.int64))
+    if mode != "raise" and n:
+        # numpy: "clip" moves every index into [0, n) (negative ones to 0: no wrapping);
+        # "wrap" takes it modulo n
+        ind = (np.clip(ind, 0, n - 1) if mode == "clip" else np.mod(ind, n)) if not isinstance(ind, Tracer) \
+            else (npx.clip(ind, 0, n - 1) if mode == "clip" else npx.mod(ind, n))
     v = npx.asarray(v, t=a._tr)
     if v.ndim and v.size != int(np.prod(np.shape(ind))):
         raise NotImplementedError(f"np.put with {v.size} values for {np.size(ind)} indices (numpy repeats "
