@@ -96,6 +96,15 @@ def _dyn_aval(x):
     return ("S", type(x).__name__)        # a Python scalar: weak
 
 
+def _dynamic_scalar(x):
+    """A scalar that may be a program input. A Python int outside int32's range is static,
+    so the builder sees its value: numpy raises OverflowError for it against an int32
+    array (as a traced input it would wrap silently)."""
+    if type(x) is int:
+        return -2 ** 31 <= x < 2 ** 31
+    return isinstance(x, (bool, int, float, np.generic))
+
+
 def _name(kind, name):
     return {"ufunc": f"np.{name}", "function": f"np.{name}", "method": f"ndarray.{name}",
             "operator": name}.get(kind, name)
@@ -111,8 +120,7 @@ def run(kind, name, builder, args, kwargs, scalars_dynamic=False, out_sharding=N
             _check_fresh(x)
     dyn, key = [], [kind, name, tree, out_sharding]
     for x in leaves:
-        dynamic = isinstance(x, (Array, np.ndarray)) or (
-            scalars_dynamic and isinstance(x, (bool, int, float, np.generic)))
+        dynamic = isinstance(x, (Array, np.ndarray)) or (scalars_dynamic and _dynamic_scalar(x))
         if dynamic:
             dyn.append(x)
             key.append(_dyn_aval(x))
@@ -150,8 +158,7 @@ _VIEWS = {"T", "mT", "transpose", "reshape", "ravel", "swapaxes", "moveaxis", "s
 
 def _make(kind, name, builder, tree, leaves, scalars_dynamic, out_sharding):
     from .api import jit
-    is_dyn = [isinstance(x, (Array, np.ndarray)) or (
-        scalars_dynamic and isinstance(x, (bool, int, float, np.generic))) for x in leaves]
+    is_dyn = [isinstance(x, (Array, np.ndarray)) or (scalars_dynamic and _dynamic_scalar(x)) for x in leaves]
     static = [None if d else x for x, d in zip(leaves, is_dyn)]
 
     def one_op(*dyn):

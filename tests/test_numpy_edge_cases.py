@@ -469,3 +469,18 @@ def test_put_modes(mode):
     a = spmd.device_put(x.copy(), MESH4.sharding(None, "x"))
     np.put(a, idx, vals, mode=mode)
     _same(a, want, "eager")
+
+
+def test_eager_python_int_out_of_range_raises_like_numpy():
+    """A Python int an int32 Array cannot hold: numpy raises OverflowError; eagerly it was
+    a wrapped program input (x + 2**40 returned x)."""
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    a = spmd.device_put(x, MESH4.sharding(None, "x"))
+    for f in (lambda u: u + 2 ** 40, lambda u: u * 2 ** 31, lambda u: np.maximum(u, -2 ** 33)):
+        with pytest.raises(OverflowError):
+            f(x)
+        with pytest.raises(OverflowError):
+            f(a)
+    b = spmd.device_put(x.astype(np.int64), MESH4.sharding(None, "x"))
+    _same(b + 2 ** 40, x.astype(np.int64) + 2 ** 40, "int64 + 2**40")
+    _same(a + 7, x + 7, "int32 + 7")
