@@ -484,3 +484,32 @@ def test_eager_python_int_out_of_range_raises_like_numpy():
     b = spmd.device_put(x.astype(np.int64), MESH4.sharding(None, "x"))
     _same(b + 2 ** 40, x.astype(np.int64) + 2 ** 40, "int64 + 2**40")
     _same(a + 7, x + 7, "int32 + 7")
+
+
+# -- property: any float values (NaN, inf, -0.0, denormals, huge) through the elementwise forms ----
+from hypothesis import given, settings                      # noqa: E402
+from hypothesis import strategies as st                     # noqa: E402
+from hypothesis.extra import numpy as hnp                    # noqa: E402
+
+PROPERTY_FORMS = [
+    lambda x, y: (x // y, x % y), lambda x, y: (np.maximum(x, y), np.minimum(x, y), np.fmax(x, y)),
+    lambda x, y: (x / y, x * y - y, np.copysign(x, y)), lambda x, y: (np.sign(x), np.abs(y), -x),
+    lambda x, y: (x ** 0.5, np.power(np.abs(x), 1.5), x ** 2, x ** -1.0),
+    lambda x, y: (np.floor(x), np.ceil(y), np.trunc(x), np.rint(y)),
+    lambda x, y: ((x < y), (x == y), (x >= y), np.isfinite(x / y)),
+    lambda x, y: (np.where(x > y, x, y), np.clip(x, -1.0, y)),
+]
+FLOAT_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                         st.sampled_from([0.0, -0.0, 5e-324, -1e-310, 1e308, -1.0, 0.5, 2.5]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(hnp.arrays(np.float64, (2, 8), elements=FLOAT_VALUES), hnp.arrays(np.float64, (2, 8), elements=FLOAT_VALUES),
+       st.sampled_from(range(len(PROPERTY_FORMS))), st.sampled_from(FLOATS))
+def test_elementwise_forms_on_any_floats(x, y, k, dt):
+    f = PROPERTY_FORMS[k]
+    with np.errstate(all="ignore"):
+        x, y = x.astype(dt), y.astype(dt)
+    want = _numpy(lambda a: f(a, y), x)
+    for backend in ("numpy", None):
+        _same(spmd.jit(f, backend=backend)(x, y), want, f"form {k} of {dt} ({backend})")
