@@ -513,3 +513,11 @@ def test_elementwise_forms_on_any_floats(x, y, k, dt):
     want = _numpy(lambda a: f(a, y), x)
     for backend in ("numpy", None):
         _same(spmd.jit(f, backend=backend)(x, y), want, f"form {k} of {dt} ({backend})")
+
+
+@pytest.mark.parametrize("backend", ("numpy", "llvm"))
+def test_small_negative_integer_powers_reach_denormals(backend):
+    """x ** -2 is not 1 / (x * x) in a kernel: x * x overflows where x ** -2 is a denormal."""
+    x = np.array([1e155, -1e103, 2.0, 1e-80, 3.0, -0.0, np.inf, np.nan])
+    for f in (lambda v: v ** -2, lambda v: v ** -3.0, lambda v: v ** -4, lambda v: v ** 4, lambda v: v ** -1.0):
+        _same(spmd.jit(f, backend=None if backend == "llvm" else backend)(x), _numpy(f, x), "small powers")

@@ -159,7 +159,9 @@ class ScalarBuilder:
         if not is_float(x.dtype):
             raise Unsupported("integer power")
         n = _literal_value(y.name)
-        if n is not None and np.isfinite(n) and n == int(n) and abs(n) <= 4:
+        # (not x ** -2 .. -4 as 1 / x^k: x^k overflows to inf where the true result is a
+        # denormal, 1e155 ** -2 == 1e-310; pow() gets those right)
+        if n is not None and np.isfinite(n) and n == int(n) and -1 <= n <= 4:
             # a small constant integer exponent (x ** 2, x ** 3, 1 / x): multiplies, which
             # vectorise, instead of a libm pow call per element (as XLA expands it)
             n = int(n)
