@@ -521,3 +521,14 @@ def test_small_negative_integer_powers_reach_denormals(backend):
     x = np.array([1e155, -1e103, 2.0, 1e-80, 3.0, -0.0, np.inf, np.nan])
     for f in (lambda v: v ** -2, lambda v: v ** -3.0, lambda v: v ** -4, lambda v: v ** 4, lambda v: v ** -1.0):
         _same(spmd.jit(f, backend=None if backend == "llvm" else backend)(x), _numpy(f, x), "small powers")
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_gradients_of_the_guarded_compositions_stay_finite(dt):
+    """expm1 / sinh / cosh pick between formulas with np.where: the branch not taken runs
+    on a harmless input, so its zero cotangent never meets an inf or 0/0 (grad at 0 was NaN)."""
+    x = np.array([0.0, 1e-9, 0.5, -2.0, 30.0, -0.0, 800.0, -800.0, 1e-30, 5.0, -25.0, 9.5], dt)
+    for f, d in ((np.expm1, np.exp), (np.sinh, np.cosh), (np.cosh, np.sinh)):
+        got = np.asarray(spmd.jit(spmd.grad(lambda v: np.sum(f(v))))(x))
+        want = _numpy(d, x)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8, err_msg=f"grad of np.{f.__name__}")

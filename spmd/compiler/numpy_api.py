@@ -275,10 +275,14 @@ def expm1(x):
     x = asarray(x, _ufunc_float_dtype(x))
     u = exp(x)
     um1 = subtract(u, 1)
-    r = multiply(um1, true_divide(x, log(u)))
-    r = where(equal(u, 1), x, r)                          # |x| tiny: x itself (keeps -0.0)
-    r = where(equal(um1, -1), um1, r)                     # x very negative: -1
-    return where(logical_or(MF.isinf(u), MF.isnan(x)), um1, r)   # inf, nan: exp(x) - 1 is exact
+    # the formula where it is well defined; elsewhere it runs on a harmless x (0.5), so its
+    # gradient there is finite and the select's zero cotangent stays zero (0 * inf is NaN)
+    good = logical_and(logical_and(not_equal(u, 1), not_equal(um1, -1)), MF.isfinite(u))
+    xs = where(good, x, 0.5)
+    us = exp(xs)
+    r = multiply(subtract(us, 1), true_divide(xs, log(us)))
+    # |x| tiny: x itself (keeps -0.0); x very negative: -1; inf, nan: exp(x) - 1 is exact
+    return where(good, r, where(equal(u, 1), x, um1))
 
 
 def _halfs_in_f32(f):
@@ -306,13 +310,16 @@ def sinh(x):
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(sinh(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
-    r = true_divide(subtract(expm1(x), expm1(negative(x))), 2)
-    return where(_big_hyperbolic(x), MF.copysign(_half_exp(x), x), r)
+    big = _big_hyperbolic(x)
+    xs = where(big, 0.0, x)                 # (finite gradients in the branch not taken)
+    r = true_divide(subtract(expm1(xs), expm1(negative(xs))), 2)
+    return where(big, MF.copysign(_half_exp(x), x), r)
 
 
 def _big_hyperbolic(x):
-    """|x| where e^-|x| is below half an ulp of e^|x|: sinh and cosh are e^|x| / 2 there."""
-    return greater(absolute(x), 20.0 if x.dtype == np.float64 else 9.0)
+    """|x| where e^-|x| is below half an ulp of e^|x| (and NaN): sinh and cosh are
+    e^|x| / 2 there."""
+    return logical_not(less_equal(absolute(x), 20.0 if x.dtype == np.float64 else 9.0))
 
 
 def _half_exp(x):
@@ -327,8 +334,10 @@ def cosh(x):
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(cosh(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
-    r = true_divide(add(exp(x), exp(negative(x))), 2)
-    return where(_big_hyperbolic(x), _half_exp(x), r)
+    big = _big_hyperbolic(x)
+    xs = where(big, 0.0, x)
+    r = true_divide(add(exp(xs), exp(negative(xs))), 2)
+    return where(big, _half_exp(x), r)
 
 
 def _compare(direction):
