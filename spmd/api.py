@@ -286,7 +286,10 @@ def _write_back(arg, new):
         return
     from .runtime.array import Array
     if isinstance(arg, Array) and isinstance(new, Array):
-        arg._sharding, arg._handles, arg._runtime = new._sharding, new._handles, new._runtime
+        # through eager's bookkeeping: the write reaches the base of an eager view, and views
+        # read from arg before the write raise instead of showing stale values
+        from .eager import set_value
+        set_value(arg, new)
         return
     raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
                     f"which spmd cannot update in place; return the new value instead")

@@ -96,6 +96,15 @@ def _dyn_aval(x):
     return ("S", type(x).__name__)        # a Python scalar: weak
 
 
+def _dynamic_scalar(x):
+    """A scalar that may be a program input. A Python int outside int32's range is static,
+    so the builder sees its value: numpy raises OverflowError for it against an int32
+    array (as a traced input it would wrap silently)."""
+    if type(x) is int:
+        return -2 ** 31 <= x < 2 ** 31
+    return isinstance(x, (bool, int, float, complex, np.generic))
+
+
 def _name(kind, name):
     return {"ufunc": f"np.{name}", "function": f"np.{name}", "method": f"ndarray.{name}",
             "operator": name}.get(kind, name)
@@ -111,8 +120,7 @@ def run(kind, name, builder, args, kwargs, scalars_dynamic=False, out_sharding=N
             _check_fresh(x)
     dyn, key = [], [kind, name, tree, out_sharding]
     for x in leaves:
-        dynamic = isinstance(x, (Array, np.ndarray)) or (
-            scalars_dynamic and isinstance(x, (bool, int, float, complex, np.generic)))
+        dynamic = isinstance(x, (Array, np.ndarray)) or (scalars_dynamic and _dynamic_scalar(x))
         if dynamic:
             dyn.append(x)
             key.append(_dyn_aval(x))
@@ -150,8 +158,7 @@ _VIEWS = {"T", "mT", "transpose", "reshape", "ravel", "swapaxes", "moveaxis", "s
 
 def _make(kind, name, builder, tree, leaves, scalars_dynamic, out_sharding):
     from .api import jit
-    is_dyn = [isinstance(x, (Array, np.ndarray)) or (
-        scalars_dynamic and isinstance(x, (bool, int, float, complex, np.generic))) for x in leaves]
+    is_dyn = [isinstance(x, (Array, np.ndarray)) or (scalars_dynamic and _dynamic_scalar(x)) for x in leaves]
     static = [None if d else x for x, d in zip(leaves, is_dyn)]
 
     def one_op(*dyn):
@@ -185,12 +192,19 @@ def _fallback(kind, name, args, kwargs, why):
                       f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=_user_stacklevel())
     a, k = tree_unflatten(tree, [_gathered(x) for x in leaves])
     out = _call_numpy(kind, func if kind == "function" else name, a, k)
+    if kind == "function" and func in _WRITES_FIRST and args and isinstance(args[0], Array):
+        set_value(args[0], a[0])         # numpy wrote the gathered copy: the Array takes it
     return _place(out, mesh)
+
+
+# numpy functions that write into their first argument (a fallback must write it back)
+_WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
 
 
 def _call_numpy(kind, name, a, k):
     if kind == "ufunc":
-        return getattr(np, name)(*a, **k)
+        ufunc, _, method = name.partition(".")          # "add.accumulate": np.add.accumulate
+        return getattr(getattr(np, ufunc), method or "__call__")(*a, **k)
     if kind == "function":
         return name(*a, **k) if callable(name) else getattr(np, name)(*a, **k)
     if kind == "method":
@@ -227,12 +241,14 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if kwargs:
             r = _fallback("ufunc", name, inputs, kwargs, f"keyword arguments {sorted(kwargs)}")
         else:
-            r = run("ufunc", name, _BY_UFUNC[name], inputs, {}, scalars_dynamic=True)
+            r = run("ufunc", name, _BY_UFUNC[name], inputs, {}, scalars_dynamic=_dynamic_scalars(name, inputs[1:]))
             if dtype is not None:
                 r = run("method", "astype", _METHODS["astype"], (r, np.dtype(dtype)), {})
     elif method == "reduce" and name in npx.UFUNC_REDUCE:
         r = run("ufunc", f"{name}.reduce", lambda x, **k: npx.dispatch_ufunc(ufunc, "reduce", (x,), k),
                 inputs, kwargs)
+    elif method == "at" and isinstance(inputs[0], Array):
+        return _ufunc_at(ufunc, *inputs)
     else:
         r = _fallback("ufunc", name if method == "__call__" else f"{name}.{method}", inputs, kwargs,
                       "not supported")
@@ -243,6 +259,19 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
             _write(o, v)
         return out[0] if len(out) == 1 else out
     return r
+
+
+def _ufunc_at(ufunc, a, *args):
+    """np.<ufunc>.at(a, indices, b) on an spmd.Array: an unbuffered in-place update of a
+    (repeated indices accumulate), run in numpy on the gathered value and written back."""
+    g = a.numpy()
+    if not a.is_fully_replicated:
+        STATS["fallbacks"] += 1
+        warnings.warn(f"spmd: np.{ufunc.__name__}.at on an spmd.Array runs in numpy on the gathered value "
+                      f"({a.nbytes} bytes gathered): not supported eagerly", UserWarning,
+                      stacklevel=_user_stacklevel())
+    getattr(ufunc, "at")(g, *[_gathered(x) if isinstance(x, Array) else x for x in args])
+    set_value(a, device_put(g, a.sharding))
 
 
 def _write(target, value):
@@ -303,6 +332,14 @@ def _method(name, f):
     return m
 
 
+def _dynamic_scalars(name, args):
+    """Scalars are program inputs (one compile for every value), except the exponents 0.5
+    and 2 of `x ** y` / `np.power(x, y)`, which numpy computes as np.sqrt / np.square (the
+    builder must see the value)."""
+    return not (name in ("__pow__", "power") and len(args) == 1 and isinstance(args[0], (int, float, np.number))
+                and not isinstance(args[0], bool) and args[0] in (0.5, 2))
+
+
 def _operator(name, f):
     def m(self, *args):
         if current_trace() is not None or any(isinstance(a, Tracer) for a in args):
@@ -310,7 +347,7 @@ def _operator(name, f):
         if not all(isinstance(a, (Array, np.ndarray, np.generic, bool, int, float, complex, list, tuple))
                    for a in args):
             return NotImplemented
-        return run("operator", name, f, (self,) + args, {}, scalars_dynamic=True)
+        return run("operator", name, f, (self,) + args, {}, scalars_dynamic=_dynamic_scalars(name, args))
     m.__name__ = m.__qualname__ = name
     return m
 
@@ -529,7 +566,8 @@ def _inplace(name, f):
     def m(self, other):
         if current_trace() is not None or isinstance(other, Tracer):
             return NotImplemented
-        r = run("operator", name, f, (self, other), {}, scalars_dynamic=True, out_sharding=self.sharding)
+        r = run("operator", name, f, (self, other), {}, scalars_dynamic=_dynamic_scalars(name, (other,)),
+                out_sharding=self.sharding)
         set_value(self, r)
         return self
     m.__name__ = m.__qualname__ = f"__i{name.strip('_')}__"

@@ -72,10 +72,32 @@ def test_cse_keeps_ops_that_differ_in_attributes():
 
 
 # ------------------------------------------------------------------------------ simplify
+def test_simplify_keeps_adds_that_change_a_zeros_sign():
+    """numpy: -0.0 + 0.0 is +0.0 and -0.0 - -0.0 is +0.0, so neither is an identity on
+    floats (they are on integers); constants mixing both zeros are not a splat."""
+    for dt, c, op, kept in (("float64", 0.0, "add", True), ("float32", -0.0, "subtract", True),
+                            ("int64", 0, "add", False), ("int32", 0, "subtract", False)):
+        g = Graph()
+        x = g.add_input((3,), dt)
+        g.outputs = [g.emit(op, x, splat(g, c, x))]
+        s = optimize(g)
+        assert (names(s) != []) == kept, (dt, c, op, names(s))
+        a = np.array([-0.0, 0.0, 2.0], dtype=dt)
+        assert np.array_equal(np.signbit(run(s, a)[0]), np.signbit(run(g, a)[0]))
+    g = Graph()
+    x = g.add_input((2,), "float64")
+    g.outputs = [g.emit("subtract", x, g.emit("constant", value=np.array([0.0, -0.0])))]
+    s = optimize(g)
+    assert "subtract" in names(s)
+    got = run(s, np.array([-0.0, -0.0]))[0]
+    assert list(np.signbit(got)) == [True, False]
+
+
 def test_simplify_identities():
     g = Graph()
     x = g.add_input((2, 3), "float32")
-    y = g.emit("add", x, splat(g, 0.0, x))
+    y = g.emit("add", x, splat(g, -0.0, x))        # -0.0 is the float add's unit (not +0.0)
+    y = g.emit("subtract", y, splat(g, 0.0, x))     # and +0.0 subtract's
     y = g.emit("multiply", splat(g, 1.0, x), y)
     y = g.emit("divide", y, splat(g, 1.0, x))
     y = g.emit("negate", g.emit("negate", y))

@@ -383,11 +383,35 @@ def _fit(value, like, t, dtype=None):
     return npx.broadcast_to(npx.astype(v, dtype), tuple(shape))
 
 
+def _add_zeros(m):
+    """Zeros like m to scatter-add written values into: -0.0 for floats, so that a written
+    -0.0 stays -0.0 (+0.0 + -0.0 is +0.0)."""
+    npx = _npx()
+    return npx.full_like(m, -0.0) if m.dtype.kind == "f" else npx.zeros_like(m)
+
+
 def _scatter_set(m, flat, val, nb, t):
     """m (N, rest...) with rows flat (index shape B) set to val (B + rest): where an index
-    repeats, numpy keeps the last value written; for known indices so do we, for traced
-    ones the repeated values add up (numpy leaves the order unspecified there)."""
+    repeats, numpy keeps the last value written, and so do we (traced indices: a stable
+    sort of the indices finds, for each repeated one, the writes a later one supersedes)."""
     npx = _npx()
+    if isinstance(flat, Tracer) and int(np.prod(flat.shape, dtype=np.int64)) > 1:
+        from .numpy_lib import stats
+        nb_ = int(np.prod(flat.shape, dtype=np.int64))
+        f = npx.reshape(flat, (nb_,))
+        val = npx.reshape(val, (nb_,) + m.shape[1:])
+        order = stats.argsort(f)                                    # stable: equal ones keep their order
+        s = npx._emit(t, "gather", f, order, axis=0)
+        later = npx.concatenate([npx.equal(s[:-1], s[1:]), npx.asarray(np.zeros(1, bool), t=t)])
+        superseded = npx._emit(t, "gather", later, stats.argsort(order), axis=0)
+        # a superseded write adds nothing and does not count as a hit
+        keep = npx.logical_not(superseded)
+        val = npx.where(npx.reshape(keep, (nb_,) + (1,) * (m.ndim - 1)), val, _add_zeros(val))
+        one = npx.astype(keep, "int32")
+        upd = npx._emit(t, "scatter", _add_zeros(m), f, val, axis=0)
+        hits = npx._emit(t, "scatter", npx.zeros_like(m, dtype="int32", shape=(m.shape[0],)), f, one, axis=0)
+        hit = npx.reshape(npx.greater(hits, 0), (m.shape[0],) + (1,) * (m.ndim - 1))
+        return npx.where(hit, upd, m)
     if not isinstance(flat, Tracer):
         f = flat.reshape(-1)
         val = npx.reshape(val, (f.size,) + m.shape[1:])
@@ -399,8 +423,7 @@ def _scatter_set(m, flat, val, nb, t):
         idx = npx.asarray(f, t=t)
     else:
         idx = flat
-    zeros = npx.zeros_like(m)
-    upd = npx._emit(t, "scatter", zeros, idx, val, axis=0)
+    upd = npx._emit(t, "scatter", _add_zeros(m), idx, val, axis=0)
     one = npx.broadcast_to(npx.asarray(np.int32(1), t=t), idx.shape)
     hits = npx._emit(t, "scatter", npx.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
     hit = npx.greater(hits, 0)
@@ -569,14 +592,20 @@ def put_along_axis(arr, indices, values, axis):
 def put(a, ind, v, mode="raise"):
     """np.put: write v at the flat indices ind of a (through a flat view of a)."""
     npx = _npx()
-    if mode != "raise":
-        raise NotImplementedError(f"np.put with mode={mode!r} (at {user_loc()})")
+    if mode not in ("raise", "clip", "wrap"):
+        raise ValueError(f"np.put: mode must be 'raise', 'clip' or 'wrap', got {mode!r} (at {user_loc()})")
     from .functionalize import as_view
     flat = as_view(lambda x: npx.reshape(x, (-1,)), "reshape")(a)
     if flat._buf is not a._buf:
         raise NotImplementedError(f"np.put into a non-contiguous view (at {user_loc()}); write into the "
                                   f"base array")
     ind = np.asarray(ind) if not isinstance(ind, Tracer) else ind
+    n = int(np.prod(a.shape, dtype=np.int64))
+    if mode != "raise" and n:
+        # numpy: "clip" moves every index into [0, n) (negative ones to 0: no wrapping);
+        # "wrap" takes it modulo n
+        ind = (np.clip(ind, 0, n - 1) if mode == "clip" else np.mod(ind, n)) if not isinstance(ind, Tracer) \
+            else (npx.clip(ind, 0, n - 1) if mode == "clip" else npx.mod(ind, n))
     v = npx.asarray(v, t=a._tr)
     if v.ndim and v.size != int(np.prod(np.shape(ind))):
         raise NotImplementedError(f"np.put with {v.size} values for {np.size(ind)} indices (numpy repeats "

@@ -111,11 +111,17 @@ def _binary(name, x, y, dtype=None):
     return _emit(a._tr, name, a, b)
 
 
+def _ufunc_float_dtype(x):
+    """The float dtype numpy's one-argument float ufuncs give x: float16 for bool (numpy's
+    smallest float loop), float64 for integers, the float itself otherwise."""
+    return "float16" if x.dtype == np.bool_ else _float_dtype(x)
+
+
 def _unary_float(name):
     def f(x, *args, **kwargs):
         _no_extra(name, args, kwargs)
         x = asarray(x)
-        return _emit(x._tr, name, asarray(x, _float_dtype(x)))
+        return _emit(x._tr, name, asarray(x, _ufunc_float_dtype(x)))
     f.__name__ = name
     return f
 
@@ -184,6 +190,8 @@ def floor_divide(x, y):
         div = where(logical_and(not_equal(r, 0), not_equal(less(b, 0), less(r, 0))), subtract(div, 1), div)
         fl = floor(div)
         fl = where(greater(subtract(div, fl), 0.5), add(fl, 1), fl)
+        # a zero quotient has the sign of a / b (-0.0 // 2.5 is -0.0, -2.5 // -3e10 is +0.0)
+        fl = where(equal(div, 0), MF.copysign(asarray(np.zeros((), dt), t=a._tr), true_divide(a, b)), fl)
         return where(equal(b, 0), true_divide(a, b), fl)
     q = _emit(a._tr, "divide", a, b)            # truncates toward zero
     r = _emit(a._tr, "remainder", a, b)
@@ -195,22 +203,45 @@ def mod(x, y):
     a, b = _promote(x, y, op="remainder")
     r = _emit(a._tr, "remainder", a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
-    return where(fix, add(r, b), r)
+    out = where(fix, add(r, b), r)
+    if a.dtype in dtypes.FLOATS:                 # numpy: a zero remainder has the divisor's sign
+        out = where(equal(r, 0), MF.copysign(asarray(np.zeros((), a.dtype), t=a._tr), b), out)
+    return out
 
 
 remainder = mod
 
 
 def power(x, y):
+    if result_dtype(x, y) == "bool":
+        raise TypeError(f"np.power / ** of bool operands gives int8 in numpy, which spmd does not have; "
+                        f"convert to an integer or float dtype first (at {user_loc()})")
     if isinstance(y, int) and not isinstance(y, bool) and y == 2:
-        x = asarray(x, result_dtype(x, y))         # bool ** 2 is an int64 in numpy
-        if x.dtype != np.bool_:
-            return multiply(x, x)
+        return multiply(*[asarray(x, result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
+    if isinstance(y, (float, np.floating)) and y == 0.5:
+        # numpy computes an array to a scalar power 0.5 as np.sqrt (so (-inf) ** 0.5 is nan
+        # and (-0.0) ** 0.5 is -0.0, where pow() gives inf and 0.0); an array of exponents
+        # goes through pow()
+        x = asarray(x)
+        if not getattr(x, "weak", False):
+            return sqrt(asarray(x, result_dtype(x, y)))
     return _binary("power", x, y)
+
+
+def _pow_operator(x, y):
+    """x ** y: numpy's ndarray.__pow__ computes bool_array ** 2 as np.square, an int8."""
+    if isinstance(x, Tracer) and not getattr(x, "weak", False) and x.dtype == np.bool_ \
+            and isinstance(y, int) and not isinstance(y, bool) and y == 2:
+        raise TypeError(f"bool_array ** 2 gives int8 in numpy (np.square), which spmd does not have; "
+                        f"convert to an integer or float dtype first (at {user_loc()})")
+    return power(x, y)
 
 
 def square(x):
     x = asarray(x)
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.square of bool gives int8 in numpy, which spmd does not have; convert to "
+                        f"an integer or float dtype first (at {user_loc()})")
     return multiply(x, x)
 
 
@@ -247,12 +278,78 @@ sin = _unary_float("sin")
 cos = _unary_float("cos")
 
 
-def expm1(x): return subtract(exp(x), 1)
+def expm1(x):
+    """exp(x) - 1, accurate near 0 (Kahan: (u - 1) * x / log(u), u = exp(x)), where a plain
+    exp(x) - 1 loses every digit (expm1(1e-20) is 1e-20, not 0)."""
+    x = asarray(x)
+    if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
+        return astype(expm1(astype(x, "float32")), _ufunc_float_dtype(x))
+    x = asarray(x, _ufunc_float_dtype(x))
+    u = exp(x)
+    um1 = subtract(u, 1)
+    # the formula where it is well defined; elsewhere it runs on a harmless x (0.5), so its
+    # gradient there is finite and the select's zero cotangent stays zero (0 * inf is NaN)
+    good = logical_and(logical_and(not_equal(u, 1), not_equal(um1, -1)), MF.isfinite(u))
+    xs = where(good, x, 0.5)
+    us = exp(xs)
+    r = multiply(subtract(us, 1), true_divide(xs, log(us)))
+    # |x| tiny: x itself (keeps -0.0); x very negative: -1; inf, nan: exp(x) - 1 is exact
+    return where(good, r, where(equal(u, 1), x, um1))
+
+
+def _halfs_in_f32(f):
+    """numpy's float16 loops compute in float32 and round once: so do these compositions."""
+    def g(x):
+        x = asarray(x)
+        dt = _ufunc_float_dtype(x)
+        return astype(f(astype(x, "float32")), dt) if dt in dtypes.HALFS else f(x)
+    g.__name__ = f.__name__
+    return g
+
+
+@_halfs_in_f32
 def log2(x): return true_divide(log(x), float(np.log(2.0)))     # a Python float stays weak
+@_halfs_in_f32
 def log10(x): return true_divide(log(x), float(np.log(10.0)))
+@_halfs_in_f32
 def tan(x): return true_divide(sin(x), cos(x))
-def sinh(x): return true_divide(subtract(exp(x), exp(negative(x))), 2)
-def cosh(x): return true_divide(add(exp(x), exp(negative(x))), 2)
+
+
+def sinh(x):
+    """(e^x - e^-x) / 2 from expm1, so it is accurate near 0 (sinh(1e-20) is 1e-20, -0.0
+    stays -0.0); the float conversion comes first (negating INT_MIN would wrap)."""
+    x = asarray(x)
+    if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
+        return astype(sinh(astype(x, "float32")), _ufunc_float_dtype(x))
+    x = asarray(x, _ufunc_float_dtype(x))
+    big = _big_hyperbolic(x)
+    xs = where(big, 0.0, x)                 # (finite gradients in the branch not taken)
+    r = true_divide(subtract(expm1(xs), expm1(negative(xs))), 2)
+    return where(big, MF.copysign(_half_exp(x), x), r)
+
+
+def _big_hyperbolic(x):
+    """|x| where e^-|x| is below half an ulp of e^|x| (and NaN): sinh and cosh are
+    e^|x| / 2 there."""
+    return logical_not(less_equal(absolute(x), 20.0 if x.dtype == np.float64 else 9.0))
+
+
+def _half_exp(x):
+    """e^|x| / 2 as t * (t / 2), t = e^(|x|/2): finite up to the largest float (e^710 / 2
+    is, though e^710 overflows)."""
+    t = exp(multiply(absolute(x), 0.5))
+    return multiply(t, multiply(t, 0.5))
+
+
+def cosh(x):
+    x = asarray(x)
+    if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
+        return astype(cosh(astype(x, "float32")), _ufunc_float_dtype(x))
+    x = asarray(x, _ufunc_float_dtype(x))
+    big = _big_hyperbolic(x)
+    xs = where(big, 0.0, x)
+    r = true_divide(add(exp(xs), exp(negative(xs))), 2)
+    return where(big, _half_exp(x), r)
 
 
 def _compare(direction):
@@ -989,7 +1086,46 @@ _view_swapaxes = fz.as_view(swapaxes, "transpose")
 _view_moveaxis = fz.as_view(moveaxis, "transpose")
 _view_reshape = fz.as_view(reshape, "reshape")
 _view_reshape_method = fz.as_view(_reshape_method, "reshape")
-_view_ravel = fz.as_view(lambda x, order="C": ravel(x), "ravel")
+_view_ravel_c = fz.as_view(lambda x: ravel(x), "ravel")
+
+
+def _ravel_perm(x, order):
+    """The axis order numpy's ravel / flatten(order=) read x's elements in, as a
+    permutation (None: C order). "F": first index fastest; "A": F if x is Fortran- and not
+    C-contiguous; "K": the order x's elements sit in memory (x is a view's strides)."""
+    if order is None or order == "C" or x.ndim < 2:
+        if order not in (None, "C", "F", "A", "K"):
+            raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+        return None
+    if order == "F":
+        return tuple(range(x.ndim))[::-1]
+    if order not in ("A", "K"):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    lay = fz.layout(x._ensure_buffer(), x._view) if isinstance(x, Tracer) else None
+    if lay is None or lay.flags.c_contiguous:
+        return None
+    if order == "A":
+        return tuple(range(x.ndim))[::-1] if lay.flags.f_contiguous else None
+    if builtins.any(st < 0 for st in lay.strides):
+        raise NotImplementedError(f"ravel / flatten with order='K' of a view with negative strides "
+                                  f"(at {user_loc()}); use order='C' or 'F'")
+    perm = tuple(sorted(range(x.ndim), key=lambda d: -lay.strides[d]))     # stable: ties keep C order
+    return None if perm == tuple(range(x.ndim)) else perm
+
+
+def _view_ravel(x, order="C"):
+    """np.ravel / x.ravel(order): a view where numpy's is (x is contiguous in that order)."""
+    x = asarray(x)
+    perm = _ravel_perm(x, order)
+    if perm is None:
+        return _view_ravel_c(x)
+    return _view_ravel_c(fz.as_view(transpose, "transpose")(x, perm))
+
+
+def _flatten(x, order="C"):
+    x = asarray(x)
+    perm = _ravel_perm(x, order)
+    return copy(ravel(x if perm is None else transpose(x, perm)))
 _view_squeeze = fz.as_view(squeeze, "reshape")
 _view_expand_dims = fz.as_view(expand_dims, "reshape")
 
@@ -1228,7 +1364,7 @@ API = (
     ("expand_dims",   _view_expand_dims,            (F,),      ()),
     ("squeeze",       _view_squeeze,                (F, M),    ()),
     ("ravel",         _view_ravel,                  (F, M),    ()),
-    ("flatten",       lambda x, order="C": copy(ravel(x)), (M,), ()),
+    ("flatten",       _flatten,                     (M,),      ()),
     ("atleast_1d",    SF.atleast_1d,                (F,),      ()),
     ("clip",          clip,                         (F, M),    ()),
     ("where",         where,                        (F,),      ()),
@@ -1287,6 +1423,7 @@ def operators():
                 out[f"__{o}__"] = f
                 out[f"__r{o}__"] = (lambda g: lambda x, y: g(y, x))(f)
     out.pop("__rgetitem__")
+    out["__pow__"] = _pow_operator
     return out
 
 

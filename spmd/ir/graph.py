@@ -189,6 +189,7 @@ def splat(v: Value, depth=4):
     if c.size == 0:
         return c.dtype.type(0)          # no elements: any value will do
     first = c.reshape(-1)[0]
-    if c.size == 1 or (np.all(c == first) and not (c.dtype.kind == "f" and np.isnan(first))):
-        return first
+    if c.size == 1 or (np.all(c == first) and not (c.dtype.kind == "f" and np.isnan(first))
+                       and not (c.dtype.kind == "f" and first == 0 and np.any(np.signbit(c) != np.signbit(first)))):
+        return first                    # (zeros of both signs are not one value: -0.0 + 0.0 is 0.0)
     return None

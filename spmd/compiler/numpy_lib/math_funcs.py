@@ -48,6 +48,21 @@ def _f2(x, y, op):
     return A._promote(x, y, dtype=ufunc_dtype(getattr(np, op), x, y), op=op)
 
 
+def halfs_in_f32(ufunc):
+    """numpy computes its float16 loops in float32 and rounds once: a function composed of
+    several ops does the same for 2-byte floats (each op would otherwise round to float16)."""
+    def deco(f):
+        def g(*xs):
+            dt = ufunc_dtype(ufunc, *xs)
+            if dt not in A.dtypes.HALFS:
+                return f(*xs)
+            ys = [x if isinstance(x, (bool, int, float)) else A.astype(A.asarray(x), "float32") for x in xs]
+            return A.astype(f(*ys), dt)
+        g.__name__, g.__doc__ = f.__name__, f.__doc__
+        return g
+    return deco
+
+
 def _ufunc(f, name, nargs=1):
     def g(*args, **kw):
         A._no_extra(name, args[nargs:], kw)
@@ -135,17 +150,20 @@ def arctan2(x1, x2):
     return A._emit(a._tr, "atan2", a, b)
 
 
+@halfs_in_f32(np.arctan)
 def arctan(x):
     x = _f(x, np.arctan)
     return A._emit(x._tr, "atan2", x, A.ones_like(x))
 
 
+@halfs_in_f32(np.arcsin)
 def arcsin(x):
     x = _f(x, np.arcsin)
     # asin x = atan2(x, sqrt((1 - x)(1 + x))): accurate near +-1; NaN outside [-1, 1]
     return arctan2(x, A.sqrt(A.multiply(A.subtract(1, x), A.add(1, x))))
 
 
+@halfs_in_f32(np.arccos)
 def arccos(x):
     x = _f(x, np.arccos)
     # acos x = 2 atan2(sqrt(1 - x), sqrt(1 + x)); NaN outside [-1, 1]
@@ -153,6 +171,7 @@ def arccos(x):
     return A.add(r, r)
 
 
+@halfs_in_f32(np.hypot)
 def hypot(x1, x2):
     a, b = _f2(x1, x2, "hypot")
     a, b = A.absolute(a), A.absolute(b)
@@ -164,11 +183,13 @@ def hypot(x1, x2):
     return A.where(A.logical_or(isinf(a), isinf(b)), A.full_like(r, np.inf), r)
 
 
+@halfs_in_f32(np.deg2rad)
 def deg2rad(x):
     x = _f(x, np.deg2rad)
     return A.multiply(x, float(np.pi / 180.0))
 
 
+@halfs_in_f32(np.rad2deg)
 def rad2deg(x):
     x = _f(x, np.rad2deg)
     return A.multiply(x, float(180.0 / np.pi))
@@ -183,6 +204,7 @@ def sinc(x):
 
 
 # ---------------------------------------------------------------------------- hyperbolic
+@halfs_in_f32(np.arcsinh)
 def arcsinh(x):
     x = _f(x, np.arcsinh)
     ax = A.absolute(x)
@@ -194,6 +216,7 @@ def arcsinh(x):
     return A.where(signbit(x), A.negative(r), r)
 
 
+@halfs_in_f32(np.arccosh)
 def arccosh(x):
     x = _f(x, np.arccosh)
     big = A.greater(x, 1e150 if x.dtype == np.float64 else 1e18)
@@ -201,20 +224,24 @@ def arccosh(x):
     t = A.subtract(safe, 1)
     # log1p(t + sqrt(2t + t^2)), t = x - 1: accurate near 1; NaN below 1
     r = A.log1p(A.add(t, A.sqrt(A.add(A.add(t, t), A.square(t)))))
+    r = A.where(A.less(x, 1), np.nan, r)           # (2t + t^2 is positive again below x = -1)
     return A.where(big, A.add(A.log(x), float(np.log(2.0))), r)
 
 
+@halfs_in_f32(np.arctanh)
 def arctanh(x):
     x = _f(x, np.arctanh)
     # atanh x = log1p(2x / (1 - x)) / 2
     return A.multiply(A.log1p(A.true_divide(A.add(x, x), A.subtract(1, x))), 0.5)
 
 
+@halfs_in_f32(np.exp2)
 def exp2(x):
     x = _f(x, np.exp2)
     return A.power(A.asarray(np.asarray(2.0, x.dtype), t=x._tr), x)
 
 
+@halfs_in_f32(np.cbrt)
 def cbrt(x):
     x = _f(x, np.cbrt)
     ax = A.absolute(x)
@@ -241,9 +268,9 @@ def fix(x):
 
 def rint(x):
     x = A.asarray(x)
-    ufunc_dtype(np.rint, x)                # bool: float16 in numpy, a TypeError here
-    if x.dtype.kind in "iu":
-        return x
+    dt = ufunc_dtype(np.rint, x)           # bool: float16; integers: float64
+    if x.dtype.kind in "iub":
+        return A.astype(x, dt)
     fl = A.floor(x)
     d = A.subtract(x, fl)              # exact
     odd = A.equal(A.subtract(fl, A.multiply(A.floor(A.multiply(fl, 0.5)), 2.0)), 1.0)
@@ -301,10 +328,12 @@ def _logaddexp(x1, x2, base2):
     return A.where(A.logical_and(A.equal(a, b), isinf(a)), a, r)
 
 
+@halfs_in_f32(np.logaddexp)
 def logaddexp(x1, x2):
     return _logaddexp(x1, x2, False)
 
 
+@halfs_in_f32(np.logaddexp2)
 def logaddexp2(x1, x2):
     return _logaddexp(x1, x2, True)
 

@@ -492,7 +492,10 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     eye = A.logical_and(_tri_mask(x.shape, 0, True), _tri_mask(x.shape, 0, False))
     if x.dtype == np.bool_:
         return A.any(A.logical_and(eye, x), axis=-1)
-    return A.sum(A.where(eye, x, A.zeros_like(x)), axis=-1, dtype=x.dtype)
+    # the one unmasked element of each row, exactly: a max over the row with the rest at the
+    # dtype's lowest value (a masked sum would turn -0.0 into 0.0, as 0.0 + -0.0 is 0.0)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return A.max(A.where(eye, x, A.asarray(np.array(low, x.dtype), t=x._tr)), axis=-1)
 
 
 def diag(v, k=0):

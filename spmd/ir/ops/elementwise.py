@@ -95,6 +95,32 @@ def _power_simplify(rb, op, ops, uses):
     return None
 
 
+def _is_zero(v, sign):
+    """Is Value v all zeros of the given sign? (ints: any zero; floats: -0.0 is sign=-1.)"""
+    from ..graph import splat
+    s = splat(v)
+    if s is None or s != 0:
+        return False
+    if v.dtype in CPLX:                 # both parts' zeros must have the sign
+        c = complex(s)
+        return all(bool(np.signbit(p)) == (sign < 0) for p in (c.real, c.imag))
+    return v.dtype not in FLOAT or bool(np.signbit(s)) == (sign < 0)
+
+
+def _add_simplify(rb, op, ops, uses):
+    """x + 0 -> x, exact only for -0.0 on floats (numpy: -0.0 + 0.0 == +0.0)."""
+    if _is_zero(ops[1], -1):
+        return ops[0]
+    if _is_zero(ops[0], -1):
+        return ops[1]
+    return None
+
+
+def _sub_simplify(rb, op, ops, uses):
+    """x - 0 -> x, exact only for +0.0 on floats (numpy: -0.0 - -0.0 == +0.0)."""
+    return ops[0] if _is_zero(ops[1], +1) else None
+
+
 def _negate_simplify(rb, op, ops, uses):
     """--x -> x."""
     return ops[0].producer.operands[0] if producer_is(ops[0], "negate") else None
@@ -140,8 +166,9 @@ def _int_divide(x, y):
     if x.dtype.kind in "iu":
         with np.errstate(all="ignore"):
             safe = np.where(y == 0, 1, y)
-            q = np.abs(x) // np.abs(safe)
-            q = np.where((x < 0) != (safe < 0), -q, q)
+            # truncating division from numpy's floor division (no abs(): abs(INT_MIN) wraps)
+            q = x // safe
+            q = q + ((x % safe != 0) & ((x < 0) != (safe < 0)))
             return np.where(y == 0, 0, q).astype(x.dtype)
     return x / y
 
@@ -199,9 +226,9 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
-       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_unit_either(0))
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify)
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
-       NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_unit_right(0))
+       NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify)
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1))

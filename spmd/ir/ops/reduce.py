@@ -4,7 +4,7 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import _aval
-from .registry import OpDef, check, register
+from .registry import OpDef, check, register, zero_of
 
 HALFS = ("float16", "bfloat16")
 
@@ -142,7 +142,9 @@ def _cum_partition(P, op):
         y = em.emit("cumulative", x, **op.attrs)
         return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
     k, c = P.axes_size(axes), x.shape[ax]
-    ident = identity(kind, res.dtype)
+    # the combining identity: for a float sum -0.0, the one zero that leaves every value (a
+    # scan of -0.0s is -0.0s in numpy; adding a +0.0 offset would make them +0.0)
+    ident = zero_of(res.dtype) if kind == "sum" else identity(kind, res.dtype)
     # padding at the end of the last shard must not reach a reversed scan
     x = em.mask_dim(x, ax, axes, xv.shape[ax], ident)
     y = em.emit("cumulative", x, **op.attrs)

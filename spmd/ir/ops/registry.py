@@ -141,8 +141,13 @@ def check(cond, msg):
 
 
 def zero_of(dtype):
-    """A zero of dtype, as the emitters' scalar fill takes it."""
-    return False if dtype == "bool" else 0
+    """The additive zero of dtype, as the emitters' scalar fill takes it: the filler of the
+    elements a device does not hold in a partial sum. For floats it is -0.0, the one zero
+    with x + z == x for every x (-0.0 + 0.0 is +0.0, so a +0.0 filler would turn a looked-up
+    -0.0 into +0.0 once the partial sum is reduced)."""
+    if dtype == "bool":
+        return False
+    return -0.0 if dtype.startswith("float") or dtype == "bfloat16" else 0
 
 
 def is_const(v, c) -> bool:

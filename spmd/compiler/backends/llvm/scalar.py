@@ -200,7 +200,9 @@ class ScalarBuilder:
         if not is_float(x.dtype):
             raise Unsupported("integer power")
         n = _literal_value(y.name)
-        if n is not None and n == int(n) and abs(n) <= 4:
+        # (not x ** -2 .. -4 as 1 / x^k: x^k overflows to inf where the true result is a
+        # denormal, 1e155 ** -2 == 1e-310; pow() gets those right)
+        if n is not None and np.isfinite(n) and n == int(n) and -1 <= n <= 4:
             # a small constant integer exponent (x ** 2, x ** 3, 1 / x): multiplies, which
             # vectorise, instead of a libm pow call per element (as XLA expands it)
             n = int(n)
@@ -212,16 +214,23 @@ class ScalarBuilder:
             return r if n > 0 else self.div(self.const(1, x.dtype), r)
         return self._intr("pow", x, y)
 
+    def _pick(self, pred, x, y):
+        """np.maximum / np.minimum: NaN if either is NaN, else x if x `pred` y, else y (so
+        a tie of -0.0 and 0.0 gives the second operand, as numpy does; llvm.maximum would
+        order -0.0 below 0.0 and make the numpy and LLVM backends disagree)."""
+        r = self.select(self.fcmp(pred, x, y), x, y)          # y NaN: y
+        return self.select(self.fcmp("uno", x, x), x, r)      # x NaN: x
+
     def max(self, x, y):
         if is_float(x.dtype):
-            return self._intr("maximum", x, y)      # NaN-propagating, like np.maximum
+            return self._pick("ogt", x, y)
         if x.dtype == "bool":
             return self.or_(x, y)
         return self.select(self.icmp("sgt", x, y), x, y)
 
     def min(self, x, y):
         if is_float(x.dtype):
-            return self._intr("minimum", x, y)
+            return self._pick("olt", x, y)
         if x.dtype == "bool":
             return self.and_(x, y)
         return self.select(self.icmp("slt", x, y), x, y)
@@ -261,8 +270,9 @@ class ScalarBuilder:
 
     def sign(self, x):
         zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
-        if is_float(x.dtype):      # keeps NaN (and the zero's sign), as np.sign
-            return self.select(self.fcmp("ogt", x, zero), one, self.select(self.fcmp("olt", x, zero), m1, x))
+        if is_float(x.dtype):      # keeps NaN; np.sign(-0.0) is +0.0
+            rest = self.select(self.fcmp("uno", x, x), x, zero)
+            return self.select(self.fcmp("ogt", x, zero), one, self.select(self.fcmp("olt", x, zero), m1, rest))
         return self.select(self.icmp("sgt", x, zero), one, self.select(self.icmp("slt", x, zero), m1, zero))
 
     def floor(self, x):
@@ -302,10 +312,11 @@ class ScalarBuilder:
         if x.dtype != "float32":
             return self._intr("exp", x)
         # Cephes expf: exp(x) = 2^n * exp(r), |r| <= ln2/2, 2^n added to the exponent bits.
-        # Results below the smallest normal float (x < -87.33) flush to 0; above
-        # 128 ln2 the result is inf; NaN stays NaN.
+        # Results below the smallest normal float (x < -87.33: n < -125) are denormals, as
+        # numpy's: 2^(n + 64) goes into the exponent bits, then one multiply by 2^-64 rounds
+        # once; below -104 the result is 0; above 128 ln2 it is inf; NaN stays NaN.
         f = "float32"
-        xc = self._intr("minnum", self._intr("maxnum", x, self.const(-87.33, f)), self.const(88.7228, f))
+        xc = self._intr("minnum", self._intr("maxnum", x, self.const(-104.0, f)), self.const(88.7228, f))
         fx = self.floor(self.fma(xc, self.const(1.44269504088896341, f), self.const(0.5, f)))
         r = self.fma(fx, self.const(-0.693359375, f), xc)
         r = self.fma(fx, self.const(2.12194440e-4, f), r)
@@ -313,10 +324,13 @@ class ScalarBuilder:
                           1.6666665459e-1, 5.0000001201e-1])
         y = self.add(self.fma(p, self.mul(r, r), r), self.const(1.0, f))
         n = self._op(f"fptosi float {fx.name} to i32", "int32")
+        tiny = self.icmp("slt", n, self.const(-125, "int32"))
+        n = self.select(tiny, self.add(n, self.const(64, "int32")), n)
         bits = self._op(f"shl i32 {n.name}, 23", "int32")
         y = self.bitcast(self.add(self.bitcast(y, "int32"), bits), f)
+        y = self.select(tiny, self.mul(y, self.const(2.0 ** -64, f)), y)
         y = self.select(self.fcmp("ogt", x, self.const(88.72283935546875, f)), self.const(np.inf, f), y)
-        y = self.select(self.fcmp("olt", x, self.const(-87.33, f)), self.const(0.0, f), y)
+        y = self.select(self.fcmp("olt", x, self.const(-104.0, f)), self.const(0.0, f), y)
         return self.select(self.fcmp("uno", x, x), x, y)
 
     def log(self, x):
@@ -373,7 +387,17 @@ class ScalarBuilder:
         q = self.poly(x2, [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
                            4.89352518554385e-03])
         small = self.fcmp("olt", self.abs(x), self.const(0.0004, "float32"))
-        return self.select(small, x, self.div(p, q))
+        r = self.select(small, x, self.div(p, q))
+        # past the clamp the rational is stuck at 1 - 4 ulp; float32 tanh is 1 - k 2^-24,
+        # k = 3, 2, 1, 0, beyond these points (1 - 2 e^-2x rounded), 1.0 from 9.0109
+        ax = self.abs(x)
+        for lim, k in ((8.037958272751633, 3), (8.206194391062239, 2), (8.461607202945235, 1),
+                       (9.010913347279288, 0)):
+            r = self.select(self.fcmp("oge", ax, self.const(lim, "float32")),
+                            self.select(self.fcmp("olt", x, self.const(0.0, "float32")),
+                                        self.const(-(1 - k * 2.0 ** -24), "float32"),
+                                        self.const(1 - k * 2.0 ** -24, "float32")), r)
+        return r
 
     def logistic(self, x):
         one = self.const(1.0, x.dtype)
@@ -504,7 +528,15 @@ class ScalarBuilder:
         elif is_float(dst):
             op = "uitofp" if src == "bool" else "sitofp"
         elif is_float(src):
-            op = "fptosi"
+            # fptosi is poison for NaN, inf and values out of range: numpy (x86's cvttsd2si)
+            # gives the integer minimum there, so such inputs convert 0 and pick it
+            bits = SIZE[dst] * 8
+            lim = self.const(2.0 ** (bits - 1), src)
+            ok = self._op(f"and i1 {self.fcmp('olt', x, lim).name}, {self.fcmp('oge', x, self.neg(lim)).name}",
+                          "bool")
+            safe = self.select(ok, x, self.const(0, src))
+            r = self._op(f"fptosi {ts} {safe.name} to {td}", dst)
+            return self.select(ok, r, self.const(-(2 ** (bits - 1)), dst))
         elif src == "bool":
             op = "zext"
         else:
