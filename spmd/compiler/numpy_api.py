@@ -282,6 +282,8 @@ def expm1(x):
     """exp(x) - 1, accurate near 0 (Kahan: (u - 1) * x / log(u), u = exp(x)), where a plain
     exp(x) - 1 loses every digit (expm1(1e-20) is 1e-20, not 0)."""
     x = asarray(x)
+    if dtypes.is_complex(x.value.dtype):    # the real-line accuracy tricks below order values
+        return subtract(exp(x), 1)
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(expm1(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
@@ -319,6 +321,8 @@ def sinh(x):
     """(e^x - e^-x) / 2 from expm1, so it is accurate near 0 (sinh(1e-20) is 1e-20, -0.0
     stays -0.0); the float conversion comes first (negating INT_MIN would wrap)."""
     x = asarray(x)
+    if dtypes.is_complex(x.value.dtype):
+        return true_divide(subtract(exp(x), exp(negative(x))), 2)
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(sinh(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
@@ -343,6 +347,8 @@ def _half_exp(x):
 
 def cosh(x):
     x = asarray(x)
+    if dtypes.is_complex(x.value.dtype):
+        return true_divide(add(exp(x), exp(negative(x))), 2)
     if _ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return astype(cosh(astype(x, "float32")), _ufunc_float_dtype(x))
     x = asarray(x, _ufunc_float_dtype(x))
