@@ -10,6 +10,8 @@ checking on the way that every device holding a piece of an output agrees with i
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from spmd.compiler.backends import compile_graph
@@ -19,6 +21,19 @@ from spmd.sharding import Sharding
 from spmd.sharding.partition import partition
 
 _RT = LocalRuntime()
+
+
+def specs(mesh, ndim):
+    """Every spec of `ndim` dims on `mesh` (an axis splits at most one dim)."""
+    opts = [None] + list(mesh.axis_names)
+    if mesh.ndim == 2:
+        opts += [tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
+    out = []
+    for combo in itertools.product(opts, repeat=ndim):
+        used = [a for e in combo if e for a in ((e,) if isinstance(e, str) else e)]
+        if len(used) == len(set(used)):
+            out.append(combo)
+    return out
 
 
 def sharding_of(v, mesh):

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import spmd
+from partition_util import specs
 from spmd.ir import Graph
 from spmd.ir.text import parse_graph, print_graph
 from spmd.sharding import Mesh
@@ -24,19 +25,6 @@ from spmd.sharding.reshard import ReshardWarning
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MESHES = [Mesh((1,), ("x",)), Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("a", "b"))]
-
-
-def specs(mesh, ndim):
-    """Every spec of `ndim` dims on `mesh` (an axis splits at most one dim)."""
-    opts = [None] + list(mesh.axis_names)
-    if mesh.ndim == 2:
-        opts += [tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
-    out = []
-    for combo in itertools.product(opts, repeat=ndim):
-        used = [a for e in combo if e for a in ((e,) if isinstance(e, str) else e)]
-        if len(used) == len(set(used)):
-            out.append(combo)
-    return out
 
 
 def data(shape, dtype, seed=0):

@@ -21,26 +21,13 @@ import numpy as np
 import pytest
 
 from opinfo import expected, ops_to_test, samples, tolerance
-from partition_util import run_partitioned
+from partition_util import run_partitioned, specs
 from spmd.ir import Graph
 from spmd.sharding import Mesh, Sharding
 
 CAP = 160          # drawn cases per op, beyond the complete 1-d enumeration
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("a", "b"))]
 DTYPES = (np.float32, np.int32, np.bool_, np.complex64)
-
-
-def specs(mesh, ndim):
-    """Every spec of `ndim` dims on `mesh` (an axis splits at most one dim)."""
-    opts = [None] + list(mesh.axis_names)
-    if mesh.ndim == 2:
-        opts += [tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
-    out = []
-    for combo in itertools.product(opts, repeat=ndim):
-        used = [a for e in combo if e for a in ((e,) if isinstance(e, str) else e)]
-        if len(used) == len(set(used)):
-            out.append(combo)
-    return out
 
 
 def _result_aval(name, operands, attrs):

@@ -122,7 +122,6 @@ class _Group:
         have deposited. The returned list stays valid: the next rendezvous cannot
         complete before this member deposits again."""
         G = len(self.devices)
-        w = self.world
         with self.cond:
             self._check_failed(i, what)
             gen = self.gen
@@ -133,20 +132,8 @@ class _Group:
                 self.gen += 1
                 self.cond.notify_all()
                 return self.result
-            deadline = time.monotonic() + w.timeout
-            while self.gen == gen:
-                self._check_failed(i, what)
-                missing = [self.devices[j] for j in range(G) if self.slots[j] is _EMPTY]
-                gone = sorted(set(missing) & w.finished)
-                if gone:
-                    raise CollectiveError(f"{what} on rank {self.devices[i]}: rank(s) {gone} finished the "
-                                          f"program without joining it (the ranks ran different programs)")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CollectiveError(f"{what} on rank {self.devices[i]}: timed out after {w.timeout:g} s "
-                                          f"waiting for rank(s) {missing} of group {list(self.devices)} "
-                                          f"(SPMD_COLLECTIVE_TIMEOUT)")
-                self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
+            self.wait_until(lambda: self.gen != gen, i, what,
+                            lambda: [self.devices[j] for j in range(G) if self.slots[j] is _EMPTY])
             return self.result
 
     def wait_until(self, ready, i, what, missing):

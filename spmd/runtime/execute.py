@@ -88,23 +88,19 @@ def _layout(lowered):
     if lay is not None:
         return lay
     mesh, glob, prog = lowered.mesh, lowered.stages["traced"], lowered.graph
-    ins, outs = [], []
-    for k, (v, s) in enumerate(zip(glob.inputs, lowered.in_shardings)):
-        sh = _sharding(mesh, s, v.ndim)
-        want = tuple(prog.inputs[k].shape)
-        if sh.local_shape(v.shape) != want:
-            raise SpmdError(f"internal error: {glob.name} input {k} {v.dtype}{list(v.shape)} split by "
-                            f"{sh.text()} has local shape {list(sh.local_shape(v.shape))}, the per-device "
-                            f"program takes {list(want)}")
-        ins.append((v, sh))
-    for k, (v, s) in enumerate(zip(glob.outputs, lowered.out_shardings)):
-        sh = _sharding(mesh, s, v.ndim)
-        local = tuple(prog.outputs[k].shape)
-        if sh.local_shape(v.shape) != local:
-            raise SpmdError(f"internal error: {glob.name} output {k} {v.dtype}{list(v.shape)} split by "
-                            f"{sh.text()} has local shape {list(sh.local_shape(v.shape))}, the per-device "
-                            f"program makes {list(local)}")
-        outs.append((v, sh))
+    def placed(kind, values, shardings, local, verb):
+        out = []
+        for k, (v, s) in enumerate(zip(values, shardings)):
+            sh = _sharding(mesh, s, v.ndim)
+            want = tuple(local[k].shape)
+            if sh.local_shape(v.shape) != want:
+                raise SpmdError(f"internal error: {glob.name} {kind} {k} {v.dtype}{list(v.shape)} split by "
+                                f"{sh.text()} has local shape {list(sh.local_shape(v.shape))}, the per-device "
+                                f"program {verb} {list(want)}")
+            out.append((v, sh))
+        return out
+    ins = placed("input", glob.inputs, lowered.in_shardings, prog.inputs, "takes")
+    outs = placed("output", glob.outputs, lowered.out_shardings, prog.outputs, "makes")
     lay = lowered._spmd_layout = (ins, outs)
     return lay
 
