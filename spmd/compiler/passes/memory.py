@@ -112,22 +112,8 @@ def same_index_inputs(kernel) -> set:
     if any(op.opdef.fusion not in ("elementwise", "reindex") for op in ops):
         return set()
     shape = kernel.root.shape
-    members = {op.results[0]: op for op in ops}
-    bad, stack = set(), []
-    for op in ops:
-        if op.opdef.fusion != "elementwise":
-            stack.extend(op.operands)
-    seen = set()
-    while stack:
-        v = stack.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        op = members.get(v)
-        if op is None:
-            bad.add(v)
-        if op is not None:
-            stack.extend(op.operands)
+    starts = [o for op in ops if op.opdef.fusion != "elementwise" for o in op.operands]
+    bad = _inputs_reached(kernel, starts)
     return {x for x in kernel.inputs if x not in bad and x.shape == shape}
 
 
@@ -135,8 +121,13 @@ def _depends_on(kernel, r) -> set:
     """The kernel's inputs r is computed from. A kernel stores an escaping output as soon as
     it is computed, so only such an input is sure to be loaded (once: the code generator
     memoises a value per index map) before r's element is stored over it."""
+    return _inputs_reached(kernel, [r])
+
+
+def _inputs_reached(kernel, starts) -> set:
+    """The kernel inputs (values no op of the kernel makes) that `starts` are computed from."""
     members = {op.results[0]: op for op in kernel.ops}
-    seen, stack, out = set(), [r], set()
+    seen, stack, out = set(), list(starts), set()
     while stack:
         v = stack.pop()
         if v in seen:
