@@ -742,9 +742,22 @@ def latest(directory):
              if not n.endswith(".tmp") and ".tmp." not in n}
     for n in sorted(names, reverse=True):
         p = os.path.join(directory, n)
-        if _complete(p) or (not os.path.lexists(p) and _complete(p + ".old")):
+        if _complete_or_swapping(p):
             return p
     return None
+
+
+def _complete_or_swapping(p, looks=50):
+    """Is there a complete checkpoint at p? A save swapping p and p.old keeps one of them
+    complete at every instant, but a single look at each can fall between its renames (p
+    gone, then p.old removed once the new p is in): look at both in turn until one is
+    complete, or there is nothing there."""
+    for _ in range(looks):
+        if _complete(p) or _complete(p + ".old"):
+            return True
+        if not os.path.lexists(p) and not os.path.lexists(p + ".old"):
+            return False
+    return False                       # a directory that is not a checkpoint
 
 
 def verify(path):
