@@ -15,13 +15,13 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import tracemalloc
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import spmd  # noqa: E402
+from timing import interleaved  # noqa: E402  (benchmarks/timing.py)
 
 try:
     import jax
@@ -33,20 +33,6 @@ except ImportError:     # the bench extra is not installed
 
 def median_ms(f, runs):
     return interleaved([f], runs)[0]
-
-
-def interleaved(fs, runs):
-    """Median milliseconds of each function, the runs of all of them interleaved so that
-    they share the machine's state (other load, clocks) alike."""
-    for f in fs:
-        f()                                 # warm up (and compile)
-    ts = [[] for _ in fs]
-    for _ in range(runs):
-        for f, t in zip(fs, ts):
-            t0 = time.perf_counter()
-            f()
-            t.append(time.perf_counter() - t0)
-    return [1e3 * float(np.median(t)) for t in ts]
 
 
 # ---------------------------------------------------------------------------- programs
