@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, ROOT)
 import spmd  # noqa: E402
+from timing import interleaved  # noqa: E402  (benchmarks/timing.py)
 
 MPI_CHILD = "--mpi-child" in sys.argv
 jax = jnp = None
@@ -67,8 +68,8 @@ def _load(name, as_jax=False):
 
 
 class _JaxNumpy:
-    """jax.numpy for the model code, except that numpy on a Python number stays numpy (the
-    model takes `float(np.sqrt(dh))` of an int; under jax.jit jnp.sqrt(int) is a tracer)."""
+    """jax.numpy for the model code, except that numpy on a Python number stays numpy (under
+    jax.jit, jnp.sqrt of an int is a tracer, which float() and shapes cannot take)."""
 
     def __getattr__(self, name):
         f = getattr(jnp, name)
@@ -110,16 +111,7 @@ class GPT:
 
         def step(params, opt, tokens, targets):     # train_gpt.make_step, jax's grad
             loss, grads = jax.value_and_grad(tj.loss_fn)(params, tokens, targets, layers, heads)
-            t = opt["t"] + 1.0
-            b1, b2 = 0.9, 0.99
-            new_p, new_m, new_v = {}, {}, {}
-            for k in params:
-                new_m[k] = b1 * opt["m"][k] + (1 - b1) * grads[k]
-                new_v[k] = b2 * opt["v"][k] + (1 - b2) * grads[k] ** 2
-                mhat = new_m[k] / (1 - b1 ** t)
-                vhat = new_v[k] / (1 - b2 ** t)
-                new_p[k] = params[k] - lr * mhat / (jnp.sqrt(vhat) + 1e-8)
-            return loss, new_p, {"m": new_m, "v": new_v, "t": t}
+            return (loss,) + tj.adam(params, opt, grads, lr)   # its np is jax.numpy there
         return step
 
 
@@ -172,17 +164,6 @@ MODELS = {"gpt": lambda: GPT(64, 2, 16, 64), "gpt256": lambda: GPT(256, 4, 16, 1
 
 
 # ----------------------------------------------------------------------------- running
-def interleaved(fs, runs):
-    """Median milliseconds of each function, their runs interleaved (they share the load)."""
-    ts = [[] for _ in fs]
-    for _ in range(runs):
-        for f, t in zip(fs, ts):
-            t0 = time.perf_counter()
-            f()
-            t.append(time.perf_counter() - t0)
-    return [1e3 * float(np.median(t)) for t in ts]
-
-
 def spmd_setup(model, mesh_shape, args):
     """(step callable on placed inputs, first-call seconds, temp bytes per device, loss)."""
     dp, mp = mesh_shape
@@ -250,7 +231,6 @@ def mpi_child(a):
         model = MODELS[key]()
         args = model.inputs()
         run, first, mem, loss = spmd_setup(model, (2, 2), args)
-        run()
         ms = interleaved([run], a.runs)[0]
         if rank0:
             print(json.dumps({"model": key, "ms": ms, "first": first, "mem": mem, "loss": loss}), flush=True)
@@ -306,7 +286,6 @@ def main():
             shape = tuple(int(v) for v in m.split("x"))
             s_run, s_first, s_mem, s_loss = spmd_setup(model, shape, args)
             j_run, j_first, j_mem, j_loss = jax_setup(model, shape, args)
-            s_run(), j_run()
             s_ms, j_ms = interleaved([s_run, j_run], a.runs)
             if shape == (2, 2):
                 jax22[key] = j_ms

@@ -157,18 +157,21 @@ def make_step(layers, heads, lr, mesh, scan=False):
         if mesh is not None:
             tokens = spmd.shard(tokens, mesh.sharding("data", None))
         loss, grads = spmd.value_and_grad(loss_fn)(params, tokens, targets, layers, heads, scan)
-        # Adam
-        t = opt["t"] + 1.0
-        b1, b2 = 0.9, 0.99
-        new_p, new_m, new_v = {}, {}, {}
-        for k in params:
-            new_m[k] = b1 * opt["m"][k] + (1 - b1) * grads[k]
-            new_v[k] = b2 * opt["v"][k] + (1 - b2) * grads[k] ** 2
-            mhat = new_m[k] / (1 - b1 ** t)
-            vhat = new_v[k] / (1 - b2 ** t)
-            new_p[k] = params[k] - lr * mhat / (np.sqrt(vhat) + 1e-8)
-        return loss, new_p, {"m": new_m, "v": new_v, "t": t}
+        return (loss,) + adam(params, opt, grads, lr)
     return step
+
+
+def adam(params, opt, grads, lr, b1=0.9, b2=0.99):
+    """One Adam update: (new params, new optimizer state)."""
+    t = opt["t"] + 1.0
+    new_p, new_m, new_v = {}, {}, {}
+    for k in params:
+        new_m[k] = b1 * opt["m"][k] + (1 - b1) * grads[k]
+        new_v[k] = b2 * opt["v"][k] + (1 - b2) * grads[k] ** 2
+        mhat = new_m[k] / (1 - b1 ** t)
+        vhat = new_v[k] / (1 - b2 ** t)
+        new_p[k] = params[k] - lr * mhat / (np.sqrt(vhat) + 1e-8)
+    return new_p, {"m": new_m, "v": new_v, "t": t}
 
 
 # ----------------------------------------------------------------------------- main
