@@ -190,7 +190,7 @@ def main():
           f"{warm:.3f} s in a new process with a warm disk cache ({c2}; importing spmd took {imp2:.2f} s more)")
 
     exe = spmd.jit(spmd_mlp_step, backend="llvm").lower(p, xb, yb)
-    from spmd.compiler.backends.llvm import compile_llvm
+    from spmd.backends.llvm import compile_llvm
     fresh = compile_llvm(exe.graph)          # a new executable: its buffers are allocated in the measured call
     leaves = spmd.tree.tree_flatten((p, xb, yb))[0]
     m_spmd = peak_memory(lambda: fresh(leaves), ())

@@ -1,7 +1,7 @@
 """spmd: write a numpy program once, shard a few arrays, run it on many devices."""
 from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
 from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
-from .compiler.control import while_loop, fori_loop, cond, scan  # noqa: F401
+from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
 from .ir import Mesh, Sharding  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
@@ -13,4 +13,4 @@ from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy cr
 from .ir.dtypes import bfloat16  # noqa: F401,E402  (ml_dtypes.bfloat16, the 2-byte float jax uses)
 
 __version__ = "0.1.0"
-from . import eager as _eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)
+from .eager import dispatch as _eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)

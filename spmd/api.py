@@ -1,5 +1,5 @@
 """The user API, above every layer: `jit` (trace once per input signature, run the
-stages of DESIGN.md, cache the result), `shard`, `explain`, and `grad` /
+stages of docs/design.md, cache the result), `shard`, `explain`, and `grad` /
 `value_and_grad` outside of tracing.
 
     traced -> propagated -> partitioned -> optimized -> executable
@@ -14,9 +14,9 @@ import os
 import numpy as np
 
 from .compiler.passes import dce
-from .compiler.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
-from .compiler import numpy_api as npx
-from .compiler import autodiff
+from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
+from .frontend import numpy_api as npx
+from .frontend import autodiff
 from .errors import ShardingError, SpmdError, TraceError
 from .ir.spec import Sharding
 from .ir import Graph, dtypes
@@ -33,7 +33,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
     g = Graph(getattr(fn, "__name__", "fn").replace("<", "").replace(">", ""))
     t = Trace(g, mesh)
     tracers = []
-    from .compiler.functionalize import Buffer
+    from .frontend.functionalize import Buffer
     for k, leaf in enumerate(leaves):
         shape, dt, weak = leaf_aval(leaf)
         tr = Tracer(g.add_input(shape, dt), t, weak)
@@ -158,7 +158,7 @@ class Lowered:
 
     def compile(self):
         if self._exe is None:
-            from .compiler.backends import compile_graph
+            from .backends import compile_graph
             self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated))
         return self._exe
 
@@ -288,7 +288,7 @@ def _write_back(arg, new):
     if isinstance(arg, Array) and isinstance(new, Array):
         # through eager's bookkeeping: the write reaches the base of an eager view, and views
         # read from arg before the write raise instead of showing stale values
-        from .eager import set_value
+        from .eager.dispatch import set_value
         set_value(arg, new)
         return
     raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
@@ -329,7 +329,7 @@ def explain(f, *args, **jit_kwargs) -> str:
 
 def value_and_grad(f, argnums=0, has_aux=False):
     """(f(*args), df/d args[argnums]) for a function f returning a float scalar. Inside
-    tracing it emits the backward pass into the current graph (compiler/autodiff.py);
+    tracing it emits the backward pass into the current graph (frontend/autodiff.py);
     outside, it runs under its own jit (traced once per input signature)."""
     traced = autodiff.value_and_grad(f, argnums, has_aux)
     eager = {}

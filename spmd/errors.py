@@ -1,5 +1,10 @@
 """Error types. Every error spmd raises on bad input is an SpmdError that names the
-user's line, the op, the shapes and (where they matter) the shardings."""
+user's line, the op, the shapes and (where they matter) the shardings; `user_loc` finds
+that line."""
+import os
+import sys
+
+import numpy as np
 
 
 class SpmdError(Exception):
@@ -32,3 +37,29 @@ class CollectiveError(SpmdError, RuntimeError):
 
 def where(loc):
     return f" at {loc}" if loc else ""
+
+
+_SPMD_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
+_NUMPY_DIR = os.path.dirname(os.path.realpath(np.__file__)) + os.sep
+_internal: dict = {}
+
+
+def is_internal(fn: str) -> bool:
+    """Is this code file part of spmd or numpy? (Real paths: spmd may be imported
+    through a path like docs/../spmd.)"""
+    r = _internal.get(fn)
+    if r is None:
+        real = os.path.realpath(fn)
+        r = _internal[fn] = fn.startswith("<frozen") or real.startswith((_SPMD_DIR, _NUMPY_DIR))
+    return r
+
+
+def user_loc() -> str | None:
+    """file:line of the innermost frame outside spmd and numpy: the user's line."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not is_internal(fn):
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return None

@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from spmd.compiler.backends import compile_graph
+from spmd.backends import compile_graph
 from spmd.ir import Graph
 from spmd.runtime.local import LocalRuntime
 from spmd.sharding import Sharding

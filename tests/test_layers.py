@@ -1,4 +1,4 @@
-"""Imports point one way, down the path of a program (DESIGN.md, Layers): a module may
+"""Imports point one way, down the path of a program (docs/design.md, Layers): a module may
 import its own layer and the layers below it, never one above. Every import counts,
 including the ones inside functions (a lazy import is still a dependency)."""
 import ast
@@ -13,11 +13,13 @@ LAYERS = (
     # utilities every layer may use; they import no other part of spmd
     ("base", ("spmd.errors", "spmd.tree", "spmd.tools.timeline")),
     ("ir", ("spmd.ir",)),                      # Graph, ops, Mesh, Sharding
-    ("compiler", ("spmd.compiler",)),
-    ("sharding", ("spmd.sharding",)),
+    ("frontend", ("spmd.frontend",)),          # numpy in: tracing, the API table, writes, autodiff
+    ("sharding", ("spmd.sharding",)),          # propagation, partitioning, resharding
+    ("compiler", ("spmd.compiler",)),          # the pipeline, passes, program caches
+    ("backends", ("spmd.backends",)),          # executor, numpy, llvm
     ("runtime", ("spmd.runtime", "spmd.collectives", "spmd.tools")),
     ("launcher", ("spmd.launcher",)),
-    ("api", ("spmd.api", "spmd")),             # the user API, above them all
+    ("api", ("spmd.api", "spmd.eager", "spmd")),   # the user API and eager mode, above them all
 )
 
 

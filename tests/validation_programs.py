@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from partition_util import assemble, place, random_program, random_sharding, sharding_of
-from spmd.compiler.backends import compile_graph
+from spmd.backends import compile_graph
 from spmd.sharding import Mesh
 from spmd.sharding.partition import partition
 

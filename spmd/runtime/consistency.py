@@ -145,7 +145,7 @@ def check_program(rt, lowered, leaves):
     checked = all(g[12:13] == b"\1" for g in got)
     if same_program and (not checked or all(g == got[0] for g in got)):
         return
-    from ..compiler.trace import user_loc
+    from ..errors import user_loc
     # leaves are Arrays, ndarrays or Python scalars (eager mode passes those as inputs)
     sig = tuple(f"{x.dtype}{list(x.shape)}" if isinstance(x, Array) else f"{np.asarray(x).dtype}{list(np.shape(x))}"
                 for x in leaves)

@@ -188,7 +188,7 @@ class MPIRuntime(Runtime):
         short message (a program's fingerprint: the per-call cost); longer messages
         follow in one Allgatherv (their lengths are known from the header by then)."""
         import hashlib
-        from ..compiler.trace import user_loc
+        from ..errors import user_loc
         MPI = mpi_comm._mpi()
         data = bytes(data)
         loc = user_loc()
@@ -248,7 +248,7 @@ class MPIRuntime(Runtime):
             return {d: out[d] for d in range(self.size)}
         out = np.empty((self.size,) + mine.shape, mine.dtype)
         # a collective: a rank that reads an Array alone times out, naming who is missing
-        from ..compiler.trace import user_loc
+        from ..errors import user_loc
         guarded(lambda: self.world.Allgather(_buf(mine), _buf(out)), "reading an spmd.Array (all ranks must)",
                 list(range(self.size)), self.rank, loc=user_loc())
         return {d: out[d] for d in range(self.size)}

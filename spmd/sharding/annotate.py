@@ -20,9 +20,9 @@ def _placed(x):
 
 def shard_traced(x, sharding):
     """spmd.shard inside traced code: pin x's sharding with an annotation propagation must keep."""
-    from ..compiler.trace import Tracer, current_trace, user_loc
+    from ..frontend.trace import Tracer, current_trace, user_loc
     t = current_trace()
-    from ..compiler import numpy_api as npx
+    from ..frontend import numpy_api as npx
     x = npx.asarray(x, t=t)
     if _is_sharding(sharding):
         mesh, spec, partial = sharding.mesh, sharding.spec, sharding.partial
@@ -118,7 +118,7 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     spec tuple like ("data", None) is allowed when the mesh is known (jit(mesh=...), or
     another annotation names it). An spmd.Array argument without an in-sharding keeps
     its own sharding."""
-    from ..compiler.trace import leaf_aval
+    from ..frontend.trace import leaf_aval
     fname = getattr(jitted.fn, "__name__", "fn")
     mesh = jitted.mesh
     dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]

@@ -1,6 +1,6 @@
 """Structured control flow: `while`, `cond` and `scan`, whose bodies are sub-graphs held
 as attributes (StableHLO's regions). Sub-graphs are closed: a value of the enclosing
-program a body uses is an explicit operand (tracing captures it, compiler/control.py).
+program a body uses is an explicit operand (tracing captures it, frontend/control.py).
 
     while(carry..., captured...)   {cond: Graph, body: Graph, num_carry}
         cond: (carry..., captured...) -> bool[]; body: (carry..., captured...) -> carry...

@@ -1,7 +1,7 @@
 """The op registry: one OpDef per op, holding every rule the system needs of it.
 
 Adding an op is one `register(OpDef(...))` call in the file of its family, plus one line
-in the numpy-API table (compiler/numpy_api.py) if numpy users reach it. No other file
+in the numpy-API table (frontend/numpy_api.py) if numpy users reach it. No other file
 keys anything on an op's name: propagation, the partitioner, the simplifier, fusion and
 the code generators read the fields below. A test walks the registry so that no op can
 miss a rule.

@@ -1,0 +1,132 @@
+"""The executor core both backends share: what an executable does around its steps.
+
+`Executable.__call__(inputs, comm)` checks the inputs against the program's signature,
+runs the steps (each backend's `run`), and hands back fresh outputs. In between, the
+helpers here are the common parts of a run loop: running one op through its numpy
+reference (with the communicator when it is a collective), checking what it produced
+against the op's shape rule, dropping buffers after their last use, and putting each step
+on the SPMD_TRACE timeline.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SpmdError
+from ..tools import timeline
+
+
+def last_uses(graph, reads):
+    """step index -> values no later step (nor the program's outputs) needs; `reads` is the
+    list of each step's operands."""
+    last = {}
+    for i, rs in enumerate(reads):
+        for v in rs:
+            last[v] = i
+    outs = set(graph.outputs)
+    free = [[] for _ in reads]
+    for v, i in last.items():
+        if v not in outs:
+            free[i].append(v)
+    return free
+
+
+class Executable:
+    """Subclasses set `self.graph` and implement `run(env, comm)`, which must leave every
+    output of the program in `env`."""
+
+    planned = frozenset()         # values whose buffers the executable reuses between calls
+
+    def __call__(self, inputs, comm=None):
+        env = self.check_inputs(inputs)
+        self.run(env, comm)
+        return self.results(env)
+
+    def check_inputs(self, inputs) -> dict:
+        g = self.graph
+        if len(inputs) != len(g.inputs):
+            raise SpmdError(f"{g.name}: expected {len(g.inputs)} inputs, got {len(inputs)}")
+        env = {}
+        for i, (v, x) in enumerate(zip(g.inputs, inputs)):
+            x = np.asarray(x)
+            if x.shape != v.shape or x.dtype.name != v.dtype:
+                raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
+                                f"takes {v.dtype}{list(v.shape)}")
+            env[v] = x
+        return env
+
+    def results(self, env):
+        """Outputs are fresh, writeable arrays: never the caller's input, a constant the graph
+        keeps, a view (a broadcast is read-only), a reused buffer, or the same array twice."""
+        out, seen = [], set()
+        for v in self.graph.outputs:
+            x = env[v]
+            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
+                    or not x.flags.writeable or x.base is not None or v in self.planned):
+                x = x.copy()
+            seen.add(id(x))
+            out.append(x)
+        return out
+
+    def run_steps(self, steps, free_after, env, comm, run_step, label):
+        """Run `run_step(step, env, comm)` for each step in order, dropping values after
+        their last use; with SPMD_TRACE on, each step is a span (`label(step)` gives its
+        name, category and source location)."""
+        tracing = timeline.enabled()
+        rank = getattr(comm, "rank", 0)
+        started = {}                 # handle Value -> when its collective's start returned
+        for step, free in zip(steps, free_after):
+            t0 = timeline.now_us() if tracing else 0
+            run_step(step, env, comm)
+            if tracing:
+                name, cat, loc = label(step)
+                t1 = timeline.now_us()
+                timeline.add(name, cat, rank, t0, t1 - t0, {"loc": loc})
+                phase = getattr(getattr(step, "opdef", None), "phase", None)
+                if phase == "start":
+                    started[step.result] = t1
+                elif phase == "done" and step.operands[0] in started:
+                    x = step.operands[1]
+                    timeline.add_async(f"{step.opdef.async_of} in flight", "inflight", rank,
+                                       started.pop(step.operands[0]), t0,
+                                       {"loc": loc, "bytes": x.size * np.dtype(x.dtype).itemsize})
+            for v in free:
+                env.pop(v, None)
+
+
+def op_label(op):
+    return op.name, "collective" if op.opdef.needs_comm else "compute", op.loc
+
+
+def run_op(op, env, comm, run=None, out=None):
+    """One op through its numpy reference; its results go into env. `run(graph, inputs)`
+    runs a control-flow op's body with the backend's own executable of it (interpreted
+    with the numpy references when None). `out`: the array to write the result into, for
+    an OpDef that `takes_out`."""
+    opdef = op.opdef
+    args = [env[o] for o in op.operands]
+    kw = {} if out is None else {"out": out}
+    try:
+        if opdef.subgraphs:
+            out = opdef.ref(*args, comm=comm, run=run, **op.attrs)
+        elif opdef.needs_comm:
+            if comm is not None:                # the user line, for failure messages (collectives/base.py)
+                comm.loc = op.loc
+            out = opdef.ref(*args, comm=comm, **kw, **op.attrs)
+        else:
+            out = opdef.ref(*args, **kw, **op.attrs)
+    except SpmdError:
+        raise
+    except Exception as e:
+        raise SpmdError(f"{op.name} at {op.loc} failed at run time: {type(e).__name__}: {e}") from e
+    outs = [out] if len(op.results) == 1 else list(out)
+    for r, x in zip(op.results, outs):
+        env[r] = checked(op, r, x)
+
+
+def checked(op, v, x):
+    """The ref's result as an ndarray; it must be exactly the type the op inferred."""
+    x = np.asarray(x)
+    if x.shape != v.shape or x.dtype.name != v.dtype:
+        raise SpmdError(f"internal error: {op.name} at {op.loc} computed {x.dtype.name}{list(x.shape)} "
+                        f"but its shape rule says {v.dtype}{list(v.shape)}")
+    return x

@@ -1,0 +1,426 @@
+"""A fused Kernel -> one LLVM function, as IR text.
+
+The loop nest is built around the kernel's root value: one loop per dimension of the
+root (the outermost one runs over [start, end), so threads can split it), or a single
+flat loop when the kernel is purely elementwise on one shape. Every value inside is
+computed at an *index map*: an affine function from the open loop variables to the
+value's own index. Elementwise ops keep the map, broadcast/transpose/slice/reshape
+rewrite it, loads turn it into an address, and a reduction opens loops of its own over
+the reduced axes.
+
+Each value is placed in the innermost loop its map depends on, so a row's max or sum is
+computed once per row, before the loop that uses it (softmax and layernorm fuse into
+one kernel with passes over the row while it is in cache). Loop counters and
+accumulators live in allocas, which LLVM's SROA turns into SSA; the O3 pipeline then
+vectorises the innermost loops.
+
+The function signature is `void kN(ptr noalias %b0, ..., i64 %start, i64 %end, i64 %tid)`:
+one pointer per input/output buffer, the range of the split loop, and the thread's index
+(split reductions write partial results at tid).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import Value
+from .fuse import Kernel, splat
+from .scalar import HALFS, LL, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, is_float, literal
+
+BIG_WORK, BIG_LOOP = 1 << 14, 64
+# reduce kind -> (scalar builder method, identity)
+REDUCERS = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+
+
+class Split(Exception):
+    """The code generator wants `value` materialised by its own kernel (then re-plans)."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+class Scope:
+    """A loop (or the function body): a list of lines and nested loops. Code hoisted into
+    an outer scope is inserted at `cursor`, just before the loop that is open inside it."""
+
+    def __init__(self, parent=None, var=None, start="0", end="0", full=None):
+        self.parent, self.var, self.start, self.end = parent, var, start, end
+        self.full = full          # the extent, when all threads together run the whole range
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.items, self.cursor, self.closed = [], 0, False
+
+    def insert(self, item):
+        self.items.insert(self.cursor, item)
+        self.cursor += 1
+
+
+def contiguous_strides(shape):
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= d
+    return tuple(reversed(st))
+
+
+def _identity(vars_):
+    return tuple((((v, 1),), 0) for v in vars_)
+
+
+class KernelCodegen:
+    def __init__(self, kernel: Kernel, name: str, threads: int):
+        self.k, self.name = kernel, name
+        self.member = set(kernel.ops)
+        self.out_set = set(kernel.outputs)
+        self.params = {}                 # Value -> param name
+        for v in list(kernel.inputs) + list(kernel.outputs):
+            if v not in self.params:
+                self.params[v] = f"%b{len(self.params)}"
+        self.n = 0
+        self.allocas, self.decls = [], set()
+        self.memo = {}                   # (value, map) -> (SV, scope)
+        self.scopes = {}                 # loop var name -> Scope
+        self.stored = set()
+        self.body = Scope()
+        self.threads = threads
+        self.par = None                  # None | "rows" | "reduce"
+        self.extent = 0                  # total range of the split loop
+        self.split_next_reduce = False
+        self.flat = self._is_flat()
+        self.const_extents = []          # trip counts known at compile time
+
+    # -- plumbing ---------------------------------------------------------------------
+    def fresh(self):
+        self.n += 1
+        return f"%t{self.n}"
+
+    def declare(self, line):
+        self.decls.add(line)
+
+    def builder(self, scope):
+        return ScalarBuilder(scope.insert, self.fresh, self.declare)
+
+    def open_loop(self, parent, extent, start="0", end=None, full=True):
+        var = f"%i{self.n + 1}"
+        self.n += 1
+        s = Scope(parent, var, start, end if end is not None else str(extent), extent if full else None)
+        parent.items.insert(parent.cursor, s)          # hoisted code still goes before it
+        self.scopes[var] = s
+        self.allocas.append(f"  {var}.a = alloca i64")
+        if end is None:
+            self.const_extents.append(extent)
+        return s
+
+    def close_loop(self, s):
+        s.closed = True
+        s.parent.cursor = s.parent.items.index(s) + 1
+
+    def scope_of(self, amap):
+        best = self.body
+        for terms, _ in amap:
+            for var, _c in terms:
+                s = self.scopes[var]
+                if s.depth > best.depth:
+                    best = s
+        return best
+
+    def index_expr(self, scope, terms, const):
+        """An i64 SSA value (or literal) for const + sum(coef * var)."""
+        acc = None
+        for var, c in terms:
+            t = var
+            if c != 1:
+                t = self.fresh()
+                scope.insert(f"  {t} = mul i64 {var}, {c}")
+            if acc is None:
+                acc = t
+            else:
+                r = self.fresh()
+                scope.insert(f"  {r} = add i64 {acc}, {t}")
+                acc = r
+        if acc is None:
+            return str(const)
+        if const:
+            r = self.fresh()
+            scope.insert(f"  {r} = add i64 {acc}, {const}")
+            acc = r
+        return acc
+
+    def address(self, scope, v, amap, strides, base_offset=None):
+        coefs, const = {}, 0
+        for (terms, c), st in zip(amap, strides):
+            const += c * st
+            for var, k in terms:
+                coefs[var] = coefs.get(var, 0) + k * st
+        terms = tuple((var, k) for var, k in coefs.items() if k)
+        off = self.index_expr(scope, terms, const)
+        if base_offset is not None:
+            r = self.fresh()
+            scope.insert(f"  {r} = add i64 {off}, {base_offset}")
+            off = r
+        p = self.fresh()
+        scope.insert(f"  {p} = getelementptr inbounds {MEM[v.dtype]}, ptr {self.params[v]}, i64 {off}")
+        return p
+
+    def _strides(self, v, shape=None):
+        return (1,) if self.flat else contiguous_strides(shape if shape is not None else v.shape)
+
+    def load(self, v, amap, shape=None):
+        scope = self.scope_of(amap)
+        p = self.address(scope, v, amap, self._strides(v, shape))
+        r = self.fresh()
+        scope.insert(f"  {r} = load {MEM[v.dtype]}, ptr {p}, align {SIZE[v.dtype]}")
+        if v.dtype == "bool":
+            b = self.fresh()
+            scope.insert(f"  {b} = icmp ne i8 {r}, 0")
+            r = b
+        if v.dtype in HALFS:          # 2 bytes in memory, float32 in the kernel
+            return self.builder(scope).half_value(SV(r, "i16"), v.dtype), scope
+        return SV(r, v.dtype), scope
+
+    def store(self, scope, v, x: SV, amap, base_offset=None):
+        p = self.address(scope, v, amap, self._strides(v), base_offset)
+        val = x.name
+        if v.dtype == "bool":
+            val = self.fresh()
+            scope.insert(f"  {val} = zext i1 {x.name} to i8")
+        if v.dtype in HALFS:
+            val = self.builder(scope).half_bits(x, v.dtype).name
+        scope.insert(f"  store {MEM[v.dtype]} {val}, ptr {p}, align {SIZE[v.dtype]}")
+
+    # -- planning -----------------------------------------------------------------------
+    def _is_flat(self):
+        shape = self.k.root.shape
+        for op in self.k.ops:
+            if op.name in ("broadcast_in_dim", "constant") and splat(op.result) is not None:
+                continue
+            if op.opdef.family != "elementwise":
+                return False
+        return all(v.shape == shape for v in self.k.inputs if splat(v) is None) and \
+            all(v.shape == shape for v in self.k.outputs)
+
+    # -- emission -----------------------------------------------------------------------
+    def emit(self, v: Value, amap):
+        key = (v, amap)
+        hit = self.memo.get(key)
+        if hit is not None and not hit[1].closed:
+            return hit[0]
+        c = splat(v)
+        if c is not None:
+            return SV(literal(c, v.dtype), compute_dtype(v.dtype))
+        op = v.producer
+        if op is None or op not in self.member:
+            x, scope = self.load(v, amap)
+        else:
+            if op.opdef.family == "elementwise":
+                self._emit_operands_first(op, amap)
+            x, scope = self.emit_op(op, v, amap)
+        self.memo[key] = (x, scope)
+        if v in self.out_set and v not in self.stored and v is not self.k.root and self.storable(v, amap):
+            self.stored.add(v)
+            self.store(scope, v, x, amap)
+        return x
+
+    def _emit_operands_first(self, op, amap):
+        """Emit the chain of elementwise producers below op (same index map) bottom-up with
+        an explicit stack, in the order the recursion would, so that a chain of thousands
+        of ops never nests emit() more than a step deep."""
+        stack = [(o, False) for o in reversed(op.operands)]
+        while stack:
+            u, ready = stack.pop()
+            hit = self.memo.get((u, amap))
+            if (hit is not None and not hit[1].closed) or splat(u) is not None:
+                continue
+            p = u.producer
+            if p is None or p not in self.member or p.opdef.family != "elementwise":
+                continue                  # emitted when its user is (no deep chain there)
+            if ready:
+                self.emit(u, amap)
+            else:
+                stack.append((u, True))
+                stack.extend((o, False) for o in reversed(p.operands))
+
+    def storable(self, v, amap):
+        """Does this map visit each element of v exactly once (so v can be stored here)?"""
+        if self.flat:
+            return True
+        seen = set()
+        for (terms, c), n in zip(amap, v.shape):
+            if not terms:
+                if c != 0 or n != 1:
+                    return False
+                continue
+            if len(terms) != 1 or c != 0 or terms[0][1] != 1:
+                return False
+            var = terms[0][0]
+            s = self.scopes[var]
+            if var in seen or s.full != n:
+                return False
+            seen.add(var)
+        return True
+
+    def emit_op(self, op, v, amap):
+        name, attrs = op.name, op.attrs
+        if op.opdef.family == "elementwise":
+            args = [self.emit(o, amap) for o in op.operands]
+            scope = self.scope_of(amap)
+            # x / s stays a division even when s is hoisted out of the loop: x * (1 / s) is
+            # faster but not what numpy computes (1 ulp off, a silent difference)
+            x = op.opdef.scalar(self.builder(scope), *args, **attrs)
+            return self._round(scope, x, v), scope
+        if self.flat:
+            raise AssertionError(f"{name} in a flat kernel")
+        x = op.operands[0] if op.operands else None
+        if op.opdef.index_map is not None:          # broadcast_in_dim, transpose, slice
+            return self._pass(x, op.opdef.index_map(amap, x.shape, attrs))
+        if name == "reshape":
+            if x.producer is None or x.producer not in self.member or splat(x) is not None:
+                if splat(x) is not None:
+                    return SV(literal(splat(x), x.dtype), compute_dtype(x.dtype)), self.body
+                # a reshape of a contiguous buffer is the same memory read with other strides
+                return self.load(x, amap, shape=v.shape)
+            if x.ndim == 1 and v.ndim != 1:
+                # a flat value read as n-d: its index is the row-major offset, an affine map
+                coefs, const = {}, 0
+                for (terms, c), st in zip(amap, contiguous_strides(v.shape)):
+                    const += c * st
+                    for var, k in terms:
+                        coefs[var] = coefs.get(var, 0) + k * st
+                return self._pass(x, ((tuple((var, k) for var, k in coefs.items() if k), const),))
+            rows = [r for r, n in zip(amap, v.shape) if n != 1]
+            if [n for n in x.shape if n != 1] != [n for n in v.shape if n != 1]:
+                raise Split(x)
+            it = iter(rows)
+            return self._pass(x, tuple(next(it) if n != 1 else ((), 0) for n in x.shape))
+        if name == "iota":
+            scope = self.scope_of(amap)
+            terms, c = amap[attrs["dimension"]]
+            idx = self.index_expr(scope, terms, c)
+            b = self.builder(scope)
+            return b.convert(SV(idx, "int64"), v.dtype), scope
+        if op.opdef.fusion == "reduce":
+            return self.emit_reduce(op, v, amap)
+        raise Unsupported(name)
+
+    def _round(self, scope, x, v):
+        """A 2-byte float result, computed in float32, rounded to its dtype per op."""
+        if v.dtype in HALFS and x.dtype != "bool":
+            return self.builder(scope).round_to(x, v.dtype)
+        return x
+
+    def _pass(self, x, sub):
+        r = self.emit(x, sub)
+        return r, self.memo[(x, sub)][1] if (x, sub) in self.memo else self.body
+
+    def emit_reduce(self, op, v, amap):
+        x = op.operands[0]
+        kind, axes = op.attrs["kind"], op.attrs["axes"]
+        scope = self.scope_of(amap)
+        from ...ir.ops.reduce import identity
+        cd = compute_dtype(v.dtype)       # 2-byte floats accumulate in float32
+        t = LL[cd]
+        acc = f"%acc{self.n + 1}"
+        self.n += 1
+        self.allocas.append(f"  {acc} = alloca {t}")
+        scope.insert(f"  store {t} {literal(identity(kind, v.dtype), v.dtype)}, ptr {acc}")
+        loops, parent = {}, scope
+        for j, a in enumerate(axes):
+            if j == 0 and self.split_next_reduce:
+                self.split_next_reduce = False
+                parent = self.open_loop(parent, x.shape[a], "%start", "%end", full=False)
+            else:
+                parent = self.open_loop(parent, x.shape[a])
+            loops[a] = parent
+        rest = iter(amap)
+        sub = tuple((((loops[d].var, 1),), 0) if d in loops else next(rest) for d in range(x.ndim))
+        val = self.emit(x, sub)
+        inner = parent
+        b = self.builder(inner)
+        cur = self.fresh()
+        inner.insert(f"  {cur} = load {t}, ptr {acc}")
+        meth = getattr(b, REDUCERS[kind])
+        if is_float(cd) and kind in ("sum", "prod"):
+            # reassociation lets the vectoriser keep several partial sums
+            nxt = self.fresh()
+            inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
+            nxt = SV(nxt, cd)
+        else:
+            nxt = meth(SV(cur, cd), val)
+        inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
+        for a in reversed(axes):
+            self.close_loop(loops[a])
+        r = self.fresh()
+        scope.insert(f"  {r} = load {t}, ptr {acc}")
+        return self._round(scope, SV(r, cd), v), scope
+
+    # -- the kernel -----------------------------------------------------------------------
+    def generate(self) -> str:
+        root = self.k.root
+        shape = (root.size,) if self.flat else root.shape
+        self.work = work = max([v.size for op in self.k.ops for v in (*op.operands, *op.results)] + [root.size])
+        can_split_reduce = (root.producer.name == "reduce" and len(self.k.outputs) == 1 and not self.flat
+                            and root.producer.attrs["axes"])
+        if self.threads > 1 and work >= 1 << 16 and shape and shape[0] >= 2 * self.threads:
+            self.par, self.extent = "rows", shape[0]
+        elif self.threads > 1 and work >= 1 << 16 and can_split_reduce and root.size <= 64:
+            first = root.producer.operands[0].shape[root.producer.attrs["axes"][0]]
+            if first >= 2 * self.threads:
+                self.par, self.extent = "reduce", first
+                self.split_next_reduce = True
+        scope, vars_ = self.body, []
+        for d, n in enumerate(shape):
+            if d == 0 and self.par == "rows":
+                scope = self.open_loop(scope, n, "%start", "%end")
+            else:
+                scope = self.open_loop(scope, n)
+            vars_.append(scope.var)
+        amap = _identity(vars_)
+        x = self.emit(root, amap)
+        if self.par == "reduce":
+            off = self.fresh()
+            self.body.insert(f"  {off} = mul i64 %tid, {max(root.size, 1)}")
+            self.store(self.scope_of(amap), root, x, amap, base_offset=off)
+        else:
+            self.store(self.scope_of(amap), root, x, amap)
+        # worth the full O3 (unrolling): large, and no short constant loop for LLVM to unroll
+        # completely (nested short loops blow code size and compile time up)
+        self.big = self.work >= BIG_WORK and min(self.const_extents, default=BIG_LOOP) >= BIG_LOOP
+        missing = [v for v in self.k.outputs if v is not root and v not in self.stored]
+        if missing:
+            raise Split(missing[0])
+        return self.render()
+
+    def render(self, in_place=None) -> str:
+        """The function text. `in_place` {output: input}: outputs the memory plan writes into
+        an input's buffer. The signature stays (both pointers are passed, and are equal), but
+        the body reads and writes such a buffer through the input's pointer only, so LLVM
+        sees one buffer (noalias holds) and the same-index dependence in it."""
+        params = [f"ptr noalias {p}" for p in self.params.values()]
+        lines = [f"define void @{self.name}({', '.join(params + ['i64 %start', 'i64 %end', 'i64 %tid'])}) #0 {{",
+                 "entry:"]
+        lines += self.allocas
+        self._render_scope(self.body, lines)
+        lines += ["  ret void", "}"]
+        text = "\n".join(lines)
+        for r, x in (in_place or {}).items():
+            text = text.replace(f"ptr {self.params[r]}, i64", f"ptr {self.params[x]}, i64")
+        return text
+
+    def _render_scope(self, scope, out):
+        for item in scope.items:
+            if isinstance(item, str):
+                out.append(item)
+                continue
+            v, lbl = item.var, item.var[1:]
+            out += [f"  store i64 {item.start}, ptr {v}.a", f"  br label %{lbl}.h", f"{lbl}.h:",
+                    f"  {v} = load i64, ptr {v}.a", f"  {v}.c = icmp slt i64 {v}, {item.end}",
+                    f"  br i1 {v}.c, label %{lbl}.b, label %{lbl}.x", f"{lbl}.b:"]
+            self._render_scope(item, out)
+            out += [f"  {v}.n = add i64 {v}, 1", f"  store i64 {v}.n, ptr {v}.a", f"  br label %{lbl}.h",
+                    f"{lbl}.x:"]
+
+
+def kernel_ir(kernel: Kernel, name: str, threads: int):
+    """(function IR text, declarations, codegen) for one kernel; raises Split or Unsupported."""
+    cg = KernelCodegen(kernel, name, threads)
+    text = cg.generate()
+    return text, cg.decls, cg

@@ -1,0 +1,264 @@
+"""Tracing: run the user's numpy function on Tracers and record a Graph.
+
+A Tracer stands for an IR Value while the function runs. numpy calls reach spmd through
+`__array_ufunc__` / `__array_function__`, ndarray methods and Python operators; all of
+them are rows of numpy_api.py's table (API), which also installs the methods and
+operators here. Every op records the user's file:line.
+"""
+from __future__ import annotations
+
+import threading
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import TraceError, user_loc  # noqa: F401  (user_loc: the tracing modules name it from here)
+from ..ir import Graph, Value
+from ..ir import dtypes
+
+_state = threading.local()
+
+
+class Trace:
+    """One tracing session: the graph being recorded and the mesh in scope."""
+
+    def __init__(self, graph: Graph, mesh=None):
+        self.graph = graph
+        self.mesh = mesh
+        self.fixed_loc = None      # autodiff pins the location of the ops it emits
+
+    parent = None                  # the enclosing trace of a control-flow body (frontend/control.py)
+
+    def emit(self, name, *operands, **attrs):
+        cur = current_trace()
+        if cur is not self and cur is not None and cur.inside(self):
+            # a Tracer of an enclosing program used inside a loop body or branch: the op
+            # belongs to the body being traced, which captures the outer operands
+            return cur.emit(name, *operands, **attrs)
+        loc = self.fixed_loc or user_loc()
+        return self.graph.emit(name, *operands, loc=loc, **attrs)
+
+    def inside(self, other) -> bool:
+        t = self.parent
+        while t is not None:
+            if t is other:
+                return True
+            t = t.parent
+        return False
+
+    def const(self, x) -> "Tracer":
+        arr = np.asarray(x)
+        dt = dtypes.canon(arr.dtype)
+        if arr.dtype != dt:
+            arr = arr.astype(dt)
+        return Tracer(self.emit("constant", value=np.array(arr, copy=True)), self)
+
+
+class ShapeDtype(NamedTuple):
+    """A placeholder argument for `lower`: a shape and dtype, nothing allocated."""
+    shape: tuple
+    dtype: object = "float32"
+
+
+def leaf_aval(x):
+    """(shape, dtype, weak) of an argument leaf."""
+    if isinstance(x, ShapeDtype):
+        return tuple(x.shape), dtypes.canon(x.dtype), False
+    if isinstance(x, np.generic):       # np.float64 is a float subclass, but not weak (NEP 50)
+        return (), dtypes.canon(x.dtype), False
+    if isinstance(x, bool):
+        return (), "bool", True
+    if isinstance(x, int):
+        return (), "int64", True
+    if isinstance(x, float):
+        return (), "float64", True
+    if isinstance(x, complex):
+        return (), "complex128", True
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return tuple(x.shape), dtypes.canon(x.dtype), False
+    raise TypeError(f"spmd.jit: argument leaf {x!r} of type {type(x).__name__} is not an array; "
+                    f"pass it through static_argnums if it is configuration")
+
+
+def current_trace() -> Trace | None:
+    stack = getattr(_state, "stack", None)
+    return stack[-1] if stack else None
+
+
+class tracing:
+    """Context manager: make `trace` the current one."""
+
+    def __init__(self, trace):
+        self.trace = trace
+
+    def __enter__(self):
+        if not hasattr(_state, "stack"):
+            _state.stack = []
+        _state.stack.append(self.trace)
+        return self.trace
+
+    def __exit__(self, *exc):
+        _state.stack.pop()
+
+
+class Tracer:
+    """A traced array. Behaves like an ndarray of its shape and dtype under numpy,
+    including writes: see functionalize.py (a written array, and every view of it, refers
+    to a Buffer holding its base's current value)."""
+
+    __array_priority__ = 1000
+    __slots__ = ("_val", "_tr", "weak", "_buf", "_view", "_ver")
+
+    def __init__(self, value: Value, trace: Trace, weak=False):
+        self._val = value
+        self._tr = trace           # the Trace recording it (not `trace`: that is ndarray.trace)
+        self.weak = weak           # a Python scalar argument: promotes like one (NEP 50)
+        self._buf = None           # the base's Buffer, once written or viewed
+        self._view = ()            # the view chain from the base
+        self._ver = 0              # the Buffer version _val was derived at
+
+    @property
+    def value(self) -> Value:
+        """The current IR Value (re-derived from the base after a write through any view)."""
+        b = self._buf
+        if b is not None and self._ver != b.version:
+            from .functionalize import derive
+            self._val = derive(self._tr, b.value, self._view)
+            self._ver = b.version
+        return self._val
+
+    def _ensure_buffer(self):
+        if self._buf is None:
+            from .functionalize import Buffer
+            self._buf = Buffer(self._val)
+            self._view, self._ver = (), 0
+        return self._buf
+
+    # -- array attributes ------------------------------------------------------------------
+    shape = property(lambda self: self.value.shape)
+    ndim = property(lambda self: len(self.value.shape))
+    size = property(lambda self: self.value.size)
+    dtype = property(lambda self: np.dtype(self.value.dtype))
+    itemsize = property(lambda self: self.dtype.itemsize)
+    nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
+    T = property(lambda self: _api()._view_transpose(self))         # views, as numpy's
+    mT = property(lambda self: _api()._view_swapaxes(self, -1, -2))
+    real = property(lambda self: _api().real(self))
+    imag = property(lambda self: _api().imag(self))
+
+    def __repr__(self):
+        return f"Tracer({dtypes.SHORT[self.value.dtype]}{list(self.shape)})"
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced array")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- things tracing cannot follow ------------------------------------------------------
+    def _concrete(self, what):
+        raise TraceError(
+            f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
+            f"{self!r} is not known until the program runs. Use np.where for data-dependent "
+            f"choices, or pass the value as a static argument. (Writing it into a plain numpy "
+            f"array made inside the function, buf[i] = value? Make the buffer traced: "
+            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
+
+    def __bool__(self):
+        raise TraceError(
+            f"Python control flow on a traced value at {user_loc()} (bool() of {self!r}): inside "
+            f"spmd.jit the value is not known until the program runs. Use spmd.while_loop / "
+            f"spmd.fori_loop / spmd.cond / spmd.scan for loops and branches, np.where for "
+            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __index__(self):
+        self._concrete("use as an index")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TraceError(
+            f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
+            f"spmd.jit its value is not known until the program runs. If this is a write into a "
+            f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
+            f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
+            f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
+            f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
+            f"them, or spmd.numpy.asarray / spmd.numpy.array.")
+
+    def tolist(self):
+        self._concrete("tolist()")
+
+    def item(self, *args):
+        self._concrete("item()" if not args else f"item{args}")
+
+    def __setitem__(self, key, value):
+        _api().setitem(self, key, value)
+
+    def __hash__(self):
+        return id(self)
+
+    # -- numpy protocols -------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _api().dispatch_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _api().dispatch_function(func, args, kwargs)
+
+    # a copy is a fresh base holding the same (immutable SSA) Value
+    def __copy__(self): return Tracer(self.value, self._tr, self.weak)
+    def __deepcopy__(self, memo): return Tracer(self.value, self._tr, self.weak)
+
+    def __getattr__(self, name):
+        # only reached for names the class lacks: an ndarray method spmd does not trace
+        if hasattr(np.ndarray, name) and not name.startswith("__"):
+            raise NotImplementedError(f"ndarray.{name} is not supported on traced arrays in spmd "
+                                      f"(at {user_loc()})")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _api():
+    from . import numpy_api
+    return numpy_api
+
+
+def _install(cls, methods, operators, inplace):
+    """Give the Tracer numpy's methods and Python's operators, from numpy_api's table.
+    A method's result is a new array (or a view) as in numpy, never `self`; out= stores
+    into the array given. In-place operators (x += y) return the array they wrote."""
+    api = _api()
+
+    def method(name, f):
+        def m(self, *args, **kwargs):
+            out = kwargs.pop("out", None) if name not in ("__getitem__",) else None
+            r = f(self, *args, **kwargs)
+            if out is not None:
+                return api.fz.store_out(out, r, f"ndarray.{name}")
+            return api.fresh_result(r, (self,) + args)
+        m.__name__ = m.__qualname__ = name
+        return m
+    for name, f in {**methods, **operators}.items():
+        setattr(cls, name, method(name, f))
+    for name, f in inplace.items():
+        setattr(cls, name, f)
+
+
+from . import random_guard as _random_guard  # noqa: E402
+
+_random_guard.install(current_trace, user_loc)
+
+from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
+
+_install(Tracer, _numpy_api.METHODS, _numpy_api.operators(), _numpy_api.inplace_operators())
+
+from .indexing import _install_masked  # noqa: E402
+
+_install_masked()
