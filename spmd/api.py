@@ -13,12 +13,11 @@ import functools
 import os
 import numpy as np
 
-from .compiler.passes import dce
 from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
 from .frontend import numpy_api as npx
 from .frontend import autodiff
 from .errors import ShardingError, SpmdError, TraceError
-from .ir.spec import Sharding
+from .ir.mesh import Sharding
 from .ir import Graph, dtypes
 from .tree import tree_flatten, tree_unflatten
 
@@ -187,23 +186,6 @@ class _FakeComm:
         self.size = 1 if mesh is None else mesh.size
 
 
-def lower_graph(graph, mesh, in_shardings, out_shardings):
-    """The stages after tracing, as one pipeline: drop dead code, propagate and partition
-    (with a mesh), then optimise; or all of them from the disk cache, when another process
-    lowered the same program. Returns (stages by name, seconds per stage)."""
-    from .compiler import pipeline
-    from .compiler.passes import dce
-    stages = [("dce", dce)]
-    if mesh is not None:
-        from .sharding.partition import partition
-        from .sharding.propagate import propagate
-        stages += [("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings)),
-                   ("partitioned", partition)]
-    from .compiler import program_cache
-    return program_cache.lower(lambda: pipeline.run(stages + list(pipeline.OPTIMIZE), graph),
-                               graph, mesh, in_shardings, out_shardings)
-
-
 class Jitted:
     def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
                  static_argnums=(), donate_argnums=()):
@@ -241,7 +223,8 @@ class Jitted:
                 graph.outputs.append(v)
                 out_sh.append(in_sh[k])
                 out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
-            stages, timings = lower_graph(graph, mesh, in_sh, out_sh)
+            from .compiler import pipeline
+            stages, timings = pipeline.lower(graph, mesh, in_sh, out_sh)
             low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
             low.timings = timings
             low.updates = [k for k, _ in updates]

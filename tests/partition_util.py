@@ -265,7 +265,8 @@ def check_random_jit_program(seed, mesh, even, backend="numpy"):
     optimise) on `mesh`, compared with single-device numpy: exactly for int64, to 1e-9
     for float64. Shapes divide the mesh evenly when `even`, else they do not."""
     import warnings
-    from spmd.api import Lowered, lower_graph
+    from spmd.api import Lowered
+    from spmd.compiler.pipeline import lower
     rng = np.random.default_rng(seed)
     dims = (4, 8, 16) if even else (3, 5, 7, 9)
     dtype = "int64" if seed % 3 == 0 else "float64"
@@ -279,7 +280,7 @@ def check_random_jit_program(seed, mesh, even, backend="numpy"):
     want = reference(g, args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        low = Lowered(lower_graph(g, mesh, in_sh, [None] * len(g.outputs))[0], None, None, backend, mesh)
+        low = Lowered(lower(g, mesh, in_sh, [None] * len(g.outputs))[0], None, None, backend, mesh)
         got = low(*args)
     for k, (w, r) in enumerate(zip(want, got)):
         msg = f"output {k} of seed {seed} on {mesh.text()}:\n{low.as_text('propagated')}"

@@ -1,6 +1,8 @@
 """Imports point one way, down the path of a program (docs/design.md, Layers): a module may
-import its own layer and the layers below it, never one above. Every import counts,
-including the ones inside functions (a lazy import is still a dependency)."""
+import its own layer and the layers below it, never one above; no two modules import each
+other, however indirectly; and no module reaches for another module's private (`_name`)
+helpers. Every import counts, including the ones inside functions (a lazy import is still
+a dependency)."""
 import ast
 import pathlib
 
@@ -19,11 +21,16 @@ LAYERS = (
     ("backends", ("spmd.backends",)),          # executor, numpy, llvm
     ("runtime", ("spmd.runtime", "spmd.collectives", "spmd.tools")),
     ("launcher", ("spmd.launcher",)),
-    ("api", ("spmd.api", "spmd.eager", "spmd")),   # the user API and eager mode, above them all
+    # the user API and eager mode, above them all; spmd.random and spmd.numpy re-export
+    # the front-end's public functions under their public names
+    ("api", ("spmd.api", "spmd.eager", "spmd.random", "spmd.numpy")),
 )
+TOP = "spmd"            # the package itself (spmd/__init__.py): the public API, re-exported
 
 
 def layer_of(module):
+    if module == TOP:
+        return len(LAYERS) - 1
     best, best_len = None, -1
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
@@ -102,3 +109,126 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "ROOT", fake)
     bad = upward_imports()
     assert bad == ["spmd.ir.bad (ir) imports spmd.runtime (runtime) at spmd/ir/bad.py:2"], bad
+
+
+def test_every_module_has_a_layer():
+    """A module no layer names (a new top-level file) would escape the checks above."""
+    missing = [module_name(p) for p in sorted(ROOT.rglob("*.py")) if layer_of(module_name(p)) is None]
+    assert not missing, f"modules in no layer (add them to LAYERS): {missing}"
+
+
+def import_graph(root=None):
+    """module -> the set of spmd modules it imports (itself excluded)."""
+    root = root or ROOT
+    graph = {}
+    for path in sorted(root.rglob("*.py")):
+        mod = module_name(path)
+        graph[mod] = {t for _, t in imports(path) if t.startswith("spmd") and t != mod and _is_module(t)}
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circles():
+    found = cycles(import_graph())
+    assert not found, "modules that import each other (directly or around a circle):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_check_sees_an_import_circle(tmp_path, monkeypatch):
+    fake = tmp_path / "spmd"
+    (fake / "ir").mkdir(parents=True)
+    for f in ("__init__.py", "ir/__init__.py"):
+        (fake / f).write_text("")
+    (fake / "ir" / "a.py").write_text("from . import b\n")
+    (fake / "ir" / "b.py").write_text("def f():\n    from .c import g\n")
+    (fake / "ir" / "c.py").write_text("from .a import x\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", fake)
+    assert cycles(import_graph(fake)) == [["spmd.ir.a", "spmd.ir.b", "spmd.ir.c"]]
+
+
+def private_imports(root=None):
+    """`from spmd.x import _helper` and `module._helper` across spmd modules."""
+    root = root or ROOT
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        mod = module_name(path)
+        tree = ast.parse(path.read_text())
+        aliases = {}                      # local name -> the spmd module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                targets = dict(imports_of(path, node))
+                for alias in node.names:
+                    target = targets[alias.name]
+                    if target == mod or not target.startswith("spmd"):
+                        continue
+                    if target.endswith("." + alias.name):
+                        aliases[alias.asname or alias.name] = target
+                    elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{mod}:{node.lineno} imports {alias.name} from {target}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases and node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.append(f"{mod}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def imports_of(path, node):
+    """(imported name, the module it comes from or is) for one `from ... import` node."""
+    mod = module_name(path)
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    if node.level:
+        base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    for alias in node.names:
+        sub = f"{target}.{alias.name}"
+        yield alias.name, sub if _is_module(sub) else target
+
+
+def test_no_module_uses_another_modules_private_helpers():
+    found = private_imports()
+    assert not found, "private helpers used across modules (make them public where they are shared):\n" + \
+        "\n".join(found)
+
+
+def test_the_check_sees_private_helpers(tmp_path, monkeypatch):
+    fake = tmp_path / "spmd"
+    (fake / "ir").mkdir(parents=True)
+    for f in ("__init__.py", "ir/__init__.py"):
+        (fake / f).write_text("")
+    (fake / "ir" / "a.py").write_text("def _h():\n    pass\n")
+    (fake / "ir" / "b.py").write_text("from .a import _h\nfrom . import a as A\nA._h()\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", fake)
+    assert private_imports(fake) == ["spmd.ir.b:1 imports _h from spmd.ir.a", "spmd.ir.b:3 uses spmd.ir.a._h"]

@@ -126,7 +126,7 @@ def contiguous(x):
     return x if x.flags.c_contiguous else x.copy(order="C")
 
 
-def _buf(a):
+def mpi_buffer(a):
     """A message for mpi4py: bools travel as C_BOOL."""
     MPI = _mpi()
     if a.dtype == np.bool_:
@@ -542,8 +542,8 @@ class MPICommunicator(Communicator):
             fx, fo = x.reshape(-1), out.reshape(-1)
             inplace = np.shares_memory(fx, fo)       # out is x: MPI_IN_PLACE
             for lo, hi in _chunks(fx.size):
-                send = _mpi().IN_PLACE if inplace else _buf(fx[lo:hi])
-                self._guard(lambda: c.Allreduce(send, _buf(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
+                send = _mpi().IN_PLACE if inplace else mpi_buffer(fx[lo:hi])
+                self._guard(lambda: c.Allreduce(send, mpi_buffer(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
             r = out
         if given is not None and r is not given:
             np.copyto(given, r)
@@ -559,7 +559,7 @@ class MPICommunicator(Communicator):
         out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
         fx, fo = x.reshape(-1), out.reshape(-1)
-        reqs = [c.Iallreduce(_buf(fx[lo:hi]), _buf(fo[lo:hi]), op=mop) for lo, hi in _chunks(fx.size)]
+        reqs = [c.Iallreduce(mpi_buffer(fx[lo:hi]), mpi_buffer(fo[lo:hi]), op=mop) for lo, hi in _chunks(fx.size)]
         # the handle keeps x (the send buffer) and out referenced while the call is in flight
         return self.put_handle((reqs, out, what, group, (x, self.loc)))
 
@@ -584,12 +584,12 @@ class MPICommunicator(Communicator):
         G = len(group)
         out = POOL.empty((G,) + x.shape, x.dtype)
         if x.size <= MAX_COUNT:
-            self._guard(lambda: c.Allgather(_buf(x), _buf(out)), "all_gather", group)
+            self._guard(lambda: c.Allgather(mpi_buffer(x), mpi_buffer(out)), "all_gather", group)
         else:                      # each member's x in chunks, gathered into its row
             fx, fo = x.reshape(-1), out.reshape(G, -1)
             for lo, hi in _chunks(fx.size):
                 part = np.empty((G, hi - lo), x.dtype)
-                self._guard(lambda: c.Allgather(_buf(fx[lo:hi]), _buf(part)), "all_gather", group)
+                self._guard(lambda: c.Allgather(mpi_buffer(fx[lo:hi]), mpi_buffer(part)), "all_gather", group)
                 fo[:, lo:hi] = part
         if dim == 0:               # (G, n, ...) is already the concatenation along dim 0
             return out.reshape((G * x.shape[0],) + x.shape[1:])
@@ -605,13 +605,13 @@ class MPICommunicator(Communicator):
         out = POOL.empty(blocks.shape[1:], blocks.dtype)
         mop = _op(op, blocks.dtype)
         if out.size <= MAX_COUNT:
-            self._guard(lambda: c.Reduce_scatter_block(_buf(blocks), _buf(out), op=mop),
+            self._guard(lambda: c.Reduce_scatter_block(mpi_buffer(blocks), mpi_buffer(out), op=mop),
                         f"reduce_scatter({op})", group)
             return out
         fb, fo = blocks.reshape(G, -1), out.reshape(-1)
         for lo, hi in _chunks(fo.size):    # the same element range of every block
             part = np.ascontiguousarray(fb[:, lo:hi])
-            self._guard(lambda: c.Reduce_scatter_block(_buf(part), _buf(fo[lo:hi]), op=mop),
+            self._guard(lambda: c.Reduce_scatter_block(mpi_buffer(part), mpi_buffer(fo[lo:hi]), op=mop),
                         f"reduce_scatter({op})", group)
         return out
 
@@ -621,12 +621,12 @@ class MPICommunicator(Communicator):
         send = _blocks("all_to_all", x, G, split_dim)
         recv = POOL.empty(send.shape, send.dtype)
         if send[0].size <= MAX_COUNT:
-            self._guard(lambda: c.Alltoall(_buf(send), _buf(recv)), "all_to_all", group)
+            self._guard(lambda: c.Alltoall(mpi_buffer(send), mpi_buffer(recv)), "all_to_all", group)
         else:
             fs, fr = send.reshape(G, -1), recv.reshape(G, -1)
             for lo, hi in _chunks(fs.shape[1]):
                 part, got = np.ascontiguousarray(fs[:, lo:hi]), np.empty((G, hi - lo), send.dtype)
-                self._guard(lambda: c.Alltoall(_buf(part), _buf(got)), "all_to_all", group)
+                self._guard(lambda: c.Alltoall(mpi_buffer(part), mpi_buffer(got)), "all_to_all", group)
                 fr[:, lo:hi] = got
         if concat_dim == 0:
             return recv.reshape((G * recv.shape[1],) + recv.shape[2:])
@@ -643,9 +643,9 @@ class MPICommunicator(Communicator):
             if s == me and d == me:
                 out[...] = x
             elif s == me:
-                reqs += [c.Isend(_buf(fx[lo:hi]), dest=d, tag=17) for lo, hi in _chunks(fx.size)]
+                reqs += [c.Isend(mpi_buffer(fx[lo:hi]), dest=d, tag=17) for lo, hi in _chunks(fx.size)]
             elif d == me:
-                reqs += [c.Irecv(_buf(fo[lo:hi]), source=s, tag=17) for lo, hi in _chunks(fo.size)]
+                reqs += [c.Irecv(mpi_buffer(fo[lo:hi]), source=s, tag=17) for lo, hi in _chunks(fo.size)]
         if reqs:
             MPI = _mpi()
             self._guard(lambda: MPI.Request.Waitall(reqs), "collective_permute", group)
@@ -659,7 +659,7 @@ class MPICommunicator(Communicator):
         c, group = self.comm(axes)
         flat = x.reshape(-1)
         for lo, hi in _chunks(flat.size):
-            self._guard(lambda: c.Bcast(_buf(flat[lo:hi]), root=root), "broadcast", group)
+            self._guard(lambda: c.Bcast(mpi_buffer(flat[lo:hi]), root=root), "broadcast", group)
         return x
 
     def barrier(self, axes=None):

@@ -1,22 +1,42 @@
-"""One pass pipeline: a list of named stages, each a plain Graph -> Graph function, run
-in order by one runner. The runner is the one place that
+"""The stages of a program after tracing, built and run here, in order:
+
+    traced -> dce -> propagated -> partitioned -> simplify -> cse -> dce -> combine -> schedule
+
+(propagated and partitioned only with a mesh; the last stage's graph is "optimized").
+Each stage is a plain Graph -> Graph function. `lower` is what jit calls; the runner is
+the one place that
 
 - writes every stage's program as text under SPMD_DUMP=dir (`<fn>.<i>.<stage>.txt`);
 - records each stage's time (SPMD_TIMINGS=1 prints them to stderr; `Lowered.timings`);
 - checks the graph after every stage with ir.verify when SPMD_VERIFY=1 (the tests set it),
-  so a pass that breaks an invariant is named at once.
+  with what that stage promises: a global program has no per-device ops before
+  partitioning, every value has a sharding after propagation. A pass that breaks an
+  invariant is named at once.
 
-Which stages run is the caller's list (api.py builds it: propagate and partition only
-with a mesh); the optimisation passes are `OPTIMIZE` below.
+Code generation is the backends' (spmd/backends): they take the "optimized" graph.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from typing import Callable, NamedTuple
 
 from ..ir.verify import verify
+from ..sharding.partition import partition
+from ..sharding.propagate import propagate
+from . import program_cache
 from .passes import combine_collectives, cse, dce, schedule_async, simplify
+
+
+class Stage(NamedTuple):
+    name: str
+    run: Callable
+    # what the program is after this stage: "global" (one program over global shapes),
+    # "sharded" (global, every value carrying its sharding), "per_device" (partitioned),
+    # or None (as it was before the stage)
+    makes: str | None = None
+
 
 # the passes run on the per-device program, in order; the last one's result is "optimized"
 # (combine: gradient all-reduces in buckets; schedule: each started early, finished late)
@@ -24,35 +44,72 @@ OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("combine", comb
             ("schedule", schedule_async))
 
 
+def stages(mesh, in_shardings, out_shardings) -> list:
+    """Every stage after tracing, for a program on `mesh` (None: one device, nothing to
+    propagate or partition)."""
+    out = [Stage("dce", dce, "global")]
+    if mesh is not None:
+        out += [Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),
+                Stage("partitioned", partition, "per_device")]
+    return out + [Stage(name, fn) for name, fn in OPTIMIZE]
+
+
+def lower(graph, mesh, in_shardings, out_shardings):
+    """The traced `graph` through every stage, or every stage loaded from the disk cache
+    when another process lowered the same program. Returns (stages' graphs by name, in
+    order, "optimized" naming the last; seconds per stage)."""
+    plan = stages(mesh, in_shardings, out_shardings)
+    out, timings = program_cache.lower(lambda: run(plan, graph), graph, mesh, in_shardings, out_shardings)
+    if "cache" in timings and verifying():
+        kinds = _kinds(plan)
+        for name, g in out.items():
+            verify(g, name, kinds.get(name))
+    return out, timings
+
+
 def verifying() -> bool:
     return os.environ.get("SPMD_VERIFY", "") not in ("", "0")
 
 
-def run(stages, graph, name=None):
-    """Run `stages` [(stage name, Graph -> Graph)] from `graph` (the "traced" stage).
-    Returns (every stage's graph by name, in order, with "optimized" naming the last;
-    seconds per stage)."""
+def run(plan, graph, name=None):
+    """Run the stages of `plan` (Stages, or (name, fn) pairs that keep the program's
+    kind) from `graph` (the "traced" stage). Returns (every stage's graph by name, in
+    order, with "optimized" naming the last; seconds per stage)."""
     name = name or graph.name
     dump = os.environ.get("SPMD_DUMP")
     check = verifying()
     out, timings = {"traced": graph}, {}
+    kind = "global"
     if check:
-        verify(graph, "traced")
+        verify(graph, "traced", kind)
     _dump(dump, name, 0, "traced", graph)
-    for i, (stage, fn) in enumerate(stages, 1):
+    for i, stage in enumerate(plan, 1):
+        stage = Stage(*stage)
         t0 = time.perf_counter()
-        graph = fn(graph)
-        timings[stage] = time.perf_counter() - t0
+        graph = stage.run(graph)
+        timings[stage.name] = time.perf_counter() - t0
+        kind = stage.makes or kind
         if check:
-            verify(graph, stage)
-        out[stage] = graph
-        _dump(dump, name, i, stage, graph)
+            verify(graph, stage.name, kind)
+        out[stage.name] = graph
+        _dump(dump, name, i, stage.name, graph)
     out["optimized"] = graph
     if os.environ.get("SPMD_TIMINGS", "") not in ("", "0"):
         total = sum(timings.values())
         rows = ", ".join(f"{s} {t * 1e3:.1f}" for s, t in timings.items())
         print(f"spmd: {name}: stages (ms) {rows}; total {total * 1e3:.1f}", file=sys.stderr)
     return out, timings
+
+
+def _kinds(plan) -> dict:
+    """Stage name -> the kind of program it leaves (for graphs loaded from the cache)."""
+    kinds, kind = {"traced": "global"}, "global"
+    for stage in plan:
+        stage = Stage(*stage)
+        kind = stage.makes or kind
+        kinds[stage.name] = kind
+    kinds["optimized"] = kind
+    return kinds
 
 
 def _dump(d, name, i, stage, graph):

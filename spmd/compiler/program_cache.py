@@ -81,11 +81,6 @@ def lower(run, graph, mesh, in_shardings, out_shardings):
         except Exception:
             stages = None
         if stages is not None:
-            from .pipeline import verifying
-            if verifying():
-                from ..ir.verify import verify
-                for name, g in stages.items():
-                    verify(g, name)
             took = time.perf_counter() - t0
             if os.environ.get("SPMD_TIMINGS", "") not in ("", "0"):
                 print(f"spmd: {graph.name}: stages loaded from the program cache in {took * 1e3:.1f} ms",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 from ..runtime.array import Array
 
 

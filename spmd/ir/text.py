@@ -113,9 +113,3 @@ def print_graph(graph) -> str:
     lines.append("  return " + ", ".join(names[v] for v in graph.outputs))
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def parse_graph(text):
-    """Text -> Graph (the inverse of print_graph); see text_parse.py."""
-    from .text_parse import parse_graph as parse
-    return parse(text)

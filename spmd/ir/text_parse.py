@@ -308,7 +308,7 @@ def _sharding(c, g, ndim):
                 c.expect(",", "',' or ')' in partial(...)")
     if g is None or g.mesh is None:
         c.error("a sharding annotation needs a mesh<...> in the function header", start)
-    from .spec import Sharding
+    from .mesh import Sharding
     try:
         return Sharding.from_text(c.s[start:c.i], g.mesh).for_rank(ndim)
     except SpmdError as e:

@@ -9,6 +9,14 @@ stage that broke it, not three stages later as a wrong number.
 - Sub-graphs (the bodies of while, cond, scan) keep all of these, recursively.
 - Shardings: a value's sharding is on the graph's mesh, names only mesh axes, no axis
   twice, and has no more entries than the value has dimensions.
+- Async collectives: every start has exactly one done, after it, reading its handle, and
+  every done reads a start's handle.
+
+What a stage promises about the kind of program it leaves (`kind`, from the pipeline):
+- "global" (before partitioning): only ops with a sharding factor rule, so no
+  collective, no axis_index -- the ops that exist only in per-device programs;
+- "sharded" (after propagation): a global program whose every value has a sharding;
+- "per_device" (after partitioning): anything above.
 """
 from __future__ import annotations
 
@@ -20,7 +28,9 @@ class VerifyError(SpmdError):
     """A stage produced a malformed graph: a bug in spmd, not in the user's program."""
 
 
-def verify(graph, stage="graph"):
+def verify(graph, stage="graph", kind=None):
+    """Check `graph` (the output of `stage`), raising VerifyError at the first broken
+    invariant; `kind`: "global", "sharded", "per_device" or None (not known)."""
     defined = set()
 
     def fail(msg, op=None):
@@ -51,7 +61,7 @@ def verify(graph, stage="graph"):
             sub = op.attrs[k]
             if hasattr(sub, "ops") and hasattr(sub, "inputs"):     # a control-flow body
                 try:
-                    verify(sub, f"{stage}: {op.name}.{k}")
+                    verify(sub, f"{stage}: {op.name}.{k}", "global" if kind in ("global", "sharded") else kind)
                 except VerifyError as e:
                     fail(f"its {k} sub-graph is malformed: {e}", op)
         for i, r in enumerate(op.results):
@@ -61,7 +71,45 @@ def verify(graph, stage="graph"):
     for v in graph.outputs:
         if id(v) not in defined:
             fail(f"output {v} is not defined in the graph")
+    _check_async_pairs(graph, fail)
+    if kind in ("global", "sharded"):
+        _check_global(graph, fail)
+    if kind == "sharded":
+        _check_every_value_sharded(graph, fail)
     return graph
+
+
+def _check_global(graph, fail):
+    """Before partitioning, every op is one of the global program's: it has a sharding
+    factor rule (collectives and axis_index, which have none, exist only per device)."""
+    for op in graph.ops:
+        if op.opdef.factors is None:
+            fail("an op that exists only in per-device programs, before partitioning", op)
+
+
+def _check_every_value_sharded(graph, fail):
+    for v in list(graph.inputs) + [r for op in graph.ops for r in op.results]:
+        if v.sharding is None:
+            at = v.producer
+            fail(f"value {v} has no sharding after propagation", at)
+
+
+def _check_async_pairs(graph, fail):
+    """Every started collective is finished once, later, by the done of its own kind."""
+    open_starts = {}
+    for op in graph.ops:
+        d = op.opdef
+        if d.phase == "start":
+            open_starts[id(op.results[0])] = op
+        elif d.phase == "done":
+            h = op.operands[0]
+            start = open_starts.pop(id(h), None)
+            if start is None:
+                fail(f"a done whose handle {h} no started collective gave (or one already finished)", op)
+            if start.opdef.async_of != d.async_of:
+                fail(f"a done of {d.async_of} finishing a started {start.opdef.async_of}", op)
+    for start in open_starts.values():
+        fail("a started collective that is never finished", start)
 
 
 def _check_sharding(graph, v, fail, op):

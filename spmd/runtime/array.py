@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ShardingError, SpmdError
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 
 
 class Shard(NamedTuple):
@@ -212,12 +212,12 @@ def device_put(x, sharding, runtime=None) -> Array:
         key = sh.shard_index(d)
         buf = buffers.get(key)
         if buf is None:
-            buf = buffers[key] = _padded(x, sh.shard_box(x.shape, d), local)
+            buf = buffers[key] = padded(x, sh.shard_box(x.shape, d), local)
         handles[d] = rt.put(d, buf)
     return Array(x.shape, x.dtype, sh, handles, rt)
 
 
-def _padded(x, box, local_shape):
+def padded(x, box, local_shape):
     """A fresh, C-contiguous buffer of local_shape: x's `box` at the low corner, zeros after."""
     piece = x[tuple(slice(a, b) for a, b in box)]
     if piece.shape == tuple(local_shape):

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..errors import CheckpointError, ShardingError
 from ..ir.mesh import Mesh
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from . import checkpoint_index as cx
 from .array import Array

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import CheckpointError, ShardingError
 from ..ir.mesh import Mesh
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 from ..tree import TreeDef
 
 FORMAT = "spmd-checkpoint-2"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpmdError
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 from .array import Array, device_put
 from .consistency import check_program
 from .context import get_runtime
@@ -34,7 +34,7 @@ def execute(lowered, leaves):
             arrays[k] = np.array(arrays[k], copy=True)
         return lowered.compile()(arrays)
     rt = get_runtime()
-    check_program(rt, lowered, leaves)
+    check_program(rt, lowered, leaves, [isinstance(x, Array) for x in leaves])
     return _execute_sharded(lowered, leaves, rt)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import ShardingError
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
-from ..collectives.mpi import MPICommunicator, _buf, contiguous, guarded
+from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
 from .backend import Runtime
 
 
@@ -249,7 +249,7 @@ class MPIRuntime(Runtime):
         out = np.empty((self.size,) + mine.shape, mine.dtype)
         # a collective: a rank that reads an Array alone times out, naming who is missing
         from ..errors import user_loc
-        guarded(lambda: self.world.Allgather(_buf(mine), _buf(out)), "reading an spmd.Array (all ranks must)",
+        guarded(lambda: self.world.Allgather(mpi_buffer(mine), mpi_buffer(out)), "reading an spmd.Array (all ranks must)",
                 list(range(self.size)), self.rank, loc=user_loc())
         return {d: out[d] for d in range(self.size)}
 

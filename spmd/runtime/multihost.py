@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShardingError
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 from ..tree import tree_map
-from .array import Array, _padded, device_put
+from .array import Array, device_put, padded
 from .consistency import value_hash
 from .context import get_runtime
 
@@ -95,5 +95,5 @@ def make_array_from_process_local_data(sharding, local_data, global_shape=None) 
                                 f"({'; '.join(f'ranks {rs} agree' for rs in hs.values())})")
     local = sh.local_shape(global_shape)
     box = tuple((0, n) for n in local_data.shape)
-    buf = _padded(local_data, box, local)
+    buf = padded(local_data, box, local)
     return Array(global_shape, local_data.dtype, sh, {me: rt.put(me, buf)}, rt)

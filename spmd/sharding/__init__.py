@@ -1,2 +1,2 @@
 from ..ir.mesh import Mesh  # noqa: F401
-from ..ir.spec import Sharding  # noqa: F401
+from ..ir.mesh import Sharding  # noqa: F401

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 
 
 def _is_sharding(x):

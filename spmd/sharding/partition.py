@@ -43,7 +43,7 @@ from ..ir.ops.reduce import identity as reduce_identity
 from . import halo
 from .cost import reshard_cost
 from .reshard import Emitter, ReshardWarning, reshard
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 
 def partition(graph: Graph) -> Graph:
     """Global graph with a sharding on every Value -> per-device graph. Inputs are the

@@ -65,7 +65,7 @@ import numpy as np
 
 from .cost import reshard_cost
 from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 
 LEVELS = 4
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import ShardingError, where
 from ..ir import Value
-from ..ir.spec import Sharding
+from ..ir.mesh import Sharding
 
 LATENCY_BYTES = 256        # what one collective's start-up is worth, in bytes
 

@@ -27,7 +27,7 @@ def layout(sharding, shape):
 
 def visualize(x, shape=None, file=None) -> str:
     """Print (and return) the grid for an spmd.Array, or for a Sharding and a shape."""
-    from ..ir.spec import Sharding
+    from ..ir.mesh import Sharding
     if isinstance(x, Sharding):
         if shape is None:
             raise ShardingError("visualize(sharding) needs shape=")

@@ -19,7 +19,8 @@ from hypothesis import given, settings, strategies as st
 import spmd
 from partition_util import specs
 from spmd.ir import Graph
-from spmd.ir.text import parse_graph, print_graph
+from spmd.ir import parse_graph
+from spmd.ir.text import print_graph
 from spmd.sharding import Mesh
 from spmd.sharding.reshard import ReshardWarning
 from paths import SCRIPTS, TESTS

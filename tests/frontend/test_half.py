@@ -49,7 +49,8 @@ def test_dtype_names_and_text_round_trip():
     assert dtypes.canon("bfloat16") == dtypes.canon(ml_dtypes.bfloat16) == dtypes.canon(BF16) == "bfloat16"
     assert dtypes.canon(np.float16) == "float16"
     assert dtypes.SHORT["float16"] == "f16" and dtypes.SHORT["bfloat16"] == "bf16"
-    from spmd.ir.text import parse_graph, print_graph
+    from spmd.ir import parse_graph
+    from spmd.ir.text import print_graph
     for dt in HALFS:
         x = np.array([[1.5, -0.0, np.inf], [np.nan, 3.140625, -2.0]]).astype(dt)
         big = (np.arange(40) / 7).astype(dt)

@@ -75,7 +75,7 @@ def _unit_either(c):
 
 def _power_simplify(rb, op, ops, uses):
     """x**1 -> x, x**2 -> x*x, x**3 -> x*x*x, x**-1 -> 1/x (floats)."""
-    from ..graph import splat
+    from .registry import splat
     x, r = ops[0], op.result
     e = splat(ops[1])
     if r.dtype not in FLOAT or e is None:
@@ -97,7 +97,7 @@ def _power_simplify(rb, op, ops, uses):
 
 def _is_zero(v, sign):
     """Is Value v all zeros of the given sign? (ints: any zero; floats: -0.0 is sign=-1.)"""
-    from ..graph import splat
+    from .registry import splat
     s = splat(v)
     if s is None or s != 0:
         return False
@@ -128,7 +128,7 @@ def _negate_simplify(rb, op, ops, uses):
 
 def _select_simplify(rb, op, ops, uses):
     """select(p, x, x) -> x; a constant predicate picks its branch."""
-    from ..graph import splat
+    from .registry import splat
     if ops[1] is ops[2]:
         return ops[1]
     p = splat(ops[0])

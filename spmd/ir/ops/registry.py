@@ -150,9 +150,43 @@ def zero_of(dtype):
     return -0.0 if dtype.startswith("float") or dtype == "bfloat16" else 0
 
 
+def splat(v, depth=4):
+    """The one value every element of v has, if v is a constant (or a broadcast of one)
+    whose elements are all equal, or an elementwise op of such values (an exponent's
+    `y - 1` in a VJP); else None."""
+    op = v.producer
+    while op is not None and op.name == "broadcast_in_dim":
+        op = op.operands[0].producer
+    if op is not None and op.name != "constant" and depth > 0 and op.operands and len(op.results) == 1 \
+            and op.opdef.family == "elementwise" and not op.opdef.needs_comm:
+        cs = []
+        for o in op.operands:
+            c = splat(o, depth - 1)
+            if c is None:
+                return None
+            cs.append(c)
+        try:
+            with np.errstate(all="ignore"):
+                r = np.asarray(op.opdef.ref(*[np.asarray(c) for c in cs], **op.attrs))
+        except Exception:      # noqa: BLE001 - then it is simply not a splat
+            return None
+        if r.size != 1:
+            return None
+        return r.reshape(-1)[0].astype(op.results[0].dtype)
+    if op is None or op.name != "constant":
+        return None
+    c = op.attrs["value"]
+    if c.size == 0:
+        return c.dtype.type(0)          # no elements: any value will do
+    first = c.reshape(-1)[0]
+    if c.size == 1 or (np.all(c == first) and not (c.dtype.kind == "f" and np.isnan(first))
+                       and not (c.dtype.kind == "f" and first == 0 and np.any(np.signbit(c) != np.signbit(first)))):
+        return first                    # (zeros of both signs are not one value: -0.0 + 0.0 is 0.0)
+    return None
+
+
 def is_const(v, c) -> bool:
     """Is every element of Value v the constant c? (Simplification rules ask this.)"""
-    from ..graph import splat
     s = splat(v)
     if s is None:
         return False
