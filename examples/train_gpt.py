@@ -210,7 +210,7 @@ def main(argv=None):
            "v": {k: np.zeros_like(v) for k, v in params.items()}, "t": np.float32(0.0)}
     start = 0
     if args.checkpoint_dir and hasattr(spmd, "load"):
-        latest = _latest_checkpoint(args.checkpoint_dir)
+        latest = spmd.latest_checkpoint(args.checkpoint_dir)
         if latest is not None:
             shardings = None
             if mesh is not None:      # placed as the step wants them: each rank reads only its shards
@@ -272,11 +272,6 @@ def main(argv=None):
         if args.plot:
             _plot(losses, args.plot, start)
     return losses
-
-
-def _latest_checkpoint(d):
-    from spmd.runtime.checkpoint import latest
-    return latest(d)
 
 
 def _plot(losses, path, start):

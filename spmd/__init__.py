@@ -5,7 +5,7 @@ from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
 from .ir import Mesh, Sharding  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
-from .runtime.checkpoint import save, load  # noqa: F401
+from .runtime.checkpoint import save, load, latest as latest_checkpoint  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 from .runtime import make_array_from_process_local_data, process_allgather  # noqa: F401
 

@@ -15,7 +15,7 @@ import pytest
 
 import spmd
 from spmd.errors import CheckpointError, ShardingError
-from spmd.runtime.checkpoint import latest, verify
+from spmd.runtime.checkpoint import verify
 from paths import ROOT, SCRIPTS
 
 MESH = spmd.Mesh((2, 2), ("data", "model"))
@@ -164,18 +164,18 @@ def test_crash_between_the_two_renames_keeps_the_old_checkpoint(tmp_path):
     os.rename(path, path + ".old")
     os.makedirs(path + ".tmp")                    # the half-written new one
     np.testing.assert_array_equal(spmd.load(path)["a"], np.arange(3))
-    assert latest(str(tmp_path)) == path
+    assert spmd.latest_checkpoint(str(tmp_path)) == path
     spmd.save(path, {"a": np.arange(4)})          # the next save recovers and replaces it
     np.testing.assert_array_equal(spmd.load(path)["a"], np.arange(4))
     assert sorted(os.listdir(tmp_path)) == ["step_00000002"]
 
 
 def test_latest_skips_unfinished_saves(tmp_path):
-    assert latest(str(tmp_path / "nothing")) is None
+    assert spmd.latest_checkpoint(str(tmp_path / "nothing")) is None
     spmd.save(tmp_path / "step_00000001", {"a": np.zeros(1)})
     os.makedirs(tmp_path / "step_00000002.tmp")
     os.makedirs(tmp_path / "step_00000003")              # no index: an interrupted copy
-    assert latest(str(tmp_path)) == str(tmp_path / "step_00000001")
+    assert spmd.latest_checkpoint(str(tmp_path)) == str(tmp_path / "step_00000001")
     with pytest.raises(CheckpointError, match="has no index.json"):
         spmd.load(tmp_path / "step_00000003")
 
@@ -237,7 +237,7 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint(tmp_path):
     assert os.path.getsize(shard) < 96 << 22            # killed mid-write
     got = spmd.load(path)
     np.testing.assert_array_equal(got["big"], np.zeros(4))
-    assert latest(str(tmp_path)) == path
+    assert spmd.latest_checkpoint(str(tmp_path)) == path
     spmd.save(path, {"big": np.ones(2), "small": 1})     # the leftover .tmp is cleared by the next save
     np.testing.assert_array_equal(spmd.load(path)["big"], np.ones(2))
     assert sorted(os.listdir(tmp_path)) == ["c"]
@@ -321,7 +321,7 @@ def test_rank_killed_mid_save_under_mpiexec_leaves_the_previous_checkpoint(tmp_p
     got = spmd.load(path)
     assert got["step"] == 1
     np.testing.assert_array_equal(got["w"], np.zeros((8, 8), np.float32))
-    assert latest(str(tmp_path)) == path
+    assert spmd.latest_checkpoint(str(tmp_path)) == path
 
 
 GPT_SMALL = ["--mesh", "2x2", "--batch", "4", "--seq", "8", "--d-model", "8", "--layers", "1", "--heads", "2",
@@ -359,7 +359,7 @@ def test_rank_killed_during_training_under_mpi_ends_the_run_then_it_resumes(tmp_
         p, out, took, _ = _spmd_run_gpt(ck, env={"KILL_AT": "5", "SPMD_COLLECTIVE_TIMEOUT": "30"})
         assert p.returncode != 0 and "LOSSES" not in out
         assert took < 60, took                        # compile + 5 steps, then a prompt end: no timeout
-        assert latest(d).endswith("step_00000003")
+        assert spmd.latest_checkpoint(d).endswith("step_00000003")
         if "rank(s) [1] of the 4 died" in out or "rank(s) [1] of this group are gone" in out:
             named = True
             break
