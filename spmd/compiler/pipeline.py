@@ -1,6 +1,7 @@
 """The stages of a program after tracing, built and run here, in order:
 
-    traced -> dce -> propagated -> partitioned -> simplify -> cse -> dce -> combine -> schedule
+    traced -> roll -> dce -> propagated -> partitioned -> simplify -> cse -> dce -> hoist -> combine
+           -> schedule
 
 (propagated and partitioned only with a mesh; the last stage's graph is "optimized").
 Each stage is a plain Graph -> Graph function. `lower` is what jit calls; the runner is
@@ -26,7 +27,7 @@ from ..ir.verify import verify
 from ..sharding.partition import partition
 from ..sharding.propagate import propagate
 from . import program_cache
-from .passes import combine_collectives, cse, dce, schedule_async, simplify
+from .passes import combine_collectives, cse, dce, hoist_invariants, roll_loops, schedule_async, simplify
 
 
 class Stage(NamedTuple):
@@ -39,15 +40,16 @@ class Stage(NamedTuple):
 
 
 # the passes run on the per-device program, in order; the last one's result is "optimized"
-# (combine: gradient all-reduces in buckets; schedule: each started early, finished late)
-OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("combine", combine_collectives),
-            ("schedule", schedule_async))
+# (hoist: loop-invariant work out of loop bodies; combine: gradient all-reduces in buckets;
+# schedule: each started early, finished late)
+OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("hoist", hoist_invariants),
+            ("combine", combine_collectives), ("schedule", schedule_async))
 
 
 def stages(mesh, in_shardings, out_shardings) -> list:
     """Every stage after tracing, for a program on `mesh` (None: one device, nothing to
     propagate or partition)."""
-    out = [Stage("dce", dce, "global")]
+    out = [Stage("roll", roll_loops, "global"), Stage("dce", dce, "global")]
     if mesh is not None:
         out += [Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),
                 Stage("partitioned", partition, "per_device")]

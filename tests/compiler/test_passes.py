@@ -264,5 +264,5 @@ def test_optimize_dumps_every_pass(tmp_path, monkeypatch, n):
     spmd.jit(lambda x: np.exp(x) * n + 0, backend="llvm")(np.ones(3, np.float32))
     files = sorted(p.name for p in tmp_path.iterdir())
     stages = [f.split(".")[-2] for f in files if f.endswith(".txt") and ".llvm." not in f]
-    assert stages == ["traced", "dce", "simplify", "cse", "dce", "combine", "schedule"], files
+    assert stages == ["traced", "roll", "dce", "simplify", "cse", "dce", "hoist", "combine", "schedule"], files
     assert any(f.endswith(".llvm.fusion.txt") for f in files) and any(f.endswith(".llvm.ll") for f in files)

@@ -5,6 +5,8 @@ named stages (OPTIMIZE there is the list jit runs on the per-device program). Fu
 from .combine import combine_collectives  # noqa: F401
 from .cse import cse  # noqa: F401
 from .dce import dce  # noqa: F401
+from .hoist import hoist_invariants  # noqa: F401
+from .roll import roll_loops  # noqa: F401
 from .schedule import schedule_async  # noqa: F401
 from .simplify import simplify  # noqa: F401
 

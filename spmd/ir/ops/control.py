@@ -160,7 +160,8 @@ def _scan_flops(avals_in, aval_out, attrs):
 
 register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_while_flops,
-               partition=_partition_while, subgraphs=("cond", "body")))
+               partition=_partition_while, subgraphs=("cond", "body"),
+               captured_from=lambda attrs: attrs["num_carry"]))
 
 
 # -- cond ----------------------------------------------------------------------------------
@@ -282,7 +283,8 @@ def _drop_lead(P, s):
 
 register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_scan_flops,
-               partition=_partition_scan, subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a)))
+               partition=_partition_scan, subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a),
+               captured_from=lambda attrs: attrs["num_carry"] + attrs["num_xs"]))
 
 
 # -- reverse mode ---------------------------------------------------------------------------

@@ -45,6 +45,10 @@ class OpDef:
     # vjp is (graph, op, cts: one per result or None, differentiate) -> per operand, where
     # differentiate(graph, start, inputs, outputs, cts) is reverse mode over graph.ops[start:]
     subgraphs: tuple = ()
+    # loops: attrs -> the position of the first captured operand; operands from there on
+    # are the same every iteration. Every sub-graph takes the op's operands as its inputs,
+    # and the one named "body" is run each iteration.
+    captured_from: Optional[Callable] = None
 
     # -- sharding -------------------------------------------------------------------------
     # propagation priority: 0 pass-through (elementwise, transpose, reshape...), 1
