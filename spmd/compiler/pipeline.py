@@ -1,6 +1,6 @@
 """The stages of a program after tracing, built and run here, in order:
 
-    traced -> roll -> dce -> propagated -> partitioned -> simplify -> cse -> dce -> hoist -> combine
+    traced -> roll -> simplify_global -> dce -> propagated -> partitioned -> simplify -> cse -> dce -> hoist -> combine
            -> schedule
 
 (propagated and partitioned only with a mesh; the last stage's graph is "optimized").
@@ -27,6 +27,7 @@ from ..ir.verify import verify
 from ..sharding.partition import partition
 from ..sharding.propagate import propagate
 from . import program_cache
+from .passes.bodies import in_bodies
 from .passes import combine_collectives, cse, dce, hoist_invariants, roll_loops, schedule_async, simplify
 
 
@@ -42,14 +43,16 @@ class Stage(NamedTuple):
 # the passes run on the per-device program, in order; the last one's result is "optimized"
 # (hoist: loop-invariant work out of loop bodies; combine: gradient all-reduces in buckets;
 # schedule: each started early, finished late)
-OPTIMIZE = (("simplify", simplify), ("cse", cse), ("dce", dce), ("hoist", hoist_invariants),
+OPTIMIZE = (("simplify", in_bodies(simplify)), ("cse", in_bodies(cse)), ("dce", in_bodies(dce)),
+            ("hoist", hoist_invariants),
             ("combine", combine_collectives), ("schedule", schedule_async))
 
 
 def stages(mesh, in_shardings, out_shardings) -> list:
     """Every stage after tracing, for a program on `mesh` (None: one device, nothing to
     propagate or partition)."""
-    out = [Stage("roll", roll_loops, "global"), Stage("dce", dce, "global")]
+    out = [Stage("roll", roll_loops, "global"), Stage("simplify_global", in_bodies(simplify), "global"),
+           Stage("dce", in_bodies(dce), "global")]
     if mesh is not None:
         out += [Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),
                 Stage("partitioned", partition, "per_device")]

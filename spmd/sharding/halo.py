@@ -6,6 +6,10 @@ chunks, an output of global size m is read from a source of global size n_src as
 
     out[j] = src[j * stride + offset]        (fill where that index is outside [0, n_src))
 
+optionally kept to a range of output indices [keep_lo, keep_hi) (fill elsewhere): a slice
+of x padded back into x's shape (`p[:, -1] = p[:, -2]`, a boundary condition) is a window
+whose kept rows all lie on one device, which then needs no other device's data.
+
 where shard i of the source holds src[i*c_src : (i+1)*c_src) and shard i of the output
 must hold out[i*c_out : (i+1)*c_out). Every device needs a contiguous source range; for
 each relative shard distance h (a "hop") the devices exchange the part of their chunk
@@ -37,10 +41,11 @@ class WindowPlan(NamedTuple):
     empty: bool        # no device needs any source data: the output is all fill
 
 
-def window_plan(k, c_src, n_src, c_out, m, stride, offset, max_hops=MAX_HOPS):
+def window_plan(k, c_src, n_src, c_out, m, stride, offset, max_hops=MAX_HOPS, keep=None):
     i = np.arange(k, dtype=np.int64)
-    j0 = i * c_out
-    j1 = np.minimum((i + 1) * c_out, m)
+    keep_lo, keep_hi = keep if keep is not None else (0, m)
+    j0 = np.maximum(i * c_out, keep_lo)
+    j1 = np.minimum(np.minimum((i + 1) * c_out, m), keep_hi)
     valid = j0 < j1
     width = (c_out - 1) * stride + 1 if c_out else 0
     if not valid.any() or c_src == 0:
@@ -87,7 +92,7 @@ def window_bytes(plan, row_elems, itemsize):
     return sum((hi - lo) * row_elems * itemsize for h, lo, hi in plan.pieces if h != 0)
 
 
-def window_emit(em, x, dim, axes, k, plan, c_out, m, stride, offset, n_src, fill=None):
+def window_emit(em, x, dim, axes, k, plan, c_out, m, stride, offset, n_src, fill=None, keep=None):
     """Emit the window: local x (chunk of the source) -> local chunk of the output."""
     out_shape = tuple(c_out if d == dim else s for d, s in enumerate(x.shape))
     if plan.empty:
@@ -113,5 +118,9 @@ def window_emit(em, x, dim, axes, k, plan, c_out, m, stride, offset, n_src, fill
     if fill is not None and (offset < 0 or last >= n_src):
         src = em.positions(y.shape, dim, axes, c_out, scale=stride, offset=offset)
         ok = em.and_(em.compare(src, 0, "GE"), em.compare(src, n_src, "LT"))
+        y = em.select(ok, y, fill)
+    if keep is not None and tuple(keep) != (0, m):
+        out = em.positions(y.shape, dim, axes, c_out)
+        ok = em.and_(em.compare(out, keep[0], "GE"), em.compare(out, keep[1], "LT"))
         y = em.select(ok, y, fill)
     return y

@@ -4,9 +4,10 @@ iteration, so it moves out of the loop and runs once; the body reads the result 
 more captured value. In a per-device program that includes collectives: a halo exchange
 of an array the loop only reads happens once, not once per sweep.
 
-Ops that only re-index (slices, broadcasts, transposes) and constants stay in the body:
-they cost nothing inside a fused kernel and would cost a buffer outside. They move out
-only with the work that reads them. Every rank runs the same loops, so moving a
+Ops that only re-index (slices, broadcasts, transposes), and index arithmetic on
+constants, iotas and the device's coordinates (masks), stay in the body: they cost
+nothing inside a fused kernel and would cost a buffer outside. They move out only with
+the work that reads them. Every rank runs the same loops, so moving a
 collective out of one moves it on every rank alike; a while loop that runs no iteration
 computes its hoisted values for nothing, which costs time but changes no result.
 """
@@ -37,7 +38,7 @@ def _hoisted(rb, op, operands):
     body = op.attrs["body"]
     body = hoist_invariants(body)                     # inner loops first
     invariant = _invariant_ops(body, first)
-    worth = [b for b in body.ops if b in invariant and _is_work(b)]
+    worth = [b for b in body.ops if b in invariant and _is_work(b, invariant)]
     if not worth:
         if body is op.attrs["body"]:
             return None
@@ -58,19 +59,22 @@ def _hoisted(rb, op, operands):
     return _emit(rb, op, list(operands) + [outside[r] for r in results], attrs)
 
 
-def _invariant_ops(body, first) -> set:
-    inv_values = set(body.inputs[first:])
-    ops = set()
+def _invariant_ops(body, first) -> dict:
+    """Invariant op -> does it read captured data (not only constants, iotas and the
+    device's coordinates, which a fused kernel computes for free)?"""
+    captured = set(body.inputs[first:])
+    carried = set(body.inputs[:first])
+    reads, ops = {v: True for v in captured}, {}
     for b in body.ops:
-        if all(o in inv_values for o in b.operands):
-            ops.add(b)
-            inv_values.update(b.results)
+        if not any(o in carried for o in b.operands) and all(o in reads for o in b.operands):
+            ops[b] = any(reads[o] for o in b.operands)
+            reads.update((r, ops[b]) for r in b.results)
     return ops
 
 
-def _is_work(op) -> bool:
-    """Worth a buffer outside the loop: not a constant, not a pure re-index."""
-    return bool(op.operands) and op.opdef.fusion != "reindex"
+def _is_work(op, invariant) -> bool:
+    """Worth a buffer outside the loop: it reads captured data and is not a pure re-index."""
+    return invariant[op] and op.opdef.fusion != "reindex"
 
 
 def _ancestors(worth, invariant) -> set:

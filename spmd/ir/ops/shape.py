@@ -5,7 +5,7 @@ import numpy as np
 from .. import dtypes
 from ..factors import einsum_rule, letters, reshape_rule
 from .elementwise import ALL, _aval, const_like
-from .registry import OpDef, check, producer_is, register, zero_of
+from .registry import OpDef, check, producer_is, register, splat, zero_of
 
 
 def _no_operands_factors(ins, outs, attrs):
@@ -74,11 +74,45 @@ def _partition_slice(P, op):
     return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
 
 
+def _padded_slice(op):
+    """(x, start, limit) when pad's operand is a slice of x with stride 1 and the pad has no
+    interior padding: together one window of x, kept to the slice's rows."""
+    if not producer_is(op.operands[0], "slice") or any(op.attrs["interior"]):
+        return None
+    s = op.operands[0].producer
+    if any(st != 1 for st in s.attrs["stride"]):
+        return None
+    return s.operands[0], s.attrs["start"], s.attrs["limit"]
+
+
 def _partition_pad(P, op):
-    res, xv, vv = op.result, op.operands[0], op.operands[1]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    target = P.sharding_of(op.result)
+    spec = [target.dim_axes(d) for d in range(op.result.ndim)]
     partial = P.carry_all(op, spec)
+    if producer_is(op.operands[0], "constant") and any(spec) and not partial:
+        return _partition_pad_of_constant(P, op, spec, partial, target)
+    sliced = _padded_slice(op)
+    if sliced is not None and any(spec):
+        out = _partition_padded_slice(P, op, spec, partial, target, *sliced)
+        if out is not None:
+            return out
+    return _partition_pad_plain(P, op, spec, partial, target)
+
+
+def _partition_pad_of_constant(P, op, spec, partial, target):
+    """A constant is on every device: each pads it whole and keeps its own part (no
+    communication; `p[-1, :] = 5.0` on a split p)."""
+    res = op.result
+    whole = P.sh((), partial)
+    x = P.em.emit("constant", value=op.operands[0].producer.attrs["value"])     # the whole of it, here
+    v = P.get(op.operands[1], P.sh((), partial))
+    padded = P.em.emit("pad", x, v, **op.attrs)
+    return P.finish(P.reshard(padded, whole, P.sh(spec, partial), res.shape), P.sh(spec, partial), target,
+                    res.shape, res.dtype)
+
+
+def _partition_pad_plain(P, op, spec, partial, target):
+    res, xv, vv = op.result, op.operands[0], op.operands[1]
     x = P.get(xv, P.sh(spec, partial))
     v = P.get(vv, P.sh((), partial))
     low, high, interior = op.attrs["low"], op.attrs["high"], op.attrs["interior"]
@@ -112,6 +146,35 @@ def _partition_pad(P, op):
         else:
             x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -low[d], n_src, fill=v)
             cur[d] = m
+    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+def _partition_padded_slice(P, op, spec, partial, target, xv, start, limit):
+    """pad(slice(x)): each split dim is one window of x kept to the slice's rows, so a
+    device whose kept rows it holds itself (a boundary condition copying the next-to-last
+    column into the last) needs nothing from the others. None when a window would take
+    too many hops (then the slice and the pad are partitioned one after the other)."""
+    res, v = op.result, P.get(op.operands[1], P.sh((), partial))
+    low, high = op.attrs["low"], op.attrs["high"]
+    em = P.em
+    x = P.get(xv, P.sh(spec, partial))
+    st = [0 if spec[d] else start[d] for d in range(res.ndim)]
+    lim = [x.shape[d] if spec[d] else limit[d] for d in range(res.ndim)]
+    if (st, lim) != ([0] * res.ndim, list(x.shape)):
+        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
+    lo = [0 if spec[d] else low[d] for d in range(res.ndim)]
+    hi = [0 if spec[d] else high[d] for d in range(res.ndim)]
+    if any(lo) or any(hi):
+        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
+    for d in range(res.ndim):
+        if not spec[d]:
+            continue
+        k, m, n = P.axes_size(spec[d]), res.shape[d], xv.shape[d]
+        c_out, offset, keep = P.chunk(m, k), start[d] - low[d], (low[d], low[d] + limit[d] - start[d])
+        plan = P.halo.window_plan(k, x.shape[d], n, c_out, m, 1, offset, keep=keep)
+        if plan is None:                   # far from where it lands: the pad of the slice
+            return None
+        x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, offset, n, fill=v, keep=keep)
     return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
 
 
@@ -409,8 +472,24 @@ def _pad_vjp(g, op, ct):
     return dx, g.emit("subtract", total, inner)
 
 
+def _pad_simplify(rb, op, ops, uses):
+    """A pad of a constant with its own value everywhere is that value broadcast (the
+    write of a constant into a buffer of it: `p[-1, :] = 0` on zeros' padding)."""
+    x, v = ops
+    a, b = splat(x), splat(v)
+    if a is None or b is None or not _same_bits(a, b):
+        return None
+    return rb.emit("broadcast_in_dim", v, loc=op.loc, sharding=op.result.sharding, shape=op.result.shape,
+                   broadcast_dimensions=())
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 register(OpDef("pad", "shape", _pad_infer, _pad_ref, _pad_vjp, _changed_dims_factors,
-               None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad))
+               None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad, simplify=_pad_simplify))
 
 
 def _concat_infer(*xs, dimension):

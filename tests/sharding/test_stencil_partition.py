@@ -1,0 +1,149 @@
+"""Stencils and their boundary conditions on split grids: a boundary-condition write
+(`p[:, -1] = p[:, -2]`, `p[0, :] = 0`) moves nothing unless the two lines it touches lie
+on two devices, and then only between those two; a sweep's halo is one message per
+neighbour; every result equals numpy's, on even and uneven splits."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import spmd
+from spmd.sharding.halo import window_plan
+
+MESHES = {"2x2": spmd.Mesh((2, 2), ("x", "y")), "4": spmd.Mesh((4,), ("x",)), "1x4": spmd.Mesh((1, 4), ("x", "y"))}
+
+
+def _sharding(mesh):
+    return mesh.sharding(*mesh.axis_names) if mesh.ndim == 2 else mesh.sharding("x", None)
+
+
+def neumann(p):
+    p[:, -1] = p[:, -2]
+    p[0, :] = p[1, :]
+    p[:, 0] = p[:, 1]
+    p[-1, :] = 0
+    return p
+
+
+def constant_edges(p):
+    p[0, :] = 5.0
+    p[:, -1] = -1.0
+    return p
+
+
+def _chunks(n, k):
+    c = -(-n // k)
+    return [range(i * c, min((i + 1) * c, n)) for i in range(k)]
+
+
+def _owner(n, k, j):
+    return next(i for i, r in enumerate(_chunks(n, k)) if j in r)
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=str)
+@pytest.mark.parametrize("shape", [(16, 16), (15, 13), (3, 5), (9, 2), (8, 12)])
+@pytest.mark.parametrize("fn", [neumann, constant_edges], ids=lambda f: f.__name__)
+def test_boundary_conditions_move_only_across_the_edge_they_touch(mesh, shape, fn):
+    mesh = MESHES[mesh]
+    f = spmd.jit(fn, in_shardings=(_sharding(mesh),))
+    x = np.random.default_rng(0).random(shape)
+    np.testing.assert_array_equal(np.asarray(f(x.copy())), fn(x.copy()))
+    coll = f.lower(x).report()["collectives"]
+    assert all(c["op"] == "collective_permute" for c in coll), coll
+    if fn is constant_edges:
+        assert not coll                                  # constants are on every device
+        return
+    # p[:, -1] = p[:, -2] moves a column only if columns n-2 and n-1 lie on two devices
+    need = 0
+    for d, (a, b) in ((1, (-2, -1)), (0, (1, 0)), (1, (1, 0))):
+        axis = mesh.axis_names[d] if d < mesh.ndim else None
+        k = mesh.shape[d] if axis else 1
+        n = shape[d]
+        if k > 1 and _owner(n, k, a % n) != _owner(n, k, b % n):
+            need += 1
+    assert len(coll) == need, coll
+
+
+def cavity_sweeps(p, b, nit):
+    for _ in range(nit):
+        pn = p.copy()
+        p[1:-1, 1:-1] = 0.25 * (pn[1:-1, 2:] + pn[1:-1, :-2] + pn[2:, 1:-1] + pn[:-2, 1:-1]) - b[1:-1, 1:-1]
+        neumann(p)
+    return p
+
+
+@pytest.mark.parametrize("n", [32, 30])
+def test_a_sweep_with_its_boundary_conditions_is_one_message_per_neighbour(n):
+    mesh = MESHES["2x2"]
+    sh = _sharding(mesh)
+    f = spmd.jit(cavity_sweeps, in_shardings=(sh, sh), static_argnums=(2,))
+    rng = np.random.default_rng(n)
+    p, b = rng.random((n, n)), rng.random((n, n))
+    coll = f.lower(p, b, 50).report()["collectives"]
+    per_sweep = [c for c in coll if c.get("inside")]
+    # up, down, left, right: one message each, the whole edge
+    assert len(per_sweep) == 4 and all(c["op"] == "collective_permute" for c in per_sweep), per_sweep
+    assert sorted(c["bytes"] for c in per_sweep) == sorted([8 * (n // 2 - 1)] * 2 + [8 * (n // 2)] * 2)
+    np.testing.assert_array_equal(np.asarray(f(p.copy(), b, 50)), cavity_sweeps(p.copy(), b, 50))
+
+
+# ---------------------------------------------------------------- the window primitive
+def _apply_plan(src, k, c_out, m, offset, keep, plan):
+    """What window_emit computes, in numpy: each device's chunk of the output."""
+    n = len(src)
+    c_src = -(-n // k)
+    chunks = [np.concatenate([src[i * c_src:(i + 1) * c_src], np.full(c_src - len(src[i * c_src:(i + 1) * c_src]), -7.0)])
+              for i in range(k)]
+    out = np.full(k * c_out, np.nan)
+    for i in range(k):
+        parts = []
+        for h, lo, hi in plan.pieces:
+            j = i + h
+            parts.append(chunks[j][lo:hi] if 0 <= j < k else np.full(hi - lo, -9.0))
+        buf = np.concatenate(parts) if parts else np.zeros(0)
+        buf = np.concatenate([np.full(plan.pad_low, -3.0), buf, np.full(plan.pad_high, -3.0)])
+        # dynamic_slice clamps its start into the buffer (a device that needs nothing)
+        start = min(max(i * plan.scale + plan.offset, 0), max(len(buf) - plan.width, 0))
+        win = buf[start:start + plan.width]
+        pos = np.arange(i * c_out, (i + 1) * c_out)
+        ok = (pos >= keep[0]) & (pos < keep[1]) & (pos + offset >= 0) & (pos + offset < n)
+        out[i * c_out:(i + 1) * c_out] = np.where(ok, win, 0.0)
+    return out[:m]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 40), st.integers(-45, 45), st.data())
+def test_kept_windows_take_the_right_rows(k, n, m, offset, data):
+    lo = data.draw(st.integers(0, m))
+    hi = data.draw(st.integers(lo, m))
+    c_src, c_out = -(-n // k), -(-m // k)
+    plan = window_plan(k, c_src, n, c_out, m, 1, offset, max_hops=k, keep=(lo, hi))
+    src = np.arange(n, dtype=np.float64) + 1
+    want = np.array([src[j + offset] if lo <= j < hi and 0 <= j + offset < n else 0.0 for j in range(m)])
+    if plan.empty:
+        assert not np.any(want)
+        return
+    np.testing.assert_array_equal(_apply_plan(src, k, c_out, m, offset, (lo, hi), plan), want)
+
+
+def test_a_kept_window_on_one_device_moves_nothing():
+    # 16 columns on 2 devices; column 15 taken from column 14: both on device 1
+    plan = window_plan(2, 8, 16, 8, 16, 1, -1, keep=(15, 16))
+    assert [h for h, _, _ in plan.pieces] == [0]
+    # 13 columns on 4 devices (chunks of 4): column 12 (device 3) from 11 (device 2)
+    plan = window_plan(4, 4, 13, 4, 13, 1, -1, keep=(12, 13))
+    assert [h for h, lo, hi in plan.pieces if hi > lo] == [-1]
+
+
+@pytest.mark.parametrize("shape, mesh", itertools.product([(12, 10), (7, 9)], ["2x2", "4"]))
+def test_a_constant_written_into_a_split_grid_needs_no_message(shape, mesh):
+    def f(p):
+        p[2:4, :] = 3.0
+        p[:, -3:] = np.arange(3.0)
+        return p
+    mesh = MESHES[mesh]
+    g = spmd.jit(f, in_shardings=(_sharding(mesh),))
+    x = np.random.default_rng(1).random(shape)
+    np.testing.assert_array_equal(np.asarray(g(x.copy())), f(x.copy()))
+    assert not g.lower(x).report()["collectives"]
