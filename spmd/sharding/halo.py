@@ -124,3 +124,40 @@ def window_emit(em, x, dim, axes, k, plan, c_out, m, stride, offset, n_src, fill
         ok = em.and_(em.compare(out, keep[0], "GE"), em.compare(out, keep[1], "LT"))
         y = em.select(ok, y, fill)
     return y
+
+
+# -- ghost layers ------------------------------------------------------------------------------
+def ghost_rows(plan, c):
+    """(rows from the device before, rows from the device after) that `plan` takes, when
+    it is a same-size window reaching at most one device either way; else None."""
+    if plan is None or plan.scale != 0:
+        return None
+    below = above = 0
+    for h, lo, hi in plan.pieces:
+        if hi <= lo or h == 0:
+            continue
+        if h == -1:
+            below = c - lo
+        elif h == 1:
+            above = hi
+        else:
+            return None
+    return below, above
+
+
+def extend(em, x, dim, axes, k, below, above):
+    """x (a device's chunk along `dim`) with `below` rows of the device before it and
+    `above` rows of the device after it around it: a ghost layer. Devices at the ends get
+    zeros there. One collective_permute each way."""
+    c = x.shape[dim]
+    parts = []
+    if below:
+        edge = em.slice_dim(x, dim, c - below, c)
+        parts.append(em.emit("collective_permute", edge, axes=tuple(axes), group_size=k,
+                             pairs=tuple((j, j + 1) for j in range(k - 1))))
+    parts.append(x)
+    if above:
+        edge = em.slice_dim(x, dim, 0, above)
+        parts.append(em.emit("collective_permute", edge, axes=tuple(axes), group_size=k,
+                             pairs=tuple((j, j - 1) for j in range(1, k))))
+    return parts[0] if len(parts) == 1 else em.emit("concatenate", *parts, dimension=dim)

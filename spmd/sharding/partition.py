@@ -89,7 +89,8 @@ class _Partitioner:
     """The partitioner, and the context an op's `partition` / `partition_local` handler
     receives: `mesh`, `em` (the Emitter of the per-device graph), `halo` (halo.py),
     `get` / `reshard` / `finish` (collectives between layouts), `sh` (a Sharding from a
-    spec), `sharding_of` (a global Value's propagated sharding), `axes_size`, `chunk`,
+    spec), `sharding_of` (a global Value's propagated sharding), `users` (the global
+    ops reading a value), `cache` (a dict handlers share), `axes_size`, `chunk`,
     `carry_all`, `gather_fallback`, `warn_gather` and `mask_reduction_dims`."""
 
     halo = halo
@@ -102,7 +103,9 @@ class _Partitioner:
         self.em = Emitter(self.g, self.mesh)
         self.env = {}        # global Value -> (local Value, Sharding it is laid out by)
         self.memo = {}       # (local Value, from, to, global shape) -> resharded local Value
+        self.cache = {}      # what handlers share between ops (keys of their own)
         self.op = None
+        self._users = None
 
     # -- driver ------------------------------------------------------------------------------
     def run(self):
@@ -133,6 +136,17 @@ class _Partitioner:
         self.em.loc = None
         self.g.outputs = outs
         return _dce(self.g)
+
+    def users(self, v) -> list:
+        """The ops of the global graph that read v, in program order."""
+        if self._users is None:
+            self._users = {}
+            for op in self.src.ops:
+                for o in op.operands:
+                    uses = self._users.setdefault(o, [])
+                    if not uses or uses[-1] is not op:
+                        uses.append(op)
+        return self._users.get(v, [])
 
     def sharding_of(self, v) -> Sharding:
         s = v.sharding

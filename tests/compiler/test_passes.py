@@ -24,9 +24,10 @@ def names(g):
 
 
 def same_results(g1, g2, *args):
+    """The optimised program gives the same bits (the passes keep numpy's rounding)."""
     for a, b in zip(run(g1, *args), run(g2, *args)):
         assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(a, b)
 
 
 def splat(g, c, like):
@@ -125,9 +126,10 @@ def test_simplify_powers_and_folding():
                              g.emit("constant", value=np.array([3.0, 4.0]))))    # folds to a constant
     g.outputs = [sq, cu, inv, k]
     s = optimize(g)
-    assert "power" not in names(s) and "exp" not in names(s)
+    # x**3 stays a power: x*x*x would round twice where numpy's pow rounds once
+    assert names(s).count("power") == 1 and "exp" not in names(s)
     assert names(s).count("constant") >= 1
-    same_results(g, s, np.array([0.5, -2.0, 3.0, 1.5, -0.25]))
+    same_results(g, s, np.array([0.5, -2.0, 3.0, 1.1, -7.3]))
 
 
 def test_simplify_folds_transpose_into_dot():
@@ -264,5 +266,5 @@ def test_optimize_dumps_every_pass(tmp_path, monkeypatch, n):
     spmd.jit(lambda x: np.exp(x) * n + 0, backend="llvm")(np.ones(3, np.float32))
     files = sorted(p.name for p in tmp_path.iterdir())
     stages = [f.split(".")[-2] for f in files if f.endswith(".txt") and ".llvm." not in f]
-    assert stages == ["traced", "roll", "dce", "simplify", "cse", "dce", "hoist", "combine", "schedule"], files
+    assert stages == ["traced", "roll", "simplify_global", "dce", "simplify", "cse", "dce", "hoist", "combine", "schedule"], files
     assert any(f.endswith(".llvm.fusion.txt") for f in files) and any(f.endswith(".llvm.ll") for f in files)

@@ -272,7 +272,7 @@ def test_replicate_factor_is_never_split():
     """A reshape whose sides share no factor needs its operand whole on those dims:
     propagation never splits them, even when the result and another use are split."""
     def f(x):
-        return spmd.shard(x.reshape(4, 3) * 1.0, sh("data", None)), spmd.shard(x * 2.0, sh("data", None))
+        return spmd.shard(x.reshape(4, 3) * 3.0, sh("data", None)), spmd.shard(x * 2.0, sh("data", None))
     g = prop(f, (f32(3, 4),), (None,))
     assert g.inputs[0].sharding == sh(None, None)
     assert ops(g, "multiply")[1].result.sharding == sh("data", None)

@@ -1,10 +1,11 @@
 """Algebraic simplification and constant folding. The identities are each op's own
 (`OpDef.simplify`, in ir/ops/); this pass applies them and folds constants:
 
-- constant folding: an op whose operands are all constants and whose result is small is
-  replaced by its value (computed by the op's numpy reference);
+- constant folding: an op that computes (not one that only re-indexes) whose operands
+  are all constants and whose result is small is replaced by its value (computed by the
+  op's numpy reference);
 - identities: x+0, 0+x, x-0, x*1, 1*x, x/1, --x, select(p, x, x), a select on a constant
-  predicate, x**1, x**2 -> x*x, x**3 -> x*x*x, x**-1 -> 1/x;
+  predicate, x**1, x**2 -> x*x, x**-1 -> 1/x (each exactly numpy's value);
 - no-op data movement: convert to the same dtype, reshape to the same shape, identity
   transposes and broadcasts, full slices, reductions over no axes; reshape of a reshape
   and transpose of a transpose become one op;
@@ -26,8 +27,8 @@ FOLD_LIMIT = 64          # fold only results this small (bigger constants cost m
 
 
 def _fold(op, operands):
-    if op.opdef.needs_comm or len(op.results) != 1 or op.name == "constant":
-        return None
+    if op.opdef.needs_comm or len(op.results) != 1 or op.name == "constant" or op.opdef.fusion == "reindex":
+        return None                 # (a broadcast or slice of a constant is cheaper as it is)
     if op.result.size > FOLD_LIMIT or not all(o.producer is not None and o.producer.name == "constant"
                                               for o in operands):
         return None

@@ -155,11 +155,11 @@ def zero_of(dtype):
 
 
 def splat(v, depth=4):
-    """The one value every element of v has, if v is a constant (or a broadcast of one)
-    whose elements are all equal, or an elementwise op of such values (an exponent's
+    """The one value every element of v has, if v is a constant (or a broadcast, reshape,
+    slice... of one) whose elements are all equal, or an elementwise op of such values (an exponent's
     `y - 1` in a VJP); else None."""
     op = v.producer
-    while op is not None and op.name == "broadcast_in_dim":
+    while op is not None and op.opdef.fusion == "reindex" and op.operands:     # broadcasts, reshapes...
         op = op.operands[0].producer
     if op is not None and op.name != "constant" and depth > 0 and op.operands and len(op.results) == 1 \
             and op.opdef.family == "elementwise" and not op.opdef.needs_comm:

@@ -89,7 +89,7 @@ def _partition_pad(P, op):
     target = P.sharding_of(op.result)
     spec = [target.dim_axes(d) for d in range(op.result.ndim)]
     partial = P.carry_all(op, spec)
-    if producer_is(op.operands[0], "constant") and any(spec) and not partial:
+    if _constant_expression(op.operands[0]) and any(spec) and not partial:
         return _partition_pad_of_constant(P, op, spec, partial, target)
     sliced = _padded_slice(op)
     if sliced is not None and any(spec):
@@ -99,12 +99,27 @@ def _partition_pad(P, op):
     return _partition_pad_plain(P, op, spec, partial, target)
 
 
+def _constant_expression(v) -> bool:
+    """Is v a constant, or a constant only re-indexed (broadcast, reshaped...)?"""
+    while v.producer is not None and v.producer.opdef.fusion == "reindex" and len(v.producer.operands) == 1:
+        v = v.producer.operands[0]
+    return producer_is(v, "constant")
+
+
+def _emit_whole(em, v):
+    """Emit v (a constant expression) whole, in the per-device program."""
+    p = v.producer
+    if producer_is(v, "constant"):
+        return em.emit("constant", value=p.attrs["value"])
+    return em.emit(p.name, _emit_whole(em, p.operands[0]), **p.attrs)
+
+
 def _partition_pad_of_constant(P, op, spec, partial, target):
-    """A constant is on every device: each pads it whole and keeps its own part (no
-    communication; `p[-1, :] = 5.0` on a split p)."""
+    """A constant (or a splat) is on every device: each pads it whole and keeps its own
+    part (no communication; `p[-1, :] = 5.0` on a split p)."""
     res = op.result
     whole = P.sh((), partial)
-    x = P.em.emit("constant", value=op.operands[0].producer.attrs["value"])     # the whole of it, here
+    x = _emit_whole(P.em, op.operands[0])             # the whole of it, on every device
     v = P.get(op.operands[1], P.sh((), partial))
     padded = P.em.emit("pad", x, v, **op.attrs)
     return P.finish(P.reshard(padded, whole, P.sh(spec, partial), res.shape), P.sh(spec, partial), target,
@@ -150,11 +165,17 @@ def _partition_pad_plain(P, op, spec, partial, target):
 
 
 def _partition_padded_slice(P, op, spec, partial, target, xv, start, limit):
-    """pad(slice(x)): each split dim is one window of x kept to the slice's rows, so a
-    device whose kept rows it holds itself (a boundary condition copying the next-to-last
-    column into the last) needs nothing from the others. None when a window would take
-    too many hops (then the slice and the pad are partitioned one after the other)."""
-    res, v = op.result, P.get(op.operands[1], P.sh((), partial))
+    """pad(slice(x)) back into x's shape (a stencil's term, a boundary condition): each
+    split dim is a window of x kept to the slice's rows. Every such term of one x reads
+    one ghost-layered copy of x's chunk (one exchange of x's edges, corners included,
+    however many terms: the halo exchange a programmer writes by hand); a term reaching
+    further is its own window, and a device whose kept rows it holds itself needs nothing.
+    None when a window would take too many hops."""
+    res = op.result
+    needs = _ghost_needs(P, op, spec, xv, start, limit)
+    if needs is not None:
+        return _padded_slice_from_ghosts(P, op, spec, partial, target, xv, start, limit)
+    v = P.get(op.operands[1], P.sh((), partial))
     low, high = op.attrs["low"], op.attrs["high"]
     em = P.em
     x = P.get(xv, P.sh(spec, partial))
@@ -175,6 +196,92 @@ def _partition_padded_slice(P, op, spec, partial, target, xv, start, limit):
         if plan is None:                   # far from where it lands: the pad of the slice
             return None
         x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, offset, n, fill=v, keep=keep)
+    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+def _ghost_needs(P, op, spec, xv, start, limit):
+    """{split dim: (rows from the device before, rows from the device after)} this
+    pad-of-slice reads, when it can read them from a ghost layer (it is the same size
+    as x along split dims and reaches at most one device either way); else None."""
+    res, low = op.result, op.attrs["low"]
+    if P.sharding_of(res).replace(partial=()).spec != P.sh(spec).spec:
+        return None
+    needs = {}
+    for d in range(res.ndim):
+        if not spec[d]:
+            continue
+        k, n = P.axes_size(spec[d]), xv.shape[d]
+        if res.shape[d] != n:
+            return None
+        c = P.chunk(n, k)
+        plan = P.halo.window_plan(k, c, n, c, n, 1, start[d] - low[d], keep=(low[d], low[d] + limit[d] - start[d]))
+        rows = P.halo.ghost_rows(plan, c)
+        if rows is None:
+            return None
+        needs[d] = rows
+    return needs
+
+
+def _ghosts(P, xv, spec):
+    """{split dim: (below, above)}: the ghost layer of x laid out by spec that serves
+    every pad-of-slice of x the program has (the most any of them needs)."""
+    key = ("ghosts", xv, tuple(spec))
+    got = P.cache.get(key)
+    if got is None:
+        got = {d: (0, 0) for d in range(xv.ndim) if spec[d]}
+        for s in P.users(xv):
+            if not producer_is(s.results[0], "slice"):
+                continue
+            for pad in P.users(s.result):
+                if not producer_is(pad.results[0], "pad") or _padded_slice(pad) is None:
+                    continue
+                needs = _ghost_needs(P, pad, spec, xv, s.attrs["start"], s.attrs["limit"])
+                for d, (b, a) in (needs or {}).items():
+                    got[d] = (max(got[d][0], b), max(got[d][1], a))
+        P.cache[key] = got
+    return got
+
+
+def _padded_slice_from_ghosts(P, op, spec, partial, target, xv, start, limit):
+    res, em = op.result, P.em
+    low, high = op.attrs["low"], op.attrs["high"]
+    ghosts = _ghosts(P, xv, spec)
+    key = ("ghosted", xv, tuple(spec), partial)
+    ext = P.cache.get(key)
+    if ext is None:
+        ext = P.get(xv, P.sh(spec, partial))
+        for d, (below, above) in ghosts.items():
+            ext = P.halo.extend(em, ext, d, spec[d], P.axes_size(spec[d]), below, above)
+        P.cache[key] = ext
+    v = P.get(op.operands[1], P.sh((), partial))
+    st, lim, lo, hi = [], [], [], []
+    for d in range(res.ndim):
+        if spec[d]:
+            c = P.chunk(res.shape[d], P.axes_size(spec[d]))
+            first = start[d] - low[d] + ghosts[d][0]
+            # rows outside the ghost layer are never kept: any value will do there
+            ext = em.pad_dim(ext, d, max(0, -first), max(0, first + c - ext.shape[d]))
+            first = max(0, first)
+            st.append(first)
+            lim.append(first + c)
+            lo.append(0)
+            hi.append(0)
+        else:
+            st.append(start[d])
+            lim.append(limit[d])
+            lo.append(low[d])
+            hi.append(high[d])
+    x = em.emit("slice", ext, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
+    if any(lo) or any(hi):
+        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
+    mask = None
+    for d in range(res.ndim):
+        keep = (low[d], low[d] + limit[d] - start[d])
+        if spec[d] and keep != (0, res.shape[d]):
+            pos = em.positions(x.shape, d, spec[d], P.chunk(res.shape[d], P.axes_size(spec[d])))
+            mask = em.and_(mask, em.and_(em.compare(pos, keep[0], "GE"), em.compare(pos, keep[1], "LT")))
+    if mask is not None:
+        x = em.select(mask, x, v)
     return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
 
 
@@ -474,13 +581,86 @@ def _pad_vjp(g, op, ct):
 
 def _pad_simplify(rb, op, ops, uses):
     """A pad of a constant with its own value everywhere is that value broadcast (the
-    write of a constant into a buffer of it: `p[-1, :] = 0` on zeros' padding)."""
+    write of a constant into a buffer of it: `p[-1, :] = 0` on zeros' padding). A pad of
+    an elementwise expression of slices is the expression of the slices' windows, masked:
+    `u[1:-1, 1:-1] = 0.25 * (u[2:, 1:-1] + ...)` then computes every term in u's own
+    shape and layout, so a split u needs only its neighbours' edges, not the terms'
+    shifted shards."""
     x, v = ops
     a, b = splat(x), splat(v)
-    if a is None or b is None or not _same_bits(a, b):
+    if a is not None and b is not None and _same_bits(a, b):
+        return rb.emit("broadcast_in_dim", v, loc=op.loc, sharding=op.result.sharding, shape=op.result.shape,
+                       broadcast_dimensions=())
+    return _sink_pad(rb, op, x, v)
+
+
+SINK_LIMIT = 64          # ops of an expression a pad is sunk into
+
+
+def _sink_pad(rb, op, x, v):
+    a = op.attrs
+    if any(a["interior"]) or x.producer is None or x.producer.opdef.fusion != "elementwise":
         return None
-    return rb.emit("broadcast_in_dim", v, loc=op.loc, sharding=op.result.sharding, shape=op.result.shape,
-                   broadcast_dimensions=())
+    tree, leaves = _elementwise_tree(x)
+    if tree is None or not any(producer_is(leaf, "slice") for leaf in leaves):
+        return None
+    shape, loc = op.result.shape, op.loc
+    zero = {}
+    new = {}
+    for leaf in leaves:
+        if producer_is(leaf, "slice"):
+            z = zero.get(leaf.dtype)
+            if z is None:
+                z = zero[leaf.dtype] = rb.emit("constant", loc=loc, value=np.array(zero_of(leaf.dtype), leaf.dtype))
+            new[leaf] = rb.emit("pad", leaf, z, loc=loc, **a)
+        else:                             # a splat: the same value everywhere
+            new[leaf] = rb.emit("broadcast_in_dim", rb.emit("constant", loc=loc, value=np.array(splat(leaf))),
+                                loc=loc, shape=shape, broadcast_dimensions=())
+    for t in tree:
+        new[t.result] = rb.emit(t.name, *[new[o] for o in t.operands], loc=t.loc, **t.attrs)
+    inside = _window_mask(rb, shape, a["low"], x.shape, loc)
+    if inside is None:                    # no padding at all
+        return new[x]
+    fill = rb.emit("broadcast_in_dim", v, loc=loc, shape=shape, broadcast_dimensions=())
+    return rb.emit("select", inside, new[x], fill, loc=loc, sharding=op.result.sharding)
+
+
+def _elementwise_tree(x):
+    """(the elementwise ops computing x from its leaves, in order; the leaves: stride-1
+    slices and splats), or (None, None) when another op feeds it or it is too big."""
+    order, leaves, seen = [], [], set()
+
+    def visit(w):
+        if w in seen:
+            return True
+        seen.add(w)
+        p = w.producer
+        if p is not None and p.opdef.fusion == "elementwise" and len(p.results) == 1:
+            if len(order) >= SINK_LIMIT or not all(visit(o) for o in p.operands):
+                return False
+            order.append(p)
+            return True
+        if producer_is(w, "slice") and all(s == 1 for s in p.attrs["stride"]) or splat(w) is not None:
+            leaves.append(w)
+            return True
+        return False
+
+    return (order, leaves) if visit(x) else (None, None)
+
+
+def _window_mask(rb, shape, low, size, loc):
+    """bool[shape]: inside [low, low + size) along every dim that has padding."""
+    mask = None
+    for d, (lo, n, m) in enumerate(zip(low, size, shape)):
+        if lo == 0 and n == m:
+            continue
+        io = rb.emit("iota", loc=loc, shape=tuple(shape), dtype="int64", dimension=d)
+        for c, direction in ((lo, "GE"), (lo + n, "LT")):
+            k = rb.emit("broadcast_in_dim", rb.emit("constant", loc=loc, value=np.array(c, np.int64)), loc=loc,
+                        shape=tuple(shape), broadcast_dimensions=())
+            cmp = rb.emit("compare", io, k, loc=loc, direction=direction)
+            mask = cmp if mask is None else rb.emit("and", mask, cmp, loc=loc)
+    return mask
 
 
 def _same_bits(a, b):
