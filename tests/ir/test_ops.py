@@ -67,7 +67,7 @@ def test_registry_rules_are_well_formed(name):
     op = REGISTRY[name]
     assert op.priority in (0, 1, 2, 3), op.priority
     assert op.split_replicate in (None, "partial", "local")
-    assert op.fusion in (None, "elementwise", "reindex", "reduce")
+    assert op.fusion in (None, "elementwise", "reindex", "reduction")
     if op.fusion == "elementwise":
         assert op.scalar is not None and op.priority == 0, "elementwise ops lower a scalar and pass shardings through"
     assert op.index_map is None or op.fusion == "reindex", "only re-indexing ops have an index map"

@@ -25,11 +25,11 @@ import numpy as np
 from ...ir import Graph, Op, Value, splat  # noqa: F401  (splat: re-exported for the backends)
 
 
-
 def reindexes(op) -> bool:
     """Does op only move elements (OpDef.fusion "reindex")? Such ops are copied into
     every kernel that reads them."""
     return op.opdef.fusion == "reindex"
+
 
 MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
 
@@ -67,8 +67,9 @@ class FusionPlan:
 
 
 def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
-    """`fusible(op) -> bool` says which ops the backend can compile into a kernel;
-    `roots` are values forced to be materialised (the code generator asks for them)."""
+    """`fusible(op) -> bool` says which ops the backend can compile into a kernel (not a
+    constant array: kernels read it from memory); `roots` are values forced to be
+    materialised (the code generator asks for them)."""
     users = defaultdict(list)
     for op in graph.ops:
         for o in op.operands:
@@ -85,7 +86,7 @@ def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
         return len(root_of) - 1
 
     for op in reversed(graph.ops):
-        if len(op.results) != 1 or not fusible(op) or (op.name == "constant" and splat(op.result) is None):
+        if len(op.results) != 1 or not fusible(op):
             standalone.add(op)
             continue
         r = op.result
@@ -101,7 +102,7 @@ def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
             if outside_op or r in outs or not ug:
                 standalone.add(op)
             continue
-        is_red = op.opdef.fusion == "reduce"
+        is_red = op.opdef.fusion == "reduction"
         if (len(ug) == 1 and not outside_op and r not in roots
                 and reduces[next(iter(ug))] + is_red <= MAX_REDUCES):
             (gid,) = ug
@@ -124,8 +125,7 @@ def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
             inputs, seen = [], set()
             for m in ops:
                 for o in m.operands:
-                    if (o.producer not in mset or o.producer.name == "constant" and splat(o) is None) \
-                            and o not in seen:
+                    if o.producer not in mset and o not in seen:
                         seen.add(o)
                         inputs.append(o)
             steps.append(Kernel(ops, op.result, [op.result] + escaping[gid][::-1], inputs))

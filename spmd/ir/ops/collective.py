@@ -274,11 +274,11 @@ for _name, _infer, _ref, _vjp, _combinable in (
                    dtypes=ALL, needs_comm=True, combinable=_combinable,
                    async_pair=("all_reduce_start", "all_reduce_done") if _name == "all_reduce" else None,
                    # all_reduce writes into a given buffer, its operand's too (in place)
-                   takes_out=_combinable, out_may_be_operand=0 if _combinable else None))
+                   takes_out=_combinable, out_may_be_operand=0 if _combinable else None, lowering="communicate"))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP
 register(OpDef("all_reduce_start", "collective", _ars_infer, _ars_ref, None, factors=None, flops=_no_flops,
-               dtypes=ALL, needs_comm=True, phase="start", async_of="all_reduce"))
+               dtypes=ALL, needs_comm=True, phase="start", async_of="all_reduce", lowering="communicate"))
 register(OpDef("all_reduce_done", "collective", _ard_infer, _ard_ref, None, factors=None, flops=_no_flops,
-               dtypes=ALL, needs_comm=True, phase="done", async_of="all_reduce"))
+               dtypes=ALL, needs_comm=True, phase="done", async_of="all_reduce", lowering="communicate"))

@@ -77,9 +77,16 @@ class OpDef:
 
     # -- optimisation and code generation ---------------------------------------------------
     # how fusion treats the op: "elementwise" (a scalar function per element), "reindex"
-    # (only moves elements: copied into every kernel that reads it), "reduce", or None
+    # (only moves elements: copied into every kernel that reads it), "reduction", or None
     # (runs on its own: dots, collectives, indexing)
     fusion: Optional[str] = None
+    # the row of each backend's lowering table that runs the op (backends/llvm/lowering.py
+    # LOWERINGS; a test checks every op names one): ops that run alike share a row, so a
+    # new op of a kind the backends know needs no backend change
+    lowering: Optional[str] = None
+    # the native code generator computes the op on complex values too (as a pair of
+    # floats); without it, an op with complex operands or results runs through `ref`
+    lowers_complex: bool = False
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None
