@@ -74,6 +74,9 @@ class OpDef:
     # set, the partitioner warns (ReshardWarning, naming the op and user line) whenever it
     # gathers such a dim that arrived split, so the gather is never silent
     needs_whole: Optional[str] = None
+    # a collective the partitioner inserts where shardings meet: the change of sharding it
+    # makes, in the words of spmd.explain (lowered.report() lists these ops)
+    reshards: Optional[str] = None
 
     # -- optimisation and code generation ---------------------------------------------------
     # how fusion treats the op: "elementwise" (a scalar function per element), "reindex"
