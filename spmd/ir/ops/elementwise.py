@@ -392,7 +392,8 @@ def _inexact(dt):
 
 register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
                elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL + CPLX,
-               priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True, simplify=_convert_simplify,
+               priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+               simplify=_convert_simplify,
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 
 

@@ -320,8 +320,8 @@ def _reshape_infer(x, shape):
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
                lambda g, op, ct: (g.emit("reshape", ct, shape=op.operands[0].shape),),
                lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
-               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify, view=True,
-               lowering="row_major", lowers_complex=True))
+               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify,
+               view=True, lowering="row_major", lowers_complex=True))
 
 
 def _transpose_infer(x, permutation):
