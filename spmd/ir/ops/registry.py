@@ -1,10 +1,11 @@
 """The op registry: one OpDef per op, holding every rule the system needs of it.
 
 Adding an op is one `register(OpDef(...))` call in the file of its family, plus one line
-in the numpy-API table (frontend/numpy_api.py) if numpy users reach it. No other file
-keys anything on an op's name: propagation, the partitioner, the simplifier, fusion and
-the code generators read the fields below. A test walks the registry so that no op can
-miss a rule.
+in the numpy-API table (frontend/numpy_api.py) if numpy users reach it; its `lowering`
+names the row of each backend's lowering table that runs it (an op of a new kind adds
+that row). No other file keys anything on an op's name: propagation, the partitioner,
+the simplifier, fusion and the code generators read the fields below. Tests walk the
+registry so that no op can miss a rule, and parse every module for op-name dispatch.
 
 Rules are data or small functions in the IR's own terms, so `ir/` imports nothing above
 it. Rules that build IR (VJP, simplification, partition handlers) receive the builder
