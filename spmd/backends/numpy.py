@@ -1,5 +1,7 @@
 """The reference backend: run a Graph op by op with each op's numpy implementation.
-Buffers are dropped after their last use so peak memory follows the live set."""
+Its lowering table is the registry itself: every op lowers to its OpDef's `ref`
+(executor.run_op). Buffers are dropped after their last use so peak memory follows the
+live set."""
 from __future__ import annotations
 
 from ..ir import Graph

@@ -10,14 +10,6 @@ from __future__ import annotations
 
 from .report import collective_ops, collectives
 
-WHY = {
-    "all_reduce": "sum the partial results of a contraction/reduction over a split dim",
-    "reduce_scatter": "sum partial results and keep them split",
-    "all_gather": "the consumer needs a split dim whole",
-    "all_to_all": "move a split from one dim to another",
-    "collective_permute": "exchange halos across shard borders (shifted slice/pad/concat)",
-}
-
 
 def _names(graph):
     return {v: f"%{i}" for i, v in enumerate(graph.values())}
@@ -41,8 +33,9 @@ def collective_rows(lowered) -> list:
         if id(holder) not in uses:
             uses[id(holder)] = _consumers(holder)
         nxt = uses[id(holder)].get(op.result, [])
-        need = next((u.name for u in nxt if u.name not in WHY), "the program's output" if not nxt else nxt[0].name)
-        rows.append(dict(c, needed_by=need, why=WHY[op.name]))
+        need = next((u.name for u in nxt if u.opdef.reshards is None),
+                    "the program's output" if not nxt else nxt[0].name)
+        rows.append(dict(c, needed_by=need, why=op.opdef.reshards))
     return rows
 
 

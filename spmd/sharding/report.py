@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
-
 
 def collective_ops(graph, inside=None):
     """(op, the graph holding it, inside) for every collective of the program, in order;
@@ -21,7 +19,7 @@ def collective_ops(graph, inside=None):
             sub = op.attrs[k]
             if hasattr(sub, "ops") and hasattr(sub, "inputs"):
                 yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}")
-        if op.name in COLLECTIVES or op.opdef.phase == "start":
+        if op.opdef.reshards is not None or op.opdef.phase == "start":
             yield op, graph, inside
 
 

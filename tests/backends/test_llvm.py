@@ -301,7 +301,7 @@ def test_threads_split_rows_and_reductions(threads):
     low = spmd.jit(f, backend="llvm").lower(x, v)
     exe = compile_llvm(low.graph, threads=threads)
     pars = sorted(s.par or "-" for s in exe.steps if isinstance(s, KernelStep))
-    assert "rows" in pars and "reduce" in pars, pars
+    assert "rows" in pars and "reduction" in pars, pars
     got = exe([x, v])
     want = compile_graph(low.graph, "numpy")([x, v])
     for a, b in zip(got, want):

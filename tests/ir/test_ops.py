@@ -1,6 +1,9 @@
 """Every registry op, on every sample of the OpInfo table, run by the numpy backend and
 compared with the table's own numpy expression; plus the registry's completeness and the
 errors bad operands get."""
+import ast
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -67,7 +70,7 @@ def test_registry_rules_are_well_formed(name):
     op = REGISTRY[name]
     assert op.priority in (0, 1, 2, 3), op.priority
     assert op.split_replicate in (None, "partial", "local")
-    assert op.fusion in (None, "elementwise", "reindex", "reduce")
+    assert op.fusion in (None, "elementwise", "reindex", "reduction")
     if op.fusion == "elementwise":
         assert op.scalar is not None and op.priority == 0, "elementwise ops lower a scalar and pass shardings through"
     assert op.index_map is None or op.fusion == "reindex", "only re-indexing ops have an index map"
@@ -88,28 +91,125 @@ def test_registry_rules_are_well_formed(name):
         assert op.flops([v.aval for v in o.operands], out.aval, o.attrs) >= 0
 
 
-def test_no_pass_keys_on_op_names():
-    """Per-op facts live on the OpDef: outside ir/ops/ no module keeps a table of op
-    names. (The few names left are the IR's structure: constants and broadcasts of
-    them are literals, sharding_constraint is how annotations enter the graph, and the
-    explainer's sentences per collective.)"""
-    import pathlib
-    import re
-    root = pathlib.Path(spmd.__file__).parent
-    allowed = {"constant", "broadcast_in_dim", "sharding_constraint"}
-    # op.name == "add", op.name in ("add", ...), and name == "add" (a name read off an op);
-    # `for name in ("sort", ...)` over numpy method names is not a comparison
-    pattern = re.compile(r"(?:\.name\s*(?:==|!=|in)\s*\(?|(?<![\w.])name\s*(?:==|!=))\s*\"([a-z_]+)\"")
+# ----------------------------------------------------------------------- no op-name tables
+# Per-op facts live on the OpDef (and a backend's lowering table rows): outside the
+# registry and the numpy-API table, no module compares an op's name with a literal or
+# keeps a table of op names. The IR's structure may be named: constants are literals,
+# broadcasts of them splats, and sharding_constraint is how annotations enter the graph.
+STRUCTURE = {"constant", "broadcast_in_dim", "sharding_constraint"}
+EXEMPT = ("ir/ops/", "frontend/numpy_api.py", "frontend/numpy_lib/")
+COMPARE = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+
+
+def op_name_uses(tree, names):
+    """(line, form, names) for each use of op-name literals as dispatch in a parsed module:
+    a comparison (==, !=, in, not in) with a literal alone or in a tuple / list / set, a
+    match case on one, a dict keyed by them, and a tuple / list / set of them (all its
+    elements string literals: a table of names, not a record like ("slice", start))."""
+    def literal(node):
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+
+    def listed(node):
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return []
+        return [e.value for e in node.elts if literal(e)]
+
+    # containers not to report as tables: __all__ (Python names), and the ones a comparison reports
+    seen = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)}
+    found = []
+    for node in ast.walk(tree):        # (breadth first: a comparison before its operands)
+        if isinstance(node, ast.Compare) and any(isinstance(o, COMPARE) for o in node.ops):
+            for side in (node.left, *node.comparators):
+                hit = [side.value] if literal(side) else listed(side)
+                if hit:
+                    found.append((node.lineno, "comparison", hit))
+                    seen.add(id(side))
+        elif isinstance(node, ast.MatchValue) and literal(node.value):
+            found.append((node.lineno, "match case", [node.value.value]))
+        elif isinstance(node, ast.Dict):
+            hit = [k.value for k in node.keys if k is not None and literal(k)]
+            if hit:
+                found.append((node.lineno, "dict keys", hit))
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in seen:
+            strings = all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
+            hit = listed(node)
+            if hit and strings:
+                found.append((node.lineno, "table", hit))
+    return sorted(found)
+
+
+def op_name_tables(root):
+    names = set(REGISTRY) - STRUCTURE
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith("ir/ops/") or rel.startswith("backends/"):
+        if rel.startswith(EXEMPT):
             continue
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            for m in pattern.finditer(line):
-                if m.group(1) in REGISTRY and m.group(1) not in allowed:
-                    found.append(f"{rel}:{i}: {line.strip()}")
-    assert not found, "op-name tables outside the registry:\n" + "\n".join(found)
+        for line, form, hit in op_name_uses(ast.parse(path.read_text()), names):
+            found.append(f"{root.name}/{rel}:{line}: {form} of {', '.join(hit)}")
+    return found
+
+
+def test_no_module_dispatches_on_op_names():
+    found = op_name_tables(pathlib.Path(spmd.__file__).parent)
+    assert not found, "op names used as dispatch outside the registry:\n" + "\n".join(found)
+
+
+PLANTED = """
+import numpy as np
+COMPLEX_LOWERED = ("add", "subtract")
+KINDS = ["gather", "scatter"]
+NATIVE = {"exp", "log"}
+WHY = {"all_reduce": "sums", "broadcast_in_dim": "fine"}
+__all__ = ["cond", "scan"]
+
+
+def lower(op, g, t):
+    if op.name == "dot_general":
+        pass
+    if "reduce" != op.name:
+        pass
+    if op.name in ("tanh", "sqrt"):
+        pass
+    if op.name not in ["sort"]:
+        pass
+    if op.name in {"iota"}:
+        pass
+    match op.name:
+        case "fft":
+            pass
+    if op.name == "constant" or op.name in ("broadcast_in_dim", "sharding_constraint"):
+        pass
+    g.emit("add", t)
+    t.emit("multiply", t, t)
+    _emit(t, "negate", t)
+    key = ("slice", op.start, op.stop)
+    return np.add, key
+"""
+
+
+def test_the_guard_sees_each_form(tmp_path):
+    """The guard itself, on a planted module: it reports every form of dispatch on op names
+    (comparisons with a literal alone or in a tuple, list or set; match cases; dict keys;
+    tables of names), and nothing for IR-structure names, calls that build IR, records
+    that merely start with a name, or __all__."""
+    (tmp_path / "bad.py").write_text(PLANTED)
+    (tmp_path / "ir" / "ops").mkdir(parents=True)
+    (tmp_path / "ir" / "ops" / "exempt.py").write_text('T = ("add", "exp")\n')
+    found = [f.split("/", 1)[1] for f in op_name_tables(tmp_path)]
+    assert found == [
+        "bad.py:3: table of add, subtract",
+        "bad.py:4: table of gather, scatter",
+        "bad.py:5: table of exp, log",
+        "bad.py:6: dict keys of all_reduce",
+        "bad.py:11: comparison of dot_general",
+        "bad.py:13: comparison of reduce",
+        "bad.py:15: comparison of tanh, sqrt",
+        "bad.py:17: comparison of sort",
+        "bad.py:19: comparison of iota",
+        "bad.py:22: match case of fft",
+    ], found
 
 
 @pytest.mark.parametrize("name", ops_to_test())

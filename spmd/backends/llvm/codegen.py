@@ -23,20 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Value
+from .emitters import Split, contiguous_strides
 from .fuse import Kernel, splat
-from .scalar import HALFS, LL, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, is_float, literal
+from .lowering import lowering_of
+from .scalar import HALFS, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, literal
 
 BIG_WORK, BIG_LOOP = 1 << 14, 64
-# reduce kind -> (scalar builder method, identity)
-REDUCERS = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
-
-
-class Split(Exception):
-    """The code generator wants `value` materialised by its own kernel (then re-plans)."""
-
-    def __init__(self, value):
-        super().__init__(value)
-        self.value = value
 
 
 class Scope:
@@ -52,14 +44,6 @@ class Scope:
     def insert(self, item):
         self.items.insert(self.cursor, item)
         self.cursor += 1
-
-
-def contiguous_strides(shape):
-    st, acc = [], 1
-    for d in reversed(shape):
-        st.append(acc)
-        acc *= d
-    return tuple(reversed(st))
 
 
 def _identity(vars_):
@@ -82,7 +66,7 @@ class KernelCodegen:
         self.stored = set()
         self.body = Scope()
         self.threads = threads
-        self.par = None                  # None | "rows" | "reduce"
+        self.par = None                  # None | "rows" | "reduction"
         self.extent = 0                  # total range of the split loop
         self.split_next_reduce = False
         self.flat = self._is_flat()
@@ -98,6 +82,13 @@ class KernelCodegen:
 
     def builder(self, scope):
         return ScalarBuilder(scope.insert, self.fresh, self.declare)
+
+    def alloca(self, prefix, t):
+        """A new stack slot of LLVM type t (an accumulator), allocated at the function's entry."""
+        self.n += 1
+        name = f"{prefix}{self.n}"
+        self.allocas.append(f"  {name} = alloca {t}")
+        return name
 
     def open_loop(self, parent, extent, start="0", end=None, full=True):
         var = f"%i{self.n + 1}"
@@ -259,112 +250,38 @@ class KernelCodegen:
         return True
 
     def emit_op(self, op, v, amap):
-        name, attrs = op.name, op.attrs
-        if op.opdef.family == "elementwise":
-            args = [self.emit(o, amap) for o in op.operands]
-            scope = self.scope_of(amap)
-            # x / s stays a division even when s is hoisted out of the loop: x * (1 / s) is
-            # faster but not what numpy computes (1 ulp off, a silent difference)
-            x = op.opdef.scalar(self.builder(scope), *args, **attrs)
-            return self._round(scope, x, v), scope
-        if self.flat:
-            raise AssertionError(f"{name} in a flat kernel")
-        x = op.operands[0] if op.operands else None
-        if op.opdef.index_map is not None:          # broadcast_in_dim, transpose, slice
-            return self._pass(x, op.opdef.index_map(amap, x.shape, attrs))
-        if name == "reshape":
-            if x.producer is None or x.producer not in self.member or splat(x) is not None:
-                if splat(x) is not None:
-                    return SV(literal(splat(x), x.dtype), compute_dtype(x.dtype)), self.body
-                # a reshape of a contiguous buffer is the same memory read with other strides
-                return self.load(x, amap, shape=v.shape)
-            if x.ndim == 1 and v.ndim != 1:
-                # a flat value read as n-d: its index is the row-major offset, an affine map
-                coefs, const = {}, 0
-                for (terms, c), st in zip(amap, contiguous_strides(v.shape)):
-                    const += c * st
-                    for var, k in terms:
-                        coefs[var] = coefs.get(var, 0) + k * st
-                return self._pass(x, ((tuple((var, k) for var, k in coefs.items() if k), const),))
-            rows = [r for r, n in zip(amap, v.shape) if n != 1]
-            if [n for n in x.shape if n != 1] != [n for n in v.shape if n != 1]:
-                raise Split(x)
-            it = iter(rows)
-            return self._pass(x, tuple(next(it) if n != 1 else ((), 0) for n in x.shape))
-        if name == "iota":
-            scope = self.scope_of(amap)
-            terms, c = amap[attrs["dimension"]]
-            idx = self.index_expr(scope, terms, c)
-            b = self.builder(scope)
-            return b.convert(SV(idx, "int64"), v.dtype), scope
-        if op.opdef.fusion == "reduce":
-            return self.emit_reduce(op, v, amap)
-        raise Unsupported(name)
+        """op's result v at amap, as the op's row of the lowering table computes it."""
+        emit = lowering_of(op).emit
+        if emit is None:
+            raise Unsupported(op.name)
+        if self.flat and op.opdef.fusion != "elementwise":
+            raise AssertionError(f"{op.name} in a flat kernel")
+        return emit(self, op, v, amap)
 
-    def _round(self, scope, x, v):
+    def rounded(self, scope, x, v):
         """A 2-byte float result, computed in float32, rounded to its dtype per op."""
         if v.dtype in HALFS and x.dtype != "bool":
             return self.builder(scope).round_to(x, v.dtype)
         return x
 
-    def _pass(self, x, sub):
+    def read_at(self, x, sub):
+        """Operand x at index map sub (a re-indexing op's result is its operand, re-indexed)."""
         r = self.emit(x, sub)
         return r, self.memo[(x, sub)][1] if (x, sub) in self.memo else self.body
-
-    def emit_reduce(self, op, v, amap):
-        x = op.operands[0]
-        kind, axes = op.attrs["kind"], op.attrs["axes"]
-        scope = self.scope_of(amap)
-        from ...ir.ops.reduce import identity
-        cd = compute_dtype(v.dtype)       # 2-byte floats accumulate in float32
-        t = LL[cd]
-        acc = f"%acc{self.n + 1}"
-        self.n += 1
-        self.allocas.append(f"  {acc} = alloca {t}")
-        scope.insert(f"  store {t} {literal(identity(kind, v.dtype), v.dtype)}, ptr {acc}")
-        loops, parent = {}, scope
-        for j, a in enumerate(axes):
-            if j == 0 and self.split_next_reduce:
-                self.split_next_reduce = False
-                parent = self.open_loop(parent, x.shape[a], "%start", "%end", full=False)
-            else:
-                parent = self.open_loop(parent, x.shape[a])
-            loops[a] = parent
-        rest = iter(amap)
-        sub = tuple((((loops[d].var, 1),), 0) if d in loops else next(rest) for d in range(x.ndim))
-        val = self.emit(x, sub)
-        inner = parent
-        b = self.builder(inner)
-        cur = self.fresh()
-        inner.insert(f"  {cur} = load {t}, ptr {acc}")
-        meth = getattr(b, REDUCERS[kind])
-        if is_float(cd) and kind in ("sum", "prod"):
-            # reassociation lets the vectoriser keep several partial sums
-            nxt = self.fresh()
-            inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
-            nxt = SV(nxt, cd)
-        else:
-            nxt = meth(SV(cur, cd), val)
-        inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
-        for a in reversed(axes):
-            self.close_loop(loops[a])
-        r = self.fresh()
-        scope.insert(f"  {r} = load {t}, ptr {acc}")
-        return self._round(scope, SV(r, cd), v), scope
 
     # -- the kernel -----------------------------------------------------------------------
     def generate(self) -> str:
         root = self.k.root
         shape = (root.size,) if self.flat else root.shape
         self.work = work = max([v.size for op in self.k.ops for v in (*op.operands, *op.results)] + [root.size])
-        can_split_reduce = (root.producer.name == "reduce" and len(self.k.outputs) == 1 and not self.flat
-                            and root.producer.attrs["axes"])
+        can_split_reduce = (root.producer.opdef.fusion == "reduction" and len(self.k.outputs) == 1
+                            and not self.flat and root.producer.attrs["axes"])
         if self.threads > 1 and work >= 1 << 16 and shape and shape[0] >= 2 * self.threads:
             self.par, self.extent = "rows", shape[0]
         elif self.threads > 1 and work >= 1 << 16 and can_split_reduce and root.size <= 64:
             first = root.producer.operands[0].shape[root.producer.attrs["axes"][0]]
             if first >= 2 * self.threads:
-                self.par, self.extent = "reduce", first
+                self.par, self.extent = "reduction", first
                 self.split_next_reduce = True
         scope, vars_ = self.body, []
         for d, n in enumerate(shape):
@@ -375,7 +292,7 @@ class KernelCodegen:
             vars_.append(scope.var)
         amap = _identity(vars_)
         x = self.emit(root, amap)
-        if self.par == "reduce":
+        if self.par == "reduction":
             off = self.fresh()
             self.body.insert(f"  {off} = mul i64 %tid, {max(root.size, 1)}")
             self.store(self.scope_of(amap), root, x, amap, base_offset=off)

@@ -25,11 +25,11 @@ import numpy as np
 from ...ir import Graph, Op, Value, splat  # noqa: F401  (splat: re-exported for the backends)
 
 
-
 def reindexes(op) -> bool:
     """Does op only move elements (OpDef.fusion "reindex")? Such ops are copied into
     every kernel that reads them."""
     return op.opdef.fusion == "reindex"
+
 
 MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
 
@@ -67,68 +67,86 @@ class FusionPlan:
 
 
 def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
-    """`fusible(op) -> bool` says which ops the backend can compile into a kernel;
-    `roots` are values forced to be materialised (the code generator asks for them)."""
+    """`fusible(op) -> bool` says which ops the backend can compile into a kernel (not a
+    constant array: kernels read it from memory); `roots` are values forced to be
+    materialised (the code generator asks for them)."""
+    groups = group_ops(graph, fusible, roots)
+    return FusionPlan(graph, steps_in_order(graph, groups))
+
+
+@dataclass
+class Groups:
+    roots: list = field(default_factory=list)                       # kernel id -> its root op
+    members: dict = field(default_factory=lambda: defaultdict(list))   # kernel id -> ops (reverse order)
+    escaping: dict = field(default_factory=lambda: defaultdict(list))  # kernel id -> graph outputs it stores
+    standalone: set = field(default_factory=set)                    # ops run on their own
+
+
+def group_ops(graph: Graph, fusible, roots) -> Groups:
+    """Walking the graph backwards, each op joins the kernel of its users when they are all
+    in one kernel; re-indexing ops and splats join every kernel that reads them."""
     users = defaultdict(list)
     for op in graph.ops:
         for o in op.operands:
             users[o].append(op)
     outs = set(graph.outputs)
+    gs = Groups()
     groups: dict[Op, set] = {}       # op -> ids of the kernels it is part of
-    standalone: set = set()          # ops run on their own (their results are materialised)
-    members = defaultdict(list)      # kernel id -> member ops (reverse order)
-    root_of, reduces, escaping = [], [], defaultdict(list)
-
-    def new_group(op):
-        root_of.append(op)
-        reduces.append(0)
-        return len(root_of) - 1
-
+    reduces = []                     # kernel id -> reductions in it
     for op in reversed(graph.ops):
-        if len(op.results) != 1 or not fusible(op) or (op.name == "constant" and splat(op.result) is None):
-            standalone.add(op)
+        if len(op.results) != 1 or not fusible(op):
+            gs.standalone.add(op)
             continue
         r = op.result
         ug, outside_op = set(), False
         for u in users[r]:
-            if u in standalone:
+            if u in gs.standalone:
                 outside_op = True
             ug |= groups.get(u, set())
         if (reindexes(op) or splat(r) is not None) and r not in roots:
             groups[op] = ug
             for gid in ug:
-                members[gid].append(op)
+                gs.members[gid].append(op)
             if outside_op or r in outs or not ug:
-                standalone.add(op)
+                gs.standalone.add(op)
             continue
-        is_red = op.opdef.fusion == "reduce"
+        is_red = op.opdef.fusion == "reduction"
         if (len(ug) == 1 and not outside_op and r not in roots
                 and reduces[next(iter(ug))] + is_red <= MAX_REDUCES):
             (gid,) = ug
             if r in outs:
-                escaping[gid].append(r)
+                gs.escaping[gid].append(r)
         else:
-            gid = new_group(op)
+            gid = len(gs.roots)
+            gs.roots.append(op)
+            reduces.append(0)
         groups[op] = {gid}
-        members[gid].append(op)
+        gs.members[gid].append(op)
         reduces[gid] += is_red
+    return gs
 
-    # steps in graph order: a kernel runs where its root is
+
+def steps_in_order(graph: Graph, gs: Groups) -> list:
+    """The steps in graph order: a kernel runs where its root is."""
     steps = []
-    kernel_at = {root: gid for gid, root in enumerate(root_of)}
+    kernel_at = {root: gid for gid, root in enumerate(gs.roots)}
     for op in graph.ops:
         if op in kernel_at:
             gid = kernel_at[op]
-            ops = members[gid][::-1]
-            mset = set(ops)
-            inputs, seen = [], set()
-            for m in ops:
-                for o in m.operands:
-                    if (o.producer not in mset or o.producer.name == "constant" and splat(o) is None) \
-                            and o not in seen:
-                        seen.add(o)
-                        inputs.append(o)
-            steps.append(Kernel(ops, op.result, [op.result] + escaping[gid][::-1], inputs))
-        if op in standalone:
+            ops = gs.members[gid][::-1]
+            steps.append(Kernel(ops, op.result, [op.result] + gs.escaping[gid][::-1], kernel_inputs(ops)))
+        if op in gs.standalone:
             steps.append(op)
-    return FusionPlan(graph, steps)
+    return steps
+
+
+def kernel_inputs(ops) -> list:
+    """The values a kernel of these ops reads from memory, in the order it first reads them."""
+    mset = set(ops)
+    inputs, seen = [], set()
+    for m in ops:
+        for o in m.operands:
+            if o.producer not in mset and o not in seen:
+                seen.add(o)
+                inputs.append(o)
+    return inputs

@@ -172,79 +172,109 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
     n = len(steps)
     outs = set(graph.outputs)
     donated_vals = {graph.inputs[i] for i in donated}
-    define, last = {}, {}
-    mine = set(donated_vals)          # values whose buffer is ours to write into
-    bufs = {v: {v} for v in donated_vals}    # value -> buffer groups (their first value) it may alias
-    group = {v: v for v in donated_vals}     # written value -> its group (first value)
-    for v in graph.inputs:
-        define.setdefault(v, -1)
-        last.setdefault(v, -1)
-    written_at = []
-    for k, step in enumerate(steps):
-        for v in _reads(step):
-            last[v] = k
-        written = _written(step, writes)
-        written_at.append(written)
-        wset = set(written)
-        for r in _results(step):
-            define[r] = k
-            last.setdefault(r, k)
-            if r in wset:
-                group[r] = r
-                bufs[r] = {r}
-                mine.add(r)
-            else:
-                bufs[r] = set().union(*[bufs.get(o, set()) for o in _reads(step)])
-    for v in outs:
-        last[v] = n
-
-    def busy(grp):                    # the last step any value aliasing the group is read at
-        return max(last.get(v, define[v]) for v in aliases[grp])
-
-    aliases = {}
-    for v, gs in bufs.items():
-        for gid in gs:
-            aliases.setdefault(gid, set()).add(v)
-
-    inplace = {}
-    if in_place:
-        for k, step in enumerate(steps):
-            kern = _kernel(step)
-            if kern is not None:
-                same, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
-            elif step.opdef.out_may_be_operand is not None and writes(step):
-                # an op that may write its result over an operand (all_reduce)
-                same, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
-            else:
-                continue
-            options = {}
-            for r in results:
-                cands = same & _depends_on(kern, r) if kern is not None else same
-                options[r] = [x for x in reads if x in cands and x in mine and x.dtype == r.dtype
-                              and x.shape == r.shape and x not in outs and busy(group[x]) == k
-                              # no other input of this step may share the buffer
-                              and not any(group[x] in bufs.get(u, ()) for u in reads if u is not x)]
-            for r, x in _match(results, options).items():
-                gx = group[x]
-                inplace[r] = x
-                # r's group is x's: values aliasing r now alias that buffer
-                old = group[r]
-                for v in aliases.pop(old, set()):
-                    bufs[v] = {gx if g is old else g for g in bufs[v]}
-                    aliases[gx].add(v)
-                group[r] = gx
-
-    # the groups: output groups are fresh per call, donated ones are the caller's
-    members = {}
-    for v, gid in group.items():
-        members.setdefault(gid, []).append(v)
+    bufs = Buffers(graph, steps, writes, donated_vals)
+    inplace = plan_in_place(bufs, steps, writes, outs) if in_place else {}
+    members = bufs.members()
 
     def is_temp(gid):
         return gid not in donated_vals and not any(v in outs for v in members[gid])
 
-    # joins: operands computed in their place in the result's buffer
-    inside = {}                       # group -> (enclosing group, byte offset)
-    joined, enclosing = {}, set()
+    inside, joined = plan_joins(bufs, steps, writes, same_bytes, is_temp)
+    temps, out_bytes = temporaries(bufs, members, inside, donated_vals, outs)
+    offset_of, arena = assign_offsets(temps, members, inside)
+    return MemoryPlan(offset_of, arena, inplace, drops(bufs.last, outs, n), peak_live(temps, n), out_bytes,
+                      frozenset(donated), joined)
+
+
+class Buffers:
+    """The buffer groups of a program: each value a step writes into a buffer the plan
+    controls starts a group (one buffer, several values over time once outputs are
+    written in place); every value may alias the groups its producer's operands may
+    (ops the plan does not control may return views). Also when each value is defined
+    and last read."""
+
+    def __init__(self, graph, steps, writes, donated_vals):
+        self.define, self.last = {}, {}
+        self.mine = set(donated_vals)                       # values whose buffer is ours to write into
+        self.bufs = {v: {v} for v in donated_vals}          # value -> groups (their first value) it may alias
+        self.group = {v: v for v in donated_vals}           # written value -> its group (first value)
+        for v in graph.inputs:
+            self.define.setdefault(v, -1)
+            self.last.setdefault(v, -1)
+        for k, step in enumerate(steps):
+            for v in _reads(step):
+                self.last[v] = k
+            wset = set(_written(step, writes))
+            for r in _results(step):
+                self.define[r] = k
+                self.last.setdefault(r, k)
+                if r in wset:
+                    self.group[r] = r
+                    self.bufs[r] = {r}
+                    self.mine.add(r)
+                else:
+                    self.bufs[r] = set().union(*[self.bufs.get(o, set()) for o in _reads(step)])
+        for v in graph.outputs:
+            self.last[v] = len(steps)
+        self.aliases = {}                                   # group -> values that may alias it
+        for v, gs in self.bufs.items():
+            for gid in gs:
+                self.aliases.setdefault(gid, set()).add(v)
+
+    def busy(self, grp):
+        """The last step any value aliasing the group is read at."""
+        return max(self.last.get(v, self.define[v]) for v in self.aliases[grp])
+
+    def shared(self, grp, values) -> bool:
+        """May any of `values` alias the group's buffer?"""
+        return any(grp in self.bufs.get(u, ()) for u in values)
+
+    def join(self, r, x):
+        """r is written into x's buffer: r's group is x's, and what aliased r aliases it."""
+        gx, old = self.group[x], self.group[r]
+        for v in self.aliases.pop(old, set()):
+            self.bufs[v] = {gx if g is old else g for g in self.bufs[v]}
+            self.aliases[gx].add(v)
+        self.group[r] = gx
+
+    def members(self) -> dict:
+        """group -> its values, in the order they were written."""
+        members = {}
+        for v, gid in self.group.items():
+            members.setdefault(gid, []).append(v)
+        return members
+
+
+def plan_in_place(bufs, steps, writes, outs) -> dict:
+    """(1) output -> the input whose buffer it is written into, step by step."""
+    inplace = {}
+    for k, step in enumerate(steps):
+        kern = _kernel(step)
+        if kern is not None:
+            same, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
+        elif step.opdef.out_may_be_operand is not None and writes(step):
+            # an op that may write its result over an operand (all_reduce)
+            same, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
+        else:
+            continue
+        options = {}
+        for r in results:
+            cands = same & _depends_on(kern, r) if kern is not None else same
+            options[r] = [x for x in reads if x in cands and x in bufs.mine and x.dtype == r.dtype
+                          and x.shape == r.shape and x not in outs and bufs.busy(bufs.group[x]) == k
+                          # no other input of this step may share the buffer
+                          and not bufs.shared(bufs.group[x], [u for u in reads if u is not x])]
+        for r, x in _match(results, options).items():
+            inplace[r] = x
+            bufs.join(r, x)
+    return inplace
+
+
+def plan_joins(bufs, steps, writes, same_bytes, is_temp):
+    """(4) ({group: (the join result's group, byte offset)} of the operands computed in
+    their place in a join's buffer, {join result: the operand positions placed})."""
+    group = bufs.group
+    inside, joined, enclosing = {}, {}, set()
     for k, step in enumerate(steps):
         if _kernel(step) is not None or step.opdef.joins is None or not writes(step):
             continue
@@ -258,11 +288,10 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
             while w not in group and w.producer is not None and same_bytes(w.producer):
                 w = w.producer.operands[0]
             gw = group.get(w)
-            if (gw is not None and w in mine and gw not in seen and gw not in inside and is_temp(gw)
-                    and gw not in enclosing
-                    and gw is not group[c] and nbytes(w) == nbytes(a) == nbytes(gw)
-                    and busy(gw) == k and not any(gw in bufs.get(u, ()) for j, u in enumerate(step.operands)
-                                                  if j != i)):
+            if (gw is not None and w in bufs.mine and gw not in seen and gw not in inside and is_temp(gw)
+                    and gw not in enclosing and gw is not group[c] and nbytes(w) == nbytes(a) == nbytes(gw)
+                    and bufs.busy(gw) == k
+                    and not bufs.shared(gw, [u for j, u in enumerate(step.operands) if j != i])):
                 seen.add(gw)
                 inside[gw] = (group[c], off)
                 placed.add(i)
@@ -270,13 +299,17 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
         if placed:
             joined[c] = frozenset(placed)
             enclosing.add(group[c])
-    start = {}
-    for gid in members:
-        start[gid] = define[gid]
+    return inside, joined
+
+
+def temporaries(bufs, members, inside, donated_vals, outs):
+    """(2, 3) [(group, first step, last step, bytes)] of the groups the arena holds (not
+    the donated ones, not the ones ending in an output, which are fresh per call, nor the
+    ones placed inside a join's), and the bytes of the output groups."""
+    start = {gid: bufs.define[gid] for gid in members}
     for gw, (gc, _) in inside.items():
-        start[gc] = min(start[gc], define[gw])
-    temps = []
-    out_bytes = 0
+        start[gc] = min(start[gc], bufs.define[gw])
+    temps, out_bytes = [], 0
     for gid, vs in members.items():
         if gid in donated_vals:
             continue
@@ -284,9 +317,13 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
             out_bytes += nbytes(gid)
             continue
         if gid not in inside:
-            temps.append((gid, start[gid], busy(gid), nbytes(gid)))
+            temps.append((gid, start[gid], bufs.busy(gid), nbytes(gid)))
+    return temps, out_bytes
 
-    # static offsets in one arena: largest first, lowest offset that fits
+
+def assign_offsets(temps, members, inside):
+    """(3) Static offsets in one arena: largest first, each at the lowest offset that does
+    not overlap a group live at the same time. (value -> offset, the arena's size)"""
     placed = []                       # (start, end, offset, size)
     offset_of = {}
     for gid, s, e, size in sorted(temps, key=lambda t: (-t[3], t[1])):
@@ -302,15 +339,22 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
     for gw, (gc, off) in inside.items():
         for v in members[gw]:
             offset_of[v] = offset_of[gc] + off
-    arena = max([o + sz for _, _, o, sz in placed], default=0)
+    return offset_of, max([o + sz for _, _, o, sz in placed], default=0)
+
+
+def peak_live(temps, n) -> int:
+    """The largest total of live temporaries at any step."""
     live = [0] * (n + 1)
     for _, s, e, size in temps:
         for k in range(max(s, 0), min(e, n - 1) + 1):
             live[k] += size
-    peak = max(live, default=0)
+    return max(live, default=0)
 
+
+def drops(last, outs, n) -> list:
+    """step index -> the values to drop after it (their last read)."""
     free_after = [[] for _ in range(n)]
     for v, k in last.items():
         if v not in outs and 0 <= k < n:
             free_after[k].append(v)
-    return MemoryPlan(offset_of, arena, inplace, free_after, peak, out_bytes, frozenset(donated), joined)
+    return free_after

@@ -18,6 +18,7 @@ before each segment runs, one vectorised assignment per segment.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 
 import numpy as np
@@ -128,6 +129,10 @@ def trampoline(name, nparams):
         args.append(f"{kind} %v{j}")
     lines += [f"  call void @{name}({', '.join(args)})", "  ret void", "}"]
     return "\n".join(lines)
+
+
+def cores():
+    return os.cpu_count() or 1
 
 
 # ----------------------------------------------------------------------------- BLAS

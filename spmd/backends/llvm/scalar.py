@@ -408,9 +408,9 @@ class ScalarBuilder:
         if is_complex(x.dtype):        # equal when both parts are
             if direction not in ("EQ", "NE"):
                 raise Unsupported("ordering of complex numbers")
-            pred, join = ("oeq", "and") if direction == "EQ" else ("une", "or")
+            pred, join = ("oeq", self.and_) if direction == "EQ" else ("une", self.or_)
             p = [self.fcmp(pred, self.part(x, i), self.part(y, i)) for i in (0, 1)]
-            return self._op(f"{join} i1 {p[0].name}, {p[1].name}", "bool")
+            return join(p[0], p[1])
         if is_float(x.dtype):
             pred = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}[direction]
             return self.fcmp(pred, x, y)

@@ -32,10 +32,19 @@ from ...ir import Graph, Op, Value, get_op
 def schedule_async(graph: Graph) -> Graph:
     if not any(op.opdef.async_pair for op in graph.ops):
         return graph
-    items = []              # ("op" | "start" | "done", op), the new order
+    items, overlapped = async_order(graph)
+    if not any(overlapped.values()):
+        return graph
+    return rebuild(graph, items, overlapped)
+
+
+def async_order(graph: Graph):
+    """The walk: ([("op" | "start" | "done", op)] in the new order, {split collective: did
+    computation run between its start and its done})."""
+    items = []
     deferred = set()        # ops not emitted yet: collectives in flight, re-indexes of them
     started_at = {}         # split collective -> how much computation had run at its start
-    overlapped = {}         # split collective -> did computation run between start and done
+    overlapped = {}
     ran = 0
 
     def need(v):
@@ -71,9 +80,11 @@ def schedule_async(graph: Graph) -> Graph:
     for op in graph.ops:            # (a collective nobody reads still runs, on every rank)
         if op in deferred:
             need(op.results[0])
-    if not any(overlapped.values()):
-        return graph
+    return items, overlapped
 
+
+def rebuild(graph: Graph, items, overlapped) -> Graph:
+    """The program in the walk's order, each overlapped collective as its two halves."""
     g = Graph(graph.name)
     g.mesh = graph.mesh
     vmap = {v: g.add_input(v.shape, v.dtype, v.sharding) for v in graph.inputs}

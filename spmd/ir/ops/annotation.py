@@ -28,4 +28,5 @@ def _partition(P, op):
 
 
 register(OpDef("sharding_constraint", "annotation", _infer, lambda x, spec, partial=(): x, _vjp, _factors,
-               None, lambda ins, out, attrs: 0, ALL, priority=0, linear=((0,),), partition=_partition))
+               None, lambda ins, out, attrs: 0, ALL, priority=0, linear=((0,),), partition=_partition,
+               lowering="annotation"))

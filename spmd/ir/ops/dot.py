@@ -98,4 +98,4 @@ def _flops(ins, out, attrs):
 register(OpDef("dot_general", "dot", _infer, _ref, _vjp, _factors, None, _flops,
                ("float32", "float64", "int32", "int64", "float16", "bfloat16", "complex64", "complex128"),
                priority=1, linear=((0,), (1,)),
-               reduction_kind=lambda attrs: "sum"))
+               reduction_kind=lambda attrs: "sum", lowering="matmul"))

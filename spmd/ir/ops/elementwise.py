@@ -47,13 +47,13 @@ def _flops_n(n):
 
 def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1, **rules):
     register(OpDef(name, "elementwise", _infer_unary(allowed), ref, vjp, elementwise_factors,
-                   scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise", **rules))
+                   scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise", lowering="elementwise", **rules))
 
 
 def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1, **rules):
     register(OpDef(name, "elementwise", _infer_binary(allowed, out_dtype), ref, vjp,
                    elementwise_factors, scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise",
-                   **rules))
+                   lowering="elementwise", **rules))
 
 
 # -- simplification rules (see OpDef.simplify) ------------------------------------------------
@@ -226,12 +226,14 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
-       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify)
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True)
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
-       NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify)
+       NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify,
+       lowers_complex=True)
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
-       NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1))
+       NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
+       lowers_complex=True)
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
@@ -262,7 +264,7 @@ binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b
 binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False))
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
-      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify)
+      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True)
 unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
@@ -288,7 +290,8 @@ def _abs_ref(x):
 
 
 register(OpDef("abs", "elementwise", _abs_infer, _abs_ref, _abs_vjp, elementwise_factors,
-               lambda b, x: b.abs(x), _flops_n(1), NUM + CPLX, priority=0, fusion="elementwise"))
+               lambda b, x: b.abs(x), _flops_n(1), NUM + CPLX, priority=0, fusion="elementwise",
+               lowering="elementwise"))
 unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM,
       scalar=lambda b, x: b.sign(x))
 unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
@@ -337,7 +340,7 @@ def _compare_infer(x, y, direction):
 register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
-               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise"))
+               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True))
 
 
 def _select_infer(p, a, b):
@@ -356,7 +359,8 @@ def _select_vjp(g, op, ct):
 
 register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
                elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL + CPLX,
-               priority=0, fusion="elementwise", linear=((1, 2),), simplify=_select_simplify))
+               priority=0, fusion="elementwise", lowering="elementwise", linear=((1, 2),), simplify=_select_simplify,
+               lowers_complex=True))
 
 
 def _convert_infer(x, dtype):
@@ -388,7 +392,8 @@ def _inexact(dt):
 
 register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
                elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL + CPLX,
-               priority=0, fusion="elementwise", simplify=_convert_simplify,
+               priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+               simplify=_convert_simplify,
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 
 
@@ -407,7 +412,7 @@ def _imag_vjp(g, op, ct):
 def _part(name, f, vjp, scalar, infer=_part_infer, **rules):
     register(OpDef(name, "elementwise", infer, lambda x: np.array(f(x), copy=True), vjp,
                    elementwise_factors, scalar, _flops_n(1), CPLX, priority=0, fusion="elementwise",
-                   linear=((0,),), **rules))
+                   lowering="elementwise", linear=((0,),), lowers_complex=True, **rules))
 
 
 _part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),),

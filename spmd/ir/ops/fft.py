@@ -199,4 +199,5 @@ def _partition(P, op):
 
 
 register(OpDef("fft", "fft", _infer, _ref, _vjp, _factors, None, _flops,
-               ("float32", "float64", "complex64", "complex128"), linear=((0,),), partition=_partition))
+               ("float32", "float64", "complex64", "complex128"), linear=((0,),), partition=_partition,
+               lowering="spectral"))

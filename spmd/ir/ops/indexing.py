@@ -161,7 +161,7 @@ def _ds_factors(ins, outs, attrs):
 
 register(OpDef("dynamic_slice", "indexing", _ds_infer, _ds_ref, _ds_vjp, _ds_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial",
-               partition_local=_partition_dynamic_slice))
+               partition_local=_partition_dynamic_slice, lowering="block_copy"))
 
 
 def _dus_infer(x, u, *starts):
@@ -195,7 +195,7 @@ def _dus_factors(ins, outs, attrs):
 
 register(OpDef("dynamic_update_slice", "indexing", _dus_infer, _dus_ref, _dus_vjp, _dus_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0, 1),), split_replicate="local",
-               partition_local=_partition_dynamic_update_slice))
+               partition_local=_partition_dynamic_update_slice, lowering="block_copy"))
 
 
 # -- gather / scatter (take along an axis) --------------------------------------------------
@@ -237,7 +237,7 @@ def _gather_factors(ins, outs, attrs):
 
 register(OpDef("gather", "indexing", _gather_infer, _gather_ref, _gather_vjp, _gather_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial",
-               partition_local=_partition_gather))
+               partition_local=_partition_gather, lowering="take_rows"))
 
 
 def _scatter_infer(x, idx, upd, axis):
@@ -278,4 +278,5 @@ def _scatter_factors(ins, outs, attrs):
 
 register(OpDef("scatter", "indexing", _scatter_infer, _scatter_ref, _scatter_vjp, _scatter_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0, 2),), split_replicate="local",
-               reduction_kind=lambda attrs: "sum", accumulates_into=0, partition_local=_partition_scatter))
+               reduction_kind=lambda attrs: "sum", accumulates_into=0, partition_local=_partition_scatter,
+               lowering="add_rows"))

@@ -123,7 +123,7 @@ def _one_by_one(f, a, rest, attrs):
 
 def _linalg(name, infer, ref, vjp, factors=None, nondiff=None, **rules):
     register(OpDef(name, "linalg", infer, _keep_dtype(ref), vjp, factors or _factors(2), None,
-                   _flops_cubic, FLOAT, needs_whole=WHY, **rules))
+                   _flops_cubic, FLOAT, needs_whole=WHY, lowering="lapack", **rules))
 
 
 # -- inv -----------------------------------------------------------------------------------------

@@ -90,7 +90,8 @@ def _factors(ins, outs, attrs):
 register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
                lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
                ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "complex64", "complex128"),
-               priority=1, fusion="reduce", linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
+               priority=1, fusion="reduction", lowering="accumulate",
+               linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
                reduction_kind=lambda attrs: attrs["kind"],
                simplify=lambda rb, op, ops, uses: ops[0] if not op.attrs["axes"] else None))
 
@@ -172,4 +173,4 @@ register(OpDef("cumulative", "reduce", _cum_infer, _cum_ref, _cum_vjp, _cum_fact
                lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
                ("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=0,
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
-               partition=_cum_partition))
+               partition=_cum_partition, lowering="prefix_scan"))

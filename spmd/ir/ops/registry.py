@@ -1,10 +1,11 @@
 """The op registry: one OpDef per op, holding every rule the system needs of it.
 
 Adding an op is one `register(OpDef(...))` call in the file of its family, plus one line
-in the numpy-API table (frontend/numpy_api.py) if numpy users reach it. No other file
-keys anything on an op's name: propagation, the partitioner, the simplifier, fusion and
-the code generators read the fields below. A test walks the registry so that no op can
-miss a rule.
+in the numpy-API table (frontend/numpy_api.py) if numpy users reach it; its `lowering`
+names the row of each backend's lowering table that runs it (an op of a new kind adds
+that row). No other file keys anything on an op's name: propagation, the partitioner,
+the simplifier, fusion and the code generators read the fields below. Tests walk the
+registry so that no op can miss a rule, and parse every module for op-name dispatch.
 
 Rules are data or small functions in the IR's own terms, so `ir/` imports nothing above
 it. Rules that build IR (VJP, simplification, partition handlers) receive the builder
@@ -78,12 +79,22 @@ class OpDef:
     # set, the partitioner warns (ReshardWarning, naming the op and user line) whenever it
     # gathers such a dim that arrived split, so the gather is never silent
     needs_whole: Optional[str] = None
+    # a collective the partitioner inserts where shardings meet: the change of sharding it
+    # makes, in the words of spmd.explain (lowered.report() lists these ops)
+    reshards: Optional[str] = None
 
     # -- optimisation and code generation ---------------------------------------------------
     # how fusion treats the op: "elementwise" (a scalar function per element), "reindex"
-    # (only moves elements: copied into every kernel that reads it), "reduce", or None
+    # (only moves elements: copied into every kernel that reads it), "reduction", or None
     # (runs on its own: dots, collectives, indexing)
     fusion: Optional[str] = None
+    # the row of each backend's lowering table that runs the op (backends/llvm/lowering.py
+    # LOWERINGS; a test checks every op names one): ops that run alike share a row, so a
+    # new op of a kind the backends know needs no backend change
+    lowering: Optional[str] = None
+    # the native code generator computes the op on complex values too (as a pair of
+    # floats); without it, an op with complex operands or results runs through `ref`
+    lowers_complex: bool = False
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None

@@ -414,7 +414,8 @@ def _constant_infer(value):
     return _aval(value.shape, dtypes.canon(value.dtype))
 
 
-_leaf("constant", _constant_infer, lambda value: value, partition=_partition_constant)
+_leaf("constant", _constant_infer, lambda value: value, partition=_partition_constant, lowering="literal",
+      lowers_complex=True)
 
 
 def _iota_infer(shape, dtype, dimension):
@@ -430,7 +431,7 @@ def _iota_ref(shape, dtype, dimension):
     return np.broadcast_to(ar.reshape([-1 if d == dimension else 1 for d in range(len(shape))]), shape).copy()
 
 
-_leaf("iota", _iota_infer, _iota_ref, ALL[:-1], partition_local=_partition_iota)
+_leaf("iota", _iota_infer, _iota_ref, ALL[:-1], partition_local=_partition_iota, lowering="position")
 
 
 # -- broadcast_in_dim ----------------------------------------------------------------------
@@ -475,7 +476,7 @@ def _bcast_factors(ins, outs, attrs):
 
 register(OpDef("broadcast_in_dim", "shape", _bcast_infer, _bcast_ref, _bcast_vjp, _bcast_factors,
                None, _zero_flops, ALL, priority=3, linear=((0,),), fusion="reindex", simplify=_bcast_simplify,
-               index_map=_bcast_index_map))
+               index_map=_bcast_index_map, lowering="index_map", lowers_complex=True))
 
 
 # -- reshape, transpose --------------------------------------------------------------------
@@ -489,7 +490,8 @@ def _reshape_infer(x, shape):
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
                lambda g, op, ct: (g.emit("reshape", ct, shape=op.operands[0].shape),),
                lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
-               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify, view=True))
+               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify,
+               view=True, lowering="row_major", lowers_complex=True))
 
 
 def _transpose_infer(x, permutation):
@@ -506,7 +508,8 @@ def _transpose_factors(ins, outs, attrs):
 register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np.transpose(x, permutation),
                lambda g, op, ct: (g.emit("transpose", ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
                _transpose_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_transpose_simplify, view=True, index_map=_transpose_index_map))
+               simplify=_transpose_simplify, view=True, index_map=_transpose_index_map, lowering="index_map",
+               lowers_complex=True))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------
@@ -547,7 +550,8 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
 register(OpDef("slice", "shape", _slice_infer,
                lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
                _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, linear=((0,),), fusion="reindex",
-               partition=_partition_slice, simplify=_slice_simplify, view=True, index_map=_slice_index_map))
+               partition=_partition_slice, simplify=_slice_simplify, view=True, index_map=_slice_index_map,
+               lowering="index_map", lowers_complex=True))
 
 
 def _pad_infer(x, v, low, high, interior):
@@ -669,7 +673,8 @@ def _same_bits(a, b):
 
 
 register(OpDef("pad", "shape", _pad_infer, _pad_ref, _pad_vjp, _changed_dims_factors,
-               None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad, simplify=_pad_simplify))
+               None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad, simplify=_pad_simplify,
+               lowering="block_copy"))
 
 
 def _concat_infer(*xs, dimension):
@@ -704,7 +709,7 @@ def _concat_factors(ins, outs, attrs):
 register(OpDef("concatenate", "shape", _concat_infer,
                lambda *xs, dimension, out=None: np.concatenate(xs, axis=dimension, out=out),
                _concat_vjp, _concat_factors, None, _zero_flops, ALL, takes_out=True,
-               joins=lambda attrs: attrs["dimension"],
+               joins=lambda attrs: attrs["dimension"], lowering="block_copy",
                linear=lambda op: [tuple(range(len(op.operands)))], partition=_partition_concatenate))
 
 __all__ = ["slice_size", "const_like"]

@@ -58,10 +58,10 @@ def _sort_vjp(g, op, ct):
 
 
 register(OpDef("sort", "sort", _sort_infer, lambda x, axis: np.sort(x, axis=axis, kind="stable"),
-               _sort_vjp, _sort_factors, None, _nlogn, NUM + ("bool",), needs_whole=WHY))
+               _sort_vjp, _sort_factors, None, _nlogn, NUM + ("bool",), needs_whole=WHY, lowering="sorting"))
 register(OpDef("argsort", "sort", _argsort_infer,
                lambda x, axis: np.argsort(x, axis=axis, kind="stable").astype(np.int64),
-               None, _sort_factors, None, _nlogn, NUM + ("bool",), needs_whole=WHY))
+               None, _sort_factors, None, _nlogn, NUM + ("bool",), needs_whole=WHY, lowering="sorting"))
 
 
 def _atan2_vjp(g, op, ct):

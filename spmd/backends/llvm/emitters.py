@@ -1,0 +1,133 @@
+"""How each kind of op computes one element inside a fused kernel: the `emit` entries of
+the lowering table (lowering.py).
+
+An emitter is `(cg, op, v, amap) -> (SV, scope)`: the value of op's result v at the index
+map `amap` (an affine function of the open loop variables, one (terms, const) per dim of
+v), and the loop scope it is computed in. `cg` is the kernel's code generator
+(codegen.py): emitters read operands through `cg.emit` at the index map they need them
+at, and open loops of their own through it.
+"""
+from __future__ import annotations
+
+from ...ir.ops.reduce import identity
+from .fuse import splat
+from .scalar import LL, SV, Unsupported, compute_dtype, is_float, literal
+
+# reduce kind -> the scalar builder method that combines two partial results
+REDUCERS = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+
+
+class Split(Exception):
+    """The code generator wants `value` materialised by its own kernel (then re-plans)."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+def contiguous_strides(shape):
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= d
+    return tuple(reversed(st))
+
+
+def row_major_offset(amap, shape):
+    """The index map of the row-major offset of an index of `shape` (a flat value's index)."""
+    coefs, const = {}, 0
+    for (terms, c), st in zip(amap, contiguous_strides(shape)):
+        const += c * st
+        for var, k in terms:
+            coefs[var] = coefs.get(var, 0) + k * st
+    return ((tuple((var, k) for var, k in coefs.items() if k), const),)
+
+
+def emit_elementwise(cg, op, v, amap):
+    """The op's scalar rule (OpDef.scalar) on its operands at the same index."""
+    args = [cg.emit(o, amap) for o in op.operands]
+    scope = cg.scope_of(amap)
+    # x / s stays a division even when s is hoisted out of the loop: x * (1 / s) is
+    # faster but not what numpy computes (1 ulp off, a silent difference)
+    x = op.opdef.scalar(cg.builder(scope), *args, **op.attrs)
+    return cg.rounded(scope, x, v), scope
+
+
+def emit_index_map(cg, op, v, amap):
+    """The operand at the op's affine index map (OpDef.index_map): no memory traffic."""
+    x = op.operands[0]
+    return cg.read_at(x, op.opdef.index_map(amap, x.shape, op.attrs))
+
+
+def emit_row_major(cg, op, v, amap):
+    """The operand's elements in row-major order, in v's shape (reshape)."""
+    x = op.operands[0]
+    if x.producer is None or x.producer not in cg.member or splat(x) is not None:
+        if splat(x) is not None:
+            return SV(literal(splat(x), x.dtype), compute_dtype(x.dtype)), cg.body
+        # a reshape of a contiguous buffer is the same memory read with other strides
+        return cg.load(x, amap, shape=v.shape)
+    if x.ndim == 1 and v.ndim != 1:
+        # a flat value read as n-d: its index is the row-major offset, an affine map
+        return cg.read_at(x, row_major_offset(amap, v.shape))
+    rows = [r for r, n in zip(amap, v.shape) if n != 1]
+    if [n for n in x.shape if n != 1] != [n for n in v.shape if n != 1]:
+        raise Split(x)
+    it = iter(rows)
+    return cg.read_at(x, tuple(next(it) if n != 1 else ((), 0) for n in x.shape))
+
+
+def emit_literal(cg, op, v, amap):
+    """A constant of one value everywhere; fusion leaves other constants out of kernels."""
+    c = splat(v)
+    if c is None:
+        raise Unsupported("a constant array is read from memory, not computed")
+    return SV(literal(c, v.dtype), compute_dtype(v.dtype)), cg.body
+
+
+def emit_position(cg, op, v, amap):
+    """The element's index along the op's dimension (iota)."""
+    scope = cg.scope_of(amap)
+    terms, c = amap[op.attrs["dimension"]]
+    idx = cg.index_expr(scope, terms, c)
+    return cg.builder(scope).convert(SV(idx, "int64"), v.dtype), scope
+
+
+def emit_accumulate(cg, op, v, amap):
+    """A reduction: loops of its own over the reduced axes, in the innermost scope its
+    index map needs, accumulating into a stack slot."""
+    x = op.operands[0]
+    kind, axes = op.attrs["kind"], op.attrs["axes"]
+    scope = cg.scope_of(amap)
+    cd = compute_dtype(v.dtype)       # 2-byte floats accumulate in float32
+    t = LL[cd]
+    acc = cg.alloca("%acc", t)
+    scope.insert(f"  store {t} {literal(identity(kind, v.dtype), v.dtype)}, ptr {acc}")
+    loops, parent = {}, scope
+    for j, a in enumerate(axes):
+        if j == 0 and cg.split_next_reduce:
+            cg.split_next_reduce = False
+            parent = cg.open_loop(parent, x.shape[a], "%start", "%end", full=False)
+        else:
+            parent = cg.open_loop(parent, x.shape[a])
+        loops[a] = parent
+    rest = iter(amap)
+    sub = tuple((((loops[d].var, 1),), 0) if d in loops else next(rest) for d in range(x.ndim))
+    val = cg.emit(x, sub)
+    inner = parent
+    b = cg.builder(inner)
+    cur = cg.fresh()
+    inner.insert(f"  {cur} = load {t}, ptr {acc}")
+    if is_float(cd) and kind in ("sum", "prod"):
+        # reassociation lets the vectoriser keep several partial sums
+        nxt = cg.fresh()
+        inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
+        nxt = SV(nxt, cd)
+    else:
+        nxt = getattr(b, REDUCERS[kind])(SV(cur, cd), val)
+    inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
+    for a in reversed(axes):
+        cg.close_loop(loops[a])
+    r = cg.fresh()
+    scope.insert(f"  {r} = load {t}, ptr {acc}")
+    return cg.rounded(scope, SV(r, cd), v), scope

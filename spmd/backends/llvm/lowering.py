@@ -1,0 +1,119 @@
+"""The LLVM backend's lowering table: for each kind of op (the row an OpDef names in its
+`lowering` field), how this backend runs it.
+
+An op is lowered natively in one or both of two ways: fused into loop kernels (`emit`:
+the code generator computes an element of it, emitters.py), or as a step of its own in a
+native segment (`native`, steps.py). A row with neither runs its ops through their numpy
+reference, and says why (`numpy`). tests/backends/test_lowering.py checks the table
+against the registry: every op names a row, every row is used, and every row is native or
+gives its reason.
+
+Adding an op of a kind that is here is its registry entry alone; a new kind is one row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_position, \
+    emit_row_major
+from .fuse import splat
+from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
+from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
+                    run_matmul, run_reference, take_rows_instrs)
+
+
+def _always(op):
+    return True
+
+
+@dataclass(frozen=True)
+class Lowering:
+    # fused into loop kernels: (codegen, op, value, index map) -> (SV, scope) (emitters.py)
+    emit: Optional[Callable] = None
+    # op -> may this op join a kernel (beyond having `emit`)?
+    fuses: Callable = _always
+    # a step on its own in a native segment: (schedule, op) -> instructions | FREE | None
+    # (None: this step runs from Python), steps.py
+    native: Optional[Callable] = None
+    # a step on its own from Python: (executable, op, env, comm, arena, threads)
+    run: Callable = run_reference
+    # op -> what `native` and `run` need worked out once, at build time (exe.prepared[op])
+    prepare: Optional[Callable] = None
+    # the step writes its result into a buffer it is given, which the memory plan places
+    # like a kernel's (ops whose OpDef `takes_out` do too)
+    writes_into: bool = False
+    # run as a view, its result is its operand's bytes in the same order (memory.py)
+    same_bytes: bool = False
+    # why ops of this kind run through their numpy reference (rows with no native lowering)
+    numpy: Optional[str] = None
+
+
+# a reduction over leading axes that keeps the last one (a bias's gradient, summing the
+# rows of a batch) is not fused from this size on: the kernel would read its operand
+# column by column; on its own it runs row by row (natively, or numpy's sum)
+COLUMN_REDUCE = 1 << 16
+
+
+def column_reduce(op) -> bool:
+    x = op.operands[0]
+    axes = op.attrs["axes"]
+    return bool(axes) and x.ndim - 1 not in axes and x.size >= COLUMN_REDUCE
+
+
+def scalar_lowers(op) -> bool:
+    """Does the op's scalar rule lower it for these dtypes? (A dry run of the builder.)"""
+    d = op.opdef
+    if d.scalar is None:
+        return False
+    try:
+        b = ScalarBuilder(lambda line: None, lambda: "%x", lambda line: None)
+        d.scalar(b, *[SV("%a", compute_dtype(o.dtype)) for o in op.operands], **op.attrs)
+    except Unsupported:
+        return False
+    return True
+
+
+LOWERINGS = {
+    "elementwise": Lowering(emit=emit_elementwise, fuses=scalar_lowers),
+    "index_map": Lowering(emit=emit_index_map),
+    "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True),
+    "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results)),
+    "literal": Lowering(emit=emit_literal, fuses=lambda op: splat(op.result) is not None, native=literal_instrs),
+    "accumulate": Lowering(emit=emit_accumulate, fuses=lambda op: not column_reduce(op), native=column_sum_instrs),
+    "matmul": Lowering(native=gemm_instrs, run=run_matmul, prepare=dot_plan, writes_into=True),
+    "take_rows": Lowering(native=take_rows_instrs),
+    "add_rows": Lowering(native=add_rows_instrs),
+    "block_copy": Lowering(numpy="copies of whole blocks, which numpy makes with memcpy"),
+    "prefix_scan": Lowering(numpy="a running reduction along an axis: no native kernel for it yet"),
+    "sorting": Lowering(numpy="numpy's stable sort"),
+    "lapack": Lowering(numpy="factorizations and solves are LAPACK's, through numpy"),
+    "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
+    "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
+    "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
+    "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
+}
+
+
+def lowering_of(op) -> Lowering:
+    return LOWERINGS[op.opdef.lowering]
+
+
+def fusible(op) -> bool:
+    """Can the code generator compute op inside a fused kernel?"""
+    row = lowering_of(op)
+    if row.emit is None:
+        return False
+    if not op.opdef.lowers_complex and any(is_complex(v.dtype) for v in (*op.operands, *op.results)):
+        return False        # the op runs through its numpy reference
+    return row.fuses(op)
+
+
+def writes_into(op) -> bool:
+    """Ops the backend runs into a buffer it is given (BLAS's output, `out=` of an OpDef
+    that takes one): the memory plan places their results like a kernel's."""
+    return lowering_of(op).writes_into or op.opdef.takes_out
+
+
+def same_bytes(op) -> bool:
+    return lowering_of(op).same_bytes

@@ -1,0 +1,239 @@
+"""A native schedule: the program's steps as native segments (one call from Python each,
+see native.py) and the steps that run in Python between them (collectives, ops without a
+native lowering, kernels big enough to split over threads).
+
+Built once per executable and thread count: which steps join segments (the lowering
+table's `native` entry of each step, lowering.py), the layout of the segments' argument
+blocks, the scratch they need, and when each value is dropped.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import native
+from .lowering import lowering_of
+from .plan import KernelStep
+from .steps import FREE, Scratch
+
+# a kernel is split over threads only when it has this many elements to touch: below it,
+# waking a pool thread (which may not get a core at once on a loaded machine) costs more
+PAR_WORK = 1 << 20
+
+
+class Segment:
+    def __init__(self):
+        self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
+        self.allocs = []        # (value, in-place source or None): values it writes outside the arena
+        self.steps = []         # step indices it covers
+
+
+class Schedule:
+    def __init__(self, exe, nthreads):
+        self.exe = exe
+        self.nthreads = nthreads
+        self.blas = native.blas()
+        self.helpers = native.helpers()
+        self.run_fn = self.helpers["run"]
+        self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
+        self.consts = {}         # value -> its array (constants are not made per call)
+        self.items = self.segments()                       # Segment | step index
+        self.size = self.lay_out_arguments()
+        self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
+        self.scratch_sizes = self.scratch()
+        self.free_after = self.last_uses()
+        self._local = threading.local()
+
+    # -- building --------------------------------------------------------------------------
+    def segments(self) -> list:
+        """Consecutive steps with native instructions, as Segments; the others by index."""
+        exe, mem = self.exe, self.exe.memory
+        items, seg = [], None
+        for k, step in enumerate(exe.steps):
+            instr = self.instructions(step)
+            if instr is None:
+                if seg is not None:
+                    items += [seg] if seg.instrs else seg.steps
+                    seg = None
+                items.append(k)
+                continue
+            seg = seg or Segment()
+            seg.steps.append(k)
+            if instr is FREE:
+                continue
+            seg.instrs += instr
+            written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
+            seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
+        if seg is not None:
+            items += [seg] if seg.instrs else seg.steps
+        return items
+
+    def instructions(self, step):
+        """The step's native instructions, FREE, or None (it runs from Python)."""
+        if isinstance(step, KernelStep):
+            threaded = step.par is not None and self.nthreads > 1 and step.work >= PAR_WORK
+            if threaded or not step.addr_t or any(v in self.views for v in step.params):
+                return None
+            return [(step.addr_t, [(v, 0) for v in step.params] + [0, step.extent, 0])]
+        if step.opdef.view and self.view(step):
+            return FREE
+        native_step = lowering_of(step).native
+        return native_step(self, step) if native_step is not None else None
+
+    def lay_out_arguments(self) -> int:
+        """Places each segment's argument blocks in the arena, and records the entries
+        patched per call (values the memory plan does not place); returns the arena's size."""
+        mem = self.exe.memory
+        size = 0
+        for it in self.items:
+            if not isinstance(it, Segment):
+                continue
+            it.offsets, dyn, pos, idx, offs = [], {}, [], [], []
+            for fn, entries in it.instrs:
+                it.offsets.append(size)
+                for j, e in enumerate(entries):
+                    if (isinstance(e, tuple) and not isinstance(e[0], Scratch) and e[0] not in mem.offset_of
+                            and e[0] not in self.consts):
+                        pos.append(size + j)
+                        idx.append(dyn.setdefault(e[0], len(dyn)))
+                        offs.append(e[1])
+                size += len(entries)
+            it.dyn = list(dyn)
+            it.pos, it.idx = np.array(pos, np.int64), np.array(idx, np.int64)
+            it.offs = np.array(offs, np.int64)
+        return size
+
+    def scratch(self) -> dict:
+        """scratch slot -> bytes (one buffer per slot and thread)"""
+        sizes = {}
+        for it in self.items:
+            if isinstance(it, Segment):
+                for _, entries in it.instrs:
+                    for e in entries:
+                        if isinstance(e, tuple) and isinstance(e[0], Scratch):
+                            s = e[0].slot
+                            sizes[s] = max(sizes.get(s, 0), e[0].nbytes)
+        return sizes
+
+    def last_uses(self) -> list:
+        """step index -> values to drop after it; reading a view made for free reads its base."""
+        exe = self.exe
+        last, n = {}, len(exe.steps)
+        for k, step in enumerate(exe.steps):
+            for v in (step.kernel.inputs if isinstance(step, KernelStep) else step.operands):
+                last[self.views.get(v, v)] = k
+                last[v] = k
+        outs = set(exe.graph.outputs)
+        for v in outs:
+            last[self.views.get(v, v)] = n
+        free_after = [[] for _ in range(n)]
+        for v, k in last.items():
+            if v not in outs and k < n:
+                free_after[k].append(v)
+        return free_after
+
+    def dummy(self, v):
+        """(base value, view, base array) of v on dummy buffers: how it lies in its base."""
+        t = self.views.get(v)
+        if t is not None:
+            return t
+        base = np.empty(v.shape, v.dtype)
+        return (v, base, base)
+
+    def view(self, op):
+        """Can op's result be read as a strided view of a buffer (no copy)? Records it."""
+        base, view, dbase = self.dummy(op.operands[0])
+        try:
+            r = op.opdef.ref(view, **op.attrs)
+        except Exception:     # noqa: BLE001 - then it simply runs in Python
+            return False
+        if not isinstance(r, np.ndarray) or r.size == 0 or not np.may_share_memory(r, dbase):
+            return False
+        self.views[op.result] = (base, r, dbase)
+        return True
+
+    # -- running ---------------------------------------------------------------------------
+    def _state(self):
+        """This thread's arena and program arrays (the memory plan's buffers are per thread)."""
+        st = getattr(self._local, "st", None)
+        if st is not None:
+            return st
+        exe, mem = self.exe, self.exe.memory
+        slots = exe.arena()
+        arena = np.zeros(max(self.size, 1), np.int64)
+        base = arena.ctypes.data
+        progs = []
+        scratch = {s: np.empty(n, np.uint8) for s, n in self.scratch_sizes.items()}
+        for it in self.items:
+            if not isinstance(it, Segment):
+                continue
+            prog = np.zeros(2 * len(it.instrs), np.int64)
+            for i, ((fn, entries), o) in enumerate(zip(it.instrs, it.offsets)):
+                prog[2 * i], prog[2 * i + 1] = fn, base + 8 * o
+                for j, e in enumerate(entries):
+                    if isinstance(e, tuple):
+                        v, off = e
+                        if isinstance(v, Scratch):
+                            arena[o + j] = scratch[v.slot].ctypes.data + off
+                        elif v in mem.offset_of:
+                            arena[o + j] = slots.ctypes.data + mem.offset_of[v] + off
+                        elif v in self.consts:
+                            arena[o + j] = self.consts[v].ctypes.data + off
+                    else:
+                        arena[o + j] = e
+            progs.append(prog)
+        st = self._local.st = (arena, progs, slots, scratch)
+        return st
+
+    def _get(self, v, env, slots):
+        x = env.get(v)
+        if x is not None:
+            return x
+        c = self.consts.get(v)
+        if c is not None:
+            return c
+        if v in self.exe.memory.offset_of:
+            return self.exe.buffer(v, slots)
+        op = v.producer           # a view the native code read for free: numpy makes it now
+        x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)
+        return x
+
+    def run(self, env, comm):
+        exe = self.exe
+        arena, progs, slots, _ = self._state()
+        steps = exe.steps
+        si = 0
+        for it in self.items:
+            if isinstance(it, Segment):
+                self._run_segment(it, progs[si], arena, env, slots)
+                si += 1
+                done = it.steps
+            else:
+                step = steps[it]
+                for v in (step.kernel.inputs if isinstance(step, KernelStep) else step.operands):
+                    if v not in env:
+                        env[v] = self._get(v, env, slots)
+                exe.run_step(step, env, comm, slots, self.nthreads)
+                done = (it,)
+            for k in done:
+                for v in self.free_after[k]:
+                    env.pop(v, None)
+        for v in exe.graph.outputs:
+            if v not in env:
+                env[v] = self._get(v, env, slots)
+
+    def _run_segment(self, seg, prog, arena, env, slots):
+        for v, src in seg.allocs:
+            env[v] = np.empty(v.shape, v.dtype) if src is None else self._get(src, env, slots)
+        if seg.dyn:
+            addrs = np.empty(len(seg.dyn), np.int64)
+            for j, v in enumerate(seg.dyn):
+                x = env.get(v)
+                if x is None:
+                    x = self._get(v, env, slots)
+                if not x.flags.c_contiguous:
+                    x = env[v] = np.ascontiguousarray(x)
+                addrs[j] = x.ctypes.data
+            arena[seg.pos] = addrs[seg.idx] + seg.offs
+        self.run_fn(prog.ctypes.data, len(seg.instrs))
