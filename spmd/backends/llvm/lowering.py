@@ -20,7 +20,7 @@ from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_li
 from .fuse import splat
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
-                    run_matmul, run_reference, take_rows_instrs)
+                    reindexed_constant_instrs, run_matmul, run_reference, take_rows_instrs)
 
 
 def _always(op):
@@ -76,7 +76,7 @@ def scalar_lowers(op) -> bool:
 
 LOWERINGS = {
     "elementwise": Lowering(emit=emit_elementwise, fuses=scalar_lowers),
-    "index_map": Lowering(emit=emit_index_map),
+    "index_map": Lowering(emit=emit_index_map, native=reindexed_constant_instrs),
     "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True),
     "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results)),
     "literal": Lowering(emit=emit_literal, fuses=lambda op: splat(op.result) is not None, native=literal_instrs),

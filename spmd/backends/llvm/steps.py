@@ -113,6 +113,19 @@ def literal_instrs(sched, op):
     return FREE
 
 
+CONST_LIMIT = 1 << 16     # elements: a re-indexed constant bigger than this is made per call
+
+
+def reindexed_constant_instrs(sched, op):
+    """A re-index (broadcast, transpose, slice...) of constants is computed once, when the
+    program is built, and read where it is (like a constant)."""
+    if op.result.size > CONST_LIMIT or not all(o in sched.consts for o in op.operands):
+        return None
+    c = op.opdef.ref(*[sched.consts[o] for o in op.operands], **op.attrs)
+    sched.consts[op.result] = np.ascontiguousarray(c, dtype=op.result.dtype)
+    return FREE
+
+
 def copy_instrs(sched, op):
     """A reshape numpy would copy (of a transposed view): a native strided copy of its
     operand, in row-major order, into a fresh buffer."""

@@ -3,8 +3,9 @@
 start as early and the done as late as the program allows, as XLA's async collective
 conversion and latency-hiding scheduler do.
 
-One walk in program order (after the combiner, which put each bucket of gradients where
-its last member became ready):
+First each splittable collective moves up to right after the ops its operand comes from
+(the partitioner emits a reduction where a use needs it; the combiner puts a bucket where
+its last member is ready). Then one walk in that order:
 
 - a splittable collective is *started* where it stands (its operand is ready there), and
   its done is deferred;
@@ -26,21 +27,48 @@ buffer alive (not freed, not reused by the memory plan) while the collective is 
 """
 from __future__ import annotations
 
+import heapq
+
 from ...ir import Graph, Op, Value, get_op
 
 
 def schedule_async(graph: Graph) -> Graph:
     if not any(op.opdef.async_pair for op in graph.ops):
         return graph
-    items, overlapped = async_order(graph)
+    items, overlapped = async_order(graph, earliest_first(graph))
     if not any(overlapped.values()):
         return graph
     return rebuild(graph, items, overlapped)
 
 
-def async_order(graph: Graph):
-    """The walk: ([("op" | "start" | "done", op)] in the new order, {split collective: did
-    computation run between its start and its done})."""
+def earliest_first(graph: Graph) -> list:
+    """graph's ops with each collective that may run in halves moved up to right after
+    the ops its operands come from: it starts as soon as its data is ready (the rest keep
+    their order). Every rank computes the same order."""
+    index = {op: i for i, op in enumerate(graph.ops)}
+    waiting = {op: sum(1 for o in set(op.operands) if o.producer is not None) for op in graph.ops}
+    users = {}
+    for op in graph.ops:
+        for o in set(op.operands):
+            if o.producer is not None:
+                users.setdefault(o.producer, []).append(op)
+    ready = [(0 if op.opdef.async_pair else 1, index[op], op) for op in graph.ops if waiting[op] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, _, op = heapq.heappop(ready)
+        order.append(op)
+        for u in users.get(op, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (0 if u.opdef.async_pair else 1, index[u], u))
+    return order
+
+
+def async_order(graph: Graph, ops):
+    """The walk over `ops` (graph's ops in a valid order): ([("op" | "start" | "done", op)]
+    in the new order, {split collective: did computation run between its start and its
+    done})."""
     items = []
     deferred = set()        # ops not emitted yet: collectives in flight, re-indexes of them
     started_at = {}         # split collective -> how much computation had run at its start
@@ -60,7 +88,7 @@ def async_order(graph: Graph):
             need(o)
         items.append(("op", p))
 
-    for op in graph.ops:
+    for op in ops:
         if op.opdef.async_pair:
             for o in op.operands:
                 need(o)
@@ -73,8 +101,8 @@ def async_order(graph: Graph):
             for o in op.operands:
                 need(o)
             items.append(("op", op))
-            if op.operands:         # constants and other leaves are not work to overlap
-                ran += 1
+            if op.operands and op.opdef.fusion != "reindex":
+                ran += 1            # (constants, broadcasts and views cost nothing to overlap)
     for v in graph.outputs:
         need(v)
     for op in graph.ops:            # (a collective nobody reads still runs, on every rank)
