@@ -98,6 +98,8 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             gs.standalone.add(op)
             continue
         r = op.result
+        if reindexes(op) and op.opdef.index_pieces is not None and r not in outs and r not in roots:
+            computed_views(op, users[r], gs, groups, reduces)
         ug, outside_op = set(), False
         for u in users[r]:
             if u in gs.standalone:
@@ -124,6 +126,24 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
         gs.members[gid].append(op)
         reduces[gid] += is_red
     return gs
+
+
+def computed_views(op, users, gs, groups, reduces):
+    """A pad / concatenation / dynamic slice (a copy when run on its own) whose every use
+    outside kernels is a view of it (the edge rows of a ghost-layered block, sliced for a
+    collective): each such view becomes a small kernel of its own, which reads the
+    pieces where they are, so the whole block is never copied."""
+    outside = [u for u in users if u in gs.standalone]
+    if not outside or not all(u.opdef.view and len(u.results) == 1 and u.opdef.fusion == "reindex"
+                              for u in outside):
+        return
+    for u in outside:
+        gs.standalone.discard(u)
+        gid = len(gs.roots)
+        gs.roots.append(u)
+        reduces.append(0)
+        groups[u] = groups.get(u, set()) | {gid}
+        gs.members[gid].append(u)
 
 
 def steps_in_order(graph: Graph, gs: Groups) -> list:

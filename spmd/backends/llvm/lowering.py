@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_position, \
-    emit_row_major
+from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_pieces, emit_position, \
+    emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
 from .fuse import splat
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
@@ -33,6 +33,8 @@ class Lowering:
     emit: Optional[Callable] = None
     # op -> may this op join a kernel (beyond having `emit`)?
     fuses: Callable = _always
+    # (codegen, op, value, index map) -> the value as a position (emitters.py, index_sets.py)
+    position: Optional[Callable] = None
     # a step on its own in a native segment: (schedule, op) -> instructions | FREE | None
     # (None: this step runs from Python), steps.py
     native: Optional[Callable] = None
@@ -74,11 +76,24 @@ def scalar_lowers(op) -> bool:
     return True
 
 
+MAX_PIECES = 8           # a concatenation of more operands is copied on its own (memcpy)
+
+
+def pieces_lower(op) -> bool:
+    """Is the op's OpDef.index_pieces defined for these attributes (a pad with interior
+    padding is not), with few enough pieces?"""
+    index = tuple(((("%d", 1),), 0) for _ in op.result.shape)
+    got = op.opdef.index_pieces(index, [o.shape for o in op.operands], op.attrs, lambda j, lo, hi: "%o")
+    return got is not None and len(got[0]) <= MAX_PIECES
+
+
 LOWERINGS = {
-    "elementwise": Lowering(emit=emit_elementwise, fuses=scalar_lowers),
-    "index_map": Lowering(emit=emit_index_map, native=reindexed_constant_instrs),
-    "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True),
-    "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results)),
+    "elementwise": Lowering(emit=emit_elementwise, fuses=scalar_lowers, position=position_elementwise),
+    "index_map": Lowering(emit=emit_index_map, native=reindexed_constant_instrs, position=position_index_map),
+    "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True, position=position_row_major),
+    "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results),
+                         position=position_of_index),
+    "pieces": Lowering(emit=emit_pieces, fuses=pieces_lower),
     "literal": Lowering(emit=emit_literal, fuses=lambda op: splat(op.result) is not None, native=literal_instrs),
     "accumulate": Lowering(emit=emit_accumulate, fuses=lambda op: not column_reduce(op), native=column_sum_instrs),
     "matmul": Lowering(native=gemm_instrs, run=run_matmul, prepare=dot_plan, writes_into=True),

@@ -87,22 +87,23 @@ def fuse_and_generate(graph):
     roots, memo = set(), {}
     for _ in range(len(graph.ops) + 1):
         fusion = fuse(graph, fusible, frozenset(roots))
-        code, split = generate(fusion.kernels(), memo)
+        code, split = generate(fusion.kernels(), memo, graph.mesh)
         if not split:
             return fusion, code
         roots |= split
     raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
 
 
-def generate(kernels, memo):
-    """(KernelCode of each kernel, the values kernels want materialised)."""
+def generate(kernels, memo, mesh=None):
+    """(KernelCode of each kernel, the values kernels want materialised). `mesh`: the
+    devices the program runs on (a kernel's masks may depend on a device's place)."""
     code, split = [], set()
     for i, k in enumerate(kernels):
         key = (tuple(map(id, k.ops)), id(k.root), tuple(map(id, k.outputs)), tuple(map(id, k.inputs)))
         hit = memo.get(key)
         if hit is None:
             try:
-                hit = memo[key] = KernelCode(*kernel_ir(k, f"k{i}", native.cores()))
+                hit = memo[key] = KernelCode(*kernel_ir(k, f"k{i}", native.cores(), mesh))
             except Split as e:
                 hit = memo[key] = e
         if isinstance(hit, Split):

@@ -226,14 +226,15 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
-       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True)
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True,
+       position=lambda a, b: a + b)
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
        NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify,
-       lowers_complex=True)
+       lowers_complex=True, position=lambda a, b: a - b)
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
-       lowers_complex=True)
+       lowers_complex=True, position=lambda a, b: a * b)
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
@@ -243,8 +244,10 @@ binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(
 binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=10,
        simplify=_power_simplify)
 binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y))
-binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y))
-binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y))
+binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y),
+       position=lambda a, b: a & b)
+binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y),
+       position=lambda a, b: a | b)
 binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))
 
 
@@ -264,8 +267,10 @@ binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b
 binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False))
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
-      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True)
-unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))
+      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True,
+      position=lambda a: -a)
+unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x),
+      position=lambda a: ~a)
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
     if x.dtype not in CPLX:
@@ -340,7 +345,8 @@ def _compare_infer(x, y, direction):
 register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
-               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True))
+               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+               position=lambda a, b, direction: a.compare(b, direction)))
 
 
 def _select_infer(p, a, b):
@@ -360,7 +366,7 @@ def _select_vjp(g, op, ct):
 register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
                elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL + CPLX,
                priority=0, fusion="elementwise", lowering="elementwise", linear=((1, 2),), simplify=_select_simplify,
-               lowers_complex=True))
+               lowers_complex=True, picks=0))
 
 
 def _convert_infer(x, dtype):
@@ -393,7 +399,7 @@ def _inexact(dt):
 register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
                elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL + CPLX,
                priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
-               simplify=_convert_simplify,
+               simplify=_convert_simplify, position=lambda a, dtype: a.convert(dtype),
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 
 
