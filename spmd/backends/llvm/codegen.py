@@ -82,7 +82,8 @@ class KernelCodegen:
         self.allocas, self.decls = [], set()
         self.memo = {}                   # (value, map) -> (SV, scope)
         self.scopes = {}                 # loop var name -> Scope
-        self.stored = set()
+        self.stored = set()              # (output, the intervals of its loops) stored
+        self.store_family = {}           # output -> the loop keys it is stored in
         self.body = Scope()
         self.threads = threads
         self.par = None                  # None | "rows" | "reduction"
@@ -100,6 +101,8 @@ class KernelCodegen:
         self.positions = {}              # (value, map) -> its position (index_sets)
         self.clamps, self.offsets = {}, {}
         self.tid_offset = None
+        self.levels = None               # value -> stencil level (check_recompute)
+        self.shifts = {}                 # (value, index variables) -> the offsets it was computed at
 
     # -- plumbing ---------------------------------------------------------------------
     def fresh(self):
@@ -251,6 +254,7 @@ class KernelCodegen:
         if op is None or op not in self.member:
             x, scope = self.load(v, amap)
         else:
+            self.check_recompute(op, v, amap)
             got = self.decided(op, v, amap)
             if got is not None:
                 x, scope = got
@@ -259,10 +263,54 @@ class KernelCodegen:
                     self._emit_operands_first(op, amap)
                 x, scope = self.emit_op(op, v, amap)
         self.memo[key] = (x, scope)
-        if v in self.out_set and v not in self.stored and v is not self.k.root and self.storable(v, amap):
-            self.stored.add(v)
-            self.store(scope, v, x, amap)
+        if v in self.out_set and v is not self.k.root and self.storable(v, amap):
+            self.store_escaping(scope, v, x, amap)
         return x
+
+    def store_escaping(self, scope, v, x, amap):
+        """Store an output on the way where this map covers a part of it not stored yet:
+        the regions of one family of loops (the first it is met in), each region once."""
+        loops = [terms[0][0] if terms else None for terms, _ in amap]
+        family = tuple(self.loop_key.get(var) if var else None for var in loops)
+        part = tuple(self.ranges[var] if var else None for var in loops)
+        if self.store_family.setdefault(v, family) != family or (v, part) in self.stored:
+            return
+        self.stored.add((v, part))
+        self.store(scope, v, x, amap)
+
+    def covered(self, v) -> bool:
+        """Was output v stored in every region of its loop family?"""
+        family = self.store_family.get(v)
+        if family is None:
+            return False
+        need = 1
+        for key in family:
+            if key is not None:
+                need *= len(self.intervals(key, self.extents[key]))
+        return sum(1 for w, _ in self.stored if w is v) == need
+
+    def check_recompute(self, op, v, amap):
+        """A stencil of a stencil (a value computed through guarded loads of values computed
+        through guarded loads) read at several shifts of one index (the next step of an
+        unrolled time loop) would be computed again at each: it is materialised instead
+        (Split), so a chain of k steps costs k passes, not a growing cube of them."""
+        if op.opdef.fusion == "reindex" or self.stencil_level(v) < 2:
+            return
+        terms = tuple(t for t, _ in amap)
+        consts = tuple(c for _, c in amap)
+        first = self.shifts.setdefault((v, terms), consts)
+        if first != consts:
+            raise Split(v)
+
+    def stencil_level(self, v) -> int:
+        """How many guarded loads (pad, concatenate, dynamic_slice) nest in v's computation
+        in this kernel."""
+        if self.levels is None:
+            self.levels = {}
+            for op in self.k.ops:
+                lvl = max((self.levels.get(o, 0) for o in op.operands), default=0)
+                self.levels[op.results[0]] = lvl + (op.opdef.index_pieces is not None)
+        return self.levels.get(v, 0)
 
     def decided(self, op, v, amap):
         """(SV, scope) of v where the region decides it without computing it: a select whose
@@ -437,7 +485,7 @@ class KernelCodegen:
                 return False
             var = terms[0][0]
             s = self.scopes[var]
-            if var in seen or s.full != n:
+            if var in seen or s.var != var or s.full != n:      # (a loop's own variable)
                 return False
             seen.add(var)
         return True
@@ -476,12 +524,11 @@ class KernelCodegen:
             if first >= 2 * self.threads:
                 self.par, self.extent = "reduction", first
                 self.split_next_reduce = True
-        self.missing = set()
         self.nest(self.body, shape, [])
         # worth the full O3 (unrolling): large, and no short constant loop for LLVM to unroll
         # completely (nested short loops blow code size and compile time up)
         self.big = self.work >= BIG_WORK and min(self.const_extents, default=BIG_LOOP) >= BIG_LOOP
-        missing = [v for v in self.k.outputs if v in self.missing]
+        missing = [v for v in self.k.outputs if v is not root and not self.covered(v)]
         if missing:
             raise Split(missing[0])
         return self.render()
@@ -504,7 +551,6 @@ class KernelCodegen:
         """The root (and the outputs on the way) at the identity map of one region."""
         root = self.k.root
         amap = _identity(vars_)
-        self.stored = set()
         x = self.emit(root, amap)
         if self.par == "reduction":
             if self.tid_offset is None:
@@ -513,7 +559,6 @@ class KernelCodegen:
             self.store(self.scope_of(amap), root, x, amap, base_offset=self.tid_offset)
         else:
             self.store(self.scope_of(amap), root, x, amap)
-        self.missing |= {v for v in self.k.outputs if v is not root and v not in self.stored}
 
     def render(self, in_place=None) -> str:
         """The function text. `in_place` {output: input}: outputs the memory plan writes into

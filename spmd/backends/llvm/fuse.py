@@ -90,6 +90,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
         for o in op.operands:
             users[o].append(op)
     outs = set(graph.outputs)
+    cheap = positional(graph, fusible)
     gs = Groups()
     groups: dict[Op, set] = {}       # op -> ids of the kernels it is part of
     reduces = []                     # kernel id -> reductions in it
@@ -105,7 +106,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             if u in gs.standalone:
                 outside_op = True
             ug |= groups.get(u, set())
-        if (reindexes(op) or splat(r) is not None) and r not in roots:
+        if (reindexes(op) or splat(r) is not None or op in cheap) and r not in roots:
             groups[op] = ug
             for gid in ug:
                 gs.members[gid].append(op)
@@ -126,6 +127,23 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
         gs.members[gid].append(op)
         reduces[gid] += is_red
     return gs
+
+
+def positional(graph, fusible) -> set:
+    """Ops computed from element positions and scalars alone (a stencil's masks: iota,
+    axis_index, constants, compares and ands of them): each kernel that reads one computes
+    it itself, like a broadcast (the code generator decides most of them per region)."""
+    cheap_values, ops = set(), set()
+    outs = set(graph.outputs)
+    for op in graph.ops:
+        if len(op.results) != 1 or op.result in outs:
+            continue
+        r = op.result
+        if fusible(op) and op.opdef.fusion in ("elementwise", "reindex") and op.opdef.index_pieces is None \
+                and all(o.ndim == 0 or o in cheap_values for o in op.operands):
+            ops.add(op)
+            cheap_values.add(r)
+    return ops
 
 
 def computed_views(op, users, gs, groups, reduces):

@@ -18,6 +18,8 @@ from typing import Callable, Optional
 from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_pieces, emit_position, \
     emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
 from .fuse import splat
+from .loops import run_scan, scan_overwrites
+from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
                     reindexed_constant_instrs, run_matmul, run_reference, take_rows_instrs)
@@ -47,6 +49,9 @@ class Lowering:
     writes_into: bool = False
     # run as a view, its result is its operand's bytes in the same order (memory.py)
     same_bytes: bool = False
+    # op -> (result, operand) positions whose result the step may write over that operand,
+    # when the operand dies there (memory.py in place)
+    overwrites: Optional[Callable] = None
     # why ops of this kind run through their numpy reference (rows with no native lowering)
     numpy: Optional[str] = None
 
@@ -106,6 +111,9 @@ LOWERINGS = {
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
+    "scan_loop": Lowering(run=run_scan, writes_into=True, overwrites=scan_overwrites,
+                          numpy="the loop steps in Python, calling its body's LLVM executable with the carried "
+                                "values double-buffered (loops.py)"),
     "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
 }
 
@@ -122,6 +130,13 @@ def fusible(op) -> bool:
     if not op.opdef.lowers_complex and any(is_complex(v.dtype) for v in (*op.operands, *op.results)):
         return False        # the op runs through its numpy reference
     return row.fuses(op)
+
+
+def overwrites(op):
+    """(result, operand) positions whose result the step may write over the operand: the
+    OpDef's `out_may_be_operand`, or the row's."""
+    row = lowering_of(op)
+    return row.overwrites(op) if row.overwrites is not None else operand_written_over(op)
 
 
 def writes_into(op) -> bool:

@@ -19,7 +19,7 @@ from ...ir import Graph
 from .codegen import kernel_ir
 from .emitters import Split
 from .fuse import FusionPlan, Kernel, fuse, reindexes
-from .lowering import fusible, same_bytes, writes_into
+from .lowering import fusible, overwrites, same_bytes, writes_into
 from .memory import MemoryPlan, plan_memory
 from . import native
 
@@ -73,7 +73,8 @@ def plan_program(graph: Graph, donated=()) -> ProgramPlan:
     donated = tuple(sorted(donated))
     fusion, code = fuse_and_generate(graph)
     memory = plan_memory(graph, fusion.steps, writes_into, donated,
-                         in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0", same_bytes=same_bytes)
+                         in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0", same_bytes=same_bytes,
+                         overwrites=overwrites)
     code = with_in_place(fusion.kernels(), code, memory)
     it = iter(code)
     steps = [KernelStep(s, next(it).cg) if isinstance(s, Kernel) else s for s in fusion.steps]
