@@ -61,10 +61,13 @@ class Executable:
         g = self.graph
         if len(inputs) != len(g.inputs):
             raise SpmdError(f"{g.name}: expected {len(g.inputs)} inputs, got {len(inputs)}")
+        dtypes = self.__dict__.get("_input_dtypes")
+        if dtypes is None:              # (dtype.name is slow: a loop body checks every iteration)
+            dtypes = self.__dict__["_input_dtypes"] = [np.dtype(v.dtype) for v in g.inputs]
         env = {}
         for i, (v, x) in enumerate(zip(g.inputs, inputs)):
             x = np.asarray(x)
-            if x.shape != v.shape or x.dtype.name != v.dtype:
+            if x.shape != v.shape or x.dtype != dtypes[i]:
                 raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
                                 f"takes {v.dtype}{list(v.shape)}")
             env[v] = x

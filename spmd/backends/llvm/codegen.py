@@ -29,13 +29,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
-
 from ...ir import Value
 from .emitters import Split, contiguous_strides
 from .fuse import Kernel, splat
-from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, Test, bounds, breakpoints, capped, decided, known, \
-    tests, truth
+from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, Test, anywhere, bounds, breakpoints, capped, decided, \
+    each, known, tests, truth
 from .index_sets import intervals as cut
 from .lowering import lowering_of
 from .scalar import HALFS, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, literal
@@ -101,6 +99,8 @@ class KernelCodegen:
         self.positions = {}              # (value, map) -> its position (index_sets)
         self.clamps, self.offsets = {}, {}
         self.tid_offset = None
+        self.decisions = {}              # id(condition) -> (condition, decided value)
+        self.splats = {}                 # value -> splat(value)
         self.levels = None               # value -> stencil level (check_recompute)
         self.shifts = {}                 # (value, index variables) -> the offsets it was computed at
 
@@ -241,13 +241,19 @@ class KernelCodegen:
         return all(v.shape == shape for v in self.k.inputs if splat(v) is None) and \
             all(v.shape == shape for v in self.k.outputs)
 
+    def splat(self, v):
+        """splat(v), asked once per value (it evaluates small constant expressions)."""
+        if v not in self.splats:
+            self.splats[v] = splat(v)
+        return self.splats[v]
+
     # -- emission -----------------------------------------------------------------------
     def emit(self, v: Value, amap):
         key = (v, amap)
         hit = self.memo.get(key)
         if hit is not None and not hit[1].closed:
             return hit[0]
-        c = splat(v)
+        c = self.splat(v)
         if c is not None:
             return SV(literal(c, v.dtype), compute_dtype(v.dtype))
         op = v.producer
@@ -349,7 +355,7 @@ class KernelCodegen:
         return p
 
     def _position(self, v, amap):
-        c = splat(v)
+        c = self.splat(v)
         if c is not None:
             if v.dtype in INTS:
                 return Pos((), int(c))
@@ -367,10 +373,16 @@ class KernelCodegen:
         next generation of the kernel to cut its loops at)."""
         if isinstance(cond, Pos) or cond is UNKNOWN:
             return None
-        r = decided(truth(cond, self.ranges, self.devices.ndev))
+        hit = self.decisions.get(id(cond))
+        if hit is not None:
+            return hit[1]
+        r = decided(truth(cond, self.ranges))
+        # (the ranges of the variables a condition names never change once they exist;
+        # the condition is kept alive with its answer, so its id is not reused)
+        self.decisions[id(cond)] = (cond, r)
         if r is None:
             for t in tests(cond):
-                if decided(truth(t, self.ranges, self.devices.ndev)) is not None:
+                if decided(truth(t, self.ranges)) is not None:
                     continue
                 for var, _ in t.pos.terms:
                     key = self.loop_key.get(var)
@@ -397,8 +409,10 @@ class KernelCodegen:
                 continue
             idx = SV(self.index_expr(scope, *expr), "int64")
             amin, amax = self._bounds(expr)
-            for ok in ([b.icmp("sge", idx, b.const(lo, "int64"))] if np.any(amin < lo) else []) + \
-                    ([b.icmp("slt", idx, b.const(hi, "int64"))] if np.any(amax >= hi) else []):
+            low = anywhere(each(lambda a: a < lo, amin))
+            high = anywhere(each(lambda a: a >= hi, amax))
+            for ok in ([b.icmp("sge", idx, b.const(lo, "int64"))] if low else []) + \
+                    ([b.icmp("slt", idx, b.const(hi, "int64"))] if high else []):
                 acc = ok if acc is None else b.and_(acc, ok)
         return acc
 
@@ -412,7 +426,7 @@ class KernelCodegen:
         out = []
         for (terms, c), n in zip(index, shape):
             lo, hi = self._bounds((terms, c))
-            if np.all(lo >= 0) and np.all(hi <= n - 1):
+            if not anywhere(each(lambda a, b: a < 0 or b > n - 1, lo, hi)):
                 out.append((terms, c))
                 continue
             if not terms:
@@ -427,7 +441,7 @@ class KernelCodegen:
                 var = b.min(b.max(x, b.const(0, "int64")), b.const(n - 1, "int64")).name
                 self.clamps[key] = var
                 self.scopes[var] = scope
-                self.ranges[var] = (np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1))
+                self.ranges[var] = (each(lambda a: min(max(a, 0), n - 1), lo), each(lambda a: min(max(a, 0), n - 1), hi))
             out.append((((var, 1),), 0))
         return tuple(out)
 
@@ -448,7 +462,7 @@ class KernelCodegen:
             self.offsets[key] = var
             self.scopes[var] = scope
             d = self.devices.of(x)
-            self.ranges[var] = (lo, hi) if d is None else (np.clip(d, lo, hi),) * 2
+            self.ranges[var] = (lo, hi) if d is None else (each(lambda a: min(max(a, lo), hi), d),) * 2
             return var
         return get
 
@@ -460,7 +474,7 @@ class KernelCodegen:
         while stack:
             u, ready = stack.pop()
             hit = self.memo.get((u, amap))
-            if (hit is not None and not hit[1].closed) or splat(u) is not None:
+            if (hit is not None and not hit[1].closed) or self.splat(u) is not None:
                 continue
             p = u.producer
             if p is None or p not in self.member or p.opdef.family != "elementwise":

@@ -97,7 +97,7 @@ class LLVMExecutable(Executable):
         given = {}
         for k, x in into.items():
             v = self.out_first.get(k)
-            if v is not None and x.shape == v.shape and x.dtype.name == v.dtype and x.flags.c_contiguous \
+            if v is not None and x.shape == v.shape and x.dtype == np.dtype(v.dtype) and x.flags.c_contiguous \
                     and x.flags.writeable and v not in given:
                 given[v] = x
         self._local.into = given

@@ -32,6 +32,23 @@ MAX_INTERVALS = 9         # pieces a loop is split into at most
 MAX_REGIONS = 64          # regions of a loop nest (the product over its loops) at most
 
 
+# A value that may differ per device is an int (the same on all) or a tuple of ints, one
+# per device (plain Python: these are a handful of small numbers, asked thousands of times
+# while a kernel is generated).
+def each(f, *xs):
+    """f applied per device."""
+    n = next((len(x) for x in xs if isinstance(x, tuple)), None)
+    if n is None:
+        return f(*xs)
+    return tuple(f(*[x[d] if isinstance(x, tuple) else x for x in xs]) for d in range(n))
+
+
+def per_device(values):
+    """An int when every device has the same value, else a tuple."""
+    values = tuple(int(v) for v in np.atleast_1d(values))
+    return values[0] if len(set(values)) == 1 else values
+
+
 class _Value:
     """Operators every abstract value has: anything not defined below is UNKNOWN."""
 
@@ -87,7 +104,7 @@ class Pos(_Value):
         coefs = dict(self.terms)
         for v, k in other.terms:
             coefs[v] = coefs.get(v, 0) + sign * k
-        return Pos(tuple(coefs.items()), self.const + sign * other.const)
+        return Pos(tuple(coefs.items()), each(lambda a, b: a + sign * b, self.const, other.const))
 
     def __add__(self, other):
         return self._merge(other, 1) if isinstance(other, Pos) else UNKNOWN
@@ -96,7 +113,7 @@ class Pos(_Value):
         return self._merge(other, -1) if isinstance(other, Pos) else UNKNOWN
 
     def __neg__(self):
-        return Pos(tuple((v, -k) for v, k in self.terms), -self.const)
+        return Pos(tuple((v, -k) for v, k in self.terms), each(lambda a: -a, self.const))
 
     def __mul__(self, other):
         if not isinstance(other, Pos):
@@ -104,11 +121,10 @@ class Pos(_Value):
         a, b = (self, other) if not other.terms else (other, self)
         if a.terms:
             return UNKNOWN                    # a product of two index variables
-        if b.terms and np.ndim(a.const):
+        if b.terms and isinstance(a.const, tuple):
             return UNKNOWN                    # coefficients that differ per device
-        if b.terms:
-            return Pos(tuple((v, k * int(a.const)) for v, k in b.terms), b.const * a.const)
-        return Pos((), a.const * b.const)
+        prod = each(lambda x, y: x * y, a.const, b.const)
+        return Pos(tuple((v, k * a.const) for v, k in b.terms), prod)
 
     def convert(self, dtype):
         return self if dtype in INTS else UNKNOWN
@@ -183,54 +199,62 @@ def bounds(pos, ranges):
     for v, k in pos.terms:
         a, b = ranges[v]
         if k > 0:
-            lo, hi = lo + k * a, hi + k * b
+            lo, hi = each(lambda x, y: x + k * y, lo, a), each(lambda x, y: x + k * y, hi, b)
         else:
-            lo, hi = lo + k * b, hi + k * a
+            lo, hi = each(lambda x, y: x + k * y, lo, b), each(lambda x, y: x + k * y, hi, a)
     return lo, hi
 
 
 def _empty(pos, ranges):
     """Is some variable's range empty (a loop with no iterations)?"""
-    return any(np.any(np.asarray(ranges[v][0]) > np.asarray(ranges[v][1])) for v, _ in pos.terms)
+    return any(anywhere(each(lambda a, b: a > b, *ranges[v])) for v, _ in pos.terms)
 
 
-def truth(cond, ranges, ndev):
-    """Per device: 1 (holds everywhere in the region), 0 (nowhere), -1 (it depends)."""
+def anywhere(t) -> bool:
+    """Is a per-device truth true on some device?"""
+    return any(t) if isinstance(t, tuple) else bool(t)
+
+
+def _test(lo, hi, tlo, thi):
+    inside = (tlo is None or lo >= tlo) and (thi is None or hi < thi)
+    outside = (tlo is not None and hi < tlo) or (thi is not None and lo >= thi)
+    return 1 if inside else 0 if outside else -1
+
+
+def _both(a, b):
+    return 0 if a == 0 or b == 0 else 1 if a == 1 and b == 1 else -1
+
+
+def _either(a, b):
+    return 1 if a == 1 or b == 1 else 0 if a == 0 and b == 0 else -1
+
+
+def truth(cond, ranges):
+    """1 (holds everywhere in the region), 0 (nowhere), -1 (it depends): an int when all
+    devices agree, else a tuple of them per device."""
     if isinstance(cond, Test):
-        if (cond.lo is not None and cond.hi is not None and cond.hi <= cond.lo):
-            return np.zeros(ndev, np.int8)
+        if cond.lo is not None and cond.hi is not None and cond.hi <= cond.lo:
+            return 0
         if _empty(cond.pos, ranges):
-            return np.ones(ndev, np.int8)
+            return 1
         lo, hi = bounds(cond.pos, ranges)
-        lo, hi = np.broadcast_to(lo, (ndev,)), np.broadcast_to(hi, (ndev,))
-        inside = np.ones(ndev, bool)
-        outside = np.zeros(ndev, bool)
-        if cond.lo is not None:
-            inside &= lo >= cond.lo
-            outside |= hi < cond.lo
-        if cond.hi is not None:
-            inside &= hi < cond.hi
-            outside |= lo >= cond.hi
-        return np.where(inside, 1, np.where(outside, 0, -1)).astype(np.int8)
+        return per_device_code(each(lambda a, b: _test(a, b, cond.lo, cond.hi), lo, hi))
     if isinstance(cond, Both):
-        a, b = truth(cond.a, ranges, ndev), truth(cond.b, ranges, ndev)
-        return np.where((a == 0) | (b == 0), 0, np.where((a == 1) & (b == 1), 1, -1)).astype(np.int8)
+        return per_device_code(each(_both, truth(cond.a, ranges), truth(cond.b, ranges)))
     if isinstance(cond, Either):
-        a, b = truth(cond.a, ranges, ndev), truth(cond.b, ranges, ndev)
-        return np.where((a == 1) | (b == 1), 1, np.where((a == 0) & (b == 0), 0, -1)).astype(np.int8)
+        return per_device_code(each(_either, truth(cond.a, ranges), truth(cond.b, ranges)))
     if isinstance(cond, Negated):
-        a = truth(cond.a, ranges, ndev)
-        return np.where(a == -1, -1, 1 - a).astype(np.int8)
-    return np.full(ndev, -1, np.int8)
+        return each(lambda a: a if a == -1 else 1 - a, truth(cond.a, ranges))
+    return -1
+
+
+def per_device_code(t):
+    return t[0] if isinstance(t, tuple) and len(set(t)) == 1 else t
 
 
 def decided(t):
     """True / False when every device agrees on a decided value, else None."""
-    if np.all(t == 1):
-        return True
-    if np.all(t == 0):
-        return False
-    return None
+    return True if t == 1 else False if t == 0 else None
 
 
 def tests(cond):
@@ -255,18 +279,17 @@ def breakpoints(test, var, ranges):
         if v == var:
             continue
         a, b = ranges[v]
-        if np.any(np.asarray(a) != np.asarray(b)):
+        if a != b:
             return set()
-        rest = rest + k * np.asarray(a)
+        rest = each(lambda x, y: x + k * y, rest, a)
     out = set()
     for bound in (test.lo, test.hi):
         if bound is None:
             continue
-        num = bound - np.asarray(rest, dtype=np.int64)
-        # the first var value from which k * var + rest >= bound holds (k > 0), or stops
-        # holding (k < 0)
-        at = -(-num // coef) if coef > 0 else num // coef + 1
-        out.update(int(x) for x in np.atleast_1d(at))
+        # the first var value from which coef * var + rest >= bound holds (coef > 0), or
+        # stops holding (coef < 0)
+        at = each(lambda r: -(-(bound - r) // coef) if coef > 0 else (bound - r) // coef + 1, rest)
+        out.update(at if isinstance(at, tuple) else (at,))
     return out
 
 
@@ -334,7 +357,7 @@ class DeviceValues:
             return None
         d = op.opdef
         if d.device_values is not None:
-            return None if self.mesh is None else np.asarray(d.device_values(self.mesh, **op.attrs), np.int64)
+            return None if self.mesh is None else per_device(d.device_values(self.mesh, **op.attrs))
         if d.fusion not in ("elementwise", "reindex") or d.needs_comm or d.subgraphs:
             return None
         args = []
@@ -351,7 +374,4 @@ class DeviceValues:
         except Exception:          # noqa: BLE001 - then it is simply not known
             return None
         r = np.asarray(r)
-        if r.dtype.kind not in "iu":
-            return None
-        r = r.astype(np.int64).reshape(-1)
-        return int(r[0]) if r.size == 1 else r
+        return per_device(r.reshape(-1)) if r.dtype.kind in "iu" else None
