@@ -32,7 +32,7 @@ from collections import defaultdict
 from ...ir import Value
 from .emitters import Split, contiguous_strides
 from .fuse import Kernel, splat
-from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, Test, anywhere, bounds, breakpoints, capped, decided, \
+from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, InRange, anywhere, bounds, breakpoints, capped, decided, \
     each, known, tests, truth
 from .index_sets import intervals as cut
 from .lowering import lowering_of
@@ -396,7 +396,7 @@ class KernelCodegen:
         """A piece's guard (range tests of index expressions) as a condition."""
         cond = known(True)
         for expr, lo, hi in guard:
-            cond = cond & Test(Pos.of(expr), lo, hi)
+            cond = cond & InRange(Pos.of(expr), lo, hi)
         return cond
 
     def guard_value(self, scope, guard):
@@ -404,7 +404,7 @@ class KernelCodegen:
         b = self.builder(scope)
         acc = None
         for expr, lo, hi in guard:
-            t = Test(Pos.of(expr), lo, hi)
+            t = InRange(Pos.of(expr), lo, hi)
             if self.decide(t):
                 continue
             idx = SV(self.index_expr(scope, *expr), "int64")

@@ -16,7 +16,7 @@ Here are the values that analysis computes with:
   `const` may be an int64 array with one entry per device of the mesh (a value built
   from `axis_index`): the program is the same on every device, so a test is decided
   only where it has the same value on all of them.
-- `Test`, `Both`, `Either`, `Negated`: range tests of positions (`lo <= pos < hi`) and
+- `InRange`, `Both`, `Either`, `Negated`: range tests of positions (`lo <= pos < hi`) and
   their conjunctions, disjunctions and negations.
 - `UNKNOWN`: anything else (data, or arithmetic that leaves affine functions).
 
@@ -134,17 +134,17 @@ class Pos(_Value):
             return UNKNOWN
         d = self - other
         if direction == "GE":
-            return Test(d, 0, None)
+            return InRange(d, 0, None)
         if direction == "GT":
-            return Test(d, 1, None)
+            return InRange(d, 1, None)
         if direction == "LT":
-            return Test(d, None, 0)
+            return InRange(d, None, 0)
         if direction == "LE":
-            return Test(d, None, 1)
+            return InRange(d, None, 1)
         if direction == "EQ":
-            return Test(d, 0, 1)
+            return InRange(d, 0, 1)
         if direction == "NE":
-            return Negated(Test(d, 0, 1))
+            return Negated(InRange(d, 0, 1))
         return UNKNOWN
 
     def __repr__(self):
@@ -165,7 +165,7 @@ class _Cond(_Value):
         return self if dtype == "bool" else UNKNOWN
 
 
-class Test(_Cond):
+class InRange(_Cond):
     """lo <= pos < hi (None: no bound)."""
 
     def __init__(self, pos, lo, hi):
@@ -174,7 +174,7 @@ class Test(_Cond):
 
 def known(value: bool):
     """A test that always (or never) holds: a constant mask."""
-    return Test(Pos(), None, None) if value else Test(Pos(), 0, 0)
+    return InRange(Pos(), None, None) if value else InRange(Pos(), 0, 0)
 
 
 class Both(_Cond):
@@ -232,7 +232,7 @@ def _either(a, b):
 def truth(cond, ranges):
     """1 (holds everywhere in the region), 0 (nowhere), -1 (it depends): an int when all
     devices agree, else a tuple of them per device."""
-    if isinstance(cond, Test):
+    if isinstance(cond, InRange):
         if cond.lo is not None and cond.hi is not None and cond.hi <= cond.lo:
             return 0
         if _empty(cond.pos, ranges):
@@ -259,7 +259,7 @@ def decided(t):
 
 def tests(cond):
     """The range tests in a condition."""
-    if isinstance(cond, Test):
+    if isinstance(cond, InRange):
         return [cond]
     if isinstance(cond, (Both, Either)):
         return tests(cond.a) + tests(cond.b)

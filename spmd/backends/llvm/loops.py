@@ -30,7 +30,8 @@ def scan_overwrites(op):
 def buffers(first, target, length, spare):
     """The buffer each of `length` iterations writes a carried value into: the last one
     `target`, no iteration the one it reads (iteration 0 reads `first`), alternating
-    with `spare(0)`; `spare(1)` once, when target is `first` and the count is odd."""
+    with `spare(0)`; `spare(1)` once, when target is `first` and the count is odd (target
+    may be `first` only for two iterations or more)."""
     seq = [target if (length - 1 - i) % 2 == 0 else spare(0) for i in range(length)]
     if length and seq[0] is first:
         seq[0] = spare(1)
