@@ -262,21 +262,23 @@ def _no_flops(ins, out, attrs):
     return 0
 
 
-# all_reduce works element by element: several with equal attributes may run as one
+# all_reduce and collective_permute work element by element: several with equal
+# attributes may run as one (on the concatenation of their operands: passes/combine.py)
 for _name, _infer, _ref, _vjp, _combinable, _reshards in (
         ("all_reduce", _ar_infer, _ar_ref, _ar_vjp, True,
          "sum the partial results of a contraction/reduction over a split dim"),
         ("all_gather", _ag_infer, _ag_ref, _ag_vjp, False, "the consumer needs a split dim whole"),
         ("reduce_scatter", _rs_infer, _rs_ref, _rs_vjp, False, "sum partial results and keep them split"),
         ("all_to_all", _a2a_infer, _a2a_ref, _a2a_vjp, False, "move a split from one dim to another"),
-        ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, False,
+        ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, True,
          "exchange halos across shard borders (shifted slice/pad/concat)"),
         ("axis_index", _ai_infer, _ai_ref, None, False, None)):
+    _reduces = _name == "all_reduce"
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
                    dtypes=ALL, needs_comm=True, combinable=_combinable, reshards=_reshards,
-                   async_pair=("all_reduce_start", "all_reduce_done") if _name == "all_reduce" else None,
+                   async_pair=("all_reduce_start", "all_reduce_done") if _reduces else None,
                    # all_reduce writes into a given buffer, its operand's too (in place)
-                   takes_out=_combinable, out_may_be_operand=0 if _combinable else None, lowering="communicate"))
+                   takes_out=_reduces, out_may_be_operand=0 if _reduces else None, lowering="communicate"))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP
