@@ -13,13 +13,13 @@ import functools
 import os
 import numpy as np
 
-from .compiler.passes import dce
 from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
-from .frontend import numpy_api as npx
+from .frontend.views import Buffer
+from .frontend import core
 from .frontend import autodiff
 from .errors import ShardingError, SpmdError, TraceError
 from .ir.spec import Sharding
-from .ir import Graph, dtypes
+from .ir import Graph
 from .tree import tree_flatten, tree_unflatten
 
 
@@ -33,7 +33,6 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
     g = Graph(getattr(fn, "__name__", "fn").replace("<", "").replace(">", ""))
     t = Trace(g, mesh)
     tracers = []
-    from .frontend.functionalize import Buffer
     for k, leaf in enumerate(leaves):
         shape, dt, weak = leaf_aval(leaf)
         tr = Tracer(g.add_input(shape, dt), t, weak)
@@ -56,7 +55,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
         outs = []
         for leaf in out_leaves:
             try:
-                outs.append(npx.asarray(leaf, t=t).value)
+                outs.append(core.asarray(leaf, t=t).value)
             except TypeError:
                 why = getattr(type(leaf), "spmd_not_an_array", None)
                 if why is not None:          # e.g. x[mask]: its error says why and what instead
@@ -316,7 +315,7 @@ def shard(x, sharding):
         if not isinstance(sharding, Sharding):
             raise ShardingError("spmd.shard outside of jit needs a Sharding (mesh.sharding(...))")
         return device_put(x, sharding)
-    from .sharding.annotate import shard_traced
+    from .frontend.annotate import shard_traced
     return shard_traced(x, sharding)
 
 

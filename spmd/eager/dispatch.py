@@ -35,6 +35,8 @@ import numpy as np
 
 from ..frontend import numpy_api as npx
 from ..errors import is_internal
+from ..frontend import core, indexing, reductions as red, shapes
+from ..frontend import elementwise as ew
 from ..frontend.trace import Tracer, current_trace
 from ..errors import TraceError
 from ..runtime.array import Array, device_put
@@ -313,7 +315,7 @@ def _selecting(func, x):
     """The data-dependent-shape functions (eager/select.py); None: not for this x."""
     from . import select as eager_select
     if func is np.count_nonzero:
-        return run("function", "count_nonzero", lambda v: npx.sum(npx.not_equal(v, False if v.dtype == np.bool_
+        return run("function", "count_nonzero", lambda v: red.sum(ew.not_equal(v, False if v.dtype == np.bool_
                                                                                   else 0)), (x,), {})
     if not eager_select.supported(x):
         return None
@@ -411,7 +413,7 @@ def _wrap_key(e):
 
 
 def _getitem_scalar_keys(x, *ks):
-    return npx.getitem(x, ks)
+    return indexing.getitem(x, ks)
 
 
 def _version(a):
@@ -451,7 +453,7 @@ def set_value(a, value):
                         f"with casting rule 'same_kind'")
     if value.shape != a.shape or value.dtype != a.dtype or value.sharding != a.sharding:
         # broadcast, cast and lay out as the target is (planned collectives, no gather)
-        value = run("function", "assign", lambda v, shape, dt: npx.astype(npx.broadcast_to(v, shape), dt),
+        value = run("function", "assign", lambda v, shape, dt: core.astype(core.broadcast_to(v, shape), dt),
                     (value, a.shape, a.dtype), {}, out_sharding=a.sharding)
     a._handles, a._sharding = value._handles, value._sharding
     a._version = _version(a) + 1
@@ -471,7 +473,7 @@ def _setitem_builder(x, v, *ks):
     x's shape, composed of existing ops: a mask of the written box and the value padded
     into place."""
     if len(ks) == 1 and isinstance(ks[0], Tracer) and ks[0].dtype == np.bool_:
-        return npx.where(ks[0], npx.asarray(v, x.dtype), x)
+        return ew.where(ks[0], core.asarray(v, x.dtype), x)
     key = ks
     kinds = []
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
@@ -497,45 +499,45 @@ def _setitem_builder(x, v, *ks):
             lo.append(s)
             interior.append(st - 1)
             hi.append(n - (s + (cnt - 1) * st + 1) if cnt else n - s)
-            idx = npx.Tracer(t.emit("iota", shape=(n,), dtype="int64", dimension=0), t)
-            m = npx.logical_and(npx.logical_and(npx.greater_equal(idx, s), npx.less(idx, s + max(cnt - 1, 0) * st + 1)),
-                                npx.equal(npx.mod(npx.subtract(idx, s), st), 0)) if cnt else \
-                npx.less(idx, -1)
+            idx = Tracer(t.emit("iota", shape=(n,), dtype="int64", dimension=0), t)
+            m = ew.logical_and(ew.logical_and(ew.greater_equal(idx, s), ew.less(idx, s + max(cnt - 1, 0) * st + 1)),
+                                ew.equal(ew.mod(ew.subtract(idx, s), st), 0)) if cnt else \
+                ew.less(idx, -1)
             kinds.append("slice")
         else:                                   # a traced int64 scalar
             box_shape.append(1)
             kinds.append("int")
             lo.append(0), hi.append(0), interior.append(0)
-            idx = npx.Tracer(t.emit("iota", shape=(n,), dtype="int64", dimension=0), t)
-            m = npx.equal(idx, k)
+            idx = Tracer(t.emit("iota", shape=(n,), dtype="int64", dimension=0), t)
+            m = ew.equal(idx, k)
         shape = [1] * x.ndim
         shape[d] = n
-        m = npx.reshape(m, shape)
-        mask = m if mask is None else npx.logical_and(mask, m)
+        m = shapes.reshape(m, shape)
+        mask = m if mask is None else ew.logical_and(mask, m)
     # v -> the box (ints are dims of size 1 in it)
     sel_shape = [b for b, kd in zip(box_shape, kinds) if kd == "slice"]
-    v = npx.asarray(v, x.dtype, t)
-    v = npx.broadcast_to(v, np.broadcast_shapes(tuple(v.shape), tuple(sel_shape)))
-    v = npx.reshape(v, box_shape)
+    v = core.asarray(v, x.dtype, t)
+    v = core.broadcast_to(v, np.broadcast_shapes(tuple(v.shape), tuple(sel_shape)))
+    v = shapes.reshape(v, box_shape)
     for d in rev:
-        v = npx.take(v, np.arange(box_shape[d] - 1, -1, -1, dtype="int64"), axis=d)
+        v = shapes.take(v, np.arange(box_shape[d] - 1, -1, -1, dtype="int64"), axis=d)
     placed = []
     for d, k in enumerate(full):
         if kinds[d] == "int":
             # move the one row to index k: broadcast it along the dim, the mask picks row k
             shape = list(v.shape)
             shape[d] = x.shape[d]
-            v = npx.broadcast_to(v, shape)
+            v = core.broadcast_to(v, shape)
         else:
             placed.append(d)
     if placed and any(lo[i] or hi[i] or interior[i] for i in range(len(lo)) if kinds[i] == "slice"):
         cfg = [(lo[d], hi[d], interior[d]) if kinds[d] == "slice" else (0, 0, 0) for d in range(x.ndim)]
-        v = npx.Tracer(t.emit("pad", v.value, npx.asarray(0, x.dtype, t).value,
+        v = Tracer(t.emit("pad", v.value, core.asarray(0, x.dtype, t).value,
                               low=tuple(c[0] for c in cfg), high=tuple(c[1] for c in cfg),
                               interior=tuple(c[2] for c in cfg)), t)
     if mask is None:
-        return npx.broadcast_to(v, x.shape)
-    return npx.where(mask, v, x)
+        return core.broadcast_to(v, x.shape)
+    return ew.where(mask, v, x)
 
 
 def setitem(self, key, value):
@@ -576,7 +578,7 @@ def _inplace(name, f):
 
 
 def _fill(self, value):
-    set_value(self, run("method", "fill", lambda x, v: npx.full_like(x, v), (self, value), {},
+    set_value(self, run("method", "fill", lambda x, v: core.full_like(x, v), (self, value), {},
                         scalars_dynamic=True, out_sharding=self.sharding))
 
 
@@ -642,10 +644,10 @@ def install():
     Array.__getitem__ = getitem
     Array.__setitem__ = setitem
     Array.__getattr__ = _getattr
-    Array.T = property(lambda self: run("method", "T", lambda x: npx.transpose(x), (self,), {}))
-    Array.mT = property(lambda self: run("method", "mT", lambda x: npx.swapaxes(x, -1, -2), (self,), {}))
-    Array.real = property(lambda self: run("method", "real", lambda x: npx.real(x), (self,), {}))
-    Array.imag = property(lambda self: run("method", "imag", lambda x: npx.imag(x), (self,), {}))
+    Array.T = property(lambda self: run("method", "T", lambda x: shapes.transpose(x), (self,), {}))
+    Array.mT = property(lambda self: run("method", "mT", lambda x: shapes.swapaxes(x, -1, -2), (self,), {}))
+    Array.real = property(lambda self: run("method", "real", lambda x: ew.real(x), (self,), {}))
+    Array.imag = property(lambda self: run("method", "imag", lambda x: ew.imag(x), (self,), {}))
     Array.fill = _fill
     Array.nonzero = lambda self: np.nonzero(self)
     Array.item = _item

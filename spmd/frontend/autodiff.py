@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError, where
+from ..errors import TraceError, user_loc, where
 from ..ir import dtypes
 from ..tree import tree_flatten, tree_unflatten
-from . import numpy_api as npx
-from .trace import Tracer, current_trace, user_loc
+from . import core
+from .trace import Tracer, current_trace
 
 
 def vjp_graph(graph, start, inputs, output, ct):
@@ -88,7 +88,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
             leaves, tree = tree_flatten(args[n])
             mine = []
             for leaf in leaves:
-                x = npx.asarray(leaf, t=t)
+                x = core.asarray(leaf, t=t)
                 if not dtypes.is_inexact(x.value.dtype):
                     raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
                                      f"grad needs float (or complex) inputs")
@@ -105,7 +105,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 raise TraceError(f"grad at {loc}: with has_aux=True the function must return a pair "
                                  f"(value, aux)")
             out, aux = out
-        out = npx.asarray(out, t=t)
+        out = core.asarray(out, t=t)
         if out.shape != () or not dtypes.is_float(out.value.dtype):
             raise TraceError(f"grad at {loc}: the function must return a float scalar, got "
                              f"{out.value.dtype}{list(out.shape)}")
@@ -114,7 +114,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
             one = g.emit("constant", value=np.ones((), out.value.dtype), loc=loc)
             # one backward walk for all the arguments asked for
             cts = vjp_graph(g, start, [x.value for x in fresh], out.value, one)
-            leaves = [npx.zeros_like(x) if c is None else Tracer(c, t) for x, c in zip(fresh, cts)]
+            leaves = [core.zeros_like(x) if c is None else Tracer(c, t) for x, c in zip(fresh, cts)]
             grads = [tree_unflatten(tree, leaves[i:i + k]) for tree, i, k in (trees[n] for n in nums)]
         finally:
             t.fixed_loc = saved

@@ -1,11 +1,12 @@
-"""How a user says where arrays live: spmd.shard(x, sharding) inside traced code, and
-jit(in_shardings=, out_shardings=, mesh=). Both are hard constraints for propagation.
+"""How jit(in_shardings=, out_shardings=, mesh=) says where arrays live: hard constraints
+for propagation, as spmd.shard(x, sharding) inside traced code is (frontend/annotate.py).
 `resolve_shardings` is where jit finds the mesh and the per-leaf shardings."""
 from __future__ import annotations
 
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from ..ir.spec import Sharding
+from ..frontend.trace import leaf_aval
 
 
 def _is_sharding(x):
@@ -16,36 +17,6 @@ def _placed(x):
     """The Sharding of an argument already placed on devices (an spmd.Array), or None."""
     s = getattr(x, "sharding", None)
     return s if isinstance(s, Sharding) else None
-
-
-def shard_traced(x, sharding):
-    """spmd.shard inside traced code: pin x's sharding with an annotation propagation must keep."""
-    from ..frontend.trace import Tracer, current_trace, user_loc
-    t = current_trace()
-    from ..frontend import numpy_api as npx
-    x = npx.asarray(x, t=t)
-    if _is_sharding(sharding):
-        mesh, spec, partial = sharding.mesh, sharding.spec, sharding.partial
-        if t.mesh is not None and t.mesh != mesh:
-            raise ShardingError(f"spmd.shard at {user_loc()}: sharding is on {mesh!r} but this "
-                                f"program already uses {t.mesh!r}; one jit function uses one mesh")
-    else:
-        if isinstance(sharding, str):
-            sharding = (sharding,)
-        if not isinstance(sharding, (tuple, list)):
-            raise ShardingError(f"spmd.shard at {user_loc()}: expected a Sharding or a spec tuple, "
-                                f"got {sharding!r}")
-        if t.mesh is None:
-            raise ShardingError(f"spmd.shard at {user_loc()}: a bare spec {sharding!r} needs "
-                                f"spmd.jit(..., mesh=...); or pass mesh.sharding(...)")
-        mesh, partial = t.mesh, ()
-        spec = Sharding(mesh, tuple(sharding)).spec      # validates and normalises the entries
-    if len(spec) > x.ndim:
-        raise ShardingError(f"spmd.shard at {user_loc()}: sharding {Sharding(mesh, spec).text()} has "
-                            f"{len(spec)} entries but the value has shape {list(x.shape)}")
-    t.mesh = mesh
-    t.graph.mesh = mesh
-    return Tracer(t.emit("sharding_constraint", x.value, spec=spec, partial=partial), t)
 
 
 def _with_mesh(s, mesh, what):
@@ -118,7 +89,6 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     spec tuple like ("data", None) is allowed when the mesh is known (jit(mesh=...), or
     another annotation names it). An spmd.Array argument without an in-sharding keeps
     its own sharding."""
-    from ..frontend.trace import leaf_aval
     fname = getattr(jitted.fn, "__name__", "fn")
     mesh = jitted.mesh
     dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]
