@@ -21,7 +21,7 @@ from ..errors import ShapeError, TraceError, user_loc
 from . import core
 from . import elementwise as ew
 from .trace import Tracer
-from .views import back, fwd, layout, reshape_is_view
+from .views import Buffer, back, fwd, layout, reshape_is_view
 
 
 def write(x, new):
@@ -55,6 +55,26 @@ def no_plain_write(what, loc):
                      f"(one made with np.zeros / np.empty / ... inside spmd.jit, or a global). Make the "
                      f"buffer a traced array instead: np.zeros_like(x, shape=(...)) or "
                      f"spmd.numpy.zeros((...)) -- then buf[i] = value works as in numpy.")
+
+
+def as_argument(x, k):
+    """x, the traced argument leaf k, as an array numpy could write into in place: a base
+    whose Buffer remembers the leaf (jit returns its new value to the caller)."""
+    x._buf = Buffer(x.value, arg=k)
+    return x
+
+
+def written_arguments(xs, inputs):
+    """(leaf, new Value) of each argument in xs (traced by as_argument from the Values
+    `inputs`) that the function wrote."""
+    return [(x._buf.arg, x._buf.value) for x in xs
+            if x._buf is not None and x._buf.arg is not None and x._buf.value is not inputs[x._buf.arg]]
+
+
+def is_view_of(r, x) -> bool:
+    """Is the traced result r a view of the traced array x (numpy's `r.base is x.base`)?"""
+    return isinstance(r, Tracer) and isinstance(x, Tracer) and r is not x and x._buf is not None \
+        and r._buf is x._buf
 
 
 # -- the numpy layer: views, in-place operators, out=, copyto, fill -------------------------
@@ -94,6 +114,8 @@ def as_view(f, kind):
         return fresh(r)
     g.__name__ = getattr(f, "__name__", "view")
     g.__doc__ = f.__doc__
+    # view or copy follows x's strides, which eager mode must give the program (eager/programs.py)
+    g.depends_on_layout = kind != "transpose"
     return g
 
 

@@ -244,5 +244,9 @@ def flatten(x, order="C"):
     return copy(ravel(x if perm is None else transpose(x, perm)))
 
 
+# their order "K" / "A" reads x's strides (see functionalize.as_view)
+view_ravel.depends_on_layout = flatten.depends_on_layout = True
+
+
 view_squeeze = fz.as_view(squeeze, "reshape")
 view_expand_dims = fz.as_view(expand_dims, "reshape")
