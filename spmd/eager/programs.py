@@ -102,8 +102,7 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
         builder, args = _on_view, (root, steps, builder) + tuple(args[1:])
     leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_input)
     try:
-        key = (kind, name, tree, out_sharding) + tuple(_input_key(x) if _is_input(x) else _static_key(x)
-                                                      for x in leaves)
+        key = _cache_key(kind, name, tree, out_sharding, leaves)
     except _Unhashable:
         return fallback("an unhashable argument")
     f = _CACHE.get(key)
@@ -121,6 +120,13 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
     if source is not None:
         _record_views(out, source, _VIEW_LEAVES.get(key, ()), call)
     return out
+
+
+def _cache_key(kind, name, tree, out_sharding, leaves):
+    """What the program depends on: the op, the argument tree, the inputs' avals and
+    shardings, and the static leaves' values."""
+    return (kind, name, tree, out_sharding) + tuple(_input_key(x) if _is_input(x) else _static_key(x)
+                                                  for x in leaves)
 
 
 def _on_view(root, steps, builder, *args, **kwargs):

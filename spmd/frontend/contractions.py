@@ -87,18 +87,7 @@ def tensordot(a, b, axes=2):
 
 def einsum(subscripts, *operands, optimize=None, **kw):
     core.no_extra("einsum", (), kw)
-    if "..." in subscripts:
-        raise NotImplementedError(f"einsum with '...' is not supported in spmd (at {user_loc()})")
-    subscripts = subscripts.replace(" ", "")
-    if "->" in subscripts:
-        ins, out = subscripts.split("->")
-    else:
-        ins = subscripts
-        counts = {c: ins.count(c) for c in ins if c != ","}
-        out = "".join(sorted(c for c, n in counts.items() if n == 1))
-    specs = ins.split(",")
-    if len(specs) != len(operands):
-        raise ShapeError(f"einsum {subscripts!r} names {len(specs)} operands, got {len(operands)} (at {user_loc()})")
+    specs, out = _einsum_specs(subscripts, len(operands))
     t = core.trace_of(*operands)
     dt = core.result_dtype(*operands)
     ts = [core.asarray(x, dt, t) for x in operands]
@@ -112,17 +101,40 @@ def einsum(subscripts, *operands, optimize=None, **kw):
     # contract left to right; a letter is summed once no later operand or the output needs it
     acc, acc_s = _einsum_sum_unused(ts[0], specs[0], set("".join(specs[1:])) | set(out))
     for k in range(1, len(ts)):
-        later = set("".join(specs[k + 1:])) | set(out)
-        b, bs = _einsum_sum_unused(ts[k], specs[k], set(acc_s) | later)
-        batch = [c for c in acc_s if c in bs and c in later]
-        contract = [c for c in acc_s if c in bs and c not in later]
-        for c in batch + contract:
-            _check_contract("einsum", acc, b, acc_s.index(c), bs.index(c))
-        acc = _dot_general(acc, b, [acc_s.index(c) for c in contract], [bs.index(c) for c in contract],
-                           [acc_s.index(c) for c in batch], [bs.index(c) for c in batch])
-        acc_s = "".join(batch) + "".join(c for c in acc_s if c not in bs) + "".join(c for c in bs if c not in acc_s)
+        acc, acc_s = _einsum_contract(acc, acc_s, ts[k], specs[k], set("".join(specs[k + 1:])) | set(out))
     acc, acc_s = _einsum_sum_unused(acc, acc_s, set(out))
     return shapes.transpose(acc, [acc_s.index(c) for c in out])
+
+
+def _einsum_specs(subscripts, n):
+    """The operands' letters and the output's (numpy's implicit output: the letters that
+    appear once, sorted)."""
+    if "..." in subscripts:
+        raise NotImplementedError(f"einsum with '...' is not supported in spmd (at {user_loc()})")
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        ins, out = subscripts.split("->")
+    else:
+        ins = subscripts
+        counts = {c: ins.count(c) for c in ins if c != ","}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    specs = ins.split(",")
+    if len(specs) != n:
+        raise ShapeError(f"einsum {subscripts!r} names {len(specs)} operands, got {n} (at {user_loc()})")
+    return specs, out
+
+
+def _einsum_contract(acc, acc_s, b, bs, later):
+    """acc (letters acc_s) with b (letters bs) as one dot_general: the letters both have
+    and a later operand or the output needs are batch dims, the others contracted."""
+    b, bs = _einsum_sum_unused(b, bs, set(acc_s) | later)
+    batch = [c for c in acc_s if c in bs and c in later]
+    contract = [c for c in acc_s if c in bs and c not in later]
+    for c in batch + contract:
+        _check_contract("einsum", acc, b, acc_s.index(c), bs.index(c))
+    acc = _dot_general(acc, b, [acc_s.index(c) for c in contract], [bs.index(c) for c in contract],
+                       [acc_s.index(c) for c in batch], [bs.index(c) for c in batch])
+    return acc, "".join(batch) + "".join(c for c in acc_s if c not in bs) + "".join(c for c in bs if c not in acc_s)
 
 
 def _einsum_sum_unused(x, spec, keep):

@@ -200,55 +200,57 @@ def cond(pred, true_fun, false_fun, *operands):
 
 
 def scan(f, init, xs=None, length=None, reverse=False):
-    t = current_trace()
     x_leaves, x_tree = tree_flatten(xs)
-    lengths = {int(np.shape(x)[0]) for x in x_leaves}
-    if length is not None:
-        lengths.add(int(length))
-    if len(lengths) != 1:
-        raise TraceError(f"spmd.scan at {user_loc()}: " + ("give length= when xs is None" if not lengths else
-                         f"xs leaves and length disagree on the number of steps: {sorted(lengths)}"))
-    n = lengths.pop()
+    n = _scan_length(x_leaves, length)
+    t = current_trace()
     if t is None:
-        carry, ys = init, []
-        for i in (range(n - 1, -1, -1) if reverse else range(n)):
-            carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))
-            ys.append(y)
-        if reverse:
-            ys = ys[::-1]
-        y_leaves, y_tree = tree_flatten(ys[0]) if ys else ([], None)
-        if y_tree is None:
-            return carry, None
-        stacked = [np.stack([tree_flatten(y)[0][k] for y in ys]) for k in range(len(y_leaves))]
-        return carry, tree_unflatten(y_tree, stacked)
+        return _scan_in_python(f, init, x_leaves, x_tree, n, reverse)
     carry, c_tree = _leaves(init, t, "spmd.scan")
     xv = [core.asarray(x, t=t) for x in x_leaves]
     avals = [(c.shape, c.value.dtype) for c in carry] + [(x.shape[1:], x.value.dtype) for x in xv]
     nc = len(carry)
-
-    def args_of(ts):
-        return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(x_tree, ts[nc:nc + len(xv)])
-    out_tree_box = {}
 
     def body(c, x):
         out = f(c, x)
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TraceError(f"spmd.scan at {user_loc()}: f must return a pair (carry, y)")
         return out
-    bg, bt, bvals, btree = _trace_body(body, avals, t, "scan_body", lambda ts: args_of(ts))
+    bg, bt, bvals, btree = _trace_body(body, avals, t, "scan_body",
+                                       lambda ts: (tree_unflatten(c_tree, ts[:nc]),
+                                                   tree_unflatten(x_tree, ts[nc:nc + len(xv)])))
     # btree is the tree of (carry, y): split its leaves
-    c_n = nc
-    ctree_out = btree.children[0]
-    _check_tree(ctree_out, c_tree, "spmd.scan f's carry")
-    _match(bvals[:c_n], carry, "spmd.scan f")
-    y_tree = btree.children[1]
-    out_tree_box["y"] = y_tree
+    _check_tree(btree.children[0], c_tree, "spmd.scan f's carry")
+    _match(bvals[:nc], carry, "spmd.scan f")
     outer = _close([(bg, bt)], nc + len(xv))
     outs = t.emit("scan", *[c.value for c in carry], *[x.value for x in xv], *outer, body=bg, num_carry=nc,
                   num_xs=len(xv), length=n, reverse=bool(reverse))
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
-    ts = [Tracer(o, t) for o in outs]
-    return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(y_tree, ts[nc:])
+    ts = [Tracer(o, t) for o in (list(outs) if isinstance(outs, tuple) else [outs])]
+    return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(btree.children[1], ts[nc:])
+
+
+def _scan_length(x_leaves, length):
+    lengths = {int(np.shape(x)[0]) for x in x_leaves}
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise TraceError(f"spmd.scan at {user_loc()}: " + ("give length= when xs is None" if not lengths else
+                         f"xs leaves and length disagree on the number of steps: {sorted(lengths)}"))
+    return lengths.pop()
+
+
+def _scan_in_python(f, init, x_leaves, x_tree, n, reverse):
+    """spmd.scan outside of tracing: a Python loop, the ys stacked as numpy arrays."""
+    carry, ys = init, []
+    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+        carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))
+        ys.append(y)
+    if reverse:
+        ys = ys[::-1]
+    if not ys:
+        return carry, None
+    y_leaves, y_tree = tree_flatten(ys[0])
+    stacked = [np.stack([tree_flatten(y)[0][k] for y in ys]) for k in range(len(y_leaves))]
+    return carry, tree_unflatten(y_tree, stacked)
 
 
 __all__ = ["while_loop", "fori_loop", "cond", "scan"]

@@ -108,32 +108,24 @@ def parse(x, key):
 
 # -- basic indexing: a view -----------------------------------------------------------------
 def _basic_steps(x, ents):
-    """The view chain of a key of none/slice/int/scalar entries."""
-    t = x._tr
+    """The view chain of a key of none/slice/int/scalar entries: a static strided slice,
+    a dynamic window at the traced integers, a reversal of the negative-step dims, and
+    a reshape that drops the integer-indexed dims and adds the None ones."""
     start, limit, stride, reverse, dyn, final = [], [], [], [], [], []
     d = 0
     for kind, k in ents:
         if kind == "none":
             final.append(1)
             continue
-        n = x.shape[d]
-        s, e, st = 0, n, 1
+        s, e, st, m = _window(kind, k, x.shape[d], d)
+        if st < 0:          # slice the covered range forward, reverse it after
+            s, e, st = (s + (m - 1) * st, s + 1, -st) if m else (0, 0, 1)
+            reverse.append(d)
         if kind == "slice":
-            s, e, st = k.indices(n)
-            m = len(range(s, e, st))
-            if st < 0:          # slice the covered range forward, reverse it after
-                s, e, st = (s + (m - 1) * st, s + 1, -st) if m else (0, 0, 1)
-                reverse.append(d)
-            e = builtins.max(s, e)
             final.append(m)
-        elif kind == "int":
-            if not -n <= k < n:
-                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} (at {user_loc()})")
-            s, e = k % n, k % n + 1
-        else:       # a traced integer scalar: a dynamic window of 1 (clamped, as traced indices cannot raise)
-            i = core.astype(k, "int64")
-            dyn.append((d, ew.where(ew.less(i, 0), ew.add(i, n), i)))
-        start.append(s), limit.append(e), stride.append(st)
+        elif kind == "scalar":
+            dyn.append((d, k))
+        start.append(s), limit.append(builtins.max(s, e)), stride.append(st)
         d += 1
     steps = []
     shape = list(x.shape)
@@ -141,18 +133,38 @@ def _basic_steps(x, ents):
         steps.append(("slice", (tuple(start), tuple(limit), tuple(stride))))
         shape = [len(range(s, e, st)) for s, e, st in zip(start, limit, stride)]
     if dyn:
-        starts = [core.asarray(0, "int64", t).value] * len(shape)
-        sizes = list(shape)
-        for dim, i in dyn:
-            starts[dim] = i.value
-            sizes[dim] = 1
-        steps.append(("dyn", (tuple(starts), tuple(sizes))))
-        shape = sizes
+        steps.append(_dynamic_window(x, shape, dyn))
+        shape = list(steps[-1][1][1])
     if reverse:
         steps.append(("reverse", tuple(reverse)))
     if tuple(final) != tuple(shape):
         steps.append(("reshape", tuple(final)))
     return steps
+
+
+def _window(kind, k, n, d):
+    """(start, stop, step, count) of one entry on an axis of size n (a traced integer: the
+    whole axis, narrowed by the dynamic step)."""
+    if kind == "slice":
+        s, e, st = k.indices(n)
+        return s, e, st, len(range(s, e, st))
+    if kind == "int":
+        if not -n <= k < n:
+            raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} (at {user_loc()})")
+        return k % n, k % n + 1, 1, 1
+    return 0, n, 1, n
+
+
+def _dynamic_window(x, shape, dyn):
+    """The ("dyn", (starts, sizes)) step: a window of 1 at each traced integer (negative
+    ones counted from the end; clamped, as traced indices cannot raise)."""
+    starts = [core.asarray(0, "int64", x._tr).value] * len(shape)
+    sizes = list(shape)
+    for dim, k in dyn:
+        i = core.astype(k, "int64")
+        starts[dim] = ew.where(ew.less(i, 0), ew.add(i, shape[dim]), i).value
+        sizes[dim] = 1
+    return "dyn", (tuple(starts), tuple(sizes))
 
 
 def _basic_view(x, ents):
@@ -329,30 +341,39 @@ def setitem(x, key, value):
         no_plain_write("x[...] = traced value", user_loc())
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
-    t = x._tr
     if "mask" in kinds:
-        plan = _mask_plan(x, ents)
-        view, mask = plan.view, plan.mask_in_view
-        if isinstance(value, MaskedSelection):
-            if value.x is not x or value.mask is not plan.mask:
-                _mask_read_error()
-            new = value.vals
-        else:
-            new = core.astype(plan.to_view(value, "x[mask] = v"), x.dtype)
-        write(view, ew.where(mask, new, view).value)
-        return
-    if "array" not in kinds:
+        _set_masked(x, ents, value)
+    elif "array" not in kinds:
         v = _basic_view(x, ents)
-        write(v, _fit(value, v, t).value)
-        return
+        write(v, _fit(value, v, x._tr).value)
+    else:
+        _set_advanced(x, ents, value)
+
+
+def _set_masked(x, ents, value):
+    """x[... mask ...] = value: a select in the basic view the other entries give."""
+    plan = _mask_plan(x, ents)
+    view, mask = plan.view, plan.mask_in_view
+    if isinstance(value, MaskedSelection):
+        if value.x is not x or value.mask is not plan.mask:
+            _mask_read_error()
+        new = value.vals
+    else:
+        new = core.astype(plan.to_view(value, "x[mask] = v"), x.dtype)
+    write(view, ew.where(mask, new, view).value)
+
+
+def _set_advanced(x, ents, value):
+    """x[key] = value with index arrays: a scatter into the indexed dims moved to the front
+    and merged, moved back after."""
+    t = x._tr
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)
     m, perm, tshape = _merged(y, pos)
-    nb = len(bshape)
     val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
     if not n or not int(np.prod(bshape, dtype=np.int64)):
         return
-    new = _scatter_set(m, flat, val, nb, t)
+    new = _scatter_set(m, flat, val, t)
     new = shapes.reshape(new, tshape)
     new = shapes.transpose(new, list(np.argsort(perm)))
     write(y, new.value)
@@ -379,43 +400,50 @@ def _add_zeros(m):
     return core.full_like(m, -0.0) if m.dtype.kind == "f" else core.zeros_like(m)
 
 
-def _scatter_set(m, flat, val, nb, t):
+def _scatter_set(m, flat, val, t):
     """m (N, rest...) with rows flat (index shape B) set to val (B + rest): where an index
-    repeats, numpy keeps the last value written, and so do we (traced indices: a stable
-    sort of the indices finds, for each repeated one, the writes a later one supersedes)."""
-    if isinstance(flat, Tracer) and int(np.prod(flat.shape, dtype=np.int64)) > 1:
-        nb_ = int(np.prod(flat.shape, dtype=np.int64))
-        f = shapes.reshape(flat, (nb_,))
-        val = shapes.reshape(val, (nb_,) + m.shape[1:])
-        order = core.emit(t, "argsort", f, axis=0)                 # stable: equal ones keep their order
-        s = core.emit(t, "gather", f, order, axis=0)
-        later = shapes.concatenate([ew.equal(s[:-1], s[1:]), core.asarray(np.zeros(1, bool), t=t)])
-        superseded = core.emit(t, "gather", later, core.emit(t, "argsort", order, axis=0), axis=0)
-        # a superseded write adds nothing and does not count as a hit
-        keep = ew.logical_not(superseded)
-        val = ew.where(shapes.reshape(keep, (nb_,) + (1,) * (m.ndim - 1)), val, _add_zeros(val))
-        one = core.astype(keep, "int32")
-        upd = core.emit(t, "scatter", _add_zeros(m), f, val, axis=0)
-        hits = core.emit(t, "scatter", core.zeros_like(m, dtype="int32", shape=(m.shape[0],)), f, one, axis=0)
-        hit = shapes.reshape(ew.greater(hits, 0), (m.shape[0],) + (1,) * (m.ndim - 1))
-        return ew.where(hit, upd, m)
+    repeats, numpy keeps the last value written, and so do we."""
+    one = np.int32(1)
     if not isinstance(flat, Tracer):
-        f = flat.reshape(-1)
-        val = shapes.reshape(val, (f.size,) + m.shape[1:])
-        last = f.size - 1 - np.unique(f[::-1], return_index=True)[1]
-        if last.size != f.size:
-            last = np.sort(last)
-            val = core.emit(t, "gather", val, core.asarray(last.astype(np.int64), t=t), axis=0)
-            f = f[last]
-        idx = core.asarray(f, t=t)
-    else:
-        idx = flat
+        flat, val = _last_writes(m, flat, val, t)
+    elif flat.size > 1:
+        flat, val, one = _last_writes_traced(m, flat, val, t)
+    idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
+    # the rows written: a scatter of the values and one of a hit count, then a select
     upd = core.emit(t, "scatter", _add_zeros(m), idx, val, axis=0)
-    one = core.broadcast_to(core.asarray(np.int32(1), t=t), idx.shape)
+    one = core.broadcast_to(core.asarray(one, t=t), idx.shape)
     hits = core.emit(t, "scatter", core.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
-    hit = ew.greater(hits, 0)
-    hit = shapes.reshape(hit, (m.shape[0],) + (1,) * (m.ndim - 1))
+    hit = shapes.reshape(ew.greater(hits, 0), (m.shape[0],) + (1,) * (m.ndim - 1))
     return ew.where(hit, upd, m)
+
+
+def _last_writes(m, flat, val, t):
+    """Known indices: (each index once, the value last written at it)."""
+    f = flat.reshape(-1)
+    val = shapes.reshape(val, (f.size,) + m.shape[1:])
+    last = f.size - 1 - np.unique(f[::-1], return_index=True)[1]
+    if last.size != f.size:
+        last = np.sort(last)
+        val = core.emit(t, "gather", val, core.asarray(last.astype(np.int64), t=t), axis=0)
+        f = f[last]
+    return f, val
+
+
+def _last_writes_traced(m, flat, val, t):
+    """Traced indices: (the indices, the values with each write a later one to the same
+    index supersedes made zero, 1 for a write that stands and 0 for a superseded one) --
+    a stable sort of the indices finds the superseded ones."""
+    nb = flat.size
+    f = shapes.reshape(flat, (nb,))
+    val = shapes.reshape(val, (nb,) + m.shape[1:])
+    order = core.emit(t, "argsort", f, axis=0)                 # stable: equal ones keep their order
+    s = core.emit(t, "gather", f, order, axis=0)
+    later = shapes.concatenate([ew.equal(s[:-1], s[1:]), core.asarray(np.zeros(1, bool), t=t)])
+    superseded = core.emit(t, "gather", later, core.emit(t, "argsort", order, axis=0), axis=0)
+    # a superseded write adds nothing and does not count as a hit
+    keep = ew.logical_not(superseded)
+    val = ew.where(shapes.reshape(keep, (nb,) + (1,) * (m.ndim - 1)), val, _add_zeros(val))
+    return f, val, core.astype(keep, "int32")
 
 
 def _index_first(value, m, bshape, pos, adjacent, t, dtype):

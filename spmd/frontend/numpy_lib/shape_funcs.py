@@ -315,57 +315,70 @@ def pad(array, pad_width, mode="constant", **kwargs):
     if mode == "constant":
         cv = kwargs.pop("constant_values", 0)
         core.no_extra("pad", (), kwargs)
-        if not builtins.any(b or a for b, a in pw):
-            return x
-        if isinstance(cv, Tracer):
-            if cv.ndim:
-                raise NotImplementedError(f"np.pad with traced per-axis constant_values (at {user_loc()})")
-            cvs = [(cv, cv)] * x.ndim
-        else:
-            c = np.asarray(cv)
-            if c.ndim == 0 or (c == c.flat[0]).all():
-                cvs = [(c.flat[0], c.flat[0])] * x.ndim
-            else:
-                c = np.broadcast_to(c, (x.ndim, 2))
-                cvs = [(c[d, 0], c[d, 1]) for d in range(x.ndim)]
-
-        def value(v):
-            if isinstance(v, Tracer):
-                return core.astype(v, x.dtype)
-            return core.asarray(np.asarray(v).astype(x.dtype), t=x._tr)
-
-        if builtins.all(p is cvs[0][0] for cp in cvs for p in cp):
-            return core.emit(x._tr, "pad", x, value(cvs[0][0]), low=tuple(b for b, _ in pw),
-                           high=tuple(a for _, a in pw), interior=(0,) * x.ndim)
-        for d, ((b, a), (vb, va)) in enumerate(zip(pw, cvs)):
-            for amt, v, lo in ((b, vb, True), (a, va, False)):
-                if amt:
-                    low = tuple(amt if (k == d and lo) else 0 for k in range(x.ndim))
-                    high = tuple(amt if (k == d and not lo) else 0 for k in range(x.ndim))
-                    x = core.emit(x._tr, "pad", x, value(v), low=low, high=high, interior=(0,) * x.ndim)
-        return x
+        return _pad_constant(x, pw, cv)
     if mode in ("edge", "wrap", "reflect", "symmetric"):
         rt = kwargs.pop("reflect_type", "even")
         core.no_extra("pad", (), kwargs)
         if rt != "even":
             raise NotImplementedError(f"np.pad reflect_type={rt!r} (at {user_loc()})")
-        for d, (b, a) in enumerate(pw):
-            if not (b or a):
-                continue
-            n = x.shape[d]
-            if n == 0:
-                raise ValueError(f"np.pad: can't extend empty axis {d} using modes other than 'constant' "
-                                 f"or 'empty' (at {user_loc()})")
-            parts = []
-            if b:
-                parts.append(shapes.take(x, _pad_index(mode, n, np.arange(-b, 0)).astype(np.int64), axis=d))
-            parts.append(x)
-            if a:
-                parts.append(shapes.take(x, _pad_index(mode, n, np.arange(n, n + a)).astype(np.int64), axis=d))
-            x = shapes.concatenate(parts, d)
-        return x
+        return _pad_from_inside(x, pw, mode)
     raise NotImplementedError(f"np.pad mode={mode!r} is not supported in spmd (supported: constant, edge, wrap, "
                               f"reflect, symmetric) (at {user_loc()})")
+
+
+def _pad_constant(x, pw, cv):
+    """One pad op where one value fills every side; else one per padded side."""
+    if not builtins.any(b or a for b, a in pw):
+        return x
+    cvs = _pad_values(x, cv)
+
+    def value(v):
+        if isinstance(v, Tracer):
+            return core.astype(v, x.dtype)
+        return core.asarray(np.asarray(v).astype(x.dtype), t=x._tr)
+
+    if builtins.all(p is cvs[0][0] for cp in cvs for p in cp):
+        return core.emit(x._tr, "pad", x, value(cvs[0][0]), low=tuple(b for b, _ in pw),
+                         high=tuple(a for _, a in pw), interior=(0,) * x.ndim)
+    for d, ((b, a), (vb, va)) in enumerate(zip(pw, cvs)):
+        for amt, v, lo in ((b, vb, True), (a, va, False)):
+            if amt:
+                low = tuple(amt if (k == d and lo) else 0 for k in range(x.ndim))
+                high = tuple(amt if (k == d and not lo) else 0 for k in range(x.ndim))
+                x = core.emit(x._tr, "pad", x, value(v), low=low, high=high, interior=(0,) * x.ndim)
+    return x
+
+
+def _pad_values(x, cv):
+    """constant_values as (before, after) per dim."""
+    if isinstance(cv, Tracer):
+        if cv.ndim:
+            raise NotImplementedError(f"np.pad with traced per-axis constant_values (at {user_loc()})")
+        return [(cv, cv)] * x.ndim
+    c = np.asarray(cv)
+    if c.ndim == 0 or (c == c.flat[0]).all():
+        return [(c.flat[0], c.flat[0])] * x.ndim
+    c = np.broadcast_to(c, (x.ndim, 2))
+    return [(c[d, 0], c[d, 1]) for d in range(x.ndim)]
+
+
+def _pad_from_inside(x, pw, mode):
+    """edge / wrap / reflect / symmetric: each padded side is a take of x's own elements."""
+    for d, (b, a) in enumerate(pw):
+        if not (b or a):
+            continue
+        n = x.shape[d]
+        if n == 0:
+            raise ValueError(f"np.pad: can't extend empty axis {d} using modes other than 'constant' "
+                             f"or 'empty' (at {user_loc()})")
+        parts = []
+        if b:
+            parts.append(shapes.take(x, _pad_index(mode, n, np.arange(-b, 0)).astype(np.int64), axis=d))
+        parts.append(x)
+        if a:
+            parts.append(shapes.take(x, _pad_index(mode, n, np.arange(n, n + a)).astype(np.int64), axis=d))
+        x = shapes.concatenate(parts, d)
+    return x
 
 
 # ---------------------------------------------------------------------------- diff, gradient
@@ -402,11 +415,23 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     axes = core.normalize_axes(axis, x.ndim, "gradient") if axis is not None else tuple(range(x.ndim))
     if axis is not None and not isinstance(axis, (int, np.integer)):
         axes = tuple(core.normalize_axis(a, x.ndim, "gradient") for a in axis)
+    hs = _spacings(varargs, len(axes))
+    if edge_order not in (1, 2):
+        raise ValueError(f"gradient: 'edge_order' greater than 2 not supported (at {user_loc()})")
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.gradient of bool: numpy's boolean subtract is not supported (at {user_loc()})")
+    xf = core.astype(x, x.dtype.name if x.dtype.kind in "fc" else "float64")
+    out = [_gradient_along(xf, ax, float(h), edge_order) for ax, h in zip(axes, hs)]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _spacings(varargs, n):
+    """np.gradient's spacing arguments: one uniform spacing per axis."""
     if len(varargs) == 0:
-        hs = [1.0] * len(axes)
+        hs = [1.0] * n
     elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
-        hs = [varargs[0]] * len(axes)
-    elif len(varargs) == len(axes):
+        hs = [varargs[0]] * n
+    elif len(varargs) == n:
         hs = list(varargs)
     else:
         raise TypeError(f"gradient: invalid number of spacing arguments (at {user_loc()})")
@@ -414,31 +439,26 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         if isinstance(h, Tracer) or np.ndim(h) != 0:
             raise NotImplementedError(f"np.gradient with coordinate arrays is not supported in spmd; pass "
                                       f"uniform spacings as scalars (at {user_loc()})")
-    if edge_order not in (1, 2):
-        raise ValueError(f"gradient: 'edge_order' greater than 2 not supported (at {user_loc()})")
-    if x.dtype == np.bool_:
-        raise TypeError(f"np.gradient of bool: numpy's boolean subtract is not supported (at {user_loc()})")
-    dt = x.dtype.name if x.dtype.kind in "fc" else "float64"
-    xf = core.astype(x, dt)
-    out = []
-    for ax, h in zip(axes, hs):
-        n = x.shape[ax]
-        if n < edge_order + 1:
-            raise ValueError(f"gradient: shape of array too small to calculate a numerical gradient, at least "
-                             f"(edge_order + 1) elements are required (at {user_loc()})")
-        h = float(h)
-        mid = ew.true_divide(ew.subtract(_sl(xf, ax, 2, None), _sl(xf, ax, 0, n - 2)), 2.0 * h)
-        if edge_order == 1:
-            first = ew.true_divide(ew.subtract(_sl(xf, ax, 1, 2), _sl(xf, ax, 0, 1)), h)
-            last = ew.true_divide(ew.subtract(_sl(xf, ax, n - 1, n), _sl(xf, ax, n - 2, n - 1)), h)
-        else:
-            first = ew.true_divide(ew.add(ew.add(ew.multiply(_sl(xf, ax, 0, 1), -1.5), ew.multiply(_sl(xf, ax, 1, 2), 2.0)),
-                                        ew.multiply(_sl(xf, ax, 2, 3), -0.5)), h)
-            last = ew.true_divide(ew.add(ew.add(ew.multiply(_sl(xf, ax, n - 3, n - 2), 0.5),
-                                             ew.multiply(_sl(xf, ax, n - 2, n - 1), -2.0)),
-                                       ew.multiply(_sl(xf, ax, n - 1, n), 1.5)), h)
-        out.append(shapes.concatenate([first, mid, last], ax))
-    return out[0] if len(out) == 1 else tuple(out)
+    return hs
+
+
+def _gradient_along(x, ax, h, edge_order):
+    """Central differences inside, one-sided ones of edge_order at the two ends."""
+    n = x.shape[ax]
+    if n < edge_order + 1:
+        raise ValueError(f"gradient: shape of array too small to calculate a numerical gradient, at least "
+                         f"(edge_order + 1) elements are required (at {user_loc()})")
+
+    def at(i, coef):        # coef * x[i] along ax (a slice of 1)
+        return ew.multiply(_sl(x, ax, i % n, i % n + 1), coef)
+    mid = ew.true_divide(ew.subtract(_sl(x, ax, 2, None), _sl(x, ax, 0, n - 2)), 2.0 * h)
+    if edge_order == 1:
+        first = ew.true_divide(ew.subtract(_sl(x, ax, 1, 2), _sl(x, ax, 0, 1)), h)
+        last = ew.true_divide(ew.subtract(_sl(x, ax, n - 1, n), _sl(x, ax, n - 2, n - 1)), h)
+    else:
+        first = ew.true_divide(ew.add(ew.add(at(0, -1.5), at(1, 2.0)), at(2, -0.5)), h)
+        last = ew.true_divide(ew.add(ew.add(at(-3, 0.5), at(-2, -2.0)), at(-1, 1.5)), h)
+    return shapes.concatenate([first, mid, last], ax)
 
 
 # ---------------------------------------------------------------------------- triangles, diagonals

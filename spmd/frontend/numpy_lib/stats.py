@@ -60,66 +60,83 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 # ---------------------------------------------------------------------------- quantiles
 METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+NAN_METHODS = ("linear", "lower", "higher", "midpoint", "median")     # ("median": nanmedian's)
 
 
 def _quantile(name, a, q, axis, method, keepdims, scale):
     x = core.asarray(a)
+    qa = _fractions(name, q, method, scale)
+    dt = _quantile_dtype(name, x, q, method)
+    y, axes = _move_last(core.astype(x, dt) if x.dtype.kind == "f" else x, axis, name)
+    n, kept = y.shape[-1], y.shape[:-1]
+    if n == 0:
+        raise IndexError(f"np.{name} of an empty axis: numpy has no element to pick (at {user_loc()})")
+    s = sort(y, axis=-1)
+    r = _interpolate(s, *_positions(qa.ravel() * (n - 1), n, method), dt, method)
+    if x.dtype.kind == "f":
+        # any NaN in a slice makes its quantiles NaN (sorted NaNs sit last)
+        bad = MF.isnan(indexing.getitem(s, (Ellipsis, slice(n - 1, n))))
+        r = ew.where(bad, core.full_like(r, np.nan), r)
+    # (..., nq) -> q's dims first
+    r = shapes.reshape(r, kept + qa.shape)
+    nk, nq = len(kept), qa.ndim
+    r = shapes.transpose(r, list(range(nk, nk + nq)) + list(range(nk)))
+    if keepdims:
+        shape = _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim
+        r = shapes.reshape(r, qa.shape + shape)
+    return core.astype(r, dt)
+
+
+def _fractions(name, q, method, scale, methods=METHODS):
+    """q as fractions in [0, 1] (a concrete array), checked as numpy does."""
     if isinstance(q, Tracer):
         raise NotImplementedError(f"np.{name} with traced q is not supported in spmd: pass q as a Python "
                                   f"number or numpy array (at {user_loc()})")
-    if method not in METHODS:
-        raise NotImplementedError(f"np.{name} method={method!r} (supported: {', '.join(METHODS)}) "
+    if method not in methods:
+        raise NotImplementedError(f"np.{name} method={method!r} (supported: {', '.join(methods)}) "
                                   f"(at {user_loc()})")
     qa = np.asarray(q, dtype=np.float64) / scale
     if (qa < 0).any() or (qa > 1).any() or np.isnan(qa).any():
         raise ValueError(f"np.{name}: {'Percentiles' if scale == 100 else 'Quantiles'} must be in the range "
                          f"[0, {int(scale)}] (at {user_loc()})")
-    dt = core.float_dtype(x, q if np.ndim(q) == 0 and isinstance(q, (int, float)) else np.asarray(q, np.float64))
+    return qa
+
+
+def _quantile_dtype(name, x, q, method):
     if method in ("lower", "higher", "nearest"):
-        dt = x.dtype.name          # numpy picks an element: the input's dtype, bool included
-    elif x.dtype.kind not in "fiu":
+        return x.dtype.name          # numpy picks an element: the input's dtype, bool included
+    if x.dtype.kind not in "fiu":
         raise TypeError(f"np.{name} of {x.dtype}: numpy's interpolation subtracts, which bool does not "
                         f"support (at {user_loc()})")
-    y, axes = _move_last(core.astype(x, dt) if x.dtype.kind == "f" else x, axis, name)
-    n = y.shape[-1]
-    kept = y.shape[:-1]
-    if n == 0:
-        raise IndexError(f"np.{name} of an empty axis: numpy has no element to pick (at {user_loc()})")
+    return core.float_dtype(x, q if np.ndim(q) == 0 and isinstance(q, (int, float)) else np.asarray(q, np.float64))
+
+
+def _positions(v, n, method):
+    """For the fractional sorted positions v: (the index below, the index above, the
+    weight of the one above), as numpy's `method` picks them."""
+    lo = np.floor(v).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    if method == "lower":
+        hi = lo
+    elif method == "higher":
+        lo = hi = np.ceil(v).astype(np.int64)
+    elif method == "nearest":
+        lo = hi = np.around(v).astype(np.int64)     # numpy rounds half to even here too
+    if method == "midpoint":
+        t = np.where(v == np.floor(v), 0.0, 0.5)      # numpy: an exact index is picked as is
     else:
-        s = sort(y, axis=-1)
-        v = qa.ravel() * (n - 1)
-        lo = np.floor(v).astype(np.int64)
-        hi = np.minimum(lo + 1, n - 1)
-        if method == "lower":
-            hi = lo
-        elif method == "higher":
-            lo = hi = np.ceil(v).astype(np.int64)
-        elif method == "nearest":
-            lo = hi = np.around(v).astype(np.int64)     # numpy rounds half to even here too
-        a0 = core.astype(shapes.take(s, lo, axis=-1), dt)
-        a1 = core.astype(shapes.take(s, hi, axis=-1), dt)
-        if method == "midpoint":
-            t = np.where(v == np.floor(v), 0.0, 0.5)      # numpy: an exact index is picked as is
-        else:
-            t = v - lo if method == "linear" else np.zeros_like(v)
-        t = np.asarray(t, dtype=dt)
-        if method in ("lower", "higher", "nearest"):
-            r = a0                  # numpy picks these without interpolating (inf stays inf)
-        else:
-            d = ew.subtract(a1, a0)
-            r = ew.where(t >= 0.5, ew.subtract(a1, ew.multiply(d, 1.0 - t)), ew.add(a0, ew.multiply(d, t)))
-        if x.dtype.kind == "f":
-            # any NaN in a slice makes its quantiles NaN (sorted NaNs sit last)
-            bad = MF.isnan(indexing.getitem(s, (Ellipsis, slice(n - 1, n))))
-            r = ew.where(bad, core.full_like(r, np.nan), r)
-        # (..., nq) -> q's dims first
-        r = shapes.reshape(r, kept + qa.shape)
-        nk, nq = len(kept), qa.ndim
-        r = shapes.transpose(r, list(range(nk, nk + nq)) + list(range(nk)))
-    if keepdims:
-        shape = _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim
-        r = shapes.reshape(r, qa.shape + shape)
-    return core.astype(r, dt)
+        t = v - lo if method == "linear" else np.zeros_like(v)
+    return lo, hi, t
+
+
+def _interpolate(s, lo, hi, t, dt, method):
+    a0 = core.astype(shapes.take(s, lo, axis=-1), dt)
+    if method in ("lower", "higher", "nearest"):
+        return a0                  # numpy picks these without interpolating (inf stays inf)
+    a1 = core.astype(shapes.take(s, hi, axis=-1), dt)
+    t = np.asarray(t, dtype=dt)
+    d = ew.subtract(a1, a0)
+    return ew.where(t >= 0.5, ew.subtract(a1, ew.multiply(d, 1.0 - t)), ew.add(a0, ew.multiply(d, t)))
 
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
@@ -358,59 +375,74 @@ def bincount(x, weights=None, minlength=0):
 
 def histogram(a, bins=10, range=None, density=None, weights=None):
     x = shapes.ravel(core.asarray(a))
-    t = x._tr
     if isinstance(bins, str):
         raise NotImplementedError(f"np.histogram with bins={bins!r} chooses the number of bins from the "
                                   f"data; pass a number or the edges (at {user_loc()})")
     if isinstance(bins, Tracer):
         raise NotImplementedError(f"np.histogram with traced bin edges (at {user_loc()})")
-    w = None if weights is None else shapes.ravel(core.asarray(weights, t=t))
+    w = None if weights is None else shapes.ravel(core.asarray(weights, t=x._tr))
     if w is not None and w.shape != x.shape:
         raise ValueError(f"histogram: weights should have the same shape as a (at {user_loc()})")
-    if np.ndim(bins) == 0:
-        nb = int(bins)
-        if nb < 1:
-            raise ValueError(f"histogram: bins must be a positive integer (at {user_loc()})")
-        et = core.result_dtype(x, 0.0) if x.dtype.kind == "f" else "float64"
-        if range is not None:
-            lo, hi = float(range[0]), float(range[1])
-            if lo > hi:
-                raise ValueError(f"histogram: max must be larger than min in range parameter (at {user_loc()})")
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                raise ValueError(f"histogram: supplied range of [{lo}, {hi}] is not finite (at {user_loc()})")
-            if lo == hi:
-                lo, hi = lo - 0.5, hi + 0.5
-            edges = core.asarray(np.linspace(lo, hi, nb + 1, endpoint=True, dtype=et), t=t)
-            first, last = lo, hi
-        else:
-            xf = core.astype(x, et)
-            if x.shape[0] == 0:
-                first, last = core.asarray(np.asarray(0.0, et), t=t), core.asarray(np.asarray(1.0, et), t=t)
-            else:
-                # numpy raises on a NaN range; a compiled program cannot, so NaNs are left out
-                first, last = (nanmin(xf), nanmax(xf)) if xf.dtype.kind == "f" else (red.min(xf), red.max(xf))
-                same = ew.equal(first, last)
-                first = ew.where(same, ew.subtract(first, 0.5), first)
-                last = ew.where(same, ew.add(last, 0.5), last)
-            # numpy's linspace: arange * step + start, the last edge exactly `last`
-            step = ew.true_divide(ew.subtract(last, first), float(nb))
-            ramp = core.asarray(np.arange(nb + 1, dtype=et), t=t)
-            edges = ew.add(ew.multiply(ramp, step), first)
-            edges = shapes.concatenate([indexing.getitem(edges, slice(0, nb)), shapes.reshape(last, (1,))], 0)
-    else:
-        e = np.asarray(bins)
-        if e.ndim != 1 or (np.diff(e) < 0).any():
-            raise ValueError(f"histogram: bins must increase monotonically, when an array (at {user_loc()})")
-        edges = core.asarray(e, t=t)
-        first, last = None, None
-        nb = e.shape[0] - 1
-    n = x.shape[0]
+    edges = _histogram_edges(x, bins, range) if np.ndim(bins) == 0 else _given_edges(x, bins)
+    hist = _bin_counts(x, edges, w)
+    if density:
+        # numpy divides by the widths as float64
+        nb = edges.shape[0] - 1
+        widths = core.astype(ew.subtract(indexing.getitem(edges, slice(1, None)),
+                                         indexing.getitem(edges, slice(0, nb))), "float64")
+        hist = ew.true_divide(ew.true_divide(hist, widths), red.sum(hist))
+    return hist, edges
+
+
+def _given_edges(x, bins):
+    e = np.asarray(bins)
+    if e.ndim != 1 or (np.diff(e) < 0).any():
+        raise ValueError(f"histogram: bins must increase monotonically, when an array (at {user_loc()})")
+    return core.asarray(e, t=x._tr)
+
+
+def _histogram_edges(x, bins, range):
+    """nb + 1 equal bins over `range`, or over the data's (finite) range, as numpy's."""
+    nb, t = int(bins), x._tr
+    if nb < 1:
+        raise ValueError(f"histogram: bins must be a positive integer (at {user_loc()})")
+    et = core.result_dtype(x, 0.0) if x.dtype.kind == "f" else "float64"
+    if range is not None:
+        lo, hi = float(range[0]), float(range[1])
+        if lo > hi:
+            raise ValueError(f"histogram: max must be larger than min in range parameter (at {user_loc()})")
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"histogram: supplied range of [{lo}, {hi}] is not finite (at {user_loc()})")
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        return core.asarray(np.linspace(lo, hi, nb + 1, endpoint=True, dtype=et), t=t)
+    first, last = _data_range(core.astype(x, et))
+    # numpy's linspace: arange * step + start, the last edge exactly `last`
+    step = ew.true_divide(ew.subtract(last, first), float(nb))
+    edges = ew.add(ew.multiply(core.asarray(np.arange(nb + 1, dtype=et), t=t), step), first)
+    return shapes.concatenate([indexing.getitem(edges, slice(0, nb)), shapes.reshape(last, (1,))], 0)
+
+
+def _data_range(x):
+    """(min, max) of x, widened by 0.5 each way where they are equal; (0, 1) when empty."""
+    if x.shape[0] == 0:
+        return core.asarray(np.asarray(0.0, x.dtype), t=x._tr), core.asarray(np.asarray(1.0, x.dtype), t=x._tr)
+    # numpy raises on a NaN range; a compiled program cannot, so NaNs are left out
+    first, last = (nanmin(x), nanmax(x)) if x.dtype.kind == "f" else (red.min(x), red.max(x))
+    same = ew.equal(first, last)
+    return ew.where(same, ew.subtract(first, 0.5), first), ew.where(same, ew.add(last, 0.5), last)
+
+
+def _bin_counts(x, edges, w):
+    """The (weighted) count in each bin [e[k], e[k+1]) (the last one closed): the elements
+    at or above each edge, differenced -- compares and sums, no scatter."""
+    t, n, nb = x._tr, x.shape[0], edges.shape[0] - 1
     dt = core.result_dtype(x, edges)
     xe, ee = core.astype(x, dt), core.astype(edges, dt)
     xb = core.emit(t, "broadcast_in_dim", xe, shape=(nb + 1, n), broadcast_dimensions=(1,))
     eb = core.emit(t, "broadcast_in_dim", ee, shape=(nb + 1, n), broadcast_dimensions=(0,))
     ge = ew.greater_equal(xb, eb)                                   # x >= e[k]
-    gt_last = ew.greater(xe, indexing.getitem(ee, nb))                    # x > e[-1]
+    gt_last = ew.greater(xe, indexing.getitem(ee, nb))             # x > e[-1]
     if w is None:
         cnt = red.sum(core.astype(ge, "int64"), axis=1)
         over = red.sum(core.astype(gt_last, "int64"))
@@ -419,12 +451,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
         cnt = red.sum(ew.where(ge, wb, core.zeros_like(wb)), axis=1)
         over = red.sum(ew.where(gt_last, w, core.zeros_like(w)))
     tail = shapes.reshape(ew.subtract(indexing.getitem(cnt, nb - 1), over), (1,))
-    hist = shapes.concatenate([ew.subtract(indexing.getitem(cnt, slice(0, nb - 1)), indexing.getitem(cnt, slice(1, nb))), tail], 0)
-    if density:
-        # numpy divides by the widths as float64
-        widths = core.astype(ew.subtract(indexing.getitem(edges, slice(1, None)), indexing.getitem(edges, slice(0, nb))), "float64")
-        hist = ew.true_divide(ew.true_divide(hist, widths), red.sum(hist))
-    return hist, edges
+    inner = ew.subtract(indexing.getitem(cnt, slice(0, nb - 1)), indexing.getitem(cnt, slice(1, nb)))
+    return shapes.concatenate([inner, tail], 0)
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):
@@ -486,57 +514,50 @@ def _nanquantile(name, a, q, axis, method, keepdims, scale):
         raise TypeError(f"np.{name} of complex numbers is not supported in spmd (at {user_loc()})")
     if x.dtype.kind != "f":
         return _quantile(name[3:], x, q, axis, method, keepdims, scale)
-    if isinstance(q, Tracer):
-        raise NotImplementedError(f"np.{name} with traced q is not supported in spmd (at {user_loc()})")
-    if method not in ("linear", "lower", "higher", "midpoint", "median"):
-        raise NotImplementedError(f"np.{name} method={method!r} (supported: linear, lower, higher, midpoint) "
-                                  f"(at {user_loc()})")
-    qa = np.asarray(q, dtype=np.float64) / scale
-    if (qa < 0).any() or (qa > 1).any() or np.isnan(qa).any():
-        raise ValueError(f"np.{name}: {'Percentiles' if scale == 100 else 'Quantiles'} must be in the range "
-                         f"[0, {int(scale)}] (at {user_loc()})")
+    qa = _fractions(name, q, method, scale, NAN_METHODS)
     dt = core.float_dtype(x, q if np.ndim(q) == 0 and isinstance(q, (int, float)) else np.asarray(q, np.float64))
     y, axes = _move_last(core.astype(x, dt), axis, name)
-    n = y.shape[-1]
-    kept = y.shape[:-1]
-    if n == 0:
+    if y.shape[-1] == 0:
         raise IndexError(f"np.{name} of an empty axis (at {user_loc()})")
     s = sort(y, axis=-1)                                              # NaNs last
     k = red.sum(core.astype(ew.logical_not(MF.isnan(y)), dt), axis=-1)      # non-NaN count per slice
-    outs = []
-    for qq in qa.ravel().tolist():
-        v = ew.multiply(ew.maximum(ew.subtract(k, 1.0), 0.0), qq)        # virtual index among the non-NaNs
-        lo = ew.floor(v)
-        hi = ew.minimum(ew.add(lo, 1.0), ew.maximum(ew.subtract(k, 1.0), 0.0))
-        if method == "lower":
-            hi = lo
-        elif method == "higher":
-            lo = hi = ew.negative(ew.floor(ew.negative(v)))
-        if method == "median":
-            hi = ew.negative(ew.floor(ew.negative(v)))
-            t = core.zeros_like(v)
-        elif method == "linear":
-            t = ew.subtract(v, lo)
-        elif method == "midpoint":          # numpy: an exact index is picked as is
-            t = ew.where(ew.equal(v, ew.floor(v)), core.zeros_like(v), core.full_like(v, 0.5))
-        else:
-            t = core.zeros_like(v)
-        a0 = _pick(s, core.astype(lo, "int64"))
-        a1 = _pick(s, core.astype(hi, "int64"))
-        d = ew.subtract(a1, a0)
-        r = ew.where(ew.greater_equal(t, 0.5), ew.subtract(a1, ew.multiply(d, ew.subtract(1.0, t))),
-                    ew.add(a0, ew.multiply(d, t)))
-        if method in ("lower", "higher"):
-            r = a0                  # numpy picks these without interpolating (inf stays inf)
-        elif method == "median":    # np.median of the non-NaNs: the middle one, or the mean of two
-            r = ew.where(ew.equal(lo, hi), a0, ew.multiply(ew.add(a0, a1), 0.5))
-        outs.append(ew.where(ew.equal(k, 0), core.full_like(r, np.nan), r))  # an all-NaN slice: NaN
-    r = shapes.stack(outs, 0) if outs else None
-    r = shapes.reshape(r, qa.shape + kept)
+    r = shapes.stack([_nan_quantile(s, k, qq, method) for qq in qa.ravel().tolist()], 0)
+    r = shapes.reshape(r, qa.shape + y.shape[:-1])
     if keepdims:
         shape = _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim
         r = shapes.reshape(r, qa.shape + shape)
     return core.astype(r, dt)
+
+
+def _nan_quantile(s, k, q, method):
+    """The q-quantile of each row of s (sorted, NaNs last) among its first k (traced)
+    elements, the ones that are not NaN; NaN where k is 0."""
+    v = ew.multiply(ew.maximum(ew.subtract(k, 1.0), 0.0), q)        # virtual index among the non-NaNs
+    lo = ew.floor(v)
+    hi = ew.minimum(ew.add(lo, 1.0), ew.maximum(ew.subtract(k, 1.0), 0.0))
+    if method == "lower":
+        hi = lo
+    elif method == "higher":
+        lo = hi = ew.negative(ew.floor(ew.negative(v)))
+    if method == "median":
+        hi = ew.negative(ew.floor(ew.negative(v)))
+        t = core.zeros_like(v)
+    elif method == "linear":
+        t = ew.subtract(v, lo)
+    elif method == "midpoint":          # numpy: an exact index is picked as is
+        t = ew.where(ew.equal(v, ew.floor(v)), core.zeros_like(v), core.full_like(v, 0.5))
+    else:
+        t = core.zeros_like(v)
+    a0 = _pick(s, core.astype(lo, "int64"))
+    a1 = _pick(s, core.astype(hi, "int64"))
+    d = ew.subtract(a1, a0)
+    r = ew.where(ew.greater_equal(t, 0.5), ew.subtract(a1, ew.multiply(d, ew.subtract(1.0, t))),
+                 ew.add(a0, ew.multiply(d, t)))
+    if method in ("lower", "higher"):
+        r = a0                  # numpy picks these without interpolating (inf stays inf)
+    elif method == "median":    # np.median of the non-NaNs: the middle one, or the mean of two
+        r = ew.where(ew.equal(lo, hi), a0, ew.multiply(ew.add(a0, a1), 0.5))
+    return ew.where(ew.equal(k, 0), core.full_like(r, np.nan), r)  # an all-NaN slice: NaN
 
 
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
