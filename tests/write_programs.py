@@ -98,3 +98,26 @@ def run(prog, x):
     for step in prog:
         apply(pool, step)
     return tuple(pool)
+
+
+# numpy functions whose result is a view of their argument: a write through it reaches
+# the argument (name, function of a 4 x 6 array)
+VIEW_FUNCTIONS = [
+    ("atleast_1d", np.atleast_1d), ("atleast_2d", np.atleast_2d), ("atleast_3d", np.atleast_3d),
+    ("rot90", np.rot90), ("rot90_2", lambda x: np.rot90(x, 2)), ("rot90_3", lambda x: np.rot90(x, 3)),
+    ("rot90_0", lambda x: np.rot90(x, 0)), ("flip", np.flip), ("fliplr", np.fliplr),
+    ("split", lambda x: np.split(x, 2)[1]), ("hsplit", lambda x: np.hsplit(x, 3)[2]),
+    ("transpose", np.transpose), ("ravel", np.ravel), ("reshape", lambda x: np.reshape(x, (3, 8))),
+    ("squeeze", lambda x: np.squeeze(x[None])), ("expand_dims", lambda x: np.expand_dims(x, 1)),
+    ("swapaxes", lambda x: np.swapaxes(x, 0, 1)), ("moveaxis", lambda x: np.moveaxis(x, 0, 1)),
+]
+
+
+def write_through(view_function):
+    """x after its view `view_function(x)` is written (its first row / element negated
+    plus 100), and the view."""
+    def f(x):
+        v = view_function(x)
+        v[0] = -v[0] - 100.0
+        return x, v
+    return f

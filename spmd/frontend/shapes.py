@@ -96,11 +96,6 @@ def ravel(x):
     return reshape(x, (-1,))
 
 
-def atleast_1d(x):
-    x = core.asarray(x)
-    return reshape(x, (1,)) if x.ndim == 0 else x
-
-
 def concatenate(xs, axis=0, dtype=None, **kw):
     core.no_extra("concatenate", (), kw)
     xs = list(xs)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import spmd
 from spmd.eager import programs as eager
 from eager_programs import cg, kmeans, spd_problem
-from write_programs import make_program, run as run_program
+from write_programs import VIEW_FUNCTIONS, make_program, run as run_program, write_through
 from paths import ROOT, SCRIPTS
 
 MESH = spmd.Mesh((4,), ("x",))
@@ -220,6 +220,16 @@ def test_writes_into_reshaped_transposed_and_strided_views():
         for g, want in [(a, y)] + views:
             np.testing.assert_array_equal(g.numpy(), want)
         assert a.sharding == MESH.sharding(*spec)
+
+
+@pytest.mark.parametrize("name,view", VIEW_FUNCTIONS, ids=[n for n, _ in VIEW_FUNCTIONS])
+def test_numpy_functions_that_return_views(name, view):
+    x = np.arange(24.0).reshape(4, 6)
+    want = write_through(view)(x.copy())
+    with numpy_backend():
+        got = write_through(view)(put(x, "x", None))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)
 
 
 def test_a_copy_is_not_a_view():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import spmd
-from write_programs import make_program, run
+from write_programs import VIEW_FUNCTIONS, make_program, run, write_through
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -105,3 +105,13 @@ def test_random_advanced_indexing_reads_and_writes(seed, shape, mesh):
         g = np.asarray(g.numpy() if hasattr(g, "numpy") else g)
         assert g.shape == np.shape(v), (key, g.shape, np.shape(v))
         np.testing.assert_array_equal(g, v, err_msg=str(key))
+
+
+@pytest.mark.parametrize("name,view", VIEW_FUNCTIONS, ids=[n for n, _ in VIEW_FUNCTIONS])
+def test_numpy_functions_that_return_views(name, view):
+    x = np.arange(24.0).reshape(4, 6)
+    want = write_through(view)(x.copy())
+    mesh = spmd.Mesh((2,), ("a",))
+    got = spmd.jit(write_through(view), in_shardings=(mesh.sharding("a", None),), backend="numpy")(x.copy())
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)

@@ -14,6 +14,8 @@ from .. import contractions, core, indexing, reductions as red, shapes
 from .. import elementwise as ew
 from ..trace import Tracer
 
+_UNSET = object()       # an argument not given (numpy's own marker is private)
+
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
 SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
@@ -126,17 +128,17 @@ def _cutoff(s, rcond):
     return ew.multiply(rcond, smax)
 
 
-def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+def pinv(a, rcond=None, hermitian=False, *, rtol=_UNSET):
     x = _f(a, "pinv", square=False)
     m, n = x.shape[-2:]
     if rcond is None:
-        if rtol is np._NoValue:
+        if rtol is _UNSET:
             rcond = 1e-15
         elif rtol is None:
             rcond = max(m, n) * float(np.finfo(x.dtype).eps)
         else:
             rcond = rtol
-    elif rtol is not np._NoValue:
+    elif rtol is not _UNSET:
         raise ValueError("`rtol` and `rcond` can't be both set.")
     if m == 0 or n == 0:
         return core.zeros_like(x, shape=x.shape[:-2] + (n, m))

@@ -11,8 +11,11 @@ import numpy as np
 
 from ...errors import ShapeError, user_loc
 from .. import core, indexing, reductions as red, shapes
+from .. import functionalize as fz
 from .. import elementwise as ew
 from ..trace import Tracer, current_trace
+
+_UNSET = object()       # an argument not given (numpy's own marker is private)
 
 
 def _sl(x, axis, start=None, stop=None, step=None):
@@ -33,35 +36,36 @@ def _arrays(xs):
 
 # ---------------------------------------------------------------------------- atleast_nd
 def _one_or_tuple(f):
+    """numpy's atleast_*d: each argument's result (a view of it, as in numpy), one or a tuple."""
+    view = fz.as_view(f, "reshape")
+
     def g(*xs):
-        out = tuple(f(x) for x in xs)
+        out = tuple(view(x) for x in xs)
         return out[0] if len(out) == 1 else out
     g.__name__ = f.__name__
     return g
 
 
+def _atleast(x, shape):
+    return shapes.reshape(x, shape) if shape != x.shape else x
+
+
 @_one_or_tuple
 def atleast_1d(x):
     x = core.asarray(x)
-    return shapes.reshape(x, (1,)) if x.ndim == 0 else x
+    return _atleast(x, (1,) if x.ndim == 0 else x.shape)
 
 
 @_one_or_tuple
 def atleast_2d(x):
     x = core.asarray(x)
-    if x.ndim == 0:
-        return shapes.reshape(x, (1, 1))
-    return shapes.reshape(x, (1,) + x.shape) if x.ndim == 1 else x
+    return _atleast(x, {0: (1, 1), 1: (1,) + x.shape}.get(x.ndim, x.shape))
 
 
 @_one_or_tuple
 def atleast_3d(x):
     x = core.asarray(x)
-    if x.ndim == 0:
-        return shapes.reshape(x, (1, 1, 1))
-    if x.ndim == 1:
-        return shapes.reshape(x, (1,) + x.shape + (1,))
-    return shapes.reshape(x, x.shape + (1,)) if x.ndim == 2 else x
+    return _atleast(x, {0: (1, 1, 1), 1: (1,) + x.shape + (1,), 2: x.shape + (1,)}.get(x.ndim, x.shape))
 
 
 # ---------------------------------------------------------------------------- stacking
@@ -234,16 +238,16 @@ def rot90(m, k=1, axes=(0, 1)):
     a0, a1 = core.normalize_axis(axes[0], x.ndim, "rot90"), core.normalize_axis(axes[1], x.ndim, "rot90")
     if a0 == a1:
         raise ValueError(f"rot90: axes must be different (at {user_loc()})")
-    k %= 4
+    k %= 4              # (a view of m, as numpy's)
     if k == 0:
-        return x
+        return indexing.getitem(x, Ellipsis)
     if k == 2:
         return flip(flip(x, a0), a1)
     perm = list(range(x.ndim))
     perm[a0], perm[a1] = perm[a1], perm[a0]
     if k == 1:
-        return shapes.transpose(flip(x, a1), perm)
-    return flip(shapes.transpose(x, perm), a1)
+        return shapes.view_transpose(flip(x, a1), perm)
+    return flip(shapes.view_transpose(x, perm), a1)
 
 
 def broadcast_arrays(*args, subok=False):
@@ -382,7 +386,7 @@ def _pad_from_inside(x, pw, mode):
 
 
 # ---------------------------------------------------------------------------- diff, gradient
-def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
+def diff(a, n=1, axis=-1, prepend=_UNSET, append=_UNSET):
     x = core.asarray(a)
     if n == 0:
         return x
@@ -393,7 +397,7 @@ def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
     axis = core.normalize_axis(axis, x.ndim, "diff")
     parts = []
     for v in (prepend, append):
-        if v is np._NoValue:
+        if v is _UNSET:
             parts.append(None)
             continue
         v = core.asarray(v, t=x._tr)
