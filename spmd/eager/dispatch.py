@@ -59,8 +59,10 @@ def _ufunc(ufunc, method, inputs, kwargs):
             return in_numpy("ufunc", name, inputs, kwargs, f"keyword arguments {sorted(kwargs)}")
         r = run("ufunc", name, npx.UFUNCS[name], _scalars_dynamic(name, inputs))
         return r if dtype is None else run("method", "astype", core.astype, (r, np.dtype(dtype)))
+    if method == "at" and isinstance(inputs[0], Array):
+        # as traced: ufunc.at writes its first argument (indices checked here, as numpy does)
+        inputs = (inputs[0], indexing.program_key(inputs[0], inputs[1])) + tuple(inputs[2:])
     if (method == "reduce" and name in npx.UFUNC_REDUCE) or (method == "at" and isinstance(inputs[0], Array)):
-        # as traced (ufunc.at writes its first argument)
         return run("ufunc", f"{name}.{method}", lambda *xs, **k: npx.dispatch_ufunc(ufunc, method, xs, k),
                    inputs, kwargs)
     return in_numpy("ufunc", name if method == "__call__" else f"{name}.{method}", inputs, kwargs, "not supported")

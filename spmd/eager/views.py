@@ -13,9 +13,13 @@ the order they were made; programs.py re-derives the live ones after every write
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 
 from ..tree import tree_flatten
+
+
+_KEYS = itertools.count()
 
 
 class View:
@@ -41,18 +45,16 @@ def record(result, source, step):
     result._eager_view = View(root, steps + (step,))
     refs = getattr(root, "_eager_views", None)
     if refs is None:
-        refs = root._eager_views = []
-    refs.append(weakref.ref(result))
+        refs = root._eager_views = {}
+    # a dead view leaves the table at once (a loop over x[i] makes one a step)
+    key = next(_KEYS)
+    refs[key] = weakref.ref(result, lambda _, refs=refs, key=key: refs.pop(key, None))
 
 
 def live_views(root) -> list:
     """The views of root still referenced, in the order they were made."""
-    refs = getattr(root, "_eager_views", None)
-    if not refs:
-        return []
-    alive = [(r, r()) for r in refs]
-    root._eager_views = [r for r, v in alive if v is not None]
-    return [v for _, v in alive if v is not None]
+    refs = getattr(root, "_eager_views", None) or {}
+    return [v for v in (r() for r in list(refs.values())) if v is not None]
 
 
 def derive(x, steps):

@@ -77,6 +77,17 @@ def is_view_of(r, x) -> bool:
         and r._buf is x._buf
 
 
+def layout_of(x):
+    """The strides numpy would give the traced array x (a memory-free ndarray, see
+    views.layout): x's base taken through x's view chain."""
+    return layout(x._ensure_buffer(), x._view)
+
+
+def same_base(x, y) -> bool:
+    """Do the traced arrays x and y share a base (numpy's `x.base is y.base`)?"""
+    return x._ensure_buffer() is y._ensure_buffer()
+
+
 # -- the numpy layer: views, in-place operators, out=, copyto, fill -------------------------
 def view_of(x, r, steps):
     """r (computed from x's current value through `steps`) as a view of x."""

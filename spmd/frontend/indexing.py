@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import TraceError, user_loc
 from . import core, shapes
 from . import elementwise as ew
+from . import functionalize as fz
 from .functionalize import as_view, check_cast, fresh, no_plain_write, view_of, write
 from .trace import Tracer
 from .views import fwd
@@ -603,7 +604,7 @@ def put(a, ind, v, mode="raise"):
     if mode not in ("raise", "clip", "wrap"):
         raise ValueError(f"np.put: mode must be 'raise', 'clip' or 'wrap', got {mode!r} (at {user_loc()})")
     flat = as_view(lambda x: shapes.reshape(x, (-1,)), "reshape")(a)
-    if flat._buf is not a._buf:
+    if not fz.same_base(flat, a):
         raise NotImplementedError(f"np.put into a non-contiguous view (at {user_loc()}); write into the "
                                   f"base array")
     ind = np.asarray(ind) if not isinstance(ind, Tracer) else ind

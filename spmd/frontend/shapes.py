@@ -15,7 +15,6 @@ from . import core
 from . import elementwise as ew
 from . import functionalize as fz
 from .trace import Tracer
-from .views import layout
 
 
 def reshape(x, shape, order="C"):
@@ -212,7 +211,7 @@ def _ravel_perm(x, order):
         return tuple(range(x.ndim))[::-1]
     if order not in ("A", "K"):
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
-    lay = layout(x._ensure_buffer(), x._view) if isinstance(x, Tracer) else None
+    lay = fz.layout_of(x) if isinstance(x, Tracer) else None
     if lay is None or lay.flags.c_contiguous:
         return None
     if order == "A":

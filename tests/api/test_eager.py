@@ -232,6 +232,21 @@ def test_numpy_functions_that_return_views(name, view):
         np.testing.assert_array_equal(g.numpy(), w)
 
 
+def test_only_live_views_are_derived_again():
+    """After a write, each view still referenced is derived again from its base (one
+    program each); views no longer referenced are not (nothing keeps them alive longer)."""
+    a = put(np.arange(12.0).reshape(6, 2), "x", None)
+    for i in range(6):
+        float(a[i].sum())                       # a view that dies at once
+    n = eager.STATS["calls"]
+    a[2] = 0.0
+    assert eager.STATS["calls"] == n + 1        # the write alone
+    row = a[3]
+    n = eager.STATS["calls"]
+    a[3] = 5.0
+    assert eager.STATS["calls"] == n + 2 and np.all(row.numpy() == 5.0)
+
+
 def test_a_copy_is_not_a_view():
     """numpy copies where the strides do not allow a view (reshape or ravel of a transpose,
     flatten), and a scalar index gives a scalar: writes into those do not reach the base.
