@@ -84,7 +84,10 @@ def expand_dims(x, axis):
 
 def squeeze(x, axis=None):
     x = core.asarray(x)
-    axes = [d for d, s in enumerate(x.shape) if s == 1] if axis is None else core.normalize_axes(axis, x.ndim, "squeeze")
+    if axis is None:
+        axes = [d for d, s in enumerate(x.shape) if s == 1]
+    else:
+        axes = core.normalize_axes(axis, x.ndim, "squeeze")
     for a in axes:
         if x.shape[a] != 1:
             raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]} (at {user_loc()})")

@@ -351,7 +351,8 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     x = core.asarray(x)
     if axis is None:
         x = _moduli(x, ord, False)
-        r = _vector_norm(shapes.ravel(core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")), ord, 0, False)
+        flat = shapes.ravel(core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64"))
+        r = _vector_norm(flat, ord, 0, False)
         return shapes.reshape(r, (1,) * x.ndim) if keepdims else r
     if isinstance(axis, (int, np.integer)) or len(axis) == 1:
         return norm(x, ord, axis if isinstance(axis, (int, np.integer)) else axis[0], keepdims)
