@@ -13,4 +13,4 @@ from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy cr
 from .ir.dtypes import bfloat16  # noqa: F401,E402  (ml_dtypes.bfloat16, the 2-byte float jax uses)
 
 __version__ = "0.1.0"
-from .eager import dispatch as _eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)
+from . import eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)

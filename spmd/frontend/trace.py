@@ -2,8 +2,9 @@
 
 A Tracer stands for an IR Value while the function runs. numpy calls reach spmd through
 `__array_ufunc__` / `__array_function__`, ndarray methods and Python operators; all of
-them are rows of numpy_api.py's table (API), which also installs the methods and
-operators here. Every op records the user's file:line.
+them are rows of numpy_api.py's table (API), which installs them on the Tracer class
+(numpy_api.install, run when the spmd.frontend package is imported). Every op records
+the user's file:line.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import TraceError, user_loc  # noqa: F401  (user_loc: the tracing modules name it from here)
+from ..errors import TraceError, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
+from .views import Buffer, derive
 
 _state = threading.local()
 
@@ -105,7 +107,8 @@ class tracing:
 class Tracer:
     """A traced array. Behaves like an ndarray of its shape and dtype under numpy,
     including writes: see functionalize.py (a written array, and every view of it, refers
-    to a Buffer holding its base's current value)."""
+    to a Buffer holding its base's current value). numpy's methods, operators and
+    protocols are installed on the class from numpy_api's table."""
 
     __array_priority__ = 1000
     __slots__ = ("_val", "_tr", "weak", "_buf", "_view", "_ver")
@@ -123,14 +126,12 @@ class Tracer:
         """The current IR Value (re-derived from the base after a write through any view)."""
         b = self._buf
         if b is not None and self._ver != b.version:
-            from .functionalize import derive
             self._val = derive(self._tr, b.value, self._view)
             self._ver = b.version
         return self._val
 
     def _ensure_buffer(self):
         if self._buf is None:
-            from .functionalize import Buffer
             self._buf = Buffer(self._val)
             self._view, self._ver = (), 0
         return self._buf
@@ -142,10 +143,6 @@ class Tracer:
     dtype = property(lambda self: np.dtype(self.value.dtype))
     itemsize = property(lambda self: self.dtype.itemsize)
     nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
-    T = property(lambda self: _api()._view_transpose(self))         # views, as numpy's
-    mT = property(lambda self: _api()._view_swapaxes(self, -1, -2))
-    real = property(lambda self: _api().real(self))
-    imag = property(lambda self: _api().imag(self))
 
     def __repr__(self):
         return f"Tracer({dtypes.SHORT[self.value.dtype]}{list(self.shape)})"
@@ -200,18 +197,8 @@ class Tracer:
     def item(self, *args):
         self._concrete("item()" if not args else f"item{args}")
 
-    def __setitem__(self, key, value):
-        _api().setitem(self, key, value)
-
     def __hash__(self):
         return id(self)
-
-    # -- numpy protocols -------------------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return _api().dispatch_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return _api().dispatch_function(func, args, kwargs)
 
     # a copy is a fresh base holding the same (immutable SSA) Value
     def __copy__(self): return Tracer(self.value, self._tr, self.weak)
@@ -223,42 +210,3 @@ class Tracer:
             raise NotImplementedError(f"ndarray.{name} is not supported on traced arrays in spmd "
                                       f"(at {user_loc()})")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-
-def _api():
-    from . import numpy_api
-    return numpy_api
-
-
-def _install(cls, methods, operators, inplace):
-    """Give the Tracer numpy's methods and Python's operators, from numpy_api's table.
-    A method's result is a new array (or a view) as in numpy, never `self`; out= stores
-    into the array given. In-place operators (x += y) return the array they wrote."""
-    api = _api()
-
-    def method(name, f):
-        def m(self, *args, **kwargs):
-            out = kwargs.pop("out", None) if name not in ("__getitem__",) else None
-            r = f(self, *args, **kwargs)
-            if out is not None:
-                return api.fz.store_out(out, r, f"ndarray.{name}")
-            return api.fresh_result(r, (self,) + args)
-        m.__name__ = m.__qualname__ = name
-        return m
-    for name, f in {**methods, **operators}.items():
-        setattr(cls, name, method(name, f))
-    for name, f in inplace.items():
-        setattr(cls, name, f)
-
-
-from . import random_guard as _random_guard  # noqa: E402
-
-_random_guard.install(current_trace, user_loc)
-
-from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
-
-_install(Tracer, _numpy_api.METHODS, _numpy_api.operators(), _numpy_api.inplace_operators())
-
-from .indexing import _install_masked  # noqa: E402
-
-_install_masked()
