@@ -59,7 +59,7 @@ PEERS = {}
 _MPI = None
 
 
-def _mpi():
+def mpi_module():
     global _MPI
     if _MPI is None:              # imported on first use: importing mpi4py.MPI initialises MPI
         yield_when_oversubscribed()
@@ -98,7 +98,7 @@ def _axes(axes):
 
 
 def _op(op, dtype):
-    MPI = _mpi()
+    MPI = mpi_module()
     if op not in REDUCE_OPS:
         raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
     if dtype == np.bool_:
@@ -128,7 +128,7 @@ def contiguous(x):
 
 def mpi_buffer(a):
     """A message for mpi4py: bools travel as C_BOOL."""
-    MPI = _mpi()
+    MPI = mpi_module()
     if a.dtype == np.bool_:
         return [a, MPI.C_BOOL]
     if a.dtype.name in _HALFS:
@@ -478,7 +478,7 @@ class _Watchdog:
             sys.stdout.flush()
         finally:
             time.sleep(1.0)      # let mpiexec forward the message before the job is torn down
-            _mpi().COMM_WORLD.Abort(1)
+            mpi_module().COMM_WORLD.Abort(1)
 
 
 WATCHDOG = _Watchdog()
@@ -496,7 +496,7 @@ class MPICommunicator(Communicator):
     _comms = {}      # (mesh key, axes, color) -> sub-communicator, shared by the process
 
     def __init__(self, mesh, rank=None, world=None):
-        MPI = _mpi()
+        MPI = mpi_module()
         self.world = world or MPI.COMM_WORLD
         super().__init__(mesh, self.world.Get_rank() if rank is None else rank)
         self.timeout = collective_timeout()
@@ -542,7 +542,7 @@ class MPICommunicator(Communicator):
             fx, fo = x.reshape(-1), out.reshape(-1)
             inplace = np.shares_memory(fx, fo)       # out is x: MPI_IN_PLACE
             for lo, hi in _chunks(fx.size):
-                send = _mpi().IN_PLACE if inplace else mpi_buffer(fx[lo:hi])
+                send = mpi_module().IN_PLACE if inplace else mpi_buffer(fx[lo:hi])
                 self._guard(lambda: c.Allreduce(send, mpi_buffer(fo[lo:hi]), op=mop), f"all_reduce({op})", group)
             r = out
         if given is not None and r is not given:
@@ -566,7 +566,7 @@ class MPICommunicator(Communicator):
     def wait(self, handle):
         reqs, out, what, group, keep = self.take_handle(handle)
         if reqs is not None:
-            MPI = _mpi()
+            MPI = mpi_module()
             guarded(lambda: MPI.Request.Waitall(reqs), what, group, self.rank, self.timeout, keep[1])
         return out
 
@@ -647,7 +647,7 @@ class MPICommunicator(Communicator):
             elif d == me:
                 reqs += [c.Irecv(mpi_buffer(fo[lo:hi]), source=s, tag=17) for lo, hi in _chunks(fo.size)]
         if reqs:
-            MPI = _mpi()
+            MPI = mpi_module()
             self._guard(lambda: MPI.Request.Waitall(reqs), "collective_permute", group)
         return out
 

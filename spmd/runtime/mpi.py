@@ -87,7 +87,7 @@ class MPIRuntime(Runtime):
     name = "mpi"
 
     def __init__(self, num_devices=None):
-        MPI = mpi_comm._mpi()          # MPI_Init, with MPICH's settings for an oversubscribed host
+        MPI = mpi_comm.mpi_module()          # MPI_Init, with MPICH's settings for an oversubscribed host
         self.world = MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
@@ -189,7 +189,7 @@ class MPIRuntime(Runtime):
         follow in one Allgatherv (their lengths are known from the header by then)."""
         import hashlib
         from ..errors import user_loc
-        MPI = mpi_comm._mpi()
+        MPI = mpi_comm.mpi_module()
         data = bytes(data)
         loc = user_loc()
         group = list(range(self.size))
@@ -228,7 +228,7 @@ class MPIRuntime(Runtime):
                 group, self.rank)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
         buf = np.empty(int(counts.sum()), np.uint8)
-        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs, mpi_comm._mpi().BYTE]),
+        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs, mpi_comm.mpi_module().BYTE]),
                 "naming what the ranks do", group, self.rank)
         groups = {}
         for r, (d, n) in enumerate(zip(displs, counts.tolist())):

@@ -15,7 +15,7 @@ CPLX = ("complex64", "complex128")
 REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
 
-def _aval(shape, dtype):
+def aval(shape, dtype):
     from ..graph import Aval
     return Aval(tuple(shape), dtype)
 
@@ -28,7 +28,7 @@ def elementwise_factors(avals_in, avals_out, attrs):
 def _infer_unary(allowed):
     def infer(x, **_):
         check(x.dtype in allowed, f"dtype {x.dtype} not supported (takes {', '.join(allowed)})")
-        return _aval(x.shape, x.dtype)
+        return aval(x.shape, x.dtype)
     return infer
 
 
@@ -37,7 +37,7 @@ def _infer_binary(allowed, out_dtype=None):
         check(x.shape == y.shape, f"operand shapes differ: {list(x.shape)} vs {list(y.shape)}")
         check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
         check(x.dtype in allowed, f"dtype {x.dtype} not supported (takes {', '.join(allowed)})")
-        return _aval(x.shape, out_dtype or x.dtype)
+        return aval(x.shape, out_dtype or x.dtype)
     return infer
 
 
@@ -281,7 +281,7 @@ def _abs_vjp(g, op, ct):
 
 def _abs_infer(x, **_):
     check(x.dtype in NUM + CPLX, f"dtype {x.dtype} not supported (takes {', '.join(NUM + CPLX)})")
-    return _aval(x.shape, REAL_OF.get(x.dtype, x.dtype))
+    return aval(x.shape, REAL_OF.get(x.dtype, x.dtype))
 
 
 def _abs_ref(x):
@@ -348,7 +348,7 @@ def _select_infer(p, a, b):
     check(p.shape == a.shape == b.shape,
           f"shapes differ: pred {list(p.shape)}, on_true {list(a.shape)}, on_false {list(b.shape)}")
     check(a.dtype == b.dtype, f"branch dtypes differ: {a.dtype} vs {b.dtype}")
-    return _aval(a.shape, a.dtype)
+    return aval(a.shape, a.dtype)
 
 
 def _select_vjp(g, op, ct):
@@ -365,7 +365,7 @@ register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(
 
 def _convert_infer(x, dtype):
     from .. import dtypes
-    return _aval(x.shape, dtypes.canon(dtype))
+    return aval(x.shape, dtypes.canon(dtype))
 
 
 def _convert_ref(x, dtype):
@@ -400,7 +400,7 @@ register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_
 # -- complex parts: real, imag, conj ---------------------------------------------------------
 def _part_infer(x, **_):
     check(x.dtype in CPLX, f"takes complex64/complex128, got {x.dtype}")
-    return _aval(x.shape, REAL_OF[x.dtype])
+    return aval(x.shape, REAL_OF[x.dtype])
 
 
 def _imag_vjp(g, op, ct):

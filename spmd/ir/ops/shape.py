@@ -4,7 +4,7 @@ import numpy as np
 
 from .. import dtypes
 from ..factors import einsum_rule, letters, reshape_rule
-from .elementwise import ALL, _aval, const_like
+from .elementwise import ALL, aval, const_like
 from .registry import OpDef, check, producer_is, register, splat, zero_of
 
 
@@ -411,7 +411,7 @@ def _slice_simplify(rb, op, ops, uses):
 # constant: the value lives in the attribute (small ones print inline, large ones as hex)
 def _constant_infer(value):
     check(isinstance(value, np.ndarray), f"constant value must be an ndarray, got {type(value).__name__}")
-    return _aval(value.shape, dtypes.canon(value.dtype))
+    return aval(value.shape, dtypes.canon(value.dtype))
 
 
 _leaf("constant", _constant_infer, lambda value: value, partition=_partition_constant, lowering="literal",
@@ -423,7 +423,7 @@ def _iota_infer(shape, dtype, dimension):
     check(all(d >= 0 for d in shape), f"negative dimension in shape {list(shape)}")
     dt = dtypes.canon(dtype)
     check(dt != "bool", "iota of bool is not defined (StableHLO: integer or float)")
-    return _aval(shape, dt)
+    return aval(shape, dt)
 
 
 def _iota_ref(shape, dtype, dimension):
@@ -444,7 +444,7 @@ def _bcast_infer(x, shape, broadcast_dimensions):
     for i, d in enumerate(bd):
         check(x.shape[i] in (1, shape[d]), f"operand dim {i} (size {x.shape[i]}) cannot broadcast "
                                            f"to result dim {d} (size {shape[d]})")
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 def _bcast_ref(x, shape, broadcast_dimensions):
@@ -484,7 +484,7 @@ def _reshape_infer(x, shape):
     check(all(d >= 0 for d in shape), f"negative dimension in shape {list(shape)}")
     check(int(np.prod(shape, dtype=np.int64)) == int(np.prod(x.shape, dtype=np.int64)),
           f"cannot reshape {list(x.shape)} ({int(np.prod(x.shape))} elements) to {list(shape)}")
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
@@ -497,7 +497,7 @@ register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(sh
 def _transpose_infer(x, permutation):
     check(sorted(permutation) == list(range(len(x.shape))),
           f"permutation {list(permutation)} is not a permutation of {len(x.shape)} dims")
-    return _aval(tuple(x.shape[p] for p in permutation), x.dtype)
+    return aval(tuple(x.shape[p] for p in permutation), x.dtype)
 
 
 def _transpose_factors(ins, outs, attrs):
@@ -524,7 +524,7 @@ def _slice_infer(x, start, limit, stride):
     for d in range(n):
         check(0 <= start[d] <= limit[d] <= x.shape[d] and stride[d] >= 1,
               f"dim {d}: slice {start[d]}:{limit[d]}:{stride[d]} out of bounds for size {x.shape[d]}")
-    return _aval(tuple(slice_size(*t) for t in zip(start, limit, stride)), x.dtype)
+    return aval(tuple(slice_size(*t) for t in zip(start, limit, stride)), x.dtype)
 
 
 def _slice_vjp(g, op, ct):
@@ -560,7 +560,7 @@ def _pad_infer(x, v, low, high, interior):
                                                 f"got {v.dtype}{list(v.shape)}")
     check(len(low) == len(high) == len(interior) == n, f"low/high/interior need {n} entries")
     check(all(p >= 0 for p in (*low, *high, *interior)), "padding amounts must be >= 0")
-    return _aval(tuple(lo + s + max(s - 1, 0) * it + hi
+    return aval(tuple(lo + s + max(s - 1, 0) * it + hi
                        for s, lo, hi, it in zip(x.shape, low, high, interior)), x.dtype)
 
 
@@ -687,7 +687,7 @@ def _concat_infer(*xs, dimension):
               f"operand shapes {[list(x.shape) for x in xs]} differ outside dimension {dimension}")
     shape = list(xs[0].shape)
     shape[dimension] = sum(x.shape[dimension] for x in xs)
-    return _aval(shape, xs[0].dtype)
+    return aval(shape, xs[0].dtype)
 
 
 def _concat_vjp(g, op, ct):
