@@ -97,12 +97,20 @@ def source_digest(package_dir) -> str:
     return h.hexdigest()
 
 
+def spmd_version(pkg) -> str:
+    """spmd's __version__, read from its __init__.py (the launcher does not import the
+    package above it)."""
+    import re
+    with open(os.path.join(pkg, "__init__.py")) as f:
+        m = re.search(r"^__version__\s*=\s*[\"']([^\"']+)", f.read(), re.M)
+    return m.group(1) if m else "?"
+
+
 def facts() -> dict:
     import numpy
-    import spmd
-    pkg = os.path.dirname(os.path.abspath(spmd.__file__))
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return {"host": socket.gethostname(), "python": f"{sys.version.split()[0]} ({sys.executable})",
-            "spmd": f"{spmd.__version__} (source {source_digest(pkg)} at {pkg})", "numpy": numpy.__version__,
+            "spmd": f"{spmd_version(pkg)} (source {source_digest(pkg)} at {pkg})", "numpy": numpy.__version__,
             "mpi4py": _version("mpi4py"), "mpich": _version("mpich"), "ray": _version("ray")}
 
 
