@@ -26,9 +26,12 @@ What a host is made of (all created here, all removed by close()):
   needs the kernel's netem.
 
 Everything run on a host sees the machine's file system (as hosts sharing a network
-file system would) and gets `env()`: PATH with the bed's ssh first and UCX_TLS=tcp,self,
+file system would) and gets `env()`: PATH with the bed's ssh first, UCX_TLS=tcp,self,
 so MPICH's UCX moves bytes over the link between hosts rather than through shared memory
-(which it would find between namespaces of one machine).
+(which it would find between namespaces of one machine), and UCX_NET_DEVICES=eth0: with
+loopback in it too, UCX's address is long enough that MPICH sends it to a PMI server in
+segments, which SLURM's PMI-2 server (srun --mpi=pmi2) now and then splits wrongly
+("mpi/pmi2: value not properly terminated in client request"; MPICH issue 6924).
 
 Needs root and iproute2, util-linux (nsenter, unshare), openssh-server and
 openssh-client; `unavailable()` says what is missing. It works from inside a network
@@ -343,6 +346,7 @@ class Cluster:
         e = dict(os.environ if base is None else base)
         e["PATH"] = os.path.join(self.dir, "bin") + os.pathsep + e.get("PATH", "")
         e["UCX_TLS"] = "tcp,self"
+        e["UCX_NET_DEVICES"] = "eth0"
         e.update(extra or {})
         return e
 
