@@ -99,7 +99,7 @@ def main(argv=None):
         run.error("--check needs --hosts or --hostfile")
     sys.stdout.flush()
     if args.backend == "ray" and placement is not None:
-        from .ray import run_on_hosts
+        from .ray_hosts import run_on_hosts
         sys.exit(run_on_hosts(placement, args))
     cmd, env = command(args, placement)
     if placement is not None:
@@ -110,7 +110,8 @@ def main(argv=None):
 
 def _check_hosts(placement, full):
     """Stop before starting anything if a host cannot run its ranks."""
-    from .doctor import doctor, unreachable
+    from .doctor import doctor
+    from .ssh import unreachable
     names = [h for h, rs in placement if rs]
     if full:
         if doctor(names):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from .ssh import connect_timeout, last_line, run, ssh
 
 # what must match across hosts, and what to do when it does not
 SAME = {
@@ -32,46 +33,6 @@ SAME = {
     "ray": "install the same ray on every host (Ray refuses nodes of another version)",
 }
 BANDWIDTH_SECONDS = 1.0
-
-
-def connect_timeout() -> int:
-    """Seconds a host has to answer ssh: the heartbeat timeout, within which a job
-    notices a lost host anyway."""
-    return max(1, round(float(os.environ.get("SPMD_HEARTBEAT_TIMEOUT", "10") or 10)))
-
-
-def ssh(host, argv, timeout=None, env_pass=("PYTHONPATH",)) -> list:
-    """The command that runs argv on host over ssh, with this process's PYTHONPATH."""
-    t = timeout or connect_timeout()
-    env = [f"{k}={os.environ[k]}" for k in env_pass if os.environ.get(k)]
-    remote = shlex.join((["env", *env] if env else []) + [str(a) for a in argv])
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={t}", host, remote]
-
-
-def _run(cmd, timeout):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired:
-        return None, "", f"no answer within {timeout:g} s"
-    except OSError as e:
-        return None, "", f"{cmd[0]}: {e.strerror}"
-
-
-def _last_line(text, default):
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else default
-
-
-def unreachable(hosts, timeout=None) -> list:
-    """[(host, why)] for every host that does not run `true` over ssh in time."""
-    t = timeout or connect_timeout()
-
-    def one(h):
-        code, _, err = _run(ssh(h, ["true"], t), t + 5)
-        return None if code == 0 else (h, _last_line(err, f"ssh exited with status {code}"))
-    with ThreadPoolExecutor(max(1, len(hosts))) as ex:
-        return [r for r in ex.map(one, hosts) if r]
 
 
 # -- this host ----------------------------------------------------------------------------
@@ -118,12 +79,12 @@ def facts() -> dict:
 def check_host(host, here) -> tuple[list, dict | None]:
     """(failure lines, the host's facts or None)."""
     t = connect_timeout()
-    code, out, err = _run(ssh(host, [sys.executable, "-m", "spmd.launcher.doctor", "facts"], t), t + 60)
+    code, out, err = run(ssh(host, [sys.executable, "-m", "spmd.launcher.doctor", "facts"], t), t + 60)
     if code is None or code == 255:
-        return [f"FAIL {host}: cannot be reached over ssh: {_last_line(err, 'no answer')} — check that it is up "
+        return [f"FAIL {host}: cannot be reached over ssh: {last_line(err, 'no answer')} — check that it is up "
                 f"and that `ssh {host} true` works without a password"], None
     if code != 0:
-        why = _last_line(err, f"exited with status {code}")
+        why = last_line(err, f"exited with status {code}")
         if "No such file" in err or code == 127:
             return [f"FAIL {host}: {sys.executable} is not there — install the same Python environment at the "
                     f"same path on every host"], None
@@ -132,7 +93,7 @@ def check_host(host, here) -> tuple[list, dict | None]:
     try:
         there = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return [f"FAIL {host}: the version check printed no answer: {_last_line(out + err, '')}"], None
+        return [f"FAIL {host}: the version check printed no answer: {last_line(out + err, '')}"], None
     fails = [f"FAIL {host}: {k} is {there.get(k) or 'missing'} there but {here[k]} here — {fix}"
              for k, fix in SAME.items() if here.get(k) and there.get(k) != here[k]]
     return fails, there
@@ -146,12 +107,12 @@ def bandwidth(src, dst) -> tuple[str | None, float | None]:
     try:
         port = recv.stdout.readline().split()
         if len(port) != 2 or port[0] != "port":
-            return f"FAIL {src} -> {dst}: the receiver did not start: {_last_line(recv.stderr.read(), '')}", None
-        code, _, err = _run(ssh(src, [sys.executable, "-m", "spmd.launcher.doctor", "send", dst, port[1],
+            return f"FAIL {src} -> {dst}: the receiver did not start: {last_line(recv.stderr.read(), '')}", None
+        code, _, err = run(ssh(src, [sys.executable, "-m", "spmd.launcher.doctor", "send", dst, port[1],
                                       BANDWIDTH_SECONDS], t), t + 60)
         if code != 0:
             return (f"FAIL {src} -> {dst}: {src} cannot open a TCP connection to {dst}:{port[1]}: "
-                    f"{_last_line(err, '')} — a firewall between the hosts stops MPI and Ray too"), None
+                    f"{last_line(err, '')} — a firewall between the hosts stops MPI and Ray too"), None
         out, _ = recv.communicate(timeout=30)
         got = json.loads(out.strip().splitlines()[-1])
         return None, 8 * got["bytes"] / max(got["seconds"], 1e-9)

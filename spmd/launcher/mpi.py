@@ -66,7 +66,7 @@ def run_on_hosts(cmd, env, placement) -> int:
     once with only its own error, and the ranks on that host cannot speak."""
     import signal
 
-    from .doctor import unreachable
+    from .ssh import unreachable
     from .hosts import ranks_text
     p = subprocess.Popen(cmd, env=env)
     while True:

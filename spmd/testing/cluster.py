@@ -22,6 +22,9 @@ What a host is made of (all created here, all removed by close()):
   alone). Commands run on a host find an `ssh` first on PATH that uses the bed's key
   and known_hosts, so `ssh h2`, MPICH's hydra and `spmd run --hosts` work as on a
   real cluster;
+- its own /tmp/ray (a directory of the bed's, bind-mounted there for everything run on
+  the host): Ray keeps a node's sockets and address under /tmp/ray, which two hosts
+  sharing one /tmp would mix up;
 - a token-bucket filter on eth0 (`rate`), shaping each host's traffic out; `delay`
   needs the kernel's netem.
 
@@ -226,6 +229,8 @@ class Cluster:
         _sh("ip", "-n", h.netns, "link", "set", "eth0", "up")
         self._shape(h)
         open(h.uts, "w").close()
+        os.makedirs(os.path.join(self.dir, f"{h.name}_ray"))
+        os.makedirs("/tmp/ray", exist_ok=True)          # the mount point of each host's own
         _sh("unshare", f"--uts={h.uts}", "hostname", h.name)
         etc = os.path.join(NETNS_ETC, h.netns)
         os.makedirs(etc, exist_ok=True)
@@ -353,7 +358,9 @@ class Cluster:
     def prefix(self, host) -> list:
         """The command prefix that runs a program on `host`."""
         h = self.host(host)
-        return ["ip", "netns", "exec", h.netns, _which("nsenter"), f"--uts={h.uts}", "--"]
+        private = os.path.join(self.dir, f"{h.name}_ray")
+        return ["ip", "netns", "exec", h.netns, _which("nsenter"), f"--uts={h.uts}", "--",
+                "sh", "-c", 'mount --bind "$0" /tmp/ray && exec "$@"', private]
 
     def run(self, host, cmd, timeout=120, env=None, check=False, **kw):
         """Run cmd on host and wait (output captured as text). A command still running
