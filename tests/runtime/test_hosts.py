@@ -182,10 +182,12 @@ def test_a_killed_host_ends_the_job_naming_the_host_and_its_ranks(testbed):
     assert "spmd run: host h2 (ranks 2-3) was lost: it no longer answers ssh" in out, out
 
 
-def test_a_host_that_never_starts_is_named_before_anything_runs(testbed):
+@pytest.mark.parametrize("backend", ["mpi", "ray"])
+def test_a_host_that_never_starts_is_named_before_anything_runs(testbed, backend):
     testbed.cut("h2")
     try:
-        p, out, took = spmd_run(testbed, "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "hosts_loop.py"))
+        p, out, took = spmd_run(testbed, "-n", "4", "--backend", backend, "--hosts", "h1,h2",
+                                os.path.join(SCRIPTS, "hosts_loop.py"))
     finally:
         testbed.reset()
     assert p.returncode != 0 and "READY" not in out
