@@ -31,6 +31,7 @@ from .hosts import HostsError, describe, parse_hosts, place, ranks_text, read_ho
 from .mpi import find_mpiexec, mpiexec_command  # noqa: F401 - find_mpiexec is used by tests and benchmarks
 
 BACKENDS = ("local", "mpi", "ray")
+RANK_PARENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
 
 
 def command(args, placement=None) -> tuple[list, dict]:
@@ -38,7 +39,8 @@ def command(args, placement=None) -> tuple[list, dict]:
     env = dict(os.environ, SPMD_BACKEND=args.backend, SPMD_NUM_DEVICES=str(args.n))
     py = [sys.executable, args.script, *args.args]
     if args.backend == "mpi":
-        wrapped = [sys.executable, "-m", "spmd.launcher.rank", args.script, *args.args]
+        # run as a file in isolated mode: the parent imports neither spmd nor numpy
+        wrapped = [sys.executable, "-I", RANK_PARENT, args.script, *args.args]
         return mpiexec_command(args.n, wrapped, placement, env), env
     return py, env
 

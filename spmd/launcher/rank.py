@@ -1,8 +1,10 @@
 """What `spmd run` starts as each MPI rank: the user's script as a child, so that a rank
 that dies without a word (SIGKILL, the OOM killer, a segfault in native code) is named.
 
-    python -m spmd.launcher.rank script.py args...
+    python -I spmd/launcher/rank.py script.py args...
 
+(a file run in isolated mode, so this parent imports only the standard library; it
+imports nothing from spmd)
 mpiexec only says that "a process" was killed; this parent, on the rank's own host,
 sees how its child ended and says which rank, on which host, before it passes the
 exit status on. Everything else goes straight through: the child inherits stdin,
@@ -53,7 +55,7 @@ def _die_with_parent():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        raise SystemExit("usage: python -m spmd.launcher.rank script.py [args...]")
+        raise SystemExit("usage: python -I spmd/launcher/rank.py script.py [args...]")
     child = subprocess.Popen([sys.executable, *argv], close_fds=False,
                              preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     for name in FORWARDED:

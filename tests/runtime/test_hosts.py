@@ -203,3 +203,33 @@ def test_a_killed_rank_is_named_by_spmd_run(testbed):
     assert p.returncode != 0 and "UNREACHABLE" not in out
     assert re.search(r"spmd run: rank 2 \(pid \d+ on h2\) was killed by SIGKILL", out), out
     assert took < 30
+
+
+def test_a_crashed_runs_bed_is_removed_by_the_next(testbed):
+    """A process that made a bed is SIGKILLed (no atexit, no fixture teardown): the next
+    bed removes its namespaces, its /etc/netns files, its processes and its directory."""
+    from spmd.testing import cluster
+    code = ("import time; from spmd.testing.cluster import Cluster; c = Cluster(1).start(); "
+            "print(c.tag, c.dir, flush=True); time.sleep(120)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    tag, path = p.stdout.readline().split()
+    ns = f"{tag}-h1"
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    assert pids, "the crashed bed's sshd should be running"
+    p.kill()
+    p.wait()
+    assert ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    cluster.clean_stale()
+    assert tag not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not os.path.exists(path) and not os.path.exists(os.path.join(cluster.NETNS_ETC, ns))
+    assert all(_gone(int(q)) for q in pids), pids
+    assert testbed.run("h1", ["ssh", "h2", "true"]).returncode == 0          # the live bed is untouched
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
