@@ -489,10 +489,24 @@ class _Watchdog:
             sys.stdout.flush()
         finally:
             time.sleep(1.0)      # let mpiexec forward the message before the job is torn down
-            _mpi().COMM_WORLD.Abort(1)
+            abort_world()
 
 
 WATCHDOG = _Watchdog()
+
+# seconds MPI_Abort has to end this process before it ends itself
+ABORT_GRACE = 5.0
+
+
+def abort_world(code=1):
+    """MPI_Abort, and exit after ABORT_GRACE if that does not end this process: MPI_Abort
+    asks mpiexec to end the job, and with mpiexec's host out of reach (a cut link) the
+    request never arrives and the call never returns."""
+    def leave():
+        time.sleep(ABORT_GRACE)
+        os._exit(code)
+    threading.Thread(target=leave, name="spmd-abort-grace", daemon=True).start()
+    _mpi().COMM_WORLD.Abort(code)
 
 
 def guarded(fn, what, group, rank, timeout=None, loc=None):

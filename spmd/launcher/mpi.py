@@ -66,15 +66,18 @@ def run_on_hosts(cmd, env, placement) -> int:
     once with only its own error, and the ranks on that host cannot speak."""
     import signal
 
-    from .ssh import unreachable
     from .hosts import ranks_text
+    from .ssh import unreachable
+    adopt_orphans()
     p = subprocess.Popen(cmd, env=env)
+    signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
     while True:
         try:
             code = p.wait()
             break
         except KeyboardInterrupt:
             p.send_signal(signal.SIGINT)
+    end_orphans()
     if code != 0:
         ranks = dict(placement)
         for host, why in unreachable([h for h, rs in placement if rs], timeout=POST_MORTEM_TIMEOUT):
@@ -86,3 +89,34 @@ def run_on_hosts(cmd, env, placement) -> int:
 
 # seconds a host has to answer ssh after a failed job (a reachable one answers in well under 1)
 POST_MORTEM_TIMEOUT = 3
+
+
+def adopt_orphans():
+    """Make this process the one that inherits its descendants when their parent exits
+    (Linux's child subreaper), so end_orphans can find what mpiexec leaves behind."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)          # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def end_orphans():
+    """SIGKILL the processes mpiexec left to this one: hydra exits without ending its ssh
+    client to a host whose link is cut, which would wait for TCP to give up (minutes)."""
+    import signal
+    me = str(os.getpid())
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        if ppid == me:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                os.waitpid(int(pid), 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass

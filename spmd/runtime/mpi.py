@@ -155,7 +155,7 @@ class MPIRuntime(Runtime):
             sys.stderr.flush()
             sys.stdout.flush()
             time.sleep(1.0)      # let mpiexec forward the traceback before it tears the job down
-            world.Abort(1)
+            mpi_comm.abort_world(1)
         sys.excepthook = hook
 
     @property

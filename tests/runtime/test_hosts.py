@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from spmd.collectives.mpi import ABORT_GRACE
 from spmd.launcher.cli import find_mpiexec
 from paths import ROOT, SCRIPTS
 
@@ -159,15 +160,37 @@ def _finish(p, lines, timeout=60):
 
 
 def test_a_cut_link_ends_the_job_naming_the_host_and_its_ranks(testbed):
+    """...and nothing of the job outlives it: not hydra's ssh client on h1, which waits for
+    the lost host, nor the ranks on h2, whose MPI_Abort cannot reach mpiexec."""
     p, lines = _start_loop(testbed)
     try:
         testbed.cut("h2")
         took, out = _finish(p, lines)
+        left_h1 = _processes(testbed, "h1")
+        deadline = time.monotonic() + HEARTBEAT + ABORT_GRACE + 6
+        while _processes(testbed, "h2") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left_h2 = _processes(testbed, "h2")
     finally:
         testbed.reset()
     assert p.returncode != 0 and "LOOP DONE" not in out
-    assert took < HEARTBEAT + 5, (took, out)
+    assert took < HEARTBEAT + 8, (took, out)       # the silence, then the abort's 1 s for the message
     assert "rank(s) [2, 3] on host h2 of this group died or hang: no sign of life for 4 s" in out, out
+    assert left_h1 == [] and left_h2 == [], (left_h1, left_h2)
+
+
+def _processes(bed, host):
+    """The command lines of the processes on host, but its sshd."""
+    out = []
+    for pid in bed.pids(host):
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmd = f.read().replace("\0", " ").strip()
+        except OSError:
+            continue
+        if cmd and not cmd.startswith("sshd:") and not _gone(pid):
+            out.append(cmd)
+    return out
 
 
 def test_a_killed_host_ends_the_job_naming_the_host_and_its_ranks(testbed):
