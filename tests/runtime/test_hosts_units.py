@@ -1,4 +1,5 @@
-"""spmd run across hosts, the parts that need no hosts: --hosts, --hostfile and which ranks each host gets; the rank parent; ssh; spmd doctor's verdicts."""
+"""spmd run across hosts, the parts that need no hosts: --hosts, --hostfile and which
+ranks each host gets; the rank parent; ssh; spmd doctor's verdicts."""
 import pytest
 
 from spmd.launcher.hosts import HostsError, describe, parse_hosts, place, read_hostfile
