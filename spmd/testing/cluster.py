@@ -176,16 +176,14 @@ class Cluster:
         if not 1 <= n <= 250:
             raise ValueError(f"a test bed has 1 to 250 hosts, not {n}")
         self.rate, self.delay = rate, delay
-        rate_bytes(rate)
+        rate_bytes(rate)                # a rate tc would refuse fails here, before anything is made
         self.tag = f"{PREFIX}{os.getpid()}-{os.urandom(2).hex()}"
         self.dir = tempfile.mkdtemp(prefix=self.tag + "-", dir=tempfile.gettempdir())
-        self.dir_name = os.path.basename(self.dir)
         names = list(names or [f"h{k}" for k in range(1, n + 1)])
         self.switch = f"{self.tag}-sw"
         self.hosts = [Host(name, f"{SUBNET}.{k}", f"{self.tag}-{name}", os.path.join(self.dir, f"{name}.uts"))
                       for k, name in enumerate(names, start=1)]
         self._procs = []             # Popen objects started here, stopped by close()
-        self._sshd = {}              # host name -> its sshd's Popen
         self._closed = False
         atexit.register(self.close)
 
@@ -282,9 +280,8 @@ class Cluster:
         """(Re)start the host's sshd (after kill(), a host comes back with it)."""
         h = self.host(host)
         conf = os.path.join(self.dir, f"sshd_{h.name}.conf")
-        p = self.popen(h, [_which("sshd"), "-D", "-e", "-f", conf],
-                       stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, f"sshd_{h.name}.log"), "a"))
-        self._sshd[h.name] = p
+        with open(os.path.join(self.dir, f"sshd_{h.name}.log"), "a") as log:
+            self.popen(h, [_which("sshd"), "-D", "-e", "-f", conf], stdout=subprocess.DEVNULL, stderr=log)
 
     def _wait_for_ssh(self, timeout=20):
         first = self.hosts[0]

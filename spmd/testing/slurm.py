@@ -128,8 +128,8 @@ MinJobAge=10
 """)
 
     def _daemon(self, host, cmd, name):
-        log = open(os.path.join(self.dir, f"{name}.out"), "w")
-        self._procs.append(self.bed.popen(host, cmd, env=self.env(), stdout=log, stderr=subprocess.STDOUT))
+        with open(os.path.join(self.dir, f"{name}.out"), "w") as log:
+            self._procs.append(self.bed.popen(host, cmd, env=self.env(), stdout=log, stderr=subprocess.STDOUT))
 
     def _log(self, name):
         for fn in (f"{name}.log", f"{name}.out"):
