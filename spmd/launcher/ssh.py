@@ -28,8 +28,23 @@ def passed_env(environ=None) -> dict:
             if (k in PASSED_NAMES or k.startswith(PASSED_PREFIXES)) and k not in NOT_PASSED}
 
 
+def is_local(host) -> bool:
+    """Whether host names this machine (then no ssh is needed to run there)."""
+    import socket
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        addr = socket.gethostbyname(host)
+        return addr.startswith("127.") or addr == socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return False
+
+
 def ssh(host, argv, timeout=None, env=None) -> list:
-    """The command that runs argv on host over ssh with `env` (default: passed_env())."""
+    """The command that runs argv on host over ssh with `env` (default: passed_env());
+    argv itself when host is this machine."""
+    if is_local(host):
+        return [str(a) for a in argv]
     t = timeout or connect_timeout()
     env = passed_env() if env is None else env
     remote = shlex.join((["env", *(f"{k}={v}" for k, v in sorted(env.items()))] if env else [])
@@ -55,11 +70,12 @@ def run(cmd, timeout):
 
 
 def unreachable(hosts, timeout=None) -> list:
-    """[(host, why)] for every host that does not run `true` over ssh in time."""
+    """[(host, why)] for every other host that does not run `true` over ssh in time."""
     t = timeout or connect_timeout()
 
     def one(h):
         code, _, err = run(ssh(h, ["true"], t, env={}), t + 5)
         return None if code == 0 else (h, last_line(err, f"ssh exited with status {code}"))
-    with ThreadPoolExecutor(max(1, len(hosts))) as ex:
-        return [r for r in ex.map(one, hosts) if r]
+    others = [h for h in hosts if not is_local(h)]
+    with ThreadPoolExecutor(max(1, len(others))) as ex:
+        return [r for r in ex.map(one, others) if r]
