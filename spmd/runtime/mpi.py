@@ -32,7 +32,7 @@ import traceback
 
 import numpy as np
 
-from ..errors import ShardingError
+from ..errors import ShardingError, SpmdError
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
 from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
@@ -92,6 +92,7 @@ class MPIRuntime(Runtime):
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self._comms = {}            # mesh -> its MPICommunicator (groups cached inside)
+        self._check_launcher(MPI)
         if num_devices is not None and num_devices != self.size:
             raise ShardingError(f"spmd.init(num_devices={num_devices}) but MPI started {self.size} ranks; "
                                 f"launch with mpiexec -n {num_devices}")
@@ -116,6 +117,24 @@ class MPIRuntime(Runtime):
         mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
         limit_blas_threads(sum(host == peers[self.rank][0] for host, _ in peers))
 
+    def _check_launcher(self, MPI):
+        """MPI's world must be the one the launcher started: a launcher that cannot reach
+        this MPI (srun without PMI, another MPI's mpiexec) starts N worlds of one
+        process each, every one running the whole job alone."""
+        from .detect import launcher_world
+        lw = launcher_world()
+        if lw is None or (lw.size, lw.rank) == (self.size, self.rank):
+            return
+        if lw.launcher == "srun":
+            fix = ("srun did not connect the tasks' MPI: run srun --mpi=pmi2 (the mpich wheel's MPI speaks "
+                   "PMI-2; `srun --mpi=list` shows what this SLURM offers), or set MpiDefault=pmi2 in slurm.conf")
+        else:
+            lib = MPI.Get_library_version().strip().splitlines()[0]
+            fix = (f"that launcher belongs to another MPI than the one mpi4py uses ({lib}); use its mpiexec "
+                   f"(`spmd run -n N --backend mpi` finds it)")
+        raise SpmdError(f"{lw.launcher} started this process as rank {lw.rank} of {lw.size}, but MPI's world has "
+                        f"{self.size} process(es) and calls it rank {self.rank}: {fix}")
+
     def _merge_timeline_at_exit(self):
         """SPMD_TRACE: at exit every rank sends its spans to rank 0, which writes one file
         with a track per rank."""
@@ -136,7 +155,7 @@ class MPIRuntime(Runtime):
             sys.stderr.flush()
             sys.stdout.flush()
             time.sleep(1.0)      # let mpiexec forward the traceback before it tears the job down
-            world.Abort(1)
+            mpi_comm.abort_world(1)
         sys.excepthook = hook
 
     @property
