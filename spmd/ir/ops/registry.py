@@ -95,6 +95,9 @@ class OpDef:
     # the native code generator computes the op on complex values too (as a pair of
     # floats); without it, an op with complex operands or results runs through `ref`
     lowers_complex: bool = False
+    # how the compact text (ir/text.py, as_text(compact=True)) writes the op: the symbol
+    # between its two operands, or before its one ("+", "-"); a str, or attrs -> str
+    infix: object = None
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None
