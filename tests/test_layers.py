@@ -23,7 +23,7 @@ LAYERS = (
     ("launcher", ("spmd.launcher",)),
     # the user API and eager mode, above them all; spmd.random and spmd.numpy re-export
     # the front-end's public functions under their public names
-    ("api", ("spmd.api", "spmd.eager", "spmd.random", "spmd.numpy")),
+    ("api", ("spmd.api", "spmd.eager", "spmd.random", "spmd.numpy", "spmd.debug")),
 )
 TOP = "spmd"            # the package itself (spmd/__init__.py): the public API, re-exported
 

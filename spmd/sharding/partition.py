@@ -451,11 +451,12 @@ def _emit_default(P, op, rule, assign, locals_, shardings, have):
 
 def _dce(g: Graph) -> Graph:
     """Drop ops nothing needs (a reshard planned for a cost estimate, an unused
-    axis_index). Every rank drops the same ops, so collectives stay matched."""
+    axis_index), but not those run for their effect (a debug print). Every rank drops
+    the same ops, so collectives stay matched."""
     live = set(g.outputs)
     keep = []
     for op in reversed(g.ops):
-        if any(r in live for r in op.results):
+        if op.opdef.effect or any(r in live for r in op.results):
             keep.append(op)
             live.update(op.operands)
     g.ops = keep[::-1]

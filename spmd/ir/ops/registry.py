@@ -42,6 +42,9 @@ class OpDef:
     dtypes: tuple = ("float32", "float64", "int32", "int64", "bool")
     # collectives get the communicator from the runtime
     needs_comm: bool = False
+    # the op is run for what it does besides computing its results (spmd.debug.print
+    # prints): dead-code elimination keeps it, and it stays in its loop body
+    effect: bool = False
     # the attributes that hold sub-graphs (the bodies of control-flow ops). Such an op's
     # vjp is (graph, op, cts: one per result or None, differentiate) -> per operand, where
     # differentiate(graph, start, inputs, outputs, cts) is reverse mode over graph.ops[start:]
