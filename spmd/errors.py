@@ -35,6 +35,14 @@ class CollectiveError(SpmdError, RuntimeError):
     """A collective failed: a rank was lost, timed out, or raised."""
 
 
+def on_every_rank(err):
+    """Mark `err` as one every rank raises alike (a launch that does not fit the mesh,
+    ranks that disagree: each saw the same exchange): under MPI rank 0 alone reports it,
+    once, instead of every rank printing the same traceback."""
+    err.on_every_rank = True
+    return err
+
+
 def where(loc):
     return f" at {loc}" if loc else ""
 
