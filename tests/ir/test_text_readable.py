@@ -100,14 +100,12 @@ def _evaluate(graph, coords):
             return group_index(axes, coords)
     env = {}
     for op in graph.ops:
-        if not all(o in env for o in op.operands) or op.opdef.subgraphs:
+        d = op.opdef
+        # collectives (and what reads them) are not index arithmetic: not needed here
+        if d.reshards is not None or d.phase or d.subgraphs or not all(o in env for o in op.operands):
             continue
-        try:
-            args = [env[o] for o in op.operands]
-            out = op.opdef.ref(*args, comm=Comm(), **op.attrs) if op.opdef.needs_comm else op.opdef.ref(*args, **op.attrs)
-        except Exception:        # a collective: not index arithmetic, not needed here
-            continue
-        env[op.result] = np.asarray(out)
+        comm = {"comm": Comm()} if d.needs_comm else {}
+        env[op.result] = np.asarray(d.ref(*[env[o] for o in op.operands], **comm, **op.attrs))
     return env
 
 
