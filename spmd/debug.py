@@ -3,7 +3,7 @@
     spmd.debug.print(fmt, *args, **kwargs)
         Inside spmd.jit: prints fmt.format(*args, **kwargs) each time the program runs,
         once per call (by rank 0), with the values numpy would have: an array split over
-        devices is printed whole. Outside jit: prints now, on process 0.
+        devices is printed whole. Outside jit: prints at once, on process 0.
     spmd.debug.breakpoint()
         Outside jit: stops in pdb here, on process 0, where every value is an array you
         can read (numpy on spmd.Arrays runs sharded, eagerly). Inside jit there is no

@@ -51,7 +51,7 @@ def flops(graph) -> int:
 
 
 class Report(dict):
-    """lowered.report(): a dict (every key below, as it always was) that prints as a
+    """lowered.report(): a dict (of every key below) that prints as a
     table. Keys: `collectives` / `comm_bytes`, `launched` / `launched_bytes`, `flops`,
     `out_shardings` (see `report`)."""
 

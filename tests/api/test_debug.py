@@ -135,7 +135,7 @@ def test_breakpoint_outside_jit_stops_at_the_callers_line(monkeypatch):
     assert len(stopped) == 1
 
 
-# -- the errors that used to bury what is wrong -------------------------------------------
+# -- errors that say what is wrong first ------------------------------------------------
 def test_a_traced_value_written_into_a_numpy_buffer_says_so_first():
     def fill(x):
         out = np.zeros((4, 2))
