@@ -1,4 +1,4 @@
-"""lowered.report() is the dict it always was (every key, indexable, equal to a plain
+"""lowered.report() is a dict (every key, indexable, equal to a plain
 dict) and prints as a table: a line per collective, short lines."""
 import pickle
 
