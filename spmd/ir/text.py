@@ -191,7 +191,7 @@ class _Compact:
         for op in graph.ops:
             d = op.opdef
             if len(op.results) == 1 and not d.subgraphs and d.reshards is None and d.phase is None \
-                    and not getattr(d, "effect", False) and all(o in self.index for o in op.operands):
+                    and not d.effect and all(o in self.index for o in op.operands):
                 self.index.add(op.result)
         # an index value read by other work, or returned, keeps a line of its own
         used = {o for op in graph.ops if any(r not in self.index for r in op.results) for o in op.operands}
