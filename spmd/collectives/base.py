@@ -81,6 +81,13 @@ class Communicator(ABC):
         self.mesh = mesh
         self.rank = rank            # this rank's device id in the mesh
 
+    def write(self, text):
+        """What the program prints on this rank (spmd.debug.print), as it runs: to this
+        process's stdout (the Ray communicator hands it to the driver instead)."""
+        import sys
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
     @property
     def size(self):
         return self.mesh.size

@@ -140,6 +140,10 @@ class RayCommunicator(Communicator):
         self.peers, self.mailbox, self.run_id, self.timeout = peers, mailbox, run_id, float(timeout)
         self.seq = 0
         self._cache = {}
+        self.output = []           # what the program printed (spmd.debug.print), for the driver
+
+    def write(self, text):
+        self.output.append(text)
 
     # -- messages --------------------------------------------------------------------------
     def _group(self, axes):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import re
+import sys
 import threading
 import time
 import weakref
@@ -110,7 +111,9 @@ class RankActor:
                 if d != self.rank:
                     self.peers[d].abort.remote(run_id, reason)
             raise
-        return tuple(outs) + (True,) if outs else True
+        # the last return says it ran, with what it printed for the driver to print
+        done = tuple(comm.output) or True
+        return tuple(outs) + (done,) if outs else done
 
 
 def _trace_in_actor(on):
@@ -246,7 +249,11 @@ class RayRuntime(Runtime):
             r = self._actors[d].run.options(num_returns=n_out + 1).remote(
                 run_id, mesh, key, [ref], timeout, timeline.enabled(), *args[d])
             outs[d] = [r] if n_out == 0 else list(r)
-        errors = self._wait({outs[d][-1]: d for d in devices}, run_id)
+        printed = {}
+        errors = self._wait({outs[d][-1]: d for d in devices}, run_id, printed)
+        for d in sorted(printed):           # the program's prints, here, in rank order
+            sys.stdout.write("".join(printed[d]))
+        sys.stdout.flush()
         if errors:
             raise _first_error(errors)
         return {d: outs[d][:-1] for d in devices}
@@ -257,8 +264,9 @@ class RayRuntime(Runtime):
             hit = self._programs[program] = (next(self._keys), ray.put(program))
         return hit
 
-    def _wait(self, pending, run_id):
-        """Wait for every rank's run; [(device, exception)] of those that failed."""
+    def _wait(self, pending, run_id, printed):
+        """Wait for every rank's run; [(device, exception)] of those that failed. What a
+        rank's program printed goes into printed[device]."""
         errors, first = [], None
         try:
             while pending:
@@ -269,7 +277,9 @@ class RayRuntime(Runtime):
                 for r in ready:
                     d = pending.pop(r)
                     try:
-                        ray.get(r)
+                        done = ray.get(r)
+                        if isinstance(done, tuple):
+                            printed[d] = done
                     except Exception as e:       # noqa: BLE001 - reported by run()
                         errors.append((d, e))
                         if first is None:
