@@ -40,9 +40,9 @@ def print(fmt, *args, **kwargs):  # noqa: A001 - spmd.debug.print, as jax.debug.
         if process_index() == 0:
             builtins.print(render(fmt, names, arrays), flush=True)
         return
-    from .frontend import numpy_api as npx
+    from .frontend import core
     try:
-        xs = [npx.asarray(v, t=t) for v in values]
+        xs = [core.asarray(v, t=t) for v in values]
     except TypeError:
         raise TraceError(f"spmd.debug.print at {user_loc()}: it prints arrays and numbers; got "
                          f"{', '.join(type(v).__name__ for v in values)} (pass a pytree's leaves one by one)") from None
