@@ -32,7 +32,8 @@ The algorithms (G ranks in the group, N bytes each):
   same place on the other hosts (the only traffic between hosts: 2N(H-1)/H per host
   instead of about 2N(G-1)/G per rank), and an all-gather within each host. Floats
   are then summed host by host (every rank still gets the same bits, on every run; as
-  with MPI, not the bits of a single-host run); max and min of floats keep group order.
+  with MPI, not the bits of a single-host run); max and min of floats, and 2-byte
+  floats, keep group order.
 - all_gather, reduce_scatter, all_to_all, permute, broadcast: every rank sends each
   peer what that peer needs (one slab region for all peers of its host when it is the
   same array), and reduce_scatter reduces the G blocks it receives in group order.
@@ -256,7 +257,7 @@ class RayCommunicator(Communicator):
         what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "") + f" on rank {self.rank}"
         return axes, devices, i, tag, what
 
-    def _post(self, key, tag, dsts, payload_for, later=False):
+    def _post(self, key, tag, what, dsts, payload_for, later=False):
         """Send payload_for(d) to each rank d in dsts; payload_for(None), if not None, is
         the same array for all (one slab region for every peer of this host). later: TCP
         sends run on the sender threads (the arrays must stay unmodified until received)."""
@@ -272,13 +273,17 @@ class RayCommunicator(Communicator):
             if d in self.t.shm_peers and a.nbytes > INLINE_BYTES:
                 region = shared.get(id(a)) or self.t.slab.put(a, 1)
                 head.update(kind="shm", region=region)
-                self.t.links.send(d, head)
-                continue
-            head.update(kind="data", dtype=a.dtype, shape=a.shape)
-            if later and a.nbytes > INLINE_BYTES:
-                self.t.links.send_later(d, head, a, failed=lambda why, d=d: self.mailbox.lost(d, why))
+                a = None
             else:
+                head.update(kind="data", dtype=a.dtype, shape=a.shape)
+            if later and a is not None and a.nbytes > INLINE_BYTES:
+                self.t.links.send_later(d, head, a, failed=lambda why, d=d: self.mailbox.lost(d, why))
+                continue
+            try:
                 self.t.links.send(d, head, a)
+            except CollectiveError as e:
+                self.mailbox.lost(d, str(e))
+                raise CollectiveError(f"{what}: rank {d} is lost: {e}") from None
 
     def _collect(self, key, tag, srcs, what, devices):
         """{src: array} of every src; the shared-memory ones are views into the peers'
@@ -307,7 +312,7 @@ class RayCommunicator(Communicator):
         key = (self.seq, 0)
         others = [d for d in devices if d != self.rank]
         same = payload_for(None)
-        self._post(key, tag, others, lambda d: same if same is not None else
+        self._post(key, tag, what, others, lambda d: same if same is not None else
                    (None if d is None else payload_for(devices.index(d))))
         got, regions = self._collect(key, tag, others, what, devices)
         mine = same if same is not None else payload_for(i)
@@ -332,8 +337,11 @@ class RayCommunicator(Communicator):
             return "direct"
         _, devices, _ = self._group(axes)
         hosts = self._hosts(devices)
-        exact = x.dtype.kind in "biu" or op in ("sum", "prod")
-        if len(hosts) > 1 and exact and len({len(h) for h in hosts}) == 1 and len(hosts[0]) > 1 \
+        # host by host changes only the order of float sums and products (as MPI's does);
+        # max/min of floats keep group order (NaN and signed zeros), and 2-byte floats are
+        # summed in float32 and rounded once (base.reduce_arrays), not once per host
+        regroup = x.dtype.kind in "biu" or (op in ("sum", "prod") and x.dtype.itemsize > 2)
+        if len(hosts) > 1 and regroup and len({len(h) for h in hosts}) == 1 and len(hosts[0]) > 1 \
                 and x.size >= G:
             return "hierarchical"
         return "blockwise"
@@ -355,18 +363,18 @@ class RayCommunicator(Communicator):
         flat = x.reshape(-1)
         out = POOL.empty(x.shape, x.dtype)
         if plan == "blockwise":
-            self._scatter_flat((self.seq, 0), tag, devices, flat)
+            self._scatter_flat((self.seq, 0), tag, what, devices, flat)
             self._blockwise_rest((self.seq, 0), tag, what, devices, flat, op, out.reshape(-1))
         else:
             self._hierarchical(tag, what, devices, flat, op, out.reshape(-1))
         return out
 
-    def _scatter_flat(self, key, tag, devices, flat, later=False):
+    def _scatter_flat(self, key, tag, what, devices, flat, later=False):
         """Send block j of the flat array to member j (the first half of a reduce-scatter)."""
         b = _bounds(flat.size, len(devices))
         others = [d for d in devices if d != self.rank]
-        self._post(key, tag, others, lambda d: None if d is None else flat[b[devices.index(d)]:b[devices.index(d) + 1]],
-                   later=later)
+        self._post(key, tag, what, others,
+                   lambda d: None if d is None else flat[b[devices.index(d)]:b[devices.index(d) + 1]], later=later)
 
     def _reduce_block(self, key, tag, what, devices, flat, op):
         """The second half of the reduce-scatter: this member's block of every member's
@@ -385,7 +393,7 @@ class RayCommunicator(Communicator):
         G, i = len(devices), devices.index(self.rank)
         b = _bounds(out.size, G)
         others = [d for d in devices if d != self.rank]
-        self._post(key, tag, others, lambda d: block)
+        self._post(key, tag, what, others, lambda d: block)
         got, regions = self._collect(key, tag, others, what, devices)
         try:
             for j, d in enumerate(devices):
@@ -408,10 +416,10 @@ class RayCommunicator(Communicator):
         local = next(h for h in hosts if self.rank in h)
         k = local.index(self.rank)
         across = [h[k] for h in hosts]
-        self._scatter_flat((self.seq, 0), tag, local, flat)
+        self._scatter_flat((self.seq, 0), tag, what, local, flat)
         part = self._reduce_block((self.seq, 0), tag, what, local, flat, op)
         whole = POOL.empty(part.shape, part.dtype)
-        self._scatter_flat((self.seq, 1), tag, across, part)
+        self._scatter_flat((self.seq, 1), tag, what, across, part)
         self._blockwise_rest((self.seq, 1), tag, what, across, part, op, whole)    # steps 1 and 2
         del part
         return self._gather_flat((self.seq, 3), tag, what, local, whole, out)
@@ -428,9 +436,9 @@ class RayCommunicator(Communicator):
         if plan == "blockwise":
             # the wait returns only after every peer has reduced this rank's block (its
             # reduced block comes back), so x stays untouched while the sends are in flight
-            self._scatter_flat(key, tag, devices, x.reshape(-1), later=True)
+            self._scatter_flat(key, tag, what, devices, x.reshape(-1), later=True)
         else:
-            self._post(key, tag, others, lambda d: x)     # small: sent now
+            self._post(key, tag, what, others, lambda d: x)     # small: sent now
         return self.put_handle(((plan, key, tag, what, devices, op), x))
 
     def wait(self, handle):
@@ -483,7 +491,7 @@ class RayCommunicator(Communicator):
                                   f"in [0, {G}) naming each dst at most once")
         axes, devices, i, tag, what = self._begin("permute", x, axes, (pairs,))
         key = (self.seq, 0)
-        self._post(key, tag, [devices[d] for s, d in pairs if s == i and d != i], lambda d: x)
+        self._post(key, tag, what, [devices[d] for s, d in pairs if s == i and d != i], lambda d: x)
         src = {d: s for s, d in pairs}.get(i)
         if src is None:
             return np.zeros_like(x)
@@ -499,7 +507,7 @@ class RayCommunicator(Communicator):
         axes, devices, i, tag, what = self._begin("broadcast", x, axes, (root,))
         key = (self.seq, 0)
         if i == root:
-            self._post(key, tag, [d for d in devices if d != self.rank], lambda d: x)
+            self._post(key, tag, what, [d for d in devices if d != self.rank], lambda d: x)
             return _copy(x)
         return self._receive_copy(key, tag, devices[root], what, devices)
 

@@ -149,7 +149,7 @@ class Links:
                 if len(data):
                     s.sendall(data)
         except OSError as e:
-            raise CollectiveError(f"rank {self.rank}: sending to rank {dst} failed ({e}): "
+            raise CollectiveError(f"sending to it from rank {self.rank} failed ({e}): "
                                   f"rank {dst} died or its host is unreachable") from None
 
     def send_later(self, dst, header, array=None, failed=None):
