@@ -339,6 +339,8 @@ class RayRuntime(Runtime):
                 remove_placement_group(self._pg)
                 if self._owns_ray:
                     ray.shutdown()
+                    from . import ray_private
+                    ray_private.stop()
         except Exception:      # noqa: BLE001 - shutting down a cluster that is already gone
             pass
 
