@@ -34,8 +34,11 @@ The algorithms (G ranks in the group, N bytes each):
   are then summed host by host (every rank still gets the same bits, on every run; as
   with MPI, not the bits of a single-host run); max and min of floats, and 2-byte
   floats, keep group order.
-- all_gather, reduce_scatter, all_to_all, permute, broadcast: every rank sends each
-  peer what that peer needs (one slab region for all peers of its host when it is the
+- all_gather: when the group spans hosts (L > 1 members on each), a rank exchanges x
+  with the ranks of its place on the other hosts, then forwards what it got to the
+  peers of its host (each array crosses between two hosts once, not L times).
+- reduce_scatter, all_to_all, permute, broadcast (and all_gather on one host): every
+  rank sends each peer what that peer needs (one slab region for all peers of its host when it is the
   same array), and reduce_scatter reduces the G blocks it receives in group order.
 - all_reduce_start / wait: the start sends (block-wise: the blocks; on TCP from a sender
   thread, so the transfer overlaps what runs until the wait); the wait receives and
@@ -331,7 +334,8 @@ class RayCommunicator(Communicator):
         return out
 
     def _plan(self, x, axes, op):
-        """'direct', 'blockwise' or 'hierarchical' for an all_reduce of x over axes."""
+        """'direct', 'blockwise' or 'hierarchical' for an all_reduce of x over axes (op
+        None: for an all_gather, which any dtype may do host by host)."""
         G = self.mesh.axes_size(_axes(axes))
         if G < 2 or x.nbytes < BLOCKWISE_BYTES or x.size < G:
             return "direct"
@@ -340,7 +344,7 @@ class RayCommunicator(Communicator):
         # host by host changes only the order of float sums and products (as MPI's does);
         # max/min of floats keep group order (NaN and signed zeros), and 2-byte floats are
         # summed in float32 and rounded once (base.reduce_arrays), not once per host
-        regroup = x.dtype.kind in "biu" or (op in ("sum", "prod") and x.dtype.itemsize > 2)
+        regroup = op is None or x.dtype.kind in "biu" or (op in ("sum", "prod") and x.dtype.itemsize > 2)
         if len(hosts) > 1 and regroup and len({len(h) for h in hosts}) == 1 and len(hosts[0]) > 1 \
                 and x.size >= G:
             return "hierarchical"
@@ -462,7 +466,38 @@ class RayCommunicator(Communicator):
     def all_gather(self, x, axes, dim=0):
         x = _input(x)
         _check_dim("all_gather", x, dim)
-        return self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim))
+        if self._plan(x, axes, None) != "hierarchical":
+            return self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim))
+        return self._all_gather_hierarchical(x, axes, dim)
+
+    def _all_gather_hierarchical(self, x, axes, dim):
+        """Across hosts each array crosses once: a rank exchanges x with the ranks of its
+        place on the other hosts, then hands what it got to the peers of its host, by
+        shared memory (flat, every array would cross to every rank of another host)."""
+        axes, devices, i, tag, what = self._begin("all_gather", x, axes, (dim,))
+        hosts = self._hosts(devices)
+        local = next(h for h in hosts if self.rank in h)
+        k = local.index(self.rank)
+        across = [h[k] for h in hosts]
+        far = [d for d in across if d != self.rank]
+        near = [d for d in local if d != self.rank]
+        self._post((self.seq, 0), tag, what, far, lambda d: x)
+        got, regions = self._collect((self.seq, 0), tag, far, what, devices)
+        for j, d in enumerate(across):
+            a = x if d == self.rank else got[d]
+            self._post((self.seq, 1 + j), tag, what, near, lambda _, a=a: a)
+        parts, held = {}, [regions]
+        for j, h in enumerate(hosts):
+            g, r = self._collect((self.seq, 1 + j), tag, near, what, devices)
+            for p in near:
+                parts[h[local.index(p)]] = g[p]       # p forwarded the array of its place on host j
+            held.append(r)
+        try:
+            return _concat([x if d == self.rank else got[d] if d in got else parts[d] for d in devices], dim)
+        finally:
+            del got, parts
+            for r in held:
+                self._release(r)
 
     def reduce_scatter(self, x, axes, dim=0, op="sum"):
         x = _input(x)
