@@ -216,7 +216,7 @@ class Transport:
 
     def _lost(self, src, reason):
         if not self.closed:
-            self.mailbox.lost(src, reason)
+            self.mailbox.lost(src, f"{reason} (rank {src} runs on host {self.hosts.get(src, ('?',))[0]})")
 
     def new_run(self):
         if self.slab is not None:

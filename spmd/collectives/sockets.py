@@ -23,8 +23,9 @@ should overlap with compute. A receiving thread always drains its socket, so a s
 block only while the peer's kernel buffers are full, never forever.
 
 A closed or reset connection is `lost(src, reason)`: the peer's process died (the kernel
-closes its sockets at once) or the link broke; the communicator fails the collectives
-waiting for it. Nothing here waits without end: the set-up has a deadline, and
+closes its sockets at once) or its host became unreachable (keepalive probes and a limit
+on unacknowledged data end the connection after SPMD_HEARTBEAT_TIMEOUT seconds, default
+10); the communicator fails the collectives waiting for it. Nothing here waits without end: the set-up has a deadline, and
 `close()` shuts every socket, which ends the threads.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ import time
 import numpy as np
 
 from ..errors import CollectiveError
+from .mpi import heartbeat_timeout
 
 # kernel buffer sizes asked for (the kernel caps them at net.core.[rw]mem_max)
 SOCKET_BUFFER = 4 << 20
@@ -52,6 +54,15 @@ def _tune(s):
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+    # a peer whose host went away (a cut link, a crashed machine) closes nothing: the
+    # kernel's keepalive probes, and a limit on unacknowledged data, end the connection
+    # after the heartbeat timeout, however busy (or idle) the ranks are
+    limit = heartbeat_timeout()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", max(1, int(limit / 2))), ("TCP_KEEPINTVL", 1),
+                       ("TCP_KEEPCNT", max(1, int(limit / 2))), ("TCP_USER_TIMEOUT", int(limit * 1000))):
+        if hasattr(socket, opt):
+            s.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
 
 
 def _recv_exact(sock, view):
