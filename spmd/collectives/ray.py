@@ -290,7 +290,7 @@ class RayCommunicator(Communicator):
 
     def _collect(self, key, tag, srcs, what, devices):
         """{src: array} of every src; the shared-memory ones are views into the peers'
-        slabs, valid until `_release(key, got)`."""
+        slabs, valid until `_release(regions)`; regions: {src: its region id}."""
         if not srcs:
             return {}, {}
         got = self.mailbox.take(self.run_id, key, srcs, self.timeout, what, devices)
@@ -305,7 +305,10 @@ class RayCommunicator(Communicator):
     def _release(self, regions):
         """Tell the senders their slab regions are read (after the last use of the views)."""
         for s, rid in regions.items():
-            self.t.links.send(s, {"kind": "release", "rids": [rid]})
+            try:
+                self.t.links.send(s, {"kind": "release", "rids": [rid]})
+            except CollectiveError:
+                pass             # the sender is gone: nothing to free; its loss is reported by the mailbox
 
     def _exchange(self, name, x, axes, attrs, payload_for, combine):
         """Send payload_for(j) to group member j (one region when it is the same for all),
