@@ -11,7 +11,9 @@ preallocated buffers) alternately, each after a barrier; a run's time is the slo
 rank's, the figure is the median over the runs. Ray: N rank actors of a private Ray on
 this machine (their collectives over direct links: shared memory within a host, TCP
 between hosts; collectives/ray.py), each timing the same collective after a barrier
-(slowest rank, median).
+(slowest rank, median). On one host MPI and Ray are measured in turn --rounds times
+(default 3) and each figure is the median of its rounds: the machine's load drifts over
+minutes, which a single MPI-then-Ray pass would read as a ratio.
 
 Prints, per op, size (MB of float32 per rank) and rank count: raw mpi4py, spmd-mpi,
 spmd/raw (target <= 1.05 at >= 1 MB), spmd-ray, ray/mpi (target <= 1.3 at 8 MB).
@@ -125,27 +127,63 @@ class RayBench:
         return [np.array(ts[2:])]
 
 
-def run_ray(ranks, sizes, repeats):
-    """Rows of spmd-ray times: on a private Ray, or on the cluster RAY_ADDRESS names."""
+def ray_rows(rt, n, sizes, repeats):
+    """Rows of spmd-ray times of the runtime rt's first n ranks."""
     import ray
 
     import spmd
+    mesh = spmd.Mesh((n,), ("x",))
+    rows = []
+    for mb in sizes:
+        for name in OPS:
+            out = rt.run(RayBench(name, mb, max(repeats, 40 // mb)), mesh, {d: [] for d in range(n)})
+            per_rank = np.array(ray.get([out[d][0] for d in range(n)]))
+            rows.append({"op": name, "mb": mb, "ranks": n, "spmd_ray": float(np.median(per_rank.max(axis=0)))})
+    return rows
+
+
+def run_ray(ranks, sizes, repeats):
+    """Rows of spmd-ray times on the cluster RAY_ADDRESS names; and how many nodes."""
+    import ray
+
     from spmd.launcher.ray import connect
     from spmd.runtime.ray import RayRuntime
     connect(max(ranks))
     rows = []
     for n in ranks:
         rt = RayRuntime(n)
-        mesh = spmd.Mesh((n,), ("x",))
-        for mb in sizes:
-            for name in OPS:
-                out = rt.run(RayBench(name, mb, max(repeats, 40 // mb)), mesh, {d: [] for d in range(n)})
-                per_rank = np.array(ray.get([out[d][0] for d in range(n)]))
-                rows.append({"op": name, "mb": mb, "ranks": n, "spmd_ray": float(np.median(per_rank.max(axis=0)))})
+        rows += ray_rows(rt, n, sizes, repeats)
         hosts = sorted({w["node"] for w in rt.where()})
         rt.shutdown()
     ray.shutdown()
     return rows, len(hosts)
+
+
+def run_one_host(ranks, sizes, repeats, ray_repeats, rounds, with_ray):
+    """MPI and Ray rows, the two measured in turn `rounds` times (the machine's load
+    changes over minutes): each row's figure is the median of its rounds."""
+    got = {}
+    rt = None
+    if with_ray:
+        import ray
+
+        from spmd.launcher.ray import connect
+        from spmd.runtime.ray import RayRuntime
+        connect(max(ranks))
+    for n in ranks:
+        if with_ray:
+            rt = RayRuntime(n)
+        for _ in range(rounds):
+            for r in run_mpi(n, sizes, repeats) + (ray_rows(rt, n, sizes, ray_repeats) if with_ray else []):
+                row = got.setdefault((r["op"], r["mb"], r["ranks"]), {})
+                for k, v in r.items():
+                    row.setdefault(k, []).append(v)
+        if with_ray:
+            rt.shutdown()
+    if with_ray:
+        ray.shutdown()
+    return {key: {k: (float(np.median(v)) if isinstance(v[0], float) else v[0]) for k, v in row.items()}
+            for key, row in got.items()}
 
 
 # -- across two hosts of the test bed -------------------------------------------------------------
@@ -243,6 +281,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=int(os.environ.get("BENCH_REPEATS", "15")))
     ap.add_argument("--ray-repeats", type=int, default=7)
     ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="one host: MPI and Ray measured in turn this often")
     ap.add_argument("--testbed", action="store_true", help="across two hosts of spmd/testing/cluster.py")
     ap.add_argument("--rate", default="1gbit", help="--testbed: the link's rate, as tc writes it")
     ap.add_argument("--startup", type=int, default=0, metavar="K",
@@ -267,14 +306,8 @@ def main(argv=None):
         rows = run_testbed(ranks, sizes, args.repeats, args.ray_repeats, args.rate, not args.no_ray)
         where = f"2 hosts joined by a {args.rate} link (spmd/testing/cluster.py), half the ranks on each"
     else:
-        rows = {}
-        for n in ranks:
-            for r in run_mpi(n, sizes, args.repeats):
-                rows[(r["op"], r["mb"], r["ranks"])] = r
-        if not args.no_ray:
-            for r in run_ray(ranks, sizes, args.ray_repeats)[0]:
-                rows[(r["op"], r["mb"], r["ranks"])].update(r)
-        where = "one host"
+        rows = run_one_host(ranks, sizes, args.repeats, args.ray_repeats, args.rounds, not args.no_ray)
+        where = f"one host, medians of {args.rounds} rounds of MPI then Ray"
     print(f"\nmedian ms (float32, MB per rank), {where}; MPI: max({args.repeats}, 200/MB) runs, "
           f"Ray: max({args.ray_repeats}, 40/MB) runs")
     print(f"{'op':<15}{'MB':>4}{'ranks':>6}{'raw mpi4py':>12}{'spmd-mpi':>10}{'spmd/raw':>10}"
