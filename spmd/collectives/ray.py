@@ -12,8 +12,8 @@ and kept for every program they run (rebuilt when an actor is replaced):
   boot, and able to map each other's memory) exchange arrays through shared memory: the
   sender copies an array once into its slab, however many peers of its host read it,
   sends each a small note over the link, and each reads it in place (reductions read
-  straight from the peers' slabs) and sends a release note back. Small arrays
-  (<= INLINE_BYTES) travel inside the note itself.
+  straight from the peers' slabs) and says it is done with it on its next message to
+  the sender. Small arrays (<= INLINE_BYTES) travel inside the note itself.
 
 Messages land in the actor's `Mailbox`, keyed by (run id, call key, sender). All ranks
 run the same program, so the k-th collective a rank calls in a run is the k-th on every
@@ -74,6 +74,10 @@ from .sockets import Links
 
 # arrays up to this many bytes travel inside the message, also between peers of a host
 INLINE_BYTES = 64 * 1024
+# a reader tells a sender which of its slab regions it has read with its next message to
+# it (collectives exchange both ways, so that is usually the next collective's); a sender
+# that hears nothing back (a broadcast's root) is told once this many wait
+RELEASE_BATCH = 4
 # all_reduce of at least this many bytes (and at least as many elements as ranks) runs
 # block-wise: each rank reduces 1/G of the data instead of all of it, for a second round
 BLOCKWISE_BYTES = 256 * 1024
@@ -175,6 +179,7 @@ class Transport:
         self.pids = {}
         self.hosts = {}              # rank -> host id
         self.shm_peers = set()       # ranks whose slabs this one maps
+        self.unreleased = {}         # rank -> ids of its regions this rank has read
         self.closed = False
 
     def info(self):
@@ -200,14 +205,32 @@ class Transport:
                 except CollectiveError:
                     pass             # that one is gone already
 
+    def read(self, src, rid):
+        """This rank is done with src's region rid: src hears it with the next message this
+        rank sends it, or at once when RELEASE_BATCH regions of src wait for that."""
+        rids = self.unreleased.setdefault(src, [])
+        rids.append(rid)
+        if len(rids) >= RELEASE_BATCH:
+            self.send(src, {"kind": "release"})
+
+    def send(self, dst, header, array=None, later=False, failed=None):
+        """Links.send (or send_later), carrying the regions of dst this rank is done with."""
+        rids = self.unreleased.pop(dst, None)
+        if rids:
+            header = dict(header, rids=rids)
+        if later:
+            self.links.send_later(dst, header, array, failed=failed)
+        else:
+            self.links.send(dst, header, array)
+
     def _deliver(self, src, header, array):
+        for rid in header.get("rids", ()):
+            self.slab.release(rid)
         kind = header["kind"]
         if kind == "abort":
             self.mailbox.abort(header["run"], header["reason"])
             return
         if kind == "release":
-            for rid in header["rids"]:
-                self.slab.release(rid)
             return
         if kind == "shm":
             rid, fd, off, dtype, shape = header["region"]
@@ -219,6 +242,9 @@ class Transport:
             self.mailbox.lost(src, f"{reason} (rank {src} runs on host {self.hosts.get(src, ('?',))[0]})")
 
     def new_run(self):
+        """Every region is free: every reader of the last run has finished (the driver
+        starts a run when the last one ended on every rank)."""
+        self.unreleased = {}
         if self.slab is not None:
             self.slab.reset()
 
@@ -280,10 +306,10 @@ class RayCommunicator(Communicator):
             else:
                 head.update(kind="data", dtype=a.dtype, shape=a.shape)
             if later and a is not None and a.nbytes > INLINE_BYTES:
-                self.t.links.send_later(d, head, a, failed=lambda why, d=d: self.mailbox.lost(d, why))
+                self.t.send(d, head, a, later=True, failed=lambda why, d=d: self.mailbox.lost(d, why))
                 continue
             try:
-                self.t.links.send(d, head, a)
+                self.t.send(d, head, a)
             except CollectiveError as e:
                 self.mailbox.lost(d, str(e))
                 raise CollectiveError(f"{what}: rank {d} is lost: {e}") from None
@@ -303,10 +329,11 @@ class RayCommunicator(Communicator):
         return {s: got[s][1] for s in srcs}, regions
 
     def _release(self, regions):
-        """Tell the senders their slab regions are read (after the last use of the views)."""
+        """The senders' slab regions are read (after the last use of the views): they hear
+        it with this rank's next message to them (Transport.read)."""
         for s, rid in regions.items():
             try:
-                self.t.links.send(s, {"kind": "release", "rids": [rid]})
+                self.t.read(s, rid)
             except CollectiveError:
                 pass             # the sender is gone: nothing to free; its loss is reported by the mailbox
 
