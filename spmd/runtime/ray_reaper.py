@@ -2,8 +2,9 @@
 
     python ray_reaper.py DRIVER_PID        (stdin: a pipe whose writing end only the driver holds)
 
-It notes, twice a second, every process descended from the driver whose command line
-names Ray (the GCS, the raylet, its agents and workers), with its start time. When its
+It notes, twice a second for a minute and every 5 s after, every process descended
+from the driver whose command line names Ray (the GCS, the raylet, its agents and
+workers), with its start time. When its
 stdin closes, which the kernel does when the driver exits by any means, SIGKILL
 included, it kills every noted process still running (same pid and start time), then
 exits. Ray's own fate-sharing ends the GCS and the raylet with the driver, but not the
@@ -16,6 +17,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 
 def stat(pid):
@@ -70,8 +72,12 @@ def main():
     driver, me = int(sys.argv[1]), os.getpid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # a Ctrl-C in the terminal is the driver's to handle
     noted = {}
+    started = time.monotonic()
     while True:
-        ready, _, _ = select.select([0], [], [], 0.5)
+        # Ray's processes (and the agents that outlive the driver) start with it: look
+        # often at first, then seldom (a look reads every process's /proc entry)
+        period = 0.5 if time.monotonic() - started < 60 else 5.0
+        ready, _, _ = select.select([0], [], [], period)
         if ready and not os.read(0, 4096):
             break
         note(driver, me, noted)
