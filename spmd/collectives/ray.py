@@ -67,8 +67,7 @@ import numpy as np
 
 from ..errors import CollectiveError
 from . import shm
-from .base import Communicator, reduce_arrays
-from .local import _axes, _block, _check_dim, _check_op, _describe, _input
+from .base import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, reduce_arrays
 from .pool import BufferPool
 from .sockets import Links
 
@@ -276,7 +275,7 @@ class RayCommunicator(Communicator):
 
     # -- messages --------------------------------------------------------------------------
     def _group(self, axes):
-        axes = _axes(axes)
+        axes = axes_of(axes)
         hit = self._cache.get(axes)
         if hit is None:
             devices = tuple(self.group(axes))
@@ -327,8 +326,8 @@ class RayCommunicator(Communicator):
         differ = [s for s in srcs if got[s][0] != tag]
         if differ:
             raise CollectiveError(
-                f"{what}: the group does not agree on the call: rank {self.rank} called {_describe(tag)}, "
-                f"rank(s) {differ} called {'; '.join(sorted({_describe(got[s][0]) for s in differ}))}")
+                f"{what}: the group does not agree on the call: rank {self.rank} called {describe(tag)}, "
+                f"rank(s) {differ} called {'; '.join(sorted({describe(got[s][0]) for s in differ}))}")
         regions = {s: got[s][2]["region"][0] for s in srcs if got[s][2].get("kind") == "shm"}
         return {s: got[s][1] for s in srcs}, regions
 
@@ -370,7 +369,7 @@ class RayCommunicator(Communicator):
     def _plan(self, x, axes, op):
         """'direct', 'blockwise' or 'hierarchical' for an all_reduce of x over axes (op
         None: for an all_gather, which any dtype may do host by host)."""
-        G = self.mesh.axes_size(_axes(axes))
+        G = self.mesh.axes_size(axes_of(axes))
         if G < 2 or x.nbytes < BLOCKWISE_BYTES or x.size < G:
             return "direct"
         _, devices, _ = self._group(axes)
@@ -392,8 +391,8 @@ class RayCommunicator(Communicator):
         return list(by.values())
 
     def _all_reduce(self, x, axes, op):
-        x = _input(x)
-        _check_op(op)
+        x = as_input(x)
+        check_op(op)
         plan = self._plan(x, axes, op)
         if plan == "direct":
             return self._exchange("all_reduce", x, axes, (op,), lambda j: x, lambda xs: _reduce(op, xs))
@@ -463,8 +462,8 @@ class RayCommunicator(Communicator):
         return self._gather_flat((self.seq, 3), tag, what, local, whole, out)
 
     def all_reduce_start(self, x, axes, op="sum"):
-        x = _input(x)
-        _check_op(op)
+        x = as_input(x)
+        check_op(op)
         plan = self._plan(x, axes, op)
         if plan == "hierarchical":
             return self.put_handle((None, self._all_reduce(x, axes, op)))
@@ -498,8 +497,8 @@ class RayCommunicator(Communicator):
 
     # -- the other collectives ---------------------------------------------------------------
     def all_gather(self, x, axes, dim=0):
-        x = _input(x)
-        _check_dim("all_gather", x, dim)
+        x = as_input(x)
+        check_dim("all_gather", x, dim)
         if self._plan(x, axes, None) != "hierarchical":
             return self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim))
         return self._all_gather_hierarchical(x, axes, dim)
@@ -534,29 +533,29 @@ class RayCommunicator(Communicator):
                 self._release(r)
 
     def reduce_scatter(self, x, axes, dim=0, op="sum"):
-        x = _input(x)
-        _check_op(op)
-        G = self.mesh.axes_size(_axes(axes))
-        _check_dim("reduce_scatter", x, dim, G)
+        x = as_input(x)
+        check_op(op)
+        G = self.mesh.axes_size(axes_of(axes))
+        check_dim("reduce_scatter", x, dim, G)
         return self._exchange("reduce_scatter", x, axes, (dim, op),
-                              lambda j: None if j is None else _block(x, dim, j, G), lambda xs: _reduce(op, xs))
+                              lambda j: None if j is None else block_of(x, dim, j, G), lambda xs: _reduce(op, xs))
 
     def all_to_all(self, x, axes, split_dim, concat_dim):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
-        _check_dim("all_to_all", x, split_dim, G)
-        _check_dim("all_to_all", x, concat_dim)
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
+        check_dim("all_to_all", x, split_dim, G)
+        check_dim("all_to_all", x, concat_dim)
         return self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
-                              lambda j: None if j is None else _block(x, split_dim, j, G),
+                              lambda j: None if j is None else block_of(x, split_dim, j, G),
                               lambda xs: _concat(xs, concat_dim))
 
     def permute(self, x, axes, pairs):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
         pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
         dsts = [d for _, d in pairs]
         if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
-            raise CollectiveError(f"permute over {_axes(axes)}: pairs {pairs} must be (src, dst) group indices "
+            raise CollectiveError(f"permute over {axes_of(axes)}: pairs {pairs} must be (src, dst) group indices "
                                   f"in [0, {G}) naming each dst at most once")
         axes, devices, i, tag, what = self._begin("permute", x, axes, (pairs,))
         key = (self.seq, 0)
@@ -569,10 +568,10 @@ class RayCommunicator(Communicator):
         return self._receive_copy(key, tag, devices[src], what, devices)
 
     def broadcast(self, x, axes, root=0):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
         if not 0 <= root < G:
-            raise CollectiveError(f"broadcast over {_axes(axes)}: root {root} is not a group index in [0, {G})")
+            raise CollectiveError(f"broadcast over {axes_of(axes)}: root {root} is not a group index in [0, {G})")
         axes, devices, i, tag, what = self._begin("broadcast", x, axes, (root,))
         key = (self.seq, 0)
         if i == root:
@@ -589,7 +588,7 @@ class RayCommunicator(Communicator):
             self._release(regions)
 
     def barrier(self, axes=None):
-        axes = self.mesh.axis_names if axes is None else _axes(axes)
+        axes = self.mesh.axis_names if axes is None else axes_of(axes)
         self._exchange("barrier", np.zeros(0), axes, (), lambda j: np.zeros(0), lambda xs: None)
 
 
