@@ -71,7 +71,7 @@ def test_hosts_are_separate_machines_joined_by_a_shaped_link(testbed):
     assert 700 < rate < 1100, p.stdout
 
 
-def test_doctor_names_what_differs_and_what_to_do(testbed):
+def test_doctor_names_what_differs_and_what_to_do(testbed, tmp_path):
     """A host whose sshd is gone, and a host whose Python cannot import this spmd: one
     line each, saying what is wrong and what to do; the exit status says it failed."""
     testbed.kill("h2")
@@ -84,7 +84,12 @@ def test_doctor_names_what_differs_and_what_to_do(testbed):
     finally:
         testbed.reset()
     e = env(testbed)
-    e["PYTHONPATH"] = "/nonexistent"        # hosts that see another spmd (here: none)
+    # hosts whose Python finds another spmd first (one that cannot be imported), whatever
+    # this machine has installed
+    other = tmp_path / "other"
+    (other / "spmd").mkdir(parents=True)
+    (other / "spmd" / "__init__.py").write_text("raise ImportError('an older spmd without a launcher')\n")
+    e["PYTHONPATH"] = str(other)
     p = testbed.run("h1", [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); "
                            "from spmd.launcher.cli import main; main(['doctor', '--hosts', 'h2'])"], env=e)
     assert p.returncode == 1 and re.search(r"^FAIL h2: cannot import spmd .* install spmd there", p.stdout, re.M), \
