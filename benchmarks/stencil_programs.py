@@ -139,14 +139,17 @@ def _cg_state(n):
 
 
 class Program:
-    def __init__(self, name, fn, inputs, steps, halo_width=1, corners=False, split_dims=2, exact=True):
+    def __init__(self, name, fn, inputs, steps, halo_width=1, corners=True, exchanged=1, exact=True):
         self.name, self.fn, self.inputs, self.steps = name, fn, inputs, steps
-        self.halo_width, self.corners, self.split_dims, self.exact = halo_width, corners, split_dims, exact
+        # arrays a step exchanges edges of (the first `exchanged` inputs), how wide, and
+        # whether the corners travel too (they do in a ghost-layer exchange)
+        self.halo_width, self.corners, self.exchanged, self.exact = halo_width, corners, exchanged, exact
 
     def halo_bytes(self, shape, itemsize, grid):
-        """Bytes one interior device receives a step for one array: its block's faces
-        (and corners), as a hand-written halo exchange moves them."""
-        blk = [s // g for s, g in zip(shape, grid)] + list(shape[len(grid):])
+        """The halo of one shard of one array a step: its block's faces along every split
+        dim, both ways (and the corners, which a ghost-layer exchange carries with the
+        second dim's faces), as a hand-written halo exchange moves them."""
+        blk = [-(-s // g) for s, g in zip(shape, grid)] + list(shape[len(grid):])
         total = 0
         for d, g in enumerate(grid):
             if g > 1:
@@ -160,12 +163,12 @@ class Program:
 def suite(n2d=2048, n3d=160, steps=10, ncavity=128):
     return [
         Program("jacobi", jacobi, lambda: (_grid(n2d),), steps),
-        Program("nine_point", nine_point, lambda: (_grid(n2d),), steps, corners=True),
+        Program("nine_point", nine_point, lambda: (_grid(n2d),), steps),
         Program("heat3d", heat3d, lambda: (_grid(n3d, 3),), steps),
         Program("diffusion", diffusion, lambda: (_grid(n2d),), steps),
         Program("life", life, lambda: ((np.random.default_rng(2).random((n2d, n2d)) < 0.3).astype(np.int64),),
-                steps, corners=True),
+                steps),
         Program("cg", cg, lambda: _cg_state(n2d), steps, exact=False),
         Program("cavity", cavity, lambda: (np.zeros((ncavity, ncavity)), np.zeros((ncavity, ncavity)),
-                                           np.zeros((ncavity, ncavity))), 1),
+                                           np.zeros((ncavity, ncavity))), 1, exchanged=3),
     ]

@@ -41,44 +41,47 @@ class TreeDef:
 
 def tree_flatten(tree, is_leaf=None):
     leaves = []
+    return leaves, _flatten(tree, is_leaf, leaves)
 
-    def go(t):
-        if is_leaf is not None and is_leaf(t):
-            leaves.append(t)
-            return TreeDef("leaf")
-        if t is None:
-            return TreeDef("none")
-        if isinstance(t, dict):
-            keys = tuple(sorted(t))
-            return TreeDef("dict", keys, [go(t[k]) for k in keys])
-        if isinstance(t, tuple) and not hasattr(t, "_fields"):
-            return TreeDef("tuple", None, [go(x) for x in t])
-        if isinstance(t, list):
-            return TreeDef("list", None, [go(x) for x in t])
+
+# (module-level recursion, not a recursive closure: a closure that refers to itself is a
+# reference cycle, which would keep every leaf alive until the cyclic garbage collector
+# runs -- and eager mode re-derives the views still alive after each write)
+def _flatten(t, is_leaf, leaves):
+    if is_leaf is not None and is_leaf(t):
         leaves.append(t)
         return TreeDef("leaf")
-
-    return leaves, go(tree)
+    if t is None:
+        return TreeDef("none")
+    if isinstance(t, dict):
+        keys = tuple(sorted(t))
+        return TreeDef("dict", keys, [_flatten(t[k], is_leaf, leaves) for k in keys])
+    if isinstance(t, tuple) and not hasattr(t, "_fields"):
+        return TreeDef("tuple", None, [_flatten(x, is_leaf, leaves) for x in t])
+    if isinstance(t, list):
+        return TreeDef("list", None, [_flatten(x, is_leaf, leaves) for x in t])
+    leaves.append(t)
+    return TreeDef("leaf")
 
 
 def tree_unflatten(treedef: TreeDef, leaves):
     it = iter(leaves)
-
-    def go(td):
-        if td.kind == "leaf":
-            return next(it)
-        if td.kind == "none":
-            return None
-        kids = [go(c) for c in td.children]
-        if td.kind == "dict":
-            return dict(zip(td.meta, kids))
-        return kids if td.kind == "list" else tuple(kids)
-
-    out = go(treedef)
+    out = _unflatten(treedef, it)
     rest = list(it)
     if rest:
         raise ValueError(f"tree_unflatten: {len(rest)} leaves left over")
     return out
+
+
+def _unflatten(td, it):
+    if td.kind == "leaf":
+        return next(it)
+    if td.kind == "none":
+        return None
+    kids = [_unflatten(c, it) for c in td.children]
+    if td.kind == "dict":
+        return dict(zip(td.meta, kids))
+    return kids if td.kind == "list" else tuple(kids)
 
 
 def tree_map(f, tree, *rest, is_leaf=None):

@@ -45,7 +45,7 @@ class Stage(NamedTuple):
 # schedule: each started early, finished late)
 OPTIMIZE = (("simplify", in_bodies(simplify)), ("cse", in_bodies(cse)), ("dce", in_bodies(dce)),
             ("hoist", hoist_invariants),
-            ("combine", combine_collectives), ("schedule", schedule_async))
+            ("combine", in_bodies(combine_collectives)), ("schedule", in_bodies(schedule_async)))
 
 
 def stages(mesh, in_shardings, out_shardings) -> list:

@@ -7,14 +7,16 @@ device's selection to the block of the 1-d result it belongs to (the result is s
 like the input's leading dim; shards are padded to the same size as always). Supported
 where the input is split along dim 0 only (or replicated) -- then the devices' blocks,
 in their order along the split axes, are numpy's row-major order; anything else falls
-back to numpy (eager.py warns).
+back to numpy (programs.py warns).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..frontend import core
 from ..ir.mesh import Sharding
-from ..runtime.array import Array
+from ..runtime.array import Array, device_put
+from .programs import run
 
 
 def supported(x: Array) -> bool:
@@ -71,7 +73,6 @@ class _Select:
 def select(x: Array, mask=None) -> Array:
     """x[mask] (mode "mask", mask of x's shape) or np.argwhere(x) (mask None), split like
     x's leading dim."""
-    from ..runtime.array import device_put
     rt = x._runtime
     mesh = x.sharding.mesh
     if mask is not None and (not isinstance(mask, Array) or mask.sharding != x.sharding):
@@ -92,6 +93,4 @@ def select(x: Array, mask=None) -> Array:
 
 
 def _reshard(a, sharding):
-    from .dispatch import run
-    from ..frontend import numpy_api as npx
-    return run("function", "reshard", lambda v: npx.asarray(v), (a,), {}, out_sharding=sharding)
+    return run("function", "reshard", core.asarray, (a,), out_sharding=sharding, views_of_first=False)

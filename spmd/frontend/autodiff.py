@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError, where
+from ..errors import TraceError, user_loc, where
 from ..ir import dtypes
 from ..tree import tree_flatten, tree_unflatten
-from . import numpy_api as npx
-from .trace import Tracer, current_trace, user_loc
+from . import core
+from .trace import Tracer, current_trace
 
 
 def vjp_graph(graph, start, inputs, output, ct):
@@ -74,47 +74,17 @@ def value_and_grad(f, argnums=0, has_aux=False):
         if t is None:
             raise TraceError("autodiff.value_and_grad outside of tracing: use spmd.value_and_grad, "
                              "which runs it under jit")
-        g = t.graph
         loc = user_loc()
-        if len({n % max(len(args), 1) for n in nums}) != len(nums):
-            raise TraceError(f"grad at {loc}: repeated argument in argnums {argnums}")
-        for n in nums:
-            if not -len(args) <= n < len(args):
-                raise TraceError(f"grad at {loc}: argnums {argnums} but the function got {len(args)} "
-                                 f"positional arguments")
-        args = list(args)
-        fresh, trees = [], {}
-        for n in nums:
-            leaves, tree = tree_flatten(args[n])
-            mine = []
-            for leaf in leaves:
-                x = npx.asarray(leaf, t=t)
-                if not dtypes.is_inexact(x.value.dtype):
-                    raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
-                                     f"grad needs float (or complex) inputs")
-                # a fresh value, so uses of the same array outside f are not differentiated
-                mine.append(Tracer(g.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
-            trees[n] = (tree, len(fresh), len(mine))
-            fresh += mine
-            args[n] = tree_unflatten(tree, mine)
-        start = len(g.ops)
-        out = f(*args, **kwargs)
-        aux = None
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise TraceError(f"grad at {loc}: with has_aux=True the function must return a pair "
-                                 f"(value, aux)")
-            out, aux = out
-        out = npx.asarray(out, t=t)
-        if out.shape != () or not dtypes.is_float(out.value.dtype):
-            raise TraceError(f"grad at {loc}: the function must return a float scalar, got "
-                             f"{out.value.dtype}{list(out.shape)}")
+        _check_argnums(nums, argnums, len(args), loc)
+        args, fresh, trees = _fresh_arguments(t, list(args), nums, loc)
+        start = len(t.graph.ops)
+        out, aux = _scalar_output(t, f(*args, **kwargs), has_aux, loc)
         saved, t.fixed_loc = t.fixed_loc, loc
         try:
-            one = g.emit("constant", value=np.ones((), out.value.dtype), loc=loc)
+            one = t.graph.emit("constant", value=np.ones((), out.value.dtype), loc=loc)
             # one backward walk for all the arguments asked for
-            cts = vjp_graph(g, start, [x.value for x in fresh], out.value, one)
-            leaves = [npx.zeros_like(x) if c is None else Tracer(c, t) for x, c in zip(fresh, cts)]
+            cts = vjp_graph(t.graph, start, [x.value for x in fresh], out.value, one)
+            leaves = [core.zeros_like(x) if c is None else Tracer(c, t) for x, c in zip(fresh, cts)]
             grads = [tree_unflatten(tree, leaves[i:i + k]) for tree, i, k in (trees[n] for n in nums)]
         finally:
             t.fixed_loc = saved
@@ -123,3 +93,46 @@ def value_and_grad(f, argnums=0, has_aux=False):
 
     return wrapped
 
+
+def _check_argnums(nums, argnums, nargs, loc):
+    if len({n % max(nargs, 1) for n in nums}) != len(nums):
+        raise TraceError(f"grad at {loc}: repeated argument in argnums {argnums}")
+    for n in nums:
+        if not -nargs <= n < nargs:
+            raise TraceError(f"grad at {loc}: argnums {argnums} but the function got {nargs} "
+                             f"positional arguments")
+
+
+def _fresh_arguments(t, args, nums, loc):
+    """args with the differentiated ones replaced by fresh values (so uses of the same
+    arrays outside f are not differentiated): (args, the fresh leaves, per argument its
+    (tree, first leaf, leaf count))."""
+    fresh, trees = [], {}
+    for n in nums:
+        leaves, tree = tree_flatten(args[n])
+        mine = []
+        for leaf in leaves:
+            x = core.asarray(leaf, t=t)
+            if not dtypes.is_inexact(x.value.dtype):
+                raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
+                                 f"grad needs float (or complex) inputs")
+            mine.append(Tracer(t.graph.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
+        trees[n] = (tree, len(fresh), len(mine))
+        fresh += mine
+        args[n] = tree_unflatten(tree, mine)
+    return args, fresh, trees
+
+
+def _scalar_output(t, out, has_aux, loc):
+    """(the function's float scalar value, its aux or None)."""
+    aux = None
+    if has_aux:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TraceError(f"grad at {loc}: with has_aux=True the function must return a pair "
+                             f"(value, aux)")
+        out, aux = out
+    out = core.asarray(out, t=t)
+    if out.shape != () or not dtypes.is_float(out.value.dtype):
+        raise TraceError(f"grad at {loc}: the function must return a float scalar, got "
+                         f"{out.value.dtype}{list(out.shape)}")
+    return out, aux

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, user_loc
 from ..ir import Graph
 from ..tree import tree_flatten, tree_unflatten
-from . import numpy_api as npx
-from .trace import Trace, Tracer, current_trace, tracing, user_loc
+from . import core
+from . import elementwise as ew
+from .trace import Trace, Tracer, current_trace, tracing
 
 
 class SubTrace(Trace):
@@ -71,7 +72,7 @@ def _trace_body(fn, in_avals, parent, name, args_of):
         vals = []
         for leaf in leaves:
             try:
-                vals.append(t.local(npx.asarray(leaf, t=t).value))
+                vals.append(t.local(core.asarray(leaf, t=t).value))
             except TypeError:
                 raise TraceError(f"{name} at {user_loc()}: the function returned a "
                                  f"{type(leaf).__name__}, which is not an array") from None
@@ -99,7 +100,7 @@ def _leaves(tree_value, t, what):
     out = []
     for leaf in leaves:
         try:
-            out.append(npx.asarray(leaf, t=t))
+            out.append(core.asarray(leaf, t=t))
         except TypeError:
             raise TraceError(f"{what} at {user_loc()}: {type(leaf).__name__} {leaf!r} is not an array") from None
     return out, tree
@@ -127,7 +128,7 @@ def while_loop(cond_fun, body_fun, init):
                          f"{[list(v.shape) for v in cvals]}")
     if cvals[0].dtype != "bool":
         with tracing(ct):
-            cg.outputs = [ct.local(npx.not_equal(Tracer(cvals[0], ct), 0).value)]
+            cg.outputs = [ct.local(ew.not_equal(Tracer(cvals[0], ct), 0).value)]
     bg, bt, bvals, btree = _trace_body(body_fun, avals, t, "while_body", unflat)
     _check_tree(btree, tree, "spmd.while_loop body")
     _match(bvals, carry, "spmd.while_loop body")
@@ -161,7 +162,7 @@ def fori_loop(lower, upper, body_fun, init):
         def step(carry, _):
             i, val = carry
             return (i + 1, body_fun(i, val)), None
-        (_, val), _ = scan(step, (npx.asarray(lower, "int64", t), init), None, length=max(upper - lower, 0))
+        (_, val), _ = scan(step, (core.asarray(lower, "int64", t), init), None, length=max(upper - lower, 0))
         return val
 
     def cond_fun(c):
@@ -170,7 +171,7 @@ def fori_loop(lower, upper, body_fun, init):
     def body(c):
         i, hi, val = c
         return (i + 1, hi, body_fun(i, val))
-    _, _, val = while_loop(cond_fun, body, (npx.asarray(lower, "int64", t), npx.asarray(upper, "int64", t), init))
+    _, _, val = while_loop(cond_fun, body, (core.asarray(lower, "int64", t), core.asarray(upper, "int64", t), init))
     return val
 
 
@@ -178,11 +179,11 @@ def cond(pred, true_fun, false_fun, *operands):
     t = current_trace()
     if t is None:
         return true_fun(*operands) if bool(pred) else false_fun(*operands)
-    p = npx.asarray(pred, t=t)
+    p = core.asarray(pred, t=t)
     if p.shape != ():
         raise TraceError(f"spmd.cond at {user_loc()}: the predicate must be a scalar, got shape {list(p.shape)}")
     if p.value.dtype != "bool":
-        p = npx.not_equal(p, 0)
+        p = ew.not_equal(p, 0)
     args, tree = _leaves(operands, t, "spmd.cond")
     avals = [(a.shape, a.value.dtype) for a in args]
     unflat = (lambda ts: tree_unflatten(tree, ts))
@@ -199,55 +200,57 @@ def cond(pred, true_fun, false_fun, *operands):
 
 
 def scan(f, init, xs=None, length=None, reverse=False):
-    t = current_trace()
     x_leaves, x_tree = tree_flatten(xs)
-    lengths = {int(np.shape(x)[0]) for x in x_leaves}
-    if length is not None:
-        lengths.add(int(length))
-    if len(lengths) != 1:
-        raise TraceError(f"spmd.scan at {user_loc()}: " + ("give length= when xs is None" if not lengths else
-                         f"xs leaves and length disagree on the number of steps: {sorted(lengths)}"))
-    n = lengths.pop()
+    n = _scan_length(x_leaves, length)
+    t = current_trace()
     if t is None:
-        carry, ys = init, []
-        for i in (range(n - 1, -1, -1) if reverse else range(n)):
-            carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))
-            ys.append(y)
-        if reverse:
-            ys = ys[::-1]
-        y_leaves, y_tree = tree_flatten(ys[0]) if ys else ([], None)
-        if y_tree is None:
-            return carry, None
-        stacked = [np.stack([tree_flatten(y)[0][k] for y in ys]) for k in range(len(y_leaves))]
-        return carry, tree_unflatten(y_tree, stacked)
+        return _scan_in_python(f, init, x_leaves, x_tree, n, reverse)
     carry, c_tree = _leaves(init, t, "spmd.scan")
-    xv = [npx.asarray(x, t=t) for x in x_leaves]
+    xv = [core.asarray(x, t=t) for x in x_leaves]
     avals = [(c.shape, c.value.dtype) for c in carry] + [(x.shape[1:], x.value.dtype) for x in xv]
     nc = len(carry)
-
-    def args_of(ts):
-        return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(x_tree, ts[nc:nc + len(xv)])
-    out_tree_box = {}
 
     def body(c, x):
         out = f(c, x)
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TraceError(f"spmd.scan at {user_loc()}: f must return a pair (carry, y)")
         return out
-    bg, bt, bvals, btree = _trace_body(body, avals, t, "scan_body", lambda ts: args_of(ts))
+    bg, bt, bvals, btree = _trace_body(body, avals, t, "scan_body",
+                                       lambda ts: (tree_unflatten(c_tree, ts[:nc]),
+                                                   tree_unflatten(x_tree, ts[nc:nc + len(xv)])))
     # btree is the tree of (carry, y): split its leaves
-    c_n = nc
-    ctree_out = btree.children[0]
-    _check_tree(ctree_out, c_tree, "spmd.scan f's carry")
-    _match(bvals[:c_n], carry, "spmd.scan f")
-    y_tree = btree.children[1]
-    out_tree_box["y"] = y_tree
+    _check_tree(btree.children[0], c_tree, "spmd.scan f's carry")
+    _match(bvals[:nc], carry, "spmd.scan f")
     outer = _close([(bg, bt)], nc + len(xv))
     outs = t.emit("scan", *[c.value for c in carry], *[x.value for x in xv], *outer, body=bg, num_carry=nc,
                   num_xs=len(xv), length=n, reverse=bool(reverse))
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
-    ts = [Tracer(o, t) for o in outs]
-    return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(y_tree, ts[nc:])
+    ts = [Tracer(o, t) for o in (list(outs) if isinstance(outs, tuple) else [outs])]
+    return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(btree.children[1], ts[nc:])
+
+
+def _scan_length(x_leaves, length):
+    lengths = {int(np.shape(x)[0]) for x in x_leaves}
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise TraceError(f"spmd.scan at {user_loc()}: " + ("give length= when xs is None" if not lengths else
+                         f"xs leaves and length disagree on the number of steps: {sorted(lengths)}"))
+    return lengths.pop()
+
+
+def _scan_in_python(f, init, x_leaves, x_tree, n, reverse):
+    """spmd.scan outside of tracing: a Python loop, the ys stacked as numpy arrays."""
+    carry, ys = init, []
+    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+        carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))
+        ys.append(y)
+    if reverse:
+        ys = ys[::-1]
+    if not ys:
+        return carry, None
+    y_leaves, y_tree = tree_flatten(ys[0])
+    stacked = [np.stack([tree_flatten(y)[0][k] for y in ys]) for k in range(len(y_leaves))]
+    return carry, tree_unflatten(y_tree, stacked)
 
 
 __all__ = ["while_loop", "fori_loop", "cond", "scan"]

@@ -12,27 +12,28 @@ from __future__ import annotations
 
 import builtins
 
-import numpy as _np
+import numpy as np
 
+from . import core
+from . import elementwise as ew
+from .functionalize import fresh
 from .trace import Tracer, current_trace
-from . import numpy_api as _npx
-from .functionalize import fresh as _fresh
 
 
 def _shape(shape):
-    return (int(shape),) if isinstance(shape, (int, _np.integer)) else tuple(int(s) for s in shape)
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
 
 
 def full(shape, fill_value, dtype=None):
     t = current_trace()
     if t is None and not isinstance(fill_value, Tracer):
-        return _np.full(shape, fill_value, dtype)
+        return np.full(shape, fill_value, dtype)
     shape = _shape(shape)
     if isinstance(fill_value, Tracer):
-        v = _npx.astype(fill_value, dtype or fill_value.dtype)
+        v = core.astype(fill_value, dtype or fill_value.dtype)
     else:
-        v = _npx.asarray(_np.array(fill_value, dtype=dtype if dtype is not None else None), t=t)
-    return _fresh(_npx.broadcast_to(v, shape))
+        v = core.asarray(np.array(fill_value, dtype=dtype if dtype is not None else None), t=t)
+    return fresh(core.broadcast_to(v, shape))
 
 
 def zeros(shape, dtype=float):
@@ -48,19 +49,19 @@ def empty(shape, dtype=float):
 
 
 def zeros_like(a, dtype=None, shape=None):
-    return _np.zeros_like(a, dtype=dtype, shape=shape)
+    return np.zeros_like(a, dtype=dtype, shape=shape)
 
 
 def ones_like(a, dtype=None, shape=None):
-    return _np.ones_like(a, dtype=dtype, shape=shape)
+    return np.ones_like(a, dtype=dtype, shape=shape)
 
 
 def empty_like(a, dtype=None, shape=None):
-    return _np.zeros_like(a, dtype=dtype, shape=shape)
+    return np.zeros_like(a, dtype=dtype, shape=shape)
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
-    return _np.full_like(a, fill_value, dtype=dtype, shape=shape)
+    return np.full_like(a, fill_value, dtype=dtype, shape=shape)
 
 
 def _iota(t, n, dtype):
@@ -70,38 +71,38 @@ def _iota(t, n, dtype):
 def arange(start, stop=None, step=1, dtype=None):
     t = current_trace()
     if t is None:
-        return _np.arange(start, stop, step, dtype=dtype)
+        return np.arange(start, stop, step, dtype=dtype)
     lo, hi = (0, start) if stop is None else (start, stop)
-    n = builtins.max(int(_np.ceil((hi - lo) / step)), 0)
-    kind = _np.arange(lo, lo + step, step, dtype=dtype).dtype          # numpy's dtype rule
+    n = builtins.max(int(np.ceil((hi - lo) / step)), 0)
+    kind = np.arange(lo, lo + step, step, dtype=dtype).dtype          # numpy's dtype rule
     dt = kind.name
     if kind.kind in "iu":
-        r = _npx.add(_npx.multiply(_iota(t, n, "int64"), int(step)), int(lo))
+        r = ew.add(ew.multiply(_iota(t, n, "int64"), int(step)), int(lo))
     else:
-        r = _npx.add(_npx.multiply(_iota(t, n, "float64"), float(step)), float(lo))
-    return _fresh(_npx.astype(r, dt))
+        r = ew.add(ew.multiply(_iota(t, n, "float64"), float(step)), float(lo))
+    return fresh(core.astype(r, dt))
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None):
     t = current_trace()
     if t is None:
-        return _np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+        return np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    r = _npx.add(_npx.multiply(_iota(t, num, "float64"), float(step)), float(start))
+    r = ew.add(ew.multiply(_iota(t, num, "float64"), float(step)), float(start))
     if endpoint and num > 1:
-        r = _npx.where(_npx.equal(_iota(t, num, "int64"), num - 1), float(stop), r)
-    return _fresh(_npx.astype(r, dtype or "float64"))
+        r = ew.where(ew.equal(_iota(t, num, "int64"), num - 1), float(stop), r)
+    return fresh(core.astype(r, dtype or "float64"))
 
 
 def eye(N, M=None, k=0, dtype=float):
     t = current_trace()
     if t is None:
-        return _np.eye(N, M, k, dtype=dtype)
+        return np.eye(N, M, k, dtype=dtype)
     M = N if M is None else M
     i = Tracer(t.emit("iota", shape=(N, M), dtype="int64", dimension=0), t)
     j = Tracer(t.emit("iota", shape=(N, M), dtype="int64", dimension=1), t)
-    return _fresh(_npx.astype(_npx.equal(_npx.add(i, k), j), dtype))
+    return fresh(core.astype(ew.equal(ew.add(i, k), j), dtype))
 
 
 def identity(n, dtype=float):
@@ -110,14 +111,14 @@ def identity(n, dtype=float):
 
 def array(obj, dtype=None, copy=True):
     if current_trace() is None:
-        return _np.array(obj, dtype=dtype, copy=copy)
-    return _fresh(_npx.asarray(obj, dtype, t=current_trace()))
+        return np.array(obj, dtype=dtype, copy=copy)
+    return fresh(core.asarray(obj, dtype, t=current_trace()))
 
 
 def asarray(obj, dtype=None):
     if current_trace() is None:
-        return _np.asarray(obj, dtype=dtype)
-    return _npx.asarray(obj, dtype, t=current_trace())
+        return np.asarray(obj, dtype=dtype)
+    return core.asarray(obj, dtype, t=current_trace())
 
 
 __all__ = ["zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",

@@ -1,127 +1,27 @@
 """numpy's write semantics on traced arrays, as functionalization.
 
 A traced array that has been written, or that another array is a view of, refers to a
-`Buffer`: a mutable cell holding the current IR Value of its *base* array. A view
-(basic indexing, .T / transpose, reshape / ravel where numpy gives a view, squeeze,
-expand_dims) keeps the base's Buffer and a *view chain*: the steps that derive the
-view from the base. Each step knows both directions:
-
-    fwd(base value)             -> the view's value          (slice, reshape, ...)
-    back(base value, new view)  -> the base's new value       (pad+select, reshape back, ...)
+`Buffer` (views.py): a mutable cell holding the current IR Value of its *base* array. A
+view (basic indexing, .T / transpose, reshape / ravel where numpy gives a view, squeeze,
+expand_dims) keeps the base's Buffer and a *view chain*: the steps that derive the view
+from the base, each knowing both directions (views.py).
 
 A write (`x[i] = v`, `x += v`, `out=`, `np.copyto`, ...) computes the written array's
 new value, runs it back through the chain to a new base value and stores that in the
 Buffer, bumping its version. Reading any Tracer of that Buffer re-derives its value
-from the base's current value when the version moved. So a write through any view is
-seen by the base and every other view of it, as in numpy, and the IR stays SSA.
-
-A write into a static slice goes back as pad + select (not dynamic_update_slice), so the
-partitioner keeps it local: each device selects within its own shard, and the update
-needs only a halo shift where its sharding is offset from the base's.
+from the base's current value when the version moved (Tracer.value). So a write through
+any view is seen by the base and every other view of it, as in numpy, and the IR stays
+SSA.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError
-
-
-class Buffer:
-    """The current value of a base array. `arg` is the jit argument leaf it came from
-    (written arguments are returned to the caller), `version` counts writes."""
-    __slots__ = ("value", "version", "arg", "shadow")
-
-    def __init__(self, value, arg=None):
-        self.value = value
-        self.version = 0
-        self.arg = arg
-        self.shadow = None        # a memory-free ndarray with the base's layout (see layout)
-
-
-# -- view steps: (kind, params); fwd and back emit IR through the trace ---------------------
-def _const(t, v, dtype):
-    return t.emit("constant", value=np.array(v, dtype=dtype))
-
-
-def _full(t, v, shape, dtype):
-    return t.emit("broadcast_in_dim", _const(t, v, dtype), shape=tuple(shape), broadcast_dimensions=())
-
-
-def _rev_index(t, n):
-    return t.emit("constant", value=np.arange(n - 1, -1, -1, dtype="int64"))
-
-
-def _window_mask(t, shape, start, sizes, stride):
-    """True where a strided window of `shape` lies: compares of iotas, which every device
-    makes for its own shard."""
-    mask = None
-    for d, (n, s, k, st) in enumerate(zip(shape, start, sizes, stride)):
-        if k == n:
-            continue
-        i = t.emit("iota", shape=tuple(shape), dtype="int64", dimension=d)
-        conds = [t.emit("compare", i, _full(t, s, shape, "int64"), direction="GE"),
-                 t.emit("compare", i, _full(t, s + (k - 1) * st + 1, shape, "int64"), direction="LT")]
-        if st > 1:
-            r = t.emit("remainder", t.emit("subtract", i, _full(t, s, shape, "int64")), _full(t, st, shape, "int64"))
-            conds.append(t.emit("compare", r, _full(t, 0, shape, "int64"), direction="EQ"))
-        for c in conds:
-            mask = c if mask is None else t.emit("and", mask, c)
-    return mask if mask is not None else _full(t, True, shape, "bool")
-
-
-def fwd(t, step, v):
-    kind, p = step
-    if kind == "slice":
-        start, limit, stride = p
-        return t.emit("slice", v, start=start, limit=limit, stride=stride)
-    if kind == "dyn":
-        starts, sizes = p
-        return t.emit("dynamic_slice", v, *starts, slice_sizes=sizes)
-    if kind == "reverse":
-        for d in p:
-            v = t.emit("gather", v, _rev_index(t, v.shape[d]), axis=d)
-        return v
-    if kind == "reshape":
-        return v if tuple(p) == v.shape else t.emit("reshape", v, shape=tuple(p))
-    if kind == "transpose":
-        return v if tuple(p) == tuple(range(v.ndim)) else t.emit("transpose", v, permutation=tuple(p))
-    raise AssertionError(kind)
-
-
-def back(t, step, src, new):
-    """The new value of `src` once its view through `step` is `new`."""
-    kind, p = step
-    if kind == "slice":
-        start, limit, stride = p
-        if new.shape == src.shape:
-            return new
-        if 0 in new.shape:
-            return src
-        # pad the update out to the base's shape and select it where it lands: elementwise
-        # work the partitioner keeps on each device's own shard
-        low = tuple(start)
-        interior = tuple(s - 1 for s in stride)
-        high = tuple(n - (s + (k - 1) * st + 1) for n, s, k, st in zip(src.shape, start, new.shape, stride))
-        cfg = dict(low=low, high=high, interior=interior)
-        padded = t.emit("pad", new, _const(t, 0, new.dtype), **cfg)
-        return t.emit("select", _window_mask(t, src.shape, start, new.shape, stride), padded, src)
-    if kind == "dyn":
-        starts, sizes = p
-        return t.emit("dynamic_update_slice", src, new, *starts)
-    if kind == "reverse":
-        return fwd(t, step, new)
-    if kind == "reshape":
-        return new if new.shape == src.shape else t.emit("reshape", new, shape=src.shape)
-    if kind == "transpose":
-        inv = tuple(int(i) for i in np.argsort(p))
-        return fwd(t, ("transpose", inv), new)
-    raise AssertionError(kind)
-
-
-def derive(t, base, chain):
-    for step in chain:
-        base = fwd(t, step, base)
-    return base
+from ..errors import ShapeError, TraceError, user_loc
+from . import core
+from . import elementwise as ew
+from .trace import Tracer
+from .views import Buffer, back, fwd, layout, reshape_is_view
 
 
 def write(x, new):
@@ -141,47 +41,6 @@ def write(x, new):
     x._val, x._ver = new, buf.version
 
 
-# -- layout: does numpy give a view? --------------------------------------------------------
-def _shadow(buf):
-    """An int8 ndarray of the base's shape and C strides over one byte of memory: numpy
-    computes views of it (strides, no reads) exactly as it would for the real array."""
-    if buf.shadow is None:
-        shape = buf.value.shape
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= max(n, 1)
-        buf.shadow = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
-                                                     strides=tuple(reversed(strides)), writeable=False)
-    return buf.shadow
-
-
-def layout(buf, chain):
-    """The shadow of a view: the base's shadow taken through the chain's steps."""
-    a = _shadow(buf)
-    for kind, p in chain:
-        if kind == "slice":
-            a = a[tuple(slice(s, e, st) for s, e, st in zip(*p))]
-        elif kind == "dyn":        # the position is traced; strides are what matter
-            a = a[tuple(slice(0, k) for k in p[1])]
-        elif kind == "reverse":
-            a = a[tuple(slice(None, None, -1) if d in p else slice(None) for d in range(a.ndim))]
-        elif kind == "reshape":
-            a = a.reshape(p, copy=False)
-        elif kind == "transpose":
-            a = a.transpose(p)
-    return a
-
-
-def reshape_is_view(buf, chain, shape) -> bool:
-    """numpy's reshape returns a view iff the strides allow it (no copy needed)."""
-    try:
-        layout(buf, chain).reshape(shape, copy=False)
-        return True
-    except (ValueError, AttributeError):
-        return False
-
-
 def check_cast(op, src_dtype, dst_dtype, loc):
     """numpy's same_kind rule for in-place ufuncs (x += 1.5 on an int array raises)."""
     if not np.can_cast(np.dtype(src_dtype), np.dtype(dst_dtype), "same_kind"):
@@ -198,15 +57,40 @@ def no_plain_write(what, loc):
                      f"spmd.numpy.zeros((...)) -- then buf[i] = value works as in numpy.")
 
 
+def as_argument(x, k):
+    """x, the traced argument leaf k, as an array numpy could write into in place: a base
+    whose Buffer remembers the leaf (jit returns its new value to the caller)."""
+    x._buf = Buffer(x.value, arg=k)
+    return x
+
+
+def written_arguments(xs, inputs):
+    """(leaf, new Value) of each argument in xs (traced by as_argument from the Values
+    `inputs`) that the function wrote."""
+    return [(x._buf.arg, x._buf.value) for x in xs
+            if x._buf is not None and x._buf.arg is not None and x._buf.value is not inputs[x._buf.arg]]
+
+
+def is_view_of(r, x) -> bool:
+    """Is the traced result r a view of the traced array x (numpy's `r.base is x.base`)?"""
+    return isinstance(r, Tracer) and isinstance(x, Tracer) and r is not x and x._buf is not None \
+        and r._buf is x._buf
+
+
+def layout_of(x):
+    """The strides numpy would give the traced array x (a memory-free ndarray, see
+    views.layout): x's base taken through x's view chain."""
+    return layout(x._ensure_buffer(), x._view)
+
+
+def same_base(x, y) -> bool:
+    """Do the traced arrays x and y share a base (numpy's `x.base is y.base`)?"""
+    return x._ensure_buffer() is y._ensure_buffer()
+
+
 # -- the numpy layer: views, in-place operators, out=, copyto, fill -------------------------
-def _npx():
-    from . import numpy_api
-    return numpy_api
-
-
 def view_of(x, r, steps):
     """r (computed from x's current value through `steps`) as a view of x."""
-    from .trace import Tracer
     buf = x._ensure_buffer()
     v = Tracer(r.value if isinstance(r, Tracer) else r, x._tr, x.weak)
     v._buf, v._view, v._ver = buf, x._view + tuple(steps), buf.version
@@ -215,7 +99,6 @@ def view_of(x, r, steps):
 
 def fresh(r):
     """A new base holding r's value: what numpy returns when it copies."""
-    from .trace import Tracer
     return Tracer(r.value, r._tr, r.weak)
 
 
@@ -223,8 +106,6 @@ def as_view(f, kind):
     """Wrap a builder whose numpy result is a view of its first argument: a transpose
     (transpose, swapaxes, moveaxis, .T) or a reshape (reshape, squeeze, expand_dims; a
     copy where numpy's strides do not allow a view; ravel: a view of a contiguous array)."""
-    from .trace import Tracer
-
     def g(x, *args, **kwargs):
         r = f(x, *args, **kwargs)
         if not isinstance(x, Tracer) or not isinstance(r, Tracer):
@@ -244,19 +125,18 @@ def as_view(f, kind):
         return fresh(r)
     g.__name__ = getattr(f, "__name__", "view")
     g.__doc__ = f.__doc__
+    # view or copy follows x's strides, which eager mode must give the program (eager/programs.py)
+    g.depends_on_layout = kind != "transpose"
     return g
 
 
-def _assign(x, r, what, casting="same_kind"):
+def assign(x, r, what, casting="same_kind"):
     """numpy's store of a computed result r into the existing array x (an in-place
     operator, out=, copyto): the shapes must match after broadcasting r, and the dtype
     cast follows `casting`."""
-    from .trace import Tracer, user_loc
-    from ..errors import ShapeError
-    npx = _npx()
     if not isinstance(x, Tracer):
         no_plain_write(what, user_loc())
-    r = npx.asarray(r, t=x._tr)
+    r = core.asarray(r, t=x._tr)
     try:
         ok = np.broadcast_shapes(r.shape, x.shape) == x.shape
     except ValueError:
@@ -271,7 +151,7 @@ def _assign(x, r, what, casting="same_kind"):
                             f"{x.dtype!r} with casting rule {casting!r} (numpy raises the same "
                             f"UFuncTypeError); write x = x + y for a new array of the wider dtype, or "
                             f"cast with .astype")
-    write(x, npx.broadcast_to(npx.astype(r, x.dtype), x.shape).value)
+    write(x, core.broadcast_to(core.astype(r, x.dtype), x.shape).value)
     return x
 
 
@@ -283,24 +163,21 @@ def inplace(f, name):
         r = f(x, y)
         if x.weak or (x.ndim == 0 and x._buf is None):
             return r
-        return _assign(x, r, f"{name}=")
+        return assign(x, r, f"{name}=")
     g.__name__ = f"__i{name}__"
     return g
 
 
 def copyto(dst, src, casting="same_kind", where=True):
-    npx = _npx()
     if where is not True:
-        src = npx.where(where, src, dst)
-    _assign(dst, src, "np.copyto", casting)
+        src = ew.where(where, src, dst)
+    assign(dst, src, "np.copyto", casting)
 
 
 def fill(x, value):
-    from .trace import Tracer
-    npx = _npx()
     if isinstance(value, Tracer) and value.ndim:
         raise ValueError("fill: the value must be a scalar (numpy raises the same)")
-    _assign(x, npx.full_like(x, value) if not isinstance(value, Tracer) else value, "ndarray.fill", "unsafe")
+    assign(x, core.full_like(x, value) if not isinstance(value, Tracer) else value, "ndarray.fill", "unsafe")
 
 
 def store_out(out, r, what):
@@ -311,6 +188,15 @@ def store_out(out, r, what):
         raise ValueError(f"{what}: out= has {len(outs)} arrays for {len(rs)} results")
     for o, v in zip(outs, rs):
         if o is not None:
-            _assign(o, v, f"{what}(..., out=)")
+            assign(o, v, f"{what}(..., out=)")
     res = tuple(o if o is not None else v for o, v in zip(outs, rs))
     return res if isinstance(r, tuple) else res[0]
+
+
+def fresh_result(r, inputs):
+    """numpy returns a new array unless it documents a view: a builder that handed back
+    one of its inputs (x + 0 folded, astype to the same dtype, ...) gets a fresh base,
+    so a later write to the result does not reach the input."""
+    if isinstance(r, Tracer) and any(r is i for i in inputs):
+        return fresh(r)
+    return r

@@ -17,14 +17,13 @@ import builtins
 
 import numpy as np
 
-from ..errors import TraceError
-from .functionalize import fresh, view_of, write, fwd
-from .trace import Tracer, user_loc
-
-
-def _npx():
-    from . import numpy_api
-    return numpy_api
+from ..errors import TraceError, user_loc
+from . import core, shapes
+from . import elementwise as ew
+from . import functionalize as fz
+from .functionalize import as_view, check_cast, fresh, no_plain_write, view_of, write
+from .trace import Tracer
+from .views import fwd
 
 
 # -- the key --------------------------------------------------------------------------------
@@ -50,7 +49,7 @@ def _entry(k, t):
         k = np.arange(k.start, k.stop, k.step, dtype=np.int64)
     if isinstance(k, (list, tuple)):
         if _has_tracer(k):
-            k = _npx().asarray(k, t=t)
+            k = core.asarray(k, t=t)
         else:
             k = np.asarray(k)
             if k.size == 0:
@@ -110,33 +109,24 @@ def parse(x, key):
 
 # -- basic indexing: a view -----------------------------------------------------------------
 def _basic_steps(x, ents):
-    """The view chain of a key of none/slice/int/scalar entries."""
-    npx = _npx()
-    t = x._tr
+    """The view chain of a key of none/slice/int/scalar entries: a static strided slice,
+    a dynamic window at the traced integers, a reversal of the negative-step dims, and
+    a reshape that drops the integer-indexed dims and adds the None ones."""
     start, limit, stride, reverse, dyn, final = [], [], [], [], [], []
     d = 0
     for kind, k in ents:
         if kind == "none":
             final.append(1)
             continue
-        n = x.shape[d]
-        s, e, st = 0, n, 1
+        s, e, st, m = _window(kind, k, x.shape[d], d)
+        if st < 0:          # slice the covered range forward, reverse it after
+            s, e, st = (s + (m - 1) * st, s + 1, -st) if m else (0, 0, 1)
+            reverse.append(d)
         if kind == "slice":
-            s, e, st = k.indices(n)
-            m = len(range(s, e, st))
-            if st < 0:          # slice the covered range forward, reverse it after
-                s, e, st = (s + (m - 1) * st, s + 1, -st) if m else (0, 0, 1)
-                reverse.append(d)
-            e = builtins.max(s, e)
             final.append(m)
-        elif kind == "int":
-            if not -n <= k < n:
-                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} (at {user_loc()})")
-            s, e = k % n, k % n + 1
-        else:       # a traced integer scalar: a dynamic window of 1 (clamped, as traced indices cannot raise)
-            i = npx.astype(k, "int64")
-            dyn.append((d, npx.where(npx.less(i, 0), npx.add(i, n), i)))
-        start.append(s), limit.append(e), stride.append(st)
+        elif kind == "scalar":
+            dyn.append((d, k))
+        start.append(s), limit.append(builtins.max(s, e)), stride.append(st)
         d += 1
     steps = []
     shape = list(x.shape)
@@ -144,18 +134,38 @@ def _basic_steps(x, ents):
         steps.append(("slice", (tuple(start), tuple(limit), tuple(stride))))
         shape = [len(range(s, e, st)) for s, e, st in zip(start, limit, stride)]
     if dyn:
-        starts = [npx.asarray(0, "int64", t).value] * len(shape)
-        sizes = list(shape)
-        for dim, i in dyn:
-            starts[dim] = i.value
-            sizes[dim] = 1
-        steps.append(("dyn", (tuple(starts), tuple(sizes))))
-        shape = sizes
+        steps.append(_dynamic_window(x, shape, dyn))
+        shape = list(steps[-1][1][1])
     if reverse:
         steps.append(("reverse", tuple(reverse)))
     if tuple(final) != tuple(shape):
         steps.append(("reshape", tuple(final)))
     return steps
+
+
+def _window(kind, k, n, d):
+    """(start, stop, step, count) of one entry on an axis of size n (a traced integer: the
+    whole axis, narrowed by the dynamic step)."""
+    if kind == "slice":
+        s, e, st = k.indices(n)
+        return s, e, st, len(range(s, e, st))
+    if kind == "int":
+        if not -n <= k < n:
+            raise IndexError(f"index {k} is out of bounds for axis {d} with size {n} (at {user_loc()})")
+        return k % n, k % n + 1, 1, 1
+    return 0, n, 1, n
+
+
+def _dynamic_window(x, shape, dyn):
+    """The ("dyn", (starts, sizes)) step: a window of 1 at each traced integer (negative
+    ones counted from the end; clamped, as traced indices cannot raise)."""
+    starts = [core.asarray(0, "int64", x._tr).value] * len(shape)
+    sizes = list(shape)
+    for dim, k in dyn:
+        i = core.astype(k, "int64")
+        starts[dim] = ew.where(ew.less(i, 0), ew.add(i, shape[dim]), i).value
+        sizes[dim] = 1
+    return "dyn", (tuple(starts), tuple(sizes))
 
 
 def _basic_view(x, ents):
@@ -188,15 +198,14 @@ def _split(x, ents):
 def _flat_index(y, pos, adv):
     """The advanced indices broadcast together and merged into one index into the
     advanced dims of y flattened (row-major): an ndarray if all are known, else a Tracer."""
-    npx = _npx()
     t = y._tr
     sizes = [y.shape[p] for p in pos]
     known = builtins.all(not isinstance(k, Tracer) for _, k in adv)
     idx = []
     for (kind, k), n, p in zip(adv, sizes, pos):
         if isinstance(k, Tracer):
-            k = npx.astype(k, "int64")
-            idx.append(npx.where(npx.less(k, 0), npx.add(k, n), k))
+            k = core.astype(k, "int64")
+            idx.append(ew.where(ew.less(k, 0), ew.add(k, n), k))
         else:
             k = np.asarray(k, dtype=np.int64)
             if k.size and (k.min() < -n or k.max() >= n):
@@ -210,24 +219,23 @@ def _flat_index(y, pos, adv):
                          f"{' '.join(str(tuple(np.shape(i))) for i in idx)} (at {user_loc()})") from None
     flat, mult = None, 1
     for i, n in zip(reversed(idx), reversed(sizes)):
-        term = i * mult if known else (npx.multiply(i, mult) if mult != 1 else i)
-        flat = term if flat is None else (flat + term if known else npx.add(flat, term))
+        term = i * mult if known else (ew.multiply(i, mult) if mult != 1 else i)
+        flat = term if flat is None else (flat + term if known else ew.add(flat, term))
         mult *= n
     if known:
         flat = np.broadcast_to(np.asarray(flat, np.int64), bshape)
     else:
-        flat = npx.broadcast_to(npx.asarray(flat, "int64", t), bshape)
+        flat = core.broadcast_to(core.asarray(flat, "int64", t), bshape)
     return flat, bshape, int(np.prod(sizes, dtype=np.int64))
 
 
 def _merged(y, pos):
     """y with its advanced dims moved to the front and merged into one: (value, perm, shape)."""
-    npx = _npx()
     rest = [d for d in range(y.ndim) if d not in pos]
     perm = list(pos) + rest
-    yt = npx.transpose(y, perm)
+    yt = shapes.transpose(y, perm)
     n = int(np.prod([y.shape[p] for p in pos], dtype=np.int64))
-    return npx.reshape(yt, (n,) + tuple(y.shape[d] for d in rest)), perm, yt.shape
+    return shapes.reshape(yt, (n,) + tuple(y.shape[d] for d in rest)), perm, yt.shape
 
 
 def _place(r, nb, first, adjacent):
@@ -235,14 +243,12 @@ def _place(r, nb, first, adjacent):
     the indexed dims when they were side by side in the key, else first."""
     if not adjacent or first == 0:
         return r, None
-    npx = _npx()
     perm = list(range(nb, nb + first)) + list(range(nb)) + list(range(nb + first, r.ndim))
-    return npx.transpose(r, perm), perm
+    return shapes.transpose(r, perm), perm
 
 
 def getitem(x, key):
-    npx = _npx()
-    x = npx.asarray(x)
+    x = core.asarray(x)
     ents, has_ellipsis = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" in kinds:
@@ -258,9 +264,9 @@ def getitem(x, key):
     if n == 0 and int(np.prod(bshape, dtype=np.int64)):
         raise IndexError(f"index out of bounds: indexing an empty dimension (at {user_loc()})")
     m, _, _ = _merged(y, pos)
-    idx = flat if isinstance(flat, Tracer) else npx.asarray(flat, t=x._tr)
-    r = npx._emit(x._tr, "gather", m, idx, axis=0) if n else \
-        npx.zeros_like(m, shape=tuple(bshape) + m.shape[1:])
+    idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=x._tr)
+    r = core.emit(x._tr, "gather", m, idx, axis=0) if n else \
+        core.zeros_like(m, shape=tuple(bshape) + m.shape[1:])
     r, _ = _place(r, len(bshape), pos[0], adjacent)
     return fresh(r)
 
@@ -310,16 +316,16 @@ class MaskedSelection:
 def _masked_inplace(f, name):
     def g(self, other):
         r = f(self.vals, self._operand(other))
-        from .functionalize import check_cast
         if not np.can_cast(r.dtype, self.x.dtype, "same_kind"):
             check_cast(f"x[mask] {name}=", r.dtype, self.x.dtype, user_loc())
-        return MaskedSelection(self.x, self.mask, self.plan, _npx().astype(r, self.x.dtype))
+        return MaskedSelection(self.x, self.mask, self.plan, core.astype(r, self.x.dtype))
     g.__name__ = f"__i{name}__"
     return g
 
 
-def _install_masked():
-    ops = _npx().operators()
+def install_masked_operators(ops):
+    """Give MaskedSelection numpy's in-place operators (`ops`: numpy_api.operators()), and
+    make every other use of it the data-dependent-shape error."""
     for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor"):
         setattr(MaskedSelection, f"__i{o}__", _masked_inplace(ops[f"__{o}__"], o))
     for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul",
@@ -332,47 +338,53 @@ def _install_masked():
 def setitem(x, key, value):
     """x[key] = value, numpy's way: value is broadcast to x[key]'s shape and cast to x's
     dtype (unsafe casting, as numpy's assignment), and the write reaches x's base."""
-    npx = _npx()
     if not isinstance(x, Tracer):
-        from .functionalize import no_plain_write
         no_plain_write("x[...] = traced value", user_loc())
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
-    t = x._tr
     if "mask" in kinds:
-        plan = _mask_plan(x, ents)
-        view, mask = plan.view, plan.mask_in_view
-        if isinstance(value, MaskedSelection):
-            if value.x is not x or value.mask is not plan.mask:
-                _mask_read_error()
-            new = value.vals
-        else:
-            new = npx.astype(plan.to_view(value, "x[mask] = v"), x.dtype)
-        write(view, npx.where(mask, new, view).value)
-        return
-    if "array" not in kinds:
+        _set_masked(x, ents, value)
+    elif "array" not in kinds:
         v = _basic_view(x, ents)
-        write(v, _fit(value, v, t).value)
-        return
+        write(v, _fit(value, v, x._tr).value)
+    else:
+        _set_advanced(x, ents, value)
+
+
+def _set_masked(x, ents, value):
+    """x[... mask ...] = value: a select in the basic view the other entries give."""
+    plan = _mask_plan(x, ents)
+    view, mask = plan.view, plan.mask_in_view
+    if isinstance(value, MaskedSelection):
+        if value.x is not x or value.mask is not plan.mask:
+            _mask_read_error()
+        new = value.vals
+    else:
+        new = core.astype(plan.to_view(value, "x[mask] = v"), x.dtype)
+    write(view, ew.where(mask, new, view).value)
+
+
+def _set_advanced(x, ents, value):
+    """x[key] = value with index arrays: a scatter into the indexed dims moved to the front
+    and merged, moved back after."""
+    t = x._tr
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)
     m, perm, tshape = _merged(y, pos)
-    nb = len(bshape)
     val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
     if not n or not int(np.prod(bshape, dtype=np.int64)):
         return
-    new = _scatter_set(m, flat, val, nb, t)
-    new = npx.reshape(new, tshape)
-    new = npx.transpose(new, list(np.argsort(perm)))
+    new = _scatter_set(m, flat, val, t)
+    new = shapes.reshape(new, tshape)
+    new = shapes.transpose(new, list(np.argsort(perm)))
     write(y, new.value)
 
 
 def _fit(value, like, t, dtype=None):
     """value broadcast to like's shape and cast (unsafely, as numpy's assignment) to its dtype."""
-    npx = _npx()
     shape = like.shape if isinstance(like, Tracer) else like
     dtype = dtype or like.dtype
-    v = npx.asarray(value, t=t)
+    v = core.asarray(value, t=t)
     try:
         ok = np.broadcast_shapes(v.shape, tuple(shape)) == tuple(shape)
     except ValueError:
@@ -380,62 +392,65 @@ def _fit(value, like, t, dtype=None):
     if not ok:
         raise ValueError(f"could not broadcast input array from shape {tuple(v.shape)} into shape "
                          f"{tuple(shape)} (at {user_loc()})")
-    return npx.broadcast_to(npx.astype(v, dtype), tuple(shape))
+    return core.broadcast_to(core.astype(v, dtype), tuple(shape))
 
 
 def _add_zeros(m):
     """Zeros like m to scatter-add written values into: -0.0 for floats, so that a written
     -0.0 stays -0.0 (+0.0 + -0.0 is +0.0)."""
-    npx = _npx()
-    return npx.full_like(m, -0.0) if m.dtype.kind == "f" else npx.zeros_like(m)
+    return core.full_like(m, -0.0) if m.dtype.kind == "f" else core.zeros_like(m)
 
 
-def _scatter_set(m, flat, val, nb, t):
+def _scatter_set(m, flat, val, t):
     """m (N, rest...) with rows flat (index shape B) set to val (B + rest): where an index
-    repeats, numpy keeps the last value written, and so do we (traced indices: a stable
-    sort of the indices finds, for each repeated one, the writes a later one supersedes)."""
-    npx = _npx()
-    if isinstance(flat, Tracer) and int(np.prod(flat.shape, dtype=np.int64)) > 1:
-        from .numpy_lib import stats
-        nb_ = int(np.prod(flat.shape, dtype=np.int64))
-        f = npx.reshape(flat, (nb_,))
-        val = npx.reshape(val, (nb_,) + m.shape[1:])
-        order = stats.argsort(f)                                    # stable: equal ones keep their order
-        s = npx._emit(t, "gather", f, order, axis=0)
-        later = npx.concatenate([npx.equal(s[:-1], s[1:]), npx.asarray(np.zeros(1, bool), t=t)])
-        superseded = npx._emit(t, "gather", later, stats.argsort(order), axis=0)
-        # a superseded write adds nothing and does not count as a hit
-        keep = npx.logical_not(superseded)
-        val = npx.where(npx.reshape(keep, (nb_,) + (1,) * (m.ndim - 1)), val, _add_zeros(val))
-        one = npx.astype(keep, "int32")
-        upd = npx._emit(t, "scatter", _add_zeros(m), f, val, axis=0)
-        hits = npx._emit(t, "scatter", npx.zeros_like(m, dtype="int32", shape=(m.shape[0],)), f, one, axis=0)
-        hit = npx.reshape(npx.greater(hits, 0), (m.shape[0],) + (1,) * (m.ndim - 1))
-        return npx.where(hit, upd, m)
+    repeats, numpy keeps the last value written, and so do we."""
+    one = np.int32(1)
     if not isinstance(flat, Tracer):
-        f = flat.reshape(-1)
-        val = npx.reshape(val, (f.size,) + m.shape[1:])
-        last = f.size - 1 - np.unique(f[::-1], return_index=True)[1]
-        if last.size != f.size:
-            last = np.sort(last)
-            val = npx._emit(t, "gather", val, npx.asarray(last.astype(np.int64), t=t), axis=0)
-            f = f[last]
-        idx = npx.asarray(f, t=t)
-    else:
-        idx = flat
-    upd = npx._emit(t, "scatter", _add_zeros(m), idx, val, axis=0)
-    one = npx.broadcast_to(npx.asarray(np.int32(1), t=t), idx.shape)
-    hits = npx._emit(t, "scatter", npx.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
-    hit = npx.greater(hits, 0)
-    hit = npx.reshape(hit, (m.shape[0],) + (1,) * (m.ndim - 1))
-    return npx.where(hit, upd, m)
+        flat, val = _last_writes(m, flat, val, t)
+    elif flat.size > 1:
+        flat, val, one = _last_writes_traced(m, flat, val, t)
+    idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
+    # the rows written: a scatter of the values and one of a hit count, then a select
+    upd = core.emit(t, "scatter", _add_zeros(m), idx, val, axis=0)
+    one = core.broadcast_to(core.asarray(one, t=t), idx.shape)
+    hits = core.emit(t, "scatter", core.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
+    hit = shapes.reshape(ew.greater(hits, 0), (m.shape[0],) + (1,) * (m.ndim - 1))
+    return ew.where(hit, upd, m)
+
+
+def _last_writes(m, flat, val, t):
+    """Known indices: (each index once, the value last written at it)."""
+    f = flat.reshape(-1)
+    val = shapes.reshape(val, (f.size,) + m.shape[1:])
+    last = f.size - 1 - np.unique(f[::-1], return_index=True)[1]
+    if last.size != f.size:
+        last = np.sort(last)
+        val = core.emit(t, "gather", val, core.asarray(last.astype(np.int64), t=t), axis=0)
+        f = f[last]
+    return f, val
+
+
+def _last_writes_traced(m, flat, val, t):
+    """Traced indices: (the indices, the values with each write a later one to the same
+    index supersedes made zero, 1 for a write that stands and 0 for a superseded one) --
+    a stable sort of the indices finds the superseded ones."""
+    nb = flat.size
+    f = shapes.reshape(flat, (nb,))
+    val = shapes.reshape(val, (nb,) + m.shape[1:])
+    order = core.emit(t, "argsort", f, axis=0)                 # stable: equal ones keep their order
+    s = core.emit(t, "gather", f, order, axis=0)
+    later = shapes.concatenate([ew.equal(s[:-1], s[1:]), core.asarray(np.zeros(1, bool), t=t)])
+    superseded = core.emit(t, "gather", later, core.emit(t, "argsort", order, axis=0), axis=0)
+    # a superseded write adds nothing and does not count as a hit
+    keep = ew.logical_not(superseded)
+    val = ew.where(shapes.reshape(keep, (nb,) + (1,) * (m.ndim - 1)), val, _add_zeros(val))
+    return f, val, core.astype(keep, "int32")
 
 
 def _index_first(value, m, bshape, pos, adjacent, t, dtype):
     """The written values, given in the shape of x[key] (numpy puts the broadcast index
     dims where the adjacent index arrays stood), laid out with the index dims first, as
     the merged array m has them."""
-    npx = _npx()
     nb = len(bshape)
     shape = tuple(bshape) + m.shape[1:]
     placed = list(shape)
@@ -443,14 +458,13 @@ def _index_first(value, m, bshape, pos, adjacent, t, dtype):
         placed = list(shape[nb:nb + pos[0]]) + list(shape[:nb]) + list(shape[nb + pos[0]:])
     val = _fit(value, tuple(placed), t, dtype)
     if adjacent and pos[0]:
-        val = npx.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
+        val = shapes.transpose(val, list(range(pos[0], pos[0] + nb)) + list(range(pos[0])) +
                             list(range(pos[0] + nb, len(placed))))
     return val
 
 
 def scatter_add(x, key, value):
     """np.add.at(x, key, value): unbuffered, so repeated indices all add."""
-    npx = _npx()
     t = x._tr
     ents, _ = parse(x, key)
     if builtins.any(k == "mask" for k, _ in ents):
@@ -458,8 +472,8 @@ def scatter_add(x, key, value):
                                   f"x += np.where(mask, v, 0)")
     if not builtins.any(k == "array" for k, _ in ents):
         v = _basic_view(x, ents)
-        write(v, npx.add(v, _fit(value, v, t)).value if x.dtype != np.bool_ else
-              npx.logical_or(v, _fit(value, v, t)).value)
+        write(v, ew.add(v, _fit(value, v, t)).value if x.dtype != np.bool_ else
+              ew.logical_or(v, _fit(value, v, t)).value)
         return
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)
@@ -467,9 +481,9 @@ def scatter_add(x, key, value):
     val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
     if not n or not int(np.prod(bshape, dtype=np.int64)):
         return
-    idx = flat if isinstance(flat, Tracer) else npx.asarray(flat, t=t)
-    new = npx._emit(t, "scatter", m, idx, val, axis=0)
-    new = npx.transpose(npx.reshape(new, tshape), list(np.argsort(perm)))
+    idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
+    new = core.emit(t, "scatter", m, idx, val, axis=0)
+    new = shapes.transpose(shapes.reshape(new, tshape), list(np.argsort(perm)))
     write(y, new.value)
 
 
@@ -484,7 +498,6 @@ class _MaskPlan:
     (to_view) when its N dim is absent or 1: then it does not depend on the data."""
 
     def __init__(self, x, ents, read):
-        npx = _npx()
         kinds = [k for k, _ in ents]
         if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask") for k in kinds):
             if read and "array" not in kinds and "none" not in kinds:
@@ -507,12 +520,11 @@ class _MaskPlan:
         adv = [j for j, k in enumerate(kinds) if k != "slice"]
         self.n_first = adv != list(range(adv[0], adv[-1] + 1))
         self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
-        self.mask_in_view = npx.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
+        self.mask_in_view = shapes.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
 
     def to_view(self, value, what):
         """A value numpy broadcasts against the selection -> one broadcastable to the view."""
-        npx = _npx()
-        v = npx.asarray(value, t=self.view._tr)
+        v = core.asarray(value, t=self.view._tr)
         sel, nd = self.sel, len(self.sel)
         shown = "(" + ", ".join("n_true" if s is None else str(s) for s in sel) + ("," if nd == 1 else "") + ")"
         if v.ndim > nd:
@@ -530,10 +542,10 @@ class _MaskPlan:
             if s is not None and n not in (1, s):
                 raise ValueError(f"{what} at {user_loc()}: cannot broadcast a value of shape {list(v.shape)} to "
                                  f"the selection's shape {shown}")
-        v = npx.reshape(v, vs)
+        v = shapes.reshape(v, vs)
         if self.n_first and self.p:
-            v = npx.transpose(v, list(range(1, self.p + 1)) + [0] + list(range(self.p + 1, nd)))
-        return npx.reshape(v, tuple(v.shape[:self.p]) + (1,) * self.k + tuple(v.shape[self.p + 1:]))
+            v = shapes.transpose(v, list(range(1, self.p + 1)) + [0] + list(range(self.p + 1, nd)))
+        return shapes.reshape(v, tuple(v.shape[:self.p]) + (1,) * self.k + tuple(v.shape[self.p + 1:]))
 
 
 def _mask_plan(x, ents, read=False):
@@ -543,7 +555,6 @@ def _mask_plan(x, ents, read=False):
 # -- index helpers ------------------------------------------------------------------------
 def ix_(*seqs):
     """np.ix_ of known or traced 1-d sequences: open-mesh index arrays."""
-    npx = _npx()
     out = []
     n = len(seqs)
     for i, s in enumerate(seqs):
@@ -551,17 +562,16 @@ def ix_(*seqs):
         if isinstance(s, Tracer):
             if s.dtype == np.bool_:
                 raise TraceError(f"np.ix_ of a traced boolean array has a data-dependent shape (at {user_loc()})")
-            out.append(npx.reshape(s, shape))
+            out.append(shapes.reshape(s, shape))
         else:
             out.append(np.ix_(*[np.zeros(1, np.int64)] * i, s, *[np.zeros(1, np.int64)] * (n - i - 1))[i])
     return tuple(out)
 
 
 def _along_key(arr, indices, axis, what):
-    npx = _npx()
     if axis is None:
-        return npx.reshape(arr, (-1,)), (indices,)
-    axis = npx._axis(axis, arr.ndim, what)
+        return shapes.reshape(arr, (-1,)), (indices,)
+    axis = core.normalize_axis(axis, arr.ndim, what)
     if np.ndim(indices) != arr.ndim:
         raise ValueError(f"{what}: indices and arr must have the same number of dimensions, got "
                          f"{np.ndim(indices)} and {arr.ndim} (at {user_loc()})")
@@ -577,7 +587,7 @@ def _along_key(arr, indices, axis, what):
 
 
 def take_along_axis(arr, indices, axis=-1):
-    arr = _npx().asarray(arr)
+    arr = core.asarray(arr)
     a, key = _along_key(arr, indices, axis, "take_along_axis")
     return getitem(a, key)
 
@@ -591,12 +601,10 @@ def put_along_axis(arr, indices, values, axis):
 
 def put(a, ind, v, mode="raise"):
     """np.put: write v at the flat indices ind of a (through a flat view of a)."""
-    npx = _npx()
     if mode not in ("raise", "clip", "wrap"):
         raise ValueError(f"np.put: mode must be 'raise', 'clip' or 'wrap', got {mode!r} (at {user_loc()})")
-    from .functionalize import as_view
-    flat = as_view(lambda x: npx.reshape(x, (-1,)), "reshape")(a)
-    if flat._buf is not a._buf:
+    flat = as_view(lambda x: shapes.reshape(x, (-1,)), "reshape")(a)
+    if not fz.same_base(flat, a):
         raise NotImplementedError(f"np.put into a non-contiguous view (at {user_loc()}); write into the "
                                   f"base array")
     ind = np.asarray(ind) if not isinstance(ind, Tracer) else ind
@@ -605,16 +613,15 @@ def put(a, ind, v, mode="raise"):
         # numpy: "clip" moves every index into [0, n) (negative ones to 0: no wrapping);
         # "wrap" takes it modulo n
         ind = (np.clip(ind, 0, n - 1) if mode == "clip" else np.mod(ind, n)) if not isinstance(ind, Tracer) \
-            else (npx.clip(ind, 0, n - 1) if mode == "clip" else npx.mod(ind, n))
-    v = npx.asarray(v, t=a._tr)
+            else (ew.clip(ind, 0, n - 1) if mode == "clip" else ew.mod(ind, n))
+    v = core.asarray(v, t=a._tr)
     if v.ndim and v.size != int(np.prod(np.shape(ind))):
         raise NotImplementedError(f"np.put with {v.size} values for {np.size(ind)} indices (numpy repeats "
                                   f"them) is not supported in spmd (at {user_loc()})")
-    setitem(flat, (ind,), npx.reshape(v, np.shape(ind)) if v.ndim else v)
+    setitem(flat, (ind,), shapes.reshape(v, np.shape(ind)) if v.ndim else v)
 
 
 def fill_diagonal(a, val, wrap=False):
-    npx = _npx()
     if a.ndim < 2 or (a.ndim > 2 and len(set(a.shape)) != 1):
         raise ValueError(f"np.fill_diagonal: all dimensions of the input must be of equal length, or "
                          f"the array 2-d; got {list(a.shape)} (at {user_loc()})")
@@ -622,33 +629,31 @@ def fill_diagonal(a, val, wrap=False):
         raise NotImplementedError(f"np.fill_diagonal(..., wrap=True) on a tall matrix (at {user_loc()})")
     n = builtins.min(a.shape)
     i = np.arange(n, dtype=np.int64)
-    v = npx.asarray(val, t=a._tr)
+    v = core.asarray(val, t=a._tr)
     if v.ndim:
-        v = npx.reshape(v, (-1,))
+        v = shapes.reshape(v, (-1,))
         if v.shape[0] != n:
             raise NotImplementedError(f"np.fill_diagonal with {v.shape[0]} values for a diagonal of {n} "
                                       f"(numpy repeats them) (at {user_loc()})")
     setitem(a, (i,) * a.ndim, v)
 
 
-def ufunc_at(ufunc, a, indices, b=None):
+def ufunc_at(ufunc, builder, a, indices, b=None):
     """np.<ufunc>.at(a, indices, b): add / subtract accumulate at repeated indices (a
-    scatter-add); other ufuncs where the indices are known not to repeat."""
-    npx = _npx()
+    scatter-add); other ufuncs (`builder`: the ufunc's, None where spmd has none) where the
+    indices are known not to repeat."""
     name = ufunc.__name__
     if not isinstance(a, Tracer):
-        from .functionalize import no_plain_write
         no_plain_write(f"np.{name}.at", user_loc())
     if ufunc is np.add or ufunc is np.subtract:
-        v = b if ufunc is np.add else npx.negative(b)
+        v = b if ufunc is np.add else ew.negative(b)
         return scatter_add(a, indices, v)
     ents, _ = parse(a, indices)
     repeats = builtins.any(k == "array" and (isinstance(v, Tracer) or np.unique(v).size != np.size(v))
                            for k, v in ents) or builtins.sum(1 for k, _ in ents if k == "array") > 1
-    if repeats or name not in npx.UFUNCS:
+    if repeats or builder is None:
         raise NotImplementedError(f"np.{name}.at with indices that may repeat is not supported in spmd "
                                   f"(at {user_loc()}); np.add.at and np.subtract.at are, and so is "
                                   f"x[idx] = np.{name}(x[idx], v) when idx has no repeats")
-    f = npx.UFUNCS[name]
     cur = getitem(a, indices)
-    setitem(a, indices, f(cur) if b is None else f(cur, b))
+    setitem(a, indices, builder(cur) if b is None else builder(cur, b))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import core
 from .trace import Tracer, current_trace
 
 _M32 = 0xFFFFFFFF
@@ -37,8 +38,7 @@ def _shr(x, s):
     """x >> s for 0 <= x < 2^63: a truncating integer divide (one IR op; numpy's
     floor_divide would add the fix-up for negative operands)."""
     if isinstance(x, Tracer):
-        from . import numpy_api
-        return numpy_api._binary("divide", x, 1 << s)
+        return core.binary("divide", x, 1 << s)
     return np.right_shift(x, s)
 
 

@@ -16,13 +16,14 @@ import functools
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, user_loc
+from .trace import current_trace
 
 _SKIP = {"Generator", "BitGenerator", "SeedSequence", "MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64",
          "get_state", "set_state", "bit_generator", "mtrand"}
 
 
-def _guard(name, f, current_trace, user_loc):
+def _guard(name, f):
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         if current_trace() is not None:
@@ -38,10 +39,10 @@ def _guard(name, f, current_trace, user_loc):
     return wrapped
 
 
-def install(current_trace, user_loc):
+def install():
     for name in getattr(np.random, "__all__", dir(np.random)):
         if name.startswith("_") or name in _SKIP:
             continue
         f = getattr(np.random, name, None)
         if callable(f) and not isinstance(f, type) and not getattr(f, "_spmd_guard", False):
-            setattr(np.random, name, _guard(name, f, current_trace, user_loc))
+            setattr(np.random, name, _guard(name, f))

@@ -2,8 +2,9 @@
 
 A Tracer stands for an IR Value while the function runs. numpy calls reach spmd through
 `__array_ufunc__` / `__array_function__`, ndarray methods and Python operators; all of
-them are rows of numpy_api.py's table (API), which also installs the methods and
-operators here. Every op records the user's file:line.
+them are rows of numpy_api.py's table (API), which installs them on the Tracer class
+(numpy_api.install, run when the spmd.frontend package is imported). Every op records
+the user's file:line.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import TraceError, user_loc  # noqa: F401  (user_loc: the tracing modules name it from here)
+from ..errors import TraceError, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
+from .views import Buffer, derive
 
 _state = threading.local()
 
@@ -105,7 +107,8 @@ class tracing:
 class Tracer:
     """A traced array. Behaves like an ndarray of its shape and dtype under numpy,
     including writes: see functionalize.py (a written array, and every view of it, refers
-    to a Buffer holding its base's current value)."""
+    to a Buffer holding its base's current value). numpy's methods, operators and
+    protocols are installed on the class from numpy_api's table."""
 
     __array_priority__ = 1000
     __slots__ = ("_val", "_tr", "weak", "_buf", "_view", "_ver")
@@ -123,14 +126,12 @@ class Tracer:
         """The current IR Value (re-derived from the base after a write through any view)."""
         b = self._buf
         if b is not None and self._ver != b.version:
-            from .functionalize import derive
             self._val = derive(self._tr, b.value, self._view)
             self._ver = b.version
         return self._val
 
     def _ensure_buffer(self):
         if self._buf is None:
-            from .functionalize import Buffer
             self._buf = Buffer(self._val)
             self._view, self._ver = (), 0
         return self._buf
@@ -142,10 +143,6 @@ class Tracer:
     dtype = property(lambda self: np.dtype(self.value.dtype))
     itemsize = property(lambda self: self.dtype.itemsize)
     nbytes = property(lambda self: self.value.size * self.dtype.itemsize)
-    T = property(lambda self: _api()._view_transpose(self))         # views, as numpy's
-    mT = property(lambda self: _api()._view_swapaxes(self, -1, -2))
-    real = property(lambda self: _api().real(self))
-    imag = property(lambda self: _api().imag(self))
 
     def __repr__(self):
         return f"Tracer({dtypes.SHORT[self.value.dtype]}{list(self.shape)})"
@@ -161,12 +158,13 @@ class Tracer:
 
     # -- things tracing cannot follow ------------------------------------------------------
     def _concrete(self, what):
+        if _storing_into_numpy():
+            _raise_store_into_numpy(self)
         raise TraceError(
             f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
-            f"{self!r} is not known until the program runs. Use np.where for data-dependent "
-            f"choices, or pass the value as a static argument. (Writing it into a plain numpy "
-            f"array made inside the function, buf[i] = value? Make the buffer traced: "
-            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
+            f"{self!r} is not known until the program runs. To look at it, print it as the "
+            f"program runs: spmd.debug.print(\"{{}}\", value). For data-dependent choices use "
+            f"np.where; or pass the value as a static argument.")
 
     def __bool__(self):
         raise TraceError(
@@ -185,6 +183,8 @@ class Tracer:
         self._concrete("use as an index")
 
     def __array__(self, dtype=None, copy=None):
+        if _storing_into_numpy():
+            _raise_store_into_numpy(self)
         raise TraceError(
             f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
@@ -200,18 +200,8 @@ class Tracer:
     def item(self, *args):
         self._concrete("item()" if not args else f"item{args}")
 
-    def __setitem__(self, key, value):
-        _api().setitem(self, key, value)
-
     def __hash__(self):
         return id(self)
-
-    # -- numpy protocols -------------------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return _api().dispatch_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return _api().dispatch_function(func, args, kwargs)
 
     # a copy is a fresh base holding the same (immutable SSA) Value
     def __copy__(self): return Tracer(self.value, self._tr, self.weak)
@@ -225,40 +215,28 @@ class Tracer:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-def _api():
-    from . import numpy_api
-    return numpy_api
+def _storing_into_numpy() -> bool:
+    """Is the user's line storing into a subscript (buf[i] = value) right now? numpy's
+    ndarray.__setitem__ converts the value with float() or __array__, which is how a
+    write into a plain numpy array reaches the Tracer."""
+    from ..errors import user_frame
+    f = user_frame()
+    if f is None:
+        return False
+    ops = _STORES.get(f.f_code)
+    if ops is None:
+        import dis
+        ops = _STORES[f.f_code] = {i.offset for i in dis.get_instructions(f.f_code) if i.opname == "STORE_SUBSCR"}
+    return f.f_lasti in ops
 
 
-def _install(cls, methods, operators, inplace):
-    """Give the Tracer numpy's methods and Python's operators, from numpy_api's table.
-    A method's result is a new array (or a view) as in numpy, never `self`; out= stores
-    into the array given. In-place operators (x += y) return the array they wrote."""
-    api = _api()
-
-    def method(name, f):
-        def m(self, *args, **kwargs):
-            out = kwargs.pop("out", None) if name not in ("__getitem__",) else None
-            r = f(self, *args, **kwargs)
-            if out is not None:
-                return api.fz.store_out(out, r, f"ndarray.{name}")
-            return api.fresh_result(r, (self,) + args)
-        m.__name__ = m.__qualname__ = name
-        return m
-    for name, f in {**methods, **operators}.items():
-        setattr(cls, name, method(name, f))
-    for name, f in inplace.items():
-        setattr(cls, name, f)
+_STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instructions (error paths only)
 
 
-from . import random_guard as _random_guard  # noqa: E402
-
-_random_guard.install(current_trace, user_loc)
-
-from . import numpy_api as _numpy_api  # noqa: E402  (it imports this module; the table needs Tracer)
-
-_install(Tracer, _numpy_api.METHODS, _numpy_api.operators(), _numpy_api.inplace_operators())
-
-from .indexing import _install_masked  # noqa: E402
-
-_install_masked()
+def _raise_store_into_numpy(tracer):
+    raise TraceError(
+        f"a traced value is written into a plain numpy array at {user_loc()} (buf[i] = value, with "
+        f"buf made by np.zeros / np.empty / np.array inside the function): a numpy array holds numbers, "
+        f"and {tracer!r} has none until the program runs. Make the buffer traced: "
+        f"buf = np.zeros_like(x, shape=...) or spmd.numpy.zeros(...); then buf[i] = value works as in "
+        f"numpy. (numpy converted the value with float() or np.asarray to store it.)")

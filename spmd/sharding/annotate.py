@@ -1,11 +1,12 @@
-"""How a user says where arrays live: spmd.shard(x, sharding) inside traced code, and
-jit(in_shardings=, out_shardings=, mesh=). Both are hard constraints for propagation.
+"""How jit(in_shardings=, out_shardings=, mesh=) says where arrays live: hard constraints
+for propagation, as spmd.shard(x, sharding) inside traced code is (frontend/annotate.py).
 `resolve_shardings` is where jit finds the mesh and the per-leaf shardings."""
 from __future__ import annotations
 
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from ..ir.mesh import Sharding
+from ..frontend.trace import leaf_aval
 
 
 def _is_sharding(x):
@@ -16,36 +17,6 @@ def _placed(x):
     """The Sharding of an argument already placed on devices (an spmd.Array), or None."""
     s = getattr(x, "sharding", None)
     return s if isinstance(s, Sharding) else None
-
-
-def shard_traced(x, sharding):
-    """spmd.shard inside traced code: pin x's sharding with an annotation propagation must keep."""
-    from ..frontend.trace import Tracer, current_trace, user_loc
-    t = current_trace()
-    from ..frontend import numpy_api as npx
-    x = npx.asarray(x, t=t)
-    if _is_sharding(sharding):
-        mesh, spec, partial = sharding.mesh, sharding.spec, sharding.partial
-        if t.mesh is not None and t.mesh != mesh:
-            raise ShardingError(f"spmd.shard at {user_loc()}: sharding is on {mesh!r} but this "
-                                f"program already uses {t.mesh!r}; one jit function uses one mesh")
-    else:
-        if isinstance(sharding, str):
-            sharding = (sharding,)
-        if not isinstance(sharding, (tuple, list)):
-            raise ShardingError(f"spmd.shard at {user_loc()}: expected a Sharding or a spec tuple, "
-                                f"got {sharding!r}")
-        if t.mesh is None:
-            raise ShardingError(f"spmd.shard at {user_loc()}: a bare spec {sharding!r} needs "
-                                f"spmd.jit(..., mesh=...); or pass mesh.sharding(...)")
-        mesh, partial = t.mesh, ()
-        spec = Sharding(mesh, tuple(sharding)).spec      # validates and normalises the entries
-    if len(spec) > x.ndim:
-        raise ShardingError(f"spmd.shard at {user_loc()}: sharding {Sharding(mesh, spec).text()} has "
-                            f"{len(spec)} entries but the value has shape {list(x.shape)}")
-    t.mesh = mesh
-    t.graph.mesh = mesh
-    return Tracer(t.emit("sharding_constraint", x.value, spec=spec, partial=partial), t)
 
 
 def _with_mesh(s, mesh, what):
@@ -118,54 +89,65 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     spec tuple like ("data", None) is allowed when the mesh is known (jit(mesh=...), or
     another annotation names it). An spmd.Array argument without an in-sharding keeps
     its own sharding."""
-    from ..frontend.trace import leaf_aval
     fname = getattr(jitted.fn, "__name__", "fn")
-    mesh = jitted.mesh
-    dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]
     names = _leaf_names(jitted.fn, args, jitted.static_argnums)
     if len(names) != len(leaves):
         names = [f"in_shardings[{i}]" for i in range(len(leaves))]
-    in_sh = [None] * len(leaves)
-    if jitted.in_shardings is not None:
-        spec = jitted.in_shardings
-        if not isinstance(spec, (tuple, list)) or (len(dyn) == 1 and _is_spec(spec) and (
-                len(spec) != 1 or spec[0] is None or isinstance(spec[0], str))):
-            spec = (spec,)          # one argument's sharding given without the outer tuple
-        if len(spec) != len(dyn):
-            raise ShardingError(f"{fname}: in_shardings has {len(spec)} entries for {len(dyn)} arguments")
-        in_sh = _expand(list(spec), dyn, f"{fname}: in_shardings")
-    meshes = [s.mesh for s in in_sh if _is_sharding(s)]
-    if graph.mesh is not None:
-        meshes.append(graph.mesh)
-    meshes += [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1]
+    in_sh = _given_in_shardings(jitted, args, leaves, fname)
     out_sh = [None] * len(graph.outputs)
     if jitted.out_shardings is not None:
         skeleton = tree_unflatten(out_tree, [0] * len(graph.outputs))
         out_sh = _expand(jitted.out_shardings, skeleton, f"{fname}: out_shardings")
-        meshes += [s.mesh for s in out_sh if _is_sharding(s)]
-    for m in meshes:
-        if mesh is None:
-            mesh = m
-        elif m != mesh:
-            raise ShardingError(f"{fname}: shardings on two different meshes ({mesh!r} and {m!r}); "
-                                f"one jit function uses one mesh")
+    mesh = _one_mesh(fname, [jitted.mesh] + [s.mesh for s in in_sh if _is_sharding(s)] + [graph.mesh] +
+                     [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1] +
+                     [s.mesh for s in out_sh if _is_sharding(s)])
     in_sh = [_with_mesh(s, mesh, f"{fname}: in_shardings for {n}") for s, n in zip(in_sh, names)]
     out_sh = [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(out_sh)]
     # an spmd.Array passed without an in-sharding keeps its own (as JAX's committed arrays)
     for i, x in enumerate(leaves):
         if in_sh[i] is None and _placed(x) is not None and mesh is not None and _placed(x).mesh == mesh:
             in_sh[i] = x.sharding
-    for s, x, n in zip(in_sh, leaves, names):
-        shape = leaf_aval(x)[0]
-        if s is not None and len(s.spec) > len(shape):
-            raise ShardingError(f"{fname}: in_shardings for {n}: sharding {s.text()} has {len(s.spec)} "
-                                f"entries but the argument has shape {list(shape)}")
-    for i, (s, v) in enumerate(zip(out_sh, graph.outputs)):
-        if s is not None and len(s.spec) > v.ndim:
-            raise ShardingError(f"{fname}: out_shardings[{i}]: sharding {s.text()} has {len(s.spec)} "
-                                f"entries but the result has shape {list(v.shape)}")
+    _check_ranks(fname, in_sh, [leaf_aval(x)[0] for x in leaves], [f"in_shardings for {n}" for n in names],
+                 "argument")
+    _check_ranks(fname, out_sh, [v.shape for v in graph.outputs], [f"out_shardings[{i}]" for i in range(len(out_sh))],
+                 "result")
     return (mesh, Shardings(in_sh, [f"in_shardings for {n}" for n in names]),
             Shardings(out_sh, [f"out_shardings[{i}]" for i in range(len(out_sh))]))
+
+
+def _given_in_shardings(jitted, args, leaves, fname):
+    """jit's in_shardings expanded to one entry (a Sharding, a bare spec or None) per leaf."""
+    if jitted.in_shardings is None:
+        return [None] * len(leaves)
+    dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]
+    spec = jitted.in_shardings
+    if not isinstance(spec, (tuple, list)) or (len(dyn) == 1 and _is_spec(spec) and (
+            len(spec) != 1 or spec[0] is None or isinstance(spec[0], str))):
+        spec = (spec,)          # one argument's sharding given without the outer tuple
+    if len(spec) != len(dyn):
+        raise ShardingError(f"{fname}: in_shardings has {len(spec)} entries for {len(dyn)} arguments")
+    return _expand(list(spec), dyn, f"{fname}: in_shardings")
+
+
+def _one_mesh(fname, meshes):
+    """The one mesh all of these (None: no mesh) name, or None."""
+    mesh = None
+    for m in meshes:
+        if m is None:
+            continue
+        if mesh is None:
+            mesh = m
+        elif m != mesh:
+            raise ShardingError(f"{fname}: shardings on two different meshes ({mesh!r} and {m!r}); "
+                                f"one jit function uses one mesh")
+    return mesh
+
+
+def _check_ranks(fname, shardings, shapes, names, what):
+    for s, shape, n in zip(shardings, shapes, names):
+        if s is not None and len(s.spec) > len(shape):
+            raise ShardingError(f"{fname}: {n}: sharding {s.text()} has {len(s.spec)} "
+                                f"entries but the {what} has shape {list(shape)}")
 
 
 def _is_spec(x):

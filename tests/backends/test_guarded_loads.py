@@ -29,14 +29,15 @@ def kernel_count(exe):
 
 # -------------------------------------------------------------------- random programs
 # a program: x -> a chain of re-indexing steps (pad, slice, concatenate with a shifted
-# copy, dynamic slice at runtime starts, a select on an iota range test), then an
+# copy, dynamic slice at runtime starts, a select on an iota range test, a reverse: an
+# index coefficient of -1 under the guards), then an
 # elementwise op so the chain is one kernel, optionally summed (int: exact)
 @st.composite
 def programs(draw):
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.lists(st.integers(1, 7), min_size=ndim, max_size=ndim)))
     dtype = draw(st.sampled_from(["float64", "int32"]))
-    steps = draw(st.lists(st.sampled_from(["pad", "slice", "concat", "dslice", "mask"]), min_size=1, max_size=4))
+    steps = draw(st.lists(st.sampled_from(["pad", "slice", "concat", "dslice", "mask", "rev"]), min_size=1, max_size=4))
     params = [draw(st.lists(st.integers(-3, 9), min_size=4 * ndim, max_size=4 * ndim)) for _ in steps]
     reduce = draw(st.booleans()) and dtype == "int32"
     return shape, dtype, list(zip(steps, params)), reduce
@@ -71,6 +72,8 @@ def build(shape, dtype, steps, reduce):
                 starts.append(g.add_input((), "int64"))
                 args.append(np.array(a, np.int64))
             v = g.emit("dynamic_slice", v, *starts, slice_sizes=sizes)
+        elif kind == "rev":
+            v = g.emit("reverse", v, dimensions=tuple(sorted({abs(a) % n for a in p[:2]})))
         else:                                 # a select on a range test of positions
             d = abs(p[0]) % n
             io = g.emit("iota", shape=v.shape, dtype="int64", dimension=d)

@@ -8,85 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import spmd
-
-
-def _basic_key(rng, shape):
-    key = []
-    for n in shape:
-        r = rng.random()
-        if r < 0.2 and n:
-            key.append(int(rng.integers(-n, n)))
-        elif r < 0.8:
-            a, b = sorted(rng.integers(-n - 1, n + 2, size=2).tolist())
-            step = int(rng.choice([1, 1, 2, -1, -2, 3]))
-            key.append(slice(a, b, step) if step > 0 else slice(b, a, step))
-        else:
-            key.append(slice(None))
-    return tuple(key)
-
-
-def make_program(seed, shape, steps):
-    """A list of (kind, args) over a pool of arrays (pool[0] is the base), built by
-    running it on a concrete array so each step knows the shapes it acts on."""
-    rng = np.random.default_rng(seed)
-    pool = [np.zeros(shape)]
-    prog = []
-    for _ in range(steps):
-        i = int(rng.integers(len(pool)))
-        a = pool[i]
-        r = rng.random()
-        if r < 0.35 and len(pool) < 6:
-            v = rng.random()
-            if v < 0.5 or a.ndim == 0:
-                step = ("view", i, _basic_key(rng, a.shape))
-            elif v < 0.7:
-                step = ("T", i, None)
-            elif v < 0.85 and a.ndim:
-                step = ("transpose", i, tuple(rng.permutation(a.ndim).tolist()))
-            else:
-                step = ("ravel", i, None)
-        elif r < 0.55:
-            step = ("setitem", i, (_basic_key(rng, a.shape), float(rng.integers(1, 9))))
-        elif r < 0.7 and a.ndim and a.shape[0]:
-            idx = rng.integers(-a.shape[0], a.shape[0], size=int(rng.integers(1, 4))).tolist()
-            step = ("setadv", i, (idx, float(rng.integers(1, 9))))
-        elif r < 0.85:
-            step = ("iadd", i, float(rng.integers(1, 5)))
-        else:
-            step = ("imul_rev", i, None)
-        apply(pool, step)
-        prog.append(step)
-    return prog
-
-
-def apply(pool, step):
-    kind, i, p = step
-    a = pool[i]
-    if kind == "view":
-        pool.append(a[p])
-    elif kind == "T":
-        pool.append(a.T)
-    elif kind == "transpose":
-        pool.append(np.transpose(a, p))
-    elif kind == "ravel":
-        pool.append(a.ravel())
-    elif kind == "setitem":
-        a[p[0]] = p[1] * np.ones(np.shape(a[p[0]]))
-    elif kind == "setadv":
-        a[p[0]] = p[1]
-    elif kind == "iadd":
-        a += p
-    elif kind == "imul_rev":
-        a *= 1.0 + 0.5 * (a[::-1] if a.ndim else a)
-    if pool[-1] is not a and np.ndim(pool[-1]) == 0 and not isinstance(pool[-1], np.ndarray):
-        pool.pop()               # x[i, j] is a scalar, not a view: nothing to keep
-
-
-def run(prog, x):
-    pool = [x]
-    for step in prog:
-        apply(pool, step)
-    return tuple(pool)
+from write_programs import VIEW_FUNCTIONS, make_program, run, write_through
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,3 +105,13 @@ def test_random_advanced_indexing_reads_and_writes(seed, shape, mesh):
         g = np.asarray(g.numpy() if hasattr(g, "numpy") else g)
         assert g.shape == np.shape(v), (key, g.shape, np.shape(v))
         np.testing.assert_array_equal(g, v, err_msg=str(key))
+
+
+@pytest.mark.parametrize("name,view", VIEW_FUNCTIONS, ids=[n for n, _ in VIEW_FUNCTIONS])
+def test_numpy_functions_that_return_views(name, view):
+    x = np.arange(24.0).reshape(4, 6)
+    want = write_through(view)(x.copy())
+    mesh = spmd.Mesh((2,), ("a",))
+    got = spmd.jit(write_through(view), in_shardings=(mesh.sharding("a", None),), backend="numpy")(x.copy())
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)

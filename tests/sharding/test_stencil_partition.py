@@ -148,3 +148,64 @@ def test_a_constant_written_into_a_split_grid_needs_no_message(shape, mesh):
     x = np.random.default_rng(1).random(shape)
     np.testing.assert_array_equal(np.asarray(g(x.copy())), f(x.copy()))
     assert not g.lower(x).report()["collectives"]
+
+
+def test_the_halos_of_every_array_a_step_reads_travel_together():
+    """u and v both need both neighbours' edges: one message each way carries both (what
+    the program runs, `launched`), where the partitioner exchanged each array's."""
+    def step(u, v):
+        u[1:-1] = u[2:] - v[:-2] + u[:-2] * v[2:]
+        return u
+
+    mesh = MESHES["4"]
+    sh = _sharding(mesh)
+    f = spmd.jit(step, in_shardings=(sh, sh))
+    rng = np.random.default_rng(3)
+    u, v = rng.random((22, 5)), rng.random((22, 5))
+    rep = f.lower(u, v).report()
+    assert len(rep["collectives"]) == 4 and len(rep["launched"]) == 2, rep["launched"]
+    assert rep["launched_bytes"] == rep["comm_bytes"]
+    np.testing.assert_array_equal(np.asarray(f(u.copy(), v)), step(u.copy(), v))
+
+
+def test_a_cavity_step_is_one_message_per_neighbour_per_sweep():
+    import sys
+    from paths import ROOT
+    sys.path.insert(0, f"{ROOT}/benchmarks")
+    from stencil_programs import cavity
+    mesh = MESHES["2x2"]
+    sh = _sharding(mesh)
+    f = spmd.jit(cavity, in_shardings=(sh, sh, sh), static_argnums=(3,))
+    rng = np.random.default_rng(4)
+    u, v, p = (rng.random((32, 32)) for _ in range(3))
+    launched = f.lower(u, v, p, 1).report()["launched"]
+    inside = [c for c in launched if c.get("inside")]
+    assert len(inside) == 4 and all(c["op"] == "collective_permute" for c in launched)
+    assert len(launched) - len(inside) <= 8       # u and v's edges together, then p's
+    got = f(u.copy(), v.copy(), p.copy(), 1)
+    for g, w in zip(got, cavity(u.copy(), v.copy(), p.copy(), 1)):
+        np.testing.assert_array_equal(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("k, n", [(2, 8), (4, 10), (3, 7), (3, 9), (4, 3)])
+def test_a_reversed_split_dim_trades_chunks_with_the_mirror_device(k, n):
+    """reverse along a split dim: one collective_permute of a chunk with the mirror
+    device (and, when the dim does not divide evenly, a halo the padding's width); never
+    a gather."""
+    from partition_util import collective_ops, reference, run_partitioned
+    from spmd.ir import Graph
+    mesh = spmd.Mesh((k,), ("x",))
+    sh = mesh.sharding("x", None)
+    g = Graph("f")
+    g.mesh = mesh
+    x = g.add_input((n, 3), "float64", sh)
+    y = g.emit("reverse", x, dimensions=(0,))
+    y.sharding = sh
+    g.outputs = [y]
+    a = np.arange(n * 3.0).reshape(n, 3)
+    (got,), pg = run_partitioned(g, [a])
+    np.testing.assert_array_equal(got, reference(g, [a])[0])
+    names = [op.name for op in collective_ops(pg)]
+    assert names and set(names) == {"collective_permute"}, names
+    c = -(-n // k)
+    assert all(op.operands[0].shape[0] <= c for op in collective_ops(pg))

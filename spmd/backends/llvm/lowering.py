@@ -115,6 +115,7 @@ LOWERINGS = {
                           numpy="the loop steps in Python, calling its body's LLVM executable with the carried "
                                 "values double-buffered (loops.py)"),
     "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
+    "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),
 }
 
 

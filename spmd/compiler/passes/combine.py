@@ -1,6 +1,9 @@
 """Combine all-reduces: the many small all_reduce ops of a step (typically one per gradient)
 become a few all_reduces of their concatenations (buckets), as XLA's all-reduce combiner
-and PyTorch DDP's gradient buckets do.
+and PyTorch DDP's gradient buckets do. Halo exchanges combine the same way: the edges of
+every array a stencil step reads go to each neighbour in one collective_permute (one
+message per neighbour per step), as a hand-written code packs them. (Any collective whose
+OpDef is `combinable`; each loop body is combined on its own.)
 
 All-reduces over the same mesh axes, with the same reduction and dtype, are grouped
 greedily in program order, which is the order their operands become ready (in a

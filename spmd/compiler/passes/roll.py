@@ -87,7 +87,13 @@ def _signatures(ops) -> list:
 
 
 def _attrs_key(attrs, memo):
-    return tuple(sorted((k, _freeze(v, memo)) for k, v in attrs.items()))
+    return tuple(sorted((k, v if _plain(v) else _freeze(v, memo)) for k, v in attrs.items()))
+
+
+def _plain(v) -> bool:
+    """Hashable as it is, and equal only to values of its own type (1 == 1.0 == True)."""
+    t = type(v)
+    return t is str or t is int or (t is tuple and all(type(e) is int for e in v))
 
 
 def _freeze(x, memo):

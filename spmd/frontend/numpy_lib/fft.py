@@ -16,10 +16,9 @@ import warnings
 
 import numpy as np
 
-from ...errors import ShapeError
-from .. import numpy_api as A
+from ...errors import ShapeError, user_loc
+from .. import core
 from . import shape_funcs as SF
-from ..trace import user_loc
 
 NORMS = ("backward", "ortho", "forward")
 SWAP = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
@@ -43,7 +42,7 @@ def _axis(a, ndim, name):
 
 def _inexact(x, name, complex_=True):
     """x converted to the dtype numpy's pocketfft computes in."""
-    x = A.asarray(x)
+    x = core.asarray(x)
     dt = x.dtype.name
     if dt.startswith("complex"):
         if not complex_:
@@ -52,8 +51,8 @@ def _inexact(x, name, complex_=True):
         return x
     real = dt if dt in ("float32", "float64") else "float64"
     if complex_:
-        return A.astype(x, {"float32": "complex64", "float64": "complex128"}[real])
-    return A.astype(x, real)
+        return core.astype(x, {"float32": "complex64", "float64": "complex128"}[real])
+    return core.astype(x, real)
 
 
 def _resize(x, axis, n, name):
@@ -74,7 +73,7 @@ def _resize(x, axis, n, name):
 
 
 def _emit(x, kind, axes, n, norm):
-    return A._emit(x._tr, "fft", x, kind=kind, axes=tuple(axes), n=int(n), norm=norm)
+    return core.emit(x._tr, "fft", x, kind=kind, axes=tuple(axes), n=int(n), norm=norm)
 
 
 def _transform(a, kind, s, axes, norm, name):
@@ -93,7 +92,7 @@ def _transform(a, kind, s, axes, norm, name):
 # -- one-dimensional ---------------------------------------------------------------------------
 def _one(kind, name):
     def f(a, n=None, axis=-1, norm=None, out=None):
-        x = A.asarray(a)
+        x = core.asarray(a)
         if x.ndim == 0:
             raise np.exceptions.AxisError(f"np.fft.{name}: axis {axis} is out of bounds for array of "
                                           f"dimension 0 (at {user_loc()})")
@@ -117,13 +116,13 @@ def hfft(a, n=None, axis=-1, norm=None, out=None):
     ax = _axis(axis, x.ndim, "hfft")
     if n is None:
         n = (x.shape[ax] - 1) * 2
-    return irfft(A._emit(x._tr, "conj", x), n, ax, SWAP[_norm(norm, "hfft")])
+    return irfft(core.emit(x._tr, "conj", x), n, ax, SWAP[_norm(norm, "hfft")])
 
 
 def ihfft(a, n=None, axis=-1, norm=None, out=None):
-    x = A.asarray(a)
+    x = core.asarray(a)
     r = rfft(x, n, axis, SWAP[_norm(norm, "ihfft")])
-    return A._emit(r._tr, "conj", r)
+    return core.emit(r._tr, "conj", r)
 
 
 # -- n-dimensional -------------------------------------------------------------------------------
@@ -151,7 +150,7 @@ def _cook(x, s, axes, invreal, name):
 
 def _nd(kind, name):
     def f(a, s=None, axes=None, norm=None, out=None):
-        x = A.asarray(a)
+        x = core.asarray(a)
         norm_ = _norm(norm, name)
         s_, axes_ = _cook(x, s, axes, kind == "irfft", name)
         if len(set(axes_)) == len(axes_):
@@ -190,7 +189,7 @@ fft2, ifft2, rfft2, irfft2 = (_two(f, k + "2") for f, k in ((fftn, "fft"), (ifft
 # -- shifts ----------------------------------------------------------------------------------------
 def _shift(sign, name):
     def f(x, axes=None):
-        x = A.asarray(x)
+        x = core.asarray(x)
         if axes is None:
             axes = tuple(range(x.ndim))
         elif isinstance(axes, (int, np.integer)):

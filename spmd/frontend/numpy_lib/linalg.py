@@ -9,9 +9,12 @@ from collections import namedtuple
 
 import numpy as np
 
-from ...errors import ShapeError
-from .. import numpy_api as A
-from ..trace import Tracer, user_loc
+from ...errors import ShapeError, user_loc
+from .. import contractions, core, indexing, reductions as red, shapes
+from .. import elementwise as ew
+from ..trace import Tracer
+
+_UNSET = object()       # an argument not given (numpy's own marker is private)
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
@@ -20,7 +23,7 @@ QRResult = namedtuple("QRResult", ["Q", "R"])
 
 
 def _f(a, name, square=True, min_ndim=2):
-    x = A.asarray(a)
+    x = core.asarray(a)
     if x.ndim < min_ndim:
         raise ShapeError(f"np.linalg.{name}: {x.ndim}-dimensional array given. Array must be at least "
                          f"two-dimensional (at {user_loc()})")
@@ -29,15 +32,15 @@ def _f(a, name, square=True, min_ndim=2):
                          f"{list(x.shape)} (at {user_loc()})")
     if x.dtype.kind not in "fiub":
         raise TypeError(f"np.linalg.{name} of {x.dtype} (at {user_loc()})")
-    return A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
+    return core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
 
 
 def _op(name, x, *more, **attrs):
-    return A._emit(x._tr, name, x, *more, **attrs)
+    return core.emit(x._tr, name, x, *more, **attrs)
 
 
 def _mT(x):
-    return A.swapaxes(x, -1, -2)
+    return shapes.swapaxes(x, -1, -2)
 
 
 def inv(a):
@@ -50,7 +53,7 @@ def det(a):
 
 def slogdet(a):
     r = _op("slogdet", _f(a, "slogdet"))
-    return SlogdetResult(A.getitem(r, (Ellipsis, 0)), A.getitem(r, (Ellipsis, 1)))
+    return SlogdetResult(indexing.getitem(r, (Ellipsis, 0)), indexing.getitem(r, (Ellipsis, 1)))
 
 
 def cholesky(a, /, *, upper=False):
@@ -61,16 +64,16 @@ def cholesky(a, /, *, upper=False):
 
 
 def solve(a, b):
-    t = A._trace(a, b)
+    t = core.trace_of(a, b)
     x = _f(a, "solve")
-    bb = A.asarray(b, t=t)
-    dt = A.result_dtype(x, bb)
+    bb = core.asarray(b, t=t)
+    dt = core.result_dtype(x, bb)
     dt = dt if dt in ("float32", "float64") else "float64"
-    x, bb = A.astype(x, dt), A.astype(bb, dt)
+    x, bb = core.astype(x, dt), core.astype(bb, dt)
     n = x.shape[-1]
     vec = bb.ndim == 1
     if vec:
-        bb = A.reshape(bb, (n, 1))
+        bb = shapes.reshape(bb, (n, 1))
     if bb.shape[-2] != n:
         raise ShapeError(f"np.linalg.solve: b {list(bb.shape)} does not match a {list(x.shape)} (at {user_loc()})")
     try:
@@ -78,10 +81,10 @@ def solve(a, b):
     except ValueError:
         raise ShapeError(f"np.linalg.solve: batch dims of a {list(x.shape)} and b {list(bb.shape)} do not "
                          f"broadcast (at {user_loc()})") from None
-    x = A.broadcast_to(x, batch + x.shape[-2:])
-    bb = A.broadcast_to(bb, batch + bb.shape[-2:])
+    x = core.broadcast_to(x, batch + x.shape[-2:])
+    bb = core.broadcast_to(bb, batch + bb.shape[-2:])
     r = _op("solve", x, bb)
-    return A.reshape(r, (n,)) if vec else r
+    return shapes.reshape(r, (n,)) if vec else r
 
 
 def eigh(a, UPLO="L"):
@@ -121,73 +124,73 @@ def qr(a, mode="reduced"):
 
 
 def _cutoff(s, rcond):
-    smax = A.max(s, axis=-1, keepdims=True) if s.shape[-1] else s
-    return A.multiply(rcond, smax)
+    smax = red.max(s, axis=-1, keepdims=True) if s.shape[-1] else s
+    return ew.multiply(rcond, smax)
 
 
-def pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+def pinv(a, rcond=None, hermitian=False, *, rtol=_UNSET):
     x = _f(a, "pinv", square=False)
     m, n = x.shape[-2:]
     if rcond is None:
-        if rtol is np._NoValue:
+        if rtol is _UNSET:
             rcond = 1e-15
         elif rtol is None:
             rcond = max(m, n) * float(np.finfo(x.dtype).eps)
         else:
             rcond = rtol
-    elif rtol is not np._NoValue:
+    elif rtol is not _UNSET:
         raise ValueError("`rtol` and `rcond` can't be both set.")
     if m == 0 or n == 0:
-        return A.zeros_like(x, shape=x.shape[:-2] + (n, m))
+        return core.zeros_like(x, shape=x.shape[:-2] + (n, m))
     u, s, vh = svd(x, full_matrices=False)
-    big = A.greater(s, _cutoff(s, rcond))
-    sinv = A.where(big, A.true_divide(1, A.where(big, s, A.ones_like(s))), A.zeros_like(s))
+    big = ew.greater(s, _cutoff(s, rcond))
+    sinv = ew.where(big, ew.true_divide(1, ew.where(big, s, core.ones_like(s))), core.zeros_like(s))
     # pinv = V diag(1/s) U^T
-    return A.matmul(_mT(vh), A.multiply(A.expand_dims(sinv, -1), _mT(u)))
+    return contractions.matmul(_mT(vh), ew.multiply(shapes.expand_dims(sinv, -1), _mT(u)))
 
 
 def lstsq(a, b, rcond=None):
     """(x, residuals, rank, s). numpy's residuals are empty when rank < N (known only at
     run time); spmd's shape is fixed, so they are NaN there instead."""
-    t = A._trace(a, b)
+    t = core.trace_of(a, b)
     x = _f(a, "lstsq", square=False)
     if x.ndim != 2:
         raise ShapeError(f"np.linalg.lstsq: a must be 2-d, got {list(x.shape)} (at {user_loc()})")
-    bb = A.asarray(b, t=t)
-    dt = A.result_dtype(x, bb)
+    bb = core.asarray(b, t=t)
+    dt = core.result_dtype(x, bb)
     dt = dt if dt in ("float32", "float64") else "float64"
-    x, bb = A.astype(x, dt), A.astype(bb, dt)
+    x, bb = core.astype(x, dt), core.astype(bb, dt)
     m, n = x.shape
     vec = bb.ndim == 1
     if bb.shape[0] != m:
         raise ShapeError(f"np.linalg.lstsq: incompatible dimensions {list(x.shape)}, {list(bb.shape)} "
                          f"(at {user_loc()})")
-    b2 = A.reshape(bb, (m, 1)) if vec else bb
+    b2 = shapes.reshape(bb, (m, 1)) if vec else bb
     if rcond is None:
         rcond = float(np.finfo(dt).eps) * max(m, n)
     if m == 0 or n == 0:
-        sol = A.zeros_like(b2, shape=(n, b2.shape[1]))
-        s = A.zeros_like(x, shape=(min(m, n),))
-        rank = A.asarray(np.asarray(0, np.int64), t=t)
+        sol = core.zeros_like(b2, shape=(n, b2.shape[1]))
+        s = core.zeros_like(x, shape=(min(m, n),))
+        rank = core.asarray(np.asarray(0, np.int64), t=t)
     else:
         u, s, vh = svd(x, full_matrices=False)
-        big = A.greater(s, _cutoff(s, rcond))
-        sinv = A.where(big, A.true_divide(1, A.where(big, s, A.ones_like(s))), A.zeros_like(s))
-        sol = A.matmul(_mT(vh), A.multiply(A.expand_dims(sinv, -1), A.matmul(_mT(u), b2)))
-        rank = A.sum(A.astype(big, "int64"))
+        big = ew.greater(s, _cutoff(s, rcond))
+        sinv = ew.where(big, ew.true_divide(1, ew.where(big, s, core.ones_like(s))), core.zeros_like(s))
+        sol = contractions.matmul(_mT(vh), ew.multiply(shapes.expand_dims(sinv, -1), contractions.matmul(_mT(u), b2)))
+        rank = red.sum(core.astype(big, "int64"))
     if m > n and n > 0:
-        r = A.subtract(A.matmul(x, sol), b2)
-        res = A.sum(A.multiply(r, r), axis=0)
-        res = A.where(A.equal(rank, n), res, A.full_like(res, np.nan))
+        r = ew.subtract(contractions.matmul(x, sol), b2)
+        res = red.sum(ew.multiply(r, r), axis=0)
+        res = ew.where(ew.equal(rank, n), res, core.full_like(res, np.nan))
     else:
-        res = A.zeros_like(b2, shape=(0,))
+        res = core.zeros_like(b2, shape=(0,))
     if vec:
-        sol = A.reshape(sol, (n,))
+        sol = shapes.reshape(sol, (n,))
     return sol, res, rank, s
 
 
 def matrix_power(a, n):
-    x = A.asarray(a)
+    x = core.asarray(a)
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ShapeError(f"np.linalg.matrix_power: expected a stack of square matrices, got {list(x.shape)} "
                          f"(at {user_loc()})")
@@ -196,51 +199,51 @@ def matrix_power(a, n):
     n = int(n)
     if n == 0:
         k = x.shape[-1]
-        return A.broadcast_to(A.asarray(np.eye(k, dtype=x.dtype), t=x._tr), x.shape)
+        return core.broadcast_to(core.asarray(np.eye(k, dtype=x.dtype), t=x._tr), x.shape)
     if n < 0:
         x, n = inv(x), -n
     result, base = None, x
     while n:
         if n & 1:
-            result = base if result is None else A.matmul(result, base)
+            result = base if result is None else contractions.matmul(result, base)
         n >>= 1
         if n:
-            base = A.matmul(base, base)
+            base = contractions.matmul(base, base)
     return result
 
 
 def _max0(x, axis, keepdims=False):
     """max of non-negative values; 0 over an empty axis, as numpy's norms give."""
-    axes = A._axes(axis, x.ndim, "norm")
+    axes = core.normalize_axes(axis, x.ndim, "norm")
     if builtins.any(x.shape[d] == 0 for d in axes):
-        r = A.sum(x, axis, keepdims=keepdims)
-        return A.zeros_like(r)
-    return A.max(x, axis, keepdims=keepdims)
+        r = red.sum(x, axis, keepdims=keepdims)
+        return core.zeros_like(r)
+    return red.max(x, axis, keepdims=keepdims)
 
 
 def _vector_norm(x, ord, axis, keepdims):
-    ax = A.absolute(x)
+    ax = ew.absolute(x)
     if ord is None or ord == 2:
-        return A.sqrt(A.sum(A.multiply(x, x), axis, keepdims=keepdims))
+        return ew.sqrt(red.sum(ew.multiply(x, x), axis, keepdims=keepdims))
     if ord == np.inf:
         return _max0(ax, axis, keepdims=keepdims)
     if ord == -np.inf:
-        return A.min(ax, axis, keepdims=keepdims)
+        return red.min(ax, axis, keepdims=keepdims)
     if ord == 0:
-        return A.sum(A.astype(A.not_equal(x, 0), x.dtype), axis, keepdims=keepdims)
+        return red.sum(core.astype(ew.not_equal(x, 0), x.dtype), axis, keepdims=keepdims)
     if ord == 1:
-        return A.sum(ax, axis, keepdims=keepdims)
+        return red.sum(ax, axis, keepdims=keepdims)
     if isinstance(ord, str):
         raise ValueError(f"Invalid norm order '{ord}' for vectors (at {user_loc()})")
     p = float(ord)
-    s = A.sum(A.power(ax, A.asarray(np.asarray(p, x.dtype), t=x._tr)), axis, keepdims=keepdims)
-    return A.power(s, A.asarray(np.asarray(1.0 / p, x.dtype), t=x._tr))
+    s = red.sum(ew.power(ax, core.asarray(np.asarray(p, x.dtype), t=x._tr)), axis, keepdims=keepdims)
+    return ew.power(s, core.asarray(np.asarray(1.0 / p, x.dtype), t=x._tr))
 
 
 def _sv(x, r, c):
     """Singular values of the matrices on dims (r, c), on a last dim."""
     rest = [d for d in range(x.ndim) if d not in (r, c)]
-    return _op("svd", A.transpose(x, rest + [r, c]), part="s", full_matrices=False)
+    return _op("svd", shapes.transpose(x, rest + [r, c]), part="s", full_matrices=False)
 
 
 def _matrix_norm(x, ord, axes, keepdims):
@@ -248,24 +251,24 @@ def _matrix_norm(x, ord, axes, keepdims):
     if r == c:
         raise ValueError(f"Duplicate axes given (at {user_loc()})")
     if ord is None or ord == "fro":
-        res = A.sqrt(A.sum(A.multiply(x, x), (r, c)))
+        res = ew.sqrt(red.sum(ew.multiply(x, x), (r, c)))
     elif ord == "nuc":
-        res = A.sum(_sv(x, r, c), -1)
+        res = red.sum(_sv(x, r, c), -1)
     elif ord in (2, -2):
         s = _sv(x, r, c)
-        res = _max0(s, -1) if ord == 2 else A.min(s, -1)
+        res = _max0(s, -1) if ord == 2 else red.min(s, -1)
     elif ord in (1, -1):
-        col = A.sum(A.absolute(x), r)
+        col = red.sum(ew.absolute(x), r)
         c2 = c - 1 if c > r else c
-        res = _max0(col, c2) if ord == 1 else A.min(col, c2)
+        res = _max0(col, c2) if ord == 1 else red.min(col, c2)
     elif ord in (np.inf, -np.inf):
-        row = A.sum(A.absolute(x), c)
+        row = red.sum(ew.absolute(x), c)
         r2 = r - 1 if r > c else r
-        res = _max0(row, r2) if ord == np.inf else A.min(row, r2)
+        res = _max0(row, r2) if ord == np.inf else red.min(row, r2)
     else:
         raise ValueError(f"Invalid norm order {ord!r} for matrices (at {user_loc()})")
     if keepdims:
-        res = A.reshape(res, tuple(1 if d in (r, c) else s for d, s in enumerate(x.shape)))
+        res = shapes.reshape(res, tuple(1 if d in (r, c) else s for d, s in enumerate(x.shape)))
     return res
 
 
@@ -277,26 +280,26 @@ def _moduli(x, ord, matrix):
     if matrix and ord in (2, -2, "nuc"):
         raise TypeError(f"np.linalg.norm(ord={ord!r}) of a complex matrix is not supported in spmd "
                         f"(at {user_loc()})")
-    return A.absolute(x)
+    return ew.absolute(x)
 
 
 def norm(x, ord=None, axis=None, keepdims=False):
-    x = A.asarray(x)
+    x = core.asarray(x)
     matrix = (x.ndim == 2 and ord is not None) if axis is None else \
         not isinstance(axis, (int, np.integer)) and len(axis) == 2
     x = _moduli(x, ord, matrix)
-    x = A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
+    x = core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
     if axis is None:
         if ord is None:
-            r = A.sqrt(A.sum(A.multiply(x, x)))
-            return A.reshape(r, (1,) * x.ndim) if keepdims else r
+            r = ew.sqrt(red.sum(ew.multiply(x, x)))
+            return shapes.reshape(r, (1,) * x.ndim) if keepdims else r
         if x.ndim == 1:
             return _vector_norm(x, ord, 0, keepdims)
         if x.ndim == 2:
             return _matrix_norm(x, ord, (0, 1), keepdims)
         raise ValueError(f"Improper number of dimensions to norm (at {user_loc()})")
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    axes = tuple(A._axis(a, x.ndim, "norm") for a in axes)
+    axes = tuple(core.normalize_axis(a, x.ndim, "norm") for a in axes)
     if len(axes) == 1:
         return _vector_norm(x, ord, axes[0], keepdims)
     if len(axes) == 2:
@@ -305,59 +308,60 @@ def norm(x, ord=None, axis=None, keepdims=False):
 
 
 def matrix_rank(A_, tol=None, hermitian=False, *, rtol=None):
-    x = A.asarray(A_)
+    x = core.asarray(A_)
     if x.ndim < 2:
-        return A.astype(A.any(A.not_equal(x, 0)), "int64")
+        return core.astype(red.any(ew.not_equal(x, 0)), "int64")
     x = _f(x, "matrix_rank", square=False)
     s = svdvals(x)
     if s.shape[-1] == 0:
-        return A.zeros_like(s, dtype="int64", shape=s.shape[:-1])
-    smax = A.max(s, axis=-1, keepdims=True)
+        return core.zeros_like(s, dtype="int64", shape=s.shape[:-1])
+    smax = red.max(s, axis=-1, keepdims=True)
     if tol is None:
         r = max(x.shape[-2:]) * float(np.finfo(x.dtype).eps) if rtol is None else rtol
-        cut = A.multiply(smax, r)
+        cut = ew.multiply(smax, r)
     else:
-        cut = A.expand_dims(A.asarray(tol, t=x._tr), -1) if np.ndim(tol) or isinstance(tol, Tracer) else tol
-    return A.sum(A.astype(A.greater(s, cut), "int64"), axis=-1)
+        cut = shapes.expand_dims(core.asarray(tol, t=x._tr), -1) if np.ndim(tol) or isinstance(tol, Tracer) else tol
+    return red.sum(core.astype(ew.greater(s, cut), "int64"), axis=-1)
 
 
 def cond(x, p=None):
     x = _f(x, "cond", square=p not in (None, 2, -2))
     if p is None or p in (2, -2):
         s = svdvals(x)
-        big, small = A.getitem(s, (Ellipsis, 0)), A.getitem(s, (Ellipsis, -1))
-        return A.true_divide(big, small) if p != -2 else A.true_divide(small, big)
-    r = A.multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
+        big, small = indexing.getitem(s, (Ellipsis, 0)), indexing.getitem(s, (Ellipsis, -1))
+        return ew.true_divide(big, small) if p != -2 else ew.true_divide(small, big)
+    r = ew.multiply(norm(x, p, axis=(-2, -1)), norm(inv(x), p, axis=(-2, -1)))
     # a singular matrix (NaN inverse) has condition number inf, as numpy gives
-    x_nan = A.any(A.not_equal(x, x), axis=(-2, -1))
-    return A.where(A.logical_and(A.not_equal(r, r), A.logical_not(x_nan)), A.full_like(r, np.inf), r)
+    x_nan = red.any(ew.not_equal(x, x), axis=(-2, -1))
+    return ew.where(ew.logical_and(ew.not_equal(r, r), ew.logical_not(x_nan)), core.full_like(r, np.inf), r)
 
 
 def multi_dot(arrays, *, out=None):
-    A._no_extra("multi_dot", (), {"out": out})
+    core.no_extra("multi_dot", (), {"out": out})
     xs = list(arrays)
     if len(xs) < 2:
         raise ValueError(f"multi_dot: expecting at least two arrays (at {user_loc()})")
     r = xs[0]
     for y in xs[1:]:
-        r = A.dot(r, y)
+        r = contractions.dot(r, y)
     return r
 
 
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
-    x = A.asarray(x)
+    x = core.asarray(x)
     if axis is None:
         x = _moduli(x, ord, False)
-        r = _vector_norm(A.ravel(A.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")), ord, 0, False)
-        return A.reshape(r, (1,) * x.ndim) if keepdims else r
+        flat = shapes.ravel(core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64"))
+        r = _vector_norm(flat, ord, 0, False)
+        return shapes.reshape(r, (1,) * x.ndim) if keepdims else r
     if isinstance(axis, (int, np.integer)) or len(axis) == 1:
         return norm(x, ord, axis if isinstance(axis, (int, np.integer)) else axis[0], keepdims)
-    axes = A._axes(axis, x.ndim, "vector_norm")
+    axes = core.normalize_axes(axis, x.ndim, "vector_norm")
     rest = [d for d in range(x.ndim) if d not in axes]
     n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-    y = A.reshape(A.transpose(x, rest + list(axes)), tuple(x.shape[d] for d in rest) + (n,))
+    y = shapes.reshape(shapes.transpose(x, rest + list(axes)), tuple(x.shape[d] for d in rest) + (n,))
     r = norm(y, ord, -1)
-    return A.reshape(r, tuple(1 if d in axes else s for d, s in enumerate(x.shape))) if keepdims else r
+    return shapes.reshape(r, tuple(1 if d in axes else s for d, s in enumerate(x.shape))) if keepdims else r
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):

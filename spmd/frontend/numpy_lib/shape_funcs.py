@@ -9,63 +9,68 @@ import builtins
 
 import numpy as np
 
-from ...errors import ShapeError
-from .. import numpy_api as A
-from ..trace import Tracer, user_loc
+from ...errors import ShapeError, user_loc
+from .. import core, indexing, reductions as red, shapes
+from .. import functionalize as fz
+from .. import elementwise as ew
+from ..trace import Tracer, current_trace
+
+_UNSET = object()       # an argument not given (numpy's own marker is private)
 
 
 def _sl(x, axis, start=None, stop=None, step=None):
     key = [slice(None)] * x.ndim
     key[axis] = slice(start, stop, step)
-    return A.getitem(x, tuple(key))
+    return indexing.getitem(x, tuple(key))
 
 
 def _arrays(xs):
     if isinstance(xs, Tracer) or not isinstance(xs, (list, tuple)):
-        xs = [xs[i] for i in range(A.asarray(xs).shape[0])] if isinstance(xs, Tracer) else list(xs)
+        xs = [xs[i] for i in range(core.asarray(xs).shape[0])] if isinstance(xs, Tracer) else list(xs)
     xs = list(xs)
     if not xs:
         raise ValueError(f"need at least one array (at {user_loc()})")
-    t = A._trace(*xs)
-    return [A.asarray(x, t=t) for x in xs]
+    t = core.trace_of(*xs)
+    return [core.asarray(x, t=t) for x in xs]
 
 
 # ---------------------------------------------------------------------------- atleast_nd
 def _one_or_tuple(f):
+    """numpy's atleast_*d: each argument's result (a view of it, as in numpy), one or a tuple."""
+    view = fz.as_view(f, "reshape")
+
     def g(*xs):
-        out = tuple(f(x) for x in xs)
+        out = tuple(view(x) for x in xs)
         return out[0] if len(out) == 1 else out
     g.__name__ = f.__name__
     return g
 
 
+def _atleast(x, shape):
+    return shapes.reshape(x, shape) if shape != x.shape else x
+
+
 @_one_or_tuple
 def atleast_1d(x):
-    x = A.asarray(x)
-    return A.reshape(x, (1,)) if x.ndim == 0 else x
+    x = core.asarray(x)
+    return _atleast(x, (1,) if x.ndim == 0 else x.shape)
 
 
 @_one_or_tuple
 def atleast_2d(x):
-    x = A.asarray(x)
-    if x.ndim == 0:
-        return A.reshape(x, (1, 1))
-    return A.reshape(x, (1,) + x.shape) if x.ndim == 1 else x
+    x = core.asarray(x)
+    return _atleast(x, {0: (1, 1), 1: (1,) + x.shape}.get(x.ndim, x.shape))
 
 
 @_one_or_tuple
 def atleast_3d(x):
-    x = A.asarray(x)
-    if x.ndim == 0:
-        return A.reshape(x, (1, 1, 1))
-    if x.ndim == 1:
-        return A.reshape(x, (1,) + x.shape + (1,))
-    return A.reshape(x, x.shape + (1,)) if x.ndim == 2 else x
+    x = core.asarray(x)
+    return _atleast(x, {0: (1, 1, 1), 1: (1,) + x.shape + (1,), 2: x.shape + (1,)}.get(x.ndim, x.shape))
 
 
 # ---------------------------------------------------------------------------- stacking
 def _cat(xs, axis, dtype=None, casting=None):
-    return A.concatenate(xs, axis, dtype=dtype)
+    return shapes.concatenate(xs, axis, dtype=dtype)
 
 
 def hstack(tup, *, dtype=None, casting="same_kind"):
@@ -82,16 +87,16 @@ def dstack(tup):
 
 
 def column_stack(tup):
-    xs = [A.reshape(x, (-1, 1)) if x.ndim < 2 else x for x in _arrays(tup)]
+    xs = [shapes.reshape(x, (-1, 1)) if x.ndim < 2 else x for x in _arrays(tup)]
     return _cat(xs, 1)
 
 
 def append(arr, values, axis=None):
-    t = A._trace(arr, values)
-    arr, values = A.asarray(arr, t=t), A.asarray(values, t=t)
+    t = core.trace_of(arr, values)
+    arr, values = core.asarray(arr, t=t), core.asarray(values, t=t)
     if axis is None:
-        return A.concatenate([A.ravel(arr), A.ravel(values)], 0)
-    return A.concatenate([arr, values], axis)
+        return shapes.concatenate([shapes.ravel(arr), shapes.ravel(values)], 0)
+    return shapes.concatenate([arr, values], axis)
 
 
 # ---------------------------------------------------------------------------- splitting
@@ -113,8 +118,8 @@ def _split_points(n, sections, equal, name):
 
 
 def _split(x, sections, axis, equal, name):
-    x = A.asarray(x)
-    axis = A._axis(axis, x.ndim, name)
+    x = core.asarray(x)
+    axis = core.normalize_axis(axis, x.ndim, name)
     n = x.shape[axis]
     pts = _split_points(n, sections, equal, name)
     out = []
@@ -132,21 +137,21 @@ def array_split(ary, indices_or_sections, axis=0):
 
 
 def hsplit(ary, indices_or_sections):
-    x = A.asarray(ary)
+    x = core.asarray(ary)
     if x.ndim == 0:
         raise ValueError(f"hsplit only works on arrays of 1 or more dimensions (at {user_loc()})")
     return split(x, indices_or_sections, 1 if x.ndim > 1 else 0)
 
 
 def vsplit(ary, indices_or_sections):
-    x = A.asarray(ary)
+    x = core.asarray(ary)
     if x.ndim < 2:
         raise ValueError(f"vsplit only works on arrays of 2 or more dimensions (at {user_loc()})")
     return split(x, indices_or_sections, 0)
 
 
 def dsplit(ary, indices_or_sections):
-    x = A.asarray(ary)
+    x = core.asarray(ary)
     if x.ndim < 3:
         raise ValueError(f"dsplit only works on arrays of 3 or more dimensions (at {user_loc()})")
     return split(x, indices_or_sections, 2)
@@ -154,10 +159,10 @@ def dsplit(ary, indices_or_sections):
 
 # ---------------------------------------------------------------------------- repeat, roll, flip
 def repeat(a, repeats, axis=None):
-    x = A.asarray(a)
+    x = core.asarray(a)
     if axis is None:
-        x, axis = A.ravel(x), 0
-    axis = A._axis(axis, x.ndim, "repeat")
+        x, axis = shapes.ravel(x), 0
+    axis = core.normalize_axis(axis, x.ndim, "repeat")
     if isinstance(repeats, Tracer):
         raise NotImplementedError(f"np.repeat with traced repeats has a data-dependent shape; pass the "
                                   f"repeats as a Python int or numpy array (at {user_loc()})")
@@ -170,90 +175,90 @@ def repeat(a, repeats, axis=None):
     if r.ndim == 0 or r.size == 1:
         k = int(r.reshape(()))
         # (.., n, ..) -> (.., n, k, ..) -> (.., n*k, ..): a broadcast, local on every split
-        y = A.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
-        y = A.broadcast_to(y, x.shape[:axis + 1] + (k,) + x.shape[axis + 1:])
-        return A.reshape(y, x.shape[:axis] + (n * k,) + x.shape[axis + 1:])
+        y = shapes.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+        y = core.broadcast_to(y, x.shape[:axis + 1] + (k,) + x.shape[axis + 1:])
+        return shapes.reshape(y, x.shape[:axis] + (n * k,) + x.shape[axis + 1:])
     if r.shape != (n,):
         raise ValueError(f"repeat: {r.size} repeats for an axis of size {n} (at {user_loc()})")
-    return A.take(x, np.repeat(np.arange(n, dtype=np.int64), r), axis=axis)
+    return shapes.take(x, np.repeat(np.arange(n, dtype=np.int64), r), axis=axis)
 
 
 def roll(a, shift, axis=None):
-    x = A.asarray(a)
+    x = core.asarray(a)
     if axis is None:
-        return A.reshape(roll(A.ravel(x), shift, 0), x.shape)
+        return shapes.reshape(roll(shapes.ravel(x), shift, 0), x.shape)
     if isinstance(shift, Tracer):
         if not isinstance(axis, (int, np.integer)):
             raise NotImplementedError(f"np.roll with a traced shift over several axes (at {user_loc()})")
-        ax = A._axis(axis, x.ndim, "roll")
+        ax = core.normalize_axis(axis, x.ndim, "roll")
         n = x.shape[ax]
         if n == 0:
             return x
-        idx = A.mod(A.subtract(np.arange(n, dtype=np.int64), A.astype(shift, "int64")), n)
-        return A.take(x, idx, axis=ax)
+        idx = ew.mod(ew.subtract(np.arange(n, dtype=np.int64), core.astype(shift, "int64")), n)
+        return shapes.take(x, idx, axis=ax)
     shifts, axes = np.broadcast_arrays(np.asarray(shift), np.asarray(axis))
     total = {}
     for s, ax in zip(shifts.ravel().tolist(), axes.ravel().tolist()):
-        ax = A._axis(ax, x.ndim, "roll")
+        ax = core.normalize_axis(ax, x.ndim, "roll")
         total[ax] = total.get(ax, 0) + int(s)
     for ax, s in total.items():
         n = x.shape[ax]
         if n == 0 or s % n == 0:
             continue
         s %= n
-        x = A.concatenate([_sl(x, ax, n - s, None), _sl(x, ax, 0, n - s)], ax)
+        x = shapes.concatenate([_sl(x, ax, n - s, None), _sl(x, ax, 0, n - s)], ax)
     return x
 
 
 def flip(m, axis=None):
-    x = A.asarray(m)
-    axes = A._axes(axis, x.ndim, "flip")
+    x = core.asarray(m)
+    axes = core.normalize_axes(axis, x.ndim, "flip")
     key = tuple(slice(None, None, -1) if d in axes else slice(None) for d in range(x.ndim))
-    return A.getitem(x, key) if axes else x
+    return indexing.getitem(x, key) if axes else x
 
 
 def fliplr(m):
-    x = A.asarray(m)
+    x = core.asarray(m)
     if x.ndim < 2:
         raise ValueError(f"fliplr: input must be >= 2-d (at {user_loc()})")
     return flip(x, 1)
 
 
 def flipud(m):
-    x = A.asarray(m)
+    x = core.asarray(m)
     if x.ndim < 1:
         raise ValueError(f"flipud: input must be >= 1-d (at {user_loc()})")
     return flip(x, 0)
 
 
 def rot90(m, k=1, axes=(0, 1)):
-    x = A.asarray(m)
+    x = core.asarray(m)
     if len(axes) != 2:
         raise ValueError(f"rot90: len(axes) must be 2 (at {user_loc()})")
-    a0, a1 = A._axis(axes[0], x.ndim, "rot90"), A._axis(axes[1], x.ndim, "rot90")
+    a0, a1 = core.normalize_axis(axes[0], x.ndim, "rot90"), core.normalize_axis(axes[1], x.ndim, "rot90")
     if a0 == a1:
         raise ValueError(f"rot90: axes must be different (at {user_loc()})")
-    k %= 4
+    k %= 4              # (a view of m, as numpy's)
     if k == 0:
-        return x
+        return indexing.getitem(x, Ellipsis)
     if k == 2:
         return flip(flip(x, a0), a1)
     perm = list(range(x.ndim))
     perm[a0], perm[a1] = perm[a1], perm[a0]
     if k == 1:
-        return A.transpose(flip(x, a1), perm)
-    return flip(A.transpose(x, perm), a1)
+        return shapes.view_transpose(flip(x, a1), perm)
+    return flip(shapes.view_transpose(x, perm), a1)
 
 
 def broadcast_arrays(*args, subok=False):
-    t = A._trace(*args)
-    xs = [A.asarray(x, t=t) for x in args]
+    t = core.trace_of(*args)
+    xs = [core.asarray(x, t=t) for x in args]
     try:
         shape = np.broadcast_shapes(*[x.shape for x in xs])
     except ValueError:
         raise ShapeError(f"broadcast_arrays at {user_loc()}: shapes {[list(x.shape) for x in xs]} "
                          f"do not broadcast together") from None
-    return tuple(A.broadcast_to(x, shape) for x in xs)
+    return tuple(core.broadcast_to(x, shape) for x in xs)
 
 
 def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
@@ -261,13 +266,13 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
         raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij' (at {user_loc()})")
     if not xi:
         return ()
-    t = A._trace(*xi)
-    xs = [A.ravel(A.asarray(x, t=t)) for x in xi]
+    t = core.trace_of(*xi)
+    xs = [shapes.ravel(core.asarray(x, t=t)) for x in xi]
     nd = len(xs)
-    shapes = [(1,) * i + (x.shape[0],) + (1,) * (nd - i - 1) for i, x in enumerate(xs)]
+    dims = [(1,) * i + (x.shape[0],) + (1,) * (nd - i - 1) for i, x in enumerate(xs)]
     if indexing == "xy" and nd > 1:
-        shapes = [(s[1], s[0]) + s[2:] for s in shapes]
-    out = [A.reshape(x, s) for x, s in zip(xs, shapes)]
+        dims = [(s[1], s[0]) + s[2:] for s in dims]
+    out = [shapes.reshape(x, s) for x, s in zip(xs, dims)]
     if not sparse:
         out = list(broadcast_arrays(*out))
     return tuple(out)
@@ -307,105 +312,130 @@ def _pad_index(mode, n, i):
 
 
 def pad(array, pad_width, mode="constant", **kwargs):
-    x = A.asarray(array)
+    x = core.asarray(array)
     pw = _pad_widths(pad_width, x.ndim)
     if callable(mode):
         raise NotImplementedError(f"np.pad with a function mode (at {user_loc()})")
     if mode == "constant":
         cv = kwargs.pop("constant_values", 0)
-        A._no_extra("pad", (), kwargs)
-        if not builtins.any(b or a for b, a in pw):
-            return x
-        if isinstance(cv, Tracer):
-            if cv.ndim:
-                raise NotImplementedError(f"np.pad with traced per-axis constant_values (at {user_loc()})")
-            cvs = [(cv, cv)] * x.ndim
-        else:
-            c = np.asarray(cv)
-            if c.ndim == 0 or (c == c.flat[0]).all():
-                cvs = [(c.flat[0], c.flat[0])] * x.ndim
-            else:
-                c = np.broadcast_to(c, (x.ndim, 2))
-                cvs = [(c[d, 0], c[d, 1]) for d in range(x.ndim)]
-
-        def value(v):
-            if isinstance(v, Tracer):
-                return A.astype(v, x.dtype)
-            return A.asarray(np.asarray(v).astype(x.dtype), t=x._tr)
-
-        if builtins.all(p is cvs[0][0] for cp in cvs for p in cp):
-            return A._emit(x._tr, "pad", x, value(cvs[0][0]), low=tuple(b for b, _ in pw),
-                           high=tuple(a for _, a in pw), interior=(0,) * x.ndim)
-        for d, ((b, a), (vb, va)) in enumerate(zip(pw, cvs)):
-            for amt, v, lo in ((b, vb, True), (a, va, False)):
-                if amt:
-                    low = tuple(amt if (k == d and lo) else 0 for k in range(x.ndim))
-                    high = tuple(amt if (k == d and not lo) else 0 for k in range(x.ndim))
-                    x = A._emit(x._tr, "pad", x, value(v), low=low, high=high, interior=(0,) * x.ndim)
-        return x
+        core.no_extra("pad", (), kwargs)
+        return _pad_constant(x, pw, cv)
     if mode in ("edge", "wrap", "reflect", "symmetric"):
         rt = kwargs.pop("reflect_type", "even")
-        A._no_extra("pad", (), kwargs)
+        core.no_extra("pad", (), kwargs)
         if rt != "even":
             raise NotImplementedError(f"np.pad reflect_type={rt!r} (at {user_loc()})")
-        for d, (b, a) in enumerate(pw):
-            if not (b or a):
-                continue
-            n = x.shape[d]
-            if n == 0:
-                raise ValueError(f"np.pad: can't extend empty axis {d} using modes other than 'constant' "
-                                 f"or 'empty' (at {user_loc()})")
-            parts = []
-            if b:
-                parts.append(A.take(x, _pad_index(mode, n, np.arange(-b, 0)).astype(np.int64), axis=d))
-            parts.append(x)
-            if a:
-                parts.append(A.take(x, _pad_index(mode, n, np.arange(n, n + a)).astype(np.int64), axis=d))
-            x = A.concatenate(parts, d)
-        return x
+        return _pad_from_inside(x, pw, mode)
     raise NotImplementedError(f"np.pad mode={mode!r} is not supported in spmd (supported: constant, edge, wrap, "
                               f"reflect, symmetric) (at {user_loc()})")
 
 
+def _pad_constant(x, pw, cv):
+    """One pad op where one value fills every side; else one per padded side."""
+    if not builtins.any(b or a for b, a in pw):
+        return x
+    cvs = _pad_values(x, cv)
+
+    def value(v):
+        if isinstance(v, Tracer):
+            return core.astype(v, x.dtype)
+        return core.asarray(np.asarray(v).astype(x.dtype), t=x._tr)
+
+    if builtins.all(p is cvs[0][0] for cp in cvs for p in cp):
+        return core.emit(x._tr, "pad", x, value(cvs[0][0]), low=tuple(b for b, _ in pw),
+                         high=tuple(a for _, a in pw), interior=(0,) * x.ndim)
+    for d, ((b, a), (vb, va)) in enumerate(zip(pw, cvs)):
+        for amt, v, lo in ((b, vb, True), (a, va, False)):
+            if amt:
+                low = tuple(amt if (k == d and lo) else 0 for k in range(x.ndim))
+                high = tuple(amt if (k == d and not lo) else 0 for k in range(x.ndim))
+                x = core.emit(x._tr, "pad", x, value(v), low=low, high=high, interior=(0,) * x.ndim)
+    return x
+
+
+def _pad_values(x, cv):
+    """constant_values as (before, after) per dim."""
+    if isinstance(cv, Tracer):
+        if cv.ndim:
+            raise NotImplementedError(f"np.pad with traced per-axis constant_values (at {user_loc()})")
+        return [(cv, cv)] * x.ndim
+    c = np.asarray(cv)
+    if c.ndim == 0 or (c == c.flat[0]).all():
+        return [(c.flat[0], c.flat[0])] * x.ndim
+    c = np.broadcast_to(c, (x.ndim, 2))
+    return [(c[d, 0], c[d, 1]) for d in range(x.ndim)]
+
+
+def _pad_from_inside(x, pw, mode):
+    """edge / wrap / reflect / symmetric: each padded side is a take of x's own elements."""
+    for d, (b, a) in enumerate(pw):
+        if not (b or a):
+            continue
+        n = x.shape[d]
+        if n == 0:
+            raise ValueError(f"np.pad: can't extend empty axis {d} using modes other than 'constant' "
+                             f"or 'empty' (at {user_loc()})")
+        parts = []
+        if b:
+            parts.append(shapes.take(x, _pad_index(mode, n, np.arange(-b, 0)).astype(np.int64), axis=d))
+        parts.append(x)
+        if a:
+            parts.append(shapes.take(x, _pad_index(mode, n, np.arange(n, n + a)).astype(np.int64), axis=d))
+        x = shapes.concatenate(parts, d)
+    return x
+
+
 # ---------------------------------------------------------------------------- diff, gradient
-def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
-    x = A.asarray(a)
+def diff(a, n=1, axis=-1, prepend=_UNSET, append=_UNSET):
+    x = core.asarray(a)
     if n == 0:
         return x
     if n < 0:
         raise ValueError(f"diff: order must be non-negative but got {n} (at {user_loc()})")
     if x.ndim == 0:
         raise ValueError(f"diff requires input that is at least one dimensional (at {user_loc()})")
-    axis = A._axis(axis, x.ndim, "diff")
+    axis = core.normalize_axis(axis, x.ndim, "diff")
     parts = []
     for v in (prepend, append):
-        if v is np._NoValue:
+        if v is _UNSET:
             parts.append(None)
             continue
-        v = A.asarray(v, t=x._tr)
+        v = core.asarray(v, t=x._tr)
         if v.ndim == 0:
-            v = A.broadcast_to(v, x.shape[:axis] + (1,) + x.shape[axis + 1:])
+            v = core.broadcast_to(v, x.shape[:axis] + (1,) + x.shape[axis + 1:])
         parts.append(v)
     if parts[0] is not None or parts[1] is not None:
         xs = ([parts[0]] if parts[0] is not None else []) + [x] + ([parts[1]] if parts[1] is not None else [])
-        x = A.concatenate(xs, axis)
+        x = shapes.concatenate(xs, axis)
     for _ in range(n):
         m = x.shape[axis]
         hi, lo = _sl(x, axis, 1, None), _sl(x, axis, 0, builtins.max(m - 1, 0))
-        x = A.not_equal(hi, lo) if x.dtype == np.bool_ else A.subtract(hi, lo)
+        x = ew.not_equal(hi, lo) if x.dtype == np.bool_ else ew.subtract(hi, lo)
     return x
 
 
 def gradient(f, *varargs, axis=None, edge_order=1):
-    x = A.asarray(f)
-    axes = A._axes(axis, x.ndim, "gradient") if axis is not None else tuple(range(x.ndim))
+    x = core.asarray(f)
+    axes = core.normalize_axes(axis, x.ndim, "gradient") if axis is not None else tuple(range(x.ndim))
     if axis is not None and not isinstance(axis, (int, np.integer)):
-        axes = tuple(A._axis(a, x.ndim, "gradient") for a in axis)
+        axes = tuple(core.normalize_axis(a, x.ndim, "gradient") for a in axis)
+    hs = _spacings(varargs, len(axes))
+    if edge_order not in (1, 2):
+        raise ValueError(f"gradient: 'edge_order' greater than 2 not supported (at {user_loc()})")
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.gradient of bool: numpy's boolean subtract is not supported (at {user_loc()})")
+    xf = core.astype(x, x.dtype.name if x.dtype.kind in "fc" else "float64")
+    out = [_gradient_along(xf, ax, float(h), edge_order) for ax, h in zip(axes, hs)]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _spacings(varargs, n):
+    """np.gradient's spacing arguments: one uniform spacing per axis."""
     if len(varargs) == 0:
-        hs = [1.0] * len(axes)
+        hs = [1.0] * n
     elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
-        hs = [varargs[0]] * len(axes)
-    elif len(varargs) == len(axes):
+        hs = [varargs[0]] * n
+    elif len(varargs) == n:
         hs = list(varargs)
     else:
         raise TypeError(f"gradient: invalid number of spacing arguments (at {user_loc()})")
@@ -413,53 +443,48 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         if isinstance(h, Tracer) or np.ndim(h) != 0:
             raise NotImplementedError(f"np.gradient with coordinate arrays is not supported in spmd; pass "
                                       f"uniform spacings as scalars (at {user_loc()})")
-    if edge_order not in (1, 2):
-        raise ValueError(f"gradient: 'edge_order' greater than 2 not supported (at {user_loc()})")
-    if x.dtype == np.bool_:
-        raise TypeError(f"np.gradient of bool: numpy's boolean subtract is not supported (at {user_loc()})")
-    dt = x.dtype.name if x.dtype.kind in "fc" else "float64"
-    xf = A.astype(x, dt)
-    out = []
-    for ax, h in zip(axes, hs):
-        n = x.shape[ax]
-        if n < edge_order + 1:
-            raise ValueError(f"gradient: shape of array too small to calculate a numerical gradient, at least "
-                             f"(edge_order + 1) elements are required (at {user_loc()})")
-        h = float(h)
-        mid = A.true_divide(A.subtract(_sl(xf, ax, 2, None), _sl(xf, ax, 0, n - 2)), 2.0 * h)
-        if edge_order == 1:
-            first = A.true_divide(A.subtract(_sl(xf, ax, 1, 2), _sl(xf, ax, 0, 1)), h)
-            last = A.true_divide(A.subtract(_sl(xf, ax, n - 1, n), _sl(xf, ax, n - 2, n - 1)), h)
-        else:
-            first = A.true_divide(A.add(A.add(A.multiply(_sl(xf, ax, 0, 1), -1.5), A.multiply(_sl(xf, ax, 1, 2), 2.0)),
-                                        A.multiply(_sl(xf, ax, 2, 3), -0.5)), h)
-            last = A.true_divide(A.add(A.add(A.multiply(_sl(xf, ax, n - 3, n - 2), 0.5),
-                                             A.multiply(_sl(xf, ax, n - 2, n - 1), -2.0)),
-                                       A.multiply(_sl(xf, ax, n - 1, n), 1.5)), h)
-        out.append(A.concatenate([first, mid, last], ax))
-    return out[0] if len(out) == 1 else tuple(out)
+    return hs
+
+
+def _gradient_along(x, ax, h, edge_order):
+    """Central differences inside, one-sided ones of edge_order at the two ends."""
+    n = x.shape[ax]
+    if n < edge_order + 1:
+        raise ValueError(f"gradient: shape of array too small to calculate a numerical gradient, at least "
+                         f"(edge_order + 1) elements are required (at {user_loc()})")
+
+    def at(i, coef):        # coef * x[i] along ax (a slice of 1)
+        return ew.multiply(_sl(x, ax, i % n, i % n + 1), coef)
+    mid = ew.true_divide(ew.subtract(_sl(x, ax, 2, None), _sl(x, ax, 0, n - 2)), 2.0 * h)
+    if edge_order == 1:
+        first = ew.true_divide(ew.subtract(_sl(x, ax, 1, 2), _sl(x, ax, 0, 1)), h)
+        last = ew.true_divide(ew.subtract(_sl(x, ax, n - 1, n), _sl(x, ax, n - 2, n - 1)), h)
+    else:
+        first = ew.true_divide(ew.add(ew.add(at(0, -1.5), at(1, 2.0)), at(2, -0.5)), h)
+        last = ew.true_divide(ew.add(ew.add(at(-3, 0.5), at(-2, -2.0)), at(-1, 1.5)), h)
+    return shapes.concatenate([first, mid, last], ax)
 
 
 # ---------------------------------------------------------------------------- triangles, diagonals
 def _tri_mask(shape, k, lower):
     """bool (..., m, n) from iotas: j - i <= k (lower) or j - i >= k (upper)."""
-    t = A.current_trace()
+    t = current_trace()
     nd = len(shape)
-    i = A._emit(t, "iota", shape=shape, dtype="int64", dimension=nd - 2)
-    j = A._emit(t, "iota", shape=shape, dtype="int64", dimension=nd - 1)
-    d = A.subtract(j, i)
-    return A.less_equal(d, int(k)) if lower else A.greater_equal(d, int(k))
+    i = core.emit(t, "iota", shape=shape, dtype="int64", dimension=nd - 2)
+    j = core.emit(t, "iota", shape=shape, dtype="int64", dimension=nd - 1)
+    d = ew.subtract(j, i)
+    return ew.less_equal(d, int(k)) if lower else ew.greater_equal(d, int(k))
 
 
 def _tri(m, k, lower):
-    x = A.asarray(m)
+    x = core.asarray(m)
     if x.ndim == 0:
         raise ValueError(f"{'tril' if lower else 'triu'}: input must be at least 1-d (at {user_loc()})")
     if x.ndim == 1:
-        x = A.broadcast_to(x, (x.shape[0], x.shape[0]))
+        x = core.broadcast_to(x, (x.shape[0], x.shape[0]))
     if isinstance(k, Tracer):
         raise NotImplementedError(f"{'tril' if lower else 'triu'} with a traced k (at {user_loc()})")
-    return A.where(_tri_mask(x.shape, k, lower), x, A.zeros_like(x))
+    return ew.where(_tri_mask(x.shape, k, lower), x, core.zeros_like(x))
 
 
 def tril(m, k=0):
@@ -471,14 +496,14 @@ def triu(m, k=0):
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    x = A.asarray(a)
+    x = core.asarray(a)
     if x.ndim < 2:
         raise ValueError(f"diag requires an array of at least two dimensions (at {user_loc()})")
-    a1, a2 = A._axis(axis1, x.ndim, "diagonal"), A._axis(axis2, x.ndim, "diagonal")
+    a1, a2 = core.normalize_axis(axis1, x.ndim, "diagonal"), core.normalize_axis(axis2, x.ndim, "diagonal")
     if a1 == a2:
         raise ValueError(f"diagonal: axis1 and axis2 cannot be the same (at {user_loc()})")
     rest = [d for d in range(x.ndim) if d not in (a1, a2)]
-    x = A.transpose(x, rest + [a1, a2])
+    x = shapes.transpose(x, rest + [a1, a2])
     n1, n2 = x.shape[-2], x.shape[-1]
     off = int(offset)
     if off >= 0:
@@ -488,18 +513,18 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
         L = builtins.max(0, builtins.min(n1 + off, n2))
         x = _sl(_sl(x, x.ndim - 2, -off, -off + L), x.ndim - 1, 0, L)
     if L == 0:
-        return A.reshape(x, x.shape[:-2] + (0,))
-    eye = A.logical_and(_tri_mask(x.shape, 0, True), _tri_mask(x.shape, 0, False))
+        return shapes.reshape(x, x.shape[:-2] + (0,))
+    eye = ew.logical_and(_tri_mask(x.shape, 0, True), _tri_mask(x.shape, 0, False))
     if x.dtype == np.bool_:
-        return A.any(A.logical_and(eye, x), axis=-1)
+        return red.any(ew.logical_and(eye, x), axis=-1)
     # the one unmasked element of each row, exactly: a max over the row with the rest at the
     # dtype's lowest value (a masked sum would turn -0.0 into 0.0, as 0.0 + -0.0 is 0.0)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    return A.max(A.where(eye, x, A.asarray(np.array(low, x.dtype), t=x._tr)), axis=-1)
+    return red.max(ew.where(eye, x, core.asarray(np.array(low, x.dtype), t=x._tr)), axis=-1)
 
 
 def diag(v, k=0):
-    x = A.asarray(v)
+    x = core.asarray(v)
     k = int(k)
     if x.ndim == 2:
         return diagonal(x, k)
@@ -507,70 +532,70 @@ def diag(v, k=0):
         raise ValueError(f"diag: input must be 1-d or 2-d, got {x.ndim}-d (at {user_loc()})")
     n = x.shape[0]
     m = n + abs(k)
-    xp = A.concatenate([x, A.zeros_like(x, shape=(abs(k),))], 0) if k else x
+    xp = shapes.concatenate([x, core.zeros_like(x, shape=(abs(k),))], 0) if k else x
     # v[i] sits at row i (k >= 0) or column j (k < 0)
     if k >= 0:
-        vb = A._emit(x._tr, "broadcast_in_dim", xp, shape=(m, m), broadcast_dimensions=(0,))
+        vb = core.emit(x._tr, "broadcast_in_dim", xp, shape=(m, m), broadcast_dimensions=(0,))
     else:
-        vb = A._emit(x._tr, "broadcast_in_dim", xp, shape=(m, m), broadcast_dimensions=(1,))
-    mask = A.logical_and(_tri_mask((m, m), k, True), _tri_mask((m, m), k, False))
-    return A.where(mask, vb, A.zeros_like(vb))
+        vb = core.emit(x._tr, "broadcast_in_dim", xp, shape=(m, m), broadcast_dimensions=(1,))
+    mask = ew.logical_and(_tri_mask((m, m), k, True), _tri_mask((m, m), k, False))
+    return ew.where(mask, vb, core.zeros_like(vb))
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    A._no_extra("trace", (), {"out": out})
+    core.no_extra("trace", (), {"out": out})
     d = diagonal(a, offset, axis1, axis2)
-    return A.sum(d, axis=-1, dtype=dtype)
+    return red.sum(d, axis=-1, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------- kron, cross
 def kron(a, b):
-    t = A._trace(a, b)
-    dt = A.result_dtype(a, b)
-    x, y = A.asarray(a, dt, t), A.asarray(b, dt, t)
+    t = core.trace_of(a, b)
+    dt = core.result_dtype(a, b)
+    x, y = core.asarray(a, dt, t), core.asarray(b, dt, t)
     nd = builtins.max(x.ndim, y.ndim)
-    x = A.reshape(x, (1,) * (nd - x.ndim) + x.shape)
-    y = A.reshape(y, (1,) * (nd - y.ndim) + y.shape)
+    x = shapes.reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    y = shapes.reshape(y, (1,) * (nd - y.ndim) + y.shape)
     xs = [v for s in x.shape for v in (s, 1)]
     ys = [v for s in y.shape for v in (1, s)]
-    r = A.multiply(A.reshape(x, xs), A.reshape(y, ys))
-    return A.reshape(r, [p * q for p, q in zip(x.shape, y.shape)])
+    r = ew.multiply(shapes.reshape(x, xs), shapes.reshape(y, ys))
+    return shapes.reshape(r, [p * q for p, q in zip(x.shape, y.shape)])
 
 
 def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
-    t = A._trace(a, b)
-    x, y = A.asarray(a, t=t), A.asarray(b, t=t)
+    t = core.trace_of(a, b)
+    x, y = core.asarray(a, t=t), core.asarray(b, t=t)
     if axis is not None:
         axisa = axisb = axisc = axis
-    x = A.moveaxis(x, axisa, -1)
-    y = A.moveaxis(y, axisb, -1)
+    x = shapes.moveaxis(x, axisa, -1)
+    y = shapes.moveaxis(y, axisb, -1)
     if x.shape[-1] not in (2, 3) or y.shape[-1] not in (2, 3):
         raise ValueError(f"incompatible dimensions for cross product (dimension must be 2 or 3), got "
                          f"{x.shape[-1]} and {y.shape[-1]} (at {user_loc()})")
-    dt = A.result_dtype(x, y)
+    dt = core.result_dtype(x, y)
     if dt == "bool":
         raise TypeError(f"cross: bool inputs are not supported by numpy's subtract (at {user_loc()})")
-    x, y = A.astype(x, dt), A.astype(y, dt)
+    x, y = core.astype(x, dt), core.astype(y, dt)
 
     def c(v, i):
-        return A.getitem(v, (Ellipsis, i))
+        return indexing.getitem(v, (Ellipsis, i))
 
     x0, x1 = c(x, 0), c(x, 1)
     y0, y1 = c(y, 0), c(y, 1)
-    z = A.subtract(A.multiply(x0, y1), A.multiply(x1, y0))
+    z = ew.subtract(ew.multiply(x0, y1), ew.multiply(x1, y0))
     if x.shape[-1] == 2 and y.shape[-1] == 2:
         return z
     x2 = c(x, 2) if x.shape[-1] == 3 else None
     y2 = c(y, 2) if y.shape[-1] == 3 else None
     if x2 is None:
-        cx = A.multiply(x1, y2)
-        cy = A.negative(A.multiply(x0, y2))
+        cx = ew.multiply(x1, y2)
+        cy = ew.negative(ew.multiply(x0, y2))
     elif y2 is None:
-        cx = A.negative(A.multiply(x2, y1))
-        cy = A.multiply(x2, y0)
+        cx = ew.negative(ew.multiply(x2, y1))
+        cy = ew.multiply(x2, y0)
     else:
-        cx = A.subtract(A.multiply(x1, y2), A.multiply(x2, y1))
-        cy = A.subtract(A.multiply(x2, y0), A.multiply(x0, y2))
+        cx = ew.subtract(ew.multiply(x1, y2), ew.multiply(x2, y1))
+        cy = ew.subtract(ew.multiply(x2, y0), ew.multiply(x0, y2))
     shape = np.broadcast_shapes(cx.shape, cy.shape, z.shape)
-    r = A.stack([A.broadcast_to(cx, shape), A.broadcast_to(cy, shape), A.broadcast_to(z, shape)], -1)
-    return A.moveaxis(r, -1, axisc)
+    r = shapes.stack([core.broadcast_to(cx, shape), core.broadcast_to(cy, shape), core.broadcast_to(z, shape)], -1)
+    return shapes.moveaxis(r, -1, axisc)

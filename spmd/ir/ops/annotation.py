@@ -2,14 +2,14 @@
 traced code). Its attrs are plain data — the spec and the partial axes — the mesh is
 the graph's."""
 from ..factors import einsum_rule, letters
-from .elementwise import ALL, _aval
+from .elementwise import ALL, aval
 from .registry import OpDef, check, register
 
 
 def _infer(x, spec, partial=()):
     check(len(spec) <= len(x.shape), f"sharding spec {list(spec)} has {len(spec)} entries but the "
                                      f"value has rank {len(x.shape)}")
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _vjp(g, op, ct):

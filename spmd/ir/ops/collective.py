@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import SpmdError
-from .elementwise import ALL, _aval
+from .elementwise import ALL, aval
 from .registry import OpDef, check, register
 
 REDUCTIONS = ("sum", "max", "min", "prod")
@@ -80,7 +80,7 @@ def _comm(name, comm, axes, group_size):
 def _ar_infer(x, axes, reduction, group_size):
     _check_group(axes, group_size)
     check(reduction in REDUCTIONS, f"unknown reduction {reduction!r} (takes {', '.join(REDUCTIONS)})")
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _ar_ref(x, comm=None, *, axes, reduction, group_size, out=None):
@@ -108,7 +108,7 @@ def _ar_vjp(g, op, ct):
 # -- all_reduce_start / all_reduce_done ---------------------------------------------------------
 def _ars_infer(x, axes, reduction, group_size):
     _ar_infer(x, axes, reduction, group_size)
-    return _aval((), "int64")
+    return aval((), "int64")
 
 
 def _ars_ref(x, comm=None, *, axes, reduction, group_size):
@@ -133,7 +133,7 @@ def _ag_infer(x, axes, dimension, group_size):
     _check_dim(x, dimension, "dimension")
     shape = list(x.shape)
     shape[dimension] *= group_size
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 def _ag_ref(x, comm=None, *, axes, dimension, group_size):
@@ -155,7 +155,7 @@ def _rs_infer(x, axes, dimension, reduction, group_size):
           f"dimension {dimension} of size {x.shape[dimension]} does not split into {group_size} equal blocks")
     shape = list(x.shape)
     shape[dimension] //= group_size
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 def _rs_ref(x, comm=None, *, axes, dimension, reduction, group_size):
@@ -181,7 +181,7 @@ def _a2a_infer(x, axes, split_dimension, concat_dimension, group_size):
     shape = list(x.shape)
     shape[split_dimension] //= group_size
     shape[concat_dimension] *= group_size
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 def _a2a_ref(x, comm=None, *, axes, split_dimension, concat_dimension, group_size):
@@ -209,7 +209,7 @@ def check_pairs(pairs, group_size):
 def _cp_infer(x, axes, pairs, group_size):
     _check_group(axes, group_size)
     check_pairs(pairs, group_size)
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _cp_ref(x, comm=None, *, axes, pairs, group_size):
@@ -249,7 +249,7 @@ def _ai_infer(axes):
     axes = norm_axes(axes)
     check(all(isinstance(a, str) for a in axes) and len(set(axes)) == len(axes),
           f"axes {axes} must be distinct mesh axis names")
-    return _aval((), "int64")
+    return aval((), "int64")
 
 
 def _ai_ref(comm=None, *, axes):
@@ -267,21 +267,23 @@ def _no_flops(ins, out, attrs):
     return 0
 
 
-# all_reduce works element by element: several with equal attributes may run as one
+# all_reduce and collective_permute work element by element: several with equal
+# attributes may run as one (on the concatenation of their operands: passes/combine.py)
 for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
         ("all_reduce", _ar_infer, _ar_ref, _ar_vjp, True,
          "sum the partial results of a contraction/reduction over a split dim", None),
         ("all_gather", _ag_infer, _ag_ref, _ag_vjp, False, "the consumer needs a split dim whole", None),
         ("reduce_scatter", _rs_infer, _rs_ref, _rs_vjp, False, "sum partial results and keep them split", None),
         ("all_to_all", _a2a_infer, _a2a_ref, _a2a_vjp, False, "move a split from one dim to another", None),
-        ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, False,
+        ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, True,
          "exchange halos across shard borders (shifted slice/pad/concat)", None),
         ("axis_index", _ai_infer, _ai_ref, None, False, None, _ai_device_values)):
+    _reduces = _name == "all_reduce"
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
                    dtypes=ALL, needs_comm=True, combinable=_combinable, reshards=_reshards,
-                   async_pair=("all_reduce_start", "all_reduce_done") if _name == "all_reduce" else None,
+                   async_pair=("all_reduce_start", "all_reduce_done") if _reduces else None,
                    # all_reduce writes into a given buffer, its operand's too (in place)
-                   takes_out=_combinable, out_may_be_operand=0 if _combinable else None, lowering="communicate",
+                   takes_out=_reduces, out_may_be_operand=0 if _reduces else None, lowering="communicate",
                    device_values=_device_values))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,

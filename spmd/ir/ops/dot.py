@@ -3,7 +3,7 @@ are batch, then lhs free, then rhs free, each in operand order."""
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .elementwise import _aval
+from .elementwise import aval
 from .registry import OpDef, check, register
 
 
@@ -29,7 +29,7 @@ def _infer(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
                                             f"rhs dim {b} is {rhs.shape[b]}")
     lf, rf = dims(len(lhs.shape), len(rhs.shape), lhs_batch, rhs_batch, lhs_contract, rhs_contract)
     shape = [lhs.shape[d] for d in lhs_batch] + [lhs.shape[d] for d in lf] + [rhs.shape[d] for d in rf]
-    return _aval(shape, lhs.dtype)
+    return aval(shape, lhs.dtype)
 
 
 def _prod(xs):

@@ -15,7 +15,7 @@ CPLX = ("complex64", "complex128")
 REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
 
-def _aval(shape, dtype):
+def aval(shape, dtype):
     from ..graph import Aval
     return Aval(tuple(shape), dtype)
 
@@ -28,7 +28,7 @@ def elementwise_factors(avals_in, avals_out, attrs):
 def _infer_unary(allowed):
     def infer(x, **_):
         check(x.dtype in allowed, f"dtype {x.dtype} not supported (takes {', '.join(allowed)})")
-        return _aval(x.shape, x.dtype)
+        return aval(x.shape, x.dtype)
     return infer
 
 
@@ -37,7 +37,7 @@ def _infer_binary(allowed, out_dtype=None):
         check(x.shape == y.shape, f"operand shapes differ: {list(x.shape)} vs {list(y.shape)}")
         check(x.dtype == y.dtype, f"operand dtypes differ: {x.dtype} vs {y.dtype}")
         check(x.dtype in allowed, f"dtype {x.dtype} not supported (takes {', '.join(allowed)})")
-        return _aval(x.shape, out_dtype or x.dtype)
+        return aval(x.shape, out_dtype or x.dtype)
     return infer
 
 
@@ -226,29 +226,31 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
-       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True,
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True, infix="+",
        position=lambda a, b: a + b)
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
        NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify,
-       lowers_complex=True, position=lambda a, b: a - b)
+       lowers_complex=True, infix="-", position=lambda a, b: a - b)
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
-       lowers_complex=True, position=lambda a, b: a * b)
+       lowers_complex=True, infix="*", position=lambda a, b: a * b)
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
-       NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1))
+       NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
+       infix="/")
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
 binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=10,
-       simplify=_power_simplify)
-binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y))
+       simplify=_power_simplify, infix="**")
+binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%")
 binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y),
-       position=lambda a, b: a & b)
+       infix="&", position=lambda a, b: a & b)
 binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y),
-       position=lambda a, b: a | b)
-binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))
+       infix="|", position=lambda a, b: a | b)
+binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y),
+       infix="^")
 
 
 def _shift_ref(left):
@@ -263,13 +265,15 @@ def _shift_ref(left):
     return ref
 
 
-binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True))
-binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False))
+binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True),
+       infix="<<")
+binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False),
+       infix=">>")
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
-      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True,
+      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True, infix="-",
       position=lambda a: -a)
-unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x),
+unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x), infix="~",
       position=lambda a: ~a)
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
@@ -286,7 +290,7 @@ def _abs_vjp(g, op, ct):
 
 def _abs_infer(x, **_):
     check(x.dtype in NUM + CPLX, f"dtype {x.dtype} not supported (takes {', '.join(NUM + CPLX)})")
-    return _aval(x.shape, REAL_OF.get(x.dtype, x.dtype))
+    return aval(x.shape, REAL_OF.get(x.dtype, x.dtype))
 
 
 def _abs_ref(x):
@@ -333,6 +337,7 @@ unary("cos", _cast_ref(np.cos),
 # -- compare, select, convert --------------------------------------------------------------
 DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
               "GT": np.greater, "GE": np.greater_equal}
+SYMBOLS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
 def _compare_infer(x, y, direction):
@@ -346,6 +351,7 @@ register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
                _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+               infix=lambda attrs: SYMBOLS[attrs["direction"]],
                position=lambda a, b, direction: a.compare(b, direction)))
 
 
@@ -354,7 +360,7 @@ def _select_infer(p, a, b):
     check(p.shape == a.shape == b.shape,
           f"shapes differ: pred {list(p.shape)}, on_true {list(a.shape)}, on_false {list(b.shape)}")
     check(a.dtype == b.dtype, f"branch dtypes differ: {a.dtype} vs {b.dtype}")
-    return _aval(a.shape, a.dtype)
+    return aval(a.shape, a.dtype)
 
 
 def _select_vjp(g, op, ct):
@@ -371,7 +377,7 @@ register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(
 
 def _convert_infer(x, dtype):
     from .. import dtypes
-    return _aval(x.shape, dtypes.canon(dtype))
+    return aval(x.shape, dtypes.canon(dtype))
 
 
 def _convert_ref(x, dtype):
@@ -406,7 +412,7 @@ register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_
 # -- complex parts: real, imag, conj ---------------------------------------------------------
 def _part_infer(x, **_):
     check(x.dtype in CPLX, f"takes complex64/complex128, got {x.dtype}")
-    return _aval(x.shape, REAL_OF[x.dtype])
+    return aval(x.shape, REAL_OF[x.dtype])
 
 
 def _imag_vjp(g, op, ct):

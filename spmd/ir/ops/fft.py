@@ -29,7 +29,7 @@ stand for a conjugate pair.
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .elementwise import _aval
+from .elementwise import aval
 from .registry import OpDef, check, register
 
 KINDS = ("fft", "ifft", "rfft", "irfft")
@@ -52,17 +52,17 @@ def _infer(x, kind, axes, n, norm):
     if kind in ("fft", "ifft"):
         check(x.dtype in REAL_OF, f"{kind} takes complex64/complex128, got {x.dtype}")
         check(shape[last] == n, f"{kind}: n={n} but the operand has {shape[last]} along dim {last}")
-        return _aval(shape, x.dtype)
+        return aval(shape, x.dtype)
     if kind == "rfft":
         check(x.dtype in COMPLEX_OF, f"rfft takes float32/float64, got {x.dtype}")
         check(shape[last] == n, f"rfft: n={n} but the operand has {shape[last]} along dim {last}")
         shape[last] = n // 2 + 1
-        return _aval(shape, COMPLEX_OF[x.dtype])
+        return aval(shape, COMPLEX_OF[x.dtype])
     check(x.dtype in REAL_OF, f"irfft takes complex64/complex128, got {x.dtype}")
     check(shape[last] == n // 2 + 1, f"irfft: n={n} needs {n // 2 + 1} coefficients along dim {last}, "
                                      f"the operand has {shape[last]}")
     shape[last] = n
-    return _aval(shape, REAL_OF[x.dtype])
+    return aval(shape, REAL_OF[x.dtype])
 
 
 def _ref(x, kind, axes, n, norm):

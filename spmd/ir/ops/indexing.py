@@ -5,7 +5,7 @@ adds its updates, so gather's VJP is scatter and scatter's is gather)."""
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .elementwise import ALL, _aval
+from .elementwise import ALL, aval
 from .registry import OpDef, check, register, zero_of
 
 INTS = ("int32", "int64")
@@ -126,7 +126,7 @@ def _ds_infer(x, *starts, slice_sizes):
     _starts_ok(x, starts)
     check(len(slice_sizes) == len(x.shape) and all(0 <= k <= n for k, n in zip(slice_sizes, x.shape)),
           f"slice_sizes {list(slice_sizes)} do not fit shape {list(x.shape)}")
-    return _aval(slice_sizes, x.dtype)
+    return aval(slice_sizes, x.dtype)
 
 
 def _ds_ref(x, *starts, slice_sizes):
@@ -179,7 +179,7 @@ def _dus_infer(x, u, *starts):
     check(u.dtype == x.dtype, f"update dtype {u.dtype} differs from operand dtype {x.dtype}")
     check(len(u.shape) == len(x.shape) and all(k <= n for k, n in zip(u.shape, x.shape)),
           f"update shape {list(u.shape)} does not fit operand shape {list(x.shape)}")
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _dus_ref(x, u, *starts):
@@ -217,7 +217,7 @@ def _gather_infer(x, idx, axis):
     check(0 <= axis < len(x.shape), f"axis {axis} out of range for rank {len(x.shape)}")
     check(idx.dtype in INTS, f"indices must be integers, got {idx.dtype}")
     check(x.shape[axis] > 0 or int(np.prod(idx.shape)) == 0, f"cannot gather from an empty axis {axis}")
-    return _aval(_gather_shape(x.shape, idx.shape, axis), x.dtype)
+    return aval(_gather_shape(x.shape, idx.shape, axis), x.dtype)
 
 
 def _gather_ref(x, idx, axis):
@@ -257,7 +257,7 @@ def _scatter_infer(x, idx, upd, axis):
     want = _gather_shape(x.shape, idx.shape, axis)
     check(tuple(upd.shape) == want, f"updates shape {list(upd.shape)} should be {list(want)}")
     check(x.shape[axis] > 0 or int(np.prod(idx.shape)) == 0, f"cannot scatter into an empty axis {axis}")
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _scatter_ref(x, idx, upd, axis):

@@ -14,7 +14,7 @@ Ops with several numpy results are one op per result, picked by the `part` attri
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .elementwise import _aval, const_like
+from .elementwise import aval, const_like
 from .registry import OpDef, check, register
 
 FLOAT = ("float32", "float64")     # numpy.linalg has no float16 / bfloat16
@@ -129,7 +129,7 @@ def _linalg(name, infer, ref, vjp, factors=None, nondiff=None, **rules):
 # -- inv -----------------------------------------------------------------------------------------
 def _inv_infer(a):
     _square(a)
-    return _aval(a.shape, a.dtype)
+    return aval(a.shape, a.dtype)
 
 
 def _inv_vjp(g, op, ct):
@@ -148,7 +148,7 @@ def _solve_infer(a, b):
     check(len(b.shape) == len(a.shape) and tuple(b.shape[:-2]) == tuple(a.shape[:-2])
           and b.shape[-2] == a.shape[-1],
           f"b must be (..., {a.shape[-1]}, k) with a's batch dims {list(a.shape[:-2])}, got {list(b.shape)}")
-    return _aval(b.shape, a.dtype)
+    return aval(b.shape, a.dtype)
 
 
 def _solve_vjp(g, op, ct):
@@ -174,7 +174,7 @@ _linalg("solve", _solve_infer, lambda a, b: np.linalg.solve(a, b), _solve_vjp, _
 # -- det, slogdet ----------------------------------------------------------------------------------
 def _det_infer(a):
     _square(a)
-    return _aval(a.shape[:-2], a.dtype)
+    return aval(a.shape[:-2], a.dtype)
 
 
 def _inv_T(g, a):
@@ -192,7 +192,7 @@ _linalg("det", _det_infer, lambda a: np.linalg.det(a), _det_vjp, _factors(0))
 
 def _slogdet_infer(a):
     _square(a)
-    return _aval(tuple(a.shape[:-2]) + (2,), a.dtype)
+    return aval(tuple(a.shape[:-2]) + (2,), a.dtype)
 
 
 def _slogdet_ref(a):
@@ -239,7 +239,7 @@ _linalg("cholesky", _inv_infer, lambda a: np.linalg.cholesky(a), _chol_vjp)
 def _eigh_infer(a, part):
     _square(a)
     check(part in ("w", "v"), f"eigh part must be 'w' or 'v', got {part!r}")
-    return _aval(a.shape if part == "v" else a.shape[:-1], a.dtype)
+    return aval(a.shape if part == "v" else a.shape[:-1], a.dtype)
 
 
 def _eigh_ref(a, part):
@@ -268,7 +268,7 @@ def _svd_shape(s, part, full):
 def _svd_infer(a, part, full_matrices):
     _matrix(a)
     check(part in ("u", "s", "vh"), f"svd part must be 'u', 's' or 'vh', got {part!r}")
-    return _aval(_svd_shape(a.shape, part, full_matrices), a.dtype)
+    return aval(_svd_shape(a.shape, part, full_matrices), a.dtype)
 
 
 def _svd_ref(a, part, full_matrices):
@@ -298,7 +298,7 @@ def _qr_infer(a, part, mode):
     _matrix(a)
     check(part in ("q", "r"), f"qr part must be 'q' or 'r', got {part!r}")
     check(mode in ("reduced", "complete"), f"qr mode must be 'reduced' or 'complete', got {mode!r}")
-    return _aval(_qr_shape(a.shape, part, mode), a.dtype)
+    return aval(_qr_shape(a.shape, part, mode), a.dtype)
 
 
 def _qr_ref(a, part, mode):

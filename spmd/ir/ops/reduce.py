@@ -3,7 +3,7 @@ dtype; numpy's promotion of integer sums is done by the tracer with a convert.""
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .elementwise import _aval
+from .elementwise import aval
 from .registry import OpDef, check, register, zero_of
 
 HALFS = ("float16", "bfloat16")
@@ -18,7 +18,7 @@ def _infer(x, kind, axes):
     check(not (x.dtype == "bool" and kind in ("sum", "prod")), f"{kind} of bool: convert first")
     check(not (x.dtype.startswith("complex") and kind in ("max", "min")),
           f"{kind} of {x.dtype}: complex numbers have no order")
-    return _aval(tuple(s for d, s in enumerate(x.shape) if d not in axes), x.dtype)
+    return aval(tuple(s for d, s in enumerate(x.shape) if d not in axes), x.dtype)
 
 
 def identity(kind, dtype):
@@ -105,7 +105,7 @@ def _cum_infer(x, kind, axis, reverse):
     check(kind in KINDS, f"unknown reduction {kind!r} (takes {', '.join(KINDS)})")
     check(0 <= axis < len(x.shape), f"axis {axis} out of range for rank {len(x.shape)}")
     check(x.dtype != "bool", f"cumulative {kind} of bool: convert first")
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _cum_ref(x, kind, axis, reverse):

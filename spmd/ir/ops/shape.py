@@ -4,7 +4,7 @@ import numpy as np
 
 from .. import dtypes
 from ..factors import einsum_rule, letters, reshape_rule
-from .elementwise import ALL, _aval, const_like
+from .elementwise import ALL, aval, const_like, elementwise_factors
 from .registry import OpDef, check, producer_is, register, splat, zero_of
 
 
@@ -411,7 +411,7 @@ def _slice_simplify(rb, op, ops, uses):
 # constant: the value lives in the attribute (small ones print inline, large ones as hex)
 def _constant_infer(value):
     check(isinstance(value, np.ndarray), f"constant value must be an ndarray, got {type(value).__name__}")
-    return _aval(value.shape, dtypes.canon(value.dtype))
+    return aval(value.shape, dtypes.canon(value.dtype))
 
 
 _leaf("constant", _constant_infer, lambda value: value, partition=_partition_constant, lowering="literal",
@@ -423,7 +423,7 @@ def _iota_infer(shape, dtype, dimension):
     check(all(d >= 0 for d in shape), f"negative dimension in shape {list(shape)}")
     dt = dtypes.canon(dtype)
     check(dt != "bool", "iota of bool is not defined (StableHLO: integer or float)")
-    return _aval(shape, dt)
+    return aval(shape, dt)
 
 
 def _iota_ref(shape, dtype, dimension):
@@ -444,7 +444,7 @@ def _bcast_infer(x, shape, broadcast_dimensions):
     for i, d in enumerate(bd):
         check(x.shape[i] in (1, shape[d]), f"operand dim {i} (size {x.shape[i]}) cannot broadcast "
                                            f"to result dim {d} (size {shape[d]})")
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 def _bcast_ref(x, shape, broadcast_dimensions):
@@ -484,7 +484,7 @@ def _reshape_infer(x, shape):
     check(all(d >= 0 for d in shape), f"negative dimension in shape {list(shape)}")
     check(int(np.prod(shape, dtype=np.int64)) == int(np.prod(x.shape, dtype=np.int64)),
           f"cannot reshape {list(x.shape)} ({int(np.prod(x.shape))} elements) to {list(shape)}")
-    return _aval(shape, x.dtype)
+    return aval(shape, x.dtype)
 
 
 register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
@@ -497,7 +497,7 @@ register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(sh
 def _transpose_infer(x, permutation):
     check(sorted(permutation) == list(range(len(x.shape))),
           f"permutation {list(permutation)} is not a permutation of {len(x.shape)} dims")
-    return _aval(tuple(x.shape[p] for p in permutation), x.dtype)
+    return aval(tuple(x.shape[p] for p in permutation), x.dtype)
 
 
 def _transpose_factors(ins, outs, attrs):
@@ -512,6 +512,71 @@ register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np
                lowers_complex=True))
 
 
+# -- reverse ---------------------------------------------------------------------------------
+def _reverse_infer(x, dimensions):
+    dims = tuple(dimensions)
+    check(all(0 <= d < len(x.shape) for d in dims) and len(set(dims)) == len(dims),
+          f"reverse dimensions {list(dims)} must be distinct dims of a {len(x.shape)}-d value")
+    return aval(tuple(x.shape), x.dtype)
+
+
+def _reverse_index_map(out, shape, attrs):
+    """Element i of a reversed dim of size n reads element n - 1 - i."""
+    flip = set(attrs["dimensions"])
+    return tuple((tuple((var, -k) for var, k in terms), shape[d] - 1 - c) if d in flip else (terms, c)
+                 for d, (terms, c) in enumerate(out))
+
+
+def _reverse_simplify(rb, op, ops, uses):
+    """Reversing no dim, or a dim of size 1, moves nothing; reversing twice undoes it."""
+    x, r = ops[0], op.result
+    dims = tuple(d for d in op.attrs["dimensions"] if r.shape[d] > 1)
+    if not dims:
+        return x
+    if producer_is(x, "reverse") and set(x.producer.attrs["dimensions"]) == set(op.attrs["dimensions"]):
+        return x.producer.operands[0]
+    return None
+
+
+def _partition_reverse(P, op):
+    """A reversed split dim: each device reverses its chunk, the chunks trade places with
+    their mirror devices (one collective_permute of a chunk), and, when the dim does not
+    divide evenly, a halo of the padding's width moves the result into place. Nothing is
+    gathered."""
+    res, xv = op.result, op.operands[0]
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec)
+    em = P.em
+    x = P.get(xv, P.sh(spec, partial))
+    x = em.emit("reverse", x, dimensions=tuple(op.attrs["dimensions"]))
+    for d in op.attrs["dimensions"]:
+        if not spec[d]:
+            continue
+        k, n = P.axes_size(spec[d]), res.shape[d]
+        c = x.shape[d]
+        if k == 1:
+            continue
+        own = x
+        x = em.emit("collective_permute", x, axes=tuple(spec[d]), group_size=k,
+                    pairs=tuple((j, k - 1 - j) for j in range(k) if j != k - 1 - j))
+        if k % 2:                              # the middle device keeps its own chunk
+            mid = em.compare(em.bcast(em.axis_index(spec[d]), x.shape), (k - 1) // 2, "EQ")
+            x = em.emit("select", mid, own, x)
+        shift = k * c - n                      # the padding, now at the front
+        if shift:
+            plan = P.halo.window_plan(k, c, k * c, c, n, 1, shift)
+            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c, n, 1, shift, k * c)
+    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+register(OpDef("reverse", "shape", _reverse_infer, lambda x, dimensions: np.flip(x, tuple(dimensions)),
+               lambda g, op, ct: (g.emit("reverse", ct, dimensions=op.attrs["dimensions"]),),
+               elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_reverse_simplify, view=True, index_map=_reverse_index_map, partition=_partition_reverse,
+               lowering="index_map", lowers_complex=True))
+
+
 # -- slice, pad, concatenate ---------------------------------------------------------------
 def slice_size(start, limit, stride):
     return max(0, (limit - start + stride - 1) // stride)
@@ -524,7 +589,7 @@ def _slice_infer(x, start, limit, stride):
     for d in range(n):
         check(0 <= start[d] <= limit[d] <= x.shape[d] and stride[d] >= 1,
               f"dim {d}: slice {start[d]}:{limit[d]}:{stride[d]} out of bounds for size {x.shape[d]}")
-    return _aval(tuple(slice_size(*t) for t in zip(start, limit, stride)), x.dtype)
+    return aval(tuple(slice_size(*t) for t in zip(start, limit, stride)), x.dtype)
 
 
 def _slice_vjp(g, op, ct):
@@ -560,7 +625,7 @@ def _pad_infer(x, v, low, high, interior):
                                                 f"got {v.dtype}{list(v.shape)}")
     check(len(low) == len(high) == len(interior) == n, f"low/high/interior need {n} entries")
     check(all(p >= 0 for p in (*low, *high, *interior)), "padding amounts must be >= 0")
-    return _aval(tuple(lo + s + max(s - 1, 0) * it + hi
+    return aval(tuple(lo + s + max(s - 1, 0) * it + hi
                        for s, lo, hi, it in zip(x.shape, low, high, interior)), x.dtype)
 
 
@@ -699,7 +764,7 @@ def _concat_infer(*xs, dimension):
               f"operand shapes {[list(x.shape) for x in xs]} differ outside dimension {dimension}")
     shape = list(xs[0].shape)
     shape[dimension] = sum(x.shape[dimension] for x in xs)
-    return _aval(shape, xs[0].dtype)
+    return aval(shape, xs[0].dtype)
 
 
 def _concat_vjp(g, op, ct):

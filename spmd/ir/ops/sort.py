@@ -9,7 +9,7 @@ every other dim passes through, so sorting rows of a row-split array is local.
 import numpy as np
 
 from ..factors import einsum_rule, letters
-from .elementwise import FLOAT, NUM, _aval, binary, const_like
+from .elementwise import FLOAT, NUM, aval, binary, const_like
 from .registry import OpDef, check, register
 
 WHY = "it needs the whole sorted axis on every device"
@@ -17,12 +17,12 @@ WHY = "it needs the whole sorted axis on every device"
 
 def _sort_infer(x, axis):
     check(0 <= axis < len(x.shape), f"axis {axis} out of range for rank {len(x.shape)}")
-    return _aval(x.shape, x.dtype)
+    return aval(x.shape, x.dtype)
 
 
 def _argsort_infer(x, axis):
     _sort_infer(x, axis)
-    return _aval(x.shape, "int64")
+    return aval(x.shape, "int64")
 
 
 def _sort_factors(ins, outs, attrs):

@@ -1,0 +1,328 @@
+"""Eager numpy on spmd.Arrays runs as small partitioned programs, one per op.
+
+`run` makes the op a one-op function around the same builder the tracer uses (the
+numpy_api table), stages it with jit once per (op, argument shapes, dtypes, shardings,
+static arguments) and caches it. Arguments: spmd.Arrays and ndarrays are the program's
+inputs (an ndarray is placed replicated), and so are scalars wrapped in `Dynamic`
+(weak, NEP 50: `x * alpha` compiles once for every alpha); everything else (axis=,
+shapes, dtypes, index slices) is static and part of the cache key. The result is an
+spmd.Array with the sharding propagation chose; nothing is gathered. What spmd cannot
+run falls back to numpy on the gathered values, with a UserWarning naming the bytes
+gathered (once per call site; `python -W error::UserWarning` makes it an error).
+
+Writes are the traced write path too. A program that writes into an Array argument
+(x[k] = v, x += v, out=, np.copyto, ...) returns the argument's new value as jit does
+for any function that writes its arguments, and `write_back` gives it to the Array: a
+view's write goes through to its root (eager/views.py) by a program that runs the view's
+steps on the root and writes there (`write`), exactly as functionalization does in
+traced code; the root takes the new shards, and each of its live views is derived again
+from them, so every view shows the write, as in numpy. (Under MPI every process does
+this in step: the live views are the ones the program's code holds on every rank.)
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+
+from ..errors import TraceError, is_internal
+from ..frontend import core, indexing
+from ..frontend import functionalize as fz
+from ..runtime.array import Array, device_put
+from ..staging import Jitted
+from ..tree import tree_flatten, tree_unflatten
+from . import views
+
+_CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
+_FALLBACK = object()
+_COLLECTIVES: dict = {}    # key -> the collectives its program runs, by op name
+_VIEW_LEAVES: dict = {}    # key -> the result leaves that are views of the first argument
+# counters since import (tests and users may reset them): one-op programs compiled and
+# run, fallbacks to numpy, and the collectives the eager programs ran, by op name
+STATS = {"compiled": 0, "calls": 0, "fallbacks": 0, "collectives": {}}
+
+
+def reset_stats():
+    STATS.update(compiled=0, calls=0, fallbacks=0, collectives={})
+
+
+def clear_cache():
+    _CACHE.clear()
+    _COLLECTIVES.clear()
+    _VIEW_LEAVES.clear()
+
+
+class Dynamic:
+    """A scalar argument that is a program input (a weak scalar, NEP 50), not static."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def is_dynamic_scalar(x) -> bool:
+    """A scalar that may be a program input. A Python int outside int32's range is static,
+    so the builder sees its value: numpy raises OverflowError for it against an int32
+    array (as a traced input it would wrap silently)."""
+    if type(x) is int:
+        return -2 ** 31 <= x < 2 ** 31
+    return isinstance(x, (bool, int, float, complex, np.generic))
+
+
+def dynamic_scalars(args):
+    """args with every scalar leaf wrapped in Dynamic."""
+    leaves, tree = tree_flatten(args, is_leaf=_is_array_leaf)
+    return tree_unflatten(tree, [Dynamic(x) if is_dynamic_scalar(x) else x for x in leaves])
+
+
+def _is_array_leaf(x):
+    return isinstance(x, (Array, np.ndarray))
+
+
+def _is_input(x):
+    return isinstance(x, (Array, np.ndarray, Dynamic))
+
+
+# -- running one op ---------------------------------------------------------------------------
+def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None, views_of_first=True):
+    """builder(*args, **kwargs) as a cached one-op partitioned program, its result laid out
+    by `out_sharding` if given. Where spmd cannot run it: fallback(why) if given, else
+    numpy on the gathered values. A result that is a view of args[0] is recorded as one
+    (views_of_first)."""
+    STATS["calls"] += 1
+    kwargs = kwargs or {}
+    fallback = fallback or (lambda why: in_numpy(kind, name, args, kwargs, why))
+    source = args[0] if views_of_first and args and isinstance(args[0], Array) else None
+    call = (builder, tuple(args[1:]), dict(kwargs))
+    if source is not None and views.is_view(source) and getattr(builder, "depends_on_layout", False):
+        # numpy decides view or copy (and ravel's order "K") from the strides: the program
+        # takes the view as what it is, a view of its root
+        root, steps = views.root_and_steps(source)
+        builder, args = _on_view, (root, steps, builder) + tuple(args[1:])
+    leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_input)
+    try:
+        key = _cache_key(kind, name, tree, out_sharding, leaves)
+    except _Unhashable:
+        return fallback("an unhashable argument")
+    f = _CACHE.get(key)
+    if f is None:
+        f = _CACHE[key] = _make(key, name, builder, tree, leaves, out_sharding)
+    if f is _FALLBACK:
+        return fallback("spmd cannot run it")
+    dyn = [x.value if isinstance(x, Dynamic) else x for x in leaves if _is_input(x)]
+    try:
+        out = f(*dyn)
+    except (NotImplementedError, TraceError) as e:
+        _CACHE[key] = _FALLBACK
+        return fallback(str(e).split(" (at ")[0])
+    _count_collectives(key, f, dyn)
+    if source is not None:
+        _record_views(out, source, _VIEW_LEAVES.get(key, ()), call)
+    return out
+
+
+def _cache_key(kind, name, tree, out_sharding, leaves):
+    """What the program depends on: the op, the argument tree, the inputs' avals and
+    shardings, and the static leaves' values."""
+    return (kind, name, tree, out_sharding) + tuple(_input_key(x) if _is_input(x) else _static_key(x)
+                                                  for x in leaves)
+
+
+def _on_view(root, steps, builder, *args, **kwargs):
+    return builder(views.derive(root, steps), *args, **kwargs)
+
+
+def _make(key, name, builder, tree, leaves, out_sharding):
+    is_in = [_is_input(x) for x in leaves]
+    static = [None if d else x for x, d in zip(leaves, is_in)]
+
+    def one_op(*dyn):
+        it = iter(dyn)
+        a, k = tree_unflatten(tree, [next(it) if d else x for x, d in zip(static, is_in)])
+        r = builder(*a, **k)
+        # numpy's result is a view of the first argument where the traced one shares its
+        # Buffer: the eager result then is one too (run records it)
+        _VIEW_LEAVES[key] = [i for i, leaf in enumerate(tree_flatten(r)[0]) if a and fz.is_view_of(leaf, a[0])]
+        return r
+
+    one_op.__name__ = one_op.__qualname__ = f"eager_{name.strip('_')}"
+    STATS["compiled"] += 1
+    # the arrays' mesh, also of one device (jit alone would run that as plain numpy)
+    mesh = next((x.sharding.mesh for x in leaves if isinstance(x, Array)), None)
+    return Jitted(one_op, out_shardings=out_sharding, mesh=mesh, write_array=write_back)
+
+
+def _record_views(out, source, view_leaves, call):
+    builder, args, kwargs = call
+    if isinstance(out, Array):
+        if view_leaves:
+            views.record(out, source, (builder, args, kwargs, None))
+        return
+    outs = tree_flatten(out)[0]
+    for i in view_leaves:
+        views.record(outs[i], source, (builder, args, kwargs, i))
+
+
+def _count_collectives(key, f, dyn):
+    ops = _COLLECTIVES.get(key)
+    if ops is None:
+        low = f.lower(*dyn)
+        ops = _COLLECTIVES[key] = [c["op"] for c in low.report()["collectives"]] if low.mesh else []
+    for o in ops:
+        STATS["collectives"][o] = STATS["collectives"].get(o, 0) + 1
+
+
+def _input_key(x):
+    if isinstance(x, Array):
+        return ("A", x.shape, x.dtype.str, x.sharding)
+    if isinstance(x, np.ndarray):
+        return ("N", x.shape, x.dtype.str)
+    if isinstance(x.value, np.generic):
+        return ("G", x.value.dtype.str)
+    return ("S", type(x.value).__name__)        # a Python scalar: weak
+
+
+def _static_key(x):
+    """A hashable stand-in for a static argument leaf."""
+    if isinstance(x, slice):
+        return ("slice", x.start, x.stop, x.step)
+    if isinstance(x, np.dtype) or isinstance(x, type):
+        return ("dtype", str(np.dtype(x)) if x is not None else None)
+    try:
+        hash(x)
+    except TypeError:
+        raise _Unhashable(x) from None
+    return (type(x).__name__, x)
+
+
+class _Unhashable(Exception):
+    pass
+
+
+# -- numpy on the gathered values, where spmd cannot run an op --------------------------------
+def user_stacklevel():
+    """warnings.warn's stacklevel that points at the user's line."""
+    f, level = sys._getframe(1), 1
+    while f is not None and is_internal(f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    return level
+
+
+def warn_gathered(what, arrays, why):
+    """Warn that `what` runs in numpy on the gathered values of `arrays` (unless they are
+    replicated: then each process reads its own copy, nothing leaves the mesh)."""
+    nbytes = sum(x.nbytes for x in arrays)
+    if nbytes and not all(x.is_fully_replicated for x in arrays):
+        STATS["fallbacks"] += 1
+        warnings.warn(f"spmd: {what} on an spmd.Array runs in numpy on the gathered value "
+                      f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=user_stacklevel())
+
+
+def gathered(x):
+    if isinstance(x, Dynamic):
+        return x.value
+    return x.numpy() if isinstance(x, Array) else x
+
+
+def in_numpy(kind, name, args, kwargs, why):
+    """The op in numpy on the gathered values (warning with the bytes gathered), its array
+    results placed back on the mesh, replicated."""
+    leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_input)
+    arrays = [x for x in leaves if isinstance(x, Array)]
+    label = getattr(name, "__name__", str(name)) if kind == "function" else name
+    warn_gathered({"ufunc": f"np.{label}", "function": f"np.{label}", "method": f"ndarray.{label}"}.get(kind, label),
+                  arrays, why)
+    a, k = tree_unflatten(tree, [gathered(x) for x in leaves])
+    out = _call_numpy(kind, name, a, k)
+    if _writes_first(kind, name) and isinstance(args[0], Array):
+        args[0][...] = a[0]          # numpy wrote the gathered copy: the Array takes it
+    return _place(out, arrays[0].sharding.mesh if arrays else None)
+
+
+# numpy functions that write into their first argument (a fallback must write it back)
+_WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
+
+
+def _writes_first(kind, name):
+    return (kind == "function" and name in _WRITES_FIRST) or (kind == "ufunc" and name.endswith(".at"))
+
+
+def _call_numpy(kind, name, a, k):
+    if kind == "ufunc":
+        ufunc, _, method = name.partition(".")          # "add.accumulate": np.add.accumulate
+        return getattr(getattr(np, ufunc), method or "__call__")(*a, **k)
+    if kind == "function":
+        return name(*a, **k)
+    if kind == "method":
+        return getattr(np.asarray(a[0]), name)(*a[1:], **k)
+    if kind == "operator":
+        import operator
+        return getattr(operator, name)(*a, **k)
+    raise AssertionError(kind)
+
+
+def _place(out, mesh):
+    if mesh is None:
+        return out
+    if isinstance(out, np.ndarray) and out.dtype.kind in "biuf":
+        return device_put(out, mesh.sharding())
+    if isinstance(out, tuple):
+        return tuple(_place(o, mesh) for o in out)
+    return out
+
+
+# -- writes -----------------------------------------------------------------------------------
+class _Root:
+    """Stands for the written array's root among a write's operands."""
+
+    def __repr__(self):
+        return "<the written array>"
+
+
+_ROOT = _Root()
+
+
+def numpy_setitem(g, key, value):
+    g[key] = value
+
+
+def write(target, form, args, numpy_form, what):
+    """form(target, *args) for the Array target, whose new value reaches its root and every
+    view of it: one program runs target's view steps on the root and writes there
+    (functionalization), and jit writes the root back. Where spmd cannot run the write,
+    numpy_form(gathered target, *gathered args) does, and the result is written in."""
+    root, steps = views.root_and_steps(target)
+    # an operand that is the root itself is the root's value before the write (jit takes
+    # one array once per program)
+    operands = tuple(_ROOT if x is root else x for x in args)
+
+    def numpy_write(why):
+        warn_gathered(what, [target] + [x for x in args if isinstance(x, Array)], why)
+        g = target.numpy()
+        numpy_form(g, *[gathered(x) for x in args])
+        write(target, indexing.setitem, (Ellipsis, g), numpy_setitem, what)
+
+    run("write", form.__name__, _write_program, (root, steps, form) + operands, fallback=numpy_write,
+        views_of_first=False)
+
+
+def _write_program(root, steps, form, *args):
+    before = fz.fresh(root)
+    form(views.derive(root, steps), *[before if x is _ROOT else x for x in args])
+
+
+def write_back(a, new):
+    """Array a, which a program wrote, takes the value `new` (jit's write_array): through
+    to its root if a is a view; else a takes new's shards (laid out as a's), and its live
+    views are derived again."""
+    if views.is_view(a):
+        write(a, indexing.setitem, (Ellipsis, new), numpy_setitem, "x[...] = v")
+        return
+    if new.sharding != a.sharding:
+        new = run("function", "reshard", core.asarray, (new,), out_sharding=a.sharding, views_of_first=False)
+    a._handles = new._handles
+    for v in views.live_views(a):
+        _, steps = views.root_and_steps(v)
+        v._handles = run("view", "derive", views.derive, (a, steps), out_sharding=v.sharding,
+                         views_of_first=False)._handles

@@ -1,0 +1,145 @@
+"""numpy's contractions on Tracers, each one dot_general (StableHLO's: batch and
+contracting dimensions of both operands): matmul and @, dot, vdot, inner, outer,
+tensordot, einsum (contracted left to right, summing each letter as soon as no later
+operand or the output needs it)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, user_loc
+from . import core
+from . import elementwise as ew
+from . import reductions as red
+from . import shapes
+
+
+def _dot_general(a, b, lc, rc, lb=(), rb=()):
+    dt = core.result_dtype(a, b)
+    if dt == "bool":     # numpy: a logical or of ands, i.e. an integer dot product != 0
+        return ew.not_equal(_dot_general(core.astype(a, "int64"), core.astype(b, "int64"), lc, rc, lb, rb), 0)
+    a, b = core.asarray(a, dt), core.asarray(b, dt)
+    return core.emit(a._tr, "dot_general", a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
+                 lhs_contract=tuple(lc), rhs_contract=tuple(rc))
+
+
+def _check_contract(name, a, b, da, db):
+    if a.shape[da] != b.shape[db]:
+        raise ShapeError(f"{name} at {user_loc()}: {list(a.shape)} and {list(b.shape)} do not contract "
+                         f"(dim {da} is {a.shape[da]}, dim {db} is {b.shape[db]})")
+
+
+def matmul(a, b):
+    a, b = [core.asarray(v, core.result_dtype(a, b), core.trace_of(a, b)) for v in (a, b)]
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul at {user_loc()}: operands must not be 0-d, got {list(a.shape)}, {list(b.shape)}")
+    if a.ndim == 1 and b.ndim == 1:
+        _check_contract("matmul", a, b, 0, 0)
+        return _dot_general(a, b, (0,), (0,))
+    if b.ndim <= 2:
+        db = 0 if b.ndim == 1 else 0
+        _check_contract("matmul", a, b, a.ndim - 1, db)
+        return _dot_general(a, b, (a.ndim - 1,), (db,))
+    if a.ndim == 1:
+        _check_contract("matmul", a, b, 0, b.ndim - 2)
+        return _dot_general(a, b, (0,), (b.ndim - 2,))
+    _check_contract("matmul", a, b, a.ndim - 1, b.ndim - 2)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = core.broadcast_to(a, batch + a.shape[-2:])
+    b = core.broadcast_to(b, batch + b.shape[-2:])
+    nb = len(batch)
+    return _dot_general(a, b, (nb + 1,), (nb,), range(nb), range(nb))
+
+
+def dot(a, b, out=None):
+    core.no_extra("dot", (), {"out": out})
+    a, b = [core.asarray(v, core.result_dtype(a, b), core.trace_of(a, b)) for v in (a, b)]
+    if a.ndim == 0 or b.ndim == 0:
+        return ew.multiply(a, b)
+    db = 0 if b.ndim == 1 else b.ndim - 2
+    _check_contract("dot", a, b, a.ndim - 1, db)
+    return _dot_general(a, b, (a.ndim - 1,), (db,))
+
+
+def vdot(a, b):
+    return dot(shapes.ravel(ew.conjugate(a)), shapes.ravel(b))     # numpy conjugates the first argument
+
+
+def inner(a, b):
+    a, b = core.asarray(a), core.asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return ew.multiply(a, b)
+    _check_contract("inner", a, b, a.ndim - 1, b.ndim - 1)
+    return _dot_general(a, b, (a.ndim - 1,), (b.ndim - 1,))
+
+
+def outer(a, b):
+    return ew.multiply(shapes.reshape(shapes.ravel(a), (-1, 1)), shapes.ravel(b))
+
+
+def tensordot(a, b, axes=2):
+    a, b = core.asarray(a), core.asarray(b)
+    if isinstance(axes, int):
+        la, lb_ = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    else:
+        la, lb_ = [np.atleast_1d(x).tolist() for x in axes]
+    return _dot_general(a, b, [x % a.ndim for x in la], [x % b.ndim for x in lb_])
+
+
+def einsum(subscripts, *operands, optimize=None, **kw):
+    core.no_extra("einsum", (), kw)
+    specs, out = _einsum_specs(subscripts, len(operands))
+    t = core.trace_of(*operands)
+    dt = core.result_dtype(*operands)
+    ts = [core.asarray(x, dt, t) for x in operands]
+    for s, x in zip(specs, ts):
+        if len(s) != x.ndim:
+            raise ShapeError(f"einsum {subscripts!r}: {s!r} names {len(s)} dims of an operand of "
+                             f"shape {list(x.shape)} (at {user_loc()})")
+        if len(set(s)) != len(s):
+            raise NotImplementedError(f"einsum with a repeated index in {s!r} (a diagonal) is not "
+                                      f"supported in spmd (at {user_loc()})")
+    # contract left to right; a letter is summed once no later operand or the output needs it
+    acc, acc_s = _einsum_sum_unused(ts[0], specs[0], set("".join(specs[1:])) | set(out))
+    for k in range(1, len(ts)):
+        acc, acc_s = _einsum_contract(acc, acc_s, ts[k], specs[k], set("".join(specs[k + 1:])) | set(out))
+    acc, acc_s = _einsum_sum_unused(acc, acc_s, set(out))
+    return shapes.transpose(acc, [acc_s.index(c) for c in out])
+
+
+def _einsum_specs(subscripts, n):
+    """The operands' letters and the output's (numpy's implicit output: the letters that
+    appear once, sorted)."""
+    if "..." in subscripts:
+        raise NotImplementedError(f"einsum with '...' is not supported in spmd (at {user_loc()})")
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        ins, out = subscripts.split("->")
+    else:
+        ins = subscripts
+        counts = {c: ins.count(c) for c in ins if c != ","}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    specs = ins.split(",")
+    if len(specs) != n:
+        raise ShapeError(f"einsum {subscripts!r} names {len(specs)} operands, got {n} (at {user_loc()})")
+    return specs, out
+
+
+def _einsum_contract(acc, acc_s, b, bs, later):
+    """acc (letters acc_s) with b (letters bs) as one dot_general: the letters both have
+    and a later operand or the output needs are batch dims, the others contracted."""
+    b, bs = _einsum_sum_unused(b, bs, set(acc_s) | later)
+    batch = [c for c in acc_s if c in bs and c in later]
+    contract = [c for c in acc_s if c in bs and c not in later]
+    for c in batch + contract:
+        _check_contract("einsum", acc, b, acc_s.index(c), bs.index(c))
+    acc = _dot_general(acc, b, [acc_s.index(c) for c in contract], [bs.index(c) for c in contract],
+                       [acc_s.index(c) for c in batch], [bs.index(c) for c in batch])
+    return acc, "".join(batch) + "".join(c for c in acc_s if c not in bs) + "".join(c for c in bs if c not in acc_s)
+
+
+def _einsum_sum_unused(x, spec, keep):
+    drop = [i for i, c in enumerate(spec) if c not in keep]
+    if not drop:
+        return x, spec
+    # einsum sums in the operands' dtype (np.sum would widen int32)
+    return red.sum(x, tuple(drop), dtype=x.dtype), "".join(c for c in spec if c in keep)

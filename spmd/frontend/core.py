@@ -1,0 +1,209 @@
+"""The helpers every numpy builder shares: the trace an op goes into, emitting an op on
+Tracers, numpy's dtype rules (NEP 50 promotion, the dtypes of float ufuncs), turning any
+array-like into a Tracer (asarray, astype, broadcast_to), axis normalisation, the check
+for arguments spmd does not take, and arrays filled like another (zeros_like, ...)."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ..errors import ShapeError, TraceError, user_loc
+from ..ir import dtypes
+from .trace import Tracer, current_trace
+
+
+def trace_of(*xs):
+    """The Trace recording the first Tracer among xs, else the current one."""
+    for x in xs:
+        if isinstance(x, Tracer):
+            return x._tr
+    t = current_trace()
+    if t is None:
+        raise TraceError("spmd numpy function called outside of tracing")
+    return t
+
+
+def emit(t, name, *tracers, **attrs):
+    """Op `name` on the Values of `tracers`, recorded in trace t: its result as a Tracer."""
+    return Tracer(t.emit(name, *[x.value for x in tracers], **attrs), t)
+
+
+def _dtype_token(x):
+    """What np.result_type should see of x: dtypes for arrays, Python scalars as weak."""
+    if isinstance(x, Tracer):
+        if x.weak:
+            return {"bool": False, "int64": 0, "int32": 0, "complex128": 0j}.get(x.value.dtype, 0.0)
+        return x.dtype
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype
+    if isinstance(x, (bool, int, float, complex)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x).dtype
+    if hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape"):
+        return np.dtype(x.dtype)          # an array-like (an spmd.Array closed over): a constant
+    raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
+
+
+def result_dtype(*xs) -> str:
+    dt = dtypes.result_type(*[_dtype_token(x) for x in xs])
+    return dtypes.canon(dt)
+
+
+def _sample(x):
+    """What numpy's type resolution should see of x: a 0-d array of its dtype (strong),
+    or a Python scalar (weak, NEP 50)."""
+    if isinstance(x, Tracer):
+        if x.weak:
+            return {"bool": False, "int64": 0, "int32": 0}.get(x.value.dtype, 0.0)
+        return np.zeros((), x.dtype)
+    if isinstance(x, (bool, int, float)):
+        return x
+    return np.zeros((), np.asarray(x).dtype)
+
+
+def ufunc_dtype(ufunc, *xs):
+    """The dtype numpy's ufunc gives for these operands; a TypeError where spmd has no such
+    dtype (float16 for bool inputs)."""
+    with np.errstate(all="ignore"):
+        dt = np.asarray(ufunc(*[_sample(x) for x in xs])).dtype
+    if dt.name not in dtypes.DTYPES:
+        raise TypeError(f"np.{ufunc.__name__} of {', '.join(str(np.asarray(_sample(x)).dtype) for x in xs)} "
+                        f"gives {dt.name} in numpy, which spmd does not support; convert to float32 or "
+                        f"float64 first (at {user_loc()})")
+    return dt.name
+
+
+def asarray(x, dtype=None, t=None) -> Tracer:
+    """Any array-like -> a Tracer of `dtype` (a constant if it is not traced)."""
+    t = t or trace_of(x)
+    if not isinstance(x, Tracer):
+        if isinstance(x, (list, tuple)) and builtins.any(isinstance(e, Tracer) for e in x):
+            return _stack_rows([asarray(e, dtype, t) for e in x])
+        if isinstance(x, int) and not isinstance(x, bool) and dtype is not None \
+                and np.dtype(dtype).kind in "iu" and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
+            raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
+        arr = np.asarray(x)
+        if dtype is None and isinstance(x, (bool, int, float, complex)):
+            arr = np.asarray(x, dtype=result_dtype(x))
+        x = t.const(arr if dtype is None else arr.astype(dtype))
+    if dtype is not None and x.value.dtype != dtypes.canon(dtype):
+        x = emit(t, "convert", x, dtype=dtypes.canon(dtype))
+    return x
+
+
+def _stack_rows(xs):
+    """np.stack(xs) of a list holding Tracers (asarray of [x, y, ...]): one common dtype,
+    one shape, each a row of the result."""
+    t = trace_of(*xs)
+    dt = result_dtype(*xs)
+    ts = [asarray(x, dt, t) for x in xs]
+    if len({x.shape for x in ts}) > 1:
+        raise ShapeError(f"all input arrays must have the same shape to stack, got "
+                         f"{[list(x.shape) for x in ts]} (at {user_loc()})")
+    return emit(t, "concatenate", *[emit(t, "reshape", x, shape=(1,) + x.shape) for x in ts], dimension=0)
+
+
+def broadcast_to(x, shape):
+    x = asarray(x)
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if x.shape == shape:
+        return x
+    try:
+        ok = np.broadcast_shapes(x.shape, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"broadcast_to at {user_loc()}: cannot broadcast {list(x.shape)} to {list(shape)}")
+    n = len(shape) - x.ndim
+    return emit(x._tr, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
+
+
+def promote(*xs, dtype=None, op="elementwise op"):
+    """numpy's rules: one result dtype (NEP 50), one broadcast shape."""
+    t = trace_of(*xs)
+    dt = dtype or result_dtype(*xs)
+    ts = [asarray(x, dt, t) for x in xs]
+    try:
+        shape = np.broadcast_shapes(*[x.shape for x in ts])
+    except ValueError:
+        raise ShapeError(f"{op} at {user_loc()}: operands could not be broadcast together, shapes "
+                         f"{', '.join(str(list(x.shape)) for x in ts)}") from None
+    return [broadcast_to(x, shape) for x in ts]
+
+
+def float_dtype(*xs):
+    """The inexact dtype numpy computes in: floats and complex stay, the rest -> float64."""
+    dt = result_dtype(*xs)
+    return dt if dtypes.is_inexact(dt) else "float64"
+
+
+def binary(name, x, y, dtype=None):
+    a, b = promote(x, y, dtype=dtype, op=name)
+    return emit(a._tr, name, a, b)
+
+
+def ufunc_float_dtype(x):
+    """The float dtype numpy's one-argument float ufuncs give x: float16 for bool (numpy's
+    smallest float loop), float64 for integers, the float itself otherwise."""
+    return "float16" if x.dtype == np.bool_ else float_dtype(x)
+
+
+def no_extra(name, args, kwargs):
+    kwargs = {k: v for k, v in kwargs.items() if v is not None and k != "casting"}
+    if args or kwargs:
+        raise NotImplementedError(f"np.{name} with extra arguments {list(args)} {sorted(kwargs)} "
+                                  f"is not supported in spmd (at {user_loc()})")
+
+
+def normalize_axes(axis, ndim, op="reduction"):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    out = []
+    for a in axis:
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"{op} at {user_loc()}: axis {a} is out of bounds for an array of rank {ndim}")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{op} at {user_loc()}: repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+def astype(x, dtype):
+    x = asarray(x)
+    dt = dtypes.canon(dtype)
+    return x if x.value.dtype == dt else emit(x._tr, "convert", x, dtype=dt)
+
+
+def normalize_axis(a, ndim, op):
+    """One axis, negative counted from the end, checked like numpy's AxisError."""
+    a = int(a)
+    if not -ndim <= a < ndim:
+        raise ShapeError(f"{op} at {user_loc()}: axis {a} is out of bounds for an array of rank {ndim}")
+    return a % ndim
+
+
+def zeros_like(x, dtype=None, **kw):
+    return full_like(x, 0, dtype, **kw)
+
+
+def ones_like(x, dtype=None, **kw):
+    return full_like(x, 1, dtype, **kw)
+
+
+def full_like(x, fill_value, dtype=None, shape=None, **kw):
+    no_extra("full_like", (), kw)
+    x = asarray(x)
+    dt = dtypes.canon(dtype or x.dtype)
+    shape = x.shape if shape is None else tuple(np.atleast_1d(shape))
+    if isinstance(fill_value, Tracer):
+        return broadcast_to(astype(fill_value, dt), shape)
+    return broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x._tr), shape)
+
+
+def empty_like(x, dtype=None, **kw):
+    return full_like(x, 0, dtype, **kw)

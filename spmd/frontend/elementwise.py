@@ -1,0 +1,352 @@
+"""numpy's elementwise functions on Tracers that map onto the IR's elementwise ops, with
+numpy's semantics made explicit: NEP 50 promotion, broadcasting, the dtypes of float
+ufuncs, and the integer and float corner cases numpy defines (floor division and
+remainder signs, integer reciprocal, bool arithmetic). Compositions of several ops
+beyond these (expm1, sinh, arctan, rint, ...) are in numpy_lib/math_funcs.py."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, user_loc
+from ..ir import dtypes
+from . import core
+from .trace import Tracer
+
+
+def _unary_float(name):
+    def f(x, *args, **kwargs):
+        core.no_extra(name, args, kwargs)
+        x = core.asarray(x)
+        return core.emit(x._tr, name, core.asarray(x, core.ufunc_float_dtype(x)))
+    f.__name__ = name
+    return f
+
+
+def add(x, y): return core.binary("add", x, y) if core.result_dtype(x, y) != "bool" else logical_or(x, y)
+
+
+def subtract(x, y): return core.binary("subtract", x, y)
+
+
+def multiply(x, y): return core.binary("multiply", x, y) if core.result_dtype(x, y) != "bool" else logical_and(x, y)
+
+
+def require_ordered(name, *xs):
+    """numpy orders complex numbers lexicographically; spmd does not: say so, never guess."""
+    if dtypes.is_complex(core.result_dtype(*xs)):
+        raise TypeError(f"np.{name} of complex numbers is not supported in spmd (numpy orders them "
+                        f"lexicographically); compare np.abs(z) or z.real instead (at {user_loc()})")
+
+
+def maximum(x, y):
+    require_ordered("maximum", x, y)
+    return core.binary("maximum", x, y) if core.result_dtype(x, y) != "bool" else logical_or(x, y)
+
+
+def minimum(x, y):
+    require_ordered("minimum", x, y)
+    return core.binary("minimum", x, y) if core.result_dtype(x, y) != "bool" else logical_and(x, y)
+
+
+def true_divide(x, y): return core.binary("divide", x, y, dtype=core.float_dtype(x, y))
+
+
+divide = true_divide
+
+
+def floor_divide(x, y):
+    dt = core.result_dtype(x, y)
+    a, b = core.promote(x, y, op="floor_divide")
+    if dt in dtypes.FLOATS:
+        # numpy's npy_floor_divide: exact where floor(a / b) is not (7.0 // 0.1 == 69.0)
+        r = core.emit(a._tr, "remainder", a, b)
+        div = true_divide(subtract(a, r), b)
+        div = where(logical_and(not_equal(r, 0), not_equal(less(b, 0), less(r, 0))), subtract(div, 1), div)
+        fl = floor(div)
+        fl = where(greater(subtract(div, fl), 0.5), add(fl, 1), fl)
+        # a zero quotient has the sign of a / b (-0.0 // 2.5 is -0.0, -2.5 // -3e10 is +0.0)
+        fl = where(equal(div, 0), copysign(core.asarray(np.zeros((), dt), t=a._tr), true_divide(a, b)), fl)
+        return where(equal(b, 0), true_divide(a, b), fl)
+    q = core.emit(a._tr, "divide", a, b)            # truncates toward zero
+    r = core.emit(a._tr, "remainder", a, b)
+    fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
+    return subtract(q, core.astype(fix, dt))
+
+
+def mod(x, y):
+    a, b = core.promote(x, y, op="remainder")
+    r = core.emit(a._tr, "remainder", a, b)         # sign of the dividend (C fmod)
+    fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
+    out = where(fix, add(r, b), r)
+    if a.dtype in dtypes.FLOATS:                 # numpy: a zero remainder has the divisor's sign
+        out = where(equal(r, 0), copysign(core.asarray(np.zeros((), a.dtype), t=a._tr), b), out)
+    return out
+
+
+remainder = mod
+
+
+def power(x, y):
+    if core.result_dtype(x, y) == "bool":
+        raise TypeError(f"np.power / ** of bool operands gives int8 in numpy, which spmd does not have; "
+                        f"convert to an integer or float dtype first (at {user_loc()})")
+    if isinstance(y, int) and not isinstance(y, bool) and y == 2:
+        return multiply(*[core.asarray(x, core.result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
+    if isinstance(y, (float, np.floating)) and y == 0.5:
+        # numpy computes an array to a scalar power 0.5 as np.sqrt (so (-inf) ** 0.5 is nan
+        # and (-0.0) ** 0.5 is -0.0, where pow() gives inf and 0.0); an array of exponents
+        # goes through pow()
+        x = core.asarray(x)
+        if not getattr(x, "weak", False):
+            return sqrt(core.asarray(x, core.result_dtype(x, y)))
+    return core.binary("power", x, y)
+
+
+def pow_operator(x, y):
+    """x ** y: numpy's ndarray.__pow__ computes bool_array ** 2 as np.square, an int8."""
+    if isinstance(x, Tracer) and not getattr(x, "weak", False) and x.dtype == np.bool_ \
+            and isinstance(y, int) and not isinstance(y, bool) and y == 2:
+        raise TypeError(f"bool_array ** 2 gives int8 in numpy (np.square), which spmd does not have; "
+                        f"convert to an integer or float dtype first (at {user_loc()})")
+    return power(x, y)
+
+
+def square(x):
+    x = core.asarray(x)
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.square of bool gives int8 in numpy, which spmd does not have; convert to "
+                        f"an integer or float dtype first (at {user_loc()})")
+    return multiply(x, x)
+
+
+def negative(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "negate", x)
+
+
+def absolute(x):
+    x = core.asarray(x)
+    return x if x.dtype == np.bool_ else core.emit(x._tr, "abs", x)
+
+
+def sign(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "sign", x)
+
+
+def floor(x):
+    x = core.asarray(x)
+    return x if x.dtype.kind in "iub" else core.emit(x._tr, "floor", core.asarray(x, core.float_dtype(x)))
+
+
+def ceil(x):
+    return negative(floor(negative(x)))
+
+
+exp = _unary_float("exp")
+
+
+log = _unary_float("log")
+
+
+log1p = _unary_float("log1p")
+
+
+tanh = _unary_float("tanh")
+
+
+sqrt = _unary_float("sqrt")
+
+
+sin = _unary_float("sin")
+
+
+cos = _unary_float("cos")
+
+
+def _compare(direction):
+    def f(x, y):
+        if direction not in ("EQ", "NE"):
+            require_ordered({"LT": "less", "LE": "less_equal", "GT": "greater", "GE": "greater_equal"}[direction], x, y)
+        a, b = core.promote(x, y, op=f"compare {direction}")
+        return core.emit(a._tr, "compare", a, b, direction=direction)
+    return f
+
+
+equal, not_equal = _compare("EQ"), _compare("NE")
+
+
+less, less_equal = _compare("LT"), _compare("LE")
+
+
+greater, greater_equal = _compare("GT"), _compare("GE")
+
+
+def _logical(name):
+    def f(x, y):
+        a, b = core.promote(core.asarray(x, "bool") if not _is_bool(x) else x,
+                        core.asarray(y, "bool") if not _is_bool(y) else y, dtype="bool", op=f"logical_{name}")
+        return core.emit(a._tr, name, a, b)
+    return f
+
+
+def _is_bool(x):
+    return isinstance(x, bool) or (hasattr(x, "dtype") and np.dtype(x.dtype) == np.bool_)
+
+
+def _bitwise(name):
+    def f(x, y):
+        if core.result_dtype(x, y) in dtypes.FLOATS:
+            raise TypeError(f"np.bitwise_{name} is not defined for floats (at {user_loc()})")
+        return core.binary(name, x, y)
+    return f
+
+
+logical_and, logical_or, logical_xor = _logical("and"), _logical("or"), _logical("xor")
+
+
+bitwise_and, bitwise_or, bitwise_xor = _bitwise("and"), _bitwise("or"), _bitwise("xor")
+
+
+def _shift(name, what):
+    def f(x, y):
+        dt = core.result_dtype(x, y)
+        if dt not in dtypes.INTS:
+            raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})"
+                            + ("; numpy makes bool << bool an int8, which spmd does not have: "
+                               "convert with .astype(np.int32) first" if dt == "bool" else ""))
+        return core.binary(name, x, y)
+    f.__name__ = what
+    return f
+
+
+left_shift, right_shift = _shift("shift_left", "left_shift"), _shift("shift_right", "right_shift")
+
+
+def reciprocal(x):
+    x = core.asarray(x)
+    if x.dtype.kind in "iu":
+        # numpy divides in the integer type: 1 and -1 stay, larger magnitudes give 0, and
+        # 1 / 0 gives the type's minimum (what numpy's integer division returns for it)
+        dt = x.dtype.name
+        r = where(equal(x, 1), x, where(equal(x, -1), x, core.asarray(0, dt)))
+        return where(equal(x, 0), core.asarray(np.iinfo(dt).min, dt), r)
+    if x.dtype == np.bool_:
+        raise TypeError(f"np.reciprocal of bool is not supported by spmd (numpy gives int8); "
+                        f"convert with .astype(np.float32) first (at {user_loc()})")
+    return true_divide(1, x)
+
+
+def logical_not(x):
+    x = core.asarray(x, "bool")
+    return core.emit(x._tr, "not", x)
+
+
+def invert(x):
+    x = core.asarray(x)
+    if dtypes.is_float(x.value.dtype):
+        raise TypeError(f"~ is not defined for floats (at {user_loc()})")
+    return core.emit(x._tr, "not", x)
+
+
+def where(cond, x=None, y=None):
+    if x is None or y is None:
+        raise NotImplementedError(f"np.where with one argument has a data-dependent shape; "
+                                  f"not supported in spmd (at {user_loc()})")
+    t = core.trace_of(cond, x, y)
+    dt = core.result_dtype(x, y)
+    xs = [core.asarray(x, dt, t), core.asarray(y, dt, t), core.asarray(cond, "bool", t)]
+    try:
+        shape = np.broadcast_shapes(*[v.shape for v in xs])
+    except ValueError:
+        raise ShapeError(f"where at {user_loc()}: condition, x and y could not be broadcast together, "
+                         f"shapes {list(xs[2].shape)}, {list(xs[0].shape)}, {list(xs[1].shape)}") from None
+    a, b, c = [core.broadcast_to(v, shape) for v in xs]
+    return core.emit(t, "select", c, a, b)
+
+
+def clip(x, a_min=None, a_max=None, **kw):
+    a_min = kw.pop("min", a_min)
+    a_max = kw.pop("max", a_max)
+    core.no_extra("clip", (), kw)
+    if a_min is not None:
+        x = maximum(x, a_min)
+    if a_max is not None:
+        x = minimum(x, a_max)
+    return x
+
+
+def real(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "real", x) if dtypes.is_complex(x.value.dtype) else x
+
+
+def imag(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "imag", x) if dtypes.is_complex(x.value.dtype) else core.zeros_like(x)
+
+
+def conjugate(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "conj", x) if dtypes.is_complex(x.value.dtype) else x
+
+
+def angle(z, deg=False):
+    z = core.asarray(z)
+    if dtypes.is_complex(z.value.dtype):
+        re, im = real(z), imag(z)
+    else:
+        re = core.asarray(z, core.float_dtype(z))
+        im = core.zeros_like(re)
+    a = core.emit(z._tr, "atan2", im, re)
+    return multiply(a, 180.0 / np.pi) if deg else a
+
+
+def iscomplexobj(x):
+    return dtypes.is_complex(core.asarray(x).value.dtype)
+
+
+def isrealobj(x):
+    return not iscomplexobj(x)
+
+
+def logistic(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "logistic", core.asarray(x, core.float_dtype(x)))
+
+
+def rsqrt(x):
+    x = core.asarray(x)
+    return core.emit(x._tr, "rsqrt", core.asarray(x, core.float_dtype(x)))
+
+
+def fmax(x, y):
+    """numpy's fmax ignores a NaN when the other operand is a number."""
+    m = maximum(x, y)
+    if core.result_dtype(x, y) not in dtypes.FLOATS:
+        return m
+    return where(not_equal(y, y), x, where(not_equal(x, x), y, m))
+
+
+def fmin(x, y):
+    m = minimum(x, y)
+    if core.result_dtype(x, y) not in dtypes.FLOATS:
+        return m
+    return where(not_equal(y, y), x, where(not_equal(x, x), y, m))
+
+
+def signbit(x):
+    x = core.asarray(x)
+    if x.dtype.kind in "b":
+        return core.full_like(x, False, dtype="bool")
+    if x.dtype.kind in "iu":
+        return less(x, 0)
+    # -0.0 is the one negative zero: 1 / -0.0 is -inf (the sign of a NaN is not visible here)
+    neg_zero = logical_and(equal(x, 0), less(true_divide(1, where(equal(x, 0), x, 1)), 0))
+    return logical_or(less(x, 0), neg_zero)
+
+
+def copysign(x1, x2):
+    a, b = core.promote(x1, x2, dtype=core.ufunc_dtype(np.copysign, x1, x2), op="copysign")
+    mag = absolute(a)
+    return where(signbit(b), negative(mag), mag)

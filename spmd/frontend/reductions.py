@@ -1,0 +1,229 @@
+"""numpy's reductions on Tracers: sum, prod, mean, var, std, max, min, any, all (with
+axis=, keepdims=, dtype=, where=, initial= as numpy takes them), argmax / argmin, the
+cumulative scans and ndarray.trace. numpy's accumulation dtypes hold: small integers and
+bools sum in int64, float16 means are computed in float32."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ..errors import ShapeError, user_loc
+from ..ir import dtypes
+from . import core
+from . import elementwise as ew
+from . import shapes
+
+
+def _keep(x, r, axes, keepdims):
+    if not keepdims:
+        return r
+    return shapes.reshape(r, tuple(1 if d in axes else s for d, s in enumerate(x.shape)))
+
+
+def sum_dtype(x):
+    return "int64" if x.dtype.kind in "bi" else x.value.dtype
+
+
+def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
+    x = core.asarray(x)
+    axes = core.normalize_axes(axis, x.ndim, kind)
+    dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
+    xin = core.astype(x, dt)
+    r = core.emit(x._tr, "reduce", xin, kind=kind, axes=axes) if axes else xin
+    return _keep(x, r, axes, keepdims)
+
+
+def _masked(x, where_, fill):
+    """numpy's `where=` on a reduction: the elements where the mask is False count as the
+    reduction's identity (or `initial`), the mask broadcast against x."""
+    x = core.asarray(x)
+    if where_ is None or where_ is True:
+        return x
+    return ew.where(where_, x, core.asarray(fill, x.value.dtype))
+
+
+def _with_initial(kind, r, initial):
+    if initial is None:
+        return r
+    init = core.asarray(initial, r.value.dtype)
+    return {"sum": ew.add, "prod": ew.multiply, "max": ew.maximum, "min": ew.minimum}[kind](r, init)
+
+
+def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, **kw):
+    core.no_extra("sum", (), dict(kw, out=out))
+    r = _reduce("sum", _masked(x, where, 0), axis, dtype, keepdims, sum_dtype)
+    return _with_initial("sum", r, initial)
+
+
+def prod(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, **kw):
+    core.no_extra("prod", (), dict(kw, out=out))
+    r = _reduce("prod", _masked(x, where, 1), axis, dtype, keepdims, sum_dtype)
+    return _with_initial("prod", r, initial)
+
+
+def cumulative(kind, x, axis, dtype, default_dtype):
+    """np.cumsum / np.cumprod / ufunc.accumulate: axis=None scans the flattened array."""
+    x = core.asarray(x)
+    if axis is None:
+        x, axis = shapes.reshape(x, (-1,)), 0
+    ax = core.normalize_axis(axis, x.ndim, f"cum{kind}")
+    dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
+    return core.emit(x._tr, "cumulative", core.astype(x, dt), kind=kind, axis=ax, reverse=False)
+
+
+def cumsum(x, axis=None, dtype=None, out=None):
+    core.no_extra("cumsum", (), {"out": out})
+    return cumulative("sum", x, axis, dtype, sum_dtype)
+
+
+def cumprod(x, axis=None, dtype=None, out=None):
+    core.no_extra("cumprod", (), {"out": out})
+    return cumulative("prod", x, axis, dtype, sum_dtype)
+
+
+def require_identity(name, x, axis):
+    """numpy refuses max/min over an empty axis: there is no identity to return."""
+    axes = core.normalize_axes(axis, x.ndim, name)
+    if builtins.any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{name} at {user_loc()}: zero-size array {list(x.shape)} to a reduction "
+                         f"over axes {list(axes)}, which has no identity")
+
+
+def _extreme(kind, x, axis, keepdims, initial, where_):
+    x = core.asarray(x)
+    if where_ is not None and where_ is not True and initial is None:
+        name = "maximum" if kind == "max" else "minimum"
+        raise ValueError(f"reduction operation '{name}' does not have an identity, so to use a where "
+                         f"mask one has to specify 'initial' (at {user_loc()})")
+    if initial is None:
+        require_identity(kind, x, axis)
+    if x.dtype == np.bool_:
+        x = _masked(x, where_, bool(initial))
+        r = (any if kind == "max" else all)(x, axis, keepdims=keepdims)
+        return r if initial is None else (ew.logical_or if kind == "max" else ew.logical_and)(r, bool(initial))
+    r = _reduce(kind, _masked(x, where_, initial), axis, None, keepdims, lambda v: v.value.dtype)
+    return _with_initial(kind, r, initial)
+
+
+def max(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
+    core.no_extra("max", (), dict(kw, out=out))
+    ew.require_ordered("max", x)
+    return _extreme("max", x, axis, keepdims, initial, where)
+
+
+def min(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
+    core.no_extra("min", (), dict(kw, out=out))
+    ew.require_ordered("min", x)
+    return _extreme("min", x, axis, keepdims, initial, where)
+
+
+amax, amin = max, min
+
+
+def _count(x, axes):
+    return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+
+
+def _where_count(x, axis, where_, keepdims, dt):
+    """How many elements a `where=` mask keeps per reduced slice (a traced count)."""
+    m = core.broadcast_to(core.asarray(where_, "bool"), x.shape)
+    return _reduce("sum", core.astype(m, dt), axis, None, keepdims, lambda v: v.value.dtype)
+
+
+def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw):
+    core.no_extra("mean", (), dict(kw, out=out))
+    x = core.asarray(x)
+    if dtype is None and x.value.dtype in dtypes.HALFS:
+        # numpy computes a float16 mean in float32 and rounds once (bfloat16 here too)
+        return core.astype(mean(core.astype(x, "float32"), axis, keepdims=keepdims, where=where), x.value.dtype)
+    axes = core.normalize_axes(axis, x.ndim, "mean")
+    dt = dtypes.canon(dtype) if dtype is not None else core.float_dtype(x)
+    if where is not None and where is not True:
+        s = _reduce("sum", core.astype(_masked(x, where, 0), dt), axis, None, keepdims, lambda v: v.value.dtype)
+        return ew.true_divide(s, _where_count(x, axis, where, keepdims, dt))     # 0/0: NaN, as numpy
+    s = _reduce("sum", core.astype(x, dt), axis, None, keepdims, lambda v: v.value.dtype)
+    return ew.true_divide(s, np.array(_count(x, axes), dtype=dt)) if _count(x, axes) else \
+        ew.true_divide(s, np.array(np.nan, dtype=dt))
+
+
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, **kw):
+    core.no_extra("var", (), dict(kw, out=out))
+    x = core.asarray(x)
+    if dtype is None and x.value.dtype in dtypes.HALFS:         # as mean
+        return core.astype(var(core.astype(x, "float32"), axis, ddof=ddof, keepdims=keepdims, where=where),
+                      x.value.dtype)
+    axes = core.normalize_axes(axis, x.ndim, "var")
+    m = mean(x, axis, dtype, keepdims=True, where=where)
+    d = ew.subtract(x, m)
+    if dtypes.is_complex(d.value.dtype):       # numpy: the mean of |d|^2, a real result
+        re, im = ew.real(d), ew.imag(d)
+        d2 = ew.add(ew.multiply(re, re), ew.multiply(im, im))
+    else:
+        d2 = ew.multiply(d, d)
+    if where is not None and where is not True:
+        s = sum(d2, axis, keepdims=keepdims, where=where)
+        n = ew.subtract(_where_count(x, axis, where, keepdims, s.value.dtype), ddof)
+        return ew.true_divide(s, ew.maximum(n, core.asarray(0, s.value.dtype)))
+    s = sum(d2, axis, keepdims=keepdims)
+    return ew.true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
+
+
+def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    return ew.sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw))
+
+
+def any(x, axis=None, out=None, keepdims=False, *, where=None, **kw):
+    core.no_extra("any", (), dict(kw, out=out))
+    return _reduce("max", _masked(core.asarray(x, "bool"), where, False), axis, None, keepdims, lambda v: "bool")
+
+
+def all(x, axis=None, out=None, keepdims=False, *, where=None, **kw):
+    core.no_extra("all", (), dict(kw, out=out))
+    return _reduce("min", _masked(core.asarray(x, "bool"), where, True), axis, None, keepdims, lambda v: "bool")
+
+
+def argmax(x, axis=None, out=None, keepdims=False):
+    core.no_extra("argmax", (), {"out": out})
+    return _arg(x, axis, keepdims, max)
+
+
+def argmin(x, axis=None, out=None, keepdims=False):
+    core.no_extra("argmin", (), {"out": out})
+    return _arg(x, axis, keepdims, min)
+
+
+def _arg(x, axis, keepdims, pick):
+    """The first index where x equals its max/min (or is NaN, as numpy's argmax returns
+    the first NaN): a min-reduction of masked iotas."""
+    x = core.asarray(x)
+    shape = x.shape
+    if axis is None:
+        x, axis = shapes.reshape(x, (-1,)), 0
+    (ax,) = core.normalize_axes(axis, x.ndim, f"arg{pick.__name__}")
+    if x.shape[ax] == 0:
+        raise ShapeError(f"arg{pick.__name__} at {user_loc()}: attempt to get it of an empty sequence "
+                         f"{list(shape)}")
+    best = pick(x, ax, keepdims=True)
+    hit = ew.equal(x, best)
+    if dtypes.is_float(x.value.dtype):
+        hit = ew.logical_or(hit, ew.not_equal(x, x))
+    idx = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=ax)
+    big = np.array(x.shape[ax], dtype="int64")
+    r = min(ew.where(hit, idx, big), ax, keepdims=keepdims)
+    if keepdims and len(shape) != r.ndim:
+        r = shapes.reshape(r, (1,) * len(shape))
+    return r
+
+
+def trace_(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """ndarray.trace: the sum along a diagonal (a masked sum, no gather)."""
+    core.no_extra("trace", (), {"out": out})
+    x = core.asarray(x)
+    a1, a2 = core.normalize_axis(axis1, x.ndim, "trace"), core.normalize_axis(axis2, x.ndim, "trace")
+    if a1 == a2:
+        raise ValueError(f"trace: axis1 and axis2 cannot be the same (at {user_loc()})")
+    i = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a1)
+    j = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a2)
+    on = ew.equal(ew.add(i, offset), j)
+    return sum(ew.where(on, x, core.zeros_like(x)), axis=(a1, a2), dtype=dtype)

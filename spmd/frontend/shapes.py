@@ -1,0 +1,249 @@
+"""numpy's shape functions on Tracers: reshape, transpose and their relatives, joining
+(concatenate, stack), tile and take. The plain functions compute values; the view_*
+forms are what numpy users call (np.reshape, x.T, np.ravel, ...): their result is a view
+of the argument where numpy's is, so a write through it reaches the argument
+(functionalize.py)."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ..errors import ShapeError, user_loc
+from ..ir import dtypes
+from . import core
+from . import elementwise as ew
+from . import functionalize as fz
+from .trace import Tracer
+
+
+def reshape(x, shape, order="C"):
+    if order != "C":
+        raise NotImplementedError(f"reshape with order={order!r} (at {user_loc()})")
+    x = core.asarray(x)
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = [int(s) for s in shape]
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape at {user_loc()}: only one dimension can be -1, got {shape}")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise ShapeError(f"cannot reshape {list(x.shape)} into {shape} (at {user_loc()})")
+        shape[shape.index(-1)] = x.size // known
+    shape = tuple(shape)
+    return x if shape == x.shape else core.emit(x._tr, "reshape", x, shape=shape)
+
+
+def transpose(x, axes=None):
+    x = core.asarray(x)
+    if axes is not None and len(axes) != x.ndim:
+        raise ShapeError(f"transpose at {user_loc()}: axes {list(axes)} do not match the {x.ndim} dims "
+                         f"of {list(x.shape)}")
+    if axes is None:
+        perm = tuple(reversed(range(x.ndim)))
+    else:
+        perm = tuple(core.normalize_axis(a, x.ndim, "transpose") for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes} do not permute the {x.ndim} dims of {list(x.shape)} (at {user_loc()})")
+    return x if perm == tuple(range(x.ndim)) else core.emit(x._tr, "transpose", x, permutation=perm)
+
+
+def swapaxes(x, a, b):
+    x = core.asarray(x)
+    p = list(range(x.ndim))
+    a, b = core.normalize_axis(a, x.ndim, "swapaxes"), core.normalize_axis(b, x.ndim, "swapaxes")
+    p[a], p[b] = p[b], p[a]
+    return transpose(x, p)
+
+
+def moveaxis(x, source, destination):
+    x = core.asarray(x)
+    src = [core.normalize_axis(s, x.ndim, "moveaxis") for s in np.atleast_1d(source)]
+    dst = [core.normalize_axis(d, x.ndim, "moveaxis") for d in np.atleast_1d(destination)]
+    if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis at {user_loc()}: bad source {source} / destination {destination}")
+    order = [n for n in range(x.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(x, order)
+
+
+def expand_dims(x, axis):
+    x = core.asarray(x)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = x.ndim + len(axes)
+    axes = sorted(core.normalize_axis(a, nd, "expand_dims") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"expand_dims at {user_loc()}: repeated axis in {axis}")
+    shape, it = [], iter(x.shape)
+    for d in range(nd):
+        shape.append(1 if d in axes else next(it))
+    return reshape(x, shape)
+
+
+def squeeze(x, axis=None):
+    x = core.asarray(x)
+    if axis is None:
+        axes = [d for d, s in enumerate(x.shape) if s == 1]
+    else:
+        axes = core.normalize_axes(axis, x.ndim, "squeeze")
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]} (at {user_loc()})")
+    return reshape(x, [s for d, s in enumerate(x.shape) if d not in axes])
+
+
+def ravel(x):
+    return reshape(x, (-1,))
+
+
+def concatenate(xs, axis=0, dtype=None, **kw):
+    core.no_extra("concatenate", (), kw)
+    xs = list(xs)
+    if not xs:
+        raise ShapeError(f"need at least one array to concatenate (at {user_loc()})")
+    t = core.trace_of(*xs)
+    dt = dtypes.canon(dtype) if dtype else core.result_dtype(*xs)
+    ts = [core.asarray(x, dt, t) for x in xs]
+    if axis is None:
+        ts, axis = [reshape(x, (-1,)) for x in ts], 0
+    nd = ts[0].ndim
+    if nd == 0:
+        raise ShapeError(f"zero-dimensional arrays cannot be concatenated (at {user_loc()})")
+    axis = core.normalize_axis(axis, nd, "concatenate")
+    return core.emit(t, "concatenate", *ts, dimension=axis)
+
+
+def stack(xs, axis=0, **kw):
+    core.no_extra("stack", (), kw)
+    xs = list(xs)
+    if not xs:
+        raise ShapeError(f"need at least one array to stack (at {user_loc()})")
+    xs = [core.asarray(x, t=core.trace_of(*xs)) for x in xs]
+    if len({x.shape for x in xs}) > 1:
+        raise ShapeError(f"all input arrays must have the same shape to stack, got "
+                         f"{[list(x.shape) for x in xs]} (at {user_loc()})")
+    nd = xs[0].ndim + 1
+    axis = core.normalize_axis(axis, nd, "stack")
+    return concatenate([expand_dims(x, axis) for x in xs], axis)
+
+
+def tile(x, reps):
+    x = core.asarray(x)
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    nd = builtins.max(x.ndim, len(reps))
+    x = reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    reps = (1,) * (nd - len(reps)) + reps
+    # broadcast a new axis before each dim, then merge the pairs
+    inter = []
+    for r, s in zip(reps, x.shape):
+        inter += [r, s]
+    y = core.broadcast_to(reshape(x, [v for s in x.shape for v in (1, s)]), inter)
+    return reshape(y, [r * s for r, s in zip(reps, x.shape)])
+
+
+def take(x, indices, axis=None, out=None, mode=None):
+    """np.take. Indices known at trace time are checked like numpy's; traced indices
+    cannot raise, so out-of-range ones clamp (mode="raise" behaves as "clip")."""
+    x = core.asarray(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    axis = core.normalize_axis(axis, x.ndim, "take")
+    n = x.shape[axis]
+    if mode not in (None, "raise", "clip", "wrap"):
+        raise ValueError(f"take: mode {mode!r} is not one of 'raise', 'wrap', 'clip' (at {user_loc()})")
+    if not isinstance(indices, Tracer):
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
+        idx = idx.astype(np.int64)
+        if mode == "clip":
+            idx = np.clip(idx, 0, builtins.max(n - 1, 0))
+        elif mode == "wrap" and n:
+            idx = idx % n
+        elif idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"take: index {idx.min() if idx.min() < -n else idx.max()} is out of bounds "
+                             f"for axis {axis} with size {n} (at {user_loc()})")
+        else:
+            idx = np.where(idx < 0, idx + n, idx)
+        return core.emit(x._tr, "gather", x, core.asarray(idx, t=x._tr), axis=axis)
+    idx = indices
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
+    if mode == "wrap":
+        idx = ew.mod(idx, n)
+    elif mode != "clip":
+        idx = ew.where(ew.less(idx, 0), ew.add(idx, n), idx)   # numpy's negative indices
+    return core.emit(x._tr, "gather", x, idx, axis=axis)
+
+
+# -- numpy's forms that return views: a write through the result reaches x ------------------
+def _reshape_method(x, *shape, order="C"):
+    return reshape(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape, order)
+
+
+def _transpose_method(x, *axes):
+    return transpose(x, (axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes) or None)
+
+
+def copy(x, order="K", subok=False):
+    # a fresh base holding the same (immutable SSA) value
+    return fz.fresh(core.asarray(x))
+
+view_transpose = fz.as_view(transpose, "transpose")
+view_transpose_method = fz.as_view(_transpose_method, "transpose")
+view_swapaxes = fz.as_view(swapaxes, "transpose")
+view_moveaxis = fz.as_view(moveaxis, "transpose")
+view_reshape = fz.as_view(reshape, "reshape")
+view_reshape_method = fz.as_view(_reshape_method, "reshape")
+_view_ravel_c = fz.as_view(lambda x: ravel(x), "ravel")
+
+
+def _ravel_perm(x, order):
+    """The axis order numpy's ravel / flatten(order=) read x's elements in, as a
+    permutation (None: C order). "F": first index fastest; "A": F if x is Fortran- and not
+    C-contiguous; "K": the order x's elements sit in memory (x is a view's strides)."""
+    if order is None or order == "C" or x.ndim < 2:
+        if order not in (None, "C", "F", "A", "K"):
+            raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+        return None
+    if order == "F":
+        return tuple(range(x.ndim))[::-1]
+    if order not in ("A", "K"):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    lay = fz.layout_of(x) if isinstance(x, Tracer) else None
+    if lay is None or lay.flags.c_contiguous:
+        return None
+    if order == "A":
+        return tuple(range(x.ndim))[::-1] if lay.flags.f_contiguous else None
+    if builtins.any(st < 0 for st in lay.strides):
+        raise NotImplementedError(f"ravel / flatten with order='K' of a view with negative strides "
+                                  f"(at {user_loc()}); use order='C' or 'F'")
+    perm = tuple(sorted(range(x.ndim), key=lambda d: -lay.strides[d]))     # stable: ties keep C order
+    return None if perm == tuple(range(x.ndim)) else perm
+
+
+def view_ravel(x, order="C"):
+    """np.ravel / x.ravel(order): a view where numpy's is (x is contiguous in that order)."""
+    x = core.asarray(x)
+    perm = _ravel_perm(x, order)
+    if perm is None:
+        return _view_ravel_c(x)
+    return _view_ravel_c(view_transpose(x, perm))
+
+
+def flatten(x, order="C"):
+    x = core.asarray(x)
+    perm = _ravel_perm(x, order)
+    return copy(ravel(x if perm is None else transpose(x, perm)))
+
+
+# their order "K" / "A" reads x's strides (see functionalize.as_view)
+view_ravel.depends_on_layout = flatten.depends_on_layout = True
+
+
+view_squeeze = fz.as_view(squeeze, "reshape")
+view_expand_dims = fz.as_view(expand_dims, "reshape")

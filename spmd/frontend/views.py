@@ -1,0 +1,160 @@
+"""A view chain: how a view's value is derived from its base's, step by step, in both
+directions, and the Buffer that holds a base array's current value (see
+functionalize.py for how writes use them).
+
+    fwd(base value)             -> the view's value          (slice, reshape, ...)
+    back(base value, new view)  -> the base's new value       (pad+select, reshape back, ...)
+
+A step is (kind, params): ("slice", (start, limit, stride)), ("dyn", (starts, sizes)) with
+traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation). fwd and
+back emit IR through a trace (anything with `emit(name, *values, **attrs)`).
+
+A write into a static slice goes back as pad + select (not dynamic_update_slice), so the
+partitioner keeps it local: each device selects within its own shard, and the update
+needs only a halo shift where its sharding is offset from the base's.
+
+`layout` answers whether numpy gives a view at all (reshape of a non-contiguous view
+copies): the same steps on a memory-free ndarray of the base's shape.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Buffer:
+    """The current value of a base array. `arg` is the jit argument leaf it came from
+    (written arguments are returned to the caller), `version` counts writes."""
+    __slots__ = ("value", "version", "arg", "shadow")
+
+    def __init__(self, value, arg=None):
+        self.value = value
+        self.version = 0
+        self.arg = arg
+        self.shadow = None        # a memory-free ndarray with the base's layout (see layout)
+
+
+# -- view steps: (kind, params); fwd and back emit IR through the trace ---------------------
+def _const(t, v, dtype):
+    return t.emit("constant", value=np.array(v, dtype=dtype))
+
+
+def _full(t, v, shape, dtype):
+    return t.emit("broadcast_in_dim", _const(t, v, dtype), shape=tuple(shape), broadcast_dimensions=())
+
+
+def _rev_index(t, n):
+    return t.emit("constant", value=np.arange(n - 1, -1, -1, dtype="int64"))
+
+
+def _window_mask(t, shape, start, sizes, stride):
+    """True where a strided window of `shape` lies: compares of iotas, which every device
+    makes for its own shard."""
+    mask = None
+    for d, (n, s, k, st) in enumerate(zip(shape, start, sizes, stride)):
+        if k == n:
+            continue
+        i = t.emit("iota", shape=tuple(shape), dtype="int64", dimension=d)
+        conds = [t.emit("compare", i, _full(t, s, shape, "int64"), direction="GE"),
+                 t.emit("compare", i, _full(t, s + (k - 1) * st + 1, shape, "int64"), direction="LT")]
+        if st > 1:
+            r = t.emit("remainder", t.emit("subtract", i, _full(t, s, shape, "int64")), _full(t, st, shape, "int64"))
+            conds.append(t.emit("compare", r, _full(t, 0, shape, "int64"), direction="EQ"))
+        for c in conds:
+            mask = c if mask is None else t.emit("and", mask, c)
+    return mask if mask is not None else _full(t, True, shape, "bool")
+
+
+def fwd(t, step, v):
+    kind, p = step
+    if kind == "slice":
+        start, limit, stride = p
+        return t.emit("slice", v, start=start, limit=limit, stride=stride)
+    if kind == "dyn":
+        starts, sizes = p
+        return t.emit("dynamic_slice", v, *starts, slice_sizes=sizes)
+    if kind == "reverse":
+        for d in p:
+            v = t.emit("gather", v, _rev_index(t, v.shape[d]), axis=d)
+        return v
+    if kind == "reshape":
+        return v if tuple(p) == v.shape else t.emit("reshape", v, shape=tuple(p))
+    if kind == "transpose":
+        return v if tuple(p) == tuple(range(v.ndim)) else t.emit("transpose", v, permutation=tuple(p))
+    raise AssertionError(kind)
+
+
+def back(t, step, src, new):
+    """The new value of `src` once its view through `step` is `new`."""
+    kind, p = step
+    if kind == "slice":
+        start, limit, stride = p
+        if new.shape == src.shape:
+            return new
+        if 0 in new.shape:
+            return src
+        # pad the update out to the base's shape and select it where it lands: elementwise
+        # work the partitioner keeps on each device's own shard
+        low = tuple(start)
+        interior = tuple(s - 1 for s in stride)
+        high = tuple(n - (s + (k - 1) * st + 1) for n, s, k, st in zip(src.shape, start, new.shape, stride))
+        cfg = dict(low=low, high=high, interior=interior)
+        padded = t.emit("pad", new, _const(t, 0, new.dtype), **cfg)
+        return t.emit("select", _window_mask(t, src.shape, start, new.shape, stride), padded, src)
+    if kind == "dyn":
+        starts, sizes = p
+        return t.emit("dynamic_update_slice", src, new, *starts)
+    if kind == "reverse":
+        return fwd(t, step, new)
+    if kind == "reshape":
+        return new if new.shape == src.shape else t.emit("reshape", new, shape=src.shape)
+    if kind == "transpose":
+        inv = tuple(int(i) for i in np.argsort(p))
+        return fwd(t, ("transpose", inv), new)
+    raise AssertionError(kind)
+
+
+def derive(t, base, chain):
+    for step in chain:
+        base = fwd(t, step, base)
+    return base
+
+
+# -- layout: does numpy give a view? --------------------------------------------------------
+def _shadow(buf):
+    """An int8 ndarray of the base's shape and C strides over one byte of memory: numpy
+    computes views of it (strides, no reads) exactly as it would for the real array."""
+    if buf.shadow is None:
+        shape = buf.value.shape
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= max(n, 1)
+        buf.shadow = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
+                                                     strides=tuple(reversed(strides)), writeable=False)
+    return buf.shadow
+
+
+def layout(buf, chain):
+    """The shadow of a view: the base's shadow taken through the chain's steps."""
+    a = _shadow(buf)
+    for kind, p in chain:
+        if kind == "slice":
+            a = a[tuple(slice(s, e, st) for s, e, st in zip(*p))]
+        elif kind == "dyn":        # the position is traced; strides are what matter
+            a = a[tuple(slice(0, k) for k in p[1])]
+        elif kind == "reverse":
+            a = a[tuple(slice(None, None, -1) if d in p else slice(None) for d in range(a.ndim))]
+        elif kind == "reshape":
+            a = a.reshape(p, copy=False)
+        elif kind == "transpose":
+            a = a.transpose(p)
+    return a
+
+
+def reshape_is_view(buf, chain, shape) -> bool:
+    """numpy's reshape returns a view iff the strides allow it (no copy needed)."""
+    try:
+        layout(buf, chain).reshape(shape, copy=False)
+        return True
+    except (ValueError, AttributeError):
+        return False
