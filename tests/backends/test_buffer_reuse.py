@@ -157,3 +157,32 @@ def test_an_executable_computes_an_output_in_the_buffer_it_is_given():
     assert out is buf and np.allclose(buf, np.tanh(1.0))
     (out,) = exe([np.ones((4, 4))])
     assert out is not buf
+
+
+def test_a_whole_reduction_feeding_a_large_update_is_its_own_kernel_and_the_update_is_in_place():
+    """CG's step: r.r feeds the new direction p. Fused, every thread would sum all of r
+    again and p could not be written over the arrays the sum reads; apart, r and p are
+    both computed in their own buffers."""
+    def update(r, ap, p, a, rs):
+        r -= a * ap
+        rs_new = np.sum(r * r)
+        p[...] = r + (rs_new / rs) * p
+        return rs_new
+
+    rng = np.random.default_rng(3)
+    r, ap, p = (rng.random((256, 256)) for _ in range(3))
+    a, rs = np.array(0.01), np.array(3.0)
+    low = spmd.jit(update).lower(r, ap, p, a, rs)
+    exe = low.compile()
+    (red,) = [k for k in exe.plan.fusion.kernels() if k.root.producer.name == "reduce"]
+    assert [op.name for op in red.ops][-1] == "reduce" and red.outputs == [red.root]
+    assert low.memory()["in_place"] == 2
+    want_r, want_p = r.copy(), p.copy()
+    want = update(want_r, ap, want_p, a, rs)
+    got_r, got_p = r.copy(), p.copy()
+    where = data(got_r), data(got_p)
+    got = spmd.jit(update)(got_r, ap, got_p, a, rs)
+    np.testing.assert_array_equal(got_r, want_r)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-13)
+    np.testing.assert_allclose(got_p, want_p, rtol=1e-13)
+    assert (data(got_r), data(got_p)) == where

@@ -31,7 +31,7 @@ from collections import defaultdict
 
 from ...ir import Value
 from .emitters import Split, contiguous_strides
-from .fuse import Kernel, splat
+from .fuse import PARALLEL_WORK, Kernel, splat
 from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, InRange, anywhere, bounds, breakpoints, capped, decided, \
     each, known, tests, truth
 from .index_sets import intervals as cut
@@ -531,9 +531,9 @@ class KernelCodegen:
         self.work = work = max([v.size for op in self.k.ops for v in (*op.operands, *op.results)] + [root.size])
         can_split_reduce = (root.producer.opdef.fusion == "reduction" and len(self.k.outputs) == 1
                             and not self.flat and root.producer.attrs["axes"])
-        if self.threads > 1 and work >= 1 << 16 and shape and shape[0] >= 2 * self.threads:
+        if self.threads > 1 and work >= PARALLEL_WORK and shape and shape[0] >= 2 * self.threads:
             self.par, self.extent = "rows", shape[0]
-        elif self.threads > 1 and work >= 1 << 16 and can_split_reduce and root.size <= 64:
+        elif self.threads > 1 and work >= PARALLEL_WORK and can_split_reduce and root.size <= 64:
             first = root.producer.operands[0].shape[root.producer.attrs["axes"][0]]
             if first >= 2 * self.threads:
                 self.par, self.extent = "reduction", first

@@ -32,6 +32,7 @@ def reindexes(op) -> bool:
 
 
 MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
+PARALLEL_WORK = 1 << 16  # elements: a kernel this large may run its outer loop across threads
 
 
 @dataclass
@@ -115,7 +116,8 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             continue
         is_red = op.opdef.fusion == "reduction"
         if (len(ug) == 1 and not outside_op and r not in roots
-                and reduces[next(iter(ug))] + is_red <= MAX_REDUCES):
+                and reduces[next(iter(ug))] + is_red <= MAX_REDUCES
+                and not (is_red and whole(r, gs.roots[next(iter(ug))].results[0]))):
             (gid,) = ug
             if r in outs:
                 gs.escaping[gid].append(r)
@@ -127,6 +129,14 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
         gs.members[gid].append(op)
         reduces[gid] += is_red
     return gs
+
+
+def whole(r, root) -> bool:
+    """Is r a reduction of a kernel of a larger root to one element (CG's r.r feeding the
+    next direction)? Such a reduction is its own kernel: fused, every thread of the
+    root's loop would compute all of it again before storing its rows, and the root could
+    not be written over the arrays the reduction reads."""
+    return r.size == 1 and root.size >= PARALLEL_WORK
 
 
 def positional(graph, fusible) -> set:
