@@ -20,6 +20,20 @@ class TraceError(SpmdError, TypeError):
     """User code did something tracing cannot follow (a Python branch on a traced value...)."""
 
 
+class ConcreteValueError(TraceError):
+    """Tracing needed the value of a traced array (float(), bool() of `if` on data, an
+    index, .item(), np.array(traced)): spmd.jit then runs the function eagerly instead
+    (unless fallback=False). `loc` is the user's line that needed it."""
+
+    def __init__(self, message, loc=None):
+        super().__init__(message)
+        self.loc = loc
+
+
+class FallbackWarning(UserWarning):
+    """spmd.jit ran a function eagerly on sharded arrays, since tracing it needed a value."""
+
+
 class ParseError(SpmdError, ValueError):
     """The IR text parser was given malformed text."""
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import TraceError, user_loc
+from ..errors import ConcreteValueError, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
 from .views import Buffer, derive
@@ -158,19 +158,21 @@ class Tracer:
 
     # -- things tracing cannot follow ------------------------------------------------------
     def _concrete(self, what):
-        raise TraceError(
-            f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
+        loc = user_loc()
+        raise ConcreteValueError(
+            f"{what} of a traced value at {loc}: inside spmd.jit the value of "
             f"{self!r} is not known until the program runs. Use np.where for data-dependent "
             f"choices, or pass the value as a static argument. (Writing it into a plain numpy "
             f"array made inside the function, buf[i] = value? Make the buffer traced: "
-            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
+            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)", loc)
 
     def __bool__(self):
-        raise TraceError(
-            f"Python control flow on a traced value at {user_loc()} (bool() of {self!r}): inside "
+        loc = user_loc()
+        raise ConcreteValueError(
+            f"Python control flow on a traced value at {loc} (bool() of {self!r}): inside "
             f"spmd.jit the value is not known until the program runs. Use spmd.while_loop / "
             f"spmd.fori_loop / spmd.cond / spmd.scan for loops and branches, np.where for "
-            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.")
+            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.", loc)
 
     def __float__(self):
         self._concrete("float()")
@@ -182,14 +184,15 @@ class Tracer:
         self._concrete("use as an index")
 
     def __array__(self, dtype=None, copy=None):
-        raise TraceError(
-            f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
+        loc = user_loc()
+        raise ConcreteValueError(
+            f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
             f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
             f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
             f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
             f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
-            f"them, or spmd.numpy.asarray / spmd.numpy.array.")
+            f"them, or spmd.numpy.asarray / spmd.numpy.array.", loc)
 
     def tolist(self):
         self._concrete("tolist()")

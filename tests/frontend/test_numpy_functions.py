@@ -432,7 +432,7 @@ def test_unsupported_forms_raise_clear_errors():
 
 def test_traced_bools_of_allclose_cannot_branch():
     with pytest.raises(spmd.errors.TraceError if hasattr(spmd, "errors") else Exception):
-        spmd.jit(lambda x: x if bool(np.allclose(x, 0)) else -x, backend="numpy")(np.ones(3))
+        spmd.jit(lambda x: x if bool(np.allclose(x, 0)) else -x, backend="numpy", fallback=False)(np.ones(3))
 
 
 # ----------------------------------------------------------------------- gradients
