@@ -81,6 +81,9 @@ def check_collectives(comm, dtypes=DTYPES, big=False):
             got = comm.all_reduce(xs[mesh.index_in_group(me, axes)], axes)
             want = reduce_in_order("sum", xs)
             assert np.array_equal(got, want), (mesh.text(), axes, "big all_reduce")
+            xs = [value(d, (10007,), "float64") for d in group]        # not a multiple of the group
+            got = comm.all_reduce(xs[mesh.index_in_group(me, axes)], axes)
+            assert np.array_equal(got, reduce_in_order("sum", xs)), (mesh.text(), axes, "uneven all_reduce")
             checked += 1
     checked += check_started_all_reduces(comm, dtypes, big)
     comm.barrier()
