@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import SpmdError
 from ..ir.mesh import Sharding
+from . import blas
 from .array import Array, device_put
 from .consistency import check_program
 from .context import get_runtime
@@ -36,7 +37,9 @@ def execute(lowered, leaves):
         for k in reused:      # one the program writes in place is used as it is, if it can be
             if not (arrays[k] is leaves[k] and _writable_in_place(arrays[k])):
                 arrays[k] = np.array(arrays[k], order="C", copy=True)
-        return lowered.compile()(arrays)
+        exe = lowered.compile()
+        blas.start_run(1)
+        return exe(arrays)
     rt = get_runtime()
     check_program(rt, lowered, leaves, [isinstance(x, Array) for x in leaves])
     return _execute_sharded(lowered, leaves, rt)
