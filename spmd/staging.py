@@ -181,16 +181,31 @@ class Lowered:
             rep.update(exe.memory_report(_FakeComm(self.mesh)))
         return rep
 
+    @property
+    def reused(self) -> frozenset:
+        """Argument leaves the program writes in place (`updates`) whose buffers it may also
+        reuse: numpy writes into them anyway, and the old value is read by no one after
+        the run (a stencil step computes its new grid in the old one's buffers). The new
+        value ends in them where the memory plan allows; else it is copied in after."""
+        return frozenset(self.updates) - self.donated
+
     def compile(self):
         if self._exe is None:
             from .backends import compile_graph
-            self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated))
+            n = len(self.graph.outputs) - len(self.updates)
+            self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
+                                      written={n + j: k for j, k in enumerate(self.updates)})
         return self._exe
 
     def __call__(self, *flat_args):
         from .runtime.execute import execute
         try:
             return execute(self, list(flat_args))
+        except Exception as e:
+            if self.reused:
+                e.add_note(f"spmd: {self.stages['traced'].name} writes argument leaves {sorted(self.reused)} in "
+                           f"place; the failed run may have left them partly written")
+            raise
         finally:
             if self.donated:        # (also when the run failed: its buffers may be half written)
                 self.donate(flat_args)
@@ -330,12 +345,14 @@ class Jitted:
 
     def _write_back(self, arg, new):
         """The function wrote into argument `arg`, as numpy would in place: a numpy array
-        gets the values copied in, an spmd.Array takes them through write_array."""
+        gets the values copied in (unless the program computed them in its buffer), an
+        spmd.Array takes them through write_array."""
         if isinstance(arg, np.ndarray):
             if not arg.flags.writeable:
                 raise ValueError("spmd.jit: the function writes into a read-only numpy array argument "
                                  "(numpy raises 'assignment destination is read-only')")
-            arg[...] = new.numpy() if hasattr(new, "numpy") else new
+            if new is not arg:
+                arg[...] = new.numpy() if hasattr(new, "numpy") else new
             return
         if isinstance(arg, Array) and isinstance(new, Array) and self.write_array is not None:
             self.write_array(arg, new)

@@ -35,36 +35,66 @@ class Executable:
     output of the program in `env`."""
 
     planned = frozenset()         # values whose buffers the executable reuses between calls
+    # output position -> the input position whose new value it is (a numpy program writing
+    # into its argument): where the output was computed in that input's buffer (the
+    # input donated), it is handed back as that buffer, and no other output is
+    written = {}
 
-    def __call__(self, inputs, comm=None):
+    def __call__(self, inputs, comm=None, into=None):
+        """`into`: {output position: array} buffers the caller gives for outputs (of the
+        output's shape and dtype, contiguous, dead: read by no one, sharing memory with no
+        input). A backend may compute the output there instead of in a new array (a loop's
+        carried value written over the one of two iterations ago); the numpy backend does
+        not."""
         env = self.check_inputs(inputs)
+        given = [env[v] for v in self.graph.inputs]
+        self.run_into(env, comm, into or {})
+        keep = dict(into or {})
+        for o, i in self.written.items():
+            keep.setdefault(o, given[i])
+        return self.results(env, keep, {id(given[i]) for i in self.written.values()})
+
+    def run_into(self, env, comm, into):
         self.run(env, comm)
-        return self.results(env)
 
     def check_inputs(self, inputs) -> dict:
         g = self.graph
         if len(inputs) != len(g.inputs):
             raise SpmdError(f"{g.name}: expected {len(g.inputs)} inputs, got {len(inputs)}")
+        dtypes = self.__dict__.get("_input_dtypes")
+        if dtypes is None:              # (dtype.name is slow: a loop body checks every iteration)
+            dtypes = self.__dict__["_input_dtypes"] = [np.dtype(v.dtype) for v in g.inputs]
         env = {}
         for i, (v, x) in enumerate(zip(g.inputs, inputs)):
             x = np.asarray(x)
-            if x.shape != v.shape or x.dtype.name != v.dtype:
+            if x.shape != v.shape or x.dtype != dtypes[i]:
                 raise SpmdError(f"{g.name}: input {i} is {x.dtype.name}{list(x.shape)}, the program "
                                 f"takes {v.dtype}{list(v.shape)}")
             env[v] = x
         return env
 
-    def results(self, env):
+    def results(self, env, keep=None, kept_inputs=frozenset()):
         """Outputs are fresh, writeable arrays: never the caller's input, a constant the graph
-        keeps, a view (a broadcast is read-only), a reused buffer, or the same array twice."""
-        out, seen = [], set()
-        for v in self.graph.outputs:
+        keeps, a view (a broadcast is read-only), a reused buffer, or the same array twice.
+        `keep`: {output position: array} the caller takes back as it is where the output
+        is in it (a buffer it gave, `into`, or an input it writes in place); any other
+        output in one of `kept_inputs` (the inputs the caller keeps) is copied."""
+        keep = keep or {}
+        outs = self.graph.outputs
+        out, seen = [None] * len(outs), set()
+        for k, x in keep.items():
+            if env[outs[k]] is x and id(x) not in seen:
+                out[k] = x
+                seen.add(id(x))
+        for k, v in enumerate(outs):
+            if out[k] is not None:
+                continue
             x = env[v]
-            if (v.producer is None or v.producer.name == "constant" or id(x) in seen
+            if (v.producer is None or v.producer.name == "constant" or id(x) in seen or id(x) in kept_inputs
                     or not x.flags.writeable or x.base is not None or v in self.planned):
                 x = x.copy()
             seen.add(id(x))
-            out.append(x)
+            out[k] = x
         return out
 
     def run_steps(self, steps, free_after, env, comm, run_step, label):

@@ -28,17 +28,25 @@ from .context import get_runtime
 def execute(lowered, leaves):
     """Flat argument leaves -> flat output leaves."""
     donated = getattr(lowered, "donated", ())
+    reused = getattr(lowered, "reused", ())
     if lowered.mesh is None:
         graph = lowered.stages["traced"]
         arrays = [np.asarray(x, dtype=v.dtype) for x, v in zip(leaves, graph.inputs)]
         for k in donated:     # a numpy argument stays its owner's: the program gets a copy
             arrays[k] = np.array(arrays[k], copy=True)
+        for k in reused:      # one the program writes in place is used as it is, if it can be
+            if not (arrays[k] is leaves[k] and _writable_in_place(arrays[k])):
+                arrays[k] = np.array(arrays[k], order="C", copy=True)
         exe = lowered.compile()
         blas.start_run(1)
         return exe(arrays)
     rt = get_runtime()
     check_program(rt, lowered, leaves, [isinstance(x, Array) for x in leaves])
     return _execute_sharded(lowered, leaves, rt)
+
+
+def _writable_in_place(a) -> bool:
+    return a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
 
 
 def _private(args, donated, own):
@@ -126,7 +134,7 @@ def _execute_sharded(lowered, leaves, rt):
         arrays.append(device_put(x, sh, runtime=rt))
     devices = rt.local_devices(mesh)
     args = {d: [a._handles[d] for a in arrays] for d in devices}
-    donated = getattr(lowered, "donated", ())
+    donated = set(getattr(lowered, "donated", ())) | set(getattr(lowered, "reused", ()))
     if donated:
         _private(args, donated, [a is x for a, x in zip(arrays, leaves)])
     outs = rt.run(lowered.compile(), mesh, args)

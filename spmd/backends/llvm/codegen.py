@@ -8,6 +8,13 @@ value's own index. Elementwise ops keep the map, broadcast/transpose/slice/resha
 rewrite it, loads turn it into an address, and a reduction opens loops of its own over
 the reduced axes.
 
+Pads, concatenations and dynamic slices are guarded loads, and selects whose predicate is a
+range test of positions (a stencil's masks) pick an operand by the index: each loop's
+range is split where any of those tests changes (index_sets.py), and the nest is emitted
+once per region with the tests decided there, so a stencil's interior is a clean affine
+loop nest and its boundary strips are loops of their own. A kernel is generated again
+until its regions are those its tests ask for (kernel_ir).
+
 Each value is placed in the innermost loop its map depends on, so a row's max or sum is
 computed once per row, before the loop that uses it (softmax and layernorm fuse into
 one kernel with passes over the row while it is in cache). Loop counters and
@@ -20,11 +27,14 @@ one pointer per input/output buffer, the range of the split loop, and the thread
 """
 from __future__ import annotations
 
-import numpy as np
+from collections import defaultdict
 
 from ...ir import Value
 from .emitters import Split, contiguous_strides
-from .fuse import Kernel, splat
+from .fuse import PARALLEL_WORK, Kernel, splat
+from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, InRange, anywhere, bounds, breakpoints, capped, decided, \
+    each, known, tests, truth
+from .index_sets import intervals as cut
 from .lowering import lowering_of
 from .scalar import HALFS, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, literal
 
@@ -45,13 +55,20 @@ class Scope:
         self.items.insert(self.cursor, item)
         self.cursor += 1
 
+    def close(self):
+        """This loop and every loop in it are done: values computed in them are out of scope."""
+        self.closed = True
+        for item in self.items:
+            if isinstance(item, Scope):
+                item.close()
+
 
 def _identity(vars_):
     return tuple((((v, 1),), 0) for v in vars_)
 
 
 class KernelCodegen:
-    def __init__(self, kernel: Kernel, name: str, threads: int):
+    def __init__(self, kernel: Kernel, name: str, threads: int, devices=None, splits=None):
         self.k, self.name = kernel, name
         self.member = set(kernel.ops)
         self.out_set = set(kernel.outputs)
@@ -63,7 +80,8 @@ class KernelCodegen:
         self.allocas, self.decls = [], set()
         self.memo = {}                   # (value, map) -> (SV, scope)
         self.scopes = {}                 # loop var name -> Scope
-        self.stored = set()
+        self.stored = set()              # (output, the intervals of its loops) stored
+        self.store_family = {}           # output -> the loop keys it is stored in
         self.body = Scope()
         self.threads = threads
         self.par = None                  # None | "rows" | "reduction"
@@ -71,6 +89,20 @@ class KernelCodegen:
         self.split_next_reduce = False
         self.flat = self._is_flat()
         self.const_extents = []          # trip counts known at compile time
+        # index-set splitting (index_sets.py)
+        self.devices = devices if devices is not None else DeviceValues(None, splat)
+        self.splits = splits or {}       # loop key -> breakpoints its loops are cut at
+        self.breaks = defaultdict(set)   # loop key -> breakpoints the tests asked for
+        self.extents = {}                # loop key -> the loop's full extent
+        self.loop_key = {}               # loop variable -> its loop key
+        self.ranges = {}                 # index variable -> (lo, hi), inclusive (per device or not)
+        self.positions = {}              # (value, map) -> its position (index_sets)
+        self.clamps, self.offsets = {}, {}
+        self.tid_offset = None
+        self.decisions = {}              # id(condition) -> (condition, decided value)
+        self.splats = {}                 # value -> splat(value)
+        self.levels = None               # value -> stencil level (check_recompute)
+        self.shifts = {}                 # (value, index variables) -> the offsets it was computed at
 
     # -- plumbing ---------------------------------------------------------------------
     def fresh(self):
@@ -90,20 +122,40 @@ class KernelCodegen:
         self.allocas.append(f"  {name} = alloca {t}")
         return name
 
-    def open_loop(self, parent, extent, start="0", end=None, full=True):
+    def open_loop(self, parent, extent, lo=0, hi=None, threaded=False, key=None, full=True):
+        """A loop over [lo, hi) of a range of `extent`; `threaded`: the range is also cut to
+        the thread's [%start, %end). `key` names the loop for index-set splitting (the
+        loops of one key are cut at the same points)."""
+        hi = extent if hi is None else hi
+        start, end = str(lo), str(hi)
+        if threaded:
+            start = self._bounded(parent, "%start", lo, "max") if lo > 0 else "%start"
+            end = self._bounded(parent, "%end", hi, "min") if hi < extent else "%end"
         var = f"%i{self.n + 1}"
         self.n += 1
-        s = Scope(parent, var, start, end if end is not None else str(extent), extent if full else None)
+        s = Scope(parent, var, start, end, extent if full else None)
         parent.items.insert(parent.cursor, s)          # hoisted code still goes before it
         self.scopes[var] = s
         self.allocas.append(f"  {var}.a = alloca i64")
-        if end is None:
+        self.ranges[var] = (lo, hi - 1)
+        if key is not None:
+            self.loop_key[var] = key
+            self.extents[key] = extent
+        if not threaded:
             self.const_extents.append(extent)
         return s
 
+    def _bounded(self, scope, arg, c, which):
+        b = self.builder(scope)
+        return getattr(b, which)(SV(arg, "int64"), SV(str(c), "int64")).name
+
     def close_loop(self, s):
-        s.closed = True
+        s.close()
         s.parent.cursor = s.parent.items.index(s) + 1
+
+    def intervals(self, key, extent):
+        """The [lo, hi) pieces the loops of `key` run over."""
+        return cut(self.splits.get(key, ()), extent)
 
     def scope_of(self, amap):
         best = self.body
@@ -189,37 +241,240 @@ class KernelCodegen:
         return all(v.shape == shape for v in self.k.inputs if splat(v) is None) and \
             all(v.shape == shape for v in self.k.outputs)
 
+    def splat(self, v):
+        """splat(v), asked once per value (it evaluates small constant expressions)."""
+        if v not in self.splats:
+            self.splats[v] = splat(v)
+        return self.splats[v]
+
     # -- emission -----------------------------------------------------------------------
     def emit(self, v: Value, amap):
         key = (v, amap)
         hit = self.memo.get(key)
         if hit is not None and not hit[1].closed:
             return hit[0]
-        c = splat(v)
+        c = self.splat(v)
         if c is not None:
             return SV(literal(c, v.dtype), compute_dtype(v.dtype))
         op = v.producer
         if op is None or op not in self.member:
             x, scope = self.load(v, amap)
         else:
-            if op.opdef.family == "elementwise":
-                self._emit_operands_first(op, amap)
-            x, scope = self.emit_op(op, v, amap)
+            self.check_recompute(op, v, amap)
+            got = self.decided(op, v, amap)
+            if got is not None:
+                x, scope = got
+            else:
+                if op.opdef.family == "elementwise":
+                    self._emit_operands_first(op, amap)
+                x, scope = self.emit_op(op, v, amap)
         self.memo[key] = (x, scope)
-        if v in self.out_set and v not in self.stored and v is not self.k.root and self.storable(v, amap):
-            self.stored.add(v)
-            self.store(scope, v, x, amap)
+        if v in self.out_set and v is not self.k.root and self.storable(v, amap):
+            self.store_escaping(scope, v, x, amap)
         return x
+
+    def store_escaping(self, scope, v, x, amap):
+        """Store an output on the way where this map covers a part of it not stored yet:
+        the regions of one family of loops (the first it is met in), each region once."""
+        loops = [terms[0][0] if terms else None for terms, _ in amap]
+        family = tuple(self.loop_key.get(var) if var else None for var in loops)
+        part = tuple(self.ranges[var] if var else None for var in loops)
+        if self.store_family.setdefault(v, family) != family or (v, part) in self.stored:
+            return
+        self.stored.add((v, part))
+        self.store(scope, v, x, amap)
+
+    def covered(self, v) -> bool:
+        """Was output v stored in every region of its loop family?"""
+        family = self.store_family.get(v)
+        if family is None:
+            return False
+        need = 1
+        for key in family:
+            if key is not None:
+                need *= len(self.intervals(key, self.extents[key]))
+        return sum(1 for w, _ in self.stored if w is v) == need
+
+    def check_recompute(self, op, v, amap):
+        """A stencil of a stencil (a value computed through guarded loads of values computed
+        through guarded loads) read at several shifts of one index (the next step of an
+        unrolled time loop) would be computed again at each: it is materialised instead
+        (Split), so a chain of k steps costs k passes, not a growing cube of them."""
+        if op.opdef.fusion == "reindex" or self.stencil_level(v) < 2:
+            return
+        terms = tuple(t for t, _ in amap)
+        consts = tuple(c for _, c in amap)
+        first = self.shifts.setdefault((v, terms), consts)
+        if first != consts:
+            raise Split(v)
+
+    def stencil_level(self, v) -> int:
+        """How many guarded loads (pad, concatenate, dynamic_slice) nest in v's computation
+        in this kernel."""
+        if self.levels is None:
+            self.levels = {}
+            for op in self.k.ops:
+                lvl = max((self.levels.get(o, 0) for o in op.operands), default=0)
+                self.levels[op.results[0]] = lvl + (op.opdef.index_pieces is not None)
+        return self.levels.get(v, 0)
+
+    def decided(self, op, v, amap):
+        """(SV, scope) of v where the region decides it without computing it: a select whose
+        predicate is known here is the operand it picks, a known range test its value."""
+        d = op.opdef
+        if d.picks is not None:
+            t = self.decide(self.position(op.operands[d.picks], amap))
+            if t is not None:
+                return self.read_at(op.operands[d.picks + (1 if t else 2)], amap)
+        if v.dtype == "bool" and d.position is not None:
+            t = self.decide(self.position(v, amap))
+            if t is not None:
+                return SV("true" if t else "false", "bool"), self.body
+        return None
+
+    def needed(self, op, amap):
+        """The operands computing op at amap reads (a decided select: the one it picks)."""
+        d = op.opdef
+        if d.picks is not None:
+            t = self.decide(self.position(op.operands[d.picks], amap))
+            if t is not None:
+                return [op.operands[d.picks + (1 if t else 2)]]
+        if op.results[0].dtype == "bool" and d.position is not None and \
+                self.decide(self.position(op.results[0], amap)) is not None:
+            return []
+        return op.operands
+
+    # -- positions and regions (index_sets.py) ---------------------------------------------
+    def position(self, v, amap):
+        """v at amap as a position (an integer affine in the index variables, or a range
+        test of such), else UNKNOWN."""
+        key = (v, amap)
+        p = self.positions.get(key)
+        if p is None:
+            p = self.positions[key] = self._position(v, amap)
+        return p
+
+    def _position(self, v, amap):
+        c = self.splat(v)
+        if c is not None:
+            if v.dtype in INTS:
+                return Pos((), int(c))
+            return known(bool(c)) if v.dtype == "bool" else UNKNOWN
+        op = v.producer
+        if op is None or op not in self.member:
+            d = self.devices.of(v)
+            return UNKNOWN if d is None else Pos((), d)
+        rule = lowering_of(op).position
+        return UNKNOWN if rule is None else rule(self, op, v, amap)
+
+    def decide(self, cond):
+        """True / False where a range test holds everywhere / nowhere in the current region
+        on every device, else None (and the points where it changes are noted, for the
+        next generation of the kernel to cut its loops at)."""
+        if isinstance(cond, Pos) or cond is UNKNOWN:
+            return None
+        hit = self.decisions.get(id(cond))
+        if hit is not None:
+            return hit[1]
+        r = decided(truth(cond, self.ranges))
+        # (the ranges of the variables a condition names never change once they exist;
+        # the condition is kept alive with its answer, so its id is not reused)
+        self.decisions[id(cond)] = (cond, r)
+        if r is None:
+            for t in tests(cond):
+                if decided(truth(t, self.ranges)) is not None:
+                    continue
+                for var, _ in t.pos.terms:
+                    key = self.loop_key.get(var)
+                    if key is None:
+                        continue
+                    lo, hi = self.ranges[var]
+                    self.breaks[key] |= {b for b in breakpoints(t, var, self.ranges) if lo < b <= hi}
+        return r
+
+    def guard(self, guard):
+        """A piece's guard (range tests of index expressions) as a condition."""
+        cond = known(True)
+        for expr, lo, hi in guard:
+            cond = cond & InRange(Pos.of(expr), lo, hi)
+        return cond
+
+    def guard_value(self, scope, guard):
+        """The guard computed per element (an i1 SV), or None where it always holds."""
+        b = self.builder(scope)
+        acc = None
+        for expr, lo, hi in guard:
+            t = InRange(Pos.of(expr), lo, hi)
+            if self.decide(t):
+                continue
+            idx = SV(self.index_expr(scope, *expr), "int64")
+            amin, amax = self._bounds(expr)
+            low = anywhere(each(lambda a: a < lo, amin))
+            high = anywhere(each(lambda a: a >= hi, amax))
+            for ok in ([b.icmp("sge", idx, b.const(lo, "int64"))] if low else []) + \
+                    ([b.icmp("slt", idx, b.const(hi, "int64"))] if high else []):
+                acc = ok if acc is None else b.and_(acc, ok)
+        return acc
+
+    def _bounds(self, expr):
+        return bounds(Pos.of(expr), self.ranges)
+
+    def clamped(self, index, shape):
+        """An operand index with each component that may leave [0, n) clamped into it (the
+        guarded load of a piece that does not hold there reads a valid element, then
+        discards it)."""
+        out = []
+        for (terms, c), n in zip(index, shape):
+            lo, hi = self._bounds((terms, c))
+            if not anywhere(each(lambda a, b: a < 0 or b > n - 1, lo, hi)):
+                out.append((terms, c))
+                continue
+            if not terms:
+                out.append(((), int(min(max(c, 0), n - 1))))
+                continue
+            key = (terms, c, n)
+            var = self.clamps.get(key)
+            if var is None or self.scopes[var].closed:
+                scope = self.scope_of(((terms, c),))
+                b = self.builder(scope)
+                x = SV(self.index_expr(scope, terms, c), "int64")
+                var = b.min(b.max(x, b.const(0, "int64")), b.const(n - 1, "int64")).name
+                self.clamps[key] = var
+                self.scopes[var] = scope
+                self.ranges[var] = (each(lambda a: min(max(a, 0), n - 1), lo), each(lambda a: min(max(a, 0), n - 1), hi))
+            out.append((((var, 1),), 0))
+        return tuple(out)
+
+    def offset(self, op):
+        """offset(j, lo, hi): an index variable holding op's scalar operand j clamped to
+        [lo, hi], read once (a dynamic slice's start)."""
+        def get(j, lo, hi):
+            key = (op, j, lo, hi)
+            var = self.offsets.get(key)
+            if var is not None:
+                return var
+            x = op.operands[j]
+            sv, scope = self.read_at(x, tuple(((), 0) for _ in x.shape))
+            b = self.builder(scope)
+            if sv.dtype != "int64":
+                sv = b.convert(sv, "int64")
+            var = b.min(b.max(sv, b.const(lo, "int64")), b.const(hi, "int64")).name
+            self.offsets[key] = var
+            self.scopes[var] = scope
+            d = self.devices.of(x)
+            self.ranges[var] = (lo, hi) if d is None else (each(lambda a: min(max(a, lo), hi), d),) * 2
+            return var
+        return get
 
     def _emit_operands_first(self, op, amap):
         """Emit the chain of elementwise producers below op (same index map) bottom-up with
         an explicit stack, in the order the recursion would, so that a chain of thousands
         of ops never nests emit() more than a step deep."""
-        stack = [(o, False) for o in reversed(op.operands)]
+        stack = [(o, False) for o in reversed(self.needed(op, amap))]
         while stack:
             u, ready = stack.pop()
             hit = self.memo.get((u, amap))
-            if (hit is not None and not hit[1].closed) or splat(u) is not None:
+            if (hit is not None and not hit[1].closed) or self.splat(u) is not None:
                 continue
             p = u.producer
             if p is None or p not in self.member or p.opdef.family != "elementwise":
@@ -228,7 +483,7 @@ class KernelCodegen:
                 self.emit(u, amap)
             else:
                 stack.append((u, True))
-                stack.extend((o, False) for o in reversed(p.operands))
+                stack.extend((o, False) for o in reversed(self.needed(p, amap)))
 
     def storable(self, v, amap):
         """Does this map visit each element of v exactly once (so v can be stored here)?"""
@@ -244,7 +499,7 @@ class KernelCodegen:
                 return False
             var = terms[0][0]
             s = self.scopes[var]
-            if var in seen or s.full != n:
+            if var in seen or s.var != var or s.full != n:      # (a loop's own variable)
                 return False
             seen.add(var)
         return True
@@ -276,35 +531,48 @@ class KernelCodegen:
         self.work = work = max([v.size for op in self.k.ops for v in (*op.operands, *op.results)] + [root.size])
         can_split_reduce = (root.producer.opdef.fusion == "reduction" and len(self.k.outputs) == 1
                             and not self.flat and root.producer.attrs["axes"])
-        if self.threads > 1 and work >= 1 << 16 and shape and shape[0] >= 2 * self.threads:
+        if self.threads > 1 and work >= PARALLEL_WORK and shape and shape[0] >= 2 * self.threads:
             self.par, self.extent = "rows", shape[0]
-        elif self.threads > 1 and work >= 1 << 16 and can_split_reduce and root.size <= 64:
+        elif self.threads > 1 and work >= PARALLEL_WORK and can_split_reduce and root.size <= 64:
             first = root.producer.operands[0].shape[root.producer.attrs["axes"][0]]
             if first >= 2 * self.threads:
                 self.par, self.extent = "reduction", first
                 self.split_next_reduce = True
-        scope, vars_ = self.body, []
-        for d, n in enumerate(shape):
-            if d == 0 and self.par == "rows":
-                scope = self.open_loop(scope, n, "%start", "%end")
-            else:
-                scope = self.open_loop(scope, n)
-            vars_.append(scope.var)
-        amap = _identity(vars_)
-        x = self.emit(root, amap)
-        if self.par == "reduction":
-            off = self.fresh()
-            self.body.insert(f"  {off} = mul i64 %tid, {max(root.size, 1)}")
-            self.store(self.scope_of(amap), root, x, amap, base_offset=off)
-        else:
-            self.store(self.scope_of(amap), root, x, amap)
+        self.nest(self.body, shape, [])
         # worth the full O3 (unrolling): large, and no short constant loop for LLVM to unroll
         # completely (nested short loops blow code size and compile time up)
         self.big = self.work >= BIG_WORK and min(self.const_extents, default=BIG_LOOP) >= BIG_LOOP
-        missing = [v for v in self.k.outputs if v is not root and v not in self.stored]
+        missing = [v for v in self.k.outputs if v is not root and not self.covered(v)]
         if missing:
             raise Split(missing[0])
         return self.render()
+
+    def nest(self, scope, shape, vars_):
+        """The root's loop nest, one copy per region: each dim's range cut where its tests
+        change (self.splits), the dims' pieces nested in order (so a row is still visited
+        left to right)."""
+        d = len(vars_)
+        if d == len(shape):
+            self.region(vars_)
+            return
+        key = ("root", d)
+        for lo, hi in self.intervals(key, shape[d]):
+            s = self.open_loop(scope, shape[d], lo, hi, threaded=d == 0 and self.par == "rows", key=key)
+            self.nest(s, shape, vars_ + [s.var])
+            self.close_loop(s)
+
+    def region(self, vars_):
+        """The root (and the outputs on the way) at the identity map of one region."""
+        root = self.k.root
+        amap = _identity(vars_)
+        x = self.emit(root, amap)
+        if self.par == "reduction":
+            if self.tid_offset is None:
+                self.tid_offset = self.fresh()
+                self.body.insert(f"  {self.tid_offset} = mul i64 %tid, {max(root.size, 1)}")
+            self.store(self.scope_of(amap), root, x, amap, base_offset=self.tid_offset)
+        else:
+            self.store(self.scope_of(amap), root, x, amap)
 
     def render(self, in_place=None) -> str:
         """The function text. `in_place` {output: input}: outputs the memory plan writes into
@@ -336,8 +604,24 @@ class KernelCodegen:
                     f"{lbl}.x:"]
 
 
-def kernel_ir(kernel: Kernel, name: str, threads: int):
-    """(function IR text, declarations, codegen) for one kernel; raises Split or Unsupported."""
-    cg = KernelCodegen(kernel, name, threads)
-    text = cg.generate()
+GENERATIONS = 4         # a kernel is generated at most this often while its regions settle
+
+
+def kernel_ir(kernel: Kernel, name: str, threads: int, mesh=None):
+    """(function IR text, declarations, codegen) for one kernel; raises Split or Unsupported.
+
+    A first generation runs each loop over its whole range and notes where the tests it
+    could not decide change; the next one cuts the loops there, and so on until no test
+    asks for a new cut (deciding an outer test exposes the ones inside it)."""
+    devices = DeviceValues(mesh, splat)
+    splits, frozen = {}, set()
+    for _ in range(GENERATIONS):
+        cg = KernelCodegen(kernel, name, threads, devices, splits)
+        text = cg.generate()
+        new = {k: splits.get(k, set()) | b for k, b in cg.breaks.items() if k not in frozen and b - splits.get(k, set())}
+        if not new:
+            break
+        wanted = {**splits, **new}
+        splits = capped(wanted, cg.extents, [[k for k in cg.extents if k[0] == "root"]])
+        frozen |= {k for k in wanted if splits[k] != wanted[k]}
     return text, cg.decls, cg

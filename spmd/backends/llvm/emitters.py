@@ -6,11 +6,16 @@ map `amap` (an affine function of the open loop variables, one (terms, const) pe
 v), and the loop scope it is computed in. `cg` is the kernel's code generator
 (codegen.py): emitters read operands through `cg.emit` at the index map they need them
 at, and open loops of their own through it.
+
+A `position` entry is `(cg, op, v, amap) -> position`: v at amap as an integer affine in
+the loop indices, or a range test of one (index_sets.py), for the code generator to
+decide masks and guards over a region of the index space.
 """
 from __future__ import annotations
 
 from ...ir.ops.reduce import identity
 from .fuse import splat
+from .index_sets import INTS, UNKNOWN, Pos
 from .scalar import LL, SV, Unsupported, compute_dtype, is_float, literal
 
 # reduce kind -> the scalar builder method that combines two partial results
@@ -95,7 +100,8 @@ def emit_position(cg, op, v, amap):
 
 def emit_accumulate(cg, op, v, amap):
     """A reduction: loops of its own over the reduced axes, in the innermost scope its
-    index map needs, accumulating into a stack slot."""
+    index map needs, accumulating into a stack slot. Each reduced axis's loop is cut into
+    regions like the root's (a sum over a padded stencil), visited in order."""
     x = op.operands[0]
     kind, axes = op.attrs["kind"], op.attrs["axes"]
     scope = cg.scope_of(amap)
@@ -103,31 +109,95 @@ def emit_accumulate(cg, op, v, amap):
     t = LL[cd]
     acc = cg.alloca("%acc", t)
     scope.insert(f"  store {t} {literal(identity(kind, v.dtype), v.dtype)}, ptr {acc}")
-    loops, parent = {}, scope
-    for j, a in enumerate(axes):
-        if j == 0 and cg.split_next_reduce:
-            cg.split_next_reduce = False
-            parent = cg.open_loop(parent, x.shape[a], "%start", "%end", full=False)
+    threaded = cg.split_next_reduce
+    cg.split_next_reduce = False
+
+    def accumulate(inner, loops):
+        rest = iter(amap)
+        sub = tuple((((loops[d].var, 1),), 0) if d in loops else next(rest) for d in range(x.ndim))
+        val = cg.emit(x, sub)
+        b = cg.builder(inner)
+        cur = cg.fresh()
+        inner.insert(f"  {cur} = load {t}, ptr {acc}")
+        if is_float(cd) and kind in ("sum", "prod"):
+            # reassociation lets the vectoriser keep several partial sums
+            nxt = cg.fresh()
+            inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
+            nxt = SV(nxt, cd)
         else:
-            parent = cg.open_loop(parent, x.shape[a])
-        loops[a] = parent
-    rest = iter(amap)
-    sub = tuple((((loops[d].var, 1),), 0) if d in loops else next(rest) for d in range(x.ndim))
-    val = cg.emit(x, sub)
-    inner = parent
-    b = cg.builder(inner)
-    cur = cg.fresh()
-    inner.insert(f"  {cur} = load {t}, ptr {acc}")
-    if is_float(cd) and kind in ("sum", "prod"):
-        # reassociation lets the vectoriser keep several partial sums
-        nxt = cg.fresh()
-        inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
-        nxt = SV(nxt, cd)
-    else:
-        nxt = getattr(b, REDUCERS[kind])(SV(cur, cd), val)
-    inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
-    for a in reversed(axes):
-        cg.close_loop(loops[a])
+            nxt = getattr(b, REDUCERS[kind])(SV(cur, cd), val)
+        inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
+
+    def nest(parent, j, loops):
+        if j == len(axes):
+            accumulate(parent, loops)
+            return
+        a = axes[j]
+        key = (id(op), a)
+        for lo, hi in cg.intervals(key, x.shape[a]):
+            first = j == 0 and threaded
+            s = cg.open_loop(parent, x.shape[a], lo, hi, threaded=first, key=key, full=not first)
+            nest(s, j + 1, {**loops, a: s})
+            cg.close_loop(s)
+
+    nest(scope, 0, {})
     r = cg.fresh()
     scope.insert(f"  {r} = load {t}, ptr {acc}")
     return cg.rounded(scope, SV(r, cd), v), scope
+
+
+def emit_pieces(cg, op, v, amap):
+    """A guarded load (OpDef.index_pieces: pad, concatenate, dynamic_slice): the operand
+    whose piece holds at this index, at its index map, or the fill. Where the region
+    decides the guards this is one plain load; elsewhere each live piece is read at its
+    index clamped into the operand (a valid element) and the guards pick one."""
+    shapes = [o.shape for o in op.operands]
+    pieces, fill = op.opdef.index_pieces(amap, shapes, op.attrs, cg.offset(op))
+    live = []
+    for k, guard, index in pieces:
+        t = cg.decide(cg.guard(guard))
+        if t is False:
+            continue
+        live.append((k, guard, index, t))
+        if t:
+            break                     # the pieces are disjoint: no later one holds
+    if len(live) == 1 and live[0][3]:
+        k, _, index, _ = live[0]
+        return cg.read_at(op.operands[k], index)
+    scope = cg.scope_of(amap)
+    if fill is not None:
+        acc, _ = cg.read_at(op.operands[fill], tuple(((), 0) for _ in op.operands[fill].shape))
+    else:
+        # the pieces cover every index: the last live one needs no test (where none is
+        # live, the index is one a select discards: any element will do)
+        k, _, index, _ = live.pop() if live else (pieces[-1][0], None, pieces[-1][2], None)
+        acc, _ = cg.read_at(op.operands[k], cg.clamped(index, shapes[k]))
+    for k, guard, index, t in reversed(live):
+        val, _ = cg.read_at(op.operands[k], cg.clamped(index, shapes[k]))
+        ok = None if t else cg.guard_value(scope, guard)
+        acc = val if ok is None else cg.builder(scope).select(ok, val, acc)
+    return acc, scope
+
+
+# -- positions (index_sets.py) ------------------------------------------------------------------
+def position_elementwise(cg, op, v, amap):
+    """The op's rule on positions (OpDef.position): + - * of indices, their comparisons."""
+    rule = op.opdef.position
+    if rule is None:
+        return UNKNOWN
+    return rule(*[cg.position(o, amap) for o in op.operands], **op.attrs)
+
+
+def position_index_map(cg, op, v, amap):
+    x = op.operands[0]
+    return cg.position(x, op.opdef.index_map(amap, x.shape, op.attrs))
+
+
+def position_row_major(cg, op, v, amap):
+    x = op.operands[0]
+    return cg.position(x, tuple(((), 0) for _ in x.shape)) if x.size == 1 else UNKNOWN
+
+
+def position_of_index(cg, op, v, amap):
+    """iota: the element's index along the op's dimension."""
+    return Pos.of(amap[op.attrs["dimension"]]) if v.dtype in INTS else UNKNOWN

@@ -53,8 +53,9 @@ def threads_for(comm):
 
 
 class LLVMExecutable(Executable):
-    def __init__(self, plan: ProgramPlan, threads=None):
+    def __init__(self, plan: ProgramPlan, threads=None, written=None):
         self.graph = plan.graph
+        self.written = dict(written or {})
         self.plan = plan
         self.steps = plan.steps
         self.memory = plan.memory
@@ -73,17 +74,57 @@ class LLVMExecutable(Executable):
         self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads)
                             for op in self.graph.ops for k in op.opdef.subgraphs}
         self._schedules = {}
+        # output position -> the first value of its buffer group (the one a step writes
+        # into a new buffer), where that buffer may be one the caller gives (`into`)
+        self.out_first = {}
+        for k, v in enumerate(self.graph.outputs):
+            while v in self.memory.in_place:
+                v = self.memory.in_place[v]
+            if v not in self.graph.inputs and v not in self.memory.offset_of:
+                self.out_first[k] = v
         _dump(self)
 
     def __reduce__(self):
         # shipped to Ray actors: rebuilt there from the graph (the object-code cache,
         # keyed by the IR, makes that a load when the actor's host compiled it before)
-        return (compile_llvm, (self.graph, self.threads, self.donated))
+        return (compile_llvm, (self.graph, self.threads, self.donated, self.written))
 
     # -- running --------------------------------------------------------------------------
     @property
     def planned(self):
         return self.memory.offset_of
+
+    def run_into(self, env, comm, into):
+        given = {}
+        for k, x in into.items():
+            v = self.out_first.get(k)
+            if v is not None and x.shape == v.shape and x.dtype == np.dtype(v.dtype) and x.flags.c_contiguous \
+                    and x.flags.writeable and v not in given:
+                given[v] = x
+        self._local.into = given
+        try:
+            self.run(env, comm)
+        finally:
+            self._local.into = None
+
+    def loop_spare(self, op, j, k):
+        """Spare buffer k of a loop's carried value j (loops.py), this thread's, kept
+        between calls."""
+        spares = getattr(self._local, "spares", None)
+        if spares is None:
+            spares = self._local.spares = {}
+        x = spares.get((op, j, k))
+        if x is None:
+            v = op.results[j]
+            x = spares[(op, j, k)] = np.empty(v.shape, v.dtype)
+        return x
+
+    def new_buffer(self, v):
+        """The buffer a step writes an output group's first value into: the one the caller
+        gave for it, else a new array."""
+        given = getattr(self._local, "into", None)
+        x = given.get(v) if given else None
+        return np.empty(v.shape, v.dtype) if x is None else x
 
     def run(self, env, comm):
         nthreads = self.threads or threads_for(comm)
@@ -136,7 +177,7 @@ class LLVMExecutable(Executable):
             if x is None or not x.flags.c_contiguous:
                 raise SpmdError(f"internal error: {v} is planned in place into {src}, which is not live")
             return x
-        return np.empty(v.shape, v.dtype)
+        return self.new_buffer(v)
 
     def check_inputs(self, inputs) -> dict:
         env = super().check_inputs(inputs)
@@ -229,5 +270,5 @@ def _dump(exe):
             f.write("\n\n".join(exe.stats["optimized_ir"]))
 
 
-def compile_llvm(graph: Graph, threads=None, donated=()) -> LLVMExecutable:
-    return LLVMExecutable(plan_program(graph, donated), threads)
+def compile_llvm(graph: Graph, threads=None, donated=(), written=None) -> LLVMExecutable:
+    return LLVMExecutable(plan_program(graph, donated), threads, written)

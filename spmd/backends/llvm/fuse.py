@@ -32,6 +32,7 @@ def reindexes(op) -> bool:
 
 
 MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
+PARALLEL_WORK = 1 << 16  # elements: a kernel this large may run its outer loop across threads
 
 
 @dataclass
@@ -90,6 +91,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
         for o in op.operands:
             users[o].append(op)
     outs = set(graph.outputs)
+    cheap = positional(graph, fusible)
     gs = Groups()
     groups: dict[Op, set] = {}       # op -> ids of the kernels it is part of
     reduces = []                     # kernel id -> reductions in it
@@ -98,12 +100,14 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             gs.standalone.add(op)
             continue
         r = op.result
+        if reindexes(op) and op.opdef.index_pieces is not None and r not in outs and r not in roots:
+            computed_views(op, users[r], gs, groups, reduces)
         ug, outside_op = set(), False
         for u in users[r]:
             if u in gs.standalone:
                 outside_op = True
             ug |= groups.get(u, set())
-        if (reindexes(op) or splat(r) is not None) and r not in roots:
+        if (reindexes(op) or splat(r) is not None or op in cheap) and r not in roots:
             groups[op] = ug
             for gid in ug:
                 gs.members[gid].append(op)
@@ -112,7 +116,8 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             continue
         is_red = op.opdef.fusion == "reduction"
         if (len(ug) == 1 and not outside_op and r not in roots
-                and reduces[next(iter(ug))] + is_red <= MAX_REDUCES):
+                and reduces[next(iter(ug))] + is_red <= MAX_REDUCES
+                and not (is_red and whole(r, gs.roots[next(iter(ug))].results[0]))):
             (gid,) = ug
             if r in outs:
                 gs.escaping[gid].append(r)
@@ -124,6 +129,49 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
         gs.members[gid].append(op)
         reduces[gid] += is_red
     return gs
+
+
+def whole(r, root) -> bool:
+    """Is r a reduction of a kernel of a larger root to one element (CG's r.r feeding the
+    next direction)? Such a reduction is its own kernel: fused, every thread of the
+    root's loop would compute all of it again before storing its rows, and the root could
+    not be written over the arrays the reduction reads."""
+    return r.size == 1 and root.size >= PARALLEL_WORK
+
+
+def positional(graph, fusible) -> set:
+    """Ops computed from element positions and scalars alone (a stencil's masks: iota,
+    axis_index, constants, compares and ands of them): each kernel that reads one computes
+    it itself, like a broadcast (the code generator decides most of them per region)."""
+    cheap_values, ops = set(), set()
+    outs = set(graph.outputs)
+    for op in graph.ops:
+        if len(op.results) != 1 or op.result in outs:
+            continue
+        r = op.result
+        if fusible(op) and op.opdef.fusion in ("elementwise", "reindex") and op.opdef.index_pieces is None \
+                and all(o.ndim == 0 or o in cheap_values for o in op.operands):
+            ops.add(op)
+            cheap_values.add(r)
+    return ops
+
+
+def computed_views(op, users, gs, groups, reduces):
+    """A pad / concatenation / dynamic slice (a copy when run on its own) whose every use
+    outside kernels is a view of it (the edge rows of a ghost-layered block, sliced for a
+    collective): each such view becomes a small kernel of its own, which reads the
+    pieces where they are, so the whole block is never copied."""
+    outside = [u for u in users if u in gs.standalone]
+    if not outside or not all(u.opdef.view and len(u.results) == 1 and u.opdef.fusion == "reindex"
+                              for u in outside):
+        return
+    for u in outside:
+        gs.standalone.discard(u)
+        gid = len(gs.roots)
+        gs.roots.append(u)
+        reduces.append(0)
+        groups[u] = groups.get(u, set()) | {gid}
+        gs.members[gid].append(u)
 
 
 def steps_in_order(graph: Graph, gs: Groups) -> list:

@@ -15,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_position, \
-    emit_row_major
+from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_pieces, emit_position, \
+    emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
 from .fuse import splat
+from .loops import run_scan, scan_overwrites
+from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
                     reindexed_constant_instrs, run_matmul, run_reference, take_rows_instrs)
@@ -33,6 +35,8 @@ class Lowering:
     emit: Optional[Callable] = None
     # op -> may this op join a kernel (beyond having `emit`)?
     fuses: Callable = _always
+    # (codegen, op, value, index map) -> the value as a position (emitters.py, index_sets.py)
+    position: Optional[Callable] = None
     # a step on its own in a native segment: (schedule, op) -> instructions | FREE | None
     # (None: this step runs from Python), steps.py
     native: Optional[Callable] = None
@@ -45,6 +49,9 @@ class Lowering:
     writes_into: bool = False
     # run as a view, its result is its operand's bytes in the same order (memory.py)
     same_bytes: bool = False
+    # op -> (result, operand) positions whose result the step may write over that operand,
+    # when the operand dies there (memory.py in place)
+    overwrites: Optional[Callable] = None
     # why ops of this kind run through their numpy reference (rows with no native lowering)
     numpy: Optional[str] = None
 
@@ -74,11 +81,24 @@ def scalar_lowers(op) -> bool:
     return True
 
 
+MAX_PIECES = 8           # a concatenation of more operands is copied on its own (memcpy)
+
+
+def pieces_lower(op) -> bool:
+    """Is the op's OpDef.index_pieces defined for these attributes (a pad with interior
+    padding is not), with few enough pieces?"""
+    index = tuple(((("%d", 1),), 0) for _ in op.result.shape)
+    got = op.opdef.index_pieces(index, [o.shape for o in op.operands], op.attrs, lambda j, lo, hi: "%o")
+    return got is not None and len(got[0]) <= MAX_PIECES
+
+
 LOWERINGS = {
-    "elementwise": Lowering(emit=emit_elementwise, fuses=scalar_lowers),
-    "index_map": Lowering(emit=emit_index_map, native=reindexed_constant_instrs),
-    "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True),
-    "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results)),
+    "elementwise": Lowering(emit=emit_elementwise, fuses=scalar_lowers, position=position_elementwise),
+    "index_map": Lowering(emit=emit_index_map, native=reindexed_constant_instrs, position=position_index_map),
+    "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True, position=position_row_major),
+    "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results),
+                         position=position_of_index),
+    "pieces": Lowering(emit=emit_pieces, fuses=pieces_lower),
     "literal": Lowering(emit=emit_literal, fuses=lambda op: splat(op.result) is not None, native=literal_instrs),
     "accumulate": Lowering(emit=emit_accumulate, fuses=lambda op: not column_reduce(op), native=column_sum_instrs),
     "matmul": Lowering(native=gemm_instrs, run=run_matmul, prepare=dot_plan, writes_into=True),
@@ -91,6 +111,9 @@ LOWERINGS = {
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
+    "scan_loop": Lowering(run=run_scan, writes_into=True, overwrites=scan_overwrites,
+                          numpy="the loop steps in Python, calling its body's LLVM executable with the carried "
+                                "values double-buffered (loops.py)"),
     "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
     "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),
 }
@@ -108,6 +131,13 @@ def fusible(op) -> bool:
     if not op.opdef.lowers_complex and any(is_complex(v.dtype) for v in (*op.operands, *op.results)):
         return False        # the op runs through its numpy reference
     return row.fuses(op)
+
+
+def overwrites(op):
+    """(result, operand) positions whose result the step may write over the operand: the
+    OpDef's `out_may_be_operand`, or the row's."""
+    row = lowering_of(op)
+    return row.overwrites(op) if row.overwrites is not None else operand_written_over(op)
 
 
 def writes_into(op) -> bool:

@@ -16,9 +16,11 @@ Three decisions, made once at compile time, as XLA's buffer assignment makes the
    value that may alias it: a view that is still alive pins its base), is not a program
    output, no other input of the kernel may alias it, and the buffer is ours: written
    by an earlier kernel or dot, or an argument the caller donated. The output joins the
-   input's *buffer group* (one buffer, several values over time). An op whose OpDef says
-   its result may be written over an operand (`out_may_be_operand`: all_reduce, which
-   reads each block before writing it) is planned the same way.
+   input's *buffer group* (one buffer, several values over time). An op whose result may
+   be written over an operand is planned the same way: its OpDef says so
+   (`out_may_be_operand`: all_reduce, which reads each block before writing it), or the
+   backend does (`overwrites`: a scan's carried result over its initial value, which the
+   first iteration reads and the last writes).
 2. **Output groups.** A group that ends in a program output is allocated per call (the
    caller keeps it): every value of it is written straight into the output's array,
    so a weight gradient is computed into the new weight's buffer and updated there.
@@ -162,18 +164,25 @@ def _match(results, options) -> dict:
     return {r: x for x, r in owner.items()}
 
 
+def operand_written_over(op):
+    """(result, operand) positions whose result its OpDef may write over the operand."""
+    j = op.opdef.out_may_be_operand
+    return () if j is None else ((0, j),)
+
+
 def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True,
-                same_bytes=lambda op: False) -> MemoryPlan:
+                same_bytes=lambda op: False, overwrites=operand_written_over) -> MemoryPlan:
     """`steps`: Kernels (or wrappers with `.kernel`) and Ops, in execution order; `writes(op)`:
     does the backend run this op into a buffer it is given (a dot into BLAS's output)?
     `donated`: positions of graph inputs whose buffers the program may write into.
     `same_bytes(op)`: is op's result its (single) operand's bytes in the same order (a
-    reshape the backend runs as a view)?"""
+    reshape the backend runs as a view)? `overwrites(op)`: (result, operand) positions of
+    an op run into given buffers whose result may be written over that operand."""
     n = len(steps)
     outs = set(graph.outputs)
     donated_vals = {graph.inputs[i] for i in donated}
     bufs = Buffers(graph, steps, writes, donated_vals)
-    inplace = plan_in_place(bufs, steps, writes, outs) if in_place else {}
+    inplace = plan_in_place(bufs, steps, writes, outs, overwrites) if in_place else {}
     members = bufs.members()
 
     def is_temp(gid):
@@ -245,21 +254,23 @@ class Buffers:
         return members
 
 
-def plan_in_place(bufs, steps, writes, outs) -> dict:
+def plan_in_place(bufs, steps, writes, outs, overwrites=operand_written_over) -> dict:
     """(1) output -> the input whose buffer it is written into, step by step."""
     inplace = {}
     for k, step in enumerate(steps):
         kern = _kernel(step)
+        pairs = () if kern is not None or not writes(step) else overwrites(step)
         if kern is not None:
             same, results, reads = same_index_inputs(kern), kern.outputs, kern.inputs
-        elif step.opdef.out_may_be_operand is not None and writes(step):
-            # an op that may write its result over an operand (all_reduce)
-            same, results, reads = {step.operands[step.opdef.out_may_be_operand]}, step.results, step.operands
+        elif pairs:
+            # an op that may write a result over an operand (all_reduce, a loop's carry)
+            results, reads = [step.results[i] for i, _ in pairs], step.operands
+            paired = {step.results[i]: {step.operands[j]} for i, j in pairs}
         else:
             continue
         options = {}
         for r in results:
-            cands = same & _depends_on(kern, r) if kern is not None else same
+            cands = same & _depends_on(kern, r) if kern is not None else paired[r]
             options[r] = [x for x in reads if x in cands and x in bufs.mine and x.dtype == r.dtype
                           and x.shape == r.shape and x not in outs and bufs.busy(bufs.group[x]) == k
                           # no other input of this step may share the buffer

@@ -132,8 +132,15 @@ def trampoline(name, nparams):
     return "\n".join(lines)
 
 
+_cores = []
+
+
 def cores():
-    return os.cpu_count() or 1
+    """The host's cores (asked once: os.cpu_count reads /proc or /sys, and a loop body
+    asks at every iteration)."""
+    if not _cores:
+        _cores.append(os.cpu_count() or 1)
+    return _cores[0]
 
 
 # ----------------------------------------------------------------------------- BLAS

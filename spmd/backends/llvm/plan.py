@@ -19,7 +19,7 @@ from ...ir import Graph
 from .codegen import kernel_ir
 from .emitters import Split
 from .fuse import FusionPlan, Kernel, fuse, reindexes
-from .lowering import fusible, same_bytes, writes_into
+from .lowering import fusible, overwrites, same_bytes, writes_into
 from .memory import MemoryPlan, plan_memory
 from . import native
 
@@ -73,7 +73,8 @@ def plan_program(graph: Graph, donated=()) -> ProgramPlan:
     donated = tuple(sorted(donated))
     fusion, code = fuse_and_generate(graph)
     memory = plan_memory(graph, fusion.steps, writes_into, donated,
-                         in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0", same_bytes=same_bytes)
+                         in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0", same_bytes=same_bytes,
+                         overwrites=overwrites)
     code = with_in_place(fusion.kernels(), code, memory)
     it = iter(code)
     steps = [KernelStep(s, next(it).cg) if isinstance(s, Kernel) else s for s in fusion.steps]
@@ -87,22 +88,23 @@ def fuse_and_generate(graph):
     roots, memo = set(), {}
     for _ in range(len(graph.ops) + 1):
         fusion = fuse(graph, fusible, frozenset(roots))
-        code, split = generate(fusion.kernels(), memo)
+        code, split = generate(fusion.kernels(), memo, graph.mesh)
         if not split:
             return fusion, code
         roots |= split
     raise SpmdError(f"internal error: fusion of {graph.name} did not converge")
 
 
-def generate(kernels, memo):
-    """(KernelCode of each kernel, the values kernels want materialised)."""
+def generate(kernels, memo, mesh=None):
+    """(KernelCode of each kernel, the values kernels want materialised). `mesh`: the
+    devices the program runs on (a kernel's masks may depend on a device's place)."""
     code, split = [], set()
     for i, k in enumerate(kernels):
         key = (tuple(map(id, k.ops)), id(k.root), tuple(map(id, k.outputs)), tuple(map(id, k.inputs)))
         hit = memo.get(key)
         if hit is None:
             try:
-                hit = memo[key] = KernelCode(*kernel_ir(k, f"k{i}", native.cores()))
+                hit = memo[key] = KernelCode(*kernel_ir(k, f"k{i}", native.cores(), mesh))
             except Split as e:
                 hit = memo[key] = e
         if isinstance(hit, Split):

@@ -226,7 +226,7 @@ class Schedule:
 
     def _run_segment(self, seg, prog, arena, env, slots):
         for v, src in seg.allocs:
-            env[v] = np.empty(v.shape, v.dtype) if src is None else self._get(src, env, slots)
+            env[v] = self.exe.new_buffer(v) if src is None else self._get(src, env, slots)
         if seg.dyn:
             addrs = np.empty(len(seg.dyn), np.int64)
             for j, v in enumerate(seg.dyn):

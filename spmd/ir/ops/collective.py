@@ -258,27 +258,33 @@ def _ai_ref(comm=None, *, axes):
     return np.array(comm.group_index(norm_axes(axes)), dtype=np.int64)
 
 
+def _ai_device_values(mesh, axes):
+    axes = norm_axes(axes)
+    return np.array([mesh.index_in_group(r, axes) for r in range(mesh.size)], dtype=np.int64)
+
+
 def _no_flops(ins, out, attrs):
     return 0
 
 
 # all_reduce and collective_permute work element by element: several with equal
 # attributes may run as one (on the concatenation of their operands: passes/combine.py)
-for _name, _infer, _ref, _vjp, _combinable, _reshards in (
+for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
         ("all_reduce", _ar_infer, _ar_ref, _ar_vjp, True,
-         "sum the partial results of a contraction/reduction over a split dim"),
-        ("all_gather", _ag_infer, _ag_ref, _ag_vjp, False, "the consumer needs a split dim whole"),
-        ("reduce_scatter", _rs_infer, _rs_ref, _rs_vjp, False, "sum partial results and keep them split"),
-        ("all_to_all", _a2a_infer, _a2a_ref, _a2a_vjp, False, "move a split from one dim to another"),
+         "sum the partial results of a contraction/reduction over a split dim", None),
+        ("all_gather", _ag_infer, _ag_ref, _ag_vjp, False, "the consumer needs a split dim whole", None),
+        ("reduce_scatter", _rs_infer, _rs_ref, _rs_vjp, False, "sum partial results and keep them split", None),
+        ("all_to_all", _a2a_infer, _a2a_ref, _a2a_vjp, False, "move a split from one dim to another", None),
         ("collective_permute", _cp_infer, _cp_ref, _cp_vjp, True,
-         "exchange halos across shard borders (shifted slice/pad/concat)"),
-        ("axis_index", _ai_infer, _ai_ref, None, False, None)):
+         "exchange halos across shard borders (shifted slice/pad/concat)", None),
+        ("axis_index", _ai_infer, _ai_ref, None, False, None, _ai_device_values)):
     _reduces = _name == "all_reduce"
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
                    dtypes=ALL, needs_comm=True, combinable=_combinable, reshards=_reshards,
                    async_pair=("all_reduce_start", "all_reduce_done") if _reduces else None,
                    # all_reduce writes into a given buffer, its operand's too (in place)
-                   takes_out=_reduces, out_may_be_operand=0 if _reduces else None, lowering="communicate"))
+                   takes_out=_reduces, out_may_be_operand=0 if _reduces else None, lowering="communicate",
+                   device_values=_device_values))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP

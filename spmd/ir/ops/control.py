@@ -285,7 +285,7 @@ def _drop_lead(P, s):
 register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_scan_flops,
                partition=_partition_scan, subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a),
-               lowering="subprogram", captured_from=lambda attrs: attrs["num_carry"] + attrs["num_xs"]))
+               lowering="scan_loop", captured_from=lambda attrs: attrs["num_carry"] + attrs["num_xs"]))
 
 
 # -- reverse mode ---------------------------------------------------------------------------

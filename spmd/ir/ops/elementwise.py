@@ -226,14 +226,15 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
-       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True, infix="+")
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True, infix="+",
+       position=lambda a, b: a + b)
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
        NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify,
-       lowers_complex=True, infix="-")
+       lowers_complex=True, infix="-", position=lambda a, b: a - b)
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
-       lowers_complex=True, infix="*")
+       lowers_complex=True, infix="*", position=lambda a, b: a * b)
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
@@ -245,9 +246,9 @@ binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x,
        simplify=_power_simplify, infix="**")
 binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%")
 binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y),
-       infix="&")
+       infix="&", position=lambda a, b: a & b)
 binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y),
-       infix="|")
+       infix="|", position=lambda a, b: a | b)
 binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y),
        infix="^")
 
@@ -270,8 +271,10 @@ binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda
        infix=">>")
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
-      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True, infix="-")
-unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x), infix="~")
+      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True, infix="-",
+      position=lambda a: -a)
+unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x), infix="~",
+      position=lambda a: ~a)
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
     if x.dtype not in CPLX:
@@ -348,7 +351,8 @@ register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
                _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
-               infix=lambda attrs: SYMBOLS[attrs["direction"]]))
+               infix=lambda attrs: SYMBOLS[attrs["direction"]],
+               position=lambda a, b, direction: a.compare(b, direction)))
 
 
 def _select_infer(p, a, b):
@@ -368,7 +372,7 @@ def _select_vjp(g, op, ct):
 register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
                elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL + CPLX,
                priority=0, fusion="elementwise", lowering="elementwise", linear=((1, 2),), simplify=_select_simplify,
-               lowers_complex=True))
+               lowers_complex=True, picks=0))
 
 
 def _convert_infer(x, dtype):
@@ -401,7 +405,7 @@ def _inexact(dt):
 register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
                elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL + CPLX,
                priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
-               simplify=_convert_simplify,
+               simplify=_convert_simplify, position=lambda a, dtype: a.convert(dtype),
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 
 

@@ -159,9 +159,19 @@ def _ds_factors(ins, outs, attrs):
     return einsum_rule(",".join([a] + [""] * (len(ins) - 1)) + "->" + w, ins, outs, reduction=sliced)
 
 
+def _ds_pieces(out, shapes, attrs, offset):
+    """The operand at the index moved by each start (clamped into the operand, as numpy's
+    reference clamps it), read once per kernel."""
+    index = []
+    for d, ((terms, c), n, k) in enumerate(zip(out, shapes[0], attrs["slice_sizes"])):
+        index.append((terms, c) if k == n else (tuple(terms) + ((offset(1 + d, 0, n - k), 1),), c))
+    return [(0, (), tuple(index))], None
+
+
 register(OpDef("dynamic_slice", "indexing", _ds_infer, _ds_ref, _ds_vjp, _ds_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial",
-               partition_local=_partition_dynamic_slice, lowering="block_copy"))
+               partition_local=_partition_dynamic_slice, fusion="reindex", index_pieces=_ds_pieces,
+               lowering="pieces", lowers_complex=True))
 
 
 def _dus_infer(x, u, *starts):

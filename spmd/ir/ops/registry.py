@@ -109,6 +109,28 @@ class OpDef:
     # dim with terms ((loop variable, coefficient), ...). The LLVM code generator follows it
     # through fused kernels, so the op costs no memory traffic.
     index_map: Optional[Callable] = None
+    # "reindex" ops whose element at an index is one of several operands (or a fill) at an
+    # affine function of it, picked by range tests on the index (pad, concatenate,
+    # dynamic_slice): (out_index, operand_shapes, attrs, offset) -> (pieces, fill) or None
+    # (not expressible: the op runs on its own). `pieces` is a list of (operand position,
+    # guard, operand index), disjoint and in order; a guard is a tuple of range tests
+    # (index expression, lo, hi), all of which must hold (lo <= expression < hi); `fill`
+    # is the position of the scalar operand read where no piece holds, or None (the pieces
+    # cover every index). `offset(j, lo, hi)` is a loop-invariant index variable holding
+    # scalar operand j clamped to [lo, hi] (the code generator reads it once per kernel).
+    index_pieces: Optional[Callable] = None
+    # how the op computes on *positions*, integers affine in a kernel's loop indices (iota,
+    # axis_index, constants, and + - * of them) and range tests of them (compare; and, or,
+    # not): (*operand positions, **attrs) -> position, with the positions' own operators
+    # (+, -, *, unary -, &, |, ~, .compare(other, direction), .convert(dtype)). The code
+    # generator resolves range tests over regions of the index space (a stencil's masks).
+    position: Optional[Callable] = None
+    # the operand that picks between the next two (select's predicate): where it is known
+    # over a region of the index space, the code generator computes only the operand picked
+    picks: Optional[int] = None
+    # an op whose value differs per device only by the device's place in the mesh
+    # (axis_index): (mesh, **attrs) -> int64 array of its value on each device, in rank order
+    device_values: Optional[Callable] = None
     # a collective that acts on each element on its own: independent instances with equal
     # attributes may run as one on the concatenation of their operands (passes/combine.py)
     combinable: bool = False
@@ -176,7 +198,8 @@ def splat(v, depth=4):
     slice... of one) whose elements are all equal, or an elementwise op of such values (an exponent's
     `y - 1` in a VJP); else None."""
     op = v.producer
-    while op is not None and op.opdef.fusion == "reindex" and op.operands:     # broadcasts, reshapes...
+    # broadcasts, reshapes... (not a pad or concatenation: their other operands count too)
+    while op is not None and op.opdef.fusion == "reindex" and op.operands and op.opdef.index_pieces is None:
         op = op.operands[0].producer
     if op is not None and op.name != "constant" and depth > 0 and op.operands and len(op.results) == 1 \
             and op.opdef.family == "elementwise" and not op.opdef.needs_comm:

@@ -737,9 +737,21 @@ def _same_bits(a, b):
     return a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
+def _pad_pieces(out, shapes, attrs, offset):
+    """The operand where the index is inside its window, the padding value elsewhere."""
+    if any(attrs["interior"]):
+        return None
+    guard, index = [], []
+    for (terms, c), lo, hi, n in zip(out, attrs["low"], attrs["high"], shapes[0]):
+        if lo or hi:
+            guard.append(((terms, c), lo, lo + n))
+        index.append((terms, c - lo))
+    return [(0, tuple(guard), tuple(index))], 1
+
+
 register(OpDef("pad", "shape", _pad_infer, _pad_ref, _pad_vjp, _changed_dims_factors,
                None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad, simplify=_pad_simplify,
-               lowering="block_copy"))
+               fusion="reindex", index_pieces=_pad_pieces, lowering="pieces", lowers_complex=True))
 
 
 def _concat_infer(*xs, dimension):
@@ -771,10 +783,24 @@ def _concat_factors(ins, outs, attrs):
     return einsum_rule(",".join([a] * len(ins)) + "->" + a, ins, outs, permute=a[attrs["dimension"]])
 
 
+def _concat_pieces(out, shapes, attrs, offset):
+    """Operand k where the index along the dimension falls in its stretch."""
+    d = attrs["dimension"]
+    pieces, at = [], 0
+    for k, shape in enumerate(shapes):
+        n = shape[d]
+        if n:
+            terms, c = out[d]
+            pieces.append((k, (((terms, c), at, at + n),), out[:d] + ((terms, c - at),) + out[d + 1:]))
+        at += n
+    return pieces, None
+
+
 register(OpDef("concatenate", "shape", _concat_infer,
                lambda *xs, dimension, out=None: np.concatenate(xs, axis=dimension, out=out),
                _concat_vjp, _concat_factors, None, _zero_flops, ALL, takes_out=True,
-               joins=lambda attrs: attrs["dimension"], lowering="block_copy",
+               joins=lambda attrs: attrs["dimension"], fusion="reindex", index_pieces=_concat_pieces,
+               lowering="pieces", lowers_complex=True,
                linear=lambda op: [tuple(range(len(op.operands)))], partition=_partition_concatenate))
 
 __all__ = ["slice_size", "const_like"]

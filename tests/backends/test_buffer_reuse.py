@@ -1,0 +1,188 @@
+"""Buffers a stencil's time loop reuses (backends/llvm/loops.py, Lowered.reused): a scan
+double-buffers its carried grid and writes its result where the memory plan wants it; an
+argument the function writes in place gives its buffers to the program, which hands the
+new value back in them. No new grid per iteration or per call, results unchanged."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import spmd
+from spmd.backends.llvm import compile_llvm
+from spmd.backends.llvm.loops import buffers
+from spmd.ir import Graph
+
+N = 128
+GRID = N * N * 8
+
+
+def relax(u, steps):
+    """Jacobi sweeps written in place (rolled into a scan from 4 sweeps on); returns a
+    scalar, so a call's only grid is u's."""
+    for _ in range(steps):
+        u[1:-1, 1:-1] = 0.25 * (u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2])
+    return u[1, 1]
+
+
+def numpy_relax(u, steps):
+    u = u.copy()
+    relax(u, steps)
+    return u
+
+
+def data(a):
+    return a.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("length", range(1, 8))
+@pytest.mark.parametrize("in_place", [False, True])
+def test_loop_buffers_alternate_and_end_in_the_target(length, in_place):
+    if in_place and length == 1:
+        pytest.skip("a lone iteration cannot write the buffer it reads (scan_overwrites asks for two)")
+    first, target = object(), object()
+    spares = [object(), object()]
+    if in_place:
+        target = first
+    seq = buffers(first, target, length, lambda k: spares[k])
+    reads = [first] + seq[:-1]
+    assert seq[-1] is target
+    assert all(w is not r for w, r in zip(seq, reads)), "an iteration writes the buffer it reads"
+    assert spares[1] not in seq[1:] and (spares[1] in seq) == (in_place and length % 2 == 1)
+
+
+@pytest.mark.parametrize("steps", [9, 10])
+def test_a_rolled_loop_on_a_numpy_argument_makes_no_grid_per_call(steps):
+    u = np.random.default_rng(steps).random((N, N))
+    f = spmd.jit(relax, static_argnums=(1,))
+    low = f.lower(u, steps)
+    assert any(op.name == "scan" for op in low.graph.ops), "the sweeps should be rolled"
+    want = numpy_relax(u, steps)
+    got = u.copy()
+    where = data(got)
+    f(got, steps)                                       # the first call makes the loop's spare grid
+    np.testing.assert_array_equal(got, want)
+    again = want.copy()
+    relax(again, steps)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        f(got, steps)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < GRID // 2, f"a call allocated {peak} bytes (a grid is {GRID})"
+    assert data(got) == where
+    np.testing.assert_array_equal(got, again)
+
+
+@pytest.mark.parametrize("steps", [2, 9, 10])
+def test_an_array_written_in_place_keeps_its_buffers(steps):
+    """On a mesh: the program writes the new grid into the argument's own shards (the loop's
+    last iteration writes there), so the Array keeps its buffers; values are numpy's."""
+    spmd.init(num_devices=4)
+    mesh = spmd.Mesh((1, 2), ("x", "y"))
+    sh = mesh.sharding("x", "y")
+    u = np.random.default_rng(steps).random((N, N + 3))
+    a = spmd.device_put(u.copy(), sh)
+    f = spmd.jit(relax, in_shardings=(sh,), static_argnums=(1,))
+    before = [data(s.data) for s in a.shards]
+    f(a, steps)
+    np.testing.assert_array_equal(a.numpy(), numpy_relax(u, steps))
+    if steps >= 4:       # (a rolled loop: its result lands in the carried argument's buffers)
+        assert [data(s.data) for s in a.shards] == before
+    f(a, steps)
+    np.testing.assert_array_equal(a.numpy(), numpy_relax(numpy_relax(u, steps), steps))
+
+
+def test_the_loop_result_is_planned_over_the_argument_it_updates():
+    u = np.zeros((16, 16))
+    low = spmd.jit(relax, static_argnums=(1,)).lower(u, 10)
+    exe = low.compile()
+    (scan,) = [op for op in low.graph.ops if op.name == "scan"]
+    assert exe.memory.in_place.get(scan.results[0]) is low.graph.inputs[0]
+    assert low.reused == {0} and exe.written == {1: 0}
+
+
+def test_other_outputs_never_alias_an_argument_written_in_place():
+    """v is computed over u's dying buffer only if it is then copied: the write of u (to
+    zeros) must not change the v the caller gets."""
+    def f(u):
+        v = u * 2.0
+        u[...] = 0.0
+        return v
+
+    u = np.arange(12.0).reshape(3, 4)
+    got = u.copy()
+    v = spmd.jit(f)(got)
+    np.testing.assert_array_equal(v, np.arange(12.0).reshape(3, 4) * 2)
+    np.testing.assert_array_equal(got, np.zeros((3, 4)))
+    assert not np.shares_memory(v, got)
+
+
+def test_a_returned_update_is_a_copy_the_argument_keeps_its_buffer():
+    """numpy returns u itself; the caller gets a separate array with its values, and u the
+    new value in its own buffer."""
+    u = np.random.default_rng(1).random((N, N))
+    got = u.copy()
+    where = data(got)
+
+    def f(u):
+        relax(u, 6)
+        return u
+
+    r = spmd.jit(f)(got)
+    want = numpy_relax(u, 6)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(r, want)
+    assert data(got) == where and not np.shares_memory(r, got)
+
+
+def test_a_read_only_argument_is_not_written():
+    u = np.random.default_rng(2).random((8, 8))
+    u.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        spmd.jit(relax, static_argnums=(1,))(u, 5)
+    u.flags.writeable = True
+    assert np.array_equal(u, np.random.default_rng(2).random((8, 8)))
+
+
+def test_an_executable_computes_an_output_in_the_buffer_it_is_given():
+    g = Graph("into")
+    x = g.add_input((4, 4), "float64")
+    g.outputs = [g.emit("tanh", x)]
+    exe = compile_llvm(g)
+    buf = np.empty((4, 4))
+    (out,) = exe([np.ones((4, 4))], into={0: buf})
+    assert out is buf and np.allclose(buf, np.tanh(1.0))
+    (out,) = exe([np.ones((4, 4))])
+    assert out is not buf
+
+
+def test_a_whole_reduction_feeding_a_large_update_is_its_own_kernel_and_the_update_is_in_place():
+    """CG's step: r.r feeds the new direction p. Fused, every thread would sum all of r
+    again and p could not be written over the arrays the sum reads; apart, r and p are
+    both computed in their own buffers."""
+    def update(r, ap, p, a, rs):
+        r -= a * ap
+        rs_new = np.sum(r * r)
+        p[...] = r + (rs_new / rs) * p
+        return rs_new
+
+    rng = np.random.default_rng(3)
+    r, ap, p = (rng.random((256, 256)) for _ in range(3))
+    a, rs = np.array(0.01), np.array(3.0)
+    low = spmd.jit(update).lower(r, ap, p, a, rs)
+    exe = low.compile()
+    (red,) = [k for k in exe.plan.fusion.kernels() if k.root.producer.name == "reduce"]
+    assert [op.name for op in red.ops][-1] == "reduce" and red.outputs == [red.root]
+    assert low.memory()["in_place"] == 2
+    want_r, want_p = r.copy(), p.copy()
+    want = update(want_r, ap, want_p, a, rs)
+    got_r, got_p = r.copy(), p.copy()
+    where = data(got_r), data(got_p)
+    got = spmd.jit(update)(got_r, ap, got_p, a, rs)
+    np.testing.assert_array_equal(got_r, want_r)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-13)
+    np.testing.assert_allclose(got_p, want_p, rtol=1e-13)
+    assert (data(got_r), data(got_p)) == where
