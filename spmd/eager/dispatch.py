@@ -233,8 +233,10 @@ def install():
     Array.__getattr__ = _getattr
     Array.T = property(lambda self: run("method", "T", shapes.view_transpose, (self,)))
     Array.mT = property(lambda self: run("method", "mT", _mT, (self,)))
-    Array.real = property(lambda self: run("method", "real", ew.real, (self,)))
-    Array.imag = property(lambda self: run("method", "imag", ew.imag, (self,)))
+    Array.real = property(lambda self: run("method", "real", fz.real_view, (self,)),
+                          lambda self, v: indexing.setitem(self.real, Ellipsis, v))
+    Array.imag = property(lambda self: run("method", "imag", fz.imag_view, (self,)),
+                          lambda self, v: indexing.setitem(self.imag, Ellipsis, v))
     Array.fill = _fill
     Array.nonzero = lambda self: np.nonzero(self)
     Array.item = _item

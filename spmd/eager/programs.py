@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import TraceError, is_internal
 from ..frontend import core, indexing
 from ..frontend import functionalize as fz
+from ..frontend.trace import Tracer
 from ..runtime.array import Array, device_put
 from ..staging import Jitted
 from ..tree import tree_flatten, tree_unflatten
@@ -38,6 +39,7 @@ _CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
 _FALLBACK = object()
 _COLLECTIVES: dict = {}    # key -> the collectives its program runs, by op name
 _VIEW_LEAVES: dict = {}    # key -> the result leaves that are views of the first argument
+_READ_ONLY: dict = {}      # key -> {result leaf: why it is read-only} (x.imag of a real x, ...)
 # counters since import (tests and users may reset them): one-op programs compiled and
 # run, fallbacks to numpy, and the collectives the eager programs ran, by op name
 STATS = {"compiled": 0, "calls": 0, "fallbacks": 0, "collectives": {}}
@@ -51,6 +53,7 @@ def clear_cache():
     _CACHE.clear()
     _COLLECTIVES.clear()
     _VIEW_LEAVES.clear()
+    _READ_ONLY.clear()
 
 
 class Dynamic:
@@ -119,6 +122,10 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
     _count_collectives(key, f, dyn)
     if source is not None:
         _record_views(out, source, _VIEW_LEAVES.get(key, ()), call)
+    if _READ_ONLY.get(key):
+        outs = tree_flatten(out)[0]
+        for i, what in _READ_ONLY[key].items():
+            outs[i]._read_only = what
     return out
 
 
@@ -143,7 +150,10 @@ def _make(key, name, builder, tree, leaves, out_sharding):
         r = builder(*a, **k)
         # numpy's result is a view of the first argument where the traced one shares its
         # Buffer: the eager result then is one too (run records it)
-        _VIEW_LEAVES[key] = [i for i, leaf in enumerate(tree_flatten(r)[0]) if a and fz.is_view_of(leaf, a[0])]
+        leaves = tree_flatten(r)[0]
+        _VIEW_LEAVES[key] = [i for i, leaf in enumerate(leaves) if a and fz.is_view_of(leaf, a[0])]
+        _READ_ONLY[key] = {i: fz.read_only(leaf) for i, leaf in enumerate(leaves)
+                           if isinstance(leaf, Tracer) and fz.read_only(leaf) is not None}
         return r
 
     one_op.__name__ = one_op.__qualname__ = f"eager_{name.strip('_')}"
@@ -293,6 +303,9 @@ def write(target, form, args, numpy_form, what):
     (functionalization), and jit writes the root back. Where spmd cannot run the write,
     numpy_form(gathered target, *gathered args) does, and the result is written in."""
     root, steps = views.root_and_steps(target)
+    what = getattr(target, "_read_only", None) or getattr(root, "_read_only", None)
+    if what is not None:            # a read-only view that is not one of its root (x.imag of a real x)
+        raise fz.read_only_error(what)
     # an operand that is the root itself is the root's value before the write (jit takes
     # one array once per program)
     operands = tuple(_ROOT if x is root else x for x in args)

@@ -15,19 +15,25 @@ SSA.
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
+from ..ir import dtypes
 from . import core
 from . import elementwise as ew
 from .trace import Tracer
-from .views import Buffer, back, fwd, layout, reshape_is_view
+from .views import Buffer, ReadOnly, back, fwd, layout, read_only_step, reshape_is_view
 
 
 def write(x, new):
     """Make the traced array x hold the Value `new` (its shape and dtype), updating the
-    base it is a view of, so the base and all its views see it."""
+    base it is a view of, so the base and all its views see it. A read-only view (numpy's
+    broadcast_to, diagonal, ...) raises numpy's ValueError instead."""
     assert new.shape == x.shape and new.dtype == x.value.dtype, (new, x)
+    if read_only(x) is not None:
+        raise read_only_error(read_only(x))
     t = x._tr
     buf = x._ensure_buffer()
     vals = [buf.value]
@@ -39,6 +45,18 @@ def write(x, new):
     buf.value = v
     buf.version += 1
     x._val, x._ver = new, buf.version
+
+
+def read_only(x):
+    """What made the traced array x read-only (a description), or None if it is writable."""
+    ro = read_only_step(x._view)
+    return ro.what if ro is not None else None
+
+
+def read_only_error(what):
+    return ValueError(f"assignment destination is read-only (numpy raises the same ValueError): the array "
+                      f"written at {user_loc()} is {what}, a read-only view. Write into a copy (.copy()) or "
+                      f"into the array it views.")
 
 
 def check_cast(op, src_dtype, dst_dtype, loc):
@@ -100,6 +118,44 @@ def view_of(x, r, steps):
 def fresh(r):
     """A new base holding r's value: what numpy returns when it copies."""
     return Tracer(r.value, r._tr, r.weak)
+
+
+def read_only_view(x, r, what, derive, strides):
+    """r, computed from x by `derive(trace, x's value)`, as a read-only view of x: it shows
+    later writes into x, and a write through it raises (numpy's broadcast_to, diagonal).
+    `strides(ndarray)` is numpy's own function, to give the view numpy's strides."""
+    return view_of(x, r, [("readonly", ReadOnly(what, derive, strides))])
+
+
+def real_view(x):
+    """x.real / np.real: a view of a complex x's real parts (a write sets them and keeps
+    the imaginary parts); x itself for a real x, as numpy's `x.real is x`."""
+    x = core.asarray(x)
+    if dtypes.is_complex(x.value.dtype):
+        return view_of(x, ew.real(x), [("real", None)])
+    return view_of(x, x, [])
+
+
+def imag_view(x):
+    """x.imag / np.imag: a view of a complex x's imaginary parts; for a real x, numpy's
+    read-only array of zeros (a new array, not a view of x)."""
+    x = core.asarray(x)
+    if dtypes.is_complex(x.value.dtype):
+        return view_of(x, ew.imag(x), [("imag", None)])
+    zeros = fresh(core.zeros_like(x))
+    return read_only_view(zeros, zeros, "the imaginary part of a real array (x.imag)",
+                          lambda t, v: v, lambda a: a)
+
+
+def view_method(x, dtype=None, type=None):
+    """x.view(): a new array object of the same data, so writes through either show in
+    both. x.view(dtype) of another dtype reinterprets the bytes, which spmd does not."""
+    if dtype is not None and not (isinstance(dtype, builtins.type) and issubclass(dtype, np.ndarray)) \
+            and np.dtype(dtype) != x.dtype:
+        raise NotImplementedError(f"x.view({np.dtype(dtype).name}) at {user_loc()} reinterprets the bytes of a "
+                                  f"{x.dtype} array, which spmd does not support; convert the values with "
+                                  f"x.astype({np.dtype(dtype).name}) (a copy)")
+    return view_of(x, x, [])
 
 
 def as_view(f, kind):

@@ -44,8 +44,8 @@ API = (
     ("absolute",      ew.absolute,                    (U,),      ("-abs",)),
     ("conjugate",     ew.conjugate,                   (U, M),    ()),
     ("conj",          ew.conjugate,                   (M,),      ()),
-    ("real",          ew.real,                        (F,),      ()),
-    ("imag",          ew.imag,                        (F,),      ()),
+    ("real",          fz.real_view,                   (F,),      ()),
+    ("imag",          fz.imag_view,                   (F,),      ()),
     ("angle",         ew.angle,                       (F,),      ()),
     ("iscomplexobj",  ew.iscomplexobj,                (F,),      ()),
     ("isrealobj",     ew.isrealobj,                   (F,),      ()),
@@ -245,7 +245,7 @@ API = (
     ("moveaxis",      shapes.view_moveaxis,           (F,),      ()),
     ("concatenate",   shapes.concatenate,             (F,),      ()),
     ("stack",         shapes.stack,                   (F,),      ()),
-    ("broadcast_to",  core.broadcast_to,              (F,),      ()),
+    ("broadcast_to",  shapes.view_broadcast_to,       (F,),      ()),
     ("expand_dims",   shapes.view_expand_dims,        (F,),      ()),
     ("squeeze",       shapes.view_squeeze,            (F, M),    ()),
     ("ravel",         shapes.view_ravel,              (F, M),    ()),
@@ -270,6 +270,7 @@ API = (
     # writes (functionalize.py) and indexing (indexing.py)
     ("copyto",        fz.copyto,                      (F,),      ()),
     ("fill",          fz.fill,                        (M,),      ()),
+    ("view",          fz.view_method,                 (M,),      ()),
     ("put",           indexing.put,                   (F, M),    ()),
     ("put_along_axis", indexing.put_along_axis,       (F,),      ()),
     ("take_along_axis", indexing.take_along_axis,     (F,),      ()),
@@ -407,8 +408,9 @@ def install(cls):
         setattr(cls, name, f)
     cls.T = property(shapes.view_transpose)
     cls.mT = property(lambda x: shapes.view_swapaxes(x, -1, -2))
-    cls.real = property(ew.real)
-    cls.imag = property(ew.imag)
+    # z.real = v sets the real parts, as numpy's attribute assignment does
+    cls.real = property(fz.real_view, lambda x, v: indexing.setitem(fz.real_view(x), Ellipsis, v))
+    cls.imag = property(fz.imag_view, lambda x, v: indexing.setitem(fz.imag_view(x), Ellipsis, v))
     cls.__setitem__ = indexing.setitem
     cls.__array_ufunc__ = lambda self, ufunc, method, *inputs, **kwargs: dispatch_ufunc(ufunc, method, inputs,
                                                                                          kwargs)

@@ -247,3 +247,12 @@ view_ravel.depends_on_layout = flatten.depends_on_layout = True
 
 view_squeeze = fz.as_view(squeeze, "reshape")
 view_expand_dims = fz.as_view(expand_dims, "reshape")
+
+
+def view_broadcast_to(x, shape, subok=False, what="np.broadcast_to's result"):
+    """np.broadcast_to: a read-only view of x (its elements repeated without a copy)."""
+    x = core.asarray(x)
+    r = core.broadcast_to(x, shape)
+    shape = r.shape
+    return fz.read_only_view(x, r, what, lambda t, v: core.broadcast_to(Tracer(v, t), shape).value,
+                             lambda a: np.broadcast_to(a, shape))

@@ -61,6 +61,7 @@ class ShapeDtype(NamedTuple):
     """A placeholder argument for `lower`: a shape and dtype, nothing allocated."""
     shape: tuple
     dtype: object = "float32"
+    tree_leaf = True          # one array to the pytree functions (spmd/tree.py), not a node
 
 
 def leaf_aval(x):

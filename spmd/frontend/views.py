@@ -6,7 +6,10 @@ functionalize.py for how writes use them).
     back(base value, new view)  -> the base's new value       (pad+select, reshape back, ...)
 
 A step is (kind, params): ("slice", (start, limit, stride)), ("dyn", (starts, sizes)) with
-traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation). fwd and
+traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation), ("real",
+None) and ("imag", None) (the parts of a complex base: a write sets that part and keeps
+the other), and ("readonly", ReadOnly) -- numpy's read-only views (broadcast_to,
+diagonal): they read through, and a write through one raises numpy's ValueError. fwd and
 back emit IR through a trace (anything with `emit(name, *values, **attrs)`).
 
 A write into a static slice goes back as pad + select (not dynamic_update_slice), so the
@@ -19,6 +22,21 @@ copies): the same steps on a memory-free ndarray of the base's shape.
 from __future__ import annotations
 
 import numpy as np
+
+
+class ReadOnly:
+    """The step of a read-only view: `what` made it (for the error), `derive(trace, value)`
+    computes the view from its base's value, `strides(shadow)` takes a memory-free
+    ndarray of the base's layout to the view's (numpy's own function on it)."""
+    __slots__ = ("what", "derive", "strides")
+
+    def __init__(self, what, derive, strides):
+        self.what, self.derive, self.strides = what, derive, strides
+
+
+def read_only_step(chain):
+    """The first read-only step of a view chain, or None: a write through it raises."""
+    return next((p for kind, p in chain if kind == "readonly"), None)
 
 
 class Buffer:
@@ -80,6 +98,10 @@ def fwd(t, step, v):
         return v if tuple(p) == v.shape else t.emit("reshape", v, shape=tuple(p))
     if kind == "transpose":
         return v if tuple(p) == tuple(range(v.ndim)) else t.emit("transpose", v, permutation=tuple(p))
+    if kind in ("real", "imag"):
+        return t.emit(kind, v)
+    if kind == "readonly":
+        return p.derive(t, v)
     raise AssertionError(kind)
 
 
@@ -110,7 +132,11 @@ def back(t, step, src, new):
     if kind == "transpose":
         inv = tuple(int(i) for i in np.argsort(p))
         return fwd(t, ("transpose", inv), new)
-    raise AssertionError(kind)
+    if kind == "real":          # the new real part, src's imaginary part kept bit for bit
+        return t.emit("complex", new, t.emit("imag", src))
+    if kind == "imag":
+        return t.emit("complex", t.emit("real", src), new)
+    raise AssertionError(kind)        # a read-only step: functionalize.write raises before
 
 
 def derive(t, base, chain):
@@ -148,6 +174,11 @@ def layout(buf, chain):
             a = a.reshape(p, copy=False)
         elif kind == "transpose":
             a = a.transpose(p)
+        elif kind == "readonly":
+            a = p.strides(a)
+        elif kind in ("real", "imag"):
+            # a part of a complex element: the base's strides over an element half their unit
+            a = np.lib.stride_tricks.as_strided(a, a.shape, tuple(2 * s for s in a.strides), writeable=False)
     return a
 
 

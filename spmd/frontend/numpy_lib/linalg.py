@@ -5,8 +5,6 @@ maxima and matmuls. Integer inputs are converted to float64, as numpy does."""
 from __future__ import annotations
 
 import builtins
-from collections import namedtuple
-
 import numpy as np
 
 from ...errors import ShapeError, user_loc
@@ -16,10 +14,12 @@ from ..trace import Tracer
 
 _UNSET = object()       # an argument not given (numpy's own marker is private)
 
-SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
-EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
-SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
-QRResult = namedtuple("QRResult", ["Q", "R"])
+# numpy's own named-tuple result classes, taken from its results (their module is
+# private), so a traced or eager result is the same Python type as numpy's
+SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+EighResult = type(np.linalg.eigh(np.eye(1)))
+SVDResult = type(np.linalg.svd(np.eye(1)))
+QRResult = type(np.linalg.qr(np.eye(1)))
 
 
 def _f(a, name, square=True, min_ndim=2):
