@@ -71,7 +71,7 @@ def _output_value(fn, leaf, t):
     try:
         return core.asarray(leaf, t=t).value
     except TypeError:
-        why = getattr(type(leaf), "spmd_not_an_array", None)
+        why = getattr(leaf, "spmd_not_an_array", None)
         if why is not None:          # e.g. x[mask]: its error says why and what instead
             why()
         raise TypeError(f"spmd.jit: {fn.__name__} returned a {type(leaf).__name__}, "

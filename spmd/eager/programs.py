@@ -32,7 +32,7 @@ from ..frontend import functionalize as fz
 from ..frontend.trace import Tracer
 from ..runtime.array import Array, device_put
 from ..staging import Jitted
-from ..tree import tree_flatten, tree_unflatten
+from ..tree import tree_flatten, tree_map, tree_unflatten
 from . import views
 
 _CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
@@ -251,11 +251,11 @@ def in_numpy(kind, name, args, kwargs, why):
 
 
 # numpy functions that write into their first argument (a fallback must write it back)
-_WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
+WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
 
 
 def _writes_first(kind, name):
-    return (kind == "function" and name in _WRITES_FIRST) or (kind == "ufunc" and name.endswith(".at"))
+    return (kind == "function" and name in WRITES_FIRST) or (kind == "ufunc" and name.endswith(".at"))
 
 
 def _call_numpy(kind, name, a, k):
@@ -303,17 +303,17 @@ def write(target, form, args, numpy_form, what):
     (functionalization), and jit writes the root back. Where spmd cannot run the write,
     numpy_form(gathered target, *gathered args) does, and the result is written in."""
     root, steps = views.root_and_steps(target)
-    what = getattr(target, "_read_only", None) or getattr(root, "_read_only", None)
-    if what is not None:            # a read-only view that is not one of its root (x.imag of a real x)
-        raise fz.read_only_error(what)
-    # an operand that is the root itself is the root's value before the write (jit takes
-    # one array once per program)
-    operands = tuple(_ROOT if x is root else x for x in args)
+    ro = getattr(target, "_read_only", None) or getattr(root, "_read_only", None)
+    if ro is not None:              # a read-only view that is not one of its root (x.imag of a real x)
+        raise fz.read_only_error(ro)
+    # an operand that is the root itself (anywhere in args: np.add(x, 1, out=x)) is the
+    # root's value before the write (jit takes one array once per program)
+    operands = tree_map(lambda x: _ROOT if x is root else x, tuple(args), is_leaf=_is_input)
 
     def numpy_write(why):
-        warn_gathered(what, [target] + [x for x in args if isinstance(x, Array)], why)
+        warn_gathered(what, [target] + [x for x in tree_flatten(args, _is_input)[0] if isinstance(x, Array)], why)
         g = target.numpy()
-        numpy_form(g, *[gathered(x) for x in args])
+        numpy_form(g, *tree_map(gathered, tuple(args), is_leaf=_is_input))
         write(target, indexing.setitem, (Ellipsis, g), numpy_setitem, what)
 
     run("write", form.__name__, _write_program, (root, steps, form) + operands, fallback=numpy_write,
@@ -322,7 +322,8 @@ def write(target, form, args, numpy_form, what):
 
 def _write_program(root, steps, form, *args):
     before = fz.fresh(root)
-    form(views.derive(root, steps), *[before if x is _ROOT else x for x in args])
+    form(views.derive(root, steps), *tree_map(lambda x: before if x is _ROOT else x, args,
+                                              is_leaf=lambda x: isinstance(x, Tracer)))
 
 
 def write_back(a, new):

@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import ShapeError, user_loc
 from . import core
 from . import elementwise as ew
+from . import indexing
 from . import reductions as red
 from . import shapes
 
@@ -91,19 +92,35 @@ def einsum(subscripts, *operands, optimize=None, **kw):
     t = core.trace_of(*operands)
     dt = core.result_dtype(*operands)
     ts = [core.asarray(x, dt, t) for x in operands]
-    for s, x in zip(specs, ts):
+    for i, (s, x) in enumerate(zip(specs, ts)):
         if len(s) != x.ndim:
             raise ShapeError(f"einsum {subscripts!r}: {s!r} names {len(s)} dims of an operand of "
                              f"shape {list(x.shape)} (at {user_loc()})")
-        if len(set(s)) != len(s):
-            raise NotImplementedError(f"einsum with a repeated index in {s!r} (a diagonal) is not "
-                                      f"supported in spmd (at {user_loc()})")
+        ts[i], specs[i] = _einsum_diagonals(x, s, subscripts)
     # contract left to right; a letter is summed once no later operand or the output needs it
     acc, acc_s = _einsum_sum_unused(ts[0], specs[0], set("".join(specs[1:])) | set(out))
     for k in range(1, len(ts)):
         acc, acc_s = _einsum_contract(acc, acc_s, ts[k], specs[k], set("".join(specs[k + 1:])) | set(out))
     acc, acc_s = _einsum_sum_unused(acc, acc_s, set(out))
     return shapes.transpose(acc, [acc_s.index(c) for c in out])
+
+
+def _einsum_diagonals(x, spec, subscripts):
+    """An operand whose letters repeat ('ii', 'iji'), as numpy reads it: its diagonal over
+    each repeated letter, that letter once, last."""
+    while len(set(spec)) != len(spec):
+        c = next(c for c in spec if spec.count(c) > 1)
+        dims = [d for d, e in enumerate(spec) if e == c]
+        n = x.shape[dims[0]]
+        if any(x.shape[d] != n for d in dims):
+            raise ShapeError(f"einsum {subscripts!r}: dimensions in operand for collapsing index {c!r} don't "
+                             f"match ({[x.shape[d] for d in dims]}) (at {user_loc()})")
+        rest = [d for d in range(x.ndim) if d not in dims]
+        y = shapes.transpose(x, rest + dims)
+        i = np.arange(n, dtype=np.int64)
+        x = indexing.getitem(y, (Ellipsis,) + (i,) * len(dims))      # x[..., i, i]: the diagonal
+        spec = "".join(spec[d] for d in rest) + c
+    return x, spec
 
 
 def _einsum_specs(subscripts, n):

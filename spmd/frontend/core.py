@@ -157,6 +157,13 @@ def no_extra(name, args, kwargs):
                                   f"is not supported in spmd (at {user_loc()})")
 
 
+def takes_out(f):
+    """Mark a builder that stores into `out=` itself (numpy's reductions cast into out as
+    they compute, not as ufuncs do); the numpy-API dispatch passes out= through to it."""
+    f.takes_out = True
+    return f
+
+
 def normalize_axes(axis, ndim, op="reduction"):
     if axis is None:
         return tuple(range(ndim))

@@ -186,15 +186,16 @@ def as_view(f, kind):
     return g
 
 
-def assign(x, r, what, casting="same_kind"):
+def assign(x, r, what, casting="same_kind", where=True, exact=False):
     """numpy's store of a computed result r into the existing array x (an in-place
-    operator, out=, copyto): the shapes must match after broadcasting r, and the dtype
-    cast follows `casting`."""
+    operator, out=, copyto): the shapes must match after broadcasting r (a reduction's
+    out=, `exact`: without broadcasting), the dtype cast follows `casting`, and where a
+    `where=` mask is False, x keeps its values."""
     if not isinstance(x, Tracer):
         no_plain_write(what, user_loc())
     r = core.asarray(r, t=x._tr)
     try:
-        ok = np.broadcast_shapes(r.shape, x.shape) == x.shape
+        ok = np.broadcast_shapes(r.shape, x.shape) == x.shape and (not exact or r.shape == x.shape)
     except ValueError:
         ok = False
     if not ok:
@@ -207,7 +208,13 @@ def assign(x, r, what, casting="same_kind"):
                             f"{x.dtype!r} with casting rule {casting!r} (numpy raises the same "
                             f"UFuncTypeError); write x = x + y for a new array of the wider dtype, or "
                             f"cast with .astype")
-    write(x, core.broadcast_to(core.astype(r, x.dtype), x.shape).value)
+    new = core.broadcast_to(core.astype(r, x.dtype), x.shape)
+    if where is not True:
+        new = ew.where(where, new, x)
+        if new.shape != x.shape:
+            raise ShapeError(f"{what} at {user_loc()}: the where= mask of shape {list(core.asarray(where).shape)} "
+                             f"does not broadcast to the output's shape {list(x.shape)}")
+    write(x, new.value)
     return x
 
 
@@ -225,9 +232,7 @@ def inplace(f, name):
 
 
 def copyto(dst, src, casting="same_kind", where=True):
-    if where is not True:
-        src = ew.where(where, src, dst)
-    assign(dst, src, "np.copyto", casting)
+    assign(dst, src, "np.copyto", casting, where)
 
 
 def fill(x, value):
@@ -236,15 +241,16 @@ def fill(x, value):
     assign(x, core.full_like(x, value) if not isinstance(value, Tracer) else value, "ndarray.fill", "unsafe")
 
 
-def store_out(out, r, what):
-    """A ufunc / function called with out=: compute, then store into out (numpy returns out)."""
+def store_out(out, r, what, where=True, casting="same_kind", exact=False):
+    """A ufunc / function called with out=: compute, then store into out (numpy returns
+    out); with where=, only where the mask is True."""
     outs = out if isinstance(out, tuple) else (out,)
     rs = r if isinstance(r, tuple) else (r,)
     if len(outs) != len(rs):
         raise ValueError(f"{what}: out= has {len(outs)} arrays for {len(rs)} results")
     for o, v in zip(outs, rs):
         if o is not None:
-            assign(o, v, f"{what}(..., out=)")
+            assign(o, v, f"{what}(..., out=)", casting, where, exact)
     res = tuple(o if o is not None else v for o, v in zip(outs, rs))
     return res if isinstance(r, tuple) else res[0]
 

@@ -563,10 +563,10 @@ def diag(v, k=0):
     return ew.where(mask, vb, core.zeros_like(vb))
 
 
+@core.takes_out
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    core.no_extra("trace", (), {"out": out})
     d = diagonal_values(a, offset, axis1, axis2)
-    return red.sum(d, axis=-1, dtype=dtype)
+    return red.sum(d, axis=-1, dtype=dtype, out=out)
 
 
 # ---------------------------------------------------------------------------- kron, cross
