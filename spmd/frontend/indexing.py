@@ -487,8 +487,10 @@ class _MaskPlan:
         sel, nd = self.sel, len(self.sel)
         shown = "(" + ", ".join("n_true" if s is None else str(s) for s in sel) + ("," if nd == 1 else "") + ")"
         if v.ndim > nd:
-            raise ValueError(f"{what} at {user_loc()}: cannot broadcast a value of shape {list(v.shape)} to the "
-                             f"selection's shape {shown}")
+            raise TraceError(f"{what} at {user_loc()}: a value of shape {list(v.shape)} broadcast against numpy's "
+                             f"selection {shown} gives a shape that depends on the data (its count of selected "
+                             f"elements), which spmd.jit cannot compile; keep the full shape instead: "
+                             f"np.where(mask, x, fill) combines with arrays of x's shape")
         vs = (1,) * (nd - v.ndim) + tuple(v.shape)
         for s, n in zip(sel, vs):
             if s is None and n != 1 and count is not None:
