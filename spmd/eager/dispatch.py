@@ -141,7 +141,10 @@ def array_function(self, func, types, args, kwargs):
             return r
     if impl is None:
         return in_numpy("function", func, args, kwargs, "not supported eagerly")
-    return run("function", func.__name__, impl, args, kwargs)
+    r = run("function", func.__name__, impl, args, kwargs,
+            fallback=lambda why: in_numpy("function", func, args, kwargs, why))
+    # a Python bool in numpy (np.allclose): the value, read where it is replicated
+    return r if not getattr(impl, "python_result", None) or not isinstance(r, Array) else impl.python_result(r)
 
 
 _SELECTING = (np.nonzero, np.argwhere, np.flatnonzero, np.count_nonzero)

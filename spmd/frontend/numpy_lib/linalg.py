@@ -186,7 +186,7 @@ def lstsq(a, b, rcond=None):
         res = core.zeros_like(b2, shape=(0,))
     if vec:
         sol = shapes.reshape(sol, (n,))
-    return sol, res, rank, s
+    return sol, res, core.astype(rank, "int32"), s          # numpy's rank is an int32
 
 
 def matrix_power(a, n):
