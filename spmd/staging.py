@@ -95,9 +95,11 @@ def _check_aliasing(fn, leaves, written):
 
 
 def _mutable(leaf):
-    """An argument numpy could write into: an array (0-d too), not a Python or numpy scalar."""
+    """An argument numpy could write into: an array (0-d too), not a Python or numpy scalar
+    (an eager 0-d result that stands for numpy's scalar says so: numpy_scalar)."""
     return isinstance(leaf, (np.ndarray, ShapeDtype)) or \
-        (hasattr(leaf, "sharding") and hasattr(leaf, "shape") and not isinstance(leaf, np.generic))
+        (hasattr(leaf, "sharding") and hasattr(leaf, "shape") and not isinstance(leaf, np.generic)
+         and not getattr(leaf, "numpy_scalar", False))
 
 
 class Lowered:

@@ -220,6 +220,8 @@ def _inplace(op):
         if _traced((other,)):
             return NotImplemented
         (other,) = _scalars_dynamic(f"__{op}__", (self, other))[1:]
+        if getattr(self, "numpy_scalar", False):       # immutable: Python rebinds the name
+            return run("operator", f"__{op}__", _OPERATORS[f"__{op}__"], (self, other))
         write(self, form, (other,), _numpy_inplace(op), f"{op}=")
         return self
     m.__name__ = m.__qualname__ = f"__i{op}__"

@@ -43,6 +43,9 @@ def setitem(x, key, value):
     mask's count is read first and checked, as numpy checks it)."""
     if isinstance(value, Tracer) or current_trace() is not None:
         raise TraceError("writing a traced value into an spmd.Array outside of its jit function")
+    if getattr(x, "numpy_scalar", False):
+        raise TypeError(f"'numpy.{x.dtype.name}' object does not support item assignment (numpy raises the same "
+                        f"TypeError: this 0-d spmd.Array stands for numpy's scalar result)")
     ks = key if isinstance(key, tuple) else (key,)
     masks = [k for k in ks if _is_mask(k) and isinstance(k, Array)]
     if len(masks) == 1 and np.ndim(value) > 0:

@@ -39,7 +39,9 @@ _CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
 _FALLBACK = object()
 _COLLECTIVES: dict = {}    # key -> the collectives its program runs, by op name
 _VIEW_LEAVES: dict = {}    # key -> the result leaves that are views of the first argument
-_READ_ONLY: dict = {}      # key -> {result leaf: why it is read-only} (x.imag of a real x, ...)
+# key -> {result leaf: {attribute: value}} for the results numpy would not give as plain
+# arrays: read-only ones (x.imag of a real x: why) and numpy scalars (x.sum(): immutable)
+_RESULT_KINDS: dict = {}
 # counters since import (tests and users may reset them): one-op programs compiled and
 # run, fallbacks to numpy, and the collectives the eager programs ran, by op name
 STATS = {"compiled": 0, "calls": 0, "fallbacks": 0, "collectives": {}}
@@ -53,7 +55,7 @@ def clear_cache():
     _CACHE.clear()
     _COLLECTIVES.clear()
     _VIEW_LEAVES.clear()
-    _READ_ONLY.clear()
+    _RESULT_KINDS.clear()
 
 
 class Dynamic:
@@ -91,18 +93,19 @@ def _is_input(x):
 def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None, views_of_first=True):
     """builder(*args, **kwargs) as a cached one-op partitioned program, its result laid out
     by `out_sharding` if given. Where spmd cannot run it: fallback(why) if given, else
-    numpy on the gathered values. A result that is a view of args[0] is recorded as one
-    (views_of_first)."""
+    numpy on the gathered values. A result that is a view of an Array argument is recorded
+    as one (unless views_of_first is False)."""
     STATS["calls"] += 1
     kwargs = kwargs or {}
     fallback = fallback or (lambda why: in_numpy(kind, name, args, kwargs, why))
-    source = args[0] if views_of_first and args and isinstance(args[0], Array) else None
-    call = (builder, tuple(args[1:]), dict(kwargs))
-    if source is not None and views.is_view(source) and getattr(builder, "depends_on_layout", False):
+    original = tuple(args) if views_of_first else ()
+    call, shift = (builder, original, dict(kwargs)), 0
+    if original and isinstance(args[0], Array) and views.is_view(args[0]) \
+            and getattr(builder, "depends_on_layout", False):
         # numpy decides view or copy (and ravel's order "K") from the strides: the program
         # takes the view as what it is, a view of its root
-        root, steps = views.root_and_steps(source)
-        builder, args = _on_view, (root, steps, builder) + tuple(args[1:])
+        root, steps = views.root_and_steps(args[0])
+        builder, args, shift = _on_view, (root, steps, builder) + tuple(args[1:]), 2
     leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_input)
     try:
         key = _cache_key(kind, name, tree, out_sharding, leaves)
@@ -120,12 +123,13 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
         _CACHE[key] = _FALLBACK
         return fallback(str(e).split(" (at ")[0])
     _count_collectives(key, f, dyn)
-    if source is not None:
-        _record_views(out, source, _VIEW_LEAVES.get(key, ()), call)
-    if _READ_ONLY.get(key):
+    if original:
+        _record_views(out, _VIEW_LEAVES.get(key, ()), call, shift)
+    if _RESULT_KINDS.get(key):
         outs = tree_flatten(out)[0]
-        for i, what in _READ_ONLY[key].items():
-            outs[i]._read_only = what
+        for i, attrs in _RESULT_KINDS[key].items():
+            for name, value in attrs.items():
+                setattr(outs[i], name, value)
     return out
 
 
@@ -151,9 +155,11 @@ def _make(key, name, builder, tree, leaves, out_sharding):
         # numpy's result is a view of the first argument where the traced one shares its
         # Buffer: the eager result then is one too (run records it)
         leaves = tree_flatten(r)[0]
-        _VIEW_LEAVES[key] = [i for i, leaf in enumerate(leaves) if a and fz.is_view_of(leaf, a[0])]
-        _READ_ONLY[key] = {i: fz.read_only(leaf) for i, leaf in enumerate(leaves)
-                           if isinstance(leaf, Tracer) and fz.read_only(leaf) is not None}
+        _VIEW_LEAVES[key] = [(i, j) for i, leaf in enumerate(leaves) for j, arg in enumerate(a)
+                             if isinstance(arg, Tracer) and fz.is_view_of(leaf, arg)]
+        _RESULT_KINDS[key] = {i: {"_read_only": fz.read_only(leaf)} if fz.read_only(leaf) is not None else
+                              {"numpy_scalar": True} for i, leaf in enumerate(leaves)
+                              if isinstance(leaf, Tracer) and (fz.read_only(leaf) is not None or fz.is_scalar(leaf))}
         return r
 
     one_op.__name__ = one_op.__qualname__ = f"eager_{name.strip('_')}"
@@ -163,15 +169,16 @@ def _make(key, name, builder, tree, leaves, out_sharding):
     return Jitted(one_op, out_shardings=out_sharding, mesh=mesh, write_array=write_back)
 
 
-def _record_views(out, source, view_leaves, call):
+def _record_views(out, view_leaves, call, shift):
+    """Record each result leaf i that is a view of the program's argument j (numbered as
+    the program took them: `shift` more after the first when the first was a view's root)."""
     builder, args, kwargs = call
-    if isinstance(out, Array):
-        if view_leaves:
-            views.record(out, source, (builder, args, kwargs, None))
-        return
-    outs = tree_flatten(out)[0]
-    for i in view_leaves:
-        views.record(outs[i], source, (builder, args, kwargs, i))
+    outs = [out] if isinstance(out, Array) else tree_flatten(out)[0]
+    for i, j in view_leaves:
+        j = j if j == 0 else j - shift
+        if isinstance(args[j], Array):
+            rest = args[:j] + args[j + 1:]
+            views.record(outs[i], args[j], (builder, rest, kwargs, None if isinstance(out, Array) else i, j))
 
 
 def _count_collectives(key, f, dyn):

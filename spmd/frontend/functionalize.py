@@ -24,7 +24,7 @@ from ..ir import dtypes
 from . import core
 from . import elementwise as ew
 from .trace import Tracer
-from .views import Buffer, ReadOnly, back, fwd, layout, read_only_step, reshape_is_view
+from .views import Buffer, Derived, back, fwd, layout, read_only_step, reshape_is_view
 
 
 def write(x, new):
@@ -98,7 +98,7 @@ def is_view_of(r, x) -> bool:
 def layout_of(x):
     """The strides numpy would give the traced array x (a memory-free ndarray, see
     views.layout): x's base taken through x's view chain."""
-    return layout(x._ensure_buffer(), x._view)
+    return layout(x._buf if x._buf is not None else Buffer(x.value), x._view)
 
 
 def same_base(x, y) -> bool:
@@ -107,8 +107,34 @@ def same_base(x, y) -> bool:
 
 
 # -- the numpy layer: views, in-place operators, out=, copyto, fill -------------------------
+def is_scalar(x) -> bool:
+    """Is the traced x a numpy scalar (a 0-d result of a reduction, a ufunc, x[i, j]): not
+    an array, so immutable (x += 1 rebinds the name) and never viewed (np.atleast_1d(s)
+    copies it)? A 0-d array (np.zeros(()), a 0-d view, an argument) has a Buffer."""
+    return x.ndim == 0 and x._buf is None
+
+
+def new_array(r):
+    """A new array holding r's value (numpy's np.array, np.zeros_like, ...): an array even
+    when 0-d, unlike a numpy scalar."""
+    a = fresh(r)
+    a._ensure_buffer()
+    return a
+
+
+def makes_array(f):
+    """A builder whose numpy result is a new array (np.zeros_like, ...), 0-d ones included."""
+    def g(*args, **kwargs):
+        return new_array(f(*args, **kwargs))
+    g.__name__, g.__doc__ = f.__name__, f.__doc__
+    return g
+
+
 def view_of(x, r, steps):
-    """r (computed from x's current value through `steps`) as a view of x."""
+    """r (computed from x's current value through `steps`) as a view of x; of a numpy
+    scalar x, a new array (numpy cannot view a scalar: it makes an array of it)."""
+    if is_scalar(x):
+        return new_array(r if isinstance(r, Tracer) else Tracer(r, x._tr, x.weak))
     buf = x._ensure_buffer()
     v = Tracer(r.value if isinstance(r, Tracer) else r, x._tr, x.weak)
     v._buf, v._view, v._ver = buf, x._view + tuple(steps), buf.version
@@ -124,7 +150,13 @@ def read_only_view(x, r, what, derive, strides):
     """r, computed from x by `derive(trace, x's value)`, as a read-only view of x: it shows
     later writes into x, and a write through it raises (numpy's broadcast_to, diagonal).
     `strides(ndarray)` is numpy's own function, to give the view numpy's strides."""
-    return view_of(x, r, [("readonly", ReadOnly(what, derive, strides))])
+    return view_of(x, r, [("derived", Derived(what, derive, None, strides))])
+
+
+def derived_view(x, r, what, derive, back_, strides):
+    """r = derive(trace, x's value) as a view of x that writes through: back_(trace, x's
+    value, r's new value) gives x's new value (see views.Derived)."""
+    return view_of(x, r, [("derived", Derived(what, derive, back_, strides))])
 
 
 def real_view(x):
@@ -166,6 +198,8 @@ def as_view(f, kind):
         r = f(x, *args, **kwargs)
         if not isinstance(x, Tracer) or not isinstance(r, Tracer):
             return r
+        if is_scalar(x):
+            return new_array(r)
         if kind == "transpose":
             op = r.value.producer if r is not x else None
             perm = op.attrs.get("permutation", None) if op is not None else None
@@ -224,7 +258,7 @@ def inplace(f, name):
     is immutable, so there Python rebinds the name instead, as in numpy."""
     def g(x, y):
         r = f(x, y)
-        if x.weak or (x.ndim == 0 and x._buf is None):
+        if x.weak or is_scalar(x):
             return r
         return assign(x, r, f"{name}=")
     g.__name__ = f"__i{name}__"

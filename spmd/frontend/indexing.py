@@ -288,6 +288,7 @@ def setitem(x, key, value):
     dtype (unsafe casting, as numpy's assignment), and the write reaches x's base."""
     if not isinstance(x, Tracer):
         no_plain_write("x[...] = traced value", user_loc())
+    x._ensure_buffer()          # written into: an array, which its views below write through
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" in kinds:

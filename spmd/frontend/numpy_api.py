@@ -257,9 +257,9 @@ API = (
     ("atleast_1d",    SF.atleast_1d,                  (F,),      ()),
     ("clip",          ew.clip,                        (F, M),    ()),
     ("where",         ew.where,                       (F,),      ()),
-    ("zeros_like",    core.zeros_like,                (F,),      ()),
-    ("ones_like",     core.ones_like,                 (F,),      ()),
-    ("full_like",     core.full_like,                 (F,),      ()),
+    ("zeros_like",    fz.makes_array(core.zeros_like), (F,),     ()),
+    ("ones_like",     fz.makes_array(core.ones_like), (F,),      ()),
+    ("full_like",     fz.makes_array(core.full_like), (F,),      ()),
     ("tile",          shapes.tile,                    (F,),      ()),
     ("take",          shapes.take,                    (F, M),    ()),
     ("copy",          shapes.copy,                    (F, M),    ()),
@@ -268,7 +268,7 @@ API = (
     ("size",          lambda x: core.asarray(x).size,    (F,),      ()),
     ("result_type",   lambda *xs: np.dtype(core.result_dtype(*xs)), (F,), ()),
     ("asarray",       lambda x, dtype=None, **k: core.asarray(x, dtype), (F,), ()),
-    ("array",         lambda x, dtype=None, copy=True, **k: fz.fresh(core.asarray(x, dtype)), (F,), ()),
+    ("array",         lambda x, dtype=None, copy=True, **k: fz.new_array(core.asarray(x, dtype)), (F,), ()),
     ("astype",        lambda x, dtype, copy=True, **k: core.astype(x, dtype), (F, M), ()),
     ("getitem",       indexing.getitem,               (),        ("getitem",)),
     # writes (functionalize.py) and indexing (indexing.py)
@@ -280,7 +280,7 @@ API = (
     ("take_along_axis", indexing.take_along_axis,     (F,),      ()),
     ("fill_diagonal", indexing.fill_diagonal,         (F,),      ()),
     ("ix_",           indexing.ix_,                   (F,),      ()),
-    ("empty_like",    core.empty_like,                (F,),      ()),
+    ("empty_like",    fz.makes_array(core.empty_like), (F,),     ()),
     ("trace",         red.trace_,                     (M,),      ()),
 )
 

@@ -190,8 +190,10 @@ def _transpose_method(x, *axes):
 
 
 def copy(x, order="K", subok=False):
-    # a fresh base holding the same (immutable SSA) value
-    return fz.fresh(core.asarray(x))
+    # a fresh base holding the same (immutable SSA) value: an array (a numpy scalar's copy
+    # is a scalar)
+    x = core.asarray(x)
+    return fz.fresh(x) if fz.is_scalar(x) else fz.new_array(x)
 
 view_transpose = fz.as_view(transpose, "transpose")
 view_transpose_method = fz.as_view(_transpose_method, "transpose")

@@ -8,8 +8,9 @@ functionalize.py for how writes use them).
 A step is (kind, params): ("slice", (start, limit, stride)), ("dyn", (starts, sizes)) with
 traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation), ("real",
 None) and ("imag", None) (the parts of a complex base: a write sets that part and keeps
-the other), and ("readonly", ReadOnly) -- numpy's read-only views (broadcast_to,
-diagonal): they read through, and a write through one raises numpy's ValueError. fwd and
+the other), and ("derived", Derived) -- a view a builder derives in its own terms (the
+diagonals of a single-operand einsum), or one of numpy's read-only views (broadcast_to,
+diagonal: they read through, and a write through one raises numpy's ValueError). fwd and
 back emit IR through a trace (anything with `emit(name, *values, **attrs)`).
 
 A write into a static slice goes back as pad + select (not dynamic_update_slice), so the
@@ -24,19 +25,20 @@ from __future__ import annotations
 import numpy as np
 
 
-class ReadOnly:
-    """The step of a read-only view: `what` made it (for the error), `derive(trace, value)`
-    computes the view from its base's value, `strides(shadow)` takes a memory-free
+class Derived:
+    """A view step a builder defines: `what` made it (for errors), `fwd(trace, base value)`
+    computes the view, `back(trace, base value, new view value)` the base's new value
+    (None: a read-only view, a write raises), `strides(shadow)` takes a memory-free
     ndarray of the base's layout to the view's (numpy's own function on it)."""
-    __slots__ = ("what", "derive", "strides")
+    __slots__ = ("what", "fwd", "back", "strides")
 
-    def __init__(self, what, derive, strides):
-        self.what, self.derive, self.strides = what, derive, strides
+    def __init__(self, what, fwd, back, strides):
+        self.what, self.fwd, self.back, self.strides = what, fwd, back, strides
 
 
 def read_only_step(chain):
     """The first read-only step of a view chain, or None: a write through it raises."""
-    return next((p for kind, p in chain if kind == "readonly"), None)
+    return next((p for kind, p in chain if kind == "derived" and p.back is None), None)
 
 
 class Buffer:
@@ -100,8 +102,8 @@ def fwd(t, step, v):
         return v if tuple(p) == tuple(range(v.ndim)) else t.emit("transpose", v, permutation=tuple(p))
     if kind in ("real", "imag"):
         return t.emit(kind, v)
-    if kind == "readonly":
-        return p.derive(t, v)
+    if kind == "derived":
+        return p.fwd(t, v)
     raise AssertionError(kind)
 
 
@@ -136,7 +138,9 @@ def back(t, step, src, new):
         return t.emit("complex", new, t.emit("imag", src))
     if kind == "imag":
         return t.emit("complex", t.emit("real", src), new)
-    raise AssertionError(kind)        # a read-only step: functionalize.write raises before
+    if kind == "derived" and p.back is not None:      # (read-only: functionalize.write raised before)
+        return p.back(t, src, new)
+    raise AssertionError(kind)
 
 
 def derive(t, base, chain):
@@ -174,7 +178,7 @@ def layout(buf, chain):
             a = a.reshape(p, copy=False)
         elif kind == "transpose":
             a = a.transpose(p)
-        elif kind == "readonly":
+        elif kind == "derived":
             a = p.strides(a)
         elif kind in ("real", "imag"):
             # a part of a complex element: the base's strides over an element half their unit
