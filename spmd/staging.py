@@ -52,7 +52,7 @@ def _argument_tracers(t, leaves):
         shape, dt, weak = leaf_aval(leaf)
         tr = Tracer(t.graph.add_input(shape, dt), t, weak)
         # numpy writes into an array argument in place: the caller sees it (see Jitted)
-        tracers.append(fz.as_argument(tr, k) if _mutable(leaf) else tr)
+        tracers.append(fz.as_argument(tr, k, leaf) if _mutable(leaf) else tr)
     return tracers
 
 
@@ -219,7 +219,9 @@ class Jitted:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, tree = tree_flatten(dyn)
         static = tuple(args[i] for i in self.static_argnums if i < len(args))
-        return (tree, tuple(leaf_aval(x) for x in leaves), static), leaves
+        # a reshape is a view or a copy by the argument's strides: they are part of the key
+        layouts = tuple(fz.layout_key(x) for x in leaves)
+        return (tree, tuple(leaf_aval(x) for x in leaves), static, layouts), leaves
 
     def lower(self, *args) -> Lowered:
         return self._lower(args, *self._key(args))

@@ -157,9 +157,8 @@ def _make(key, name, builder, tree, leaves, out_sharding):
         leaves = tree_flatten(r)[0]
         _VIEW_LEAVES[key] = [(i, j) for i, leaf in enumerate(leaves) for j, arg in enumerate(a)
                              if isinstance(arg, Tracer) and fz.is_view_of(leaf, arg)]
-        _RESULT_KINDS[key] = {i: {"_read_only": fz.read_only(leaf)} if fz.read_only(leaf) is not None else
-                              {"numpy_scalar": True} for i, leaf in enumerate(leaves)
-                              if isinstance(leaf, Tracer) and (fz.read_only(leaf) is not None or fz.is_scalar(leaf))}
+        _RESULT_KINDS[key] = {i: _result_kind(leaf) for i, leaf in enumerate(leaves)
+                              if isinstance(leaf, Tracer) and _result_kind(leaf)}
         return r
 
     one_op.__name__ = one_op.__qualname__ = f"eager_{name.strip('_')}"
@@ -167,6 +166,18 @@ def _make(key, name, builder, tree, leaves, out_sharding):
     # the arrays' mesh, also of one device (jit alone would run that as plain numpy)
     mesh = next((x.sharding.mesh for x in leaves if isinstance(x, Array)), None)
     return Jitted(one_op, out_shardings=out_sharding, mesh=mesh, write_array=write_back)
+
+
+def _result_kind(leaf) -> dict:
+    """What numpy's result is beyond a plain C-ordered array: read-only (x.imag of a real
+    x: why), a numpy scalar (x.sum(): immutable), or strides other than C order's (x.T,
+    x.T + 1: its numpy_layout, which decides whether a later reshape is a view)."""
+    if fz.read_only(leaf) is not None:
+        return {"_read_only": fz.read_only(leaf)}
+    if fz.is_scalar(leaf):
+        return {"numpy_scalar": True}
+    layout = fz.numpy_layout(leaf)
+    return {} if layout is None else {"numpy_layout": layout}
 
 
 def _record_views(out, view_leaves, call, shift):
@@ -192,9 +203,9 @@ def _count_collectives(key, f, dyn):
 
 def _input_key(x):
     if isinstance(x, Array):
-        return ("A", x.shape, x.dtype.str, x.sharding)
+        return ("A", x.shape, x.dtype.str, x.sharding, fz.layout_key(x))
     if isinstance(x, np.ndarray):
-        return ("N", x.shape, x.dtype.str)
+        return ("N", x.shape, x.dtype.str, fz.layout_key(x))
     if isinstance(x.value, np.generic):
         return ("G", x.value.dtype.str)
     return ("S", type(x.value).__name__)        # a Python scalar: weak

@@ -24,6 +24,7 @@ from ..ir import dtypes
 from . import core
 from . import elementwise as ew
 from .trace import Tracer
+from . import views
 from .views import Buffer, Derived, back, fwd, layout, read_only_step, reshape_is_view
 
 
@@ -75,11 +76,27 @@ def no_plain_write(what, loc):
                      f"spmd.numpy.zeros((...)) -- then buf[i] = value works as in numpy.")
 
 
-def as_argument(x, k):
+def as_argument(x, k, leaf=None):
     """x, the traced argument leaf k, as an array numpy could write into in place: a base
-    whose Buffer remembers the leaf (jit returns its new value to the caller)."""
-    x._buf = Buffer(x.value, arg=k)
+    whose Buffer remembers the leaf (jit returns its new value to the caller), laid out as
+    the leaf is (a numpy array's strides; an eager spmd.Array's numpy_layout)."""
+    x._buf = Buffer(x.value, arg=k, shadow=_layout_of_leaf(leaf, x.shape))
     return x
+
+
+def layout_key(leaf):
+    """What of an argument leaf's memory layout a trace depends on (None: C order): part of
+    jit's cache key, as a reshape of it is a view or a copy by its strides."""
+    lay = _layout_of_leaf(leaf, getattr(leaf, "shape", ()))
+    return None if lay is None else lay.strides
+
+
+def _layout_of_leaf(leaf, shape):
+    if isinstance(leaf, np.ndarray) and leaf.ndim > 1 and not leaf.flags.c_contiguous \
+            and all(st % leaf.itemsize == 0 for st in leaf.strides):
+        return views.shadow_of(shape, [st // leaf.itemsize for st in leaf.strides])
+    layout = getattr(leaf, "numpy_layout", None)
+    return layout if layout is not None and layout.shape == tuple(shape) else None
 
 
 def written_arguments(xs, inputs):
@@ -98,7 +115,16 @@ def is_view_of(r, x) -> bool:
 def layout_of(x):
     """The strides numpy would give the traced array x (a memory-free ndarray, see
     views.layout): x's base taken through x's view chain."""
-    return layout(x._buf if x._buf is not None else Buffer(x.value), x._view)
+    return x._layout()
+
+
+def numpy_layout(x):
+    """numpy's strides for x where they are not C order's, else None (for eager mode to
+    keep with its result): a view's through its chain, a new array's as numpy lays it out."""
+    if x._c_order() or x.ndim < 2:
+        return None
+    lay = x._layout() if x._view else views.keep_order([x._layout()], x.shape)
+    return None if lay.flags.c_contiguous else lay
 
 
 def same_base(x, y) -> bool:
@@ -131,10 +157,12 @@ def makes_array(f):
 
 
 def view_of(x, r, steps):
-    """r (computed from x's current value through `steps`) as a view of x; of a numpy
-    scalar x, a new array (numpy cannot view a scalar: it makes an array of it)."""
+    """r (computed from x's current value through `steps`) as a view of x. A numpy scalar
+    x has no memory to view: numpy gives a new array, or a new scalar where the result
+    is 0-d (s.view(), s.T, s.reshape(()))."""
     if is_scalar(x):
-        return new_array(r if isinstance(r, Tracer) else Tracer(r, x._tr, x.weak))
+        r = r if isinstance(r, Tracer) else Tracer(r, x._tr, x.weak)
+        return fresh(r) if r.ndim == 0 else new_array(r)
     buf = x._ensure_buffer()
     v = Tracer(r.value if isinstance(r, Tracer) else r, x._tr, x.weak)
     v._buf, v._view, v._ver = buf, x._view + tuple(steps), buf.version
@@ -142,8 +170,9 @@ def view_of(x, r, steps):
 
 
 def fresh(r):
-    """A new base holding r's value: what numpy returns when it copies."""
-    return Tracer(r.value, r._tr, r.weak)
+    """A new base holding r's value: what numpy returns when it copies (laid out like r,
+    numpy's order="K")."""
+    return core.keep_layout(Tracer(r.value, r._tr, r.weak), r)
 
 
 def read_only_view(x, r, what, derive, strides):
@@ -199,7 +228,7 @@ def as_view(f, kind):
         if not isinstance(x, Tracer) or not isinstance(r, Tracer):
             return r
         if is_scalar(x):
-            return new_array(r)
+            return fresh(r) if r.ndim == 0 else new_array(r)
         if kind == "transpose":
             op = r.value.producer if r is not x else None
             perm = op.attrs.get("permutation", None) if op is not None else None

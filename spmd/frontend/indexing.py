@@ -261,6 +261,8 @@ def getitem(x, key):
         v = _basic_view(x, ents)
         if v.ndim == 0 and not has_ellipsis:
             return fresh(v)          # x[i, j] is a numpy scalar: a copy, not a view
+        if v.ndim == 0 and fz.is_scalar(v):
+            return fz.new_array(v)   # s[...] of a numpy scalar s: a 0-d array
         return v
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)

@@ -35,7 +35,7 @@ def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
     xin = core.astype(x, dt)
     r = core.emit(x._tr, "reduce", xin, kind=kind, axes=axes) if axes else xin
-    return _keep(x, r, axes, keepdims)
+    return core.reduce_layout(_keep(x, r, axes, keepdims), x, axes, keepdims) if axes else r
 
 
 def loop_dtype(x, dtype, out, default):
@@ -91,7 +91,8 @@ def cumulative(kind, x, axis, dtype, default_dtype):
         x, axis = shapes.reshape(x, (-1,)), 0
     ax = core.normalize_axis(axis, x.ndim, f"cum{kind}")
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
-    return core.emit(x._tr, "cumulative", core.astype(x, dt), kind=kind, axis=ax, reverse=False)
+    r = core.emit(x._tr, "cumulative", core.astype(x, dt), kind=kind, axis=ax, reverse=False)
+    return core.keep_layout(r, x)
 
 
 @core.takes_out

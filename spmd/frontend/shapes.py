@@ -14,6 +14,7 @@ from ..ir import dtypes
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
+from . import views
 from .trace import Tracer
 
 
@@ -190,10 +191,25 @@ def _transpose_method(x, *axes):
 
 
 def copy(x, order="K", subok=False):
-    # a fresh base holding the same (immutable SSA) value: an array (a numpy scalar's copy
-    # is a scalar)
+    """np.copy: a new array holding the same (immutable SSA) value, laid out like x
+    (order="K"; "C" / "F" / "A" as numpy takes them), also of a numpy scalar."""
     x = core.asarray(x)
-    return fz.fresh(x) if fz.is_scalar(x) else fz.new_array(x)
+    r = fz.fresh(x)
+    if fz.is_scalar(x):
+        return fz.new_array(r)
+    if order == "C" or (order == "A" and not x._layout().flags.f_contiguous):
+        r._hint = None
+    elif order in ("F", "A"):
+        shape = r.shape
+        r._hint = lambda: views.dense(shape, tuple(range(len(shape)))[::-1])
+    r._ensure_buffer()
+    return r
+
+
+def copy_method(x, order="C"):
+    """ndarray.copy: C order unless told otherwise; a numpy scalar's copy is a scalar."""
+    x = core.asarray(x)
+    return fz.fresh(x) if fz.is_scalar(x) else copy(x, order)
 
 view_transpose = fz.as_view(transpose, "transpose")
 view_transpose_method = fz.as_view(_transpose_method, "transpose")

@@ -18,7 +18,10 @@ partitioner keeps it local: each device selects within its own shard, and the up
 needs only a halo shift where its sharding is offset from the base's.
 
 `layout` answers whether numpy gives a view at all (reshape of a non-contiguous view
-copies): the same steps on a memory-free ndarray of the base's shape.
+copies): the same steps on a memory-free ndarray of the base's layout. A base's layout is
+numpy's: C order, an argument's own strides, or for a new array the order numpy gives it
+(its "K" order: an elementwise result, a sort or a copy is laid out like its operands,
+`keep_order`), so `(x.T + 1).reshape(-1)` copies as in numpy.
 """
 from __future__ import annotations
 
@@ -43,14 +46,15 @@ def read_only_step(chain):
 
 class Buffer:
     """The current value of a base array. `arg` is the jit argument leaf it came from
-    (written arguments are returned to the caller), `version` counts writes."""
+    (written arguments are returned to the caller), `version` counts writes, `shadow` a
+    memory-free ndarray with the base's layout (None: C order, made when asked)."""
     __slots__ = ("value", "version", "arg", "shadow")
 
-    def __init__(self, value, arg=None):
+    def __init__(self, value, arg=None, shadow=None):
         self.value = value
         self.version = 0
         self.arg = arg
-        self.shadow = None        # a memory-free ndarray with the base's layout (see layout)
+        self.shadow = shadow
 
 
 # -- view steps: (kind, params); fwd and back emit IR through the trace ---------------------
@@ -150,17 +154,70 @@ def derive(t, base, chain):
 
 
 # -- layout: does numpy give a view? --------------------------------------------------------
+def dense(shape, order=None):
+    """An int8 ndarray of `shape` over one byte of memory, laid out contiguously with its
+    axes in `order` (outermost first; None: C order): numpy computes views of it
+    (strides, no reads) exactly as it would for a real array laid out so."""
+    order = range(len(shape)) if order is None else order
+    strides, acc = [0] * len(shape), 1
+    for d in reversed(list(order)):
+        strides[d] = acc
+        acc *= max(shape[d], 1)
+    return shadow_of(shape, strides)
+
+
+def shadow_of(shape, strides):
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=tuple(shape), strides=tuple(strides),
+                                           writeable=False)
+
+
+def order_of(shadow):
+    """The axis order (outermost first) numpy lays a new array out in like `shadow`."""
+    return tuple(int(d) for d in np.argsort([-abs(st) for st in keep_order([shadow], shadow.shape).strides],
+                                            kind="stable"))
+
+
+def keep_order(shadows, shape):
+    """The layout numpy gives a new array of `shape` computed elementwise from operands
+    laid out as `shadows` (order="K", what ufuncs, copies and sorts do): its iterator's
+    axis order -- a stable insertion sort of the axes by the operands' absolute strides,
+    an operand's broadcast (zero-stride) axes not counted, C order where operands
+    disagree -- made contiguous."""
+    strides = [np.broadcast_to(a, shape).strides for a in shadows]
+    order = list(range(len(shape)))[::-1]           # innermost first, as numpy sorts
+    for i0 in range(1, len(order)):
+        pos, a0 = i0, order[i0]
+        for i1 in range(i0 - 1, -1, -1):
+            a1 = order[i1]
+            ambiguous, swap = True, False
+            for st in strides:
+                if st[a0] != 0 and st[a1] != 0:
+                    if abs(st[a1]) <= abs(st[a0]):
+                        swap = False          # (also when already decided: C order wins conflicts)
+                    elif ambiguous:
+                        swap = True
+                    ambiguous = False
+            if not ambiguous:
+                if not swap:
+                    break
+                pos = i1
+        order.insert(pos, order.pop(i0))
+    return dense(shape, order[::-1])
+
+
+def reduced(shadow, axes, keepdims):
+    """The layout of a reduction's result: its operand's order over the axes it keeps."""
+    kept = shadow[tuple(0 if d in axes else slice(None) for d in range(shadow.ndim))]
+    r = keep_order([kept], kept.shape)
+    if keepdims:
+        r = r.reshape(tuple(1 if d in axes else n for d, n in enumerate(shadow.shape)))
+    return r
+
+
 def _shadow(buf):
-    """An int8 ndarray of the base's shape and C strides over one byte of memory: numpy
-    computes views of it (strides, no reads) exactly as it would for the real array."""
+    """The base's layout: a memory-free ndarray (see dense)."""
     if buf.shadow is None:
-        shape = buf.value.shape
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= max(n, 1)
-        buf.shadow = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
-                                                     strides=tuple(reversed(strides)), writeable=False)
+        buf.shadow = dense(buf.value.shape)
     return buf.shadow
 
 

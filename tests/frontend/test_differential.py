@@ -128,7 +128,8 @@ def _write_step(rng, pool, i):
 def _new_step(rng, pool, i):
     a = pool[i]
     real = a.dtype.kind != "c"
-    kinds = ["mask_reduce", "reduce_out", "cumsum", "sort", "partition", "fft", "norm", "einsum"]
+    kinds = ["mask_reduce", "reduce_out", "cumsum", "sort", "partition", "fft", "norm", "einsum", "scale",
+             "npcopy"]
     k = kinds[int(rng.integers(len(kinds)))]
     axis = int(rng.integers(-a.ndim, a.ndim)) if a.ndim else None
     if k == "mask_reduce" and real:
@@ -147,6 +148,10 @@ def _new_step(rng, pool, i):
         return ("norm", i, axis)
     if k == "einsum" and a.ndim == 2:
         return ("einsum", i, ["ij->ji", "ii->i", "ii", "ij,ij->i", "ij->"][int(rng.integers(5))])
+    if k == "scale":        # a new array laid out as numpy lays out its operand (a later reshape copies)
+        return ("scale", i, float(rng.integers(-3, 4)))
+    if k == "npcopy":
+        return ("npcopy", i, None)
     return ("cumsum", i, axis) if a.ndim else ("copy", i, None)
 
 
@@ -295,6 +300,10 @@ def apply(pool, step):
         new = np.einsum(p, a, a) if "," in p else np.einsum(p, a)
     elif kind == "copy":
         new = a.copy()
+    elif kind == "npcopy":
+        new = np.copy(a)               # order="K", where a.copy() is C order
+    elif kind == "scale":
+        new = a * p + 1
     else:
         raise AssertionError(kind)
     if isinstance(new, (bool, int, float)):       # eager x[m].size: numpy's scalar of it
@@ -398,4 +407,4 @@ def test_the_generator_covers_every_kind_of_step():
                      "moveaxis", "transpose", "expand", "squeeze", "real", "imag", "diagonal", "broadcast",
                      "setitem", "setadv", "iop", "fill", "copyto", "ufunc_out", "sort_inplace", "mask_set",
                      "mask_iop", "mask_rows", "mask_reduce", "reduce_out", "cumsum", "sort", "partition", "fft",
-                     "norm", "einsum", "loop"}, kinds
+                     "norm", "einsum", "scale", "npcopy", "loop"}, kinds

@@ -158,3 +158,72 @@ def test_real_parts_of_real_arrays_are_the_array_and_a_write_keeps_the_other_par
 def test_views_of_another_dtype_raise_naming_the_line():
     with pytest.raises(NotImplementedError, match=r"x.view\(int64\) at .*test_views\.py:\d+.*astype"):
         spmd.jit(lambda x: x.view(np.int64), backend="numpy")(np.zeros(3))
+
+
+# new arrays numpy lays out in another order than C: a reshape of one copies, and a write
+# into the copy leaves the array as it was (order="K": ufuncs, copies, sorts, cumsums, ffts,
+# reductions and *_like follow their operand's order of axes)
+NOT_C_ORDER = {
+    "ufunc_of_T": lambda x: x.T + 1, "sort_of_T": lambda x: np.sort(x.T, axis=0), "np.copy_of_T": lambda x: np.copy(x.T),
+    "cumsum_of_T": lambda x: np.cumsum(x.T, axis=1), "fft_of_T": lambda x: np.fft.fft(x.T, axis=0),
+    "zeros_like_T": lambda x: np.zeros_like(x.T) + 0, "sum_of_transposed": lambda x: np.sum(np.transpose(x[None] + 0, (2, 0, 1)), axis=1),
+    "copy_F": lambda x: x.T.copy(order="A"),
+    # C order after all: a.copy(), a ufunc of mixed orders; and a broadcast operand
+    "copy_method_of_T": lambda x: x.T.copy(), "mixed": lambda x: x.T + x.T.copy(), "T_plus_column": lambda x: x.T + x[:, 0],
+}
+
+
+def reshape_and_write(make):
+    def f(x):
+        y = make(x)
+        z = y.reshape(-1)           # numpy: a view of y only where y is C-contiguous
+        z[0] = 100
+        return x, y, z
+    return f
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+@pytest.mark.parametrize("name", sorted(NOT_C_ORDER))
+def test_reshape_of_a_new_array_is_a_view_or_a_copy_as_numpy_lays_it_out(name, mode):
+    run = (lambda f: _jit(f, ((2,), (0,)))) if mode == "jit" else (lambda f: _eager(f, ((2,), (0,))))
+    check(reshape_and_write(NOT_C_ORDER[name]), run, base())
+
+
+def test_an_arguments_own_strides_decide_reshape_views_and_are_part_of_jits_cache_key():
+    def f(x):
+        z = x.reshape(-1)
+        z[0] = 100
+        return z + 0
+    j = spmd.jit(f, backend="numpy")
+    for x in [np.arange(6.0).reshape(2, 3), np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+              np.arange(12.0).reshape(2, 6)[:, ::2], np.arange(6.0).reshape(2, 3)]:
+        want, got = x.copy(order="K"), x.copy(order="K")
+        np.testing.assert_array_equal(j(got), f(want))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_eager_results_keep_numpy_s_order_for_later_programs():
+    with eager_numpy_backend():
+        a = spmd.device_put(base(), spmd.Mesh((2,), ("a",)).sharding("a", None))
+        y = a.T * 2                 # numpy: F order, as a.T
+        z = y.reshape(-1)
+        z[0] = 0
+        w = np.copy(y).reshape(-1)  # a copy of y, laid out as y: reshape copies again
+        w[1] = 0
+    want = base().T * 2
+    np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_a_numpy_scalar_has_no_memory_to_view():
+    """x.sum() is a numpy scalar: its views and s.copy() are new scalars, while s[...],
+    np.copy(s) and s.reshape(1) are new arrays a write changes alone."""
+    def f(x):
+        s = x.sum()
+        a, b, c = s[...], np.copy(s), s.reshape(1)
+        a[...] = 1
+        b[...] = 2
+        c[0] = 3
+        v, t, k = s.view(), s.T, s.copy()
+        return s, a, b, c, v + t + k
+    for run in (lambda f: _jit(f, ((2,), (0,))), lambda f: _eager(f, ((2,), (0,)))):
+        check(f, run, base())
