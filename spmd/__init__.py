@@ -1,5 +1,6 @@
 """spmd: write a numpy program once, shard a few arrays, run it on many devices."""
 from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
+from .errors import ConcreteValueError, FallbackWarning  # noqa: F401
 from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
 from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
@@ -9,7 +10,7 @@ from .runtime.checkpoint import save, load, latest as latest_checkpoint  # noqa:
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 from .runtime import make_array_from_process_local_data, process_allgather  # noqa: F401
 
-from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit)
+from . import random, numpy, debug  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit; printing)
 from .ir.dtypes import bfloat16  # noqa: F401,E402  (ml_dtypes.bfloat16, the 2-byte float jax uses)
 
 __version__ = "0.1.0"

@@ -15,18 +15,24 @@ from .staging import Jitted, Lowered
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
-        donate_argnums=()):
+        donate_argnums=(), fallback=True):
     """`donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
     their buffers to the program, which may compute outputs (or temporaries) in them; the
     donated Arrays are invalid afterwards (using one raises). A numpy argument is copied
-    for the program instead (its owner keeps it)."""
+    for the program instead (its owner keeps it).
+
+    `fallback`: when tracing needs the value of a traced array (float(), `if` on data,
+    math.sqrt, .item(), np.array(traced)), run the function eagerly on the sharded
+    arrays instead, with a FallbackWarning naming the function and the line (staging.py);
+    fallback=False raises the ConcreteValueError instead."""
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
-                             backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums)
+                             backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
+                             fallback=fallback)
     # an spmd.Array argument the function writes takes the new value as eager writes do:
     # the write reaches the base of an eager view, and the array's views see it
     return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums, donate_argnums,
-                  write_array=write_back)
+                  write_array=write_back, fallback=fallback)
 
 
 # -- shard, explain, grad: the rest of the user API ----------------------------------------
@@ -42,11 +48,13 @@ def shard(x, sharding):
     return shard_traced(x, sharding)
 
 
-def explain(f, *args, **jit_kwargs) -> str:
-    """Print and return the explanation for `f` (a function or an spmd.jit object)."""
+def explain(f, *args, verbose=False, file=None, **jit_kwargs) -> str:
+    """Print and return the explanation for `f` (a function or an spmd.jit object): one
+    line per collective (op, bytes, user line, why, the annotation it comes from) and
+    one per annotation; verbose=True adds where every value's sharding came from."""
     from .sharding.explain import explain_lowered
     j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
-    return explain_lowered(j.lower(*args))
+    return explain_lowered(j.lower(*args), file, verbose)
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
@@ -60,10 +68,11 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def wrapped(*args, **kwargs):
         if current_trace() is not None:
             return traced(*args, **kwargs)
+        # (traced emits the backward pass into a trace: it cannot run eagerly)
         if kwargs:      # jit takes positional leaves; keyword arguments are baked in
-            return jit(lambda *a: traced(*a, **kwargs))(*args)
+            return jit(lambda *a: traced(*a, **kwargs), fallback=False)(*args)
         if "jit" not in eager:
-            eager["jit"] = jit(traced)
+            eager["jit"] = jit(traced, fallback=False)
         return eager["jit"](*args)
 
     return wrapped

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -66,6 +67,12 @@ def is_per_device(name) -> bool:
 def ops_to_test():
     """Every registry op that must have a table entry."""
     return sorted(n for n in REGISTRY if not is_per_device(n))
+
+
+def seed_of(name) -> int:
+    """A seed for the samples of `name`, the same in every process (hash() of a str is
+    not: each run drew other data, and a rare bad draw failed once in a while)."""
+    return zlib.crc32(name.encode())
 
 
 def samples(name, rng):
@@ -390,6 +397,24 @@ def _transpose_expect(x, permutation):
 
 
 entry("transpose", _make_transpose, _transpose_expect)
+
+REVERSALS = [((), ()), ((5,), (0,)), ((0,), (0,)), ((1, 4), (1,)), ((3, 4), (0, 1)), ((2, 3, 5), (2, 0)),
+             ((4, 3), ())]
+
+
+def _make_reverse(rng, dt):
+    return [([rand(rng, s, dt)], {"dimensions": d}) for s, d in REVERSALS]
+
+
+def _reverse_expect(x, dimensions):
+    out = np.empty_like(x)
+    for idx in np.ndindex(*x.shape):
+        src = tuple(x.shape[k] - 1 - i if k in dimensions else i for k, i in enumerate(idx))
+        out[idx] = x[src]
+    return out
+
+
+entry("reverse", _make_reverse, _reverse_expect)
 
 SLICES = [((5,), (1,), (4,), (1,)), ((5,), (0,), (5,), (2,)), ((6, 4), (1, 0), (5, 4), (3, 2)),
           ((3,), (1,), (1,), (1,)), ((0,), (0,), (0,), (1,)), ((), (), (), ()),

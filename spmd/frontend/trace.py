@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import TraceError, user_loc
+from ..errors import ConcreteValueError, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
 from . import views
@@ -175,19 +175,22 @@ class Tracer:
 
     # -- things tracing cannot follow ------------------------------------------------------
     def _concrete(self, what):
-        raise TraceError(
-            f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
-            f"{self!r} is not known until the program runs. Use np.where for data-dependent "
-            f"choices, or pass the value as a static argument. (Writing it into a plain numpy "
-            f"array made inside the function, buf[i] = value? Make the buffer traced: "
-            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
+        loc = user_loc()
+        if _storing_into_numpy():
+            _raise_store_into_numpy(self, loc)
+        raise ConcreteValueError(
+            f"{what} of a traced value at {loc}: inside spmd.jit the value of "
+            f"{self!r} is not known until the program runs. To look at it, print it as the "
+            f"program runs: spmd.debug.print(\"{{}}\", value). For data-dependent choices use "
+            f"np.where; or pass the value as a static argument.", loc)
 
     def __bool__(self):
-        raise TraceError(
-            f"Python control flow on a traced value at {user_loc()} (bool() of {self!r}): inside "
+        loc = user_loc()
+        raise ConcreteValueError(
+            f"Python control flow on a traced value at {loc} (bool() of {self!r}): inside "
             f"spmd.jit the value is not known until the program runs. Use spmd.while_loop / "
             f"spmd.fori_loop / spmd.cond / spmd.scan for loops and branches, np.where for "
-            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.")
+            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.", loc)
 
     def __float__(self):
         self._concrete("float()")
@@ -199,14 +202,17 @@ class Tracer:
         self._concrete("use as an index")
 
     def __array__(self, dtype=None, copy=None):
-        raise TraceError(
-            f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
+        loc = user_loc()
+        if _storing_into_numpy():
+            _raise_store_into_numpy(self, loc)
+        raise ConcreteValueError(
+            f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
             f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
             f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
             f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
             f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
-            f"them, or spmd.numpy.asarray / spmd.numpy.array.")
+            f"them, or spmd.numpy.asarray / spmd.numpy.array.", loc)
 
     def tolist(self):
         self._concrete("tolist()")
@@ -227,3 +233,30 @@ class Tracer:
             raise NotImplementedError(f"ndarray.{name} is not supported on traced arrays in spmd "
                                       f"(at {user_loc()})")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _storing_into_numpy() -> bool:
+    """Is the user's line storing into a subscript (buf[i] = value) right now? numpy's
+    ndarray.__setitem__ converts the value with float() or __array__, which is how a
+    write into a plain numpy array reaches the Tracer."""
+    from ..errors import user_frame
+    f = user_frame()
+    if f is None:
+        return False
+    ops = _STORES.get(f.f_code)
+    if ops is None:
+        import dis
+        ops = _STORES[f.f_code] = {i.offset for i in dis.get_instructions(f.f_code) if i.opname == "STORE_SUBSCR"}
+    return f.f_lasti in ops
+
+
+_STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instructions (error paths only)
+
+
+def _raise_store_into_numpy(tracer, loc):
+    raise ConcreteValueError(
+        f"a traced value is written into a plain numpy array at {loc} (buf[i] = value, with "
+        f"buf made by np.zeros / np.empty / np.array inside the function): a numpy array holds numbers, "
+        f"and {tracer!r} has none until the program runs. Make the buffer traced: "
+        f"buf = np.zeros_like(x, shape=...) or spmd.numpy.zeros(...); then buf[i] = value works as in "
+        f"numpy. (numpy converted the value with float() or np.asarray to store it.)", loc)

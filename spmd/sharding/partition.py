@@ -33,11 +33,10 @@ axis_index, and nothing here loops over devices.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 
-from ..errors import ShardingError, where
+from ..errors import ShardingError, warn_at, where
 from ..ir import Graph
 from ..ir.ops.reduce import identity as reduce_identity
 from . import halo
@@ -106,9 +105,13 @@ class _Partitioner:
         self.cache = {}      # what handlers share between ops (keys of their own)
         self.op = None
         self._users = None
+        self._noted = 0      # ops of self.g whose collectives are charged to a global op
 
     # -- driver ------------------------------------------------------------------------------
     def run(self):
+        # collective -> the global op it was emitted for (or the output Value it makes),
+        # so that spmd.explain can say which op of the user's needed it
+        self.g.needed_by = {}
         for v in self.src.inputs:
             sh = self.sharding_of(v)
             self.env[v] = (self.g.add_input(sh.local_shape(v.shape), v.dtype), sh)
@@ -122,6 +125,7 @@ class _Partitioner:
                 raise ShardingError(f"{op.name}{where(op.loc)}: the global program already holds a collective; "
                                     f"collectives are inserted by the partitioner")
             got = (op.opdef.partition or _generic)(self, op)
+            self._note_collectives(op)
             if isinstance(got, list):     # a handler of a (multi-result) op: one pair a result
                 for r, pair in zip(op.results, got):
                     self.env[r] = pair
@@ -133,9 +137,21 @@ class _Partitioner:
             # what the user sees is never partial; the collective is charged to v's line
             self.em.loc = v.producer.loc if v.producer is not None else None
             outs.append(self.get(v, self.sharding_of(v).replace(partial=())))
+            self._note_collectives(v)
         self.em.loc = None
         self.g.outputs = outs
-        return _dce(self.g)
+        g = _dce(self.g)
+        kept = set(g.ops)
+        g.needed_by = {op: src for op, src in g.needed_by.items() if op in kept}
+        return g
+
+    def _note_collectives(self, src):
+        """Charge the collectives emitted since the last note to `src`: a global op, or
+        a global Value the program outputs."""
+        for op in self.g.ops[self._noted:]:
+            if op.opdef.reshards is not None:
+                self.g.needed_by.setdefault(op, src)
+        self._noted = len(self.g.ops)
 
     def users(self, v) -> list:
         """The ops of the global graph that read v, in program order."""
@@ -155,6 +171,10 @@ class _Partitioner:
         if s.mesh != self.mesh:
             raise ShardingError(f"value {v} has a sharding on mesh {s.mesh}, the graph is on {self.mesh}")
         return s.for_rank(v.ndim)
+
+    def loc(self):
+        """The user line of what is being partitioned."""
+        return self.op.loc if self.op is not None else self.em.loc
 
     def what(self):
         if self.op is not None:
@@ -201,16 +221,15 @@ class _Partitioner:
 
     def gather_fallback(self, x, cur_shape, spec, partial, d):
         """Gather dim d of x (split by `spec`): the route when a halo would take too many hops."""
-        warnings.warn(f"spmd: {self.what()} moves data across many shards of dim {d} of {x.dtype}"
-                      f"{list(cur_shape)}; gathering that dim instead of a halo exchange",
-                      ReshardWarning, stacklevel=4)
+        warn_at(f"spmd: {self.what()} moves data across many shards of dim {d} of {x.dtype}"
+                f"{list(cur_shape)}; gathering that dim instead of a halo exchange", ReshardWarning, self.loc())
         whole = list(spec)
         whole[d] = ()
         return self.reshard(x, self.sh(spec, partial), self.sh(whole, partial), cur_shape), whole
 
     def warn_gather(self, message):
         """A handler that must gather what the op needs whole says so (never silently)."""
-        warnings.warn(message, ReshardWarning, stacklevel=4)
+        warn_at(message, ReshardWarning, self.loc())
 
     def mask_reduction_dims(self, op, rule, assign, locals_, shardings, kind="sum"):
         """Padding in a dim that is reduced over must hold the reduction's identity."""
@@ -416,10 +435,10 @@ def _warn_gathered(P, op, i, rule, have, want):
             if fs and all(rule.kind(f) == "replicate" for f in fs)
             and set(have.dim_axes(d)) - set(want.dim_axes(d))]
     if dims:
-        warnings.warn(f"spmd: {P.what()} gathers dim{'s' if len(dims) > 1 else ''} "
-                      f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
-                      f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
-                      f"it local", ReshardWarning, stacklevel=4)
+        warn_at(f"spmd: {P.what()} gathers dim{'s' if len(dims) > 1 else ''} "
+                f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
+                f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
+                f"it local", ReshardWarning, op.loc)
 
 
 def _emit_default(P, op, rule, assign, locals_, shardings, have):
@@ -434,11 +453,12 @@ def _emit_default(P, op, rule, assign, locals_, shardings, have):
 
 def _dce(g: Graph) -> Graph:
     """Drop ops nothing needs (a reshard planned for a cost estimate, an unused
-    axis_index). Every rank drops the same ops, so collectives stay matched."""
+    axis_index), but not those run for their effect (a debug print). Every rank drops
+    the same ops, so collectives stay matched."""
     live = set(g.outputs)
     keep = []
     for op in reversed(g.ops):
-        if any(r in live for r in op.results):
+        if op.opdef.effect or any(r in live for r in op.results):
             keep.append(op)
             live.update(op.operands)
     g.ops = keep[::-1]

@@ -92,6 +92,7 @@ LOWERINGS = {
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
     "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
+    "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),
 }
 
 
