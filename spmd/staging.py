@@ -373,4 +373,8 @@ def _place(x, sharding, mesh):
         if isinstance(x, Array):
             return x
         sharding = Sharding(mesh, (None,) * x.ndim)
-    return device_put(x, sharding)
+    placed = device_put(x, sharding)
+    layout = fz.leaf_layout(x)          # numpy's strides of x decide whether a reshape of it is a view
+    if layout is not None and placed is not x:
+        placed.numpy_layout = layout
+    return placed

@@ -79,24 +79,26 @@ def no_plain_write(what, loc):
 def as_argument(x, k, leaf=None):
     """x, the traced argument leaf k, as an array numpy could write into in place: a base
     whose Buffer remembers the leaf (jit returns its new value to the caller), laid out as
-    the leaf is (a numpy array's strides; an eager spmd.Array's numpy_layout)."""
-    x._buf = Buffer(x.value, arg=k, shadow=_layout_of_leaf(leaf, x.shape))
+    the leaf is (leaf_layout)."""
+    x._buf = Buffer(x.value, arg=k, shadow=leaf_layout(leaf))
     return x
 
 
 def layout_key(leaf):
     """What of an argument leaf's memory layout a trace depends on (None: C order): part of
     jit's cache key, as a reshape of it is a view or a copy by its strides."""
-    lay = _layout_of_leaf(leaf, getattr(leaf, "shape", ()))
+    lay = leaf_layout(leaf)
     return None if lay is None else lay.strides
 
 
-def _layout_of_leaf(leaf, shape):
+def leaf_layout(leaf):
+    """numpy's strides of an argument leaf where they are not C order's (a numpy array's
+    own, an eager spmd.Array's numpy_layout) as a memory-free ndarray (views.layout), else None."""
     if isinstance(leaf, np.ndarray) and leaf.ndim > 1 and not leaf.flags.c_contiguous \
             and all(st % leaf.itemsize == 0 for st in leaf.strides):
-        return views.shadow_of(shape, [st // leaf.itemsize for st in leaf.strides])
+        return views.shadow_of(leaf.shape, [st // leaf.itemsize for st in leaf.strides])
     layout = getattr(leaf, "numpy_layout", None)
-    return layout if layout is not None and layout.shape == tuple(shape) else None
+    return layout if layout is not None and layout.shape == tuple(leaf.shape) else None
 
 
 def written_arguments(xs, inputs):

@@ -5,6 +5,7 @@ raise numpy's ValueError when written. Inputs are complex, so real / imag are vi
 one part; meshes split the base evenly and unevenly."""
 import contextlib
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -227,3 +228,23 @@ def test_a_numpy_scalar_has_no_memory_to_view():
         return s, a, b, c, v + t + k
     for run in (lambda f: _jit(f, ((2,), (0,))), lambda f: _eager(f, ((2,), (0,)))):
         check(f, run, base())
+
+
+def test_jits_eager_fallback_keeps_an_arguments_strides():
+    """A function jit runs eagerly (it needs a value) reshapes its argument as numpy
+    would: a Fortran-ordered argument's reshape is a copy, so the argument keeps its values."""
+    def f(x):
+        if float(x.sum()) > 0:
+            z = x.reshape(-1)
+            z[0] = 100
+            return z + 0
+        return x
+    m = spmd.Mesh((2,), ("a",))
+    j = spmd.jit(f, in_shardings=(m.sharding("a", None),))
+    for x in [np.asfortranarray(np.arange(1.0, 7.0).reshape(2, 3)), np.arange(1.0, 7.0).reshape(2, 3)]:
+        want, got = x.copy(order="K"), x.copy(order="K")
+        with eager_numpy_backend(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", spmd.FallbackWarning)
+            r = j(got)
+        np.testing.assert_array_equal(r.numpy(), f(want))
+        np.testing.assert_array_equal(got, want)
