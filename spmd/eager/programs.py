@@ -203,7 +203,8 @@ def _count_collectives(key, f, dyn):
 
 def _input_key(x):
     if isinstance(x, Array):
-        return ("A", x.shape, x.dtype.str, x.sharding, fz.layout_key(x))
+        # a numpy scalar has no memory to view (its views are new values): part of the key
+        return ("A", x.shape, x.dtype.str, x.sharding, fz.layout_key(x), getattr(x, "numpy_scalar", False))
     if isinstance(x, np.ndarray):
         return ("N", x.shape, x.dtype.str, fz.layout_key(x))
     if isinstance(x.value, np.generic):

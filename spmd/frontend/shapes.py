@@ -161,6 +161,9 @@ def take(x, indices, axis=None, out=None, mode=None):
         if idx.dtype.kind not in "iu":
             raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
         idx = idx.astype(np.int64)
+        if idx.size == 0 or 0 in x.shape[:axis]:
+            # numpy checks the indices once per element before the axis: none here (an empty result)
+            return core.full_like(x, 0, shape=x.shape[:axis] + idx.shape + x.shape[axis + 1:])
         if mode == "clip":
             idx = np.clip(idx, 0, builtins.max(n - 1, 0))
         elif mode == "wrap" and n:

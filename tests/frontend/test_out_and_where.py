@@ -163,6 +163,21 @@ def test_partition_keeps_numpys_promise(kth, axis):
         spmd.jit(lambda x: np.partition(x, 10), backend="numpy")(x)
 
 
+def test_an_empty_result_takes_any_kth_or_index():
+    """numpy checks kth only on an array with elements, and take's indices once per
+    element of the dims before the axis (so never where one of them is empty)."""
+    x = np.zeros((3, 0))
+    for f in (lambda x: np.partition(x, 5, axis=0), lambda x: np.argpartition(x, 5, axis=0),
+              lambda x: np.take(x[:0], [[0, 2]], axis=1), lambda x: np.take(x, [], axis=1)):
+        got = spmd.jit(f, backend="numpy")(x)
+        assert np.asarray(got).shape == f(x).shape and np.asarray(got).dtype == f(x).dtype
+    for f in (lambda x: np.take(x, 0, axis=1), lambda x: np.take(x, 7, axis=0)):
+        with pytest.raises(IndexError):
+            f(x)
+        with pytest.raises(IndexError):
+            spmd.jit(f, backend="numpy")(x)
+
+
 @pytest.mark.parametrize("spec,shapes", [("ii->i", [(4, 4)]), ("ii", [(4, 4)]), ("iij->ij", [(3, 3, 2)]),
                                          ("iji->ij", [(3, 2, 3)]), ("ij,jj->i", [(2, 3), (3, 3)]),
                                          ("iii->i", [(3, 3, 3)]), ("bii->b", [(2, 3, 3)])])

@@ -248,3 +248,16 @@ def test_jits_eager_fallback_keeps_an_arguments_strides():
             r = j(got)
         np.testing.assert_array_equal(r.numpy(), f(want))
         np.testing.assert_array_equal(got, want)
+
+
+def test_eagerly_a_numpy_scalar_and_a_0d_array_of_the_same_kind_view_differently():
+    """Eager programs are cached by their arguments' kind: a numpy scalar's squeeze is a
+    new value, a 0-d array's is a view of it (which shows a later write)."""
+    with eager_numpy_backend():
+        a = spmd.device_put(base(), spmd.Mesh((2,), ("a",)).sharding("a", None))
+        s = a.sum()
+        t = np.squeeze(s)
+        c = np.copy(s)
+        v = np.squeeze(c)
+        c[...] = 7
+    assert complex(v.numpy()) == 7 and complex(t.numpy()) == complex(base().sum())

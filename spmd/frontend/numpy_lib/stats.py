@@ -56,6 +56,8 @@ def _check_kth(x, kth, axis, name):
     if isinstance(kth, Tracer):
         raise NotImplementedError(f"np.{name} with a traced kth (at {user_loc()})")
     n = x.shape[axis]
+    if x.size == 0:             # numpy checks kth only against an array with elements
+        return
     for k in np.atleast_1d(kth).tolist():
         if not -n <= int(k) < n:
             raise ValueError(f"np.{name}: kth(={k}) out of bounds ({n}) (at {user_loc()})")
