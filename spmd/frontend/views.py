@@ -207,7 +207,8 @@ def keep_order(shadows, shape):
 
 def reduced(shadow, axes, keepdims):
     """The layout of a reduction's result: its operand's order over the axes it keeps."""
-    kept = shadow[tuple(0 if d in axes else slice(None) for d in range(shadow.ndim))]
+    dims = [d for d in range(shadow.ndim) if d not in axes]
+    kept = shadow_of([shadow.shape[d] for d in dims], [shadow.strides[d] for d in dims])     # (also of empty axes)
     r = keep_order([kept], kept.shape)
     if keepdims:
         r = r.reshape(tuple(1 if d in axes else n for d, n in enumerate(shadow.shape)))

@@ -147,7 +147,9 @@ def _new_step(rng, pool, i):
     if k == "norm" and a.ndim:
         return ("norm", i, axis)
     if k == "einsum" and a.ndim == 2:
-        return ("einsum", i, ["ij->ji", "ii->i", "ii", "ij,ij->i", "ij->"][int(rng.integers(5))])
+        spec = ["ij->ji", "ii->i", "ii", "ij,ij->i", "ij->"][int(rng.integers(5))]
+        # (numpy takes 'ii->i' of a (0, n) array, reading n elements beyond it: spmd refuses)
+        return ("einsum", i, spec if "ii" not in spec or a.shape[0] == a.shape[1] else "ij->ji")
     if k == "scale":        # a new array laid out as numpy lays out its operand (a later reshape copies)
         return ("scale", i, float(rng.integers(-3, 4)))
     if k == "npcopy":
@@ -358,7 +360,8 @@ def compare(got, want, progs, mode):
             w = np.asarray(w)
             msg = f"{mode}: program {k}, pool[{j}] after {prog}"
             assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype, msg)
-            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=msg)
+            tol = 1e-6 if w.dtype in (np.float32, np.complex64) else 1e-9    # (float32 sums: an ulp)
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True, err_msg=msg)
 
 
 BATCH = 8
@@ -366,7 +369,7 @@ BATCH = 8
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 24), shape=st.sampled_from(SHAPES), mesh=st.sampled_from(sorted(MESHES)),
-       steps=st.integers(1, 9))
+       steps=st.integers(1, 12))
 def test_random_programs_under_jit(seed, shape, mesh, steps):
     progs = [make_program(seed + k, shape, steps, complex_base=(seed + k) % 4 == 0) for k in range(BATCH)]
     xs = [base(seed + k, shape, (seed + k) % 4 == 0) for k in range(BATCH)]
@@ -382,7 +385,7 @@ def test_random_programs_under_jit(seed, shape, mesh, steps):
 
 @settings(max_examples=36, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 24), shape=st.sampled_from(SHAPES), mesh=st.sampled_from(sorted(MESHES)),
-       steps=st.integers(1, 9))
+       steps=st.integers(1, 12))
 def test_random_programs_eagerly(seed, shape, mesh, steps):
     progs = [make_program(seed + k, shape, steps, complex_base=(seed + k) % 4 == 0) for k in range(BATCH)]
     xs = [base(seed + k, shape, (seed + k) % 4 == 0) for k in range(BATCH)]

@@ -165,12 +165,15 @@ def test_views_of_another_dtype_raise_naming_the_line():
 # into the copy leaves the array as it was (order="K": ufuncs, copies, sorts, cumsums, ffts,
 # reductions and *_like follow their operand's order of axes)
 NOT_C_ORDER = {
-    "ufunc_of_T": lambda x: x.T + 1, "sort_of_T": lambda x: np.sort(x.T, axis=0), "np.copy_of_T": lambda x: np.copy(x.T),
-    "cumsum_of_T": lambda x: np.cumsum(x.T, axis=1), "fft_of_T": lambda x: np.fft.fft(x.T, axis=0),
-    "zeros_like_T": lambda x: np.zeros_like(x.T) + 0, "sum_of_transposed": lambda x: np.sum(np.transpose(x[None] + 0, (2, 0, 1)), axis=1),
+    "ufunc_of_T": lambda x: x.T + 1, "sort_of_T": lambda x: np.sort(x.T, axis=0),
+    "np.copy_of_T": lambda x: np.copy(x.T), "cumsum_of_T": lambda x: np.cumsum(x.T, axis=1),
+    "fft_of_T": lambda x: np.fft.fft(x.T, axis=0), "zeros_like_T": lambda x: np.zeros_like(x.T) + 0,
+    "sum_of_transposed": lambda x: np.sum(np.transpose(x[None] + 0, (2, 0, 1)), axis=1),
     "copy_F": lambda x: x.T.copy(order="A"),
+    "sum_over_an_empty_axis": lambda x: np.sum(x.T[:, :0, None] + 0, axis=1),
     # C order after all: a.copy(), a ufunc of mixed orders; and a broadcast operand
-    "copy_method_of_T": lambda x: x.T.copy(), "mixed": lambda x: x.T + x.T.copy(), "T_plus_column": lambda x: x.T + x[:, 0],
+    "copy_method_of_T": lambda x: x.T.copy(), "mixed": lambda x: x.T + x.T.copy(),
+    "T_plus_column": lambda x: x.T + x[:, 0],
 }
 
 
