@@ -480,7 +480,8 @@ def test_gradients_match_finite_differences(name):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kw", [{"axis": -1}, {}, {"axis": (0, 1)}, {"axis": (1, 2), "ord": "fro"}, {"axis": 0, "ord": 2}])
+@pytest.mark.parametrize("kw", [{"axis": -1}, {}, {"axis": (0, 1)}, {"axis": (1, 2), "ord": "fro"},
+                                {"axis": 0, "ord": 2}])
 def test_complex_2_norms_sum_squares_of_the_parts_as_numpy(kw):
     """numpy sums (x.conj() * x).real for the 2- and Frobenius norms: |2.5-0.5j|**2 +
     |1.5-0.5j|**2 is 9 exactly, and the norm 3 (not 3.0000000000000004 from the moduli)."""
