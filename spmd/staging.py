@@ -63,7 +63,7 @@ def _argument_tracers(t, leaves):
         shape, dt, weak = leaf_aval(leaf)
         tr = Tracer(t.graph.add_input(shape, dt), t, weak)
         # numpy writes into an array argument in place: the caller sees it (see Jitted)
-        tracers.append(fz.as_argument(tr, k) if _mutable(leaf) else tr)
+        tracers.append(fz.as_argument(tr, k, leaf) if _mutable(leaf) else tr)
     return tracers
 
 
@@ -82,7 +82,7 @@ def _output_value(fn, leaf, t):
     try:
         return core.asarray(leaf, t=t).value
     except TypeError:
-        why = getattr(type(leaf), "spmd_not_an_array", None)
+        why = getattr(leaf, "spmd_not_an_array", None)
         if why is not None:          # e.g. x[mask]: its error says why and what instead
             why()
         raise TypeError(f"spmd.jit: {fn.__name__} returned a {type(leaf).__name__}, "
@@ -106,9 +106,11 @@ def _check_aliasing(fn, leaves, written):
 
 
 def _mutable(leaf):
-    """An argument numpy could write into: an array (0-d too), not a Python or numpy scalar."""
+    """An argument numpy could write into: an array (0-d too), not a Python or numpy scalar
+    (an eager 0-d result that stands for numpy's scalar says so: numpy_scalar)."""
     return isinstance(leaf, (np.ndarray, ShapeDtype)) or \
-        (hasattr(leaf, "sharding") and hasattr(leaf, "shape") and not isinstance(leaf, np.generic))
+        (hasattr(leaf, "sharding") and hasattr(leaf, "shape") and not isinstance(leaf, np.generic)
+         and not getattr(leaf, "numpy_scalar", False))
 
 
 class Lowered:
@@ -252,7 +254,9 @@ class Jitted:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, tree = tree_flatten(dyn)
         static = tuple(args[i] for i in self.static_argnums if i < len(args))
-        return (tree, tuple(leaf_aval(x) for x in leaves), static), leaves
+        # a reshape is a view or a copy by the argument's strides: they are part of the key
+        layouts = tuple(fz.layout_key(x) for x in leaves)
+        return (tree, tuple(leaf_aval(x) for x in leaves), static, layouts), leaves
 
     def lower(self, *args) -> Lowered:
         return self._lower(args, *self._key(args))
@@ -386,4 +390,8 @@ def _place(x, sharding, mesh):
         if isinstance(x, Array):
             return x
         sharding = Sharding(mesh, (None,) * x.ndim)
-    return device_put(x, sharding)
+    placed = device_put(x, sharding)
+    layout = fz.leaf_layout(x)          # numpy's strides of x decide whether a reshape of it is a view
+    if layout is not None and placed is not x:
+        placed.numpy_layout = layout
+    return placed

@@ -1,5 +1,7 @@
-"""Pytrees: nested dict / list / tuple / None with array leaves, as in JAX.
-Dict keys are visited in sorted order so the flattening is deterministic."""
+"""Pytrees: nested dict / list / tuple / named tuple / None with array leaves, as in JAX.
+Dict keys are visited in sorted order so the flattening is deterministic. A named tuple
+is rebuilt as its own class (numpy's QRResult stays a QRResult), unless its class says
+it is a leaf (`tree_leaf = True`: spmd.ShapeDtype describes one array)."""
 from __future__ import annotations
 
 
@@ -36,6 +38,8 @@ class TreeDef:
         inner = ", ".join(map(repr, self.children))
         if self.kind == "dict":
             return "{" + ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children)) + "}"
+        if self.kind == "namedtuple":
+            return f"{self.meta.__name__}({inner})"
         return f"[{inner}]" if self.kind == "list" else f"({inner})"
 
 
@@ -58,6 +62,8 @@ def _flatten(t, is_leaf, leaves):
         return TreeDef("dict", keys, [_flatten(t[k], is_leaf, leaves) for k in keys])
     if isinstance(t, tuple) and not hasattr(t, "_fields"):
         return TreeDef("tuple", None, [_flatten(x, is_leaf, leaves) for x in t])
+    if isinstance(t, tuple) and not getattr(type(t), "tree_leaf", False):
+        return TreeDef("namedtuple", type(t), [_flatten(x, is_leaf, leaves) for x in t])
     if isinstance(t, list):
         return TreeDef("list", None, [_flatten(x, is_leaf, leaves) for x in t])
     leaves.append(t)
@@ -81,6 +87,8 @@ def _unflatten(td, it):
     kids = [_unflatten(c, it) for c in td.children]
     if td.kind == "dict":
         return dict(zip(td.meta, kids))
+    if td.kind == "namedtuple":
+        return td.meta(*kids)
     return kids if td.kind == "list" else tuple(kids)
 
 

@@ -221,6 +221,9 @@ unary("cos", cast(lambda x: np.sin(x.astype(np.float64) + np.pi / 2)))
 _REAL_OF = {np.dtype("complex64"): np.float32, np.dtype("complex128"): np.float64}
 unary("real", lambda z: np.array([complex(v).real for v in z.ravel()], _REAL_OF[z.dtype]).reshape(z.shape))
 unary("imag", lambda z: np.array([complex(v).imag for v in z.ravel()], _REAL_OF[z.dtype]).reshape(z.shape))
+_COMPLEX_OF = {np.dtype("float32"): np.complex64, np.dtype("float64"): np.complex128}
+binary("complex", lambda a, b: np.array([complex(float(u), float(v)) for u, v in zip(a.ravel(), b.ravel())],
+                                        _COMPLEX_OF[a.dtype]).reshape(a.shape))
 unary("conj", lambda z: np.array([complex(v.real, -v.imag) for v in z.ravel()], z.dtype).reshape(z.shape))
 
 

@@ -24,7 +24,8 @@ from ..frontend.trace import Tracer, current_trace
 from ..runtime.array import Array
 from ..tree import tree_flatten
 from . import indexing, select
-from .programs import Dynamic, dynamic_scalars, gathered, in_numpy, is_dynamic_scalar, run, warn_gathered, write
+from .programs import (WRITES_FIRST, Dynamic, dynamic_scalars, gathered, in_numpy, is_dynamic_scalar, run,
+                       warn_gathered, write)
 
 _OPERATORS = npx.operators()
 _INPLACE = npx.inplace_operators()
@@ -42,6 +43,12 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if _traced((inputs, kwargs)):
         return NotImplemented
     out = kwargs.pop("out", None)
+    o = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if isinstance(o, Array) and method == "__call__" and ufunc.__name__ in npx.UFUNCS:
+        # the traced ufunc with out=: numpy's casting, where= keeps out's values, out may be an input
+        inputs = _scalars_dynamic(ufunc.__name__, inputs)
+        write(o, _ufunc_into, (ufunc, inputs, kwargs), _numpy_ufunc_into, f"np.{ufunc.__name__}(..., out=)")
+        return out
     r = _ufunc(ufunc, method, inputs, kwargs)
     if out is None:
         return r
@@ -68,6 +75,32 @@ def _ufunc(ufunc, method, inputs, kwargs):
     return in_numpy("ufunc", name if method == "__call__" else f"{name}.{method}", inputs, kwargs, "not supported")
 
 
+def _ufunc_into(o, ufunc, inputs, kwargs):
+    npx.dispatch_ufunc(ufunc, "__call__", inputs, dict(kwargs, out=o))
+
+
+def _numpy_ufunc_into(g, ufunc, inputs, kwargs):
+    ufunc(*inputs, out=g, **kwargs)
+
+
+def _call_into(o, impl, args, kwargs):
+    """impl(*args, out=o, **kwargs): a builder that stores into out= itself (a reduction)."""
+    impl(*args, out=o, **kwargs)
+
+
+def _numpy_call_into(g, impl, args, kwargs, func):
+    func(*args, out=g, **kwargs)
+
+
+def _call_on_first(first, impl, args, kwargs):
+    """impl(first, *args, **kwargs): a numpy function that writes its first argument."""
+    impl(first, *args, **kwargs)
+
+
+def _numpy_call_on_first(g, impl, args, kwargs, func):
+    func(g, *args, **kwargs)
+
+
 def store(target, value, what):
     """out=: store value into target as numpy's ufuncs do (same_kind casting)."""
     if isinstance(target, Array):
@@ -87,18 +120,31 @@ def array_function(self, func, types, args, kwargs):
         return _META[func](args[0])
     if func is np.result_type:
         return np.result_type(*[a.dtype if isinstance(a, Array) else a for a in args])
+    impl = npx.FUNCTIONS.get(func)
+    if isinstance(kwargs.get("out"), Array) and getattr(impl, "takes_out", False):
+        out = kwargs.pop("out")     # a reduction casts into out as it computes (the traced builder)
+        write(out, _call_into, (impl, args, kwargs), _numpy_writer(_numpy_call_into, func),
+              f"np.{func.__name__}(..., out=)")
+        return out
     if kwargs.get("out") is not None:
         out = kwargs.pop("out")
         store(out, array_function(self, func, types, args, kwargs), f"np.{func.__name__}(..., out=)")
         return out
+    if func in WRITES_FIRST and impl is not None and isinstance(args[0], Array):
+        # np.copyto(x, x, where=...), np.put(x, ...): the write path, where an operand may be x itself
+        write(args[0], _call_on_first, (impl, args[1:], kwargs), _numpy_writer(_numpy_call_on_first, func),
+              f"np.{func.__name__}")
+        return None
     if func in _SELECTING and isinstance(args[0], Array) and not kwargs and len(args) == 1:
         r = _selecting(func, args[0])
         if r is not None:
             return r
-    impl = npx.FUNCTIONS.get(func)
     if impl is None:
         return in_numpy("function", func, args, kwargs, "not supported eagerly")
-    return run("function", func.__name__, impl, args, kwargs)
+    r = run("function", func.__name__, impl, args, kwargs,
+            fallback=lambda why: in_numpy("function", func, args, kwargs, why))
+    # a Python bool in numpy (np.allclose): the value, read where it is replicated
+    return r if not getattr(impl, "python_result", None) or not isinstance(r, Array) else impl.python_result(r)
 
 
 _SELECTING = (np.nonzero, np.argwhere, np.flatnonzero, np.count_nonzero)
@@ -124,8 +170,20 @@ def _count_nonzero(v):
 
 
 # -- methods and operators --------------------------------------------------------------------
+def _numpy_writer(form, func):
+    """The numpy fallback of a write (programs.write): form with numpy's own function."""
+    def numpy_form(g, impl, args, kwargs):
+        form(g, impl, args, kwargs, func)
+    return numpy_form
+
+
 def _method(name, f):
     def m(self, *args, **kwargs):
+        if isinstance(kwargs.get("out"), Array) and getattr(f, "takes_out", False):
+            out = kwargs.pop("out")
+            write(out, _call_into, (f, (self,) + args, kwargs),
+                  _numpy_writer(_numpy_call_into, getattr(np, name)), f"ndarray.{name}(..., out=)")
+            return out
         return run("method", name, f, (self,) + args, kwargs)
     m.__name__ = m.__qualname__ = name
     return m
@@ -162,6 +220,8 @@ def _inplace(op):
         if _traced((other,)):
             return NotImplemented
         (other,) = _scalars_dynamic(f"__{op}__", (self, other))[1:]
+        if getattr(self, "numpy_scalar", False):       # immutable: Python rebinds the name
+            return run("operator", f"__{op}__", _OPERATORS[f"__{op}__"], (self, other))
         write(self, form, (other,), _numpy_inplace(op), f"{op}=")
         return self
     m.__name__ = m.__qualname__ = f"__i{op}__"
@@ -233,14 +293,16 @@ def install():
     Array.__getattr__ = _getattr
     Array.T = property(lambda self: run("method", "T", shapes.view_transpose, (self,)))
     Array.mT = property(lambda self: run("method", "mT", _mT, (self,)))
-    Array.real = property(lambda self: run("method", "real", ew.real, (self,)))
-    Array.imag = property(lambda self: run("method", "imag", ew.imag, (self,)))
+    Array.real = property(lambda self: run("method", "real", fz.real_view, (self,)),
+                          lambda self, v: indexing.setitem(self.real, Ellipsis, v))
+    Array.imag = property(lambda self: run("method", "imag", fz.imag_view, (self,)),
+                          lambda self, v: indexing.setitem(self.imag, Ellipsis, v))
     Array.fill = _fill
     Array.nonzero = lambda self: np.nonzero(self)
     Array.item = _item
     Array.tolist = _tolist
     for name in ("sort", "partition", "resize", "itemset", "setfield", "byteswap"):
-        if hasattr(np.ndarray, name):
+        if hasattr(np.ndarray, name) and name not in npx.METHODS:
             setattr(Array, name, _mutating_fallback(name))
 
 

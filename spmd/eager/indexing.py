@@ -21,11 +21,16 @@ from .programs import Dynamic, in_numpy, is_dynamic_scalar, numpy_setitem, run, 
 
 def getitem(x, key):
     if _is_mask(key):
-        if key.shape == x.shape and select.supported(x):
+        if key.shape == x.shape[:key.ndim] and select.supported(x):
             return select.select(x, key)         # local selections, counts all-gathered
-        return in_numpy("operator", "getitem", (x, key), {}, "boolean mask indexing with a mask not of x's "
-                        "shape, or x split along a dim other than the first")
-    return run("operator", "getitem", _getitem, (x,) + program_key(x, key))
+        return in_numpy("operator", "getitem", (x, key), {}, "boolean mask indexing with a mask of x's "
+                        "trailing dims, or x split along a dim other than the first")
+    ks = key if isinstance(key, tuple) else (key,)
+    if ks and _is_mask(ks[0]) and _is_basic(ks[1:]) and select.supported(x):
+        # x[mask, rest...] is x[:, ..., rest...][mask]: the rest selects a view, the mask its leading dims
+        return getitem(getitem(x, (slice(None),) * ks[0].ndim + tuple(ks[1:])), ks[0])
+    return run("operator", "getitem", _getitem, (x,) + program_key(x, key),
+               fallback=lambda why: in_numpy("operator", "getitem", (x, key), {}, why))
 
 
 def _getitem(x, *key):
@@ -33,12 +38,27 @@ def _getitem(x, *key):
 
 
 def setitem(x, key, value):
-    """x[key] = value, numpy's way: the write reaches x's root and every view of it."""
+    """x[key] = value, numpy's way: the write reaches x's root and every view of it. With
+    a boolean mask in the key, the value may give one entry per selected element (the
+    mask's count is read first and checked, as numpy checks it)."""
     if isinstance(value, Tracer) or current_trace() is not None:
         raise TraceError("writing a traced value into an spmd.Array outside of its jit function")
+    if getattr(x, "numpy_scalar", False):
+        raise TypeError(f"'numpy.{x.dtype.name}' object does not support item assignment (numpy raises the same "
+                        f"TypeError: this 0-d spmd.Array stands for numpy's scalar result)")
+    ks = key if isinstance(key, tuple) else (key,)
+    masks = [k for k in ks if _is_mask(k) and isinstance(k, Array)]
+    if len(masks) == 1 and np.ndim(value) > 0:
+        count = int(np.count_nonzero(masks[0]))
+        write(x, indexing.set_compacted, (ks, value, count), numpy_setitem_compacted, "x[...] = v")
+        return
     key = program_key(x, key) if not _is_mask(key) else (key,)
     value = Dynamic(value) if is_dynamic_scalar(value) else value
     write(x, indexing.setitem, (key, value), numpy_setitem, "x[...] = v")
+
+
+def numpy_setitem_compacted(g, key, value, count):
+    g[key] = value
 
 
 def _is_mask(key):

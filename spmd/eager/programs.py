@@ -29,15 +29,19 @@ import numpy as np
 from ..errors import TraceError, is_internal
 from ..frontend import core, indexing
 from ..frontend import functionalize as fz
+from ..frontend.trace import Tracer
 from ..runtime.array import Array, device_put
 from ..staging import Jitted
-from ..tree import tree_flatten, tree_unflatten
+from ..tree import tree_flatten, tree_map, tree_unflatten
 from . import views
 
 _CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
 _FALLBACK = object()
 _COLLECTIVES: dict = {}    # key -> the collectives its program runs, by op name
 _VIEW_LEAVES: dict = {}    # key -> the result leaves that are views of the first argument
+# key -> {result leaf: {attribute: value}} for the results numpy would not give as plain
+# arrays: read-only ones (x.imag of a real x: why) and numpy scalars (x.sum(): immutable)
+_RESULT_KINDS: dict = {}
 # counters since import (tests and users may reset them): one-op programs compiled and
 # run, fallbacks to numpy, and the collectives the eager programs ran, by op name
 STATS = {"compiled": 0, "calls": 0, "fallbacks": 0, "collectives": {}}
@@ -51,6 +55,7 @@ def clear_cache():
     _CACHE.clear()
     _COLLECTIVES.clear()
     _VIEW_LEAVES.clear()
+    _RESULT_KINDS.clear()
 
 
 class Dynamic:
@@ -88,18 +93,19 @@ def _is_input(x):
 def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None, views_of_first=True):
     """builder(*args, **kwargs) as a cached one-op partitioned program, its result laid out
     by `out_sharding` if given. Where spmd cannot run it: fallback(why) if given, else
-    numpy on the gathered values. A result that is a view of args[0] is recorded as one
-    (views_of_first)."""
+    numpy on the gathered values. A result that is a view of an Array argument is recorded
+    as one (unless views_of_first is False)."""
     STATS["calls"] += 1
     kwargs = kwargs or {}
     fallback = fallback or (lambda why: in_numpy(kind, name, args, kwargs, why))
-    source = args[0] if views_of_first and args and isinstance(args[0], Array) else None
-    call = (builder, tuple(args[1:]), dict(kwargs))
-    if source is not None and views.is_view(source) and getattr(builder, "depends_on_layout", False):
+    original = tuple(args) if views_of_first else ()
+    call, shift = (builder, original, dict(kwargs)), 0
+    if original and isinstance(args[0], Array) and views.is_view(args[0]) \
+            and getattr(builder, "depends_on_layout", False):
         # numpy decides view or copy (and ravel's order "K") from the strides: the program
         # takes the view as what it is, a view of its root
-        root, steps = views.root_and_steps(source)
-        builder, args = _on_view, (root, steps, builder) + tuple(args[1:])
+        root, steps = views.root_and_steps(args[0])
+        builder, args, shift = _on_view, (root, steps, builder) + tuple(args[1:]), 2
     leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=_is_input)
     try:
         key = _cache_key(kind, name, tree, out_sharding, leaves)
@@ -117,8 +123,13 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
         _CACHE[key] = _FALLBACK
         return fallback(str(e).split(" (at ")[0])
     _count_collectives(key, f, dyn)
-    if source is not None:
-        _record_views(out, source, _VIEW_LEAVES.get(key, ()), call)
+    if original:
+        _record_views(out, _VIEW_LEAVES.get(key, ()), call, shift)
+    if _RESULT_KINDS.get(key):
+        outs = tree_flatten(out)[0]
+        for i, attrs in _RESULT_KINDS[key].items():
+            for name, value in attrs.items():
+                setattr(outs[i], name, value)
     return out
 
 
@@ -143,7 +154,11 @@ def _make(key, name, builder, tree, leaves, out_sharding):
         r = builder(*a, **k)
         # numpy's result is a view of the first argument where the traced one shares its
         # Buffer: the eager result then is one too (run records it)
-        _VIEW_LEAVES[key] = [i for i, leaf in enumerate(tree_flatten(r)[0]) if a and fz.is_view_of(leaf, a[0])]
+        leaves = tree_flatten(r)[0]
+        _VIEW_LEAVES[key] = [(i, j) for i, leaf in enumerate(leaves) for j, arg in enumerate(a)
+                             if isinstance(arg, Tracer) and fz.is_view_of(leaf, arg)]
+        _RESULT_KINDS[key] = {i: _result_kind(leaf) for i, leaf in enumerate(leaves)
+                              if isinstance(leaf, Tracer) and _result_kind(leaf)}
         return r
 
     one_op.__name__ = one_op.__qualname__ = f"eager_{name.strip('_')}"
@@ -153,15 +168,28 @@ def _make(key, name, builder, tree, leaves, out_sharding):
     return Jitted(one_op, out_shardings=out_sharding, mesh=mesh, write_array=write_back)
 
 
-def _record_views(out, source, view_leaves, call):
+def _result_kind(leaf) -> dict:
+    """What numpy's result is beyond a plain C-ordered array: read-only (x.imag of a real
+    x: why), a numpy scalar (x.sum(): immutable), or strides other than C order's (x.T,
+    x.T + 1: its numpy_layout, which decides whether a later reshape is a view)."""
+    if fz.read_only(leaf) is not None:
+        return {"_read_only": fz.read_only(leaf)}
+    if fz.is_scalar(leaf):
+        return {"numpy_scalar": True}
+    layout = fz.numpy_layout(leaf)
+    return {} if layout is None else {"numpy_layout": layout}
+
+
+def _record_views(out, view_leaves, call, shift):
+    """Record each result leaf i that is a view of the program's argument j (numbered as
+    the program took them: `shift` more after the first when the first was a view's root)."""
     builder, args, kwargs = call
-    if isinstance(out, Array):
-        if view_leaves:
-            views.record(out, source, (builder, args, kwargs, None))
-        return
-    outs = tree_flatten(out)[0]
-    for i in view_leaves:
-        views.record(outs[i], source, (builder, args, kwargs, i))
+    outs = [out] if isinstance(out, Array) else tree_flatten(out)[0]
+    for i, j in view_leaves:
+        j = j if j == 0 else j - shift
+        if isinstance(args[j], Array):
+            rest = args[:j] + args[j + 1:]
+            views.record(outs[i], args[j], (builder, rest, kwargs, None if isinstance(out, Array) else i, j))
 
 
 def _count_collectives(key, f, dyn):
@@ -175,9 +203,10 @@ def _count_collectives(key, f, dyn):
 
 def _input_key(x):
     if isinstance(x, Array):
-        return ("A", x.shape, x.dtype.str, x.sharding)
+        # a numpy scalar has no memory to view (its views are new values): part of the key
+        return ("A", x.shape, x.dtype.str, x.sharding, fz.layout_key(x), getattr(x, "numpy_scalar", False))
     if isinstance(x, np.ndarray):
-        return ("N", x.shape, x.dtype.str)
+        return ("N", x.shape, x.dtype.str, fz.layout_key(x))
     if isinstance(x.value, np.generic):
         return ("G", x.value.dtype.str)
     return ("S", type(x.value).__name__)        # a Python scalar: weak
@@ -241,11 +270,11 @@ def in_numpy(kind, name, args, kwargs, why):
 
 
 # numpy functions that write into their first argument (a fallback must write it back)
-_WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
+WRITES_FIRST = {np.place, np.putmask, np.copyto, np.put, np.put_along_axis, np.fill_diagonal}
 
 
 def _writes_first(kind, name):
-    return (kind == "function" and name in _WRITES_FIRST) or (kind == "ufunc" and name.endswith(".at"))
+    return (kind == "function" and name in WRITES_FIRST) or (kind == "ufunc" and name.endswith(".at"))
 
 
 def _call_numpy(kind, name, a, k):
@@ -293,14 +322,17 @@ def write(target, form, args, numpy_form, what):
     (functionalization), and jit writes the root back. Where spmd cannot run the write,
     numpy_form(gathered target, *gathered args) does, and the result is written in."""
     root, steps = views.root_and_steps(target)
-    # an operand that is the root itself is the root's value before the write (jit takes
-    # one array once per program)
-    operands = tuple(_ROOT if x is root else x for x in args)
+    ro = getattr(target, "_read_only", None) or getattr(root, "_read_only", None)
+    if ro is not None:              # a read-only view that is not one of its root (x.imag of a real x)
+        raise fz.read_only_error(ro)
+    # an operand that is the root itself (anywhere in args: np.add(x, 1, out=x)) is the
+    # root's value before the write (jit takes one array once per program)
+    operands = tree_map(lambda x: _ROOT if x is root else x, tuple(args), is_leaf=_is_input)
 
     def numpy_write(why):
-        warn_gathered(what, [target] + [x for x in args if isinstance(x, Array)], why)
+        warn_gathered(what, [target] + [x for x in tree_flatten(args, _is_input)[0] if isinstance(x, Array)], why)
         g = target.numpy()
-        numpy_form(g, *[gathered(x) for x in args])
+        numpy_form(g, *tree_map(gathered, tuple(args), is_leaf=_is_input))
         write(target, indexing.setitem, (Ellipsis, g), numpy_setitem, what)
 
     run("write", form.__name__, _write_program, (root, steps, form) + operands, fallback=numpy_write,
@@ -309,7 +341,8 @@ def write(target, form, args, numpy_form, what):
 
 def _write_program(root, steps, form, *args):
     before = fz.fresh(root)
-    form(views.derive(root, steps), *[before if x is _ROOT else x for x in args])
+    form(views.derive(root, steps), *tree_map(lambda x: before if x is _ROOT else x, args,
+                                              is_leaf=lambda x: isinstance(x, Tracer)))
 
 
 def write_back(a, new):

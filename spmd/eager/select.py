@@ -5,9 +5,9 @@ Each device selects from its own block (a gather-free local step), the devices o
 split axes all-gather their counts (one small collective), and an all_to_all moves each
 device's selection to the block of the 1-d result it belongs to (the result is split
 like the input's leading dim; shards are padded to the same size as always). Supported
-where the input is split along dim 0 only (or replicated) -- then the devices' blocks,
-in their order along the split axes, are numpy's row-major order; anything else falls
-back to numpy (programs.py warns).
+where the input is split along dim 0 only (or replicated) and the mask covers its leading
+dims -- then the devices' blocks, in their order along the split axes, are numpy's
+row-major order; anything else falls back to numpy (programs.py warns).
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ class _Select:
     device's block of the result and the result's length."""
     num_outputs = 2
 
-    def __init__(self, shape, sharding: Sharding, mode):
-        self.shape, self.sharding, self.mode = tuple(shape), sharding, mode
+    def __init__(self, shape, sharding: Sharding, mode, mask_ndim=0):
+        self.shape, self.sharding, self.mode, self.k = tuple(shape), sharding, mode, mask_ndim
         self.axes = sharding.dim_axes(0) if sharding.spec else ()
 
     def __call__(self, inputs, comm):
@@ -39,7 +39,7 @@ class _Select:
         sl = tuple(slice(0, b - a) for a, b in box)
         x = np.asarray(inputs[0])[sl]
         if self.mode == "mask":
-            vals = x[np.asarray(inputs[1])[sl]]
+            vals = x[np.asarray(inputs[1])[sl[:self.k]]]
         else:
             idx = np.nonzero(x)
             vals = np.stack(idx, axis=-1).astype(np.int64) if idx else np.zeros((0, 0), np.int64)
@@ -71,14 +71,15 @@ class _Select:
 
 
 def select(x: Array, mask=None) -> Array:
-    """x[mask] (mode "mask", mask of x's shape) or np.argwhere(x) (mask None), split like
-    x's leading dim."""
+    """x[mask] (mode "mask", mask of x's leading dims) or np.argwhere(x) (mask None), split
+    like x's leading dim."""
     rt = x._runtime
     mesh = x.sharding.mesh
-    if mask is not None and (not isinstance(mask, Array) or mask.sharding != x.sharding):
-        mask = device_put(np.asarray(mask), x.sharding) if not isinstance(mask, Array) else \
-            _reshard(mask, x.sharding)
-    prog = _Select(x.shape, x.sharding, "mask" if mask is not None else "nonzero")
+    k = np.ndim(mask) if mask is not None else 0
+    laid = Sharding(mesh, x.sharding.spec[:k])          # the mask split as x's leading dims
+    if mask is not None and (not isinstance(mask, Array) or mask.sharding != laid):
+        mask = device_put(np.asarray(mask), laid) if not isinstance(mask, Array) else _reshard(mask, laid)
+    prog = _Select(x.shape, x.sharding, "mask" if mask is not None else "nonzero", k)
     devices = rt.local_devices(mesh)
     args = {d: [x._handles[d]] + ([mask._handles[d]] if mask is not None else []) for d in devices}
     outs = rt.run(prog, mesh, args)
@@ -86,7 +87,7 @@ def select(x: Array, mask=None) -> Array:
     axes = prog.axes
     entry = None if not axes else (axes[0] if len(axes) == 1 else tuple(axes))
     if mask is not None:
-        shape, dtype, spec = (n,), x.dtype, (entry,)
+        shape, dtype, spec = (n,) + x.shape[k:], x.dtype, (entry,) + (None,) * (x.ndim - k)
     else:
         shape, dtype, spec = (n, x.ndim), np.dtype(np.int64), (entry, None)
     return Array(shape, dtype, Sharding(mesh, spec), {d: outs[d][0] for d in devices}, rt)

@@ -6,9 +6,10 @@ the view shows writes into the base. An eager result is a view when the one-op p
 that made it says so (functionalize.is_view_of: the traced result shares its argument's
 Buffer, exactly as traced code decides). It then records its *root* -- the array it is a
 view of, never another view -- and the steps that derive it from the root. A step is
-(builder, args, kwargs, leaf): leaf `leaf` of builder(x, *args, **kwargs) (None: the
-result itself), the same builder call the op made, so a program can run the chain again
-on the root's current value (`derive`). The root keeps weak references to its views in
+(builder, args, kwargs, leaf, at): leaf `leaf` (None: the result itself) of the builder
+call the op made, with the viewed array at position `at` of its arguments and `args` the
+others (np.einsum("ij->ji", x): x is at 1), so a program can run the chain again on the
+root's current value (`derive`). The root keeps weak references to its views in
 the order they were made; programs.py re-derives the live ones after every write.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ def live_views(root) -> list:
 
 def derive(x, steps):
     """Inside a program: the view of the traced root x through steps."""
-    for builder, args, kwargs, leaf in steps:
-        r = builder(x, *args, **kwargs)
+    for builder, args, kwargs, leaf, at in steps:
+        r = builder(*args[:at], x, *args[at:], **kwargs)
         x = r if leaf is None else tree_flatten(r)[0][leaf]
     return x

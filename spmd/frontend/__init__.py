@@ -9,6 +9,8 @@
     contractions.py   matmul, dot, einsum, ...                 /
     functionalize.py  writes: x[i] = v, x += v, out=, copyto (and numpy's views)
     indexing.py       numpy's indexing, reads and writes
+    masked.py         x[mask] under jit: the selection kept in place beside the mask
+    padded.py         nonzero / argwhere padded to a fixed length (spmd.numpy)
     numpy_lib/        numpy functions composed of the above, one module per theme
     numpy_api.py      the table: numpy name -> builder; installs numpy's surface on Tracer
     control.py        structured control flow (while_loop, cond, scan)

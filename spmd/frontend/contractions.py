@@ -9,8 +9,11 @@ import numpy as np
 from ..errors import ShapeError, user_loc
 from . import core
 from . import elementwise as ew
+from . import functionalize as fz
+from . import indexing
 from . import reductions as red
 from . import shapes
+from .trace import Tracer
 
 
 def _dot_general(a, b, lc, rc, lb=(), rb=()):
@@ -88,22 +91,67 @@ def tensordot(a, b, axes=2):
 def einsum(subscripts, *operands, optimize=None, **kw):
     core.no_extra("einsum", (), kw)
     specs, out = _einsum_specs(subscripts, len(operands))
+    if len(operands) == 1 and isinstance(operands[0], Tracer) and set(out) == set(specs[0]) \
+            and len(specs[0]) == operands[0].ndim:
+        return _einsum_view(operands[0], specs[0], out, subscripts)
     t = core.trace_of(*operands)
     dt = core.result_dtype(*operands)
     ts = [core.asarray(x, dt, t) for x in operands]
-    for s, x in zip(specs, ts):
+    for i, (s, x) in enumerate(zip(specs, ts)):
         if len(s) != x.ndim:
             raise ShapeError(f"einsum {subscripts!r}: {s!r} names {len(s)} dims of an operand of "
                              f"shape {list(x.shape)} (at {user_loc()})")
-        if len(set(s)) != len(s):
-            raise NotImplementedError(f"einsum with a repeated index in {s!r} (a diagonal) is not "
-                                      f"supported in spmd (at {user_loc()})")
+        ts[i], specs[i] = _einsum_diagonals(x, s, subscripts)
     # contract left to right; a letter is summed once no later operand or the output needs it
     acc, acc_s = _einsum_sum_unused(ts[0], specs[0], set("".join(specs[1:])) | set(out))
     for k in range(1, len(ts)):
         acc, acc_s = _einsum_contract(acc, acc_s, ts[k], specs[k], set("".join(specs[k + 1:])) | set(out))
     acc, acc_s = _einsum_sum_unused(acc, acc_s, set(out))
     return shapes.transpose(acc, [acc_s.index(c) for c in out])
+
+
+def _einsum_view(x, spec, out, subscripts):
+    """One operand, nothing summed: numpy's result is a view of it (its diagonals over the
+    repeated letters, transposed), and a write through it writes the operand."""
+    def value(v):
+        y, s = _einsum_diagonals(v, spec, subscripts)
+        return shapes.transpose(y, [s.index(c) for c in out])
+
+    def back(t, src, new):
+        # the new values spread over src's shape (each letter at its first dim, repeated
+        # along the others), selected where every repeated letter's indices agree
+        letters = "".join(c for i, c in enumerate(spec) if c not in spec[:i])
+        spread = core.emit(t, "broadcast_in_dim", shapes.transpose(Tracer(new, t), [out.index(c) for c in letters]),
+                           shape=src.shape, broadcast_dimensions=tuple(spec.index(c) for c in letters))
+        on = None
+        for c in letters:
+            dims = [d for d, e in enumerate(spec) if e == c]
+            first = core.emit(t, "iota", shape=src.shape, dtype="int64", dimension=dims[0])
+            for d in dims[1:]:
+                eq = ew.equal(first, core.emit(t, "iota", shape=src.shape, dtype="int64", dimension=d))
+                on = eq if on is None else ew.logical_and(on, eq)
+        return spread.value if on is None else ew.where(on, spread, Tracer(src, t)).value
+
+    return fz.derived_view(x, value(x), "np.einsum's result", lambda t, v: value(Tracer(v, t)).value, back,
+                           lambda a: np.einsum(subscripts, a))
+
+
+def _einsum_diagonals(x, spec, subscripts):
+    """An operand whose letters repeat ('ii', 'iji'), as numpy reads it: its diagonal over
+    each repeated letter, that letter once, last."""
+    while len(set(spec)) != len(spec):
+        c = next(c for c in spec if spec.count(c) > 1)
+        dims = [d for d, e in enumerate(spec) if e == c]
+        n = x.shape[dims[0]]
+        if any(x.shape[d] != n for d in dims):
+            raise ShapeError(f"einsum {subscripts!r}: dimensions in operand for collapsing index {c!r} don't "
+                             f"match ({[x.shape[d] for d in dims]}) (at {user_loc()})")
+        rest = [d for d in range(x.ndim) if d not in dims]
+        y = shapes.transpose(x, rest + dims)
+        i = np.arange(n, dtype=np.int64)
+        x = indexing.getitem(y, (Ellipsis,) + (i,) * len(dims))      # x[..., i, i]: the diagonal
+        spec = "".join(spec[d] for d in rest) + c
+    return x, spec
 
 
 def _einsum_specs(subscripts, n):

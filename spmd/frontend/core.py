@@ -9,7 +9,8 @@ import builtins
 import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
-from ..ir import dtypes
+from ..ir import dtypes, get_op
+from . import views
 from .trace import Tracer, current_trace
 
 
@@ -25,8 +26,38 @@ def trace_of(*xs):
 
 
 def emit(t, name, *tracers, **attrs):
-    """Op `name` on the Values of `tracers`, recorded in trace t: its result as a Tracer."""
-    return Tracer(t.emit(name, *[x.value for x in tracers], **attrs), t)
+    """Op `name` on the Values of `tracers`, recorded in trace t: its result as a Tracer
+    (an elementwise op's laid out as numpy lays it out, see keep_layout)."""
+    r = Tracer(t.emit(name, *[x.value for x in tracers], **attrs), t)
+    if get_op(name).fusion == "elementwise":
+        keep_layout(r, *tracers)
+    return r
+
+
+# -- numpy's memory layout of new arrays (it decides whether a later reshape is a view) -----
+def keep_layout(r, *xs):
+    """r, new from xs elementwise (or a sort, a copy): numpy lays it out like them
+    (order="K"). Worked out only if it is needed, and only if some x is not in C order."""
+    if r.ndim > 1 and not builtins.all(not isinstance(x, Tracer) or x._c_order() for x in xs):
+        xs, shape = tuple(x for x in xs if isinstance(x, Tracer) and x.ndim), r.shape
+        r._hint = lambda: views.keep_order([x._layout() for x in xs], shape)
+    return r
+
+
+def order_like(r, x):
+    """r, a new array of x's rank made from x (np.fft.fft(x, n), np.zeros_like(x, shape)):
+    numpy lays it out in x's order of axes."""
+    if r.ndim > 1 and r.ndim == x.ndim and not x._c_order():
+        shape = r.shape
+        r._hint = lambda: views.dense(shape, views.order_of(x._layout()))
+    return r
+
+
+def reduce_layout(r, x, axes, keepdims):
+    """r, x reduced over axes: numpy lays it out in x's order of the axes it keeps."""
+    if r.ndim > 1 and not x._c_order():
+        r._hint = lambda: views.reduced(x._layout(), axes, keepdims)
+    return r
 
 
 def _dtype_token(x):
@@ -117,7 +148,10 @@ def broadcast_to(x, shape):
     if not ok:
         raise ShapeError(f"broadcast_to at {user_loc()}: cannot broadcast {list(x.shape)} to {list(shape)}")
     n = len(shape) - x.ndim
-    return emit(x._tr, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
+    r = emit(x._tr, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
+    # x's strides, 0 along the repeated dims (which then count for nothing in numpy's order)
+    r._hint = lambda: np.broadcast_to(x._layout(), shape)
+    return r
 
 
 def promote(*xs, dtype=None, op="elementwise op"):
@@ -155,6 +189,13 @@ def no_extra(name, args, kwargs):
     if args or kwargs:
         raise NotImplementedError(f"np.{name} with extra arguments {list(args)} {sorted(kwargs)} "
                                   f"is not supported in spmd (at {user_loc()})")
+
+
+def takes_out(f):
+    """Mark a builder that stores into `out=` itself (numpy's reductions cast into out as
+    they compute, not as ufuncs do); the numpy-API dispatch passes out= through to it."""
+    f.takes_out = True
+    return f
 
 
 def normalize_axes(axis, ndim, op="reduction"):
@@ -201,8 +242,11 @@ def full_like(x, fill_value, dtype=None, shape=None, **kw):
     dt = dtypes.canon(dtype or x.dtype)
     shape = x.shape if shape is None else tuple(np.atleast_1d(shape))
     if isinstance(fill_value, Tracer):
-        return broadcast_to(astype(fill_value, dt), shape)
-    return broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x._tr), shape)
+        r = broadcast_to(astype(fill_value, dt), shape)
+    else:
+        r = broadcast_to(asarray(np.array(fill_value, dtype=dt), t=x._tr), shape)
+    # numpy (order="K"): x's order of axes, where the new shape has as many
+    return order_like(Tracer(r.value, r._tr), x)
 
 
 def empty_like(x, dtype=None, **kw):

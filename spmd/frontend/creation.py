@@ -16,7 +16,7 @@ import numpy as np
 
 from . import core
 from . import elementwise as ew
-from .functionalize import fresh
+from .functionalize import new_array
 from .trace import Tracer, current_trace
 
 
@@ -33,7 +33,7 @@ def full(shape, fill_value, dtype=None):
         v = core.astype(fill_value, dtype or fill_value.dtype)
     else:
         v = core.asarray(np.array(fill_value, dtype=dtype if dtype is not None else None), t=t)
-    return fresh(core.broadcast_to(v, shape))
+    return new_array(core.broadcast_to(v, shape))
 
 
 def zeros(shape, dtype=float):
@@ -80,7 +80,7 @@ def arange(start, stop=None, step=1, dtype=None):
         r = ew.add(ew.multiply(_iota(t, n, "int64"), int(step)), int(lo))
     else:
         r = ew.add(ew.multiply(_iota(t, n, "float64"), float(step)), float(lo))
-    return fresh(core.astype(r, dt))
+    return new_array(core.astype(r, dt))
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None):
@@ -92,7 +92,7 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None):
     r = ew.add(ew.multiply(_iota(t, num, "float64"), float(step)), float(start))
     if endpoint and num > 1:
         r = ew.where(ew.equal(_iota(t, num, "int64"), num - 1), float(stop), r)
-    return fresh(core.astype(r, dtype or "float64"))
+    return new_array(core.astype(r, dtype or "float64"))
 
 
 def eye(N, M=None, k=0, dtype=float):
@@ -102,7 +102,7 @@ def eye(N, M=None, k=0, dtype=float):
     M = N if M is None else M
     i = Tracer(t.emit("iota", shape=(N, M), dtype="int64", dimension=0), t)
     j = Tracer(t.emit("iota", shape=(N, M), dtype="int64", dimension=1), t)
-    return fresh(core.astype(ew.equal(ew.add(i, k), j), dtype))
+    return new_array(core.astype(ew.equal(ew.add(i, k), j), dtype))
 
 
 def identity(n, dtype=float):
@@ -112,7 +112,7 @@ def identity(n, dtype=float):
 def array(obj, dtype=None, copy=True):
     if current_trace() is None:
         return np.array(obj, dtype=dtype, copy=copy)
-    return fresh(core.asarray(obj, dtype, t=current_trace()))
+    return new_array(core.asarray(obj, dtype, t=current_trace()))
 
 
 def asarray(obj, dtype=None):

@@ -310,6 +310,10 @@ def isrealobj(x):
     return not iscomplexobj(x)
 
 
+# Python bools in numpy and while tracing (known from the dtype); eager mode reads the value
+iscomplexobj.python_result = isrealobj.python_result = bool
+
+
 def logistic(x):
     x = core.asarray(x)
     return core.emit(x._tr, "logistic", core.asarray(x, core.float_dtype(x)))

@@ -15,19 +15,26 @@ SSA.
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
+from ..ir import dtypes
 from . import core
 from . import elementwise as ew
 from .trace import Tracer
-from .views import Buffer, back, fwd, layout, reshape_is_view
+from . import views
+from .views import Buffer, Derived, back, fwd, layout, read_only_step, reshape_is_view
 
 
 def write(x, new):
     """Make the traced array x hold the Value `new` (its shape and dtype), updating the
-    base it is a view of, so the base and all its views see it."""
+    base it is a view of, so the base and all its views see it. A read-only view (numpy's
+    broadcast_to, diagonal, ...) raises numpy's ValueError instead."""
     assert new.shape == x.shape and new.dtype == x.value.dtype, (new, x)
+    if read_only(x) is not None:
+        raise read_only_error(read_only(x))
     t = x._tr
     buf = x._ensure_buffer()
     vals = [buf.value]
@@ -39,6 +46,18 @@ def write(x, new):
     buf.value = v
     buf.version += 1
     x._val, x._ver = new, buf.version
+
+
+def read_only(x):
+    """What made the traced array x read-only (a description), or None if it is writable."""
+    ro = read_only_step(x._view)
+    return ro.what if ro is not None else None
+
+
+def read_only_error(what):
+    return ValueError(f"assignment destination is read-only (numpy raises the same ValueError): the array "
+                      f"written at {user_loc()} is {what}, a read-only view. Write into a copy (.copy()) or "
+                      f"into the array it views.")
 
 
 def check_cast(op, src_dtype, dst_dtype, loc):
@@ -57,11 +76,29 @@ def no_plain_write(what, loc):
                      f"spmd.numpy.zeros((...)) -- then buf[i] = value works as in numpy.")
 
 
-def as_argument(x, k):
+def as_argument(x, k, leaf=None):
     """x, the traced argument leaf k, as an array numpy could write into in place: a base
-    whose Buffer remembers the leaf (jit returns its new value to the caller)."""
-    x._buf = Buffer(x.value, arg=k)
+    whose Buffer remembers the leaf (jit returns its new value to the caller), laid out as
+    the leaf is (leaf_layout)."""
+    x._buf = Buffer(x.value, arg=k, shadow=leaf_layout(leaf))
     return x
+
+
+def layout_key(leaf):
+    """What of an argument leaf's memory layout a trace depends on (None: C order): part of
+    jit's cache key, as a reshape of it is a view or a copy by its strides."""
+    lay = leaf_layout(leaf)
+    return None if lay is None else lay.strides
+
+
+def leaf_layout(leaf):
+    """numpy's strides of an argument leaf where they are not C order's (a numpy array's
+    own, an eager spmd.Array's numpy_layout) as a memory-free ndarray (views.layout), else None."""
+    if isinstance(leaf, np.ndarray) and leaf.ndim > 1 and not leaf.flags.c_contiguous \
+            and all(st % leaf.itemsize == 0 for st in leaf.strides):
+        return views.shadow_of(leaf.shape, [st // leaf.itemsize for st in leaf.strides])
+    layout = getattr(leaf, "numpy_layout", None)
+    return layout if layout is not None and layout.shape == tuple(leaf.shape) else None
 
 
 def written_arguments(xs, inputs):
@@ -80,7 +117,16 @@ def is_view_of(r, x) -> bool:
 def layout_of(x):
     """The strides numpy would give the traced array x (a memory-free ndarray, see
     views.layout): x's base taken through x's view chain."""
-    return layout(x._ensure_buffer(), x._view)
+    return x._layout()
+
+
+def numpy_layout(x):
+    """numpy's strides for x where they are not C order's, else None (for eager mode to
+    keep with its result): a view's through its chain, a new array's as numpy lays it out."""
+    if x._c_order() or x.ndim < 2:
+        return None
+    lay = x._layout() if x._view else views.keep_order([x._layout()], x.shape)
+    return None if lay.flags.c_contiguous else lay
 
 
 def same_base(x, y) -> bool:
@@ -89,8 +135,36 @@ def same_base(x, y) -> bool:
 
 
 # -- the numpy layer: views, in-place operators, out=, copyto, fill -------------------------
+def is_scalar(x) -> bool:
+    """Is the traced x a numpy scalar (a 0-d result of a reduction, a ufunc, x[i, j]): not
+    an array, so immutable (x += 1 rebinds the name) and never viewed (np.atleast_1d(s)
+    copies it)? A 0-d array (np.zeros(()), a 0-d view, an argument) has a Buffer."""
+    return x.ndim == 0 and x._buf is None
+
+
+def new_array(r):
+    """A new array holding r's value (numpy's np.array, np.zeros_like, ...): an array even
+    when 0-d, unlike a numpy scalar."""
+    a = fresh(r)
+    a._ensure_buffer()
+    return a
+
+
+def makes_array(f):
+    """A builder whose numpy result is a new array (np.zeros_like, ...), 0-d ones included."""
+    def g(*args, **kwargs):
+        return new_array(f(*args, **kwargs))
+    g.__name__, g.__doc__ = f.__name__, f.__doc__
+    return g
+
+
 def view_of(x, r, steps):
-    """r (computed from x's current value through `steps`) as a view of x."""
+    """r (computed from x's current value through `steps`) as a view of x. A numpy scalar
+    x has no memory to view: numpy gives a new array, or a new scalar where the result
+    is 0-d (s.view(), s.T, s.reshape(()))."""
+    if is_scalar(x):
+        r = r if isinstance(r, Tracer) else Tracer(r, x._tr, x.weak)
+        return fresh(r) if r.ndim == 0 else new_array(r)
     buf = x._ensure_buffer()
     v = Tracer(r.value if isinstance(r, Tracer) else r, x._tr, x.weak)
     v._buf, v._view, v._ver = buf, x._view + tuple(steps), buf.version
@@ -98,8 +172,53 @@ def view_of(x, r, steps):
 
 
 def fresh(r):
-    """A new base holding r's value: what numpy returns when it copies."""
-    return Tracer(r.value, r._tr, r.weak)
+    """A new base holding r's value: what numpy returns when it copies (laid out like r,
+    numpy's order="K")."""
+    return core.keep_layout(Tracer(r.value, r._tr, r.weak), r)
+
+
+def read_only_view(x, r, what, derive, strides):
+    """r, computed from x by `derive(trace, x's value)`, as a read-only view of x: it shows
+    later writes into x, and a write through it raises (numpy's broadcast_to, diagonal).
+    `strides(ndarray)` is numpy's own function, to give the view numpy's strides."""
+    return view_of(x, r, [("derived", Derived(what, derive, None, strides))])
+
+
+def derived_view(x, r, what, derive, back_, strides):
+    """r = derive(trace, x's value) as a view of x that writes through: back_(trace, x's
+    value, r's new value) gives x's new value (see views.Derived)."""
+    return view_of(x, r, [("derived", Derived(what, derive, back_, strides))])
+
+
+def real_view(x):
+    """x.real / np.real: a view of a complex x's real parts (a write sets them and keeps
+    the imaginary parts); x itself for a real x, as numpy's `x.real is x`."""
+    x = core.asarray(x)
+    if dtypes.is_complex(x.value.dtype):
+        return view_of(x, ew.real(x), [("real", None)])
+    return view_of(x, x, [])
+
+
+def imag_view(x):
+    """x.imag / np.imag: a view of a complex x's imaginary parts; for a real x, numpy's
+    read-only array of zeros (a new array, not a view of x)."""
+    x = core.asarray(x)
+    if dtypes.is_complex(x.value.dtype):
+        return view_of(x, ew.imag(x), [("imag", None)])
+    zeros = fresh(core.zeros_like(x))
+    return read_only_view(zeros, zeros, "the imaginary part of a real array (x.imag)",
+                          lambda t, v: v, lambda a: a)
+
+
+def view_method(x, dtype=None, type=None):
+    """x.view(): a new array object of the same data, so writes through either show in
+    both. x.view(dtype) of another dtype reinterprets the bytes, which spmd does not."""
+    if dtype is not None and not (isinstance(dtype, builtins.type) and issubclass(dtype, np.ndarray)) \
+            and np.dtype(dtype) != x.dtype:
+        raise NotImplementedError(f"x.view({np.dtype(dtype).name}) at {user_loc()} reinterprets the bytes of a "
+                                  f"{x.dtype} array, which spmd does not support; convert the values with "
+                                  f"x.astype({np.dtype(dtype).name}) (a copy)")
+    return view_of(x, x, [])
 
 
 def as_view(f, kind):
@@ -110,6 +229,8 @@ def as_view(f, kind):
         r = f(x, *args, **kwargs)
         if not isinstance(x, Tracer) or not isinstance(r, Tracer):
             return r
+        if is_scalar(x):
+            return fresh(r) if r.ndim == 0 else new_array(r)
         if kind == "transpose":
             op = r.value.producer if r is not x else None
             perm = op.attrs.get("permutation", None) if op is not None else None
@@ -130,15 +251,16 @@ def as_view(f, kind):
     return g
 
 
-def assign(x, r, what, casting="same_kind"):
+def assign(x, r, what, casting="same_kind", where=True, exact=False):
     """numpy's store of a computed result r into the existing array x (an in-place
-    operator, out=, copyto): the shapes must match after broadcasting r, and the dtype
-    cast follows `casting`."""
+    operator, out=, copyto): the shapes must match after broadcasting r (a reduction's
+    out=, `exact`: without broadcasting), the dtype cast follows `casting`, and where a
+    `where=` mask is False, x keeps its values."""
     if not isinstance(x, Tracer):
         no_plain_write(what, user_loc())
     r = core.asarray(r, t=x._tr)
     try:
-        ok = np.broadcast_shapes(r.shape, x.shape) == x.shape
+        ok = np.broadcast_shapes(r.shape, x.shape) == x.shape and (not exact or r.shape == x.shape)
     except ValueError:
         ok = False
     if not ok:
@@ -151,7 +273,13 @@ def assign(x, r, what, casting="same_kind"):
                             f"{x.dtype!r} with casting rule {casting!r} (numpy raises the same "
                             f"UFuncTypeError); write x = x + y for a new array of the wider dtype, or "
                             f"cast with .astype")
-    write(x, core.broadcast_to(core.astype(r, x.dtype), x.shape).value)
+    new = core.broadcast_to(core.astype(r, x.dtype), x.shape)
+    if where is not True:
+        new = ew.where(where, new, x)
+        if new.shape != x.shape:
+            raise ShapeError(f"{what} at {user_loc()}: the where= mask of shape {list(core.asarray(where).shape)} "
+                             f"does not broadcast to the output's shape {list(x.shape)}")
+    write(x, new.value)
     return x
 
 
@@ -161,7 +289,7 @@ def inplace(f, name):
     is immutable, so there Python rebinds the name instead, as in numpy."""
     def g(x, y):
         r = f(x, y)
-        if x.weak or (x.ndim == 0 and x._buf is None):
+        if x.weak or is_scalar(x):
             return r
         return assign(x, r, f"{name}=")
     g.__name__ = f"__i{name}__"
@@ -169,9 +297,7 @@ def inplace(f, name):
 
 
 def copyto(dst, src, casting="same_kind", where=True):
-    if where is not True:
-        src = ew.where(where, src, dst)
-    assign(dst, src, "np.copyto", casting)
+    assign(dst, src, "np.copyto", casting, where)
 
 
 def fill(x, value):
@@ -180,15 +306,16 @@ def fill(x, value):
     assign(x, core.full_like(x, value) if not isinstance(value, Tracer) else value, "ndarray.fill", "unsafe")
 
 
-def store_out(out, r, what):
-    """A ufunc / function called with out=: compute, then store into out (numpy returns out)."""
+def store_out(out, r, what, where=True, casting="same_kind", exact=False):
+    """A ufunc / function called with out=: compute, then store into out (numpy returns
+    out); with where=, only where the mask is True."""
     outs = out if isinstance(out, tuple) else (out,)
     rs = r if isinstance(r, tuple) else (r,)
     if len(outs) != len(rs):
         raise ValueError(f"{what}: out= has {len(outs)} arrays for {len(rs)} results")
     for o, v in zip(outs, rs):
         if o is not None:
-            assign(o, v, f"{what}(..., out=)")
+            assign(o, v, f"{what}(..., out=)", casting, where, exact)
     res = tuple(o if o is not None else v for o, v in zip(outs, rs))
     return res if isinstance(r, tuple) else res[0]
 

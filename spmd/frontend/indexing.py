@@ -8,8 +8,8 @@ gives a copy: the indexed dims are moved to the front, merged, and looked up wit
 `gather` of a flat index; as in numpy the broadcast index dims replace the indexed dims
 when those were side by side in the key, else they go first. A write through advanced
 indices is a `scatter` of the values and of a hit count, then a `select`. A traced
-boolean mask can be written (`x[x > 0] = 0` is a select) but not read: its result's
-shape depends on the data.
+boolean mask selects in place: x[mask] is a masked value (masked.py) that elementwise
+math, reductions and a write back through the mask take, and `x[x > 0] = 0` is a select.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import builtins
 import numpy as np
 
 from ..errors import TraceError, user_loc
-from . import core, shapes
+from . import core, masked, shapes
 from . import elementwise as ew
+from . import reductions as red
 from . import functionalize as fz
 from .functionalize import as_view, check_cast, fresh, no_plain_write, view_of, write
 from .trace import Tracer
@@ -40,6 +41,8 @@ def _entry(k, t):
                                           f"fixed-size window x[np.arange(w) + start] or np.take "
                                           f"(at {user_loc()})")
         return "slice", k
+    if isinstance(k, masked.Masked):
+        raise k.compacted("indexing with it")
     if isinstance(k, (bool, np.bool_)):
         raise NotImplementedError(f"indexing with a bool scalar (x[True]) is not supported in spmd; use "
                                   f"x[None] (at {user_loc()})")
@@ -253,11 +256,13 @@ def getitem(x, key):
     kinds = {k for k, _ in ents}
     if "mask" in kinds:
         plan = _mask_plan(x, ents, read=True)
-        return MaskedSelection(x, plan.mask, plan, plan.view)      # only for x[mask] op= v
+        return masked.Masked(plan, fresh(plan.view))          # numpy's copy, kept in place
     if "array" not in kinds:
         v = _basic_view(x, ents)
         if v.ndim == 0 and not has_ellipsis:
             return fresh(v)          # x[i, j] is a numpy scalar: a copy, not a view
+        if v.ndim == 0 and fz.is_scalar(v):
+            return fz.new_array(v)   # s[...] of a numpy scalar s: a 0-d array
         return v
     y, pos, adv, adjacent = _split(x, ents)
     flat, bshape, n = _flat_index(y, pos, adv)
@@ -273,66 +278,11 @@ def getitem(x, key):
 
 def _mask_read_error():
     raise TraceError(
-        f"x[mask] with a traced boolean mask at {user_loc()}: the result's shape depends on the "
-        f"data, which spmd.jit cannot know when it compiles. Keep the shape instead: "
-        f"np.where(mask, x, 0) (then reduce: np.sum(np.where(mask, x, 0))), or write through the "
-        f"mask (x[mask] = v and x[mask] += v work), or run this part eagerly outside spmd.jit.")
-
-
-class MaskedSelection:
-    """x[key] for a key with a traced boolean mask, good for one thing only: numpy's
-    `x[key] op= v`, which Python runs as t = x[key]; t op= v; x[key] = t. It keeps the
-    selected values in place (in the layout of the basic view the key's other entries
-    select, see _mask_plan) and applies op there; any other use is the
-    data-dependent-shape error."""
-    __slots__ = ("x", "mask", "plan", "vals")
-    spmd_not_an_array = staticmethod(lambda: _mask_read_error())     # returned from jit: say why
-
-    def __init__(self, x, mask, plan, vals):
-        self.x, self.mask, self.plan, self.vals = x, mask, plan, vals
-
-    def _operand(self, other):
-        if isinstance(other, MaskedSelection):
-            if other.mask is not self.mask:
-                _mask_read_error()
-            return other.vals
-        if (isinstance(other, Tracer) or isinstance(other, np.ndarray)) and np.ndim(other) > 0:
-            return self.plan.to_view(other, "x[mask] op= v")    # one value per row: laid out as the view
-        return other
-
-    def __getattr__(self, name):
-        _mask_read_error()
-
-    def __array__(self, *a, **k):
-        _mask_read_error()
-
-    def __array_ufunc__(self, *a, **k):
-        _mask_read_error()
-
-    def __array_function__(self, *a, **k):
-        _mask_read_error()
-
-
-def _masked_inplace(f, name):
-    def g(self, other):
-        r = f(self.vals, self._operand(other))
-        if not np.can_cast(r.dtype, self.x.dtype, "same_kind"):
-            check_cast(f"x[mask] {name}=", r.dtype, self.x.dtype, user_loc())
-        return MaskedSelection(self.x, self.mask, self.plan, core.astype(r, self.x.dtype))
-    g.__name__ = f"__i{name}__"
-    return g
-
-
-def install_masked_operators(ops):
-    """Give MaskedSelection numpy's in-place operators (`ops`: numpy_api.operators()), and
-    make every other use of it the data-dependent-shape error."""
-    for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor"):
-        setattr(MaskedSelection, f"__i{o}__", _masked_inplace(ops[f"__{o}__"], o))
-    for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul",
-              "lt", "le", "gt", "ge", "eq", "ne", "neg", "pos", "abs", "len", "iter", "bool", "float", "int"):
-        setattr(MaskedSelection, f"__{o}__", lambda self, *a: _mask_read_error())
-        if o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul"):
-            setattr(MaskedSelection, f"__r{o}__", lambda self, *a: _mask_read_error())
+        f"x[mask] with a traced boolean mask and other index arrays or None at {user_loc()}: the result's "
+        f"shape depends on the data, which spmd.jit cannot know when it compiles. Keep the shape instead: "
+        f"np.where(mask, x, 0) (then reduce: np.sum(np.where(mask, x, 0))), or select with the mask alone "
+        f"and slices (x[mask] and x[mask, 1:] take elementwise math, reductions, and writing back through "
+        f"the mask), or run this part eagerly outside spmd.jit.")
 
 
 def setitem(x, key, value):
@@ -340,6 +290,7 @@ def setitem(x, key, value):
     dtype (unsafe casting, as numpy's assignment), and the write reaches x's base."""
     if not isinstance(x, Tracer):
         no_plain_write("x[...] = traced value", user_loc())
+    x._ensure_buffer()          # written into: an array, which its views below write through
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" in kinds:
@@ -351,17 +302,25 @@ def setitem(x, key, value):
         _set_advanced(x, ents, value)
 
 
-def _set_masked(x, ents, value):
+def _set_masked(x, ents, value, count=None):
     """x[... mask ...] = value: a select in the basic view the other entries give."""
     plan = _mask_plan(x, ents)
     view, mask = plan.view, plan.mask_in_view
-    if isinstance(value, MaskedSelection):
-        if value.x is not x or value.mask is not plan.mask:
-            _mask_read_error()
-        new = value.vals
+    if count is not None and not isinstance(value, masked.Masked):
+        new = plan.to_view(value, "x[mask] = v", count)
     else:
-        new = core.astype(plan.to_view(value, "x[mask] = v"), x.dtype)
-    write(view, ew.where(mask, new, view).value)
+        # numpy's x[mask] = y[mask] gives the i-th selected element of y to the i-th of x:
+        # the same position when the two select through the same mask (Masked.operand checks)
+        new = masked.Masked(plan, view).operand(value, "x[mask] = v")
+    write(view, ew.where(mask, core.astype(new, x.dtype), view).value)
+
+
+def set_compacted(x, key, value, count):
+    """x[key] = value for a key with a boolean mask whose count of True elements is known
+    (`count`: eager mode reads it), so the value may give one entry per selected element,
+    as numpy's compacted selection has them."""
+    ents, _ = parse(x, key)
+    _set_masked(x, ents, value, count)
 
 
 def _set_advanced(x, ents, value):
@@ -522,17 +481,27 @@ class _MaskPlan:
         self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
         self.mask_in_view = shapes.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
 
-    def to_view(self, value, what):
-        """A value numpy broadcasts against the selection -> one broadcastable to the view."""
+    def to_view(self, value, what, count=None):
+        """A value numpy broadcasts against the selection -> one broadcastable to the view.
+        `count`, the mask's count of True elements where it is known (eager mode checked
+        it), lets a value give one entry per selected element: each selected position
+        takes its entry, found by a running count of the mask."""
         v = core.asarray(value, t=self.view._tr)
         sel, nd = self.sel, len(self.sel)
         shown = "(" + ", ".join("n_true" if s is None else str(s) for s in sel) + ("," if nd == 1 else "") + ")"
         if v.ndim > nd:
-            raise ValueError(f"{what} at {user_loc()}: cannot broadcast a value of shape {list(v.shape)} to the "
-                             f"selection's shape {shown}")
+            raise TraceError(f"{what} at {user_loc()}: a value of shape {list(v.shape)} broadcast against numpy's "
+                             f"selection {shown} gives a shape that depends on the data (its count of selected "
+                             f"elements), which spmd.jit cannot compile; keep the full shape instead: "
+                             f"np.where(mask, x, fill) combines with arrays of x's shape")
         vs = (1,) * (nd - v.ndim) + tuple(v.shape)
         for s, n in zip(sel, vs):
-            if s is None and n != 1:
+            if s is None and n != 1 and count is not None:
+                if n != count:
+                    raise ValueError(f"{what} at {user_loc()}: NumPy boolean array indexing assignment cannot "
+                                     f"assign {n} input values to the {count} output values where the mask is "
+                                     f"true (numpy raises the same ValueError)")
+            elif s is None and n != 1:
                 raise TraceError(
                     f"{what} at {user_loc()}: the value has shape {list(v.shape)}, one entry per selected "
                     f"element (numpy's selection is {shown}), and with a traced mask that count "
@@ -545,6 +514,12 @@ class _MaskPlan:
         v = shapes.reshape(v, vs)
         if self.n_first and self.p:
             v = shapes.transpose(v, list(range(1, self.p + 1)) + [0] + list(range(self.p + 1, nd)))
+        if v.shape[self.p] == 0:        # nothing selected: nothing to write
+            v = core.zeros_like(v, shape=v.shape[:self.p] + (1,) + v.shape[self.p + 1:])
+        if v.shape[self.p] != 1:        # one entry per selected element: the i-th to the i-th True
+            running = red.cumsum(core.astype(shapes.reshape(self.mask, (-1,)), "int64"))
+            at = ew.clip(ew.subtract(running, np.int64(1)), np.int64(0), np.int64(v.shape[self.p] - 1))
+            return shapes.take(v, shapes.reshape(at, self.mask.shape), axis=self.p)
         return shapes.reshape(v, tuple(v.shape[:self.p]) + (1,) * self.k + tuple(v.shape[self.p + 1:]))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import user_loc
-from . import contractions, core, indexing, shapes
+from . import contractions, core, indexing, masked, shapes
 from . import elementwise as ew
 from . import functionalize as fz
 from . import reductions as red
@@ -44,8 +44,8 @@ API = (
     ("absolute",      ew.absolute,                    (U,),      ("-abs",)),
     ("conjugate",     ew.conjugate,                   (U, M),    ()),
     ("conj",          ew.conjugate,                   (M,),      ()),
-    ("real",          ew.real,                        (F,),      ()),
-    ("imag",          ew.imag,                        (F,),      ()),
+    ("real",          fz.real_view,                   (F,),      ()),
+    ("imag",          fz.imag_view,                   (F,),      ()),
     ("angle",         ew.angle,                       (F,),      ()),
     ("iscomplexobj",  ew.iscomplexobj,                (F,),      ()),
     ("isrealobj",     ew.isrealobj,                   (F,),      ()),
@@ -177,7 +177,11 @@ API = (
     ("select",        MF.select,                      (F,),      ()),
     # -- numpy_lib/stats.py
     ("sort",          ST.sort,                        (F,),      ()),
+    ("sort",          ST.sort_in_place,               (M,),      ()),
     ("argsort",       ST.argsort,                     (F, M),    ()),
+    ("partition",     ST.partition,                   (F,),      ()),
+    ("partition",     ST.partition_in_place,          (M,),      ()),
+    ("argpartition",  ST.argpartition,                (F, M),    ()),
     ("median",        ST.median,                      (F,),      ()),
     ("percentile",    ST.percentile,                  (F,),      ()),
     ("quantile",      ST.quantile,                    (F,),      ()),
@@ -245,7 +249,7 @@ API = (
     ("moveaxis",      shapes.view_moveaxis,           (F,),      ()),
     ("concatenate",   shapes.concatenate,             (F,),      ()),
     ("stack",         shapes.stack,                   (F,),      ()),
-    ("broadcast_to",  core.broadcast_to,              (F,),      ()),
+    ("broadcast_to",  shapes.view_broadcast_to,       (F,),      ()),
     ("expand_dims",   shapes.view_expand_dims,        (F,),      ()),
     ("squeeze",       shapes.view_squeeze,            (F, M),    ()),
     ("ravel",         shapes.view_ravel,              (F, M),    ()),
@@ -253,29 +257,31 @@ API = (
     ("atleast_1d",    SF.atleast_1d,                  (F,),      ()),
     ("clip",          ew.clip,                        (F, M),    ()),
     ("where",         ew.where,                       (F,),      ()),
-    ("zeros_like",    core.zeros_like,                (F,),      ()),
-    ("ones_like",     core.ones_like,                 (F,),      ()),
-    ("full_like",     core.full_like,                 (F,),      ()),
+    ("zeros_like",    fz.makes_array(core.zeros_like), (F,),     ()),
+    ("ones_like",     fz.makes_array(core.ones_like), (F,),      ()),
+    ("full_like",     fz.makes_array(core.full_like), (F,),      ()),
     ("tile",          shapes.tile,                    (F,),      ()),
     ("take",          shapes.take,                    (F, M),    ()),
-    ("copy",          shapes.copy,                    (F, M),    ()),
+    ("copy",          shapes.copy,                    (F,),      ()),
+    ("copy",          shapes.copy_method,             (M,),      ()),
     ("shape",         lambda x: core.asarray(x).shape,   (F,),      ()),
     ("ndim",          lambda x: core.asarray(x).ndim,    (F,),      ()),
     ("size",          lambda x: core.asarray(x).size,    (F,),      ()),
     ("result_type",   lambda *xs: np.dtype(core.result_dtype(*xs)), (F,), ()),
     ("asarray",       lambda x, dtype=None, **k: core.asarray(x, dtype), (F,), ()),
-    ("array",         lambda x, dtype=None, copy=True, **k: fz.fresh(core.asarray(x, dtype)), (F,), ()),
+    ("array",         lambda x, dtype=None, copy=True, **k: fz.new_array(core.asarray(x, dtype)), (F,), ()),
     ("astype",        lambda x, dtype, copy=True, **k: core.astype(x, dtype), (F, M), ()),
     ("getitem",       indexing.getitem,               (),        ("getitem",)),
     # writes (functionalize.py) and indexing (indexing.py)
     ("copyto",        fz.copyto,                      (F,),      ()),
     ("fill",          fz.fill,                        (M,),      ()),
+    ("view",          fz.view_method,                 (M,),      ()),
     ("put",           indexing.put,                   (F, M),    ()),
     ("put_along_axis", indexing.put_along_axis,       (F,),      ()),
     ("take_along_axis", indexing.take_along_axis,     (F,),      ()),
     ("fill_diagonal", indexing.fill_diagonal,         (F,),      ()),
     ("ix_",           indexing.ix_,                   (F,),      ()),
-    ("empty_like",    core.empty_like,                (F,),      ()),
+    ("empty_like",    fz.makes_array(core.empty_like), (F,),     ()),
     ("trace",         red.trace_,                     (M,),      ()),
 )
 
@@ -329,8 +335,16 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
     name = ufunc.__name__
     what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
     out = kwargs.pop("out", None)
-    if any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
-        return fz.store_out(out, dispatch_ufunc(ufunc, method, inputs, kwargs), what)
+    outs = out if isinstance(out, tuple) else (out,)
+    where = kwargs.pop("where", True) if method == "__call__" else True
+    if where is not True and any(o is None for o in outs):
+        raise NotImplementedError(
+            f"{what}(..., where=) without out= at {user_loc()}: numpy leaves the result uninitialised where "
+            f"the condition is False. Pass out= (numpy keeps out's values there, and so does spmd), or "
+            f"write np.where(condition, {what}(...), other)")
+    if any(o is not None for o in outs):
+        casting = kwargs.pop("casting", "same_kind")
+        return fz.store_out(out, dispatch_ufunc(ufunc, method, inputs, kwargs), what, where, casting)
     if method == "at":
         return indexing.ufunc_at(ufunc, UFUNCS.get(name), *inputs)
     dtype = kwargs.pop("dtype", None)
@@ -388,7 +402,7 @@ def dispatch_function(func, args, kwargs):
         module = "np" + module[len("numpy"):] if module.startswith("numpy") else module
         raise NotImplementedError(f"{module}.{func.__name__} is not supported on traced arrays in spmd "
                                   f"(at {user_loc()})")
-    out = kwargs.pop("out", None)
+    out = None if getattr(impl, "takes_out", False) else kwargs.pop("out", None)
     r = impl(*args, **kwargs)
     if out is not None:
         return fz.store_out(out, r, f"np.{func.__name__}")
@@ -407,18 +421,36 @@ def install(cls):
         setattr(cls, name, f)
     cls.T = property(shapes.view_transpose)
     cls.mT = property(lambda x: shapes.view_swapaxes(x, -1, -2))
-    cls.real = property(ew.real)
-    cls.imag = property(ew.imag)
+    # z.real = v sets the real parts, as numpy's attribute assignment does
+    cls.real = property(fz.real_view, lambda x, v: indexing.setitem(fz.real_view(x), Ellipsis, v))
+    cls.imag = property(fz.imag_view, lambda x, v: indexing.setitem(fz.imag_view(x), Ellipsis, v))
     cls.__setitem__ = indexing.setitem
-    cls.__array_ufunc__ = lambda self, ufunc, method, *inputs, **kwargs: dispatch_ufunc(ufunc, method, inputs,
-                                                                                         kwargs)
-    cls.__array_function__ = lambda self, func, types, args, kwargs: dispatch_function(func, args, kwargs)
-    indexing.install_masked_operators(operators())
+    cls.__array_ufunc__ = _array_ufunc
+    cls.__array_function__ = _array_function
+    masked.install(operators(), UFUNCS, FUNCTIONS)
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if _has_masked(inputs + tuple(kwargs.values())):
+        return NotImplemented           # numpy asks the masked selection (masked.Masked)
+    return dispatch_ufunc(ufunc, method, inputs, kwargs)
+
+
+def _array_function(self, func, types, args, kwargs):
+    if masked.Masked in types:
+        return NotImplemented
+    return dispatch_function(func, args, kwargs)
+
+
+def _has_masked(xs):
+    return any(isinstance(x, masked.Masked) or (isinstance(x, tuple) and _has_masked(x)) for x in xs)
 
 
 def _method(name, f):
     def m(self, *args, **kwargs):
-        out = kwargs.pop("out", None) if name != "__getitem__" else None
+        if name.startswith("__") and name != "__getitem__" and _has_masked(args):
+            return NotImplemented       # Python asks the masked selection's reflected operator
+        out = kwargs.pop("out", None) if name != "__getitem__" and not getattr(f, "takes_out", False) else None
         r = f(self, *args, **kwargs)
         if out is not None:
             return fz.store_out(out, r, f"ndarray.{name}")

@@ -1,7 +1,10 @@
 """numpy's reductions on Tracers: sum, prod, mean, var, std, max, min, any, all (with
 axis=, keepdims=, dtype=, where=, initial= as numpy takes them), argmax / argmin, the
 cumulative scans and ndarray.trace. numpy's accumulation dtypes hold: small integers and
-bools sum in int64, float16 means are computed in float32."""
+bools sum in int64, float16 means are computed in float32. With out=, numpy's reductions
+compute in out's dtype when theirs casts to it safely, else in theirs, and cast into out
+(unsafe casting: np.min of floats into an int64 out truncates); mean and var round their
+sum to out's dtype before they divide, as numpy does."""
 from __future__ import annotations
 
 import builtins
@@ -12,6 +15,7 @@ from ..errors import ShapeError, user_loc
 from ..ir import dtypes
 from . import core
 from . import elementwise as ew
+from . import functionalize as fz
 from . import shapes
 
 
@@ -31,7 +35,21 @@ def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
     xin = core.astype(x, dt)
     r = core.emit(x._tr, "reduce", xin, kind=kind, axes=axes) if axes else xin
-    return _keep(x, r, axes, keepdims)
+    return core.reduce_layout(_keep(x, r, axes, keepdims), x, axes, keepdims) if axes else r
+
+
+def loop_dtype(x, dtype, out, default):
+    """The dtype a reduction computes in: dtype= if given; with out=, out's dtype when the
+    default one casts to it safely (a float32 sum into a float64 out adds in float64)."""
+    if dtype is not None or out is None:
+        return dtype
+    d = np.dtype(default(core.asarray(x)))
+    return out.dtype if np.can_cast(d, out.dtype, "safe") else None
+
+
+def into(out, r, name, casting="unsafe"):
+    """A reduction's result stored into out= (numpy: out has the result's shape exactly)."""
+    return fz.assign(out, r, f"np.{name}(..., out=)", casting, exact=True)
 
 
 def _masked(x, where_, fill):
@@ -50,16 +68,20 @@ def _with_initial(kind, r, initial):
     return {"sum": ew.add, "prod": ew.multiply, "max": ew.maximum, "min": ew.minimum}[kind](r, init)
 
 
+@core.takes_out
 def sum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, **kw):
-    core.no_extra("sum", (), dict(kw, out=out))
-    r = _reduce("sum", _masked(x, where, 0), axis, dtype, keepdims, sum_dtype)
-    return _with_initial("sum", r, initial)
+    core.no_extra("sum", (), kw)
+    dt = loop_dtype(x, dtype, out, sum_dtype)
+    r = _with_initial("sum", _reduce("sum", _masked(x, where, 0), axis, dt, keepdims, sum_dtype), initial)
+    return r if out is None else into(out, r, "sum")
 
 
+@core.takes_out
 def prod(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, **kw):
-    core.no_extra("prod", (), dict(kw, out=out))
-    r = _reduce("prod", _masked(x, where, 1), axis, dtype, keepdims, sum_dtype)
-    return _with_initial("prod", r, initial)
+    core.no_extra("prod", (), kw)
+    dt = loop_dtype(x, dtype, out, sum_dtype)
+    r = _with_initial("prod", _reduce("prod", _masked(x, where, 1), axis, dt, keepdims, sum_dtype), initial)
+    return r if out is None else into(out, r, "prod")
 
 
 def cumulative(kind, x, axis, dtype, default_dtype):
@@ -69,17 +91,20 @@ def cumulative(kind, x, axis, dtype, default_dtype):
         x, axis = shapes.reshape(x, (-1,)), 0
     ax = core.normalize_axis(axis, x.ndim, f"cum{kind}")
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
-    return core.emit(x._tr, "cumulative", core.astype(x, dt), kind=kind, axis=ax, reverse=False)
+    r = core.emit(x._tr, "cumulative", core.astype(x, dt), kind=kind, axis=ax, reverse=False)
+    return core.keep_layout(r, x)
 
 
+@core.takes_out
 def cumsum(x, axis=None, dtype=None, out=None):
-    core.no_extra("cumsum", (), {"out": out})
-    return cumulative("sum", x, axis, dtype, sum_dtype)
+    r = cumulative("sum", x, axis, loop_dtype(x, dtype, out, sum_dtype), sum_dtype)
+    return r if out is None else into(out, r, "cumsum")
 
 
+@core.takes_out
 def cumprod(x, axis=None, dtype=None, out=None):
-    core.no_extra("cumprod", (), {"out": out})
-    return cumulative("prod", x, axis, dtype, sum_dtype)
+    r = cumulative("prod", x, axis, loop_dtype(x, dtype, out, sum_dtype), sum_dtype)
+    return r if out is None else into(out, r, "cumprod")
 
 
 def require_identity(name, x, axis):
@@ -106,16 +131,20 @@ def _extreme(kind, x, axis, keepdims, initial, where_):
     return _with_initial(kind, r, initial)
 
 
+@core.takes_out
 def max(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
-    core.no_extra("max", (), dict(kw, out=out))
+    core.no_extra("max", (), kw)
     ew.require_ordered("max", x)
-    return _extreme("max", x, axis, keepdims, initial, where)
+    r = _extreme("max", x, axis, keepdims, initial, where)
+    return r if out is None else into(out, r, "max")
 
 
+@core.takes_out
 def min(x, axis=None, out=None, keepdims=False, initial=None, where=None, **kw):
-    core.no_extra("min", (), dict(kw, out=out))
+    core.no_extra("min", (), kw)
     ew.require_ordered("min", x)
-    return _extreme("min", x, axis, keepdims, initial, where)
+    r = _extreme("min", x, axis, keepdims, initial, where)
+    return r if out is None else into(out, r, "min")
 
 
 amax, amin = max, min
@@ -131,9 +160,16 @@ def _where_count(x, axis, where_, keepdims, dt):
     return _reduce("sum", core.astype(m, dt), axis, None, keepdims, lambda v: v.value.dtype)
 
 
+@core.takes_out
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw):
-    core.no_extra("mean", (), dict(kw, out=out))
+    core.no_extra("mean", (), kw)
     x = core.asarray(x)
+    if out is not None:
+        # numpy: the sum, stored into out, divided by the count there
+        dt = dtype or ("float64" if x.dtype.kind in "biu" else "float32" if x.value.dtype in dtypes.HALFS else
+                       loop_dtype(x, None, out, lambda v: v.value.dtype))
+        s = sum(x, axis, dt, keepdims=keepdims, where=where)
+        return into(out, ew.true_divide(core.astype(s, out.dtype), _count_of(x, axis, where, keepdims)), "mean")
     if dtype is None and x.value.dtype in dtypes.HALFS:
         # numpy computes a float16 mean in float32 and rounds once (bfloat16 here too)
         return core.astype(mean(core.astype(x, "float32"), axis, keepdims=keepdims, where=where), x.value.dtype)
@@ -147,9 +183,28 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw
         ew.true_divide(s, np.array(np.nan, dtype=dt))
 
 
+def _count_of(x, axis, where_, keepdims):
+    """How many elements each reduced slice has (numpy's count, an intp: dividing a
+    float32 sum by it computes in float64)."""
+    if where_ is not None and where_ is not True:
+        return _where_count(x, axis, where_, keepdims, "int64")
+    return np.int64(_count(x, core.normalize_axes(axis, x.ndim, "mean")))
+
+
+@core.takes_out
 def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, **kw):
-    core.no_extra("var", (), dict(kw, out=out))
+    core.no_extra("var", (), kw)
     x = core.asarray(x)
+    if out is not None:
+        # numpy: the sum of squared deviations, stored into out, divided there
+        dt = dtype or ("float64" if x.dtype.kind in "biu" else None)
+        m = mean(x, axis, dt, keepdims=True, where=where)
+        d = ew.subtract(x, m)
+        d2 = ew.add(ew.multiply(ew.real(d), ew.real(d)), ew.multiply(ew.imag(d), ew.imag(d))) \
+            if dtypes.is_complex(d.value.dtype) else ew.multiply(d, d)
+        s = sum(d2, axis, loop_dtype(d2, dt, out, lambda v: v.value.dtype), keepdims=keepdims, where=where)
+        n = ew.maximum(ew.subtract(_count_of(x, axis, where, keepdims), np.int64(ddof)), np.int64(0))
+        return into(out, ew.true_divide(core.astype(s, out.dtype), n), "var")
     if dtype is None and x.value.dtype in dtypes.HALFS:         # as mean
         return core.astype(var(core.astype(x, "float32"), axis, ddof=ddof, keepdims=keepdims, where=where),
                       x.value.dtype)
@@ -169,18 +224,25 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     return ew.true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
 
 
+@core.takes_out
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    if out is not None:         # numpy: the variance into out, then its square root there (as a ufunc)
+        return into(out, ew.sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw)), "std", "same_kind")
     return ew.sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw))
 
 
+@core.takes_out
 def any(x, axis=None, out=None, keepdims=False, *, where=None, **kw):
-    core.no_extra("any", (), dict(kw, out=out))
-    return _reduce("max", _masked(core.asarray(x, "bool"), where, False), axis, None, keepdims, lambda v: "bool")
+    core.no_extra("any", (), kw)
+    r = _reduce("max", _masked(core.asarray(x, "bool"), where, False), axis, None, keepdims, lambda v: "bool")
+    return r if out is None else into(out, r, "any")
 
 
+@core.takes_out
 def all(x, axis=None, out=None, keepdims=False, *, where=None, **kw):
-    core.no_extra("all", (), dict(kw, out=out))
-    return _reduce("min", _masked(core.asarray(x, "bool"), where, True), axis, None, keepdims, lambda v: "bool")
+    core.no_extra("all", (), kw)
+    r = _reduce("min", _masked(core.asarray(x, "bool"), where, True), axis, None, keepdims, lambda v: "bool")
+    return r if out is None else into(out, r, "all")
 
 
 def argmax(x, axis=None, out=None, keepdims=False):
@@ -216,9 +278,9 @@ def _arg(x, axis, keepdims, pick):
     return r
 
 
+@core.takes_out
 def trace_(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     """ndarray.trace: the sum along a diagonal (a masked sum, no gather)."""
-    core.no_extra("trace", (), {"out": out})
     x = core.asarray(x)
     a1, a2 = core.normalize_axis(axis1, x.ndim, "trace"), core.normalize_axis(axis2, x.ndim, "trace")
     if a1 == a2:
@@ -226,4 +288,4 @@ def trace_(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     i = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a1)
     j = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a2)
     on = ew.equal(ew.add(i, offset), j)
-    return sum(ew.where(on, x, core.zeros_like(x)), axis=(a1, a2), dtype=dtype)
+    return sum(ew.where(on, x, core.zeros_like(x)), axis=(a1, a2), dtype=dtype, out=out)

@@ -14,6 +14,7 @@ from ..ir import dtypes
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
+from . import views
 from .trace import Tracer
 
 
@@ -160,6 +161,9 @@ def take(x, indices, axis=None, out=None, mode=None):
         if idx.dtype.kind not in "iu":
             raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
         idx = idx.astype(np.int64)
+        if idx.size == 0 or 0 in x.shape[:axis]:
+            # numpy checks the indices once per element before the axis: none here (an empty result)
+            return core.full_like(x, 0, shape=x.shape[:axis] + idx.shape + x.shape[axis + 1:])
         if mode == "clip":
             idx = np.clip(idx, 0, builtins.max(n - 1, 0))
         elif mode == "wrap" and n:
@@ -190,8 +194,25 @@ def _transpose_method(x, *axes):
 
 
 def copy(x, order="K", subok=False):
-    # a fresh base holding the same (immutable SSA) value
-    return fz.fresh(core.asarray(x))
+    """np.copy: a new array holding the same (immutable SSA) value, laid out like x
+    (order="K"; "C" / "F" / "A" as numpy takes them), also of a numpy scalar."""
+    x = core.asarray(x)
+    r = fz.fresh(x)
+    if fz.is_scalar(x):
+        return fz.new_array(r)
+    if order == "C" or (order == "A" and not x._layout().flags.f_contiguous):
+        r._hint = None
+    elif order in ("F", "A"):
+        shape = r.shape
+        r._hint = lambda: views.dense(shape, tuple(range(len(shape)))[::-1])
+    r._ensure_buffer()
+    return r
+
+
+def copy_method(x, order="C"):
+    """ndarray.copy: C order unless told otherwise; a numpy scalar's copy is a scalar."""
+    x = core.asarray(x)
+    return fz.fresh(x) if fz.is_scalar(x) else copy(x, order)
 
 view_transpose = fz.as_view(transpose, "transpose")
 view_transpose_method = fz.as_view(_transpose_method, "transpose")
@@ -247,3 +268,12 @@ view_ravel.depends_on_layout = flatten.depends_on_layout = True
 
 view_squeeze = fz.as_view(squeeze, "reshape")
 view_expand_dims = fz.as_view(expand_dims, "reshape")
+
+
+def view_broadcast_to(x, shape, subok=False, what="np.broadcast_to's result"):
+    """np.broadcast_to: a read-only view of x (its elements repeated without a copy)."""
+    x = core.asarray(x)
+    r = core.broadcast_to(x, shape)
+    shape = r.shape
+    return fz.read_only_view(x, r, what, lambda t, v: core.broadcast_to(Tracer(v, t), shape).value,
+                             lambda a: np.broadcast_to(a, shape))

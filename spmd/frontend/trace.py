@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ConcreteValueError, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
+from . import views
 from .views import Buffer, derive
 
 _state = threading.local()
@@ -61,6 +62,7 @@ class ShapeDtype(NamedTuple):
     """A placeholder argument for `lower`: a shape and dtype, nothing allocated."""
     shape: tuple
     dtype: object = "float32"
+    tree_leaf = True          # one array to the pytree functions (spmd/tree.py), not a node
 
 
 def leaf_aval(x):
@@ -111,7 +113,7 @@ class Tracer:
     protocols are installed on the class from numpy_api's table."""
 
     __array_priority__ = 1000
-    __slots__ = ("_val", "_tr", "weak", "_buf", "_view", "_ver")
+    __slots__ = ("_val", "_tr", "weak", "_buf", "_view", "_ver", "_hint")
 
     def __init__(self, value: Value, trace: Trace, weak=False):
         self._val = value
@@ -120,6 +122,7 @@ class Tracer:
         self._buf = None           # the base's Buffer, once written or viewed
         self._view = ()            # the view chain from the base
         self._ver = 0              # the Buffer version _val was derived at
+        self._hint = None          # before it has a Buffer: () -> numpy's layout of it (None: C order)
 
     @property
     def value(self) -> Value:
@@ -132,9 +135,23 @@ class Tracer:
 
     def _ensure_buffer(self):
         if self._buf is None:
-            self._buf = Buffer(self._val)
+            # a new array's memory, laid out as numpy lays it out (see views.keep_order)
+            shadow = views.keep_order([self._hint()], self._val.shape) if self._hint is not None else None
+            self._buf = Buffer(self._val, shadow=shadow)
             self._view, self._ver = (), 0
         return self._buf
+
+    def _c_order(self) -> bool:
+        """Is it laid out in C order (as numpy would have it), without working it out?"""
+        b = self._buf
+        return self._hint is None if b is None else not self._view and (b.shadow is None or
+                                                                      b.shadow.flags.c_contiguous)
+
+    def _layout(self):
+        """numpy's strides for it: a memory-free ndarray (views.layout)."""
+        if self._buf is not None:
+            return views.layout(self._buf, self._view)
+        return self._hint() if self._hint is not None else views.dense(self._val.shape)
 
     # -- array attributes ------------------------------------------------------------------
     shape = property(lambda self: self.value.shape)

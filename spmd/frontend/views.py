@@ -6,7 +6,11 @@ functionalize.py for how writes use them).
     back(base value, new view)  -> the base's new value       (pad+select, reshape back, ...)
 
 A step is (kind, params): ("slice", (start, limit, stride)), ("dyn", (starts, sizes)) with
-traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation). fwd and
+traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation), ("real",
+None) and ("imag", None) (the parts of a complex base: a write sets that part and keeps
+the other), and ("derived", Derived) -- a view a builder derives in its own terms (the
+diagonals of a single-operand einsum), or one of numpy's read-only views (broadcast_to,
+diagonal: they read through, and a write through one raises numpy's ValueError). fwd and
 back emit IR through a trace (anything with `emit(name, *values, **attrs)`).
 
 A write into a static slice goes back as pad + select (not dynamic_update_slice), so the
@@ -14,23 +18,43 @@ partitioner keeps it local: each device selects within its own shard, and the up
 needs only a halo shift where its sharding is offset from the base's.
 
 `layout` answers whether numpy gives a view at all (reshape of a non-contiguous view
-copies): the same steps on a memory-free ndarray of the base's shape.
+copies): the same steps on a memory-free ndarray of the base's layout. A base's layout is
+numpy's: C order, an argument's own strides, or for a new array the order numpy gives it
+(its "K" order: an elementwise result, a sort or a copy is laid out like its operands,
+`keep_order`), so `(x.T + 1).reshape(-1)` copies as in numpy.
 """
 from __future__ import annotations
 
 import numpy as np
 
 
+class Derived:
+    """A view step a builder defines: `what` made it (for errors), `fwd(trace, base value)`
+    computes the view, `back(trace, base value, new view value)` the base's new value
+    (None: a read-only view, a write raises), `strides(shadow)` takes a memory-free
+    ndarray of the base's layout to the view's (numpy's own function on it)."""
+    __slots__ = ("what", "fwd", "back", "strides")
+
+    def __init__(self, what, fwd, back, strides):
+        self.what, self.fwd, self.back, self.strides = what, fwd, back, strides
+
+
+def read_only_step(chain):
+    """The first read-only step of a view chain, or None: a write through it raises."""
+    return next((p for kind, p in chain if kind == "derived" and p.back is None), None)
+
+
 class Buffer:
     """The current value of a base array. `arg` is the jit argument leaf it came from
-    (written arguments are returned to the caller), `version` counts writes."""
+    (written arguments are returned to the caller), `version` counts writes, `shadow` a
+    memory-free ndarray with the base's layout (None: C order, made when asked)."""
     __slots__ = ("value", "version", "arg", "shadow")
 
-    def __init__(self, value, arg=None):
+    def __init__(self, value, arg=None, shadow=None):
         self.value = value
         self.version = 0
         self.arg = arg
-        self.shadow = None        # a memory-free ndarray with the base's layout (see layout)
+        self.shadow = shadow
 
 
 # -- view steps: (kind, params); fwd and back emit IR through the trace ---------------------
@@ -80,6 +104,10 @@ def fwd(t, step, v):
         return v if tuple(p) == v.shape else t.emit("reshape", v, shape=tuple(p))
     if kind == "transpose":
         return v if tuple(p) == tuple(range(v.ndim)) else t.emit("transpose", v, permutation=tuple(p))
+    if kind in ("real", "imag"):
+        return t.emit(kind, v)
+    if kind == "derived":
+        return p.fwd(t, v)
     raise AssertionError(kind)
 
 
@@ -110,6 +138,12 @@ def back(t, step, src, new):
     if kind == "transpose":
         inv = tuple(int(i) for i in np.argsort(p))
         return fwd(t, ("transpose", inv), new)
+    if kind == "real":          # the new real part, src's imaginary part kept bit for bit
+        return t.emit("complex", new, t.emit("imag", src))
+    if kind == "imag":
+        return t.emit("complex", t.emit("real", src), new)
+    if kind == "derived" and p.back is not None:      # (read-only: functionalize.write raised before)
+        return p.back(t, src, new)
     raise AssertionError(kind)
 
 
@@ -120,17 +154,71 @@ def derive(t, base, chain):
 
 
 # -- layout: does numpy give a view? --------------------------------------------------------
+def dense(shape, order=None):
+    """An int8 ndarray of `shape` over one byte of memory, laid out contiguously with its
+    axes in `order` (outermost first; None: C order): numpy computes views of it
+    (strides, no reads) exactly as it would for a real array laid out so."""
+    order = range(len(shape)) if order is None else order
+    strides, acc = [0] * len(shape), 1
+    for d in reversed(list(order)):
+        strides[d] = acc
+        acc *= max(shape[d], 1)
+    return shadow_of(shape, strides)
+
+
+def shadow_of(shape, strides):
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=tuple(shape), strides=tuple(strides),
+                                           writeable=False)
+
+
+def order_of(shadow):
+    """The axis order (outermost first) numpy lays a new array out in like `shadow`."""
+    return tuple(int(d) for d in np.argsort([-abs(st) for st in keep_order([shadow], shadow.shape).strides],
+                                            kind="stable"))
+
+
+def keep_order(shadows, shape):
+    """The layout numpy gives a new array of `shape` computed elementwise from operands
+    laid out as `shadows` (order="K", what ufuncs, copies and sorts do): its iterator's
+    axis order -- a stable insertion sort of the axes by the operands' absolute strides,
+    an operand's broadcast (zero-stride) axes not counted, C order where operands
+    disagree -- made contiguous."""
+    strides = [np.broadcast_to(a, shape).strides for a in shadows]
+    order = list(range(len(shape)))[::-1]           # innermost first, as numpy sorts
+    for i0 in range(1, len(order)):
+        pos, a0 = i0, order[i0]
+        for i1 in range(i0 - 1, -1, -1):
+            a1 = order[i1]
+            ambiguous, swap = True, False
+            for st in strides:
+                if st[a0] != 0 and st[a1] != 0:
+                    if abs(st[a1]) <= abs(st[a0]):
+                        swap = False          # (also when already decided: C order wins conflicts)
+                    elif ambiguous:
+                        swap = True
+                    ambiguous = False
+            if not ambiguous:
+                if not swap:
+                    break
+                pos = i1
+        order.insert(pos, order.pop(i0))
+    return dense(shape, order[::-1])
+
+
+def reduced(shadow, axes, keepdims):
+    """The layout of a reduction's result: its operand's order over the axes it keeps."""
+    dims = [d for d in range(shadow.ndim) if d not in axes]
+    kept = shadow_of([shadow.shape[d] for d in dims], [shadow.strides[d] for d in dims])     # (also of empty axes)
+    r = keep_order([kept], kept.shape)
+    if keepdims:
+        r = r.reshape(tuple(1 if d in axes else n for d, n in enumerate(shadow.shape)))
+    return r
+
+
 def _shadow(buf):
-    """An int8 ndarray of the base's shape and C strides over one byte of memory: numpy
-    computes views of it (strides, no reads) exactly as it would for the real array."""
+    """The base's layout: a memory-free ndarray (see dense)."""
     if buf.shadow is None:
-        shape = buf.value.shape
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= max(n, 1)
-        buf.shadow = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
-                                                     strides=tuple(reversed(strides)), writeable=False)
+        buf.shadow = dense(buf.value.shape)
     return buf.shadow
 
 
@@ -148,6 +236,11 @@ def layout(buf, chain):
             a = a.reshape(p, copy=False)
         elif kind == "transpose":
             a = a.transpose(p)
+        elif kind == "derived":
+            a = p.strides(a)
+        elif kind in ("real", "imag"):
+            # a part of a complex element: the base's strides over an element half their unit
+            a = np.lib.stride_tricks.as_strided(a, a.shape, tuple(2 * s for s in a.strides), writeable=False)
     return a
 
 

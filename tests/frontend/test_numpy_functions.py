@@ -478,3 +478,16 @@ def test_gradients_match_finite_differences(name):
         warnings.simplefilter("ignore", ReshardWarning)
         got = g(v).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [{"axis": -1}, {}, {"axis": (0, 1)}, {"axis": (1, 2), "ord": "fro"},
+                                {"axis": 0, "ord": 2}])
+def test_complex_2_norms_sum_squares_of_the_parts_as_numpy(kw):
+    """numpy sums (x.conj() * x).real for the 2- and Frobenius norms: |2.5-0.5j|**2 +
+    |1.5-0.5j|**2 is 9 exactly, and the norm 3 (not 3.0000000000000004 from the moduli)."""
+    x = np.array([[2.5 - 0.5j, 1.5 - 0.5j], [0.5 + 1j, -2 + 0.5j]])[None]
+    for dt in (np.complex128, np.complex64):
+        want = np.linalg.norm(x.astype(dt), **kw)
+        got = np.asarray(spmd.jit(lambda x: np.linalg.norm(x, **kw), backend="numpy")(x.astype(dt)))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

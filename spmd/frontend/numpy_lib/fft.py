@@ -86,7 +86,7 @@ def _transform(a, kind, s, axes, norm, name):
     if n < 1:
         raise ValueError(f"np.fft.{name}: invalid number of data points ({n}) specified (at {user_loc()})")
     x = _resize(x, last, n // 2 + 1 if kind == "irfft" else n, name)
-    return _emit(x, kind, axes, n, norm)
+    return core.order_like(_emit(x, kind, axes, n, norm), core.asarray(a))      # numpy: a's order of axes
 
 
 # -- one-dimensional ---------------------------------------------------------------------------

@@ -5,8 +5,6 @@ maxima and matmuls. Integer inputs are converted to float64, as numpy does."""
 from __future__ import annotations
 
 import builtins
-from collections import namedtuple
-
 import numpy as np
 
 from ...errors import ShapeError, user_loc
@@ -16,10 +14,12 @@ from ..trace import Tracer
 
 _UNSET = object()       # an argument not given (numpy's own marker is private)
 
-SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
-EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
-SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
-QRResult = namedtuple("QRResult", ["Q", "R"])
+# numpy's own named-tuple result classes, taken from its results (their module is
+# private), so a traced or eager result is the same Python type as numpy's
+SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+EighResult = type(np.linalg.eigh(np.eye(1)))
+SVDResult = type(np.linalg.svd(np.eye(1)))
+QRResult = type(np.linalg.qr(np.eye(1)))
 
 
 def _f(a, name, square=True, min_ndim=2):
@@ -186,7 +186,7 @@ def lstsq(a, b, rcond=None):
         res = core.zeros_like(b2, shape=(0,))
     if vec:
         sol = shapes.reshape(sol, (n,))
-    return sol, res, rank, s
+    return sol, res, core.astype(rank, "int32"), s          # numpy's rank is an int32
 
 
 def matrix_power(a, n):
@@ -221,10 +221,22 @@ def _max0(x, axis, keepdims=False):
     return red.max(x, axis, keepdims=keepdims)
 
 
-def _vector_norm(x, ord, axis, keepdims):
+def _squares(x):
+    """|x|**2 as numpy sums it for the 2-norms and Frobenius norms: (x.conj() * x).real,
+    re*re + im*im of a complex x (exact where the modulus squared is not); in float64
+    unless x is a real float array."""
+    if x.dtype.kind == "c":
+        re, im = ew.real(x), ew.imag(x)
+        return ew.add(ew.multiply(re, re), ew.multiply(im, im))
+    x = core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
+    return ew.multiply(x, x)
+
+
+def _vector_norm(x, ord, axis, keepdims, sq):
+    """x's moduli (sq: the input's _squares)."""
     ax = ew.absolute(x)
     if ord is None or ord == 2:
-        return ew.sqrt(red.sum(ew.multiply(x, x), axis, keepdims=keepdims))
+        return ew.sqrt(red.sum(sq, axis, keepdims=keepdims))
     if ord == np.inf:
         return _max0(ax, axis, keepdims=keepdims)
     if ord == -np.inf:
@@ -246,12 +258,12 @@ def _sv(x, r, c):
     return _op("svd", shapes.transpose(x, rest + [r, c]), part="s", full_matrices=False)
 
 
-def _matrix_norm(x, ord, axes, keepdims):
+def _matrix_norm(x, ord, axes, keepdims, sq):
     r, c = axes
     if r == c:
         raise ValueError(f"Duplicate axes given (at {user_loc()})")
     if ord is None or ord == "fro":
-        res = ew.sqrt(red.sum(ew.multiply(x, x), (r, c)))
+        res = ew.sqrt(red.sum(sq, (r, c)))
     elif ord == "nuc":
         res = red.sum(_sv(x, r, c), -1)
     elif ord in (2, -2):
@@ -287,23 +299,24 @@ def norm(x, ord=None, axis=None, keepdims=False):
     x = core.asarray(x)
     matrix = (x.ndim == 2 and ord is not None) if axis is None else \
         not isinstance(axis, (int, np.integer)) and len(axis) == 2
+    sq = _squares(x)
     x = _moduli(x, ord, matrix)
     x = core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64")
     if axis is None:
         if ord is None:
-            r = ew.sqrt(red.sum(ew.multiply(x, x)))
+            r = ew.sqrt(red.sum(sq))
             return shapes.reshape(r, (1,) * x.ndim) if keepdims else r
         if x.ndim == 1:
-            return _vector_norm(x, ord, 0, keepdims)
+            return _vector_norm(x, ord, 0, keepdims, sq)
         if x.ndim == 2:
-            return _matrix_norm(x, ord, (0, 1), keepdims)
+            return _matrix_norm(x, ord, (0, 1), keepdims, sq)
         raise ValueError(f"Improper number of dimensions to norm (at {user_loc()})")
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     axes = tuple(core.normalize_axis(a, x.ndim, "norm") for a in axes)
     if len(axes) == 1:
-        return _vector_norm(x, ord, axes[0], keepdims)
+        return _vector_norm(x, ord, axes[0], keepdims, sq)
     if len(axes) == 2:
-        return _matrix_norm(x, ord, axes, keepdims)
+        return _matrix_norm(x, ord, axes, keepdims, sq)
     raise ValueError(f"Improper number of dimensions to norm (at {user_loc()})")
 
 
@@ -350,9 +363,10 @@ def multi_dot(arrays, *, out=None):
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     x = core.asarray(x)
     if axis is None:
+        sq = shapes.ravel(_squares(x))
         x = _moduli(x, ord, False)
         flat = shapes.ravel(core.astype(x, x.dtype.name if x.dtype.kind == "f" else "float64"))
-        r = _vector_norm(flat, ord, 0, False)
+        r = _vector_norm(flat, ord, 0, False, sq)
         return shapes.reshape(r, (1,) * x.ndim) if keepdims else r
     if isinstance(axis, (int, np.integer)) or len(axis) == 1:
         return norm(x, ord, axis if isinstance(axis, (int, np.integer)) else axis[0], keepdims)

@@ -409,6 +409,11 @@ def array_equal(a1, a2, equal_nan=False):
     return red.all(eq)
 
 
+# numpy returns these as Python bools: eager mode reads the value (replicated, a local read);
+# while tracing it is a 0-d bool array, not known until the program runs
+allclose.python_result = array_equal.python_result = bool
+
+
 # ---------------------------------------------------------------------------- select
 def select(condlist, choicelist, default=0):
     condlist, choicelist = list(condlist), list(choicelist)

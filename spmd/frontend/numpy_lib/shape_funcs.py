@@ -10,6 +10,7 @@ import builtins
 import numpy as np
 
 from ...errors import ShapeError, user_loc
+from ...ir import dtypes
 from .. import core, indexing, reductions as red, shapes
 from .. import functionalize as fz
 from .. import elementwise as ew
@@ -251,6 +252,9 @@ def rot90(m, k=1, axes=(0, 1)):
 
 
 def broadcast_arrays(*args, subok=False):
+    """Views of the arguments broadcast to one shape. numpy's are writable (with a warning
+    that a write reaches every element a broadcast repeats, and that they will become
+    read-only); spmd's are read-only views already."""
     t = core.trace_of(*args)
     xs = [core.asarray(x, t=t) for x in args]
     try:
@@ -258,7 +262,8 @@ def broadcast_arrays(*args, subok=False):
     except ValueError:
         raise ShapeError(f"broadcast_arrays at {user_loc()}: shapes {[list(x.shape) for x in xs]} "
                          f"do not broadcast together") from None
-    return tuple(core.broadcast_to(x, shape) for x in xs)
+    what = "a result of np.broadcast_arrays (numpy deprecates writing into one)"
+    return tuple(shapes.view_broadcast_to(x, shape, what=what) for x in xs)
 
 
 def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
@@ -496,6 +501,15 @@ def triu(m, k=0):
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
+    """np.diagonal / x.diagonal / np.diag of a matrix: numpy's read-only view."""
+    x = core.asarray(a)
+    d = diagonal_values(x, offset, axis1, axis2)
+    return fz.read_only_view(x, d, "np.diagonal's result",
+                             lambda t, v: diagonal_values(Tracer(v, t), offset, axis1, axis2).value,
+                             lambda s: np.diagonal(s, offset, axis1, axis2))
+
+
+def diagonal_values(a, offset=0, axis1=0, axis2=1):
     x = core.asarray(a)
     if x.ndim < 2:
         raise ValueError(f"diag requires an array of at least two dimensions (at {user_loc()})")
@@ -514,12 +528,19 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
         x = _sl(_sl(x, x.ndim - 2, -off, -off + L), x.ndim - 1, 0, L)
     if L == 0:
         return shapes.reshape(x, x.shape[:-2] + (0,))
+    if dtypes.is_complex(x.value.dtype):     # each part on its own, joined exactly
+        return core.emit(x._tr, "complex", _diagonal_of_last(ew.real(x)), _diagonal_of_last(ew.imag(x)))
+    return _diagonal_of_last(x)
+
+
+def _diagonal_of_last(x):
+    """The main diagonal of x's last two dims (of one length), as a new last dim."""
     eye = ew.logical_and(_tri_mask(x.shape, 0, True), _tri_mask(x.shape, 0, False))
     if x.dtype == np.bool_:
         return red.any(ew.logical_and(eye, x), axis=-1)
     # the one unmasked element of each row, exactly: a max over the row with the rest at the
     # dtype's lowest value (a masked sum would turn -0.0 into 0.0, as 0.0 + -0.0 is 0.0)
-    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    low = -np.inf if x.value.dtype in dtypes.FLOATS + dtypes.HALFS else np.iinfo(x.dtype).min
     return red.max(ew.where(eye, x, core.asarray(np.array(low, x.dtype), t=x._tr)), axis=-1)
 
 
@@ -542,10 +563,10 @@ def diag(v, k=0):
     return ew.where(mask, vb, core.zeros_like(vb))
 
 
+@core.takes_out
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    core.no_extra("trace", (), {"out": out})
-    d = diagonal(a, offset, axis1, axis2)
-    return red.sum(d, axis=-1, dtype=dtype)
+    d = diagonal_values(a, offset, axis1, axis2)
+    return red.sum(d, axis=-1, dtype=dtype, out=out)
 
 
 # ---------------------------------------------------------------------------- kron, cross

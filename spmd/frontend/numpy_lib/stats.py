@@ -13,6 +13,7 @@ from ...errors import ShapeError, user_loc
 from ...ir import dtypes
 from .. import core, indexing, reductions as red, shapes
 from .. import elementwise as ew
+from .. import functionalize as fz
 from ..trace import Tracer
 from . import math_funcs as MF
 
@@ -43,7 +44,48 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     if x.ndim == 0:
         raise ShapeError(f"np.sort: axis {axis} is out of bounds for array of dimension 0 (at {user_loc()})")
     axis = core.normalize_axis(axis, x.ndim, "sort")
-    return core.emit(x._tr, "sort", x, axis=axis)
+    return core.keep_layout(core.emit(x._tr, "sort", x, axis=axis), x)       # numpy sorts a copy of x (order K)
+
+
+def sort_in_place(a, axis=-1, kind=None, order=None, *, stable=None):
+    """ndarray.sort: sorts the array in place (a view sorts its part of its base); None."""
+    fz.assign(a, sort(a, axis, kind, order, stable=stable), "ndarray.sort")
+
+
+def _check_kth(x, kth, axis, name):
+    if isinstance(kth, Tracer):
+        raise NotImplementedError(f"np.{name} with a traced kth (at {user_loc()})")
+    n = x.shape[axis]
+    if x.size == 0:             # numpy checks kth only against an array with elements
+        return
+    for k in np.atleast_1d(kth).tolist():
+        if not -n <= int(k) < n:
+            raise ValueError(f"np.{name}: kth(={k}) out of bounds ({n}) (at {user_loc()})")
+
+
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """np.partition: numpy promises the kth element in its sorted place, smaller ones
+    before it and larger ones after, in an order it leaves unspecified; spmd's order is
+    the sorted one (every element in its sorted place), whatever the mesh."""
+    x = core.asarray(a)
+    if axis is None:
+        x, axis = shapes.ravel(x), 0
+    _check_kth(x, kth, core.normalize_axis(axis, x.ndim, "partition"), "partition")
+    return sort(x, axis, order=order)
+
+
+def argpartition(a, kth, axis=-1, kind="introselect", order=None):
+    """np.argpartition: the indices that sort a (a stable sort: one of the orders numpy allows)."""
+    x = core.asarray(a)
+    if axis is None:
+        x, axis = shapes.ravel(x), 0
+    _check_kth(x, kth, core.normalize_axis(axis, x.ndim, "argpartition"), "argpartition")
+    return argsort(x, axis, order=order)
+
+
+def partition_in_place(a, kth, axis=-1, kind="introselect", order=None):
+    """ndarray.partition: partitions the array in place (sorted, see partition); None."""
+    fz.assign(a, partition(a, kth, axis, kind, order), "ndarray.partition")
 
 
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
@@ -55,7 +97,7 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     if x.ndim == 0:
         raise ShapeError(f"np.argsort: axis {axis} is out of bounds for array of dimension 0 (at {user_loc()})")
     axis = core.normalize_axis(axis, x.ndim, "argsort")
-    return core.emit(x._tr, "argsort", x, axis=axis)
+    return core.keep_layout(core.emit(x._tr, "argsort", x, axis=axis), x)
 
 
 # ---------------------------------------------------------------------------- quantiles
@@ -151,8 +193,10 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     return _quantile("quantile", a, q, axis, method, keepdims, 1.0)
 
 
+@core.takes_out
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
-    core.no_extra("median", (), {"out": out})
+    if out is not None:         # the middle elements' mean, cast into out as numpy's mean does
+        return red.into(out, median(a, axis, None, overwrite_input, keepdims), "median")
     x = core.asarray(a)
     dt = core.float_dtype(x)
     y, axes = _move_last(core.astype(x, dt), axis, "median")
@@ -214,20 +258,22 @@ def _nan_prep(a):
     return x, MF.isnan(x)
 
 
+@core.takes_out
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
-    core.no_extra("nansum", (), dict(kw, out=out))
+    core.no_extra("nansum", (), kw)
     x, nan = _nan_prep(a)
     if nan is not None:
         x = ew.where(nan, core.zeros_like(x), x)
-    return red.sum(x, axis, dtype=dtype, keepdims=keepdims)
+    return red.sum(x, axis, dtype=dtype, out=out, keepdims=keepdims)
 
 
+@core.takes_out
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
-    core.no_extra("nanprod", (), dict(kw, out=out))
+    core.no_extra("nanprod", (), kw)
     x, nan = _nan_prep(a)
     if nan is not None:
         x = ew.where(nan, core.ones_like(x), x)
-    return red.prod(x, axis, dtype=dtype, keepdims=keepdims)
+    return red.prod(x, axis, dtype=dtype, out=out, keepdims=keepdims)
 
 
 def _nan_count(x, nan, axis, keepdims, dt):
@@ -276,22 +322,29 @@ def _nan_extreme(a, axis, keepdims, pick, fill, name):
     return ew.where(red.all(nan, axis, keepdims=keepdims), core.full_like(r, np.nan), r)
 
 
+@core.takes_out
 def nanmax(a, axis=None, out=None, keepdims=False, **kw):
-    core.no_extra("nanmax", (), dict(kw, out=out))
-    return _nan_extreme(a, axis, keepdims, red.max, -np.inf, "nanmax")
+    core.no_extra("nanmax", (), kw)
+    r = _nan_extreme(a, axis, keepdims, red.max, -np.inf, "nanmax")
+    return r if out is None else red.into(out, r, "nanmax")
 
 
+@core.takes_out
 def nanmin(a, axis=None, out=None, keepdims=False, **kw):
-    core.no_extra("nanmin", (), dict(kw, out=out))
-    return _nan_extreme(a, axis, keepdims, red.min, np.inf, "nanmin")
+    core.no_extra("nanmin", (), kw)
+    r = _nan_extreme(a, axis, keepdims, red.min, np.inf, "nanmin")
+    return r if out is None else red.into(out, r, "nanmin")
 
 
+@core.takes_out
 def ptp(a, axis=None, out=None, keepdims=False):
-    core.no_extra("ptp", (), {"out": out})
     x = core.asarray(a)
     if x.dtype == np.bool_:
         raise TypeError(f"np.ptp of bool: numpy's subtract does not take booleans (at {user_loc()})")
-    return ew.subtract(red.max(x, axis, keepdims=keepdims), red.min(x, axis, keepdims=keepdims))
+    hi, lo = red.max(x, axis, keepdims=keepdims), red.min(x, axis, keepdims=keepdims)
+    if out is not None:         # numpy: the maximum into out, minus the minimum, into out as a ufunc
+        return red.into(out, ew.subtract(core.astype(hi, out.dtype), lo), "ptp", "same_kind")
+    return ew.subtract(hi, lo)
 
 
 def count_nonzero(a, axis=None, *, keepdims=False):

@@ -430,5 +430,28 @@ def _part(name, f, vjp, scalar, infer=_part_infer, **rules):
 _part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),),
       lambda b, x: b.real(x))
 _part("imag", np.imag, _imag_vjp, lambda b, x: b.imag(x))
+COMPLEX_OF = {v: k for k, v in REAL_OF.items()}
+
+
+def _complex_infer(re, im):
+    check(re.dtype in COMPLEX_OF, f"takes float32/float64 parts, got {re.dtype}")
+    return _infer_binary(tuple(COMPLEX_OF), COMPLEX_OF[re.dtype])(re, im)
+
+
+def _complex_ref(re, im):
+    # part by part: re + 1j * im would turn an infinite imaginary part's real part into nan
+    out = np.empty(re.shape, COMPLEX_OF[re.dtype.name])
+    out.real, out.imag = re, im
+    return out
+
+
+# the complex number with real part re and imaginary part im (StableHLO's complex): a
+# write through z.real / z.imag sets one part and keeps the other bit for bit. Its
+# transpose (JAX's convention, as real / imag above): (Re ct, -Im ct).
+register(OpDef("complex", "elementwise", _complex_infer, _complex_ref,
+               lambda g, op, ct: (E(g, "real", ct), E(g, "negate", E(g, "imag", ct))),
+               elementwise_factors, lambda b, re, im: b.make_complex(re, im, COMPLEX_OF[re.dtype]),
+               _flops_n(0), tuple(COMPLEX_OF), priority=0, fusion="elementwise", lowering="elementwise",
+               linear=((0, 1),), lowers_complex=True))
 _part("conj", np.conjugate, lambda g, op, ct: (E(g, "conj", ct),), lambda b, x: b.conj(x), infer=_infer_unary(CPLX),
       simplify=lambda rb, op, ops, uses: ops[0].producer.operands[0] if producer_is(ops[0], "conj") else None)
