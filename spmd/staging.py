@@ -146,14 +146,22 @@ class Lowered:
         return explain_lowered(self, file)
 
     def memory(self) -> dict:
-        """Per-device memory of one run of the compiled program, in bytes: `temp_bytes`
-        (the arena of temporaries, XLA's temp allocation), `scratch_bytes` (copies of dot
-        operands BLAS cannot read in place), `peak_live_bytes` (the largest set of
-        temporaries live at once), `argument_bytes`, `output_bytes`, `in_place` (values
-        written into a dying input's buffer) and `donated` (argument positions whose
-        buffers the program reuses). Ops run through numpy (collectives, indexing) may
-        allocate more per call. What the backend does not plan (the numpy backend plans
-        nothing) is None."""
+        """Per-device memory of one run of the compiled program, in bytes.
+
+        `peak_bytes`: the most a device holds at once: its arguments, the arena of
+        temporaries and the scratch (allocated for every run), and the largest set of
+        buffers made per call live at one step (outputs, collectives' results, ops run
+        through numpy). `peak`: the busiest step: its `op` and user line (`loc`),
+        `live_bytes`, those bytes `by_kind` (arguments, constants, outputs, activations:
+        made before the step and read after it, temporaries: made or last read by it)
+        and the largest values `live` there (value, shape, dtype, bytes, kind, and the op
+        and user line that made it). Also `temp_bytes` (the arena, XLA's temp allocation),
+        `scratch_bytes` (copies of dot operands BLAS cannot read in place),
+        `peak_live_bytes` (the largest set of temporaries live at once), `argument_bytes`,
+        `output_bytes`, `in_place` (values written into a dying input's buffer) and
+        `donated` (argument positions whose buffers the program reuses). The numpy
+        backend plans nothing: every result is a new array (None for the plan's figures)."""
+        from .ir.text import name_values
         g = self.graph
         size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
         rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
@@ -161,6 +169,12 @@ class Lowered:
         exe = self.compile()
         if hasattr(exe, "memory_report"):
             rep.update(exe.memory_report(_FakeComm(self.mesh)))
+            prof = exe.memory_profile(_FakeComm(self.mesh))
+        else:
+            from .backends.memory_profile import profile_of_ops
+            prof = profile_of_ops(g)
+        # values named as in the printed program (as_text("optimized"))
+        rep.update(prof.report(name_values(g)))
         return rep
 
     def compile(self):

@@ -358,3 +358,20 @@ def drops(last, outs, n) -> list:
         if v not in outs and 0 <= k < n:
             free_after[k].append(v)
     return free_after
+
+
+def memory_profile(graph, steps, plan: MemoryPlan, writes, kept=(), scratch_bytes=0):
+    """The run of a planned program as the buffers it holds (backends/memory_profile.py):
+    the arena's temporaries with their live ranges, outputs and in-place chains, and the
+    arrays made per call by the steps the plan does not place (collectives, numpy ops)."""
+    from ..memory_profile import profile
+    rows = []
+    for step in steps:
+        k = _kernel(step)
+        rows.append((k.root.producer if k is not None else step, _reads(step), _results(step),
+                     _written(step, writes)))
+    joined = {}
+    for c, placed in plan.joined.items():
+        for i in placed:
+            joined[c.producer.operands[i]] = c
+    return profile(graph, rows, plan.in_place, plan.offset_of, plan.arena_bytes, scratch_bytes, joined, kept)
