@@ -91,7 +91,8 @@ LOWERINGS = {
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
-    "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
+    "annotation": Lowering(numpy="an identity: removed before code generation (the partitioner, the last "
+                                 "optimisation pass)"),
 }
 
 
