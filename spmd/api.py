@@ -15,18 +15,24 @@ from .staging import Jitted, Lowered
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
-        donate_argnums=()):
+        donate_argnums=(), memory_limit=None):
     """`donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
     their buffers to the program, which may compute outputs (or temporaries) in them; the
     donated Arrays are invalid afterwards (using one raises). A numpy argument is copied
-    for the program instead (its owner keeps it)."""
+    for the program instead (its owner keeps it).
+
+    `memory_limit`: bytes per device. The compiler recomputes values the program would
+    hold (activations kept for the backward pass, gathered parameters) until its planned
+    peak fits, or raises MemoryLimitError before anything runs, naming what is live at
+    the peak and the user lines that made it."""
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
-                             backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums)
+                             backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
+                             memory_limit=memory_limit)
     # an spmd.Array argument the function writes takes the new value as eager writes do:
     # the write reaches the base of an eager view, and the array's views see it
     return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums, donate_argnums,
-                  write_array=write_back)
+                  write_array=write_back, memory_limit=memory_limit)
 
 
 # -- shard, explain, grad: the rest of the user API ----------------------------------------

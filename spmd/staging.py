@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from .errors import SpmdError, TraceError
+from .errors import MemoryLimitError, SpmdError, TraceError
 from .frontend import core
 from .frontend import functionalize as fz
 from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
@@ -113,6 +113,7 @@ class Lowered:
         self.updates = []             # argument leaves the program writes (extra outputs)
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
         self.timings = {}             # seconds per stage, from the pipeline
+        self._fits_checked = False
 
     def as_text(self, stage="optimized"):
         from .ir.text import print_graph
@@ -177,6 +178,54 @@ class Lowered:
         rep.update(prof.report(name_values(g)))
         return rep
 
+    def memory_profile(self):
+        """What one run holds per device, step by step (backends/memory_profile.py)."""
+        exe = self.compile()
+        if hasattr(exe, "memory_profile"):
+            return exe.memory_profile(_FakeComm(self.mesh))
+        from .backends.memory_profile import profile_of_ops
+        return profile_of_ops(self.graph)
+
+    def check_fits_machine(self):
+        """Before the first run: does what the run will allocate in this process (the
+        peak per device beyond the arguments, which exist already, times the devices this
+        process runs) fit the memory the machine has free (its share of it, with other
+        ranks on this host)? If not, say so now rather than be killed halfway.
+        SPMD_MEMORY_CHECK=0 skips the check."""
+        if os.environ.get("SPMD_MEMORY_CHECK", "1") == "0":
+            return
+        free = free_memory_bytes()
+        if free is None:
+            return
+        n = 1
+        if self.mesh is not None:
+            from .runtime.context import get_runtime
+            rt = get_runtime()
+            if rt.name not in ("local", "mpi"):      # (Ray: the actors run elsewhere)
+                return
+            n = len(rt.local_devices(self.mesh))
+        prof = self.memory_profile()
+        per = prof.peak_bytes - sum(b.nbytes for b in prof.buffers if b.start < 0)
+        share = free // max(ranks_on_this_host(), 1)
+        if per * n <= share:
+            return
+        from .backends.memory_budget import SINGULAR, mb
+        k = prof.peak_step
+        at = prof.ops[k] if k >= 0 else None
+        where = f" at {at.name} ({at.loc})" if at is not None and at.loc else ""
+        live = ", ".join(f"{mb(b.nbytes)} {SINGULAR[prof.kind(b, k)]} made by "
+                         f"{getattr(prof.value_at(b, k).producer, 'name', 'argument')}"
+                         + (f" at {prof.value_at(b, k).producer.loc}" if prof.value_at(b, k).producer is not None
+                            and prof.value_at(b, k).producer.loc else "")
+                         for b in prof.live_at(k)[:4] if b.start >= 0)
+        raise MemoryLimitError(
+            f"{self.stages['traced'].name}: a run needs {mb(per * n)} more memory in this process ({n} "
+            f"device{'s' if n > 1 else ''} x {mb(per)} beyond the arguments, at the peak{where}), but this "
+            f"machine has {mb(share)} available{' for each of its ranks' if ranks_on_this_host() > 1 else ''}: it "
+            f"would be killed. Largest at the peak: {live}. To fit: spmd.jit(..., memory_limit=bytes) recomputes "
+            f"what it can, spmd.checkpoint recomputes layers, splitting parameters, optimizer state and the "
+            f"batch over more devices (FSDP) divides them (SPMD_MEMORY_CHECK=0 skips this check).")
+
     def compile(self):
         if self._exe is None:
             from .backends import compile_graph
@@ -185,6 +234,9 @@ class Lowered:
 
     def __call__(self, *flat_args):
         from .runtime.execute import execute
+        if not self._fits_checked:
+            self.check_fits_machine()
+            self._fits_checked = True
         try:
             return execute(self, list(flat_args))
         finally:
@@ -200,6 +252,27 @@ class Lowered:
                 x._handles = donated_handles(self.stages["traced"].name, k)
 
 
+def free_memory_bytes():
+    """The memory the machine has available (Linux: MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def ranks_on_this_host() -> int:
+    """MPI processes sharing this machine (mpich's hydra and Open MPI say), else 1."""
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        v = os.environ.get(var)
+        if v and v.isdigit():
+            return int(v)
+    return 1
+
+
 class _FakeComm:
     """The size of a mesh, where the executable asks a communicator for it."""
 
@@ -213,8 +286,9 @@ class Jitted:
     wrote takes its new value (numpy's in-place semantics: the caller sees the write)."""
 
     def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
-                 static_argnums=(), donate_argnums=(), write_array=None):
+                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None):
         self.fn = fn
+        self.memory_limit = None if memory_limit is None else int(memory_limit)
         self.write_array = write_array
         self.in_shardings, self.out_shardings, self.mesh = in_shardings, out_shardings, mesh
         # the LLVM backend (fused native kernels) by default; "numpy" is the reference
@@ -255,8 +329,21 @@ class Jitted:
             low.timings = timings
             low.updates = [k for k, _ in updates]
             low.donated = self._donated_leaves(args) - set(low.updates)
+            if self.memory_limit is not None:
+                self._fit(low, in_sh.leaves)
             self._cache[key] = low
         return low
+
+    def _fit(self, low, names):
+        """Recompute what the program holds until its plan fits memory_limit per device
+        (backends/memory_budget.py); the result is the "remat" stage, and what runs."""
+        import time
+        from .backends.memory_budget import fit
+        t0 = time.perf_counter()
+        what = f"spmd.jit({getattr(self.fn, '__name__', 'fn')}, memory_limit={self.memory_limit})"
+        g, _ = fit(low.graph, self.backend, sorted(low.donated), self.memory_limit, names, what)
+        low.stages["remat"] = low.stages["optimized"] = g
+        low.timings["remat"] = time.perf_counter() - t0
 
     def _donated_leaves(self, args) -> set:
         """The flat argument leaves of the donated arguments."""

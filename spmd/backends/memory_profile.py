@@ -65,8 +65,9 @@ class MemoryProfile:
             n = self.n
             d = np.zeros(n + 2, np.int64)
             for b in self.buffers:
-                s = 0 if b.start < 0 or b.constant else b.start
-                e = n - 1 if b.constant else min(b.end, n - 1)
+                held = b.start < 0 or b.constant         # (the caller's arguments, the program's constants)
+                s = 0 if held else b.start
+                e = n - 1 if held else min(b.end, n - 1)
                 if e >= s:
                     d[s] += b.nbytes
                     d[e + 1] -= b.nbytes
@@ -108,6 +109,10 @@ class MemoryProfile:
     def live_at(self, k: int) -> list:
         """The buffers live at step k, largest first."""
         return sorted((b for b in self.buffers if self.live(b, k)), key=lambda b: -b.nbytes)
+
+    def value_at(self, buf: Buffer, k: int):
+        """The value `buf` holds at step k (the last written by then)."""
+        return current_value(buf, k)
 
     def by_kind(self, k: int) -> dict:
         out = dict.fromkeys(KINDS, 0)
