@@ -35,7 +35,8 @@ def fit(graph, backend, donated, limit, names=(), what="the program"):
     caller calls it."""
     prof = planned(graph, backend, donated)
     best = (graph, prof)
-    for _ in range(ROUNDS):
+    held = sum(b.nbytes for b in prof.buffers if b.start < 0 or b.constant)
+    for _ in range(ROUNDS if held <= limit else 0):         # (arguments over the limit: nothing helps)
         if prof.peak_bytes <= limit:
             return graph, prof
         where = budget.choose(graph, prof, prof.peak_bytes - limit)

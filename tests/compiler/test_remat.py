@@ -125,3 +125,30 @@ def test_regather_leaves_a_weight_alone_when_nothing_else_is_gathered_in_between
                rhs_contract=(1,))
     g.outputs = [b]
     assert regather(g) is g
+
+
+# -- cheap values made again where read late (passes/late_reads.py) ----------------------------
+def test_a_gelu_layer_holds_its_matmul_result_alone_for_the_backward_pass():
+    """gelu(h @ w) layers: the backward pass reads the activation (for the next layer's
+    weight gradient), the tanh and the pre-activation; made again from the pre-activation
+    where read, only that is held: one value per layer at the peak. Same bits as the
+    program that holds them all."""
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+
+    def loss(ws, x):
+        h = x
+        for w in ws:
+            h = gelu(h @ w)
+        return np.mean(h ** 2)
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal((128, 128)) / 12).astype(np.float32) for _ in range(5)]
+    x = rng.standard_normal((256, 128)).astype(np.float32)
+    low = spmd.jit(spmd.value_and_grad(loss)).lower(ws, x)
+    held = [r for r in low.memory()["peak"]["live"] if r["kind"] == "activations"]
+    assert held and all(r["op"] == "dot_general" for r in held), held
+    assert len(held) <= 5
+    before, after = low.stages["regather"], low.stages["late_reads"]
+    assert len(after.ops) > len(before.ops)
+    for a, b in zip(_run(before, ws + [x], "llvm"), _run(after, ws + [x], "llvm")):
+        np.testing.assert_array_equal(a, b)

@@ -16,71 +16,7 @@ nothing is, it reports what is live at the peak and cannot be freed.
 """
 from __future__ import annotations
 
-import numpy as np
-
-MAX_CHAIN = 4
-
-
-def nbytes(v) -> int:
-    return int(v.size) * np.dtype(v.dtype).itemsize
-
-
-def flops(op) -> float:
-    f = op.opdef.flops
-    if f is None:
-        return float(sum(r.size for r in op.results))
-    return float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-
-
-def cheap(op) -> bool:
-    """No more work than its size: an elementwise op, a re-index, a collective."""
-    return op.opdef.needs_comm or flops(op) <= 4 * max(op.results[0].size, 1)
-
-
-def recomputable(op) -> bool:
-    return op is not None and len(op.results) == 1 and not op.opdef.subgraphs and op.operands != () \
-        and op.opdef.identity_of is None
-
-
-class Uses:
-    """Where each value of the program is read (op positions; outputs read at the end)."""
-
-    def __init__(self, graph):
-        self.index = {op: i for i, op in enumerate(graph.ops)}
-        self.at = {}
-        for q, op in enumerate(graph.ops):
-            for o in op.operands:
-                self.at.setdefault(o, []).append(q)
-        for v in graph.outputs:
-            self.at.setdefault(v, []).append(len(graph.ops))
-        self.inputs = set(graph.inputs)
-
-    def first_after(self, v, p):
-        later = [q for q in self.at.get(v, ()) if q > p]
-        return min(later) if later else None
-
-    def there(self, v, p) -> bool:
-        """Is v in memory at position p anyway (an argument, or read at p or later)?"""
-        if v in self.inputs or v.producer is None or not v.producer.operands:
-            return True
-        return any(q >= p for q in self.at.get(v, ()))
-
-
-def chain(v, p, uses, depth=0):
-    """The values to recompute at p to have v again there (v last), or None."""
-    op = v.producer
-    if not recomputable(op) or depth > MAX_CHAIN or (depth and not cheap(op)):
-        return None
-    out = []
-    for o in op.operands:
-        if uses.there(o, p) or o in out:
-            continue
-        sub = chain(o, p, uses, depth + 1)
-        if sub is None:
-            return None
-        out += [s for s in sub if s not in out]
-    return out + [v]
-
+from .remat import Uses, chain, flops
 
 def choose(graph, profile, excess) -> dict:
     """{value: [position]}: what to recompute, and before which op, to bring the peak of

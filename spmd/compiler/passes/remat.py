@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+import numpy as np
+
 from ...ir import Graph, Op, Value
 from .rewrite import Rebuild
 
@@ -61,3 +63,84 @@ def _again(g, op, operands):
     new.results = tuple(Value(r.shape, r.dtype, new, i, r.sharding) for i, r in enumerate(op.results))
     g.ops.append(new)
     return new.results
+
+
+# -- where values are, and what it takes to have one again -------------------------------
+MAX_CHAIN = 8
+
+
+def nbytes(v) -> int:
+    return int(v.size) * np.dtype(v.dtype).itemsize
+
+
+def flops(op) -> float:
+    f = op.opdef.flops
+    if f is None:
+        return float(sum(r.size for r in op.results))
+    return float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+
+
+def cheap(op) -> bool:
+    """One pass over its elements: an elementwise op or a re-index (fused into whatever
+    reads it), or a collective (communication again, no computation)."""
+    return op.opdef.needs_comm or op.opdef.fusion in ("elementwise", "reindex")
+
+
+def recomputable(op) -> bool:
+    return op is not None and len(op.results) == 1 and not op.opdef.subgraphs and op.operands != () \
+        and op.opdef.identity_of is None
+
+
+class Uses:
+    """Where each value of the program is read (op positions; outputs read at the end)."""
+
+    def __init__(self, graph):
+        self.index = {op: i for i, op in enumerate(graph.ops)}
+        self.at = {}
+        for q, op in enumerate(graph.ops):
+            for o in op.operands:
+                self.at.setdefault(o, []).append(q)
+        for v in graph.outputs:
+            self.at.setdefault(v, []).append(len(graph.ops))
+        self.inputs = set(graph.inputs)
+        self._constant = {}
+
+    def first_after(self, v, p):
+        later = [q for q in self.at.get(v, ()) if q > p]
+        return min(later) if later else None
+
+    def there(self, v, p) -> bool:
+        """Is v at hand at position p anyway (an argument, a constant or a broadcast of one,
+        or read at p or later)?"""
+        return v in self.inputs or self.constant(v) or any(q >= p for q in self.at.get(v, ()))
+
+    def constant(self, v) -> bool:
+        """Made from no data: a constant, an iota, or elementwise ops and re-indexes of them."""
+        op = v.producer
+        if op is None:
+            return False
+        if not op.operands:
+            return True
+        if op.opdef.fusion not in ("elementwise", "reindex"):
+            return False
+        known = self._constant.get(v)
+        if known is None:
+            known = self._constant[v] = all(self.constant(o) for o in op.operands)
+        return known
+
+
+def chain(v, p, uses, avoid=frozenset(), depth=0):
+    """The values to recompute at p to have v again there (v last), or None. Values in
+    `avoid` (themselves made again where read late) are recomputed, not read."""
+    op = v.producer
+    if not recomputable(op) or depth > MAX_CHAIN or (depth and not cheap(op)):
+        return None
+    out = []
+    for o in op.operands:
+        if uses.constant(o) or (uses.there(o, p) and o not in avoid) or o in out:
+            continue
+        sub = chain(o, p, uses, avoid, depth + 1)
+        if sub is None:
+            return None
+        out += [s for s in sub if s not in out]
+    return out + [v]
