@@ -12,10 +12,13 @@ numpy allocation: arguments, arena, collectives' buffers; from before the arrays
 over a training step after two warm-up steps), the larger rank's; the loss of both
 (the same). Target: FSDP's peak <= 0.35x the replicated one.
 
-checkpoint: a 16-layer MLP (512x512, tanh-GELU as train_gpt's) value_and_grad on one
-device, with and without `spmd.checkpoint` on each layer: planned and measured peaks,
-median step times of interleaved runs, and the losses and gradients (the same bits).
-Targets: peak <= 0.5x, time <= 1.4x.
+checkpoint: a 16-layer MLP of transformer MLP layers (d -> 4d, tanh-GELU as train_gpt's,
+-> d, residual; d=128, batch 2048) value_and_grad on one device, with and without
+`spmd.checkpoint` on each layer: planned and measured peaks, median step times of
+interleaved runs, and the losses and gradients (the same bits). Targets: peak <= 0.5x,
+time <= 1.4x. (A layer of one matmul and an activation holds one value for the backward
+pass either way -- its matmul result without checkpoint, its input with -- since the
+compiler makes the activation again where the backward pass reads it: late_reads.)
 
 The machine is shared: run it when it is quiet (timings are medians of interleaved
 runs; memory figures do not depend on load).
@@ -137,14 +140,15 @@ def gelu(x):
     return 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
 
 
-def layer(h, w):
-    return gelu(h @ w)
+def block(h, w1, w2):
+    """A transformer's MLP layer: d -> 4d (GELU) -> d, residual."""
+    return h + gelu(h @ w1) @ w2
 
 
-def deep_loss(ws, x, checkpointed):
+def deep_loss(w1, w2, x, checkpointed):
     h = x
-    for w in ws:
-        h = spmd.checkpoint(layer)(h, w) if checkpointed else layer(h, w)
+    for a, b in zip(w1, w2):
+        h = spmd.checkpoint(block)(h, a, b) if checkpointed else block(h, a, b)
     return np.mean(h ** 2)
 
 
@@ -165,18 +169,20 @@ def measured_peak(f, *args):
 
 
 def checkpoint_part(a):
-    layers, d, batch = 16, 512, a.ckpt_batch
+    layers, d, batch = 16, a.ckpt_d, a.ckpt_batch
     rng = np.random.default_rng(0)
-    ws = [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for _ in range(layers)]
+    w1 = [(rng.standard_normal((d, 4 * d)) / np.sqrt(d)).astype(np.float32) for _ in range(layers)]
+    w2 = [(rng.standard_normal((4 * d, d)) / np.sqrt(4 * d)).astype(np.float32) for _ in range(layers)]
     x = rng.standard_normal((batch, d)).astype(np.float32)
-    fs = {ck: spmd.jit(spmd.value_and_grad(lambda ws, x, ck=ck: deep_loss(ws, x, ck))) for ck in (False, True)}
-    outs = {ck: f(ws, x) for ck, f in fs.items()}
-    peaks = {ck: measured_peak(f, ws, x) for ck, f in fs.items()}
-    ms = dict(zip((False, True), interleaved([lambda: fs[False](ws, x), lambda: fs[True](ws, x)], a.runs)))
-    same = np.array_equal(outs[False][0], outs[True][0]) and all(
-        np.array_equal(g0, g1) for g0, g1 in zip(outs[False][1], outs[True][1]))
-    print(f"checkpoint: {layers}-layer MLP ({d}x{d}, tanh-GELU) value_and_grad, batch {batch}, one device; "
-          f"medians of {a.runs} interleaved runs")
+    fs = {ck: spmd.jit(spmd.value_and_grad(lambda w1, w2, x, ck=ck: deep_loss(w1, w2, x, ck), argnums=(0, 1)))
+          for ck in (False, True)}
+    outs = {ck: f(w1, w2, x) for ck, f in fs.items()}
+    peaks = {ck: measured_peak(f, w1, w2, x) for ck, f in fs.items()}
+    ms = dict(zip((False, True), interleaved([lambda: fs[False](w1, w2, x), lambda: fs[True](w1, w2, x)], a.runs)))
+    flat = {ck: spmd.tree.tree_flatten(outs[ck])[0] for ck in outs}
+    same = all(np.array_equal(np.asarray(u), np.asarray(v)) for u, v in zip(flat[False], flat[True]))
+    print(f"checkpoint: {layers}-layer MLP (transformer MLP layers {d} -> {4 * d} GELU -> {d}, residual) "
+          f"value_and_grad, batch {batch}, one device; medians of {a.runs} interleaved runs")
     print(f"{'':26s} {'planned MB':>10s} {'measured MB':>11s} {'ms':>9s}")
     for ck, name in ((False, "as written"), (True, "spmd.checkpoint per layer")):
         print(f"{name:26s} {peaks[ck][1] / MB:10.1f} {peaks[ck][0] / MB:11.1f} {ms[ck]:9.1f}")
@@ -193,6 +199,7 @@ def main():
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=2048, help="the FSDP MLP's global batch")
     ap.add_argument("--ckpt-batch", type=int, default=2048, help="the checkpointed MLP's batch")
+    ap.add_argument("--ckpt-d", type=int, default=128, help="the checkpointed MLP's width (its hidden layer: 4x)")
     ap.add_argument("--fsdp-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.fsdp_child:

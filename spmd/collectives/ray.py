@@ -44,7 +44,7 @@ import numpy as np
 import ray
 
 from ..errors import CollectiveError
-from .base import Communicator, reduce_arrays
+from .base import Communicator, into, reduce_arrays
 from .local import _axes, _block, _check_dim, _check_op, _describe, _input
 from .pool import BufferPool
 
@@ -245,29 +245,29 @@ class RayCommunicator(Communicator):
         blocks, _, _ = self._exchange("all_reduce/gather", x, axes, (op,), lambda j: block)
         return _concat(blocks, 0).reshape(x.shape)
 
-    def all_gather(self, x, axes, dim=0):
+    def all_gather(self, x, axes, dim=0, out=None):
         x = _input(x)
         _check_dim("all_gather", x, dim)
         xs, _, _ = self._exchange("all_gather", x, axes, (dim,), lambda j: x)
-        return _concat(xs, dim)
+        return into(out, _concat(xs, dim))
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum"):
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
         x = _input(x)
         _check_op(op)
         G = self.mesh.axes_size(_axes(axes))
         _check_dim("reduce_scatter", x, dim, G)
         blocks, _, _ = self._exchange("reduce_scatter", x, axes, (dim, op),
                                       lambda j: None if j is None else _block(x, dim, j, G))
-        return _reduce(op, blocks)
+        return into(out, _reduce(op, blocks))
 
-    def all_to_all(self, x, axes, split_dim, concat_dim):
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
         x = _input(x)
         G = self.mesh.axes_size(_axes(axes))
         _check_dim("all_to_all", x, split_dim, G)
         _check_dim("all_to_all", x, concat_dim)
         blocks, _, _ = self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
                                       lambda j: None if j is None else _block(x, split_dim, j, G))
-        return _concat(blocks, concat_dim)
+        return into(out, _concat(blocks, concat_dim))
 
     def permute(self, x, axes, pairs):
         x = _input(x)

@@ -503,3 +503,60 @@ def test_the_peak_names_what_is_live_there_and_where_it_was_made():
     assert all(f"{r['value']} = " in text for r in kept)      # named as in the printed program
     # every activation is a tanh result the backward pass reads: 3 of the 4 are held at once at least
     assert peak["by_kind"]["activations"] >= 3 * 128 * 64 * 4
+
+
+# ------------------------------------------- collectives' results and donated outputs
+def test_an_update_is_written_into_the_donated_state_not_into_the_gradient():
+    """Adam's update of one weight in one kernel: new p, m, v each written into its donated
+    argument's buffer, not into the (dying) gradient's, which would then be held from the
+    gradient's first write to the end as an output."""
+    g = Graph()
+    p, m, v = (g.add_input((64, 64), "float32") for _ in range(3))
+    x, d = g.add_input((32, 64), "float32"), g.add_input((32, 64), "float32")
+    grad = g.emit("dot_general", x, d, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
+
+    def c(val):
+        return g.emit("broadcast_in_dim", g.emit("constant", value=np.array(val, np.float32)),
+                      shape=(64, 64), broadcast_dimensions=())
+    new_m = g.emit("add", g.emit("multiply", c(0.9), m), g.emit("multiply", c(0.1), grad))
+    new_v = g.emit("add", g.emit("multiply", c(0.99), v), g.emit("multiply", c(0.01), g.emit("multiply", grad, grad)))
+    new_p = g.emit("subtract", p, g.emit("divide", new_m, g.emit("add", g.emit("sqrt", new_v), c(1e-8))))
+    g.outputs = [new_p, new_m, new_v]
+    exe = compile_llvm(g, donated=(0, 1, 2))
+    assert {exe.memory.in_place[r] for r in (new_p, new_m, new_v)} == {p, m, v}, exe.memory.in_place
+    args = data((64, 64), (64, 64), (64, 64), (32, 64), (32, 64))
+    want = compile_graph(g, "numpy")([a.copy() for a in args])
+    for w, r in zip(want, exe([a.copy() for a in args])):
+        np.testing.assert_allclose(r, w, rtol=1e-5, atol=1e-6)
+
+
+def test_collectives_write_into_the_plan_and_free_what_they_read():
+    """FSDP's all_gather of a weight and reduce_scatter of its gradient write into buffers
+    the plan places (the arena), and the gradient's full buffer is free once it is
+    reduce-scattered (a collective's result is a new array: it aliases nothing)."""
+    spmd.init(backend="local", num_devices=4)
+    mesh = Mesh((4,), ("data",))
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((256, 128)) / 16).astype(np.float32)
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+
+    def step(w, x):
+        return w - 0.1 * spmd.grad(lambda w: np.mean(np.tanh(x @ w) ** 2))(w)
+    row = mesh.sharding("data", None)
+    f = spmd.jit(step, in_shardings=(row, row))
+    low = f.lower(w, x)
+    exe = low.compile()
+    g = low.graph
+    colls = [op.result for op in g.ops if op.opdef.takes_out and op.opdef.needs_comm and op.opdef.out_may_be_operand is None]
+    # in the arena, or the buffer the update (the program's output) is written into
+    planned = set(exe.memory.offset_of) | set(exe.memory.in_place.values())
+    assert len(colls) == 2 and all(v in planned for v in colls), colls
+    prof = exe.memory_profile()
+    steps = {id(op): k for k, op in enumerate(prof.ops)}
+    for op in g.ops:
+        if op.opdef.needs_comm and op.operands and op.operands[0].producer is not None \
+                and op.operands[0].producer.opdef.lowering == "matmul":
+            b = next(b for b in prof.buffers if any(v is op.operands[0] for _, v in b.values))
+            assert b.end == steps[id(op)], (b.start, b.end, steps[id(op)])
+    np.testing.assert_allclose(f(w, x).numpy(), w - 0.1 * (2 * x.T @ (np.tanh(x @ w) * (1 - np.tanh(x @ w) ** 2))
+                                                           / (512 * 128)), rtol=1e-4, atol=1e-6)
