@@ -156,9 +156,11 @@ class Lowered:
         `live_bytes`, those bytes `by_kind` (arguments, constants, outputs, activations:
         made before the step and read after it, temporaries: made or last read by it)
         and the largest values `live` there (value, shape, dtype, bytes, kind, and the op
-        and user line that made it). Also `temp_bytes` (the arena, XLA's temp allocation),
+        and user line that made it). Also `temp_bytes` (the arena),
         `scratch_bytes` (copies of dot operands BLAS cannot read in place),
-        `peak_live_bytes` (the largest set of temporaries live at once), `argument_bytes`,
+        `temporary_bytes` (what a run needs besides its arguments, constants and outputs:
+        XLA's temp allocation), `peak_live_bytes` (the largest set of temporaries the arena
+        holds at once), `argument_bytes`,
         `output_bytes`, `in_place` (values written into a dying input's buffer) and
         `donated` (argument positions whose buffers the program reuses). The numpy
         backend plans nothing: every result is a new array (None for the plan's figures)."""

@@ -74,18 +74,26 @@ class MemoryProfile:
             self._live = np.cumsum(d)[:max(n, 1)] + self.scratch_bytes
         return self._live
 
-    def per_call_bytes(self) -> np.ndarray:
-        """Bytes of the buffers made per call (not the arena, arguments, constants) live at each step."""
+    def per_call_bytes(self, outputs=True) -> np.ndarray:
+        """Bytes of the buffers made per call (not the arena, arguments, constants; nor the
+        outputs' unless `outputs`) live at each step."""
         n = self.n
         d = np.zeros(n + 2, np.int64)
         for b in self.buffers:
-            if b.arena or b.start < 0 or b.constant:
+            if b.arena or b.start < 0 or b.constant or (not outputs and b.end >= n):
                 continue
             e = min(b.end, n - 1)
             if e >= b.start:
                 d[b.start] += b.nbytes
                 d[e + 1] -= b.nbytes
         return np.cumsum(d)[:max(n, 1)]
+
+    @property
+    def temporary_bytes(self) -> int:
+        """What a run needs besides its arguments, constants and outputs (XLA's temp
+        allocation): the arena, scratch, and the most other per-call buffers live at once."""
+        most = int(self.per_call_bytes(outputs=False).max()) if self.n else 0
+        return self.arena_bytes + self.scratch_bytes + most
 
     @property
     def peak_step(self) -> int:
@@ -134,7 +142,7 @@ class MemoryProfile:
                          "bytes": b.nbytes, "kind": self.kind(b, k),
                          "op": op.name if op is not None else "argument", "loc": op.loc if op is not None else None})
         at = self.ops[k] if 0 <= k < self.n else None
-        return {"peak_bytes": self.peak_bytes,
+        return {"peak_bytes": self.peak_bytes, "temporary_bytes": self.temporary_bytes,
                 "peak": {"step": k, "of": self.n, "live_bytes": int(self.live_bytes()[k]) if self.n else 0,
                          "op": at.name if at is not None else None, "loc": at.loc if at is not None else None,
                          "by_kind": self.by_kind(k), "live": rows}}

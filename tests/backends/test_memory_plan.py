@@ -485,6 +485,9 @@ def test_the_reported_peak_is_what_a_run_allocates():
     held = m["argument_bytes"] + m["temp_bytes"] + m["scratch_bytes"]
     assert abs(held + step - m["peak_bytes"]) <= 0.05 * m["peak_bytes"] + 65536, (held + step, m)
     assert len(out) == 4
+    # temporaries (XLA's temp allocation): neither the arguments nor the outputs
+    temps = m["temp_bytes"] + m["scratch_bytes"] + max(0, step - sum(o.nbytes for o in out))
+    assert abs(temps - m["temporary_bytes"]) <= 0.05 * m["temporary_bytes"] + 65536, (temps, m)
 
 
 def test_the_peak_names_what_is_live_there_and_where_it_was_made():
@@ -503,6 +506,26 @@ def test_the_peak_names_what_is_live_there_and_where_it_was_made():
     assert all(f"{r['value']} = " in text for r in kept)      # named as in the printed program
     # every activation is a tanh result the backward pass reads: 3 of the 4 are held at once at least
     assert peak["by_kind"]["activations"] >= 3 * 128 * 64 * 4
+
+
+def test_a_matmuls_gradient_frees_its_activation_before_the_inputs_gradient_is_made():
+    """In x @ w the weight's gradient is the activation's last read: made first, the
+    activation's buffer is free before the input's gradient (its size) is made."""
+    def loss(ws, x):
+        h = np.sin(x) @ ws[0]                # (2048, 512): the activation
+        return np.sum((h @ ws[1]) ** 2)
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal(s) / 16).astype(np.float32) for s in ((64, 512), (512, 8))]
+    x = rng.standard_normal((2048, 64)).astype(np.float32)
+    f = spmd.jit(spmd.grad(loss))
+    m = f.lower(ws, x).memory()
+    h_bytes = 2048 * 512 * 4
+    assert m["temporary_bytes"] < 1.5 * h_bytes, m      # the activation and dh never both live
+    s = np.sin(x.astype(np.float64))
+    h = s @ ws[0]
+    dy = 2 * (h @ ws[1])
+    for got, want in zip(f(ws, x), (s.T @ (dy @ ws[1].T), h.T @ dy)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-3)
 
 
 # ------------------------------------------- collectives' results and donated outputs

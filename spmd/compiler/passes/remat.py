@@ -131,7 +131,8 @@ class Uses:
 
 def chain(v, p, uses, avoid=frozenset(), depth=0):
     """The values to recompute at p to have v again there (v last), or None. Values in
-    `avoid` (themselves made again where read late) are recomputed, not read."""
+    `avoid` (themselves made again where read late) are recomputed, not read, where
+    they can be."""
     op = v.producer
     if not recomputable(op) or depth > MAX_CHAIN or (depth and not cheap(op)):
         return None
@@ -141,6 +142,8 @@ def chain(v, p, uses, avoid=frozenset(), depth=0):
             continue
         sub = chain(o, p, uses, avoid, depth + 1)
         if sub is None:
+            if uses.there(o, p):        # (one that cannot be made again is held anyway)
+                continue
             return None
         out += [s for s in sub if s not in out]
     return out + [v]
