@@ -11,7 +11,7 @@ from .runtime.checkpoint import save, load, latest as latest_checkpoint  # noqa:
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401
 from .runtime import make_array_from_process_local_data, process_allgather  # noqa: F401
 
-from . import random, numpy  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit)
+from . import random, numpy, debug  # noqa: F401,E402  (spmd.random keys; spmd.numpy creation in jit; printing)
 from .ir.dtypes import bfloat16  # noqa: F401,E402  (ml_dtypes.bfloat16, the 2-byte float jax uses)
 
 __version__ = "0.1.0"

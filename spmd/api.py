@@ -48,11 +48,13 @@ def shard(x, sharding):
     return shard_traced(x, sharding)
 
 
-def explain(f, *args, **jit_kwargs) -> str:
-    """Print and return the explanation for `f` (a function or an spmd.jit object)."""
+def explain(f, *args, verbose=False, file=None, **jit_kwargs) -> str:
+    """Print and return the explanation for `f` (a function or an spmd.jit object): one
+    line per collective (op, bytes, user line, why, the annotation it comes from) and
+    one per annotation; verbose=True adds where every value's sharding came from."""
     from .sharding.explain import explain_lowered
     j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
-    return explain_lowered(j.lower(*args))
+    return explain_lowered(j.lower(*args), file, verbose)
 
 
 def value_and_grad(f, argnums=0, has_aux=False):

@@ -40,6 +40,14 @@ class CollectiveError(SpmdError, RuntimeError):
     """A collective failed: a rank was lost, timed out, or raised."""
 
 
+def on_every_rank(err):
+    """Mark `err` as one every rank raises alike (a launch that does not fit the mesh,
+    ranks that disagree: each saw the same exchange): under MPI rank 0 alone reports it,
+    once, instead of every rank printing the same traceback."""
+    err.on_every_rank = True
+    return err
+
+
 def where(loc):
     return f" at {loc}" if loc else ""
 
@@ -59,12 +67,41 @@ def is_internal(fn: str) -> bool:
     return r
 
 
-def user_loc() -> str | None:
-    """file:line of the innermost frame outside spmd and numpy: the user's line."""
+# a loc names its file by its base name: the paths seen under each, to show a loc's code
+_paths: dict = {}
+
+
+def user_frame():
+    """The innermost frame outside spmd and numpy: the user's, or None."""
     f = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not is_internal(fn):
-            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        if not is_internal(f.f_code.co_filename):
+            return f
         f = f.f_back
     return None
+
+
+def user_loc() -> str | None:
+    """file:line of the innermost frame outside spmd and numpy: the user's line."""
+    f = user_frame()
+    if f is None:
+        return None
+    fn = f.f_code.co_filename
+    base = os.path.basename(fn)
+    seen = _paths.get(base)
+    if seen is None:
+        seen = _paths[base] = set()
+    if fn not in seen:
+        seen.add(fn)
+    return f"{base}:{f.f_lineno}"
+
+
+def source_line(loc) -> str | None:
+    """The code at `loc` ("file.py:12", as user_loc wrote it in this process), stripped;
+    None when unknown (or two files of this process share the name)."""
+    import linecache
+    base, _, line = (loc or "").rpartition(":")
+    paths = _paths.get(base, ())
+    if len(paths) != 1 or not line.isdigit():
+        return None
+    return linecache.getline(next(iter(paths)), int(line)).strip() or None

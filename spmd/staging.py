@@ -115,11 +115,15 @@ class Lowered:
         self.timings = {}             # seconds per stage, from the pipeline
         self._fits_checked = False
 
-    def as_text(self, stage="optimized"):
+    def as_text(self, stage="optimized", source=False, compact=False):
+        """The program at `stage` as text: exact (it parses back) by default;
+        `source=True` puts each op's user line and code in a comment column;
+        `compact=True` also folds index arithmetic (masks, slice offsets) into one line
+        each (ir/text.py)."""
         from .ir.text import print_graph
         if stage not in self.stages:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(self.stages)}")
-        return print_graph(self.stages[stage])
+        return print_graph(self.stages[stage], source=source, compact=compact)
 
     @property
     def graph(self):
@@ -141,10 +145,11 @@ class Lowered:
         from .sharding.report import report
         return report(self)
 
-    def explain(self, file=None) -> str:
-        """Print the collectives and why, and where every value's sharding came from."""
+    def explain(self, file=None, verbose=False) -> str:
+        """Print the collectives and why, and the annotations; with verbose=True also
+        where every value's sharding came from."""
         from .sharding.explain import explain_lowered
-        return explain_lowered(self, file)
+        return explain_lowered(self, file, verbose)
 
     def memory(self) -> dict:
         """Per-device memory of one run of the compiled program, in bytes.

@@ -388,6 +388,24 @@ def _transpose_expect(x, permutation):
 
 entry("transpose", _make_transpose, _transpose_expect)
 
+REVERSALS = [((), ()), ((5,), (0,)), ((0,), (0,)), ((1, 4), (1,)), ((3, 4), (0, 1)), ((2, 3, 5), (2, 0)),
+             ((4, 3), ())]
+
+
+def _make_reverse(rng, dt):
+    return [([rand(rng, s, dt)], {"dimensions": d}) for s, d in REVERSALS]
+
+
+def _reverse_expect(x, dimensions):
+    out = np.empty_like(x)
+    for idx in np.ndindex(*x.shape):
+        src = tuple(x.shape[k] - 1 - i if k in dimensions else i for k, i in enumerate(idx))
+        out[idx] = x[src]
+    return out
+
+
+entry("reverse", _make_reverse, _reverse_expect)
+
 SLICES = [((5,), (1,), (4,), (1,)), ((5,), (0,), (5,), (2,)), ((6, 4), (1, 0), (5, 4), (3, 2)),
           ((3,), (1,), (1,), (1,)), ((0,), (0,), (0,), (1,)), ((), (), (), ()),
           ((2, 3), (2, 1), (2, 3), (1, 1)), ((4,), (1,), (4,), (7,)), ((1, 3), (0, 2), (1, 3), (1, 1))]

@@ -44,6 +44,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ..errors import CollectiveError
+
 REDUCE_OPS = ("sum", "max", "min", "prod")
 
 
@@ -90,6 +92,13 @@ class Communicator(ABC):
     def __init__(self, mesh, rank):
         self.mesh = mesh
         self.rank = rank            # this rank's device id in the mesh
+
+    def write(self, text):
+        """What the program prints on this rank (spmd.debug.print), as it runs: to this
+        process's stdout (the Ray communicator hands it to the driver instead)."""
+        import sys
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
     @property
     def size(self):
@@ -159,3 +168,39 @@ class Communicator(ABC):
 
     @abstractmethod
     def barrier(self, axes=None): ...
+
+
+# -- argument checks and blocks every backend's collectives share ---------------------------
+def axes_of(axes):
+    return (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def as_input(x):
+    # no copy for the usual contiguous ndarray: the done-rendezvous keeps it alive and
+    # unmodified until every rank has read it (np.ascontiguousarray would make 0-d 1-d)
+    x = np.asarray(x)
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def check_op(op):
+    if op not in REDUCE_OPS:
+        raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
+
+
+def check_dim(name, x, dim, G=None):
+    if not (isinstance(dim, (int, np.integer)) and 0 <= dim < x.ndim):
+        raise CollectiveError(f"{name}: dim {dim!r} is not a dim of a rank-{x.ndim} array {list(x.shape)}")
+    if G is not None and x.shape[dim] % G:
+        raise CollectiveError(f"{name}: dim {dim} of {list(x.shape)} does not split into {G} equal blocks")
+
+
+def block_of(a, dim, i, G):
+    c = a.shape[dim] // G
+    idx = [slice(None)] * a.ndim
+    idx[dim] = slice(i * c, (i + 1) * c)
+    return a[tuple(idx)]
+
+
+def describe(tag):
+    name, shape, dt, attrs = tag
+    return f"{name}({np.dtype(dt).name}{list(shape)}, {attrs})"

@@ -54,7 +54,8 @@ import time
 import numpy as np
 
 from ..errors import CollectiveError
-from .base import REDUCE_OPS, Communicator, collective_timeout, reduce_arrays
+from .base import (Communicator, as_input, axes_of, block_of, check_dim, check_op, collective_timeout,
+                   describe, reduce_arrays)
 
 _EMPTY = object()
 
@@ -182,7 +183,7 @@ class LocalCommunicator(Communicator):
     # -- the rendezvous ------------------------------------------------------------------
     def _group(self, axes):
         """(axes, devices of the group, this rank's index, the shared _Group), memoised."""
-        axes = _axes(axes)
+        axes = axes_of(axes)
         hit = self._cache.get(axes)
         if hit is None:
             devices = tuple(self.group(axes))
@@ -203,10 +204,10 @@ class LocalCommunicator(Communicator):
         got = grp.exchange(i, (tag, x.copy() if small else x, extra), what)
         differ = [devices[j] for j, (t, _, _) in enumerate(got) if t != tag]
         if differ:
-            mine = _describe(tag)
+            mine = describe(tag)
             raise CollectiveError(f"{what} on rank {self.rank}: the group does not agree on the call: rank "
                                   f"{self.rank} called {mine}, rank(s) {differ} called "
-                                  f"{'; '.join(sorted({_describe(got[devices.index(d)][0]) for d in differ}))}")
+                                  f"{'; '.join(sorted({describe(got[devices.index(d)][0]) for d in differ}))}")
         out = compute([v for _, v, _ in got], [e for _, _, e in got], i, G)
         if not small:
             grp.exchange(i, None, what + " (done)")
@@ -215,8 +216,8 @@ class LocalCommunicator(Communicator):
     # -- the collectives -----------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum", out=None):
         given = out
-        x = _input(x)
-        _check_op(op)
+        x = as_input(x)
+        check_op(op)
         if x.nbytes <= SMALL_BYTES:
             r = self._collective("all_reduce", x, axes, (op,), lambda xs, _, i, G: reduce_arrays(op, xs))
             if given is not None:       # (the group's inputs were copies: out may be x)
@@ -243,8 +244,8 @@ class LocalCommunicator(Communicator):
         return r
 
     def all_reduce_start(self, x, axes, op="sum"):
-        x = _input(x)
-        _check_op(op)
+        x = as_input(x)
+        check_op(op)
         axes, devices, i, grp = self._group(axes)
         what = f"all_reduce over {axes}" + (f" at {self.loc}" if self.loc else "")
         if grp is None:
@@ -279,8 +280,8 @@ class LocalCommunicator(Communicator):
         differ = [devices[j] for j, (t, _, _) in enumerate(got) if t != tag]
         if differ:
             raise CollectiveError(f"{what} on rank {self.rank}: the group does not agree on the call: rank "
-                                  f"{self.rank} started {_describe(tag)}, rank(s) {differ} started "
-                                  f"{'; '.join(sorted({_describe(got[devices.index(d)][0]) for d in differ}))}")
+                                  f"{self.rank} started {describe(tag)}, rank(s) {differ} started "
+                                  f"{'; '.join(sorted({describe(got[devices.index(d)][0]) for d in differ}))}")
         xs = [v for _, v, _ in got]
         if small:
             out = reduce_arrays(op, xs)
@@ -302,35 +303,35 @@ class LocalCommunicator(Communicator):
         return out
 
     def all_gather(self, x, axes, dim=0, out=None):
-        x = _input(x)
-        _check_dim("all_gather", x, dim)
+        x = as_input(x)
+        check_dim("all_gather", x, dim)
         return self._collective("all_gather", x, axes, (dim,),
                                 lambda xs, _, i, G: np.concatenate(xs, axis=dim, out=out))
 
     def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
-        x = _input(x)
-        _check_op(op)
-        G = self.mesh.axes_size(_axes(axes))
-        _check_dim("reduce_scatter", x, dim, G)
+        x = as_input(x)
+        check_op(op)
+        G = self.mesh.axes_size(axes_of(axes))
+        check_dim("reduce_scatter", x, dim, G)
         return self._collective("reduce_scatter", x, axes, (dim, op),
-                                lambda xs, _, i, G: reduce_arrays(op, [_block(a, dim, i, G) for a in xs], out=out))
+                                lambda xs, _, i, G: reduce_arrays(op, [block_of(a, dim, i, G) for a in xs], out=out))
 
     def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
-        _check_dim("all_to_all", x, split_dim, G)
-        _check_dim("all_to_all", x, concat_dim)
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
+        check_dim("all_to_all", x, split_dim, G)
+        check_dim("all_to_all", x, concat_dim)
         return self._collective("all_to_all", x, axes, (split_dim, concat_dim),
-                                lambda xs, _, i, G: np.concatenate([_block(a, split_dim, i, G) for a in xs],
+                                lambda xs, _, i, G: np.concatenate([block_of(a, split_dim, i, G) for a in xs],
                                                                    axis=concat_dim, out=out))
 
     def permute(self, x, axes, pairs):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
         pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
         dsts = [d for _, d in pairs]
         if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
-            raise CollectiveError(f"permute over {_axes(axes)}: pairs {pairs} must be (src, dst) group indices "
+            raise CollectiveError(f"permute over {axes_of(axes)}: pairs {pairs} must be (src, dst) group indices "
                                   f"in [0, {G}) naming each dst at most once")
         src_of = {d: s for s, d in pairs}
 
@@ -341,48 +342,15 @@ class LocalCommunicator(Communicator):
         return self._collective("permute", x, axes, (pairs,), compute)
 
     def broadcast(self, x, axes, root=0):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
         if not 0 <= root < G:
-            raise CollectiveError(f"broadcast over {_axes(axes)}: root {root} is not a group index in [0, {G})")
+            raise CollectiveError(f"broadcast over {axes_of(axes)}: root {root} is not a group index in [0, {G})")
         return self._collective("broadcast", x, axes, (root,), lambda xs, _, i, G: xs[root].copy())
 
     def barrier(self, axes=None):
-        axes = self.mesh.axis_names if axes is None else _axes(axes)
+        axes = self.mesh.axis_names if axes is None else axes_of(axes)
         self._collective("barrier", np.zeros(0), axes, (), lambda xs, _, i, G: None)
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _axes(axes):
-    return (axes,) if isinstance(axes, str) else tuple(axes)
-
-
-def _input(x):
-    # no copy for the usual contiguous ndarray: the done-rendezvous keeps it alive and
-    # unmodified until every rank has read it (np.ascontiguousarray would make 0-d 1-d)
-    x = np.asarray(x)
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
-
-
-def _check_op(op):
-    if op not in REDUCE_OPS:
-        raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
-
-
-def _check_dim(name, x, dim, G=None):
-    if not (isinstance(dim, (int, np.integer)) and 0 <= dim < x.ndim):
-        raise CollectiveError(f"{name}: dim {dim!r} is not a dim of a rank-{x.ndim} array {list(x.shape)}")
-    if G is not None and x.shape[dim] % G:
-        raise CollectiveError(f"{name}: dim {dim} of {list(x.shape)} does not split into {G} equal blocks")
-
-
-def _block(a, dim, i, G):
-    c = a.shape[dim] // G
-    idx = [slice(None)] * a.ndim
-    idx[dim] = slice(i * c, (i + 1) * c)
-    return a[tuple(idx)]
-
-
-def _describe(tag):
-    name, shape, dt, attrs = tag
-    return f"{name}({np.dtype(dt).name}{list(shape)}, {attrs})"

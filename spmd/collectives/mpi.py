@@ -188,6 +188,17 @@ def gone(ranks):
     return [r for r in ranks if r in PEERS and PEERS[r][0] == host and not _alive(PEERS[r][1])]
 
 
+def ranks_text(ranks) -> str:
+    """'rank(s) [2, 3]', with their hosts when the world spans several: 'rank(s) [2, 3]
+    on host h2' (from PEERS), so a lost host is named with its ranks."""
+    text = f"rank(s) {list(ranks)}"
+    if len({h for h, _ in PEERS.values()}) > 1:
+        hosts = sorted({PEERS[r][0] for r in ranks if r in PEERS})
+        if hosts:
+            text += f" on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}"
+    return text
+
+
 def heartbeat_timeout() -> float:
     """Seconds without a heartbeat after which a peer is taken for dead (default 10)."""
     return float(os.environ.get("SPMD_HEARTBEAT_TIMEOUT", "10"))
@@ -314,7 +325,7 @@ HEARTBEAT = _Heartbeat()
 
 def timeout_message(rank, what, group, timeout, loc=None):
     lost = gone(group)
-    why = (f"rank(s) {lost} of this group are gone (their processes exited or were killed)"
+    why = (f"{ranks_text(lost)} of this group are gone (their processes exited or were killed)"
            if lost else "a rank of this group died or stopped calling collectives")
     states = HEARTBEAT.describe([r for r in group if r != rank])
     return (f"rank {rank}: {what}{_at(loc)} over ranks {list(group)} timed out after {timeout:g} s "
@@ -427,15 +438,15 @@ class _Watchdog:
         doing = f"rank {rank} waits in {what}{_at(loc)} over ranks {list(group)}"
         lost = gone(others)
         if lost:
-            return f"{doing}: rank(s) {lost} of this group are gone (their processes exited or were killed)"
+            return f"{doing}: {ranks_text(lost)} of this group are gone (their processes exited or were killed)"
         silent = HEARTBEAT.silent(others, now)
         if silent:
-            return (f"{doing}: rank(s) {silent} of this group died or hang: no sign of life for "
+            return (f"{doing}: {ranks_text(silent)} of this group died or hang: no sign of life for "
                     f"{heartbeat_timeout():g} s (SPMD_HEARTBEAT_TIMEOUT)")
         done = [r for r in others if r in HEARTBEAT.exited_at
                 and now - max(HEARTBEAT.exited_at[r], start) > self.EXIT_GRACE]
         if done:
-            return (f"{doing}: rank(s) {done} finished the program without joining this collective "
+            return (f"{doing}: {ranks_text(done)} finished the program without joining this collective "
                     f"(the ranks ran different programs)")
         return self._deadlock(doing, group, rank, what, loc, now)
 
@@ -461,7 +472,7 @@ class _Watchdog:
         time.sleep(0.3)                    # let the dead process leave the process table
         world = sorted(PEERS)
         lost = gone(world)
-        who = f"rank(s) {lost}" if lost else "a rank on another host"
+        who = ranks_text(lost) if lost else "a rank on another host"
         calls = list(self.calls.items())
         doing = (f" while in {calls[0][1][1]}{_at(calls[0][1][5])} over ranks {list(calls[0][1][2])}"
                  if calls else "")
@@ -478,10 +489,24 @@ class _Watchdog:
             sys.stdout.flush()
         finally:
             time.sleep(1.0)      # let mpiexec forward the message before the job is torn down
-            mpi_module().COMM_WORLD.Abort(1)
+            abort_world()
 
 
 WATCHDOG = _Watchdog()
+
+# seconds MPI_Abort has to end this process before it ends itself
+ABORT_GRACE = 5.0
+
+
+def abort_world(code=1):
+    """MPI_Abort, and exit after ABORT_GRACE if that does not end this process: MPI_Abort
+    asks mpiexec to end the job, and with mpiexec's host out of reach (a cut link) the
+    request never arrives and the call never returns."""
+    def leave():
+        time.sleep(ABORT_GRACE)
+        os._exit(code)
+    threading.Thread(target=leave, name="spmd-abort-grace", daemon=True).start()
+    mpi_module().COMM_WORLD.Abort(code)
 
 
 def guarded(fn, what, group, rank, timeout=None, loc=None):

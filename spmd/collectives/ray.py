@@ -1,65 +1,596 @@
-"""RayCommunicator: the ranks are Ray actors; collectives move data through Ray's
-object store.
+"""RayCommunicator: the ranks are Ray actors; collectives move data directly between
+them, over shared memory within a host and TCP between hosts. Ray only starts the
+actors, tells them each other's addresses, and runs programs; no payload goes through
+Ray's object store or actor calls.
 
-Every rank actor (runtime/ray.py) has a `Mailbox`. A rank sends by calling the peer
-actor's `deposit` method, fire and forget, with the payload as a *top-level* argument:
-Ray resolves it before `deposit` runs, so the receiving actor gets a numpy array —
-read straight out of the node's shared-memory object store (zero-copy, read-only) when
-sender and receiver share a node, pulled by Ray's object manager when they do not.
-A payload bigger than Ray's inline limit is `ray.put` once by the sender, however many
-peers receive it (all_reduce, all_gather, broadcast send the same array to every
-peer); small payloads travel inside the call itself, which is the faster path for them.
-No torch, no pickling of arrays beyond Ray's zero-copy numpy serialisation.
+Every rank actor (runtime/ray.py) has a `Transport`, set up once per set of rank actors
+and kept for every program they run (rebuilt when an actor is replaced):
 
-Messages are keyed by (run id, sequence number, sender). All ranks run the same
-program, so the k-th collective a rank calls in a run is the k-th on every rank; each
-message also carries the call's tag (name, shape, dtype, attributes), and a group that
-does not agree on the call fails naming the ranks that differ, as on the local backend.
+- `Links` (collectives/sockets.py): a TCP connection to every other rank, on the
+  address Ray uses for the actor's node; a thread per connection receives messages;
+- `Slab` / `PeerMemory` (collectives/shm.py): peers of the same host (same host name and
+  boot, and able to map each other's memory) exchange arrays through shared memory: the
+  sender copies an array once into its slab, however many peers of its host read it,
+  sends each a small note over the link, and each reads it in place (reductions read
+  straight from the peers' slabs) and says it is done with it on its next message to
+  the sender. Small arrays (<= INLINE_BYTES) travel inside the note itself.
 
-Semantics are those of collectives/base.py, bit for bit those of the LocalCommunicator:
-reductions run over the group's inputs in group order, so every rank gets the same
-bits and Ray and local runs agree exactly. Results come from recycled buffers
-(collectives/pool.py).
+Messages land in the actor's `Mailbox`, keyed by (run id, call key, sender). All ranks
+run the same program, so the k-th collective a rank calls in a run is the k-th on every
+rank (the call key is (k, step) for the steps of one collective); each message carries
+the call's tag (name, shape, dtype, attributes), and a group that does not agree on the
+call fails naming the ranks that differ, as on the local backend.
 
-Started all-reduces (`all_reduce_start` / `wait`): the start sends this rank's input to
-its peers (fire and forget, as above) and returns; the wait collects the peers' inputs
-from the mailbox (keyed by the start's sequence number, so any collectives may run in
-between) and reduces them in group order. The block-wise all_reduce (big inputs on big
-groups) runs in two rounds and is done at the start (synchronous).
+The algorithms (G ranks in the group, N bytes each):
+- all_reduce: small: every rank sends x to every other and reduces the G inputs in group
+  order. At least BLOCKWISE_BYTES: a reduce-scatter (member j gets block j of every x
+  and reduces it in group order) then an all-gather of the reduced blocks; each rank
+  sends and receives about 2N(G-1)/G. Both give the bits of the local backend.
+  When the group spans hosts (H hosts with L members each, L > 1) the all_reduce of a
+  sum or product, or of integers, is hierarchical: a reduce-scatter within each host
+  (shared memory), the block-wise all_reduce of each rank's part with the ranks of the
+  same place on the other hosts (the only traffic between hosts: 2N(H-1)/H per host
+  instead of about 2N(G-1)/G per rank), and an all-gather within each host. Floats
+  are then summed host by host (every rank still gets the same bits, on every run; as
+  with MPI, not the bits of a single-host run); max and min of floats, and 2-byte
+  floats, keep group order.
+- all_gather: when the group spans hosts (L > 1 members on each), a rank exchanges x
+  with the ranks of its place on the other hosts, then forwards what it got to the
+  peers of its host (each array crosses between two hosts once, not L times).
+- reduce_scatter, all_to_all, permute, broadcast (and all_gather on one host): every
+  rank sends each peer what that peer needs (one slab region for all peers of its host when it is the
+  same array), and reduce_scatter reduces the G blocks it receives in group order.
+- all_reduce_start / wait: the start sends (block-wise: the blocks; on TCP from a sender
+  thread, so the transfer overlaps what runs until the wait); the wait receives and
+  reduces. Hierarchical all_reduces are done at the start.
+
+Results are new arrays from recycled buffers (collectives/pool.py). The semantics are
+those of collectives/base.py.
 
 Failure, never a hang:
-- a rank whose program raises tells its peers (`abort` on each), and the driver does
-  the same when it sees an actor die; a waiting rank then raises CollectiveError
-  naming the failed rank;
-- a busy peer is waited for (the driver watches for dead actors); only when
-  SPMD_COLLECTIVE_TIMEOUT is set does a waiting rank raise CollectiveError after that
-  many seconds, naming exactly the ranks whose messages never came.
+- a rank whose program raises tells its peers (`abort` on each, through Ray), and the
+  driver does the same when it sees an actor die; a waiting rank then raises
+  CollectiveError naming the failed rank;
+- a peer's process that dies closes its connections (the kernel does so at once): the
+  ranks waiting for it fail at once, naming it;
+- a busy peer is waited for; only when SPMD_COLLECTIVE_TIMEOUT is set does a waiting
+  rank raise CollectiveError after that many seconds, naming the ranks whose messages
+  never came.
 """
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
 import numpy as np
-import ray
 
 from ..errors import CollectiveError
-from .base import Communicator, into, reduce_arrays
-from .local import _axes, _block, _check_dim, _check_op, _describe, _input
+from . import shm
+from .base import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
 from .pool import BufferPool
+from .sockets import Links
 
-# payloads up to this many bytes travel inline in the actor call (Ray's own limit for
-# inlining arguments is 100 KiB); bigger ones go through the object store
-INLINE_BYTES = 100 * 1024
-# all_reduce of at least this many bytes on groups of at least this many ranks runs
-# block-wise (reduce-scatter, then all-gather): each rank reduces 1/G of the data and
-# each node receives about 2(G-1)/G of it instead of (G-1) times it, for a second round
-# of messages. On one 2-core machine the direct exchange is as fast up to ~32 MB.
-BLOCKWISE_BYTES = 32 << 20
-BLOCKWISE_MIN_GROUP = 3
+# arrays up to this many bytes travel inside the message, also between peers of a host
+INLINE_BYTES = 64 * 1024
+# a reader tells a sender which of its slab regions it has read with its next message to
+# it (collectives exchange both ways, so that is usually the next collective's); a sender
+# that hears nothing back (a broadcast's root) is told once this many wait
+RELEASE_BATCH = 4
+# all_reduce of at least this many bytes (and at least as many elements as ranks) runs
+# block-wise: each rank reduces 1/G of the data instead of all of it, for a second round
+BLOCKWISE_BYTES = 256 * 1024
 
 # results come from recycled buffers: fresh pages cost a page fault each (collectives/pool.py)
 POOL = BufferPool()
+
+
+def _bounds(n, G):
+    return [n * k // G for k in range(G + 1)]
+
+
+def host_id():
+    """This machine: its host name, and its boot (so two machines of one name differ)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return socket.gethostname(), boot
+
+
+class Mailbox:
+    """The messages that arrived at one rank, and the abort flag of the current run.
+    Filled by the link threads and `abort` (a Ray call); `take` runs on the run thread."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.run_id = -1
+        self.box = {}            # (run_id, key, src) -> (tag, payload, header)
+        self.failed = {}         # run_id -> reason (str)
+        self.dead = {}           # rank -> why its link is down (for the current transport)
+
+    def start(self, run_id):
+        """A new run: forget what is left of older ones (an aborted run's messages)."""
+        with self.cond:
+            self.run_id = run_id
+            self.box = {k: v for k, v in self.box.items() if k[0] >= run_id}
+            self.failed = {r: v for r, v in self.failed.items() if r >= run_id}
+
+    def deposit(self, run_id, key, src, tag, payload, header=None):
+        with self.cond:
+            if run_id < self.run_id:
+                return           # from a run that has ended (aborted): nobody waits for it
+            self.box[(run_id, key, src)] = (tag, payload, header)
+            self.cond.notify_all()
+
+    def abort(self, run_id, reason):
+        with self.cond:
+            if run_id >= self.run_id:
+                self.failed.setdefault(run_id, reason)
+                self.cond.notify_all()
+
+    def lost(self, src, reason):
+        """The link to rank src is down: its process died or its host is unreachable."""
+        with self.cond:
+            self.dead.setdefault(src, reason)
+            self.failed.setdefault(self.run_id, f"rank {src} is lost: {reason}")
+            self.cond.notify_all()
+
+    def revive(self):
+        with self.cond:
+            self.dead = {}
+
+    def take(self, run_id, key, srcs, timeout, what, group):
+        """{src: (tag, payload, header)} for every src in srcs, or CollectiveError when the
+        run is aborted, a src is lost, or the deadline passes first."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                missing = [s for s in srcs if (run_id, key, s) not in self.box]
+                if not missing:
+                    return {s: self.box.pop((run_id, key, s)) for s in srcs}
+                lost = [s for s in missing if s in self.dead]
+                if lost:
+                    raise CollectiveError(f"{what}: rank {lost[0]} is lost: {self.dead[lost[0]]}")
+                reason = self.failed.get(run_id)
+                if reason is not None:
+                    raise CollectiveError(f"{what}: aborted because {reason}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CollectiveError(
+                        f"{what}: timed out after {timeout:g} s waiting for rank(s) {missing} of group "
+                        f"{list(group)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped calling collectives")
+                self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
+
+
+class Transport:
+    """One rank actor's links to the others and its shared memory; lives as long as the
+    set of rank actors (runtime/ray.py makes a new one when an actor is replaced)."""
+
+    def __init__(self, rank, host_ip, mailbox):
+        self.rank, self.mailbox = rank, mailbox
+        self.links = Links(rank, host_ip, alloc=POOL.empty)
+        self.host = host_id()
+        self.slab = shm.Slab() if shm.supported() else None
+        self.peer_memory = shm.PeerMemory()
+        self.probe, self._probe_segment = shm.probe() if self.slab is not None else (None, None)
+        self.pids = {}
+        self.hosts = {}              # rank -> host id
+        self.shm_peers = set()       # ranks whose slabs this one maps
+        self.unreleased = {}         # rank -> ids of its regions this rank has read
+        self.closed = False
+
+    def info(self):
+        """What the peers need to reach this rank (exchanged through Ray)."""
+        return {"address": self.links.address, "host": self.host, "probe": self.probe}
+
+    def connect(self, infos):
+        """infos: {rank: info()} of every rank. Returns when every link is up."""
+        self.hosts = {r: tuple(i["host"]) for r, i in infos.items()}
+        self.pids = {r: i["probe"][0] for r, i in infos.items() if i["probe"]}
+        self.shm_peers = {r for r, i in infos.items()
+                          if r != self.rank and self.slab is not None and i["probe"]
+                          and self.hosts[r] == self.host and shm.reachable(*i["probe"])}
+        self.mailbox.revive()
+        self.links.connect({r: i["address"] for r, i in infos.items()}, self._deliver, self._lost)
+
+    def abort_peers(self, run_id, reason, ranks):
+        """Wake the peers waiting in this run at once (the driver tells them too, later)."""
+        for d in ranks:
+            if d != self.rank:
+                try:
+                    self.links.send(d, {"kind": "abort", "run": run_id, "reason": reason})
+                except CollectiveError:
+                    pass             # that one is gone already
+
+    def read(self, src, rid):
+        """This rank is done with src's region rid: src hears it with the next message this
+        rank sends it, or at once when RELEASE_BATCH regions of src wait for that."""
+        rids = self.unreleased.setdefault(src, [])
+        rids.append(rid)
+        if len(rids) >= RELEASE_BATCH:
+            self.send(src, {"kind": "release"})
+
+    def send(self, dst, header, array=None, later=False, failed=None):
+        """Links.send (or send_later), carrying the regions of dst this rank is done with."""
+        rids = self.unreleased.pop(dst, None)
+        if rids:
+            header = dict(header, rids=rids)
+        if later:
+            self.links.send_later(dst, header, array, failed=failed)
+        else:
+            self.links.send(dst, header, array)
+
+    def _deliver(self, src, header, array):
+        for rid in header.get("rids", ()):
+            self.slab.release(rid)
+        kind = header["kind"]
+        if kind == "abort":
+            self.mailbox.abort(header["run"], header["reason"])
+            return
+        if kind == "release":
+            return
+        if kind == "shm":
+            rid, fd, off, dtype, shape = header["region"]
+            array = self.peer_memory.view(self.pids[src], fd, off, dtype, shape)
+        self.mailbox.deposit(header["run"], header["key"], src, header["tag"], array, header)
+
+    def _lost(self, src, reason):
+        if not self.closed:
+            self.mailbox.lost(src, f"{reason} (rank {src} runs on host {self.hosts.get(src, ('?',))[0]})")
+
+    def new_run(self):
+        """Every region is free: every reader of the last run has finished (the driver
+        starts a run when the last one ended on every rank)."""
+        self.unreleased = {}
+        if self.slab is not None:
+            self.slab.reset()
+
+    def close(self):
+        self.closed = True
+        self.links.close()
+        self.peer_memory.forget()
+        if self.slab is not None:
+            self.slab.close()
+        if self._probe_segment is not None:
+            self._probe_segment.close()
+
+
+class RayCommunicator(Communicator):
+    """One rank's communicator for one run of a program, inside its actor.
+
+    transport: this actor's Transport; run_id: the run, fixed by the driver."""
+
+    def __init__(self, mesh, rank, transport, run_id, timeout):
+        super().__init__(mesh, rank)
+        self.t, self.mailbox = transport, transport.mailbox
+        self.run_id, self.timeout = run_id, float(timeout)
+        self.seq = 0
+        self._cache = {}
+        self.output = []           # what the program printed (spmd.debug.print), for the driver
+
+    def write(self, text):
+        self.output.append(text)
+
+    # -- messages --------------------------------------------------------------------------
+    def _group(self, axes):
+        axes = axes_of(axes)
+        hit = self._cache.get(axes)
+        if hit is None:
+            devices = tuple(self.group(axes))
+            hit = self._cache[axes] = (axes, devices, devices.index(self.rank))
+        return hit
+
+    def _begin(self, name, x, axes, attrs):
+        axes, devices, i = self._group(axes)
+        self.seq += 1
+        tag = (name, x.shape, x.dtype.str, attrs)
+        what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "") + f" on rank {self.rank}"
+        return axes, devices, i, tag, what
+
+    def _post(self, key, tag, what, dsts, payload_for, later=False):
+        """Send payload_for(d) to each rank d in dsts; payload_for(None), if not None, is
+        the same array for all (one slab region for every peer of this host). later: TCP
+        sends run on the sender threads (the arrays must stay unmodified until received)."""
+        same = payload_for(None)
+        shared = {}                      # id(array) -> (region, readers): one region per array
+        if same is not None:
+            near = [d for d in dsts if d in self.t.shm_peers]
+            if len(near) and same.nbytes > INLINE_BYTES:
+                shared[id(same)] = self.t.slab.put(same, len(near))
+        for d in dsts:
+            a = same if same is not None else np.ascontiguousarray(payload_for(d))
+            head = {"run": self.run_id, "key": key, "tag": tag}
+            if d in self.t.shm_peers and a.nbytes > INLINE_BYTES:
+                region = shared.get(id(a)) or self.t.slab.put(a, 1)
+                head.update(kind="shm", region=region)
+                a = None
+            else:
+                head.update(kind="data", dtype=a.dtype, shape=a.shape)
+            if later and a is not None and a.nbytes > INLINE_BYTES:
+                self.t.send(d, head, a, later=True, failed=lambda why, d=d: self.mailbox.lost(d, why))
+                continue
+            try:
+                self.t.send(d, head, a)
+            except CollectiveError as e:
+                self.mailbox.lost(d, str(e))
+                raise CollectiveError(f"{what}: rank {d} is lost: {e}") from None
+
+    def _collect(self, key, tag, srcs, what, devices):
+        """{src: array} of every src; the shared-memory ones are views into the peers'
+        slabs, valid until `_release(regions)`; regions: {src: its region id}."""
+        if not srcs:
+            return {}, {}
+        got = self.mailbox.take(self.run_id, key, srcs, self.timeout, what, devices)
+        differ = [s for s in srcs if got[s][0] != tag]
+        if differ:
+            raise CollectiveError(
+                f"{what}: the group does not agree on the call: rank {self.rank} called {describe(tag)}, "
+                f"rank(s) {differ} called {'; '.join(sorted({describe(got[s][0]) for s in differ}))}")
+        regions = {s: got[s][2]["region"][0] for s in srcs if got[s][2].get("kind") == "shm"}
+        return {s: got[s][1] for s in srcs}, regions
+
+    def _release(self, regions):
+        """The senders' slab regions are read (after the last use of the views): they hear
+        it with this rank's next message to them (Transport.read)."""
+        for s, rid in regions.items():
+            try:
+                self.t.read(s, rid)
+            except CollectiveError:
+                pass             # the sender is gone: nothing to free; its loss is reported by the mailbox
+
+    def _exchange(self, name, x, axes, attrs, payload_for, combine):
+        """Send payload_for(j) to group member j (one region when it is the same for all),
+        receive every member's payload for this rank; combine([payload of member 0..G-1])
+        -> the result (the peers' payloads are released after it)."""
+        axes, devices, i, tag, what = self._begin(name, x, axes, attrs)
+        key = (self.seq, 0)
+        others = [d for d in devices if d != self.rank]
+        same = payload_for(None)
+        self._post(key, tag, what, others, lambda d: same if same is not None else
+                   (None if d is None else payload_for(devices.index(d))))
+        got, regions = self._collect(key, tag, others, what, devices)
+        mine = same if same is not None else payload_for(i)
+        try:
+            return combine([mine if d == self.rank else got[d] for d in devices])
+        finally:
+            del got
+            self._release(regions)
+
+    # -- all_reduce ---------------------------------------------------------------------------
+    def all_reduce(self, x, axes, op="sum", out=None):
+        r = self._all_reduce(x, axes, op)
+        if out is None:
+            return r
+        np.copyto(out, r)
+        return out
+
+    def _plan(self, x, axes, op):
+        """'direct', 'blockwise' or 'hierarchical' for an all_reduce of x over axes (op
+        None: for an all_gather, which any dtype may do host by host)."""
+        G = self.mesh.axes_size(axes_of(axes))
+        if G < 2 or x.nbytes < BLOCKWISE_BYTES or x.size < G:
+            return "direct"
+        _, devices, _ = self._group(axes)
+        hosts = self._hosts(devices)
+        # host by host changes only the order of float sums and products (as MPI's does);
+        # max/min of floats keep group order (NaN and signed zeros), and 2-byte floats are
+        # summed in float32 and rounded once (base.reduce_arrays), not once per host
+        regroup = op is None or x.dtype.kind in "biu" or (op in ("sum", "prod") and x.dtype.itemsize > 2)
+        if len(hosts) > 1 and regroup and len({len(h) for h in hosts}) == 1 and len(hosts[0]) > 1 \
+                and x.size >= G:
+            return "hierarchical"
+        return "blockwise"
+
+    def _hosts(self, devices):
+        """The group's members by host: [[devices of the first host, in group order], ...]."""
+        by = {}
+        for d in devices:
+            by.setdefault(self.t.hosts.get(d, d), []).append(d)
+        return list(by.values())
+
+    def _all_reduce(self, x, axes, op):
+        x = as_input(x)
+        check_op(op)
+        plan = self._plan(x, axes, op)
+        if plan == "direct":
+            return self._exchange("all_reduce", x, axes, (op,), lambda j: x, lambda xs: _reduce(op, xs))
+        axes, devices, i, tag, what = self._begin("all_reduce", x, axes, (op,))
+        flat = x.reshape(-1)
+        out = POOL.empty(x.shape, x.dtype)
+        if plan == "blockwise":
+            self._scatter_flat((self.seq, 0), tag, what, devices, flat)
+            self._blockwise_rest((self.seq, 0), tag, what, devices, flat, op, out.reshape(-1))
+        else:
+            self._hierarchical(tag, what, devices, flat, op, out.reshape(-1))
+        return out
+
+    def _scatter_flat(self, key, tag, what, devices, flat, later=False):
+        """Send block j of the flat array to member j (the first half of a reduce-scatter)."""
+        b = _bounds(flat.size, len(devices))
+        others = [d for d in devices if d != self.rank]
+        self._post(key, tag, what, others,
+                   lambda d: None if d is None else flat[b[devices.index(d)]:b[devices.index(d) + 1]], later=later)
+
+    def _reduce_block(self, key, tag, what, devices, flat, op):
+        """The second half of the reduce-scatter: this member's block of every member's
+        flat array, reduced in group order."""
+        G, i = len(devices), devices.index(self.rank)
+        b = _bounds(flat.size, G)
+        got, regions = self._collect(key, tag, [d for d in devices if d != self.rank], what, devices)
+        try:
+            return _reduce(op, [flat[b[i]:b[i + 1]] if d == self.rank else got[d] for d in devices])
+        finally:
+            del got
+            self._release(regions)
+
+    def _gather_flat(self, key, tag, what, devices, block, out):
+        """Every member's block, concatenated in group order into the flat `out`."""
+        G, i = len(devices), devices.index(self.rank)
+        b = _bounds(out.size, G)
+        others = [d for d in devices if d != self.rank]
+        self._post(key, tag, what, others, lambda d: block)
+        got, regions = self._collect(key, tag, others, what, devices)
+        try:
+            for j, d in enumerate(devices):
+                out[b[j]:b[j + 1]] = block if d == self.rank else got[d]
+        finally:
+            del got
+            self._release(regions)
+        return out
+
+    def _blockwise_rest(self, key, tag, what, devices, flat, op, out):
+        """The reduce-scatter's blocks were sent under step `key`: reduce this member's,
+        then all-gather the reduced blocks under the next step."""
+        block = self._reduce_block(key, tag, what, devices, flat, op)
+        return self._gather_flat((key[0], key[1] + 1), tag, what, devices, block, out)
+
+    def _hierarchical(self, tag, what, devices, flat, op, out):
+        """Reduce-scatter within the host, the block-wise all_reduce of this rank's part
+        across the hosts, all-gather within the host."""
+        hosts = self._hosts(devices)
+        local = next(h for h in hosts if self.rank in h)
+        k = local.index(self.rank)
+        across = [h[k] for h in hosts]
+        self._scatter_flat((self.seq, 0), tag, what, local, flat)
+        part = self._reduce_block((self.seq, 0), tag, what, local, flat, op)
+        whole = POOL.empty(part.shape, part.dtype)
+        self._scatter_flat((self.seq, 1), tag, what, across, part)
+        self._blockwise_rest((self.seq, 1), tag, what, across, part, op, whole)    # steps 1 and 2
+        del part
+        return self._gather_flat((self.seq, 3), tag, what, local, whole, out)
+
+    def all_reduce_start(self, x, axes, op="sum"):
+        x = as_input(x)
+        check_op(op)
+        plan = self._plan(x, axes, op)
+        if plan == "hierarchical":
+            return self.put_handle((None, self._all_reduce(x, axes, op)))
+        axes, devices, i, tag, what = self._begin("all_reduce", x, axes, (op,))
+        key = (self.seq, 0)
+        others = [d for d in devices if d != self.rank]
+        if plan == "blockwise":
+            # the wait returns only after every peer has reduced this rank's block (its
+            # reduced block comes back), so x stays untouched while the sends are in flight
+            self._scatter_flat(key, tag, what, devices, x.reshape(-1), later=True)
+        else:
+            self._post(key, tag, what, others, lambda d: x)     # small: sent now
+        return self.put_handle(((plan, key, tag, what, devices, op), x))
+
+    def wait(self, handle):
+        call, x = self.take_handle(handle)
+        if call is None:
+            return x
+        plan, key, tag, what, devices, op = call
+        if plan == "blockwise":
+            out = POOL.empty(x.shape, x.dtype)
+            self._blockwise_rest(key, tag, what, devices, x.reshape(-1), op, out.reshape(-1))
+            return out
+        others = [d for d in devices if d != self.rank]
+        got, regions = self._collect(key, tag, others, what, devices)
+        try:
+            return _reduce(op, [x if d == self.rank else got[d] for d in devices])
+        finally:
+            del got
+            self._release(regions)
+
+    # -- the other collectives ---------------------------------------------------------------
+    def all_gather(self, x, axes, dim=0, out=None):
+        x = as_input(x)
+        check_dim("all_gather", x, dim)
+        if self._plan(x, axes, None) != "hierarchical":
+            return into(out, self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim)))
+        return into(out, self._all_gather_hierarchical(x, axes, dim))
+
+    def _all_gather_hierarchical(self, x, axes, dim):
+        """Across hosts each array crosses once: a rank exchanges x with the ranks of its
+        place on the other hosts, then hands what it got to the peers of its host, by
+        shared memory (flat, every array would cross to every rank of another host)."""
+        axes, devices, i, tag, what = self._begin("all_gather", x, axes, (dim,))
+        hosts = self._hosts(devices)
+        local = next(h for h in hosts if self.rank in h)
+        k = local.index(self.rank)
+        across = [h[k] for h in hosts]
+        far = [d for d in across if d != self.rank]
+        near = [d for d in local if d != self.rank]
+        self._post((self.seq, 0), tag, what, far, lambda d: x)
+        got, regions = self._collect((self.seq, 0), tag, far, what, devices)
+        for j, d in enumerate(across):
+            a = x if d == self.rank else got[d]
+            self._post((self.seq, 1 + j), tag, what, near, lambda _, a=a: a)
+        parts, held = {}, [regions]
+        for j, h in enumerate(hosts):
+            g, r = self._collect((self.seq, 1 + j), tag, near, what, devices)
+            for p in near:
+                parts[h[local.index(p)]] = g[p]       # p forwarded the array of its place on host j
+            held.append(r)
+        try:
+            return _concat([x if d == self.rank else got[d] if d in got else parts[d] for d in devices], dim)
+        finally:
+            del got, parts
+            for r in held:
+                self._release(r)
+
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
+        x = as_input(x)
+        check_op(op)
+        G = self.mesh.axes_size(axes_of(axes))
+        check_dim("reduce_scatter", x, dim, G)
+        return into(out, self._exchange("reduce_scatter", x, axes, (dim, op),
+                                        lambda j: None if j is None else block_of(x, dim, j, G),
+                                        lambda xs: _reduce(op, xs)))
+
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
+        check_dim("all_to_all", x, split_dim, G)
+        check_dim("all_to_all", x, concat_dim)
+        return into(out, self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
+                                        lambda j: None if j is None else block_of(x, split_dim, j, G),
+                                        lambda xs: _concat(xs, concat_dim)))
+
+    def permute(self, x, axes, pairs):
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
+        pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
+        dsts = [d for _, d in pairs]
+        if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
+            raise CollectiveError(f"permute over {axes_of(axes)}: pairs {pairs} must be (src, dst) group indices "
+                                  f"in [0, {G}) naming each dst at most once")
+        axes, devices, i, tag, what = self._begin("permute", x, axes, (pairs,))
+        key = (self.seq, 0)
+        self._post(key, tag, what, [devices[d] for s, d in pairs if s == i and d != i], lambda d: x)
+        src = {d: s for s, d in pairs}.get(i)
+        if src is None:
+            return np.zeros_like(x)
+        if src == i:
+            return _copy(x)
+        return self._receive_copy(key, tag, devices[src], what, devices)
+
+    def broadcast(self, x, axes, root=0):
+        x = as_input(x)
+        G = self.mesh.axes_size(axes_of(axes))
+        if not 0 <= root < G:
+            raise CollectiveError(f"broadcast over {axes_of(axes)}: root {root} is not a group index in [0, {G})")
+        axes, devices, i, tag, what = self._begin("broadcast", x, axes, (root,))
+        key = (self.seq, 0)
+        if i == root:
+            self._post(key, tag, what, [d for d in devices if d != self.rank], lambda d: x)
+            return _copy(x)
+        return self._receive_copy(key, tag, devices[root], what, devices)
+
+    def _receive_copy(self, key, tag, src, what, devices):
+        got, regions = self._collect(key, tag, [src], what, devices)
+        try:
+            return _copy(got[src])
+        finally:
+            del got
+            self._release(regions)
+
+    def barrier(self, axes=None):
+        axes = self.mesh.axis_names if axes is None else axes_of(axes)
+        self._exchange("barrier", np.zeros(0), axes, (), lambda j: np.zeros(0), lambda xs: None)
 
 
 def _reduce(op, xs):
@@ -77,229 +608,3 @@ def _copy(x):
     out = POOL.empty(x.shape, x.dtype)
     np.copyto(out, x)
     return out
-
-
-class Mailbox:
-    """The messages that arrived at one rank, and the abort flag of the current run.
-    `deposit` and `abort` run on the actor's message threads, `take` on its run thread."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.run_id = -1
-        self.box = {}            # (run_id, seq, src) -> (tag, payload)
-        self.failed = {}         # run_id -> reason (str)
-
-    def start(self, run_id):
-        """A new run: forget what is left of older ones (an aborted run's messages)."""
-        with self.cond:
-            self.run_id = run_id
-            self.box = {k: v for k, v in self.box.items() if k[0] >= run_id}
-            self.failed = {r: v for r, v in self.failed.items() if r >= run_id}
-
-    def deposit(self, run_id, seq, src, tag, payload):
-        with self.cond:
-            if run_id < self.run_id:
-                return           # from a run that has ended (aborted): nobody waits for it
-            self.box[(run_id, seq, src)] = (tag, payload)
-            self.cond.notify_all()
-
-    def abort(self, run_id, reason):
-        with self.cond:
-            if run_id >= self.run_id:
-                self.failed.setdefault(run_id, reason)
-                self.cond.notify_all()
-
-    def take(self, run_id, seq, srcs, timeout, what, group):
-        """{src: (tag, payload)} for every src in srcs, or CollectiveError when the run is
-        aborted or the deadline passes first."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                reason = self.failed.get(run_id)
-                if reason is not None:
-                    raise CollectiveError(f"{what}: aborted because {reason}")
-                missing = [s for s in srcs if (run_id, seq, s) not in self.box]
-                if not missing:
-                    return {s: self.box.pop((run_id, seq, s)) for s in srcs}
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CollectiveError(
-                        f"{what}: timed out after {timeout:g} s waiting for rank(s) {missing} of group "
-                        f"{list(group)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped calling collectives")
-                self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
-
-
-class RayCommunicator(Communicator):
-    """One rank's communicator for one run of a program, inside its actor.
-
-    peers: {device: actor handle} of every rank of the mesh (its own included, unused);
-    mailbox: this actor's Mailbox; run_id: the run, fixed by the driver."""
-
-    def __init__(self, mesh, rank, peers, mailbox, run_id, timeout):
-        super().__init__(mesh, rank)
-        self.peers, self.mailbox, self.run_id, self.timeout = peers, mailbox, run_id, float(timeout)
-        self.seq = 0
-        self._cache = {}
-
-    # -- messages --------------------------------------------------------------------------
-    def _group(self, axes):
-        axes = _axes(axes)
-        hit = self._cache.get(axes)
-        if hit is None:
-            devices = tuple(self.group(axes))
-            hit = self._cache[axes] = (axes, devices, devices.index(self.rank))
-        return hit
-
-    def _send(self, seq, tag, dsts, payload):
-        """Send one array to every rank in dsts: one object in the store for all of them."""
-        if not dsts:
-            return
-        if payload.nbytes > INLINE_BYTES:
-            payload = ray.put(payload)
-        for d in dsts:
-            self.peers[d].deposit.remote(self.run_id, seq, self.rank, tag, payload)
-
-    def _recv(self, seq, tag, srcs, what, devices):
-        got = self.mailbox.take(self.run_id, seq, srcs, self.timeout, what, devices)
-        differ = [s for s in srcs if got[s][0] != tag]
-        if differ:
-            raise CollectiveError(
-                f"{what}: the group does not agree on the call: rank {self.rank} called {_describe(tag)}, "
-                f"rank(s) {differ} called {'; '.join(sorted({_describe(got[s][0]) for s in differ}))}")
-        return {s: got[s][1] for s in srcs}
-
-    def _begin(self, name, x, axes, attrs):
-        axes, devices, i = self._group(axes)
-        self.seq += 1
-        tag = (name, x.shape, x.dtype.str, attrs)
-        what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "") + f" on rank {self.rank}"
-        return axes, devices, i, self.seq, tag, what
-
-    def _exchange(self, name, x, axes, attrs, payload_for):
-        """Send payload_for(j) to group member j (one object when it is the same for all),
-        receive every member's payload for this rank; [payload of member 0..G-1]."""
-        axes, devices, i, seq, tag, what = self._begin(name, x, axes, attrs)
-        G = len(devices)
-        others = [d for d in devices if d != self.rank]
-        if G > 1:
-            same = payload_for(None)
-            if same is not None:
-                self._send(seq, tag, others, same)
-            else:
-                for j, d in enumerate(devices):
-                    if d != self.rank:
-                        self._send(seq, tag, [d], np.ascontiguousarray(payload_for(j)))
-        got = self._recv(seq, tag, others, what, devices) if G > 1 else {}
-        mine = payload_for(None)
-        mine = payload_for(i) if mine is None else mine
-        return [mine if d == self.rank else got[d] for d in devices], i, G
-
-    # -- the collectives ---------------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum", out=None):
-        r = self._all_reduce(x, axes, op)
-        if out is None:
-            return r
-        np.copyto(out, r)
-        return out
-
-    def _all_reduce(self, x, axes, op):
-        x = _input(x)
-        _check_op(op)
-        G = self.mesh.axes_size(_axes(axes))
-        if G >= BLOCKWISE_MIN_GROUP and x.nbytes >= BLOCKWISE_BYTES and x.size >= G:
-            return self._all_reduce_blockwise(x, axes, op)
-        xs, _, _ = self._exchange("all_reduce", x, axes, (op,), lambda j: x)
-        return _reduce(op, xs)
-
-    def all_reduce_start(self, x, axes, op="sum"):
-        x = _input(x)
-        _check_op(op)
-        G = self.mesh.axes_size(_axes(axes))
-        if G >= BLOCKWISE_MIN_GROUP and x.nbytes >= BLOCKWISE_BYTES and x.size >= G:
-            return self.put_handle((None, self._all_reduce_blockwise(x, axes, op)))
-        axes, devices, i, seq, tag, what = self._begin("all_reduce", x, axes, (op,))
-        others = [d for d in devices if d != self.rank]
-        self._send(seq, tag, others, x)         # serialised (inline) or put in the store now
-        return self.put_handle(((seq, tag, others, what, devices, op), x))
-
-    def wait(self, handle):
-        call, x = self.take_handle(handle)
-        if call is None:
-            return x
-        seq, tag, others, what, devices, op = call
-        got = self._recv(seq, tag, others, what, devices) if others else {}
-        return _reduce(op, [x if d == self.rank else got[d] for d in devices])
-
-    def _all_reduce_blockwise(self, x, axes, op):
-        """A reduce-scatter of the flat x (member j gets block j of everyone's x and
-        reduces it, in group order: the bits of a whole-array reduction), then an
-        all-gather of the reduced blocks. Each rank stores about |x| in the object store
-        and reduces |x|/G, instead of reducing all of it."""
-        G = self.mesh.axes_size(_axes(axes))
-        flat = x.reshape(-1)
-        bounds = [flat.size * k // G for k in range(G + 1)]
-        parts, _, _ = self._exchange("all_reduce", x, axes, (op,),
-                                     lambda j: None if j is None else flat[bounds[j]:bounds[j + 1]])
-        block = _reduce(op, parts)
-        del parts                # release the peers' blocks before the second round
-        blocks, _, _ = self._exchange("all_reduce/gather", x, axes, (op,), lambda j: block)
-        return _concat(blocks, 0).reshape(x.shape)
-
-    def all_gather(self, x, axes, dim=0, out=None):
-        x = _input(x)
-        _check_dim("all_gather", x, dim)
-        xs, _, _ = self._exchange("all_gather", x, axes, (dim,), lambda j: x)
-        return into(out, _concat(xs, dim))
-
-    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
-        x = _input(x)
-        _check_op(op)
-        G = self.mesh.axes_size(_axes(axes))
-        _check_dim("reduce_scatter", x, dim, G)
-        blocks, _, _ = self._exchange("reduce_scatter", x, axes, (dim, op),
-                                      lambda j: None if j is None else _block(x, dim, j, G))
-        return into(out, _reduce(op, blocks))
-
-    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
-        _check_dim("all_to_all", x, split_dim, G)
-        _check_dim("all_to_all", x, concat_dim)
-        blocks, _, _ = self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
-                                      lambda j: None if j is None else _block(x, split_dim, j, G))
-        return into(out, _concat(blocks, concat_dim))
-
-    def permute(self, x, axes, pairs):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
-        pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
-        dsts = [d for _, d in pairs]
-        if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
-            raise CollectiveError(f"permute over {_axes(axes)}: pairs {pairs} must be (src, dst) group indices "
-                                  f"in [0, {G}) naming each dst at most once")
-        axes, devices, i, seq, tag, what = self._begin("permute", x, axes, (pairs,))
-        to = [devices[d] for s, d in pairs if s == i and d != i]
-        self._send(seq, tag, to, x)
-        src = {d: s for s, d in pairs}.get(i)
-        if src is None:
-            return np.zeros_like(x)
-        if src == i:
-            return _copy(x)
-        got = self._recv(seq, tag, [devices[src]], what, devices)
-        return _copy(got[devices[src]])
-
-    def broadcast(self, x, axes, root=0):
-        x = _input(x)
-        G = self.mesh.axes_size(_axes(axes))
-        if not 0 <= root < G:
-            raise CollectiveError(f"broadcast over {_axes(axes)}: root {root} is not a group index in [0, {G})")
-        axes, devices, i, seq, tag, what = self._begin("broadcast", x, axes, (root,))
-        if i == root:
-            self._send(seq, tag, [d for d in devices if d != self.rank], x)
-            return _copy(x)
-        got = self._recv(seq, tag, [devices[root]], what, devices)
-        return _copy(got[devices[root]])
-
-    def barrier(self, axes=None):
-        axes = self.mesh.axis_names if axes is None else _axes(axes)
-        self._exchange("barrier", np.zeros(0), axes, (), lambda j: np.zeros(0))

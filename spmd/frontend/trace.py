@@ -158,12 +158,13 @@ class Tracer:
 
     # -- things tracing cannot follow ------------------------------------------------------
     def _concrete(self, what):
+        if _storing_into_numpy():
+            _raise_store_into_numpy(self)
         raise TraceError(
             f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
-            f"{self!r} is not known until the program runs. Use np.where for data-dependent "
-            f"choices, or pass the value as a static argument. (Writing it into a plain numpy "
-            f"array made inside the function, buf[i] = value? Make the buffer traced: "
-            f"np.zeros_like(x, shape=...) or spmd.numpy.zeros(...).)")
+            f"{self!r} is not known until the program runs. To look at it, print it as the "
+            f"program runs: spmd.debug.print(\"{{}}\", value). For data-dependent choices use "
+            f"np.where; or pass the value as a static argument.")
 
     def __bool__(self):
         raise TraceError(
@@ -182,6 +183,8 @@ class Tracer:
         self._concrete("use as an index")
 
     def __array__(self, dtype=None, copy=None):
+        if _storing_into_numpy():
+            _raise_store_into_numpy(self)
         raise TraceError(
             f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
@@ -210,3 +213,30 @@ class Tracer:
             raise NotImplementedError(f"ndarray.{name} is not supported on traced arrays in spmd "
                                       f"(at {user_loc()})")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _storing_into_numpy() -> bool:
+    """Is the user's line storing into a subscript (buf[i] = value) right now? numpy's
+    ndarray.__setitem__ converts the value with float() or __array__, which is how a
+    write into a plain numpy array reaches the Tracer."""
+    from ..errors import user_frame
+    f = user_frame()
+    if f is None:
+        return False
+    ops = _STORES.get(f.f_code)
+    if ops is None:
+        import dis
+        ops = _STORES[f.f_code] = {i.offset for i in dis.get_instructions(f.f_code) if i.opname == "STORE_SUBSCR"}
+    return f.f_lasti in ops
+
+
+_STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instructions (error paths only)
+
+
+def _raise_store_into_numpy(tracer):
+    raise TraceError(
+        f"a traced value is written into a plain numpy array at {user_loc()} (buf[i] = value, with "
+        f"buf made by np.zeros / np.empty / np.array inside the function): a numpy array holds numbers, "
+        f"and {tracer!r} has none until the program runs. Make the buffer traced: "
+        f"buf = np.zeros_like(x, shape=...) or spmd.numpy.zeros(...); then buf[i] = value works as in "
+        f"numpy. (numpy converted the value with float() or np.asarray to store it.)")

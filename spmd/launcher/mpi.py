@@ -7,7 +7,13 @@ With hydra, `spmd run` passes -disable-auto-cleanup: by default hydra kills ever
 the moment one dies and only reports that process's PID; without the cleanup, the
 surviving ranks see the loss themselves, within SPMD_COLLECTIVE_TIMEOUT, and abort with
 a message naming the lost rank (collectives/mpi.py). An exception on a rank still ends
-the job at once (the rank aborts the world, runtime/mpi.py).
+the job at once (the rank aborts the world, runtime/mpi.py). Each rank runs under
+launcher/rank.py, which names a rank that died by a signal (mpiexec does not).
+
+Across hosts (`spmd run --hosts` / `--hostfile`) hydra starts its proxies over ssh and
+passes the whole environment to every rank (-genvall: PYTHONPATH, SPMD_*, UCX_*, ...);
+the ranks get the hosts in blocks of `host:slots` (launcher/hosts.py). Open MPI's
+mpirun is given the same hosts and the variables spmd needs with -x.
 """
 from __future__ import annotations
 
@@ -35,10 +41,82 @@ def is_hydra(mpiexec) -> bool:
     return "HYDRA" in out
 
 
-def mpiexec_command(n, argv) -> list:
-    """The command that runs argv (a program and its arguments) as n MPI ranks."""
+# passed to every rank by Open MPI's mpirun (hydra passes the whole environment)
+PASSED_ENV = ("PYTHONPATH", "PATH", "SPMD_", "UCX_", "OMP_", "OPENBLAS_", "MPIR_CVAR_")
+
+
+def mpiexec_command(n, argv, placement=None, environ=None) -> list:
+    """The command that runs argv (a program and its arguments) as n MPI ranks, on the
+    hosts of `placement` ([(host, [ranks])], launcher/hosts.py) if given."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("spmd run: mpiexec not found (pip install mpich, or put an MPI's mpiexec on PATH)")
-    extra = ["-disable-auto-cleanup"] if is_hydra(mpiexec) else []
-    return [mpiexec, *extra, "-n", str(n), *argv]
+    hosts = ",".join(f"{h}:{len(rs)}" for h, rs in placement or () if rs)
+    if is_hydra(mpiexec):
+        where = ["-genvall", "-hosts", hosts] if hosts else []
+        return [mpiexec, "-disable-auto-cleanup", *where, "-n", str(n), *argv]
+    env = os.environ if environ is None else environ
+    passed = [a for k in sorted(env) if k.startswith(PASSED_ENV) for a in ("-x", k)]
+    return [mpiexec, *(["--host", hosts] if hosts else []), *passed, "-n", str(n), *argv]
+
+
+def run_on_hosts(cmd, env, placement) -> int:
+    """Run mpiexec across hosts and wait. If the job fails, say which hosts stopped
+    answering: when a whole host is lost (crashed, its link cut), hydra ends the job at
+    once with only its own error, and the ranks on that host cannot speak."""
+    import signal
+
+    from .hosts import ranks_text
+    from .ssh import unreachable
+    adopt_orphans()
+    p = subprocess.Popen(cmd, env=env)
+    signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
+    while True:
+        try:
+            code = p.wait()
+            break
+        except KeyboardInterrupt:
+            p.send_signal(signal.SIGINT)
+    end_orphans()
+    if code != 0:
+        ranks = dict(placement)
+        for host, why in unreachable([h for h, rs in placement if rs], timeout=POST_MORTEM_TIMEOUT):
+            sys.stderr.write(f"spmd run: host {host} ({ranks_text(ranks[host])}) was lost: it no longer "
+                             f"answers ssh ({why})\n")
+        sys.stderr.flush()
+    return code
+
+
+# seconds a host has to answer ssh after a failed job (a reachable one answers in well under 1)
+POST_MORTEM_TIMEOUT = 3
+
+
+def adopt_orphans():
+    """Make this process the one that inherits its descendants when their parent exits
+    (Linux's child subreaper), so end_orphans can find what mpiexec leaves behind."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)          # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def end_orphans():
+    """SIGKILL the processes mpiexec left to this one: hydra exits without ending its ssh
+    client to a host whose link is cut, which would wait for TCP to give up (minutes)."""
+    import signal
+    me = str(os.getpid())
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        if ppid == me:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                os.waitpid(int(pid), 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass

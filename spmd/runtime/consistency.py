@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from ..errors import SpmdError
+from ..errors import SpmdError, on_every_rank
 
 _LOC = re.compile(r' loc\(".*"\)$')
 
@@ -121,8 +121,8 @@ def agree(rt, what, header):
     got = rt.allgather_bytes(_digest(header), what)
     if any(h != got[0] for h in got):
         full = rt.allgather_object(header, what)
-        raise SpmdError(f"rank {rt.process_index()}: the ranks are not doing the same thing ({what}): "
-                        f"{_differ(full, repr)}")
+        raise on_every_rank(SpmdError(f"rank {rt.process_index()}: the ranks are not doing the same thing "
+                                      f"({what}): {_differ(full, repr)}"))
 
 
 def check_program(rt, lowered, leaves, placed):
@@ -153,19 +153,23 @@ def check_program(rt, lowered, leaves, placed):
     me = rt.process_index()
     if not same_program:
         texts = rt.allgather_object(lowered.as_text("traced"), "running a program")
-        raise SpmdError(_program_mismatch(me, [("run",) + g[:3] + (None, g[4]) for g in got], texts))
+        raise on_every_rank(SpmdError(_program_mismatch(me, [("run",) + g[:3] + (None, g[4]) for g in got],
+                                                        texts)))
     names = leaf_names(lowered.in_tree)
     for k in range(len(leaves)):
         vals = [g[3][k] for g in got]
         if vals[0] is not None and any(v != vals[0] for v in vals):
             who = _groups(vals)
-            raise SpmdError(
+            raise on_every_rank(SpmdError(
                 f"rank {me}: argument {names[k] if k < len(names) else f'leaf {k}'} of {name} "
-                f"({sig[k]}) has different values on different ranks: "
+                f"({sig[k]}) has different values on different ranks ("
                 + "; ".join(f"ranks {rs} agree" for rs in who.values())
-                + ". jit treats a numpy argument as one global value that every process "
-                  "holds whole; build an array from per-process parts with "
-                  "spmd.make_array_from_process_local_data (SPMD_CHECK_INPUTS=0 turns this check off)")
+                + "): a numpy argument of a jitted function is one global value, which every process "
+                  "must pass whole. Weights each rank made with its own random numbers? Seed every rank "
+                  "alike (np.random.default_rng(0), the same seed everywhere). Data each process loaded a "
+                  "part of? Join the parts with "
+                  "spmd.make_array_from_process_local_data(sharding, part). (SPMD_CHECK_INPUTS=0 turns "
+                  "this check off.)"))
 
 
 def _program_mismatch(me, got, texts):

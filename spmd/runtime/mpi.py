@@ -32,7 +32,7 @@ import traceback
 
 import numpy as np
 
-from ..errors import ShardingError
+from ..errors import ShardingError, SpmdError, is_internal, on_every_rank
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
 from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
@@ -83,6 +83,26 @@ def limit_blas_threads(ranks_here):
     return threadpool_limits(limits=max(1, (os.cpu_count() or 1) // max(1, ranks_here)), user_api="blas")
 
 
+# how long a rank waits for rank 0 to report an error every rank raised (on_every_rank)
+EVERY_RANK_WAIT = 10.0
+
+
+def failure_report(tp, value, tb, rank) -> str:
+    """What a failing rank prints. An SpmdError says what is wrong and what to do in its
+    message: that comes first, then the user's lines that led to it (spmd's own frames
+    are left out; any other exception prints its whole traceback)."""
+    from ..errors import SpmdError
+    if not isinstance(value, SpmdError):
+        return f"spmd: rank {rank} failed:\n" + "".join(traceback.format_exception(tp, value, tb))
+    who = "every rank (said once, by rank 0)" if getattr(value, "on_every_rank", False) else f"rank {rank}"
+    lines = [f"spmd: {who} failed:", "".join(traceback.format_exception_only(tp, value)).rstrip()]
+    frames = [f for f in traceback.extract_tb(tb) if not is_internal(f.filename)]
+    if frames:
+        lines.append("raised from:")
+        lines += [ln.rstrip() for ln in traceback.format_list(frames)]
+    return "\n".join(lines) + "\n"
+
+
 class MPIRuntime(Runtime):
     name = "mpi"
 
@@ -92,9 +112,11 @@ class MPIRuntime(Runtime):
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self._comms = {}            # mesh -> its MPICommunicator (groups cached inside)
+        self._check_launcher(MPI)
         if num_devices is not None and num_devices != self.size:
-            raise ShardingError(f"spmd.init(num_devices={num_devices}) but MPI started {self.size} ranks; "
-                                f"launch with mpiexec -n {num_devices}")
+            raise on_every_rank(ShardingError(
+                f"spmd.init(num_devices={num_devices}) but MPI started {self.size} ranks: launch with "
+                f"mpiexec -n {num_devices} (one rank per device), or leave num_devices out"))
         # rank 0's lines plain, every other rank's prefixed with its rank; whole lines only
         prefix = f"[rank {self.rank}] " if self.rank != 0 else ""
         if not isinstance(sys.stdout, _Prefixed):
@@ -116,6 +138,24 @@ class MPIRuntime(Runtime):
         mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
         limit_blas_threads(sum(host == peers[self.rank][0] for host, _ in peers))
 
+    def _check_launcher(self, MPI):
+        """MPI's world must be the one the launcher started: a launcher that cannot reach
+        this MPI (srun without PMI, another MPI's mpiexec) starts N worlds of one
+        process each, every one running the whole job alone."""
+        from .detect import launcher_world
+        lw = launcher_world()
+        if lw is None or (lw.size, lw.rank) == (self.size, self.rank):
+            return
+        if lw.launcher == "srun":
+            fix = ("srun did not connect the tasks' MPI: run srun --mpi=pmi2 (the mpich wheel's MPI speaks "
+                   "PMI-2; `srun --mpi=list` shows what this SLURM offers), or set MpiDefault=pmi2 in slurm.conf")
+        else:
+            lib = MPI.Get_library_version().strip().splitlines()[0]
+            fix = (f"that launcher belongs to another MPI than the one mpi4py uses ({lib}); use its mpiexec "
+                   f"(`spmd run -n N --backend mpi` finds it)")
+        raise SpmdError(f"{lw.launcher} started this process as rank {lw.rank} of {lw.size}, but MPI's world has "
+                        f"{self.size} process(es) and calls it rank {self.rank}: {fix}")
+
     def _merge_timeline_at_exit(self):
         """SPMD_TRACE: at exit every rank sends its spans to rank 0, which writes one file
         with a track per rank."""
@@ -132,11 +172,15 @@ class MPIRuntime(Runtime):
         world, rank = self.world, self.rank
 
         def hook(tp, value, tb):
-            sys.stderr.write(f"spmd: rank {rank} failed:\n" + "".join(traceback.format_exception(tp, value, tb)))
+            if getattr(value, "on_every_rank", False) and rank != 0:
+                # rank 0 raised it too and reports it once, for every rank, then aborts the
+                # world (ending this process); were it not to, this rank says it itself
+                time.sleep(EVERY_RANK_WAIT)
+            sys.stderr.write(failure_report(tp, value, tb, rank))
             sys.stderr.flush()
             sys.stdout.flush()
-            time.sleep(1.0)      # let mpiexec forward the traceback before it tears the job down
-            world.Abort(1)
+            time.sleep(1.0)      # let mpiexec forward the report before it tears the job down
+            mpi_comm.abort_world(1)
         sys.excepthook = hook
 
     @property
@@ -151,8 +195,10 @@ class MPIRuntime(Runtime):
 
     def _check(self, mesh):
         if mesh is not None and mesh.size != self.size:
-            raise ShardingError(f"the mesh {mesh!r} has {mesh.size} devices but MPI started {self.size} "
-                                f"ranks; launch with mpiexec -n {mesh.size}")
+            raise on_every_rank(ShardingError(
+                f"the mesh {mesh!r} has {mesh.size} devices but MPI started {self.size} ranks: launch "
+                f"with mpiexec -n {mesh.size} (one rank per device), or build the mesh from "
+                f"spmd.device_count()"))
 
     def local_devices(self, mesh=None):
         self._check(mesh)
@@ -233,8 +279,8 @@ class MPIRuntime(Runtime):
         groups = {}
         for r, (d, n) in enumerate(zip(displs, counts.tolist())):
             groups.setdefault(tuple(json.loads(buf[d:d + n].tobytes())), []).append(r)
-        raise SpmdError(f"rank {self.rank}: the ranks are not doing the same thing: " + "; ".join(
-            f"rank(s) {rs}: {w}" + (f" at {l}" if l else "") for (w, l), rs in groups.items()))
+        raise on_every_rank(SpmdError(f"rank {self.rank}: the ranks are not doing the same thing: " + "; ".join(
+            f"rank(s) {rs}: {w}" + (f" at {l}" if l else "") for (w, l), rs in groups.items())))
 
     def all_shards(self, handles, mesh):
         self._check(mesh)

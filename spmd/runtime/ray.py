@@ -10,8 +10,11 @@ ObjectRef per output back, stored on the actor's node; spmd.Array on the driver 
 those refs, and reading an Array (`all_shards`) is a `ray.get` of them.
 
 Actors are placed by a placement group, one bundle per rank (runtime/ray_placement.py). Each has
-a run thread (one program at a time) and message threads (`deposit`, `abort`) that fill
-its Mailbox while the program waits in a collective (collectives/ray.py).
+a run thread (one program at a time) and a few message threads (`abort`, `where`). The
+collectives do not go through Ray: each actor has a Transport (collectives/ray.py: TCP
+links to every other actor, shared memory with those of its host), set up once when the
+actors start (`open_links` on every actor, then `connect_links` with every address) and
+again whenever an actor is replaced; its threads fill the actor's Mailbox.
 
 Failure: the driver waits for every rank's run. The first rank to fail (its program
 raised, or its actor died) makes the driver abort the others' run, which wakes them out
@@ -26,6 +29,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import re
+import sys
 import threading
 import time
 import weakref
@@ -35,15 +39,15 @@ import numpy as np
 import ray
 
 from ..collectives.base import collective_timeout
-from ..collectives.ray import Mailbox, RayCommunicator
+from ..collectives.ray import Mailbox, RayCommunicator, Transport
 from ..errors import CollectiveError, ShardingError, SpmdError
 from ..tools import timeline
 from .backend import Runtime
 
 # after the first failure, how long the driver waits for the other ranks to stop
 GRACE_SECONDS = 2.0
-# message threads per actor: deposits from every peer may arrive while the program runs
-MAIL_THREADS = 32
+# message threads per actor: `abort` and the driver's questions, while a program runs
+MAIL_THREADS = 4
 
 
 @ray.remote(concurrency_groups={"mail": MAIL_THREADS})
@@ -53,14 +57,21 @@ class RankActor:
     def __init__(self, rank):
         self.rank = rank
         self.mailbox = Mailbox()
-        self.peers = {}
+        self.transport = None
         self.programs = OrderedDict()       # key -> executable, most recent last
 
     def __repr__(self):                      # Ray prefixes the actor's output with this
         return f"rank {self.rank}"
 
-    def setup(self, peers):
-        self.peers = dict(peers)
+    def open_links(self):
+        """A new Transport (the old one closed): its address for the peers."""
+        if self.transport is not None:
+            self.transport.close()
+        self.transport = Transport(self.rank, ray.util.get_node_ip_address(), self.mailbox)
+        return self.transport.info()
+
+    def connect_links(self, infos):
+        self.transport.connect(infos)
         return self.rank
 
     @ray.method(concurrency_group="mail")
@@ -68,10 +79,6 @@ class RankActor:
         import os
         ctx = ray.get_runtime_context()
         return {"rank": self.rank, "node": ctx.get_node_id(), "pid": os.getpid()}
-
-    @ray.method(concurrency_group="mail")
-    def deposit(self, run_id, seq, src, tag, payload):
-        self.mailbox.deposit(run_id, seq, src, tag, payload)
 
     @ray.method(concurrency_group="mail")
     def abort(self, run_id, reason):
@@ -92,6 +99,7 @@ class RankActor:
 
     def run(self, run_id, mesh, key, boxed_program, timeout, trace, *inputs):
         self.mailbox.start(run_id)
+        self.transport.new_run()
         _trace_in_actor(trace)
         program = self.programs.get(key)
         if program is None:
@@ -100,17 +108,17 @@ class RankActor:
                 self.programs.popitem(last=False)
         else:
             self.programs.move_to_end(key)
-        comm = RayCommunicator(mesh, self.rank, self.peers, self.mailbox, run_id, timeout)
+        comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
         try:
             outs = list(program(list(inputs), comm))
         except BaseException as e:
             # wake the peers now rather than when the driver notices
             reason = f"rank {self.rank} failed: {type(e).__name__}: {e}"
-            for d in mesh.devices.reshape(-1).tolist():
-                if d != self.rank:
-                    self.peers[d].abort.remote(run_id, reason)
+            self.transport.abort_peers(run_id, reason, mesh.devices.reshape(-1).tolist())
             raise
-        return tuple(outs) + (True,) if outs else True
+        # the last return says it ran, with what it printed for the driver to print
+        done = tuple(comm.output) or True
+        return tuple(outs) + (done,) if outs else done
 
 
 def _trace_in_actor(on):
@@ -157,9 +165,9 @@ class RayRuntime(Runtime):
         self._merge_timeline_at_exit()
 
     def _setup(self):
-        peers = dict(enumerate(self._actors))
         try:
-            ray.get([a.setup.remote(peers) for a in self._actors], timeout=120)
+            infos = ray.get([a.open_links.remote() for a in self._actors], timeout=120)
+            ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
         except Exception as e:
             self.shutdown()
             raise SpmdError(f"spmd.init(backend='ray'): the rank actors did not start: {e}") from e
@@ -246,7 +254,11 @@ class RayRuntime(Runtime):
             r = self._actors[d].run.options(num_returns=n_out + 1).remote(
                 run_id, mesh, key, [ref], timeout, timeline.enabled(), *args[d])
             outs[d] = [r] if n_out == 0 else list(r)
-        errors = self._wait({outs[d][-1]: d for d in devices}, run_id)
+        printed = {}
+        errors = self._wait({outs[d][-1]: d for d in devices}, run_id, printed)
+        for d in sorted(printed):           # the program's prints, here, in rank order
+            sys.stdout.write("".join(printed[d]))
+        sys.stdout.flush()
         if errors:
             raise _first_error(errors)
         return {d: outs[d][:-1] for d in devices}
@@ -257,8 +269,9 @@ class RayRuntime(Runtime):
             hit = self._programs[program] = (next(self._keys), ray.put(program))
         return hit
 
-    def _wait(self, pending, run_id):
-        """Wait for every rank's run; [(device, exception)] of those that failed."""
+    def _wait(self, pending, run_id, printed):
+        """Wait for every rank's run; [(device, exception)] of those that failed. What a
+        rank's program printed goes into printed[device]."""
         errors, first = [], None
         try:
             while pending:
@@ -269,7 +282,9 @@ class RayRuntime(Runtime):
                 for r in ready:
                     d = pending.pop(r)
                     try:
-                        ray.get(r)
+                        done = ray.get(r)
+                        if isinstance(done, tuple):
+                            printed[d] = done
                     except Exception as e:       # noqa: BLE001 - reported by run()
                         errors.append((d, e))
                         if first is None:
@@ -334,6 +349,8 @@ class RayRuntime(Runtime):
                 remove_placement_group(self._pg)
                 if self._owns_ray:
                     ray.shutdown()
+                    from . import ray_private
+                    ray_private.stop()
         except Exception:      # noqa: BLE001 - shutting down a cluster that is already gone
             pass
 

@@ -10,7 +10,8 @@ Which cluster:
 - RAY_ADDRESS set (a `ray job submit` entrypoint, or RAY_ADDRESS=auto / host:port to
   join a cluster started with `ray start`): join it;
 - otherwise start a private single-node Ray for this process (what `spmd run --backend
-  ray` does on one machine), on loopback, with room for every rank.
+  ray` does on one machine), on loopback, with room for every rank: lean, and reaped
+  when this process dies (runtime/ray_private.py).
 
 Knobs (environment): SPMD_RAY_STRATEGY = PACK (default) | SPREAD | STRICT_PACK |
 STRICT_SPREAD, how bundles are placed over nodes; SPMD_RAY_CPUS_PER_RANK (default 1),
@@ -60,8 +61,8 @@ def connect(num_devices=None) -> bool:
         # (about 2x faster for MBs on a VM where page faults are dear), at the price of
         # holding that memory from the start
         kw["_system_config"] = {"preallocate_plasma_memory": True}
-    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)),
-             include_dashboard=False, log_to_driver=True, **kw)
+    from . import ray_private
+    ray_private.start(num_cpus=max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
     return True
 
 

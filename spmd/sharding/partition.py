@@ -106,9 +106,13 @@ class _Partitioner:
         self.cache = {}      # what handlers share between ops (keys of their own)
         self.op = None
         self._users = None
+        self._noted = 0      # ops of self.g whose collectives are charged to a global op
 
     # -- driver ------------------------------------------------------------------------------
     def run(self):
+        # collective -> the global op it was emitted for (or the output Value it makes),
+        # so that spmd.explain can say which op of the user's needed it
+        self.g.needed_by = {}
         for v in self.src.inputs:
             sh = self.sharding_of(v)
             self.env[v] = (self.g.add_input(sh.local_shape(v.shape), v.dtype), sh)
@@ -122,6 +126,7 @@ class _Partitioner:
                 raise ShardingError(f"{op.name}{where(op.loc)}: the global program already holds a collective; "
                                     f"collectives are inserted by the partitioner")
             got = (op.opdef.partition or _generic)(self, op)
+            self._note_collectives(op)
             if isinstance(got, list):     # a handler of a (multi-result) op: one pair a result
                 for r, pair in zip(op.results, got):
                     self.env[r] = pair
@@ -133,9 +138,21 @@ class _Partitioner:
             # what the user sees is never partial; the collective is charged to v's line
             self.em.loc = v.producer.loc if v.producer is not None else None
             outs.append(self.get(v, self.sharding_of(v).replace(partial=())))
+            self._note_collectives(v)
         self.em.loc = None
         self.g.outputs = outs
-        return _dce(self.g)
+        g = _dce(self.g)
+        kept = set(g.ops)
+        g.needed_by = {op: src for op, src in g.needed_by.items() if op in kept}
+        return g
+
+    def _note_collectives(self, src):
+        """Charge the collectives emitted since the last note to `src`: a global op, or
+        a global Value the program outputs."""
+        for op in self.g.ops[self._noted:]:
+            if op.opdef.reshards is not None:
+                self.g.needed_by.setdefault(op, src)
+        self._noted = len(self.g.ops)
 
     def users(self, v) -> list:
         """The ops of the global graph that read v, in program order."""
@@ -434,11 +451,12 @@ def _emit_default(P, op, rule, assign, locals_, shardings, have):
 
 def _dce(g: Graph) -> Graph:
     """Drop ops nothing needs (a reshard planned for a cost estimate, an unused
-    axis_index). Every rank drops the same ops, so collectives stay matched."""
+    axis_index), but not those run for their effect (a debug print). Every rank drops
+    the same ops, so collectives stay matched."""
     live = set(g.outputs)
     keep = []
     for op in reversed(g.ops):
-        if any(r in live for r in op.results):
+        if op.opdef.effect or any(r in live for r in op.results):
             keep.append(op)
             live.update(op.operands)
     g.ops = keep[::-1]

@@ -50,7 +50,53 @@ def flops(graph) -> int:
     return total
 
 
-def report(lowered) -> dict:
+class Report(dict):
+    """lowered.report(): a dict (of every key below) that prints as a
+    table. Keys: `collectives` / `comm_bytes`, `launched` / `launched_bytes`, `flops`,
+    `out_shardings` (see `report`)."""
+
+    def table(self) -> str:
+        lines = []
+        for key, total, what in (("collectives", "comm_bytes", "the partitioner's reshards"),
+                                 ("launched", "launched_bytes", "what the compiled program runs")):
+            rows = self[key]
+            lines.append(f"{key}: {len(rows)}, {self[total]} bytes per device ({what})")
+            if key == "launched" and _same(rows, self["collectives"]):
+                lines[-1] += ": the same"
+                continue
+            if rows:
+                lines += table_lines([("op", "axes", "group", "local shapes", "dtype", "bytes", "line")] + [
+                    (c["op"] + (" (async)" if c.get("async") else ""), ",".join(c["axes"]), str(c["group_size"]),
+                     f"{list(c['in_shape'])} -> {list(c['out_shape'])}", c["dtype"], str(c["bytes"]),
+                     (c["loc"] or "?") + (f" [in {c['inside']}]" if c.get("inside") else ""))
+                    for c in rows], right=(2, 5))
+        lines.append(f"flops: {self['flops']} per device")
+        outs = ", ".join("?" if s is None else s.text() for s in self["out_shardings"])
+        lines.append(f"out_shardings: {outs}")
+        return "\n".join(lines)
+
+    __str__ = table
+    __repr__ = table
+
+    def _repr_pretty_(self, p, cycle):        # IPython prints the table, too
+        p.text(self.table())
+
+
+def _same(a, b) -> bool:
+    """The same collectives, one for one (nothing was combined)."""
+    key = lambda c: (c["op"], c["axes"], c["in_shape"], c["bytes"])  # noqa: E731
+    return len(a) == len(b) and all(key(x) == key(y) for x, y in zip(a, b))
+
+
+def table_lines(rows, right=()) -> list:
+    """Rows of text cells (the first the header) -> aligned lines, indented two spaces;
+    the columns numbered in `right` are aligned right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+
+
+def report(lowered) -> Report:
     """`collectives` / `comm_bytes`: what the partitioner decided, one entry per reshard
     (what the golden comparisons with GSPMD read). `launched` / `launched_bytes`: what
     the compiled program runs, after the optimiser combined independent all-reduces into
@@ -61,6 +107,6 @@ def report(lowered) -> dict:
     colls = collectives(g)
     ran = collectives(stages["optimized"])
     outs = [s.replace(partial=()) if s is not None else None for s in lowered.out_shardings]
-    return {"collectives": colls, "comm_bytes": sum(c["bytes"] for c in colls),
-            "launched": ran, "launched_bytes": sum(c["bytes"] for c in ran),
-            "flops": flops(g), "out_shardings": outs}
+    return Report({"collectives": colls, "comm_bytes": sum(c["bytes"] for c in colls),
+                   "launched": ran, "launched_bytes": sum(c["bytes"] for c in ran),
+                   "flops": flops(g), "out_shardings": outs})

@@ -406,3 +406,28 @@ def test_complex_elementwise_ops_compile_into_kernels():
         for g, wv in zip(got, want):      # compared in the precision it was computed in
             close(np.asarray(g).astype(np.result_type(ft, dt) if np.iscomplexobj(wv) else ft),
                   np.asarray(wv).astype(np.result_type(ft, dt) if np.iscomplexobj(wv) else ft), f"complex kernel {dt}")
+
+
+def test_reversed_dims_inside_kernels():
+    """reverse is index arithmetic in a fused kernel (a coefficient of -1): reversed
+    inputs and computed values, composed with transposes and slices, one kernel."""
+    from spmd.backends.llvm.fuse import fuse
+    from spmd.backends.llvm.lowering import fusible
+    from spmd.ir import Graph
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 7))
+    g = Graph("f")
+    a = g.add_input((5, 7), "float64")
+    e = g.emit("exp", a)
+    r = g.emit("reverse", e, dimensions=(0, 1))
+    t = g.emit("transpose", g.emit("reverse", a, dimensions=(1,)), permutation=(1, 0))
+    s = g.emit("slice", g.emit("reverse", t, dimensions=(0,)), start=(1, 0), limit=(6, 5), stride=(2, 1))
+    out = g.emit("add", r, g.emit("reverse", a, dimensions=(0,)))
+    g.outputs = [out, s]
+    want = [np.flip(np.exp(x)) + x[::-1], x[:, ::-1].T[::-1][1:6:2]]
+    from spmd.backends import compile_graph
+    got = compile_graph(g, "llvm")([x])
+    for gv, w in zip(got, want):
+        np.testing.assert_array_equal(gv, w)
+    (k,) = fuse(g, fusible).kernels()            # (the output made only of views is a view)
+    assert sum(op.name == "reverse" for op in k.ops) == 2 and k.root is out

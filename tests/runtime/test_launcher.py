@@ -22,15 +22,19 @@ def spmd_run(*args, timeout=150, env=None):
     return p, ANSI.sub("", p.stdout), ANSI.sub("", p.stderr)
 
 
+SRUN_TASK = {"SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "h[1-2]",
+             "SLURM_LOCALID": "1"}
+
+
 @pytest.mark.parametrize("env, want", [
     ({}, "local"),
     ({"SPMD_BACKEND": "ray"}, "ray"),
     ({"PMI_RANK": "0", "PMI_SIZE": "4"}, "mpi"),                 # mpiexec (MPICH hydra)
     ({"OMPI_COMM_WORLD_SIZE": "4"}, "mpi"),                      # Open MPI's mpirun
     ({"PMIX_RANK": "1"}, "mpi"),                                  # a PMIx launcher
-    ({"SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4"}, "mpi"),  # srun -n 4
-    ({"SLURM_NTASKS": "4"}, "local"),                            # inside sbatch, not srun
-    ({"SLURM_STEP_NUM_TASKS": "1"}, "local"),                    # srun -n 1
+    (dict(SRUN_TASK, SLURM_NTASKS="4"), "mpi"),                  # srun -n 4
+    ({"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}, "local"),       # inside sbatch, not srun
+    (dict(SRUN_TASK, SLURM_STEP_NUM_TASKS="1"), "local"),        # srun -n 1
     ({"SPMD_BACKEND": "local", "PMI_RANK": "0"}, "local"),       # the explicit choice wins
 ])
 def test_detect_backend(env, want):

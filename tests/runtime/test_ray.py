@@ -72,6 +72,33 @@ def test_ranks_are_actors_spread_over_two_nodes(cluster):
     assert spmd.process_index() == 0 and spmd.process_count() == 1 and spmd.device_count() == 4
 
 
+class _NoRay:
+    """The collective checks with ray.put and actor calls forbidden in the actor; returns
+    [checks, peers in shared memory, hosts] as this rank's transport found them."""
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        import ray.actor
+
+        def forbidden(*args, **kwargs):
+            raise AssertionError("a collective went through Ray")
+        put, remote = ray.put, ray.actor.ActorMethod.remote
+        ray.put, ray.actor.ActorMethod.remote = forbidden, forbidden
+        try:
+            n = collective_checks.check_collectives(comm, ("float32", "int64"), big=True)
+        finally:
+            ray.put, ray.actor.ActorMethod.remote = put, remote
+        return [np.array([n, len(comm.t.shm_peers), len(set(comm.t.hosts.values()))])]
+
+
+def test_collectives_go_over_the_links_not_through_ray(cluster):
+    """The 4 ranks (two Ray nodes on one machine) map each other's memory; no collective
+    puts anything in Ray's object store or calls an actor."""
+    _, rt = cluster
+    got = run(rt, _NoRay(), spmd.Mesh((2, 2), ("a", "b")))
+    assert all(v[0][0] > 20 and v[0][1:].tolist() == [3, 1] for v in got.values()), got
+
+
 def test_every_collective_matches_numpy(cluster):
     _, rt = cluster
     for mesh in meshes():
@@ -132,7 +159,7 @@ def test_arrays_live_in_the_actors_and_round_trip(cluster):
 
 
 def test_half_dtypes_travel_and_sum_as_on_every_backend(cluster):
-    """float16 / bfloat16: every collective through the object store (2 bytes an element,
+    """float16 / bfloat16: every collective over the actors' links (2 bytes an element,
     float32 sums in group order), and a bfloat16 program on arrays held by the actors."""
     _, rt = cluster
     for mesh in meshes()[:2]:

@@ -54,7 +54,7 @@ def test_every_value_says_where_its_split_came_from():
 
 def test_pending_sums_are_explained():
     f = spmd.jit(lambda x, w: x @ w * 2.0, in_shardings=(MESH.sharding(None, "model"), MESH.sharding("model", None)))
-    text = f.lower(f32(8, 4), f32(4, 6)).explain(file=io.StringIO())
+    text = f.lower(f32(8, 4), f32(4, 6)).explain(file=io.StringIO(), verbose=True)
     (line,) = [ln for ln in text.splitlines() if "partial(model)" in ln]
     assert "f32[8,6]" in line and "partial over model: a contraction over a split dim" in line
 

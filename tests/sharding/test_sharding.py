@@ -168,8 +168,13 @@ def test_out_shardings_pin_the_results():
 
 
 def test_explain_names_the_argument_an_annotation_came_from():
-    text = spmd.explain(lambda params, x: x @ params["w"], {"w": f32(4, 8)}, f32(6, 4),
-                        in_shardings=({"w": MESH.sharding(None, "model")}, MESH.sharding("data", None)))
+    args = (lambda params, x: x @ params["w"], {"w": f32(4, 8)}, f32(6, 4))
+    shardings = ({"w": MESH.sharding(None, "model")}, MESH.sharding("data", None))
+    text = spmd.explain(*args, in_shardings=shardings)
+    notes = text.split("annotations (2):\n")[1].splitlines()
+    assert notes[0].split()[:3] == ["in_shardings", "for", "params['w']"]
+    assert notes[1].split()[:3] == ["in_shardings", "for", "x"]
+    text = spmd.explain(*args, in_shardings=shardings, verbose=True)
     assert "annotation: in_shardings for params['w']" in text
     assert "annotation: in_shardings for x" in text
 

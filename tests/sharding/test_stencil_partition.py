@@ -185,3 +185,27 @@ def test_a_cavity_step_is_one_message_per_neighbour_per_sweep():
     got = f(u.copy(), v.copy(), p.copy(), 1)
     for g, w in zip(got, cavity(u.copy(), v.copy(), p.copy(), 1)):
         np.testing.assert_array_equal(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("k, n", [(2, 8), (4, 10), (3, 7), (3, 9), (4, 3)])
+def test_a_reversed_split_dim_trades_chunks_with_the_mirror_device(k, n):
+    """reverse along a split dim: one collective_permute of a chunk with the mirror
+    device (and, when the dim does not divide evenly, a halo the padding's width); never
+    a gather."""
+    from partition_util import collective_ops, reference, run_partitioned
+    from spmd.ir import Graph
+    mesh = spmd.Mesh((k,), ("x",))
+    sh = mesh.sharding("x", None)
+    g = Graph("f")
+    g.mesh = mesh
+    x = g.add_input((n, 3), "float64", sh)
+    y = g.emit("reverse", x, dimensions=(0,))
+    y.sharding = sh
+    g.outputs = [y]
+    a = np.arange(n * 3.0).reshape(n, 3)
+    (got,), pg = run_partitioned(g, [a])
+    np.testing.assert_array_equal(got, reference(g, [a])[0])
+    names = [op.name for op in collective_ops(pg)]
+    assert names and set(names) == {"collective_permute"}, names
+    c = -(-n // k)
+    assert all(op.operands[0].shape[0] <= c for op in collective_ops(pg))

@@ -93,6 +93,7 @@ LOWERINGS = {
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
     "annotation": Lowering(numpy="an identity: removed before code generation (the partitioner, the last "
                                  "optimisation pass)"),
+    "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),
 }
 
 

@@ -66,7 +66,7 @@ def _invariant_ops(body, first) -> dict:
     carried = set(body.inputs[:first])
     reads, ops = {v: True for v in captured}, {}
     for b in body.ops:
-        if not any(o in carried for o in b.operands) and all(o in reads for o in b.operands):
+        if not b.opdef.effect and not any(o in carried for o in b.operands) and all(o in reads for o in b.operands):
             ops[b] = any(reads[o] for o in b.operands)
             reads.update((r, ops[b]) for r in b.results)
     return ops

@@ -5,3 +5,4 @@ from . import annotation  # noqa: F401,E402
 from . import linalg, sort, fft  # noqa: F401,E402
 from . import control  # noqa: F401,E402
 from . import remat  # noqa: F401,E402
+from . import debug  # noqa: F401,E402

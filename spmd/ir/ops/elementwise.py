@@ -226,26 +226,30 @@ def _rem_vjp(g, op, ct):
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
-       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True)
+       scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True, infix="+")
 binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
        NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify,
-       lowers_complex=True)
+       lowers_complex=True, infix="-")
 binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
-       lowers_complex=True)
+       lowers_complex=True, infix="*")
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
                           E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
-       NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1))
+       NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
+       infix="/")
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
 binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=10,
-       simplify=_power_simplify)
-binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y))
-binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y))
-binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y))
-binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y))
+       simplify=_power_simplify, infix="**")
+binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%")
+binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y),
+       infix="&")
+binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y),
+       infix="|")
+binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y),
+       infix="^")
 
 
 def _shift_ref(left):
@@ -260,12 +264,14 @@ def _shift_ref(left):
     return ref
 
 
-binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True))
-binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False))
+binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True),
+       infix="<<")
+binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False),
+       infix=">>")
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
-      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True)
-unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x))
+      scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True, infix="-")
+unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x), infix="~")
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
     if x.dtype not in CPLX:
@@ -328,6 +334,7 @@ unary("cos", _cast_ref(np.cos),
 # -- compare, select, convert --------------------------------------------------------------
 DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
               "GT": np.greater, "GE": np.greater_equal}
+SYMBOLS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
 def _compare_infer(x, y, direction):
@@ -340,7 +347,8 @@ def _compare_infer(x, y, direction):
 register(OpDef("compare", "elementwise", _compare_infer,
                lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
-               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True))
+               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+               infix=lambda attrs: SYMBOLS[attrs["direction"]]))
 
 
 def _select_infer(p, a, b):

@@ -42,6 +42,9 @@ class OpDef:
     dtypes: tuple = ("float32", "float64", "int32", "int64", "bool")
     # collectives get the communicator from the runtime
     needs_comm: bool = False
+    # the op is run for what it does besides computing its results (spmd.debug.print
+    # prints): dead-code elimination keeps it, and it stays in its loop body
+    effect: bool = False
     # the attributes that hold sub-graphs (the bodies of control-flow ops). Such an op's
     # vjp is (graph, op, cts: one per result or None, differentiate) -> per operand, where
     # differentiate(graph, start, inputs, outputs, cts, ops=None) is reverse mode over
@@ -103,6 +106,9 @@ class OpDef:
     # the native code generator computes the op on complex values too (as a pair of
     # floats); without it, an op with complex operands or results runs through `ref`
     lowers_complex: bool = False
+    # how the compact text (ir/text.py, as_text(compact=True)) writes the op: the symbol
+    # between its two operands, or before its one ("+", "-"); a str, or attrs -> str
+    infix: object = None
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None

@@ -4,7 +4,7 @@ import numpy as np
 
 from .. import dtypes
 from ..factors import einsum_rule, letters, reshape_rule
-from .elementwise import ALL, aval, const_like
+from .elementwise import ALL, aval, const_like, elementwise_factors
 from .registry import OpDef, check, producer_is, register, splat, zero_of
 
 
@@ -510,6 +510,71 @@ register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np
                _transpose_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
                simplify=_transpose_simplify, view=True, index_map=_transpose_index_map, lowering="index_map",
                lowers_complex=True))
+
+
+# -- reverse ---------------------------------------------------------------------------------
+def _reverse_infer(x, dimensions):
+    dims = tuple(dimensions)
+    check(all(0 <= d < len(x.shape) for d in dims) and len(set(dims)) == len(dims),
+          f"reverse dimensions {list(dims)} must be distinct dims of a {len(x.shape)}-d value")
+    return aval(tuple(x.shape), x.dtype)
+
+
+def _reverse_index_map(out, shape, attrs):
+    """Element i of a reversed dim of size n reads element n - 1 - i."""
+    flip = set(attrs["dimensions"])
+    return tuple((tuple((var, -k) for var, k in terms), shape[d] - 1 - c) if d in flip else (terms, c)
+                 for d, (terms, c) in enumerate(out))
+
+
+def _reverse_simplify(rb, op, ops, uses):
+    """Reversing no dim, or a dim of size 1, moves nothing; reversing twice undoes it."""
+    x, r = ops[0], op.result
+    dims = tuple(d for d in op.attrs["dimensions"] if r.shape[d] > 1)
+    if not dims:
+        return x
+    if producer_is(x, "reverse") and set(x.producer.attrs["dimensions"]) == set(op.attrs["dimensions"]):
+        return x.producer.operands[0]
+    return None
+
+
+def _partition_reverse(P, op):
+    """A reversed split dim: each device reverses its chunk, the chunks trade places with
+    their mirror devices (one collective_permute of a chunk), and, when the dim does not
+    divide evenly, a halo of the padding's width moves the result into place. Nothing is
+    gathered."""
+    res, xv = op.result, op.operands[0]
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec)
+    em = P.em
+    x = P.get(xv, P.sh(spec, partial))
+    x = em.emit("reverse", x, dimensions=tuple(op.attrs["dimensions"]))
+    for d in op.attrs["dimensions"]:
+        if not spec[d]:
+            continue
+        k, n = P.axes_size(spec[d]), res.shape[d]
+        c = x.shape[d]
+        if k == 1:
+            continue
+        own = x
+        x = em.emit("collective_permute", x, axes=tuple(spec[d]), group_size=k,
+                    pairs=tuple((j, k - 1 - j) for j in range(k) if j != k - 1 - j))
+        if k % 2:                              # the middle device keeps its own chunk
+            mid = em.compare(em.bcast(em.axis_index(spec[d]), x.shape), (k - 1) // 2, "EQ")
+            x = em.emit("select", mid, own, x)
+        shift = k * c - n                      # the padding, now at the front
+        if shift:
+            plan = P.halo.window_plan(k, c, k * c, c, n, 1, shift)
+            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c, n, 1, shift, k * c)
+    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+register(OpDef("reverse", "shape", _reverse_infer, lambda x, dimensions: np.flip(x, tuple(dimensions)),
+               lambda g, op, ct: (g.emit("reverse", ct, dimensions=op.attrs["dimensions"]),),
+               elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_reverse_simplify, view=True, index_map=_reverse_index_map, partition=_partition_reverse,
+               lowering="index_map", lowers_complex=True))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------

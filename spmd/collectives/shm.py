@@ -1,0 +1,153 @@
+"""Shared memory between the rank processes of one host, for the Ray communicator.
+
+Each rank owns a `Slab`: anonymous shared-memory segments (Linux memfd) that it writes
+the arrays it sends into, once however many peers of its host read them. A peer of
+the same host reads them in place through `PeerMemory`, which maps the owner's segment
+by opening /proc/<owner pid>/fd/<fd> (nothing is named in /dev/shm, so nothing is left
+behind when a process dies: the memory goes with the last process that maps it).
+
+    slab = Slab()
+    region = slab.put(array, readers)     # copy in; -> (rid, fd, offset, dtype, shape)
+    slab.release(rid)                     # one reader is done with it; freed after all readers
+    peers = PeerMemory()
+    view = peers.view(pid, fd, offset, dtype, shape)    # the owner's array, read-only
+
+A rank may overwrite a region only after every reader released it: readers send a
+release note (collectives/ray.py) once they have copied or reduced what they read.
+Segments are reused once all their regions are free, so a steady program writes into
+warm pages. `probe()` / `reachable()` tell whether two processes share memory (same host,
+no wall between their /proc), checked once when the links are set up.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import threading
+
+import numpy as np
+
+SEGMENT_BYTES = 32 << 20
+ALIGN = 64
+
+
+def supported() -> bool:
+    return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+class _Segment:
+    def __init__(self, nbytes):
+        self.fd = os.memfd_create("spmd-slab", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, nbytes)
+        self.map = mmap.mmap(self.fd, nbytes)
+        self.bytes = np.frombuffer(self.map, np.uint8)
+        self.size, self.top, self.live = nbytes, 0, 0
+
+    def close(self):
+        self.bytes = None
+        try:
+            self.map.close()
+        except BufferError:          # a caller still holds a view: the mapping goes with it
+            pass
+        os.close(self.fd)
+
+
+class Slab:
+    def __init__(self):
+        self.segments = []
+        self.regions = {}            # rid -> [segment, readers left]
+        self.next_rid = 0
+        self.lock = threading.Lock()
+
+    def put(self, array, readers):
+        """Copy array into a free region that `readers` peers will read; its description
+        for them: (rid, fd, offset, dtype, shape)."""
+        array = np.asarray(array)
+        n = array.nbytes
+        with self.lock:
+            seg = self._room(n)
+            off = seg.top
+            seg.top = off + (n + ALIGN - 1) // ALIGN * ALIGN
+            seg.live += 1
+            rid = self.next_rid
+            self.next_rid += 1
+            self.regions[rid] = [seg, readers]
+        dst = seg.bytes[off:off + n].view(array.dtype).reshape(array.shape)
+        np.copyto(dst, array)
+        return rid, seg.fd, off, array.dtype, array.shape
+
+    def _room(self, n):
+        for seg in self.segments:
+            if seg.live == 0:
+                seg.top = 0
+            if seg.top + n <= seg.size:
+                return seg
+        seg = _Segment(max(SEGMENT_BYTES, (n + ALIGN) // mmap.PAGESIZE * mmap.PAGESIZE + mmap.PAGESIZE))
+        self.segments.append(seg)
+        return seg
+
+    def release(self, rid):
+        with self.lock:
+            r = self.regions.get(rid)
+            if r is None:
+                return
+            r[1] -= 1
+            if r[1] <= 0:
+                del self.regions[rid]
+                r[0].live -= 1
+
+    def reset(self):
+        """Every region free (a new run: every reader of the last one has finished)."""
+        with self.lock:
+            self.regions.clear()
+            for seg in self.segments:
+                seg.live, seg.top = 0, 0
+
+    def close(self):
+        with self.lock:
+            for seg in self.segments:
+                seg.close()
+            self.segments, self.regions = [], {}
+
+
+class PeerMemory:
+    """The segments of the peers of this host, mapped once each (read-only)."""
+
+    def __init__(self):
+        self.maps = {}               # (pid, fd) -> uint8 array over the mapping
+        self.lock = threading.Lock()
+
+    def view(self, pid, fd, offset, dtype, shape):
+        with self.lock:
+            b = self.maps.get((pid, fd))
+            if b is None:
+                b = self.maps[(pid, fd)] = _map(pid, fd)
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return b[offset:offset + n].view(dtype).reshape(shape)
+
+    def forget(self):
+        with self.lock:
+            self.maps.clear()
+
+
+def _map(pid, fd):
+    with open(f"/proc/{pid}/fd/{fd}", "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    return np.frombuffer(m, np.uint8)
+
+
+def probe():
+    """A small segment holding a random token, for peers to check they can map this
+    process's memory: (pid, fd, token), and the segment (keep it while peers probe)."""
+    seg = _Segment(mmap.PAGESIZE)
+    token = secrets.token_bytes(16)
+    seg.bytes[:16] = np.frombuffer(token, np.uint8)
+    return (os.getpid(), seg.fd, token), seg
+
+
+def reachable(pid, fd, token) -> bool:
+    """Whether this process maps the memory of the probe (pid, fd, token)."""
+    try:
+        return _map(pid, fd)[:16].tobytes() == token
+    except (OSError, ValueError):
+        return False

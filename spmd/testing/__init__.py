@@ -1,0 +1,1 @@
+"""Test beds the tests and benchmarks share (cluster.py: hosts as network namespaces)."""

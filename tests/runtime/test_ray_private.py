@@ -1,0 +1,80 @@
+"""The private Ray that spmd.init(backend="ray") starts without a cluster
+(runtime/ray_private.py): lean (no autoscaler monitor, no dashboard API server), and
+nothing of it outlives its driver, which is killed here with SIGKILL and SIGTERM.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("ray")
+
+from spmd.runtime import ray_reaper  # noqa: E402
+from paths import ROOT  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
+
+DRIVER = """
+import os, sys, time, numpy as np, spmd
+rt = spmd.init(backend="ray", num_devices=2)
+mesh = spmd.Mesh((2,), ("x",))
+f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
+assert float(f(np.arange(8.0))) == 28.0
+print("READY", flush=True)
+time.sleep(300)
+"""
+
+
+def _alive(noted):
+    return {pid: cmd for pid, (start, cmd) in noted.items()
+            if (ray_reaper.stat(pid) or (None, None))[1] == start}
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
+    env = dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="ray", RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    p = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    noted = {}
+    try:
+        line = p.stdout.readline()
+        assert line.strip() == "READY", p.stderr.read() if p.poll() is not None else line
+        found = {}
+        ray_reaper.note(p.pid, -1, found)
+        noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
+        cmds = " | ".join(c[:150] for _, c in noted.values())
+        # the processes of a Ray node, its agents and the 2 rank actors, and the reaper
+        for part in ("gcs_server", "raylet", "DashboardAgent", "RuntimeEnvAgent", "ray_reaper.py"):
+            assert part in cmds, (part, cmds)
+        assert sum("RankActor" in c for _, c in noted.values()) == 2, cmds
+        # lean: neither the autoscaler's monitor nor the dashboard's API server
+        assert "autoscaler/_private/monitor.py" not in cmds and "dashboard/dashboard.py" not in cmds, cmds
+        os.kill(p.pid, sig)
+        p.wait(30)
+        deadline = time.monotonic() + 30
+        while _alive(noted) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(noted), f"left running after the driver's {sig.name}: {_alive(noted)}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in _alive(noted):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.stdout.close()
+        p.stderr.close()
