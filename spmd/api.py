@@ -51,7 +51,8 @@ def shard(x, sharding):
 def explain(f, *args, verbose=False, file=None, **jit_kwargs) -> str:
     """Print and return the explanation for `f` (a function or an spmd.jit object): one
     line per collective (op, bytes, user line, why, the annotation it comes from) and
-    one per annotation; verbose=True adds where every value's sharding came from."""
+    one per annotation, and the peak memory per device; verbose=True adds where every
+    value's sharding came from and the largest values live at the peak."""
     from .sharding.explain import explain_lowered
     j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
     return explain_lowered(j.lower(*args), file, verbose)

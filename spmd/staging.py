@@ -146,8 +146,9 @@ class Lowered:
         return report(self)
 
     def explain(self, file=None, verbose=False) -> str:
-        """Print the collectives and why, and the annotations; with verbose=True also
-        where every value's sharding came from."""
+        """Print the collectives and why, the annotations and the peak memory per device;
+        with verbose=True also where every value's sharding came from and the largest
+        values live at the peak."""
         from .sharding.explain import explain_lowered
         return explain_lowered(self, file, verbose)
 

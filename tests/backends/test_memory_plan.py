@@ -2,6 +2,8 @@
 into a dying input's buffer, outputs computed in the caller's buffer, one arena of
 temporaries at static offsets; and where in place would be wrong, that it does not happen.
 Every case also runs and is compared with numpy (a silent wrong answer is the worst bug)."""
+import io
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -583,3 +585,20 @@ def test_collectives_write_into_the_plan_and_free_what_they_read():
             assert b.end == steps[id(op)], (b.start, b.end, steps[id(op)])
     np.testing.assert_allclose(f(w, x).numpy(), w - 0.1 * (2 * x.T @ (np.tanh(x @ w) * (1 - np.tanh(x @ w) ** 2))
                                                            / (512 * 128)), rtol=1e-4, atol=1e-6)
+
+
+def test_explain_names_the_peak_and_what_is_live_there():
+    rng = np.random.default_rng(2)
+    ws = [(rng.standard_normal((64, 64)) / 8).astype(np.float32) for _ in range(4)]
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    low = spmd.jit(_mlp_step).lower(ws, x)
+    short = low.explain(file=io.StringIO())
+    text = low.explain(file=io.StringIO(), verbose=True)
+    m = low.memory()
+    assert short.splitlines()[-1] in text
+    head = next(ln for ln in text.splitlines() if ln.startswith("memory per device:"))
+    assert f"peak {m['peak_bytes'] / 2**10:.1f} KB" in head and m["peak"]["loc"] in head, head
+    line = "test_memory_plan.py:" + str(_mlp_step.__code__.co_firstlineno + 4)
+    biggest = m["peak"]["live"][0]
+    assert any(ln.split()[:1] == [biggest["value"]] for ln in text.splitlines()), text
+    assert line in text.split("memory per device:")[1], text
