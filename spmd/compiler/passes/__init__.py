@@ -9,6 +9,7 @@ from .cse import cse  # noqa: F401
 from .dce import dce  # noqa: F401
 from .hoist import hoist_invariants  # noqa: F401
 from .inline import inline_calls  # noqa: F401
+from .frees_first import frees_first  # noqa: F401
 from .late_reads import recompute_late_reads  # noqa: F401
 from .regather import regather  # noqa: F401
 from .remat import rematerialize  # noqa: F401
