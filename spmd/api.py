@@ -15,7 +15,7 @@ from .staging import Jitted, Lowered
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
-        donate_argnums=(), memory_limit=None):
+        donate_argnums=(), memory_limit=None, fallback=True):
     """`donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
     their buffers to the program, which may compute outputs (or temporaries) in them; the
     donated Arrays are invalid afterwards (using one raises). A numpy argument is copied
@@ -24,15 +24,20 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
     `memory_limit`: bytes per device. The compiler recomputes values the program would
     hold (activations kept for the backward pass, gathered parameters) until its planned
     peak fits, or raises MemoryLimitError before anything runs, naming what is live at
-    the peak and the user lines that made it."""
+    the peak and the user lines that made it.
+
+    `fallback`: when tracing needs the value of a traced array (float(), `if` on data,
+    math.sqrt, .item(), np.array(traced)), run the function eagerly on the sharded
+    arrays instead, with a FallbackWarning naming the function and the line (staging.py);
+    fallback=False raises the ConcreteValueError instead."""
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
                              backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
-                             memory_limit=memory_limit)
+                             memory_limit=memory_limit, fallback=fallback)
     # an spmd.Array argument the function writes takes the new value as eager writes do:
     # the write reaches the base of an eager view, and the array's views see it
     return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums, donate_argnums,
-                  write_array=write_back, memory_limit=memory_limit)
+                  write_array=write_back, memory_limit=memory_limit, fallback=fallback)
 
 
 # -- shard, explain, grad: the rest of the user API ----------------------------------------
@@ -69,10 +74,11 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def wrapped(*args, **kwargs):
         if current_trace() is not None:
             return traced(*args, **kwargs)
+        # (traced emits the backward pass into a trace: it cannot run eagerly)
         if kwargs:      # jit takes positional leaves; keyword arguments are baked in
-            return jit(lambda *a: traced(*a, **kwargs))(*args)
+            return jit(lambda *a: traced(*a, **kwargs), fallback=False)(*args)
         if "jit" not in eager:
-            eager["jit"] = jit(traced)
+            eager["jit"] = jit(traced, fallback=False)
         return eager["jit"](*args)
 
     return wrapped

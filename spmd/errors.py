@@ -1,8 +1,9 @@
 """Error types. Every error spmd raises on bad input is an SpmdError that names the
 user's line, the op, the shapes and (where they matter) the shardings; `user_loc` finds
-that line."""
+that line. Warnings point at the user's line too (`warn_at`), once per line."""
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -17,6 +18,20 @@ class ShapeError(SpmdError, ValueError):
 
 class TraceError(SpmdError, TypeError):
     """User code did something tracing cannot follow (a Python branch on a traced value...)."""
+
+
+class ConcreteValueError(TraceError):
+    """Tracing needed the value of a traced array (float(), bool() of `if` on data, an
+    index, .item(), np.array(traced)): spmd.jit then runs the function eagerly instead
+    (unless fallback=False). `loc` is the user's line that needed it."""
+
+    def __init__(self, message, loc=None):
+        super().__init__(message)
+        self.loc = loc
+
+
+class FallbackWarning(UserWarning):
+    """spmd.jit ran a function eagerly on sharded arrays, since tracing it needed a value."""
 
 
 class ParseError(SpmdError, ValueError):
@@ -88,11 +103,7 @@ def user_loc() -> str | None:
         return None
     fn = f.f_code.co_filename
     base = os.path.basename(fn)
-    seen = _paths.get(base)
-    if seen is None:
-        seen = _paths[base] = set()
-    if fn not in seen:
-        seen.add(fn)
+    _paths.setdefault(base, set()).add(fn)
     return f"{base}:{f.f_lineno}"
 
 
@@ -105,3 +116,46 @@ def source_line(loc) -> str | None:
     if len(paths) != 1 or not line.isdigit():
         return None
     return linecache.getline(next(iter(paths)), int(line)).strip() or None
+
+
+_registries: dict = {}     # a user file's path -> the warnings registry of its lines
+
+
+def warn_at(message, category, loc=None):
+    """Warn from the user's line `loc` ("file.py:LINE", an op's loc; else the innermost
+    user frame): the warning names that line, not spmd's, and Python's default filter then
+    shows it once per line and message, however many programs, stages or calls meet it.
+    The user's filters apply as to any warning."""
+    if loc is None:
+        f = sys._getframe(1)
+        while f is not None and is_internal(f.f_code.co_filename):
+            f = f.f_back
+        if f is None:
+            warnings.warn(message, category, stacklevel=2)
+            return
+        path, line = f.f_code.co_filename, f.f_lineno
+    else:
+        name, _, line = loc.rpartition(":")
+        paths = _paths.get(name, ())
+        path = next(iter(paths)) if len(paths) == 1 else name
+        line = int(line)
+    warn_explicit(message, category, path, line)
+
+
+def warn_explicit(message, category, path, line):
+    """warnings.warn_explicit with one registry per file, as warnings.warn keeps one per
+    module: a warning already shown from that line is not shown again."""
+    global _issued
+    _issued += 1
+    module = os.path.splitext(os.path.basename(path))[0]
+    warnings.warn_explicit(message, category, path, line, module=module,
+                           registry=_registries.setdefault(path, {}))
+
+
+_issued = 0
+
+
+def warnings_issued() -> int:
+    """How many warnings warn_at has issued in this process (the program cache keeps no
+    lowering that warned, so that a later run shows its warnings too)."""
+    return _issued

@@ -6,6 +6,14 @@ of docs/design.md on the graph, cache the result, and run it.
 (autodiff happens during tracing; without a mesh there is nothing to propagate or
 partition.) The stages after tracing are one pipeline (compiler/pipeline.py). spmd.jit
 (api.py) and eager mode's one-op programs (eager/) are both Jitted functions.
+
+A Jitted function made with `fallback=True` (spmd.jit's default) whose tracing needs the
+value of a traced array (ConcreteValueError: float(), `if` on data, math.sqrt, .item(),
+np.array(traced)) runs eagerly instead, for that input signature from then on: the
+function is called on its arguments placed as jit places them (spmd.Arrays split by
+in_shardings), so numpy on them runs op by op on the sharded arrays (eager mode), and a
+FallbackWarning names the function and the line that needed the value (once per line).
+Without a mesh it is the plain numpy function.
 """
 from __future__ import annotations
 
@@ -14,12 +22,14 @@ import os
 
 import numpy as np
 
-from .errors import MemoryLimitError, SpmdError, TraceError
+from .errors import ConcreteValueError, FallbackWarning, MemoryLimitError, SpmdError, TraceError, warn_at
 from .frontend import core
 from .frontend import functionalize as fz
+from .frontend import random_guard
 from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
 from .ir import Graph
-from .runtime.array import Array, donated_handles
+from .ir.mesh import Sharding
+from .runtime.array import Array, device_put, donated_handles
 from .tree import tree_flatten, tree_unflatten
 
 
@@ -42,6 +52,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
         g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]
     # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
     g.updates = fz.written_arguments(tracers, g.inputs)
+    g.np_random_state = random_guard.state_after(t)
     _check_aliasing(fn, leaves, [k for k, _ in g.updates])
     return g, in_tree, out_tree
 
@@ -111,6 +122,8 @@ class Lowered:
         self.mesh = mesh
         self._exe = None
         self.updates = []             # argument leaves the program writes (extra outputs)
+        # numpy's global random state as the function leaves it (it seeded it: random_guard)
+        self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
         self.timings = {}             # seconds per stage, from the pipeline
         self._fits_checked = False
@@ -294,10 +307,12 @@ class Jitted:
     wrote takes its new value (numpy's in-place semantics: the caller sees the write)."""
 
     def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
-                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None):
+                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None, fallback=False):
         self.fn = fn
         self.memory_limit = None if memory_limit is None else int(memory_limit)
         self.write_array = write_array
+        self.fallback = fallback
+        self._eager = set()           # signatures whose tracing needed a value: they run eagerly
         self.in_shardings, self.out_shardings, self.mesh = in_shardings, out_shardings, mesh
         # the LLVM backend (fused native kernels) by default; "numpy" is the reference
         self.backend = backend or os.environ.get("SPMD_COMPILER", "llvm")
@@ -336,6 +351,7 @@ class Jitted:
             low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
             low.timings = timings
             low.updates = [k for k, _ in updates]
+            low.np_random_state = graph.np_random_state
             low.donated = self._donated_leaves(args) - set(low.updates)
             if self.memory_limit is not None:
                 self._fit(low, in_sh.leaves)
@@ -370,13 +386,51 @@ class Jitted:
             # a jitted function called while tracing another: inline it into that trace
             return self.fn(*args)
         key, leaves = self._key(args)
-        low = self._lower(args, key, leaves)
+        if key in self._eager:
+            return self._run_eagerly(args, leaves)
+        try:
+            low = self._lower(args, key, leaves)
+        except Exception as e:
+            need = needed_value(e)
+            if need is None or not self.fallback:
+                raise
+            self._eager.add(key)
+            name = getattr(self.fn, "__name__", "fn")
+            warn_at(f"spmd.jit: tracing {name} needed the value of a traced array at {need.loc}, so {name} "
+                    f"runs eagerly on the sharded arrays instead (numpy on spmd.Arrays, op by op: slower "
+                    f"than one compiled program); spmd.jit(..., fallback=False) makes this an error. {need}",
+                    FallbackWarning, need.loc)
+            return self._run_eagerly(args, leaves)
         outs = low(*leaves)
+        if low.np_random_state is not None:
+            np.random.set_state(low.np_random_state)
         if low.updates:
             outs, new = outs[:len(outs) - len(low.updates)], outs[len(outs) - len(low.updates):]
             for k, v in zip(low.updates, new):
                 self._write_back(leaves[k], v)
         return tree_unflatten(low.out_tree, outs)
+
+    def _run_eagerly(self, args, leaves):
+        """fn called outside tracing on its arguments placed as jit places them: numpy on
+        the spmd.Arrays runs op by op (eager mode). An argument the function wrote that
+        was placed as a copy (a numpy array, an Array resharded) takes the new value, as
+        under jit; the results are spmd.Arrays, as jit's are (by out_shardings, else as
+        the eager run left them, values it read back into numpy replicated)."""
+        from .sharding.annotate import argument_shardings, result_shardings
+        mesh, shardings = argument_shardings(self, args, leaves)
+        if mesh is None:
+            return self.fn(*args)
+        placed = [x if _is_scalar(x) else _place(x, s, mesh) for x, s in zip(leaves, shardings)]
+        handles = [getattr(p, "_handles", None) for p in placed]
+        dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
+        it = iter(tree_unflatten(tree_flatten(dyn)[1], placed))
+        out = self.fn(*[a if i in self.static_argnums else next(it) for i, a in enumerate(args)])
+        for x, p, h in zip(leaves, placed, handles):
+            if p is not x and isinstance(p, Array) and p._handles is not h:
+                self._write_back(x, p)
+        outs, tree = tree_flatten(out)
+        return tree_unflatten(tree, [_place(x, s, mesh) if _is_scalar(x) or hasattr(x, "__array__") else x
+                                     for x, s in zip(outs, result_shardings(self, tree, len(outs), mesh))])
 
     def _write_back(self, arg, new):
         """The function wrote into argument `arg`, as numpy would in place: a numpy array
@@ -392,3 +446,31 @@ class Jitted:
             return
         raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
                         f"which spmd cannot update in place; return the new value instead")
+
+
+def needed_value(e):
+    """The ConcreteValueError that caused exception e (numpy may wrap it), or None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ConcreteValueError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _is_scalar(x):
+    return isinstance(x, (bool, int, float, complex, np.generic))
+
+
+def _place(x, sharding, mesh):
+    """A value as an spmd.Array on mesh: placed by its sharding (or replicated), an
+    spmd.Array resharded if it must be (else kept)."""
+    if isinstance(x, ShapeDtype):
+        raise SpmdError("spmd.jit: a ShapeDtype argument has no values to run the function eagerly with")
+    if sharding is None:
+        x = x if isinstance(x, Array) else np.asarray(x)
+        if isinstance(x, Array):
+            return x
+        sharding = Sharding(mesh, (None,) * x.ndim)
+    return device_put(x, sharding)

@@ -88,6 +88,9 @@ def into(out, r):
 
 class Communicator(ABC):
     loc = None                      # the user line of the collective being run (for messages)
+    # how many ranks of the run are threads of this process: they share its BLAS thread
+    # setting, which must then stay as the runtime set it for the run (runtime/blas.py)
+    ranks_in_process = 1
 
     def __init__(self, mesh, rank):
         self.mesh = mesh

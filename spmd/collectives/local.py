@@ -176,6 +176,7 @@ class _Flight:
 class LocalCommunicator(Communicator):
     def __init__(self, mesh, rank, world: LocalWorld):
         super().__init__(mesh, rank)
+        self.ranks_in_process = mesh.size
         self.world = world
         self._cache = {}
         self._starts = {}            # group devices -> how many all_reduce_start this rank made on it

@@ -18,20 +18,29 @@ waited for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set). Under MPI a
 cannot leave a broken collective and carry on, so aborting is what raising would
 lead to anyway (runtime/mpi.py aborts on any uncaught exception).
 
+Reductions of floats (sum, prod, max, min; every float dtype) do not use MPI's built-in
+operations: each element is reduced over the group in group order by base.reduce_arrays,
+as the local and Ray communicators do, so a sum has the same bits on every run and on
+every backend (MPI_SUM adds in the order of whichever algorithm MPICH picks for the
+size, and another one in its nonblocking version). The data moves as in MPI's own
+schedule for large messages: an Alltoall gives rank i block i of every input, it reduces
+the block, and an Allgather of the blocks completes the all_reduce (up to GATHER_BYTES
+gathered: one Allgather, every rank reducing all of it). Integer and bool reductions,
+exact in any order, are MPI's built-ins.
+
 Started all-reduces (`all_reduce_start` / `wait`, the halves passes/schedule.py makes
-so that the backward pass overlaps the gradient reductions) are MPI's nonblocking
-Iallreduce, into a pooled buffer the handle holds, and Waitall in `wait`, under the same
+so that the backward pass overlaps the gradient reductions) start the exchange of the
+inputs (Ialltoall or Iallgather; MPI's Iallreduce for integers) into pooled buffers the
+handle holds, and `wait` completes it (Waitall), reduces and gathers, under the same
 watchdog as a blocking call (the heartbeats say which all_reduce, at which user line, the
-rank waits in). Those reduced in group order (max/min of floats, 2-byte floats) run
-synchronously at the start. MPICH progresses a nonblocking collective only inside MPI
+rank waits in). MPICH progresses a nonblocking collective only inside MPI
 calls (this one's wait, or any collective run in between), unless MPICH's asynchronous
 progress thread is switched on (MPIR_CVAR_ASYNC_PROGRESS=1), so on MPICH's default the
 overlap is mostly that of the transfers the start itself puts on the wire.
 
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
 sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
-and the LocalCommunicator (MPI may sum floats in another order than group order; max and
-min of floats go through base.reduce_arrays in group order, so NaN propagates as in numpy).
+and the LocalCommunicator, bit for bit.
 """
 from __future__ import annotations
 
@@ -107,11 +116,23 @@ def _op(op, dtype):
 
 
 def _in_group_order(op, dtype):
-    """max/min of floats: MPI's built-in MAX/MIN drop NaN (C's fmax semantics in MPICH),
-    numpy's maximum/minimum propagate it. Those reduce in group order through
-    base.reduce_arrays, the rule every backend follows; sum and prod (and integers) keep
-    MPI's fast built-in reductions."""
-    return (op in ("max", "min") and np.dtype(dtype).kind in "fc") or np.dtype(dtype).name in _HALFS
+    """Every reduction of floats runs in group order through base.reduce_arrays, the rule
+    every backend follows, so a sum has the same bits on every run and on every backend:
+    MPI's built-in SUM adds in the order of the algorithm MPICH picks for the message size
+    and group (recursive doubling adds (a+b)+(c+d), not ((a+b)+c)+d; the nonblocking
+    version picks others), and its MAX/MIN drop NaN (C's fmax), where numpy's
+    maximum/minimum propagate it. Integers and bools keep MPI's built-in reductions:
+    exact in any order."""
+    if op not in REDUCE_OPS:
+        raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
+    return np.dtype(dtype).kind in "fc" or np.dtype(dtype).name in _HALFS
+
+
+# an all_reduce in group order of up to this many bytes gathered (G times the input) is one
+# Allgather, every rank reducing all of it; a bigger one goes block-wise (each rank reduces
+# 1/G of it: an Alltoall, then an Allgather of the reduced blocks), MPI's own schedule
+# for large messages (Rabenseifner's), with the same bytes on the wire
+GATHER_BYTES = 1 << 16
 
 
 # 2-byte floats: MPI has no bfloat16 (nor, portably, float16) type: they travel as raw
@@ -580,28 +601,83 @@ class MPICommunicator(Communicator):
         c, group = self.comm(axes)
         what = f"all_reduce({op})"
         if _in_group_order(op, x.dtype):
-            return self.put_handle((None, self._gather_reduce(x, axes, op), what, group, None))
+            # the exchange of the inputs is in flight until the wait, which reduces them
+            reqs, finish = self._start_group_order(x, axes, op)
+            return self.put_handle((reqs, finish, what, group, (x, self.loc)))
         out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
         fx, fo = x.reshape(-1), out.reshape(-1)
         reqs = [c.Iallreduce(mpi_buffer(fx[lo:hi]), mpi_buffer(fo[lo:hi]), op=mop) for lo, hi in _chunks(fx.size)]
         # the handle keeps x (the send buffer) and out referenced while the call is in flight
-        return self.put_handle((reqs, out, what, group, (x, self.loc)))
+        return self.put_handle((reqs, lambda: out, what, group, (x, self.loc)))
 
     def wait(self, handle):
-        reqs, out, what, group, keep = self.take_handle(handle)
-        if reqs is not None:
+        reqs, finish, what, group, keep = self.take_handle(handle)
+        if reqs:
             MPI = mpi_module()
             guarded(lambda: MPI.Request.Waitall(reqs), what, group, self.rank, self.timeout, keep[1])
-        return out
+        loc, self.loc = self.loc, keep[1]      # (what the rest of the call waits in is named by it)
+        try:
+            return finish()
+        finally:
+            self.loc = loc
 
     def _gather_reduce(self, x, axes, op, out=None):
-        """op over the group's x in group order (base.reduce_arrays, numpy's NaN rules):
-        the all_gather, then the reduction on every rank (into out, which may be x)."""
-        G = len(self.comm(axes)[1])
-        rows = self.all_gather(x[None], axes, 0)
-        return reduce_arrays(op, [rows[j] for j in range(G)],
-                             out=POOL.empty(x.shape, x.dtype) if out is None else out)
+        """op over the group's x in group order (into out, which may be x)."""
+        return self._start_group_order(x, axes, op, out, blocking=True)[1]()
+
+    def _start_group_order(self, x, axes, op, out=None, blocking=False):
+        """(requests in flight, finish() -> the result) of an all_reduce in group order
+        (base.reduce_arrays: numpy's NaN rules, the same bits on every rank and backend).
+        Small: an Allgather of the inputs, each rank reduces all of them. Large: the flat
+        input as G equal blocks (and fewer than G elements left over, gathered whole);
+        each rank gets block i of every input (Alltoall), reduces it, and the reduced
+        blocks are gathered (Allgather; MPICH's Alltoallv / Allgatherv are up to 3x slower
+        than these). Either way each element is reduced over the group in group order, so
+        the bits do not depend on the path or the blocks."""
+        c, group = self.comm(axes)
+        G = len(group)
+        what = f"all_reduce({op})"
+        result = lambda: POOL.empty(x.shape, x.dtype) if out is None else out   # noqa: E731
+        if x.nbytes * G <= GATHER_BYTES:
+            if blocking:
+                rows = self.all_gather(x[None], axes, 0)
+                return [], lambda: reduce_arrays(op, [rows[j] for j in range(G)], out=result())
+            rows = POOL.empty((G,) + x.shape, x.dtype)
+            reqs = [c.Iallgather(mpi_buffer(x), mpi_buffer(rows))]
+            return reqs, lambda: reduce_arrays(op, [rows[j] for j in range(G)], out=result())
+        fx = x.reshape(-1)
+        chunks = _chunks(fx.size)
+        if len(chunks) > 1 and not blocking:      # (beyond MPI's counts: run it now)
+            r = self._gather_reduce(x, axes, op)
+            return [], lambda: r
+        reqs, parts = [], []
+        for lo, hi in chunks:
+            k = (hi - lo) // G                    # each member reduces k elements of the chunk
+            mid = lo + G * k
+            got = POOL.empty((G, k), x.dtype)    # row j: block i of member j's x
+            rest = POOL.empty((G, hi - mid), x.dtype)
+            calls = [(c.Alltoall, c.Ialltoall, fx[lo:mid], got)] if k else []
+            if hi > mid:
+                calls.append((c.Allgather, c.Iallgather, fx[mid:hi], rest))
+            for call, icall, send, recv in calls:
+                if blocking:
+                    self._guard(lambda: call(mpi_buffer(send), mpi_buffer(recv)), what, group)
+                else:
+                    reqs.append(icall(mpi_buffer(send), mpi_buffer(recv)))
+            parts.append((lo, mid, hi, got, rest))
+
+        def finish():
+            r = result()
+            fr = r.reshape(-1)
+            for lo, mid, hi, got, rest in parts:
+                if mid > lo:
+                    block = reduce_arrays(op, list(got))
+                    self._guard(lambda: c.Allgather(mpi_buffer(block), mpi_buffer(fr[lo:mid])), what, group)
+                if hi > mid:
+                    reduce_arrays(op, list(rest), out=fr[mid:hi])
+            return r
+        return reqs, finish
 
     def all_gather(self, x, axes, dim=0, out=None):
         x = contiguous(x)

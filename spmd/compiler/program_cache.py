@@ -18,10 +18,10 @@ import os
 import pickle
 import sys
 import time
-import warnings
 
 import numpy as np
 
+from ..errors import warnings_issued
 from . import disk_cache
 
 _source = None
@@ -86,12 +86,11 @@ def lower(run, graph, mesh, in_shardings, out_shardings):
                 print(f"spmd: {graph.name}: stages loaded from the program cache in {took * 1e3:.1f} ms",
                       file=sys.stderr)
             return stages, {"cache": took}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")      # record every one; the user's filters act below
-        stages, timings = run()
-    for w in caught:                         # pass them on as if never caught
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    if not caught:
+    # (the warnings are counted, not caught: catching them would reset Python's record of
+    # the lines that warned already, and each would show again on every lowering)
+    warned = warnings_issued()
+    stages, timings = run()
+    if warnings_issued() == warned:
         try:
             disk_cache.write_atomic(path, pickle.dumps(stages, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception:                    # an unpicklable attribute: only costs time

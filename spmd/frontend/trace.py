@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import TraceError, user_loc
+from ..errors import ConcreteValueError, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
 from .views import Buffer, derive
@@ -158,20 +158,22 @@ class Tracer:
 
     # -- things tracing cannot follow ------------------------------------------------------
     def _concrete(self, what):
+        loc = user_loc()
         if _storing_into_numpy():
-            _raise_store_into_numpy(self)
-        raise TraceError(
-            f"{what} of a traced value at {user_loc()}: inside spmd.jit the value of "
+            _raise_store_into_numpy(self, loc)
+        raise ConcreteValueError(
+            f"{what} of a traced value at {loc}: inside spmd.jit the value of "
             f"{self!r} is not known until the program runs. To look at it, print it as the "
             f"program runs: spmd.debug.print(\"{{}}\", value). For data-dependent choices use "
-            f"np.where; or pass the value as a static argument.")
+            f"np.where; or pass the value as a static argument.", loc)
 
     def __bool__(self):
-        raise TraceError(
-            f"Python control flow on a traced value at {user_loc()} (bool() of {self!r}): inside "
+        loc = user_loc()
+        raise ConcreteValueError(
+            f"Python control flow on a traced value at {loc} (bool() of {self!r}): inside "
             f"spmd.jit the value is not known until the program runs. Use spmd.while_loop / "
             f"spmd.fori_loop / spmd.cond / spmd.scan for loops and branches, np.where for "
-            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.")
+            f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.", loc)
 
     def __float__(self):
         self._concrete("float()")
@@ -183,16 +185,17 @@ class Tracer:
         self._concrete("use as an index")
 
     def __array__(self, dtype=None, copy=None):
+        loc = user_loc()
         if _storing_into_numpy():
-            _raise_store_into_numpy(self)
-        raise TraceError(
-            f"a traced value {self!r} was converted to a numpy array at {user_loc()}: inside "
+            _raise_store_into_numpy(self, loc)
+        raise ConcreteValueError(
+            f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
             f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
             f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
             f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
             f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
-            f"them, or spmd.numpy.asarray / spmd.numpy.array.")
+            f"them, or spmd.numpy.asarray / spmd.numpy.array.", loc)
 
     def tolist(self):
         self._concrete("tolist()")
@@ -233,10 +236,10 @@ def _storing_into_numpy() -> bool:
 _STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instructions (error paths only)
 
 
-def _raise_store_into_numpy(tracer):
-    raise TraceError(
-        f"a traced value is written into a plain numpy array at {user_loc()} (buf[i] = value, with "
+def _raise_store_into_numpy(tracer, loc):
+    raise ConcreteValueError(
+        f"a traced value is written into a plain numpy array at {loc} (buf[i] = value, with "
         f"buf made by np.zeros / np.empty / np.array inside the function): a numpy array holds numbers, "
         f"and {tracer!r} has none until the program runs. Make the buffer traced: "
         f"buf = np.zeros_like(x, shape=...) or spmd.numpy.zeros(...); then buf[i] = value works as in "
-        f"numpy. (numpy converted the value with float() or np.asarray to store it.)")
+        f"numpy. (numpy converted the value with float() or np.asarray to store it.)", loc)

@@ -28,6 +28,7 @@ import weakref
 
 from ..collectives.local import LocalWorld
 from ..errors import CollectiveError, SpmdError
+from . import blas
 from .backend import Runtime
 
 # how long run() waits, after the first failure, for the other ranks to stop
@@ -132,6 +133,8 @@ class LocalRuntime(Runtime):
     # -- running -------------------------------------------------------------------------
     def _run(self, program, mesh, args, devices):
         world = LocalWorld(mesh)
+        # the ranks share this process's BLAS: one thread count for the whole run (blas.py)
+        blas.start_run(len(devices))
         done = queue.Queue()             # (device, ok, outputs or exception)
 
         def task(device):

@@ -36,6 +36,7 @@ from ..errors import ShardingError, SpmdError, is_internal, on_every_rank
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
 from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
+from . import blas
 from .backend import Runtime
 
 
@@ -65,22 +66,6 @@ class _Prefixed:
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
-
-
-# a user's own setting of the BLAS thread count wins
-BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
-
-
-def limit_blas_threads(ranks_here):
-    """Share this host's cores among the ranks on it: numpy's BLAS starts a thread per
-    core in every process, and with several ranks per host those threads spin against
-    each other (train_gpt's 20 steps on 2 ranks of a 2-core host: 16.5 s with one BLAS
-    thread per core per rank, 1.1 s with one per rank). The threads of a rank's own
-    LLVM kernels are shared the same way (backends/llvm/executable.py, threads_for)."""
-    if any(os.environ.get(v) for v in BLAS_ENV):
-        return None
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(limits=max(1, (os.cpu_count() or 1) // max(1, ranks_here)), user_api="blas")
 
 
 # how long a rank waits for rank 0 to report an error every rank raised (on_every_rank)
@@ -136,7 +121,8 @@ class MPIRuntime(Runtime):
         if addr is not None:
             mpi_comm.HEARTBEAT.start(self.rank, {r: a for r, (_, _, a) in enumerate(got)})
         mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
-        limit_blas_threads(sum(host == peers[self.rank][0] for host, _ in peers))
+        self.ranks_here = sum(host == peers[self.rank][0] for host, _ in peers)
+        blas.limit_threads(self.ranks_here)
 
     def _check_launcher(self, MPI):
         """MPI's world must be the one the launcher started: a launcher that cannot reach
@@ -215,6 +201,7 @@ class MPIRuntime(Runtime):
         comm = self._comms.get(mesh)
         if comm is None or comm.timeout != collective_timeout():
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
+        blas.start_run(self.ranks_here)
         return {self.rank: program(args[self.rank], comm=comm)}
 
     def allgather_object(self, obj, what="exchanging values"):

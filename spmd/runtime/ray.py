@@ -109,6 +109,8 @@ class RankActor:
         else:
             self.programs.move_to_end(key)
         comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
+        from . import blas
+        blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
         try:
             outs = list(program(list(inputs), comm))
         except BaseException as e:

@@ -117,6 +117,28 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
             Shardings(out_sh, [f"out_shardings[{i}]" for i in range(len(out_sh))]))
 
 
+def argument_shardings(jitted, args, leaves):
+    """(mesh or None, a Sharding or None per argument leaf): jit's in_shardings without a
+    traced program, as jit's eager fallback places the arguments. An spmd.Array without
+    an in-sharding keeps its own."""
+    fname = getattr(jitted.fn, "__name__", "fn")
+    given = _given_in_shardings(jitted, args, leaves, fname)
+    mesh = _one_mesh(fname, [jitted.mesh] + [s.mesh for s in given if _is_sharding(s)] +
+                     [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1])
+    out = [_with_mesh(s, mesh, f"{fname}: in_shardings") for s in given]
+    return mesh, [s if s is not None or _placed(x) is None else x.sharding for s, x in zip(out, leaves)]
+
+
+def result_shardings(jitted, out_tree, n, mesh):
+    """A Sharding or None per result leaf from jit's out_shardings (jit's eager fallback
+    places the results by them)."""
+    if jitted.out_shardings is None:
+        return [None] * n
+    fname = getattr(jitted.fn, "__name__", "fn")
+    given = _expand(jitted.out_shardings, tree_unflatten(out_tree, [0] * n), f"{fname}: out_shardings")
+    return [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(given)]
+
+
 def _given_in_shardings(jitted, args, leaves, fname):
     """jit's in_shardings expanded to one entry (a Sharding, a bare spec or None) per leaf."""
     if jitted.in_shardings is None:

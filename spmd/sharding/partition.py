@@ -33,11 +33,10 @@ axis_index, and nothing here loops over devices.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 
-from ..errors import ShardingError, where
+from ..errors import ShardingError, warn_at, where
 from ..ir import Graph
 from ..ir.ops.reduce import identity as reduce_identity
 from . import halo
@@ -173,6 +172,10 @@ class _Partitioner:
             raise ShardingError(f"value {v} has a sharding on mesh {s.mesh}, the graph is on {self.mesh}")
         return s.for_rank(v.ndim)
 
+    def loc(self):
+        """The user line of what is being partitioned."""
+        return self.op.loc if self.op is not None else self.em.loc
+
     def what(self):
         if self.op is not None:
             return f"{self.op.name}{where(self.op.loc)}"
@@ -218,16 +221,15 @@ class _Partitioner:
 
     def gather_fallback(self, x, cur_shape, spec, partial, d):
         """Gather dim d of x (split by `spec`): the route when a halo would take too many hops."""
-        warnings.warn(f"spmd: {self.what()} moves data across many shards of dim {d} of {x.dtype}"
-                      f"{list(cur_shape)}; gathering that dim instead of a halo exchange",
-                      ReshardWarning, stacklevel=4)
+        warn_at(f"spmd: {self.what()} moves data across many shards of dim {d} of {x.dtype}"
+                f"{list(cur_shape)}; gathering that dim instead of a halo exchange", ReshardWarning, self.loc())
         whole = list(spec)
         whole[d] = ()
         return self.reshard(x, self.sh(spec, partial), self.sh(whole, partial), cur_shape), whole
 
     def warn_gather(self, message):
         """A handler that must gather what the op needs whole says so (never silently)."""
-        warnings.warn(message, ReshardWarning, stacklevel=4)
+        warn_at(message, ReshardWarning, self.loc())
 
     def mask_reduction_dims(self, op, rule, assign, locals_, shardings, kind="sum"):
         """Padding in a dim that is reduced over must hold the reduction's identity."""
@@ -433,10 +435,10 @@ def _warn_gathered(P, op, i, rule, have, want):
             if fs and all(rule.kind(f) == "replicate" for f in fs)
             and set(have.dim_axes(d)) - set(want.dim_axes(d))]
     if dims:
-        warnings.warn(f"spmd: {P.what()} gathers dim{'s' if len(dims) > 1 else ''} "
-                      f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
-                      f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
-                      f"it local", ReshardWarning, stacklevel=4)
+        warn_at(f"spmd: {P.what()} gathers dim{'s' if len(dims) > 1 else ''} "
+                f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
+                f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
+                f"it local", ReshardWarning, op.loc)
 
 
 def _emit_default(P, op, rule, assign, locals_, shardings, have):

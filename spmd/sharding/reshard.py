@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import functools
 import heapq
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ShardingError, where
+from ..errors import ShardingError, warn_at, where
 from ..ir import Value
 from ..ir.mesh import Sharding
 
@@ -353,10 +352,10 @@ def reshard(em: Emitter, x, src: Sharding, dst: Sharding, shape, what=None):
     peak = plan_peak(steps, mesh, shape)
     ends = max(_elems(local_shape(mesh, steps[0].before, shape)), _elems(local_shape(mesh, steps[-1].after, shape)))
     if peak > ends:
-        warnings.warn(f"spmd: resharding {x.dtype}{list(shape)} from {src.text()} to {dst.text()}"
-                      f"{' for ' + what if what else ''} holds {peak} elements per device on the way, "
-                      f"more than either end ({ends}): no direct collective makes this change, so it "
-                      f"gathers part of the array first", ReshardWarning, stacklevel=3)
+        warn_at(f"spmd: resharding {x.dtype}{list(shape)} from {src.text()} to {dst.text()}"
+                f"{' for ' + what if what else ''} holds {peak} elements per device on the way, "
+                f"more than either end ({ends}): no direct collective makes this change, so it "
+                f"gathers part of the array first", ReshardWarning, em.loc)
     for st in steps:
         x = _emit_step(em, x, st, shape)
     return x

@@ -152,7 +152,7 @@ def test_a_traced_value_written_into_a_numpy_buffer_says_so_first():
     for f in (fill, fill1):
         line = inspect.getsourcelines(f)[1] + 3
         with pytest.raises(spmd.TraceError) as e:
-            spmd.jit(f)(np.ones((4, 3)))
+            spmd.jit(f, fallback=False)(np.ones((4, 3)))
         msg = str(e.value)
         assert msg.startswith(f"a traced value is written into a plain numpy array at test_debug.py:{line}"), msg
         assert "spmd.numpy.zeros" in msg and "float()" not in msg.split(":")[0]
@@ -160,7 +160,7 @@ def test_a_traced_value_written_into_a_numpy_buffer_says_so_first():
 
 def test_float_of_a_traced_value_names_spmd_debug_print():
     with pytest.raises(spmd.TraceError) as e:
-        spmd.jit(lambda x: float(x.sum()))(np.ones(3))
+        spmd.jit(lambda x: float(x.sum()), fallback=False)(np.ones(3))
     msg = str(e.value)
     assert msg.startswith("float() of a traced value") and 'spmd.debug.print("{}", value)' in msg
 

@@ -176,7 +176,7 @@ def test_control_flow_on_traced_values_says_what_to_use():
             return x
         return -x
     with pytest.raises(TraceError, match=r"test_control.py:\d+.*spmd.while_loop.*spmd.cond.*eagerly"):
-        spmd.jit(f)(np.ones(3))
+        spmd.jit(f, fallback=False)(np.ones(3))
     with pytest.raises(TraceError, match="is float64\\[3\\] on entry but int64"):
         spmd.jit(lambda x: spmd.fori_loop(0, 2, lambda i, c: i + 0 * c.astype(np.int64), x))(np.ones(3))
     with pytest.raises(TraceError, match="same structure"):

@@ -1,5 +1,6 @@
 """spmd.random: counter-based keys give the same numbers eagerly, under jit, on any mesh
-and backend; np.random inside traced code is an error naming the line."""
+and backend; np.random inside traced code is an error naming the line, except after
+np.random.seed(constant) in the same function (then numpy's numbers, as constants)."""
 import numpy as np
 import pytest
 
@@ -76,6 +77,52 @@ def test_np_random_in_jit_names_the_line():
         return x * np.random.rand(*x.shape)        # MARK
     with pytest.raises(spmd.TraceError, match=r"np\.random\.rand at test_random\.py:\d+.*spmd\.random"):
         spmd.jit(f)(np.ones(3))
-    with pytest.raises(spmd.TraceError, match="default_rng"):
-        spmd.jit(lambda x: x + np.random.default_rng(0).normal(size=3))(np.ones(3))
+    with pytest.raises(spmd.TraceError, match="default_rng at .* without a seed"):
+        spmd.jit(lambda x: x + np.random.default_rng().normal(size=3))(np.ones(3))
     assert np.random.default_rng(0).random(2).shape == (2,)     # outside jit, numpy as ever
+
+
+def seeded(x):
+    np.random.seed(7)
+    a = np.random.rand(*x.shape)
+    b = np.random.normal(size=x.shape)
+    return x * a + b + np.random.default_rng(3).random(x.shape)
+
+
+@pytest.mark.parametrize("mesh", [None, (2,)])
+def test_np_random_after_a_seed_in_the_function_gives_numpys_numbers(mesh, compiler):
+    """np.random.seed(constant) first in the function: numpy gives the same numbers on
+    every call, so the draws are constants of the program, numpy's; numpy's global state
+    after each call is the one the function's draws leave, as in numpy."""
+    x = np.arange(6.0).reshape(2, 3)
+    want = seeded(x)
+    after = np.random.get_state()[1].copy()
+    m = spmd.Mesh(mesh, ("x",)) if mesh else None
+    f = spmd.jit(seeded, in_shardings=(m.sharding("x", None),) if m else None, backend=compiler)
+    for _ in range(3):
+        np.random.seed(123)                       # whatever came before
+        got = f(x)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15)
+        assert np.array_equal(np.random.get_state()[1], after)
+
+
+def test_np_random_draws_need_the_seed_in_the_same_function_first():
+    def before(x):
+        a = np.random.rand(3)                     # MARK
+        np.random.seed(0)
+        return x + a
+
+    def entropy(x):
+        np.random.seed()
+        return x + np.random.rand(3)
+
+    def in_a_loop_body(x):
+        np.random.seed(0)
+        return spmd.fori_loop(0, 3, lambda i, c: c + np.random.rand(3), x)
+
+    with pytest.raises(spmd.TraceError, match=r"np\.random\.rand at test_random\.py:\d+.*np\.random\.seed"):
+        spmd.jit(before)(np.ones(3))
+    with pytest.raises(spmd.TraceError, match="seed at .* without a seed"):
+        spmd.jit(entropy)(np.ones(3))
+    with pytest.raises(spmd.TraceError, match="np.random.rand"):       # runs 3 times: not one constant
+        spmd.jit(in_a_loop_body)(np.ones(3))

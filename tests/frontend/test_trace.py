@@ -333,13 +333,13 @@ def assigns(x):
 @pytest.mark.parametrize("fn", [branches, converts, assigns])
 def test_python_control_on_traced_value_raises_trace_error(fn):
     with pytest.raises(spmd.TraceError) as e:
-        spmd.jit(fn)(np.ones(3))
+        spmd.jit(fn, fallback=False)(np.ones(3))
     assert line_of(fn, "MARK") in str(e.value), str(e.value)
 
 
 def test_np_asarray_of_tracer_is_a_trace_error():
     with pytest.raises(spmd.TraceError):
-        spmd.jit(lambda x: np.asarray(x) + 1)(np.ones(2))
+        spmd.jit(lambda x: np.asarray(x) + 1, fallback=False)(np.ones(2))
 
 
 def test_ops_record_the_user_line():

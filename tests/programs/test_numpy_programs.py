@@ -314,12 +314,12 @@ def test_plain_buffer_error_names_the_line_and_fix():
         buf[0] = x
         return buf
     with pytest.raises(spmd.TraceError, match="zeros_like"):
-        spmd.jit(f)(np.ones(3))
+        spmd.jit(f, fallback=False)(np.ones(3))
 
 
 def test_item_and_trace():
     with pytest.raises(spmd.TraceError):
-        spmd.jit(lambda x: x.item(1))(np.ones(3))
+        spmd.jit(lambda x: x.item(1), fallback=False)(np.ones(3))
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_allclose(spmd.jit(lambda x: x.trace(1))(x), x.trace(1))
 

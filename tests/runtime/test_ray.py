@@ -253,6 +253,20 @@ def test_overlapped_gradient_reductions_as_on_local(cluster, monkeypatch, tmp_pa
         np.testing.assert_array_equal(a, want[f"arr_{k}"])
 
 
+def test_training_loop_has_the_local_runtimes_bits(cluster):
+    """tests/training_programs.py's loop twice on the actors: the final weights have the
+    bits of the local runtime's (tests/runtime/test_determinism.py), per compiler backend."""
+    from training_programs import digest, train
+    got = {b: {digest(train(backend=b)) for _ in range(2)} for b in ("llvm", "numpy")}
+    assert get_runtime().name == "ray"
+    p = subprocess.run([sys.executable, os.path.join(TESTS, "mpi_scripts", "train_bits.py"), "1"],
+                       capture_output=True, text=True, timeout=100,
+                       env=dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="local"))
+    assert p.returncode == 0, p.stderr
+    want = {b: {d} for b, _, d in re.findall(r"BITS (\w+) (\d+) (\w+)", p.stdout)}
+    assert got == want
+
+
 def _local_losses():
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mlp.py"), "--steps", "4"],
                        capture_output=True, text=True, timeout=100,

@@ -27,6 +27,7 @@ from ..executor import Executable, op_label
 from .jit import compile_ir
 from .lowering import lowering_of, writes_into
 from .memory import memory_profile
+from . import native
 from .native import cores
 from .plan import KernelStep, ProgramPlan, plan_program
 from .schedule import PAR_WORK, Schedule
@@ -95,20 +96,21 @@ class LLVMExecutable(Executable):
                 self.run_step(step, env, comm, slots, nthreads)
             self.run_steps(self.steps, self.memory.free_after, env, comm, step_fn, _label)
             return
-        self.schedule(nthreads).run(env, comm)
+        self.schedule(nthreads, native.shares_blas(comm)).run(env, comm)
 
-    def schedule(self, nthreads) -> Schedule:
-        """The native schedule for this many threads (built on first use)."""
-        sched = self._schedules.get(nthreads)
+    def schedule(self, nthreads, fixed_blas=False) -> Schedule:
+        """The native schedule for this many threads (built on first use); `fixed_blas`:
+        its dots leave the BLAS thread count as the runtime set it (native.shares_blas)."""
+        sched = self._schedules.get((nthreads, fixed_blas))
         if sched is None:
-            sched = self._schedules[nthreads] = Schedule(self, nthreads)
+            sched = self._schedules[(nthreads, fixed_blas)] = Schedule(self, nthreads, fixed_blas)
         return sched
 
     def memory_report(self, comm=None) -> dict:
         """The plan's figures (memory.py) plus the native schedule's scratch (the copies of
         dot operands BLAS cannot read where they are), per device."""
         n = self.threads or threads_for(comm)
-        sched = self._schedules.get(n)
+        sched = self._schedules.get((n, False)) or self._schedules.get((n, True))
         if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
             sched = self.schedule(n)
         rep = self.memory.report()

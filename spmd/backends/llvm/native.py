@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import threading
 
 import numpy as np
 
@@ -137,15 +138,24 @@ def cores():
 
 # ----------------------------------------------------------------------------- BLAS
 _blas = None
+# the ranks of the local runtime are threads that build their schedules at the same time:
+# one of them finds the BLAS (and compiles the helpers), the others wait for it. A rank
+# that saw a half-made table would run its dots another way (numpy's matmul: other bits)
+_init_lock = threading.Lock()
 
 
 def blas():
     """{"gemm": {"float32": addr, "float64": addr}, "int": "i64"|"i32", "set_threads": fn}
     for the cblas numpy links, or {} when it cannot be found (dots then run in numpy)."""
     global _blas
-    if _blas is not None:
-        return _blas
-    _blas = {}
+    if _blas is None:
+        with _init_lock:
+            if _blas is None:
+                _blas = _find_blas()
+    return _blas
+
+
+def _find_blas():
     try:
         with open("/proc/self/maps") as f:
             libs = sorted(set(re.findall(r"(/\S*(?:openblas|blas)\S*\.so\S*)", f.read())))
@@ -170,11 +180,10 @@ def blas():
             st = getattr(lib, thr, None)
             if st is not None:
                 st.argtypes, st.restype = [ctypes.c_int], None
-            _blas = {"gemm": {"float32": ctypes.cast(fs, ctypes.c_void_p).value,
-                              "float64": ctypes.cast(fd, ctypes.c_void_p).value},
-                     "int": it, "set_threads": st, "lib": lib}
-            return _blas
-    return _blas
+            return {"gemm": {"float32": ctypes.cast(fs, ctypes.c_void_p).value,
+                             "float64": ctypes.cast(fd, ctypes.c_void_p).value},
+                    "int": it, "set_threads": st, "lib": lib}
+    return {}
 
 
 # the BLAS's current thread setting, shared with the native dots (which change it)
@@ -192,6 +201,14 @@ def set_blas_threads(n):
     blas_threads_cell[0] = n
 
 
+def shares_blas(comm) -> bool:
+    """Several ranks of the run are threads of this process (the local runtime): its one
+    BLAS thread count then stays as the runtime set it for the run, since a rank switching
+    it would change the bits of another rank's product running at that moment
+    (runtime/blas.py)."""
+    return getattr(comm, "ranks_in_process", 1) > 1
+
+
 def set_threads_addr():
     st = blas().get("set_threads")
     return ctypes.cast(st, ctypes.c_void_p).value if st is not None else 0
@@ -204,17 +221,23 @@ def helpers():
     """{name: address} of spmd_run and the dot wrappers (compiled once, cached on disk)."""
     global _helpers
     if _helpers is None:
-        it = blas().get("int", "i64")
-        ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
-            "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
-            _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
-            _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
-        names = ["spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
-                 "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
-        _helpers = compile_ir(ir, names, None, False)
-        run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(_helpers["spmd_run"])
-        _helpers = dict(_helpers, run=run)
+        b = blas()
+        with _init_lock:
+            if _helpers is None:
+                _helpers = _compile_helpers(b.get("int", "i64"))
     return _helpers
+
+
+def _compile_helpers(it):
+    ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
+        "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
+        _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
+        _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
+    names = ["spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
+             "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
+    addrs = compile_ir(ir, names, None, False)
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addrs["spmd_run"])
+    return dict(addrs, run=run)
 
 
 # ----------------------------------------------------------------------------- layouts

@@ -30,9 +30,10 @@ class Segment:
 
 
 class Schedule:
-    def __init__(self, exe, nthreads):
+    def __init__(self, exe, nthreads, fixed_blas=False):
         self.exe = exe
         self.nthreads = nthreads
+        self.fixed_blas = fixed_blas         # dots leave the BLAS thread count as it is
         self.blas = native.blas()
         self.helpers = native.helpers()
         self.run_fn = self.helpers["run"]

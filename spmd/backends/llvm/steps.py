@@ -72,7 +72,8 @@ def run_matmul(exe, op, env, comm, slots, nthreads):
     """dot_general through numpy's matmul (BLAS), straight into the plan's buffer."""
     plan = exe.prepared[op]
     _, (_, m, k), _, _, (_, _, n) = plan
-    native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
+    if not native.shares_blas(comm):
+        native.set_blas_threads(1 if m * n * k < native.SMALL_DOT else nthreads)
     out = exe.buffer(op.result, slots, env)
     try:
         matmul_into(*[env[o] for o in op.operands], out, plan)
@@ -228,7 +229,8 @@ def gemm_instrs(sched, op):
         name = "spmd_dot_f32" if dt == "float32" else "spmd_dot_f64"
         entries = [b["gemm"][dt], (ba, offa), (bb, offb), (op.result, 0), m, n, k, lda, ldb, n, ta, tb,
                    b1, a1, c1, b2 * m * n * isz, b2, a2, c2, m * n * isz,
-                   native.set_threads_addr(), 1 if m * n * k < native.SMALL_DOT else sched.nthreads,
+                   0 if sched.fixed_blas else native.set_threads_addr(),
+                   1 if m * n * k < native.SMALL_DOT else sched.nthreads,
                    native.blas_threads_cell.ctypes.data]
         return pre + [(helpers[name], entries)]
     return None
