@@ -7,6 +7,7 @@ units over `model`. spmd infers every other sharding and inserts the collectives
 
     python examples/train_gpt.py                       # 4 local devices, mesh 2x2
     mpiexec -n 4 python examples/train_gpt.py          # 4 MPI processes
+    mpiexec -n 4 python examples/train_gpt.py --mesh 4x1 --fsdp   # parameters and Adam state split too
     spmd run -n 4 --backend ray examples/train_gpt.py  # 4 Ray actors
 """
 import argparse
@@ -91,6 +92,21 @@ def param_shardings(mesh, params):
     return out
 
 
+def fsdp_shardings(mesh, params):
+    """FSDP (ZeRO-3): every parameter -- and so its Adam state -- also split over `data`,
+    on its first dim the Megatron layout leaves whole. spmd gathers each weight where a
+    layer needs it (again for the backward pass, not held in between), reduce-scatters its
+    gradient and updates the shard: a device holds 1/data of the parameters and state."""
+    out = {}
+    for k, s in param_shardings(mesh, params).items():
+        spec = list(s.spec)
+        free = [d for d, a in enumerate(spec) if a is None]
+        if free:
+            spec[free[0]] = "data"
+        out[k] = mesh.sharding(*spec)
+    return out
+
+
 def layernorm(x, g, b, eps=1e-5):
     mu = x.mean(axis=-1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
@@ -129,34 +145,40 @@ def block(x, q, heads):
     return x + gelu(h @ q["w1"] + q["b1"]) @ q["w2"]
 
 
-def forward(p, tokens, layers, heads, scan=False):
+def forward(p, tokens, layers, heads, scan=False, batch=None):
+    """`batch`: the sharding of the activations' batch dim (FSDP): pinned after the
+    embedding and after each layer, so the data axis keeps splitting the batch and the
+    parameters split over it are what gets gathered (as jax's FSDP recipes pin it)."""
     B, T = tokens.shape
-    x = p["wte"][tokens] + p["wpe"][None, :T]
+    pin = (lambda x: spmd.shard(x, batch)) if batch is not None else (lambda x: x)
+    x = pin(p["wte"][tokens] + p["wpe"][None, :T])
     if scan:
         # one traced layer, run `layers` times over the stacked parameters (spmd.scan):
         # the program (and its compile time) no longer grows with the depth
         stacked = {k: np.stack([p[f"l{i}_{k}"] for i in range(layers)]) for k in LAYER_KEYS}
-        x, _ = spmd.scan(lambda x, q: (block(x, q, heads), None), x, stacked)
+        x, _ = spmd.scan(lambda x, q: (pin(block(x, q, heads)), None), x, stacked)
     else:
         for i in range(layers):
-            x = block(x, {k: p[f"l{i}_{k}"] for k in LAYER_KEYS}, heads)
+            x = pin(block(x, {k: p[f"l{i}_{k}"] for k in LAYER_KEYS}, heads))
     x = layernorm(x, p["lnf_g"], p["lnf_b"])
     return x @ p["wte"].T                       # tied embeddings
 
 
-def loss_fn(p, tokens, targets, layers, heads, scan=False):
-    logits = forward(p, tokens, layers, heads, scan)
+def loss_fn(p, tokens, targets, layers, heads, scan=False, batch=None):
+    logits = forward(p, tokens, layers, heads, scan, batch)
     logits = logits - logits.max(axis=-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
     onehot = targets[..., None] == np.arange(VOCAB)
     return -np.mean(np.sum(np.where(onehot, logp, 0.0), axis=-1))
 
 
-def make_step(layers, heads, lr, mesh, scan=False):
+def make_step(layers, heads, lr, mesh, scan=False, fsdp=False):
+    batch = mesh.sharding("data", None, None) if fsdp and mesh is not None else None
+
     def step(params, opt, tokens, targets):
         if mesh is not None:
             tokens = spmd.shard(tokens, mesh.sharding("data", None))
-        loss, grads = spmd.value_and_grad(loss_fn)(params, tokens, targets, layers, heads, scan)
+        loss, grads = spmd.value_and_grad(loss_fn)(params, tokens, targets, layers, heads, scan, batch)
         return (loss,) + adam(params, opt, grads, lr)
     return step
 
@@ -193,6 +215,10 @@ def parse_args(argv=None):
     ap.add_argument("--plot", default="loss.png", help="loss-curve PNG (needs matplotlib); '' to skip")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--scan", action="store_true", help="run the layers with spmd.scan (one traced layer)")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="split parameters and Adam state over the data axis too (FSDP / ZeRO-3)")
+    ap.add_argument("--memory-limit", type=float, default=None, metavar="MB",
+                    help="memory per device: recompute what the step would hold to fit, or fail up front")
     return ap.parse_args(argv)
 
 
@@ -214,7 +240,7 @@ def main(argv=None):
         if latest is not None:
             shardings = None
             if mesh is not None:      # placed as the step wants them: each rank reads only its shards
-                psh = param_shardings(mesh, params)
+                psh = (fsdp_shardings if args.fsdp else param_shardings)(mesh, params)
                 shardings = {"params": psh, "opt": {"m": psh, "v": psh, "t": mesh.sharding()}, "step": None}
             state = spmd.load(latest, shardings)
             params, opt, start = state["params"], state["opt"], int(np.asarray(state["step"])) + 1
@@ -222,23 +248,33 @@ def main(argv=None):
                 print(f"resumed from {latest} at step {start}")
 
     jit_kw = {}
+    if args.memory_limit is not None:
+        jit_kw["memory_limit"] = int(args.memory_limit * 2**20)
     if mesh is not None:
-        psh = param_shardings(mesh, params)
+        psh = (fsdp_shardings if args.fsdp else param_shardings)(mesh, params)
         rep = mesh.sharding()
-        jit_kw = dict(in_shardings=(psh, {"m": psh, "v": psh, "t": rep},
+        jit_kw.update(in_shardings=(psh, {"m": psh, "v": psh, "t": rep},
                                     mesh.sharding("data", None), mesh.sharding("data", None)))
         # params and optimizer state are replaced by the step's outputs: donated, the new
         # values are computed in the old ones' buffers (the first, numpy, call copies them)
         jit_kw["donate_argnums"] = (0, 1)
-    step = spmd.jit(make_step(args.layers, args.heads, args.lr, mesh, args.scan), **jit_kw)
+    step = spmd.jit(make_step(args.layers, args.heads, args.lr, mesh, args.scan, args.fsdp), **jit_kw)
 
     losses, tokens_per_step = [], args.batch * args.seq
     tc = time.perf_counter()
     _, x0, y0 = next(batches(corpus, args.batch, args.seq, args.seed))
-    step.lower(params, opt, x0, y0).compile()
+    try:
+        low = step.lower(params, opt, x0, y0)     # (a memory_limit it cannot meet fails here, before a step)
+    except spmd.MemoryLimitError as e:
+        if rank0:
+            print(f"train_gpt: {e}", file=sys.stderr)
+        sys.exit(2)
+    low.compile()
     if rank0 and not args.quiet:
+        mem = low.memory()
         print(f"compile: {time.perf_counter() - tc:.2f} s ({'scan over' if args.scan else 'unrolled'} "
-              f"{args.layers} layers)")
+              f"{args.layers} layers); memory per device: peak {mem['peak_bytes'] / 2**20:.1f} MB, of which "
+              f"parameters, Adam state and batch {mem['argument_bytes'] / 2**20:.1f} MB")
     t0 = time.perf_counter()
     data = batches(corpus, args.batch, args.seq, args.seed)
     for i, x, y in data:

@@ -1,8 +1,10 @@
 """spmd: write a numpy program once, shard a few arrays, run it on many devices."""
 from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
+from .errors import MemoryLimitError  # noqa: F401
 from .errors import ConcreteValueError, FallbackWarning  # noqa: F401
 from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
 from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
+from .frontend.remat import checkpoint, checkpoint_name, checkpoint_policies  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
 from .ir import Mesh, Sharding  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401

@@ -15,11 +15,16 @@ from .staging import Jitted, Lowered
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
-        donate_argnums=(), fallback=True):
+        donate_argnums=(), memory_limit=None, fallback=True):
     """`donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
     their buffers to the program, which may compute outputs (or temporaries) in them; the
     donated Arrays are invalid afterwards (using one raises). A numpy argument is copied
     for the program instead (its owner keeps it).
+
+    `memory_limit`: bytes per device. The compiler recomputes values the program would
+    hold (activations kept for the backward pass, gathered parameters) until its planned
+    peak fits, or raises MemoryLimitError before anything runs, naming what is live at
+    the peak and the user lines that made it.
 
     `fallback`: when tracing needs the value of a traced array (float(), `if` on data,
     math.sqrt, .item(), np.array(traced)), run the function eagerly on the sharded
@@ -28,11 +33,11 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
                              backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
-                             fallback=fallback)
+                             memory_limit=memory_limit, fallback=fallback)
     # an spmd.Array argument the function writes takes the new value as eager writes do:
     # the write reaches the base of an eager view, and the array's views see it
     return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums, donate_argnums,
-                  write_array=write_back, fallback=fallback)
+                  write_array=write_back, memory_limit=memory_limit, fallback=fallback)
 
 
 # -- shard, explain, grad: the rest of the user API ----------------------------------------
@@ -51,7 +56,8 @@ def shard(x, sharding):
 def explain(f, *args, verbose=False, file=None, **jit_kwargs) -> str:
     """Print and return the explanation for `f` (a function or an spmd.jit object): one
     line per collective (op, bytes, user line, why, the annotation it comes from) and
-    one per annotation; verbose=True adds where every value's sharding came from."""
+    one per annotation, and the peak memory per device; verbose=True adds where every
+    value's sharding came from and the largest values live at the peak."""
     from .sharding.explain import explain_lowered
     j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
     return explain_lowered(j.lower(*args), file, verbose)

@@ -46,6 +46,11 @@ class CheckpointError(SpmdError, ValueError):
     """A checkpoint is missing, corrupt, truncated, or its index is malformed or unsafe."""
 
 
+class MemoryLimitError(SpmdError, MemoryError):
+    """A program does not fit the memory it is given (spmd.jit(memory_limit=...)) or the
+    memory the machine has free; said before it runs, with what is live at its peak."""
+
+
 class CollectiveError(SpmdError, RuntimeError):
     """A collective failed: a rank was lost, timed out, or raised."""
 

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from .errors import ConcreteValueError, FallbackWarning, SpmdError, TraceError, warn_at
+from .errors import ConcreteValueError, FallbackWarning, MemoryLimitError, SpmdError, TraceError, warn_at
 from .frontend import core
 from .frontend import functionalize as fz
 from .frontend import random_guard
@@ -128,6 +128,7 @@ class Lowered:
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
         self.timings = {}             # seconds per stage, from the pipeline
+        self._fits_checked = False
 
     def as_text(self, stage="optimized", source=False, compact=False):
         """The program at `stage` as text: exact (it parses back) by default;
@@ -160,20 +161,31 @@ class Lowered:
         return report(self)
 
     def explain(self, file=None, verbose=False) -> str:
-        """Print the collectives and why, and the annotations; with verbose=True also
-        where every value's sharding came from."""
+        """Print the collectives and why, the annotations and the peak memory per device;
+        with verbose=True also where every value's sharding came from and the largest
+        values live at the peak."""
         from .sharding.explain import explain_lowered
         return explain_lowered(self, file, verbose)
 
     def memory(self) -> dict:
-        """Per-device memory of one run of the compiled program, in bytes: `temp_bytes`
-        (the arena of temporaries, XLA's temp allocation), `scratch_bytes` (copies of dot
-        operands BLAS cannot read in place), `peak_live_bytes` (the largest set of
-        temporaries live at once), `argument_bytes`, `output_bytes`, `in_place` (values
-        written into a dying input's buffer) and `donated` (argument positions whose
-        buffers the program reuses). Ops run through numpy (collectives, indexing) may
-        allocate more per call. What the backend does not plan (the numpy backend plans
-        nothing) is None."""
+        """Per-device memory of one run of the compiled program, in bytes.
+
+        `peak_bytes`: the most a device holds at once: its arguments, the arena of
+        temporaries and the scratch (allocated for every run), and the largest set of
+        buffers made per call live at one step (outputs, collectives' results, ops run
+        through numpy). `peak`: the busiest step: its `op` and user line (`loc`),
+        `live_bytes`, those bytes `by_kind` (arguments, constants, outputs, activations:
+        made before the step and read after it, temporaries: made or last read by it)
+        and the largest values `live` there (value, shape, dtype, bytes, kind, and the op
+        and user line that made it). Also `temp_bytes` (the arena),
+        `scratch_bytes` (copies of dot operands BLAS cannot read in place),
+        `temporary_bytes` (what a run needs besides its arguments, constants and outputs:
+        XLA's temp allocation), `peak_live_bytes` (the largest set of temporaries the arena
+        holds at once), `argument_bytes`,
+        `output_bytes`, `in_place` (values written into a dying input's buffer) and
+        `donated` (argument positions whose buffers the program reuses). The numpy
+        backend plans nothing: every result is a new array (None for the plan's figures)."""
+        from .ir.text import name_values
         g = self.graph
         size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
         rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
@@ -181,6 +193,12 @@ class Lowered:
         exe = self.compile()
         if hasattr(exe, "memory_report"):
             rep.update(exe.memory_report(_FakeComm(self.mesh)))
+            prof = exe.memory_profile(_FakeComm(self.mesh))
+        else:
+            from .backends.memory_profile import profile_of_ops
+            prof = profile_of_ops(g)
+        # values named as in the printed program (as_text("optimized"))
+        rep.update(prof.report(name_values(g)))
         return rep
 
     @property
@@ -190,6 +208,54 @@ class Lowered:
         the run (a stencil step computes its new grid in the old one's buffers). The new
         value ends in them where the memory plan allows; else it is copied in after."""
         return frozenset(self.updates) - self.donated
+
+    def memory_profile(self):
+        """What one run holds per device, step by step (backends/memory_profile.py)."""
+        exe = self.compile()
+        if hasattr(exe, "memory_profile"):
+            return exe.memory_profile(_FakeComm(self.mesh))
+        from .backends.memory_profile import profile_of_ops
+        return profile_of_ops(self.graph)
+
+    def check_fits_machine(self):
+        """Before the first run: does what the run will allocate in this process (the
+        peak per device beyond the arguments, which exist already, times the devices this
+        process runs) fit the memory the machine has free (its share of it, with other
+        ranks on this host)? If not, say so now rather than be killed halfway.
+        SPMD_MEMORY_CHECK=0 skips the check."""
+        if os.environ.get("SPMD_MEMORY_CHECK", "1") == "0":
+            return
+        free = free_memory_bytes()
+        if free is None:
+            return
+        n = 1
+        if self.mesh is not None:
+            from .runtime.context import get_runtime
+            rt = get_runtime()
+            if rt.name not in ("local", "mpi"):      # (Ray: the actors run elsewhere)
+                return
+            n = len(rt.local_devices(self.mesh))
+        prof = self.memory_profile()
+        per = prof.peak_bytes - sum(b.nbytes for b in prof.buffers if b.start < 0)
+        share = free // max(ranks_on_this_host(), 1)
+        if per * n <= share:
+            return
+        from .backends.memory_budget import SINGULAR, mb
+        k = prof.peak_step
+        at = prof.ops[k] if k >= 0 else None
+        where = f" at {at.name} ({at.loc})" if at is not None and at.loc else ""
+        live = ", ".join(f"{mb(b.nbytes)} {SINGULAR[prof.kind(b, k)]} made by "
+                         f"{getattr(prof.value_at(b, k).producer, 'name', 'argument')}"
+                         + (f" at {prof.value_at(b, k).producer.loc}" if prof.value_at(b, k).producer is not None
+                            and prof.value_at(b, k).producer.loc else "")
+                         for b in prof.live_at(k)[:4] if b.start >= 0)
+        raise MemoryLimitError(
+            f"{self.stages['traced'].name}: a run needs {mb(per * n)} more memory in this process ({n} "
+            f"device{'s' if n > 1 else ''} x {mb(per)} beyond the arguments, at the peak{where}), but this "
+            f"machine has {mb(share)} available{' for each of its ranks' if ranks_on_this_host() > 1 else ''}: it "
+            f"would be killed. Largest at the peak: {live}. To fit: spmd.jit(..., memory_limit=bytes) recomputes "
+            f"what it can, spmd.checkpoint recomputes layers, splitting parameters, optimizer state and the "
+            f"batch over more devices (FSDP) divides them (SPMD_MEMORY_CHECK=0 skips this check).")
 
     def compile(self):
         if self._exe is None:
@@ -201,6 +267,9 @@ class Lowered:
 
     def __call__(self, *flat_args):
         from .runtime.execute import execute
+        if not self._fits_checked:
+            self.check_fits_machine()
+            self._fits_checked = True
         try:
             return execute(self, list(flat_args))
         except Exception as e:
@@ -221,6 +290,27 @@ class Lowered:
                 x._handles = donated_handles(self.stages["traced"].name, k)
 
 
+def free_memory_bytes():
+    """The memory the machine has available (Linux: MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def ranks_on_this_host() -> int:
+    """MPI processes sharing this machine (mpich's hydra and Open MPI say), else 1."""
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        v = os.environ.get(var)
+        if v and v.isdigit():
+            return int(v)
+    return 1
+
+
 class _FakeComm:
     """The size of a mesh, where the executable asks a communicator for it."""
 
@@ -234,8 +324,9 @@ class Jitted:
     wrote takes its new value (numpy's in-place semantics: the caller sees the write)."""
 
     def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
-                 static_argnums=(), donate_argnums=(), write_array=None, fallback=False):
+                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None, fallback=False):
         self.fn = fn
+        self.memory_limit = None if memory_limit is None else int(memory_limit)
         self.write_array = write_array
         self.fallback = fallback
         self._eager = set()           # signatures whose tracing needed a value: they run eagerly
@@ -281,8 +372,21 @@ class Jitted:
             low.updates = [k for k, _ in updates]
             low.np_random_state = graph.np_random_state
             low.donated = self._donated_leaves(args) - set(low.updates)
+            if self.memory_limit is not None:
+                self._fit(low, in_sh.leaves)
             self._cache[key] = low
         return low
+
+    def _fit(self, low, names):
+        """Recompute what the program holds until its plan fits memory_limit per device
+        (backends/memory_budget.py); the result is the "remat" stage, and what runs."""
+        import time
+        from .backends.memory_budget import fit
+        t0 = time.perf_counter()
+        what = f"spmd.jit({getattr(self.fn, '__name__', 'fn')}, memory_limit={self.memory_limit})"
+        g, _ = fit(low.graph, self.backend, sorted(low.donated), self.memory_limit, names, what)
+        low.stages["remat"] = low.stages["optimized"] = g
+        low.timings["remat"] = time.perf_counter() - t0
 
     def _donated_leaves(self, args) -> set:
         """The flat argument leaves of the donated arguments."""

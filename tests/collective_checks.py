@@ -59,6 +59,18 @@ def check_collectives(comm, dtypes=DTYPES, big=False):
         ys = [value(d + 100, (3, G * 2), dtype) for d in group]
         rs1 = comm.reduce_scatter(ys[i], axes, 1, "sum")
         assert np.array_equal(rs1, np.split(reduce_in_order("sum", ys), G, axis=1)[i]), (case, "reduce_scatter dim 1")
+        # into the caller's buffer, as the memory plan places them
+        buf = np.empty((G * G * 2, 3), xs[i].dtype)
+        got = comm.all_gather(xs[i], axes, 0, out=buf)
+        assert got is buf and np.array_equal(buf, np.concatenate(xs)), (case, "all_gather out=")
+        buf = np.empty((3, 2), ys[i].dtype)
+        got = comm.reduce_scatter(ys[i], axes, 1, "sum", out=buf)
+        assert got is buf and np.array_equal(buf, rs1), (case, "reduce_scatter out=")
+        buf = np.empty((3 * G, 2), ys[i].dtype)
+        got = comm.all_to_all(ys[i], axes, 1, 0, out=buf)
+        want = np.concatenate([np.split(y, G, 1)[i] for y in ys], axis=0)
+        assert got is buf and np.array_equal(buf, want), (case, "all_to_all out=")
+        checked += 3
         for split, concat, zs in ((0, 1, xs), (1, 0, ys)):
             got = comm.all_to_all(zs[i], axes, split, concat)
             want = np.concatenate([np.split(z, G, split)[i] for z in zs], axis=concat)

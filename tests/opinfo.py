@@ -787,6 +787,36 @@ def _scan_expect(c, xs, k, body, num_carry, num_xs, length, reverse):
 
 
 entry("scan", _make_scan, _scan_expect)
+
+
+def _make_checkpoint(rng, dt):
+    # body(x, k) = sin(x * k) * x (ints: x * k * x); what a policy saves is tested with
+    # spmd.checkpoint (tests/frontend/test_checkpoint.py): those are multi-result samples
+    out = []
+    for s in CF_SHAPES:
+        x, k = rand(rng, s, dt), rand(rng, s, dt)
+
+        def build(g, x, k):
+            m = g.emit("multiply", x, k)
+            return g.emit("multiply", g.emit("sin", m) if dt in FLOATS else m, x)
+        out.append(([x, k], {"body": _body([(s, dt), (s, dt)], build), "saved": 0}))
+    return out
+
+
+def _checkpoint_expect(x, k, body, saved):
+    m = x * k
+    return ((np.sin(m) if x.dtype.name in FLOATS else m) * x).astype(x.dtype)
+
+
+entry("checkpoint", _make_checkpoint, _checkpoint_expect)
+
+
+def _make_barrier(rng, dt):
+    return [([rand(rng, s, dt)] + [rand(rng, t, dt) for t in after], {})
+            for s, after in (((2, 3), ()), ((4,), ((2,),)), ((), ((3, 1), ())), ((0, 2), ((1,),)), ((1, 3), ()))]
+
+
+entry("optimization_barrier", _make_barrier, lambda x, *after: x)
 import opinfo_linalg  # noqa: E402,F401  (linalg, sort, atan2 entries)
 
 

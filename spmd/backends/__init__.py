@@ -15,3 +15,18 @@ def compile_graph(graph, backend="numpy", donated=(), written=None):
         from .llvm import compile_llvm
         return compile_llvm(graph, donated=donated, written=written)
     raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy' or 'llvm')")
+
+
+def planned_memory(graph, backend="numpy", donated=()):
+    """What one run of `graph` holds, step by step, as `backend` would plan it
+    (backends/memory_profile.py), without compiling it."""
+    if backend == "numpy":
+        from .memory_profile import profile_of_ops
+        return profile_of_ops(graph)
+    if backend == "llvm":
+        from .llvm.plan import plan_program
+        from .llvm.memory import memory_profile as planned
+        from .llvm.lowering import writes_into
+        plan = plan_program(graph, donated)
+        return planned(graph, plan.steps, plan.memory, writes_into)
+    raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy' or 'llvm')")

@@ -3,7 +3,8 @@
 One Communicator object per rank (device). Every collective names the mesh axes it runs
 over; its group is the ranks that share this rank's coordinates on all other axes,
 ordered row-major over the named axes as given (major to minor) — `Mesh.group`.
-Inputs are numpy arrays (contiguous); results are new numpy arrays. All ranks of a group
+Inputs are numpy arrays (contiguous); results are new numpy arrays (or the `out` array
+the caller gives: all_reduce, all_gather, reduce_scatter, all_to_all). All ranks of a group
 must call the same collectives in the same order (every rank runs the same program).
 
 Semantics, with G the group size and i this rank's index in its group:
@@ -76,6 +77,15 @@ def reduce_arrays(op, arrays, out=None):
     return out
 
 
+def into(out, r):
+    """A collective's result r in the caller's `out` (copied there unless it is there
+    already), or r itself when the caller gave none."""
+    if out is None or out is r:
+        return r
+    np.copyto(out, r)
+    return out
+
+
 class Communicator(ABC):
     loc = None                      # the user line of the collective being run (for messages)
     # how many ranks of the run are threads of this process: they share its BLAS thread
@@ -141,14 +151,17 @@ class Communicator(ABC):
     def wait(self, handle):
         return self.take_handle(handle)
 
+    # all_gather, reduce_scatter and all_to_all take `out` as all_reduce does: an array of
+    # the result's shape and dtype (never x's memory) to write the result into, so the
+    # executable can place it in its memory plan; `into` is the fallback
     @abstractmethod
-    def all_gather(self, x, axes, dim=0): ...
+    def all_gather(self, x, axes, dim=0, out=None): ...
 
     @abstractmethod
-    def reduce_scatter(self, x, axes, dim=0, op="sum"): ...
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None): ...
 
     @abstractmethod
-    def all_to_all(self, x, axes, split_dim, concat_dim): ...
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None): ...
 
     @abstractmethod
     def permute(self, x, axes, pairs): ...

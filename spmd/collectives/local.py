@@ -303,28 +303,28 @@ class LocalCommunicator(Communicator):
                 grp.wait_until(lambda: f.read == G, i, what + " (done)", lambda: [])
         return out
 
-    def all_gather(self, x, axes, dim=0):
+    def all_gather(self, x, axes, dim=0, out=None):
         x = as_input(x)
         check_dim("all_gather", x, dim)
         return self._collective("all_gather", x, axes, (dim,),
-                                lambda xs, _, i, G: np.concatenate(xs, axis=dim))
+                                lambda xs, _, i, G: np.concatenate(xs, axis=dim, out=out))
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum"):
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
         x = as_input(x)
         check_op(op)
         G = self.mesh.axes_size(axes_of(axes))
         check_dim("reduce_scatter", x, dim, G)
         return self._collective("reduce_scatter", x, axes, (dim, op),
-                                lambda xs, _, i, G: reduce_arrays(op, [block_of(a, dim, i, G) for a in xs]))
+                                lambda xs, _, i, G: reduce_arrays(op, [block_of(a, dim, i, G) for a in xs], out=out))
 
-    def all_to_all(self, x, axes, split_dim, concat_dim):
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
         x = as_input(x)
         G = self.mesh.axes_size(axes_of(axes))
         check_dim("all_to_all", x, split_dim, G)
         check_dim("all_to_all", x, concat_dim)
         return self._collective("all_to_all", x, axes, (split_dim, concat_dim),
                                 lambda xs, _, i, G: np.concatenate([block_of(a, split_dim, i, G) for a in xs],
-                                                                   axis=concat_dim))
+                                                                   axis=concat_dim, out=out))
 
     def permute(self, x, axes, pairs):
         x = as_input(x)

@@ -55,7 +55,7 @@ import traceback
 import numpy as np
 
 from ..errors import CollectiveError
-from .base import REDUCE_OPS, Communicator, collective_timeout, reduce_arrays
+from .base import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
 from .pool import BufferPool
 
 MAX_COUNT = 2 ** 31 - 1
@@ -679,10 +679,15 @@ class MPICommunicator(Communicator):
             return r
         return reqs, finish
 
-    def all_gather(self, x, axes, dim=0):
+    def all_gather(self, x, axes, dim=0, out=None):
         x = contiguous(x)
         c, group = self.comm(axes)
         G = len(group)
+        given = out
+        if given is not None and dim == 0 and given.flags.c_contiguous and x.size <= MAX_COUNT:
+            # (G, n, ...) laid out row-major is the concatenation along dim 0: straight into out
+            self._guard(lambda: c.Allgather(mpi_buffer(x), mpi_buffer(given)), "all_gather", group)
+            return given
         out = POOL.empty((G,) + x.shape, x.dtype)
         if x.size <= MAX_COUNT:
             self._guard(lambda: c.Allgather(mpi_buffer(x), mpi_buffer(out)), "all_gather", group)
@@ -693,16 +698,30 @@ class MPICommunicator(Communicator):
                 self._guard(lambda: c.Allgather(mpi_buffer(fx[lo:hi]), mpi_buffer(part)), "all_gather", group)
                 fo[:, lo:hi] = part
         if dim == 0:               # (G, n, ...) is already the concatenation along dim 0
-            return out.reshape((G * x.shape[0],) + x.shape[1:])
-        return _concatenate(out, dim)
+            return into(given, out.reshape((G * x.shape[0],) + x.shape[1:]))
+        return into(given, _concatenate(out, dim))
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum"):
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
         c, group = self.comm(axes)
         G = len(group)
         blocks = _blocks("reduce_scatter", x, G, dim)
+        given = out if out is not None and out.flags.c_contiguous else None
         if _in_group_order(op, blocks.dtype):
             got = self.all_to_all(blocks, axes, 0, 0).reshape(blocks.shape)   # row j: member j's block i
-            return reduce_arrays(op, list(got), out=POOL.empty(blocks.shape[1:], blocks.dtype))
+            r = reduce_arrays(op, list(got), out=given if given is not None else
+                              POOL.empty(blocks.shape[1:], blocks.dtype))
+            return into(out, r)
+        if given is not None and given.size > MAX_COUNT:
+            given = None
+        if given is not None:      # each member's block i, reduced, straight into out
+            mop = _op(op, blocks.dtype)
+            self._guard(lambda: c.Reduce_scatter_block(mpi_buffer(blocks), mpi_buffer(given), op=mop),
+                        f"reduce_scatter({op})", group)
+            return given
+        r = self._reduce_scatter(blocks, c, group, G, op)
+        return into(out, r)
+
+    def _reduce_scatter(self, blocks, c, group, G, op):
         out = POOL.empty(blocks.shape[1:], blocks.dtype)
         mop = _op(op, blocks.dtype)
         if out.size <= MAX_COUNT:
@@ -716,11 +735,13 @@ class MPICommunicator(Communicator):
                         f"reduce_scatter({op})", group)
         return out
 
-    def all_to_all(self, x, axes, split_dim, concat_dim):
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
         c, group = self.comm(axes)
         G = len(group)
         send = _blocks("all_to_all", x, G, split_dim)
-        recv = POOL.empty(send.shape, send.dtype)
+        direct = out is not None and concat_dim == 0 and out.flags.c_contiguous
+        # (along dim 0 the received (G, *block) buffer is the concatenation: out itself)
+        recv = out.reshape(send.shape) if direct else POOL.empty(send.shape, send.dtype)
         if send[0].size <= MAX_COUNT:
             self._guard(lambda: c.Alltoall(mpi_buffer(send), mpi_buffer(recv)), "all_to_all", group)
         else:
@@ -729,9 +750,11 @@ class MPICommunicator(Communicator):
                 part, got = np.ascontiguousarray(fs[:, lo:hi]), np.empty((G, hi - lo), send.dtype)
                 self._guard(lambda: c.Alltoall(mpi_buffer(part), mpi_buffer(got)), "all_to_all", group)
                 fr[:, lo:hi] = got
+        if direct:
+            return out
         if concat_dim == 0:
-            return recv.reshape((G * recv.shape[1],) + recv.shape[2:])
-        return _concatenate(recv, concat_dim)
+            return into(out, recv.reshape((G * recv.shape[1],) + recv.shape[2:]))
+        return into(out, _concatenate(recv, concat_dim))
 
     def permute(self, x, axes, pairs):
         x = contiguous(x)

@@ -67,7 +67,7 @@ import numpy as np
 
 from ..errors import CollectiveError
 from . import shm
-from .base import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, reduce_arrays
+from .base import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
 from .pool import BufferPool
 from .sockets import Links
 
@@ -496,12 +496,12 @@ class RayCommunicator(Communicator):
             self._release(regions)
 
     # -- the other collectives ---------------------------------------------------------------
-    def all_gather(self, x, axes, dim=0):
+    def all_gather(self, x, axes, dim=0, out=None):
         x = as_input(x)
         check_dim("all_gather", x, dim)
         if self._plan(x, axes, None) != "hierarchical":
-            return self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim))
-        return self._all_gather_hierarchical(x, axes, dim)
+            return into(out, self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim)))
+        return into(out, self._all_gather_hierarchical(x, axes, dim))
 
     def _all_gather_hierarchical(self, x, axes, dim):
         """Across hosts each array crosses once: a rank exchanges x with the ranks of its
@@ -532,22 +532,23 @@ class RayCommunicator(Communicator):
             for r in held:
                 self._release(r)
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum"):
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
         x = as_input(x)
         check_op(op)
         G = self.mesh.axes_size(axes_of(axes))
         check_dim("reduce_scatter", x, dim, G)
-        return self._exchange("reduce_scatter", x, axes, (dim, op),
-                              lambda j: None if j is None else block_of(x, dim, j, G), lambda xs: _reduce(op, xs))
+        return into(out, self._exchange("reduce_scatter", x, axes, (dim, op),
+                                        lambda j: None if j is None else block_of(x, dim, j, G),
+                                        lambda xs: _reduce(op, xs)))
 
-    def all_to_all(self, x, axes, split_dim, concat_dim):
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
         x = as_input(x)
         G = self.mesh.axes_size(axes_of(axes))
         check_dim("all_to_all", x, split_dim, G)
         check_dim("all_to_all", x, concat_dim)
-        return self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
-                              lambda j: None if j is None else block_of(x, split_dim, j, G),
-                              lambda xs: _concat(xs, concat_dim))
+        return into(out, self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
+                                        lambda j: None if j is None else block_of(x, split_dim, j, G),
+                                        lambda xs: _concat(xs, concat_dim)))
 
     def permute(self, x, axes, pairs):
         x = as_input(x)

@@ -1,7 +1,7 @@
 """The stages of a program after tracing, built and run here, in order:
 
-    traced -> roll -> simplify_global -> dce -> propagated -> partitioned -> simplify -> cse -> dce -> hoist -> combine
-           -> schedule
+    traced -> inline -> roll -> simplify_global -> dce -> propagated -> partitioned -> simplify -> cse -> dce
+           -> hoist -> regather -> late_reads -> frees_first -> combine -> schedule -> barriers
 
 (propagated and partitioned only with a mesh; the last stage's graph is "optimized").
 Each stage is a plain Graph -> Graph function. `lower` is what jit calls; the runner is
@@ -28,7 +28,8 @@ from ..sharding.partition import partition
 from ..sharding.propagate import propagate
 from . import program_cache
 from .passes.bodies import in_bodies
-from .passes import combine_collectives, cse, dce, hoist_invariants, roll_loops, schedule_async, simplify
+from .passes import (combine_collectives, cse, dce, drop_barriers, frees_first, hoist_invariants, inline_calls,
+                     recompute_late_reads, regather, roll_loops, schedule_async, simplify)
 
 
 class Stage(NamedTuple):
@@ -41,17 +42,24 @@ class Stage(NamedTuple):
 
 
 # the passes run on the per-device program, in order; the last one's result is "optimized"
-# (hoist: loop-invariant work out of loop bodies; combine: gradient all-reduces in buckets;
-# schedule: each started early, finished late)
+# (hoist: loop-invariant work out of loop bodies; regather: parameters gathered again for
+# each use, not held (after cse, which would merge the copies); late_reads: cheap values
+# made again where read late, not held; frees_first: of independent ops in a row, the one
+# that frees memory first; combine: gradient
+# all-reduces in buckets; schedule: each started early, finished late; barriers: a
+# checkpoint's recomputation is ordinary ops from here on)
 OPTIMIZE = (("simplify", in_bodies(simplify)), ("cse", in_bodies(cse)), ("dce", in_bodies(dce)),
-            ("hoist", hoist_invariants),
-            ("combine", in_bodies(combine_collectives)), ("schedule", in_bodies(schedule_async)))
+            ("hoist", hoist_invariants), ("regather", in_bodies(regather)),
+            ("late_reads", in_bodies(recompute_late_reads)), ("frees_first", in_bodies(frees_first)),
+            ("combine", in_bodies(combine_collectives)), ("schedule", in_bodies(schedule_async)),
+            ("barriers", in_bodies(drop_barriers)))
 
 
 def stages(mesh, in_shardings, out_shardings) -> list:
     """Every stage after tracing, for a program on `mesh` (None: one device, nothing to
     propagate or partition)."""
-    out = [Stage("roll", roll_loops, "global"), Stage("simplify_global", in_bodies(simplify), "global"),
+    out = [Stage("inline", in_bodies(inline_calls), "global"), Stage("roll", roll_loops, "global"),
+           Stage("simplify_global", in_bodies(simplify), "global"),
            Stage("dce", in_bodies(dce), "global")]
     if mesh is not None:
         out += [Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),

@@ -21,10 +21,12 @@ def vjp_graph(graph, start, inputs, output, ct):
     return vjp_multi(graph, start, inputs, [output], [ct])
 
 
-def vjp_multi(graph, start, inputs, outputs, out_cts):
+def vjp_multi(graph, start, inputs, outputs, out_cts, ops=None):
     """Emit the cotangents of `inputs` given a cotangent (or None) per value of `outputs`,
-    walking graph.ops[start:]. Control-flow ops differentiate their bodies through this."""
-    ops = graph.ops[start:]
+    walking graph.ops[start:] (or `ops`, in program order: a checkpoint walks its
+    recomputed body with stand-ins for the values it saved). Control-flow ops
+    differentiate their bodies through this."""
+    ops = graph.ops[start:] if ops is None else list(ops)
     active = set(inputs)
     for op in ops:
         if any(o in active for o in op.operands):

@@ -34,12 +34,14 @@ def _with_mesh(s, mesh, what):
 
 
 class Shardings(list):
-    """One Sharding (or None: infer) per leaf, and `names`: what the user calls each
-    leaf ("x", "params['w1']"), so explain and errors can name them."""
+    """One Sharding (or None: infer) per leaf, and `names`: how explain and errors name
+    each ("in_shardings for params['w1']"); `leaves`: what the user calls each leaf
+    ("x", "params['w1']")."""
 
-    def __init__(self, items, names):
+    def __init__(self, items, names, leaves=None):
         super().__init__(items)
         self.names = list(names)
+        self.leaves = list(leaves) if leaves is not None else list(names)
 
 
 def _leaf_names(fn, args, static_argnums) -> list:
@@ -111,7 +113,7 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
                  "argument")
     _check_ranks(fname, out_sh, [v.shape for v in graph.outputs], [f"out_shardings[{i}]" for i in range(len(out_sh))],
                  "result")
-    return (mesh, Shardings(in_sh, [f"in_shardings for {n}" for n in names]),
+    return (mesh, Shardings(in_sh, [f"in_shardings for {n}" for n in names], names),
             Shardings(out_sh, [f"out_shardings[{i}]" for i in range(len(out_sh))]))
 
 

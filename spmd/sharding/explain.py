@@ -5,7 +5,10 @@ Short by default, one line per collective and one per annotation:
 - every collective of the per-device program: op, mesh axes, bytes per device, the user
   line, the op of the user's program that needed it and why, and the annotation its
   split comes from (changing that annotation is what would remove it);
-- every annotation: in_shardings, out_shardings, spmd.shard.
+- every annotation: in_shardings, out_shardings, spmd.shard;
+- memory per device (lowered.memory()): the peak, the op and user line where it is
+  reached, and its bytes by kind; with verbose=True also the largest values live
+  there, with the lines that made them.
 
 With verbose=True, also every value of the propagated program: its sharding, and for
 each split dim the annotation it came from and the ops it flowed through.
@@ -207,6 +210,7 @@ def explain_lowered(lowered, file=None, verbose=False) -> str:
     lines.append(f"annotations ({len(notes)}):")
     if notes:
         lines += table_lines(notes)
+    lines += memory_lines(lowered.memory(), largest=5 if verbose else 0)
     if verbose and g is not None:
         lines.append("shardings:")
         for name, typ, shs, expl in provenance(g):
@@ -214,3 +218,27 @@ def explain_lowered(lowered, file=None, verbose=False) -> str:
     text = "\n".join(lines)
     print(text, file=file)
     return text
+
+
+def _size(n) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def memory_lines(mem, largest=3) -> list:
+    """The peak per device of lowered.memory() in a few lines: where, of what kinds, and
+    the largest values live there (what to split, recompute or checkpoint)."""
+    peak = mem["peak"]
+    where = f"{peak['op']} ({peak['loc'] or '?'})" if peak["op"] else "the end"
+    kinds = ", ".join(f"{k} {_size(b)}" for k, b in peak["by_kind"].items() if b)
+    lines = [f"memory per device: peak {_size(mem['peak_bytes'])}, at {where}: {kinds or 'nothing'}"]
+    if peak["live"] and largest:
+        table = [("largest live there", "shape", "bytes", "kind", "made by")]
+        for r in peak["live"][:largest]:
+            shape = ",".join(map(str, r["shape"]))
+            table.append((r["value"], f"{r['dtype']}[{shape}]", _size(r["bytes"]), r["kind"],
+                          r["op"] + (f" ({r['loc']})" if r["loc"] else "")))
+        lines += table_lines(table, right=(2,))
+    return lines

@@ -2,6 +2,8 @@
 into a dying input's buffer, outputs computed in the caller's buffer, one arena of
 temporaries at static offsets; and where in place would be wrong, that it does not happen.
 Every case also runs and is compared with numpy (a silent wrong answer is the worst bug)."""
+import io
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -450,3 +452,153 @@ def test_a_donated_buffer_the_program_cannot_write_is_copied_first():
     assert a.shape == () and float(a) == 3.0 and float(tv) == 2.0
     np.testing.assert_allclose(b, np.tanh(np.ones((4, 4))), rtol=1e-6)
     assert (mv == 1).all()
+
+
+# ------------------------------------------------------------ the peak, as a user sees it
+def _mlp_step(ws, x):
+    def loss(ws):
+        h = x
+        for w in ws:
+            h = np.tanh(h @ w)               # the activations' line
+        return np.mean(h ** 2)
+    return spmd.grad(loss)(ws)
+
+
+def test_the_reported_peak_is_what_a_run_allocates():
+    """lowered.memory()['peak_bytes'] against the bytes a run really holds: the arguments,
+    the arena and scratch (kept between calls) and the most a call allocates on top
+    (tracemalloc sees numpy's allocations)."""
+    import tracemalloc
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal((256, 256)) / 16).astype(np.float32) for _ in range(4)]
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+    f = spmd.jit(_mlp_step)
+    f(ws, x)
+    m = f.lower(ws, x).memory()
+    tracemalloc.start()
+    try:
+        f(ws, x)
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        out = f(ws, x)
+        step = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    held = m["argument_bytes"] + m["temp_bytes"] + m["scratch_bytes"]
+    assert abs(held + step - m["peak_bytes"]) <= 0.05 * m["peak_bytes"] + 65536, (held + step, m)
+    assert len(out) == 4
+    # temporaries (XLA's temp allocation): neither the arguments nor the outputs
+    temps = m["temp_bytes"] + m["scratch_bytes"] + max(0, step - sum(o.nbytes for o in out))
+    assert abs(temps - m["temporary_bytes"]) <= 0.05 * m["temporary_bytes"] + 65536, (temps, m)
+
+
+def test_the_peak_names_what_is_live_there_and_where_it_was_made():
+    rng = np.random.default_rng(1)
+    ws = [(rng.standard_normal((64, 64)) / 8).astype(np.float32) for _ in range(4)]
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    low = spmd.jit(_mlp_step).lower(ws, x)
+    m = low.memory()
+    peak = m["peak"]
+    assert sum(peak["by_kind"].values()) + m["scratch_bytes"] == peak["live_bytes"]
+    assert peak["by_kind"]["arguments"] == m["argument_bytes"]
+    kept = [r for r in peak["live"] if r["kind"] == "activations"]
+    assert kept and all(r["loc"] == "test_memory_plan.py:" + str(_mlp_step.__code__.co_firstlineno + 4)
+                        for r in kept), peak["live"]
+    text = low.as_text("optimized")
+    assert all(f"{r['value']} = " in text for r in kept)      # named as in the printed program
+    # every activation is a tanh result the backward pass reads: 3 of the 4 are held at once at least
+    assert peak["by_kind"]["activations"] >= 3 * 128 * 64 * 4
+
+
+def test_a_matmuls_gradient_frees_its_activation_before_the_inputs_gradient_is_made():
+    """In x @ w the weight's gradient is the activation's last read: made first, the
+    activation's buffer is free before the input's gradient (its size) is made."""
+    def loss(ws, x):
+        h = np.sin(x) @ ws[0]                # (2048, 512): the activation
+        return np.sum((h @ ws[1]) ** 2)
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal(s) / 16).astype(np.float32) for s in ((64, 512), (512, 8))]
+    x = rng.standard_normal((2048, 64)).astype(np.float32)
+    f = spmd.jit(spmd.grad(loss))
+    m = f.lower(ws, x).memory()
+    h_bytes = 2048 * 512 * 4
+    assert m["temporary_bytes"] < 1.5 * h_bytes, m      # the activation and dh never both live
+    s = np.sin(x.astype(np.float64))
+    h = s @ ws[0]
+    dy = 2 * (h @ ws[1])
+    for got, want in zip(f(ws, x), (s.T @ (dy @ ws[1].T), h.T @ dy)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-3)
+
+
+# ------------------------------------------- collectives' results and donated outputs
+def test_an_update_is_written_into_the_donated_state_not_into_the_gradient():
+    """Adam's update of one weight in one kernel: new p, m, v each written into its donated
+    argument's buffer, not into the (dying) gradient's, which would then be held from the
+    gradient's first write to the end as an output."""
+    g = Graph()
+    p, m, v = (g.add_input((64, 64), "float32") for _ in range(3))
+    x, d = g.add_input((32, 64), "float32"), g.add_input((32, 64), "float32")
+    grad = g.emit("dot_general", x, d, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
+
+    def c(val):
+        return g.emit("broadcast_in_dim", g.emit("constant", value=np.array(val, np.float32)),
+                      shape=(64, 64), broadcast_dimensions=())
+    new_m = g.emit("add", g.emit("multiply", c(0.9), m), g.emit("multiply", c(0.1), grad))
+    new_v = g.emit("add", g.emit("multiply", c(0.99), v), g.emit("multiply", c(0.01), g.emit("multiply", grad, grad)))
+    new_p = g.emit("subtract", p, g.emit("divide", new_m, g.emit("add", g.emit("sqrt", new_v), c(1e-8))))
+    g.outputs = [new_p, new_m, new_v]
+    exe = compile_llvm(g, donated=(0, 1, 2))
+    assert {exe.memory.in_place[r] for r in (new_p, new_m, new_v)} == {p, m, v}, exe.memory.in_place
+    args = data((64, 64), (64, 64), (64, 64), (32, 64), (32, 64))
+    want = compile_graph(g, "numpy")([a.copy() for a in args])
+    for w, r in zip(want, exe([a.copy() for a in args])):
+        np.testing.assert_allclose(r, w, rtol=1e-5, atol=1e-6)
+
+
+def test_collectives_write_into_the_plan_and_free_what_they_read():
+    """FSDP's all_gather of a weight and reduce_scatter of its gradient write into buffers
+    the plan places (the arena), and the gradient's full buffer is free once it is
+    reduce-scattered (a collective's result is a new array: it aliases nothing)."""
+    spmd.init(backend="local", num_devices=4)
+    mesh = Mesh((4,), ("data",))
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((256, 128)) / 16).astype(np.float32)
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+
+    def step(w, x):
+        return w - 0.1 * spmd.grad(lambda w: np.mean(np.tanh(x @ w) ** 2))(w)
+    row = mesh.sharding("data", None)
+    f = spmd.jit(step, in_shardings=(row, row))
+    low = f.lower(w, x)
+    exe = low.compile()
+    g = low.graph
+    colls = [op.result for op in g.ops if op.opdef.takes_out and op.opdef.needs_comm and op.opdef.out_may_be_operand is None]
+    # in the arena, or the buffer the update (the program's output) is written into
+    planned = set(exe.memory.offset_of) | set(exe.memory.in_place.values())
+    assert len(colls) == 2 and all(v in planned for v in colls), colls
+    prof = exe.memory_profile()
+    steps = {id(op): k for k, op in enumerate(prof.ops)}
+    for op in g.ops:
+        if op.opdef.needs_comm and op.operands and op.operands[0].producer is not None \
+                and op.operands[0].producer.opdef.lowering == "matmul":
+            b = next(b for b in prof.buffers if any(v is op.operands[0] for _, v in b.values))
+            assert b.end == steps[id(op)], (b.start, b.end, steps[id(op)])
+    np.testing.assert_allclose(f(w, x).numpy(), w - 0.1 * (2 * x.T @ (np.tanh(x @ w) * (1 - np.tanh(x @ w) ** 2))
+                                                           / (512 * 128)), rtol=1e-4, atol=1e-6)
+
+
+def test_explain_names_the_peak_and_what_is_live_there():
+    rng = np.random.default_rng(2)
+    ws = [(rng.standard_normal((64, 64)) / 8).astype(np.float32) for _ in range(4)]
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    low = spmd.jit(_mlp_step).lower(ws, x)
+    short = low.explain(file=io.StringIO())
+    text = low.explain(file=io.StringIO(), verbose=True)
+    m = low.memory()
+    assert short.splitlines()[-1] in text
+    head = next(ln for ln in text.splitlines() if ln.startswith("memory per device:"))
+    assert f"peak {m['peak_bytes'] / 2**10:.1f} KB" in head and m["peak"]["loc"] in head, head
+    line = "test_memory_plan.py:" + str(_mlp_step.__code__.co_firstlineno + 4)
+    biggest = m["peak"]["live"][0]
+    assert any(ln.split()[:1] == [biggest["value"]] for ln in text.splitlines()), text
+    assert line in text.split("memory per device:")[1], text

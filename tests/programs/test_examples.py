@@ -47,6 +47,24 @@ def test_train_gpt_scan_over_layers_gives_the_same_losses(capsys):
     assert "compile:" in out and "(unrolled 2 layers)" in out and "(scan over 2 layers)" in out
 
 
+def test_train_gpt_over_one_devices_memory_limit_fails_up_front_and_trains_with_fsdp_on_four(capsys):
+    """Parameters + Adam state (1.4 MB) over a 1.2 MB memory_limit: one device stops
+    before a step, naming what is live at the peak and FSDP; four devices with --fsdp
+    hold a quarter of them and train, with the single device's losses."""
+    gpt = example("train_gpt")
+    args = ["--steps", "2", "--batch", "8", "--seq", "32", "--d-model", "64", "--layers", "2", "--heads", "2",
+            "--corpus-bytes", "100000", "--plot", "", "--quiet"]
+    with pytest.raises(SystemExit) as e:
+        gpt.main(args + ["--mesh", "1x1", "--memory-limit", "1.2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "over memory_limit=1.2 MB" in err and "train_gpt.py:" in err and "params['wte']" in err, err
+    assert "FSDP" in err, err
+    fsdp = gpt.main(args + ["--mesh", "4x1", "--fsdp", "--memory-limit", "1.2"])
+    one = gpt.main(args + ["--mesh", "1x1"])
+    np.testing.assert_allclose(fsdp, one, rtol=1e-5)
+
+
 def test_mlp_loss_falls():
     losses = example("mlp").main(["--steps", "10"])
     assert losses[-1] < 0.45 < losses[0], losses

@@ -104,8 +104,8 @@ def test_short_explain_is_a_line_per_collective_and_per_annotation(program):
     parts = body_lines(text)
     assert len(parts["collectives"]) == len(colls) > 0
     assert len(parts["annotations"]) == want_notes
-    # two headers, the table's column names, nothing else
-    assert len(text.splitlines()) == len(colls) + want_notes + 3
+    # two headers, the table's column names, the memory line, nothing else
+    assert len(text.splitlines()) == len(colls) + want_notes + 4
     for row, c in zip(parts["collectives"], colls):
         assert row.split()[0] == c["op"] and c["loc"] in row and f" {c['bytes']} " in row
     assert "shardings:" not in text and "via" not in text
@@ -164,5 +164,5 @@ def test_the_explained_heat_example_is_short():
     f = spmd.jit(lambda u: diffuse(u, 1), in_shardings=block, out_shardings=block)
     text = spmd.explain(f, spmd.ShapeDtype((16, 16), "float64"), file=io.StringIO())
     n = len(f.lower(spmd.ShapeDtype((16, 16), "float64")).report()["collectives"])
-    assert len(text.splitlines()) == n + 2 + 3
+    assert len(text.splitlines()) == n + 2 + 4           # and the memory line
     assert all("in_shardings for u: dim" in ln for ln in body_lines(text)["collectives"])

@@ -25,7 +25,8 @@ from ...ir import Graph
 from ...tools import timeline
 from ..executor import Executable, op_label
 from .jit import compile_ir
-from .lowering import lowering_of
+from .lowering import lowering_of, writes_into
+from .memory import memory_profile
 from . import native
 from .native import cores
 from .plan import KernelStep, ProgramPlan, plan_program
@@ -156,6 +157,16 @@ class LLVMExecutable(Executable):
         rep = self.memory.report()
         rep["scratch_bytes"] = sum(sched.scratch_sizes.values()) if sched is not None else 0
         return rep
+
+    def memory_profile(self, comm=None):
+        """What a run holds, step by step (backends/memory_profile.py)."""
+        n = self.threads or threads_for(comm)
+        sched = self._schedules.get(n)
+        if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
+            sched = self.schedule(n)
+        scratch = sum(sched.scratch_sizes.values()) if sched is not None else 0
+        return memory_profile(self.graph, self.steps, self.memory, writes_into,
+                              kept=sched.consts if sched is not None else (), scratch_bytes=scratch)
 
     def arena(self):
         """This thread's arena of temporaries (the local runtime runs ranks as threads)."""

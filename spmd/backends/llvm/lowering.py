@@ -114,7 +114,8 @@ LOWERINGS = {
     "scan_loop": Lowering(run=run_scan, writes_into=True, overwrites=scan_overwrites,
                           numpy="the loop steps in Python, calling its body's LLVM executable with the carried "
                                 "values double-buffered (loops.py)"),
-    "annotation": Lowering(numpy="an identity: the partitioner removes it from per-device programs"),
+    "annotation": Lowering(numpy="an identity: removed before code generation (the partitioner, the last "
+                                 "optimisation pass)"),
     "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),
 }
 

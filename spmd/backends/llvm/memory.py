@@ -3,7 +3,9 @@
 What a step writes into a buffer the plan controls: a fused kernel's outputs and a dot's
 result. Everything else (collectives, indexing ops, ops run through their numpy reference)
 makes its own arrays, and those ops may return *views* of their operands (reshape,
-transpose, slice, ...), so their results are assumed to alias every operand.
+transpose, slice, ...), so their results are assumed to alias every operand -- but a
+collective's: the communicator's results are new arrays (collectives/base.py), so a
+gradient reduce-scattered leaves its full buffer free at once.
 
 Three decisions, made once at compile time, as XLA's buffer assignment makes them:
 
@@ -92,6 +94,11 @@ def _written(step, writes):
     if k is not None:
         return list(k.outputs)
     return list(step.results) if writes(step) else []
+
+
+def _makes_new(step) -> bool:
+    """A collective's result is a new array of the communicator's: it aliases no operand."""
+    return _kernel(step) is None and step.opdef.needs_comm and not step.opdef.subgraphs
 
 
 def _reads(step):
@@ -221,6 +228,8 @@ class Buffers:
                     self.group[r] = r
                     self.bufs[r] = {r}
                     self.mine.add(r)
+                elif _makes_new(step):
+                    self.bufs[r] = set()
                 else:
                     self.bufs[r] = set().union(*[self.bufs.get(o, set()) for o in _reads(step)])
         for v in graph.outputs:
@@ -275,7 +284,15 @@ def plan_in_place(bufs, steps, writes, outs, overwrites=operand_written_over) ->
                           and x.shape == r.shape and x not in outs and bufs.busy(bufs.group[x]) == k
                           # no other input of this step may share the buffer
                           and not bufs.shared(bufs.group[x], [u for u in reads if u is not x])]
-        for r, x in _match(results, options).items():
+        # donated arguments' buffers first (as many outputs as can go there), then the
+        # rest: written into a temporary's buffer, a program output would hold it from the
+        # temporary's first write to the end, where a donated buffer costs nothing
+        given = {r: [x for x in xs if bufs.define[bufs.group[x]] < 0] for r, xs in options.items()}
+        chosen = _match(results, given)
+        taken = set(chosen.values())
+        rest = [r for r in results if r not in chosen]
+        chosen.update(_match(rest, {r: [x for x in options[r] if x not in taken] for r in rest}))
+        for r, x in chosen.items():
             inplace[r] = x
             bufs.join(r, x)
     return inplace
@@ -332,25 +349,46 @@ def temporaries(bufs, members, inside, donated_vals, outs):
     return temps, out_bytes
 
 
+# the orders groups are placed in, each tried (the smallest arena wins): largest first;
+# in the order they become live; the longest-lived first
+ORDERS = (lambda t: (-t[3], t[1]), lambda t: (t[1], -t[3]), lambda t: (t[1] - t[2], -t[3], t[1]))
+
+
 def assign_offsets(temps, members, inside):
-    """(3) Static offsets in one arena: largest first, each at the lowest offset that does
-    not overlap a group live at the same time. (value -> offset, the arena's size)"""
-    placed = []                       # (start, end, offset, size)
+    """(3) Static offsets in one arena: groups placed one by one, each at the lowest
+    offset that does not overlap a group live at the same time, in each of ORDERS; the
+    order that makes the smallest arena is kept (largest first leaves holes when big
+    buffers come and go between long-lived smaller ones). (value -> offset, the arena's size)"""
+    best = None
+    for order in ORDERS:
+        placed = first_fit(sorted(temps, key=order))
+        size = max([o + sz for _, _, o, sz, _ in placed], default=0)
+        if best is None or size < best[1]:
+            best = (placed, size)
+    placed, size = best
     offset_of = {}
-    for gid, s, e, size in sorted(temps, key=lambda t: (-t[3], t[1])):
-        taken = sorted((o, o + sz) for s2, e2, o, sz in placed if not (e2 < s or e < s2))
-        off = 0
-        for lo, hi in taken:
-            if off + size <= lo:
-                break
-            off = max(off, -(-hi // ALIGN) * ALIGN)
-        placed.append((s, e, off, size))
+    for _, _, off, _, gid in placed:
         for v in members[gid]:
             offset_of[v] = off
     for gw, (gc, off) in inside.items():
         for v in members[gw]:
             offset_of[v] = offset_of[gc] + off
-    return offset_of, max([o + sz for _, _, o, sz in placed], default=0)
+    return offset_of, size
+
+
+def first_fit(temps):
+    """[(start, end, offset, size, group)]: each group, in the order given, at the lowest
+    aligned offset clear of the groups already placed that are live at the same time."""
+    placed = []
+    for gid, s, e, size in temps:
+        taken = sorted((o, o + sz) for s2, e2, o, sz, _ in placed if not (e2 < s or e < s2))
+        off = 0
+        for lo, hi in taken:
+            if off + size <= lo:
+                break
+            off = max(off, -(-hi // ALIGN) * ALIGN)
+        placed.append((s, e, off, size, gid))
+    return placed
 
 
 def peak_live(temps, n) -> int:
@@ -369,3 +407,20 @@ def drops(last, outs, n) -> list:
         if v not in outs and 0 <= k < n:
             free_after[k].append(v)
     return free_after
+
+
+def memory_profile(graph, steps, plan: MemoryPlan, writes, kept=(), scratch_bytes=0):
+    """The run of a planned program as the buffers it holds (backends/memory_profile.py):
+    the arena's temporaries with their live ranges, outputs and in-place chains, and the
+    arrays made per call by the steps the plan does not place (collectives, numpy ops)."""
+    from ..memory_profile import profile
+    rows = []
+    for step in steps:
+        k = _kernel(step)
+        rows.append((k.root.producer if k is not None else step, _reads(step), _results(step),
+                     _written(step, writes)))
+    joined = {}
+    for c, placed in plan.joined.items():
+        for i in placed:
+            joined[c.producer.operands[i]] = c
+    return profile(graph, rows, plan.in_place, plan.offset_of, plan.arena_bytes, scratch_bytes, joined, kept)

@@ -4,4 +4,5 @@ from . import elementwise, shape, reduce, dot, indexing, collective  # noqa: F40
 from . import annotation  # noqa: F401,E402
 from . import linalg, sort, fft  # noqa: F401,E402
 from . import control  # noqa: F401,E402
+from . import remat  # noqa: F401,E402
 from . import debug  # noqa: F401,E402

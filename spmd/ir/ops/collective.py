@@ -136,9 +136,9 @@ def _ag_infer(x, axes, dimension, group_size):
     return aval(shape, x.dtype)
 
 
-def _ag_ref(x, comm=None, *, axes, dimension, group_size):
+def _ag_ref(x, comm=None, *, axes, dimension, group_size, out=None):
     comm, axes = _comm("all_gather", comm, axes, group_size)
-    return comm.all_gather(x, axes, dim=dimension)
+    return comm.all_gather(x, axes, dim=dimension, out=out)
 
 
 def _ag_vjp(g, op, ct):
@@ -158,9 +158,9 @@ def _rs_infer(x, axes, dimension, reduction, group_size):
     return aval(shape, x.dtype)
 
 
-def _rs_ref(x, comm=None, *, axes, dimension, reduction, group_size):
+def _rs_ref(x, comm=None, *, axes, dimension, reduction, group_size, out=None):
     comm, axes = _comm("reduce_scatter", comm, axes, group_size)
-    return comm.reduce_scatter(x, axes, dim=dimension, op=reduction)
+    return comm.reduce_scatter(x, axes, dim=dimension, op=reduction, out=out)
 
 
 def _rs_vjp(g, op, ct):
@@ -184,9 +184,9 @@ def _a2a_infer(x, axes, split_dimension, concat_dimension, group_size):
     return aval(shape, x.dtype)
 
 
-def _a2a_ref(x, comm=None, *, axes, split_dimension, concat_dimension, group_size):
+def _a2a_ref(x, comm=None, *, axes, split_dimension, concat_dimension, group_size, out=None):
     comm, axes = _comm("all_to_all", comm, axes, group_size)
-    return comm.all_to_all(x, axes, split_dimension, concat_dimension)
+    return comm.all_to_all(x, axes, split_dimension, concat_dimension, out=out)
 
 
 def _a2a_vjp(g, op, ct):
@@ -282,8 +282,10 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
     register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
                    dtypes=ALL, needs_comm=True, combinable=_combinable, reshards=_reshards,
                    async_pair=("all_reduce_start", "all_reduce_done") if _reduces else None,
-                   # all_reduce writes into a given buffer, its operand's too (in place)
-                   takes_out=_reduces, out_may_be_operand=0 if _reduces else None, lowering="communicate",
+                   # these write into a buffer they are given (the memory plan places it),
+                   # all_reduce into its operand's too (in place)
+                   takes_out=_name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
+                   out_may_be_operand=0 if _reduces else None, lowering="communicate",
                    device_values=_device_values))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,

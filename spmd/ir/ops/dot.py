@@ -57,14 +57,16 @@ def _vjp(g, op, ct):
     ct_b = tuple(range(nb))
     ct_l = tuple(range(nb, nb + nl))
     ct_r = tuple(range(nb + nl, nb + nl + nr))
+    # d rhs first: in x @ w (numpy's layout, weights on the right) it is the weight's
+    # gradient, the last read of the activation x, which is then free before d lhs (the
+    # size of x) is made; the other order holds both at once
+    t = g.emit("dot_general", ct, lhs, lhs_batch=ct_b, rhs_batch=lb, lhs_contract=ct_l, rhs_contract=tuple(lf))
+    order = list(rb) + rf + [rc[k] for k in np.argsort(lc)]
+    dr = t if order == list(range(rhs.ndim)) else g.emit("transpose", t, permutation=tuple(np.argsort(order)))
     # d lhs: contract ct's rhs-free dims with rhs's free dims
     t = g.emit("dot_general", ct, rhs, lhs_batch=ct_b, rhs_batch=rb, lhs_contract=ct_r, rhs_contract=tuple(rf))
     order = list(lb) + lf + [lc[k] for k in np.argsort(rc)]
     dl = t if order == list(range(lhs.ndim)) else g.emit("transpose", t, permutation=tuple(np.argsort(order)))
-    # d rhs: contract ct's lhs-free dims with lhs's free dims
-    t = g.emit("dot_general", ct, lhs, lhs_batch=ct_b, rhs_batch=lb, lhs_contract=ct_l, rhs_contract=tuple(lf))
-    order = list(rb) + rf + [rc[k] for k in np.argsort(lc)]
-    dr = t if order == list(range(rhs.ndim)) else g.emit("transpose", t, permutation=tuple(np.argsort(order)))
     return dl, dr
 
 

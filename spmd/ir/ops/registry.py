@@ -47,8 +47,16 @@ class OpDef:
     effect: bool = False
     # the attributes that hold sub-graphs (the bodies of control-flow ops). Such an op's
     # vjp is (graph, op, cts: one per result or None, differentiate) -> per operand, where
-    # differentiate(graph, start, inputs, outputs, cts) is reverse mode over graph.ops[start:]
+    # differentiate(graph, start, inputs, outputs, cts, ops=None) is reverse mode over
+    # graph.ops[start:] (or over `ops`)
     subgraphs: tuple = ()
+    # the result is this operand itself: an annotation for the passes (optimization_barrier),
+    # which the optimiser's last pass drops
+    identity_of: Optional[int] = None
+    # an op that stands for one of its sub-graphs (the attribute named): the compiler
+    # replaces it by that body's ops before propagation (spmd.checkpoint, whose VJP alone
+    # differs from its body's)
+    inlined: Optional[str] = None
     # loops: attrs -> the position of the first captured operand; operands from there on
     # are the same every iteration. Every sub-graph takes the op's operands as its inputs,
     # and the one named "body" is run each iteration.

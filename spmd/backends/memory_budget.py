@@ -1,0 +1,82 @@
+"""spmd.jit(memory_limit=bytes): recompute what a program holds until its plan fits the
+limit per device, or say that it cannot and why.
+
+`fit(graph, backend, donated, limit)` plans the program's memory as the backend would
+(memory_profile: no code is compiled), and while the peak is over the limit, recomputes
+the values held across the busiest step that are cheapest to make again
+(compiler/passes/budget.py chooses, remat.py rewrites), then plans again. When nothing
+held there can be recomputed (what is live is arguments, outputs, or values made and
+read at that step), it raises MemoryLimitError naming the peak, its op and user line, and
+the values live there with the op and line that made each (arguments by the caller's
+names), and what to do about them.
+"""
+from __future__ import annotations
+
+from ..compiler.passes import budget, rematerialize
+from ..errors import MemoryLimitError
+from . import planned_memory as planned
+
+ROUNDS = 12
+SINGULAR = {"arguments": "argument", "constants": "constant", "outputs": "output", "activations": "activation",
+            "temporaries": "temporary"}
+
+
+def mb(n) -> str:
+    """Bytes for people: 512 B, 12.0 KB, 1.5 MB, 3.2 GB."""
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def fit(graph, backend, donated, limit, names=(), what="the program"):
+    """The program, with values recomputed so that its planned peak per device is at most
+    `limit` bytes; (graph, its MemoryProfile). `names`: per graph input, what the
+    caller calls it."""
+    prof = planned(graph, backend, donated)
+    best = (graph, prof)
+    held = sum(b.nbytes for b in prof.buffers if b.start < 0 or b.constant)
+    for _ in range(ROUNDS if held <= limit else 0):         # (arguments over the limit: nothing helps)
+        if prof.peak_bytes <= limit:
+            return graph, prof
+        where = budget.choose(graph, prof, prof.peak_bytes - limit)
+        if not where:
+            break
+        graph = rematerialize(graph, where)
+        prof = planned(graph, backend, donated)
+        if prof.peak_bytes < best[1].peak_bytes:
+            best = (graph, prof)
+    if prof.peak_bytes <= limit:
+        return graph, prof
+    raise MemoryLimitError(too_big(*best, limit, names, what))
+
+
+def too_big(graph, prof, limit, names, what) -> str:
+    from ..ir.text import name_values
+    k = prof.peak_step
+    named = dict(zip(graph.inputs, names))
+    printed = name_values(graph)
+    rows = []
+    for b in prof.live_at(k)[:10]:
+        v = prof.value_at(b, k)
+        kind = SINGULAR[prof.kind(b, k)]
+        if v in named:
+            rows.append(f"  {mb(b.nbytes):>9}  argument {named[v]} {v.dtype}{list(v.shape)}")
+        else:
+            op = v.producer
+            rows.append(f"  {mb(b.nbytes):>9}  {kind} {printed.get(v, '')} {v.dtype}{list(v.shape)} made by "
+                        f"{op.name if op is not None else 'argument'}"
+                        + (f" at {op.loc}" if op is not None and op.loc else ""))
+    by = prof.by_kind(k)
+    at = prof.ops[k] if k >= 0 else None
+    where = f" at {at.name}" + (f" ({at.loc})" if at is not None and at.loc else "") if at is not None else ""
+    args = by["arguments"]
+    hint = ("the arguments alone take " + mb(args) + " per device: split the parameters and optimizer state "
+            "over more devices (mesh.sharding('data', None) on them: FSDP) or run on more devices"
+            if args > limit else
+            "recompute more of the forward pass (spmd.checkpoint on blocks of layers), split the batch over "
+            "more devices, or raise memory_limit")
+    return (f"{what} needs {mb(prof.peak_bytes)} per device at its peak{where}, over memory_limit={mb(limit)}, "
+            f"and recomputing what it holds there cannot bring it under: live there "
+            f"(arguments {mb(args)}, activations {mb(by['activations'])}, temporaries {mb(by['temporaries'])}, "
+            f"outputs {mb(by['outputs'])}), largest first:\n" + "\n".join(rows) + f"\nTo fit: {hint}.")
