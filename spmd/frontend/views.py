@@ -66,10 +66,6 @@ def _full(t, v, shape, dtype):
     return t.emit("broadcast_in_dim", _const(t, v, dtype), shape=tuple(shape), broadcast_dimensions=())
 
 
-def _rev_index(t, n):
-    return t.emit("constant", value=np.arange(n - 1, -1, -1, dtype="int64"))
-
-
 def _window_mask(t, shape, start, sizes, stride):
     """True where a strided window of `shape` lies: compares of iotas, which every device
     makes for its own shard."""
@@ -97,9 +93,7 @@ def fwd(t, step, v):
         starts, sizes = p
         return t.emit("dynamic_slice", v, *starts, slice_sizes=sizes)
     if kind == "reverse":
-        for d in p:
-            v = t.emit("gather", v, _rev_index(t, v.shape[d]), axis=d)
-        return v
+        return t.emit("reverse", v, dimensions=tuple(p)) if p else v
     if kind == "reshape":
         return v if tuple(p) == v.shape else t.emit("reshape", v, shape=tuple(p))
     if kind == "transpose":

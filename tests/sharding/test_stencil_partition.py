@@ -209,3 +209,19 @@ def test_a_reversed_split_dim_trades_chunks_with_the_mirror_device(k, n):
     assert names and set(names) == {"collective_permute"}, names
     c = -(-n // k)
     assert all(op.operands[0].shape[0] <= c for op in collective_ops(pg))
+
+
+@pytest.mark.parametrize("n", [8, 7])
+@pytest.mark.parametrize("flip", [lambda a: a[::-1] * 2.0, lambda a: np.flip(a, 0) + a,
+                                  lambda a: np.flipud(a)[1:-1], lambda a: np.rot90(a, 2)],
+                         ids=["step-1", "flip", "flipud-sliced", "rot90x2"])
+def test_numpy_flips_of_a_split_dim_move_chunks_not_the_array(flip, n):
+    """numpy's reversals (a[::-1], np.flip, flipud, rot90) trace to the reverse op, whose
+    partition trades chunks with the mirror device: no all_gather, and the result is
+    numpy's on even and uneven splits."""
+    mesh = spmd.Mesh((4,), ("x",))
+    f = spmd.jit(flip, in_shardings=(mesh.sharding("x", None),))
+    a = np.arange(n * 5.0).reshape(n, 5)
+    ops = {c["op"] for c in f.lower(a).report()["collectives"]}
+    assert "all_gather" not in ops and "collective_permute" in ops, ops
+    np.testing.assert_array_equal(np.asarray(f(a)), flip(a))
