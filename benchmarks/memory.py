@@ -30,7 +30,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import tracemalloc
 
 import numpy as np

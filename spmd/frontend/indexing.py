@@ -22,7 +22,7 @@ from . import core, masked, shapes
 from . import elementwise as ew
 from . import reductions as red
 from . import functionalize as fz
-from .functionalize import as_view, check_cast, fresh, no_plain_write, view_of, write
+from .functionalize import as_view, fresh, no_plain_write, view_of, write
 from .trace import Tracer
 from .views import fwd
 

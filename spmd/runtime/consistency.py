@@ -175,7 +175,7 @@ def check_program(rt, lowered, leaves, placed):
 def _program_mismatch(me, got, texts):
     groups = _groups([h[:4] for h in got])
     sides = list(groups.items())
-    (h0, r0), (h1, r1) = sides[0], sides[1]
+    (_, r0), (_, r1) = sides[0], sides[1]
     msg = [f"rank {me}: the ranks run different programs (their Python code diverged, so their "
            f"collectives would not pair up):"]
     for h, rs in sides:

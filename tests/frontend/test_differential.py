@@ -21,7 +21,6 @@ import os
 import warnings
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import spmd

@@ -5,7 +5,6 @@ import time
 import numpy as np
 
 import spmd
-from spmd.runtime.context import get_runtime
 
 
 class Hello:

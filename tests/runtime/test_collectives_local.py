@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import spmd
 from spmd.backends import compile_graph
 from spmd.errors import CollectiveError, ShapeError, SpmdError
 from spmd.ir import REGISTRY, Graph

@@ -3,7 +3,6 @@ no more (halo exchange for stencils, masked local lookups for sharded indexing, 
 pieces of iota/constant, reshapes through compound factors), exactness on uneven shards,
 outputs never partial, the shape of the per-device program, and clear errors."""
 import time
-import warnings
 
 import numpy as np
 import pytest

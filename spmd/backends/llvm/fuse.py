@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from ...ir import Graph, Op, Value, splat  # noqa: F401  (splat: re-exported for the backends)
 

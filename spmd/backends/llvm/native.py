@@ -288,7 +288,7 @@ def _copy_ir(isz):
         lines += [f"  %ge{d} = getelementptr i64, ptr %a, i64 {2 + d}", f"  %e{d} = load i64, ptr %ge{d}",
                   f"  %gs{d} = getelementptr i64, ptr %a, i64 {2 + COPY_DIMS + d}", f"  %s{d} = load i64, ptr %gs{d}"]
     lines.append("  br label %h0")
-    prev_off, prev_lbl = "0", "entry"
+    prev_lbl = "entry"
     for d in range(COPY_DIMS):
         lines += [f"h{d}:", f"  %i{d} = phi i64 [0, %{prev_lbl}], [%n{d}, %x{d + 1}]" if d < COPY_DIMS - 1
                   else f"  %i{d} = phi i64 [0, %{prev_lbl}], [%n{d}, %b{d}]",
