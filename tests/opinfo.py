@@ -791,7 +791,7 @@ entry("scan", _make_scan, _scan_expect)
 
 def _make_checkpoint(rng, dt):
     # body(x, k) = sin(x * k) * x (ints: x * k * x); what a policy saves is tested with
-    # spmd.checkpoint (tests/frontend/test_checkpoint.py): those are multi-result samples
+    # spmd.checkpoint (tests/frontend/test_recompute_checkpoint.py): those are multi-result samples
     out = []
     for s in CF_SHAPES:
         x, k = rand(rng, s, dt), rand(rng, s, dt)

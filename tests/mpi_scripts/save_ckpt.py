@@ -1,4 +1,4 @@
-"""Checkpoints under MPI (run by tests/test_checkpoint.py with mpiexec -n 4).
+"""Checkpoints under MPI (run by tests/runtime/test_checkpoint.py with mpiexec -n 4).
 
 argv: <dir>. Saves <dir>/sharded (each rank writes its own shards) for the test to load
 locally, loads it back resharded, measures how many bytes each rank reads when loading

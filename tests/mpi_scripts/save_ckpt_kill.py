@@ -1,5 +1,5 @@
 """Rank 2 is SIGKILLed while it writes its shard of a checkpoint (run by
-tests/test_checkpoint.py with mpiexec -n 4): the checkpoint saved before must survive."""
+tests/runtime/test_checkpoint.py with mpiexec -n 4): the checkpoint saved before must survive."""
 import glob
 import os
 import signal
