@@ -200,7 +200,7 @@ def worker(out_path, n2d, n3d, steps, repeats, only):
         f = spmd.jit(prog.fn, in_shardings=shs, static_argnums=(len(arrays),))
         placed = [spmd.device_put(a.copy(), s) for a, s in zip(arrays, shs)]
         row["spmd_ms"] = 1e3 * _timed(world, lambda: f(*placed, prog.steps), repeats) / prog.steps
-        row["spmd_bytes"] = f.lower(*arrays, prog.steps).report()["comm_bytes"] / prog.steps
+        row["spmd_bytes"] = f.lower(*arrays, prog.steps).report()["bytes_per_run"] / prog.steps
         # by hand
         if prog.name in HAND:
             b = Block(cart, arrays[0].shape, arrays[0].dtype).scatter(arrays[0])

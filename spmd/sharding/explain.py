@@ -38,7 +38,7 @@ def collective_rows(lowered) -> list:
         return []
     prop = lowered.stages.get("propagated")
     rows = []
-    for (op, holder, _), c in zip(collective_ops(g), collectives(g)):
+    for (op, holder, _, _), c in zip(collective_ops(g), collectives(g)):
         src = _source(holder, op)
         axes = set(c["axes"])
         if src is None:

@@ -10,22 +10,25 @@ from __future__ import annotations
 import numpy as np
 
 
-def collective_ops(graph, inside=None):
-    """(op, the graph holding it, inside) for every collective of the program, in order;
-    those of a control-flow body (while, cond, scan) too, with `inside`: the op and line
-    of the loop or branch that runs them (a loop's run once an iteration)."""
+def collective_ops(graph, inside=None, runs=1):
+    """(op, the graph holding it, inside, runs) for every collective of the program, in
+    order; those of a control-flow body (while, cond, scan) too, with `inside`: the op and
+    line of the loop or branch that runs them, and `runs`: how many times a run of the
+    program runs them (None when the data decides: a while's trip count, a cond's branch)."""
     for op in graph.ops:
         for k in sorted(op.attrs):
             sub = op.attrs[k]
             if hasattr(sub, "ops") and hasattr(sub, "inputs"):
-                yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}")
+                n = op.opdef.runs(op.attrs, k) if op.opdef.runs is not None else None
+                yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}",
+                                          None if runs is None or n is None else runs * n)
         if op.opdef.reshards is not None or op.opdef.phase == "start":
-            yield op, graph, inside
+            yield op, graph, inside, runs
 
 
 def collectives(graph) -> list:
     out = []
-    for op, _, inside in collective_ops(graph):
+    for op, _, inside, runs in collective_ops(graph):
         x, r = op.operands[0], op.results[0]
         item = np.dtype(x.dtype).itemsize
         if op.opdef.phase == "start":        # a started collective: its done holds the result
@@ -33,12 +36,20 @@ def collectives(graph) -> list:
         out.append({"op": op.opdef.async_of or op.name, "axes": tuple(op.attrs["axes"]),
                     "group_size": int(op.attrs["group_size"]),
                     "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
-                    "bytes": max(x.size, r.size) * item, "loc": op.loc})
+                    "bytes": max(x.size, r.size) * item, "runs": runs, "loc": op.loc})
         if op.opdef.phase == "start":
             out[-1]["async"] = True         # overlapped with computation (passes/schedule.py)
         if inside is not None:
             out[-1]["inside"] = inside
     return out
+
+
+def bytes_per_run(colls):
+    """The bytes the collectives move in one run of the program (each as often as it
+    runs), or None when a loop's trip count or a branch decides."""
+    if any(c["runs"] is None for c in colls):
+        return None
+    return sum(c["bytes"] * c["runs"] for c in colls)
 
 
 def flops(graph) -> int:
@@ -52,8 +63,8 @@ def flops(graph) -> int:
 
 class Report(dict):
     """lowered.report(): a dict (of every key below) that prints as a
-    table. Keys: `collectives` / `comm_bytes`, `launched` / `launched_bytes`, `flops`,
-    `out_shardings` (see `report`)."""
+    table. Keys: `collectives` / `comm_bytes`, `launched` / `launched_bytes`,
+    `bytes_per_run`, `flops`, `out_shardings` (see `report`)."""
 
     def table(self) -> str:
         lines = []
@@ -68,8 +79,11 @@ class Report(dict):
                 lines += table_lines([("op", "axes", "group", "local shapes", "dtype", "bytes", "line")] + [
                     (c["op"] + (" (async)" if c.get("async") else ""), ",".join(c["axes"]), str(c["group_size"]),
                      f"{list(c['in_shape'])} -> {list(c['out_shape'])}", c["dtype"], str(c["bytes"]),
-                     (c["loc"] or "?") + (f" [in {c['inside']}]" if c.get("inside") else ""))
+                     (c["loc"] or "?") + (f" [in {c['inside']}{_times(c['runs'])}]" if c.get("inside") else ""))
                     for c in rows], right=(2, 5))
+        per_run = self["bytes_per_run"]
+        lines.append(f"bytes per run: {'decided by the data (a while loop or a branch)' if per_run is None else per_run}"
+                     f" per device")
         lines.append(f"flops: {self['flops']} per device")
         outs = ", ".join("?" if s is None else s.text() for s in self["out_shardings"])
         lines.append(f"out_shardings: {outs}")
@@ -88,6 +102,10 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(key(x) == key(y) for x, y in zip(a, b))
 
 
+def _times(runs) -> str:
+    return ", runs as the data decides" if runs is None else f", {runs} times a run"
+
+
 def table_lines(rows, right=()) -> list:
     """Rows of text cells (the first the header) -> aligned lines, indented two spaces;
     the columns numbered in `right` are aligned right."""
@@ -101,7 +119,9 @@ def report(lowered) -> Report:
     (what the golden comparisons with GSPMD read). `launched` / `launched_bytes`: what
     the compiled program runs, after the optimiser combined independent all-reduces into
     buckets (the combine pass): fewer, larger collectives moving the same bytes; those
-    started early and finished late, overlapped with computation, say `"async": True`."""
+    started early and finished late, overlapped with computation, say `"async": True`.
+    Each collective of a loop body is listed once, with `runs` (how often a run of the
+    program runs it); `bytes_per_run` counts each as often as it runs."""
     stages = lowered.stages
     g = stages.get("partitioned", stages["optimized"])
     colls = collectives(g)
@@ -109,4 +129,5 @@ def report(lowered) -> Report:
     outs = [s.replace(partial=()) if s is not None else None for s in lowered.out_shardings]
     return Report({"collectives": colls, "comm_bytes": sum(c["bytes"] for c in colls),
                    "launched": ran, "launched_bytes": sum(c["bytes"] for c in ran),
+                   "bytes_per_run": bytes_per_run(ran),
                    "flops": flops(g), "out_shardings": outs})

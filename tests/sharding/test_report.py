@@ -7,7 +7,7 @@ import numpy as np
 import spmd
 
 MESH = spmd.Mesh((2, 2), ("data", "model"))
-KEYS = {"collectives", "comm_bytes", "launched", "launched_bytes", "flops", "out_shardings"}
+KEYS = {"collectives", "comm_bytes", "launched", "launched_bytes", "bytes_per_run", "flops", "out_shardings"}
 
 
 def step(params, x, y):
@@ -59,3 +59,34 @@ def test_nothing_combined_says_so_once():
     text = str(rep)
     assert "launched: 1, 4 bytes per device (what the compiled program runs): the same" in text
     assert sum(ln.startswith("  all_reduce") for ln in text.splitlines()) == 1
+
+
+def test_bytes_per_run_count_a_loop_bodys_collectives_as_often_as_they_run():
+    """A halo exchange inside a scan of n steps is listed once, with runs=n;
+    bytes_per_run counts it n times; a while loop's trip count is the data's, so there
+    bytes_per_run is None rather than a guess."""
+    mesh = spmd.Mesh((4,), ("x",))
+    sh = mesh.sharding("x")
+
+    def sweeps(u, n):
+        def body(c, _):
+            return 0.5 * (c[:-2] + c[2:]).sum() + c * 0.25 + np.pad(c[1:] - c[:-1], (0, 1)), None
+        return spmd.scan(body, u, None, length=n)[0]
+
+    x = np.arange(32.0)
+    reps = {n: spmd.jit(sweeps, in_shardings=(sh,), static_argnums=(1,)).lower(x, n).report() for n in (3, 7)}
+    for n, rep in reps.items():
+        inner = [c for c in rep["launched"] if c.get("inside")]
+        assert inner and all(c["runs"] == n for c in inner), inner
+        assert rep["bytes_per_run"] == sum(c["bytes"] * c["runs"] for c in rep["launched"])
+        assert f"{n} times a run" in str(rep)
+    assert reps[3]["launched_bytes"] == reps[7]["launched_bytes"]
+    assert reps[7]["bytes_per_run"] - reps[3]["bytes_per_run"] == 4 * sum(
+        c["bytes"] for c in reps[3]["launched"] if c.get("inside"))
+
+    def until(u):
+        return spmd.while_loop(lambda c: c.sum() < 1e6, lambda c: c + np.pad(c[1:], (0, 1)), u)
+
+    rep = spmd.jit(until, in_shardings=(sh,)).lower(x).report()
+    assert any(c["runs"] is None for c in rep["launched"]) and rep["bytes_per_run"] is None
+    assert "decided by the data" in str(rep)

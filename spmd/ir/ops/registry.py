@@ -61,6 +61,9 @@ class OpDef:
     # are the same every iteration. Every sub-graph takes the op's operands as its inputs,
     # and the one named "body" is run each iteration.
     captured_from: Optional[Callable] = None
+    # (attrs, sub-graph attribute) -> how many times that sub-graph runs per run of the op
+    # (a scan's body `length` times), or None when only the data decides (a while's)
+    runs: Optional[Callable] = None
 
     # -- sharding -------------------------------------------------------------------------
     # propagation priority: 0 pass-through (elementwise, transpose, reshape...), 1
