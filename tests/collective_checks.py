@@ -34,9 +34,23 @@ def reduce_in_order(op, xs):
     return want
 
 
-def check_collectives(comm, dtypes=DTYPES, big=False):
+def reduced_alike(got, want, op, regrouped=False) -> bool:
+    """got is an all_reduce's answer for want (reduce_in_order's). Exact, unless the group
+    spans hosts and the backend sums host by host (regrouped): then float sums and
+    products are in another order (the same on every run), close to want's."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if regrouped and op in ("sum", "prod") and want.dtype.kind in "fc" and want.dtype.itemsize > 2:
+        eps = np.finfo(want.dtype).eps
+        # another order's rounding: a few ulps of the largest partial sum, at any element
+        return np.allclose(got, want, rtol=16 * eps, atol=16 * eps * float(np.abs(want).max(initial=0)))
+    return np.array_equal(got, want)
+
+
+def check_collectives(comm, dtypes=DTYPES, big=False, regrouped=False):
     """All collectives over every axis group of comm.mesh. big: also one all_reduce of
-    a few MB (the object-store / blockwise path)."""
+    a few MB (the object-store / blockwise path). regrouped: groups span hosts and the
+    backend may sum host by host (reduced_alike)."""
     mesh, me = comm.mesh, comm.rank
     checked = 0
     for axes, dtype in itertools.product(axis_groups(mesh), dtypes):
@@ -49,7 +63,7 @@ def check_collectives(comm, dtypes=DTYPES, big=False):
             # every backend reduces in group order: the bits of reduce_in_order
             want = reduce_in_order(op, xs)
             got = comm.all_reduce(xs[i], axes, op)
-            assert got.dtype == want.dtype and np.array_equal(got, want), (case, "all_reduce", op)
+            assert reduced_alike(got, want, op, regrouped), (case, "all_reduce", op)
             rs = comm.reduce_scatter(xs[i], axes, 0, op)
             assert np.array_equal(rs, np.split(want, G)[i]), (case, "reduce_scatter", op)
             checked += 2
@@ -92,17 +106,18 @@ def check_collectives(comm, dtypes=DTYPES, big=False):
             xs = [value(d, (512, 1024), "float32") for d in group]      # 2 MB each
             got = comm.all_reduce(xs[mesh.index_in_group(me, axes)], axes)
             want = reduce_in_order("sum", xs)
-            assert np.array_equal(got, want), (mesh.text(), axes, "big all_reduce")
+            assert reduced_alike(got, want, "sum", regrouped), (mesh.text(), axes, "big all_reduce")
             xs = [value(d, (10007,), "float64") for d in group]        # not a multiple of the group
             got = comm.all_reduce(xs[mesh.index_in_group(me, axes)], axes)
-            assert np.array_equal(got, reduce_in_order("sum", xs)), (mesh.text(), axes, "uneven all_reduce")
+            want = reduce_in_order("sum", xs)
+            assert reduced_alike(got, want, "sum", regrouped), (mesh.text(), axes, "uneven all_reduce")
             checked += 1
-    checked += check_started_all_reduces(comm, dtypes, big)
+    checked += check_started_all_reduces(comm, dtypes, big, regrouped)
     comm.barrier()
     return checked + 1
 
 
-def check_started_all_reduces(comm, dtypes=DTYPES, big=False):
+def check_started_all_reduces(comm, dtypes=DTYPES, big=False, regrouped=False):
     """all_reduce_start / wait: several started at once over every axis group (small, and
     big enough for the local backend's block-wise path), other collectives run while
     they are in flight, waited for in another order than started; each result equals
@@ -133,7 +148,7 @@ def check_started_all_reduces(comm, dtypes=DTYPES, big=False):
             got = comm.wait(h)
             want = wants[j]
             assert got.dtype == want.dtype and got.shape == want.shape, (case, "started all_reduce type")
-            assert np.array_equal(got, want), (case, "started all_reduce")
+            assert reduced_alike(got, want, case[3], regrouped), (case, "started all_reduce")
             assert np.array_equal(x, x0), (case, "started all_reduce changed its input")
             checked += 1
     if big:
@@ -144,8 +159,8 @@ def check_started_all_reduces(comm, dtypes=DTYPES, big=False):
             blocking = comm.all_reduce(xs[mesh.index_in_group(me, axes)] * 2, axes)
             got = comm.wait(h)
             want = reduce_in_order("sum", xs)
-            assert np.array_equal(got, want), (mesh.text(), axes, "big started all_reduce")
-            assert np.array_equal(blocking, reduce_in_order("sum", [x * 2 for x in xs])), \
+            assert reduced_alike(got, want, "sum", regrouped), (mesh.text(), axes, "big started all_reduce")
+            assert reduced_alike(blocking, reduce_in_order("sum", [x * 2 for x in xs]), "sum", regrouped), \
                 (mesh.text(), axes, "blocking in between")
             checked += 1
     assert comm.in_flight() == 0

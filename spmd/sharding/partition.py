@@ -124,6 +124,10 @@ class _Partitioner:
             if op.opdef.family == "collective":
                 raise ShardingError(f"{op.name}{where(op.loc)}: the global program already holds a collective; "
                                     f"collectives are inserted by the partitioner")
+            if op.opdef.inlined:
+                raise ShardingError(f"{op.name}{where(op.loc)}: stands for its body, which the compiler puts in "
+                                    f"its place before propagation (passes/inline.py); partitioning the op itself "
+                                    f"would leave its body unpartitioned")
             got = (op.opdef.partition or _generic)(self, op)
             self._note_collectives(op)
             if isinstance(got, list):     # a handler of a (multi-result) op: one pair a result

@@ -23,7 +23,10 @@ import pytest
 from opinfo import expected, ops_to_test, samples, tolerance
 from partition_util import run_partitioned, specs
 from spmd.ir import Graph
+from spmd.errors import ShardingError
+from spmd.ir.ops.registry import REGISTRY
 from spmd.sharding import Mesh, Sharding
+from spmd.sharding.partition import partition
 
 CAP = 160          # drawn cases per op, beyond the complete 1-d enumeration
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("a", "b"))]
@@ -92,8 +95,26 @@ def check(name, operands, attrs, mesh, ins, out_sh):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
 
 
+def partitioned_ops():
+    """Ops the partitioner meets: not those the compiler replaces by their body before
+    propagation (OpDef.inlined: spmd.checkpoint's op), which it refuses."""
+    return [n for n in ops_to_test() if not REGISTRY[n].inlined]
+
+
+def test_the_partitioner_refuses_an_op_that_stands_for_its_body():
+    (x, k), attrs = next(s for s in samples("checkpoint", np.random.default_rng(0)) if s[0][0].ndim == 1)
+    mesh = MESHES[0]
+    g = Graph("checkpoint")
+    g.mesh = mesh
+    vals = [g.add_input(a.shape, a.dtype, Sharding(mesh, ("x",) + (None,) * (a.ndim - 1))) for a in (x, k)]
+    g.outputs = [g.emit("checkpoint", *vals, loc="test.py:1", **attrs)]
+    g.outputs[0].sharding = Sharding(mesh, (None,) * x.ndim)
+    with pytest.raises(ShardingError, match="checkpoint at test.py:1: stands for its body"):
+        partition(g)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ops_to_test())
+@pytest.mark.parametrize("name", partitioned_ops())
 def test_op_partitions_exactly(name):
     todo = cases(name)
     assert todo, f"no samples for {name}"
