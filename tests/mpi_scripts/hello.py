@@ -1,5 +1,6 @@
 """Prints from the driver/process and from every device, for the launcher tests:
     spmd run -n N [--backend local|mpi|ray] hello.py"""
+import sys
 import time
 
 import numpy as np
@@ -12,7 +13,10 @@ class Hello:
     num_outputs = 0
 
     def __call__(self, inputs, comm):
-        print(f"hello from device {comm.rank}", flush=True)
+        # one write: print() writes the text and the newline apart, which the local
+        # backend's device threads interleave ("hello from device 0hello from device 1")
+        sys.stdout.write(f"hello from device {comm.rank}\n")
+        sys.stdout.flush()
         comm.barrier()
         return []
 
