@@ -106,6 +106,28 @@ def test_an_all_reduce_crosses_the_link(testbed):
     assert after["tx"] - before["tx"] > 12e6 and after["rx"] - before["rx"] > 12e6, (before, after)
 
 
+def test_an_all_reduce_over_two_hosts_goes_host_by_host(testbed):
+    """Two ranks a host: three 8 MB all-reduces over the 4 ranks reduce within each host,
+    exchange between the hosts and gather within: about 8 MB cross the link each way
+    per all-reduce, where the group-order all-reduce of 4 ranks moves 16 MB."""
+    before = testbed.counters("h2")
+    p, out, _ = spmd_run(testbed, "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "big_allreduce.py"))
+    after = testbed.counters("h2")
+    assert p.returncode == 0 and "OK big_allreduce" in out, out
+    for way in ("tx", "rx"):
+        assert 24e6 < after[way] - before[way] < 34e6, (before, after)
+
+
+@pytest.mark.slow
+def test_every_all_reduce_across_two_hosts_matches_numpy(testbed):
+    """tests/mpi_scripts/hosts_collectives.py: every dtype and reduction, lengths no block
+    divides, blocking and started, on every axis group of three meshes of 2 hosts x 2
+    ranks: host by host where the group has two members on each host (its bits: the sum
+    over the hosts of each host's sum), in group order elsewhere."""
+    p, out, _ = spmd_run(testbed, "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "hosts_collectives.py"))
+    assert p.returncode == 0 and re.search(r"^OK \d{3}", out, re.M), out
+
+
 def test_hostfile_places_ranks_in_blocks(testbed, tmp_path):
     script = tmp_path / "where.py"
     script.write_text("import socket, spmd\nspmd.init()\n"
