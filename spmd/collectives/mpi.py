@@ -28,15 +28,25 @@ the block, and an Allgather of the blocks completes the all_reduce (up to GATHER
 gathered: one Allgather, every rank reducing all of it). Integer and bool reductions,
 exact in any order, are MPI's built-ins.
 
-Started all-reduces (`all_reduce_start` / `wait`, the halves passes/schedule.py makes
-so that the backward pass overlaps the gradient reductions) start the exchange of the
-inputs (Ialltoall or Iallgather; MPI's Iallreduce for integers) into pooled buffers the
-handle holds, and `wait` completes it (Waitall), reduces and gathers, under the same
-watchdog as a blocking call (the heartbeats say which all_reduce, at which user line, the
-rank waits in). MPICH progresses a nonblocking collective only inside MPI
-calls (this one's wait, or any collective run in between), unless MPICH's asynchronous
-progress thread is switched on (MPIR_CVAR_ASYNC_PROGRESS=1), so on MPICH's default the
-overlap is mostly that of the transfers the start itself puts on the wire.
+When the group spans hosts with the same number (> 1) of members on each (ranks from
+PEERS' host names), an all_reduce of a float sum or product, or of integers or bools,
+of at least HIERARCHICAL_BYTES goes host by host (hierarchical_steps): a reduce-scatter
+within each host, the all_reduce of each member's block with the members of its place
+on the other hosts, an all-gather within the host; half the bytes of the group-order
+schedule cross between hosts. Each element is then the sum over the hosts, in host
+order, of its host's sum in group order: the same bits on every run (and as on Ray,
+whose hierarchical all_reduce sums the same way), not those of one host's run.
+
+Both are generators of rounds (collectives/mpi_progress.py): a blocking all_reduce
+makes each round's calls as MPI's blocking collectives; a started one
+(`all_reduce_start` / `wait`, the halves passes/schedule.py makes so that the backward
+pass overlaps the gradient reductions) makes them nonblocking, on communicators of its
+own, and it moves from round to round while the rank computes: the executables call
+`progress` between the program's steps (MPICH progresses a nonblocking collective only
+inside MPI calls, and the local reduction between rounds needs somebody to run it);
+`wait` finishes what is left under the same watchdog as a blocking call.
+Where the host has a core to spare, a thread of spmd's own tests them too
+(SPMD_MPI_PROGRESS=poll | thread | off; collectives/mpi_progress.py).
 
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
 sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
@@ -549,10 +559,30 @@ def guarded(fn, what, group, rank, timeout=None, loc=None):
 HIERARCHICAL_BYTES = 1 << 16
 
 
-def progress_thread_on() -> bool:
-    """Started all_reduces move on in the background (SPMD_MPI_PROGRESS=thread, the
-    default) or only inside MPI calls (=off); see collectives/mpi_progress.py."""
-    return os.environ.get("SPMD_MPI_PROGRESS", "thread") != "off"
+PROGRESS_MODES = ("poll", "thread", "off")
+
+
+def progress_mode(environ=None) -> str:
+    """How started all_reduces move on (SPMD_MPI_PROGRESS; collectives/mpi_progress.py):
+    `poll` between the program's steps, `thread` also from a thread of spmd's own, `off`
+    only inside MPI calls. The default is `thread` where this host has a core to spare
+    for it (more cores than ranks), else `poll`: the LLVM backend runs the kernels
+    between two collectives as one native call, so only a thread moves a collective on
+    during them, but on a host whose cores the ranks fill it takes time from them (train_gpt
+    d256 on 4 ranks of a 2-core host: the step 290-360 ms polling, 330-470 ms with the
+    thread, benchmarks/overlap_hosts.py)."""
+    env = os.environ if environ is None else environ
+    local = 0
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        try:
+            local = max(local, int(env.get(var, 0)))
+        except ValueError:
+            pass
+    default = "thread" if (os.cpu_count() or 1) > max(local, 1) else "poll"
+    mode = env.get("SPMD_MPI_PROGRESS", "").strip() or default
+    if mode not in PROGRESS_MODES:
+        raise CollectiveError(f"SPMD_MPI_PROGRESS={mode!r}: takes one of {', '.join(PROGRESS_MODES)}")
+    return mode
 
 
 PROGRESS = ProgressThread()
@@ -633,6 +663,7 @@ class MPICommunicator(Communicator):
         self._host_layouts = {}     # axes -> the group's members by host, or None (_hosts)
         self._slot_comms = {}       # (axes, slot) -> communicators of a slot (_comms_of)
         self._slots_busy = {}       # axes -> the slots held by started all_reduces
+        self._polled = []           # started all_reduces that progress() moves on
 
     # -- groups --------------------------------------------------------------------------
     def comm(self, axes):
@@ -694,8 +725,11 @@ class MPICommunicator(Communicator):
             slot = self._take_slot(axes)
             started = Started(self._steps(self._comms_of(axes, slot), x, axes, op), _start_call,
                               mpi_module().Request.Testall)
-            if progress_thread_on():
+            mode = progress_mode()
+            if mode == "thread":
                 PROGRESS.add(started)
+            if mode != "off":
+                self._polled.append(started)
             return self.put_handle((started, (_key(axes), slot), what, group, (x, self.loc)))
         out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
@@ -713,6 +747,8 @@ class MPICommunicator(Communicator):
         try:
             if isinstance(first, Started):
                 PROGRESS.remove(first)
+                if first in self._polled:
+                    self._polled.remove(first)
                 try:
                     return first.finish(waitall)
                 finally:
@@ -722,6 +758,11 @@ class MPICommunicator(Communicator):
             return second()
         finally:
             self.loc = loc
+
+    def progress(self):
+        for started in self._polled:
+            if not started.done:
+                started.progress()
 
     # -- all_reduce in group order, or host by host ------------------------------------------
     def _plan(self, x, axes, op):
@@ -784,7 +825,7 @@ class MPICommunicator(Communicator):
 
     def _gather_reduce(self, x, axes, op, out=None):
         """op over the group's x (into out, which may be x), with blocking calls."""
-        c, group = self.comm(axes)
+        _, group = self.comm(axes)
         what = f"all_reduce({op})"
         call = lambda comm, name, send, recv: self._guard(   # noqa: E731
             lambda: getattr(comm, name)(mpi_buffer(send), mpi_buffer(recv)), what, group)

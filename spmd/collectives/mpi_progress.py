@@ -1,4 +1,4 @@
-"""Collectives made of steps, driven to the end at once or in the background.
+"""Collectives made of rounds, driven to the end at once or while the rank computes.
 
 An all_reduce in group order, or one that goes host by host, is a few rounds of MPI
 calls with a local reduction between them. Such a collective is written once, as a
@@ -8,21 +8,24 @@ the blocking call's, e.g. "Alltoall"), and returns its result. Then
 - `run_blocking` makes each round's calls as MPI's blocking collectives (the fastest
   under MPICH, whose nonblocking versions run schedule-based algorithms);
 - `Started` makes them as nonblocking ones (Ialltoall, ...) and moves on to the next
-  round when a round completes: from `finish` (the all_reduce's wait), and meanwhile
-  from the progress thread, which tests every started collective each PERIOD seconds.
+  round when a round completes: from `finish` (the all_reduce's wait) and, meanwhile,
+  from `progress`, which tests the round in flight without blocking.
 
-Why a thread of spmd's own: MPICH moves a nonblocking collective on only inside MPI
-calls, and a round that follows a local reduction cannot start before somebody runs
-that reduction. Without it, a started all_reduce puts its first round on the wire and
-the rest waits for the wait. MPICH's own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1)
-spins on a core, which ranks sharing a host's cores cannot spare, and does not run the
-reductions between rounds. The thread here sleeps between tests and, when nothing is in
-flight, waits on a condition; the kernels it overlaps with release the GIL (numpy's and
-the LLVM backend's, called through ctypes).
+Who calls `progress` (SPMD_MPI_PROGRESS, collectives/mpi.py, progress_mode): `poll` the
+executables between the program's steps (Communicator.progress, backends/executor.py);
+`thread` also a thread of spmd's own, every PERIOD seconds (`ProgressThread`), the
+default where the host has more cores than ranks; `off`
+nobody, so a started all_reduce puts its first round on the wire and the rest waits
+for the wait: MPICH moves a nonblocking collective on only inside MPI calls, and a round
+that follows a local reduction cannot start before somebody runs that reduction.
+MPICH's own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1) spins on a core, which ranks
+sharing a host's cores cannot spare, and does not run the reductions between rounds.
+Between steps costs a test per step and no thread; a thread takes the GIL from the
+rank's own thread at every test (benchmarks/overlap_hosts.py compares the three).
 
 The rounds of a started collective run on communicators of its own (MPICommunicator
 hands each started all_reduce a set that no other collective in flight uses), because
-the thread makes its calls at times that differ from rank to rank, and MPI requires
+`progress` makes its calls at times that differ from rank to rank, and MPI requires
 the collectives on one communicator in the same order on every rank.
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ import threading
 import time
 
 # seconds between the progress thread's tests of the collectives in flight
-PERIOD = 0.0005
+PERIOD = 0.002
 
 
 def nonblocking(name):
@@ -125,6 +128,7 @@ class ProgressThread:
                     self.cond.wait()
                 items = list(self.active)
             for s in items:
-                if not s.done:
-                    s.progress()
+                s.progress()
+                if s.done:               # (its wait takes the result): nothing left to test
+                    self.remove(s)
             time.sleep(PERIOD)
