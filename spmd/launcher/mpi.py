@@ -66,8 +66,7 @@ def run_on_hosts(cmd, env, placement) -> int:
     once with only its own error, and the ranks on that host cannot speak."""
     import signal
 
-    from .hosts import ranks_text
-    from .ssh import unreachable
+    from .ssh import say_lost_hosts
     adopt_orphans()
     p = subprocess.Popen(cmd, env=env)
     signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
@@ -79,16 +78,8 @@ def run_on_hosts(cmd, env, placement) -> int:
             p.send_signal(signal.SIGINT)
     end_orphans()
     if code != 0:
-        ranks = dict(placement)
-        for host, why in unreachable([h for h, rs in placement if rs], timeout=POST_MORTEM_TIMEOUT):
-            sys.stderr.write(f"spmd run: host {host} ({ranks_text(ranks[host])}) was lost: it no longer "
-                             f"answers ssh ({why})\n")
-        sys.stderr.flush()
+        say_lost_hosts(placement)
     return code
-
-
-# seconds a host has to answer ssh after a failed job (a reachable one answers in well under 1)
-POST_MORTEM_TIMEOUT = 3
 
 
 def adopt_orphans():

@@ -160,9 +160,10 @@ def test_train_gpt_on_two_hosts_gives_the_single_host_losses_and_its_checkpoint_
 
 
 # -- faults ------------------------------------------------------------------------------------
-def _start_loop(bed):
+def _start_loop(bed, backend="mpi"):
     """The looping job on both hosts (2 ranks each); returns it once rank 0 said READY."""
-    p = bed.popen("h1", ["spmd", "run", "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "hosts_loop.py")],
+    p = bed.popen("h1", ["spmd", "run", "-n", "4", "--backend", backend, "--hosts", "h1,h2",
+                         os.path.join(SCRIPTS, "hosts_loop.py")],
                   env=env(bed, LOOP_SECONDS="60"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in p.stdout:
@@ -230,6 +231,24 @@ def test_a_killed_host_ends_the_job_naming_the_host_and_its_ranks(testbed):
     assert p.returncode != 0 and "LOOP DONE" not in out
     assert took < HEARTBEAT, (took, out)
     assert "spmd run: host h2 (ranks 2-3) was lost: it no longer answers ssh" in out, out
+
+
+@pytest.mark.slow
+def test_a_killed_host_ends_a_ray_job_naming_the_host_and_its_ranks(testbed):
+    """The same on a two-node Ray cluster of `spmd run --backend ray`: h2's Ray node and
+    rank actors are killed; the ranks on h1 see their links to h2 drop, the driver's
+    error names a rank of h2 and the host, and the launcher says the host was lost."""
+    pytest.importorskip("ray")
+    p, lines = _start_loop(testbed, "ray")
+    try:
+        testbed.kill("h2")
+        took, out = _finish(p, lines)
+    finally:
+        testbed.reset()
+    assert p.returncode != 0 and "LOOP DONE" not in out
+    assert took < HEARTBEAT + 4, (took, out)
+    assert re.search(r"rank [23]\b.*host h2", out), out
+    assert "spmd run: host h2 (ranks 2-3) was lost" in out, out
 
 
 @pytest.mark.parametrize("backend", ["mpi", "ray"])
