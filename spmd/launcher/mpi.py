@@ -68,7 +68,13 @@ def run_on_hosts(cmd, env, placement) -> int:
 
     from .ssh import say_lost_hosts
     adopt_orphans()
-    p = subprocess.Popen(cmd, env=env)
+    # SIGPIPE stays ignored in mpiexec, as when `spmd run` on one host execs it (Python
+    # ignores it, and exec keeps an ignored signal ignored). subprocess would put back its
+    # default action, and hydra, which neither handles nor ignores it, was then killed
+    # outright when it wrote to a connection a proxy had just closed as the job ended (the
+    # job's status: -13, which sys.exit turned into 243); ignored, the write fails and
+    # hydra goes on
+    p = subprocess.Popen(cmd, env=env, restore_signals=False)
     signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
     while True:
         try:
@@ -77,9 +83,20 @@ def run_on_hosts(cmd, env, placement) -> int:
         except KeyboardInterrupt:
             p.send_signal(signal.SIGINT)
     end_orphans()
+    if code < 0:                 # the status of a process a signal ended, as a shell gives it
+        sys.stderr.write(f"spmd run: mpiexec was killed by {how_killed(-code)}\n")
+        code = 128 - code
     if code != 0:
         say_lost_hosts(placement)
     return code
+
+
+def how_killed(sig) -> str:
+    import signal
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def adopt_orphans():

@@ -110,7 +110,7 @@ def run_on_hosts(placement, args) -> int:
             except KeyboardInterrupt:
                 driver.send_signal(signal.SIGINT)
         if code != 0:
-            say_lost_hosts(hosts)
+            say_lost_hosts(hosts, placed=False)
         return code
     finally:
         for n in nodes:

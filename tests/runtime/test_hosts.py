@@ -236,8 +236,8 @@ def test_a_killed_host_ends_the_job_naming_the_host_and_its_ranks(testbed):
 @pytest.mark.slow
 def test_a_killed_host_ends_a_ray_job_naming_the_host_and_its_ranks(testbed):
     """The same on a two-node Ray cluster of `spmd run --backend ray`: h2's Ray node and
-    rank actors are killed; the ranks on h1 see their links to h2 drop, the driver's
-    error names a rank of h2 and the host, and the launcher says the host was lost."""
+    rank actors are killed; the driver's error names a rank of h2 with its host, and the
+    launcher says the host was lost."""
     pytest.importorskip("ray")
     p, lines = _start_loop(testbed, "ray")
     try:
@@ -247,8 +247,8 @@ def test_a_killed_host_ends_a_ray_job_naming_the_host_and_its_ranks(testbed):
         testbed.reset()
     assert p.returncode != 0 and "LOOP DONE" not in out
     assert took < HEARTBEAT + 4, (took, out)
-    assert re.search(r"rank [23]\b.*host h2", out), out
-    assert "spmd run: host h2 (ranks 2-3) was lost" in out, out
+    assert re.search(r"rank \d on host h2 died", out), out         # (Ray's placement picks which)
+    assert "spmd run: host h2 (2 of the ranks) was lost" in out, out
 
 
 @pytest.mark.parametrize("backend", ["mpi", "ray"])
