@@ -70,10 +70,10 @@ def run_on_hosts(cmd, env, placement) -> int:
     adopt_orphans()
     # SIGPIPE stays ignored in mpiexec, as when `spmd run` on one host execs it (Python
     # ignores it, and exec keeps an ignored signal ignored). subprocess would put back its
-    # default action, and hydra, which neither handles nor ignores it, was then killed
-    # outright when it wrote to a connection a proxy had just closed as the job ended (the
-    # job's status: -13, which sys.exit turned into 243); ignored, the write fails and
-    # hydra goes on
+    # default action, and hydra neither handles nor ignores it: a write of its to a pipe
+    # or socket whose other end had closed (an ssh or proxy connection, as a job ends)
+    # killed it outright, status -13, which sys.exit made exit status 243 without a word;
+    # ignored, the write fails with EPIPE, which hydra handles
     p = subprocess.Popen(cmd, env=env, restore_signals=False)
     signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
     while True:
