@@ -45,7 +45,7 @@ own, and it moves from round to round while the rank computes: the executables c
 `progress` between the program's steps (MPICH progresses a nonblocking collective only
 inside MPI calls, and the local reduction between rounds needs somebody to run it);
 `wait` finishes what is left under the same watchdog as a blocking call.
-Where the host has a core to spare, a thread of spmd's own tests them too
+When the ranks run on several hosts a thread of spmd's own tests them too
 (SPMD_MPI_PROGRESS=poll | thread | off; collectives/mpi_progress.py).
 
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
@@ -565,20 +565,15 @@ PROGRESS_MODES = ("poll", "thread", "off")
 def progress_mode(environ=None) -> str:
     """How started all_reduces move on (SPMD_MPI_PROGRESS; collectives/mpi_progress.py):
     `poll` between the program's steps, `thread` also from a thread of spmd's own, `off`
-    only inside MPI calls. The default is `thread` where this host has a core to spare
-    for it (more cores than ranks), else `poll`: the LLVM backend runs the kernels
-    between two collectives as one native call, so only a thread moves a collective on
-    during them, but on a host whose cores the ranks fill it takes time from them (train_gpt
-    d256 on 4 ranks of a 2-core host: the step 290-360 ms polling, 330-470 ms with the
-    thread, benchmarks/overlap_hosts.py)."""
+    only inside MPI calls. The default is `thread` when the ranks run on several hosts,
+    else `poll`: the LLVM backend runs the kernels between two collectives as one native
+    call, so only a thread moves a collective on during them, which pays where the link
+    is slow, while on one host the collectives are quick and the thread only takes time
+    from the ranks. train_gpt d256, 4 ranks on a 2-core machine (benchmarks/
+    overlap_hosts.py): on 2 hosts at 1 Gbit/s the step took 340 ms with the thread, 395 ms
+    polling, 398 ms off (the all-reduces alone: 119 ms); on one host 319, 296 and 294 ms."""
     env = os.environ if environ is None else environ
-    local = 0
-    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        try:
-            local = max(local, int(env.get(var, 0)))
-        except ValueError:
-            pass
-    default = "thread" if (os.cpu_count() or 1) > max(local, 1) else "poll"
+    default = "thread" if len({h for h, _ in PEERS.values()}) > 1 else "poll"
     mode = env.get("SPMD_MPI_PROGRESS", "").strip() or default
     if mode not in PROGRESS_MODES:
         raise CollectiveError(f"SPMD_MPI_PROGRESS={mode!r}: takes one of {', '.join(PROGRESS_MODES)}")

@@ -14,7 +14,7 @@ the blocking call's, e.g. "Alltoall"), and returns its result. Then
 Who calls `progress` (SPMD_MPI_PROGRESS, collectives/mpi.py, progress_mode): `poll` the
 executables between the program's steps (Communicator.progress, backends/executor.py);
 `thread` also a thread of spmd's own, every PERIOD seconds (`ProgressThread`), the
-default where the host has more cores than ranks; `off`
+default when the ranks run on several hosts; `off`
 nobody, so a started all_reduce puts its first round on the wire and the rest waits
 for the wait: MPICH moves a nonblocking collective on only inside MPI calls, and a round
 that follows a local reduction cannot start before somebody runs that reduction.
