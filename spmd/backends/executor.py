@@ -104,9 +104,13 @@ class Executable:
         tracing = timeline.enabled()
         rank = getattr(comm, "rank", 0)
         started = {}                 # handle Value -> when its collective's start returned
+        # collectives in flight move on between steps (MPI's progress only inside MPI calls)
+        progress = getattr(comm, "progress", None)
         for step, free in zip(steps, free_after):
             t0 = timeline.now_us() if tracing else 0
             run_step(step, env, comm)
+            if progress is not None:
+                progress()
             if tracing:
                 name, cat, loc = label(step)
                 t1 = timeline.now_us()

@@ -141,6 +141,10 @@ class Communicator(ABC):
             raise CollectiveError(f"rank {self.rank}: wait on handle {n}, which no start of this "
                                   f"communicator returned (or was waited on already)") from None
 
+    def progress(self):
+        """Move the started collectives on, without blocking: the executables call it
+        between steps. (Here: nothing to do; the MPI communicator tests its rounds.)"""
+
     def in_flight(self) -> int:
         """How many started collectives are not waited on yet."""
         return len(self._handles()) - 1

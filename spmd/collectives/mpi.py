@@ -28,15 +28,25 @@ the block, and an Allgather of the blocks completes the all_reduce (up to GATHER
 gathered: one Allgather, every rank reducing all of it). Integer and bool reductions,
 exact in any order, are MPI's built-ins.
 
-Started all-reduces (`all_reduce_start` / `wait`, the halves passes/schedule.py makes
-so that the backward pass overlaps the gradient reductions) start the exchange of the
-inputs (Ialltoall or Iallgather; MPI's Iallreduce for integers) into pooled buffers the
-handle holds, and `wait` completes it (Waitall), reduces and gathers, under the same
-watchdog as a blocking call (the heartbeats say which all_reduce, at which user line, the
-rank waits in). MPICH progresses a nonblocking collective only inside MPI
-calls (this one's wait, or any collective run in between), unless MPICH's asynchronous
-progress thread is switched on (MPIR_CVAR_ASYNC_PROGRESS=1), so on MPICH's default the
-overlap is mostly that of the transfers the start itself puts on the wire.
+When the group spans hosts with the same number (> 1) of members on each (ranks from
+PEERS' host names), an all_reduce of a float sum or product, or of integers or bools,
+of at least HIERARCHICAL_BYTES goes host by host (hierarchical_steps): a reduce-scatter
+within each host, the all_reduce of each member's block with the members of its place
+on the other hosts, an all-gather within the host; half the bytes of the group-order
+schedule cross between hosts. Each element is then the sum over the hosts, in host
+order, of its host's sum in group order: the same bits on every run (and as on Ray,
+whose hierarchical all_reduce sums the same way), not those of one host's run.
+
+Both are generators of rounds (collectives/mpi_progress.py): a blocking all_reduce
+makes each round's calls as MPI's blocking collectives; a started one
+(`all_reduce_start` / `wait`, the halves passes/schedule.py makes so that the backward
+pass overlaps the gradient reductions) makes them nonblocking, on communicators of its
+own, and it moves from round to round while the rank computes: the executables call
+`progress` between the program's steps (MPICH progresses a nonblocking collective only
+inside MPI calls, and the local reduction between rounds needs somebody to run it);
+`wait` finishes what is left under the same watchdog as a blocking call.
+When the ranks run on several hosts a thread of spmd's own tests them too
+(SPMD_MPI_PROGRESS=poll | thread | off; collectives/mpi_progress.py).
 
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
 sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
@@ -56,6 +66,7 @@ import numpy as np
 
 from ..errors import CollectiveError
 from .base import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
+from .mpi_progress import ProgressThread, Started, nonblocking, run_blocking
 from .pool import BufferPool
 
 MAX_COUNT = 2 ** 31 - 1
@@ -104,6 +115,11 @@ def yield_when_oversubscribed(environ=None):
 
 def _axes(axes):
     return (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def _key(axes):
+    """axes as a dictionary key (a name, or a tuple of names)."""
+    return axes if isinstance(axes, (str, tuple)) else tuple(axes)
 
 
 def _op(op, dtype):
@@ -537,6 +553,98 @@ def guarded(fn, what, group, rank, timeout=None, loc=None):
     return WATCHDOG.guard(fn, what, group, rank, collective_timeout() if timeout is None else timeout, loc)
 
 
+# -- all_reduce in rounds (collectives/mpi_progress.py) -----------------------------------------
+# an all_reduce over a group spanning hosts goes host by host from this many bytes (smaller
+# ones are a round trip either way)
+HIERARCHICAL_BYTES = 1 << 16
+
+
+PROGRESS_MODES = ("poll", "thread", "off")
+
+
+def progress_mode(environ=None) -> str:
+    """How started all_reduces move on (SPMD_MPI_PROGRESS; collectives/mpi_progress.py):
+    `poll` between the program's steps, `thread` also from a thread of spmd's own, `off`
+    only inside MPI calls. The default is `thread` when the ranks run on several hosts,
+    else `poll`: the LLVM backend runs the kernels between two collectives as one native
+    call, so only a thread moves a collective on during them, which pays where the link
+    is slow, while on one host the collectives are quick and the thread only takes time
+    from the ranks. train_gpt d256, 4 ranks on a 2-core machine (benchmarks/
+    overlap_hosts.py): on 2 hosts at 1 Gbit/s the step took 340 ms with the thread, 395 ms
+    polling, 398 ms off (the all-reduces alone: 119 ms); on one host 319, 296 and 294 ms."""
+    env = os.environ if environ is None else environ
+    default = "thread" if len({h for h, _ in PEERS.values()}) > 1 else "poll"
+    mode = env.get("SPMD_MPI_PROGRESS", "").strip() or default
+    if mode not in PROGRESS_MODES:
+        raise CollectiveError(f"SPMD_MPI_PROGRESS={mode!r}: takes one of {', '.join(PROGRESS_MODES)}")
+    return mode
+
+
+PROGRESS = ProgressThread()
+
+
+def _start_call(comm, name, send, recv):
+    return getattr(comm, nonblocking(name))(mpi_buffer(send), mpi_buffer(recv))
+
+
+def group_order_steps(c, x, op, G, out=None):
+    """op over the G members of communicator c, each element reduced in group order
+    (base.reduce_arrays). Small: an Allgather of the inputs, each rank reduces all of
+    them. Large: the flat input as G equal blocks (and fewer than G elements left over,
+    gathered whole); each rank gets block i of every input (Alltoall), reduces it, and
+    the reduced blocks are gathered (Allgather; MPICH's Alltoallv / Allgatherv are up
+    to 3x slower than these). The bits do not depend on the path or the blocks."""
+    if x.nbytes * G <= GATHER_BYTES:
+        rows = POOL.empty((G,) + x.shape, x.dtype)
+        yield [(c, "Allgather", x, rows)]
+        return reduce_arrays(op, list(rows), out=POOL.empty(x.shape, x.dtype) if out is None else out)
+    fx = x.reshape(-1)
+    n = fx.size
+    k = n // G                            # each member reduces k elements
+    mid = G * k
+    got = POOL.empty((G, k), x.dtype)     # row j: block i of member j's x
+    rest = POOL.empty((G, n - mid), x.dtype)
+    yield [(c, "Alltoall", fx[:mid], got)] * bool(k) + [(c, "Allgather", fx[mid:], rest)] * (n > mid)
+    r = POOL.empty(x.shape, x.dtype) if out is None else out
+    fr = r.reshape(-1)
+    if k:
+        yield [(c, "Allgather", reduce_arrays(op, list(got)), fr[:mid])]
+    if n > mid:
+        reduce_arrays(op, list(rest), out=fr[mid:])
+    return r
+
+
+def hierarchical_steps(comms, x, op, hosts, out=None):
+    """op over a group spanning H hosts with L members each (`hosts`: the members'
+    group indices by host), host by host: a reduce-scatter within the host (member k
+    gets block k of its host's sum, in group order), the all_reduce of the blocks at
+    place k across the hosts, in host order (the only traffic between hosts: about
+    2N(H-1)/H bytes each way per host, where the group-order all_reduce moves about
+    2N(G-L)/G per rank), and an all-gather within the host. Every element is the sum
+    over the hosts, in host order, of its host's sum in group order (the fewer than L
+    elements left over by the blocks too): the same bits on every run, but not those
+    of the group-order reduction of one host."""
+    c, local, across = comms
+    H, L = len(hosts), len(hosts[0])
+    fx = x.reshape(-1)
+    n = fx.size
+    kl = n // L
+    main = L * kl
+    got = POOL.empty((L, kl), x.dtype)
+    rest = POOL.empty((H * L, n - main), x.dtype)
+    yield [(local, "Alltoall", fx[:main], got)] * bool(kl) + [(c, "Allgather", fx[main:], rest)] * (n > main)
+    part = reduce_arrays(op, list(got), out=POOL.empty((kl,), x.dtype))      # this host's sum of block k
+    whole = yield from group_order_steps(across, part, op, H)
+    r = POOL.empty(x.shape, x.dtype) if out is None else out
+    fr = r.reshape(-1)
+    if kl:
+        yield [(local, "Allgather", whole, fr[:main])]
+    if n > main:
+        sums = [reduce_arrays(op, [rest[j] for j in members]) for members in hosts]
+        reduce_arrays(op, sums, out=fr[main:])
+    return r
+
+
 # -- the communicator --------------------------------------------------------------------------
 class MPICommunicator(Communicator):
     _comms = {}      # (mesh key, axes, color) -> sub-communicator, shared by the process
@@ -547,6 +655,10 @@ class MPICommunicator(Communicator):
         super().__init__(mesh, self.world.Get_rank() if rank is None else rank)
         self.timeout = collective_timeout()
         self._groups = {}           # axes as given -> (sub-communicator, group)
+        self._host_layouts = {}     # axes -> the group's members by host, or None (_hosts)
+        self._slot_comms = {}       # (axes, slot) -> communicators of a slot (_comms_of)
+        self._slots_busy = {}       # axes -> the slots held by started all_reduces
+        self._polled = []           # started all_reduces that progress() moves on
 
     # -- groups --------------------------------------------------------------------------
     def comm(self, axes):
@@ -580,7 +692,7 @@ class MPICommunicator(Communicator):
         c, group = self.comm(axes)
         if out is not None and not out.flags.c_contiguous:
             out = None
-        if _in_group_order(op, x.dtype):
+        if self._plan(x, axes, op) != "builtin":
             r = self._gather_reduce(x, axes, op, out)
         else:
             out = POOL.empty(x.shape, x.dtype) if out is None else out
@@ -600,10 +712,20 @@ class MPICommunicator(Communicator):
         x = contiguous(x)
         c, group = self.comm(axes)
         what = f"all_reduce({op})"
-        if _in_group_order(op, x.dtype):
-            # the exchange of the inputs is in flight until the wait, which reduces them
-            reqs, finish = self._start_group_order(x, axes, op)
-            return self.put_handle((reqs, finish, what, group, (x, self.loc)))
+        if self._plan(x, axes, op) != "builtin":
+            if len(_chunks(x.size)) > 1:          # (beyond MPI's counts: run it now)
+                r = self._gather_reduce(x, axes, op)
+                return self.put_handle(([], lambda: r, what, group, (x, self.loc)))
+            # its rounds run on communicators of this handle's own (collectives/mpi_progress.py)
+            slot = self._take_slot(axes)
+            started = Started(self._steps(self._comms_of(axes, slot), x, axes, op), _start_call,
+                              mpi_module().Request.Testall)
+            mode = progress_mode()
+            if mode == "thread":
+                PROGRESS.add(started)
+            if mode != "off":
+                self._polled.append(started)
+            return self.put_handle((started, (_key(axes), slot), what, group, (x, self.loc)))
         out = POOL.empty(x.shape, x.dtype)
         mop = _op(op, x.dtype)
         fx, fo = x.reshape(-1), out.reshape(-1)
@@ -612,72 +734,110 @@ class MPICommunicator(Communicator):
         return self.put_handle((reqs, lambda: out, what, group, (x, self.loc)))
 
     def wait(self, handle):
-        reqs, finish, what, group, keep = self.take_handle(handle)
-        if reqs:
-            MPI = mpi_module()
-            guarded(lambda: MPI.Request.Waitall(reqs), what, group, self.rank, self.timeout, keep[1])
+        first, second, what, group, keep = self.take_handle(handle)
+        MPI = mpi_module()
+        waitall = lambda reqs: guarded(lambda: MPI.Request.Waitall(reqs), what, group,   # noqa: E731
+                                       self.rank, self.timeout, keep[1])
         loc, self.loc = self.loc, keep[1]      # (what the rest of the call waits in is named by it)
         try:
-            return finish()
+            if isinstance(first, Started):
+                PROGRESS.remove(first)
+                if first in self._polled:
+                    self._polled.remove(first)
+                try:
+                    return first.finish(waitall)
+                finally:
+                    self._slots_busy[second[0]].discard(second[1])
+            if first:
+                waitall(first)
+            return second()
         finally:
             self.loc = loc
 
+    def progress(self):
+        for started in self._polled:
+            if not started.done:
+                started.progress()
+
+    # -- all_reduce in group order, or host by host ------------------------------------------
+    def _plan(self, x, axes, op):
+        """How an all_reduce of x runs: 'hosts' (host by host: a group spanning hosts, L > 1
+        members on each), 'group' (every element reduced over the group in group order) or
+        'builtin' (MPI's own reduction: integers and bools, exact in any order)."""
+        in_order = _in_group_order(op, x.dtype)
+        if x.nbytes >= HIERARCHICAL_BYTES and self._hosts(axes) is not None and len(_chunks(x.size)) == 1 \
+                and (x.dtype.kind in "biu" or (op in ("sum", "prod") and x.dtype.itemsize > 2
+                                               and np.dtype(x.dtype).name not in _HALFS)):
+            return "hosts"
+        return "group" if in_order else "builtin"
+
+    def _hosts(self, axes):
+        """The group's members (their indices in the group) by host, hosts in the order of
+        their first member: [[0, 1], [2, 3]]; None unless the group spans several hosts
+        with the same number (> 1) of members on each."""
+        key = _key(axes)
+        if key not in self._host_layouts:
+            _, group = self.comm(axes)
+            by = {}
+            for j, d in enumerate(group):
+                by.setdefault(PEERS.get(d, (d,))[0], []).append(j)
+            hosts = list(by.values())
+            even = len(hosts) > 1 and len({len(h) for h in hosts}) == 1 and len(hosts[0]) > 1
+            self._host_layouts[key] = hosts if even else None
+        return self._host_layouts[key]
+
+    def _take_slot(self, axes):
+        """The lowest slot no started all_reduce over axes holds (every rank takes and
+        gives slots in program order, so all agree on it)."""
+        busy = self._slots_busy.setdefault(_key(axes), set())
+        slot = 1
+        while slot in busy:
+            slot += 1
+        busy.add(slot)
+        return slot
+
+    def _comms_of(self, axes, slot):
+        """(group communicator, this host's members, this place's members across hosts) of
+        a slot: 0 is the group's own communicator (blocking calls, on the rank's thread),
+        every other a duplicate of it for one started all_reduce at a time. The last two
+        are None unless the group spans hosts (_hosts)."""
+        key = (_key(axes), slot)
+        got = self._slot_comms.get(key)
+        if got is None:
+            c, group = self.comm(axes)
+            if slot:
+                c = self._guard(c.Dup, "making the communicator of a started all_reduce", group)
+            local = across = None
+            hosts = self._hosts(axes)
+            if hosts is not None:
+                i = self.mesh.index_in_group(self.rank, _axes(axes))
+                h = next(n for n, members in enumerate(hosts) if i in members)
+                place = hosts[h].index(i)
+                local = self._guard(lambda: c.Split(h, place), "making the communicators of a host", group)
+                across = self._guard(lambda: c.Split(place, h), "making the communicators of a host", group)
+            got = self._slot_comms[key] = (c, local, across)
+        return got
+
     def _gather_reduce(self, x, axes, op, out=None):
-        """op over the group's x in group order (into out, which may be x)."""
-        return self._start_group_order(x, axes, op, out, blocking=True)[1]()
-
-    def _start_group_order(self, x, axes, op, out=None, blocking=False):
-        """(requests in flight, finish() -> the result) of an all_reduce in group order
-        (base.reduce_arrays: numpy's NaN rules, the same bits on every rank and backend).
-        Small: an Allgather of the inputs, each rank reduces all of them. Large: the flat
-        input as G equal blocks (and fewer than G elements left over, gathered whole);
-        each rank gets block i of every input (Alltoall), reduces it, and the reduced
-        blocks are gathered (Allgather; MPICH's Alltoallv / Allgatherv are up to 3x slower
-        than these). Either way each element is reduced over the group in group order, so
-        the bits do not depend on the path or the blocks."""
-        c, group = self.comm(axes)
-        G = len(group)
+        """op over the group's x (into out, which may be x), with blocking calls."""
+        _, group = self.comm(axes)
         what = f"all_reduce({op})"
-        result = lambda: POOL.empty(x.shape, x.dtype) if out is None else out   # noqa: E731
-        if x.nbytes * G <= GATHER_BYTES:
-            if blocking:
-                rows = self.all_gather(x[None], axes, 0)
-                return [], lambda: reduce_arrays(op, [rows[j] for j in range(G)], out=result())
-            rows = POOL.empty((G,) + x.shape, x.dtype)
-            reqs = [c.Iallgather(mpi_buffer(x), mpi_buffer(rows))]
-            return reqs, lambda: reduce_arrays(op, [rows[j] for j in range(G)], out=result())
-        fx = x.reshape(-1)
-        chunks = _chunks(fx.size)
-        if len(chunks) > 1 and not blocking:      # (beyond MPI's counts: run it now)
-            r = self._gather_reduce(x, axes, op)
-            return [], lambda: r
-        reqs, parts = [], []
-        for lo, hi in chunks:
-            k = (hi - lo) // G                    # each member reduces k elements of the chunk
-            mid = lo + G * k
-            got = POOL.empty((G, k), x.dtype)    # row j: block i of member j's x
-            rest = POOL.empty((G, hi - mid), x.dtype)
-            calls = [(c.Alltoall, c.Ialltoall, fx[lo:mid], got)] if k else []
-            if hi > mid:
-                calls.append((c.Allgather, c.Iallgather, fx[mid:hi], rest))
-            for call, icall, send, recv in calls:
-                if blocking:
-                    self._guard(lambda: call(mpi_buffer(send), mpi_buffer(recv)), what, group)
-                else:
-                    reqs.append(icall(mpi_buffer(send), mpi_buffer(recv)))
-            parts.append((lo, mid, hi, got, rest))
+        call = lambda comm, name, send, recv: self._guard(   # noqa: E731
+            lambda: getattr(comm, name)(mpi_buffer(send), mpi_buffer(recv)), what, group)
+        comms = self._comms_of(axes, 0)
+        if out is None:
+            out = POOL.empty(x.shape, x.dtype)
+        fx, fo = x.reshape(-1), out.reshape(-1)
+        for lo, hi in _chunks(fx.size):
+            run_blocking(self._steps(comms, fx[lo:hi], axes, op, fo[lo:hi]), call)
+        return out
 
-        def finish():
-            r = result()
-            fr = r.reshape(-1)
-            for lo, mid, hi, got, rest in parts:
-                if mid > lo:
-                    block = reduce_arrays(op, list(got))
-                    self._guard(lambda: c.Allgather(mpi_buffer(block), mpi_buffer(fr[lo:mid])), what, group)
-                if hi > mid:
-                    reduce_arrays(op, list(rest), out=fr[mid:hi])
-            return r
-        return reqs, finish
+    def _steps(self, comms, x, axes, op, out=None):
+        """The rounds of an all_reduce (collectives/mpi_progress.py), into out (which may
+        be x; a new array if None)."""
+        if self._plan(x, axes, op) == "hosts":
+            return hierarchical_steps(comms, x, op, self._hosts(axes), out)
+        return group_order_steps(comms[0], x, op, len(self.comm(axes)[1]), out)
 
     def all_gather(self, x, axes, dim=0, out=None):
         x = contiguous(x)

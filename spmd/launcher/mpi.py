@@ -66,10 +66,15 @@ def run_on_hosts(cmd, env, placement) -> int:
     once with only its own error, and the ranks on that host cannot speak."""
     import signal
 
-    from .hosts import ranks_text
-    from .ssh import unreachable
+    from .ssh import say_lost_hosts
     adopt_orphans()
-    p = subprocess.Popen(cmd, env=env)
+    # SIGPIPE stays ignored in mpiexec, as when `spmd run` on one host execs it (Python
+    # ignores it, and exec keeps an ignored signal ignored). subprocess would put back its
+    # default action, and hydra neither handles nor ignores it: a write of its to a pipe
+    # or socket whose other end had closed (an ssh or proxy connection, as a job ends)
+    # killed it outright, status -13, which sys.exit made exit status 243 without a word;
+    # ignored, the write fails with EPIPE, which hydra handles
+    p = subprocess.Popen(cmd, env=env, restore_signals=False)
     signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
     while True:
         try:
@@ -78,17 +83,20 @@ def run_on_hosts(cmd, env, placement) -> int:
         except KeyboardInterrupt:
             p.send_signal(signal.SIGINT)
     end_orphans()
+    if code < 0:                 # the status of a process a signal ended, as a shell gives it
+        sys.stderr.write(f"spmd run: mpiexec was killed by {how_killed(-code)}\n")
+        code = 128 - code
     if code != 0:
-        ranks = dict(placement)
-        for host, why in unreachable([h for h, rs in placement if rs], timeout=POST_MORTEM_TIMEOUT):
-            sys.stderr.write(f"spmd run: host {host} ({ranks_text(ranks[host])}) was lost: it no longer "
-                             f"answers ssh ({why})\n")
-        sys.stderr.flush()
+        say_lost_hosts(placement)
     return code
 
 
-# seconds a host has to answer ssh after a failed job (a reachable one answers in well under 1)
-POST_MORTEM_TIMEOUT = 3
+def how_killed(sig) -> str:
+    import signal
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def adopt_orphans():

@@ -24,7 +24,7 @@ import threading
 import time
 
 from .hosts import ranks_text
-from .ssh import passed_env, ssh
+from .ssh import passed_env, say_lost_hosts, ssh
 
 PORT = 6379
 START_TIMEOUT = 120
@@ -105,9 +105,13 @@ def run_on_hosts(placement, args) -> int:
         driver = subprocess.Popen([sys.executable, args.script, *args.args], env=env)
         while True:
             try:
-                return driver.wait()
+                code = driver.wait()
+                break
             except KeyboardInterrupt:
                 driver.send_signal(signal.SIGINT)
+        if code != 0:
+            say_lost_hosts(hosts, placed=False)
+        return code
     finally:
         for n in nodes:
             n.stop()

@@ -79,3 +79,24 @@ def unreachable(hosts, timeout=None) -> list:
     others = [h for h in hosts if not is_local(h)]
     with ThreadPoolExecutor(max(1, len(others))) as ex:
         return [r for r in ex.map(one, others) if r]
+
+
+# seconds a host has to answer ssh after a failed job (a reachable one answers in well under 1)
+POST_MORTEM_TIMEOUT = 3
+
+
+def say_lost_hosts(placement, stream=None, placed=True):
+    """After a failed job: one line for each host of `placement` ([(host, [ranks])]) that
+    no longer answers ssh. When a whole host is lost (crashed, its link cut), its ranks
+    cannot speak, and the launcher only sees its own error. `placed`: the ranks run
+    where `placement` says (MPI); on Ray its placement group decides which ranks a
+    host's CPUs take, so only their number is known here."""
+    import sys
+
+    from .hosts import ranks_text
+    stream = sys.stderr if stream is None else stream
+    ranks = dict(placement)
+    for host, why in unreachable([h for h, rs in placement if rs], timeout=POST_MORTEM_TIMEOUT):
+        who = ranks_text(ranks[host]) if placed else f"{len(ranks[host])} of the ranks"
+        stream.write(f"spmd run: host {host} ({who}) was lost: it no longer answers ssh ({why})\n")
+    stream.flush()

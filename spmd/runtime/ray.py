@@ -169,6 +169,8 @@ class RayRuntime(Runtime):
     def _setup(self):
         try:
             infos = ray.get([a.open_links.remote() for a in self._actors], timeout=120)
+            # each rank's host name: a rank lost with its host is named with it
+            self._hosts = {d: i["host"][0] for d, i in enumerate(infos)}
             ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
         except Exception as e:
             self.shutdown()
@@ -262,7 +264,7 @@ class RayRuntime(Runtime):
             sys.stdout.write("".join(printed[d]))
         sys.stdout.flush()
         if errors:
-            raise _first_error(errors)
+            raise _first_error(errors, getattr(self, "_hosts", {}))
         return {d: outs[d][:-1] for d in devices}
 
     def _program(self, program):
@@ -369,15 +371,18 @@ def _first_line(exc):
     return s.splitlines()[0] if s else ""
 
 
-def _first_error(errors):
-    """The exception that caused the failure, labelled with its rank; ranks that only
-    failed because another one did (CollectiveError) come last, as on the local runtime."""
+def _first_error(errors, hosts=None):
+    """The exception that caused the failure, labelled with its rank (and its host, when
+    the ranks run on several: `hosts`, rank -> host name); ranks that only failed because
+    another one did (CollectiveError) come last, as on the local runtime."""
     def root(e):
         cause = getattr(e, "cause", None)
         return not isinstance(cause if cause is not None else e, CollectiveError)
     roots = [(d, e) for d, e in errors if root(e)]
     d, e = (roots or errors)[0]
     label = f"rank {d}"
+    if hosts and len(set(hosts.values())) > 1 and d in hosts:
+        label += f" on host {hosts[d]}"
     if isinstance(e, ray.exceptions.RayActorError):
         err = CollectiveError(f"{label} died: its Ray actor was lost ({_first_line(e)})")
         err.add_note(f"spmd: {len(errors)} rank(s) of the ray runtime failed")

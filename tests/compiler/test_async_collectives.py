@@ -106,6 +106,22 @@ def test_gpt_step_under_2x2_overlaps_and_matches_one_bucket():
         assert low.graph.ops[i - 1].name == "concatenate" or low.graph.ops[i].operands[0].producer is not None
 
 
+def test_data_parallel_buckets_start_through_the_backward_pass():
+    """Data parallel: the partitioner puts each gradient's all_reduce at the optimizer's
+    update of its parameter, in the parameters' order (layer 0 first, whose gradients are
+    ready last). Combined, a bucket holds gradients that become ready together and starts
+    where they are, with the ops that concatenate them: the starts spread over the
+    backward pass instead of all standing at its end. The bits are one bucket's."""
+    case = gpt_case(spmd.Mesh((4, 1), ("data", "model")), layers=3)
+    low1, want = _lower_and_run(case, None)
+    low, got = _lower_and_run(case, 8 << 10)
+    starts = [i for i, _, _ in pairs(low.graph)]
+    assert len(starts) >= 3, starts
+    assert starts[-1] - starts[0] > len(low.graph.ops) // 5, (starts, len(low.graph.ops))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_buckets_follow_the_threshold():
     """Gradients grouped in program order into buckets of at most the limit (one bigger
     gradient makes a bucket of its own); no limit: one bucket per key as before; 0:

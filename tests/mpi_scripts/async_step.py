@@ -4,8 +4,8 @@ with mpiexec -n 4), one case per argv[1]:
 - `step OUT`: the MLP and the GPT steps of tests/async_programs.py on a 2x2 mesh, with
   SPMD_BUCKET_BYTES as the test sets it; every rank prints how many start/done pairs
   its program has; rank 0 saves every output array to OUT (.npz);
-- `inflight_kill`: every rank starts an all_reduce; rank 2 is SIGKILLed before its
-  wait; the others wait in it and must name rank 2 promptly instead of hanging."""
+- `inflight_kill`: every rank but 2 starts an all_reduce; rank 2 is SIGKILLed before
+  it starts its own; the others wait in it and must name rank 2 promptly instead of hanging."""
 import os
 import signal
 import sys
@@ -39,8 +39,10 @@ elif case == "inflight_kill":
     comm = MPICommunicator(spmd.Mesh((4,), ("x",)))
     comm.loc = "async_step.py:inflight"
     comm.wait(comm.all_reduce_start(np.ones(1000), ("x",)))      # a first one completes
-    h = comm.all_reduce_start(np.ones(1000), ("x",))
-    if rank == 2:       # killed; "frozen": stopped, its process still there (a hung host)
+    # killed; "frozen": stopped, its process still there (a hung host). Before its start:
+    # once started, its progress thread may deliver its part, and the others then finish
+    if rank == 2:
         os.kill(os.getpid(), signal.SIGSTOP if os.environ.get("FROZEN") else signal.SIGKILL)
+    h = comm.all_reduce_start(np.ones(1000), ("x",))
     comm.wait(h)
     print("UNREACHABLE", flush=True)

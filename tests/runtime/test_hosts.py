@@ -106,6 +106,28 @@ def test_an_all_reduce_crosses_the_link(testbed):
     assert after["tx"] - before["tx"] > 12e6 and after["rx"] - before["rx"] > 12e6, (before, after)
 
 
+def test_an_all_reduce_over_two_hosts_goes_host_by_host(testbed):
+    """Two ranks a host: three 8 MB all-reduces over the 4 ranks reduce within each host,
+    exchange between the hosts and gather within: about 8 MB cross the link each way
+    per all-reduce, where the group-order all-reduce of 4 ranks moves 16 MB."""
+    before = testbed.counters("h2")
+    p, out, _ = spmd_run(testbed, "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "big_allreduce.py"))
+    after = testbed.counters("h2")
+    assert p.returncode == 0 and "OK big_allreduce" in out, out
+    for way in ("tx", "rx"):
+        assert 24e6 < after[way] - before[way] < 34e6, (before, after)
+
+
+@pytest.mark.slow
+def test_every_all_reduce_across_two_hosts_matches_numpy(testbed):
+    """tests/mpi_scripts/hosts_collectives.py: every dtype and reduction, lengths no block
+    divides, blocking and started, on every axis group of three meshes of 2 hosts x 2
+    ranks: host by host where the group has two members on each host (its bits: the sum
+    over the hosts of each host's sum), in group order elsewhere."""
+    p, out, _ = spmd_run(testbed, "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "hosts_collectives.py"))
+    assert p.returncode == 0 and re.search(r"^OK \d{3}", out, re.M), out
+
+
 def test_hostfile_places_ranks_in_blocks(testbed, tmp_path):
     script = tmp_path / "where.py"
     script.write_text("import socket, spmd\nspmd.init()\n"
@@ -138,9 +160,10 @@ def test_train_gpt_on_two_hosts_gives_the_single_host_losses_and_its_checkpoint_
 
 
 # -- faults ------------------------------------------------------------------------------------
-def _start_loop(bed):
+def _start_loop(bed, backend="mpi"):
     """The looping job on both hosts (2 ranks each); returns it once rank 0 said READY."""
-    p = bed.popen("h1", ["spmd", "run", "-n", "4", "--hosts", "h1,h2", os.path.join(SCRIPTS, "hosts_loop.py")],
+    p = bed.popen("h1", ["spmd", "run", "-n", "4", "--backend", backend, "--hosts", "h1,h2",
+                         os.path.join(SCRIPTS, "hosts_loop.py")],
                   env=env(bed, LOOP_SECONDS="60"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in p.stdout:
@@ -208,6 +231,24 @@ def test_a_killed_host_ends_the_job_naming_the_host_and_its_ranks(testbed):
     assert p.returncode != 0 and "LOOP DONE" not in out
     assert took < HEARTBEAT, (took, out)
     assert "spmd run: host h2 (ranks 2-3) was lost: it no longer answers ssh" in out, out
+
+
+@pytest.mark.slow
+def test_a_killed_host_ends_a_ray_job_naming_the_host_and_its_ranks(testbed):
+    """The same on a two-node Ray cluster of `spmd run --backend ray`: h2's Ray node and
+    rank actors are killed; the driver's error names a rank of h2 with its host, and the
+    launcher says the host was lost."""
+    pytest.importorskip("ray")
+    p, lines = _start_loop(testbed, "ray")
+    try:
+        testbed.kill("h2")
+        took, out = _finish(p, lines)
+    finally:
+        testbed.reset()
+    assert p.returncode != 0 and "LOOP DONE" not in out
+    assert took < HEARTBEAT + 4, (took, out)
+    assert re.search(r"rank \d on host h2 died", out), out         # (Ray's placement picks which)
+    assert "spmd run: host h2 (2 of the ranks) was lost" in out, out
 
 
 @pytest.mark.parametrize("backend", ["mpi", "ray"])

@@ -75,3 +75,27 @@ def test_doctor_says_what_differs_and_what_to_do(monkeypatch):
     fails, got = doctor.check_host("h2", here)
     assert got is None and fails == ["FAIL h2: cannot be reached over ssh: ssh: connect to host h2 port 22: No route "
                                      "— check that it is up and that `ssh h2 true` works without a password"]
+
+
+def test_mpiexec_across_hosts_runs_with_sigpipe_ignored_and_a_signal_death_is_named():
+    """spmd run starts mpiexec across hosts as it execs it on one host: SIGPIPE ignored
+    (hydra, killed by it when it wrote to a connection a proxy had just closed, made
+    the job exit 243 without a word). A launcher killed by a signal is named, and the
+    status is a shell's, 128 + the signal. (In a process of its own: run_on_hosts adopts
+    and ends the orphans of the process it runs in.)"""
+    import subprocess
+    import sys
+
+    from paths import ROOT
+
+    def run(shell):
+        code = ("import sys; from spmd.launcher import mpi; "
+                f"sys.exit(mpi.run_on_hosts(['sh', '-c', {shell!r}], None, [('localhost', [0])]))")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              env=dict(__import__("os").environ, PYTHONPATH=ROOT))
+
+    # a shell cannot undo a signal ignored when it started: the kill does nothing
+    p = run("kill -PIPE $$; exit 0")
+    assert p.returncode == 0, p.stderr
+    p = run("kill -TERM $$")
+    assert p.returncode == 128 + 15 and "spmd run: mpiexec was killed by SIGTERM" in p.stderr, p.stderr

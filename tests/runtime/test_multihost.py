@@ -152,8 +152,8 @@ def test_random_programs_under_mpiexec_agree_with_numpy():
 
 
 def test_a_rank_killed_while_an_all_reduce_is_in_flight_is_named():
-    """Rank 2 dies between all_reduce_start and its wait: the others, waiting in the
-    started all_reduce (MPI's Iallreduce, then Waitall under the watchdog), name it."""
+    """Rank 2 dies while the others' all_reduce is in flight: they, waiting in the
+    started all_reduce (its rounds' Waitall under the watchdog), name it."""
     script = os.path.join(SCRIPTS, "async_step.py")
     cmd = ["spmd", "run", "-n", "4", "--backend", "mpi", script, "inflight_kill"]
     p, out, took = run("inflight_kill", cmd=cmd)

@@ -19,11 +19,13 @@ and a done, placed before the first use, so that the rest of the backward pass r
 while the bucket is reduced. Every rank runs the same passes on the same program, so
 the collectives stay in the same order on all ranks.
 
-The default bucket, 25 MiB, is PyTorch DDP's (XLA's combiner uses 30 MiB on GPUs): a
-message that size takes milliseconds on any interconnect, so the per-call latency (tens
-of microseconds) is a few percent at most, while a model with gradients of hundreds of
-MB gets enough buckets for the first to start long before the backward pass ends. A
-small model's gradients make one bucket, as before.
+The default bucket, 4 MiB, is small enough that a step's gradients make several buckets
+and the first starts while most of the backward pass is still to run, on the links CPU
+clusters have: train_gpt at d256 (13 MB of gradients) on 2 hosts x 2 ranks joined by
+1 Gbit/s hides about a third of its all-reduce with one 25 MiB bucket (PyTorch DDP's
+default) and about two thirds with 4 MiB ones (benchmarks/overlap_hosts.py). Such a
+message takes 30 ms at 1 Gbit/s and a millisecond in shared memory, so the per-call
+latency (tens of microseconds) stays a few percent at most.
 """
 from __future__ import annotations
 
@@ -31,11 +33,11 @@ import os
 
 from ...ir import Graph, Op, Value
 
-DEFAULT_BUCKET_BYTES = 25 << 20
+DEFAULT_BUCKET_BYTES = 4 << 20
 
 
 def bucket_bytes() -> int:
-    """The bucket size: SPMD_BUCKET_BYTES (bytes), or 25 MiB."""
+    """The bucket size: SPMD_BUCKET_BYTES (bytes), or 4 MiB."""
     v = os.environ.get("SPMD_BUCKET_BYTES", "").strip()
     if not v:
         return DEFAULT_BUCKET_BYTES
@@ -50,6 +52,7 @@ def bucket_bytes() -> int:
 
 def combine_collectives(graph: Graph, limit=None) -> Graph:
     limit = bucket_bytes() if limit is None else limit
+    graph = as_soon_as_ready(graph)
     done = set()           # all_reduces already in a bucket (or alone in one)
     while True:
         keys = []
@@ -68,6 +71,50 @@ def combine_collectives(graph: Graph, limit=None) -> Graph:
                 done.add(new)
             else:
                 done.update(bucket)
+
+
+def as_soon_as_ready(graph: Graph) -> Graph:
+    """graph with each collective that may run in halves (OpDef.async_pair: a gradient's
+    all_reduce) moved up to right after the op its operand comes from. The partitioner
+    emits a gradient's reduction where its first use needs it (the optimizer's update of
+    that parameter, in the order of the parameters), so program order is the order of the
+    updates; moved, it is the order the gradients become ready, and a bucket holds
+    gradients that are ready together (the last layer's first), not the first layer's
+    with the last's."""
+    if not any(op.opdef.async_pair for op in graph.ops):
+        return graph
+    after = {}                      # op -> the collectives that follow it
+    for op in graph.ops:
+        if op.opdef.async_pair:
+            producers = [o.producer for o in op.operands if o.producer is not None]
+            after.setdefault(producers[-1] if len(producers) == 1 else _last(graph, producers), []).append(op)
+    g = Graph(graph.name)
+    g.mesh = graph.mesh
+    vmap = {v: g.add_input(v.shape, v.dtype, v.sharding) for v in graph.inputs}
+
+    def copy(op):
+        new = Op(op.name, [vmap[o] for o in op.operands], dict(op.attrs), [], op.loc)
+        new.results = tuple(Value(r.shape, r.dtype, new, i, r.sharding) for i, r in enumerate(op.results))
+        g.ops.append(new)
+        vmap.update(zip(op.results, new.results))
+        for c in after.get(op, ()):
+            copy(c)
+
+    for c in after.get(None, ()):
+        copy(c)
+    for op in graph.ops:
+        if not op.opdef.async_pair:
+            copy(op)
+    g.outputs = [vmap[v] for v in graph.outputs]
+    return g
+
+
+def _last(graph, producers):
+    """The last of `producers` in graph's order (None if there are none)."""
+    if not producers:
+        return None
+    members = set(producers)
+    return [op for op in graph.ops if op in members][-1]
 
 
 def _key(op):

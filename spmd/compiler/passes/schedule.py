@@ -3,9 +3,9 @@
 start as early and the done as late as the program allows, as XLA's async collective
 conversion and latency-hiding scheduler do.
 
-First each splittable collective moves up to right after the ops its operand comes from
-(the partitioner emits a reduction where a use needs it; the combiner puts a bucket where
-its last member is ready). Then one walk in that order:
+First each splittable collective moves up to right after the ops its operand comes from,
+with the ops that only feed it (the partitioner emits a reduction where a use needs it,
+and the combiner's bucket, with the concatenation of its members, stands there). Then one walk in that order:
 
 - a splittable collective is *started* where it stands (its operand is ready there), and
   its done is deferred;
@@ -52,17 +52,47 @@ def earliest_first(graph: Graph) -> list:
         for o in set(op.operands):
             if o.producer is not None:
                 users.setdefault(o.producer, []).append(op)
-    ready = [(0 if op.opdef.async_pair else 1, index[op], op) for op in graph.ops if waiting[op] == 0]
+    early = feeders(graph, users)
+    # the ops that need a collective's result wait for the collectives in the order they
+    # start: an op needing only the first bucket runs before one needing the last (an
+    # optimizer updates the parameters of the buckets reduced first while the last flies)
+    needs, n = {}, 0
+    for op in graph.ops:
+        if op.opdef.async_pair:
+            n += 1
+            needs[op] = n
+        else:
+            needs[op] = max((needs[o.producer] for o in op.operands if o.producer is not None), default=0)
+
+    def key(op):
+        return (0, 0, index[op], op) if op in early else (1, needs[op], index[op], op)
+
+    ready = [key(op) for op in graph.ops if waiting[op] == 0]
     heapq.heapify(ready)
     order = []
     while ready:
-        _, _, op = heapq.heappop(ready)
+        op = heapq.heappop(ready)[-1]
         order.append(op)
         for u in users.get(op, ()):
             waiting[u] -= 1
             if waiting[u] == 0:
-                heapq.heappush(ready, (0 if u.opdef.async_pair else 1, index[u], u))
+                heapq.heappush(ready, key(u))
     return order
+
+
+def feeders(graph: Graph, users) -> set:
+    """The collectives that may run in halves, and the ops that only feed them: the
+    flattening and concatenation of a bucket's gradients (combine.py) stand right before
+    the bucket, where its first use needed it, and must move up with it, or the bucket
+    starts no earlier."""
+    outputs = {v.producer for v in graph.outputs}
+    early = set()
+    for op in reversed(graph.ops):
+        if op.opdef.async_pair:
+            early.add(op)
+        elif op not in outputs and users.get(op) and all(u in early for u in users[op]):
+            early.add(op)
+    return early
 
 
 def async_order(graph: Graph, ops):
