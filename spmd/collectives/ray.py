@@ -427,7 +427,7 @@ class RayCommunicator(Communicator):
 
     def _gather_flat(self, key, tag, what, devices, block, out):
         """Every member's block, concatenated in group order into the flat `out`."""
-        G, i = len(devices), devices.index(self.rank)
+        G = len(devices)
         b = _bounds(out.size, G)
         others = [d for d in devices if d != self.rank]
         self._post(key, tag, what, others, lambda d: block)

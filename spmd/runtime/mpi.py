@@ -155,7 +155,7 @@ class MPIRuntime(Runtime):
         timeline.set_exit_hook(hook)
 
     def _install_excepthook(self):
-        world, rank = self.world, self.rank
+        rank = self.rank
 
         def hook(tp, value, tb):
             if getattr(value, "on_every_rank", False) and rank != 0:
