@@ -36,6 +36,7 @@ from ..errors import ShardingError, SpmdError, is_internal, on_every_rank
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
 from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
+from ..compiler.passes import combine
 from . import blas
 from .backend import Runtime
 
@@ -118,6 +119,7 @@ class MPIRuntime(Runtime):
         got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
         peers = [(h, p) for h, p, _ in got]
         mpi_comm.PEERS.update(enumerate(peers))
+        combine.use_hosts_default(len({h for h, _ in peers}) > 1)     # gradient buckets for the link
         if addr is not None:
             mpi_comm.HEARTBEAT.start(self.rank, {r: a for r, (_, _, a) in enumerate(got)})
         mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)

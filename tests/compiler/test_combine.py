@@ -56,3 +56,18 @@ def test_dependent_all_reduces_stay_apart():
     assert _count(g, "all_reduce") == _count(low.stages["partitioned"], "all_reduce")
     got = spmd.jit(f, in_shardings=sh)(a, w1, w2).numpy()
     assert np.allclose(got, np.tanh(a @ w1) @ w2, rtol=1e-4, atol=1e-5)
+
+
+def test_the_bucket_default_follows_where_the_ranks_run(monkeypatch):
+    """25 MiB on one host (fewer buckets in flight, less memory), 4 MiB when the runtime
+    says the ranks span hosts (overlap on a slow link); SPMD_BUCKET_BYTES wins over both."""
+    from spmd.compiler.passes import combine
+    monkeypatch.delenv("SPMD_BUCKET_BYTES", raising=False)
+    try:
+        assert combine.bucket_bytes() == 25 << 20
+        combine.use_hosts_default(True)
+        assert combine.bucket_bytes() == 4 << 20
+        monkeypatch.setenv("SPMD_BUCKET_BYTES", "1000")
+        assert combine.bucket_bytes() == 1000
+    finally:
+        combine.use_hosts_default(False)

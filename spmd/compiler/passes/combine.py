@@ -19,13 +19,18 @@ and a done, placed before the first use, so that the rest of the backward pass r
 while the bucket is reduced. Every rank runs the same passes on the same program, so
 the collectives stay in the same order on all ranks.
 
-The default bucket, 4 MiB, is small enough that a step's gradients make several buckets
-and the first starts while most of the backward pass is still to run, on the links CPU
-clusters have: train_gpt at d256 (13 MB of gradients) on 2 hosts x 2 ranks joined by
-1 Gbit/s hides about a third of its all-reduce with one 25 MiB bucket (PyTorch DDP's
-default) and about two thirds with 4 MiB ones (benchmarks/overlap_hosts.py). Such a
-message takes 30 ms at 1 Gbit/s and a millisecond in shared memory, so the per-call
-latency (tens of microseconds) stays a few percent at most.
+The bucket size is a trade between overlap and memory. Where the ranks run on several
+hosts, the default is 4 MiB: a step's gradients make several buckets and the first
+starts while most of the backward pass is still to run. train_gpt at d256 (13 MB of
+gradients) on 2 hosts x 2 ranks joined by 1 Gbit/s hides about a third of its
+all-reduce with one 25 MiB bucket and about two thirds with 4 MiB ones
+(benchmarks/overlap_hosts.py); such a message takes 30 ms there, so the per-call
+latency stays a few percent. On one host the all-reduce is a copy through shared
+memory, a few milliseconds: there is little to hide, and every bucket in flight holds
+its buffers while the backward pass allocates its own (the MLP step of
+benchmarks/models.py on 2x2 plans 25 MB of temporaries with 4 MiB buckets, 18.5 MB
+with 25 MiB ones). So on one host the default is 25 MiB, PyTorch DDP's. The MPI runtime
+says which applies when it starts (`use_hosts_default`); SPMD_BUCKET_BYTES overrides both.
 """
 from __future__ import annotations
 
@@ -33,14 +38,22 @@ import os
 
 from ...ir import Graph, Op, Value
 
-DEFAULT_BUCKET_BYTES = 4 << 20
+DEFAULT_BUCKET_BYTES = 25 << 20        # ranks on one host
+HOSTS_BUCKET_BYTES = 4 << 20           # ranks on several hosts
+_default = {"bytes": DEFAULT_BUCKET_BYTES}
+
+
+def use_hosts_default(several_hosts: bool):
+    """Set by the runtime: do this process's ranks span several hosts? Every rank of the
+    world sees the same hosts, so all compile the same buckets."""
+    _default["bytes"] = HOSTS_BUCKET_BYTES if several_hosts else DEFAULT_BUCKET_BYTES
 
 
 def bucket_bytes() -> int:
-    """The bucket size: SPMD_BUCKET_BYTES (bytes), or 4 MiB."""
+    """The bucket size: SPMD_BUCKET_BYTES (bytes), or the default for where the ranks run."""
     v = os.environ.get("SPMD_BUCKET_BYTES", "").strip()
     if not v:
-        return DEFAULT_BUCKET_BYTES
+        return _default["bytes"]
     try:
         n = int(float(v))
     except ValueError:
