@@ -63,7 +63,9 @@ def mpiexec_command(n, argv, placement=None, environ=None) -> list:
 def run_on_hosts(cmd, env, placement) -> int:
     """Run mpiexec across hosts and wait. If the job fails, say which hosts stopped
     answering: when a whole host is lost (crashed, its link cut), hydra ends the job at
-    once with only its own error, and the ranks on that host cannot speak."""
+    once with only its own error, and the ranks on that host cannot speak. A failure of
+    hydra's after every rank ended with status 0 (each rank's parent says so in a
+    directory of ours, launcher/rank.py) is not the job's."""
     import signal
 
     from .ssh import say_lost_hosts
@@ -74,6 +76,9 @@ def run_on_hosts(cmd, env, placement) -> int:
     # or socket whose other end had closed (an ssh or proxy connection, as a job ends)
     # killed it outright, status -13, which sys.exit made exit status 243 without a word;
     # ignored, the write fails with EPIPE, which hydra handles
+    import tempfile
+    finished = tempfile.mkdtemp(prefix="spmd-finished-")
+    env = dict(os.environ if env is None else env, SPMD_RANKS_FINISHED=finished)
     p = subprocess.Popen(cmd, env=env, restore_signals=False)
     signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
     while True:
@@ -86,6 +91,15 @@ def run_on_hosts(cmd, env, placement) -> int:
     if code < 0:                 # the status of a process a signal ended, as a shell gives it
         sys.stderr.write(f"spmd run: mpiexec was killed by {how_killed(-code)}\n")
         code = 128 - code
+    n = sum(len(ranks) for _, ranks in placement)
+    done = len(os.listdir(finished))
+    import shutil
+    shutil.rmtree(finished, ignore_errors=True)
+    if code != 0 and done == n:
+        sys.stderr.write(f"spmd run: every one of the {n} ranks ended with status 0; mpiexec failed after "
+                         f"that (hydra signals every proxy as each rank ends, and one had already left): "
+                         f"the job succeeded\n")
+        return 0
     if code != 0:
         say_lost_hosts(placement)
     return code

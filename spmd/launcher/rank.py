@@ -81,7 +81,24 @@ def main(argv=None):
     if what and code < 0:
         sys.stderr.write(f"spmd run: rank {rank_of()} (pid {child.pid} on {socket.gethostname()}) {what}\n")
         sys.stderr.flush()
+    if code == 0:
+        _say_finished()
     sys.exit(128 - code if code < 0 else code)
+
+
+def _say_finished():
+    """Tell `spmd run` this rank's script ended cleanly (SPMD_RANKS_FINISHED: a directory
+    of the launcher's, when this host can see it). Hydra may fail after every rank has
+    ended: a rank's end is signalled to every proxy, and a proxy whose ranks have all left
+    may be gone (\"unable to send SIGUSR1 downstream\"); the launcher then knows the job
+    itself succeeded."""
+    where = os.environ.get("SPMD_RANKS_FINISHED")
+    if where and os.path.isdir(where):
+        try:
+            with open(os.path.join(where, f"rank-{rank_of()}"), "w"):
+                pass
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """spmd run across hosts, the parts that need no hosts: --hosts, --hostfile and which
 ranks each host gets; the rank parent; ssh; spmd doctor's verdicts."""
+import os
+
 import pytest
 
 from spmd.launcher.hosts import HostsError, describe, parse_hosts, place, read_hostfile
@@ -99,3 +101,26 @@ def test_mpiexec_across_hosts_runs_with_sigpipe_ignored_and_a_signal_death_is_na
     assert p.returncode == 0, p.stderr
     p = run("kill -TERM $$")
     assert p.returncode == 128 + 15 and "spmd run: mpiexec was killed by SIGTERM" in p.stderr, p.stderr
+    # hydra failing after every rank ended cleanly (each rank's parent, launcher/rank.py,
+    # says so in SPMD_RANKS_FINISHED): the job succeeded; one rank short: mpiexec's status
+    p = run('touch "$SPMD_RANKS_FINISHED/rank-0"; exit 255')
+    assert p.returncode == 0 and "every one of the 1 ranks ended with status 0" in p.stderr, p.stderr
+    p = run("exit 255")
+    assert p.returncode == 255, p.stderr
+
+
+def test_a_rank_parent_says_a_clean_end_only(tmp_path):
+    """launcher/rank.py marks its rank finished in SPMD_RANKS_FINISHED on status 0, and
+    not on a failure."""
+    import subprocess
+    import sys
+
+    from paths import ROOT
+    rank = os.path.join(ROOT, "spmd", "launcher", "rank.py")
+    for status, rank_no in ((0, "3"), (2, "4")):
+        script = tmp_path / f"s{status}.py"
+        script.write_text(f"raise SystemExit({status})\n")
+        env = dict(os.environ, SPMD_RANKS_FINISHED=str(tmp_path), PMI_RANK=rank_no)
+        p = subprocess.run([sys.executable, "-I", rank, str(script)], env=env, timeout=60)
+        assert p.returncode == status
+    assert sorted(f for f in os.listdir(tmp_path) if f.startswith("rank-")) == ["rank-3"]
