@@ -154,12 +154,12 @@ def main():
                 cells += [f"{m['spmd_ms']:8.2f}", f"{m['hand_ms']:8.2f}", f"{m['spmd_ms'] / m['hand_ms']:6.2f}"]
         print(" ".join(cells))
     print("\nbytes per step on 2x2 (each message once): spmd local, spmd mpi-4, the halo of a shard "
-          "(its four edges, with corners where the stencil reads diagonals, for every array exchanged)")
+          "(its four edges, with corners where the stencil reads diagonals, for every array exchanged, and\n"
+          "again each sweep of an inner loop)")
     for p in progs:
         r, m = rows[p.name], mpi.get(4, {}).get(p.name, {})
         arrays = p.inputs()
-        halo = sum(p.halo_bytes(a.shape, a.itemsize, (2, 2)) for a in arrays[:p.exchanged or len(arrays)]
-                   if a.ndim >= 2)
+        halo = p.step_halo_bytes(arrays, (2, 2))
         print(f"  {p.name:<11} {r['2x2_bytes']:>10.0f} {m.get('spmd_bytes', float('nan')):>10.0f} {halo:>10.0f}"
               f"  spmd/halo {r['2x2_bytes'] / halo:.2f}")
     if not only or "cavity" in only:
