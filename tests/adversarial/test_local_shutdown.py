@@ -10,7 +10,8 @@ from paths import ROOT
 
 
 SCRIPT = r"""
-import os, signal, sys, threading, numpy as np, spmd
+import faulthandler, os, signal, sys, threading, numpy as np, spmd
+faulthandler.dump_traceback_later(30, exit=True)    # a hang fails with every thread's stack
 mesh = spmd.Mesh((4,), ("x",))
 mode = sys.argv[1]
 if mode == "term":
