@@ -4,7 +4,6 @@ Results are spmd.Arrays with the sharding propagation chose; the collectives the
 programs ran are counted (eager.STATS), so a test can say that nothing was gathered;
 writes rebind the Array; what spmd cannot run eagerly warns with the bytes gathered.
 """
-import contextlib
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from spmd.eager import programs as eager
 from eager_programs import cg, kmeans, spd_problem
 from write_programs import VIEW_FUNCTIONS, make_program, run as run_program, write_through
 from paths import ROOT, SCRIPTS
+from backend_env import numpy_compiler
 
 MESH = spmd.Mesh((4,), ("x",))
 MESH2 = spmd.Mesh((2, 2), ("a", "b"))
@@ -31,20 +31,6 @@ def _errors_on_fallback():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         yield
-
-
-@contextlib.contextmanager
-def numpy_backend():
-    """Eager programs compiled meanwhile run on the numpy backend (quick to compile)."""
-    old = os.environ.get("SPMD_COMPILER")
-    os.environ["SPMD_COMPILER"] = "numpy"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["SPMD_COMPILER"]
-        else:
-            os.environ["SPMD_COMPILER"] = old
 
 
 def put(x, *spec, mesh=MESH):
@@ -189,7 +175,7 @@ def test_random_writes_through_views(seed, shape, steps, devices, dim):
     want = run_program(prog, x.copy())
     spec = [None] * len(shape)
     spec[dim % len(shape)] = "x"
-    with numpy_backend():           # (the semantics are the front end's; the backend is tested elsewhere)
+    with numpy_compiler():           # (the semantics are the front end's; the backend is tested elsewhere)
         got = run_program(prog, put(x, *spec, mesh=spmd.Mesh((devices,), ("x",))))
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
@@ -226,7 +212,7 @@ def test_writes_into_reshaped_transposed_and_strided_views():
 def test_numpy_functions_that_return_views(name, view):
     x = np.arange(24.0).reshape(4, 6)
     want = write_through(view)(x.copy())
-    with numpy_backend():
+    with numpy_compiler():
         got = write_through(view)(put(x, "x", None))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.numpy(), w)

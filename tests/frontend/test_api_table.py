@@ -7,7 +7,6 @@ DATA_DEPENDENT return a Python bool in numpy and in eager mode, a 0-d bool array
 tracing (its value is not known until the program runs)."""
 import contextlib
 import operator
-import os
 import warnings
 
 import numpy as np
@@ -17,6 +16,7 @@ import spmd
 from spmd.frontend import numpy_api as npx
 from spmd.frontend.trace import Tracer
 from spmd.staging import trace_function
+from backend_env import numpy_compiler
 
 rng = np.random.default_rng(0)
 A = rng.random((3, 4)) + 0.5
@@ -130,17 +130,9 @@ def traced(fn, args):
 
 @contextlib.contextmanager
 def eager_numpy_backend():
-    old = os.environ.get("SPMD_COMPILER")
-    os.environ["SPMD_COMPILER"] = "numpy"
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        if old is None:
-            del os.environ["SPMD_COMPILER"]
-        else:
-            os.environ["SPMD_COMPILER"] = old
+    with numpy_compiler(), np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 MESH = spmd.Mesh((2,), ("a",))

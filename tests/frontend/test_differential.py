@@ -17,13 +17,13 @@ Each hypothesis example runs a batch of programs (one jitted function, or one ea
 run, each program on its own argument); CI replays the same examples (conftest's
 derandomized profile)."""
 import contextlib
-import os
 import warnings
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import spmd
+from backend_env import numpy_compiler
 
 SHAPES = [(4, 6), (5, 6), (6,), (7,), (4, 4, 3), (3, 5, 2)]
 MESHES = {"1": None, "2": (2,), "4": (4,), "2x2": (2, 2)}
@@ -338,17 +338,9 @@ def _mesh(name, shape):
 
 @contextlib.contextmanager
 def quiet_numpy_backend():
-    old = os.environ.get("SPMD_COMPILER")
-    os.environ["SPMD_COMPILER"] = "numpy"
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        if old is None:
-            del os.environ["SPMD_COMPILER"]
-        else:
-            os.environ["SPMD_COMPILER"] = old
+    with numpy_compiler(), np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def compare(got, want, progs, mode):

@@ -4,7 +4,6 @@ theirs casts to it safely), ufuncs with where= keep out's values where the condi
 False, copyto onto itself, in-place sort / partition, partition's promise, einsum with
 repeated indices (diagonals, traces)."""
 import contextlib
-import os
 import warnings
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 
 import spmd
 from spmd.sharding.reshard import ReshardWarning
+from backend_env import numpy_compiler
 
 MESH = spmd.Mesh((2,), ("a",))
 
@@ -19,18 +19,10 @@ MESH = spmd.Mesh((2,), ("a",))
 @contextlib.contextmanager
 def eager_mode():
     """Eager programs compiled meanwhile run on the numpy backend; a fallback to numpy fails."""
-    old = os.environ.get("SPMD_COMPILER")
-    os.environ["SPMD_COMPILER"] = "numpy"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", UserWarning)
-            warnings.simplefilter("ignore", ReshardWarning)     # a sort along the split dim gathers it
-            yield
-    finally:
-        if old is None:
-            del os.environ["SPMD_COMPILER"]
-        else:
-            os.environ["SPMD_COMPILER"] = old
+    with numpy_compiler(), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ReshardWarning)     # a sort along the split dim gathers it
+        yield
 
 
 def put(x):

@@ -3,14 +3,13 @@ a write through the view reaches its base, a write into the base shows in the vi
 later reads, and numpy's read-only views (broadcast_to, diagonal, ...) read through and
 raise numpy's ValueError when written. Inputs are complex, so real / imag are views of
 one part; meshes split the base evenly and unevenly."""
-import contextlib
-import os
 import warnings
 
 import numpy as np
 import pytest
 
 import spmd
+from backend_env import numpy_compiler
 
 # name -> a function of a (5, 6) array that returns a view of it, as numpy documents
 VIEWS = {
@@ -74,19 +73,6 @@ def _jit(f, mesh):
     return spmd.jit(f, in_shardings=(m.sharding(*spec),), backend="numpy")
 
 
-@contextlib.contextmanager
-def eager_numpy_backend():
-    old = os.environ.get("SPMD_COMPILER")
-    os.environ["SPMD_COMPILER"] = "numpy"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["SPMD_COMPILER"]
-        else:
-            os.environ["SPMD_COMPILER"] = old
-
-
 def _eager(f, mesh):
     m = spmd.Mesh(mesh[0], ("a", "b")[:len(mesh[0])]) if mesh else spmd.Mesh((1,), ("a",))
     spec = [None, None]
@@ -94,7 +80,7 @@ def _eager(f, mesh):
         spec[d] = ax
 
     def g(x):
-        with eager_numpy_backend():
+        with numpy_compiler():
             return f(spmd.device_put(x, m.sharding(*spec)))
     return g
 
@@ -207,7 +193,7 @@ def test_an_arguments_own_strides_decide_reshape_views_and_are_part_of_jits_cach
 
 
 def test_eager_results_keep_numpy_s_order_for_later_programs():
-    with eager_numpy_backend():
+    with numpy_compiler():
         a = spmd.device_put(base(), spmd.Mesh((2,), ("a",)).sharding("a", None))
         y = a.T * 2                 # numpy: F order, as a.T
         z = y.reshape(-1)
@@ -246,7 +232,7 @@ def test_jits_eager_fallback_keeps_an_arguments_strides():
     j = spmd.jit(f, in_shardings=(m.sharding("a", None),))
     for x in [np.asfortranarray(np.arange(1.0, 7.0).reshape(2, 3)), np.arange(1.0, 7.0).reshape(2, 3)]:
         want, got = x.copy(order="K"), x.copy(order="K")
-        with eager_numpy_backend(), warnings.catch_warnings():
+        with numpy_compiler(), warnings.catch_warnings():
             warnings.simplefilter("ignore", spmd.FallbackWarning)
             r = j(got)
         np.testing.assert_array_equal(r.numpy(), f(want))
@@ -256,7 +242,7 @@ def test_jits_eager_fallback_keeps_an_arguments_strides():
 def test_eagerly_a_numpy_scalar_and_a_0d_array_of_the_same_kind_view_differently():
     """Eager programs are cached by their arguments' kind: a numpy scalar's squeeze is a
     new value, a 0-d array's is a view of it (which shows a later write)."""
-    with eager_numpy_backend():
+    with numpy_compiler():
         a = spmd.device_put(base(), spmd.Mesh((2,), ("a",)).sharding("a", None))
         s = a.sum()
         t = np.squeeze(s)
