@@ -159,7 +159,7 @@ def _scan_flops(avals_in, aval_out, attrs):
 
 
 register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
-               dtypes=CF_DTYPES, flops=_while_flops, runs=lambda attrs, key: None,
+               dtypes=CF_DTYPES, flops=_while_flops,
                partition=_partition_while, subgraphs=("cond", "body"), lowering="subprogram",
                captured_from=lambda attrs: attrs["num_carry"]))
 
@@ -213,7 +213,7 @@ def _partition_cond(P, op):
 
 
 register(OpDef("cond", "control", _cond_infer, _cond_ref, factors=_cond_factors, needs_comm=True,
-               dtypes=CF_DTYPES, flops=_cond_flops, runs=lambda attrs, key: None,
+               dtypes=CF_DTYPES, flops=_cond_flops,
                partition=_partition_cond, subgraphs=("true", "false"), vjp=lambda *a: _cond_vjp(*a),
                lowering="subprogram"))
 

@@ -62,7 +62,8 @@ class OpDef:
     # and the one named "body" is run each iteration.
     captured_from: Optional[Callable] = None
     # (attrs, sub-graph attribute) -> how many times that sub-graph runs per run of the op
-    # (a scan's body `length` times), or None when only the data decides (a while's)
+    # (a scan's body `length` times); None (the field unset) when the data decides: a
+    # while's trip count, a cond's branch
     runs: Optional[Callable] = None
 
     # -- sharding -------------------------------------------------------------------------
