@@ -18,7 +18,7 @@ from typing import Callable, Optional
 from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_pieces, emit_position, \
     emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
 from .fuse import splat
-from .loops import run_scan, scan_overwrites
+from .loops import run_scan, scan_instrs, scan_overwrites
 from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
@@ -111,9 +111,7 @@ LOWERINGS = {
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
-    "scan_loop": Lowering(run=run_scan, writes_into=True, overwrites=scan_overwrites,
-                          numpy="the loop steps in Python, calling its body's LLVM executable with the carried "
-                                "values double-buffered (loops.py)"),
+    "scan_loop": Lowering(native=scan_instrs, run=run_scan, writes_into=True, overwrites=scan_overwrites),
     "annotation": Lowering(numpy="an identity: removed before code generation (the partitioner, the last "
                                  "optimisation pass)"),
     "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),

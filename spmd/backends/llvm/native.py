@@ -49,6 +49,62 @@ x:
 }
 """
 
+# argument block of a loop (loops.py): length, instructions per body program, strided
+# entries, then four body programs (2 x instructions each: function, argument block):
+# iteration 0's, 1's, and the even and odd ones after; then per strided entry: the entry it
+# sets, its address at iteration 0, bytes added per iteration (a scanned row)
+LOOP_HEAD = 7
+LOOP_IR = """
+define void @spmd_loop(ptr %a) {
+entry:
+  %len = load i64, ptr %a
+  %g1 = getelementptr i64, ptr %a, i64 1
+  %n = load i64, ptr %g1
+  %g2 = getelementptr i64, ptr %a, i64 2
+  %ns = load i64, ptr %g2
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %run]
+  %c = icmp slt i64 %i, %len
+  br i1 %c, label %sh, label %x
+sh:
+  %s = phi i64 [0, %h], [%s1, %sb]
+  %sc = icmp slt i64 %s, %ns
+  br i1 %sc, label %sb, label %run
+sb:
+  %t = mul i64 %s, 3
+  %t0 = add i64 %t, 7
+  %q0 = getelementptr i64, ptr %a, i64 %t0
+  %slot = load ptr, ptr %q0
+  %t1 = add i64 %t, 8
+  %q1 = getelementptr i64, ptr %a, i64 %t1
+  %base = load i64, ptr %q1
+  %t2 = add i64 %t, 9
+  %q2 = getelementptr i64, ptr %a, i64 %t2
+  %stride = load i64, ptr %q2
+  %m = mul i64 %i, %stride
+  %addr = add i64 %base, %m
+  store i64 %addr, ptr %slot
+  %s1 = add i64 %s, 1
+  br label %sh
+run:
+  %is0 = icmp eq i64 %i, 0
+  %is1 = icmp eq i64 %i, 1
+  %odd = and i64 %i, 1
+  %v23 = add i64 %odd, 2
+  %v1 = select i1 %is1, i64 1, i64 %v23
+  %v = select i1 %is0, i64 0, i64 %v1
+  %pv = add i64 %v, 3
+  %pp = getelementptr i64, ptr %a, i64 %pv
+  %prog = load ptr, ptr %pp
+  call void @spmd_run(ptr %prog, i64 %n)
+  %i1 = add i64 %i, 1
+  br label %h
+x:
+  ret void
+}
+"""
+
 # argument block of a dot: fn A B C M N K lda ldb ldc transA transB, then two batch levels
 # (outer, inner), each: extent strideA strideB strideC (strides in bytes); then the BLAS's
 # set-threads function (or 0), the threads this dot wants, and the cell holding the current
@@ -236,11 +292,11 @@ def helpers():
 
 
 def _compile_helpers(it):
-    ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
+    ir = RUNNER_IR + LOOP_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
         "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
         _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
         _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
-    names = ["spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
+    names = ["spmd_loop", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
              "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
     addrs = compile_ir(ir, names, None, False)
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addrs["spmd_run"])

@@ -15,7 +15,7 @@ import numpy as np
 from . import native
 from .lowering import lowering_of
 from .plan import KernelStep
-from .steps import FREE, Scratch
+from .steps import FREE, Here, Scratch
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
@@ -24,7 +24,7 @@ PAR_WORK = 1 << 20
 
 class Segment:
     def __init__(self):
-        self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
+        self.instrs = []        # (function address, [entries]); an entry is an int, (Value, byte offset) or Here
         self.allocs = []        # (value, in-place source or None): values it writes outside the arena
         self.steps = []         # step indices it covers
 
@@ -39,6 +39,7 @@ class Schedule:
         self.run_fn = self.helpers["run"]
         self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
         self.consts = {}         # value -> its array (constants are not made per call)
+        self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.items = self.segments()                       # Segment | step index
         self.size = self.lay_out_arguments()
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
@@ -69,6 +70,12 @@ class Schedule:
         if seg is not None:
             items += [seg] if seg.instrs else seg.steps
         return items
+
+    def only_segment(self):
+        """The one Segment running every step of the program, or None (some run from Python)."""
+        if len(self.items) == 1 and isinstance(self.items[0], Segment):
+            return self.items[0]
+        return None
 
     def instructions(self, step):
         """The step's native instructions, FREE, or None (it runs from Python)."""
@@ -181,6 +188,8 @@ class Schedule:
                             arena[o + j] = slots.ctypes.data + mem.offset_of[v] + off
                         elif v in self.consts:
                             arena[o + j] = self.consts[v].ctypes.data + off
+                    elif isinstance(e, Here):
+                        arena[o + j] = base + 8 * (o + e.k)
                     else:
                         arena[o + j] = e
             progs.append(prog)

@@ -4,7 +4,8 @@
 - `native(sched, op)`: the step as instructions of a native segment (schedule.py): a list
   of `(function address, argument entries)`, FREE (nothing to run: the value is read
   where it is), or None (the step runs from Python between segments). An argument entry
-  is an int or `(Value | Scratch, byte offset)`, a pointer the schedule fills in.
+  is an int, `(Value | Scratch, byte offset)`, a pointer the schedule fills in, or Here(k),
+  the address of entry k of the same block.
 - `run(exe, op, env, comm, slots, nthreads)`: the step from Python, its result into env.
 - `prepare(op)`: what the step needs worked out once, at build time (exe.prepared[op]).
 """
@@ -31,6 +32,14 @@ class Scratch:
 
     def __init__(self, nbytes, slot=0):
         self.nbytes, self.slot = nbytes, slot
+
+
+class Here:
+    """An argument entry holding the address of entry `k` of the same instruction's block
+    (a loop's instruction holds its body's programs and argument blocks in its own block)."""
+
+    def __init__(self, k):
+        self.k = k
 
 
 # -- from Python ------------------------------------------------------------------------------
