@@ -93,7 +93,7 @@ def scan_instrs(sched, op):
     if length == 0 or any(o in sched.views for o in op.operands):
         return None
     body = sched.exe.subprograms[id(a["body"])]
-    bsched = body.schedule(sched.nthreads, sched.fixed_blas)
+    bsched = body.schedule(sched.nthreads, sched.fixed_blas, sched.native_comm)
     seg = bsched.only_segment()
     homes = None if seg is None else _homes(body, bsched, seg)
     if homes is None:

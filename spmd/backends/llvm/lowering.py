@@ -17,12 +17,13 @@ from typing import Callable, Optional
 
 from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_pieces, emit_position, \
     emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
+from .exchange import device_value_instrs, permute_instrs
 from .fuse import splat
 from .loops import run_scan, scan_instrs, scan_overwrites
 from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
-                    reindexed_constant_instrs, run_matmul, run_reference, take_rows_instrs)
+                    reindexed_constant_instrs, run_copied_into, run_matmul, run_reference, take_rows_instrs)
 
 
 def _always(op):
@@ -110,6 +111,8 @@ LOWERINGS = {
     "lapack": Lowering(numpy="factorizations and solves are LAPACK's, through numpy"),
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
+    "permute": Lowering(native=permute_instrs, run=run_copied_into, writes_into=True),
+    "device_value": Lowering(native=device_value_instrs, run=run_copied_into, writes_into=True),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
     "scan_loop": Lowering(native=scan_instrs, run=run_scan, writes_into=True, overwrites=scan_overwrites),
     "annotation": Lowering(numpy="an identity: removed before code generation (the partitioner, the last "

@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from .exchange import EXCHANGE_NAMES, exchange_ir
 from .jit import compile_ir
 
 RUNNER_IR = """
@@ -295,9 +296,9 @@ def _compile_helpers(it):
     ir = RUNNER_IR + LOOP_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
         "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
         _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
-        _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
+        _colsum_ir("f32", "float") + _colsum_ir("f64", "double") + exchange_ir()
     names = ["spmd_loop", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
-             "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
+             "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"] + EXCHANGE_NAMES
     addrs = compile_ir(ir, names, None, False)
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addrs["spmd_run"])
     return dict(addrs, run=run)

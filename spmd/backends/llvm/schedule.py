@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from . import native
+from .exchange import FromComm, noted_op
 from .lowering import lowering_of
 from .plan import KernelStep
 from .steps import FREE, Here, Scratch
@@ -30,10 +31,11 @@ class Segment:
 
 
 class Schedule:
-    def __init__(self, exe, nthreads, fixed_blas=False):
+    def __init__(self, exe, nthreads, fixed_blas=False, native_comm=False):
         self.exe = exe
         self.nthreads = nthreads
         self.fixed_blas = fixed_blas         # dots leave the BLAS thread count as it is
+        self.native_comm = native_comm       # collectives run natively (exchange.py)
         self.blas = native.blas()
         self.helpers = native.helpers()
         self.run_fn = self.helpers["run"]
@@ -94,6 +96,7 @@ class Schedule:
         patched per call (values the memory plan does not place); returns the arena's size."""
         mem = self.exe.memory
         size = 0
+        self.from_comm = []      # (arena position, FromComm): entries filled in per communicator
         for it in self.items:
             if not isinstance(it, Segment):
                 continue
@@ -101,6 +104,8 @@ class Schedule:
             for fn, entries in it.instrs:
                 it.offsets.append(size)
                 for j, e in enumerate(entries):
+                    if isinstance(e, FromComm):
+                        self.from_comm.append((size + j, e))
                     if (isinstance(e, tuple) and not isinstance(e[0], Scratch) and e[0] not in mem.offset_of
                             and e[0] not in self.consts):
                         pos.append(size + j)
@@ -190,11 +195,22 @@ class Schedule:
                             arena[o + j] = self.consts[v].ctypes.data + off
                     elif isinstance(e, Here):
                         arena[o + j] = base + 8 * (o + e.k)
+                    elif isinstance(e, FromComm):
+                        pass
                     else:
                         arena[o + j] = e
             progs.append(prog)
-        st = self._local.st = (arena, progs, slots, scratch)
+        st = self._local.st = [arena, progs, slots, scratch, None]
         return st
+
+    def _for_comm(self, st, comm):
+        """Fill in the entries that depend on the rank's communicator (a new one per run)."""
+        if st[4] is comm or not self.from_comm:
+            return
+        arena = st[0]
+        for pos, e in self.from_comm:
+            arena[pos] = e.fn(comm)
+        st[4] = comm
 
     def _get(self, v, env, slots):
         x = env.get(v)
@@ -211,13 +227,17 @@ class Schedule:
 
     def run(self, env, comm):
         exe = self.exe
-        arena, progs, slots, _ = self._state()
+        st = self._state()
+        arena, progs, slots, _, _ = st
+        self._for_comm(st, comm)
         steps = exe.steps
         si = 0
         for it in self.items:
             if isinstance(it, Segment):
                 self._run_segment(it, progs[si], arena, env, slots)
                 si += 1
+                if self.native_comm and comm.native_status[0]:
+                    comm.native_failure(*noted_op(int(comm.native_status[2])))
                 done = it.steps
             else:
                 step = steps[it]

@@ -62,6 +62,15 @@ def run_reference(exe, op, env, comm, slots, nthreads):
         env[op.result] = out
 
 
+def run_copied_into(exe, op, env, comm, slots, nthreads):
+    """The op's numpy reference, its result copied into the memory plan's buffer (a row
+    whose native instructions write there, so the plan places the result)."""
+    run_op(op, env, comm)
+    out = exe.buffer(op.result, slots, env)
+    np.copyto(out, env[op.result])
+    env[op.result] = out
+
+
 def join_into(op, xs, out, placed):
     """A join (concatenate) whose operands at `placed` were computed in their place in
     `out` (the memory plan): only the others are copied in."""
