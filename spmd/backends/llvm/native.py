@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from .exchange import EXCHANGE_NAMES, exchange_ir
+from .exchange_ir import EXCHANGE_NAMES, exchange_ir
 from .jit import compile_ir
 
 RUNNER_IR = """
