@@ -75,6 +75,7 @@ class LLVMExecutable(Executable):
         self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads)
                             for op in self.graph.ops for k in op.opdef.subgraphs}
         self._schedules = {}
+        self._schedule_lock = threading.Lock()
         # output position -> the first value of its buffer group (the one a step writes
         # into a new buffer), where that buffer may be one the caller gives (`into`)
         self.out_first = {}
@@ -147,7 +148,16 @@ class LLVMExecutable(Executable):
         key = (nthreads, fixed_blas, native_comm)
         sched = self._schedules.get(key)
         if sched is None:
-            sched = self._schedules[key] = Schedule(self, nthreads, fixed_blas, native_comm)
+            # the local runtime's ranks ask at once: one builds it, the others wait. One
+            # schedule, kept as long as the executable: its per-thread state holds the
+            # mailboxes of native permutes (exchange.py), which a neighbour may still
+            # read after the sender's run returned; a second schedule built at the same
+            # time would be dropped, and its mailboxes freed, at the end of that run
+
+            with self._schedule_lock:
+                sched = self._schedules.get(key)
+                if sched is None:
+                    sched = self._schedules[key] = Schedule(self, nthreads, fixed_blas, native_comm)
         return sched
 
     def memory_report(self, comm=None) -> dict:

@@ -22,8 +22,8 @@ from .fuse import splat
 from .loops import run_scan, scan_instrs, scan_overwrites
 from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
-from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
-                    reindexed_constant_instrs, run_copied_into, run_matmul, run_reference, take_rows_instrs)
+from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, join_instrs,
+                    literal_instrs, reindexed_constant_instrs, run_copied_into, run_matmul, run_reference, take_rows_instrs)
 
 
 def _always(op):
@@ -99,7 +99,7 @@ LOWERINGS = {
     "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True, position=position_row_major),
     "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results),
                          position=position_of_index),
-    "pieces": Lowering(emit=emit_pieces, fuses=pieces_lower),
+    "pieces": Lowering(emit=emit_pieces, fuses=pieces_lower, native=join_instrs),
     "literal": Lowering(emit=emit_literal, fuses=lambda op: splat(op.result) is not None, native=literal_instrs),
     "accumulate": Lowering(emit=emit_accumulate, fuses=lambda op: not column_reduce(op), native=column_sum_instrs),
     "matmul": Lowering(native=gemm_instrs, run=run_matmul, prepare=dot_plan, writes_into=True),

@@ -159,6 +159,38 @@ def copy_instrs(sched, op):
     return [(sched.helpers[f"spmd_copy{isz}"], [(op.result, 0), (base, off)] + ext)]
 
 
+def join_instrs(sched, op):
+    """A join (concatenate) as native strided copies of its operands into their places in
+    the result; an operand the memory plan computed in its place is not copied. None for
+    ops of the row that are not joins (pad, dynamic_slice), or item sizes the copies do
+    not move."""
+    joins = op.opdef.joins
+    isz = np.dtype(op.result.dtype).itemsize
+    if joins is None or isz not in (1, 4, 8) or op.result.size == 0:
+        return None
+    d = joins(op.attrs)
+    mem = sched.exe.memory
+    out = np.empty(op.result.shape, op.result.dtype)
+    placed = mem.joined.get(op.result, ())
+    instrs, at = [], 0
+    for i, x in enumerate(op.operands):
+        n = x.shape[d]
+        region = out[(slice(None),) * d + (slice(at, at + n),)]
+        off = region.__array_interface__["data"][0] - out.__array_interface__["data"][0]
+        at += n
+        if x.size == 0:
+            continue
+        if i in placed and mem.offset_of.get(x) == mem.offset_of.get(op.result, -1) + off:
+            continue
+        base, view, dbase = sched.dummy(x)
+        ext = native.scopy_entries(view, region)
+        if ext is None:
+            return None
+        src = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+        instrs.append((sched.helpers[f"spmd_scopy{isz}"], [(op.result, off), (base, src)] + ext))
+    return instrs or FREE
+
+
 def column_sum_instrs(sched, op):
     """A float sum over the leading axes of a contiguous operand, row by row."""
     x = op.operands[0]
