@@ -186,3 +186,30 @@ def test_a_rank_that_never_arrives_times_out_naming_it(ring, monkeypatch):
     release.set()
     out = RT.run(ring, mesh, {d: [np.ones(64)] for d in range(2)})
     np.testing.assert_array_equal(out[1][0], np.full(64, 51.0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_a_column_halo_is_sent_natively_from_a_strided_view(dtype, monkeypatch):
+    """The operand is the carried block's last column (a strided view): the sender
+    gathers it into its mailbox; the scanned output stacks what came in."""
+    n, m, length = 5, 3, 4
+    body = Graph("body")
+    c = body.add_input((n, m), dtype)
+    col = body.emit("slice", c, start=(0, m - 1), limit=(n, m), stride=(1, 1))
+    got_col = body.emit("collective_permute", col, axes=("y",), pairs=((0, 1),), group_size=2)
+    body.outputs = [body.emit("add", c, c), got_col]
+    g = Graph("columns")
+    x = g.add_input((n, m), dtype)
+    g.outputs = list(g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=length, reverse=False))
+    exe = compile_llvm(g)
+    assert is_native(exe)
+    mesh = Mesh((1, 2), ("x", "y"))
+    xs = {d: (np.arange(n * m).reshape(n, m) + 10 * d).astype(dtype) for d in range(2)}
+    got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(2)})
+    monkeypatch.setenv("SPMD_NATIVE", "0")
+    stepwise = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(2)})
+    ys1 = np.stack([(xs[0] * 2 ** i)[:, m - 1:] for i in range(length)]).astype(dtype)
+    for out in (got, stepwise):
+        np.testing.assert_array_equal(out[1][1], ys1)
+        np.testing.assert_array_equal(out[0][1], np.zeros_like(ys1))
+        np.testing.assert_array_equal(out[0][0], xs[0] * 2 ** length)

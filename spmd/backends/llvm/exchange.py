@@ -9,8 +9,9 @@ between two slots by k's parity. Row i, slot p: [p] the count of member i's last
 message in it, [2 + p] its address, [4 + p] the count its reader last finished reading.
 A collective_permute k:
 
-1. the sender waits until its last message in slot p was read, copies its operand into
-   its mailbox p (scratch of its own, per instruction) and publishes the address, then
+1. the sender waits until its last message in slot p was read, copies its operand (a
+   strided view too: a column's halo) into its mailbox p (scratch of its own, per
+   instruction) and publishes the address, then
    the count (release); it does not wait for this message's reader, so a rank waits
    only for data it needs;
 2. the receiver waits until its source's slot p holds count k (acquire), copies the
@@ -30,7 +31,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .steps import Scratch
+from . import native
+from .steps import Here, Scratch
 
 class FromComm:
     """An argument entry known once the rank's communicator is: fn(comm) -> int."""
@@ -78,7 +80,9 @@ def permute_instrs(sched, op):
         return None
     x = op.operands[0]
     base, view, dbase = sched.dummy(x)
-    if not view.flags.c_contiguous:
+    isz = view.itemsize
+    strided = not view.flags.c_contiguous
+    if strided and (isz not in (1, 4, 8) or native.copy_entries(view, isz) is None):
         return None
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
     axes, pairs = op.attrs["axes"], op.attrs["pairs"]
@@ -99,7 +103,17 @@ def permute_instrs(sched, op):
                FromComm(lambda c: board(c)["finished"](src_of.get(board(c)["index"]))),
                FromComm(lambda c: board(c)["finished"](dst_of.get(board(c)["index"]))),
                FromComm(lambda c: board(c)["timeout_ns"]), FromComm(lambda c: board(c)["status"]),
-               opid, yld, clock] + [(Scratch(nbytes, ("mailbox", opid, k)), 0) for k in (0, 1)]
+               opid, yld, clock]
+    boxes = [(Scratch(nbytes, ("mailbox", opid, k)), 0) for k in (0, 1)]
+    entries += boxes
+    if not strided:
+        return [(sched.helpers["spmd_permute"], entries + [0, 0, 0])]
+    # the sender gathers a strided operand into its mailbox (one copy block per mailbox)
+    ext = native.copy_entries(view, isz)
+    at = len(entries) + 3
+    entries += [sched.helpers[f"spmd_copy{isz}"], Here(at), Here(at + 2 + len(ext))]
+    for box in boxes:
+        entries += [box, (base, off)] + ext
     return [(sched.helpers["spmd_permute"], entries)]
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 BOARD_ROW = 8              # int64 per member
 
 # argument block of a permute: board me src dst send recv nbytes failed fin_src fin_dst
-# timeout_ns status op_id sched_yield clock_gettime mailbox0 mailbox1
-PERMUTE_FIELDS = 17
+# timeout_ns status op_id sched_yield clock_gettime mailbox0 mailbox1, then for an
+# operand that is a strided view: a copy function (native.py spmd_copy*, else 0) and
+# its argument blocks into mailbox 0 and 1
+PERMUTE_FIELDS = 20
 
 EXCHANGE_IR = """
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
@@ -107,7 +109,17 @@ free:
 pub:
   %odd = icmp ne i64 %par, 0
   %box = select i1 %odd, ptr %p16, ptr %p15
+  %strided = icmp ne ptr %p17, null
+  br i1 %strided, label %gather, label %flat
+gather:
+  ; (a strided operand: the copy's block for this mailbox)
+  %cb = select i1 %odd, ptr %p19, ptr %p18
+  call void %p17(ptr %cb)
+  br label %boxed
+flat:
   call void @llvm.memcpy.p0.p0.i64(ptr %box, ptr %p4, i64 %f6, i1 false)
+  br label %boxed
+boxed:
   %apar = add i64 %par, 2
   %myaddr = getelementptr i64, ptr %mine, i64 %apar
   store ptr %box, ptr %myaddr
@@ -174,7 +186,7 @@ entry:
 }
 """
 
-PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16)
+PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 
 
 def exchange_ir() -> str:
