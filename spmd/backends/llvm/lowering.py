@@ -23,7 +23,8 @@ from .loops import run_scan, scan_instrs, scan_overwrites
 from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, join_instrs,
-                    literal_instrs, reindexed_constant_instrs, run_copied_into, run_matmul, run_reference, take_rows_instrs)
+                    literal_instrs, reindexed_constant_instrs, run_copied_into, run_matmul, run_reference,
+                    take_rows_instrs)
 
 
 def _always(op):

@@ -297,7 +297,8 @@ def _compile_helpers(it):
         "".join(_copy_ir(n) + _scopy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
         _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
         _colsum_ir("f32", "float") + _colsum_ir("f64", "double") + exchange_ir()
-    names = ["spmd_loop", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
+    names = ["spmd_loop", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64",
+             "spmd_copy1", "spmd_copy4", "spmd_copy8",
              "spmd_scopy1", "spmd_scopy4", "spmd_scopy8",
              "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"] + EXCHANGE_NAMES
     addrs = compile_ir(ir, names, None, False)
@@ -378,7 +379,8 @@ def _scopy_ir(isz):
              "  %dp = load ptr, ptr %a", "  %g1 = getelementptr i64, ptr %a, i64 1", "  %sp = load ptr, ptr %g1"]
     for d in range(D):
         for name, at in (("e", 2 + d), ("s", 2 + D + d), ("t", 2 + 2 * D + d)):
-            lines += [f"  %g{name}{d} = getelementptr i64, ptr %a, i64 {at}", f"  %{name}{d} = load i64, ptr %g{name}{d}"]
+            lines += [f"  %g{name}{d} = getelementptr i64, ptr %a, i64 {at}",
+                      f"  %{name}{d} = load i64, ptr %g{name}{d}"]
     lines.append("  br label %h0")
     prev = "entry"
     for d in range(D):
