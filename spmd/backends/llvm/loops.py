@@ -1,6 +1,7 @@
-"""How the LLVM backend runs a scan (the lowering table's "scan_loop" row): from Python,
-calling its body's executable once per iteration, as the op's reference does
-(ir/ops/control.py), but with no array made per iteration.
+"""How the LLVM backend runs a scan (the lowering table's "scan_loop" row): natively, as
+one instruction of its segment, when the body runs as one native segment (scan_instrs);
+else from Python, calling its body's executable once per iteration, as the op's
+reference does (ir/ops/control.py), but with no array made per iteration (run_scan).
 
 A stencil's time loop carries a grid whose new value is computed from the old one's
 neighbours, so an iteration cannot write it over the one it reads: it writes it over the
@@ -12,7 +13,7 @@ here and is ours (an argument the caller donated, or one the function writes in 
 then the loop makes no array at all). The second buffer of each carried value is kept
 by the executable between calls, per thread (a third one when the carried operand's own
 buffer must take an odd number of iterations' results). The scanned outputs are written
-straight into their row of the stacked result.
+straight into their row of the stacked result. Both ways use the same buffers.
 """
 from __future__ import annotations
 
