@@ -213,3 +213,28 @@ def test_a_column_halo_is_sent_natively_from_a_strided_view(dtype, monkeypatch):
         np.testing.assert_array_equal(out[1][1], ys1)
         np.testing.assert_array_equal(out[0][1], np.zeros_like(ys1))
         np.testing.assert_array_equal(out[0][0], xs[0] * 2 ** length)
+
+
+def test_a_long_loop_stops_at_the_iteration_its_exchange_failed(monkeypatch):
+    """A rank fails while the other is inside a loop of a million iterations: the loop ends
+    at the failed exchange instead of computing the iterations left (the run itself
+    returns after a grace period whatever the other rank does: its end is timed)."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    mesh = Mesh((1, 2), ("x", "y"))
+    long_ring = compile_llvm(ring_program((1 << 16,), "float64", "y", 2, 1000000))
+    ended = threading.Event()
+
+    def prog(inputs, comm):
+        if comm.rank == 1:
+            time.sleep(0.1)
+            raise ValueError("boom on purpose")
+        try:
+            return long_ring(inputs, comm)
+        finally:
+            ended.set()
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="boom on purpose"):
+        RT.run(prog, mesh, {d: [np.ones(1 << 16)] for d in range(2)})
+    assert ended.wait(30)
+    assert time.monotonic() - t0 < 3

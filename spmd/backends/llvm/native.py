@@ -52,9 +52,11 @@ x:
 
 # argument block of a loop (loops.py): length, instructions per body program, strided
 # entries, then four body programs (2 x instructions each: function, argument block):
-# iteration 0's, 1's, and the even and odd ones after; then per strided entry: the entry it
-# sets, its address at iteration 0, bytes added per iteration (a scanned row)
-LOOP_HEAD = 7
+# iteration 0's, 1's, and the even and odd ones after; a cell that stops the loop when
+# nonzero (the rank's native status, exchange.py: a collective of the body stopped), or
+# 0; then per strided entry: the entry it sets, its address at iteration 0, bytes added
+# per iteration (a scanned row)
+LOOP_HEAD = 8
 LOOP_IR = """
 define void @spmd_loop(ptr %a) {
 entry:
@@ -67,20 +69,29 @@ entry:
 h:
   %i = phi i64 [0, %entry], [%i1, %run]
   %c = icmp slt i64 %i, %len
-  br i1 %c, label %sh, label %x
+  br i1 %c, label %st, label %x
+st:
+  %gstop = getelementptr i64, ptr %a, i64 7
+  %stop = load ptr, ptr %gstop
+  %nostop = icmp eq ptr %stop, null
+  br i1 %nostop, label %sh, label %stv
+stv:
+  %sv = load atomic i64, ptr %stop monotonic, align 8
+  %go = icmp eq i64 %sv, 0
+  br i1 %go, label %sh, label %x
 sh:
-  %s = phi i64 [0, %h], [%s1, %sb]
+  %s = phi i64 [0, %st], [0, %stv], [%s1, %sb]
   %sc = icmp slt i64 %s, %ns
   br i1 %sc, label %sb, label %run
 sb:
   %t = mul i64 %s, 3
-  %t0 = add i64 %t, 7
+  %t0 = add i64 %t, 8
   %q0 = getelementptr i64, ptr %a, i64 %t0
   %slot = load ptr, ptr %q0
-  %t1 = add i64 %t, 8
+  %t1 = add i64 %t, 9
   %q1 = getelementptr i64, ptr %a, i64 %t1
   %base = load i64, ptr %q1
-  %t2 = add i64 %t, 9
+  %t2 = add i64 %t, 10
   %q2 = getelementptr i64, ptr %a, i64 %t2
   %stride = load i64, ptr %q2
   %m = mul i64 %i, %stride
