@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from spmd.backends.llvm import compile_llvm
+from spmd.backends.llvm import compile_llvm, native
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
 from spmd.runtime.local import LocalRuntime
@@ -238,3 +238,30 @@ def test_a_long_loop_stops_at_the_iteration_its_exchange_failed(monkeypatch):
         RT.run(prog, mesh, {d: [np.ones(1 << 16)] for d in range(2)})
     assert ended.wait(30)
     assert time.monotonic() - t0 < 3
+
+
+def test_exchanges_both_ways_post_first_and_a_forwarded_result_waits(monkeypatch):
+    """Consecutive permutes run as all their posts, then their receives; one that sends
+    another's result is not moved before that result came in."""
+    body = Graph("body")
+    c = body.add_input((6,), "float64")
+    right = body.emit("collective_permute", c, axes=("y",), pairs=((0, 1),), group_size=2)
+    left = body.emit("collective_permute", c, axes=("y",), pairs=((1, 0),), group_size=2)
+    again = body.emit("collective_permute", right, axes=("y",), pairs=((1, 0),), group_size=2)
+    body.outputs = [body.emit("add", body.emit("add", right, left), body.emit("add", again, c))]
+    g = Graph("both_ways")
+    x = g.add_input((6,), "float64")
+    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=5, reverse=False)]
+    exe = compile_llvm(g)
+    assert is_native(exe)
+    names = {v: k for k, v in native.helpers().items() if isinstance(v, int)}
+    body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
+    order = [names.get(fn) for fn, _ in body_exe.schedule(1, True, True).only_segment().instrs]
+    assert order[:4] == ["spmd_permute_post"] * 2 + ["spmd_permute_recv_of"] * 2, order
+    mesh = Mesh((2, 2), ("x", "y"))
+    xs = {d: np.arange(6.0) * (d + 1) for d in range(4)}
+    got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(4)})
+    monkeypatch.setenv("SPMD_NATIVE", "0")
+    want = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(4)})
+    for d in range(4):
+        np.testing.assert_array_equal(got[d][0], want[d][0])

@@ -107,14 +107,46 @@ def permute_instrs(sched, op):
     boxes = [(Scratch(nbytes, ("mailbox", opid, k)), 0) for k in (0, 1)]
     entries += boxes
     if not strided:
-        return [(sched.helpers["spmd_permute"], entries + [0, 0, 0])]
+        return [(sched.helpers["spmd_permute"], entries + [0, 0, 0, 0])]
     # the sender gathers a strided operand into its mailbox (one copy block per mailbox)
     ext = native.copy_entries(view, isz)
-    at = len(entries) + 3
-    entries += [sched.helpers[f"spmd_copy{isz}"], Here(at), Here(at + 2 + len(ext))]
+    at = len(entries) + 4
+    entries += [sched.helpers[f"spmd_copy{isz}"], Here(at), Here(at + 2 + len(ext)), 0]
     for box in boxes:
         entries += [box, (base, off)] + ext
     return [(sched.helpers["spmd_permute"], entries)]
+
+
+def posts_first(instrs, helpers):
+    """A run of consecutive permutes, none sending another's result, as all their posts
+    and then all their receives: the two directions of an exchange then travel at once
+    (rank A's message and B's reply are both on their way before either waits) instead
+    of one after the other. A post copies its operand into the mailbox, so every operand
+    is read before any result is written (the memory plan keeps an operand live through
+    the permutes before its own, so no earlier result shares its buffer)."""
+    permute = helpers["spmd_permute"]
+    out, i = [], 0
+    while i < len(instrs):
+        run = []
+        while i < len(instrs) and instrs[i][0] == permute and not _sends_result_of(instrs[i], run):
+            run.append(instrs[i])
+            i += 1
+        if len(run) < 2:
+            out += run or [instrs[i]]
+            i += 0 if run else 1
+            continue
+        # the receiving halves read their post's block: Here(-distance) back to it
+        sizes = [len(e) for _, e in run]
+        out += [(helpers["spmd_permute_post"], e) for _, e in run]
+        for j in range(len(run)):
+            back = sum(sizes[j:]) + j
+            out.append((helpers["spmd_permute_recv_of"], [Here(-back)]))
+    return out
+
+
+def _sends_result_of(instr, run) -> bool:
+    sent = instr[1][4][0]
+    return any(sent is e[5][0] for _, e in run)
 
 
 def device_value_instrs(sched, op):

@@ -8,8 +8,9 @@ BOARD_ROW = 8              # int64 per member
 # argument block of a permute: board me src dst send recv nbytes failed fin_src fin_dst
 # timeout_ns status op_id sched_yield clock_gettime mailbox0 mailbox1, then for an
 # operand that is a strided view: a copy function (native.py spmd_copy*, else 0) and
-# its argument blocks into mailbox 0 and 1
+# its argument blocks into mailbox 0 and 1; then a cell the post half keeps the count in
 PERMUTE_FIELDS = 20
+COUNT_AT = 20
 
 EXCHANGE_IR = """
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
@@ -87,6 +88,15 @@ r4:
 
 define void @spmd_permute(ptr %a) {
 entry:
+  call void @spmd_permute_post(ptr %a)
+  call void @spmd_permute_recv(ptr %a)
+  ret void
+}
+
+; the sender's half: count the permute (kept in the block for the receiving half), wait
+; for the slot, copy the operand into the mailbox, publish
+define void @spmd_permute_post(ptr %a) {
+entry:
 {loads}
   %row = mul i64 %f1, {row}
   %mine = getelementptr i64, ptr %p0, i64 %row
@@ -94,9 +104,11 @@ entry:
   %s0 = load i64, ptr %seqp
   %s = add i64 %s0, 1
   store i64 %s, ptr %seqp
+  %gk = getelementptr i64, ptr %a, i64 {count_at}
+  store i64 %s, ptr %gk
   %par = and i64 %s, 1
   %hasdst = icmp sge i64 %f3, 0
-  br i1 %hasdst, label %free, label %recv
+  br i1 %hasdst, label %free, label %x
 free:
   ; the slot's last message must have been read before its mailbox is written again
   %mypub = getelementptr i64, ptr %mine, i64 %par
@@ -124,8 +136,21 @@ boxed:
   %myaddr = getelementptr i64, ptr %mine, i64 %apar
   store ptr %box, ptr %myaddr
   store atomic i64 %s, ptr %mypub release, align 8
-  br label %recv
-recv:
+  br label %x
+fail.dst:
+  call void @spmd_fail(ptr %p11, i64 %c0, i64 %f3, i64 %f12)
+  br label %x
+x:
+  ret void
+}
+
+; the receiver's half, of the count its post kept
+define void @spmd_permute_recv(ptr %a) {
+entry:
+{loads}
+  %gk = getelementptr i64, ptr %a, i64 {count_at}
+  %s = load i64, ptr %gk
+  %par = and i64 %s, 1
   %hassrc = icmp sge i64 %f2, 0
   br i1 %hassrc, label %get, label %zero
 zero:
@@ -150,10 +175,16 @@ copy:
 fail.src:
   call void @spmd_fail(ptr %p11, i64 %c, i64 %f2, i64 %f12)
   br label %x
-fail.dst:
-  call void @spmd_fail(ptr %p11, i64 %c0, i64 %f3, i64 %f12)
-  br label %x
 x:
+  ret void
+}
+
+; the receiving half when it is an instruction of its own: its block holds the address
+; of its post's block
+define void @spmd_permute_recv_of(ptr %r) {
+entry:
+  %a = load ptr, ptr %r
+  call void @spmd_permute_recv(ptr %a)
   ret void
 }
 
@@ -195,8 +226,8 @@ def exchange_ir() -> str:
         kind = "ptr" if j in PTR_FIELDS else "i64"
         name = f"%p{j}" if j in PTR_FIELDS else f"%f{j}"
         loads += [f"  %g{j} = getelementptr i64, ptr %a, i64 {j}", f"  {name} = load {kind}, ptr %g{j}"]
-    return EXCHANGE_IR.replace("{loads}", "\n".join(loads)).replace("{row}", str(BOARD_ROW))
-        
+    return EXCHANGE_IR.replace("{loads}", "\n".join(loads)).replace("{row}", str(BOARD_ROW)) \
+        .replace("{count_at}", str(COUNT_AT))
 
 
-EXCHANGE_NAMES = ["spmd_permute", "spmd_store8"]
+EXCHANGE_NAMES = ["spmd_permute", "spmd_permute_post", "spmd_permute_recv_of", "spmd_store8"]

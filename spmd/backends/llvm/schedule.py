@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from . import native
-from .exchange import FromComm, noted_op
+from .exchange import FromComm, noted_op, posts_first
 from .lowering import lowering_of
 from .plan import KernelStep
 from .steps import FREE, Here, Scratch
@@ -71,6 +71,9 @@ class Schedule:
             seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
         if seg is not None:
             items += [seg] if seg.instrs else seg.steps
+        for it in items:
+            if isinstance(it, Segment):
+                it.instrs = posts_first(it.instrs, self.helpers)
         return items
 
     def only_segment(self):
