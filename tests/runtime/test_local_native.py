@@ -265,3 +265,42 @@ def test_exchanges_both_ways_post_first_and_a_forwarded_result_waits(monkeypatch
     want = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(4)})
     for d in range(4):
         np.testing.assert_array_equal(got[d][0], want[d][0])
+
+
+def test_more_permutes_in_a_row_than_mailbox_slots(monkeypatch):
+    """Four independent permutes in a row (np.roll on an uneven split sends three) post
+    two at a time: a member has two mailbox slots, and a third post before any receive
+    waited for its slot's reader, who waited the same way."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "5")
+    body = Graph("body")
+    c = body.add_input((5,), "float64")
+    sent = [body.emit("collective_permute", c, axes=("x",), group_size=4,
+                      pairs=tuple((i, (i + s) % 4) for i in range(4))) for s in (1, 3, 2, 1)]
+    out = c
+    for k, p in enumerate(sent):
+        w = body.emit("constant", value=np.full((5,), 10.0 ** (k + 1)))
+        out = body.emit("add", out, body.emit("multiply", p, w))
+    body.outputs = [out]
+    g = Graph("four")
+    x = g.add_input((5,), "float64")
+    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=3, reverse=False)]
+    exe = compile_llvm(g)
+    assert is_native(exe)
+    names = {v: k for k, v in native.helpers().items() if isinstance(v, int)}
+    body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
+    order = [names.get(fn) for fn, _ in body_exe.schedule(1, True, True).only_segment().instrs]
+    two = ["spmd_permute_post"] * 2 + ["spmd_permute_recv_of"] * 2
+    assert order[:8] == two + two, order
+    mesh = Mesh((4,), ("x",))
+    xs = {d: np.arange(5.0) + d for d in range(4)}
+    t0 = time.monotonic()
+    got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(4)})
+    assert time.monotonic() - t0 < 5
+    cur = dict(xs)
+    for _ in range(3):
+        new = {}
+        for d in range(4):
+            new[d] = cur[d] + sum(cur[(d - s) % 4] * 10.0 ** (k + 1) for k, s in enumerate((1, 3, 2, 1)))
+        cur = new
+    for d in range(4):
+        np.testing.assert_array_equal(got[d][0], cur[d])

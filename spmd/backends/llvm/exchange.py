@@ -123,12 +123,17 @@ def posts_first(instrs, helpers):
     (rank A's message and B's reply are both on their way before either waits) instead
     of one after the other. A post copies its operand into the mailbox, so every operand
     is read before any result is written (the memory plan keeps an operand live through
-    the permutes before its own, so no earlier result shares its buffer)."""
+    the permutes before its own, so no earlier result shares its buffer).
+
+    A run is at most two permutes: a member has two mailbox slots, and a third post
+    would wait for its slot's first message to be read, which its reader does only
+    after its own posts: every member would wait for another."""
     permute = helpers["spmd_permute"]
     out, i = [], 0
     while i < len(instrs):
         run = []
-        while i < len(instrs) and instrs[i][0] == permute and not _sends_result_of(instrs[i], run):
+        while (i < len(instrs) and len(run) < 2 and instrs[i][0] == permute
+               and not _sends_result_of(instrs[i], run)):
             run.append(instrs[i])
             i += 1
         if len(run) < 2:
