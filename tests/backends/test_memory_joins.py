@@ -156,3 +156,16 @@ def test_first_fit_never_overlaps_parts_live_together(groups):
         for g2, lo2, hi2, s2, e2 in spans[i + 1:]:
             if g1 != g2 and not (e1 < s2 or e2 < s1):
                 assert hi1 <= lo2 or hi2 <= lo1, (spans, placed)
+
+
+def test_empty_temporaries_are_placed():
+    """A temporary of no elements is a group of no bytes: it still gets a place."""
+    g = Graph()
+    x = g.add_input((0,), "float32")
+    d = dot(g, g.emit("reshape", x, shape=(0, 1)), g.emit("reshape", x, shape=(1, 0)))
+    t = g.emit("tanh", g.emit("reshape", d, shape=(0,)))
+    g.outputs = [g.emit("exp", t), g.emit("negate", t), g.emit("reduce", t, axes=(0,), kind="sum")]
+    exe = compile_llvm(g)
+    args = [np.zeros((0,), np.float32)]
+    for w, r in zip(compile_graph(g, "numpy")(args), exe(args)):
+        np.testing.assert_array_equal(r, w)

@@ -360,7 +360,7 @@ def temporaries(bufs, members, inside, donated_vals, outs):
             if off > at:
                 parts.append((at, off - at, bufs.define[gid], end))
             at = max(at, off + n)
-        if at < size:
+        if at < size or not parts:
             parts.append((at, size - at, bufs.define[gid], end))
         temps.append((gid, min(p[2] for p in parts), end, size, parts))
     return temps, out_bytes
