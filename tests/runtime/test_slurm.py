@@ -95,8 +95,11 @@ def test_srun_and_sbatch_run_train_gpt_on_two_nodes_with_the_single_host_losses(
     script.write_text(f"#!/bin/sh\nsrun --mpi=pmi2 {sys.executable} {os.path.join(SCRIPTS, 'train_killed.py')} "
                       f"{' '.join(a or repr(a) for a in GPT)}\n")
     out = tmp_path / "job.out"
-    p = run(slurm, ["sbatch", "--wait", "-N", "2", "-n", "4", "-o", str(out), str(script)])
-    text = out.read_text() if out.exists() else ""
+    try:
+        p = run(slurm, ["sbatch", "--wait", "-N", "2", "-n", "4", "-o", str(out), str(script)])
+    finally:
+        text = out.read_text() if out.exists() else ""
+        print("the batch job's output:\n" + text)
     assert p.returncode == 0, p.stdout + p.stderr + text
     got = json.loads(re.search(r"^LOSSES (.*)$", text, re.M).group(1))
     np.testing.assert_allclose(got, want, rtol=1e-5)
