@@ -32,15 +32,19 @@ def bucket(g, *parts):
     return c, g.emit("all_reduce", c, axes=("x",), reduction="sum", group_size=2)
 
 
+# one runtime for the module: each runtime keeps its device threads
+RT = LocalRuntime()
+
+
 def check(g, args, tol=1e-12):
     """The LLVM executable on the two devices of MESH (twice: the arena is kept between
     calls) against the numpy backend's, each device with its own inputs."""
     rng = np.random.default_rng(len(g.ops))
     per = {d: [a * (1 + d) + rng.standard_normal(a.shape) / 8 for a in args] for d in range(MESH.size)}
-    want = LocalRuntime().run(compile_graph(g, "numpy"), MESH, {d: [a.copy() for a in v] for d, v in per.items()})
+    want = RT.run(compile_graph(g, "numpy"), MESH, {d: [a.copy() for a in v] for d, v in per.items()})
     exe = compile_llvm(g)
     for _ in range(2):
-        got = LocalRuntime().run(exe, MESH, {d: [a.copy() for a in v] for d, v in per.items()})
+        got = RT.run(exe, MESH, {d: [a.copy() for a in v] for d, v in per.items()})
         for d in range(MESH.size):
             for k, (w, r) in enumerate(zip(want[d], got[d])):
                 np.testing.assert_allclose(r, w, rtol=tol, atol=tol, err_msg=f"output {k}:\n{g}\n{exe.plan}")
