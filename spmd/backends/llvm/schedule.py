@@ -13,9 +13,10 @@ import threading
 import numpy as np
 
 from . import native
-from .exchange import FromComm, noted_op, posts_first
+from .exchange import FromComm, noted_op
 from .lowering import lowering_of
 from .plan import KernelStep
+from .reorder import Instr, reorder
 from .steps import FREE, Here, Scratch
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
@@ -66,15 +67,66 @@ class Schedule:
             seg.steps.append(k)
             if instr is FREE:
                 continue
-            seg.instrs += instr
+            seg.instrs += self.records(step, instr)
             written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
             seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
         if seg is not None:
             items += [seg] if seg.instrs else seg.steps
         for it in items:
             if isinstance(it, Segment):
-                it.instrs = posts_first(it.instrs, self.helpers)
+                it.instrs = self.in_order(reorder(it.instrs))
         return items
+
+    def records(self, step, instrs) -> list:
+        """The step's instructions as reorder.Instr records (what each reads and writes);
+        a permute as its two halves."""
+        kernel = step.kernel if isinstance(step, KernelStep) else None
+        reads = [self.location(v) for v in (kernel.inputs if kernel else step.operands)]
+        writes = [self.location(v) for v in (kernel.outputs if kernel else step.results)]
+        out = []
+        for fn, entries in instrs:
+            scratch = [("scratch", e[0].slot) for e in entries if isinstance(e, tuple) and isinstance(e[0], Scratch)]
+            if fn == self.helpers["spmd_permute"]:
+                post = Instr(fn, entries, reads, scratch, board=tuple(step.attrs["axes"]))
+                out += [post, Instr(fn, None, (), writes, board=post.board, post=post)]
+            else:
+                out.append(Instr(fn, entries, reads, writes + scratch, fence=fn == self.helpers["spmd_loop"]))
+        return out
+
+    def location(self, v):
+        """The memory a value lies in: its byte range of the arena, or its own buffer (a
+        view's is its base's; a value written in place lies in its source's)."""
+        mem = self.exe.memory
+        t = self.views.get(v)
+        if t is not None:
+            v = t[0]
+        while v not in mem.offset_of and v in mem.in_place:
+            v = mem.in_place[v]
+        if v in mem.offset_of:
+            o = mem.offset_of[v]
+            return ("arena", o, o + int(v.size) * np.dtype(v.dtype).itemsize)
+        return ("buffer", v)
+
+    def in_order(self, ordered) -> list:
+        """(function, entries) of reorder's order: a post followed by its own receive is one
+        spmd_permute; a receive apart reads its post's block (Here, back to it)."""
+        h = self.helpers
+        out, at, off, i = [], {}, 0, 0
+        while i < len(ordered):
+            ins = ordered[i]
+            if ins.is_post and i + 1 < len(ordered) and ordered[i + 1].post is ins:
+                out.append((h["spmd_permute"], ins.entries))
+                i += 1
+            elif ins.is_post:
+                at[id(ins)] = off
+                out.append((h["spmd_permute_post"], ins.entries))
+            elif ins.is_recv:
+                out.append((h["spmd_permute_recv_of"], [Here(at[id(ins.post)] - off)]))
+            else:
+                out.append((ins.fn, ins.entries))
+            off += len(out[-1][1])
+            i += 1
+        return out
 
     def only_segment(self):
         """The one Segment running every step of the program, or None (some run from Python)."""
