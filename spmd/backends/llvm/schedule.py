@@ -108,16 +108,16 @@ class Schedule:
         return ("buffer", v)
 
     def in_order(self, ordered) -> list:
-        """(function, entries) of reorder's order: a post followed by its own receive is one
-        spmd_permute; a receive apart reads its post's block (Here, back to it)."""
+        """(function, entries) of reorder's order; a receive reads its post's block (Here,
+        back to it). A post and its receive stay two instructions even when adjacent:
+        ranks run in lockstep on one thread (collectives/local.py hosts) run each
+        instruction for all of them before the next, so a receive from a rank of the
+        same thread must come after that rank's post."""
         h = self.helpers
         out, at, off, i = [], {}, 0, 0
         while i < len(ordered):
             ins = ordered[i]
-            if ins.is_post and i + 1 < len(ordered) and ordered[i + 1].post is ins:
-                out.append((h["spmd_permute"], ins.entries))
-                i += 1
-            elif ins.is_post:
+            if ins.is_post:
                 at[id(ins)] = off
                 out.append((h["spmd_permute_post"], ins.entries))
             elif ins.is_recv:
@@ -289,7 +289,7 @@ class Schedule:
         si = 0
         for it in self.items:
             if isinstance(it, Segment):
-                self._run_segment(it, progs[si], arena, env, slots)
+                self._run_segment(it, progs[si], arena, env, slots, comm, si)
                 si += 1
                 if self.native_comm and comm.native_status[0]:
                     comm.native_failure(*noted_op(int(comm.native_status[2])))
@@ -308,7 +308,7 @@ class Schedule:
             if v not in env:
                 env[v] = self._get(v, env, slots)
 
-    def _run_segment(self, seg, prog, arena, env, slots):
+    def _run_segment(self, seg, prog, arena, env, slots, comm, si):
         for v, src in seg.allocs:
             env[v] = self.exe.new_buffer(v) if src is None else self._get(src, env, slots)
         if seg.dyn:
@@ -321,4 +321,9 @@ class Schedule:
                     x = env[v] = np.ascontiguousarray(x)
                 addrs[j] = x.ctypes.data
             arena[seg.pos] = addrs[seg.idx] + seg.offs
-        self.run_fn(prog.ctypes.data, len(seg.instrs))
+        # (ranks more than the cores: a host runs several ranks' segments, collectives/local.py)
+        host = getattr(comm, "native_host", None) if self.native_comm else None
+        if host is not None:
+            host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"])
+        else:
+            self.run_fn(prog.ctypes.data, len(seg.instrs))
