@@ -108,6 +108,7 @@ class LocalWorld:
         self.finished = set()         # ranks whose program has returned
         # what native waits read (module docstring): failed, then finished per rank
         self.cells = np.zeros(1 + mesh.size, np.int64)
+        self._comms = {}
         # rank -> the _Host running its native segments, when the ranks are more than the cores
         self.host_of = {}
         cores = local_cores()
@@ -119,7 +120,23 @@ class LocalWorld:
                 self.host_of.update((r, host) for r in members)
 
     def communicator(self, rank) -> "LocalCommunicator":
-        return LocalCommunicator(self.mesh, rank, self)
+        c = self._comms.get(rank)
+        if c is None:
+            c = self._comms[rank] = LocalCommunicator(self.mesh, rank, self)
+        return c
+
+    def reset(self):
+        """Ready for another run, after one in which every rank returned and none failed:
+        the same groups, hosts and communicators (what a rank's native code was given stays
+        valid), their counts and cells at zero."""
+        self.failed = None
+        self.finished = set()
+        self.cells[:] = 0
+        for g in self._groups.values():
+            g.board[:] = 0
+        for c in self._comms.values():
+            c.native_status[:] = 0
+            c._starts = {}
 
     def group(self, devices: tuple) -> "_Group":
         with self._lock:

@@ -26,7 +26,8 @@ import threading
 import time
 import weakref
 
-from ..collectives.local import LocalWorld
+from ..collectives.base import collective_timeout
+from ..collectives.local import LocalWorld, local_cores
 from ..errors import CollectiveError, SpmdError
 from . import blas
 from .backend import Runtime
@@ -95,6 +96,10 @@ class LocalRuntime(Runtime):
         self._num_devices = int(num_devices) if num_devices else (os.cpu_count() or 1)
         self._workers = {}
         self._lock = threading.Lock()      # one run at a time
+        # (key, world) of the last run when every rank of it returned and none failed: the
+        # next run on the same mesh uses it again, reset, so its ranks keep their
+        # communicators (a native schedule fills in what it reads from one once)
+        self._clean = None
 
     # -- the contract --------------------------------------------------------------------
     @property
@@ -131,8 +136,16 @@ class LocalRuntime(Runtime):
             self._workers = {}
 
     # -- running -------------------------------------------------------------------------
+    def _world(self, mesh):
+        key = (mesh, collective_timeout(), local_cores())
+        last, self._clean = self._clean, None
+        if last is not None and last[0] == key:
+            last[1].reset()
+            return key, last[1]
+        return key, LocalWorld(mesh)
+
     def _run(self, program, mesh, args, devices):
-        world = LocalWorld(mesh)
+        key, world = self._world(mesh)
         # the ranks share this process's BLAS: one thread count for the whole run (blas.py)
         blas.start_run(len(devices))
         done = queue.Queue()             # (device, ok, outputs or exception)
@@ -176,6 +189,7 @@ class LocalRuntime(Runtime):
                     w.tasks.put(None)
         if errors:
             raise _first_error(world, errors)
+        self._clean = (key, world)
         return results
 
     def _worker(self, device):

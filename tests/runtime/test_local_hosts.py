@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from test_local_native import numpy_ring, ring_program
 
 from spmd.backends.llvm import compile_llvm
 from spmd.collectives.local import LocalWorld
@@ -17,7 +18,6 @@ from spmd.errors import CollectiveError
 from spmd.ir import Graph
 from spmd.runtime.local import LocalRuntime
 from spmd.sharding import Mesh
-from test_local_native import numpy_ring, ring_program
 
 RT = LocalRuntime()
 MESH = Mesh((2, 2), ("x", "y"))
@@ -151,3 +151,41 @@ def test_a_swap_whose_receive_follows_its_post_runs_in_lockstep(cores, monkeypat
         cur = {devs[i, j]: cur[devs[i, j]] + cur[devs[i, 1 - j]] for i in range(2) for j in range(2)}
     for d in range(4):
         np.testing.assert_array_equal(got[d][0], cur[d])
+
+
+def test_a_clean_run_leaves_its_world_to_the_next_and_a_failed_one_does_not(monkeypatch):
+    """The next run on the same mesh keeps the communicators (a native schedule fills in
+    what it reads from one once), with its counts at zero (the ring's answer again);
+    after a failure, or with another timeout, the run gets a new world."""
+    rt = LocalRuntime()
+    ring = compile_llvm(ring_program((4,), "float64", "y", 2, 5))
+    seen = []
+
+    def prog(inputs, comm):
+        seen.append((comm.rank, comm))
+        return ring(inputs, comm)
+    xs = {d: np.full(4, float(d + 1)) for d in range(4)}
+    want = numpy_ring(MESH, "y", xs, 5)
+    comms = []
+    for _ in range(2):
+        seen.clear()
+        got = rt.run(prog, MESH, {d: [xs[d]] for d in range(4)})
+        comms.append(dict(seen))
+        for d in range(4):
+            np.testing.assert_array_equal(got[d][0], want[d])
+    assert all(comms[0][r] is comms[1][r] for r in range(4))
+
+    def fails(inputs, comm):
+        if comm.rank == 0:
+            raise ValueError("boom on purpose")
+        return prog(inputs, comm)
+    with pytest.raises(ValueError):
+        rt.run(fails, MESH, {d: [xs[d]] for d in range(4)})
+    seen.clear()
+    rt.run(prog, MESH, {d: [xs[d]] for d in range(4)})
+    after = dict(seen)
+    assert all(after[r] is not comms[0][r] for r in range(4))
+    seen.clear()
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "123")
+    rt.run(prog, MESH, {d: [xs[d]] for d in range(4)})
+    assert all(dict(seen)[r] is not after[r] for r in range(4))
