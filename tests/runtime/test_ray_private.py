@@ -1,6 +1,7 @@
 """The private Ray that spmd.init(backend="ray") starts without a cluster
-(runtime/ray_private.py): lean (no autoscaler monitor, no dashboard API server), and
-nothing of it outlives its driver, which is killed here with SIGKILL and SIGTERM.
+(runtime/ray_private.py): lean (no autoscaler monitor, no dashboard API server; the
+ranks ready without the compiler), and nothing of it
+outlives its driver, which is killed here with SIGKILL and SIGTERM.
 """
 import os
 import signal
@@ -20,6 +21,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 DRIVER = """
 import os, sys, time, numpy as np, spmd
 rt = spmd.init(backend="ray", num_devices=2)
+# ready to run, a rank has not loaded the compiler: its program brings what it needs
+loaded = rt.call_on(1, lambda: sorted(m for m in sys.modules if m.startswith(("spmd.", "llvmlite", "mpi4py"))))
+heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py"))]
+assert "spmd.collectives.ray" in loaded and not heavy, heavy
 mesh = spmd.Mesh((2,), ("x",))
 f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
 assert float(f(np.arange(8.0))) == 28.0
