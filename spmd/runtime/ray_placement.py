@@ -62,7 +62,7 @@ def connect(num_devices=None) -> bool:
         # holding that memory from the start
         kw["_system_config"] = {"preallocate_plasma_memory": True}
     from . import ray_private
-    ray_private.start(n, num_cpus=max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
+    ray_private.start(n, max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
     return True
 
 

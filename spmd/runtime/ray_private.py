@@ -2,8 +2,9 @@
 spmd.init(backend="ray") start when no cluster is given): started lean, and reaped
 when this process dies, however it dies.
 
-    start(ranks, **ray_init_kwargs)   ray.init(address="local", ...) lean (below), with a reaper;
-                                      its workers for `ranks` rank actors start with the node
+    start(ranks, num_cpus, **kw)      ray.init(address="local", num_cpus=num_cpus, ...) lean
+                                      (below), with a reaper; the workers of `ranks` rank actors
+                                      start with the node
     stop()                            after ray.shutdown(): the reaper kills what is left, and exits
 
 Start-up: a private single-node Ray serves neither a dashboard, jobs, metrics nor
@@ -14,13 +15,13 @@ the ranks are starting on. So:
 - the dashboard agent minimal (what Ray runs when its dashboard's packages are not
   installed: no metrics or HTTP servers), and its ports written as a minimal agent
   writes them (-1, none) before the raylet starts: the raylet waits for those ports
-  before it registers its node, and the agent, importing its modules, took 1-3 s to
-  write them (the raylet still waits for the runtime-env agent, which it needs). The
-  check for the dashboard's packages is skipped too: it imported aiohttp in the driver
-  (0.5 s) before the raylet was started;
+  before it registers its node, and the agent, importing its modules, takes 1-3 s to
+  write them on a loaded 2-core machine (the raylet still waits for the runtime-env
+  agent, which it needs). The check for the dashboard's packages is skipped too: it
+  imports aiohttp in the driver (0.5 s) before the raylet starts;
 - the worker processes for the rank actors start when the raylet does, all at once
   (Ray's `enable_worker_prestart` and `worker_maximum_startup_concurrency`), not when
-  the driver has connected and then two at a time per core.
+  the driver has connected and then one at a time per core.
 Ray has no option for the first two in ray.init, so its internal switches are set for
 the length of the call; on a Ray without them the start is the ordinary one.
 
@@ -40,7 +41,7 @@ import sys
 _REAPER = None
 
 
-def start(ranks, **init_kwargs):
+def start(ranks, num_cpus, **init_kwargs):
     import ray
     global _REAPER
     if _REAPER is None:
@@ -48,10 +49,13 @@ def start(ranks, **init_kwargs):
                                     str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)
     config = dict(init_kwargs.pop("_system_config", None) or {})
-    config.setdefault("enable_worker_prestart", True)
+    # Ray prestarts a worker per CPU of the node: one per rank, unless the node has more
+    # CPUs than ranks (a big machine, where a start is not short of cores anyway)
+    if num_cpus <= ranks:
+        config.setdefault("enable_worker_prestart", True)
     config.setdefault("worker_maximum_startup_concurrency", max(1, int(ranks)))
     with _lean_head():
-        ray.init(address="local", include_dashboard=False, _system_config=config, **init_kwargs)
+        ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
 
 
 def stop(timeout=10.0):
