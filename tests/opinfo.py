@@ -416,6 +416,25 @@ def _reverse_expect(x, dimensions):
 
 entry("reverse", _make_reverse, _reverse_expect)
 
+ROLLS = [((5,), 0, 1), ((5,), 0, 4), ((0, 3), 1, 2), ((3, 1), 0, 1), ((6, 4), 0, 3), ((6, 4), 1, 1), ((2, 3, 7), 2, 5), ((3, 2), 1, 1)]
+
+
+def _make_roll(rng, dt):
+    return [([rand(rng, s, dt)], {"shift": k, "dimension": d}) for s, d, k in ROLLS]
+
+
+def _roll_expect(x, shift, dimension):
+    out = np.empty_like(x)
+    n = x.shape[dimension]
+    for idx in np.ndindex(*x.shape):
+        src = list(idx)
+        src[dimension] = (idx[dimension] - shift) % n
+        out[idx] = x[tuple(src)]
+    return out
+
+
+entry("roll", _make_roll, _roll_expect)
+
 SLICES = [((5,), (1,), (4,), (1,)), ((5,), (0,), (5,), (2,)), ((6, 4), (1, 0), (5, 4), (3, 2)),
           ((3,), (1,), (1,), (1,)), ((0,), (0,), (0,), (1,)), ((), (), (), ()),
           ((2, 3), (2, 1), (2, 3), (1, 1)), ((4,), (1,), (4,), (7,)), ((1, 3), (0, 2), (1, 3), (1, 1))]

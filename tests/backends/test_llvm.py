@@ -431,3 +431,30 @@ def test_reversed_dims_inside_kernels():
         np.testing.assert_array_equal(gv, w)
     (k,) = fuse(g, fusible).kernels()            # (the output made only of views is a view)
     assert sum(op.name == "reverse" for op in k.ops) == 2 and k.root is out
+
+
+def test_rolled_dims_inside_kernels():
+    """roll is two guarded stretches of its operand in a fused kernel: the Game of Life's
+    neighbour count by np.roll is one kernel, numpy's integers bit for bit."""
+    from spmd.backends.llvm.fuse import fuse
+    from spmd.backends.llvm.lowering import fusible
+    from spmd.ir import Graph
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 2, (9, 7)).astype(np.int64)
+    g = Graph("f")
+    a = g.add_input((9, 7), "int64")
+    total = None
+    for i in (-1, 0, 1):
+        for j in (-1, 0, 1):
+            t = a
+            if i:
+                t = g.emit("roll", t, shift=i % 9, dimension=0)
+            if j:
+                t = g.emit("roll", t, shift=j % 7, dimension=1)
+            total = t if total is None else g.emit("add", total, t)
+    g.outputs = [total]
+    want = sum(np.roll(np.roll(x, i, 0), j, 1) for i in (-1, 0, 1) for j in (-1, 0, 1))
+    from spmd.backends import compile_graph
+    np.testing.assert_array_equal(compile_graph(g, "llvm")([x])[0], want)
+    (k,) = fuse(g, fusible).kernels()
+    assert sum(op.name == "roll" for op in k.ops) == 12 and k.root is total

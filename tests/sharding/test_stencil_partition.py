@@ -225,3 +225,64 @@ def test_numpy_flips_of_a_split_dim_move_chunks_not_the_array(flip, n):
     ops = {c["op"] for c in f.lower(a).report()["collectives"]}
     assert "all_gather" not in ops and "collective_permute" in ops, ops
     np.testing.assert_array_equal(np.asarray(f(a)), flip(a))
+
+
+@pytest.mark.parametrize("k, n", [(2, 8), (4, 12), (3, 7), (3, 9), (4, 3), (2, 5)])
+def test_a_rolled_split_dim_moves_rows_between_devices_shift_over_chunk_apart(k, n):
+    """roll along a split dim: each device receives at most two pieces that add up to
+    its chunk (one neighbour's edge when the shift is smaller than a chunk), whatever
+    the shift; an uneven split rolls twice; never a gather."""
+    from partition_util import collective_ops, reference, run_partitioned
+    from spmd.ir import Graph
+    mesh = spmd.Mesh((k,), ("x",))
+    sh = mesh.sharding("x", None)
+    c = -(-n // k)
+    a = np.arange(n * 3.0).reshape(n, 3)
+    for shift in range(1, n):
+        g = Graph("f")
+        g.mesh = mesh
+        x = g.add_input((n, 3), "float64", sh)
+        y = g.emit("roll", x, shift=shift, dimension=0)
+        y.sharding = sh
+        g.outputs = [y]
+        (got,), pg = run_partitioned(g, [a])
+        np.testing.assert_array_equal(got, reference(g, [a])[0])
+        np.testing.assert_array_equal(got, np.roll(a, shift, 0))
+        ops = collective_ops(pg)
+        assert {op.name for op in ops} <= {"collective_permute"}, [op.name for op in ops]
+        rows = sum(op.operands[0].shape[0] for op in ops)
+        assert rows <= (c if k * c == n else 2 * c), (shift, rows)
+        if k * c == n and shift < c:
+            assert rows == shift, (shift, rows)
+
+
+ROLLS = {
+    "laplace": lambda a: np.roll(a, 1, 0) + np.roll(a, -1, 0) - 2 * a,
+    "two-dims": lambda a: np.roll(np.roll(a, 2, 0), -1, 1) * a,
+    "life-neighbours": lambda a: sum(np.roll(np.roll(a, i, 0), j, 1) for i in (-1, 0, 1) for j in (-1, 0, 1)),
+    "tuple": lambda a: np.roll(a, (3, 1), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("n", [8, 7])
+@pytest.mark.parametrize("name", sorted(ROLLS))
+def test_numpy_rolls_of_a_split_grid_exchange_edges_not_the_array(name, n):
+    """np.roll on split dims (periodic stencils, the Game of Life's neighbour count)
+    traces to the roll op: edges move between neighbours, no all_gather, and the result
+    is numpy's, bit for bit, on even and uneven 2x2 splits; its gradient is the roll
+    back."""
+    roll = ROLLS[name]
+    mesh = spmd.Mesh((2, 2), ("x", "y"))
+    sh = mesh.sharding("x", "y")
+    a = np.arange(n * 6.0).reshape(n, 6) ** 1.5
+    f = spmd.jit(roll, in_shardings=(sh,), out_shardings=sh)
+    ops = {c["op"] for c in f.lower(a).report()["collectives"]}
+    assert ops == {"collective_permute"}, ops
+    np.testing.assert_array_equal(np.asarray(f(a)), roll(a))
+    w = np.random.default_rng(0).standard_normal(a.shape)
+    grad = spmd.jit(spmd.grad(lambda a: (roll(a) * w).sum()), in_shardings=(sh,))
+    # every program here is at most quadratic in a: central differences are exact
+    loss = lambda a: (roll(a) * w).sum()      # noqa: E731
+    basis = np.eye(a.size).reshape(a.size, *a.shape)
+    want = np.array([(loss(a + e) - loss(a - e)) / 2 for e in basis]).reshape(a.shape)
+    np.testing.assert_allclose(np.asarray(grad(a)), want, rtol=1e-9, atol=1e-6)

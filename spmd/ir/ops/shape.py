@@ -577,6 +577,89 @@ register(OpDef("reverse", "shape", _reverse_infer, lambda x, dimensions: np.flip
                lowering="index_map", lowers_complex=True))
 
 
+# -- roll ------------------------------------------------------------------------------------
+def _roll_infer(x, shift, dimension):
+    check(0 <= dimension < len(x.shape), f"roll dimension {dimension} out of range for rank {len(x.shape)}")
+    n = x.shape[dimension]
+    check(0 < shift < n, f"roll shift {shift} must lie in (0, {n}): a whole turn moves nothing")
+    return aval(tuple(x.shape), x.dtype)
+
+
+def _roll_pieces(out, shapes, attrs, offset):
+    """Element i of the rolled dim reads i - shift, wrapped: two stretches of the operand."""
+    d, s = attrs["dimension"], attrs["shift"]
+    n = shapes[0][d]
+    terms, c = out[d]
+    at = lambda k: out[:d] + ((terms, c + k),) + out[d + 1:]   # noqa: E731
+    return [(0, (((terms, c), 0, s),), at(n - s)), (0, (((terms, c), s, n),), at(-s))], None
+
+
+def _roll_simplify(rb, op, ops, uses):
+    """Two rolls of one dim are one (or none, a whole turn)."""
+    x = ops[0]
+    if producer_is(x, "roll") and x.producer.attrs["dimension"] == op.attrs["dimension"]:
+        n = op.result.shape[op.attrs["dimension"]]
+        s = (x.producer.attrs["shift"] + op.attrs["shift"]) % n
+        inner = x.producer.operands[0]
+        return inner if s == 0 else rb.emit("roll", inner, loc=op.loc, sharding=op.result.sharding,
+                                            shift=s, dimension=op.attrs["dimension"])
+    return None
+
+
+def _rotate_chunks(em, x, d, axes, k, c, t):
+    """The k chunks of size c along d (the whole of an evenly split dim), rotated by t
+    rows: chunk j becomes the last r rows of chunk j - q - 1 then the first c - r of chunk
+    j - q (t = q c + r). At most two collective_permutes, none for a part that stays."""
+    q, r = divmod(t % (k * c), c)
+
+    def moved(part, hop):
+        hop %= k
+        if hop == 0:
+            return part
+        return em.emit("collective_permute", part, axes=tuple(axes), group_size=k,
+                       pairs=tuple((j, (j + hop) % k) for j in range(k)))
+    parts = []
+    if r:
+        parts.append(moved(em.slice_dim(x, d, c - r, c), q + 1))
+    if c - r:
+        parts.append(moved(em.slice_dim(x, d, 0, c - r), q))
+    return parts[0] if len(parts) == 1 else em.emit("concatenate", *parts, dimension=d)
+
+
+def _partition_roll(P, op):
+    """A rolled split dim moves rows between devices shift / chunk apart: one neighbour's
+    edge for a small shift (numpy's periodic stencils), never a gather. A split that is
+    not even rolls the padded chunks twice, by the shift and by the shift plus the
+    padding, and each device keeps the rows of the one that lands them right."""
+    res, xv = op.result, op.operands[0]
+    target = P.sharding_of(res)
+    spec = [target.dim_axes(d) for d in range(res.ndim)]
+    partial = P.carry_all(op, spec)
+    em = P.em
+    x = P.get(xv, P.sh(spec, partial))
+    d, s = op.attrs["dimension"], op.attrs["shift"]
+    k = P.axes_size(spec[d]) if spec[d] else 1
+    if k == 1:
+        y = em.emit("roll", x, shift=s, dimension=d)
+        return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
+    n, c = res.shape[d], x.shape[d]
+    pad = k * c - n
+    y = _rotate_chunks(em, x, d, spec[d], k, c, s)
+    if pad:
+        wrapped = _rotate_chunks(em, x, d, spec[d], k, c, s + pad)
+        y = em.emit("select", em.compare(em.positions(y.shape, d, spec[d], c), s, "LT"), wrapped, y)
+    return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
+
+
+register(OpDef("roll", "shape", _roll_infer,
+               lambda x, shift, dimension: np.roll(x, shift, axis=dimension),
+               lambda g, op, ct: (g.emit("roll", ct, dimension=op.attrs["dimension"],
+                                         shift=op.result.shape[op.attrs["dimension"]] - op.attrs["shift"]),),
+               elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_roll_simplify, index_pieces=_roll_pieces, partition=_partition_roll,
+               lowering="pieces", lowers_complex=True))
+
+
 # -- slice, pad, concatenate ---------------------------------------------------------------
 def slice_size(start, limit, stride):
     return max(0, (limit - start + stride - 1) // stride)
