@@ -60,10 +60,22 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
         ray_reaper.note(p.pid, -1, found)
         noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
         cmds = " | ".join(c[:150] for _, c in noted.values())
+        # each process by its program: the first words of its command (the raylet's names
+        # the dashboard agent's script further on)
+        heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
+        agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+        ranks = [pid for pid, h in heads.items() if "RankActor" in h]
         # the processes of a Ray node, its agents and the 2 rank actors, and the reaper
-        for part in ("gcs_server", "raylet", "DashboardAgent", "RuntimeEnvAgent", "ray_reaper.py"):
+        for part in ("gcs_server", "raylet", "RuntimeEnvAgent", "ray_reaper.py"):
             assert part in cmds, (part, cmds)
-        assert sum("RankActor" in c for _, c in noted.values()) == 2, cmds
+        assert len(agent) == 1 and len(ranks) == 2, cmds
+        # the ranks run as any program does, the agent (serving nothing spmd uses) below them
+        deadline = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, agent[0]) != 19 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.getpriority(os.PRIO_PROCESS, agent[0]) == 19
+        driver = os.getpriority(os.PRIO_PROCESS, p.pid)
+        assert [os.getpriority(os.PRIO_PROCESS, r) for r in ranks] == [driver, driver]
         # lean: neither the autoscaler's monitor nor the dashboard's API server
         assert "autoscaler/_private/monitor.py" not in cmds and "dashboard/dashboard.py" not in cmds, cmds
         os.kill(p.pid, sig)
