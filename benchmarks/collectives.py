@@ -219,8 +219,10 @@ def run_testbed(ranks, sizes, repeats, ray_repeats, rate, with_ray):
             port = 6379
             cpus = str(max(ranks) // 2)
             common = ["--disable-usage-stats", "--num-cpus", cpus]
+            # as `spmd run --hosts` starts it: the ranks at nice 0 (spmd/launcher/ray_hosts.py)
             p = bed.run("h1", [ray_cli, "start", "--head", "--include-dashboard=false", "--node-ip-address", ip1,
-                               "--port", str(port), "--temp-dir", os.path.join(d, "ray1")] + common, env=env,
+                               "--port", str(port), "--temp-dir", os.path.join(d, "ray1"),
+                               '--system-config={"worker_niceness": 0}'] + common, env=env,
                         timeout=120)
             if p.returncode:
                 raise SystemExit(f"ray start on h1 failed:\n{p.stdout}{p.stderr}")
