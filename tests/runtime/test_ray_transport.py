@@ -274,7 +274,8 @@ def test_all_gather_across_hosts_matches_numpy(small_thresholds, hosts, rows, di
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(hosts=st.sampled_from([None, [0, 0, 1, 1], [0, 1, 0, 1]]), dims=st.lists(st.integers(1, 5), min_size=2, max_size=3),
+@given(hosts=st.sampled_from([None, [0, 0, 1, 1], [0, 1, 0, 1]]),
+       dims=st.lists(st.integers(1, 5), min_size=2, max_size=3),
        split=st.integers(0, 2), concat=st.integers(0, 2), dtype=st.sampled_from(DTYPES))
 def test_all_to_all_matches_numpy(small_thresholds, hosts, dims, split, concat, dtype):
     """Any split and concat dim (blocks that are not contiguous, odd sizes elsewhere),
