@@ -22,6 +22,14 @@ what a step allocates beyond them (tracemalloc: ops run through numpy, collectiv
 buffers; less the outputs). Both compilers recompute what they find cheap to (XLA's
 fusion duplicates elementwise producers; spmd's late_reads pass likewise).
 
+The two figures do not count the same buffers. XLA's buffer assignment may place a
+temporary in an output's buffer before the output is written, and its temp figure leaves
+those out: on the 2x2 MLP it computes both weight gradients in the new weights' buffers
+and all-reduces them into a 16 MiB temporary. spmd computes them in the gradient bucket,
+in the arena, and reduces the bucket in place; while the last gradient's dot writes its
+part, the bucket's first part and that dot's operand (1 MiB) are live too: 17 MiB. Per
+device in all (arguments, outputs and temporaries) spmd holds 50 MiB there and XLA 49.
+
 Timings on a shared machine are noisy: the runs of spmd and jax are interleaved so that
 they see the same load, and medians are reported. jax comes from the `bench` extra.
 """

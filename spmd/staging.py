@@ -34,6 +34,11 @@ from .tree import tree_flatten, tree_unflatten
 
 
 STAGES = ("traced", "propagated", "partitioned", "optimized")
+# what lowered.memory()'s figures leave out: memory the program does not plan
+NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared-memory segments, the "
+               "result buffers the MPI and Ray communicators keep for reuse (up to 4 of each size, "
+               "collectives/pool.py), the per-member blocks a float all_reduce over MPI or Ray gathers "
+               "to reduce in group order; the compiled code; Python's and numpy's own objects")
 
 
 def trace_function(fn, args, static_argnums=(), mesh=None):
@@ -184,7 +189,9 @@ class Lowered:
         holds at once), `argument_bytes`,
         `output_bytes`, `in_place` (values written into a dying input's buffer) and
         `donated` (argument positions whose buffers the program reuses). The numpy
-        backend plans nothing: every result is a new array (None for the plan's figures)."""
+        backend plans nothing: every result is a new array (None for the plan's figures).
+        `not_counted` says what none of these figures holds: the communicator's own
+        memory, the compiled code, Python's and numpy's objects."""
         from .ir.text import name_values
         g = self.graph
         size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
@@ -199,6 +206,7 @@ class Lowered:
             prof = profile_of_ops(g)
         # values named as in the printed program (as_text("optimized"))
         rep.update(prof.report(name_values(g)))
+        rep["not_counted"] = NOT_COUNTED
         return rep
 
     @property

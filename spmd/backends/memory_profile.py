@@ -135,7 +135,9 @@ class MemoryProfile:
         k = self.peak_step
         names = names or {}
         rows = []
-        for b in self.live_at(k)[:top]:
+        # (a join's buffer whose parts are all its operands' holds no bytes of its own)
+        held = [b for b in self.live_at(k) if b.nbytes]
+        for b in held[:top]:
             v = b.outer if b.outer is not None else current_value(b, k)
             op = v.producer
             rows.append({"value": names.get(v) or v.name or "", "shape": tuple(v.shape), "dtype": v.dtype,
@@ -204,18 +206,17 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
                 new(r, k, constant=True)
             else:
                 new(r, k)
-    for v, outer in joined.items():
-        inner, b = of.get(v), of.get(outer)
-        if inner is None or b is None or inner is b:
-            continue
-        b.start = min(b.start, inner.start)
-        b.outer = outer
-        b.values = inner.values + b.values
-        buffers.remove(inner)
-        for _, w in inner.values:
-            of[w] = b
     for v in graph.outputs:
         b = of.get(v)
         if b is not None and b.start >= 0 and not b.constant:
             b.end = n
+    for v, outer in joined.items():
+        # an operand computed in its place in the join's buffer: that part of the buffer
+        # is held from the operand's first write, the rest from the join
+        inner, b = of.get(v), of.get(outer)
+        if inner is None or b is None or inner is b:
+            continue
+        inner.end = max(inner.end, b.end)
+        b.nbytes -= inner.nbytes
+        b.outer = outer
     return MemoryProfile([op for op, *_ in steps], buffers, arena_bytes, scratch_bytes)

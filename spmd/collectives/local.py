@@ -43,6 +43,14 @@ member's output, or, small, the whole array), and, for a large input, waits unti
 member has finished reading the inputs before it returns. The waits fail as the
 rendezvous do (a rank failed or finished without starting it, or the stopwatch).
 
+Native collectives (backends/llvm/exchange.py): a group also holds a *board*, zeroed
+int64 memory its members' native code publishes send buffers and counts in, and the
+world holds cells that native waits read: [0] a rank failed (abort), then one per rank,
+set when its program returned (finish). A rank's native code records why it stopped in
+its `native_status` ([why, group index of the peer, op id]: 1 a rank failed, 2 the peer
+finished, 3 the timeout); `native_failure` raises the CollectiveError the rendezvous
+would have raised.
+
 The MPI and Ray communicators implement the same methods with the same semantics
 (base.py); the collective-matching check and the failure messages are worth mirroring.
 """
@@ -73,6 +81,8 @@ class LocalWorld:
         self._groups = {}
         self.failed = None            # (rank, exception) of the first rank that failed
         self.finished = set()         # ranks whose program has returned
+        # what native waits read (module docstring): failed, then finished per rank
+        self.cells = np.zeros(1 + mesh.size, np.int64)
 
     def communicator(self, rank) -> "LocalCommunicator":
         return LocalCommunicator(self.mesh, rank, self)
@@ -89,6 +99,7 @@ class LocalWorld:
         with self._lock:
             if self.failed is None:
                 self.failed = (rank, exc)
+            self.cells[0] = 1
             groups = list(self._groups.values())
         for g in groups:
             g.wake()
@@ -96,6 +107,8 @@ class LocalWorld:
     def finish(self, rank):
         with self._lock:
             self.finished.add(rank)
+            if isinstance(rank, int):
+                self.cells[1 + rank] = 1
             groups = list(self._groups.values())
         for g in groups:
             g.wake()
@@ -113,6 +126,7 @@ class _Group:
         self.arrived = 0
         self.result = None             # the slots of the last completed rendezvous
         self.flights = {}              # k -> _Flight: the k-th all_reduce_start of the group
+        self.board = np.zeros((len(devices), 8), np.int64)     # native collectives' (exchange.py)
 
     def wake(self):
         with self.cond:
@@ -180,6 +194,8 @@ class LocalCommunicator(Communicator):
         self.world = world
         self._cache = {}
         self._starts = {}            # group devices -> how many all_reduce_start this rank made on it
+        self.native_status = np.zeros(3, np.int64)      # why this rank's native code stopped
+        self._boards = {}
 
     # -- the rendezvous ------------------------------------------------------------------
     def _group(self, axes):
@@ -213,6 +229,45 @@ class LocalCommunicator(Communicator):
         if not small:
             grp.exchange(i, None, what + " (done)")
         return out
+
+    # -- native collectives (backends/llvm/exchange.py) -----------------------------------
+    def native_board(self, axes) -> dict:
+        """Addresses the native collectives of this rank's group over `axes` use: the
+        group's board, this rank's index in it, the world's failed cell, the finished cell
+        of a group member (index -> address; a zero cell for None), the timeout in ns and
+        this rank's status cells."""
+        hit = self._boards.get(axes)
+        if hit is not None:
+            return hit
+        _, devices, i, grp = self._group(axes)
+        cells = self.world.cells
+        base = cells.ctypes.data
+        board = grp.board if grp is not None else np.zeros((1, 8), np.int64)
+        zero = np.zeros(1, np.int64)
+        t = self.world.timeout
+        hit = self._boards[axes] = {
+            "board": board.ctypes.data, "index": i, "failed": base,
+            "finished": lambda j: zero.ctypes.data if j is None else base + 8 * (1 + devices[j]),
+            "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.native_status.ctypes.data,
+            "keep": (board, zero)}
+        return hit
+
+    def native_failure(self, what, axes):
+        """Raise the CollectiveError for why this rank's native collective (`what`, over
+        `axes`) stopped."""
+        why, peer, _ = (int(v) for v in self.native_status)
+        self.native_status[:] = 0
+        _, devices, i, grp = self._group(axes)
+        rank = devices[peer] if 0 <= peer < len(devices) else peer
+        if why == 1 and self.world.failed is not None:
+            grp._check_failed(i, what)
+        if why == 2:
+            raise CollectiveError(f"{what} on rank {self.rank}: rank(s) [{rank}] finished the program without "
+                                  f"joining it (the ranks ran different programs)")
+        if why == 3:
+            raise CollectiveError(f"{what} on rank {self.rank}: timed out after {self.world.timeout:g} s waiting "
+                                  f"for rank(s) [{rank}] of group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT)")
+        raise CollectiveError(f"{what} on rank {self.rank}: stopped (a rank of the run failed)")
 
     # -- the collectives -----------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum", out=None):

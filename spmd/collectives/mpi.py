@@ -66,6 +66,7 @@ import numpy as np
 
 from ..errors import CollectiveError
 from .base import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
+from .mpi_init import watching_init
 from .mpi_progress import ProgressThread, Started, nonblocking, run_blocking
 from .pool import BufferPool
 
@@ -83,7 +84,8 @@ def mpi_module():
     global _MPI
     if _MPI is None:              # imported on first use: importing mpi4py.MPI initialises MPI
         yield_when_oversubscribed()
-        from mpi4py import MPI
+        with watching_init():
+            from mpi4py import MPI
         _MPI = MPI
     return _MPI
 

@@ -14,6 +14,7 @@ says what is missing.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import time
@@ -145,7 +146,7 @@ MinJobAge=10
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            p = self.run(self.bed.hosts[0], ["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
+            p = self.bed.run(self.bed.hosts[0], ["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10, env=self.env())
             last = p.stdout + p.stderr
             states = dict(ln.split() for ln in p.stdout.splitlines() if len(ln.split()) == 2)
             if len(states) == len(self.bed.hosts) and all(s == "idle" for s in states.values()):
@@ -155,7 +156,32 @@ MinJobAge=10
                            f"slurmctld: {self._log('slurmctld')}")
 
     def run(self, host, cmd, timeout=120, env=None, **kw):
-        return self.bed.run(host, cmd, timeout=timeout, env=self.env(env), **kw)
+        """Run cmd on host under this cluster's SLURM. A command still running at the
+        timeout is killed and every job is cancelled, so the next command finds the
+        nodes free (a job left behind would hold them and queue the next); the error
+        says what SLURM was doing then."""
+        try:
+            return self.bed.run(host, cmd, timeout=timeout, env=self.env(env), **kw)
+        except subprocess.TimeoutExpired as e:
+            queue = self._quietly(host, ["squeue", "-h", "-o", "%i %j %T %M %R"])
+            self._quietly(host, ["scancel", "--user", pwd.getpwuid(os.getuid()).pw_name])
+            try:
+                self._wait_idle()
+            except (RuntimeError, subprocess.TimeoutExpired):
+                pass                       # (the error below is the one to see)
+            raise RuntimeError(f"test bed: {' '.join(map(str, cmd))} on {host} still ran after {timeout} s "
+                               f"(killed, its jobs cancelled). Its output: {e.stdout or ''}{e.stderr or ''}\n"
+                               f"the queue then: {queue or '(empty)'}\n"
+                               + "".join(f"slurmd on {h.name}: {self._log('slurmd_' + h.name)}\n"
+                                         for h in self.bed.hosts)) from None
+
+    def _quietly(self, host, cmd) -> str:
+        """A short command's output, or why there is none (it must not hide the error at hand)."""
+        try:
+            p = self.bed.run(host, cmd, timeout=10, env=self.env())
+        except subprocess.TimeoutExpired:
+            return f"({cmd[0]} did not answer in 10 s)"
+        return (p.stdout + p.stderr).strip()
 
     def close(self):
         for p in self._procs:

@@ -75,6 +75,7 @@ class LLVMExecutable(Executable):
         self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads)
                             for op in self.graph.ops for k in op.opdef.subgraphs}
         self._schedules = {}
+        self._schedule_lock = threading.Lock()
         # output position -> the first value of its buffer group (the one a step writes
         # into a new buffer), where that buffer may be one the caller gives (`into`)
         self.out_first = {}
@@ -137,21 +138,33 @@ class LLVMExecutable(Executable):
                 self.run_step(step, env, comm, slots, nthreads)
             self.run_steps(self.steps, self.memory.free_after, env, comm, step_fn, _label)
             return
-        self.schedule(nthreads, native.shares_blas(comm)).run(env, comm)
+        self.schedule(nthreads, native.shares_blas(comm), native_collectives(comm)).run(env, comm)
 
-    def schedule(self, nthreads, fixed_blas=False) -> Schedule:
+    def schedule(self, nthreads, fixed_blas=False, native_comm=False) -> Schedule:
         """The native schedule for this many threads (built on first use); `fixed_blas`:
-        its dots leave the BLAS thread count as the runtime set it (native.shares_blas)."""
-        sched = self._schedules.get((nthreads, fixed_blas))
+        its dots leave the BLAS thread count as the runtime set it (native.shares_blas);
+        `native_comm`: its collectives run natively (the communicator's ranks are threads
+        of this process sharing a board, exchange.py)."""
+        key = (nthreads, fixed_blas, native_comm)
+        sched = self._schedules.get(key)
         if sched is None:
-            sched = self._schedules[(nthreads, fixed_blas)] = Schedule(self, nthreads, fixed_blas)
+            # the local runtime's ranks ask at once: one builds it, the others wait. One
+            # schedule, kept as long as the executable: its per-thread state holds the
+            # mailboxes of native permutes (exchange.py), which a neighbour may still
+            # read after the sender's run returned; a second schedule built at the same
+            # time would be dropped, and its mailboxes freed, at the end of that run
+
+            with self._schedule_lock:
+                sched = self._schedules.get(key)
+                if sched is None:
+                    sched = self._schedules[key] = Schedule(self, nthreads, fixed_blas, native_comm)
         return sched
 
     def memory_report(self, comm=None) -> dict:
         """The plan's figures (memory.py) plus the native schedule's scratch (the copies of
         dot operands BLAS cannot read where they are), per device."""
         n = self.threads or threads_for(comm)
-        sched = self._schedules.get((n, False)) or self._schedules.get((n, True))
+        sched = next((s for (k, _, _), s in self._schedules.items() if k == n), None)
         if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
             sched = self.schedule(n)
         rep = self.memory.report()
@@ -161,7 +174,7 @@ class LLVMExecutable(Executable):
     def memory_profile(self, comm=None):
         """What a run holds, step by step (backends/memory_profile.py)."""
         n = self.threads or threads_for(comm)
-        sched = self._schedules.get(n)
+        sched = next((s for (k, _, _), s in self._schedules.items() if k == n), None)
         if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
             sched = self.schedule(n)
         scratch = sum(sched.scratch_sizes.values()) if sched is not None else 0
@@ -232,6 +245,11 @@ class LLVMExecutable(Executable):
             _split(fn, ptrs, step.extent, min(nthreads, step.extent))
         else:
             fn(*ptrs, 0, step.extent, 0)
+
+
+def native_collectives(comm) -> bool:
+    """Can this communicator's collectives run as native instructions (exchange.py)?"""
+    return getattr(comm, "native_board", None) is not None
 
 
 def compile_kernels(kernels, modules, stats) -> dict:

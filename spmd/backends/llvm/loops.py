@@ -1,6 +1,7 @@
-"""How the LLVM backend runs a scan (the lowering table's "scan_loop" row): from Python,
-calling its body's executable once per iteration, as the op's reference does
-(ir/ops/control.py), but with no array made per iteration.
+"""How the LLVM backend runs a scan (the lowering table's "scan_loop" row): natively, as
+one instruction of its segment, when the body runs as one native segment (scan_instrs);
+else from Python, calling its body's executable once per iteration, as the op's
+reference does (ir/ops/control.py), but with no array made per iteration (run_scan).
 
 A stencil's time loop carries a grid whose new value is computed from the old one's
 neighbours, so an iteration cannot write it over the one it reads: it writes it over the
@@ -12,11 +13,15 @@ here and is ours (an argument the caller donated, or one the function writes in 
 then the loop makes no array at all). The second buffer of each carried value is kept
 by the executable between calls, per thread (a third one when the carried operand's own
 buffer must take an odd number of iterations' results). The scanned outputs are written
-straight into their row of the stacked result.
+straight into their row of the stacked result. Both ways use the same buffers.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from . import native
+from .exchange import FromComm
+from .steps import Here, Scratch
 
 
 def scan_overwrites(op):
@@ -27,15 +32,22 @@ def scan_overwrites(op):
     return tuple((j, j) for j in range(a["num_carry"])) if a["length"] >= 2 else ()
 
 
-def buffers(first, target, length, spare):
+def buffers(first, target, length, spare, same=lambda x, y: x is y):
     """The buffer each of `length` iterations writes a carried value into: the last one
     `target`, no iteration the one it reads (iteration 0 reads `first`), alternating
     with `spare(0)`; `spare(1)` once, when target is `first` and the count is odd (target
-    may be `first` only for two iterations or more)."""
+    may be `first` only for two iterations or more; `same` says whether two buffers are
+    one)."""
     seq = [target if (length - 1 - i) % 2 == 0 else spare(0) for i in range(length)]
-    if length and seq[0] is first:
+    if length and same(seq[0], first):
         seq[0] = spare(1)
     return seq
+
+
+def same_memory(x, y) -> bool:
+    """The same buffer (two views of one arena slot are different objects)."""
+    return x is y or (x.__array_interface__["data"][0] == y.__array_interface__["data"][0] and x.nbytes == y.nbytes
+                      and x.nbytes > 0)
 
 
 def run_scan(exe, op, env, comm, slots, nthreads):
@@ -46,7 +58,7 @@ def run_scan(exe, op, env, comm, slots, nthreads):
     args = [env[o] for o in op.operands]
     carry, xs, rest = args[:nc], args[nc:nc + nx], args[nc + nx:]
     targets = [exe.buffer(r, slots, env) for r in op.results]
-    plans = [buffers(carry[j], targets[j], length, lambda k, j=j: exe.loop_spare(op, j, k))
+    plans = [buffers(carry[j], targets[j], length, lambda k, j=j: exe.loop_spare(op, j, k), same_memory)
              for j in range(nc)]
     order = range(length - 1, -1, -1) if a["reverse"] else range(length)
     for step, i in enumerate(order):
@@ -54,7 +66,7 @@ def run_scan(exe, op, env, comm, slots, nthreads):
         into = {j: plans[j][step] for j in range(nc)}
         # (a body whose output did not land where it was given leaves its own array: a
         # planned buffer is never the one the iteration reads)
-        into = {j: b for j, b in into.items() if b is not carry[j]}
+        into = {j: b for j, b in into.items() if not same_memory(b, carry[j])}
         into.update((nc + j, r) for j, r in enumerate(rows))
         out = body(carry + [x[i] for x in xs] + rest, comm, into=into)
         carry = out[:nc]
@@ -62,7 +74,141 @@ def run_scan(exe, op, env, comm, slots, nthreads):
             if o is not r:
                 r[...] = o
     for j in range(nc):
-        if carry[j] is not targets[j]:
+        if not same_memory(carry[j], targets[j]):
             np.copyto(targets[j], carry[j])
     for r, x in zip(op.results, targets):
         env[r] = x
+
+
+# -- natively ---------------------------------------------------------------------------------
+def scan_instrs(sched, op):
+    """The whole scan as one instruction of the enclosing segment, when its body runs as
+    one native segment: native.LOOP_IR runs the body's instructions `length` times. Each
+    iteration reads and writes the carried buffers `buffers` plans, which follow one
+    pattern at iteration 0, another at 1, then two alternating ones: the body's argument
+    blocks are laid out four times, one per pattern, so no carried pointer changes while
+    the loop runs; the rows of scanned inputs and outputs are set per iteration (a
+    stride). None (the loop runs from Python): a body that needs Python, or one that
+    writes a result anywhere but the buffer it is given."""
+    a = op.attrs
+    nc, nx, length = a["num_carry"], a["num_xs"], a["length"]
+    if length == 0 or any(o in sched.views for o in op.operands):
+        return None
+    body = sched.exe.subprograms[id(a["body"])]
+    bsched = body.schedule(sched.nthreads, sched.fixed_blas, sched.native_comm)
+    seg = bsched.only_segment()
+    homes = None if seg is None else _homes(body, bsched, seg)
+    if homes is None:
+        return None
+    sched.kept.append(bsched)           # (its constants are read where they are)
+    bmem = body.memory
+    arena = Scratch(bmem.arena_bytes, ("loop arena", id(a["body"])))
+    bufs = [_carried(sched.exe.memory, op, j, length) for j in range(nc)]
+
+    def row(x, off):
+        """(entry at iteration 0, bytes to the next iteration's) of a scanned row"""
+        n = _nbytes(x) // length
+        return ((x, off + (length - 1) * n), -n) if a["reverse"] else ((x, off), n)
+
+    strided = []                        # (variant, instruction, position, entry at iteration 0, stride)
+    blocks = []                         # per variant: the entries of each instruction
+    for var in range(4):
+        blocks.append([])
+        for k, (_, entries) in enumerate(seg.instrs):
+            out = []
+            for pos, e in enumerate(entries):
+                if isinstance(e, tuple) and not isinstance(e[0], Scratch):
+                    v, off = e
+                    if v in bmem.offset_of:
+                        e = (arena, bmem.offset_of[v] + off)
+                    elif v in bsched.consts:
+                        e = bsched.consts[v].ctypes.data + off
+                    else:
+                        kind, p = homes[v]
+                        if p < nc:
+                            buf = bufs[p][var][0 if kind == "in" else 1]
+                            e = (buf[0], buf[1] + off)
+                        elif kind == "in" and p >= nc + nx:
+                            e = (op.operands[p], off)
+                        else:
+                            x = op.operands[p] if kind == "in" else op.results[p]
+                            strided.append((var, k, pos) + row(x, off))
+                            e = 0
+                out.append(e)
+            blocks[-1].append(out)
+    n = len(seg.instrs)
+    progs_at = native.LOOP_HEAD + 3 * len(strided)
+    starts, at = [], progs_at + 4 * 2 * n
+    for instrs in blocks:
+        starts.append([])
+        for out in instrs:
+            starts[-1].append(at)
+            at += len(out)
+    stop = FromComm(lambda c: c.native_status.ctypes.data) if sched.native_comm else 0
+    entries = [length, n, len(strided)] + [Here(progs_at + 2 * n * var) for var in range(4)] + [stop]
+    for var, k, pos, first, step in strided:
+        entries += [Here(starts[var][k] + pos), first, step]
+    for var in range(4):
+        entries += [x for k, (fn, _) in enumerate(seg.instrs) for x in (fn, Here(starts[var][k]))]
+    for var in range(4):
+        for k, out in enumerate(blocks[var]):
+            entries += [Here(e.k + starts[var][k]) if isinstance(e, Here) else e for e in out]
+    return [(sched.helpers["spmd_loop"], entries)]
+
+
+def _nbytes(v) -> int:
+    return int(v.size) * np.dtype(v.dtype).itemsize
+
+
+def _carried(mem, op, j, length):
+    """[(read, write) buffer entries of carried value j at iterations 0, 1, 2, 3], as
+    `buffers` plans them (its spares are this loop's scratch)"""
+    first, target = (op.operands[j], 0), (op.results[j], 0)
+    spare = [(Scratch(_nbytes(op.results[j]), ("loop spare", id(op), j, k)), 0) for k in (0, 1)]
+    write = [target if (length - 1 - i) % 2 == 0 else spare[0] for i in range(4)]
+    if write[0] is target and _same_buffer(mem, op.results[j], op.operands[j]):
+        write[0] = spare[1]
+    return [(first if i == 0 else write[i - 1], write[i]) for i in range(4)]
+
+
+def _same_buffer(mem, r, x) -> bool:
+    """Does the memory plan put result r in x's buffer?"""
+    if mem.in_place.get(r) is x:
+        return True
+    return r in mem.offset_of and x in mem.offset_of and mem.offset_of[r] == mem.offset_of[x]
+
+
+def _homes(body, bsched, seg):
+    """value -> ("in", input position) | ("out", output position): where each value the
+    segment reads or writes outside the body's arena lives; None when an output is not
+    written where the caller gives it (an input or constant passed through, a view, two
+    outputs of one buffer) or the body writes into an input."""
+    g = body.graph
+    firsts = {}
+    for k, v in enumerate(g.outputs):
+        f = body.out_first.get(k)
+        if f is None or f in firsts or v in bsched.views or v in bsched.consts:
+            return None
+        firsts[f] = k
+    ins = {}
+    for p, v in enumerate(g.inputs):
+        ins.setdefault(v, p)
+    written = {v for v, _ in seg.allocs}
+    homes = {}
+    for _, entries in seg.instrs:
+        for e in entries:
+            if not isinstance(e, tuple) or isinstance(e[0], Scratch):
+                continue
+            v = e[0]
+            if v in body.memory.offset_of or v in bsched.consts or v in homes:
+                continue
+            u = v
+            while u not in firsts and u not in ins and u in body.memory.in_place:
+                u = body.memory.in_place[u]
+            if u in firsts:
+                homes[v] = ("out", firsts[u])
+            elif u in ins and v not in written and v in ins:
+                homes[v] = ("in", ins[u])
+            else:
+                return None
+    return homes

@@ -17,12 +17,14 @@ from typing import Callable, Optional
 
 from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_literal, emit_pieces, emit_position, \
     emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
+from .exchange import device_value_instrs, permute_instrs
 from .fuse import splat
-from .loops import run_scan, scan_overwrites
+from .loops import run_scan, scan_instrs, scan_overwrites
 from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
-from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, literal_instrs,
-                    reindexed_constant_instrs, run_matmul, run_reference, take_rows_instrs)
+from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, join_instrs,
+                    literal_instrs, reindexed_constant_instrs, run_copied_into, run_matmul, run_reference,
+                    take_rows_instrs)
 
 
 def _always(op):
@@ -98,7 +100,7 @@ LOWERINGS = {
     "row_major": Lowering(emit=emit_row_major, native=copy_instrs, same_bytes=True, position=position_row_major),
     "position": Lowering(emit=emit_position, fuses=lambda op: all(v.dtype != "bool" for v in op.results),
                          position=position_of_index),
-    "pieces": Lowering(emit=emit_pieces, fuses=pieces_lower),
+    "pieces": Lowering(emit=emit_pieces, fuses=pieces_lower, native=join_instrs),
     "literal": Lowering(emit=emit_literal, fuses=lambda op: splat(op.result) is not None, native=literal_instrs),
     "accumulate": Lowering(emit=emit_accumulate, fuses=lambda op: not column_reduce(op), native=column_sum_instrs),
     "matmul": Lowering(native=gemm_instrs, run=run_matmul, prepare=dot_plan, writes_into=True),
@@ -110,10 +112,10 @@ LOWERINGS = {
     "lapack": Lowering(numpy="factorizations and solves are LAPACK's, through numpy"),
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
     "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
+    "permute": Lowering(native=permute_instrs, run=run_copied_into, writes_into=True),
+    "device_value": Lowering(native=device_value_instrs, run=run_copied_into, writes_into=True),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),
-    "scan_loop": Lowering(run=run_scan, writes_into=True, overwrites=scan_overwrites,
-                          numpy="the loop steps in Python, calling its body's LLVM executable with the carried "
-                                "values double-buffered (loops.py)"),
+    "scan_loop": Lowering(native=scan_instrs, run=run_scan, writes_into=True, overwrites=scan_overwrites),
     "annotation": Lowering(numpy="an identity: removed before code generation (the partitioner, the last "
                                  "optimisation pass)"),
     "host": Lowering(numpy="it acts in Python (spmd.debug.print prints): nothing to compute natively"),

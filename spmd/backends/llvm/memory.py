@@ -37,6 +37,10 @@ Three decisions, made once at compile time, as XLA's buffer assignment makes the
    gradients a combined all-reduce sums at once) are computed straight into their place
    in the join's buffer, when each is a temporary (or a same-bytes view of one: a
    reshape) whose buffer dies at the join and whose place is one contiguous range.
+   Each part of the join's buffer is live from the step that writes it (an operand's
+   part from the operand's first write, the copied parts from the join), not all of it
+   from its first operand's: a gradient bucket takes its bytes as its gradients are
+   made, and the activations of the backward pass use the rest of it until then.
 
 `plan.report()` gives the figures (`lowered.memory()` shows them to users).
 """
@@ -331,12 +335,15 @@ def plan_joins(bufs, steps, writes, same_bytes, is_temp):
 
 
 def temporaries(bufs, members, inside, donated_vals, outs):
-    """(2, 3) [(group, first step, last step, bytes)] of the groups the arena holds (not
-    the donated ones, not the ones ending in an output, which are fresh per call, nor the
-    ones placed inside a join's), and the bytes of the output groups."""
-    start = {gid: bufs.define[gid] for gid in members}
-    for gw, (gc, _) in inside.items():
-        start[gc] = min(start[gc], bufs.define[gw])
+    """(2, 3) [(group, first step, last step, bytes, parts)] of the groups the arena holds
+    (not the donated ones, not the ones ending in an output, which are fresh per call,
+    nor the ones placed inside a join's), and the bytes of the output groups. `parts`:
+    [(byte offset in the group, bytes, first step, last step)], each range of the group
+    with its own live range (a join's buffer: its operands' parts from when each is
+    written; one part for any other group)."""
+    placed = {}
+    for gw, (gc, off) in inside.items():
+        placed.setdefault(gc, []).append((off, nbytes(gw), bufs.define[gw]))
     temps, out_bytes = [], 0
     for gid, vs in members.items():
         if gid in donated_vals:
@@ -344,8 +351,18 @@ def temporaries(bufs, members, inside, donated_vals, outs):
         if any(v in outs for v in vs):
             out_bytes += nbytes(gid)
             continue
-        if gid not in inside:
-            temps.append((gid, start[gid], bufs.busy(gid), nbytes(gid)))
+        if gid in inside:
+            continue
+        end, size = bufs.busy(gid), nbytes(gid)
+        parts = [(off, n, s, end) for off, n, s in sorted(placed.get(gid, ()))]
+        at = 0
+        for off, n, _, _ in list(parts):         # the rest: written by the join itself
+            if off > at:
+                parts.append((at, off - at, bufs.define[gid], end))
+            at = max(at, off + n)
+        if at < size or not parts:
+            parts.append((at, size - at, bufs.define[gid], end))
+        temps.append((gid, min(p[2] for p in parts), end, size, parts))
     return temps, out_bytes
 
 
@@ -356,9 +373,10 @@ ORDERS = (lambda t: (-t[3], t[1]), lambda t: (t[1], -t[3]), lambda t: (t[1] - t[
 
 def assign_offsets(temps, members, inside):
     """(3) Static offsets in one arena: groups placed one by one, each at the lowest
-    offset that does not overlap a group live at the same time, in each of ORDERS; the
-    order that makes the smallest arena is kept (largest first leaves holes when big
-    buffers come and go between long-lived smaller ones). (value -> offset, the arena's size)"""
+    offset where none of its parts overlaps a part of a group placed before that is live
+    at the same time, in each of ORDERS; the order that makes the smallest arena is kept
+    (largest first leaves holes when big buffers come and go between long-lived smaller
+    ones). (value -> offset, the arena's size)"""
     best = None
     for order in ORDERS:
         placed = first_fit(sorted(temps, key=order))
@@ -378,25 +396,31 @@ def assign_offsets(temps, members, inside):
 
 def first_fit(temps):
     """[(start, end, offset, size, group)]: each group, in the order given, at the lowest
-    aligned offset clear of the groups already placed that are live at the same time."""
-    placed = []
-    for gid, s, e, size in temps:
-        taken = sorted((o, o + sz) for s2, e2, o, sz, _ in placed if not (e2 < s or e < s2))
+    aligned offset where each of its parts is clear of the parts already placed that are
+    live at the same time."""
+    placed, taken_parts = [], []           # (start, end, first byte, last byte + 1)
+    for gid, s, e, size, parts in temps:
+        # the group's offsets a placed part rules out: the open range (lo - o - n, hi - o)
+        # for a part (o, n) of this group live with a placed part [lo, hi)
+        banned = sorted((lo - o - n, hi - o) for o, n, ps, pe in parts
+                        for s2, e2, lo, hi in taken_parts if not (e2 < ps or pe < s2))
         off = 0
-        for lo, hi in taken:
-            if off + size <= lo:
+        for a, b in banned:
+            if off <= a:
                 break
-            off = max(off, -(-hi // ALIGN) * ALIGN)
+            off = max(off, -(-b // ALIGN) * ALIGN)
         placed.append((s, e, off, size, gid))
+        taken_parts += [(ps, pe, off + o, off + o + n) for o, n, ps, pe in parts]
     return placed
 
 
 def peak_live(temps, n) -> int:
     """The largest total of live temporaries at any step."""
     live = [0] * (n + 1)
-    for _, s, e, size in temps:
-        for k in range(max(s, 0), min(e, n - 1) + 1):
-            live[k] += size
+    for *_, parts in temps:
+        for _, size, s, e in parts:
+            for k in range(max(s, 0), min(e, n - 1) + 1):
+                live[k] += size
     return max(live, default=0)
 
 

@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from .exchange_ir import EXCHANGE_NAMES, exchange_ir
 from .jit import compile_ir
 
 RUNNER_IR = """
@@ -42,6 +43,73 @@ b:
   %pa = getelementptr i64, ptr %prog, i64 %j1
   %a = load ptr, ptr %pa
   call void %f(ptr %a)
+  %i1 = add i64 %i, 1
+  br label %h
+x:
+  ret void
+}
+"""
+
+# argument block of a loop (loops.py): length, instructions per body program, strided
+# entries, then four body programs (2 x instructions each: function, argument block):
+# iteration 0's, 1's, and the even and odd ones after; a cell that stops the loop when
+# nonzero (the rank's native status, exchange.py: a collective of the body stopped), or
+# 0; then per strided entry: the entry it sets, its address at iteration 0, bytes added
+# per iteration (a scanned row)
+LOOP_HEAD = 8
+LOOP_IR = """
+define void @spmd_loop(ptr %a) {
+entry:
+  %len = load i64, ptr %a
+  %g1 = getelementptr i64, ptr %a, i64 1
+  %n = load i64, ptr %g1
+  %g2 = getelementptr i64, ptr %a, i64 2
+  %ns = load i64, ptr %g2
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %run]
+  %c = icmp slt i64 %i, %len
+  br i1 %c, label %st, label %x
+st:
+  %gstop = getelementptr i64, ptr %a, i64 7
+  %stop = load ptr, ptr %gstop
+  %nostop = icmp eq ptr %stop, null
+  br i1 %nostop, label %sh, label %stv
+stv:
+  %sv = load atomic i64, ptr %stop monotonic, align 8
+  %go = icmp eq i64 %sv, 0
+  br i1 %go, label %sh, label %x
+sh:
+  %s = phi i64 [0, %st], [0, %stv], [%s1, %sb]
+  %sc = icmp slt i64 %s, %ns
+  br i1 %sc, label %sb, label %run
+sb:
+  %t = mul i64 %s, 3
+  %t0 = add i64 %t, 8
+  %q0 = getelementptr i64, ptr %a, i64 %t0
+  %slot = load ptr, ptr %q0
+  %t1 = add i64 %t, 9
+  %q1 = getelementptr i64, ptr %a, i64 %t1
+  %base = load i64, ptr %q1
+  %t2 = add i64 %t, 10
+  %q2 = getelementptr i64, ptr %a, i64 %t2
+  %stride = load i64, ptr %q2
+  %m = mul i64 %i, %stride
+  %addr = add i64 %base, %m
+  store i64 %addr, ptr %slot
+  %s1 = add i64 %s, 1
+  br label %sh
+run:
+  %is0 = icmp eq i64 %i, 0
+  %is1 = icmp eq i64 %i, 1
+  %odd = and i64 %i, 1
+  %v23 = add i64 %odd, 2
+  %v1 = select i1 %is1, i64 1, i64 %v23
+  %v = select i1 %is0, i64 0, i64 %v1
+  %pv = add i64 %v, 3
+  %pp = getelementptr i64, ptr %a, i64 %pv
+  %prog = load ptr, ptr %pp
+  call void @spmd_run(ptr %prog, i64 %n)
   %i1 = add i64 %i, 1
   br label %h
 x:
@@ -236,12 +304,14 @@ def helpers():
 
 
 def _compile_helpers(it):
-    ir = RUNNER_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
-        "".join(_copy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
+    ir = RUNNER_IR + LOOP_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
+        "".join(_copy_ir(n) + _scopy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
         _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
-        _colsum_ir("f32", "float") + _colsum_ir("f64", "double")
-    names = ["spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64", "spmd_copy1", "spmd_copy4", "spmd_copy8",
-             "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"]
+        _colsum_ir("f32", "float") + _colsum_ir("f64", "double") + exchange_ir()
+    names = ["spmd_loop", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64",
+             "spmd_copy1", "spmd_copy4", "spmd_copy8",
+             "spmd_scopy1", "spmd_scopy4", "spmd_scopy8",
+             "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"] + EXCHANGE_NAMES
     addrs = compile_ir(ir, names, None, False)
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addrs["spmd_run"])
     return dict(addrs, run=run)
@@ -309,6 +379,47 @@ def _copy_ir(isz):
         else:
             lines += [f"  %n{d - 1} = add i64 %i{d - 1}, 1", f"  br label %h{d - 1}"]
     return "\n".join(lines) + "\n}\n"
+
+
+def _scopy_ir(isz):
+    """spmd_scopy{isz}: a copy between two strided layouts (block: dst src, COPY_DIMS
+    extents, source strides, destination strides, in bytes)."""
+    t = {1: "i8", 4: "i32", 8: "i64"}[isz]
+    D = COPY_DIMS
+    lines = [f"define void @spmd_scopy{isz}(ptr %a) {{", "entry:",
+             "  %dp = load ptr, ptr %a", "  %g1 = getelementptr i64, ptr %a, i64 1", "  %sp = load ptr, ptr %g1"]
+    for d in range(D):
+        for name, at in (("e", 2 + d), ("s", 2 + D + d), ("t", 2 + 2 * D + d)):
+            lines += [f"  %g{name}{d} = getelementptr i64, ptr %a, i64 {at}",
+                      f"  %{name}{d} = load i64, ptr %g{name}{d}"]
+    lines.append("  br label %h0")
+    prev = "entry"
+    for d in range(D):
+        back = f"%x{d + 1}" if d < D - 1 else f"%b{d}"
+        lines += [f"h{d}:", f"  %i{d} = phi i64 [0, %{prev}], [%n{d}, {back}]",
+                  f"  %c{d} = icmp slt i64 %i{d}, %e{d}", f"  br i1 %c{d}, label %b{d}, label %x{d}", f"b{d}:",
+                  f"  %ms{d} = mul i64 %i{d}, %s{d}", f"  %so{d} = add i64 {'%so' + str(d - 1) if d else '0'}, %ms{d}",
+                  f"  %mt{d} = mul i64 %i{d}, %t{d}", f"  %to{d} = add i64 {'%to' + str(d - 1) if d else '0'}, %mt{d}"]
+        if d < D - 1:
+            lines.append(f"  br label %h{d + 1}")
+            prev = f"b{d}"
+    last = D - 1
+    lines += [f"  %src = getelementptr i8, ptr %sp, i64 %so{last}", f"  %v = load {t}, ptr %src",
+              f"  %dst = getelementptr i8, ptr %dp, i64 %to{last}", f"  store {t} %v, ptr %dst",
+              f"  %n{last} = add i64 %i{last}, 1", f"  br label %h{last}"]
+    for d in range(last, -1, -1):
+        lines.append(f"x{d}:")
+        lines += ["  ret void"] if d == 0 else [f"  %n{d - 1} = add i64 %i{d - 1}, 1", f"  br label %h{d - 1}"]
+    return "\n".join(lines) + "\n}\n"
+
+
+def scopy_entries(src, dst):
+    """[extents..., source strides..., destination strides...] (padded to COPY_DIMS) for
+    copying the strided view `src` into the strided view `dst` of the same shape, or None."""
+    if src.ndim > COPY_DIMS:
+        return None
+    pad = COPY_DIMS - src.ndim
+    return [1] * pad + list(src.shape) + [0] * pad + list(src.strides) + [0] * pad + list(dst.strides)
 
 
 def copy_entries(view, isz):

@@ -13,9 +13,10 @@ import threading
 import numpy as np
 
 from . import native
+from .exchange import FromComm, noted_op, posts_first
 from .lowering import lowering_of
 from .plan import KernelStep
-from .steps import FREE, Scratch
+from .steps import FREE, Here, Scratch
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
@@ -24,21 +25,23 @@ PAR_WORK = 1 << 20
 
 class Segment:
     def __init__(self):
-        self.instrs = []        # (function address, [entries]); an entry is an int or (Value, byte offset)
+        self.instrs = []        # (function address, [entries]); an entry is an int, (Value, byte offset) or Here
         self.allocs = []        # (value, in-place source or None): values it writes outside the arena
         self.steps = []         # step indices it covers
 
 
 class Schedule:
-    def __init__(self, exe, nthreads, fixed_blas=False):
+    def __init__(self, exe, nthreads, fixed_blas=False, native_comm=False):
         self.exe = exe
         self.nthreads = nthreads
         self.fixed_blas = fixed_blas         # dots leave the BLAS thread count as it is
+        self.native_comm = native_comm       # collectives run natively (exchange.py)
         self.blas = native.blas()
         self.helpers = native.helpers()
         self.run_fn = self.helpers["run"]
         self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
         self.consts = {}         # value -> its array (constants are not made per call)
+        self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.items = self.segments()                       # Segment | step index
         self.size = self.lay_out_arguments()
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
@@ -68,7 +71,16 @@ class Schedule:
             seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
         if seg is not None:
             items += [seg] if seg.instrs else seg.steps
+        for it in items:
+            if isinstance(it, Segment):
+                it.instrs = posts_first(it.instrs, self.helpers)
         return items
+
+    def only_segment(self):
+        """The one Segment running every step of the program, or None (some run from Python)."""
+        if len(self.items) == 1 and isinstance(self.items[0], Segment):
+            return self.items[0]
+        return None
 
     def instructions(self, step):
         """The step's native instructions, FREE, or None (it runs from Python)."""
@@ -87,6 +99,7 @@ class Schedule:
         patched per call (values the memory plan does not place); returns the arena's size."""
         mem = self.exe.memory
         size = 0
+        self.from_comm = []      # (arena position, FromComm): entries filled in per communicator
         for it in self.items:
             if not isinstance(it, Segment):
                 continue
@@ -94,6 +107,8 @@ class Schedule:
             for fn, entries in it.instrs:
                 it.offsets.append(size)
                 for j, e in enumerate(entries):
+                    if isinstance(e, FromComm):
+                        self.from_comm.append((size + j, e))
                     if (isinstance(e, tuple) and not isinstance(e[0], Scratch) and e[0] not in mem.offset_of
                             and e[0] not in self.consts):
                         pos.append(size + j)
@@ -181,11 +196,24 @@ class Schedule:
                             arena[o + j] = slots.ctypes.data + mem.offset_of[v] + off
                         elif v in self.consts:
                             arena[o + j] = self.consts[v].ctypes.data + off
+                    elif isinstance(e, Here):
+                        arena[o + j] = base + 8 * (o + e.k)
+                    elif isinstance(e, FromComm):
+                        pass
                     else:
                         arena[o + j] = e
             progs.append(prog)
-        st = self._local.st = (arena, progs, slots, scratch)
+        st = self._local.st = [arena, progs, slots, scratch, None]
         return st
+
+    def _for_comm(self, st, comm):
+        """Fill in the entries that depend on the rank's communicator (a new one per run)."""
+        if st[4] is comm or not self.from_comm:
+            return
+        arena = st[0]
+        for pos, e in self.from_comm:
+            arena[pos] = e.fn(comm)
+        st[4] = comm
 
     def _get(self, v, env, slots):
         x = env.get(v)
@@ -202,13 +230,17 @@ class Schedule:
 
     def run(self, env, comm):
         exe = self.exe
-        arena, progs, slots, _ = self._state()
+        st = self._state()
+        arena, progs, slots, _, _ = st
+        self._for_comm(st, comm)
         steps = exe.steps
         si = 0
         for it in self.items:
             if isinstance(it, Segment):
                 self._run_segment(it, progs[si], arena, env, slots)
                 si += 1
+                if self.native_comm and comm.native_status[0]:
+                    comm.native_failure(*noted_op(int(comm.native_status[2])))
                 done = it.steps
             else:
                 step = steps[it]

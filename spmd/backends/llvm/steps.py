@@ -4,7 +4,8 @@
 - `native(sched, op)`: the step as instructions of a native segment (schedule.py): a list
   of `(function address, argument entries)`, FREE (nothing to run: the value is read
   where it is), or None (the step runs from Python between segments). An argument entry
-  is an int or `(Value | Scratch, byte offset)`, a pointer the schedule fills in.
+  is an int, `(Value | Scratch, byte offset)`, a pointer the schedule fills in, or Here(k),
+  the address of entry k of the same block.
 - `run(exe, op, env, comm, slots, nthreads)`: the step from Python, its result into env.
 - `prepare(op)`: what the step needs worked out once, at build time (exe.prepared[op]).
 """
@@ -33,6 +34,14 @@ class Scratch:
         self.nbytes, self.slot = nbytes, slot
 
 
+class Here:
+    """An argument entry holding the address of entry `k` of the same instruction's block
+    (a loop's instruction holds its body's programs and argument blocks in its own block)."""
+
+    def __init__(self, k):
+        self.k = k
+
+
 # -- from Python ------------------------------------------------------------------------------
 def run_reference(exe, op, env, comm, slots, nthreads):
     """The op's numpy reference: into the memory plan's buffer when the OpDef `takes_out`
@@ -51,6 +60,15 @@ def run_reference(exe, op, env, comm, slots, nthreads):
     if env[op.result] is not out:
         np.copyto(out, env[op.result])
         env[op.result] = out
+
+
+def run_copied_into(exe, op, env, comm, slots, nthreads):
+    """The op's numpy reference, its result copied into the memory plan's buffer (a row
+    whose native instructions write there, so the plan places the result)."""
+    run_op(op, env, comm)
+    out = exe.buffer(op.result, slots, env)
+    np.copyto(out, env[op.result])
+    env[op.result] = out
 
 
 def join_into(op, xs, out, placed):
@@ -139,6 +157,38 @@ def copy_instrs(sched, op):
         return None
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
     return [(sched.helpers[f"spmd_copy{isz}"], [(op.result, 0), (base, off)] + ext)]
+
+
+def join_instrs(sched, op):
+    """A join (concatenate) as native strided copies of its operands into their places in
+    the result; an operand the memory plan computed in its place is not copied. None for
+    ops of the row that are not joins (pad, dynamic_slice), or item sizes the copies do
+    not move."""
+    joins = op.opdef.joins
+    isz = np.dtype(op.result.dtype).itemsize
+    if joins is None or isz not in (1, 4, 8) or op.result.size == 0:
+        return None
+    d = joins(op.attrs)
+    mem = sched.exe.memory
+    out = np.empty(op.result.shape, op.result.dtype)
+    placed = mem.joined.get(op.result, ())
+    instrs, at = [], 0
+    for i, x in enumerate(op.operands):
+        n = x.shape[d]
+        region = out[(slice(None),) * d + (slice(at, at + n),)]
+        off = region.__array_interface__["data"][0] - out.__array_interface__["data"][0]
+        at += n
+        if x.size == 0:
+            continue
+        if i in placed and mem.offset_of.get(x) == mem.offset_of.get(op.result, -1) + off:
+            continue
+        base, view, dbase = sched.dummy(x)
+        ext = native.scopy_entries(view, region)
+        if ext is None:
+            return None
+        src = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+        instrs.append((sched.helpers[f"spmd_scopy{isz}"], [(op.result, off), (base, src)] + ext))
+    return instrs or FREE
 
 
 def column_sum_instrs(sched, op):

@@ -28,7 +28,7 @@ all-reduce with one 25 MiB bucket and about two thirds with 4 MiB ones
 latency stays a few percent. On one host the all-reduce is a copy through shared
 memory, a few milliseconds: there is little to hide, and every bucket in flight holds
 its buffers while the backward pass allocates its own (the MLP step of
-benchmarks/models.py on 2x2 plans 25 MB of temporaries with 4 MiB buckets, 18.5 MB
+benchmarks/models.py on 2x2 plans 25 MB of temporaries with 4 MiB buckets, 17 MB
 with 25 MiB ones). So on one host the default is 25 MiB, PyTorch DDP's. The MPI runtime
 says which applies when it starts (`use_hosts_default`); SPMD_BUCKET_BYTES overrides both.
 """

@@ -285,7 +285,9 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    # these write into a buffer they are given (the memory plan places it),
                    # all_reduce into its operand's too (in place)
                    takes_out=_name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
-                   out_may_be_operand=0 if _reduces else None, lowering="communicate",
+                   out_may_be_operand=0 if _reduces else None,
+                   # (a backend may run a permute, or a value known from the rank, natively)
+                   lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
                    device_values=_device_values))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,

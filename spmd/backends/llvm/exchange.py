@@ -1,0 +1,162 @@
+"""Collectives as native instructions between the threads of one process (the local
+runtime), so that a stencil's halo exchanges join the native segments and loops around
+them (schedule.py, loops.py) instead of stopping them for a Python rendezvous.
+
+The group's ranks share a *board* (the communicator's `native_board`): one row of 8
+int64 per member, zero at the start of a run. Every member counts every permute of the
+group (row slot 6), so the k-th permute is k for all of them; messages alternate
+between two slots by k's parity. Row i, slot p: [p] the count of member i's last
+message in it, [2 + p] its address, [4 + p] the count its reader last finished reading.
+A collective_permute k:
+
+1. the sender waits until its last message in slot p was read, copies its operand (a
+   strided view too: a column's halo) into its mailbox p (scratch of its own, per
+   instruction) and publishes the address, then
+   the count (release); it does not wait for this message's reader, so a rank waits
+   only for data it needs;
+2. the receiver waits until its source's slot p holds count k (acquire), copies the
+   message into its result, and marks it read (release); a member with no source
+   writes zeros (as the op's reference does).
+
+A wait spins a little, then yields the core (sched_yield: the ranks may be more than
+the cores). It stops, and the instruction records why in the rank's status cells, when
+a rank of the run failed (the world's failed cell), the rank it waits for finished its
+program, or the communicator's timeout passed (clock_gettime). The segment's later
+waits then stop at once; the schedule raises the communicator's CollectiveError.
+
+Entries resolved per run from the communicator are `FromComm(fn)`: fn(comm) -> int.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from . import native
+from .steps import Here, Scratch
+
+class FromComm:
+    """An argument entry known once the rank's communicator is: fn(comm) -> int."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+_noted = []
+_noted_lock = threading.Lock()
+
+
+def note_op(op) -> int:
+    """The id a native collective's instruction reports when it stops: the failure names
+    the op, its axes and the user's line (ids are the process's: a loop's body is laid
+    out inside its caller's block)."""
+    loc = getattr(op, "loc", None)
+    what = f"{op.name} over {tuple(op.attrs['axes'])}" + (f" at {loc}" if loc else "")
+    with _noted_lock:
+        _noted.append((what, tuple(op.attrs["axes"])))
+        return len(_noted) - 1
+
+
+def noted_op(k):
+    """(what, axes) of the op of id k"""
+    return _noted[k]
+
+
+_libc = []
+
+
+def libc_addrs():
+    """(sched_yield, clock_gettime) addresses"""
+    if not _libc:
+        lib = ctypes.CDLL(None)
+        _libc.append((ctypes.cast(lib.sched_yield, ctypes.c_void_p).value,
+                      ctypes.cast(lib.clock_gettime, ctypes.c_void_p).value))
+    return _libc[0]
+
+
+def permute_instrs(sched, op):
+    """collective_permute between the local runtime's threads, natively; None elsewhere
+    (MPI, Ray: the communicator moves the data from Python)."""
+    if not sched.native_comm:
+        return None
+    x = op.operands[0]
+    base, view, dbase = sched.dummy(x)
+    isz = view.itemsize
+    strided = not view.flags.c_contiguous
+    if strided and (isz not in (1, 4, 8) or native.copy_entries(view, isz) is None):
+        return None
+    off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+    axes, pairs = op.attrs["axes"], op.attrs["pairs"]
+    src_of = {d: s for s, d in pairs}
+    dst_of = {s: d for s, d in pairs}
+    opid = note_op(op)
+    nbytes = x.size * view.itemsize
+    yld, clock = libc_addrs()
+
+    def board(c):
+        return c.native_board(axes)
+
+    entries = [FromComm(lambda c: board(c)["board"]), FromComm(lambda c: board(c)["index"]),
+               FromComm(lambda c: src_of.get(board(c)["index"], -1)),
+               FromComm(lambda c: dst_of.get(board(c)["index"], -1)),
+               (base, off), (op.result, 0), nbytes,
+               FromComm(lambda c: board(c)["failed"]),
+               FromComm(lambda c: board(c)["finished"](src_of.get(board(c)["index"]))),
+               FromComm(lambda c: board(c)["finished"](dst_of.get(board(c)["index"]))),
+               FromComm(lambda c: board(c)["timeout_ns"]), FromComm(lambda c: board(c)["status"]),
+               opid, yld, clock]
+    boxes = [(Scratch(nbytes, ("mailbox", opid, k)), 0) for k in (0, 1)]
+    entries += boxes
+    if not strided:
+        return [(sched.helpers["spmd_permute"], entries + [0, 0, 0, 0])]
+    # the sender gathers a strided operand into its mailbox (one copy block per mailbox)
+    ext = native.copy_entries(view, isz)
+    at = len(entries) + 4
+    entries += [sched.helpers[f"spmd_copy{isz}"], Here(at), Here(at + 2 + len(ext)), 0]
+    for box in boxes:
+        entries += [box, (base, off)] + ext
+    return [(sched.helpers["spmd_permute"], entries)]
+
+
+def posts_first(instrs, helpers):
+    """A run of consecutive permutes, none sending another's result, as all their posts
+    and then all their receives: the two directions of an exchange then travel at once
+    (rank A's message and B's reply are both on their way before either waits) instead
+    of one after the other. A post copies its operand into the mailbox, so every operand
+    is read before any result is written (the memory plan keeps an operand live through
+    the permutes before its own, so no earlier result shares its buffer).
+
+    A run is at most two permutes: a member has two mailbox slots, and a third post
+    would wait for its slot's first message to be read, which its reader does only
+    after its own posts: every member would wait for another."""
+    permute = helpers["spmd_permute"]
+    out, i = [], 0
+    while i < len(instrs):
+        run = []
+        while (i < len(instrs) and len(run) < 2 and instrs[i][0] == permute
+               and not _sends_result_of(instrs[i], run)):
+            run.append(instrs[i])
+            i += 1
+        if len(run) < 2:
+            out += run or [instrs[i]]
+            i += 0 if run else 1
+            continue
+        # the receiving halves read their post's block: Here(-distance) back to it
+        sizes = [len(e) for _, e in run]
+        out += [(helpers["spmd_permute_post"], e) for _, e in run]
+        for j in range(len(run)):
+            back = sum(sizes[j:]) + j
+            out.append((helpers["spmd_permute_recv_of"], [Here(-back)]))
+    return out
+
+
+def _sends_result_of(instr, run) -> bool:
+    sent = instr[1][4][0]
+    return any(sent is e[5][0] for _, e in run)
+
+
+def device_value_instrs(sched, op):
+    """A value that differs per device only by its place in the mesh (axis_index): the
+    rank's value, written once per run into the argument block and stored natively."""
+    attrs = op.attrs
+    ref = op.opdef.ref
+    return [(sched.helpers["spmd_store8"], [(op.result, 0), FromComm(lambda c: int(ref(comm=c, **attrs)))])]
