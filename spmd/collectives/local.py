@@ -59,9 +59,11 @@ native segment of a host's ranks runs on one thread, the last of them to arrive,
 ranks in lockstep (native.py spmd_run_multi: instruction i of each before instruction
 i + 1 of any, so a message between them is posted before it is read), while the others
 sleep until it is done. Ranks of different hosts exchange as before, each host on a core.
-A host's wait fails as a rendezvous does (a rank failed, finished without arriving, the
-timeout); the hosted segments of the ranks must be the same (the same program), or it
-raises.
+A program whose kernels are all small (schedule.py SMALL_WORK: a 128^2 cavity sweep on
+2x2) runs its segments on one host of every rank instead: its exchanges then never wait
+for another thread, which costs more than its work. A host's wait fails as a rendezvous
+does (a rank failed, finished without arriving, the timeout); the hosted segments of
+the ranks must be the same (the same program), or it raises.
 
 The MPI and Ray communicators implement the same methods with the same semantics
 (base.py); the collective-matching check and the failure messages are worth mirroring.
@@ -111,9 +113,11 @@ class LocalWorld:
         self._comms = {}
         # rank -> the _Host running its native segments, when the ranks are more than the cores
         self.host_of = {}
+        self.host_all = None          # one host of every rank: a small program's segments
         cores = local_cores()
         if mesh.size > cores:
             ranks = sorted(int(d) for d in np.asarray(mesh.devices).ravel())
+            self.host_all = _Host(tuple(ranks), self)
             for c in range(cores):
                 members = tuple(ranks[c * len(ranks) // cores:(c + 1) * len(ranks) // cores])
                 host = _Host(members, self)
@@ -151,16 +155,21 @@ class LocalWorld:
             if self.failed is None:
                 self.failed = (rank, exc)
             self.cells[0] = 1
-            groups = list(self._groups.values()) + list(set(self.host_of.values()))
+            groups = self._waited_on()
         for g in groups:
             g.wake()
+
+    def _waited_on(self) -> list:
+        """every group and host ranks may wait in (holding self._lock)"""
+        hosts = set(self.host_of.values()) | ({self.host_all} if self.host_all is not None else set())
+        return list(self._groups.values()) + list(hosts)
 
     def finish(self, rank):
         with self._lock:
             self.finished.add(rank)
             if isinstance(rank, int):
                 self.cells[1 + rank] = 1
-            groups = list(self._groups.values()) + list(set(self.host_of.values()))
+            groups = self._waited_on()
         for g in groups:
             g.wake()
 
@@ -322,13 +331,20 @@ class LocalCommunicator(Communicator):
     # -- native collectives (backends/llvm/exchange.py) -----------------------------------
     @property
     def native_host(self):
-        """run(key, program address, instructions, run_multi) for this rank's native
-        segments when a host runs them (the module's docstring), else None."""
+        """run(key, program address, instructions, run_multi, small) for this rank's
+        native segments when hosts run them (the module's docstring), else None; a small
+        program's (`small`) run on the host of every rank."""
         host = self.world.host_of.get(self.rank)
         if host is None:
             return None
-        i = host.devices.index(self.rank)
-        return lambda key, prog, n, run_multi: host.run(i, key, prog, n, run_multi)
+        every = self.world.host_all
+        i, j = host.devices.index(self.rank), every.devices.index(self.rank)
+
+        def run(key, prog, n, run_multi, small):
+            if small:
+                return every.run(j, key, prog, n, run_multi)
+            return host.run(i, key, prog, n, run_multi)
+        return run
 
     def native_board(self, axes) -> dict:
         """Addresses the native collectives of this rank's group over `axes` use: the

@@ -89,6 +89,9 @@ def _drain():
         os._exit(1)
 
 
+CLEAN_WORLDS = 8
+
+
 class LocalRuntime(Runtime):
     name = "local"
 
@@ -96,10 +99,11 @@ class LocalRuntime(Runtime):
         self._num_devices = int(num_devices) if num_devices else (os.cpu_count() or 1)
         self._workers = {}
         self._lock = threading.Lock()      # one run at a time
-        # (key, world) of the last run when every rank of it returned and none failed: the
-        # next run on the same mesh uses it again, reset, so its ranks keep their
-        # communicators (a native schedule fills in what it reads from one once)
-        self._clean = None
+        # key -> the world of a run on that mesh in which every rank returned and none
+        # failed (the last CLEAN_WORLDS meshes): the next run on the mesh uses it again,
+        # reset, so its ranks keep their communicators (a native schedule fills in what it
+        # reads from one once)
+        self._clean = {}
 
     # -- the contract --------------------------------------------------------------------
     @property
@@ -138,10 +142,10 @@ class LocalRuntime(Runtime):
     # -- running -------------------------------------------------------------------------
     def _world(self, mesh):
         key = (mesh, collective_timeout(), local_cores())
-        last, self._clean = self._clean, None
-        if last is not None and last[0] == key:
-            last[1].reset()
-            return key, last[1]
+        world = self._clean.pop(key, None)
+        if world is not None:
+            world.reset()
+            return key, world
         return key, LocalWorld(mesh)
 
     def _run(self, program, mesh, args, devices):
@@ -189,7 +193,9 @@ class LocalRuntime(Runtime):
                     w.tasks.put(None)
         if errors:
             raise _first_error(world, errors)
-        self._clean = (key, world)
+        self._clean[key] = world
+        while len(self._clean) > CLEAN_WORLDS:
+            del self._clean[next(iter(self._clean))]
         return results
 
     def _worker(self, device):

@@ -23,18 +23,18 @@ RT = LocalRuntime()
 MESH = Mesh((2, 2), ("x", "y"))
 
 
-def two_axis_program(length):
+def two_axis_program(length, shape=(3, 4)):
     """A scan whose body exchanges along both axes both ways (a 2-D halo's pattern)."""
     body = Graph("body")
-    c = body.add_input((3, 4), "float64")
+    c = body.add_input(shape, "float64")
     out = c
     for axis in ("x", "y"):
         for pairs in (((0, 1),), ((1, 0),)):
             p = body.emit("collective_permute", c, axes=(axis,), pairs=pairs, group_size=2)
-            out = body.emit("add", out, body.emit("multiply", p, body.emit("constant", value=np.full((3, 4), 0.5))))
+            out = body.emit("add", out, body.emit("multiply", p, body.emit("constant", value=np.full(shape, 0.5))))
     body.outputs = [out]
     g = Graph("two_axes")
-    x = g.add_input((3, 4), "float64")
+    x = g.add_input(shape, "float64")
     g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=length, reverse=False)]
     return g
 
@@ -58,14 +58,20 @@ def numpy_two_axis(xs, length):
     return cur
 
 
+@pytest.mark.parametrize("shape", [(3, 4), (200, 200)])
 @pytest.mark.parametrize("cores", ["1", "2", "3", "64"])
-def test_hosted_ranks_exchange_as_numpy_says(cores, monkeypatch):
+def test_hosted_ranks_exchange_as_numpy_says(cores, shape, monkeypatch):
+    """A small program's segments run on one host of every rank, a larger one's on a
+    host per core (ranks exchanging within a host and across hosts)."""
     monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
-    hosts = {tuple(h.devices) for h in LocalWorld(MESH).host_of.values()}
+    world = LocalWorld(MESH)
+    hosts = {tuple(h.devices) for h in world.host_of.values()}
     assert hosts == {"1": {(0, 1, 2, 3)}, "2": {(0, 1), (2, 3)}, "3": {(0,), (1,), (2, 3)}, "64": set()}[cores]
+    assert (world.host_all is None) == (cores == "64")
     rng = np.random.default_rng(int(cores))
-    xs = {d: rng.standard_normal((3, 4)) for d in range(4)}
-    exe = compile_llvm(two_axis_program(6))
+    xs = {d: rng.standard_normal(shape) for d in range(4)}
+    exe = compile_llvm(two_axis_program(6, shape))
+    assert exe.schedule(1, True, True).small == (shape == (3, 4))
     got = RT.run(exe, MESH, {d: [xs[d].copy()] for d in range(4)})
     want = numpy_two_axis(xs, 6)
     for d in range(4):
@@ -173,6 +179,8 @@ def test_a_clean_run_leaves_its_world_to_the_next_and_a_failed_one_does_not(monk
         comms.append(dict(seen))
         for d in range(4):
             np.testing.assert_array_equal(got[d][0], want[d])
+        # (a run on another mesh between them keeps its own world)
+        rt.run(ring, Mesh((1, 2), ("x", "y")), {d: [xs[d]] for d in range(2)})
     assert all(comms[0][r] is comms[1][r] for r in range(4))
 
     def fails(inputs, comm):

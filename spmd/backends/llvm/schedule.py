@@ -22,6 +22,10 @@ from .steps import FREE, Here, Scratch
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
 PAR_WORK = 1 << 20
+# a program whose kernels (its loops' too) touch fewer elements than this each is small:
+# where ranks are more than the cores, all its ranks' segments run on one thread (their
+# exchanges then never wait for another thread, which costs more than the work)
+SMALL_WORK = 1 << 15
 
 
 class Segment:
@@ -44,6 +48,7 @@ class Schedule:
         self.consts = {}         # value -> its array (constants are not made per call)
         self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.items = self.segments()                       # Segment | step index
+        self.small = self.largest_kernel() < SMALL_WORK
         self.size = self.lay_out_arguments()
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
         self.scratch_sizes = self.scratch()
@@ -127,6 +132,11 @@ class Schedule:
             off += len(out[-1][1])
             i += 1
         return out
+
+    def largest_kernel(self) -> int:
+        """The most elements a kernel of the program (or of a loop it runs natively) touches."""
+        own = [step.work for step in self.exe.steps if isinstance(step, KernelStep)]
+        return max(own + [b.largest_kernel() for b in self.kept], default=0)
 
     def only_segment(self):
         """The one Segment running every step of the program, or None (some run from Python)."""
@@ -324,6 +334,6 @@ class Schedule:
         # (ranks more than the cores: a host runs several ranks' segments, collectives/local.py)
         host = getattr(comm, "native_host", None) if self.native_comm else None
         if host is not None:
-            host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"])
+            host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"], self.small)
         else:
             self.run_fn(prog.ctypes.data, len(seg.instrs))
