@@ -177,23 +177,43 @@ def test_a_run_allocates_its_outputs_and_nothing_more(native, monkeypatch):
     np.testing.assert_allclose(out[0], np.exp(b_) @ args[1], rtol=1e-10)
 
 
-def test_temporaries_share_an_output_buffer_by_their_live_ranges():
+def test_temporaries_share_an_output_buffer_by_their_live_ranges(monkeypatch):
     """Three activations one after another, each dead before the next is made: all three
-    in the one output's buffer, at the same place; two live together: side by side in a
-    buffer big enough for both."""
+    in the one output's buffer, at the same place; two live together (a and b, summed by
+    an elementwise kernel): side by side in a buffer big enough for both."""
     n = 8
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     a = dot(g, x, w)
-    b = dot(g, g.emit("tanh", a), w)
-    c = dot(g, g.emit("tanh", b), w)
-    last = dot(g, g.emit("tanh", c), w)
+    b = dot(g, w, x)
+    c = dot(g, g.emit("add", g.emit("tanh", a), b), w)
+    d = dot(g, g.emit("tanh", c), w)
+    last = dot(g, g.emit("tanh", d), w)
     big = g.emit("concatenate", *[g.emit("exp", last)] * 2, dimension=0)     # (2n, n): room for two
     g.outputs = [g.emit("tanh", big)]
-    exe = check(g, rand((n, n), (n, n), seed=1))
+    exe = check(g, rand((n, n), (n, n), seed=1), monkeypatch=monkeypatch)
     mem, out, block = exe.memory, g.outputs[0], n * n * F8
-    assert [mem.in_outputs.get(v) for v in (a, b, c)] == [(out, 0), (out, block), (out, 0)], mem.in_outputs
+    assert {mem.in_outputs[a], mem.in_outputs[b]} == {(out, 0), (out, block)}, mem.in_outputs
+    assert mem.in_outputs[c][0] is out and mem.in_outputs[d][0] is out, mem.in_outputs
     assert mem.arena_bytes == block and last in mem.offset_of, mem
+
+
+def test_a_temporary_read_between_segments_is_read_in_the_output_buffer(monkeypatch):
+    """a, in the output's buffer, is written by the first native segment and read by a step
+    run from Python (a cumulative sum) before the output's own segment: each reads it in
+    the buffer made for the output at the start of the run."""
+    n = 16
+    g = Graph()
+    x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
+    a = dot(g, x, w)
+    t = g.emit("exp", g.emit("negate", g.emit("multiply", a, a)))
+    c = g.emit("cumulative", a, kind="sum", axis=1, reverse=False)
+    out = g.emit("tanh", dot(g, dot(g, t, c), w))
+    g.outputs = [out]
+    exe = check(g, rand((n, n), (n, n), seed=9), monkeypatch=monkeypatch)
+    host = exe.memory.in_place.get(out, out)            # (the dot, tanh in place over it)
+    assert exe.memory.in_outputs.get(a) == (host, 0), exe.memory.in_outputs
+    assert sum(not isinstance(it, int) for it in exe.schedule(1).items) == 2     # two native segments
 
 
 # ------------------------------------------------------------------ where it must not
