@@ -139,8 +139,11 @@ class LLVMExecutable(Executable):
         return np.empty(v.shape, v.dtype) if x is None else x
 
     def run(self, env, comm):
-        # the outputs' buffers that hold temporaries before the outputs are written
-        self._local.hosts = {v: self.new_buffer(v) for v in self.memory.hosts} if self.memory.hosts else None
+        # the outputs' buffers that hold temporaries before the outputs are written, made
+        # now and read where they are from the first step on
+        made = {v: self.new_buffer(v) for v in self.memory.hosts}
+        self._local.hosts = made or None
+        env.update(made)
         try:
             nthreads = self.threads or threads_for(comm)
             if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":

@@ -228,8 +228,6 @@ class Schedule:
         mem = self.exe.memory
         if v in mem.offset_of or v in mem.in_outputs:
             return self.exe.buffer(v, slots)
-        if v in mem.hosts:        # (an output's buffer, made before the first step)
-            return self.exe.new_buffer(v)
         op = v.producer           # a view the native code read for free: numpy makes it now
         x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)
         return x
