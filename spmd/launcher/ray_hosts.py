@@ -89,9 +89,11 @@ def run_on_hosts(placement, args) -> int:
     token = secrets.token_hex(32)
     nodes = []
     try:
+        # the ranks at the priority of any program, as MPI's are (Ray's workers run at nice
+        # 15); the other nodes take the head's system config
         nodes.append(_Node(head, head_ranks, ["--head", f"--node-ip-address={_address(head)}",
                                               f"--port={address.rsplit(':', 1)[1]}", f"--num-cpus={len(head_ranks)}",
-                                              *common], token))
+                                              '--system-config={"worker_niceness": 0}', *common], token))
         deadline = time.monotonic() + START_TIMEOUT
         # the other nodes start at once: `ray start --address` waits for the head's GCS
         for h, rs in hosts[1:]:

@@ -62,7 +62,7 @@ def connect(num_devices=None) -> bool:
         # holding that memory from the start
         kw["_system_config"] = {"preallocate_plasma_memory": True}
     from . import ray_private
-    ray_private.start(num_cpus=max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
+    ray_private.start(n, max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
     return True
 
 
@@ -83,18 +83,22 @@ def place_ranks(actor_cls, n, **actor_kwargs):
         raise SpmdError(f"SPMD_RAY_STRATEGY={strategy!r}: takes one of {', '.join(STRATEGIES)}")
     cpus = cpus_per_rank()
     pg = placement_group([{"CPU": cpus}] * n, strategy=strategy)
+    # the actors are created at once: each waits for its bundle, and the wait for the
+    # group below runs while they start
+    actors = [actor_cls.options(num_cpus=cpus,
+                                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)
+                                ).remote(i, **actor_kwargs)
+              for i in range(n)]
     wait = float(os.environ.get("SPMD_RAY_PLACEMENT_TIMEOUT", "60"))
     ready, _ = ray.wait([pg.ready()], timeout=wait)
     if not ready:
+        for a in actors:
+            ray.kill(a)
         remove_placement_group(pg)
         raise SpmdError(f"spmd.init(backend='ray'): could not place {n} ranks of {cpus:g} CPU each "
                         f"({strategy}) within {wait:g} s; the cluster has {ray.cluster_resources()} "
                         f"(free: {ray.available_resources()}). Use fewer devices or set "
                         f"SPMD_RAY_CPUS_PER_RANK lower")
-    actors = [actor_cls.options(num_cpus=cpus,
-                                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)
-                                ).remote(i, **actor_kwargs)
-              for i in range(n)]
     return pg, actors
 
 

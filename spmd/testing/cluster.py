@@ -34,7 +34,9 @@ so MPICH's UCX moves bytes over the link between hosts rather than through share
 (which it would find between namespaces of one machine), and UCX_NET_DEVICES=eth0: with
 loopback in it too, UCX's address is long enough that MPICH sends it to a PMI server in
 segments, which SLURM's PMI-2 server (srun --mpi=pmi2) now and then splits wrongly
-("mpi/pmi2: value not properly terminated in client request"; MPICH issue 6924).
+("mpi/pmi2: value not properly terminated in client request"; MPICH issue 6924); even
+without loopback it does on a loaded machine, so srun's ranks use libfabric's TCP
+(slurm.py).
 
 Needs root and iproute2, util-linux (nsenter, unshare), openssh-server and
 openssh-client; `unavailable()` says what is missing. It works from inside a network

@@ -21,6 +21,14 @@ import time
 
 TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo")
 
+# MPICH puts each rank's network address into SLURM's PMI-2 key-value store at start-up.
+# UCX's address (the test bed's default netmod) is long enough to go in segments, and
+# SLURM's PMI-2 server, on a loaded machine, now and then reads a segment wrongly ("mpi/
+# pmi2: value not properly terminated in client request"; MPICH issue 6924): MPI_Init
+# aborts on those ranks. Under srun the ranks use MPICH's other netmod, libfabric's TCP
+# provider, whose address is a socket address: one short value.
+PMI2_SAFE = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"}
+
 
 def _which(tool):
     return shutil.which(tool) or next((p for p in (f"/usr/sbin/{tool}", f"/sbin/{tool}")
@@ -57,7 +65,7 @@ class Slurm:
         self.close()
 
     def env(self, extra=None) -> dict:
-        return self.bed.env({"SLURM_CONF": self.conf, **(extra or {})})
+        return self.bed.env({"SLURM_CONF": self.conf, **PMI2_SAFE, **(extra or {})})
 
     def start(self):
         for sub in ["state"] + [f"spool_{h.name}" for h in self.bed.hosts]:

@@ -33,3 +33,5 @@ if spmd.process_index() == 0:
         import ray
         ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
         print("RANK NODES", json.dumps({w["rank"]: ips[w["node"]] for w in rt.where()}), flush=True)
+        print("RANK NICE", json.dumps([rt.call_on(d, lambda: os.getpriority(os.PRIO_PROCESS, 0))
+                                       for d in range(rt.num_devices)]), flush=True)

@@ -72,6 +72,22 @@ def test_ranks_are_actors_spread_over_two_nodes(cluster):
     assert spmd.process_index() == 0 and spmd.process_count() == 1 and spmd.device_count() == 4
 
 
+def test_ranks_that_do_not_fit_fail_naming_the_cluster_and_hold_nothing(cluster, monkeypatch):
+    """The rank actors are created with their placement group; when it cannot be placed,
+    it is removed (and they go with it)."""
+    from ray.util import placement_group_table
+
+    from spmd.errors import SpmdError
+    from spmd.runtime.ray import RayRuntime
+    monkeypatch.setenv("SPMD_RAY_PLACEMENT_TIMEOUT", "1")
+    before = {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"}
+    with pytest.raises(SpmdError, match=r"could not place 16 ranks of 1 CPU each .* the cluster has"):
+        RayRuntime(16)
+    assert {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"} == before
+    _, rt = cluster
+    assert len({w["pid"] for w in rt.where()}) == 4
+
+
 class _NoRay:
     """The collective checks with ray.put and actor calls forbidden in the actor; returns
     [checks, peers in shared memory, hosts] as this rank's transport found them."""

@@ -49,6 +49,9 @@ def test_train_gpt_on_a_two_node_ray_cluster_gives_the_single_host_losses_and_it
     np.testing.assert_allclose(resumed, got[3:], rtol=1e-5)
     nodes = json.loads(re.search(r"^RANK NODES (.*)$", p.stdout, re.M).group(1))
     assert sorted(nodes.values()) == ["10.77.0.1", "10.77.0.1", "10.77.0.2", "10.77.0.2"], nodes
+    # the ranks on both nodes run as any program does, not at the nice 15 of Ray's workers
+    nice = json.loads(re.search(r"^RANK NICE (.*)$", p.stdout, re.M).group(1))
+    assert len(nice) == 4 and max(nice) < 15, nice
     assert testbed.counters("h2")["rx"] - before["rx"] > 1e5
     for h in testbed.names:                      # the Ray nodes stopped with the job
         assert set(testbed.pids(h)) == sshd[h], (h, [open(f"/proc/{q}/cmdline").read() for q in testbed.pids(h)])

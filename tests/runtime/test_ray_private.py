@@ -1,6 +1,7 @@
 """The private Ray that spmd.init(backend="ray") starts without a cluster
-(runtime/ray_private.py): lean (no autoscaler monitor, no dashboard API server), and
-nothing of it outlives its driver, which is killed here with SIGKILL and SIGTERM.
+(runtime/ray_private.py): lean (no autoscaler monitor, no dashboard API server; the
+ranks ready without the compiler), and nothing of it
+outlives its driver, which is killed here with SIGKILL and SIGTERM.
 """
 import os
 import signal
@@ -20,6 +21,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 DRIVER = """
 import os, sys, time, numpy as np, spmd
 rt = spmd.init(backend="ray", num_devices=2)
+# ready to run, a rank has not loaded the compiler: its program brings what it needs
+loaded = rt.call_on(1, lambda: sorted(m for m in sys.modules if m.startswith(("spmd.", "llvmlite", "mpi4py"))))
+heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py"))]
+assert "spmd.collectives.ray" in loaded and not heavy, heavy
 mesh = spmd.Mesh((2,), ("x",))
 f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
 assert float(f(np.arange(8.0))) == 28.0
@@ -55,10 +60,22 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
         ray_reaper.note(p.pid, -1, found)
         noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
         cmds = " | ".join(c[:150] for _, c in noted.values())
+        # each process by its program: the first words of its command (the raylet's names
+        # the dashboard agent's script further on)
+        heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
+        agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+        ranks = [pid for pid, h in heads.items() if "RankActor" in h]
         # the processes of a Ray node, its agents and the 2 rank actors, and the reaper
-        for part in ("gcs_server", "raylet", "DashboardAgent", "RuntimeEnvAgent", "ray_reaper.py"):
+        for part in ("gcs_server", "raylet", "RuntimeEnvAgent", "ray_reaper.py"):
             assert part in cmds, (part, cmds)
-        assert sum("RankActor" in c for _, c in noted.values()) == 2, cmds
+        assert len(agent) == 1 and len(ranks) == 2, cmds
+        # the ranks run as any program does, the agent (serving nothing spmd uses) below them
+        deadline = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, agent[0]) != 19 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.getpriority(os.PRIO_PROCESS, agent[0]) == 19
+        driver = os.getpriority(os.PRIO_PROCESS, p.pid)
+        assert [os.getpriority(os.PRIO_PROCESS, r) for r in ranks] == [driver, driver]
         # lean: neither the autoscaler's monitor nor the dashboard's API server
         assert "autoscaler/_private/monitor.py" not in cmds and "dashboard/dashboard.py" not in cmds, cmds
         os.kill(p.pid, sig)

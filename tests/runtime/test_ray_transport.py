@@ -273,6 +273,34 @@ def test_all_gather_across_hosts_matches_numpy(small_thresholds, hosts, rows, di
         w.close()
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hosts=st.sampled_from([None, [0, 0, 1, 1], [0, 1, 0, 1]]),
+       dims=st.lists(st.integers(1, 5), min_size=2, max_size=3),
+       split=st.integers(0, 2), concat=st.integers(0, 2), dtype=st.sampled_from(DTYPES))
+def test_all_to_all_matches_numpy(small_thresholds, hosts, dims, split, concat, dtype):
+    """Any split and concat dim (blocks that are not contiguous, odd sizes elsewhere),
+    every dtype, through shared memory on one host and TCP between hosts, over every
+    axis group of a 1-d and a 2-d mesh."""
+    split, concat = split % len(dims), concat % len(dims)
+    dt = np.dtype(dtype)
+    w = World(4, hosts)
+    try:
+        for mesh in MESHES[:2]:
+            for axes in collective_checks.axis_groups(mesh):
+                G = len(mesh.group(0, axes))
+                shape = list(dims)
+                shape[split] *= G
+                xs = [_value(d, tuple(shape), dt) for d in range(4)]
+                got = w.run(mesh, lambda c: c.all_to_all(xs[c.rank], axes, split, concat))
+                for r, g in got.items():
+                    group, i = mesh.group(r, axes), mesh.index_in_group(r, axes)
+                    want = np.concatenate([np.split(xs[d], G, split)[i] for d in group], axis=concat)
+                    assert g.dtype == dt and g.shape == want.shape, (mesh, axes, r)
+                    assert np.array_equal(g.view(np.uint8), want.view(np.uint8)), (mesh, axes, r)
+    finally:
+        w.close()
+
+
 def test_all_gather_across_two_hosts_sends_each_array_across_once(small_thresholds, monkeypatch):
     sent = []
     from spmd.collectives import sockets
