@@ -339,8 +339,8 @@ def test_a_training_step_plans_the_arena_without_what_its_new_weights_hold():
         def loss(p):
             h = np.maximum(x @ p["w1"], 0)
             return np.mean((h @ p["w2"] - y) ** 2)
-        l, gr = spmd.value_and_grad(loss)(p)
-        return l, {k: p[k] - 0.1 * gr[k] for k in p}
+        val, gr = spmd.value_and_grad(loss)(p)
+        return val, {k: p[k] - 0.1 * gr[k] for k in p}
     low = spmd.jit(step).lower(p, x, y)
     exe = low.compile()
     assert_sound(exe)
@@ -348,12 +348,12 @@ def test_a_training_step_plans_the_arena_without_what_its_new_weights_hold():
     assert exe.memory.in_outputs and m["in_outputs"] == len(exe.memory.in_outputs)
     assert m["temporaries_in_outputs"] and all(r["bytes"] > 0 for r in m["temporaries_in_outputs"])
     assert m["temp_bytes"] == exe.memory.arena_bytes
-    l, new = spmd.jit(step)(p, x, y)
+    val, new = spmd.jit(step)(p, x, y)
     h = np.maximum(x @ p["w1"], 0)
     e = h @ p["w2"] - y
     g2 = h.T @ (2 * e / e.size)
     g1 = x.T @ ((2 * e / e.size) @ p["w2"].T * (h > 0))
-    np.testing.assert_allclose(float(np.asarray(l)), np.mean(e ** 2), rtol=1e-12)
+    np.testing.assert_allclose(float(np.asarray(val)), np.mean(e ** 2), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(new["w1"]), p["w1"] - 0.1 * g1, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(np.asarray(new["w2"]), p["w2"] - 0.1 * g2, rtol=1e-10, atol=1e-12)
 
