@@ -7,7 +7,7 @@ transpose, slice, ...), so their results are assumed to alias every operand -- b
 collective's: the communicator's results are new arrays (collectives/base.py), so a
 gradient reduce-scattered leaves its full buffer free at once.
 
-Three decisions, made once at compile time, as XLA's buffer assignment makes them:
+Decisions made once at compile time, as XLA's buffer assignment makes them:
 
 1. **In place.** A kernel that reads an input only at the index of the element it writes
    (elementwise ops on the way from that input to the outputs: no reduction, no
