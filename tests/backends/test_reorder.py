@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 from spmd.backends.llvm.reorder import SLOTS, Instr, dependences, reorder
 
-KEYS = ["a", "b", "c", ("arena", 0, 64), ("arena", 32, 96), ("arena", 96, 128), ("arena", 0, 128)]
+KEYS = ["a", "b", ("range", "arena", 0, 64), ("range", "arena", 32, 96), ("range", "arena", 96, 128),
+        ("range", "out", 0, 1 << 62), ("range", "out", 8, 16), ("range", "out", 16, 40)]
 
 
 def overlap(k, q) -> bool:
-    if all(isinstance(z, tuple) and z[0] == "arena" for z in (k, q)):
-        return k[1] < q[2] and q[1] < k[2]
+    if all(isinstance(z, tuple) and z[0] == "range" for z in (k, q)):
+        return k[1] == q[1] and k[2] < q[3] and q[2] < k[3]
     return k == q
 
 
@@ -88,11 +89,15 @@ def test_the_order_keeps_every_dependence_and_the_mailbox_slots(prog):
     assert _slots_kept(order)
 
 
-def test_a_conflict_through_overlapping_arena_ranges_is_one():
-    w = Instr("w", None, (), [("arena", 0, 64)])
-    r = Instr("r", None, [("arena", 63, 65)], ())
-    apart = Instr("s", None, [("arena", 64, 128)], ())
-    assert dependences([w, r, apart]) == [set(), {0}, set()]
+def test_a_conflict_through_overlapping_ranges_of_one_buffer_is_one():
+    """(a temporary the memory plan placed in an output's buffer and the output)"""
+    w = Instr("w", None, (), [("range", "arena", 0, 64)])
+    r = Instr("r", None, [("range", "arena", 63, 65)], ())
+    apart = Instr("s", None, [("range", "arena", 64, 128)], ())
+    other = Instr("o", None, [("range", "out", 0, 64)], ())
+    whole = Instr("t", None, (), [("range", "out", 0, 1 << 62)])
+    part = Instr("p", None, [("range", "out", 100, 108)], ())
+    assert dependences([w, r, apart, other, whole, part]) == [set(), {0}, set(), set(), {3}, {4}]
 
 
 def test_a_two_axis_halo_sends_all_four_before_it_waits():

@@ -7,7 +7,7 @@ incoming halo runs while it travels.
 
 The dependence rule: an instruction never moves across one that writes memory it reads
 or writes, or reads memory it writes (`Instr.reads` / `writes`: byte ranges of the
-arena, or whole buffers). Then every instruction reads what it read in the program's
+arena and of other buffers). Then every instruction reads what it read in the program's
 order, and each result is bit for bit the same.
 
 The order of the halves is the same on every member (one schedule for all threads), and
@@ -30,8 +30,8 @@ SLOTS = 2          # mailbox slots of a member (exchange.py): posts a board may 
 
 class Instr:
     """One native instruction and what the order must respect: `reads`, `writes`: keys of
-    the memory it touches (an ("arena", start, end) byte range or any other hashable
-    naming a whole buffer); `board`: the exchange board of a permute half; `post`: a
+    the memory it touches (a ("range", buffer, start, end) byte range of a buffer, or any
+    other hashable naming what only the instructions naming it touch); `board`: the exchange board of a permute half; `post`: a
     receive's post; `fence`: it exchanges inside."""
 
     def __init__(self, fn, entries, reads=(), writes=(), board=None, post=None, fence=False):
@@ -92,20 +92,24 @@ def dependences(instrs) -> list:
 
 
 def _cells(instrs):
-    """The arena's byte ranges cut at every range's ends: a range is the cells it covers."""
-    ends = sorted({e for ins in instrs for k in ins.reads + ins.writes if _is_range(k) for e in k[1:]})
-    return {e: j for j, e in enumerate(ends)}
+    """Each buffer's byte ranges cut at every range's ends: a range is the cells it covers."""
+    ends = {}
+    for ins in instrs:
+        for k in ins.reads + ins.writes:
+            if _is_range(k):
+                ends.setdefault(k[1], set()).update(k[2:])
+    return {(base, e): j for base, es in ends.items() for j, e in enumerate(sorted(es))}
 
 
 def _is_range(key) -> bool:
-    return isinstance(key, tuple) and len(key) == 3 and key[0] == "arena"
+    return isinstance(key, tuple) and len(key) == 4 and key[0] == "range"
 
 
 def _keys(keys, cells):
     for k in keys:
         if _is_range(k):
-            for j in range(cells[k[1]], cells[k[2]]):
-                yield ("cell", j)
+            for j in range(cells[k[1], k[2]], cells[k[1], k[3]]):
+                yield ("cell", k[1], j)
         else:
             yield k
 

@@ -26,6 +26,7 @@ PAR_WORK = 1 << 20
 # where ranks are more than the cores, all its ranks' segments run on one thread (their
 # exchanges then never wait for another thread, which costs more than the work)
 SMALL_WORK = 1 << 15
+WHOLE = 1 << 62          # the end of a range covering a whole buffer
 
 
 class Segment:
@@ -99,18 +100,26 @@ class Schedule:
         return out
 
     def location(self, v):
-        """The memory a value lies in: its byte range of the arena, or its own buffer (a
-        view's is its base's; a value written in place lies in its source's)."""
+        """The memory a value lies in, as reorder.py reads it: its byte range of the arena,
+        of an output's buffer (a temporary the memory plan placed there), or all of its own
+        buffer (a view's is its base's; a value written in place lies in its source's)."""
         mem = self.exe.memory
+        v = self._root(v)
+        place = mem.place(v)
+        if place is None:
+            return ("range", ("buffer", v), 0, WHOLE)
+        host, off = place
+        end = off + int(v.size) * np.dtype(v.dtype).itemsize
+        return ("range", "arena" if host is None else ("buffer", self._root(host)), off, end)
+
+    def _root(self, v):
         t = self.views.get(v)
         if t is not None:
             v = t[0]
-        while v not in mem.offset_of and v in mem.in_place:
+        mem = self.exe.memory
+        while mem.place(v) is None and v in mem.in_place:
             v = mem.in_place[v]
-        if v in mem.offset_of:
-            o = mem.offset_of[v]
-            return ("arena", o, o + int(v.size) * np.dtype(v.dtype).itemsize)
-        return ("buffer", v)
+        return v
 
     def in_order(self, ordered) -> list:
         """(function, entries) of reorder's order; a receive reads its post's block (Here,
