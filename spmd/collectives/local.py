@@ -51,11 +51,26 @@ its `native_status` ([why, group index of the peer, op id]: 1 a rank failed, 2 t
 finished, 3 the timeout); `native_failure` raises the CollectiveError the rendezvous
 would have raised.
 
+More ranks than cores: a rank waiting natively for a rank that has no core spins and
+yields until the scheduler runs the other (under load, another process's time slice), so
+a stencil's sweep, a handful of microseconds of work, took tens. The world then gives
+the ranks *hosts*, one per core (`local_cores()`), each a contiguous run of ranks: a
+native segment of a host's ranks runs on one thread, the last of them to arrive, all
+ranks in lockstep (native.py spmd_run_multi: instruction i of each before instruction
+i + 1 of any, so a message between them is posted before it is read), while the others
+sleep until it is done. Ranks of different hosts exchange as before, each host on a core.
+A program whose kernels are all small (schedule.py SMALL_WORK: a 128^2 cavity sweep on
+2x2) runs its segments on one host of every rank instead: its exchanges then never wait
+for another thread, which costs more than its work. A host's wait fails as a rendezvous
+does (a rank failed, finished without arriving, the timeout); the hosted segments of
+the ranks must be the same (the same program), or it raises.
+
 The MPI and Ray communicators implement the same methods with the same semantics
 (base.py); the collective-matching check and the failure messages are worth mirroring.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -71,6 +86,18 @@ _EMPTY = object()
 SMALL_BYTES = 1 << 16
 
 
+def local_cores() -> int:
+    """The cores the local runtime's ranks share: SPMD_LOCAL_CORES, else the cores this
+    process may run on."""
+    v = os.environ.get("SPMD_LOCAL_CORES", "").strip()
+    if v:
+        return max(1, int(v))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 class LocalWorld:
     """What the ranks of one run share."""
 
@@ -83,9 +110,37 @@ class LocalWorld:
         self.finished = set()         # ranks whose program has returned
         # what native waits read (module docstring): failed, then finished per rank
         self.cells = np.zeros(1 + mesh.size, np.int64)
+        self._comms = {}
+        # rank -> the _Host running its native segments, when the ranks are more than the cores
+        self.host_of = {}
+        self.host_all = None          # one host of every rank: a small program's segments
+        cores = local_cores()
+        if mesh.size > cores:
+            ranks = sorted(int(d) for d in np.asarray(mesh.devices).ravel())
+            self.host_all = _Host(tuple(ranks), self)
+            for c in range(cores):
+                members = tuple(ranks[c * len(ranks) // cores:(c + 1) * len(ranks) // cores])
+                host = _Host(members, self)
+                self.host_of.update((r, host) for r in members)
 
     def communicator(self, rank) -> "LocalCommunicator":
-        return LocalCommunicator(self.mesh, rank, self)
+        c = self._comms.get(rank)
+        if c is None:
+            c = self._comms[rank] = LocalCommunicator(self.mesh, rank, self)
+        return c
+
+    def reset(self):
+        """Ready for another run, after one in which every rank returned and none failed:
+        the same groups, hosts and communicators (what a rank's native code was given stays
+        valid), their counts and cells at zero."""
+        self.failed = None
+        self.finished = set()
+        self.cells[:] = 0
+        for g in self._groups.values():
+            g.board[:] = 0
+        for c in self._comms.values():
+            c.native_status[:] = 0
+            c._starts = {}
 
     def group(self, devices: tuple) -> "_Group":
         with self._lock:
@@ -100,16 +155,21 @@ class LocalWorld:
             if self.failed is None:
                 self.failed = (rank, exc)
             self.cells[0] = 1
-            groups = list(self._groups.values())
+            groups = self._waited_on()
         for g in groups:
             g.wake()
+
+    def _waited_on(self) -> list:
+        """every group and host ranks may wait in (holding self._lock)"""
+        hosts = set(self.host_of.values()) | ({self.host_all} if self.host_all is not None else set())
+        return list(self._groups.values()) + list(hosts)
 
     def finish(self, rank):
         with self._lock:
             self.finished.add(rank)
             if isinstance(rank, int):
                 self.cells[1 + rank] = 1
-            groups = list(self._groups.values())
+            groups = self._waited_on()
         for g in groups:
             g.wake()
 
@@ -177,6 +237,44 @@ class _Group:
                                   f"{type(exc).__name__}: {exc}")
 
 
+class _Host(_Group):
+    """Ranks whose native segments run on one thread, in lockstep (the module's docstring)."""
+
+    def __init__(self, ranks, world):
+        super().__init__(ranks, world)
+        self.pending = {}              # member index -> (segment key, program address, instructions)
+
+    def run(self, i, key, prog, n, run_multi):
+        """Member i's segment `key` (program at address `prog`, n instructions): returns once
+        it ran, on this thread (the last member to arrive) or another."""
+        what = "a native segment"
+        with self.cond:
+            self._check_failed(i, what)
+            gen = self.gen
+            self.pending[i] = (key, prog, n)
+            if len(self.pending) < len(self.devices):
+                self.wait_until(lambda: self.gen != gen, i, what,
+                                lambda: [self.devices[j] for j in range(len(self.devices)) if j not in self.pending])
+                if self.result is not None:
+                    raise CollectiveError(self.result)
+                return
+            batch, self.pending = self.pending, {}
+        keys = {k for k, _, _ in batch.values()}
+        error = None
+        if len(keys) != 1:
+            error = (f"ranks {list(self.devices)} hosted on one thread reached different native segments "
+                     f"(the ranks ran different programs)")
+        else:
+            progs = np.array([batch[j][1] for j in range(len(self.devices))], np.int64)
+            run_multi(progs.ctypes.data, len(progs), n)
+        with self.cond:
+            self.result = error
+            self.gen += 1
+            self.cond.notify_all()
+        if error is not None:
+            raise CollectiveError(error)
+
+
 class _Flight:
     """One started all_reduce of a group: what each member deposited, and how many have
     finished reading the deposits."""
@@ -231,6 +329,23 @@ class LocalCommunicator(Communicator):
         return out
 
     # -- native collectives (backends/llvm/exchange.py) -----------------------------------
+    @property
+    def native_host(self):
+        """run(key, program address, instructions, run_multi, small) for this rank's
+        native segments when hosts run them (the module's docstring), else None; a small
+        program's (`small`) run on the host of every rank."""
+        host = self.world.host_of.get(self.rank)
+        if host is None:
+            return None
+        every = self.world.host_all
+        i, j = host.devices.index(self.rank), every.devices.index(self.rank)
+
+        def run(key, prog, n, run_multi, small):
+            if small:
+                return every.run(j, key, prog, n, run_multi)
+            return host.run(i, key, prog, n, run_multi)
+        return run
+
     def native_board(self, axes) -> dict:
         """Addresses the native collectives of this rank's group over `axes` use: the
         group's board, this rank's index in it, the world's failed cell, the finished cell

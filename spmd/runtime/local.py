@@ -26,7 +26,8 @@ import threading
 import time
 import weakref
 
-from ..collectives.local import LocalWorld
+from ..collectives.base import collective_timeout
+from ..collectives.local import LocalWorld, local_cores
 from ..errors import CollectiveError, SpmdError
 from . import blas
 from .backend import Runtime
@@ -88,6 +89,9 @@ def _drain():
         os._exit(1)
 
 
+CLEAN_WORLDS = 8
+
+
 class LocalRuntime(Runtime):
     name = "local"
 
@@ -95,6 +99,11 @@ class LocalRuntime(Runtime):
         self._num_devices = int(num_devices) if num_devices else (os.cpu_count() or 1)
         self._workers = {}
         self._lock = threading.Lock()      # one run at a time
+        # key -> the world of a run on that mesh in which every rank returned and none
+        # failed (the last CLEAN_WORLDS meshes): the next run on the mesh uses it again,
+        # reset, so its ranks keep their communicators (a native schedule fills in what it
+        # reads from one once)
+        self._clean = {}
 
     # -- the contract --------------------------------------------------------------------
     @property
@@ -131,8 +140,16 @@ class LocalRuntime(Runtime):
             self._workers = {}
 
     # -- running -------------------------------------------------------------------------
+    def _world(self, mesh):
+        key = (mesh, collective_timeout(), local_cores())
+        world = self._clean.pop(key, None)
+        if world is not None:
+            world.reset()
+            return key, world
+        return key, LocalWorld(mesh)
+
     def _run(self, program, mesh, args, devices):
-        world = LocalWorld(mesh)
+        key, world = self._world(mesh)
         # the ranks share this process's BLAS: one thread count for the whole run (blas.py)
         blas.start_run(len(devices))
         done = queue.Queue()             # (device, ok, outputs or exception)
@@ -176,6 +193,9 @@ class LocalRuntime(Runtime):
                     w.tasks.put(None)
         if errors:
             raise _first_error(world, errors)
+        self._clean[key] = world
+        while len(self._clean) > CLEAN_WORLDS:
+            del self._clean[next(iter(self._clean))]
         return results
 
     def _worker(self, device):

@@ -240,6 +240,38 @@ def test_a_long_loop_stops_at_the_iteration_its_exchange_failed(monkeypatch):
     assert time.monotonic() - t0 < 3
 
 
+def halves(instrs):
+    """[("post" | "recv", k)]: the k-th permute's halves in the order a segment runs them
+    (a receive apart finds its post by the Here entry back to the post's block)."""
+    names = {v: k for k, v in native.helpers().items() if isinstance(v, int)}
+    events, post_at, off = [], {}, 0
+    for fn, entries in instrs:
+        name = names.get(fn)
+        if name in ("spmd_permute", "spmd_permute_post"):
+            k = len(post_at)
+            post_at[off] = k
+            events.append(("post", k))
+            if name == "spmd_permute":
+                events.append(("recv", k))
+        elif name == "spmd_permute_recv_of":
+            events.append(("recv", post_at[off + entries[0].k]))
+        off += len(entries)
+    return events
+
+
+def assert_slots_kept(events):
+    """each receive after its post, and never more than two posts (a member's mailbox
+    slots) waiting for their receives"""
+    waiting = set()
+    for kind, k in events:
+        if kind == "post":
+            waiting.add(k)
+            assert len(waiting) <= 2, events
+        else:
+            waiting.remove(k)
+    assert not waiting, events
+
+
 def test_exchanges_both_ways_post_first_and_a_forwarded_result_waits(monkeypatch):
     """Consecutive permutes run as all their posts, then their receives; one that sends
     another's result is not moved before that result came in."""
@@ -254,10 +286,12 @@ def test_exchanges_both_ways_post_first_and_a_forwarded_result_waits(monkeypatch
     g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=5, reverse=False)]
     exe = compile_llvm(g)
     assert is_native(exe)
-    names = {v: k for k, v in native.helpers().items() if isinstance(v, int)}
     body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
-    order = [names.get(fn) for fn, _ in body_exe.schedule(1, True, True).only_segment().instrs]
-    assert order[:4] == ["spmd_permute_post"] * 2 + ["spmd_permute_recv_of"] * 2, order
+    events = halves(body_exe.schedule(1, True, True).only_segment().instrs)
+    # both directions leave before any wait; `again` sends what `right` received
+    assert events[:2] == [("post", 0), ("post", 1)], events
+    assert events.index(("recv", 0)) < events.index(("post", 2)), events
+    assert_slots_kept(events)
     mesh = Mesh((2, 2), ("x", "y"))
     xs = {d: np.arange(6.0) * (d + 1) for d in range(4)}
     got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(4)})
@@ -286,11 +320,10 @@ def test_more_permutes_in_a_row_than_mailbox_slots(monkeypatch):
     g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=3, reverse=False)]
     exe = compile_llvm(g)
     assert is_native(exe)
-    names = {v: k for k, v in native.helpers().items() if isinstance(v, int)}
     body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
-    order = [names.get(fn) for fn, _ in body_exe.schedule(1, True, True).only_segment().instrs]
-    two = ["spmd_permute_post"] * 2 + ["spmd_permute_recv_of"] * 2
-    assert order[:8] == two + two, order
+    events = halves(body_exe.schedule(1, True, True).only_segment().instrs)
+    assert events[:2] == [("post", 0), ("post", 1)], events
+    assert_slots_kept(events)
     mesh = Mesh((4,), ("x",))
     xs = {d: np.arange(5.0) + d for d in range(4)}
     t0 = time.monotonic()

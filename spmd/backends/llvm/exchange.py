@@ -117,43 +117,6 @@ def permute_instrs(sched, op):
     return [(sched.helpers["spmd_permute"], entries)]
 
 
-def posts_first(instrs, helpers):
-    """A run of consecutive permutes, none sending another's result, as all their posts
-    and then all their receives: the two directions of an exchange then travel at once
-    (rank A's message and B's reply are both on their way before either waits) instead
-    of one after the other. A post copies its operand into the mailbox, so every operand
-    is read before any result is written (the memory plan keeps an operand live through
-    the permutes before its own, so no earlier result shares its buffer).
-
-    A run is at most two permutes: a member has two mailbox slots, and a third post
-    would wait for its slot's first message to be read, which its reader does only
-    after its own posts: every member would wait for another."""
-    permute = helpers["spmd_permute"]
-    out, i = [], 0
-    while i < len(instrs):
-        run = []
-        while (i < len(instrs) and len(run) < 2 and instrs[i][0] == permute
-               and not _sends_result_of(instrs[i], run)):
-            run.append(instrs[i])
-            i += 1
-        if len(run) < 2:
-            out += run or [instrs[i]]
-            i += 0 if run else 1
-            continue
-        # the receiving halves read their post's block: Here(-distance) back to it
-        sizes = [len(e) for _, e in run]
-        out += [(helpers["spmd_permute_post"], e) for _, e in run]
-        for j in range(len(run)):
-            back = sum(sizes[j:]) + j
-            out.append((helpers["spmd_permute_recv_of"], [Here(-back)]))
-    return out
-
-
-def _sends_result_of(instr, run) -> bool:
-    sent = instr[1][4][0]
-    return any(sent is e[5][0] for _, e in run)
-
-
 def device_value_instrs(sched, op):
     """A value that differs per device only by its place in the mesh (axis_index): the
     rank's value, written once per run into the argument block and stored natively."""

@@ -58,19 +58,12 @@ x:
 # per iteration (a scanned row)
 LOOP_HEAD = 8
 LOOP_IR = """
-define void @spmd_loop(ptr %a) {
+; iteration i of the loop of block a: the rows of scanned values set, and the body program
+; of the iteration, or null when the stop cell is set
+define ptr @spmd_loop_iter(ptr %a, i64 %i) {
 entry:
-  %len = load i64, ptr %a
-  %g1 = getelementptr i64, ptr %a, i64 1
-  %n = load i64, ptr %g1
   %g2 = getelementptr i64, ptr %a, i64 2
   %ns = load i64, ptr %g2
-  br label %h
-h:
-  %i = phi i64 [0, %entry], [%i1, %run]
-  %c = icmp slt i64 %i, %len
-  br i1 %c, label %st, label %x
-st:
   %gstop = getelementptr i64, ptr %a, i64 7
   %stop = load ptr, ptr %gstop
   %nostop = icmp eq ptr %stop, null
@@ -78,9 +71,11 @@ st:
 stv:
   %sv = load atomic i64, ptr %stop monotonic, align 8
   %go = icmp eq i64 %sv, 0
-  br i1 %go, label %sh, label %x
+  br i1 %go, label %sh, label %stopped
+stopped:
+  ret ptr null
 sh:
-  %s = phi i64 [0, %st], [0, %stv], [%s1, %sb]
+  %s = phi i64 [0, %entry], [0, %stv], [%s1, %sb]
   %sc = icmp slt i64 %s, %ns
   br i1 %sc, label %sb, label %run
 sb:
@@ -109,7 +104,117 @@ run:
   %pv = add i64 %v, 3
   %pp = getelementptr i64, ptr %a, i64 %pv
   %prog = load ptr, ptr %pp
+  ret ptr %prog
+}
+
+define void @spmd_loop(ptr %a) {
+entry:
+  %len = load i64, ptr %a
+  %g1 = getelementptr i64, ptr %a, i64 1
+  %n = load i64, ptr %g1
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %run]
+  %c = icmp slt i64 %i, %len
+  br i1 %c, label %it, label %x
+it:
+  %prog = call ptr @spmd_loop_iter(ptr %a, i64 %i)
+  %stop = icmp eq ptr %prog, null
+  br i1 %stop, label %x, label %run
+run:
   call void @spmd_run(ptr %prog, i64 %n)
+  %i1 = add i64 %i, 1
+  br label %h
+x:
+  ret void
+}
+
+; the programs of nr ranks in lockstep on one thread (the local runtime's ranks when they
+; are more than the cores: runtime/local.py): instruction i of every rank before
+; instruction i + 1 of any, so a rank's receive from a rank of the same thread finds its
+; message posted. A loop runs its iterations in lockstep too.
+define void @spmd_run_multi(ptr %progs, i64 %nr, i64 %n) {
+entry:
+  %args = alloca ptr, i64 %nr
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %next]
+  %c = icmp slt i64 %i, %n
+  br i1 %c, label %b, label %x
+b:
+  %j = shl i64 %i, 1
+  %j1 = add i64 %j, 1
+  %p0 = load ptr, ptr %progs
+  %pf0 = getelementptr i64, ptr %p0, i64 %j
+  %f0 = load ptr, ptr %pf0
+  %isloop = icmp eq ptr %f0, @spmd_loop
+  br i1 %isloop, label %lh, label %rh
+rh:
+  %r = phi i64 [0, %b], [%r1, %rb]
+  %rc = icmp slt i64 %r, %nr
+  br i1 %rc, label %rb, label %next
+rb:
+  %pp = getelementptr ptr, ptr %progs, i64 %r
+  %p = load ptr, ptr %pp
+  %pf = getelementptr i64, ptr %p, i64 %j
+  %f = load ptr, ptr %pf
+  %pa = getelementptr i64, ptr %p, i64 %j1
+  %a = load ptr, ptr %pa
+  call void %f(ptr %a)
+  %r1 = add i64 %r, 1
+  br label %rh
+lh:
+  %q = phi i64 [0, %b], [%q1, %lb]
+  %lc = icmp slt i64 %q, %nr
+  br i1 %lc, label %lb, label %lrun
+lb:
+  %lpp = getelementptr ptr, ptr %progs, i64 %q
+  %lp = load ptr, ptr %lpp
+  %lpa = getelementptr i64, ptr %lp, i64 %j1
+  %la = load ptr, ptr %lpa
+  %dst = getelementptr ptr, ptr %args, i64 %q
+  store ptr %la, ptr %dst
+  %q1 = add i64 %q, 1
+  br label %lh
+lrun:
+  call void @spmd_loop_multi(ptr %args, i64 %nr)
+  br label %next
+next:
+  %i1 = add i64 %i, 1
+  br label %h
+x:
+  ret void
+}
+
+define void @spmd_loop_multi(ptr %args, i64 %nr) {
+entry:
+  %a0 = load ptr, ptr %args
+  %len = load i64, ptr %a0
+  %g1 = getelementptr i64, ptr %a0, i64 1
+  %n = load i64, ptr %g1
+  %bp = alloca ptr, i64 %nr
+  br label %h
+h:
+  %i = phi i64 [0, %entry], [%i1, %run]
+  %c = icmp slt i64 %i, %len
+  br i1 %c, label %rh, label %x
+rh:
+  %r = phi i64 [0, %h], [%r1, %rok]
+  %rc = icmp slt i64 %r, %nr
+  br i1 %rc, label %rb, label %run
+rb:
+  %pa = getelementptr ptr, ptr %args, i64 %r
+  %a = load ptr, ptr %pa
+  %prog = call ptr @spmd_loop_iter(ptr %a, i64 %i)
+  %stop = icmp eq ptr %prog, null
+  br i1 %stop, label %x, label %rok
+rok:
+  %dst = getelementptr ptr, ptr %bp, i64 %r
+  store ptr %prog, ptr %dst
+  %r1 = add i64 %r, 1
+  br label %rh
+run:
+  call void @spmd_run_multi(ptr %bp, i64 %nr, i64 %n)
   %i1 = add i64 %i, 1
   br label %h
 x:
@@ -308,13 +413,14 @@ def _compile_helpers(it):
         "".join(_copy_ir(n) + _scopy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
         _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
         _colsum_ir("f32", "float") + _colsum_ir("f64", "double") + exchange_ir()
-    names = ["spmd_loop", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64",
+    names = ["spmd_loop", "spmd_run_multi", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64",
              "spmd_copy1", "spmd_copy4", "spmd_copy8",
              "spmd_scopy1", "spmd_scopy4", "spmd_scopy8",
              "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"] + EXCHANGE_NAMES
     addrs = compile_ir(ir, names, None, False)
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addrs["spmd_run"])
-    return dict(addrs, run=run)
+    run_multi = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(addrs["spmd_run_multi"])
+    return dict(addrs, run=run, run_multi=run_multi)
 
 
 # ----------------------------------------------------------------------------- layouts

@@ -13,14 +13,20 @@ import threading
 import numpy as np
 
 from . import native
-from .exchange import FromComm, noted_op, posts_first
+from .exchange import FromComm, noted_op
 from .lowering import lowering_of
 from .plan import KernelStep
+from .reorder import Instr, reorder
 from .steps import FREE, Here, Scratch
 
 # a kernel is split over threads only when it has this many elements to touch: below it,
 # waking a pool thread (which may not get a core at once on a loaded machine) costs more
 PAR_WORK = 1 << 20
+# a program whose kernels (its loops' too) touch fewer elements than this each is small:
+# where ranks are more than the cores, all its ranks' segments run on one thread (their
+# exchanges then never wait for another thread, which costs more than the work)
+SMALL_WORK = 1 << 15
+WHOLE = 1 << 62          # the end of a range covering a whole buffer
 
 
 class Segment:
@@ -43,6 +49,7 @@ class Schedule:
         self.consts = {}         # value -> its array (constants are not made per call)
         self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.items = self.segments()                       # Segment | step index
+        self.small = self.largest_kernel() < SMALL_WORK
         self.size = self.lay_out_arguments()
         self.views = {v: t[0] for v, t in self.views.items()}     # the dummies are not needed any more
         self.scratch_sizes = self.scratch()
@@ -66,15 +73,79 @@ class Schedule:
             seg.steps.append(k)
             if instr is FREE:
                 continue
-            seg.instrs += instr
+            seg.instrs += self.records(step, instr)
             written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
             seg.allocs += [(v, mem.in_place.get(v)) for v in written if mem.place(v) is None]
         if seg is not None:
             items += [seg] if seg.instrs else seg.steps
         for it in items:
             if isinstance(it, Segment):
-                it.instrs = posts_first(it.instrs, self.helpers)
+                it.instrs = self.in_order(reorder(it.instrs))
         return items
+
+    def records(self, step, instrs) -> list:
+        """The step's instructions as reorder.Instr records (what each reads and writes);
+        a permute as its two halves."""
+        kernel = step.kernel if isinstance(step, KernelStep) else None
+        reads = [self.location(v) for v in (kernel.inputs if kernel else step.operands)]
+        writes = [self.location(v) for v in (kernel.outputs if kernel else step.results)]
+        out = []
+        for fn, entries in instrs:
+            scratch = [("scratch", e[0].slot) for e in entries if isinstance(e, tuple) and isinstance(e[0], Scratch)]
+            if fn == self.helpers["spmd_permute"]:
+                post = Instr(fn, entries, reads, scratch, board=tuple(step.attrs["axes"]))
+                out += [post, Instr(fn, None, (), writes, board=post.board, post=post)]
+            else:
+                out.append(Instr(fn, entries, reads, writes + scratch, fence=fn == self.helpers["spmd_loop"]))
+        return out
+
+    def location(self, v):
+        """The memory a value lies in, as reorder.py reads it: its byte range of the arena,
+        of an output's buffer (a temporary the memory plan placed there), or all of its own
+        buffer (a view's is its base's; a value written in place lies in its source's)."""
+        mem = self.exe.memory
+        v = self._root(v)
+        place = mem.place(v)
+        if place is None:
+            return ("range", ("buffer", v), 0, WHOLE)
+        host, off = place
+        end = off + int(v.size) * np.dtype(v.dtype).itemsize
+        return ("range", "arena" if host is None else ("buffer", self._root(host)), off, end)
+
+    def _root(self, v):
+        t = self.views.get(v)
+        if t is not None:
+            v = t[0]
+        mem = self.exe.memory
+        while mem.place(v) is None and v in mem.in_place:
+            v = mem.in_place[v]
+        return v
+
+    def in_order(self, ordered) -> list:
+        """(function, entries) of reorder's order; a receive reads its post's block (Here,
+        back to it). A post and its receive stay two instructions even when adjacent:
+        ranks run in lockstep on one thread (collectives/local.py hosts) run each
+        instruction for all of them before the next, so a receive from a rank of the
+        same thread must come after that rank's post."""
+        h = self.helpers
+        out, at, off, i = [], {}, 0, 0
+        while i < len(ordered):
+            ins = ordered[i]
+            if ins.is_post:
+                at[id(ins)] = off
+                out.append((h["spmd_permute_post"], ins.entries))
+            elif ins.is_recv:
+                out.append((h["spmd_permute_recv_of"], [Here(at[id(ins.post)] - off)]))
+            else:
+                out.append((ins.fn, ins.entries))
+            off += len(out[-1][1])
+            i += 1
+        return out
+
+    def largest_kernel(self) -> int:
+        """The most elements a kernel of the program (or of a loop it runs natively) touches."""
+        own = [step.work for step in self.exe.steps if isinstance(step, KernelStep)]
+        return max(own + [b.largest_kernel() for b in self.kept], default=0)
 
     def only_segment(self):
         """The one Segment running every step of the program, or None (some run from Python)."""
@@ -241,7 +312,7 @@ class Schedule:
         si = 0
         for it in self.items:
             if isinstance(it, Segment):
-                self._run_segment(it, progs[si], arena, env, slots)
+                self._run_segment(it, progs[si], arena, env, slots, comm, si)
                 si += 1
                 if self.native_comm and comm.native_status[0]:
                     comm.native_failure(*noted_op(int(comm.native_status[2])))
@@ -260,7 +331,7 @@ class Schedule:
             if v not in env:
                 env[v] = self._get(v, env, slots)
 
-    def _run_segment(self, seg, prog, arena, env, slots):
+    def _run_segment(self, seg, prog, arena, env, slots, comm, si):
         for v, src in seg.allocs:
             env[v] = self.exe.new_buffer(v) if src is None else self._get(src, env, slots)
         if seg.dyn:
@@ -273,4 +344,9 @@ class Schedule:
                     x = env[v] = np.ascontiguousarray(x)
                 addrs[j] = x.ctypes.data
             arena[seg.pos] = addrs[seg.idx] + seg.offs
-        self.run_fn(prog.ctypes.data, len(seg.instrs))
+        # (ranks more than the cores: a host runs several ranks' segments, collectives/local.py)
+        host = getattr(comm, "native_host", None) if self.native_comm else None
+        if host is not None:
+            host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"], self.small)
+        else:
+            self.run_fn(prog.ctypes.data, len(seg.instrs))

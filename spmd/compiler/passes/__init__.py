@@ -7,6 +7,7 @@ from . import budget  # noqa: F401
 from .combine import combine_collectives  # noqa: F401
 from .cse import cse  # noqa: F401
 from .dce import dce  # noqa: F401
+from .exchanges_late import exchanges_late  # noqa: F401
 from .hoist import hoist_invariants  # noqa: F401
 from .inline import inline_calls  # noqa: F401
 from .frees_first import frees_first  # noqa: F401

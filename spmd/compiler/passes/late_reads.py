@@ -9,7 +9,9 @@ it is made from is in memory there anyway (read there or later, or an argument),
 itself cheap to make again (remat.chain). That costs an elementwise pass, which the
 backend fuses into the kernel that reads it, and frees the value's buffer across the
 gap: the backward pass holds a layer's pre-activation, not also its activation and the
-tanh inside a GELU. The copy is the same op on the same operands: the same bits.
+tanh inside a GELU. The copy is the same op on the same operands: the same bits. What
+a collective made is held for the copy, never communicated again (a stencil's ghost
+layer is made again from its halos, which stay: its exchanges run once a sweep).
 Values smaller than MIN_BYTES are left alone.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ def recompute_late_reads(graph: Graph) -> Graph:
     where = {}
     for v, after in late.items():
         for q in after:
-            c = chain(v, q, uses, late.keys())
+            c = chain(v, q, uses, late.keys(), comm=False)
             for x in c or ():
                 where.setdefault(x, [])
                 if q not in where[x]:

@@ -129,10 +129,10 @@ class Uses:
         return known
 
 
-def chain(v, p, uses, avoid=frozenset(), depth=0):
+def chain(v, p, uses, avoid=frozenset(), depth=0, comm=True):
     """The values to recompute at p to have v again there (v last), or None. Values in
     `avoid` (themselves made again where read late) are recomputed, not read, where
-    they can be."""
+    they can be. `comm=False`: a collective's result is held, not communicated again."""
     op = v.producer
     if not recomputable(op) or depth > MAX_CHAIN or (depth and not cheap(op)):
         return None
@@ -140,7 +140,9 @@ def chain(v, p, uses, avoid=frozenset(), depth=0):
     for o in op.operands:
         if uses.constant(o) or (uses.there(o, p) and o not in avoid) or o in out:
             continue
-        sub = chain(o, p, uses, avoid, depth + 1)
+        if not comm and o.producer is not None and o.producer.opdef.needs_comm:
+            continue
+        sub = chain(o, p, uses, avoid, depth + 1, comm)
         if sub is None:
             if uses.there(o, p):        # (one that cannot be made again is held anyway)
                 continue

@@ -79,21 +79,38 @@ def _roll(graph: Graph, least: int) -> Graph:
 
 
 def _signatures(ops) -> list:
-    """One hashable signature per op: what must be equal for two ops to be the same
-    line of the same loop body (operands are compared separately, by position)."""
-    memo = {}
-    return [(op.name, op.loc, _attrs_key(op.attrs, memo),
-             tuple((r.shape, r.dtype) for r in op.results), len(op.operands)) for op in ops]
+    """One number per op, equal for two ops when they may be the same line of the same
+    loop body: the same name, user line, attributes, result types and operand count
+    (operands are compared separately, by position). Numbers, so that comparing blocks
+    of ops is comparing lists of ints."""
+    memo, ids = {}, {}
+    out = []
+    for op in ops:
+        sig = (op.name, op.loc, _attrs_key(op.attrs, memo), tuple([(r.shape, r.dtype) for r in op.results]),
+               len(op.operands))
+        out.append(ids.setdefault(sig, len(ids)))
+    return out
 
 
 def _attrs_key(attrs, memo):
-    return tuple(sorted((k, v if _plain(v) else _freeze(v, memo)) for k, v in attrs.items()))
+    items = []
+    for k in sorted(attrs):
+        v = attrs[k]
+        items.append((k, v if _plain(v) else _freeze(v, memo)))
+    return tuple(items)
 
 
 def _plain(v) -> bool:
     """Hashable as it is, and equal only to values of its own type (1 == 1.0 == True)."""
     t = type(v)
-    return t is str or t is int or (t is tuple and all(type(e) is int for e in v))
+    if t is str or t is int:
+        return True
+    if t is not tuple:
+        return False
+    for e in v:
+        if type(e) is not int:
+            return False
+    return True
 
 
 def _freeze(x, memo):
@@ -116,8 +133,8 @@ def _freeze(x, memo):
 def _repeats(sigs, k, period) -> int:
     """How many blocks of `period` ops, from k on, have the signatures of the first."""
     reps = 1
-    while k + (reps + 1) * period <= len(sigs) and \
-            all(sigs[k + i] == sigs[k + reps * period + i] for i in range(period)):
+    first = sigs[k:k + period]
+    while k + (reps + 1) * period <= len(sigs) and sigs[k + reps * period:k + (reps + 1) * period] == first:
         reps += 1
     return reps
 

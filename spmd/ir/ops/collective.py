@@ -288,7 +288,7 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    out_may_be_operand=0 if _reduces else None,
                    # (a backend may run a permute, or a value known from the rank, natively)
                    lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
-                   device_values=_device_values))
+                   device_values=_device_values, exchange=_name == "collective_permute"))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP

@@ -150,6 +150,11 @@ class OpDef:
     # its start op (operands -> a handle) and done op ((handle, operands) -> its results),
     # which passes/schedule.py places as early and as late as it can
     async_pair: Optional[tuple] = None
+    # a collective in which each member sends one block and receives one (collective_permute,
+    # a halo exchange): passes/exchanges_late.py moves it down to its first use, so that
+    # the exchanges of a step stand together and a backend may send all of them before it
+    # waits for any
+    exchange: bool = False
     # on those halves: "start" or "done", and `async_of` the collective they are halves of
     phase: Optional[str] = None
     async_of: Optional[str] = None
