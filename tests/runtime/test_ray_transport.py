@@ -194,8 +194,8 @@ def test_a_group_spanning_hosts_reduces_host_by_host_through_tcp(small_threshold
     assert sorted({(a, b) for a, b, _, _ in across}) == [(0, 2), (1, 3), (2, 0), (3, 1)]
     assert sum(nb for *_, nb in across) == 4 * 2 * 2000, across
     assert all(k == "data" for _, _, k, _ in across)
-    within = [s for s in sent if hosts[s[0]] == hosts[s[1]] and s[2] != "release"]
-    assert within and all(k == "shm" for _, _, k, _ in within)     # within a host: shared memory
+    within = [s for s in sent if hosts[s[0]] == hosts[s[1]] and s[2] not in ("release", "ack")]
+    assert within and all(k in ("shm", "cma") for _, _, k, _ in within)     # within a host: shared memory
 
 
 def test_a_disagreeing_group_fails_naming_the_ranks():
