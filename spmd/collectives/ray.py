@@ -14,10 +14,6 @@ and kept for every program they run (rebuilt when an actor is replaced):
   sends each a small note over the link, and each reads it in place (reductions read
   straight from the peers' slabs) and says it is done with it on its next message to
   the sender. Small arrays (<= INLINE_BYTES) travel inside the note itself.
-- `cma` (collectives/cma.py): where the kernel lets a rank read its host's peers' memory,
-  all_gather and all_to_all skip the slab: the note carries the array's address, the
-  reader copies it straight into its result and acks, and the sender returns once every
-  reader has acked (its caller may then overwrite the array).
 
 Messages land in the actor's `Mailbox`, keyed by (run id, call key, sender). All ranks
 run the same program, so the k-th collective a rank calls in a run is the k-th on every
@@ -57,7 +53,6 @@ Failure, never a hang:
   CollectiveError naming the failed rank;
 - a peer's process that dies closes its connections (the kernel does so at once): the
   ranks waiting for it fail at once, naming it;
-- a sender waiting for acks stops the same way (a reader lost, an abort, the timeout);
 - a busy peer is waited for; only when SPMD_COLLECTIVE_TIMEOUT is set does a waiting
   rank raise CollectiveError after that many seconds, naming the ranks whose messages
   never came.
@@ -71,7 +66,7 @@ import time
 import numpy as np
 
 from ..errors import CollectiveError
-from . import cma, shm
+from . import shm
 from .base import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
 from .pool import BufferPool
 from .sockets import Links
@@ -185,10 +180,7 @@ class Transport:
         self.slab = shm.Slab() if shm.supported() else None
         self.peer_memory = shm.PeerMemory()
         self.probe, self._probe_segment = shm.probe() if self.slab is not None else (None, None)
-        self.cma_probe, self._cma_buffer = cma.probe() if cma.supported() else (None, None)
         self.pids = {}
-        self.cma_pids = {}
-        self.cma_peers = set()       # ranks whose memory this one reads directly (collectives/cma.py)
         self.hosts = {}              # rank -> host id
         self.shm_peers = set()       # ranks whose slabs this one maps
         self.unreleased = {}         # rank -> ids of its regions this rank has read
@@ -196,7 +188,7 @@ class Transport:
 
     def info(self):
         """What the peers need to reach this rank (exchanged through Ray)."""
-        return {"address": self.links.address, "host": self.host, "probe": self.probe, "cma": self.cma_probe}
+        return {"address": self.links.address, "host": self.host, "probe": self.probe}
 
     def connect(self, infos):
         """infos: {rank: info()} of every rank. Returns when every link is up."""
@@ -205,9 +197,6 @@ class Transport:
         self.shm_peers = {r for r, i in infos.items()
                           if r != self.rank and self.slab is not None and i["probe"]
                           and self.hosts[r] == self.host and shm.reachable(*i["probe"])}
-        self.cma_pids = {r: i["cma"][0] for r, i in infos.items() if i.get("cma")}
-        self.cma_peers = {r for r, i in infos.items()
-                          if r != self.rank and i.get("cma") and self.hosts[r] == self.host and cma.reachable(*i["cma"])}
         self.mailbox.revive()
         self.links.connect({r: i["address"] for r, i in infos.items()}, self._deliver, self._lost)
 
@@ -250,8 +239,6 @@ class Transport:
         if kind == "shm":
             rid, fd, off, dtype, shape = header["region"]
             array = self.peer_memory.view(self.pids[src], fd, off, dtype, shape)
-        elif kind == "cma":
-            array = cma.PeerArray(src, self.cma_pids[src], *header["remote"])
         self.mailbox.deposit(header["run"], header["key"], src, header["tag"], array, header)
 
     def _lost(self, src, reason):
@@ -307,33 +294,20 @@ class RayCommunicator(Communicator):
         what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "") + f" on rank {self.rank}"
         return axes, devices, i, tag, what
 
-    def _post(self, key, tag, what, dsts, payload_for, later=False, direct=False):
+    def _post(self, key, tag, what, dsts, payload_for, later=False):
         """Send payload_for(d) to each rank d in dsts; payload_for(None), if not None, is
         the same array for all (one slab region for every peer of this host). later: TCP
-        sends run on the sender threads (the arrays must stay unmodified until received).
-
-        direct: peers that may read this process's memory (Transport.cma_peers) get the
-        array's address and copy it straight into their result; the array must then stay
-        alive and unmodified until they have: the returned [(rank, array)] go to `_await`
-        once the collective is otherwise done, which waits for their acks. Measured at 8 MB
-        on 4 ranks of one 2-core host, this saves the slab's copy where the readers copy
-        anyway (all_gather, all_to_all: 10-15% of their time); where they reduce, the
-        kernel's copy costs more than the slab's put, so reductions read the slab."""
+        sends run on the sender threads (the arrays must stay unmodified until received)."""
         same = payload_for(None)
         shared = {}                      # id(array) -> (region, readers): one region per array
-        lent = []
         if same is not None:
-            near = [d for d in dsts if d in self.t.shm_peers and not (direct and d in self.t.cma_peers)]
+            near = [d for d in dsts if d in self.t.shm_peers]
             if len(near) and same.nbytes > INLINE_BYTES:
                 shared[id(same)] = self.t.slab.put(same, len(near))
         for d in dsts:
             a = same if same is not None else np.ascontiguousarray(payload_for(d))
             head = {"run": self.run_id, "key": key, "tag": tag}
-            if direct and d in self.t.cma_peers and a.nbytes > INLINE_BYTES:
-                head.update(kind="cma", remote=(a.ctypes.data, a.dtype, a.shape))
-                lent.append((d, a))
-                a = None
-            elif d in self.t.shm_peers and a.nbytes > INLINE_BYTES:
+            if d in self.t.shm_peers and a.nbytes > INLINE_BYTES:
                 region = shared.get(id(a)) or self.t.slab.put(a, 1)
                 head.update(kind="shm", region=region)
                 a = None
@@ -347,16 +321,6 @@ class RayCommunicator(Communicator):
             except CollectiveError as e:
                 self.mailbox.lost(d, str(e))
                 raise CollectiveError(f"{what}: rank {d} is lost: {e}") from None
-        return lent
-
-    def _await(self, key, lent, what, devices):
-        """Return once every peer that reads this rank's arrays (`_post`'s lent) has said
-        it is done: the caller may then overwrite them. A reader that is lost, an abort,
-        or the timeout ends the wait with CollectiveError, as any other."""
-        if lent:
-            readers = [d for d, _ in lent]
-            self.mailbox.take(self.run_id, ("ack",) + tuple(key), readers, self.timeout,
-                              f"{what}, waiting for rank(s) {readers} to finish reading its array", devices)
 
     def _collect(self, key, tag, srcs, what, devices):
         """{src: array} of every src; the shared-memory ones are views into the peers'
@@ -369,48 +333,35 @@ class RayCommunicator(Communicator):
             raise CollectiveError(
                 f"{what}: the group does not agree on the call: rank {self.rank} called {describe(tag)}, "
                 f"rank(s) {differ} called {'; '.join(sorted({describe(got[s][0]) for s in differ}))}")
-        regions = {}
-        for s in srcs:
-            head = got[s][2]
-            if head.get("kind") == "shm":
-                regions[s] = ("shm", head["region"][0])
-            elif head.get("kind") == "cma":
-                regions[s] = ("ack", head["key"])
+        regions = {s: got[s][2]["region"][0] for s in srcs if got[s][2].get("kind") == "shm"}
         return {s: got[s][1] for s in srcs}, regions
 
     def _release(self, regions):
-        """The senders' arrays are read (after the last use of the views): a slab region's
-        sender hears it with this rank's next message to it (Transport.read); a sender
-        whose memory this rank read waits for the ack sent here. (If that sender's run was
-        aborted meanwhile, what was read may be stale; the run fails as a whole then.)"""
-        for s, (how, ref) in regions.items():
+        """The senders' slab regions are read (after the last use of the views): they hear
+        it with this rank's next message to them (Transport.read)."""
+        for s, rid in regions.items():
             try:
-                if how == "shm":
-                    self.t.read(s, ref)
-                else:
-                    self.t.send(s, {"kind": "ack", "run": self.run_id, "key": ("ack",) + tuple(ref), "tag": None})
+                self.t.read(s, rid)
             except CollectiveError:
                 pass             # the sender is gone: nothing to free; its loss is reported by the mailbox
 
-    def _exchange(self, name, x, axes, attrs, payload_for, combine, direct=False):
+    def _exchange(self, name, x, axes, attrs, payload_for, combine):
         """Send payload_for(j) to group member j (one region when it is the same for all),
         receive every member's payload for this rank; combine([payload of member 0..G-1])
-        -> the result (the peers' payloads are released after it). direct: see `_post`."""
+        -> the result (the peers' payloads are released after it)."""
         axes, devices, i, tag, what = self._begin(name, x, axes, attrs)
         key = (self.seq, 0)
         others = [d for d in devices if d != self.rank]
         same = payload_for(None)
-        lent = self._post(key, tag, what, others, lambda d: same if same is not None else
-                          (None if d is None else payload_for(devices.index(d))), direct=direct)
+        self._post(key, tag, what, others, lambda d: same if same is not None else
+                   (None if d is None else payload_for(devices.index(d))))
         got, regions = self._collect(key, tag, others, what, devices)
         mine = same if same is not None else payload_for(i)
         try:
-            result = combine([mine if d == self.rank else got[d] for d in devices])
+            return combine([mine if d == self.rank else got[d] for d in devices])
         finally:
             del got
             self._release(regions)
-        self._await(key, lent, what, devices)
-        return result
 
     # -- all_reduce ---------------------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum", out=None):
@@ -554,8 +505,7 @@ class RayCommunicator(Communicator):
         x = as_input(x)
         check_dim("all_gather", x, dim)
         if self._plan(x, axes, None) != "hierarchical":
-            return into(out, self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim),
-                                            direct=True))
+            return into(out, self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim)))
         return into(out, self._all_gather_hierarchical(x, axes, dim))
 
     def _all_gather_hierarchical(self, x, axes, dim):
@@ -569,12 +519,11 @@ class RayCommunicator(Communicator):
         across = [h[k] for h in hosts]
         far = [d for d in across if d != self.rank]
         near = [d for d in local if d != self.rank]
-        self._post((self.seq, 0), tag, what, far, lambda d: x)      # other hosts: TCP, no acks
+        self._post((self.seq, 0), tag, what, far, lambda d: x)
         got, regions = self._collect((self.seq, 0), tag, far, what, devices)
-        lent = []
         for j, d in enumerate(across):
             a = x if d == self.rank else got[d]
-            lent.append(self._post((self.seq, 1 + j), tag, what, near, lambda _, a=a: a, direct=True))
+            self._post((self.seq, 1 + j), tag, what, near, lambda _, a=a: a)
         parts, held = {}, [regions]
         for j, h in enumerate(hosts):
             g, r = self._collect((self.seq, 1 + j), tag, near, what, devices)
@@ -582,14 +531,11 @@ class RayCommunicator(Communicator):
                 parts[h[local.index(p)]] = g[p]       # p forwarded the array of its place on host j
             held.append(r)
         try:
-            result = _concat([x if d == self.rank else got[d] if d in got else parts[d] for d in devices], dim)
+            return _concat([x if d == self.rank else got[d] if d in got else parts[d] for d in devices], dim)
         finally:
             del got, parts
             for r in held:
                 self._release(r)
-        for j, one in enumerate(lent):
-            self._await((self.seq, 1 + j), one, what, devices)
-        return result
 
     def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
         x = as_input(x)
@@ -607,7 +553,7 @@ class RayCommunicator(Communicator):
         check_dim("all_to_all", x, concat_dim)
         return into(out, self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
                                         lambda j: None if j is None else block_of(x, split_dim, j, G),
-                                        lambda xs: _concat(xs, concat_dim), direct=True))
+                                        lambda xs: _concat(xs, concat_dim)))
 
     def permute(self, x, axes, pairs):
         x = as_input(x)
@@ -660,31 +606,10 @@ def _reduce(op, xs):
 def _concat(xs, dim):
     shape = list(xs[0].shape)
     shape[dim] = sum(a.shape[dim] for a in xs)
-    out = POOL.empty(tuple(shape), xs[0].dtype)
-    if not any(isinstance(a, cma.PeerArray) for a in xs):
-        return np.concatenate(xs, axis=dim, out=out)
-    at = 0
-    for a in xs:
-        _place(out[(slice(None),) * dim + (slice(at, at + a.shape[dim]),)], a)
-        at += a.shape[dim]
-    return out
-
-
-def _place(dst, a):
-    """dst[...] = a, where a may be in a peer's memory (read straight into dst when dst is
-    contiguous, through a buffer when it is not)."""
-    if not isinstance(a, cma.PeerArray):
-        np.copyto(dst, a)
-    elif dst.flags.c_contiguous:
-        a.read_into(dst.reshape(-1))
-    else:
-        np.copyto(dst, _copy(a))
+    return np.concatenate(xs, axis=dim, out=POOL.empty(tuple(shape), xs[0].dtype))
 
 
 def _copy(x):
     out = POOL.empty(x.shape, x.dtype)
-    if isinstance(x, cma.PeerArray):
-        x.read_into(out.reshape(-1))
-    else:
-        np.copyto(out, x)
+    np.copyto(out, x)
     return out
