@@ -187,7 +187,11 @@ class Lowered:
         `temporary_bytes` (what a run needs besides its arguments, constants and outputs:
         XLA's temp allocation), `peak_live_bytes` (the largest set of temporaries the arena
         holds at once), `argument_bytes`,
-        `output_bytes`, `in_place` (values written into a dying input's buffer) and
+        `output_bytes`, `in_place` (values written into a dying input's buffer),
+        `in_outputs` (temporaries computed in an output's buffer before the output is
+        written: the arena and these figures leave them out, as XLA's do),
+        `temporaries_in_outputs` (the largest of them: value, shape, dtype, bytes, the
+        `output` whose buffer holds it, op and user line) and
         `donated` (argument positions whose buffers the program reuses). The numpy
         backend plans nothing: every result is a new array (None for the plan's figures).
         `not_counted` says what none of these figures holds: the communicator's own

@@ -4,8 +4,10 @@ A backend describes a run as the buffers it allocates: each holds one or more va
 (written in place over one another, or read through views of it), is allocated at a
 step (or comes in with the call: an argument) and is released after the last step that
 reads any of its values (or leaves with the results: an output). The LLVM backend's
-temporaries share one arena, allocated once for every run (memory.py places them); the
-other buffers (outputs, collectives' results, ops run through numpy) are made per call.
+temporaries share one arena, allocated once for every run (memory.py places them), or
+live in an output's buffer before the output is written (that buffer is then made before
+the first step, and the temporary holds no bytes of its own); the other buffers
+(outputs, collectives' results, ops run through numpy) are made per call.
 
 From them, `MemoryProfile` gives the bytes live at each step, the busiest step, what is
 live there (each value with the op and user line that made it) and the bytes by kind:
@@ -42,6 +44,7 @@ class Buffer:
     arena: bool = False      # a place in the arena of temporaries
     constant: bool = False   # kept by the program between runs
     outer: object = None     # the join result it is made for, when operands are computed inside it
+    host: object = None      # the output whose buffer holds it before the output is written
 
 
 @dataclass
@@ -57,14 +60,19 @@ class MemoryProfile:
         return len(self.ops)
 
     def live(self, buf: Buffer, k: int) -> bool:
-        return buf.start <= k <= buf.end or buf.start < 0 or buf.constant
+        return buf.host is None and (buf.start <= k <= buf.end or buf.start < 0 or buf.constant)
+
+    @property
+    def own(self) -> list:
+        """The buffers that hold bytes of their own (not a temporary in an output's)."""
+        return [b for b in self.buffers if b.host is None]
 
     def live_bytes(self) -> np.ndarray:
         """Bytes live at each step (the arena counted by what it holds then), scratch included."""
         if self._live is None:
             n = self.n
             d = np.zeros(n + 2, np.int64)
-            for b in self.buffers:
+            for b in self.own:
                 held = b.start < 0 or b.constant         # (the caller's arguments, the program's constants)
                 s = 0 if held else b.start
                 e = n - 1 if held else min(b.end, n - 1)
@@ -79,7 +87,7 @@ class MemoryProfile:
         outputs' unless `outputs`) live at each step."""
         n = self.n
         d = np.zeros(n + 2, np.int64)
-        for b in self.buffers:
+        for b in self.own:
             if b.arena or b.start < 0 or b.constant or (not outputs and b.end >= n):
                 continue
             e = min(b.end, n - 1)
@@ -101,7 +109,7 @@ class MemoryProfile:
 
     @property
     def peak_bytes(self) -> int:
-        held = sum(b.nbytes for b in self.buffers if (b.start < 0 or b.constant) and not b.arena)
+        held = sum(b.nbytes for b in self.own if (b.start < 0 or b.constant) and not b.arena)
         most = int(self.per_call_bytes().max()) if self.n else 0
         return held + self.arena_bytes + self.scratch_bytes + most
 
@@ -144,10 +152,19 @@ class MemoryProfile:
                          "bytes": b.nbytes, "kind": self.kind(b, k),
                          "op": op.name if op is not None else "argument", "loc": op.loc if op is not None else None})
         at = self.ops[k] if 0 <= k < self.n else None
+        # the temporaries computed in outputs' buffers (counted there, not in the arena)
+        hosted = []
+        for b in sorted((b for b in self.buffers if b.host is not None), key=lambda b: -b.nbytes)[:top]:
+            v = b.outer if b.outer is not None else b.values[0][1]
+            op = v.producer
+            hosted.append({"value": names.get(v) or v.name or "", "shape": tuple(v.shape), "dtype": v.dtype,
+                           "bytes": b.nbytes, "output": names.get(b.host) or b.host.name or "",
+                           "op": op.name if op is not None else "argument", "loc": op.loc if op is not None else None})
         return {"peak_bytes": self.peak_bytes, "temporary_bytes": self.temporary_bytes,
                 "peak": {"step": k, "of": self.n, "live_bytes": int(self.live_bytes()[k]) if self.n else 0,
                          "op": at.name if at is not None else None, "loc": at.loc if at is not None else None,
-                         "by_kind": self.by_kind(k), "live": rows}}
+                         "by_kind": self.by_kind(k), "live": rows},
+                "temporaries_in_outputs": hosted}
 
 
 def current_value(buf: Buffer, k: int):
@@ -166,15 +183,18 @@ def profile_of_ops(graph) -> MemoryProfile:
 
 
 def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=0, joined=None,
-            kept=()) -> MemoryProfile:
+            kept=(), in_outputs=None) -> MemoryProfile:
     """`steps`: (op, values read, results, values written into buffers the backend plans)
     per step, in order. `in_place`: written value -> the value whose buffer it is written
     into; `arena`: written values placed in the arena; `joined`: value -> the value whose
     buffer it is placed inside (an operand computed in its place in a join's result);
-    `kept`: values the program makes once and keeps (besides constants). A result that is
-    not written is a view of its first operand when its op is a view (OpDef.view: numpy
-    returns one), else a new array."""
+    `kept`: values the program makes once and keeps (besides constants); `in_outputs`:
+    written value -> (the first value of an output's buffer, offset): temporaries in that
+    buffer before the output is written (the buffer is made before the first step). A
+    result that is not written is a view of its first operand when its op is a view
+    (OpDef.view: numpy returns one), else a new array."""
     in_place, joined, arena, kept = in_place or {}, joined or {}, set(arena), set(kept)
+    in_outputs = in_outputs or {}
     of = {}                      # value -> its Buffer
     buffers = []
 
@@ -199,7 +219,7 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
                 of[r] = of[src]
                 of[r].values.append((k, r))
             elif r in written:
-                new(r, k, arena=r in arena)
+                new(r, k, arena=r in arena, host=in_outputs[r][0] if r in in_outputs else None)
             elif op.opdef.view and op.operands and op.operands[0] in of:
                 of[r] = of[op.operands[0]]              # a view: the base stays alive while it is read
             elif op.name == "constant" or r in kept:
@@ -210,6 +230,8 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
         b = of.get(v)
         if b is not None and b.start >= 0 and not b.constant:
             b.end = n
+    for h, _ in in_outputs.values():
+        of[h].start = 0
     for v, outer in joined.items():
         # an operand computed in its place in the join's buffer: that part of the buffer
         # is held from the operand's first write, the rest from the join

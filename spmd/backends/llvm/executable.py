@@ -8,6 +8,8 @@ Temporaries come from the memory plan (memory.py): static offsets in one arena p
 thread, kept between calls, so a step allocates no temporaries; an elementwise kernel
 writes in place into a dying input's buffer where the plan says so, and a program output
 is computed in the buffer the caller gets (a dot's result updated in place by a kernel).
+An output whose buffer the plan lends to temporaries before the output is written has
+that buffer made before the first step (per call, as every output's).
 By default the steps run as a native schedule (schedule.py): stretches of steps in one
 native call each.
 """
@@ -69,10 +71,13 @@ class LLVMExecutable(Executable):
         self.stats["compile_s"] = time.perf_counter() - t1
         self.prepared = {s: lowering_of(s).prepare(s) for s in self.steps
                          if not isinstance(s, KernelStep) and lowering_of(s).prepare is not None}
-        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize for v in self.memory.offset_of}
+        self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize
+                        for v in (*self.memory.offset_of, *self.memory.in_outputs)}
         self._local = threading.local()
-        # control-flow bodies (while, cond, scan) run as native executables of their own
-        self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads)
+        # control-flow bodies (while, cond, scan) run as native executables of their own,
+        # their outputs not lent to temporaries: a loop gives its body the buffers to
+        # write its results into (loops.py), which a body's native loop reads as its own
+        self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads, in_outputs=False)
                             for op in self.graph.ops for k in op.opdef.subgraphs}
         self._schedules = {}
         self._schedule_lock = threading.Lock()
@@ -89,7 +94,7 @@ class LLVMExecutable(Executable):
     def __reduce__(self):
         # shipped to Ray actors: rebuilt there from the graph (the object-code cache,
         # keyed by the IR, makes that a load when the actor's host compiled it before)
-        return (compile_llvm, (self.graph, self.threads, self.donated, self.written))
+        return (compile_llvm, (self.graph, self.threads, self.donated, self.written, self.plan.in_outputs))
 
     # -- running --------------------------------------------------------------------------
     @property
@@ -122,23 +127,36 @@ class LLVMExecutable(Executable):
         return x
 
     def new_buffer(self, v):
-        """The buffer a step writes an output group's first value into: the one the caller
-        gave for it, else a new array."""
+        """The buffer a step writes an output group's first value into: the one made for
+        this run before its first step (it holds temporaries until then), the one the
+        caller gave for it, else a new array."""
+        made = getattr(self._local, "hosts", None)
+        x = made.get(v) if made else None
+        if x is not None:
+            return x
         given = getattr(self._local, "into", None)
         x = given.get(v) if given else None
         return np.empty(v.shape, v.dtype) if x is None else x
 
     def run(self, env, comm):
-        nthreads = self.threads or threads_for(comm)
-        if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
-            # step by step from Python, each step a span on the timeline
-            slots = self.arena()
+        # the outputs' buffers that hold temporaries before the outputs are written, made
+        # now and read where they are from the first step on
+        made = {v: self.new_buffer(v) for v in self.memory.hosts}
+        self._local.hosts = made or None
+        env.update(made)
+        try:
+            nthreads = self.threads or threads_for(comm)
+            if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
+                # step by step from Python, each step a span on the timeline
+                slots = self.arena()
 
-            def step_fn(step, env, comm):
-                self.run_step(step, env, comm, slots, nthreads)
-            self.run_steps(self.steps, self.memory.free_after, env, comm, step_fn, _label)
-            return
-        self.schedule(nthreads, native.shares_blas(comm), native_collectives(comm)).run(env, comm)
+                def step_fn(step, env, comm):
+                    self.run_step(step, env, comm, slots, nthreads)
+                self.run_steps(self.steps, self.memory.free_after, env, comm, step_fn, _label)
+                return
+            self.schedule(nthreads, native.shares_blas(comm), native_collectives(comm)).run(env, comm)
+        finally:
+            self._local.hosts = None
 
     def schedule(self, nthreads, fixed_blas=False, native_comm=False) -> Schedule:
         """The native schedule for this many threads (built on first use); `fixed_blas`:
@@ -190,11 +208,17 @@ class LLVMExecutable(Executable):
 
     def buffer(self, v, arena, env=None):
         """The array a step writes v into: the buffer of the input it is written in place
-        into, its place in the arena, or (a program output) a fresh array."""
+        into, its place in the arena or in an output's buffer, or (a program output) a
+        fresh array."""
         mem = self.memory
         off = mem.offset_of.get(v)
         if off is not None:             # (in place into a temporary: the same offset)
             return arena[off:off + self._nbytes[v]].view(v.dtype).reshape(v.shape)
+        at = mem.in_outputs.get(v)
+        if at is not None:
+            host, off = at
+            raw = self.new_buffer(host).reshape(-1).view(np.uint8)
+            return raw[off:off + self._nbytes[v]].view(v.dtype).reshape(v.shape)
         src = mem.in_place.get(v)
         if src is not None:
             x = env.get(src) if env is not None else None
@@ -299,5 +323,7 @@ def _dump(exe):
             f.write("\n\n".join(exe.stats["optimized_ir"]))
 
 
-def compile_llvm(graph: Graph, threads=None, donated=(), written=None) -> LLVMExecutable:
-    return LLVMExecutable(plan_program(graph, donated), threads, written)
+def compile_llvm(graph: Graph, threads=None, donated=(), written=None, in_outputs=True) -> LLVMExecutable:
+    """`in_outputs`: may temporaries be computed in outputs' buffers before the outputs are
+    written (memory.py)?"""
+    return LLVMExecutable(plan_program(graph, donated, in_outputs), threads, written)

@@ -7,7 +7,7 @@ transpose, slice, ...), so their results are assumed to alias every operand -- b
 collective's: the communicator's results are new arrays (collectives/base.py), so a
 gradient reduce-scattered leaves its full buffer free at once.
 
-Three decisions, made once at compile time, as XLA's buffer assignment makes them:
+Decisions made once at compile time, as XLA's buffer assignment makes them:
 
 1. **In place.** A kernel that reads an input only at the index of the element it writes
    (elementwise ops on the way from that input to the outputs: no reduction, no
@@ -41,6 +41,14 @@ Three decisions, made once at compile time, as XLA's buffer assignment makes the
    part from the operand's first write, the copied parts from the join), not all of it
    from its first operand's: a gradient bucket takes its bytes as its gradients are
    made, and the activations of the backward pass use the rest of it until then.
+5. **Temporaries in outputs' buffers.** An output's buffer holds nothing before the step
+   that first writes it, so a temporary whose live range ends before that step (and
+   whose bytes fit) may be computed there, as XLA's buffer assignment does: taken from
+   the arena's busiest step on, largest first, while that shrinks the arena. Those
+   outputs' buffers are then made before the first step (still one per call). Not an
+   output written into a donated argument, one returned twice, nor any output of a
+   loop's or branch's body (`in_outputs=False`: a loop gives its body buffers of its
+   own, loops.py). The arena and its figures hold the rest.
 
 `plan.report()` gives the figures (`lowered.memory()` shows them to users).
 """
@@ -67,6 +75,10 @@ class MemoryPlan:
     output_bytes: int = 0    # program outputs written by steps into fresh per-call buffers
     donated: frozenset = field(default_factory=frozenset)   # input positions whose buffers may be reused
     joined: dict = field(default_factory=dict)   # join result -> operand positions already in place
+    # Value -> (the first value of an output's buffer group, byte offset): temporaries
+    # computed in an output's buffer before the output is written (5)
+    in_outputs: dict = field(default_factory=dict)
+    hosts: tuple = ()        # those outputs' first values: their buffers are made before the first step
 
     # the names the executors and older callers use
     @property
@@ -76,11 +88,18 @@ class MemoryPlan:
     def report(self) -> dict:
         return {"temp_bytes": self.arena_bytes, "peak_live_bytes": self.peak_bytes,
                 "temporaries": len(self.offset_of), "in_place": len(self.in_place),
-                "donated": sorted(self.donated)}
+                "in_outputs": len(self.in_outputs), "donated": sorted(self.donated)}
+
+    def place(self, v):
+        """Where v's bytes are: (None, offset in the arena), (an output's first value, offset
+        in its buffer), or None (not placed by the plan)."""
+        off = self.offset_of.get(v)
+        return (None, off) if off is not None else self.in_outputs.get(v)
 
     def __str__(self):
         return (f"arena {self.arena_bytes} bytes for {len(self.offset_of)} temporaries (largest live set "
-                f"{self.peak_bytes} bytes), {len(self.in_place)} written in place")
+                f"{self.peak_bytes} bytes), {len(self.in_place)} written in place, {len(self.in_outputs)} in "
+                f"outputs' buffers")
 
 
 def _kernel(step):
@@ -182,13 +201,14 @@ def operand_written_over(op):
 
 
 def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True,
-                same_bytes=lambda op: False, overwrites=operand_written_over) -> MemoryPlan:
+                same_bytes=lambda op: False, overwrites=operand_written_over, in_outputs=True) -> MemoryPlan:
     """`steps`: Kernels (or wrappers with `.kernel`) and Ops, in execution order; `writes(op)`:
     does the backend run this op into a buffer it is given (a dot into BLAS's output)?
     `donated`: positions of graph inputs whose buffers the program may write into.
     `same_bytes(op)`: is op's result its (single) operand's bytes in the same order (a
     reshape the backend runs as a view)? `overwrites(op)`: (result, operand) positions of
-    an op run into given buffers whose result may be written over that operand."""
+    an op run into given buffers whose result may be written over that operand.
+    `in_outputs`: may temporaries be computed in outputs' buffers (5)?"""
     n = len(steps)
     outs = set(graph.outputs)
     donated_vals = {graph.inputs[i] for i in donated}
@@ -201,9 +221,21 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
 
     inside, joined = plan_joins(bufs, steps, writes, same_bytes, is_temp)
     temps, out_bytes = temporaries(bufs, members, inside, donated_vals, outs)
-    offset_of, arena = assign_offsets(temps, members, inside)
+    at, arena = assign_offsets(temps)
+    hosted = {}
+    hosts = output_hosts(bufs, members, donated_vals, graph.outputs) if in_outputs else []
+    for last in (False, True):
+        got, rest = place_in_outputs(temps, hosts, n, last)
+        if got:
+            at2, arena2 = assign_offsets(rest)
+            if arena2 < arena:          # (else the outputs' buffers need not be made early)
+                hosted, kept, at, arena = got, rest, at2, arena2
+    if hosted:
+        temps = kept
+    offset_of = value_places(at, members, inside, lambda o, d: o + d)
+    in_outs = value_places(hosted, members, inside, lambda o, d: (o[0], o[1] + d))
     return MemoryPlan(offset_of, arena, inplace, drops(bufs.last, outs, n), peak_live(temps, n), out_bytes,
-                      frozenset(donated), joined)
+                      frozenset(donated), joined, in_outs, tuple(dict.fromkeys(h for h, _ in hosted.values())))
 
 
 class Buffers:
@@ -371,12 +403,12 @@ def temporaries(bufs, members, inside, donated_vals, outs):
 ORDERS = (lambda t: (-t[3], t[1]), lambda t: (t[1], -t[3]), lambda t: (t[1] - t[2], -t[3], t[1]))
 
 
-def assign_offsets(temps, members, inside):
+def assign_offsets(temps):
     """(3) Static offsets in one arena: groups placed one by one, each at the lowest
     offset where none of its parts overlaps a part of a group placed before that is live
     at the same time, in each of ORDERS; the order that makes the smallest arena is kept
     (largest first leaves holes when big buffers come and go between long-lived smaller
-    ones). (value -> offset, the arena's size)"""
+    ones). ({group: offset}, the arena's size)"""
     best = None
     for order in ORDERS:
         placed = first_fit(sorted(temps, key=order))
@@ -384,14 +416,21 @@ def assign_offsets(temps, members, inside):
         if best is None or size < best[1]:
             best = (placed, size)
     placed, size = best
-    offset_of = {}
-    for _, _, off, _, gid in placed:
+    return {gid: off for _, _, off, _, gid in placed}, size
+
+
+def value_places(group_at, members, inside, shift) -> dict:
+    """value -> where it is: each group's values where the group is (`group_at`), and the
+    values of a group placed inside a join's at `shift(the join's place, byte offset)`."""
+    out = {}
+    for gid, at in group_at.items():
         for v in members[gid]:
-            offset_of[v] = off
+            out[v] = at
     for gw, (gc, off) in inside.items():
-        for v in members[gw]:
-            offset_of[v] = offset_of[gc] + off
-    return offset_of, size
+        if gc in group_at:
+            for v in members[gw]:
+                out[v] = shift(group_at[gc], off)
+    return out
 
 
 def first_fit(temps):
@@ -400,18 +439,80 @@ def first_fit(temps):
     live at the same time."""
     placed, taken_parts = [], []           # (start, end, first byte, last byte + 1)
     for gid, s, e, size, parts in temps:
-        # the group's offsets a placed part rules out: the open range (lo - o - n, hi - o)
-        # for a part (o, n) of this group live with a placed part [lo, hi)
-        banned = sorted((lo - o - n, hi - o) for o, n, ps, pe in parts
-                        for s2, e2, lo, hi in taken_parts if not (e2 < ps or pe < s2))
-        off = 0
-        for a, b in banned:
-            if off <= a:
-                break
-            off = max(off, -(-b // ALIGN) * ALIGN)
+        off = lowest_offset(parts, taken_parts)
         placed.append((s, e, off, size, gid))
         taken_parts += [(ps, pe, off + o, off + o + n) for o, n, ps, pe in parts]
     return placed
+
+
+def lowest_offset(parts, taken_parts) -> int:
+    """The lowest aligned offset of a group whose `parts` [(offset in the group, bytes, first
+    step, last step)] are clear of `taken_parts` [(first step, last step, first byte, last
+    byte + 1)] live at the same time."""
+    # the group's offsets a placed part rules out: the open range (lo - o - n, hi - o)
+    # for a part (o, n) of this group live with a placed part [lo, hi)
+    banned = sorted((lo - o - n, hi - o) for o, n, ps, pe in parts
+                    for s2, e2, lo, hi in taken_parts if not (e2 < ps or pe < s2))
+    off = 0
+    for a, b in banned:
+        if off <= a:
+            break
+        off = max(off, -(-b // ALIGN) * ALIGN)
+    return off
+
+
+def output_hosts(bufs, members, donated_vals, outputs) -> list:
+    """(5) [(group, the step that first writes it, bytes)] of the output groups whose buffer
+    may hold temporaries before that step: made by a step (not a donated argument, which
+    holds the argument until then), and returned once (a buffer handed back twice is
+    copied for one of them; keep it out of the question)."""
+    count = {}
+    for v in outputs:
+        count[v] = count.get(v, 0) + 1
+    hosts = []
+    for gid, vs in members.items():
+        outs = [v for v in vs if v in count]
+        if gid in donated_vals or not outs or len(outs) > 1 or count[outs[0]] > 1:
+            continue
+        hosts.append((gid, bufs.define[gid], nbytes(gid)))
+    return hosts
+
+
+def place_in_outputs(temps, hosts, n, last=False):
+    """(5) ({group: (host group, byte offset)} of the temporaries computed in an output's
+    buffer, the temporaries left for the arena). From the step where the arena's
+    temporaries are largest in all (the first such step, or the `last`), those live there
+    that fit a buffer, largest first (each in the smallest buffer where it fits: one
+    written after its last read, with room clear of what that buffer holds meanwhile),
+    until what is live at the busiest step cannot move."""
+    hosts = sorted(hosts, key=lambda h: (h[2], h[1]))
+    taken = {h: [] for h, _, _ in hosts}
+    hosted, left = {}, list(temps)
+    while left and hosts:
+        d = np.zeros(n + 2, np.int64)
+        for *_, parts in left:
+            for _, size, s, e in parts:
+                if min(e, n - 1) >= max(s, 0):
+                    d[max(s, 0)] += size
+                    d[min(e, n - 1) + 1] -= size
+        live = np.cumsum(d)
+        peak = int(np.flatnonzero(live == live.max())[-1]) if last else int(np.argmax(live))
+        moved = set()
+        for t in sorted((t for t in left if any(s <= peak <= e for _, _, s, e in t[4])), key=lambda t: -t[3]):
+            gid, _, end, size, parts = t
+            for h, first, cap in hosts:
+                if end >= first or size > cap:
+                    continue
+                off = lowest_offset(parts, taken[h])
+                if off + size <= cap:
+                    hosted[gid] = (h, off)
+                    taken[h] += [(ps, pe, off + o, off + o + m) for o, m, ps, pe in parts]
+                    moved.add(gid)
+                    break
+        if not moved:
+            break
+        left = [t for t in left if t[0] not in moved]
+    return hosted, left
 
 
 def peak_live(temps, n) -> int:
@@ -447,4 +548,5 @@ def memory_profile(graph, steps, plan: MemoryPlan, writes, kept=(), scratch_byte
     for c, placed in plan.joined.items():
         for i in placed:
             joined[c.producer.operands[i]] = c
-    return profile(graph, rows, plan.in_place, plan.offset_of, plan.arena_bytes, scratch_bytes, joined, kept)
+    return profile(graph, rows, plan.in_place, plan.offset_of, plan.arena_bytes, scratch_bytes, joined, kept,
+                   plan.in_outputs)

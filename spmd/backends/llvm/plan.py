@@ -62,23 +62,27 @@ class ProgramPlan:
     memory: MemoryPlan
     modules: dict            # "big" | "small" -> (LLVM IR text, the function names to compile)
     donated: tuple           # input positions whose buffers the program may write into
+    in_outputs: bool         # may temporaries be computed in outputs' buffers (memory.py)
     codegen_s: float         # seconds spent planning
 
     def __str__(self):
         return str(self.fusion)
 
 
-def plan_program(graph: Graph, donated=()) -> ProgramPlan:
+def plan_program(graph: Graph, donated=(), in_outputs=True) -> ProgramPlan:
+    """`in_outputs`: may the memory plan compute temporaries in outputs' buffers (not in a
+    loop's or branch's body, memory.py)?"""
     t0 = time.perf_counter()
     donated = tuple(sorted(donated))
     fusion, code = fuse_and_generate(graph)
     memory = plan_memory(graph, fusion.steps, writes_into, donated,
                          in_place=os.environ.get("SPMD_IN_PLACE", "1") != "0", same_bytes=same_bytes,
-                         overwrites=overwrites)
+                         overwrites=overwrites, in_outputs=in_outputs)
     code = with_in_place(fusion.kernels(), code, memory)
     it = iter(code)
     steps = [KernelStep(s, next(it).cg) if isinstance(s, Kernel) else s for s in fusion.steps]
-    return ProgramPlan(graph, fusion, steps, memory, kernel_modules(code), donated, time.perf_counter() - t0)
+    return ProgramPlan(graph, fusion, steps, memory, kernel_modules(code), donated, in_outputs,
+                       time.perf_counter() - t0)
 
 
 def fuse_and_generate(graph):

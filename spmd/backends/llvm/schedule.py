@@ -68,7 +68,7 @@ class Schedule:
                 continue
             seg.instrs += instr
             written = step.kernel.outputs if isinstance(step, KernelStep) else step.results
-            seg.allocs += [(v, mem.in_place.get(v)) for v in written if v not in mem.offset_of]
+            seg.allocs += [(v, mem.in_place.get(v)) for v in written if mem.place(v) is None]
         if seg is not None:
             items += [seg] if seg.instrs else seg.steps
         for it in items:
@@ -96,7 +96,9 @@ class Schedule:
 
     def lay_out_arguments(self) -> int:
         """Places each segment's argument blocks in the arena, and records the entries
-        patched per call (values the memory plan does not place); returns the arena's size."""
+        patched per call (values the memory plan does not place in the arena; one in an
+        output's buffer as that output's, at its offset: one address to look up per
+        output); returns the arena's size."""
         mem = self.exe.memory
         size = 0
         self.from_comm = []      # (arena position, FromComm): entries filled in per communicator
@@ -111,9 +113,10 @@ class Schedule:
                         self.from_comm.append((size + j, e))
                     if (isinstance(e, tuple) and not isinstance(e[0], Scratch) and e[0] not in mem.offset_of
                             and e[0] not in self.consts):
+                        v, off = mem.in_outputs.get(e[0], (e[0], 0))
                         pos.append(size + j)
-                        idx.append(dyn.setdefault(e[0], len(dyn)))
-                        offs.append(e[1])
+                        idx.append(dyn.setdefault(v, len(dyn)))
+                        offs.append(off + e[1])
                 size += len(entries)
             it.dyn = list(dyn)
             it.pos, it.idx = np.array(pos, np.int64), np.array(idx, np.int64)
@@ -222,7 +225,8 @@ class Schedule:
         c = self.consts.get(v)
         if c is not None:
             return c
-        if v in self.exe.memory.offset_of:
+        mem = self.exe.memory
+        if v in mem.offset_of or v in mem.in_outputs:
             return self.exe.buffer(v, slots)
         op = v.producer           # a view the native code read for free: numpy makes it now
         x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)

@@ -172,6 +172,7 @@ def join_instrs(sched, op):
     mem = sched.exe.memory
     out = np.empty(op.result.shape, op.result.dtype)
     placed = mem.joined.get(op.result, ())
+    home = mem.place(op.result)
     instrs, at = [], 0
     for i, x in enumerate(op.operands):
         n = x.shape[d]
@@ -180,7 +181,7 @@ def join_instrs(sched, op):
         at += n
         if x.size == 0:
             continue
-        if i in placed and mem.offset_of.get(x) == mem.offset_of.get(op.result, -1) + off:
+        if i in placed and home is not None and mem.place(x) == (home[0], home[1] + off):
             continue
         base, view, dbase = sched.dummy(x)
         ext = native.scopy_entries(view, region)
