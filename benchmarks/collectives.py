@@ -12,8 +12,9 @@ rank's, the figure is the median over the runs. Ray: N rank actors of a private 
 this machine (their collectives over direct links: shared memory within a host, TCP
 between hosts; collectives/ray.py), each timing the same collective after a barrier
 (slowest rank, median). On one host MPI and Ray are measured in turn --rounds times
-(default 3) and each figure is the median of its rounds: the machine's load drifts over
-minutes, which a single MPI-then-Ray pass would read as a ratio.
+(default 3): each time is the median of its rounds, and ray/mpi the median of the
+rounds' ratios (each Ray time over the MPI time measured just before it): the machine's
+load drifts over minutes, which a single MPI-then-Ray pass would read as a ratio.
 
 Prints, per op, size (MB of float32 per rank) and rank count: raw mpi4py, spmd-mpi,
 spmd/raw (target <= 1.05 at >= 1 MB), spmd-ray, ray/mpi (target <= 1.3 at 8 MB).
@@ -161,7 +162,8 @@ def run_ray(ranks, sizes, repeats):
 
 def run_one_host(ranks, sizes, repeats, ray_repeats, rounds, with_ray):
     """MPI and Ray rows, the two measured in turn `rounds` times (the machine's load
-    changes over minutes): each row's figure is the median of its rounds."""
+    changes over minutes): each row's figure is the median of its rounds, ray_per_mpi
+    the median of the rounds' Ray/MPI ratios."""
     got = {}
     rt = None
     if with_ray:
@@ -182,8 +184,12 @@ def run_one_host(ranks, sizes, repeats, ray_repeats, rounds, with_ray):
             rt.shutdown()
     if with_ray:
         ray.shutdown()
-    return {key: {k: (float(np.median(v)) if isinstance(v[0], float) else v[0]) for k, v in row.items()}
-            for key, row in got.items()}
+    out = {}
+    for key, row in got.items():
+        out[key] = {k: (float(np.median(v)) if isinstance(v[0], float) else v[0]) for k, v in row.items()}
+        if with_ray:
+            out[key]["ray_per_mpi"] = float(np.median(np.array(row["spmd_ray"]) / np.array(row["spmd_mpi"])))
+    return out
 
 
 # -- across two hosts of the test bed -------------------------------------------------------------
@@ -321,7 +327,7 @@ def main(argv=None):
                 line = (f"{name:<15}{mb:>4}{n:>6}{r['raw_mpi4py'] * 1e3:>12.2f}{r['spmd_mpi'] * 1e3:>10.2f}"
                         f"{r['spmd_mpi'] / r['raw_mpi4py']:>10.2f}")
                 if "spmd_ray" in r:
-                    line += f"{r['spmd_ray'] * 1e3:>10.2f}{r['spmd_ray'] / r['spmd_mpi']:>9.2f}"
+                    line += f"{r['spmd_ray'] * 1e3:>10.2f}{r.get('ray_per_mpi', r['spmd_ray'] / r['spmd_mpi']):>9.2f}"
                 print(line)
     sys.stdout.flush()
 

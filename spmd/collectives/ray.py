@@ -109,6 +109,7 @@ class Mailbox:
         self.box = {}            # (run_id, key, src) -> (tag, payload, header)
         self.failed = {}         # run_id -> reason (str)
         self.dead = {}           # rank -> why its link is down (for the current transport)
+        self.awaited = set()     # the keys `take` still waits for: it is woken when the last one comes
 
     def start(self, run_id):
         """A new run: forget what is left of older ones (an aborted run's messages)."""
@@ -122,7 +123,10 @@ class Mailbox:
             if run_id < self.run_id:
                 return           # from a run that has ended (aborted): nobody waits for it
             self.box[(run_id, key, src)] = (tag, payload, header)
-            self.cond.notify_all()
+            if (run_id, key, src) in self.awaited:
+                self.awaited.discard((run_id, key, src))
+                if not self.awaited:     # one wake-up per take, not one per message
+                    self.cond.notify_all()
 
     def abort(self, run_id, reason):
         with self.cond:
@@ -148,6 +152,7 @@ class Mailbox:
         with self.cond:
             while True:
                 missing = [s for s in srcs if (run_id, key, s) not in self.box]
+                self.awaited = {(run_id, key, s) for s in missing}
                 if not missing:
                     return {s: self.box.pop((run_id, key, s)) for s in srcs}
                 lost = [s for s in missing if s in self.dead]

@@ -342,3 +342,39 @@ def test_a_sender_gets_its_shared_memory_back(small_thresholds):
     finally:
         w.close()
     assert got == {0: 0, 1: 0, 2: 0}, got
+
+
+def test_a_take_is_woken_once_when_its_last_message_comes():
+    """The run thread sleeps until every message it waits for is in (one wake-up per
+    collective, not one per peer), and is woken then, not by its 1 s poll; messages it
+    does not wait for wake nobody."""
+    box = Mailbox()
+    box.start(1)
+    asleep, wakes, notes = threading.Event(), [], []
+    real_wait, real_notify = box.cond.wait, box.cond.notify_all
+
+    def wait(timeout=None):
+        asleep.set()
+        notified = real_wait(timeout)
+        wakes.append(notified)
+        return notified
+
+    def notify_all():
+        notes.append(sorted(k[2] for k in box.box if k[1] == (1, 0)))
+        real_notify()
+    box.cond.wait, box.cond.notify_all = wait, notify_all
+
+    def deliver():
+        asleep.wait(10)
+        with box.cond:                  # the taker sleeps in cond.wait: it released the lock
+            pass
+        box.deposit(1, (9, 0), 1, "other", None)        # another call's: nobody waits for it
+        for src in (3, 1, 2):
+            box.deposit(1, (1, 0), src, "t", src)
+    th = threading.Thread(target=deliver)
+    th.start()
+    got = box.take(1, (1, 0), [1, 2, 3], float("inf"), "test", [0, 1, 2, 3])
+    th.join(10)
+    assert {s: p for s, (_, p, _) in got.items()} == {1: 1, 2: 2, 3: 3}
+    assert notes == [[1, 2, 3]], notes              # notified once, when the last came
+    assert wakes == [True], wakes                   # and woken by it
