@@ -247,12 +247,10 @@ def halves(instrs):
     events, post_at, off = [], {}, 0
     for fn, entries in instrs:
         name = names.get(fn)
-        if name in ("spmd_permute", "spmd_permute_post"):
+        if name == "spmd_permute_post":
             k = len(post_at)
             post_at[off] = k
             events.append(("post", k))
-            if name == "spmd_permute":
-                events.append(("recv", k))
         elif name == "spmd_permute_recv_of":
             events.append(("recv", post_at[off + entries[0].k]))
         off += len(entries)

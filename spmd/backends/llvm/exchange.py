@@ -75,7 +75,9 @@ def libc_addrs():
 
 def permute_instrs(sched, op):
     """collective_permute between the local runtime's threads, natively; None elsewhere
-    (MPI, Ray: the communicator moves the data from Python)."""
+    (MPI, Ray: the communicator moves the data from Python). One argument block, run as
+    two instructions: the post, and the receive that reads the same block (schedule.py
+    places each)."""
     if not sched.native_comm:
         return None
     x = op.operands[0]
@@ -107,14 +109,14 @@ def permute_instrs(sched, op):
     boxes = [(Scratch(nbytes, ("mailbox", opid, k)), 0) for k in (0, 1)]
     entries += boxes
     if not strided:
-        return [(sched.helpers["spmd_permute"], entries + [0, 0, 0, 0])]
+        return [(sched.helpers["spmd_permute_post"], entries + [0, 0, 0, 0])]
     # the sender gathers a strided operand into its mailbox (one copy block per mailbox)
     ext = native.copy_entries(view, isz)
     at = len(entries) + 4
     entries += [sched.helpers[f"spmd_copy{isz}"], Here(at), Here(at + 2 + len(ext)), 0]
     for box in boxes:
         entries += [box, (base, off)] + ext
-    return [(sched.helpers["spmd_permute"], entries)]
+    return [(sched.helpers["spmd_permute_post"], entries)]
 
 
 def device_value_instrs(sched, op):

@@ -1,5 +1,5 @@
 """The native code of the collectives between local threads (exchange.py says how they
-work): spmd_permute, its waits (spmd_wait: spin, then yield; stop on a failed rank, a
+work): a permute's two halves, spmd_permute_post and spmd_permute_recv_of, their waits (spmd_wait: spin, then yield; stop on a failed rank, a
 finished peer, the timeout) and spmd_store8 (a value known from the rank)."""
 from __future__ import annotations
 
@@ -84,13 +84,6 @@ r3:
   ret i64 3
 r4:
   ret i64 4
-}
-
-define void @spmd_permute(ptr %a) {
-entry:
-  call void @spmd_permute_post(ptr %a)
-  call void @spmd_permute_recv(ptr %a)
-  ret void
 }
 
 ; the sender's half: count the permute (kept in the block for the receiving half), wait
@@ -230,4 +223,4 @@ def exchange_ir() -> str:
         .replace("{count_at}", str(COUNT_AT))
 
 
-EXCHANGE_NAMES = ["spmd_permute", "spmd_permute_post", "spmd_permute_recv_of", "spmd_store8"]
+EXCHANGE_NAMES = ["spmd_permute_post", "spmd_permute_recv_of", "spmd_store8"]

@@ -92,7 +92,7 @@ class Schedule:
         out = []
         for fn, entries in instrs:
             scratch = [("scratch", e[0].slot) for e in entries if isinstance(e, tuple) and isinstance(e[0], Scratch)]
-            if fn == self.helpers["spmd_permute"]:
+            if fn == self.helpers["spmd_permute_post"]:
                 post = Instr(fn, entries, reads, scratch, board=tuple(step.attrs["axes"]))
                 out += [post, Instr(fn, None, (), writes, board=post.board, post=post)]
             else:
@@ -128,9 +128,8 @@ class Schedule:
         instruction for all of them before the next, so a receive from a rank of the
         same thread must come after that rank's post."""
         h = self.helpers
-        out, at, off, i = [], {}, 0, 0
-        while i < len(ordered):
-            ins = ordered[i]
+        out, at, off = [], {}, 0
+        for ins in ordered:
             if ins.is_post:
                 at[id(ins)] = off
                 out.append((h["spmd_permute_post"], ins.entries))
@@ -139,7 +138,6 @@ class Schedule:
             else:
                 out.append((ins.fn, ins.entries))
             off += len(out[-1][1])
-            i += 1
         return out
 
     def largest_kernel(self) -> int:
