@@ -80,9 +80,11 @@ class World:
 
 @pytest.fixture
 def small_thresholds(monkeypatch):
-    """Every path on small arrays: shared memory above 64 bytes, block-wise above 256."""
+    """Every path on small arrays: shared memory above 64 bytes, block-wise above 256, and
+    all_gathers and all_to_alls of 100 bytes or more written into the results."""
     monkeypatch.setattr(R, "INLINE_BYTES", 64)
     monkeypatch.setattr(R, "BLOCKWISE_BYTES", 256)
+    monkeypatch.setattr(R, "PUSH_BYTES", 100)
 
 
 MESHES = [spmd.Mesh((4,), ("x",)), spmd.Mesh((2, 2), ("a", "b")), spmd.Mesh((2, 2), ("a", "b"), devices=[[2, 0], [3, 1]])]
@@ -320,6 +322,46 @@ def test_all_gather_across_two_hosts_sends_each_array_across_once(small_threshol
     assert all(np.array_equal(g, want) for g in got.values())
     across = sum(nb for a, b, nb in sent if hosts[a] != hosts[b])
     assert across == 4 * 8000, across          # each rank's 8 KB crosses once
+
+
+def test_senders_write_into_results_that_stay_their_owners(small_thresholds):
+    """On one host, large all_gathers and all_to_alls are written by their senders into the
+    receivers' results (nothing goes through the senders' slabs). A result is the caller's
+    own: held across more calls than the buffers kept per size, and written in place by
+    its owner, every result keeps its values."""
+    n = 3
+    w = World(n)
+    xs = [_value(d, (6, 5), "float64") for d in range(n)]
+
+    def program(comm):
+        x = xs[comm.rank]
+        held = []
+        for k in range(6):
+            held.append((k, comm.all_gather(x + k, "x", k % 2), comm.all_to_all(x + k, "x", 0, 1)))
+        held[0][1][:] = -1.0             # the owner's write touches no other result
+        for k, gathered, swapped in held[1:]:
+            assert np.array_equal(gathered, np.concatenate([y + k for y in xs], axis=k % 2)), k
+            want = np.concatenate([np.split(y + k, n, 0)[comm.rank] for y in xs], axis=1)
+            assert np.array_equal(swapped, want), k
+        return len(comm.t.slab.segments)
+    try:
+        got = w.run(spmd.Mesh((n,), ("x",)), program)
+        assert got == {0: 0, 1: 0, 2: 0}, got
+    finally:
+        w.close()
+
+
+def test_a_group_that_decides_differently_fails_naming_the_ranks(small_thresholds):
+    """Every member decides alike whether senders write into the results; a rank that
+    (wrongly) thinks a peer shares no memory with it fails the call, and its peers,
+    with the call they disagree on, not a wrong result or a hang."""
+    w = World(3)
+    w.ts[0].shm_peers.discard(1)
+    try:
+        with pytest.raises(CollectiveError, match="does not agree on the call"):
+            w.run(spmd.Mesh((3,), ("x",)), lambda c: c.all_gather(np.arange(60.0) + c.rank, "x"), timeout=30)
+    finally:
+        w.close()
 
 
 def test_a_sender_gets_its_shared_memory_back(small_thresholds):
