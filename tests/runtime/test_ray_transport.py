@@ -210,9 +210,11 @@ def test_a_disagreeing_group_fails_naming_the_ranks():
         w.close()
 
 
-def test_a_lost_peer_fails_the_waiting_ranks_at_once_naming_it():
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_a_lost_peer_fails_the_waiting_ranks_at_once_naming_it(collective):
     """Rank 2's links close (its process died: the kernel closes its sockets): the ranks
-    waiting for it in a collective fail naming rank 2, without any stopwatch."""
+    waiting for it in a collective fail naming rank 2, without any stopwatch; also those
+    waiting on its board (large collectives within a host)."""
     w = World(4)
     gone = threading.Event()
 
@@ -222,10 +224,27 @@ def test_a_lost_peer_fails_the_waiting_ranks_at_once_naming_it():
             gone.set()
             return None
         gone.wait(10)
-        return comm.all_reduce(np.ones(3), "x")
+        x = np.ones(3) if collective == "all_reduce" else np.ones(1 << 18)
+        return getattr(comm, collective)(x, "x")
     try:
         with pytest.raises(CollectiveError, match=r"rank 2 is lost.*rank 2 died"):
             w.run(spmd.Mesh((4,), ("x",)), program)
+    finally:
+        w.close()
+
+
+def test_a_rank_that_never_comes_to_a_large_collective_is_named_at_the_timeout():
+    """Waiting on a board (a large all_gather within a host) ends at the collective
+    timeout, naming the rank that never came."""
+    w = World(3)
+
+    def program(comm):
+        if comm.rank == 2:
+            return None
+        return comm.all_gather(np.ones(1 << 18), "x")
+    try:
+        with pytest.raises(CollectiveError, match=r"timed out after 0.5 s waiting for rank\(s\) \[2\]"):
+            w.run(spmd.Mesh((3,), ("x",)), program, timeout=0.5)
     finally:
         w.close()
 
