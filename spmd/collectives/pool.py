@@ -19,23 +19,32 @@ class BufferPool:
 
     MIN_BYTES = 1 << 16
 
-    def __init__(self, max_bytes=1 << 30, per_size=4):
+    def __init__(self, max_bytes=1 << 30, per_size=4, alloc=None, min_bytes=MIN_BYTES):
+        """alloc(nbytes) -> a new uint8 buffer that numpy views refer to (np.empty's by
+        default); arrays under min_bytes are not pooled (np.empty)."""
         self.bufs = {}                   # nbytes -> [uint8 buffers of that size]
         self.max_bytes, self.per_size, self.total = max_bytes, per_size, 0
+        self.alloc = alloc or (lambda n: np.empty(n, np.uint8))
+        self.min_bytes = min_bytes
         self._lock = threading.Lock()
 
     def empty(self, shape, dtype):
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
-        if nbytes < self.MIN_BYTES:
+        if nbytes < self.min_bytes:
             return np.empty(shape, dtype)
         with self._lock:
             bucket = self.bufs.setdefault(nbytes, [])
             for b in bucket:
                 if sys.getrefcount(b) == 3:  # the bucket, `b` and getrefcount's argument: free
                     return b.view(dtype).reshape(shape)
-            b = np.empty(nbytes, np.uint8)
+            b = self.alloc(nbytes)
             if len(bucket) < self.per_size and self.total + nbytes <= self.max_bytes:
                 bucket.append(b)
                 self.total += nbytes
             return b.view(dtype).reshape(shape)
+
+    def clear(self):
+        """Keep none of the buffers (those in use stay their holders')."""
+        with self._lock:
+            self.bufs, self.total = {}, 0

@@ -37,9 +37,19 @@ The algorithms (G ranks in the group, N bytes each):
 - all_gather: when the group spans hosts (L > 1 members on each), a rank exchanges x
   with the ranks of its place on the other hosts, then forwards what it got to the
   peers of its host (each array crosses between two hosts once, not L times).
-- reduce_scatter, all_to_all, permute, broadcast (and all_gather on one host): every
-  rank sends each peer what that peer needs (one slab region for all peers of its host when it is the
-  same array), and reduce_scatter reduces the G blocks it receives in group order.
+- all_gather, all_to_all, reduce_scatter and the block-wise all_reduce of at least
+  PUSH_BYTES per rank, the whole group on this host (x86): every rank names a buffer
+  (shm.Buffers) on its board (shm.Board), and each writes its part straight into every
+  member's buffer, then marks that member's board; a rank goes on when every member
+  marked its board. The buffer is the result (all_gather, all_to_all, the all_reduce's
+  second step) or holds the blocks a rank reduces in group order (reduce_scatter, the
+  all_reduce's first step). One copy of each byte and no messages: a message between
+  processes costs a thread wake-up on each side, a board is a word of memory (the
+  waiting rank yields its core meanwhile).
+- otherwise reduce_scatter, all_to_all, permute, broadcast (and all_gather on one host):
+  every rank sends each peer what that peer needs (one slab region for all peers of its
+  host when it is the same array), and reduce_scatter reduces the G blocks it receives
+  in group order.
 - all_reduce_start / wait: the start sends (block-wise: the blocks; on TCP from a sender
   thread, so the transfer overlaps what runs until the wait); the wait receives and
   reduces. Hierarchical all_reduces are done at the start.
@@ -59,9 +69,13 @@ Failure, never a hang:
 """
 from __future__ import annotations
 
+import math
+import os
+import platform
 import socket
 import threading
 import time
+import zlib
 
 import numpy as np
 
@@ -77,6 +91,14 @@ INLINE_BYTES = 64 * 1024
 # it (collectives exchange both ways, so that is usually the next collective's); a sender
 # that hears nothing back (a broadcast's root) is told once this many wait
 RELEASE_BATCH = 4
+# collectives of at least this many bytes per rank within one host are written by their
+# senders into the receivers' buffers, coordinated through boards (below a MB, the slab
+# and messages cost about as much)
+PUSH_BYTES = 1 << 20
+# ... where the stores of one core are seen by the others in the order they were made
+BOARDS_HOLD = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+# a rank waiting on a board yields its core this long, then sleeps in growing steps
+SPIN_SECONDS = 0.005
 # all_reduce of at least this many bytes (and at least as many elements as ranks) runs
 # block-wise: each rank reduces 1/G of the data instead of all of it, for a second round
 BLOCKWISE_BYTES = 256 * 1024
@@ -178,6 +200,10 @@ class Transport:
         self.links = Links(rank, host_ip, alloc=POOL.empty)
         self.host = host_id()
         self.slab = shm.Slab() if shm.supported() else None
+        self.buffers = shm.Buffers() if self.slab is not None else None
+        self.board = shm.Board() if self.slab is not None else None
+        self.boards = {}             # rank -> its board's fd (peers of this host)
+        self._board_views = {}       # rank -> int64 view of its board
         self.peer_memory = shm.PeerMemory()
         self.probe, self._probe_segment = shm.probe() if self.slab is not None else (None, None)
         self.pids = {}
@@ -188,7 +214,8 @@ class Transport:
 
     def info(self):
         """What the peers need to reach this rank (exchanged through Ray)."""
-        return {"address": self.links.address, "host": self.host, "probe": self.probe}
+        return {"address": self.links.address, "host": self.host, "probe": self.probe,
+                "board": None if self.board is None else self.board.fd}
 
     def connect(self, infos):
         """infos: {rank: info()} of every rank. Returns when every link is up."""
@@ -197,8 +224,17 @@ class Transport:
         self.shm_peers = {r for r, i in infos.items()
                           if r != self.rank and self.slab is not None and i["probe"]
                           and self.hosts[r] == self.host and shm.reachable(*i["probe"])}
+        self.boards = {r: infos[r].get("board") for r in self.shm_peers}
+        self._board_views = {}
         self.mailbox.revive()
         self.links.connect({r: i["address"] for r, i in infos.items()}, self._deliver, self._lost)
+
+    def board_of(self, rank):
+        """The int64 words of a peer's Board (shm.Board), to read and write."""
+        b = self._board_views.get(rank)
+        if b is None:
+            b = self._board_views[rank] = self.peer_memory.writable(self.pids[rank], self.boards[rank]).view(np.int64)
+        return b
 
     def abort_peers(self, run_id, reason, ranks):
         """Wake the peers waiting in this run at once (the driver tells them too, later)."""
@@ -258,6 +294,9 @@ class Transport:
         self.peer_memory.forget()
         if self.slab is not None:
             self.slab.close()
+            self.buffers.close()
+            self._board_views = {}
+            self.board.close()
         if self._probe_segment is not None:
             self._probe_segment.close()
 
@@ -363,6 +402,98 @@ class RayCommunicator(Communicator):
             del got
             self._release(regions)
 
+    # -- results written by their senders ------------------------------------------------------
+    def _pushes(self, x, axes):
+        """Whether a collective of x over axes writes straight into the members' results:
+        x is large, every member maps this rank's memory, and stores are seen in order
+        (shm.Board). Every member decides alike (the same shape, the same hosts); a
+        member that did not is found out while it is waited for (`_await`)."""
+        if x.nbytes < PUSH_BYTES or self.t.board is None or not BOARDS_HOLD:
+            return False
+        _, devices, _ = self._group(axes)
+        return len(devices) <= shm.Board.SLOTS and all(d == self.rank or d in self.t.shm_peers for d in devices)
+
+    def _push(self, name, x, axes, attrs, shape_of, part_for, slot, own=True):
+        """Member j's buffer (of shape_of(j)) gets part_for(j) of this rank's x at
+        slot(buffer, i), i this rank's place in the group; returns this rank's buffer
+        (own=False: this rank's own part is not written into it). Through the boards
+        (shm.Board): each member names its buffer on its own board under the call's
+        stamp; each writes its part into every member's buffer once that member named
+        it, and then marks the member's board; a member returns its buffer once every
+        other member marked its board."""
+        axes, devices, i, tag, what = self._begin(name, x, axes, attrs + ("into results",))
+        stamp = (self.run_id << 32) | self.seq
+        sign = zlib.crc32(repr(tag).encode())
+        out, (fd, serial) = self.t.buffers.empty(shape_of(i), x.dtype)
+        mine = self.t.board.words
+        mine[1], mine[2], mine[3] = fd, serial, sign
+        mine[0] = stamp                  # last: a peer that sees the stamp sees the words before it
+        G = len(devices)
+        for k in range(1, G + 1):        # from the next member on: the members write into different buffers
+            j = (i + k) % G
+            d = devices[j]
+            if d == self.rank:
+                if own:
+                    np.copyto(slot(out, i), part_for(j))
+                continue
+            board = self.t.board_of(d)
+            self._await(lambda: board[0] == stamp, [d], what, devices)
+            if board[3] != sign:
+                raise CollectiveError(f"{what}: the group does not agree on the call: rank {self.rank} called "
+                                      f"{describe(tag)}, rank {d} called another collective")
+            shape = shape_of(j)
+            nbytes = math.prod(shape) * out.dtype.itemsize
+            dst = self.t.peer_memory.writable(self.t.pids[d], int(board[1]), int(board[2]))[:nbytes]
+            np.copyto(slot(dst.view(out.dtype).reshape(shape), i), part_for(j))
+            board[4 + i] = stamp
+        others = [j for j in range(G) if j != i]
+        self._await(lambda: all(mine[4 + j] == stamp for j in others), [d for d in devices if d != self.rank],
+                    what, devices)
+        return out
+
+    def _pushed_reduce_scatter(self, name, x, axes, attrs, op, blocks):
+        """The reduce-scatter of x's blocks (blocks(j): member j's block of an array),
+        through the boards: member i's buffer takes every other member's block i; i
+        reduces them with its own in group order (the bits of every path)."""
+        _, devices, i = self._group(axes)
+        G = len(devices)
+        staged = self._push(name, x, axes, attrs, lambda j: (G,) + blocks(x, j).shape,
+                            lambda j: blocks(x, j), lambda r, j: r[j], own=False)
+        try:
+            return _reduce(op, [blocks(x, i) if j == i else staged[j] for j in range(G)])
+        finally:
+            del staged
+
+    def _await(self, ready, peers, what, devices):
+        """Wait until ready() (a peer's write to a board), giving the core to the other
+        ranks meanwhile (they may share it), and sleeping in growing steps after
+        SPIN_SECONDS; CollectiveError, not a hang, when the run is aborted, one of the
+        peers is lost or called another collective (its message for this call came), or
+        the timeout passes."""
+        start = time.monotonic()
+        key = (self.seq, 0)
+        while not ready():
+            reason = self.mailbox.failed.get(self.run_id)
+            if reason is not None:
+                raise CollectiveError(f"{what}: aborted because {reason}")
+            for d in peers:
+                if d in self.mailbox.dead:
+                    raise CollectiveError(f"{what}: rank {d} is lost: {self.mailbox.dead[d]}")
+                got = self.mailbox.box.get((self.run_id, key, d))
+                if got is not None:
+                    raise CollectiveError(f"{what}: the group does not agree on the call: rank {self.rank} "
+                                          f"called a collective written into the results, rank {d} called "
+                                          f"{describe(got[0])}")
+            waited = time.monotonic() - start
+            if waited > self.timeout:
+                raise CollectiveError(f"{what}: timed out after {self.timeout:g} s waiting for rank(s) {peers} of "
+                                      f"group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped "
+                                      f"calling collectives")
+            if waited < SPIN_SECONDS:
+                os.sched_yield()
+            else:
+                time.sleep(min(1e-3, waited / 100))
+
     # -- all_reduce ---------------------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum", out=None):
         r = self._all_reduce(x, axes, op)
@@ -401,6 +532,8 @@ class RayCommunicator(Communicator):
         plan = self._plan(x, axes, op)
         if plan == "direct":
             return self._exchange("all_reduce", x, axes, (op,), lambda j: x, lambda xs: _reduce(op, xs))
+        if plan == "blockwise" and self._pushes(x, axes):
+            return self._pushed_all_reduce(x, axes, op)
         axes, devices, i, tag, what = self._begin("all_reduce", x, axes, (op,))
         flat = x.reshape(-1)
         out = POOL.empty(x.shape, x.dtype)
@@ -410,6 +543,18 @@ class RayCommunicator(Communicator):
         else:
             self._hierarchical(tag, what, devices, flat, op, out.reshape(-1))
         return out
+
+    def _pushed_all_reduce(self, x, axes, op):
+        """Block-wise through the boards: the reduce-scatter of the flat x (member j
+        reduces block j in group order), then every member writes its reduced block into
+        every member's result."""
+        _, devices, i = self._group(axes)
+        flat = x.reshape(-1)
+        b = _bounds(flat.size, len(devices))
+        block = self._pushed_reduce_scatter("all_reduce", flat, axes, (op,), op, lambda a, j: a[b[j]:b[j + 1]])
+        out = self._push("all_reduce gather", flat, axes, (op,), lambda j: (flat.size,), lambda j: block,
+                         lambda r, j: r[b[j]:b[j + 1]])
+        return out.reshape(x.shape)
 
     def _scatter_flat(self, key, tag, what, devices, flat, later=False):
         """Send block j of the flat array to member j (the first half of a reduce-scatter)."""
@@ -504,6 +649,11 @@ class RayCommunicator(Communicator):
     def all_gather(self, x, axes, dim=0, out=None):
         x = as_input(x)
         check_dim("all_gather", x, dim)
+        if self._pushes(x, axes):
+            G = self.mesh.axes_size(axes_of(axes))
+            shape = tuple(s * G if k == dim else s for k, s in enumerate(x.shape))
+            return into(out, self._push("all_gather", x, axes, (dim,), lambda j: shape,
+                                        lambda j: x, lambda r, i: block_of(r, dim, i, G)))
         if self._plan(x, axes, None) != "hierarchical":
             return into(out, self._exchange("all_gather", x, axes, (dim,), lambda j: x, lambda xs: _concat(xs, dim)))
         return into(out, self._all_gather_hierarchical(x, axes, dim))
@@ -542,6 +692,9 @@ class RayCommunicator(Communicator):
         check_op(op)
         G = self.mesh.axes_size(axes_of(axes))
         check_dim("reduce_scatter", x, dim, G)
+        if self._pushes(x, axes):
+            return into(out, self._pushed_reduce_scatter("reduce_scatter", x, axes, (dim, op), op,
+                                                         lambda a, j: block_of(a, dim, j, G)))
         return into(out, self._exchange("reduce_scatter", x, axes, (dim, op),
                                         lambda j: None if j is None else block_of(x, dim, j, G),
                                         lambda xs: _reduce(op, xs)))
@@ -551,6 +704,12 @@ class RayCommunicator(Communicator):
         G = self.mesh.axes_size(axes_of(axes))
         check_dim("all_to_all", x, split_dim, G)
         check_dim("all_to_all", x, concat_dim)
+        if self._pushes(x, axes):
+            shape = tuple(s // G if k == split_dim else s for k, s in enumerate(x.shape))
+            shape = tuple(s * G if k == concat_dim else s for k, s in enumerate(shape))
+            return into(out, self._push("all_to_all", x, axes, (split_dim, concat_dim), lambda j: shape,
+                                        lambda j: block_of(x, split_dim, j, G),
+                                        lambda r, i: block_of(r, concat_dim, i, G)))
         return into(out, self._exchange("all_to_all", x, axes, (split_dim, concat_dim),
                                         lambda j: None if j is None else block_of(x, split_dim, j, G),
                                         lambda xs: _concat(xs, concat_dim)))

@@ -15,17 +15,34 @@ behind when a process dies: the memory goes with the last process that maps it).
 A rank may overwrite a region only after every reader released it: readers send a
 release note (collectives/ray.py) once they have copied or reduced what they read.
 Segments are reused once all their regions are free, so a steady program writes into
-warm pages. `probe()` / `reachable()` tell whether two processes share memory (same host,
-no wall between their /proc), checked once when the links are set up.
+warm pages.
+
+Large all_gathers and all_to_alls go the other way (collectives/ray.py): each rank takes
+its result from `Buffers`, result buffers in shared memory, and its peers write their
+parts straight into it through `PeerMemory.writable`, so each byte is copied once, from
+the sender's array to the receiver's result. The ranks coordinate that through their
+`Board`s, a few words of shared memory each, without messages:
+
+    buffers = Buffers()
+    out, where = buffers.empty(shape, dtype)      # where: (fd, serial), named on the board
+    board = Board()                               # this rank's; peers map board.fd writable
+    dst = peers.writable(pid, fd, serial)         # a peer's uint8 view of a buffer or board
+
+`probe()` / `reachable()` tell whether two processes share memory (same host, no wall
+between their /proc), checked once when the links are set up.
 """
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import secrets
 import threading
+import weakref
 
 import numpy as np
+
+from .pool import BufferPool
 
 SEGMENT_BYTES = 32 << 20
 ALIGN = 64
@@ -110,11 +127,68 @@ class Slab:
             self.segments, self.regions = [], {}
 
 
+class Buffers:
+    """Result buffers that the peers of this host write into, each a segment of its own,
+    recycled as pool.BufferPool recycles (handed out again once nobody refers to it).
+    A buffer is named to peers by (fd, serial): an fd number may be reused once its
+    buffer is gone, a serial never is. A buffer the pool does not keep closes its
+    segment when the last view of it goes."""
+
+    def __init__(self, max_bytes=512 << 20):
+        self.pool = BufferPool(max_bytes=max_bytes, alloc=self._segment, min_bytes=0)
+        self.names = {}                              # id(buffer) -> (fd, serial), while it lives
+        self.serials = itertools.count()
+
+    def _segment(self, nbytes):
+        seg = _Segment(nbytes)
+        b = seg.bytes                                # the mapping goes with its last view
+        self.names[id(b)] = (seg.fd, next(self.serials))
+        weakref.finalize(b, self._gone, id(b), seg.fd)
+        return b
+
+    def _gone(self, key, fd):
+        self.names.pop(key, None)
+        os.close(fd)
+
+    def empty(self, shape, dtype):
+        """(array, where): a new array (of at least one byte) in shared memory, and its
+        name for the peers."""
+        out = self.pool.empty(shape, dtype)
+        return out, self.names[id(out.base)]
+
+    def close(self):
+        self.pool.clear()
+
+
+class Board:
+    """A rank's notice board, in shared memory its peers of the host write into: `words`,
+    int64: [0] the stamp of the call whose result buffer [1] fd and [2] serial name, [3]
+    the call's signature; [4 + j] the stamp of the last call whose part group member j
+    has written into this rank's result. A stamp names one collective call of one run
+    (never reused), so a word left from an earlier call never reads as the current one.
+    One 8-byte aligned word is written at once, and x86's stores are seen by other cores
+    in the order they were made, so a peer that sees a stamp sees what was written
+    before it (collectives/ray.py uses boards on x86 only)."""
+
+    SLOTS = 256                      # group members that can say they are done
+
+    def __init__(self):
+        self._segment = _Segment((4 + self.SLOTS) * 8)
+        self.fd = self._segment.fd
+        self.words = self._segment.bytes.view(np.int64)
+
+    def close(self):
+        self.words = None
+        self._segment.close()
+
+
 class PeerMemory:
-    """The segments of the peers of this host, mapped once each (read-only)."""
+    """The segments of the peers of this host, mapped once each (read-only), and their
+    result buffers (writable)."""
 
     def __init__(self):
         self.maps = {}               # (pid, fd) -> uint8 array over the mapping
+        self.writables = {}          # (pid, fd) -> (serial, uint8 array over the mapping)
         self.lock = threading.Lock()
 
     def view(self, pid, fd, offset, dtype, shape):
@@ -125,14 +199,24 @@ class PeerMemory:
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return b[offset:offset + n].view(dtype).reshape(shape)
 
+    def writable(self, pid, fd, serial=-1):
+        """The peer pid's result buffer (fd, serial) of Buffers, or its Board (fd), to
+        write into."""
+        with self.lock:
+            hit = self.writables.get((pid, fd))
+            if hit is None or hit[0] != serial:       # new, or fd reused by a newer buffer
+                hit = self.writables[(pid, fd)] = (serial, _map(pid, fd, write=True))
+            return hit[1]
+
     def forget(self):
         with self.lock:
             self.maps.clear()
+            self.writables.clear()
 
 
-def _map(pid, fd):
-    with open(f"/proc/{pid}/fd/{fd}", "rb") as f:
-        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+def _map(pid, fd, write=False):
+    with open(f"/proc/{pid}/fd/{fd}", "r+b" if write else "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ | (mmap.PROT_WRITE if write else 0))
     return np.frombuffer(m, np.uint8)
 
 

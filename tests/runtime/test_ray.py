@@ -143,6 +143,34 @@ def test_blockwise_all_reduce_matches_numpy(cluster):
         assert len({int(v[0]) for v in got.values()}) == 1, got
 
 
+class _Pushed:
+    """The checks with every all_gather and all_to_all written into the results (as large
+    ones are), and two of a few MB as they come, checked against numpy."""
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        import spmd.collectives.ray as R
+        group = comm.mesh.group(comm.rank, comm.mesh.axis_names)
+        G, i = len(group), group.index(comm.rank)
+        xs = [np.random.default_rng(d).standard_normal((G * 64, 1024)) for d in group]     # 512 KB x G
+        got = comm.all_gather(xs[i], comm.mesh.axis_names, 1)
+        assert np.array_equal(got, np.concatenate(xs, axis=1))
+        got = comm.all_to_all(xs[i], comm.mesh.axis_names, 0, 1)
+        assert np.array_equal(got, np.concatenate([np.split(x, G)[i] for x in xs], axis=1))
+        old, R.PUSH_BYTES = R.PUSH_BYTES, 1
+        try:
+            return [np.array(collective_checks.check_collectives(comm, ("float64", "int32", "bool")))]
+        finally:
+            R.PUSH_BYTES = old
+
+
+def test_results_written_by_their_senders_match_numpy(cluster):
+    _, rt = cluster
+    for mesh in meshes()[:3]:
+        got = run(rt, _Pushed(), mesh)
+        assert len({int(v[0]) for v in got.values()}) == 1, got
+
+
 class _Mismatch:
     """Rank 1 calls all_gather where the others call all_reduce."""
     num_outputs = 1

@@ -80,9 +80,11 @@ class World:
 
 @pytest.fixture
 def small_thresholds(monkeypatch):
-    """Every path on small arrays: shared memory above 64 bytes, block-wise above 256."""
+    """Every path on small arrays: shared memory above 64 bytes, block-wise above 256, and
+    all_gathers and all_to_alls of 100 bytes or more written into the results."""
     monkeypatch.setattr(R, "INLINE_BYTES", 64)
     monkeypatch.setattr(R, "BLOCKWISE_BYTES", 256)
+    monkeypatch.setattr(R, "PUSH_BYTES", 100)
 
 
 MESHES = [spmd.Mesh((4,), ("x",)), spmd.Mesh((2, 2), ("a", "b")), spmd.Mesh((2, 2), ("a", "b"), devices=[[2, 0], [3, 1]])]
@@ -208,9 +210,11 @@ def test_a_disagreeing_group_fails_naming_the_ranks():
         w.close()
 
 
-def test_a_lost_peer_fails_the_waiting_ranks_at_once_naming_it():
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_a_lost_peer_fails_the_waiting_ranks_at_once_naming_it(collective):
     """Rank 2's links close (its process died: the kernel closes its sockets): the ranks
-    waiting for it in a collective fail naming rank 2, without any stopwatch."""
+    waiting for it in a collective fail naming rank 2, without any stopwatch; also those
+    waiting on its board (large collectives within a host)."""
     w = World(4)
     gone = threading.Event()
 
@@ -220,10 +224,27 @@ def test_a_lost_peer_fails_the_waiting_ranks_at_once_naming_it():
             gone.set()
             return None
         gone.wait(10)
-        return comm.all_reduce(np.ones(3), "x")
+        x = np.ones(3) if collective == "all_reduce" else np.ones(1 << 18)
+        return getattr(comm, collective)(x, "x")
     try:
         with pytest.raises(CollectiveError, match=r"rank 2 is lost.*rank 2 died"):
             w.run(spmd.Mesh((4,), ("x",)), program)
+    finally:
+        w.close()
+
+
+def test_a_rank_that_never_comes_to_a_large_collective_is_named_at_the_timeout():
+    """Waiting on a board (a large all_gather within a host) ends at the collective
+    timeout, naming the rank that never came."""
+    w = World(3)
+
+    def program(comm):
+        if comm.rank == 2:
+            return None
+        return comm.all_gather(np.ones(1 << 18), "x")
+    try:
+        with pytest.raises(CollectiveError, match=r"timed out after 0.5 s waiting for rank\(s\) \[2\]"):
+            w.run(spmd.Mesh((3,), ("x",)), program, timeout=0.5)
     finally:
         w.close()
 
@@ -320,6 +341,46 @@ def test_all_gather_across_two_hosts_sends_each_array_across_once(small_threshol
     assert all(np.array_equal(g, want) for g in got.values())
     across = sum(nb for a, b, nb in sent if hosts[a] != hosts[b])
     assert across == 4 * 8000, across          # each rank's 8 KB crosses once
+
+
+def test_senders_write_into_results_that_stay_their_owners(small_thresholds):
+    """On one host, large all_gathers and all_to_alls are written by their senders into the
+    receivers' results (nothing goes through the senders' slabs). A result is the caller's
+    own: held across more calls than the buffers kept per size, and written in place by
+    its owner, every result keeps its values."""
+    n = 3
+    w = World(n)
+    xs = [_value(d, (6, 5), "float64") for d in range(n)]
+
+    def program(comm):
+        x = xs[comm.rank]
+        held = []
+        for k in range(6):
+            held.append((k, comm.all_gather(x + k, "x", k % 2), comm.all_to_all(x + k, "x", 0, 1)))
+        held[0][1][:] = -1.0             # the owner's write touches no other result
+        for k, gathered, swapped in held[1:]:
+            assert np.array_equal(gathered, np.concatenate([y + k for y in xs], axis=k % 2)), k
+            want = np.concatenate([np.split(y + k, n, 0)[comm.rank] for y in xs], axis=1)
+            assert np.array_equal(swapped, want), k
+        return len(comm.t.slab.segments)
+    try:
+        got = w.run(spmd.Mesh((n,), ("x",)), program)
+        assert got == {0: 0, 1: 0, 2: 0}, got
+    finally:
+        w.close()
+
+
+def test_a_group_that_decides_differently_fails_naming_the_ranks(small_thresholds):
+    """Every member decides alike whether senders write into the results; a rank that
+    (wrongly) thinks a peer shares no memory with it fails the call, and its peers,
+    with the call they disagree on, not a wrong result or a hang."""
+    w = World(3)
+    w.ts[0].shm_peers.discard(1)
+    try:
+        with pytest.raises(CollectiveError, match="does not agree on the call"):
+            w.run(spmd.Mesh((3,), ("x",)), lambda c: c.all_gather(np.arange(60.0) + c.rank, "x"), timeout=30)
+    finally:
+        w.close()
 
 
 def test_a_sender_gets_its_shared_memory_back(small_thresholds):
