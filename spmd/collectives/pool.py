@@ -19,11 +19,13 @@ class BufferPool:
 
     MIN_BYTES = 1 << 16
 
-    def __init__(self, max_bytes=1 << 30, per_size=4, alloc=None, min_bytes=MIN_BYTES):
+    def __init__(self, max_bytes=1 << 30, per_size=4, alloc=None, min_bytes=MIN_BYTES, max_count=None):
         """alloc(nbytes) -> a new uint8 buffer that numpy views refer to (np.empty's by
-        default); arrays under min_bytes are not pooled (np.empty)."""
+        default); arrays under min_bytes are not pooled (np.empty). At most max_bytes,
+        per_size buffers of a size and max_count buffers in all are kept."""
         self.bufs = {}                   # nbytes -> [uint8 buffers of that size]
         self.max_bytes, self.per_size, self.total = max_bytes, per_size, 0
+        self.max_count, self.count = max_count, 0
         self.alloc = alloc or (lambda n: np.empty(n, np.uint8))
         self.min_bytes = min_bytes
         self._lock = threading.Lock()
@@ -39,12 +41,19 @@ class BufferPool:
                 if sys.getrefcount(b) == 3:  # the bucket, `b` and getrefcount's argument: free
                     return b.view(dtype).reshape(shape)
             b = self.alloc(nbytes)
-            if len(bucket) < self.per_size and self.total + nbytes <= self.max_bytes:
+            if len(bucket) < self.per_size and self.total + nbytes <= self.max_bytes \
+                    and (self.max_count is None or self.count < self.max_count):
                 bucket.append(b)
                 self.total += nbytes
+                self.count += 1
             return b.view(dtype).reshape(shape)
+
+    def kept(self, buf):
+        """Whether buf (an array's .base) is one of the pool's, handed out again later."""
+        with self._lock:
+            return any(b is buf for b in self.bufs.get(buf.nbytes, ()))
 
     def clear(self):
         """Keep none of the buffers (those in use stay their holders')."""
         with self._lock:
-            self.bufs, self.total = {}, 0
+            self.bufs, self.total, self.count = {}, 0, 0

@@ -424,9 +424,9 @@ class RayCommunicator(Communicator):
         axes, devices, i, tag, what = self._begin(name, x, axes, attrs + ("into results",))
         stamp = (self.run_id << 32) | self.seq
         sign = zlib.crc32(repr(tag).encode())
-        out, (fd, serial) = self.t.buffers.empty(shape_of(i), x.dtype)
+        out, (fd, serial, kept) = self.t.buffers.empty(shape_of(i), x.dtype)
         mine = self.t.board.words
-        mine[1], mine[2], mine[3] = fd, serial, sign
+        mine[1], mine[2], mine[3], mine[4] = fd, serial, kept, sign
         mine[0] = stamp                  # last: a peer that sees the stamp sees the words before it
         G = len(devices)
         for k in range(1, G + 1):        # from the next member on: the members write into different buffers
@@ -438,17 +438,19 @@ class RayCommunicator(Communicator):
                 continue
             board = self.t.board_of(d)
             self._await(lambda: board[0] == stamp, [d], what, devices)
-            if board[3] != sign:
+            if board[4] != sign:
                 raise CollectiveError(f"{what}: the group does not agree on the call: rank {self.rank} called "
                                       f"{describe(tag)}, rank {d} called another collective")
             shape = shape_of(j)
             nbytes = math.prod(shape) * out.dtype.itemsize
-            dst = self.t.peer_memory.writable(self.t.pids[d], int(board[1]), int(board[2]))[:nbytes]
-            np.copyto(slot(dst.view(out.dtype).reshape(shape), i), part_for(j))
-            board[4 + i] = stamp
+            dst = self.t.peer_memory.writable(self.t.pids[d], int(board[1]), int(board[2]), bool(board[3]))
+            np.copyto(slot(dst[:nbytes].view(out.dtype).reshape(shape), i), part_for(j))
+            del dst
+            board[5 + i] = stamp
         others = [j for j in range(G) if j != i]
-        self._await(lambda: all(mine[4 + j] == stamp for j in others), [d for d in devices if d != self.rank],
+        self._await(lambda: all(mine[5 + j] == stamp for j in others), [d for d in devices if d != self.rank],
                     what, devices)
+        self.t.buffers.written(out)
         return out
 
     def _pushed_reduce_scatter(self, name, x, axes, attrs, op, blocks):

@@ -128,43 +128,57 @@ class Slab:
 
 
 class Buffers:
-    """Result buffers that the peers of this host write into, each a segment of its own,
+    """Buffers that the peers of this host write into, each a segment of its own,
     recycled as pool.BufferPool recycles (handed out again once nobody refers to it).
-    A buffer is named to peers by (fd, serial): an fd number may be reused once its
-    buffer is gone, a serial never is. A buffer the pool does not keep closes its
-    segment when the last view of it goes."""
+    A buffer is named to peers by (fd, serial, kept): an fd number may be reused once
+    its buffer is gone, a serial never is. Peers keep their mapping of a kept buffer
+    (it comes back); one the pool does not keep is mapped for one call, and its fd is
+    closed once the peers wrote into it (`written`), so held results do not hold fds."""
 
-    def __init__(self, max_bytes=512 << 20):
-        self.pool = BufferPool(max_bytes=max_bytes, alloc=self._segment, min_bytes=0)
-        self.names = {}                              # id(buffer) -> (fd, serial), while it lives
+    def __init__(self, max_bytes=512 << 20, max_count=64):
+        self.pool = BufferPool(max_bytes=max_bytes, alloc=self._segment, min_bytes=0, max_count=max_count)
+        self.fds = {}                                # id(buffer) -> [fd or -1, serial], while it lives
         self.serials = itertools.count()
 
     def _segment(self, nbytes):
         seg = _Segment(nbytes)
         b = seg.bytes                                # the mapping goes with its last view
-        self.names[id(b)] = (seg.fd, next(self.serials))
-        weakref.finalize(b, self._gone, id(b), seg.fd)
+        entry = self.fds[id(b)] = [seg.fd, next(self.serials)]
+        weakref.finalize(b, self._gone, id(b), entry)
         return b
 
-    def _gone(self, key, fd):
-        self.names.pop(key, None)
-        os.close(fd)
+    def _gone(self, key, entry):
+        self.fds.pop(key, None)
+        _close(entry)
 
     def empty(self, shape, dtype):
         """(array, where): a new array (of at least one byte) in shared memory, and its
-        name for the peers."""
+        name for the peers, (fd, serial, kept)."""
         out = self.pool.empty(shape, dtype)
-        return out, self.names[id(out.base)]
+        fd, serial = self.fds[id(out.base)]
+        return out, (fd, serial, int(self.pool.kept(out.base)))
+
+    def written(self, out):
+        """The peers wrote into out (from `empty`): unless the pool keeps it, nobody
+        opens its fd again."""
+        if not self.pool.kept(out.base):
+            _close(self.fds[id(out.base)])
 
     def close(self):
         self.pool.clear()
 
 
+def _close(entry):
+    if entry[0] >= 0:
+        os.close(entry[0])
+        entry[0] = -1
+
+
 class Board:
     """A rank's notice board, in shared memory its peers of the host write into: `words`,
-    int64: [0] the stamp of the call whose result buffer [1] fd and [2] serial name, [3]
-    the call's signature; [4 + j] the stamp of the last call whose part group member j
-    has written into this rank's result. A stamp names one collective call of one run
+    int64: [0] the stamp of the call whose buffer [1] fd, [2] serial and [3] kept name
+    (Buffers), [4] the call's signature; [5 + j] the stamp of the last call whose part
+    group member j has written into this rank's buffer. A stamp names one collective call of one run
     (never reused), so a word left from an earlier call never reads as the current one.
     One 8-byte aligned word is written at once, and x86's stores are seen by other cores
     in the order they were made, so a peer that sees a stamp sees what was written
@@ -173,7 +187,7 @@ class Board:
     SLOTS = 256                      # group members that can say they are done
 
     def __init__(self):
-        self._segment = _Segment((4 + self.SLOTS) * 8)
+        self._segment = _Segment((5 + self.SLOTS) * 8)
         self.fd = self._segment.fd
         self.words = self._segment.bytes.view(np.int64)
 
@@ -199,9 +213,11 @@ class PeerMemory:
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return b[offset:offset + n].view(dtype).reshape(shape)
 
-    def writable(self, pid, fd, serial=-1):
-        """The peer pid's result buffer (fd, serial) of Buffers, or its Board (fd), to
-        write into."""
+    def writable(self, pid, fd, serial=-1, keep=True):
+        """The peer pid's buffer (fd, serial) of Buffers, or its Board (fd), to write
+        into; mapped once while it is kept, else for this caller only."""
+        if not keep:
+            return _map(pid, fd, write=True)
         with self.lock:
             hit = self.writables.get((pid, fd))
             if hit is None or hit[0] != serial:       # new, or fd reused by a newer buffer

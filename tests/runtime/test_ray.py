@@ -123,51 +123,57 @@ def test_every_collective_matches_numpy(cluster):
         assert len(counts) == 1 and counts.pop() > 40, (mesh, got)
 
 
-class _Blockwise:
-    """The checks with every all_reduce over 3+ ranks taking the block-wise path."""
+class _Thresholds:
+    """The checks with some of collectives/ray.py's thresholds changed on every rank:
+    block-wise all_reduces, or every collective written into the receivers' buffers."""
     num_outputs = 1
+
+    def __init__(self, dtypes, big, **thresholds):
+        self.dtypes, self.big, self.thresholds = dtypes, big, thresholds
 
     def __call__(self, inputs, comm):
         import spmd.collectives.ray as R
-        old, R.BLOCKWISE_BYTES = R.BLOCKWISE_BYTES, 1
+        old = {k: getattr(R, k) for k in self.thresholds}
+        for k, v in self.thresholds.items():
+            setattr(R, k, v)
         try:
-            return [np.array(collective_checks.check_collectives(comm, ("float64", "int64", "bool"), big=True))]
+            return [np.array(collective_checks.check_collectives(comm, self.dtypes, big=self.big))]
         finally:
-            R.BLOCKWISE_BYTES = old
+            for k, v in old.items():
+                setattr(R, k, v)
 
 
 def test_blockwise_all_reduce_matches_numpy(cluster):
     _, rt = cluster
     for mesh in meshes()[:2]:
-        got = run(rt, _Blockwise(), mesh)
+        got = run(rt, _Thresholds(("float64", "int64", "bool"), True, BLOCKWISE_BYTES=1), mesh)
         assert len({int(v[0]) for v in got.values()}) == 1, got
 
 
-class _Pushed:
-    """The checks with every all_gather and all_to_all written into the results (as large
-    ones are), and two of a few MB as they come, checked against numpy."""
+class _Large:
+    """All_gather, all_to_all, reduce_scatter and all_reduce of a few MB (written by the
+    senders into the receivers' buffers on one host), against numpy."""
     num_outputs = 1
 
     def __call__(self, inputs, comm):
-        import spmd.collectives.ray as R
         group = comm.mesh.group(comm.rank, comm.mesh.axis_names)
-        G, i = len(group), group.index(comm.rank)
+        G, i, axes = len(group), group.index(comm.rank), comm.mesh.axis_names
         xs = [np.random.default_rng(d).standard_normal((G * 64, 1024)) for d in group]     # 512 KB x G
-        got = comm.all_gather(xs[i], comm.mesh.axis_names, 1)
-        assert np.array_equal(got, np.concatenate(xs, axis=1))
-        got = comm.all_to_all(xs[i], comm.mesh.axis_names, 0, 1)
+        assert np.array_equal(comm.all_gather(xs[i], axes, 1), np.concatenate(xs, axis=1))
+        got = comm.all_to_all(xs[i], axes, 0, 1)
         assert np.array_equal(got, np.concatenate([np.split(x, G)[i] for x in xs], axis=1))
-        old, R.PUSH_BYTES = R.PUSH_BYTES, 1
-        try:
-            return [np.array(collective_checks.check_collectives(comm, ("float64", "int32", "bool")))]
-        finally:
-            R.PUSH_BYTES = old
+        want = collective_checks.reduce_in_order("sum", xs)
+        assert np.array_equal(comm.reduce_scatter(xs[i], axes, 0), np.split(want, G)[i])
+        assert np.array_equal(comm.all_reduce(xs[i], axes), want)
+        return [np.array(4)]
 
 
 def test_results_written_by_their_senders_match_numpy(cluster):
     _, rt = cluster
     for mesh in meshes()[:3]:
-        got = run(rt, _Pushed(), mesh)
+        got = run(rt, _Large(), mesh)
+        assert all(int(v[0]) == 4 for v in got.values()), got
+        got = run(rt, _Thresholds(("float64", "int32", "bool"), False, PUSH_BYTES=1), mesh)
         assert len({int(v[0]) for v in got.values()}) == 1, got
 
 
