@@ -179,18 +179,25 @@ class Mailbox:
                 self.awaited = {(run_id, key, s) for s in missing}
                 if not missing:
                     return {s: self.box.pop((run_id, key, s)) for s in srcs}
-                lost = [s for s in missing if s in self.dead]
-                if lost:
-                    raise CollectiveError(f"{what}: rank {lost[0]} is lost: {self.dead[lost[0]]}")
-                reason = self.failed.get(run_id)
-                if reason is not None:
-                    raise CollectiveError(f"{what}: aborted because {reason}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CollectiveError(
-                        f"{what}: timed out after {timeout:g} s waiting for rank(s) {missing} of group "
-                        f"{list(group)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped calling collectives")
+                left = self.check(run_id, missing, deadline, timeout, what, group)
                 self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
+
+    def check(self, run_id, missing, deadline, timeout, what, group):
+        """CollectiveError if one of the ranks `missing` is lost, the run is aborted, or
+        the deadline passed (the wait started `timeout` seconds before it); else the
+        seconds left. For `take`, and for a rank waiting on its peers' boards."""
+        lost = [s for s in missing if s in self.dead]
+        if lost:
+            raise CollectiveError(f"{what}: rank {lost[0]} is lost: {self.dead[lost[0]]}")
+        reason = self.failed.get(run_id)
+        if reason is not None:
+            raise CollectiveError(f"{what}: aborted because {reason}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CollectiveError(
+                f"{what}: timed out after {timeout:g} s waiting for rank(s) {list(missing)} of group "
+                f"{list(group)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped calling collectives")
+        return left
 
 
 class Transport:
@@ -477,22 +484,14 @@ class RayCommunicator(Communicator):
         start = time.monotonic()
         key = (self.seq, 0)
         while not ready():
-            reason = self.mailbox.failed.get(self.run_id)
-            if reason is not None:
-                raise CollectiveError(f"{what}: aborted because {reason}")
             for d in peers:
-                if d in self.mailbox.dead:
-                    raise CollectiveError(f"{what}: rank {d} is lost: {self.mailbox.dead[d]}")
                 got = self.mailbox.box.get((self.run_id, key, d))
                 if got is not None:
                     raise CollectiveError(f"{what}: the group does not agree on the call: rank {self.rank} "
                                           f"called a collective written into the results, rank {d} called "
                                           f"{describe(got[0])}")
+            self.mailbox.check(self.run_id, peers, start + self.timeout, self.timeout, what, devices)
             waited = time.monotonic() - start
-            if waited > self.timeout:
-                raise CollectiveError(f"{what}: timed out after {self.timeout:g} s waiting for rank(s) {peers} of "
-                                      f"group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped "
-                                      f"calling collectives")
             if waited < SPIN_SECONDS:
                 os.sched_yield()
             else:
@@ -554,7 +553,7 @@ class RayCommunicator(Communicator):
         """Block-wise through the boards: the reduce-scatter of the flat x (member j
         reduces block j in group order), then every member writes its reduced block into
         every member's result."""
-        _, devices, i = self._group(axes)
+        _, devices, _ = self._group(axes)
         flat = x.reshape(-1)
         b = _bounds(flat.size, len(devices))
         block = self._pushed_reduce_scatter("all_reduce", flat, axes, (op,), op, lambda a, j: a[b[j]:b[j + 1]])

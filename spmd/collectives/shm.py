@@ -17,14 +17,14 @@ release note (collectives/ray.py) once they have copied or reduced what they rea
 Segments are reused once all their regions are free, so a steady program writes into
 warm pages.
 
-Large all_gathers and all_to_alls go the other way (collectives/ray.py): each rank takes
-its result from `Buffers`, result buffers in shared memory, and its peers write their
-parts straight into it through `PeerMemory.writable`, so each byte is copied once, from
-the sender's array to the receiver's result. The ranks coordinate that through their
-`Board`s, a few words of shared memory each, without messages:
+Collectives of 64 KB and more go the other way (collectives/ray.py): each rank takes a
+buffer (its result, or the blocks it reduces) from `Buffers`, in shared memory, and its
+peers write their parts straight into it through `PeerMemory.writable`, so each byte is
+copied once, from the sender's array into the receiver's buffer. The ranks coordinate
+that through their `Board`s, a few words of shared memory each, without messages:
 
     buffers = Buffers()
-    out, where = buffers.empty(shape, dtype)      # where: (fd, serial), named on the board
+    out, where = buffers.empty(shape, dtype)      # where: (fd, serial, kept), named on the board
     board = Board()                               # this rank's; peers map board.fd writable
     dst = peers.writable(pid, fd, serial)         # a peer's uint8 view of a buffer or board
 
@@ -178,8 +178,9 @@ class Board:
     """A rank's notice board, in shared memory its peers of the host write into: `words`,
     int64: [0] the stamp of the call whose buffer [1] fd, [2] serial and [3] kept name
     (Buffers), [4] the call's signature; [5 + j] the stamp of the last call whose part
-    group member j has written into this rank's buffer. A stamp names one collective call of one run
-    (never reused), so a word left from an earlier call never reads as the current one.
+    group member j has written into this rank's buffer. A stamp names one collective
+    call of one run (never reused), so a word left from an earlier call never reads as
+    the current one.
     One 8-byte aligned word is written at once, and x86's stores are seen by other cores
     in the order they were made, so a peer that sees a stamp sees what was written
     before it (collectives/ray.py uses boards on x86 only)."""
