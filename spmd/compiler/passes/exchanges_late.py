@@ -15,7 +15,7 @@ values keep theirs, so the results are the same bits.
 from __future__ import annotations
 
 from ...ir import Graph
-from .rewrite import Rebuild
+from .rewrite import in_order
 
 
 def _barrier(op) -> bool:
@@ -39,9 +39,4 @@ def exchanges_late(graph: Graph) -> Graph:
         if j != i:
             ops[i:j + 1] = ops[i + 1:j + 1] + [op]
             changed = True
-    if not changed:
-        return graph
-    rb = Rebuild(graph)
-    for op in ops:
-        rb.copy(op)
-    return rb.finish()
+    return in_order(graph, ops) if changed else graph

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ...ir import Graph
 from .remat import nbytes
-from .rewrite import Rebuild
+from .rewrite import in_order
 
 WINDOW = 4
 
@@ -56,12 +56,7 @@ def frees_first(graph: Graph) -> Graph:
             for k in range(best, j + 1):
                 pos[ops[k]] = k
             changed = True
-    if not changed:
-        return graph
-    rb = Rebuild(graph)
-    for op in ops:
-        rb.copy(op)
-    return rb.finish()
+    return in_order(graph, ops) if changed else graph
 
 
 def _peak(seq, end, pos, readers, outputs) -> int:

@@ -44,3 +44,12 @@ class Rebuild:
             return self.old
         self.g.outputs = [self.vmap[v] for v in self.old.outputs]
         return self.g
+
+
+def in_order(graph: Graph, ops) -> Graph:
+    """graph with its ops in the order of `ops` (the same ops, every one after the ops
+    whose results it reads), for the passes that only move ops."""
+    rb = Rebuild(graph)
+    for op in ops:
+        rb.copy(op)
+    return rb.finish()
