@@ -25,7 +25,7 @@ import numpy as np
 from .errors import ConcreteValueError, FallbackWarning, MemoryLimitError, SpmdError, TraceError, warn_at
 from .frontend import core
 from .frontend import functionalize as fz
-from .frontend import random_guard
+from .frontend import numpy_buffers, random_guard
 from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
 from .ir import Graph
 from .ir.mesh import Sharding
@@ -51,7 +51,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None):
     tracers = _argument_tracers(t, leaves)
     it = iter(tree_unflatten(in_tree, tracers))
     call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
-    with tracing(t):
+    with numpy_buffers.intercepting(), tracing(t):
         out = _call_traced(fn, call_args)
         out_leaves, out_tree = tree_flatten(out)
         g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]

@@ -19,13 +19,15 @@
     creation.py       spmd.numpy: array creation that works while tracing
     random.py         spmd.random's counter-based keys
     random_guard.py   np.random inside traced code is an error
+    numpy_buffers.py  arrays numpy makes inside traced code (np.zeros, ...), traced when written
 
 Importing the package gives the Tracer class numpy's methods, operators and protocols
 (from numpy_api's table) and guards np.random, so a Tracer behaves as an ndarray from the
 first one made.
 """
-from . import numpy_api, random_guard
-from .trace import Tracer
+from . import numpy_api, numpy_buffers, random_guard
+from .trace import NumpyBuffer, Tracer
 
 numpy_api.install(Tracer)
+numpy_buffers.install(NumpyBuffer)
 random_guard.install()

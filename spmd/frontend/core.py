@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ShapeError, TraceError, user_loc
 from ..ir import dtypes, get_op
 from . import views
-from .trace import Tracer, current_trace
+from .trace import Tracer, current_trace, resolve
 
 
 def trace_of(*xs):
@@ -109,8 +109,9 @@ def ufunc_dtype(ufunc, *xs):
 def asarray(x, dtype=None, t=None) -> Tracer:
     """Any array-like -> a Tracer of `dtype` (a constant if it is not traced)."""
     t = t or trace_of(x)
+    x = resolve(x)
     if not isinstance(x, Tracer):
-        if isinstance(x, (list, tuple)) and builtins.any(isinstance(e, Tracer) for e in x):
+        if isinstance(x, (list, tuple)) and builtins.any(isinstance(resolve(e), Tracer) for e in x):
             return _stack_rows([asarray(e, dtype, t) for e in x])
         if isinstance(x, int) and not isinstance(x, bool) and dtype is not None \
                 and np.dtype(dtype).kind in "iu" and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:

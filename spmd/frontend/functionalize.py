@@ -70,10 +70,10 @@ def check_cast(op, src_dtype, dst_dtype, loc):
 
 
 def no_plain_write(what, loc):
-    raise TraceError(f"{what} at {loc}: numpy cannot store a traced value into a plain numpy array "
-                     f"(one made with np.zeros / np.empty / ... inside spmd.jit, or a global). Make the "
-                     f"buffer a traced array instead: np.zeros_like(x, shape=(...)) or "
-                     f"spmd.numpy.zeros((...)) -- then buf[i] = value works as in numpy.")
+    raise TraceError(f"{what} at {loc}: numpy cannot store a traced value into a numpy array made outside the "
+                     f"function (a global, a closure) or by a numpy function spmd does not watch (np.arange, "
+                     f"a global's .copy()). Copy it inside the function first: buf = np.array(a), or make it "
+                     f"there with np.zeros / np.empty / np.full (those take traced values as in numpy).")
 
 
 def as_argument(x, k, leaf=None):

@@ -13,6 +13,7 @@ from ..errors import user_loc
 from . import contractions, core, indexing, masked, shapes
 from . import elementwise as ew
 from . import functionalize as fz
+from . import numpy_buffers as nb
 from . import reductions as red
 from .numpy_lib import fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 
@@ -332,6 +333,9 @@ def inplace_operators():
 
 def dispatch_ufunc(ufunc, method, inputs, kwargs):
     """np.<ufunc>(...) and np.<ufunc>.<method>(...) with a Tracer among the inputs."""
+    if nb.has_buffers(inputs, kwargs):
+        return nb.call(ufunc if method == "__call__" else getattr(ufunc, method), inputs, kwargs,
+                       (0,) if method == "at" else ())
     name = ufunc.__name__
     what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
     out = kwargs.pop("out", None)
@@ -396,6 +400,8 @@ _UFUNC_METHODS = {"__call__": _ufunc_call, "reduce": _ufunc_reduce, "accumulate"
 
 
 def dispatch_function(func, args, kwargs):
+    if nb.has_buffers(args, kwargs):
+        return nb.call(func, args, kwargs, nb.WRITES.get(func, ()))
     impl = FUNCTIONS.get(func)
     if impl is None:
         module = getattr(func, "__module__", "numpy") or "numpy"
@@ -418,13 +424,13 @@ def install(cls):
     for name, f in {**METHODS, **operators()}.items():
         setattr(cls, name, _method(name, f))
     for name, f in inplace_operators().items():
-        setattr(cls, name, f)
+        setattr(cls, name, _with_buffers_read(f))
     cls.T = property(shapes.view_transpose)
     cls.mT = property(lambda x: shapes.view_swapaxes(x, -1, -2))
     # z.real = v sets the real parts, as numpy's attribute assignment does
     cls.real = property(fz.real_view, lambda x, v: indexing.setitem(fz.real_view(x), Ellipsis, v))
     cls.imag = property(fz.imag_view, lambda x, v: indexing.setitem(fz.imag_view(x), Ellipsis, v))
-    cls.__setitem__ = indexing.setitem
+    cls.__setitem__ = _with_buffers_read(indexing.setitem)
     cls.__array_ufunc__ = _array_ufunc
     cls.__array_function__ = _array_function
     masked.install(operators(), UFUNCS, FUNCTIONS)
@@ -442,6 +448,16 @@ def _array_function(self, func, types, args, kwargs):
     return dispatch_function(func, args, kwargs)
 
 
+def _with_buffers_read(f):
+    """f(x, *args) with numpy arrays made in the function read as what they hold."""
+    def g(x, *args):
+        if nb.has_buffers(args, {}):
+            args = tuple(nb.resolve_all(a) for a in args)
+        return f(x, *args)
+    g.__name__, g.__doc__ = f.__name__, f.__doc__
+    return g
+
+
 def _has_masked(xs):
     return any(isinstance(x, masked.Masked) or (isinstance(x, tuple) and _has_masked(x)) for x in xs)
 
@@ -450,6 +466,8 @@ def _method(name, f):
     def m(self, *args, **kwargs):
         if name.startswith("__") and name != "__getitem__" and _has_masked(args):
             return NotImplemented       # Python asks the masked selection's reflected operator
+        if nb.has_buffers(args, kwargs):
+            return nb.call(getattr(self, name), args, kwargs)
         out = kwargs.pop("out", None) if name != "__getitem__" and not getattr(f, "takes_out", False) else None
         r = f(self, *args, **kwargs)
         if out is not None:

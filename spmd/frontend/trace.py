@@ -208,11 +208,10 @@ class Tracer:
         raise ConcreteValueError(
             f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
-            f"plain numpy array made inside the function (buf = np.zeros(...); buf[i] = value), "
-            f"make the buffer traced: np.zeros_like(x, shape=...) or spmd.numpy.zeros(...), then "
-            f"buf[i] = value works as in numpy. If it is np.asarray / np.array of a traced value "
-            f"(numpy converts those itself), use the value as it is, np.stack([...]) for a list of "
-            f"them, or spmd.numpy.asarray / spmd.numpy.array.", loc)
+            f"numpy array made outside the function or by np.arange / a global's .copy(), copy it "
+            f"inside the function first (buf = np.array(a)); arrays made there by np.zeros / "
+            f"np.empty / np.array take traced values as in numpy. If a library converted the value, "
+            f"run that part outside spmd.jit.", loc)
 
     def tolist(self):
         self._concrete("tolist()")
@@ -235,6 +234,32 @@ class Tracer:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
+class NumpyBuffer(np.ndarray):
+    """An ndarray the user's function made with numpy while this thread traces it
+    (np.zeros, np.array, ...): numpy's own array, holding numbers, until a traced value is
+    written into it or into a view of it. From then on it stands for a Tracer of its
+    current value, and every numpy call on it goes to that Tracer. numpy_buffers.py makes
+    them and installs their behaviour."""
+
+    _root = None        # the base NumpyBuffer whose memory this one views (None: it is a base)
+    _traced = None      # a base: its Tracer once traced; a view: its traced view, made when asked
+
+    def base_buffer(self) -> "NumpyBuffer":
+        return self if self._root is None else self._root
+
+    def live(self) -> bool:
+        """Has a traced value been written into its memory?"""
+        return self.base_buffer()._traced is not None
+
+
+def resolve(x):
+    """What tracing should see of x: for a NumpyBuffer, the Tracer it stands for once
+    traced, else a plain ndarray of its numbers; anything else as it is."""
+    if isinstance(x, NumpyBuffer):
+        return x.traced() if x.live() else np.ndarray.view(x, np.ndarray)
+    return x
+
+
 def _storing_into_numpy() -> bool:
     """Is the user's line storing into a subscript (buf[i] = value) right now? numpy's
     ndarray.__setitem__ converts the value with float() or __array__, which is how a
@@ -255,8 +280,8 @@ _STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instruction
 
 def _raise_store_into_numpy(tracer, loc):
     raise ConcreteValueError(
-        f"a traced value is written into a plain numpy array at {loc} (buf[i] = value, with "
-        f"buf made by np.zeros / np.empty / np.array inside the function): a numpy array holds numbers, "
-        f"and {tracer!r} has none until the program runs. Make the buffer traced: "
-        f"buf = np.zeros_like(x, shape=...) or spmd.numpy.zeros(...); then buf[i] = value works as in "
-        f"numpy. (numpy converted the value with float() or np.asarray to store it.)", loc)
+        f"a traced value is written into a plain numpy array at {loc} (buf[i] = value, with buf "
+        f"made outside the function, or by np.arange / a global's .copy()): a numpy array holds numbers, "
+        f"and {tracer!r} has none until the program runs. Copy it inside the function first: "
+        f"buf = np.array(a); arrays made there by np.zeros / np.empty / np.array take traced values "
+        f"as in numpy.", loc)

@@ -136,15 +136,17 @@ def test_breakpoint_outside_jit_stops_at_the_callers_line(monkeypatch):
 
 
 # -- errors that say what is wrong first ------------------------------------------------
-def test_a_traced_value_written_into_a_numpy_buffer_says_so_first():
+def test_a_traced_value_written_into_a_numpy_array_from_outside_says_so_first():
+    made_outside = np.zeros((4, 2))
+
     def fill(x):
-        out = np.zeros((4, 2))
+        out = made_outside
         for i in range(4):
             out[i] = x[i].sum(), x[i].max()     # MARK
         return out
 
     def fill1(x):
-        out = np.zeros(4)
+        out = np.arange(4.0)                    # not a function spmd watches
         for i in range(4):
             out[i] = x[i].sum()                 # MARK
         return out
@@ -155,7 +157,8 @@ def test_a_traced_value_written_into_a_numpy_buffer_says_so_first():
             spmd.jit(f, fallback=False)(np.ones((4, 3)))
         msg = str(e.value)
         assert msg.startswith(f"a traced value is written into a plain numpy array at test_debug.py:{line}"), msg
-        assert "spmd.numpy.zeros" in msg and "float()" not in msg.split(":")[0]
+        assert "np.array(a)" in msg and "float()" not in msg.split(":")[0]
+    assert not made_outside.any()
 
 
 def test_float_of_a_traced_value_names_spmd_debug_print():

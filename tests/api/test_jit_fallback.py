@@ -1,5 +1,5 @@
 """spmd.jit falls back instead of failing: when tracing needs the value of a traced array
-(float(), `if` on data, math.sqrt, .item(), np.array(traced)), the function runs eagerly
+(float(), `if` on data, math.sqrt, .item()), the function runs eagerly
 on the sharded arrays with numpy's results and a FallbackWarning that names the function
 and the line, once; spmd.jit(..., fallback=False) keeps the error."""
 import inspect
@@ -34,11 +34,17 @@ def with_item(x):
     return x + x[1, 2].item()                               # NEEDS
 
 
-def with_np_array(x):
-    return np.array(x)[::-1] * 2                            # NEEDS
+CASES = [with_float, with_if, with_sqrt, with_item]
 
 
-CASES = [with_float, with_if, with_sqrt, with_item, with_np_array]
+def test_np_array_of_a_traced_value_needs_no_value():
+    def with_np_array(x):
+        return np.array(x)[::-1] * 2
+    x = np.arange(12.0).reshape(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        got = spmd.jit(with_np_array, in_shardings=(MESH.sharding("x", None),))(x)
+    np.testing.assert_array_equal(np.asarray(got), with_np_array(x))
 
 
 def needs_line(fn):
