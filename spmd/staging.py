@@ -26,6 +26,7 @@ from .errors import ConcreteValueError, FallbackWarning, MemoryLimitError, SpmdE
 from .frontend import core
 from .frontend import functionalize as fz
 from .frontend import numpy_buffers, random_guard
+from . import graph_breaks as gb
 from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
 from .ir import Graph
 from .ir.mesh import Sharding
@@ -41,13 +42,15 @@ NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared
                "to reduce in group order; the compiled code; Python's and numpy's own objects")
 
 
-def trace_function(fn, args, static_argnums=(), mesh=None):
+def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
     """Trace fn on abstract versions of args. Returns (graph, in_tree, out_tree); the
-    graph's `updates` are the arguments fn wrote, (leaf, new Value)."""
+    graph's `updates` are the arguments fn wrote, (leaf, new Value). `oracle` gives the
+    values tracing needs from the data (graph_breaks.Oracle), where it is given."""
     dyn = [a for i, a in enumerate(args) if i not in static_argnums]
     leaves, in_tree = tree_flatten(dyn)
     g = Graph(getattr(fn, "__name__", "fn").replace("<", "").replace(">", ""))
     t = Trace(g, mesh)
+    t.oracle = oracle
     tracers = _argument_tracers(t, leaves)
     it = iter(tree_unflatten(in_tree, tracers))
     call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
@@ -88,8 +91,8 @@ def _output_value(fn, leaf, t):
         return core.asarray(leaf, t=t).value
     except TypeError:
         why = getattr(leaf, "spmd_not_an_array", None)
-        if why is not None:          # e.g. x[mask]: its error says why and what instead
-            why()
+        if why is not None:          # e.g. x[mask]: compacted (a graph break), or its error says why
+            return core.asarray(why(), t=t).value
         raise TypeError(f"spmd.jit: {fn.__name__} returned a {type(leaf).__name__}, "
                         f"which is not an array") from None
 
@@ -132,6 +135,7 @@ class Lowered:
         # numpy's global random state as the function leaves it (it seeded it: random_guard)
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
+        self.breaks = []              # (loc, what, value) the trace took from the data (graph_breaks.py)
         self.timings = {}             # seconds per stage, from the pipeline
         self._fits_checked = False
 
@@ -341,7 +345,8 @@ class Jitted:
         self.memory_limit = None if memory_limit is None else int(memory_limit)
         self.write_array = write_array
         self.fallback = fallback
-        self._eager = set()           # signatures whose tracing needed a value: they run eagerly
+        self._eager = set()           # signatures whose graph breaks would not pay: they run eagerly
+        self._warned = set()          # lines of graph breaks already warned about
         self.in_shardings, self.out_shardings, self.mesh = in_shardings, out_shardings, mesh
         # the LLVM backend (fused native kernels) by default; "numpy" is the reference
         self.backend = backend or os.environ.get("SPMD_COMPILER", "llvm")
@@ -365,29 +370,65 @@ class Jitted:
         return self._lower(args, *self._key(args))
 
     def _lower(self, args, key, leaves) -> Lowered:
-        low = self._cache.get(key)
-        if low is None:
-            graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh)
-            from .sharding.annotate import resolve_shardings
-            mesh, in_sh, out_sh = resolve_shardings(self, args, leaves, graph, out_tree)
-            graph.mesh = mesh
-            # written arguments are extra outputs, laid out as they came in
-            updates = getattr(graph, "updates", [])
-            for k, v in updates:
-                graph.outputs.append(v)
-                out_sh.append(in_sh[k])
-                out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
-            from .compiler import pipeline
-            stages, timings = pipeline.lower(graph, mesh, in_sh, out_sh)
-            low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
-            low.timings = timings
-            low.updates = [k for k, _ in updates]
-            low.np_random_state = graph.np_random_state
-            low.donated = self._donated_leaves(args) - set(low.updates)
-            if self.memory_limit is not None:
-                self._fit(low, in_sh.leaves)
-            self._cache[key] = low
+        entry = self._cache.get(key)
+        if isinstance(entry, Lowered):
+            return entry
+        low, known = gb.follow(entry, leaves)       # the graph breaks' programs, on this call's data
+        if low is not None:
+            return low
+        fname = getattr(self.fn, "__name__", "fn")
+        oracle = None
+        if self.fallback and not any(isinstance(x, ShapeDtype) for x in leaves):
+            oracle = gb.Oracle(fname, known, lambda g, v: self._lower_cone(args, leaves, g, v), leaves)
+        graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh, oracle)
+        from .sharding.annotate import resolve_shardings
+        mesh, in_sh, out_sh = resolve_shardings(self, args, leaves, graph, out_tree)
+        graph.mesh = mesh
+        # written arguments are extra outputs, laid out as they came in
+        updates = getattr(graph, "updates", [])
+        for k, v in updates:
+            graph.outputs.append(v)
+            out_sh.append(in_sh[k])
+            out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
+        from .compiler import pipeline
+        stages, timings = pipeline.lower(graph, mesh, in_sh, out_sh)
+        low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
+        low.timings = timings
+        low.updates = [k for k, _ in updates]
+        low.np_random_state = graph.np_random_state
+        low.donated = self._donated_leaves(args) - set(low.updates)
+        if self.memory_limit is not None:
+            self._fit(low, in_sh.leaves)
+        taken = oracle.taken if oracle is not None else []
+        low.breaks = [(brk.loc, brk.what, v) for brk, v in taken]
+        gb.insert(self._cache, key, taken, low, fname)
+        self._warn_breaks(fname, taken)
         return low
+
+    def _lower_cone(self, args, leaves, graph, value) -> Lowered:
+        """The program computing `value` of the trace `graph` (a graph break's), sharded as
+        this call's arguments are, its result replicated."""
+        from .sharding.annotate import resolve_shardings
+        from .compiler import pipeline
+        g = gb.cone(graph, value)
+        mesh, in_sh, out_sh = resolve_shardings(self, args, leaves, g, None)
+        g.mesh = mesh
+        if mesh is not None:
+            out_sh[0] = Sharding(mesh, (None,) * len(g.outputs[0].shape))
+        stages, timings = pipeline.lower(g, mesh, in_sh, out_sh)
+        dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
+        low = Lowered(stages, tree_flatten(dyn)[1], tree_flatten(0)[1], self.backend, mesh)
+        low.timings = timings
+        return low
+
+    def _warn_breaks(self, fname, taken):
+        for brk, _ in taken:
+            if brk.loc not in self._warned:
+                self._warned.add(brk.loc)
+                warn_at(f"spmd.jit: tracing {fname} needed the value of a traced array at {brk.loc} ({brk.what}), "
+                        f"so {fname} is compiled in parts there (a graph break): the part before runs and gives "
+                        f"the value, the rest is traced with it, once per value (at most {gb.MAX_VALUES}); "
+                        f"spmd.jit(..., fallback=False) makes this an error.", FallbackWarning, brk.loc)
 
     def _fit(self, low, names):
         """Recompute what the program holds until its plan fits memory_limit per device

@@ -42,7 +42,7 @@ def _entry(k, t):
                                           f"(at {user_loc()})")
         return "slice", k
     if isinstance(k, masked.Masked):
-        raise k.compacted("indexing with it")
+        k = k.compact("indexing with it")
     if isinstance(k, (bool, np.bool_)):
         raise NotImplementedError(f"indexing with a bool scalar (x[True]) is not supported in spmd; use "
                                   f"x[None] (at {user_loc()})")

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import TraceError, user_loc
 from ..ir import dtypes
-from . import core, shapes
+from . import core, padded, shapes
 from . import elementwise as ew
 from . import reductions as red
 from .trace import Tracer
@@ -83,11 +83,23 @@ class Masked:
 
     @property
     def shape(self):
-        raise self.compacted("its .shape")
+        return self.compact("its .shape").shape
 
     def __repr__(self):
         shown = ", ".join("n_true" if s is None else str(s) for s in self.plan.sel)
         return f"Masked(x[mask] of {self.dtype.name}, shape ({shown}), selected at {self.loc})"
+
+    def compact(self, what):
+        """numpy's compacted array, its length taken from the data where the trace can (a
+        graph break, spmd/graph_breaks.py); else the TraceError naming `what` needed it."""
+        if self.vals._tr.oracle is None:
+            raise self.compacted(what)
+        plan = self.plan
+        n = int(red.sum(core.astype(plan.mask, "int64")))
+        r = self.vals[(slice(None),) * plan.p + padded.nonzero(plan.mask, size=n)]
+        if plan.n_first and plan.p:        # numpy puts the selection first (see _MaskPlan)
+            r = shapes.transpose(r, [plan.p] + list(range(plan.p)) + list(range(plan.p + 1, r.ndim)))
+        return r
 
     def compacted(self, what):
         return TraceError(
@@ -189,7 +201,17 @@ class Masked:
         return shapes.reshape(r, tuple(1 if j in axes else s for j, s in enumerate(self.plan.sel)))
 
     def _reduce(self, name, f, axis, keepdims, out, where_, **kw):
-        vaxes, axes = self._axes(axis, f"x[mask].{name}")
+        try:
+            vaxes, axes = self._axes(axis, f"x[mask].{name}")
+        except NotImplementedError:
+            if self.vals._tr.oracle is None:
+                raise
+            # along another dim: on the compacted array (its length from the data)
+            c = self.compact(f"x[mask].{name}")
+            kw = compact_all(kw, name)
+            if where_ is not None:
+                kw["where"] = compact_all(where_, name)
+            return getattr(c, name)(axis=axis, out=out, keepdims=keepdims, **kw)
         r = self._keep(f(self.vals, axis=vaxes, where=self._where(where_, name), **kw), axes, keepdims)
         return r if out is None else red.into(out, r, name)
 
@@ -265,7 +287,7 @@ class Masked:
             kwargs.setdefault("axis", 0)
             return getattr(inputs[0], _REDUCE[name])(**kwargs)
         if method != "__call__" or name not in _TABLES["ufuncs"] or kwargs.get("where", True) is not True:
-            raise self.compacted(what)
+            return getattr(ufunc, method)(*compact_all(inputs, what), **compact_all(kwargs, what))
         out = kwargs.pop("out", None)
         outs = out if isinstance(out, tuple) else (out,)
         r = self.apply(_TABLES["ufuncs"][name], inputs, kwargs, what)
@@ -283,44 +305,55 @@ class Masked:
             return self.ndim
         if func in ELEMENTWISE_FUNCTIONS and func in _TABLES["functions"]:
             return self.apply(_TABLES["functions"][func], args, kwargs, f"np.{name}")
-        raise self.compacted(f"np.{name}")
+        return func(*compact_all(args, f"np.{name}"), **compact_all(kwargs, f"np.{name}"))
 
     def spmd_not_an_array(self):
-        """Returned from a jitted function (staging.py asks)."""
-        raise self.compacted("returning it from the jitted function")
+        """Returned from a jitted function (staging.py asks): the compacted array."""
+        return self.compact("returning it from the jitted function")
 
     def __array__(self, *args, **kwargs):
-        raise self.compacted("using it as an array (np.asarray, returning it from the jitted function, ...)")
+        return np.asarray(self.compact("using it as an array (np.asarray, returning it from the jitted "
+                                       "function, ...)"), *args, **kwargs)
 
     def __getitem__(self, key):
-        raise self.compacted("indexing it (x[mask][...])")
+        return self.compact("indexing it (x[mask][...])")[key]
 
     def __setitem__(self, key, value):
-        raise self.compacted("writing into it by position (x[mask][...] = v)")
+        # numpy writes into the compacted copy: x is unchanged
+        self.compact("writing into it by position (x[mask][...] = v)")[key] = value
 
     def __len__(self):
-        raise self.compacted("len()")
+        return len(self.compact("len()"))
 
     def __iter__(self):
-        raise self.compacted("iterating over it")
+        return iter(self.compact("iterating over it"))
 
     def __bool__(self):
-        raise self.compacted("bool()")
+        return bool(self.compact("bool()"))
 
     def __float__(self):
-        raise self.compacted("float()")
+        return float(self.compact("float()"))
 
     def __int__(self):
-        raise self.compacted("int()")
+        return int(self.compact("int()"))
 
     def __index__(self):
-        raise self.compacted("using it as an index")
+        return self.compact("using it as an index").__index__()
 
     def __getattr__(self, name):
         # only reached for names the class lacks: numpy's methods that need the compacted array
         if not name.startswith("__") and hasattr(np.ndarray, name):
-            raise self.compacted(f"x[mask].{name}")
+            return getattr(self.compact(f"x[mask].{name}"), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def compact_all(xs, what):
+    """xs (a tuple, list or dict) with each Masked value in it compacted (Masked.compact)."""
+    if isinstance(xs, dict):
+        return {k: compact_all(v, what) for k, v in xs.items()}
+    if isinstance(xs, (tuple, list)):
+        return type(xs)(compact_all(x, what) for x in xs)
+    return xs.compact(what) if isinstance(xs, Masked) else xs
 
 
 _REDUCE = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min", "logical_and": "all",
@@ -371,5 +404,5 @@ def install(operators, ufuncs, functions):
 
 def _compacted_operator(name):
     def f(self, *args):
-        raise self.compacted(f"x[mask] {name}")
+        return getattr(self.compact(f"x[mask] {name}"), f"__{name}__")(*compact_all(args, f"x[mask] {name}"))
     return f

@@ -15,7 +15,7 @@ from . import elementwise as ew
 from . import functionalize as fz
 from . import numpy_buffers as nb
 from . import reductions as red
-from .numpy_lib import fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
+from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 
 
 U, F, M = "ufunc", "function", "method"
@@ -199,7 +199,11 @@ API = (
     ("searchsorted",  ST.searchsorted,                (F, M),    ()),
     ("digitize",      ST.digitize,                    (F,),      ()),
     ("isin",          ST.isin,                        (F,),      ()),
-    ("bincount",      ST.bincount,                    (F,),      ()),
+    ("bincount",      DS.bincount,                    (F,),      ()),
+    ("nonzero",       DS.nonzero,                     (F, M),    ()),
+    ("flatnonzero",   DS.flatnonzero,                 (F,),      ()),
+    ("argwhere",      DS.argwhere,                    (F,),      ()),
+    ("unique",        DS.unique,                      (F,),      ()),
     ("histogram",     ST.histogram,                   (F,),      ()),
     ("interp",        ST.interp,                      (F,),      ()),
     ("nanmedian",     ST.nanmedian,                   (F,),      ()),
@@ -257,7 +261,7 @@ API = (
     ("flatten",       shapes.flatten,                 (M,),      ()),
     ("atleast_1d",    SF.atleast_1d,                  (F,),      ()),
     ("clip",          ew.clip,                        (F, M),    ()),
-    ("where",         ew.where,                       (F,),      ()),
+    ("where",         DS.where,                       (F,),      ()),
     ("zeros_like",    fz.makes_array(core.zeros_like), (F,),     ()),
     ("ones_like",     fz.makes_array(core.ones_like), (F,),      ()),
     ("full_like",     fz.makes_array(core.full_like), (F,),      ()),

@@ -32,6 +32,9 @@ class Trace:
         self.fixed_loc = None      # autodiff pins the location of the ops it emits
 
     parent = None                  # the enclosing trace of a control-flow body (frontend/control.py)
+    # (tracer, what, loc) -> the tracer's value as numpy computes it from the call's arguments,
+    # where jit can run the program traced so far (graph breaks: spmd/graph_breaks.py)
+    oracle = None
 
     def emit(self, name, *operands, **attrs):
         cur = current_trace()
@@ -173,11 +176,15 @@ class Tracer:
         for i in range(len(self)):
             yield self[i]
 
-    # -- things tracing cannot follow ------------------------------------------------------
+    # -- things tracing cannot follow without the data -------------------------------------
     def _concrete(self, what):
+        """The value of this traced array, where its trace's oracle can run the program
+        traced so far (a graph break); else a ConcreteValueError naming the user's line."""
         loc = user_loc()
         if _storing_into_numpy():
             _raise_store_into_numpy(self, loc)
+        if self._tr.oracle is not None:
+            return self._tr.oracle(self, what, loc)
         raise ConcreteValueError(
             f"{what} of a traced value at {loc}: inside spmd.jit the value of "
             f"{self!r} is not known until the program runs. To look at it, print it as the "
@@ -185,6 +192,11 @@ class Tracer:
             f"np.where; or pass the value as a static argument.", loc)
 
     def __bool__(self):
+        if self.size != 1:
+            raise ValueError(f"The truth value of an array with more than one element is ambiguous. Use "
+                             f"a.any() or a.all() (numpy raises the same ValueError; at {user_loc()})")
+        if self._tr.oracle is not None:
+            return bool(np.asarray(self._concrete("bool()")))
         loc = user_loc()
         raise ConcreteValueError(
             f"Python control flow on a traced value at {loc} (bool() of {self!r}): inside "
@@ -193,18 +205,26 @@ class Tracer:
             f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.", loc)
 
     def __float__(self):
-        self._concrete("float()")
+        return float(np.asarray(self._concrete("float()")))
 
     def __int__(self):
-        self._concrete("int()")
+        return int(np.asarray(self._concrete("int()")))
+
+    def __complex__(self):
+        return complex(np.asarray(self._concrete("complex()")))
 
     def __index__(self):
-        self._concrete("use as an index")
+        if self.dtype.kind not in "iub":
+            raise TypeError("only integer scalar arrays can be converted to a scalar index "
+                            f"(numpy raises the same TypeError; at {user_loc()})")
+        return int(np.asarray(self._concrete("use as an index")))
 
     def __array__(self, dtype=None, copy=None):
         loc = user_loc()
         if _storing_into_numpy():
             _raise_store_into_numpy(self, loc)
+        if self._tr.oracle is not None:
+            return np.asarray(self._tr.oracle(self, "conversion to a numpy array", loc), dtype=dtype)
         raise ConcreteValueError(
             f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
@@ -214,10 +234,10 @@ class Tracer:
             f"run that part outside spmd.jit.", loc)
 
     def tolist(self):
-        self._concrete("tolist()")
+        return np.asarray(self._concrete("tolist()")).tolist()
 
     def item(self, *args):
-        self._concrete("item()" if not args else f"item{args}")
+        return np.asarray(self._concrete("item()" if not args else f"item{args}")).item(*args)
 
     def __hash__(self):
         return id(self)

@@ -90,14 +90,15 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     arguments / results (one Sharding may stand for a whole dict of params); a bare
     spec tuple like ("data", None) is allowed when the mesh is known (jit(mesh=...), or
     another annotation names it). An spmd.Array argument without an in-sharding keeps
-    its own sharding."""
+    its own sharding. out_tree None: the graph's results are not the function's (a graph
+    break's), out_shardings do not apply."""
     fname = getattr(jitted.fn, "__name__", "fn")
     names = _leaf_names(jitted.fn, args, jitted.static_argnums)
     if len(names) != len(leaves):
         names = [f"in_shardings[{i}]" for i in range(len(leaves))]
     in_sh = _given_in_shardings(jitted, args, leaves, fname)
     out_sh = [None] * len(graph.outputs)
-    if jitted.out_shardings is not None:
+    if jitted.out_shardings is not None and out_tree is not None:
         skeleton = tree_unflatten(out_tree, [0] * len(graph.outputs))
         out_sh = _expand(jitted.out_shardings, skeleton, f"{fname}: out_shardings")
     mesh = _one_mesh(fname, [jitted.mesh] + [s.mesh for s in in_sh if _is_sharding(s)] + [graph.mesh] +

@@ -15,6 +15,8 @@ each split dim the annotation it came from and the ops it flowed through.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .report import collective_ops, collectives, table_lines
 
 
@@ -211,6 +213,11 @@ def explain_lowered(lowered, file=None, verbose=False) -> str:
     if notes:
         lines += table_lines(notes)
     lines += memory_lines(lowered.memory(), largest=5 if verbose else 0)
+    if lowered.breaks:
+        lines.append(f"graph breaks ({len(lowered.breaks)}): the program is compiled in parts, each value "
+                     f"taken from the data by the part before")
+        lines += [f"  {loc}: {what} -> {np.asarray(v).tolist() if np.size(v) <= 8 else f'an array of {np.size(v)}'}"
+                  for loc, what, v in lowered.breaks]
     if verbose and g is not None:
         lines.append("shardings:")
         for name, typ, shs, expl in provenance(g):

@@ -185,4 +185,4 @@ def test_mask_shape_mismatch_and_other_combinations_are_clear_errors():
     with pytest.raises(ValueError, match="cannot broadcast"):
         spmd.jit(lambda x, m: x.__setitem__(m, np.ones(2)) or x)(x, np.ones(4, bool))
     with pytest.raises(TraceError, match="depends on the data"):
-        spmd.jit(lambda x, m: x[m])(x, np.ones(4, bool))
+        spmd.jit(lambda x, m: x[m], fallback=False)(x, np.ones(4, bool))

@@ -3,6 +3,8 @@ kept in place beside its mask, so elementwise math on it, reductions over it and
 back through the same mask give numpy's results on any mesh; uses that need numpy's
 compacted array raise, naming the line and the alternatives. Also spmd.numpy's padded
 nonzero, the alternative the errors name."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -108,8 +110,26 @@ def test_the_n_body_line_and_reductions_along_the_selected_dim():
 ])
 def test_uses_that_need_the_compacted_array_raise_naming_the_line(use, what):
     with pytest.raises((TraceError, NotImplementedError), match=r"test_masked\.py:\d+") as e:
-        spmd.jit(use, backend="numpy")(np.ones((4, 3)))
+        spmd.jit(use, backend="numpy", fallback=False)(np.ones((4, 3)))
     assert "np.where" in str(e.value) or "selected dim" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("use", [
+    lambda x: x[x > 0], lambda x: x[x > 0].reshape(-1, 1), lambda x: x[x > 0] @ x[x > 0],
+    lambda x: x[x > 0][0], lambda x: np.sort(x[x > 0]), lambda x: np.cumsum(x[x > 0]),
+    lambda x: x[x > 0].shape[0] * x, lambda x: np.argmax(x[x > 0]), lambda x: x[x[:, 0] > 0].sum(axis=1),
+    lambda x: x[1:, x[0] > 0] * 2, lambda x: x[x[:, 1] > 0, 1:],
+])
+def test_uses_that_need_the_compacted_array_take_its_length_from_the_data(use):
+    x = np.random.default_rng(3).standard_normal((4, 3))
+    msh = spmd.Mesh((2,), ("a",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spmd.errors.FallbackWarning)
+        got = spmd.jit(use, in_shardings=(msh.sharding("a", None),))(x)
+    want = use(x)
+    got = np.asarray(got)
+    assert got.shape == np.shape(want) and got.dtype == np.asarray(want).dtype
+    np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
 def test_selections_through_different_masks_do_not_combine():

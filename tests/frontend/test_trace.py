@@ -288,10 +288,6 @@ def uses_unwrap(x):
     return np.unwrap(x)                     # MARK
 
 
-def uses_unique(x):
-    return np.unique(x)                     # MARK
-
-
 def uses_method(x):
     return x.compress([True, False, True])  # MARK
 
@@ -304,7 +300,7 @@ def uses_lexsort(x):
     return np.lexsort((x[0], x[1]))         # MARK
 
 
-@pytest.mark.parametrize("fn,name", [(uses_unwrap, "unwrap"), (uses_unique, "unique"),
+@pytest.mark.parametrize("fn,name", [(uses_unwrap, "unwrap"),
                                      (uses_method, "compress"), (uses_linalg, "eig"),
                                      (uses_lexsort, "lexsort")])
 def test_unsupported_numpy_raises_not_implemented(fn, name):

@@ -419,13 +419,6 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None
     return ew.logical_not(r) if invert else r
 
 
-def bincount(x, weights=None, minlength=0):
-    raise NotImplementedError(
-        f"np.bincount's result length is max(x) + 1, which depends on the data; spmd's shapes are fixed "
-        f"when tracing. Use np.histogram(x, bins=n, range=(0, n)) or "
-        f"(x[..., None] == np.arange(n)).sum(0) for a fixed number of bins n (at {user_loc()})")
-
-
 def histogram(a, bins=10, range=None, density=None, weights=None):
     x = shapes.ravel(core.asarray(a))
     if isinstance(bins, str):

@@ -1,0 +1,147 @@
+"""numpy's functions whose result's size depends on the data: np.nonzero, flatnonzero,
+argwhere, one-argument np.where, np.unique, np.bincount.
+
+A compiled program has fixed shapes, so each takes its size from the data with one
+`int()` of a traced count: under spmd.jit that is a graph break (spmd/graph_breaks.py:
+the part before runs and gives the count, the rest is compiled for it, once per count),
+and without one, an error naming the user's line. With the size known, the result is
+computed exactly as numpy's, with the padded forms of padded.py and static shapes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ConcreteValueError, user_loc
+from .. import core, indexing, padded, shapes
+from .. import elementwise as ew
+from .. import functionalize as fz
+from .. import reductions as red
+from . import math_funcs as MF
+from .stats import argsort, count_nonzero
+
+
+_INSTEAD = {
+    "nonzero": "the positions padded to a length you choose, spmd.numpy.nonzero(x, size=n)",
+    "unique": "np.sort(x) and its neighbours (np.diff) at a fixed size",
+    "bincount": "np.histogram(x, bins=n, range=(0, n)) or (x[..., None] == np.arange(n)).sum(0) for n bins",
+}
+
+
+def _from_data(t, name):
+    """The traced t's value, which np.<name>'s result size depends on: taken from the data
+    (a graph break), or an error naming the line where the trace cannot."""
+    if t._tr.oracle is None:
+        loc = user_loc()
+        raise ConcreteValueError(
+            f"np.{name} at {loc}: its result's size depends on the data, which spmd.jit takes from the data "
+            f"with a graph break; here it cannot (spmd.jit(..., fallback=False), or inside a loop body). "
+            f"Keep the shape fixed instead: {_INSTEAD.get(name, _INSTEAD['nonzero'])}.", loc)
+    return np.asarray(t)
+
+
+def _count(x, name="nonzero") -> int:
+    """The number of nonzero elements of the traced x, taken from the data."""
+    return int(_from_data(count_nonzero(x), name))
+
+
+def flatnonzero(a):
+    x = core.asarray(a)
+    return padded.flatnonzero(x, size=_count(x))
+
+
+def nonzero(a):
+    x = core.asarray(a)
+    if x.ndim == 0:
+        raise ValueError(f"Calling nonzero on 0d arrays is not allowed (numpy raises the same ValueError; "
+                         f"at {user_loc()}). Use np.atleast_1d(scalar).nonzero() instead")
+    return padded.nonzero(x, size=_count(x))
+
+
+def argwhere(a):
+    x = core.asarray(a)
+    if x.ndim == 0:
+        x = shapes.reshape(x, (1,))
+        return shapes.reshape(padded.argwhere(x, size=_count(x)), (-1, 0))
+    return padded.argwhere(x, size=_count(x))
+
+
+def where(condition, x=None, y=None):
+    """np.where: with one argument np.nonzero(condition); with three, elementwise."""
+    if x is None and y is None:
+        return nonzero(condition)
+    if x is None or y is None:
+        raise ValueError(f"either both or neither of x and y should be given (numpy raises the same "
+                         f"ValueError; at {user_loc()})")
+    return ew.where(condition, x, y)
+
+
+def bincount(x, weights=None, minlength=0):
+    """Counts (or summed weights) of each value 0..max(x), at least minlength of them."""
+    x = core.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"object too deep for desired array (np.bincount takes a 1-d array; at {user_loc()})")
+    if x.dtype.kind not in "iub":
+        raise TypeError(f"Cannot cast array data from {x.dtype!r} to dtype('int64') according to the rule 'safe' "
+                        f"(numpy raises the same TypeError for np.bincount; at {user_loc()})")
+    if minlength < 0:
+        raise ValueError(f"'minlength' must not be negative (at {user_loc()})")
+    x = core.astype(x, "int64")
+    lo, hi = (0, -1) if x.shape[0] == 0 else \
+        (int(v) for v in _from_data(shapes.stack([red.min(x), red.max(x)]), "bincount"))
+    if lo < 0:
+        raise ValueError(f"'list' argument must have no negative elements (numpy raises the same ValueError "
+                         f"for np.bincount; at {user_loc()})")
+    n = max(hi + 1, minlength)
+    t = x._tr
+    if weights is None:
+        w, dtype = core.asarray(np.ones(x.shape, np.int64), t=t), np.int64
+    else:
+        w = core.asarray(weights, t=t)
+        if w.shape != x.shape:
+            raise ValueError(f"The weights and list don't have the same length (at {user_loc()})")
+        dtype = np.complex128 if w.dtype.kind == "c" else np.float64
+        w = core.astype(w, dtype)
+    out = fz.new_array(core.asarray(np.zeros(n, dtype), t=t))
+    indexing.scatter_add(out, x, w)
+    return out
+
+
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
+           equal_nan=True, sorted=True):
+    """np.unique of the flattened array (axis=None): the sorted distinct values, and
+    where asked the first index of each, the inverse (input-shaped) and the counts."""
+    if axis is not None:
+        raise NotImplementedError(f"np.unique with axis={axis!r} under spmd.jit (at {user_loc()}); "
+                                  f"np.unique of the flattened array is supported")
+    x = core.asarray(ar)
+    flat = shapes.reshape(x, (-1,))
+    m = flat.shape[0]
+    order = argsort(flat, kind="stable")
+    s = indexing.getitem(flat, order)
+    if m == 0:
+        new = core.asarray(np.zeros(0, bool), t=x._tr)
+    else:
+        differs = ew.not_equal(indexing.getitem(s, slice(1, None)), indexing.getitem(s, slice(None, -1)))
+        if equal_nan and s.dtype.kind in "fc":
+            both_nan = ew.logical_and(MF.isnan(indexing.getitem(s, slice(1, None))),
+                                      MF.isnan(indexing.getitem(s, slice(None, -1))))
+            differs = ew.logical_and(differs, ew.logical_not(both_nan))
+        first = core.asarray(np.ones(1, bool), t=x._tr)
+        new = shapes.concatenate([first, differs], 0)
+    n = _count(new, "unique")
+    starts = padded.flatnonzero(new, size=n)
+    out = [indexing.getitem(s, starts)]
+    if return_index:
+        out.append(indexing.getitem(order, starts))
+    if return_inverse:
+        group = ew.subtract(red.cumsum(core.astype(new, "int64")), np.int64(1))
+        inv = fz.new_array(core.asarray(np.zeros(m, np.int64), t=x._tr))
+        indexing.setitem(inv, order, group)
+        out.append(shapes.reshape(inv, x.shape) if x.ndim else inv)
+    if return_counts:
+        ends = shapes.concatenate([indexing.getitem(starts, slice(1, None)),
+                                   core.asarray(np.array([m], np.int64), t=x._tr)], 0)
+        out.append(ew.subtract(ends, starts))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+__all__ = ["flatnonzero", "nonzero", "argwhere", "where", "bincount", "unique"]
