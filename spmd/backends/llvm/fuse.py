@@ -31,6 +31,10 @@ def reindexes(op) -> bool:
 
 
 MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute its operand
+# ops on a kernel's longest chain from an input to its root: a longer chain (a Python loop
+# writing one element a step: a select per step) is cut into kernels that store between
+# them, so code generation (recursive over the chain) and each element's work stay bounded
+MAX_DEPTH = 64
 PARALLEL_WORK = 1 << 16  # elements: a kernel this large may run its outer loop across threads
 
 
@@ -94,11 +98,13 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
     gs = Groups()
     groups: dict[Op, set] = {}       # op -> ids of the kernels it is part of
     reduces = []                     # kernel id -> reductions in it
+    depth: dict[Op, int] = {}        # op -> ops from it to its kernel's root, along the longest chain
     for op in reversed(graph.ops):
         if len(op.results) != 1 or not fusible(op):
             gs.standalone.add(op)
             continue
         r = op.result
+        depth[op] = 1 + max((depth.get(u, 0) for u in users[r] if groups.get(u)), default=0)
         if reindexes(op) and op.opdef.index_pieces is not None and r not in outs and r not in roots:
             computed_views(op, users[r], gs, groups, reduces)
         ug, outside_op = set(), False
@@ -114,7 +120,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
                 gs.standalone.add(op)
             continue
         is_red = op.opdef.fusion == "reduction"
-        if (len(ug) == 1 and not outside_op and r not in roots
+        if (len(ug) == 1 and not outside_op and r not in roots and depth[op] <= MAX_DEPTH
                 and reduces[next(iter(ug))] + is_red <= MAX_REDUCES
                 and not (is_red and whole(r, gs.roots[next(iter(ug))].results[0]))):
             (gid,) = ug
@@ -124,6 +130,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             gid = len(gs.roots)
             gs.roots.append(op)
             reduces.append(0)
+            depth[op] = 1
         groups[op] = {gid}
         gs.members[gid].append(op)
         reduces[gid] += is_red
