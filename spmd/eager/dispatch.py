@@ -193,6 +193,12 @@ def _method(name, f):
             write(out, _call_into, (f, (self,) + args, kwargs),
                   _numpy_writer(_numpy_call_into, getattr(np, name)), f"ndarray.{name}(..., out=)")
             return out
+        if kwargs.get("out") is not None:
+            # as numpy: the result stored into out (an Array or an ndarray), and out returned
+            out = kwargs.pop("out")
+            out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+            store(out, m(self, *args, **kwargs), f"ndarray.{name}(..., out=)")
+            return out
         return run("method", name, f, (self,) + args, kwargs)
     m.__name__ = m.__qualname__ = name
     return m

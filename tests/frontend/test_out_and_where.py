@@ -240,3 +240,21 @@ def test_two_output_ufuncs_numpy_computes_return_their_outs(name):
         g = g.numpy() if isinstance(g, spmd.Array) else np.asarray(g)
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, o1, o2: x.clip(-1, 2, out=o2), lambda x, o1, o2: x.round(1, out=o2),
+    lambda x, o1, o2: x.sum(axis=1, out=o1), lambda x, o1, o2: x.cumsum(axis=0, out=o2),
+    lambda x, o1, o2: x.max(axis=1, out=o1), lambda x, o1, o2: x.mean(axis=1, out=o1),
+    lambda x, o1, o2: x.prod(axis=1, out=o1), lambda x, o1, o2: x.std(axis=0, out=o1)])
+def test_methods_with_out_write_out_and_return_it(call):
+    """ndarray methods with out=: numpy writes out and returns it (eagerly, x.clip(...,
+    out=o) ran in numpy on gathered copies and left o as it was)."""
+    same = []
+
+    def f(x, o1, o2):
+        r = call(x, o1, o2)
+        same.append(r is o1 or r is o2)
+        return o1, o2
+    check(f, X, np.full(4, -7.0), np.full((4, 4), -7.0))
+    assert same and all(same)
