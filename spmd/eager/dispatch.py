@@ -29,7 +29,7 @@ from .programs import (WRITES_FIRST, Dynamic, dynamic_scalars, gathered, in_nump
 
 _OPERATORS = npx.operators()
 _INPLACE = npx.inplace_operators()
-_META = {np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a: a.size}
+_META = (np.shape, np.ndim, np.size)     # read from the Array's shape, as numpy reads them
 
 
 def _traced(xs):
@@ -43,19 +43,27 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if _traced((inputs, kwargs)):
         return NotImplemented
     out = kwargs.pop("out", None)
-    o = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-    if isinstance(o, Array) and method == "__call__" and ufunc.__name__ in npx.UFUNCS:
+    # numpy hands out= over as a tuple, one entry per output, and returns the arrays
+    # themselves: out=a and out=(a,) give a, out=(q, r) gives (q, r); a None entry is a new array
+    outs = out if isinstance(out, tuple) else (out,)
+    what = f"np.{ufunc.__name__}(..., out=)"
+    if len(outs) == 1 and isinstance(outs[0], Array) and method == "__call__" and ufunc.__name__ in npx.UFUNCS:
         # the traced ufunc with out=: numpy's casting, where= keeps out's values, out may be an input
         inputs = _scalars_dynamic(ufunc.__name__, inputs)
-        write(o, _ufunc_into, (ufunc, inputs, kwargs), _numpy_ufunc_into, f"np.{ufunc.__name__}(..., out=)")
-        return out
+        write(outs[0], _ufunc_into, (ufunc, inputs, kwargs), _numpy_ufunc_into, what)
+        return outs[0]
+    where = kwargs.pop("where", True) if out is not None and method == "__call__" else True
+    casting = kwargs.pop("casting", "same_kind") if out is not None else "same_kind"
     r = _ufunc(ufunc, method, inputs, kwargs)
     if out is None:
         return r
-    outs, rs = (out if isinstance(out, tuple) else (out,)), (r if isinstance(r, tuple) else (r,))
+    # every result is computed before any is stored: an output may be an input (np.divmod(a, b, out=(a, b)))
+    rs = r if isinstance(r, tuple) else (r,)
     for o, v in zip(outs, rs):
-        store(o, v, f"np.{ufunc.__name__}(..., out=)")
-    return outs[0] if len(outs) == 1 else outs
+        if o is not None:
+            store(o, v, what, where, casting)
+    res = tuple(v if o is None else o for o, v in zip(outs, rs))
+    return res if len(res) > 1 else res[0]
 
 
 def _ufunc(ufunc, method, inputs, kwargs):
@@ -101,23 +109,24 @@ def _numpy_call_on_first(g, impl, args, kwargs, func):
     func(g, *args, **kwargs)
 
 
-def store(target, value, what):
-    """out=: store value into target as numpy's ufuncs do (same_kind casting)."""
+def store(target, value, what, where=True, casting="same_kind"):
+    """out=: store value into target as numpy's ufuncs do (same_kind casting; where= a
+    mask is False, target keeps its values)."""
     if isinstance(target, Array):
-        write(target, fz.assign, (value, what), _numpy_store, what)
+        write(target, fz.assign, (value, what, casting, where), _numpy_store, what)
     else:
-        np.copyto(target, gathered(value), casting="same_kind")
+        np.copyto(target, gathered(value), casting=casting, where=gathered(where))
 
 
-def _numpy_store(g, value, what):
-    np.copyto(g, value, casting="same_kind")
+def _numpy_store(g, value, what, casting="same_kind", where=True):
+    np.copyto(g, value, casting=casting, where=where)
 
 
 def array_function(self, func, types, args, kwargs):
     if _traced((args, kwargs)) or any(not issubclass(t, (Array, np.ndarray)) for t in types):
         return NotImplemented
-    if func in _META:
-        return _META[func](args[0])
+    if func in _META and isinstance(args[0], Array):
+        return func(shapes.stand_in(args[0]), *args[1:], **kwargs)
     if func is np.result_type:
         return np.result_type(*[a.dtype if isinstance(a, Array) else a for a in args])
     impl = npx.FUNCTIONS.get(func)
@@ -183,6 +192,12 @@ def _method(name, f):
             out = kwargs.pop("out")
             write(out, _call_into, (f, (self,) + args, kwargs),
                   _numpy_writer(_numpy_call_into, getattr(np, name)), f"ndarray.{name}(..., out=)")
+            return out
+        if kwargs.get("out") is not None:
+            # as numpy: the result stored into out (an Array or an ndarray), and out returned
+            out = kwargs.pop("out")
+            out = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+            store(out, m(self, *args, **kwargs), f"ndarray.{name}(..., out=)")
             return out
         return run("method", name, f, (self,) + args, kwargs)
     m.__name__ = m.__qualname__ = name

@@ -277,3 +277,21 @@ def view_broadcast_to(x, shape, subok=False, what="np.broadcast_to's result"):
     shape = r.shape
     return fz.read_only_view(x, r, what, lambda t, v: core.broadcast_to(Tracer(v, t), shape).value,
                              lambda a: np.broadcast_to(a, shape))
+
+
+def stand_in(x):
+    """An ndarray with x's shape and dtype, for numpy to read them: a zero-stride view,
+    nothing allocated."""
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        x = core.asarray(x)
+    return np.broadcast_to(np.empty((), x.dtype), x.shape)
+
+
+def metadata(func):
+    """np.shape / np.ndim / np.size of x: numpy's own function on x's stand-in, so every
+    argument means what it means in the installed numpy (np.size's axis: an int, negative,
+    and since numpy 2.4 a tuple), errors included."""
+    def f(x, *args, **kwargs):
+        return func(stand_in(x), *args, **kwargs)
+    f.__name__ = f.__qualname__ = func.__name__
+    return f

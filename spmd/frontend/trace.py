@@ -8,6 +8,7 @@ the user's file:line.
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 from typing import NamedTuple
@@ -185,6 +186,14 @@ class Tracer:
             _raise_store_into_numpy(self, loc)
         if self._tr.oracle is not None:
             return self._tr.oracle(self, what, loc)
+        func = _numpy_call_on_sequence(self)
+        if func is not None:
+            raise ConcreteValueError(
+                f"np.{func} of a Python list of traced arrays at {loc}: numpy converts a list "
+                f"itself (its functions dispatch on the list, not on the arrays in it), so spmd "
+                f"cannot trace the call. Stack the list first, as numpy would: "
+                f"np.{func}(np.stack([...]), ...) gives numpy's result and is traced (and "
+                f"differentiated) by spmd.", loc)
         raise ConcreteValueError(
             f"{what} of a traced value at {loc}: inside spmd.jit the value of "
             f"{self!r} is not known until the program runs. To look at it, print it as the "
@@ -225,6 +234,14 @@ class Tracer:
             _raise_store_into_numpy(self, loc)
         if self._tr.oracle is not None:
             return np.asarray(self._tr.oracle(self, "conversion to a numpy array", loc), dtype=dtype)
+        func = _numpy_call_on_sequence(self)
+        if func is not None:
+            raise ConcreteValueError(
+                f"np.{func} of a Python list of traced arrays at {loc}: numpy converts a list "
+                f"itself (its functions dispatch on the list, not on the arrays in it), so spmd "
+                f"cannot trace the call. Stack the list first, as numpy would: "
+                f"np.{func}(np.stack([...]), ...) gives numpy's result and is traced (and "
+                f"differentiated) by spmd.", loc)
         raise ConcreteValueError(
             f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
@@ -293,6 +310,24 @@ def _storing_into_numpy() -> bool:
         import dis
         ops = _STORES[f.f_code] = {i.offset for i in dis.get_instructions(f.f_code) if i.opname == "STORE_SUBSCR"}
     return f.f_lasti in ops
+
+
+def _numpy_call_on_sequence(tracer):
+    """The numpy function the user's line called with a list or tuple holding tracer as
+    its first argument (np.sum([x, y])), whose conversion reached tracer.__array__, or None."""
+    from ..errors import user_frame
+    user = user_frame()
+    f = sys._getframe(2)
+    while f is not None and f.f_back is not user:
+        f = f.f_back
+    if f is None or not f.f_code.co_argcount or "numpy" not in f.f_code.co_filename:
+        return None
+    first = f.f_locals.get(f.f_code.co_varnames[0])
+    return f.f_code.co_name if isinstance(first, (list, tuple)) and _holds(first, tracer) else None
+
+
+def _holds(seq, x):
+    return any(e is x or (isinstance(e, (list, tuple)) and _holds(e, x)) for e in seq)
 
 
 _STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instructions (error paths only)

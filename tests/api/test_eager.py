@@ -376,3 +376,46 @@ def test_eager_programs_under_mpiexec():
     assert p.stdout.count("EAGER OK") == 4
     # rank 0 alone read the replicated loss: local, so no hang and no timeout
     assert any(ln.startswith("loss ") for ln in p.stdout.splitlines()), p.stdout
+
+
+def _metadata_calls(ndim):
+    axes = st.one_of(st.none(), st.integers(-ndim - 1, ndim),
+                     st.lists(st.integers(-ndim - 1, ndim), max_size=3).map(tuple))
+    return st.one_of(st.tuples(st.just("size"), axes), st.sampled_from([("size", None), ("shape", None),
+                                                                        ("ndim", None), ("len", None)]))
+
+
+def _metadata(x, name, axis):
+    if name == "len":
+        return len(x)
+    f = getattr(np, name)
+    return f(x) if axis is None else f(x, axis)
+
+
+def _outcome(f):
+    try:
+        return f()
+    except Exception as e:          # numpy's exception is the spec too
+        return type(e)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_shape_size_ndim_len_follow_numpy_eagerly_and_traced(data):
+    """np.size(x, axis) (an int, negative, a tuple of them in numpy >= 2.4), np.size(x),
+    np.shape, np.ndim and len on an spmd.Array and on a traced array: numpy's value, of
+    numpy's type, or numpy's exception. (np.size(a, 1) was the total size eagerly and a
+    TypeError traced.)"""
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple), "shape")
+    name, axis = data.draw(_metadata_calls(len(shape)), "call")
+    x = np.zeros((4 * shape[0],) + shape[1:])
+    want = _outcome(lambda: _metadata(x, name, axis))
+    got = _outcome(lambda: _metadata(put(x, "x", *([None] * (len(shape) - 1))), name, axis))
+    seen = []
+
+    def traced(t):
+        seen.append(_outcome(lambda: _metadata(t, name, axis)))
+        return t
+    spmd.jit(traced, backend="numpy")(x)
+    for g in (got, seen[0]):
+        assert g == want and type(g) is type(want), (name, axis, shape, g, want)

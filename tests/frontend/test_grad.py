@@ -300,3 +300,26 @@ def test_grad_of_prod_with_zeros():
     want = np.array([[0.0, 6.0, 0.0], [0.0, 0.0, 0.0], [3 * -8.0, 3 * 6.0, 3 * -3.0]])
     np.testing.assert_array_equal(g, want)
     np.testing.assert_allclose(spmd.grad(lambda v: np.prod(v))(np.array([0.0])), [1.0])
+
+
+W2 = np.array([1.0, 2.0])
+# f(w) of [w0**2, 3 w1] and its derivative at W2, by hand
+LIST_REDUCTIONS = [(np.sum, [2.0, 3.0]), (np.mean, [1.0, 1.5]), (np.prod, [12.0, 3.0]), (np.max, [0.0, 3.0]),
+                   (np.min, [2.0, 0.0])]
+
+
+@pytest.mark.parametrize("red, want", LIST_REDUCTIONS)
+def test_reductions_of_a_list_of_traced_arrays(red, want):
+    """numpy's functions dispatch on a list, not on the arrays in it, so np.sum([x, y]) of
+    traced values cannot be traced: an error names the function and the line and says to
+    stack the list, which is then differentiated to numpy's derivative; jit runs such a
+    function eagerly (its fallback) with numpy's value."""
+    with pytest.raises(spmd.ConcreteValueError,
+                       match=rf"np\.{red.__name__} of a Python list of traced arrays at test_grad\.py:\d+.*np\.stack"):
+        spmd.grad(lambda w: red([w[0] ** 2, w[1] * 3.0]))(W2)
+    g = spmd.grad(lambda w: red(np.stack([w[0] ** 2, w[1] * 3.0])))(W2)
+    assert isinstance(g, np.ndarray) and g.dtype == np.float64 and g.shape == (2,)
+    np.testing.assert_allclose(g, want)
+    with pytest.warns(spmd.FallbackWarning):
+        v = spmd.jit(lambda w: red([w[0] ** 2, w[1] * 3.0]))(W2)
+    np.testing.assert_allclose(np.asarray(v), red([W2[0] ** 2, W2[1] * 3.0]))

@@ -187,3 +187,74 @@ def test_eager_mask_and_slice_in_place():
         x[x[:, 1] < 0, 2:] = x[x[:, 1] < 0, 2:] * 10
         return x, x[x[:, 0] > 1, 1]
     check(f, X, modes=("eager",))
+
+
+def test_ufunc_out_returns_the_out_arrays_as_numpy_does():
+    """numpy returns out itself for out=a and out=(a,) (so the result computes on as an
+    array, not a 1-tuple), the tuple of its arrays for a 2-output ufunc, also with where=;
+    every result is computed before any output is written, even one that is an input."""
+    same = []
+
+    def f(a, q, r):
+        same.append(np.add(a, 1.0, out=a) is a)
+        same.append(np.multiply(a, 2.0, out=(a,)) is a)
+        s = np.sqrt(np.add(a, 1.0, out=a))              # numpy: an array of a's shape
+        t = np.multiply(a, 2.0, out=a) * 3
+        d = np.divmod(a, 3.0, out=(q, r))
+        same.append(type(d) is tuple and len(d) == 2 and d[0] is q and d[1] is r)
+        w = np.subtract(a, 100.0, out=r, where=a > 20)
+        same.append(w is r)
+        d = np.divmod(a, 4.0, out=(q, r), where=a < 30)
+        same.append(d[0] is q and d[1] is r)
+        d = np.divmod(a, 7.0, out=(a, q))               # both results from a before the write
+        same.append(d[0] is a and d[1] is q)
+        return a, q, r, s, t
+    a, q, r = np.arange(8.0), np.full(8, -1.0), np.full(8, -2.0)
+    check(f, a, q, r)
+    assert same and all(same), same
+
+
+def test_ufunc_out_into_a_numpy_array_from_spmd_arrays():
+    """Eager: out= a plain ndarray (numpy returns it), where= keeps its values."""
+    x = np.arange(8.0)
+    with eager_mode():
+        o = np.full(8, -1.0)
+        r = np.add(put(x), 1.0, out=o, where=x > 3)
+        assert r is o
+        np.testing.assert_array_equal(o, np.where(x > 3, x + 1, -1.0))
+        o2 = np.zeros(8)
+        assert np.multiply(put(x), 2.0, out=(o2,)) is o2
+        np.testing.assert_array_equal(o2, x * 2)
+
+
+@pytest.mark.parametrize("name", ["modf", "frexp"])
+def test_two_output_ufuncs_numpy_computes_return_their_outs(name):
+    """Ufuncs spmd runs in numpy (with a warning): out=(q, None) gives q and a new array."""
+    x = np.array([0.5, 1.5, -2.25, 3.0, 10.0, 0.1, -7.5, 2.0])
+    want = getattr(np, name)(x)
+    q = put(np.zeros(8))
+    with pytest.warns(UserWarning, match="gathered"):
+        got = getattr(np, name)(put(x), out=(q, None))
+    assert type(got) is tuple and len(got) == 2 and got[0] is q
+    for g, w in zip(got, want):
+        g = g.numpy() if isinstance(g, spmd.Array) else np.asarray(g)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, o1, o2: x.clip(-1, 2, out=o2), lambda x, o1, o2: x.round(1, out=o2),
+    lambda x, o1, o2: x.sum(axis=1, out=o1), lambda x, o1, o2: x.cumsum(axis=0, out=o2),
+    lambda x, o1, o2: x.max(axis=1, out=o1), lambda x, o1, o2: x.mean(axis=1, out=o1),
+    lambda x, o1, o2: x.prod(axis=1, out=o1), lambda x, o1, o2: x.std(axis=0, out=o1)])
+def test_methods_with_out_write_out_and_return_it(call):
+    """ndarray methods with out=: numpy writes out and returns it (eagerly, x.clip(...,
+    out=o) ran in numpy on gathered copies and left o as it was)."""
+    same = []
+
+    def f(x, o1, o2):
+        r = call(x, o1, o2)
+        same.append(r is o1 or r is o2)
+        return o1, o2
+    check(f, X, np.full(4, -7.0), np.full((4, 4), -7.0))
+    assert same and all(same)

@@ -282,7 +282,11 @@ class KernelCodegen:
         if self.store_family.setdefault(v, family) != family or (v, part) in self.stored:
             return
         self.stored.add((v, part))
-        self.store(scope, v, x, amap)
+        # in the loop of every index the store names, not only where x was computed: a
+        # region can decide x without the innermost index (a select picking an operand
+        # that is broadcast along it), and the store still runs once per element
+        at = self.scope_of(amap)
+        self.store(at if at.depth > scope.depth else scope, v, x, amap)
 
     def covered(self, v) -> bool:
         """Was output v stored in every region of its loop family?"""

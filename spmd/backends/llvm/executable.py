@@ -26,7 +26,7 @@ from ...errors import SpmdError
 from ...ir import Graph
 from ...tools import timeline
 from ..executor import Executable, op_label
-from .jit import compile_ir
+from .jit import InvalidModule, compile_ir
 from .lowering import lowering_of, writes_into
 from .memory import memory_profile
 from . import native
@@ -282,11 +282,23 @@ def compile_kernels(kernels, modules, stats) -> dict:
     ir = {}
     for key, (text, names) in modules.items():
         ir[key] = text
-        addrs = compile_ir(text, names, stats, key == "big")
+        try:
+            addrs = compile_ir(text, names, stats, key == "big")
+        except InvalidModule as e:
+            raise InvalidModule(_kernel_named(kernels, e.function), e.message) from None
         for k in kernels:
             if k.name in addrs:
                 k.bind(addrs[k.name], addrs[k.name + "_t"])
     return ir
+
+
+def _kernel_named(kernels, name):
+    """A function's name with the ops it fuses and their user lines (for an error)."""
+    for k in kernels:
+        if k.name == name:
+            locs = sorted({op.loc for op in k.kernel.ops if op.loc})
+            return f"kernel {name} ({k.label}{', from ' + ', '.join(locs) if locs else ''})"
+    return name
 
 
 def _split(fn, ptrs, extent, t):

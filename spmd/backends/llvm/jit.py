@@ -15,6 +15,7 @@ import threading
 import llvmlite
 import llvmlite.binding as llvm
 
+from ...errors import SpmdError
 from ...compiler.disk_cache import cache_dir, enabled as disk_enabled, host_lock, read, write_atomic
 
 _lock = threading.Lock()
@@ -56,6 +57,46 @@ def optimize_module(mod, big=True):
     pb.getModulePassManager().run(mod, pb)
 
 
+class InvalidModule(SpmdError):
+    """LLVM rejects a module the code generator wrote (a bug of spmd's, not the user's):
+    `function` names the function it rejects."""
+
+    def __init__(self, function, message):
+        super().__init__(f"internal error: LLVM rejects the code generated for {function or 'a module'}: "
+                         f"{message.strip()}")
+        self.function, self.message = function, message
+
+
+def verified(ir: str):
+    """The parsed module of `ir`, checked by LLVM's verifier (an instruction used where it
+    is not defined, a malformed block, ...), which raises InvalidModule naming the function."""
+    try:
+        mod = llvm.parse_assembly(ir)
+        mod.verify()
+    except RuntimeError as e:
+        raise InvalidModule(_rejected_function(ir), str(e)) from None
+    return mod
+
+
+def _rejected_function(ir: str):
+    """The first function of `ir` that LLVM rejects on its own (each checked with the
+    module's declarations and attributes), or None."""
+    lines = ir.split("\n")
+    shared = [ln for ln in lines if ln.startswith(("declare ", "attributes ", "@", "%"))]
+    start = None
+    for i, ln in enumerate(lines):
+        if ln.startswith("define "):
+            start = i
+        elif ln == "}" and start is not None:
+            name = lines[start].split("@", 1)[1].split("(", 1)[0]
+            try:
+                llvm.parse_assembly("\n".join(shared + lines[start:i + 1])).verify()
+            except RuntimeError:
+                return name
+            start = None
+    return None
+
+
 def compile_ir(ir: str, names, stats=None, big=True):
     """{name: function address} for the functions `names` of the module `ir`."""
     key = module_key(ir + ("" if big else "\n; small"))
@@ -77,8 +118,7 @@ def compile_ir(ir: str, names, stats=None, big=True):
                 if obj is not None and stats is not None:
                     stats["cache"] = "disk"
             if obj is None:
-                mod = llvm.parse_assembly(ir)
-                mod.verify()
+                mod = verified(ir)
                 optimize_module(mod, big)
                 obj = tm.emit_object(mod)
                 if stats is not None:
