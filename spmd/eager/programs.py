@@ -297,7 +297,8 @@ def _place(out, mesh):
     if isinstance(out, np.ndarray) and out.dtype.kind in "biuf":
         return device_put(out, mesh.sharding())
     if isinstance(out, tuple):
-        return tuple(_place(o, mesh) for o in out)
+        placed = [_place(o, mesh) for o in out]
+        return type(out)(*placed) if hasattr(out, "_fields") else tuple(placed)      # numpy's named tuples
     return out
 
 

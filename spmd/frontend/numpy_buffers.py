@@ -38,6 +38,12 @@ from .trace import NumpyBuffer, Tracer, current_trace, resolve
 
 CREATORS = ("zeros", "empty", "ones", "full", "eye", "identity", "array", "asarray", "asanyarray",
             "ascontiguousarray", "copy", "zeros_like", "ones_like", "empty_like", "full_like")
+# numpy functions that convert a list argument themselves (they dispatch on the list, not
+# on the arrays in it): while tracing, a list holding traced values is stacked first, as
+# numpy would, so the call is traced (np.sum([loss_a, loss_b]))
+SEQUENCE_TAKERS = ("sum", "prod", "mean", "average", "max", "min", "amax", "amin", "all", "any", "std", "var",
+                   "median", "cumsum", "cumprod", "ptp", "argmax", "argmin", "sort", "argsort", "diff", "nansum",
+                   "nanmean", "nanmax", "nanmin", "nanprod", "count_nonzero")
 # numpy functions that write into an argument: its position and name (out= is always a write)
 WRITES = {np.copyto: (0, "dst"), np.put: (0, "a"), np.put_along_axis: (0, "arr"), np.place: (0, "arr"),
           np.putmask: (0, "a"), np.fill_diagonal: (0, "a")}
@@ -378,7 +384,13 @@ def _make_array(f, args, kwargs):
     return _adopt(r, {}, [obj] if isinstance(obj, NumpyBuffer) else [])
 
 
-_MAKERS = {"full": _make_full, "full_like": _make_full, "array": _make_array, "asarray": _make_array,
+def _make_from_sequence(f, args, kwargs):
+    if args and isinstance(args[0], (list, tuple)) and _deep_traced(args[0]):
+        args = (core.asarray(resolve_all(args[0])),) + args[1:]
+    return f(*args, **kwargs)
+
+
+_MAKERS = {**{name: _make_from_sequence for name in SEQUENCE_TAKERS}, "full": _make_full, "full_like": _make_full, "array": _make_array, "asarray": _make_array,
            "asanyarray": _make_array, "ascontiguousarray": _make_array, "copy": _make_array}
 
 
@@ -404,11 +416,12 @@ _active = [0]
 
 @contextlib.contextmanager
 def intercepting():
-    """numpy's creation functions make NumpyBuffers for the user's code of the threads
-    tracing, while this context is open in any thread."""
+    """numpy's creation functions make NumpyBuffers (and SEQUENCE_TAKERS stack lists of
+    traced values) for the user's code of the threads tracing, while this context is open
+    in any thread."""
     with _lock:
         if _active[0] == 0:
-            for name in CREATORS:
+            for name in CREATORS + SEQUENCE_TAKERS:
                 setattr(np, name, _creator(name, getattr(np, name)))
         _active[0] += 1
     try:
@@ -417,5 +430,5 @@ def intercepting():
         with _lock:
             _active[0] -= 1
             if _active[0] == 0:
-                for name in CREATORS:
+                for name in CREATORS + SEQUENCE_TAKERS:
                     setattr(np, name, getattr(np, name).spmd_original)

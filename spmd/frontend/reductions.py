@@ -179,8 +179,10 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None, **kw
         s = _reduce("sum", core.astype(_masked(x, where, 0), dt), axis, None, keepdims, lambda v: v.value.dtype)
         return ew.true_divide(s, _where_count(x, axis, where, keepdims, dt))     # 0/0: NaN, as numpy
     s = _reduce("sum", core.astype(x, dt), axis, None, keepdims, lambda v: v.value.dtype)
-    return ew.true_divide(s, np.array(_count(x, axes), dtype=dt)) if _count(x, axes) else \
+    r = ew.true_divide(s, np.array(_count(x, axes), dtype=dt)) if _count(x, axes) else \
         ew.true_divide(s, np.array(np.nan, dtype=dt))
+    # numpy divides in place in the sum's dtype: an integer dtype= truncates the mean
+    return core.astype(r, dt) if r.value.dtype != dt else r
 
 
 def _count_of(x, axis, where_, keepdims):
@@ -217,18 +219,29 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     else:
         d2 = ew.multiply(d, d)
     if where is not None and where is not True:
-        s = sum(d2, axis, keepdims=keepdims, where=where)
+        s = sum(d2, axis, dtype, keepdims=keepdims, where=where)
         n = ew.subtract(_where_count(x, axis, where, keepdims, s.value.dtype), ddof)
-        return ew.true_divide(s, ew.maximum(n, core.asarray(0, s.value.dtype)))
-    s = sum(d2, axis, keepdims=keepdims)
-    return ew.true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
+        r = ew.true_divide(s, ew.maximum(n, core.asarray(0, s.value.dtype)))
+    else:
+        s = sum(d2, axis, dtype, keepdims=keepdims)
+        r = ew.true_divide(s, np.array(builtins.max(_count(x, axes) - ddof, 0), dtype=s.dtype))
+    # numpy sums the squares in dtype= and divides in place there (an integer dtype truncates)
+    return core.astype(r, s.value.dtype) if r.value.dtype != s.value.dtype else r
 
 
 @core.takes_out
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     if out is not None:         # numpy: the variance into out, then its square root there (as a ufunc)
         return into(out, ew.sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw)), "std", "same_kind")
-    return ew.sqrt(var(x, axis, dtype, out, ddof, keepdims, **kw))
+    v = var(x, axis, dtype, out, ddof, keepdims, **kw)
+    if v.dtype.kind in "biu":
+        # numpy takes the root in place in dtype=: a scalar converts, an array refuses
+        if v.ndim:
+            raise TypeError(f"np.std(..., dtype={np.dtype(v.dtype).name}): Cannot cast ufunc 'sqrt' output from "
+                            f"dtype('float64') to dtype('{np.dtype(v.dtype).name}') with casting rule 'same_kind' "
+                            f"(numpy raises the same error; at {user_loc()})")
+        return core.astype(ew.sqrt(v), v.dtype)
+    return ew.sqrt(v)
 
 
 @core.takes_out

@@ -1,6 +1,8 @@
 """Reverse-mode autodiff: every differentiable registry op against central finite
 differences in float64, second derivatives of the elementwise ops, and the public
 grad / value_and_grad API on pytrees, argnums, has_aux, inside jit and eagerly."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -304,22 +306,32 @@ def test_grad_of_prod_with_zeros():
 
 W2 = np.array([1.0, 2.0])
 # f(w) of [w0**2, 3 w1] and its derivative at W2, by hand
-LIST_REDUCTIONS = [(np.sum, [2.0, 3.0]), (np.mean, [1.0, 1.5]), (np.prod, [12.0, 3.0]), (np.max, [0.0, 3.0]),
-                   (np.min, [2.0, 0.0])]
+LIST_REDUCTIONS = [("sum", [2.0, 3.0]), ("mean", [1.0, 1.5]), ("prod", [12.0, 3.0]), ("max", [0.0, 3.0]),
+                   ("min", [2.0, 0.0])]
 
 
-@pytest.mark.parametrize("red, want", LIST_REDUCTIONS)
-def test_reductions_of_a_list_of_traced_arrays(red, want):
-    """numpy's functions dispatch on a list, not on the arrays in it, so np.sum([x, y]) of
-    traced values cannot be traced: an error names the function and the line and says to
-    stack the list, which is then differentiated to numpy's derivative; jit runs such a
-    function eagerly (its fallback) with numpy's value."""
-    with pytest.raises(spmd.ConcreteValueError,
-                       match=rf"np\.{red.__name__} of a Python list of traced arrays at test_grad\.py:\d+.*np\.stack"):
-        spmd.grad(lambda w: red([w[0] ** 2, w[1] * 3.0]))(W2)
-    g = spmd.grad(lambda w: red(np.stack([w[0] ** 2, w[1] * 3.0])))(W2)
-    assert isinstance(g, np.ndarray) and g.dtype == np.float64 and g.shape == (2,)
-    np.testing.assert_allclose(g, want)
-    with pytest.warns(spmd.FallbackWarning):
+@pytest.mark.parametrize("name, want", LIST_REDUCTIONS)
+def test_reductions_of_a_list_of_traced_arrays(name, want):
+    """numpy's functions dispatch on a list, not on the arrays in it: while tracing, spmd
+    stacks a list holding traced values first, as numpy would (frontend/numpy_buffers.py),
+    so np.sum([x, y]) is traced and differentiated to numpy's derivative, and runs
+    compiled under jit with numpy's value. (np.NAME is looked up when called, as user code
+    does: spmd's np.sum stands in numpy's module only while a function is traced.)"""
+    def red(*a, **k):
+        return getattr(np, name)(*a, **k)
+    for form in (lambda w: red([w[0] ** 2, w[1] * 3.0]), lambda w: red(np.stack([w[0] ** 2, w[1] * 3.0]))):
+        g = spmd.grad(form)(W2)
+        assert isinstance(g, np.ndarray) and g.dtype == np.float64 and g.shape == (2,)
+        np.testing.assert_allclose(g, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spmd.FallbackWarning)
         v = spmd.jit(lambda w: red([w[0] ** 2, w[1] * 3.0]))(W2)
     np.testing.assert_allclose(np.asarray(v), red([W2[0] ** 2, W2[1] * 3.0]))
+
+
+def test_a_list_given_to_a_function_spmd_does_not_stack_names_the_fix():
+    """np.linalg.norm of a list of traced arrays: numpy converts the list itself; without a
+    graph break (fallback=False) the error names the function, the line and np.stack."""
+    with pytest.raises(spmd.ConcreteValueError, match=r"np\.norm of a Python list of traced arrays at "
+                                                      r"test_grad\.py:\d+.*np\.stack"):
+        spmd.grad(lambda w: np.linalg.norm([w[0] ** 2, w[1] * 3.0]))(W2)

@@ -91,9 +91,8 @@ def eigh(a, UPLO="L"):
     x = _f(a, "eigh")
     if UPLO not in ("L", "U"):
         raise ValueError(f"np.linalg.eigh: UPLO argument must be 'L' or 'U' (at {user_loc()})")
-    if UPLO == "U":
-        x = _mT(x)        # numpy reads one triangle: the upper one of a is the lower one of a.T
-    return EighResult(_op("eigh", x, part="w"), _op("eigh", x, part="v"))
+    attrs = {"uplo": "U"} if UPLO == "U" else {}
+    return EighResult(_op("eigh", x, part="w", **attrs), _op("eigh", x, part="v", **attrs))
 
 
 def eigvalsh(a, UPLO="L"):

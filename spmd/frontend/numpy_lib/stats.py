@@ -302,10 +302,15 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     dt = dtypes.canon(dtype) if dtype is not None else x.dtype.name
     m = nanmean(x, axis, dt, keepdims=True)
     d = ew.where(nan, core.zeros_like(x, dtype=dt), ew.subtract(core.astype(x, dt), m))
-    s = red.sum(ew.multiply(d, d), axis, keepdims=keepdims)
-    cnt = ew.subtract(_nan_count(x, nan, axis, keepdims, dt), float(ddof))
+    if dtypes.is_complex(dt):       # numpy: the mean of |d|^2, in dtype=
+        d2 = ew.add(ew.multiply(ew.real(d), ew.real(d)), ew.multiply(ew.imag(d), ew.imag(d)))
+    else:
+        d2 = ew.multiply(d, d)
+    s = red.sum(d2, axis, keepdims=keepdims)
+    cnt = ew.subtract(_nan_count(x, nan, axis, keepdims, s.value.dtype), float(ddof))
     cnt = ew.where(ew.less_equal(cnt, 0), core.zeros_like(cnt), cnt)
-    return ew.true_divide(s, cnt)
+    r = ew.true_divide(s, cnt)
+    return core.astype(r, dt) if r.value.dtype != dt else r
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):

@@ -236,14 +236,15 @@ _linalg("cholesky", _inv_infer, lambda a: np.linalg.cholesky(a), _chol_vjp)
 
 
 # -- eigh, svd, qr: one op per result ------------------------------------------------------------
-def _eigh_infer(a, part):
+def _eigh_infer(a, part, uplo="L"):
     _square(a)
+    check(uplo in ("L", "U"), f"eigh uplo must be 'L' or 'U', got {uplo!r}")
     check(part in ("w", "v"), f"eigh part must be 'w' or 'v', got {part!r}")
     return aval(a.shape if part == "v" else a.shape[:-1], a.dtype)
 
 
-def _eigh_ref(a, part):
-    w, v = np.linalg.eigh(a)
+def _eigh_ref(a, part, uplo="L"):
+    w, v = np.linalg.eigh(a, UPLO=uplo)       # the triangle it reads: LAPACK's signs follow it
     return v if part == "v" else w
 
 
