@@ -27,7 +27,7 @@ from .frontend import core
 from .frontend import functionalize as fz
 from .frontend import numpy_buffers, random_guard
 from . import graph_breaks as gb
-from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, tracing
+from .frontend.trace import ShapeDtype, Trace, Tracer, current_trace, leaf_aval, runaway, tracing
 from .ir import Graph
 from .ir.mesh import Sharding
 from .runtime.array import Array, device_put, donated_handles
@@ -78,6 +78,11 @@ def _argument_tracers(t, leaves):
 def _call_traced(fn, call_args):
     try:
         return fn(*call_args)
+    except RecursionError as e:
+        err = runaway(e)          # spmd's own bookkeeping ran away: name the call and the line
+        if err is None:
+            raise
+        raise err from None
     except ValueError as e:
         # numpy storing a traced scalar into a plain ndarray turns our error into
         # "setting an array element with a sequence": surface ours

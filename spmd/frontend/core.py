@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ShapeError, TraceError, user_loc
 from ..ir import dtypes, get_op
 from . import views
-from .trace import Tracer, current_trace, resolve
+from .trace import Hint, Tracer, current_trace, resolve
 
 
 def trace_of(*xs):
@@ -40,7 +40,7 @@ def keep_layout(r, *xs):
     (order="K"). Worked out only if it is needed, and only if some x is not in C order."""
     if r.ndim > 1 and not builtins.all(not isinstance(x, Tracer) or x._c_order() for x in xs):
         xs, shape = tuple(x for x in xs if isinstance(x, Tracer) and x.ndim), r.shape
-        r._hint = lambda: views.keep_order([x._layout() for x in xs], shape)
+        r._hint = Hint(lambda *lays: views.keep_order(list(lays), shape), xs)
     return r
 
 
@@ -49,14 +49,14 @@ def order_like(r, x):
     numpy lays it out in x's order of axes."""
     if r.ndim > 1 and r.ndim == x.ndim and not x._c_order():
         shape = r.shape
-        r._hint = lambda: views.dense(shape, views.order_of(x._layout()))
+        r._hint = Hint(lambda lay: views.dense(shape, views.order_of(lay)), (x,))
     return r
 
 
 def reduce_layout(r, x, axes, keepdims):
     """r, x reduced over axes: numpy lays it out in x's order of the axes it keeps."""
     if r.ndim > 1 and not x._c_order():
-        r._hint = lambda: views.reduced(x._layout(), axes, keepdims)
+        r._hint = Hint(lambda lay: views.reduced(lay, axes, keepdims), (x,))
     return r
 
 
@@ -150,8 +150,9 @@ def broadcast_to(x, shape):
         raise ShapeError(f"broadcast_to at {user_loc()}: cannot broadcast {list(x.shape)} to {list(shape)}")
     n = len(shape) - x.ndim
     r = emit(x._tr, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
-    # x's strides, 0 along the repeated dims (which then count for nothing in numpy's order)
-    r._hint = lambda: np.broadcast_to(x._layout(), shape)
+    # x's strides, 0 along the repeated dims (which then count for nothing in numpy's order:
+    # a broadcast of a C-order x leaves C order as it is)
+    r._hint = Hint(lambda lay: np.broadcast_to(lay, shape), (x,), c_like=x._c_order())
     return r
 
 

@@ -15,7 +15,7 @@ from . import core
 from . import elementwise as ew
 from . import functionalize as fz
 from . import views
-from .trace import Tracer
+from .trace import Hint, Tracer
 
 
 def reshape(x, shape, order="C"):
@@ -204,7 +204,7 @@ def copy(x, order="K", subok=False):
         r._hint = None
     elif order in ("F", "A"):
         shape = r.shape
-        r._hint = lambda: views.dense(shape, tuple(range(len(shape)))[::-1])
+        r._hint = Hint(lambda: views.dense(shape, tuple(range(len(shape)))[::-1]))
     r._ensure_buffer()
     return r
 

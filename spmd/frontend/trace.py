@@ -8,6 +8,7 @@ the user's file:line.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ConcreteValueError, user_loc
+from ..errors import ConcreteValueError, TraceError, is_internal, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
 from . import views
@@ -126,7 +127,7 @@ class Tracer:
         self._buf = None           # the base's Buffer, once written or viewed
         self._view = ()            # the view chain from the base
         self._ver = 0              # the Buffer version _val was derived at
-        self._hint = None          # before it has a Buffer: () -> numpy's layout of it (None: C order)
+        self._hint = None          # before it has a Buffer: a Hint of numpy's layout of it (None: C order)
 
     @property
     def value(self) -> Value:
@@ -140,7 +141,7 @@ class Tracer:
     def _ensure_buffer(self):
         if self._buf is None:
             # a new array's memory, laid out as numpy lays it out (see views.keep_order)
-            shadow = views.keep_order([self._hint()], self._val.shape) if self._hint is not None else None
+            shadow = views.keep_order([self._layout()], self._val.shape) if self._hint is not None else None
             self._buf = Buffer(self._val, shadow=shadow)
             self._view, self._ver = (), 0
         return self._buf
@@ -148,14 +149,18 @@ class Tracer:
     def _c_order(self) -> bool:
         """Is it laid out in C order (as numpy would have it), without working it out?"""
         b = self._buf
-        return self._hint is None if b is None else not self._view and (b.shadow is None or
-                                                                      b.shadow.flags.c_contiguous)
+        if b is None:
+            return self._hint is None or self._hint.c_like
+        return not self._view and (b.shadow is None or b.shadow.flags.c_contiguous)
 
     def _layout(self):
         """numpy's strides for it: a memory-free ndarray (views.layout)."""
         if self._buf is not None:
             return views.layout(self._buf, self._view)
-        return self._hint() if self._hint is not None else views.dense(self._val.shape)
+        h = self._hint
+        if h is None:
+            return views.dense(self._val.shape)
+        return h.made if h.made is not None else _work_out(self)
 
     # -- array attributes ------------------------------------------------------------------
     shape = property(lambda self: self.value.shape)
@@ -295,6 +300,102 @@ def resolve(x):
     if isinstance(x, NumpyBuffer):
         return x.traced() if x.live() else np.ndarray.view(x, np.ndarray)
     return x
+
+
+class Hint:
+    """numpy's layout of a new array that has no Buffer yet, worked out only when asked
+    (most never are): `make(*layouts of deps)`, deps being Tracers; made once and kept.
+    `c_like`: numpy lays out whatever it makes from this array, alone or with C-order
+    arrays, in C order (a broadcast of a C-order array: its repeated axes count for
+    nothing), so nothing made from it needs a hint of its own."""
+    __slots__ = ("make", "deps", "c_like", "made")
+
+    def __init__(self, make, deps=(), c_like=False):
+        self.make, self.deps, self.c_like, self.made = make, tuple(deps), c_like, None
+
+
+def _pending(x):
+    h = x._hint if x._buf is None else None
+    return h is not None and h.made is None
+
+
+def _work_out(x):
+    """Make x's hint and every hint it waits on, depth first with a stack of our own:
+    the chain behind one array can be thousands of ops long (the rounds of
+    spmd.random's Threefry), and made once each, its cost is its length, where asking
+    each operand anew would double it at every op two operands share. A hint that
+    waits on itself would never finish: that is spmd's bug, and says so."""
+    path, on_path = [x], {id(x._hint)}
+    while path:
+        y = path[-1]
+        h = y._hint
+        d = next((d for d in h.deps if _pending(d)), None)
+        if d is not None:
+            if id(d._hint) in on_path:
+                raise _runaway_layout(y, d)
+            path.append(d)
+            on_path.add(id(d._hint))
+            continue
+        h.made = h.make(*[d._layout() for d in h.deps])
+        h.deps = ()                   # made: the operands' Tracers may go
+        path.pop()
+        on_path.discard(id(h))
+    return x._hint.made
+
+
+def _runaway_layout(y, d):
+    op = y._val.producer
+    what = f"{op.name} (made at {op.loc})" if op is not None else repr(y)
+    return TraceError(f"spmd could not work out numpy's memory layout of the result of {what}, needed at "
+                      f"{user_loc()}: it depends on itself through {d!r}. This is a bug in spmd; "
+                      f"please report it with this line.")
+
+
+# -- tracing that runs away -----------------------------------------------------------------
+RUNAWAY_DEPTH = 200     # frames of spmd and numpy under the user's line: spmd's recursion, not theirs
+
+
+def runaway(err: RecursionError):
+    """The TraceError for a RecursionError raised while tracing, if spmd's own frames ran
+    away (a layout or view that refers back to itself...): it names the numpy call and
+    the user's line it came from. None if the recursion is the user's own (their line
+    is the deepest, or only a few frames of spmd lie under it): that error stands."""
+    frames, tb = [], err.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    last = max((i for i, t in enumerate(frames) if not is_internal(t.tb_frame.f_code.co_filename)), default=None)
+    if last is None or len(frames) - 1 - last < RUNAWAY_DEPTH:
+        return None
+    user = frames[last]
+    loc = f"{os.path.basename(user.tb_frame.f_code.co_filename)}:{user.tb_lineno}"
+    what = _entry_name(frames[last + 1].tb_frame)
+    return TraceError(f"tracing {what} at {loc} ran away inside spmd (Python's recursion limit was hit "
+                      f"{len(frames) - 1 - last} frames under that line, in {_hot(frames[last + 1:])}): "
+                      f"this is a bug in spmd; please report it with this line.")
+
+
+def _entry_name(f):
+    """What the user's line called, from the frame of spmd's entry it came in through."""
+    loc, name = f.f_locals, f.f_code.co_name
+    if name == "_array_function" and "func" in loc:
+        return f"np.{getattr(loc['func'], '__name__', loc['func'])}"
+    if name == "_array_ufunc" and "ufunc" in loc:
+        method = loc.get("method", "__call__")
+        return f"np.{loc['ufunc'].__name__}" + ("" if method == "__call__" else f".{method}")
+    if name == "m" and isinstance(loc.get("name"), str):         # a Tracer method (numpy_api._method)
+        return f"ndarray.{loc['name']}"
+    return f"{name}()"
+
+
+def _hot(tbs):
+    """The spmd functions the runaway went round most often."""
+    counts: dict = {}
+    for t in tbs:
+        key = t.tb_frame.f_code.co_name
+        counts[key] = counts.get(key, 0) + 1
+    top = sorted(counts, key=counts.get, reverse=True)[:3]
+    return ", ".join(f"{k} x{counts[k]}" for k in top)
 
 
 def _storing_into_numpy() -> bool:

@@ -217,4 +217,4 @@ def test_random_slice_writes_into_numpy_buffers(n, lo, step, k, split):
         h[:] = x[:, 0]
         h[::step] *= -1.0
         return g, h, v + 0
-    run(f, x, split=split, compiler="numpy")
+    run(f, x, split=split)
