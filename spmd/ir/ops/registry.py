@@ -84,12 +84,6 @@ class OpDef:
     # the operand the op accumulates into (scatter-add): with a split reduction factor,
     # only one device of the group may add it, so it is fed as a pending sum
     accumulates_into: Optional[int] = None
-    # the partitioner's handler when the generic factor-driven one does not fit:
-    # (P, op) -> (local Value, Sharding it is laid out by)
-    partition: Optional[Callable] = None
-    # the local op the generic handler emits once operands are resharded, when it is not
-    # the op itself on local shapes: (P, op, rule, assign, locals, shardings, have) -> Value
-    partition_local: Optional[Callable] = None
     # why the op needs its `replicate` dims whole (e.g. "it needs whole matrices"): when
     # set, the partitioner warns (ReshardWarning, naming the op and user line) whenever it
     # gathers such a dim that arrived split, so the gather is never silent
