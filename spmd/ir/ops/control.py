@@ -14,9 +14,10 @@ program a body uses is an explicit operand (tracing captures it, frontend/contro
 Sharding (GSPMD's rules): a loop-carried value keeps one sharding (operand i, result i
 and the body's input and output i share their factors); the scanned dimension of xs and
 ys is not split; a predicate is replicated (the partitioner lowers the sub-graphs with
-the predicate's output replicated, one collective). The partition handlers reshard the
-operands, then propagate and partition each sub-graph with those shardings pinned at
-its inputs and outputs (P.lower_subgraph), so every device runs the same loop.
+the predicate's output replicated, one collective). Their partition rules
+(sharding/partition_rules/control.py) reshard the operands, then propagate and
+partition each sub-graph with those shardings pinned at its inputs and outputs, so
+every device runs the same loop.
 
 The reference (`ref`) interprets the sub-graphs op by op with each op's reference
 (collectives get the communicator, so a per-device loop body may hold collectives).

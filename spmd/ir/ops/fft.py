@@ -13,7 +13,7 @@ emits pad / slice for numpy's `n=` / `s=`), so the op is a pure transform; its r
 is numpy's pocketfft.
 
 Sharding: every dim is a pass-through or `permute` factor, and the op has its own
-partition handler: transformed dims that are whole on a device are transformed locally;
+partition rule (sharding/partition_rules/fft.py): transformed dims that are whole on a device are transformed locally;
 a transformed dim that arrives split is made whole by an all_to_all that moves its split
 to a dim the transform does not need now (a batch dim, or one already transformed: the
 pencil decomposition of a distributed multi-dimensional FFT), never by gathering the
@@ -106,7 +106,7 @@ def _vjp(g, op, ct):
 
 def _factors(ins, outs, attrs):
     """Every dim passes through; the transformed ones are `permute` factors (they may
-    arrive split: the partition handler moves the split, see the module doc). The real
+    arrive split: the partition rule moves the split, see the module doc). The real
     axis of rfft / irfft changes length; its factor spans both sizes, as pad's does."""
     a = letters(len(ins[0].shape))
     return einsum_rule(f"{a}->{a}", ins, outs, permute="".join(a[d] for d in attrs["axes"]))

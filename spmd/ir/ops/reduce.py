@@ -127,7 +127,8 @@ def _cum_vjp(g, op, ct):
 
 
 def _cum_factors(ins, outs, attrs):
-    # every dim passes through; a split scan axis is the partition handler's business
+    # every dim passes through; a split scan axis is its partition rule's business
+    # (sharding/partition_rules/reduce.py)
     a = letters(len(ins[0].shape))
     return einsum_rule(f"{a}->{a}", ins, outs)
 
