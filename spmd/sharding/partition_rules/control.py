@@ -23,6 +23,7 @@ def _while(ctx: PartitionContext, op: Op):
     outs = ctx.em.emit("while", *locs, cond=cond, body=body, num_carry=n)
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
+
 def _cond(ctx: PartitionContext, op: Op):
     shs = [ctx.sharding_of(r).replace(partial=()) for r in op.results]
     ins = [ctx.sharding_of(o).replace(partial=()) for o in op.operands[1:]]
@@ -32,6 +33,7 @@ def _cond(ctx: PartitionContext, op: Op):
     false = ctx.lower_subgraph(op.attrs["false"], ins, shs)
     outs = ctx.em.emit("cond", pred, *locs, true=true, false=false)
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
+
 
 def _scan(ctx: PartitionContext, op: Op):
     a = op.attrs
@@ -46,7 +48,7 @@ def _scan(ctx: PartitionContext, op: Op):
     body_out = shs[:nc] + [_drop_lead(ctx, s) for s in shs[nc:]]
     body = ctx.lower_subgraph(a["body"], body_in, body_out)
     outs = ctx.em.emit("scan", *locs, body=body, num_carry=nc, num_xs=nx, length=a["length"],
-                     reverse=a["reverse"])
+                       reverse=a["reverse"])
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
 

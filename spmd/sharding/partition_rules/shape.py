@@ -114,7 +114,7 @@ def _pad_of_constant(ctx, op, spec, partial, target):
     v = ctx.get(op.operands[1], ctx.sh((), partial))
     padded = ctx.em.emit("pad", x, v, **op.attrs)
     return ctx.finish(ctx.reshard(padded, whole, ctx.sh(spec, partial), res.shape), ctx.sh(spec, partial), target,
-                    res.shape, res.dtype)
+                      res.shape, res.dtype)
 
 
 def _pad_plain(ctx, op, spec, partial, target):
