@@ -126,7 +126,7 @@ class Partitioner(PartitionContext):
                                     f"would leave its body unpartitioned")
             got = rule(self, op)
             self._note_collectives(op)
-            if isinstance(got, list):     # a handler of a (multi-result) op: one pair a result
+            if isinstance(got, list):     # a rule of a (multi-result) op: one pair a result
                 for r, pair in zip(op.results, got):
                     self.env[r] = pair
                 continue
