@@ -233,3 +233,85 @@ def test_the_check_sees_private_helpers(tmp_path, monkeypatch):
     (fake / "ir" / "b.py").write_text("from .a import _h\nfrom . import a as A\nA._h()\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", fake)
     assert private_imports(fake) == ["spmd.ir.b:1 imports _h from spmd.ir.a", "spmd.ir.b:3 uses spmd.ir.a._h"]
+
+
+# -- sharding/ sits on the IR alone; the IR says what an op is, never how it is split ----------
+def sharding_imports_above_ir():
+    """Imports in spmd/sharding/ of anything but the base utilities, the IR and sharding
+    itself (the front-end is below sharding in the layer order, but sharding needs none
+    of it: partitioning is about the IR alone)."""
+    bad = []
+    for path in sorted((ROOT / "sharding").rglob("*.py")):
+        for line, target in imports(path):
+            if target.startswith("spmd") and LAYERS[layer_of(target)][0] not in ("base", "ir", "sharding"):
+                bad.append(f"{module_name(path)}:{line} imports {target}")
+    return bad
+
+
+def test_sharding_depends_on_the_ir_only():
+    bad = sharding_imports_above_ir()
+    assert not bad, "sharding/ imports beyond ir/ (and the base utilities):\n" + "\n".join(bad)
+
+
+def partition_handlers_in_ir(root=None):
+    """Anything under spmd/ir/ that defines or refers to a partition handler: a function
+    named for partitioning, a `partition...=` keyword (an OpDef field), an attribute read
+    `.partition...`, or a parameter `ctx` / `P` (the partitioner's context). Those live in
+    sharding/partition_rules/."""
+    root = root or ROOT
+    found = []
+    for path in sorted((root / "ir").rglob("*.py")):
+        rel = path.relative_to(root.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if "partition" in node.name.lower():
+                    found.append(f"{rel}:{node.lineno} defines {node.name}")
+                for a in node.args.args[:1]:
+                    if a.arg in ("ctx", "P"):
+                        found.append(f"{rel}:{node.lineno} {node.name} takes the partitioner's context ({a.arg})")
+            elif isinstance(node, ast.keyword) and node.arg and node.arg.startswith("partition"):
+                found.append(f"{rel}:{node.value.lineno} passes {node.arg}=")
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("partition"):
+                found.append(f"{rel}:{node.lineno} reads .{node.attr}")
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                    and node.target.id.startswith("partition"):
+                found.append(f"{rel}:{node.lineno} declares {node.target.id}")
+    return sorted(found, key=lambda f: (f.split(" ")[0].rsplit(":", 1)[0], int(f.split(" ")[0].rsplit(":", 1)[1]), f))
+
+
+def test_the_ir_holds_no_partition_handler():
+    import dataclasses
+    from spmd.ir import OpDef
+    assert not [f.name for f in dataclasses.fields(OpDef) if f.name.startswith("partition")]
+    found = partition_handlers_in_ir()
+    assert not found, "partition handlers belong in sharding/partition_rules/, not the IR:\n" + "\n".join(found)
+
+
+def test_the_check_sees_sharding_importing_the_front_end(tmp_path, monkeypatch):
+    fake = tmp_path / "spmd"
+    for d in ("sharding", "ir", "frontend"):
+        (fake / d).mkdir(parents=True)
+        (fake / d / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "sharding" / "a.py").write_text("from ..ir import Graph\nfrom ..frontend import trace\n")
+    (fake / "frontend" / "trace.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "ROOT", fake)
+    assert sharding_imports_above_ir() == ["spmd.sharding.a:2 imports spmd.frontend.trace"]
+
+
+def test_the_check_sees_a_partition_handler_in_the_ir(tmp_path):
+    fake = tmp_path / "spmd"
+    (fake / "ir" / "ops").mkdir(parents=True)
+    (fake / "ir" / "ops" / "bad.py").write_text(
+        "def _partition_x(P, op):\n    pass\n\n\n"
+        "def rule(ctx, op):\n    return op.opdef.partition_local\n\n\n"
+        "register(OpDef('x', partition=rule))\n\n\n"
+        "class OpDef:\n    partition: object = None\n")
+    assert partition_handlers_in_ir(fake) == [
+        "spmd/ir/ops/bad.py:1 _partition_x takes the partitioner's context (P)",
+        "spmd/ir/ops/bad.py:1 defines _partition_x",
+        "spmd/ir/ops/bad.py:5 rule takes the partitioner's context (ctx)",
+        "spmd/ir/ops/bad.py:6 reads .partition_local",
+        "spmd/ir/ops/bad.py:9 passes partition=",
+        "spmd/ir/ops/bad.py:13 declares partition",
+    ]

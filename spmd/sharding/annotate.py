@@ -6,7 +6,12 @@ from __future__ import annotations
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from ..ir.mesh import Sharding
-from ..frontend.trace import leaf_aval
+
+
+def _shape_of(leaf):
+    """An argument leaf's shape: an array's, a ShapeDtype's, () for a Python scalar (jit
+    checked every leaf is one of those before it got here)."""
+    return tuple(getattr(leaf, "shape", ()))
 
 
 def _is_sharding(x):
@@ -110,7 +115,7 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     for i, x in enumerate(leaves):
         if in_sh[i] is None and _placed(x) is not None and mesh is not None and _placed(x).mesh == mesh:
             in_sh[i] = x.sharding
-    _check_ranks(fname, in_sh, [leaf_aval(x)[0] for x in leaves], [f"in_shardings for {n}" for n in names],
+    _check_ranks(fname, in_sh, [_shape_of(x) for x in leaves], [f"in_shardings for {n}" for n in names],
                  "argument")
     _check_ranks(fname, out_sh, [v.shape for v in graph.outputs], [f"out_shardings[{i}]" for i in range(len(out_sh))],
                  "result")

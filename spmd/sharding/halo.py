@@ -31,6 +31,11 @@ import numpy as np
 MAX_HOPS = 4
 
 
+def chunk(n, k):
+    """The rows each of k shards holds of a dim of size n (the last may hold fewer)."""
+    return -(-n // k) if k > 0 else n
+
+
 class WindowPlan(NamedTuple):
     pieces: tuple      # (hop h, lo, hi): rows [lo, hi) of the chunk of device i + h
     scale: int         # dynamic_slice start on the buffer = axis_index * scale + offset

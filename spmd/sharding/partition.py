@@ -18,14 +18,18 @@ For each op, generically (`_generic`):
 
 Partial operands flow through ops that are linear in them (add, dot, transpose...)
 when that moves fewer bytes than reducing them first, and are reduced first where the
-op is not linear (exp, compare...); one all_reduce serves every use of a value. Uneven dims are padded per shard; padding is unspecified, so reductions and
-contractions mask it with their identity first (iota + axis_index + select).
+op is not linear (exp, compare...); one all_reduce serves every use of a value. Uneven
+dims are padded per shard; padding is unspecified, so reductions and contractions mask
+it with their identity first (iota + axis_index + select).
 
-Special handlers: constant and iota (local pieces via axis_index), slice / pad /
-concatenate on a sharded dim (halo exchange, halo.py), dynamic_slice / gather on a
-sharded dim (masked local lookup -> partial result, no gather of the operand),
-dynamic_update_slice / scatter on a sharded dim (masked local update, no
-communication), and sharding_constraint (a reshard).
+Ops the generic handling does not fit have rules of their own, in partition_rules/
+(one module per op family, tables keyed by op name): a rule for the whole op (`OPS`:
+constant, slice / pad / concatenate / reverse / roll on a split dim by halo exchange,
+fft, cumulative, control flow, sharding_constraint, debug_print) or for the local
+computation of step 3 (`LOCAL`: iota's positions, dynamic_slice / gather on a split dim
+as a masked local lookup -> a partial result, dynamic_update_slice / scatter as a masked
+local update, no communication). A rule sees the partitioner as a PartitionContext
+(partition_rules/context.py).
 
 The program is the same on every device: rank-dependent behaviour comes only from
 axis_index, and nothing here loops over devices.
@@ -39,10 +43,11 @@ import numpy as np
 from ..errors import ShardingError, warn_at, where
 from ..ir import Graph
 from ..ir.ops.reduce import identity as reduce_identity
-from . import halo
 from .cost import reshard_cost
+from .partition_rules import LOCAL, OPS, PartitionContext
 from .reshard import Emitter, ReshardWarning, reshard
 from ..ir.mesh import Sharding
+
 
 def partition(graph: Graph) -> Graph:
     """Global graph with a sharding on every Value -> per-device graph. Inputs are the
@@ -50,16 +55,12 @@ def partition(graph: Graph) -> Graph:
     of graph.outputs' shardings with no partial left."""
     if graph.mesh is None:
         raise ShardingError("partition: the graph has no mesh (propagate first)")
-    return _Partitioner(graph).run()
-
-
-def _chunk(n, k):
-    return -(-n // k) if k > 0 else n
+    return Partitioner(graph).run()
 
 
 def linear_sets(op):
     """Alternative sets of operand indices the op is jointly linear in (its OpDef's
-    `linear`): if the operands of one set carry a pending sum over axes P, so does the result."""
+    `linear`): if the operands of one set carry a pending sum over some axes, so does the result."""
     lin = op.opdef.linear
     return list(lin(op) if callable(lin) else lin)
 
@@ -84,15 +85,9 @@ def _rule(op):
     return rule
 
 
-class _Partitioner:
-    """The partitioner, and the context an op's `partition` / `partition_local` handler
-    receives: `mesh`, `em` (the Emitter of the per-device graph), `halo` (halo.py),
-    `get` / `reshard` / `finish` (collectives between layouts), `sh` (a Sharding from a
-    spec), `sharding_of` (a global Value's propagated sharding), `users` (the global
-    ops reading a value), `cache` (a dict handlers share), `axes_size`, `chunk`,
-    `carry_all`, `gather_fallback`, `warn_gather` and `mask_reduction_dims`."""
-
-    halo = halo
+class Partitioner(PartitionContext):
+    """The partitioner: the driver (`run`), and the context the rules of partition_rules/
+    receive (the members PartitionContext declares, documented there)."""
 
     def __init__(self, src: Graph):
         self.src = src
@@ -118,7 +113,8 @@ class _Partitioner:
         for op in self.src.ops:
             self.op = op
             self.em.loc = op.loc
-            if len(op.results) != 1 and op.opdef.partition is None:
+            rule = OPS.get(op.name, _generic)
+            if len(op.results) != 1 and rule is _generic:
                 raise ShardingError(f"{op.name}{where(op.loc)}: ops with {len(op.results)} results cannot be "
                                     f"partitioned yet")
             if op.opdef.family == "collective":
@@ -128,9 +124,9 @@ class _Partitioner:
                 raise ShardingError(f"{op.name}{where(op.loc)}: stands for its body, which the compiler puts in "
                                     f"its place before propagation (passes/inline.py); partitioning the op itself "
                                     f"would leave its body unpartitioned")
-            got = (op.opdef.partition or _generic)(self, op)
+            got = rule(self, op)
             self._note_collectives(op)
-            if isinstance(got, list):     # a handler of a (multi-result) op: one pair a result
+            if isinstance(got, list):     # a rule of a (multi-result) op: one pair a result
                 for r, pair in zip(op.results, got):
                     self.env[r] = pair
                 continue
@@ -213,8 +209,6 @@ class _Partitioner:
     def axes_size(self, axes):
         return self.mesh.axes_size(axes) if axes else 1
 
-    chunk = staticmethod(lambda n, k: _chunk(n, k))
-
     def carry_all(self, op, spec):
         """For ops that are linear in every operand and never grow much (slice, pad,
         concatenate): operands keep their pending sums over axes the result does not split."""
@@ -274,8 +268,8 @@ class _Partitioner:
         axes = {a for i in best for a in ins[i][1].partial} - set(used)
         if not axes:
             return (), ()
-        P = tuple(a for a in self.mesh.axis_names if a in axes)
-        full = tuple(a for a in self.mesh.axis_names if a in set(P) | set(result_partial))
+        pending = tuple(a for a in self.mesh.axis_names if a in axes)
+        full = tuple(a for a in self.mesh.axis_names if a in set(pending) | set(result_partial))
         carry = reshard_cost(self.sh(result_spec, full), target, res.shape, res.dtype)
         early = reshard_cost(self.sh(result_spec, result_partial), target, res.shape, res.dtype)
         for i in best:
@@ -284,7 +278,7 @@ class _Partitioner:
             if h.partial:
                 early += reshard_cost(h, h.replace(partial=()), v.shape, v.dtype)
         # on a tie reduce first: the reduced operand may be shared with other uses
-        return (best, P) if carry < early else ((), ())
+        return (best, pending) if carry < early else ((), ())
 
 
 # -- the generic, factor-driven handler -----------------------------------------------------
@@ -355,8 +349,8 @@ def _spec_of(arr, assign):
     return tuple(tuple(a for f in dim for a in assign.get(f, ())) for dim in arr)
 
 
-def _candidates(P, op, rule, ins, target):
-    mesh = P.mesh
+def _candidates(ctx, op, rule, ins, target):
+    mesh = ctx.mesh
     shapes = [o.shape for o in op.operands] + [r.shape for r in op.results]
     allowed = {f for f in rule.sizes if rule.kind(f) in ("pass", "reduction")}
     sources = [(rule.results[0], target)] + [(rule.operands[i], ins[i][1]) for i in range(len(ins))]
@@ -384,54 +378,54 @@ def _candidates(P, op, rule, ins, target):
     return out
 
 
-def _choose(P, op, rule, ins, target):
+def _choose(ctx, op, rule, ins, target):
     res = op.result
     best, best_cost = None, None
-    for assign in _candidates(P, op, rule, ins, target):
+    for assign in _candidates(ctx, op, rule, ins, target):
         cost = 0.0
         for i, (_, have) in enumerate(ins):
             v = op.operands[i]
-            cost += reshard_cost(have.replace(partial=()), P.sh(_spec_of(rule.operands[i], assign)), v.shape, v.dtype)
-        red = _reduction_axes(P, rule, assign)
-        cost += reshard_cost(P.sh(_spec_of(rule.results[0], assign), red), target, res.shape, res.dtype)
+            cost += reshard_cost(have.replace(partial=()), ctx.sh(_spec_of(rule.operands[i], assign)), v.shape, v.dtype)
+        red = _reduction_axes(ctx, rule, assign)
+        cost += reshard_cost(ctx.sh(_spec_of(rule.results[0], assign), red), target, res.shape, res.dtype)
         if best_cost is None or cost < best_cost - 1e-9:
             best, best_cost = assign, cost
     return best
 
 
-def _reduction_axes(P, rule, assign):
+def _reduction_axes(ctx, rule, assign):
     axes = {a for f in rule.reduction for a in assign.get(f, ())}
-    return tuple(a for a in P.mesh.axis_names if a in axes)
+    return tuple(a for a in ctx.mesh.axis_names if a in axes)
 
 
-def _generic(P, op):
+def _generic(ctx: Partitioner, op):
     res = op.result
     rule = _rule(op)
-    ins = [P.env[o] for o in op.operands]
-    target = P.sharding_of(res)
-    assign = _choose(P, op, rule, ins, target)
+    ins = [ctx.env[o] for o in op.operands]
+    target = ctx.sharding_of(res)
+    assign = _choose(ctx, op, rule, ins, target)
     used = {a for ax in assign.values() for a in ax}
-    red = _reduction_axes(P, rule, assign)
+    red = _reduction_axes(ctx, rule, assign)
     res_spec = _spec_of(rule.results[0], assign)
     kind = reduction_kind(op)
-    carry_set, carried = P.carried_partial(op, ins, used, res_spec, red, target)
+    carry_set, carried = ctx.carried_partial(op, ins, used, res_spec, red, target)
     locals_, shardings = [], []
     for i, v in enumerate(op.operands):
         partial = carried if i in carry_set else ()
         if i == op.opdef.accumulates_into and red:
             # the operand is added to once, by the devices at group index 0 of the index axes
-            partial = tuple(a for a in P.mesh.axis_names if a in set(partial) | set(red))
-        want = P.sh(_spec_of(rule.operands[i], assign), partial)
+            partial = tuple(a for a in ctx.mesh.axis_names if a in set(partial) | set(red))
+        want = ctx.sh(_spec_of(rule.operands[i], assign), partial)
         if op.opdef.needs_whole:
-            _warn_gathered(P, op, i, rule, ins[i][1], want)
+            _warn_gathered(ctx, op, i, rule, ins[i][1], want)
         shardings.append(want)
-        locals_.append(P.get(v, want))
-    have = P.sh(res_spec, tuple(a for a in P.mesh.axis_names if a in set(carried) | set(red)))
-    local = (op.opdef.partition_local or _emit_default)(P, op, rule, assign, locals_, shardings, have)
-    return P.finish(local, have, target, res.shape, res.dtype, kind)
+        locals_.append(ctx.get(v, want))
+    have = ctx.sh(res_spec, tuple(a for a in ctx.mesh.axis_names if a in set(carried) | set(red)))
+    local = LOCAL.get(op.name, _emit_default)(ctx, op, rule, assign, locals_, shardings, have)
+    return ctx.finish(local, have, target, res.shape, res.dtype, kind)
 
 
-def _warn_gathered(P, op, i, rule, have, want):
+def _warn_gathered(ctx, op, i, rule, have, want):
     """An op that needs some dims whole (OpDef.needs_whole) gets one that arrived split:
     the gather is the plan, but never a silent one."""
     v = op.operands[i]
@@ -439,20 +433,20 @@ def _warn_gathered(P, op, i, rule, have, want):
             if fs and all(rule.kind(f) == "replicate" for f in fs)
             and set(have.dim_axes(d)) - set(want.dim_axes(d))]
     if dims:
-        warn_at(f"spmd: {P.what()} gathers dim{'s' if len(dims) > 1 else ''} "
+        warn_at(f"spmd: {ctx.what()} gathers dim{'s' if len(dims) > 1 else ''} "
                 f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
                 f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
                 f"it local", ReshardWarning, op.loc)
 
 
-def _emit_default(P, op, rule, assign, locals_, shardings, have):
+def _emit_default(ctx, op, rule, assign, locals_, shardings, have):
     """The op itself on local shapes; an attr that names the result's shape gets the local one."""
     attrs = dict(op.attrs)
     if "shape" in attrs:
         attrs["shape"] = have.local_shape(op.result.shape)
     if rule.reduction:
-        locals_ = P.mask_reduction_dims(op, rule, assign, locals_, shardings, reduction_kind(op))
-    return P.em.emit(op.name, *locals_, **attrs)
+        locals_ = ctx.mask_reduction_dims(op, rule, assign, locals_, shardings, reduction_kind(op))
+    return ctx.em.emit(op.name, *locals_, **attrs)
 
 
 def _dce(g: Graph) -> Graph:
@@ -469,4 +463,4 @@ def _dce(g: Graph) -> Graph:
     return g
 
 
-__all__ = ["partition"]
+__all__ = ["partition", "Partitioner"]

@@ -22,11 +22,6 @@ def _factors(ins, outs, attrs):
     return einsum_rule(f"{a}->{a}", ins, outs)
 
 
-def _partition(P, op):
-    target = P.sharding_of(op.result)
-    return P.get(op.operands[0], target), target
-
-
 register(OpDef("sharding_constraint", "annotation", _infer, lambda x, spec, partial=(): x, _vjp, _factors,
-               None, lambda ins, out, attrs: 0, ALL, priority=0, linear=((0,),), partition=_partition,
+               None, lambda ins, out, attrs: 0, ALL, priority=0, linear=((0,),),
                lowering="annotation"))

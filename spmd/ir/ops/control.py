@@ -14,9 +14,10 @@ program a body uses is an explicit operand (tracing captures it, frontend/contro
 Sharding (GSPMD's rules): a loop-carried value keeps one sharding (operand i, result i
 and the body's input and output i share their factors); the scanned dimension of xs and
 ys is not split; a predicate is replicated (the partitioner lowers the sub-graphs with
-the predicate's output replicated, one collective). The partition handlers reshard the
-operands, then propagate and partition each sub-graph with those shardings pinned at
-its inputs and outputs (P.lower_subgraph), so every device runs the same loop.
+the predicate's output replicated, one collective). Their partition rules
+(sharding/partition_rules/control.py) reshard the operands, then propagate and
+partition each sub-graph with those shardings pinned at its inputs and outputs, so
+every device runs the same loop.
 
 The reference (`ref`) interprets the sub-graphs op by op with each op's reference
 (collectives get the communicator, so a per-device loop body may hold collectives).
@@ -75,10 +76,6 @@ def _while_infer(*operands, cond, body, num_carry):
     return _one(list(carry))
 
 
-def _tuple(out):
-    return out if isinstance(out, tuple) else (out,)
-
-
 def _one(avals):
     """Infer's result: one Aval for a single-result op (graph.emit then returns a Value)."""
     return avals[0] if len(avals) == 1 else avals
@@ -121,16 +118,6 @@ def _while_factors(avals_in, avals_out, attrs):
     return _carry_factors(avals_in, avals_out, attrs["num_carry"])
 
 
-def _partition_while(P, op):
-    n = op.attrs["num_carry"]
-    shs = [P.sharding_of(r).replace(partial=()) for r in op.results]
-    ins = shs + [P.sharding_of(o).replace(partial=()) for o in op.operands[n:]]
-    locs = [P.get(o, s) for o, s in zip(op.operands, ins)]
-    cond = P.lower_subgraph(op.attrs["cond"], ins, [P.sh(())])
-    body = P.lower_subgraph(op.attrs["body"], ins, shs)
-    outs = P.em.emit("while", *locs, cond=cond, body=body, num_carry=n)
-    return [(o, s) for o, s in zip(_tuple(outs), shs)]
-
 
 CF_DTYPES = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
 
@@ -159,8 +146,7 @@ def _scan_flops(avals_in, aval_out, attrs):
 
 
 register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
-               dtypes=CF_DTYPES, flops=_while_flops,
-               partition=_partition_while, subgraphs=("cond", "body"), lowering="subprogram",
+               dtypes=CF_DTYPES, flops=_while_flops, subgraphs=("cond", "body"), lowering="subprogram",
                captured_from=lambda attrs: attrs["num_carry"]))
 
 
@@ -201,20 +187,9 @@ def _cond_factors(avals_in, avals_out, attrs):
         f in fs for arr in tuple(ops) + rule.results for fs in arr)})
 
 
-def _partition_cond(P, op):
-    shs = [P.sharding_of(r).replace(partial=()) for r in op.results]
-    ins = [P.sharding_of(o).replace(partial=()) for o in op.operands[1:]]
-    pred = P.get(op.operands[0], P.sh(()))               # replicated: one collective at most
-    locs = [P.get(o, s) for o, s in zip(op.operands[1:], ins)]
-    true = P.lower_subgraph(op.attrs["true"], ins, shs)
-    false = P.lower_subgraph(op.attrs["false"], ins, shs)
-    outs = P.em.emit("cond", pred, *locs, true=true, false=false)
-    return [(o, s) for o, s in zip(_tuple(outs), shs)]
-
 
 register(OpDef("cond", "control", _cond_infer, _cond_ref, factors=_cond_factors, needs_comm=True,
-               dtypes=CF_DTYPES, flops=_cond_flops,
-               partition=_partition_cond, subgraphs=("true", "false"), vjp=lambda *a: _cond_vjp(*a),
+               dtypes=CF_DTYPES, flops=_cond_flops, subgraphs=("true", "false"), vjp=lambda *a: _cond_vjp(*a),
                lowering="subprogram"))
 
 
@@ -256,35 +231,9 @@ def _scan_factors(avals_in, avals_out, attrs):
     return dataclasses.replace(rule, replicate=frozenset(lead))
 
 
-def _partition_scan(P, op):
-    a = op.attrs
-    nc, nx = a["num_carry"], a["num_xs"]
-    shs = [P.sharding_of(r).replace(partial=()) for r in op.results]
-    ins = shs[:nc] + [P.sharding_of(o).replace(partial=()) for o in op.operands[nc:]]
-    ins = ins[:nc] + [_lead_replicated(P, s, o) for s, o in zip(ins[nc:nc + nx], op.operands[nc:nc + nx])] \
-        + ins[nc + nx:]
-    shs = shs[:nc] + [_lead_replicated(P, s, r) for s, r in zip(shs[nc:], op.results[nc:])]
-    locs = [P.get(o, s) for o, s in zip(op.operands, ins)]
-    body_in = ins[:nc] + [_drop_lead(P, s) for s in ins[nc:nc + nx]] + ins[nc + nx:]
-    body_out = shs[:nc] + [_drop_lead(P, s) for s in shs[nc:]]
-    body = P.lower_subgraph(a["body"], body_in, body_out)
-    outs = P.em.emit("scan", *locs, body=body, num_carry=nc, num_xs=nx, length=a["length"],
-                     reverse=a["reverse"])
-    return [(o, s) for o, s in zip(_tuple(outs), shs)]
-
-
-def _lead_replicated(P, s, v):
-    spec = tuple(s.for_rank(v.ndim).spec)
-    return P.sh((None,) + spec[1:])
-
-
-def _drop_lead(P, s):
-    return P.sh(tuple(s.spec[1:]))
-
-
 register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_scan_flops, runs=lambda attrs, key: attrs["length"],
-               partition=_partition_scan, subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a),
+               subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a),
                lowering="scan_loop", captured_from=lambda attrs: attrs["num_carry"] + attrs["num_xs"]))
 
 

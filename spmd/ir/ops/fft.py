@@ -13,7 +13,7 @@ emits pad / slice for numpy's `n=` / `s=`), so the op is a pure transform; its r
 is numpy's pocketfft.
 
 Sharding: every dim is a pass-through or `permute` factor, and the op has its own
-partition handler: transformed dims that are whole on a device are transformed locally;
+partition rule (sharding/partition_rules/fft.py): transformed dims that are whole on a device are transformed locally;
 a transformed dim that arrives split is made whole by an all_to_all that moves its split
 to a dim the transform does not need now (a batch dim, or one already transformed: the
 pencil decomposition of a distributed multi-dimensional FFT), never by gathering the
@@ -106,7 +106,7 @@ def _vjp(g, op, ct):
 
 def _factors(ins, outs, attrs):
     """Every dim passes through; the transformed ones are `permute` factors (they may
-    arrive split: the partition handler moves the split, see the module doc). The real
+    arrive split: the partition rule moves the split, see the module doc). The real
     axis of rfft / irfft changes length; its factor spans both sizes, as pad's does."""
     a = letters(len(ins[0].shape))
     return einsum_rule(f"{a}->{a}", ins, outs, permute="".join(a[d] for d in attrs["axes"]))
@@ -118,86 +118,6 @@ def _flops(ins, out, attrs):
     return int(5 * size * max(1.0, np.log2(max(n, 1))))
 
 
-# -- the partition handler: the pencil decomposition ---------------------------------------------
-def _ready(kind, last, pending, whole):
-    """The pending dims one local transform can do now. rfft transforms its real axis
-    first (the others are c2c on its complex result), irfft its real axis last."""
-    if kind == "rfft" and last in pending:
-        return whole if last in whole else []
-    if kind == "irfft" and last in pending and len(whole) < len(pending):
-        return [d for d in whole if d != last]
-    return whole
-
-
-def _next_split(kind, last, pending, spec):
-    """The split dim the transform needs whole next."""
-    if kind == "rfft" and last in pending:
-        return last
-    if kind == "irfft":
-        return next((d for d in pending if spec[d] and d != last), last)
-    return next(d for d in pending if spec[d])
-
-
-def _stage(P, x, kind, axes, n, norm, done_now, shape):
-    """Emit one local transform over `done_now` (whole on every device); returns the
-    local value and the new global shape."""
-    last = axes[-1]
-    dims = [d for d in axes if d in done_now]
-    shape = list(shape)
-    if kind == "rfft" and last in dims:
-        sub_kind = "rfft"
-        shape[last] = n // 2 + 1
-    elif kind == "irfft" and last in dims:
-        sub_kind = "irfft"
-        shape[last] = n
-    else:
-        sub_kind = "ifft" if kind == "irfft" else ("fft" if kind == "rfft" else kind)
-    sub_n = n if sub_kind in ("rfft", "irfft") else shape[dims[-1]]
-    return P.em.emit("fft", x, kind=sub_kind, axes=tuple(dims), n=sub_n, norm=norm), shape
-
-
-def _partition(P, op):
-    xv = op.operands[0]
-    kind, axes, n, norm = (op.attrs[k] for k in ("kind", "axes", "n", "norm"))
-    lv, have = P.env[xv]
-    if have.partial:                   # settle a pending sum first
-        lv = P.reshard(lv, have, have.replace(partial=()), xv.shape)
-    spec = [tuple(have.dim_axes(d)) for d in range(xv.ndim)]
-    shape = list(xv.shape)
-    pending = list(axes)
-    while pending:
-        ready = _ready(kind, axes[-1], pending, [d for d in pending if not spec[d]])
-        if ready:
-            lv, shape = _stage(P, lv, kind, axes, n, norm, ready, shape)
-            pending = [d for d in pending if d not in ready]
-            continue
-        # the next dim to transform is split: move its split to a dim not needed now
-        need = _next_split(kind, axes[-1], pending, spec)
-        k = P.axes_size(spec[need])
-        cands = [d for d in range(len(shape)) if d != need]
-
-        def rank(d):
-            # unsplit first, long enough to hold the split, then a batch dim, then one
-            # already transformed, then one still to do; evenly split, then the longest
-            g = k * P.axes_size(spec[d])
-            role = 0 if d not in axes else (1 if d not in pending else 2)
-            return (bool(spec[d]), shape[d] < g, role, shape[d] % g != 0, -shape[d])
-        cands.sort(key=rank)
-        old = P.sh(spec)
-        new = list(spec)
-        if cands:
-            t = cands[0]
-            new[t], new[need] = spec[t] + spec[need], ()
-        else:
-            P.warn_gather(f"spmd: {P.what()} gathers dim {need} of {xv.dtype}{list(xv.shape)} (split as "
-                          f"{have.text()}): the FFT needs the whole axis and no other dim can hold the "
-                          f"split; split another (batch) dim to keep it local")
-            new[need] = ()
-        lv = P.reshard(lv, old, P.sh(new), tuple(shape))
-        spec = new
-    return lv, P.sh(spec)
-
-
 register(OpDef("fft", "fft", _infer, _ref, _vjp, _factors, None, _flops,
-               ("float32", "float64", "complex64", "complex128"), linear=((0,),), partition=_partition,
+               ("float32", "float64", "complex64", "complex128"), linear=((0,),),
                lowering="spectral"))

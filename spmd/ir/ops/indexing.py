@@ -6,110 +6,9 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import ALL, aval
-from .registry import OpDef, check, register, zero_of
+from .registry import OpDef, check, register
 
 INTS = ("int32", "int64")
-
-
-# -- partition handlers (see OpDef.partition_local; P is the partitioner's context) --------
-def _clamped_start(P, s, n, w):
-    """A start index scalar as int64, clamped so the window [s, s+w) fits in n."""
-    em = P.em
-    if s.dtype != "int64":
-        s = em.emit("convert", s, dtype="int64")
-    s = em.emit("minimum", s, em.const(n - w, "int64"))
-    return em.emit("maximum", s, em.const(0, "int64"))
-
-
-def _partition_dynamic_slice(P, op, rule, assign, locals_, shardings, have):
-    """Sharded looked-up dims: take what this device holds of the window, zeros for the
-    rest; the sum over the dim's axes is the window (the result is partial)."""
-    em = P.em
-    x, *starts = locals_
-    xv = op.operands[0]
-    sizes = list(op.attrs["slice_sizes"])
-    sx = shardings[0]
-    local_starts = list(starts)
-    for d, w in enumerate(sizes):
-        axes = sx.dim_axes(d)
-        n = xv.shape[d]
-        if w == n or not axes:
-            if w == n:
-                sizes[d] = x.shape[d]
-            continue
-        c = x.shape[d]
-        s = _clamped_start(P, starts[d], n, w)
-        rel = em.emit("iota", shape=(w,), dtype="int64", dimension=0)
-        rel = em.emit("add", rel, em.bcast(em.emit("subtract", s, em.affine(axes, c, 0)), (w,)))
-        ok = P.em.in_range(rel, 0, c)
-        x = em.emit("gather", x, P.em.clip(rel, 0, max(c - 1, 0)), axis=d) if c else \
-            em.full(zero_of(x.dtype), tuple(w if k == d else s_ for k, s_ in enumerate(x.shape)), x.dtype)
-        x = em.select(em.bcast(ok, x.shape, (d,)), x, zero_of(x.dtype))
-        local_starts[d] = em.const(0, "int64")
-    if tuple(sizes) == tuple(x.shape):
-        return x
-    return em.emit("dynamic_slice", x, *local_starts, slice_sizes=tuple(sizes))
-
-
-def _partition_dynamic_update_slice(P, op, rule, assign, locals_, shardings, have):
-    """Sharded updated dims: each device writes the part of the window it holds."""
-    em = P.em
-    x, u, *starts = locals_
-    xv, uv = op.operands[0], op.operands[1]
-    sx = shardings[0]
-    local_starts = list(starts)
-    mask = None
-    for d in range(xv.ndim):
-        axes = sx.dim_axes(d)
-        n, w = xv.shape[d], uv.shape[d]
-        if w == n or not axes:
-            continue
-        if w == 0:
-            return x
-        c = x.shape[d]
-        s = _clamped_start(P, starts[d], n, w)
-        rel = em.positions((c,), 0, axes, c)          # global index of each local row
-        rel = em.emit("subtract", rel, em.bcast(s, (c,)))
-        ok = P.em.in_range(rel, 0, w)
-        u = em.emit("gather", u, P.em.clip(rel, 0, w - 1), axis=d)
-        mask = em.and_(mask, em.bcast(ok, x.shape, (d,)))
-        local_starts[d] = em.const(0, "int64")
-    y = em.emit("dynamic_update_slice", x, u, *local_starts)
-    return y if mask is None else em.emit("select", mask, y, x)
-
-
-def _take_rel(P, idx, n, axes, c):
-    """Indices into a dim of size n split over axes: (local index clipped, in-this-shard mask)."""
-    em = P.em
-    gi = idx if idx.dtype == "int64" else em.emit("convert", idx, dtype="int64")
-    gi = P.em.clip(gi, 0, max(n - 1, 0))
-    rel = em.emit("subtract", gi, em.bcast(em.affine(axes, c, 0), gi.shape))
-    return P.em.clip(rel, 0, max(c - 1, 0)), P.em.in_range(rel, 0, c)
-
-
-def _partition_gather(P, op, rule, assign, locals_, shardings, have):
-    em = P.em
-    x, idx = locals_
-    ax = op.attrs["axis"]
-    axes = shardings[0].dim_axes(ax)
-    if not axes:
-        return em.emit("gather", x, idx, axis=ax)
-    rel, ok = _take_rel(P, idx, op.operands[0].shape[ax], axes, x.shape[ax])
-    y = em.emit("gather", x, rel, axis=ax)
-    ok = em.bcast(ok, y.shape, tuple(range(ax, ax + idx.ndim)))
-    return em.select(ok, y, zero_of(y.dtype))
-
-
-def _partition_scatter(P, op, rule, assign, locals_, shardings, have):
-    em = P.em
-    locals_ = P.mask_reduction_dims(op, rule, assign, locals_, shardings)
-    x, idx, upd = locals_
-    ax = op.attrs["axis"]
-    axes = shardings[0].dim_axes(ax)
-    if axes:
-        idx, ok = _take_rel(P, idx, op.operands[0].shape[ax], axes, x.shape[ax])
-        upd = em.select(em.bcast(ok, upd.shape, tuple(range(ax, ax + idx.ndim))), upd, zero_of(upd.dtype))
-    return em.emit("scatter", x, idx, upd, axis=ax)
 
 
 def _starts_ok(x, starts):
@@ -170,7 +69,7 @@ def _ds_pieces(out, shapes, attrs, offset):
 
 register(OpDef("dynamic_slice", "indexing", _ds_infer, _ds_ref, _ds_vjp, _ds_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial",
-               partition_local=_partition_dynamic_slice, fusion="reindex", index_pieces=_ds_pieces,
+               fusion="reindex", index_pieces=_ds_pieces,
                lowering="pieces", lowers_complex=True))
 
 
@@ -204,8 +103,7 @@ def _dus_factors(ins, outs, attrs):
 
 
 register(OpDef("dynamic_update_slice", "indexing", _dus_infer, _dus_ref, _dus_vjp, _dus_factors, None,
-               lambda ins, out, attrs: 0, ALL, linear=((0, 1),), split_replicate="local",
-               partition_local=_partition_dynamic_update_slice, lowering="block_copy"))
+               lambda ins, out, attrs: 0, ALL, linear=((0, 1),), split_replicate="local", lowering="block_copy"))
 
 
 # -- gather / scatter (take along an axis) --------------------------------------------------
@@ -246,8 +144,7 @@ def _gather_factors(ins, outs, attrs):
 
 
 register(OpDef("gather", "indexing", _gather_infer, _gather_ref, _gather_vjp, _gather_factors, None,
-               lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial",
-               partition_local=_partition_gather, lowering="take_rows"))
+               lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial", lowering="take_rows"))
 
 
 def _scatter_infer(x, idx, upd, axis):
@@ -288,5 +185,5 @@ def _scatter_factors(ins, outs, attrs):
 
 register(OpDef("scatter", "indexing", _scatter_infer, _scatter_ref, _scatter_vjp, _scatter_factors, None,
                lambda ins, out, attrs: 0, ALL, linear=((0, 2),), split_replicate="local",
-               reduction_kind=lambda attrs: "sum", accumulates_into=0, partition_local=_partition_scatter,
+               reduction_kind=lambda attrs: "sum", accumulates_into=0,
                lowering="add_rows"))

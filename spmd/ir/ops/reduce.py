@@ -4,7 +4,7 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import aval
-from .registry import OpDef, check, register, zero_of
+from .registry import OpDef, check, register
 
 HALFS = ("float16", "bfloat16")
 
@@ -98,7 +98,6 @@ register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
 
 # -- cumulative: inclusive prefix (or, reversed, suffix) reductions along one axis ------------
 _ACCUMULATE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-_COMBINE = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
 def _cum_infer(x, kind, axis, reverse):
@@ -127,44 +126,9 @@ def _cum_vjp(g, op, ct):
     return (g.emit("cumulative", ct, kind="sum", axis=a["axis"], reverse=not a["reverse"]),)
 
 
-def _cum_partition(P, op):
-    """A scan along a split axis, never gathering it: each device scans its shard, the
-    shards' totals are all-gathered (one value per shard and row), and each device
-    combines its scan with the exclusive scan of the totals before it."""
-    res, xv = op.result, op.operands[0]
-    kind, ax, rev = op.attrs["kind"], op.attrs["axis"], op.attrs["reverse"]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = P.carry_all(op, spec) if kind == "sum" else ()
-    x = P.get(xv, P.sh(spec, partial))
-    em = P.em
-    axes = spec[ax]
-    if not axes or xv.shape[ax] == 0:
-        y = em.emit("cumulative", x, **op.attrs)
-        return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
-    k, c = P.axes_size(axes), x.shape[ax]
-    # the combining identity: for a float sum -0.0, the one zero that leaves every value (a
-    # scan of -0.0s is -0.0s in numpy; adding a +0.0 offset would make them +0.0)
-    ident = zero_of(res.dtype) if kind == "sum" else identity(kind, res.dtype)
-    # padding at the end of the last shard must not reach a reversed scan
-    x = em.mask_dim(x, ax, axes, xv.shape[ax], ident)
-    y = em.emit("cumulative", x, **op.attrs)
-    total = em.slice_dim(y, ax, 0, 1) if rev else em.slice_dim(y, ax, c - 1, c)
-    whole = list(spec)
-    whole[ax] = ()
-    tshape = tuple(k if d == ax else n for d, n in enumerate(res.shape))
-    totals = P.reshard(total, P.sh(spec, partial), P.sh(whole, partial), tshape)   # all_gather
-    incl = em.emit("cumulative", totals, kind=kind, axis=ax, reverse=rev)
-    excl = em.slice_dim(em.pad_dim(incl, ax, 0, 1, ident), ax, 1, k + 1) if rev else \
-        em.slice_dim(em.pad_dim(incl, ax, 1, 0, ident), ax, 0, k)
-    mine = em.dynamic_slice_dim(excl, ax, em.affine(axes, 1, 0), 1)
-    mine = em.emit("broadcast_in_dim", mine, shape=y.shape, broadcast_dimensions=tuple(range(y.ndim)))
-    out = em.emit(_COMBINE[kind], y, mine)
-    return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
 def _cum_factors(ins, outs, attrs):
-    # every dim passes through; a split scan axis is the partition handler's business
+    # every dim passes through; a split scan axis is its partition rule's business
+    # (sharding/partition_rules/reduce.py)
     a = letters(len(ins[0].shape))
     return einsum_rule(f"{a}->{a}", ins, outs)
 
@@ -172,5 +136,4 @@ def _cum_factors(ins, outs, attrs):
 register(OpDef("cumulative", "reduce", _cum_infer, _cum_ref, _cum_vjp, _cum_factors, None,
                lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
                ("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=0,
-               linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
-               partition=_cum_partition, lowering="prefix_scan"))
+               linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [], lowering="prefix_scan"))

@@ -3,14 +3,16 @@
 Adding an op is one `register(OpDef(...))` call in the file of its family, plus one line
 in the numpy-API table (frontend/numpy_api.py) if numpy users reach it; its `lowering`
 names the row of each backend's lowering table that runs it (an op of a new kind adds
-that row). No other file keys anything on an op's name: propagation, the partitioner,
-the simplifier, fusion and the code generators read the fields below. Tests walk the
+that row). The registry says what an op is; how an op is split over a mesh, where the
+generic factor-driven partitioning does not fit, is not here but in
+sharding/partition_rules/ (tables keyed by op name, checked against this registry).
+No other file keys anything on an op's name: propagation, the partitioner, the
+simplifier, fusion and the code generators read the fields below. Tests walk the
 registry so that no op can miss a rule, and parse every module for op-name dispatch.
 
 Rules are data or small functions in the IR's own terms, so `ir/` imports nothing above
-it. Rules that build IR (VJP, simplification, partition handlers) receive the builder
-they emit into as an argument: a Graph, the simplifier's rebuild, or the partitioner's
-context (see sharding/partition.py `_Partitioner` for what it offers).
+it. Rules that build IR (VJP, simplification) receive the builder they emit into as an
+argument: a Graph, or the simplifier's rebuild.
 """
 from __future__ import annotations
 
@@ -84,12 +86,6 @@ class OpDef:
     # the operand the op accumulates into (scatter-add): with a split reduction factor,
     # only one device of the group may add it, so it is fed as a pending sum
     accumulates_into: Optional[int] = None
-    # the partitioner's handler when the generic factor-driven one does not fit:
-    # (P, op) -> (local Value, Sharding it is laid out by)
-    partition: Optional[Callable] = None
-    # the local op the generic handler emits once operands are resharded, when it is not
-    # the op itself on local shapes: (P, op, rule, assign, locals, shardings, have) -> Value
-    partition_local: Optional[Callable] = None
     # why the op needs its `replicate` dims whole (e.g. "it needs whole matrices"): when
     # set, the partitioner warns (ReshardWarning, naming the op and user line) whenever it
     # gathers such a dim that arrived split, so the gather is never silent

@@ -21,314 +21,6 @@ def _leaf(name, infer, ref, allowed=ALL, **rules):
                    None, _zero_flops, allowed, priority=3, fusion="reindex", **rules))
 
 
-# -- partition handlers (see OpDef.partition; P is the partitioner's context) ----------------
-def _partition_iota(P, op, rule, assign, locals_, shardings, have):
-    a = op.attrs
-    d = a["dimension"]
-    shape = have.local_shape(op.result.shape)
-    axes = have.dim_axes(d)
-    if not axes:
-        return P.em.emit("iota", shape=shape, dtype=a["dtype"], dimension=d)
-    pos = P.em.positions(shape, d, axes, P.chunk(op.result.shape[d], P.axes_size(axes)))
-    return pos if a["dtype"] == "int64" else P.em.emit("convert", pos, dtype=a["dtype"])
-
-
-def _partition_constant(P, op):
-    """The whole constant on every device, then a local slice to the result's sharding."""
-    res = op.result
-    local = P.em.emit("constant", value=op.attrs["value"])
-    rep = P.sh((None,) * res.ndim)
-    return P.reshard(local, rep, P.sharding_of(res), res.shape), P.sharding_of(res)
-
-
-def _partition_slice(P, op):
-    res, xv = op.result, op.operands[0]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = P.carry_all(op, spec)
-    x = P.get(xv, P.sh(spec, partial))
-    start, limit, stride = op.attrs["start"], op.attrs["limit"], op.attrs["stride"]
-    em = P.em
-    # dims that are whole on every device: one local slice
-    st = [0 if spec[d] else start[d] for d in range(xv.ndim)]
-    lim = [x.shape[d] if spec[d] else limit[d] for d in range(xv.ndim)]
-    sd = [1 if spec[d] else stride[d] for d in range(xv.ndim)]
-    if (st, lim, sd) != ([0] * xv.ndim, list(x.shape), [1] * xv.ndim):
-        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
-    cur = [res.shape[d] if not spec[d] else xv.shape[d] for d in range(xv.ndim)]
-    for d in range(xv.ndim):
-        n, m = xv.shape[d], res.shape[d]
-        if not spec[d] or (start[d] == 0 and stride[d] == 1 and m == n):
-            continue
-        k = P.axes_size(spec[d])
-        c_out = P.chunk(m, k)
-        plan = P.halo.window_plan(k, x.shape[d], n, c_out, m, stride[d], start[d])
-        if plan is None:
-            x, whole = P.gather_fallback(x, tuple(cur), spec, partial, d)
-            x = em.slice_dim(x, d, start[d], limit[d], stride[d])
-            cur[d] = m
-            x = P.reshard(x, P.sh(whole, partial), P.sh(spec, partial), tuple(cur))
-        else:
-            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, stride[d], start[d], n)
-            cur[d] = m
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-def _padded_slice(op):
-    """(x, start, limit) when pad's operand is a slice of x with stride 1 and the pad has no
-    interior padding: together one window of x, kept to the slice's rows."""
-    if not producer_is(op.operands[0], "slice") or any(op.attrs["interior"]):
-        return None
-    s = op.operands[0].producer
-    if any(st != 1 for st in s.attrs["stride"]):
-        return None
-    return s.operands[0], s.attrs["start"], s.attrs["limit"]
-
-
-def _partition_pad(P, op):
-    target = P.sharding_of(op.result)
-    spec = [target.dim_axes(d) for d in range(op.result.ndim)]
-    partial = P.carry_all(op, spec)
-    if _constant_expression(op.operands[0]) and any(spec) and not partial:
-        return _partition_pad_of_constant(P, op, spec, partial, target)
-    sliced = _padded_slice(op)
-    if sliced is not None and any(spec):
-        out = _partition_padded_slice(P, op, spec, partial, target, *sliced)
-        if out is not None:
-            return out
-    return _partition_pad_plain(P, op, spec, partial, target)
-
-
-def _constant_expression(v) -> bool:
-    """Is v a constant, or a constant only re-indexed (broadcast, reshaped...)?"""
-    while v.producer is not None and v.producer.opdef.fusion == "reindex" and len(v.producer.operands) == 1:
-        v = v.producer.operands[0]
-    return producer_is(v, "constant")
-
-
-def _emit_whole(em, v):
-    """Emit v (a constant expression) whole, in the per-device program."""
-    p = v.producer
-    if producer_is(v, "constant"):
-        return em.emit("constant", value=p.attrs["value"])
-    return em.emit(p.name, _emit_whole(em, p.operands[0]), **p.attrs)
-
-
-def _partition_pad_of_constant(P, op, spec, partial, target):
-    """A constant (or a splat) is on every device: each pads it whole and keeps its own
-    part (no communication; `p[-1, :] = 5.0` on a split p)."""
-    res = op.result
-    whole = P.sh((), partial)
-    x = _emit_whole(P.em, op.operands[0])             # the whole of it, on every device
-    v = P.get(op.operands[1], P.sh((), partial))
-    padded = P.em.emit("pad", x, v, **op.attrs)
-    return P.finish(P.reshard(padded, whole, P.sh(spec, partial), res.shape), P.sh(spec, partial), target,
-                    res.shape, res.dtype)
-
-
-def _partition_pad_plain(P, op, spec, partial, target):
-    res, xv, vv = op.result, op.operands[0], op.operands[1]
-    x = P.get(xv, P.sh(spec, partial))
-    v = P.get(vv, P.sh((), partial))
-    low, high, interior = op.attrs["low"], op.attrs["high"], op.attrs["interior"]
-    em = P.em
-    # whole dims pad locally; split dims get their interior padding locally (each shard
-    # also pads after its last element, so shards stay equal) and their edges by a window
-    lo = [0 if spec[d] else low[d] for d in range(xv.ndim)]
-    hi = [interior[d] if spec[d] else high[d] for d in range(xv.ndim)]
-    if any(lo) or any(hi) or any(interior):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=tuple(interior))
-    # global sizes as laid out now: split dims not yet done hold k equal chunks
-    cur = [res.shape[d] if not spec[d] else x.shape[d] * P.axes_size(spec[d]) for d in range(xv.ndim)]
-    for d in range(xv.ndim):
-        m = res.shape[d]
-        if not spec[d] or (low[d] == 0 and high[d] == 0 and interior[d] == 0):
-            cur[d] = m
-            continue
-        k = P.axes_size(spec[d])
-        n = xv.shape[d]
-        n_src = n + max(n - 1, 0) * interior[d]     # the interior-padded source size
-        c_out = P.chunk(m, k)
-        plan = P.halo.window_plan(k, x.shape[d], n_src, c_out, m, 1, -low[d])
-        if plan is None:
-            # shards are equal after the local interior padding: gather them whole
-            gshape = tuple(cur[:d]) + (x.shape[d] * k,) + tuple(cur[d + 1:])
-            xs, whole = P.gather_fallback(x, gshape, spec, partial, d)
-            xs = em.slice_dim(xs, d, 0, n_src)
-            xs = em.pad_dim(xs, d, low[d], high[d], v)
-            cur[d] = m
-            x = P.reshard(xs, P.sh(whole, partial), P.sh(spec, partial), tuple(cur))
-        else:
-            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -low[d], n_src, fill=v)
-            cur[d] = m
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-def _partition_padded_slice(P, op, spec, partial, target, xv, start, limit):
-    """pad(slice(x)) back into x's shape (a stencil's term, a boundary condition): each
-    split dim is a window of x kept to the slice's rows. Every such term of one x reads
-    one ghost-layered copy of x's chunk (one exchange of x's edges, corners included,
-    however many terms: the halo exchange a programmer writes by hand); a term reaching
-    further is its own window, and a device whose kept rows it holds itself needs nothing.
-    None when a window would take too many hops."""
-    res = op.result
-    needs = _ghost_needs(P, op, spec, xv, start, limit)
-    if needs is not None:
-        return _padded_slice_from_ghosts(P, op, spec, partial, target, xv, start, limit)
-    v = P.get(op.operands[1], P.sh((), partial))
-    low, high = op.attrs["low"], op.attrs["high"]
-    em = P.em
-    x = P.get(xv, P.sh(spec, partial))
-    st = [0 if spec[d] else start[d] for d in range(res.ndim)]
-    lim = [x.shape[d] if spec[d] else limit[d] for d in range(res.ndim)]
-    if (st, lim) != ([0] * res.ndim, list(x.shape)):
-        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
-    lo = [0 if spec[d] else low[d] for d in range(res.ndim)]
-    hi = [0 if spec[d] else high[d] for d in range(res.ndim)]
-    if any(lo) or any(hi):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
-    for d in range(res.ndim):
-        if not spec[d]:
-            continue
-        k, m, n = P.axes_size(spec[d]), res.shape[d], xv.shape[d]
-        c_out, offset, keep = P.chunk(m, k), start[d] - low[d], (low[d], low[d] + limit[d] - start[d])
-        plan = P.halo.window_plan(k, x.shape[d], n, c_out, m, 1, offset, keep=keep)
-        if plan is None:                   # far from where it lands: the pad of the slice
-            return None
-        x = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, offset, n, fill=v, keep=keep)
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-def _ghost_needs(P, op, spec, xv, start, limit):
-    """{split dim: (rows from the device before, rows from the device after)} this
-    pad-of-slice reads, when it can read them from a ghost layer (it is the same size
-    as x along split dims and reaches at most one device either way); else None."""
-    res, low = op.result, op.attrs["low"]
-    if P.sharding_of(res).replace(partial=()).spec != P.sh(spec).spec:
-        return None
-    needs = {}
-    for d in range(res.ndim):
-        if not spec[d]:
-            continue
-        k, n = P.axes_size(spec[d]), xv.shape[d]
-        if res.shape[d] != n:
-            return None
-        c = P.chunk(n, k)
-        plan = P.halo.window_plan(k, c, n, c, n, 1, start[d] - low[d], keep=(low[d], low[d] + limit[d] - start[d]))
-        rows = P.halo.ghost_rows(plan, c)
-        if rows is None:
-            return None
-        needs[d] = rows
-    return needs
-
-
-def _ghosts(P, xv, spec):
-    """{split dim: (below, above)}: the ghost layer of x laid out by spec that serves
-    every pad-of-slice of x the program has (the most any of them needs)."""
-    key = ("ghosts", xv, tuple(spec))
-    got = P.cache.get(key)
-    if got is None:
-        got = {d: (0, 0) for d in range(xv.ndim) if spec[d]}
-        for s in P.users(xv):
-            if not producer_is(s.results[0], "slice"):
-                continue
-            for pad in P.users(s.result):
-                if not producer_is(pad.results[0], "pad") or _padded_slice(pad) is None:
-                    continue
-                needs = _ghost_needs(P, pad, spec, xv, s.attrs["start"], s.attrs["limit"])
-                for d, (b, a) in (needs or {}).items():
-                    got[d] = (max(got[d][0], b), max(got[d][1], a))
-        P.cache[key] = got
-    return got
-
-
-def _padded_slice_from_ghosts(P, op, spec, partial, target, xv, start, limit):
-    res, em = op.result, P.em
-    low, high = op.attrs["low"], op.attrs["high"]
-    ghosts = _ghosts(P, xv, spec)
-    key = ("ghosted", xv, tuple(spec), partial)
-    ext = P.cache.get(key)
-    if ext is None:
-        ext = P.get(xv, P.sh(spec, partial))
-        for d, (below, above) in ghosts.items():
-            ext = P.halo.extend(em, ext, d, spec[d], P.axes_size(spec[d]), below, above)
-        P.cache[key] = ext
-    v = P.get(op.operands[1], P.sh((), partial))
-    st, lim, lo, hi = [], [], [], []
-    for d in range(res.ndim):
-        if spec[d]:
-            c = P.chunk(res.shape[d], P.axes_size(spec[d]))
-            first = start[d] - low[d] + ghosts[d][0]
-            # rows outside the ghost layer are never kept: any value will do there
-            ext = em.pad_dim(ext, d, max(0, -first), max(0, first + c - ext.shape[d]))
-            first = max(0, first)
-            st.append(first)
-            lim.append(first + c)
-            lo.append(0)
-            hi.append(0)
-        else:
-            st.append(start[d])
-            lim.append(limit[d])
-            lo.append(low[d])
-            hi.append(high[d])
-    x = em.emit("slice", ext, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
-    if any(lo) or any(hi):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
-    mask = None
-    for d in range(res.ndim):
-        keep = (low[d], low[d] + limit[d] - start[d])
-        if spec[d] and keep != (0, res.shape[d]):
-            pos = em.positions(x.shape, d, spec[d], P.chunk(res.shape[d], P.axes_size(spec[d])))
-            mask = em.and_(mask, em.and_(em.compare(pos, keep[0], "GE"), em.compare(pos, keep[1], "LT")))
-    if mask is not None:
-        x = em.select(mask, x, v)
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
-def _partition_concatenate(P, op):
-    res = op.result
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = P.carry_all(op, spec)
-    d = op.attrs["dimension"]
-    xs = [P.get(o, P.sh(spec, partial)) for o in op.operands]
-    em = P.em
-    if not spec[d]:
-        out = xs[0] if len(xs) == 1 else em.emit("concatenate", *xs, dimension=d)
-        return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-    k = P.axes_size(spec[d])
-    m = res.shape[d]
-    c_out = P.chunk(m, k)
-    plans, off = [], 0
-    for o, x in zip(op.operands, xs):
-        n = o.shape[d]
-        plans.append(None if n == 0 else P.halo.window_plan(k, x.shape[d], n, c_out, m, 1, -off))
-        off += n
-    if any(p is None for p, o in zip(plans, op.operands) if o.shape[d]):
-        whole = list(spec)
-        whole[d] = ()
-        gathered = [P.gather_fallback(x, o.shape, spec, partial, d)[0] if o.shape[d] else x
-                    for o, x in zip(op.operands, xs)]
-        out = em.emit("concatenate", *gathered, dimension=d)
-        out = P.reshard(out, P.sh(whole, partial), P.sh(spec, partial), res.shape)
-        return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-    out, pos, off = None, None, 0
-    for o, x, plan in zip(op.operands, xs, plans):
-        n = o.shape[d]
-        if n:
-            y = P.halo.window_emit(em, x, d, spec[d], k, plan, c_out, m, 1, -off, n)
-            if out is None:
-                out = y
-            else:
-                if pos is None:
-                    pos = em.positions(y.shape, d, spec[d], c_out)
-                out = em.emit("select", em.compare(pos, off, "GE"), y, out)
-        off += n
-    if out is None:
-        out = em.full(zero_of(res.dtype), P.sh(spec).local_shape(res.shape), res.dtype)
-    return P.finish(out, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
 # -- index maps for fused kernels (see OpDef.index_map) ----------------------------------------
 def _bcast_index_map(out, shape, attrs):
     # a size-1 operand dim is read at 0 whatever the result index
@@ -414,7 +106,7 @@ def _constant_infer(value):
     return aval(value.shape, dtypes.canon(value.dtype))
 
 
-_leaf("constant", _constant_infer, lambda value: value, partition=_partition_constant, lowering="literal",
+_leaf("constant", _constant_infer, lambda value: value, lowering="literal",
       lowers_complex=True)
 
 
@@ -431,7 +123,7 @@ def _iota_ref(shape, dtype, dimension):
     return np.broadcast_to(ar.reshape([-1 if d == dimension else 1 for d in range(len(shape))]), shape).copy()
 
 
-_leaf("iota", _iota_infer, _iota_ref, ALL[:-1], partition_local=_partition_iota, lowering="position")
+_leaf("iota", _iota_infer, _iota_ref, ALL[:-1], lowering="position")
 
 
 # -- broadcast_in_dim ----------------------------------------------------------------------
@@ -538,42 +230,10 @@ def _reverse_simplify(rb, op, ops, uses):
     return None
 
 
-def _partition_reverse(P, op):
-    """A reversed split dim: each device reverses its chunk, the chunks trade places with
-    their mirror devices (one collective_permute of a chunk), and, when the dim does not
-    divide evenly, a halo of the padding's width moves the result into place. Nothing is
-    gathered."""
-    res, xv = op.result, op.operands[0]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = P.carry_all(op, spec)
-    em = P.em
-    x = P.get(xv, P.sh(spec, partial))
-    x = em.emit("reverse", x, dimensions=tuple(op.attrs["dimensions"]))
-    for d in op.attrs["dimensions"]:
-        if not spec[d]:
-            continue
-        k, n = P.axes_size(spec[d]), res.shape[d]
-        c = x.shape[d]
-        if k == 1:
-            continue
-        own = x
-        x = em.emit("collective_permute", x, axes=tuple(spec[d]), group_size=k,
-                    pairs=tuple((j, k - 1 - j) for j in range(k) if j != k - 1 - j))
-        if k % 2:                              # the middle device keeps its own chunk
-            mid = em.compare(em.bcast(em.axis_index(spec[d]), x.shape), (k - 1) // 2, "EQ")
-            x = em.emit("select", mid, own, x)
-        shift = k * c - n                      # the padding, now at the front
-        if shift:
-            plan = P.halo.window_plan(k, c, k * c, c, n, 1, shift)
-            x = P.halo.window_emit(em, x, d, spec[d], k, plan, c, n, 1, shift, k * c)
-    return P.finish(x, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
 register(OpDef("reverse", "shape", _reverse_infer, lambda x, dimensions: np.flip(x, tuple(dimensions)),
                lambda g, op, ct: (g.emit("reverse", ct, dimensions=op.attrs["dimensions"]),),
                elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_reverse_simplify, view=True, index_map=_reverse_index_map, partition=_partition_reverse,
+               simplify=_reverse_simplify, view=True, index_map=_reverse_index_map,
                lowering="index_map", lowers_complex=True))
 
 
@@ -606,57 +266,12 @@ def _roll_simplify(rb, op, ops, uses):
     return None
 
 
-def _rotate_chunks(em, x, d, axes, k, c, t):
-    """The k chunks of size c along d (the whole of an evenly split dim), rotated by t
-    rows: chunk j becomes the last r rows of chunk j - q - 1 then the first c - r of chunk
-    j - q (t = q c + r). At most two collective_permutes, none for a part that stays."""
-    q, r = divmod(t % (k * c), c)
-
-    def moved(part, hop):
-        hop %= k
-        if hop == 0:
-            return part
-        return em.emit("collective_permute", part, axes=tuple(axes), group_size=k,
-                       pairs=tuple((j, (j + hop) % k) for j in range(k)))
-    parts = []
-    if r:
-        parts.append(moved(em.slice_dim(x, d, c - r, c), q + 1))
-    if c - r:
-        parts.append(moved(em.slice_dim(x, d, 0, c - r), q))
-    return parts[0] if len(parts) == 1 else em.emit("concatenate", *parts, dimension=d)
-
-
-def _partition_roll(P, op):
-    """A rolled split dim moves rows between devices shift / chunk apart: one neighbour's
-    edge for a small shift (numpy's periodic stencils), never a gather. A split that is
-    not even rolls the padded chunks twice, by the shift and by the shift plus the
-    padding, and each device keeps the rows of the one that lands them right."""
-    res, xv = op.result, op.operands[0]
-    target = P.sharding_of(res)
-    spec = [target.dim_axes(d) for d in range(res.ndim)]
-    partial = P.carry_all(op, spec)
-    em = P.em
-    x = P.get(xv, P.sh(spec, partial))
-    d, s = op.attrs["dimension"], op.attrs["shift"]
-    k = P.axes_size(spec[d]) if spec[d] else 1
-    if k == 1:
-        y = em.emit("roll", x, shift=s, dimension=d)
-        return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
-    n, c = res.shape[d], x.shape[d]
-    pad = k * c - n
-    y = _rotate_chunks(em, x, d, spec[d], k, c, s)
-    if pad:
-        wrapped = _rotate_chunks(em, x, d, spec[d], k, c, s + pad)
-        y = em.emit("select", em.compare(em.positions(y.shape, d, spec[d], c), s, "LT"), wrapped, y)
-    return P.finish(y, P.sh(spec, partial), target, res.shape, res.dtype)
-
-
 register(OpDef("roll", "shape", _roll_infer,
                lambda x, shift, dimension: np.roll(x, shift, axis=dimension),
                lambda g, op, ct: (g.emit("roll", ct, dimension=op.attrs["dimension"],
                                          shift=op.result.shape[op.attrs["dimension"]] - op.attrs["shift"]),),
                elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_roll_simplify, index_pieces=_roll_pieces, partition=_partition_roll,
+               simplify=_roll_simplify, index_pieces=_roll_pieces,
                lowering="pieces", lowers_complex=True))
 
 
@@ -698,7 +313,7 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
 register(OpDef("slice", "shape", _slice_infer,
                lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
                _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, linear=((0,),), fusion="reindex",
-               partition=_partition_slice, simplify=_slice_simplify, view=True, index_map=_slice_index_map,
+               simplify=_slice_simplify, view=True, index_map=_slice_index_map,
                lowering="index_map", lowers_complex=True))
 
 
@@ -833,7 +448,7 @@ def _pad_pieces(out, shapes, attrs, offset):
 
 
 register(OpDef("pad", "shape", _pad_infer, _pad_ref, _pad_vjp, _changed_dims_factors,
-               None, _zero_flops, ALL, linear=((0, 1),), partition=_partition_pad, simplify=_pad_simplify,
+               None, _zero_flops, ALL, linear=((0, 1),), simplify=_pad_simplify,
                fusion="reindex", index_pieces=_pad_pieces, lowering="pieces", lowers_complex=True))
 
 
@@ -884,6 +499,6 @@ register(OpDef("concatenate", "shape", _concat_infer,
                _concat_vjp, _concat_factors, None, _zero_flops, ALL, takes_out=True,
                joins=lambda attrs: attrs["dimension"], fusion="reindex", index_pieces=_concat_pieces,
                lowering="pieces", lowers_complex=True,
-               linear=lambda op: [tuple(range(len(op.operands)))], partition=_partition_concatenate))
+               linear=lambda op: [tuple(range(len(op.operands)))]))
 
 __all__ = ["slice_size", "const_like"]
