@@ -316,6 +316,7 @@ def _plot(losses, path, start):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        print(f"loss curve skipped: matplotlib is not installed (pip install matplotlib, or --plot '')")
         return
     plt.figure(figsize=(6, 3.5))
     plt.plot(range(start, start + len(losses)), losses)

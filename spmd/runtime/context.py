@@ -25,13 +25,23 @@ def _local(num_devices):
 
 
 def _mpi(num_devices):
+    need_extra("mpi4py", "mpi", "the MPI backend")
     from .mpi import MPIRuntime
     return MPIRuntime(num_devices)
 
 
 def _ray(num_devices):
+    need_extra("ray", "ray", "the Ray backend")
     from .ray import RayRuntime
     return RayRuntime(num_devices)
+
+
+def need_extra(module, extra, what):
+    """Raise an error naming the pip extra that brings `module`, if it is not installed."""
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        raise SpmdError(f"{what} needs the Python package {module!r}, which is not installed: "
+                        f"pip install 'spmd[{extra}]' (or 'spmd[all]' for MPI and Ray)")
 
 
 # name -> factory(num_devices) -> Runtime.
