@@ -191,14 +191,7 @@ class Tracer:
             _raise_store_into_numpy(self, loc)
         if self._tr.oracle is not None:
             return self._tr.oracle(self, what, loc)
-        func = _numpy_call_on_sequence(self)
-        if func is not None:
-            raise ConcreteValueError(
-                f"np.{func} of a Python list of traced arrays at {loc}: numpy converts a list "
-                f"itself (its functions dispatch on the list, not on the arrays in it), so spmd "
-                f"cannot trace the call. Stack the list first, as numpy would: "
-                f"np.{func}(np.stack([...]), ...) gives numpy's result and is traced (and "
-                f"differentiated) by spmd.", loc)
+        _refuse_list_call(self, loc)
         raise ConcreteValueError(
             f"{what} of a traced value at {loc}: inside spmd.jit the value of "
             f"{self!r} is not known until the program runs. To look at it, print it as the "
@@ -239,14 +232,7 @@ class Tracer:
             _raise_store_into_numpy(self, loc)
         if self._tr.oracle is not None:
             return np.asarray(self._tr.oracle(self, "conversion to a numpy array", loc), dtype=dtype)
-        func = _numpy_call_on_sequence(self)
-        if func is not None:
-            raise ConcreteValueError(
-                f"np.{func} of a Python list of traced arrays at {loc}: numpy converts a list "
-                f"itself (its functions dispatch on the list, not on the arrays in it), so spmd "
-                f"cannot trace the call. Stack the list first, as numpy would: "
-                f"np.{func}(np.stack([...]), ...) gives numpy's result and is traced (and "
-                f"differentiated) by spmd.", loc)
+        _refuse_list_call(self, loc)
         raise ConcreteValueError(
             f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
@@ -411,6 +397,19 @@ def _storing_into_numpy() -> bool:
         import dis
         ops = _STORES[f.f_code] = {i.offset for i in dis.get_instructions(f.f_code) if i.opname == "STORE_SUBSCR"}
     return f.f_lasti in ops
+
+
+def _refuse_list_call(tracer, loc):
+    """The error for a numpy function given a list holding tracer (np.linalg.norm([x, y])),
+    if that is how its value was asked for."""
+    func = _numpy_call_on_sequence(tracer)
+    if func is not None:
+        raise ConcreteValueError(
+            f"np.{func} of a Python list of traced arrays at {loc}: numpy converts a list "
+            f"itself (its functions dispatch on the list, not on the arrays in it), so spmd "
+            f"cannot trace the call. Stack the list first, as numpy would: "
+            f"np.{func}(np.stack([...]), ...) gives numpy's result and is traced (and "
+            f"differentiated) by spmd.", loc)
 
 
 def _numpy_call_on_sequence(tracer):
