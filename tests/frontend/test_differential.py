@@ -29,7 +29,9 @@ SHAPES = [(4, 6), (5, 6), (6,), (7,), (4, 4, 3), (3, 5, 2)]
 MESHES = {"1": None, "2": (2,), "4": (4,), "2x2": (2, 2)}
 UFUNCS = [np.add, np.subtract, np.multiply, np.maximum, np.minimum]
 REDUCTIONS = ["sum", "max", "min", "mean", "prod", "any", "all", "cumsum"]
-MASKED_F = [lambda v: v * 2 - 1, lambda v: v ** 2, lambda v: np.abs(v) + 0.5, lambda v: -v]
+# (bool ** 2 is an int8 in numpy, a dtype spmd refuses with an error: squares of bools are v * v)
+MASKED_F = [lambda v: v * 2 - 1, lambda v: v ** 2 if v.dtype != np.bool_ else v * v, lambda v: np.abs(v) + 0.5,
+            lambda v: -v]
 MASK_REDUCE = [lambda v: v.sum(), lambda v: np.max(v, initial=-100.0), lambda v: np.min(v, initial=100.0),
                lambda v: np.any(v > 1), lambda v: np.all(v > -5), lambda v: np.count_nonzero(v > 0),
                lambda v: v.size, lambda v: np.sum(v * 2.0)]
