@@ -33,6 +33,7 @@ import traceback
 import numpy as np
 
 from ..errors import ShardingError, SpmdError, is_internal, on_every_rank
+from ..tracebacks import full as full_traceback, user_traceback
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
 from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
@@ -75,11 +76,12 @@ EVERY_RANK_WAIT = 10.0
 
 def failure_report(tp, value, tb, rank) -> str:
     """What a failing rank prints. An SpmdError says what is wrong and what to do in its
-    message: that comes first, then the user's lines that led to it (spmd's own frames
-    are left out; any other exception prints its whole traceback)."""
+    message: that comes first, then the user's lines that led to it. Any other exception
+    prints its traceback without spmd's own frames (tracebacks.py; SPMD_TRACEBACK=full
+    keeps them)."""
     from ..errors import SpmdError
-    if not isinstance(value, SpmdError):
-        return f"spmd: rank {rank} failed:\n" + "".join(traceback.format_exception(tp, value, tb))
+    if not isinstance(value, SpmdError) or full_traceback():
+        return f"spmd: rank {rank} failed:\n" + user_traceback(tp, value, tb)
     who = "every rank (said once, by rank 0)" if getattr(value, "on_every_rank", False) else f"rank {rank}"
     lines = [f"spmd: {who} failed:", "".join(traceback.format_exception_only(tp, value)).rstrip()]
     frames = [f for f in traceback.extract_tb(tb) if not is_internal(f.filename)]
@@ -160,6 +162,8 @@ class MPIRuntime(Runtime):
         rank = self.rank
 
         def hook(tp, value, tb):
+            if issubclass(tp, KeyboardInterrupt):
+                mpi_comm.keyboard_interrupt(tp, value, tb, rank)     # quietly, status 130
             if getattr(value, "on_every_rank", False) and rank != 0:
                 # rank 0 raised it too and reports it once, for every rank, then aborts the
                 # world (ending this process); were it not to, this rank says it itself
