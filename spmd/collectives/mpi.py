@@ -68,6 +68,7 @@ import numpy as np
 from ..errors import CollectiveError
 from ..tracebacks import stack_traceback, user_traceback
 from .base import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
+from .mpi_files import unlink_run_files
 from .mpi_init import watching_init
 from .mpi_progress import ProgressThread, Started, nonblocking, run_blocking
 from .pool import BufferPool
@@ -88,6 +89,7 @@ def mpi_module():
         yield_when_oversubscribed()
         with watching_init():
             from mpi4py import MPI
+        unlink_run_files()        # nothing left in /dev/shm or /tmp however the run ends (mpi_files.py)
         _MPI = MPI
     return _MPI
 

@@ -120,6 +120,7 @@ class MPIRuntime(Runtime):
             addr = None                 # no UDP: judged by the process table and mpiexec only
         got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
         peers = [(h, p) for h, p, _ in got]
+        mpi_comm.unlink_run_files(everyone_started=True)     # every rank is past MPI_Init
         mpi_comm.PEERS.update(enumerate(peers))
         combine.use_hosts_default(len({h for h, _ in peers}) > 1)     # gradient buckets for the link
         if addr is not None:
