@@ -68,8 +68,6 @@ def init(backend=None, num_devices=None):
             return rt
         if rt is not None:
             getattr(rt, "shutdown", lambda: None)()
-        from ..tracebacks import install
-        install()                   # an uncaught error prints the user's frames (MPI: its own hook)
         _runtime = BACKENDS[name](num_devices)
         return _runtime
 

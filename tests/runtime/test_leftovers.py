@@ -51,6 +51,10 @@ def mpiexec(how, n=2):
     return [MPIEXEC, "-n", str(n), sys.executable, ENDING, how]
 
 
+def spmd_run(backend, how):
+    return ["spmd", "run", "-n", "2", "--backend", backend, ENDING, how]
+
+
 # every way a run ends: (command, signal to send)
 ENDINGS = {
     "clean": (mpiexec("clean"), "none"),
@@ -61,9 +65,16 @@ ENDINGS = {
     "Ctrl-C": (mpiexec("loop"), "SIGINT"),
     "SIGTERM to mpiexec": (mpiexec("loop"), "SIGTERM"),
     "SIGKILL to mpiexec": (mpiexec("loop"), "SIGKILL"),
-    "spmd run, a rank raises": (["spmd", "run", "-n", "2", "--backend", "mpi", ENDING, "raise"], "none"),
-    "spmd run, SIGKILL": (["spmd", "run", "-n", "2", "--backend", "mpi", ENDING, "loop"], "SIGKILL"),
+    "spmd run, a rank raises": (spmd_run("mpi", "raise"), "none"),
+    "spmd run, SIGKILL": (spmd_run("mpi", "loop"), "SIGKILL"),
 }
+# under Ray the script is the driver (one "ready"); Ray's session directory is Ray's own
+RAY_ENDINGS = {
+    "ray, clean": (spmd_run("ray", "clean"), "none"),
+    "ray, the driver raises": (spmd_run("ray", "raise0"), "none"),
+    "ray, SIGKILL of the driver": (spmd_run("ray", "loop"), "SIGKILL"),
+}
+RAY_SESSION = "/tmp/ray"
 
 
 @pytest.mark.slow
@@ -74,6 +85,19 @@ def test_an_mpi_run_leaves_no_file(private, ending):
     got = run_private(cmd, sig)
     assert got["left"] == [], (ending, got)
     if ending == "clean":
+        assert got["code"] == 0, got["stderr"]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("ending", list(RAY_ENDINGS))
+def test_a_ray_run_leaves_no_file_of_spmd(private, ending):
+    pytest.importorskip("ray")
+    cmd, sig = RAY_ENDINGS[ending]
+    got = run_private(cmd, sig, n=1)
+    assert [x for x in got["left"] if x != RAY_SESSION] == [], (ending, got)
+    if ending == "ray, clean":
         assert got["code"] == 0, got["stderr"]
 
 
