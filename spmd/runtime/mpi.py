@@ -10,8 +10,11 @@ Why not compile on rank 0 and broadcast: compiled code (LLVM object code, ctypes
 function pointers) has no portable wire format, and the program every rank needs is
 the same one, so a broadcast would only add a round of communication.
 
-Failure: `init` installs an excepthook that prints the rank's traceback and aborts the
-world (MPI_Abort), so an exception on one rank ends every rank promptly. It gathers
+Failure: `init` installs an excepthook that prints the rank's traceback (the user's
+frames: tracebacks.py) and aborts the world (MPI_Abort), so an exception on one rank
+ends every rank promptly. A KeyboardInterrupt (Ctrl-C reaches every rank) is told once,
+by rank 0, and every rank exits 130 (collectives/mpi.py, end_interrupted). MPICH's files
+in /dev/shm and /tmp are unlinked once every rank is up (collectives/mpi_files.py). It gathers
 every rank's (host, pid, heartbeat address) once, starts the heartbeats, and a watchdog
 thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
 the user line, when a peer of a blocked collective is gone, silent, finished, or
