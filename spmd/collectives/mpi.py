@@ -393,7 +393,7 @@ class _Watchdog:
     PERIOD = 0.1
     CHECK_EVERY = 0.2           # the liveness checks (process table, heartbeats)
     EXIT_GRACE = 5.0            # a peer that finished may have completed the call we wait in
-    INTERRUPT_GRACE = 0.05      # after a Ctrl-C, for the main thread to end the rank itself
+    INTERRUPT_GRACE = 0.05      # after a Ctrl-C, for a blocked MPI call to return by itself
 
     def __init__(self):
         self.calls = {}                   # thread id -> (deadline, what, group, rank, timeout, loc, start)
@@ -515,12 +515,20 @@ class _Watchdog:
                 f"and {HEARTBEAT.describe(differ)}: the ranks ran different programs")
 
     def _interrupted(self):
-        """Ctrl-C reached this rank. The main thread raises KeyboardInterrupt and ends the
-        rank quietly (end_interrupted) when it next runs Python; blocked in an MPI call
-        whose peers have already left, it never does. Past a moment, end it from here,
-        without first reporting the peers that left: they were interrupted too."""
+        """Ctrl-C reached this rank. Running Python, the main thread raises
+        KeyboardInterrupt itself (the program may catch it; if not, the excepthook ends
+        the rank quietly, end_interrupted). Blocked in an MPI call it cannot, and the
+        peers that would complete the call have left: if it is still in the same call a
+        moment later, end the rank from here, without first reporting the peers that
+        left (they were interrupted too)."""
+        main = threading.main_thread().ident
+        call = self.calls.get(main)
+        if call is None:
+            return
         time.sleep(self.INTERRUPT_GRACE)
-        frame = sys._current_frames().get(threading.main_thread().ident)
+        if self.calls.get(main) is not call:
+            return
+        frame = sys._current_frames().get(main)
         end_interrupted(self.rank, stack_traceback(frame, "KeyboardInterrupt") if frame is not None else "")
 
     def _peer_died(self):
@@ -572,7 +580,36 @@ def end_interrupted(rank, report):
         sys.stderr.flush()
         sys.stdout.flush()
     finally:
+        hold_launcher_link()
         os._exit(INTERRUPTED)
+
+
+# seconds a rank's link to its launcher outlives the rank after a Ctrl-C
+LINK_HOLD = 1.0
+
+
+def hold_launcher_link():
+    """Keep this rank's PMI connection open for a moment after it exits. Hydra's proxy
+    takes a rank whose PMI connection closes before MPI_Finalize for a failure and
+    SIGKILLs every other rank at once; after a Ctrl-C every rank is leaving on its own,
+    but not in the same millisecond, and a rank killed that way makes mpiexec exit 9,
+    not 130. A forked child holding the connection (and nothing else) lets the others
+    finish leaving first."""
+    try:
+        fd = int(os.environ.get("PMI_FD", ""))
+    except ValueError:
+        return
+    try:
+        if os.fork() != 0:
+            return
+    except OSError:
+        return
+    try:
+        os.closerange(0, fd)
+        os.closerange(fd + 1, 1 << 16)
+        time.sleep(LINK_HOLD)
+    finally:
+        os._exit(0)
 
 
 def keyboard_interrupt(tp, value, tb, rank):

@@ -102,13 +102,15 @@ def test_a_ray_run_leaves_no_file_of_spmd(private, ending):
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_under_mpiexec_is_one_traceback_and_status_130(tmp_path):
+@pytest.mark.parametrize("launch", ["mpiexec", "spmd run"])
+def test_ctrl_c_under_mpiexec_is_one_traceback_and_status_130(launch):
     """SIGINT to mpiexec's process group, as a terminal's Ctrl-C sends it, while 4 ranks
     loop over collectives: the user's traceback once (ending at the user's line), a
     line at most per rank, status 130 -- not a traceback per rank and status 1."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("SPMD_BACKEND", None)
-    p = subprocess.Popen(mpiexec("loop", 4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    cmd = mpiexec("loop", 4) if launch == "mpiexec" else ["spmd", "run", "-n", "4", "--backend", "mpi", ENDING, "loop"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True, env=env)
     ready = 0
     t0 = time.monotonic()
