@@ -568,9 +568,8 @@ def end_interrupted(rank, report):
     user's traceback, as a local run prints it), the others leave quietly, at once. The
     status is 130, as Python's after a KeyboardInterrupt, without MPI_Abort (whose report
     and status 1 would be all the user saw); hydra's mpiexec exits 130 when every rank
-    did (a rank that lingered would be killed by it, and its status would be SIGKILL's).
-    Leaving before MPI_Finalize leaves no file behind: MPICH's files were unlinked at
-    start (collectives/mpi_files.py)."""
+    did (hold_launcher_link). Leaving before MPI_Finalize leaves no file behind: MPICH's
+    files were unlinked at start (collectives/mpi_files.py)."""
     _ENDING.acquire()           # the main thread and the watchdog may both come here: one tells
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # a second Ctrl-C must not cut this short

@@ -13,10 +13,10 @@ the same one, so a broadcast would only add a round of communication.
 Failure: `init` installs an excepthook that prints the rank's traceback (the user's
 frames: tracebacks.py) and aborts the world (MPI_Abort), so an exception on one rank
 ends every rank promptly. A KeyboardInterrupt (Ctrl-C reaches every rank) is told once,
-by rank 0, and every rank exits 130 (collectives/mpi.py, end_interrupted). MPICH's files
-in /dev/shm and /tmp are unlinked once every rank is up (collectives/mpi_files.py). It gathers
-every rank's (host, pid, heartbeat address) once, starts the heartbeats, and a watchdog
-thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
+by rank 0, and every rank exits 130 (collectives/mpi.py, end_interrupted). MPICH's
+files in /dev/shm and /tmp are unlinked once every rank is up (collectives/mpi_files.py).
+It gathers every rank's (host, pid, heartbeat address) once, starts the heartbeats, and
+a watchdog thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
 the user line, when a peer of a blocked collective is gone, silent, finished, or
 mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`); a busy peer is waited
 for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set).
