@@ -95,8 +95,8 @@ def test_a_local_run_prints_the_users_frames_only():
 
 @pytest.mark.timeout(120)
 def test_ctrl_c_locally_is_still_one_traceback_and_sigint():
-    p = run_local("import numpy as np, spmd\nf = spmd.jit(lambda x: x.sum())\nprint('ready', flush=True)\n"
-                  "while True:\n    f(np.ones(8))\n")
+    p = run_local("import numpy as np, spmd\nf = spmd.jit(lambda x: x.sum())\nf(np.ones(8))\n"
+                  "print('ready', flush=True)\nwhile True:\n    f(np.ones(8))\n")
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.3)
     p.send_signal(signal.SIGINT)
