@@ -12,6 +12,11 @@ from .frontend import autodiff
 from .frontend.trace import ShapeDtype, current_trace
 from .ir.mesh import Sharding
 from .staging import Jitted, Lowered
+from .tracebacks import install as install_excepthook
+
+# an uncaught error prints the user's frames, not the twenty of spmd's between them
+# (tracebacks.py; SPMD_TRACEBACK=full prints all); a program's own hook is kept
+install_excepthook()
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(spmd.__file__).parent
 # low to high; a module belongs to the layer of its longest matching prefix
 LAYERS = (
     # utilities every layer may use; they import no other part of spmd
-    ("base", ("spmd.errors", "spmd.tree", "spmd.tools.timeline")),
+    ("base", ("spmd.errors", "spmd.tracebacks", "spmd.tree", "spmd.tools.timeline")),
     ("ir", ("spmd.ir",)),                      # Graph, ops, Mesh, Sharding
     ("frontend", ("spmd.frontend",)),          # numpy in: tracing, the API table, writes, autodiff
     ("sharding", ("spmd.sharding",)),          # propagation, partitioning, resharding

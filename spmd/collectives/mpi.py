@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -65,7 +66,9 @@ import traceback
 import numpy as np
 
 from ..errors import CollectiveError
+from ..tracebacks import stack_traceback, user_traceback
 from .base import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
+from .mpi_files import unlink_run_files
 from .mpi_init import watching_init
 from .mpi_progress import ProgressThread, Started, nonblocking, run_blocking
 from .pool import BufferPool
@@ -86,6 +89,7 @@ def mpi_module():
         yield_when_oversubscribed()
         with watching_init():
             from mpi4py import MPI
+        unlink_run_files()        # nothing left in /dev/shm or /tmp however the run ends (mpi_files.py)
         _MPI = MPI
     return _MPI
 
@@ -389,6 +393,7 @@ class _Watchdog:
     PERIOD = 0.1
     CHECK_EVERY = 0.2           # the liveness checks (process table, heartbeats)
     EXIT_GRACE = 5.0            # a peer that finished may have completed the call we wait in
+    INTERRUPT_GRACE = 0.05      # after a Ctrl-C, for a blocked MPI call to return by itself
 
     def __init__(self):
         self.calls = {}                   # thread id -> (deadline, what, group, rank, timeout, loc, start)
@@ -420,7 +425,6 @@ class _Watchdog:
         pipe, which the watchdog thread reads at once: the main thread may be blocked in
         an MPI call, where a Python-level handler would never run. Main thread only;
         left alone if the program already uses a wakeup fd (asyncio)."""
-        import signal
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
             return
         r, w = os.pipe()
@@ -452,7 +456,10 @@ class _Watchdog:
         while True:
             if self.signal is not None:
                 ready, _, _ = select.select([self._wakeup], [], [], self.PERIOD)
-                if ready and self.signal in os.read(self._wakeup, 512):
+                got = os.read(self._wakeup, 512) if ready else b""
+                if signal.SIGINT in got:
+                    self._interrupted()
+                if self.signal in got:
                     self._peer_died()
             else:
                 time.sleep(self.PERIOD)
@@ -507,6 +514,23 @@ class _Watchdog:
         return (f"{doing}, but every rank has been waiting in a collective for {heartbeat_timeout():g} s "
                 f"and {HEARTBEAT.describe(differ)}: the ranks ran different programs")
 
+    def _interrupted(self):
+        """Ctrl-C reached this rank. Running Python, the main thread raises
+        KeyboardInterrupt itself (the program may catch it; if not, the excepthook ends
+        the rank quietly, end_interrupted). Blocked in an MPI call it cannot, and the
+        peers that would complete the call have left: if it is still in the same call a
+        moment later, end the rank from here, without first reporting the peers that
+        left (they were interrupted too)."""
+        main = threading.main_thread().ident
+        call = self.calls.get(main)
+        if call is None:
+            return
+        time.sleep(self.INTERRUPT_GRACE)
+        if self.calls.get(main) is not call:
+            return
+        frame = sys._current_frames().get(main)
+        end_interrupted(self.rank, stack_traceback(frame, "KeyboardInterrupt") if frame is not None else "")
+
     def _peer_died(self):
         time.sleep(0.3)                    # let the dead process leave the process table
         world = sorted(PEERS)
@@ -532,6 +556,65 @@ class _Watchdog:
 
 
 WATCHDOG = _Watchdog()
+
+# the exit status of a program a Ctrl-C ended, as a shell reports it (128 + SIGINT)
+INTERRUPTED = 130
+_ENDING = threading.Lock()
+
+
+def end_interrupted(rank, report):
+    """End this rank after a Ctrl-C. The terminal (or mpiexec, passing it on) interrupted
+    every rank at once, so each has the same story: rank 0 tells it once (report: the
+    user's traceback, as a local run prints it), the others leave quietly, at once. The
+    status is 130, as Python's after a KeyboardInterrupt, without MPI_Abort (whose report
+    and status 1 would be all the user saw); hydra's mpiexec exits 130 when every rank
+    did (hold_launcher_link). Leaving before MPI_Finalize leaves no file behind: MPICH's
+    files were unlinked at start (collectives/mpi_files.py)."""
+    _ENDING.acquire()           # the main thread and the watchdog may both come here: one tells
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)    # a second Ctrl-C must not cut this short
+    try:
+        if rank == 0 or rank is None:
+            sys.stderr.write(report)
+        sys.stderr.flush()
+        sys.stdout.flush()
+    finally:
+        hold_launcher_link()
+        os._exit(INTERRUPTED)
+
+
+# seconds a rank's link to its launcher outlives the rank after a Ctrl-C
+LINK_HOLD = 1.0
+
+
+def hold_launcher_link():
+    """Keep this rank's PMI connection open for a moment after it exits. Hydra's proxy
+    takes a rank whose PMI connection closes before MPI_Finalize for a failure and
+    SIGKILLs every other rank at once; after a Ctrl-C every rank is leaving on its own,
+    but not in the same millisecond, and a rank killed that way makes mpiexec exit 9,
+    not 130. A forked child holding the connection (and nothing else) lets the others
+    finish leaving first."""
+    try:
+        fd = int(os.environ.get("PMI_FD", ""))
+    except ValueError:
+        return
+    try:
+        if os.fork() != 0:
+            return
+    except OSError:
+        return
+    try:
+        os.closerange(0, fd)
+        os.closerange(fd + 1, 1 << 16)
+        time.sleep(LINK_HOLD)
+    finally:
+        os._exit(0)
+
+
+def keyboard_interrupt(tp, value, tb, rank):
+    """The excepthook's part for a KeyboardInterrupt raised on this rank."""
+    end_interrupted(rank, user_traceback(tp, value, tb))
+
 
 # seconds MPI_Abort has to end this process before it ends itself
 ABORT_GRACE = 5.0

@@ -10,10 +10,13 @@ Why not compile on rank 0 and broadcast: compiled code (LLVM object code, ctypes
 function pointers) has no portable wire format, and the program every rank needs is
 the same one, so a broadcast would only add a round of communication.
 
-Failure: `init` installs an excepthook that prints the rank's traceback and aborts the
-world (MPI_Abort), so an exception on one rank ends every rank promptly. It gathers
-every rank's (host, pid, heartbeat address) once, starts the heartbeats, and a watchdog
-thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
+Failure: `init` installs an excepthook that prints the rank's traceback (the user's
+frames: tracebacks.py) and aborts the world (MPI_Abort), so an exception on one rank
+ends every rank promptly. A KeyboardInterrupt (Ctrl-C reaches every rank) is told once,
+by rank 0, and every rank exits 130 (collectives/mpi.py, end_interrupted). MPICH's
+files in /dev/shm and /tmp are unlinked once every rank is up (collectives/mpi_files.py).
+It gathers every rank's (host, pid, heartbeat address) once, starts the heartbeats, and
+a watchdog thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
 the user line, when a peer of a blocked collective is gone, silent, finished, or
 mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`); a busy peer is waited
 for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set).
@@ -33,6 +36,7 @@ import traceback
 import numpy as np
 
 from ..errors import ShardingError, SpmdError, is_internal, on_every_rank
+from ..tracebacks import full as full_traceback, user_traceback
 from ..collectives import mpi as mpi_comm
 from ..collectives.base import collective_timeout
 from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
@@ -75,11 +79,12 @@ EVERY_RANK_WAIT = 10.0
 
 def failure_report(tp, value, tb, rank) -> str:
     """What a failing rank prints. An SpmdError says what is wrong and what to do in its
-    message: that comes first, then the user's lines that led to it (spmd's own frames
-    are left out; any other exception prints its whole traceback)."""
+    message: that comes first, then the user's lines that led to it. Any other exception
+    prints its traceback without spmd's own frames (tracebacks.py; SPMD_TRACEBACK=full
+    keeps them)."""
     from ..errors import SpmdError
-    if not isinstance(value, SpmdError):
-        return f"spmd: rank {rank} failed:\n" + "".join(traceback.format_exception(tp, value, tb))
+    if not isinstance(value, SpmdError) or full_traceback():
+        return f"spmd: rank {rank} failed:\n" + user_traceback(tp, value, tb)
     who = "every rank (said once, by rank 0)" if getattr(value, "on_every_rank", False) else f"rank {rank}"
     lines = [f"spmd: {who} failed:", "".join(traceback.format_exception_only(tp, value)).rstrip()]
     frames = [f for f in traceback.extract_tb(tb) if not is_internal(f.filename)]
@@ -118,6 +123,7 @@ class MPIRuntime(Runtime):
             addr = None                 # no UDP: judged by the process table and mpiexec only
         got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
         peers = [(h, p) for h, p, _ in got]
+        mpi_comm.unlink_run_files(everyone_started=True)     # every rank is past MPI_Init
         mpi_comm.PEERS.update(enumerate(peers))
         combine.use_hosts_default(len({h for h, _ in peers}) > 1)     # gradient buckets for the link
         if addr is not None:
@@ -160,6 +166,8 @@ class MPIRuntime(Runtime):
         rank = self.rank
 
         def hook(tp, value, tb):
+            if issubclass(tp, KeyboardInterrupt):
+                mpi_comm.keyboard_interrupt(tp, value, tb, rank)     # quietly, status 130
             if getattr(value, "on_every_rank", False) and rank != 0:
                 # rank 0 raised it too and reports it once, for every rank, then aborts the
                 # world (ending this process); were it not to, this rank says it itself
