@@ -13,8 +13,12 @@ grow from 1 to the largest unroll (target: at most 1.5x) and whether every case 
 under 10 s. Each program's result is checked against numpy's.
 """
 import argparse
+import os
 import time
 import warnings
+
+os.environ.setdefault("SPMD_CACHE", "0")              # compile, never load from the disk cache
+os.environ.setdefault("SPMD_PROGRAM_CACHE", "0")
 
 import numpy as np
 

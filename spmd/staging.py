@@ -281,9 +281,11 @@ class Lowered:
     def compile(self):
         if self._exe is None:
             from .backends import compile_graph
+            from .compiler.gc_pause import paused
             n = len(self.graph.outputs) - len(self.updates)
-            self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
-                                      written={n + j: k for j, k in enumerate(self.updates)})
+            with paused():
+                self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
+                                          written={n + j: k for j, k in enumerate(self.updates)})
         return self._exe
 
     def __call__(self, *flat_args):
@@ -378,6 +380,11 @@ class Jitted:
         entry = self._cache.get(key)
         if isinstance(entry, Lowered):
             return entry
+        from .compiler.gc_pause import paused
+        with paused():
+            return self._trace_and_lower(args, key, leaves, entry)
+
+    def _trace_and_lower(self, args, key, leaves, entry) -> Lowered:
         low, known = gb.follow(entry, leaves)       # the graph breaks' programs, on this call's data
         if low is not None:
             return low
