@@ -271,7 +271,8 @@ API = (
     ("copy",          shapes.copy_method,             (M,),      ()),
     ("shape",         lambda x: core.asarray(x).shape,   (F,),      ()),
     ("ndim",          lambda x: core.asarray(x).ndim,    (F,),      ()),
-    ("size",          lambda x: core.asarray(x).size,    (F,),      ()),
+    # np.size(x, axis): numpy's own, on a zero-stride array of x's shape (no memory)
+    ("size",          lambda x, axis=None: np.size(np.broadcast_to(False, core.asarray(x).shape), axis), (F,), ()),
     ("result_type",   lambda *xs: np.dtype(core.result_dtype(*xs)), (F,), ()),
     ("asarray",       lambda x, dtype=None, **k: core.asarray(x, dtype), (F,), ()),
     ("array",         lambda x, dtype=None, copy=True, **k: fz.new_array(core.asarray(x, dtype)), (F,), ()),
