@@ -95,7 +95,10 @@ class Masked:
         if self.vals._tr.oracle is None:
             raise self.compacted(what)
         plan = self.plan
-        n = int(red.sum(core.astype(plan.mask, "int64")))
+        # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
+        # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
+        count = red.sum(core.astype(plan.mask, "int64"))
+        n = int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
         r = self.vals[(slice(None),) * plan.p + padded.nonzero(plan.mask, size=n)]
         if plan.n_first and plan.p:        # numpy puts the selection first (see _MaskPlan)
             r = shapes.transpose(r, [plan.p] + list(range(plan.p)) + list(range(plan.p + 1, r.ndim)))

@@ -491,3 +491,28 @@ def test_complex_2_norms_sum_squares_of_the_parts_as_numpy(kw):
         got = np.asarray(spmd.jit(lambda x: np.linalg.norm(x, **kw), backend="numpy")(x.astype(dt)))
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_size_with_an_axis_and_histogram_with_its_own_edges():
+    """np.size(x, axis) as numpy's (an int, an axis tuple, a negative axis); np.histogram
+    with the edges of an earlier np.histogram (traced constants) and with data-made edges
+    (their numbers taken by a graph break) counts as numpy does."""
+    x = np.random.default_rng(0).standard_normal((6, 5))
+
+    def f(x):
+        counts, edges = np.histogram(x, 8, range=(-3, 3))
+        dens, _ = np.histogram(x, bins=edges, density=True)
+        return x * np.size(x, 1) + np.size(x, -2) + np.size(x, (0, 1)), counts, dens
+
+    want = f(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spmd.errors.FallbackWarning)     # constant edges: no break
+        got = spmd.jit(f, backend="numpy")(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
+
+    def g(x):
+        _, edges = np.histogram(x, 5)
+        return np.histogram(x, bins=edges)[0]
+    with pytest.warns(spmd.errors.FallbackWarning, match="graph break"):
+        np.testing.assert_array_equal(np.asarray(spmd.jit(g, backend="numpy")(x)), g(x))
