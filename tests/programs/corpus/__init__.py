@@ -84,7 +84,8 @@ def kind_of(messages):
 
 def run(name, mesh=None):
     """Run corpus program `name` under numpy and under spmd.jit (on `mesh`, else its
-    MESH) and assert the same results and written arguments; returns how it ran
+    MESH) and assert the same results and written arguments, twice (the second call runs
+    the cached program, or its graph breaks' path); returns how the first ran
     ("compiled", "breaks" or "eager")."""
     mod = load(name)
     args, specs = mod.make(np.random.default_rng(0))
@@ -94,17 +95,20 @@ def run(name, mesh=None):
         mesh = spmd.Mesh(*getattr(mod, "MESH", DEFAULT_MESH))
     want_args = copy.deepcopy(args)
     want = _leaves(mod.step(*want_args))
-    got_args = copy.deepcopy(args)
     shardings = tuple(None if s is None else mesh.sharding(*s)
                       for i, s in enumerate(specs) if i not in static)
     f = spmd.jit(mod.step, in_shardings=shardings, mesh=mesh, static_argnums=static)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        got = _leaves(f(*got_args))
-    assert len(got) == len(want), f"{name}: {len(got)} results, numpy's {len(want)}"
-    for k, (g, w) in enumerate(zip(got, want)):
-        _same(g, w, rtol, f"{name}: result {k}")
-    for k, (g, w) in enumerate(zip(_leaves(got_args), _leaves(want_args))):
-        if isinstance(w, np.ndarray):
-            _same(g, w, rtol, f"{name}: argument {k} after the call (written in place)")
-    return kind_of([str(w.message) for w in rec if issubclass(w.category, FallbackWarning)])
+    messages = []
+    for call in ("first call", "second call"):
+        got_args = copy.deepcopy(args)
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = _leaves(f(*got_args))
+        messages += [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+        assert len(got) == len(want), f"{name}: {len(got)} results, numpy's {len(want)}"
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same(g, w, rtol, f"{name}, {call}: result {k}")
+        for k, (g, w) in enumerate(zip(_leaves(got_args), _leaves(want_args))):
+            if isinstance(w, np.ndarray):
+                _same(g, w, rtol, f"{name}, {call}: argument {k} after the call (written in place)")
+    return kind_of(messages)
