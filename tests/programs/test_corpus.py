@@ -39,6 +39,7 @@ BREAKS = {
     "conjugate_gradient": "`if np.sqrt(rs_new) < tol: break`",
     "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search",
     "power_spectrum": "freqs[np.argmax(psd)]: np.fft.rfftfreq's numpy array indexed by a traced integer",
+    "groupby_unique": "np.unique(keys, return_inverse=True) and np.bincount: sizes from the data",
     "label_propagation": "labels.max() + 1 as a shape, and np.arange(n)[known], labels[known] as indices",
 }
 

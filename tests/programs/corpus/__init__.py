@@ -19,18 +19,21 @@ from spmd.errors import FallbackWarning
 NAMES = [
     # CFD and PDE steppers
     "lbm_d2q9", "fv_advection", "fdtd_yee", "wave_leapfrog", "burgers", "shallow_water",
-    "heat_ftcs", "poisson_sor", "advection_diffusion",
+    "heat_ftcs", "poisson_sor", "advection_diffusion", "spectral_poisson", "crank_nicolson",
+    "rk4_lorenz", "game_of_life",
     # particle methods
     "pic_deposit", "sph_density", "nbody", "lennard_jones",
     # image filters
     "gaussian_blur", "sobel", "median3", "erosion", "box_filter_cumsum",
     # ML with hand-written backprop and optimizers
     "convnet_im2col", "word2vec", "vae", "softmax_regression", "adam", "mlp_momentum",
-    "kmeans_step", "pca_power",
+    "kmeans_step", "pca_power", "logistic_sgd",
+    "rnn_bptt", "knn_classify", "viterbi",
     # statistics
-    "bootstrap", "online_variance", "histogram", "correlation",
+    "bootstrap", "online_variance", "histogram", "correlation", "groupby_unique", "monte_carlo_option",
     # optimisation
     "admm_lasso", "irls_logistic", "projected_gradient", "conjugate_gradient", "backtracking",
+    "gram_schmidt", "sinkhorn",
     # signal processing
     "fir_convolve", "fir_slices", "power_spectrum", "moving_average",
     # Kalman and other filters
