@@ -87,5 +87,7 @@ def test_ten_programs_under_mpiexec():
                        capture_output=True, text=True, timeout=280, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for name in corpus.MPI_NAMES:
-        # every rank compared its results with numpy's
-        assert len(re.findall(rf"^(\[rank \d\] )?OK {name} ", p.stdout, re.M)) == 4, (name, p.stdout[-3000:])
+        # every rank compared its results with numpy's, and ran as the program may
+        hows = re.findall(rf"^(?:\[rank \d\] )?OK {name} (\w+)$", p.stdout, re.M)
+        allowed = ("compiled", "breaks") if name in BREAKS else ("compiled",)
+        assert len(hows) == 4 and all(h in allowed for h in hows), (name, hows, p.stdout[-3000:])

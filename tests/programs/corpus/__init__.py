@@ -44,7 +44,7 @@ NAMES = [
 
 # the ten run in one mpiexec launch (tests/mpi_scripts/corpus.py)
 MPI_NAMES = ["fv_advection", "wave_leapfrog", "shallow_water", "heat_ftcs", "sph_density", "sobel",
-             "word2vec", "adam", "kmeans_step", "fir_slices"]
+             "word2vec", "conjugate_gradient", "kmeans_step", "groupby_unique"]
 
 DEFAULT_MESH = ((4,), ("d",))
 
