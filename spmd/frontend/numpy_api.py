@@ -134,6 +134,7 @@ API = (
     ("tril",          SF.tril,                        (F,),      ()),
     ("triu",          SF.triu,                        (F,),      ()),
     ("diag",          SF.diag,                        (F,),      ()),
+    ("diagflat",      SF.diagflat,                    (F,),      ()),
     ("diagonal",      SF.diagonal,                    (F, M),    ()),
     ("trace",         SF.trace,                       (F,),      ()),
     ("kron",          SF.kron,                        (F,),      ()),

@@ -103,6 +103,7 @@ CASES = [
     C("tril", lambda x: np.tril(x, -2), FI, shapes=((5, 6), (2, 3, 3)), local="all"),
     C("diag", lambda x: np.diag(x, -2), FI, shapes=((7,), (1,)), local=()),
     C("diag_of", lambda x: np.diag(x, 1), FI, shapes=((5, 6), (1, 3)), local=()),
+    C("diagflat", lambda x: np.diagflat(x, -1), FI, shapes=((2, 3), (1,)), local=()),
     C("diagonal", lambda x: np.diagonal(x, -1, 1, 2), ALLT, shapes=((2, 5, 6), (3, 1, 1)), local=(0,)),
     C("trace", lambda x: np.trace(x), FI, shapes=((5, 6), (3, 1)), local=()),
     C("trace_batch", lambda x: np.trace(x, 1, axis1=-2, axis2=-1, dtype=np.float64), FI,

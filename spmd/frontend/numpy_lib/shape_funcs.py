@@ -563,6 +563,11 @@ def diag(v, k=0):
     return ew.where(mask, vb, core.zeros_like(vb))
 
 
+def diagflat(v, k=0):
+    """numpy's: v flattened, on the k-th diagonal of a square array."""
+    return diag(shapes.ravel(core.asarray(v)), k)
+
+
 @core.takes_out
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     d = diagonal_values(a, offset, axis1, axis2)

@@ -28,12 +28,12 @@ NAMES = [
     # ML with hand-written backprop and optimizers
     "convnet_im2col", "word2vec", "vae", "softmax_regression", "adam", "mlp_momentum",
     "kmeans_step", "pca_power", "logistic_sgd",
-    "rnn_bptt", "knn_classify", "viterbi",
+    "rnn_bptt", "knn_classify", "viterbi", "numerical_gradient",
     # statistics
     "bootstrap", "online_variance", "histogram", "correlation", "groupby_unique", "monte_carlo_option",
     # optimisation
     "admm_lasso", "irls_logistic", "projected_gradient", "conjugate_gradient", "backtracking",
-    "gram_schmidt", "sinkhorn",
+    "gram_schmidt", "sinkhorn", "jacobi_out",
     # signal processing
     "fir_convolve", "fir_slices", "power_spectrum", "moving_average",
     # Kalman and other filters
