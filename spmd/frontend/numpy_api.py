@@ -188,6 +188,8 @@ API = (
     ("percentile",    ST.percentile,                  (F,),      ()),
     ("quantile",      ST.quantile,                    (F,),      ()),
     ("average",       ST.average,                     (F,),      ()),
+    ("cov",           ST.cov,                         (F,),      ()),
+    ("corrcoef",      ST.corrcoef,                    (F,),      ()),
     ("nansum",        ST.nansum,                      (F,),      ()),
     ("nanprod",       ST.nanprod,                     (F,),      ()),
     ("nanmean",       ST.nanmean,                     (F,),      ()),
