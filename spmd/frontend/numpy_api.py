@@ -15,6 +15,7 @@ from . import elementwise as ew
 from . import functionalize as fz
 from . import numpy_buffers as nb
 from . import reductions as red
+from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 
 
@@ -190,6 +191,7 @@ API = (
     ("average",       ST.average,                     (F,),      ()),
     ("cov",           ST.cov,                         (F,),      ()),
     ("corrcoef",      ST.corrcoef,                    (F,),      ()),
+    ("convolve",      CV.convolve,                    (F,),      ()),
     ("nansum",        ST.nansum,                      (F,),      ()),
     ("nanprod",       ST.nanprod,                     (F,),      ()),
     ("nanmean",       ST.nanmean,                     (F,),      ()),

@@ -16,8 +16,6 @@ from spmd.launcher.cli import find_mpiexec
 
 # programs spmd cannot run yet: the minimal reproduction and its error
 XFAIL = {
-    "fir_convolve": "spmd.jit(lambda x: np.convolve(x, np.ones(3), mode='same'))(x): NotImplementedError: "
-                    "np.convolve is not supported on traced arrays in spmd",
     "moving_average": "spmd.jit(lambda x: np.insert(x, 0, 0.0))(x): NotImplementedError: np.insert is not "
                       "supported on traced arrays in spmd",
     "pagerank": "spmd.jit(lambda x: x[x > 0, None])(x): NotImplementedError: x[...] with a traced boolean "
