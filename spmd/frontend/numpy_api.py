@@ -136,6 +136,7 @@ API = (
     ("triu",          SF.triu,                        (F,),      ()),
     ("diag",          SF.diag,                        (F,),      ()),
     ("diagflat",      SF.diagflat,                    (F,),      ()),
+    ("insert",        SF.insert,                      (F,),      ()),
     ("diagonal",      SF.diagonal,                    (F, M),    ()),
     ("trace",         SF.trace,                       (F,),      ()),
     ("kron",          SF.kron,                        (F,),      ()),

@@ -16,8 +16,6 @@ from spmd.launcher.cli import find_mpiexec
 
 # programs spmd cannot run yet: the minimal reproduction and its error
 XFAIL = {
-    "moving_average": "spmd.jit(lambda x: np.insert(x, 0, 0.0))(x): NotImplementedError: np.insert is not "
-                      "supported on traced arrays in spmd",
     "pagerank": "spmd.jit(lambda x: x[x > 0, None])(x): NotImplementedError: x[...] with a traced boolean "
                 "mask combined with integer arrays or None",
     "bellman_ford": "spmd.jit(lambda x: np.minimum.at(np.zeros(3), np.array([0, 0, 1]), x[:3]))(x): "
@@ -36,6 +34,7 @@ BREAKS = {
     "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search",
     "power_spectrum": "freqs[np.argmax(psd)]: np.fft.rfftfreq's numpy array indexed by a traced integer",
     "groupby_unique": "np.unique(keys, return_inverse=True) and np.bincount: sizes from the data",
+    "moving_average": "int(above.sum()), int(below.sum()) returned",
     "label_propagation": "labels.max() + 1 as a shape, and np.arange(n)[known], labels[known] as indices",
 }
 
