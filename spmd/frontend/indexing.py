@@ -458,7 +458,7 @@ class _MaskPlan:
 
     def __init__(self, x, ents, read):
         kinds = [k for k, _ in ents]
-        if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask") for k in kinds):
+        if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask", "none") for k in kinds):
             if read and "array" not in kinds and "none" not in kinds:
                 _mask_read_error()
             other = "another mask" if kinds.count("mask") > 1 else "integer arrays or None"
@@ -467,16 +467,17 @@ class _MaskPlan:
                 f"x[...] = np.where(mask, v, x) with the mask broadcast to x's shape")
         i = kinds.index("mask")
         mask = ents[i][1]
-        if tuple(mask.shape) != tuple(x.shape[i:i + mask.ndim]):
+        d = builtins.sum(1 for k in kinds[:i] if k != "none")        # the mask's first dim in x
+        if tuple(mask.shape) != tuple(x.shape[d:d + mask.ndim]):
             raise IndexError(f"boolean index did not match indexed array along dimensions "
-                             f"{list(range(i, i + mask.ndim))}: array is {list(x.shape)}, boolean index is "
+                             f"{list(range(d, d + mask.ndim))}: array is {list(x.shape)}, boolean index is "
                              f"{list(mask.shape)} (at {user_loc()})")
         self.mask = mask
         self.view = _basic_view(x, ents[:i] + [("slice", slice(None))] * mask.ndim + ents[i + 1:])
-        p = self.p = builtins.sum(1 for k, _ in ents[:i] if k == "slice")     # the mask's first dim in view
+        p = self.p = builtins.sum(1 for k, _ in ents[:i] if k in ("slice", "none"))    # the mask's first dim in view
         self.k = mask.ndim
         a, b = self.view.shape[:p], self.view.shape[p + mask.ndim:]
-        adv = [j for j, k in enumerate(kinds) if k != "slice"]
+        adv = [j for j, k in enumerate(kinds) if k not in ("slice", "none")]     # (None separates, as a slice)
         self.n_first = adv != list(range(adv[0], adv[-1] + 1))
         self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
         self.mask_in_view = shapes.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))

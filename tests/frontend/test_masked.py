@@ -178,3 +178,25 @@ def test_padded_nonzero(size):
     np.testing.assert_array_equal(got[1].numpy(), want[1])
     np.testing.assert_array_equal(got[2].numpy(), want[2].reshape(size, 2))
     np.testing.assert_array_equal(f(x)[1], want[1])             # outside of jit: numpy's, padded
+
+
+def test_a_mask_with_none_in_the_key_reads_and_writes_as_numpy():
+    """x[mask, None], x[None, mask], x[:, None, mask]: None adds a unit dim and separates
+    the mask from nothing (numpy's shape); reductions and writes through such keys."""
+    x = np.random.default_rng(3).standard_normal((6, 4))
+
+    def f(x):
+        m, c = x[:, 0] > 0, x[0] > 0
+        y = x.copy()
+        y[m, None] = 5.0
+        y[m, None, 1:] += 1
+        y[None, m] *= 3
+        return ((x[m, None] * 2).sum(axis=0), (x[:, None, c] ** 2).sum(axis=(0, 1)),
+                x[1, None, c].max(), x[m, None, 1:3].sum(axis=0), y)
+
+    want = f(x)
+    got = spmd.jit(f, backend="numpy")(x)
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-13)

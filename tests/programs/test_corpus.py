@@ -16,8 +16,9 @@ from spmd.launcher.cli import find_mpiexec
 
 # programs spmd cannot run yet: the minimal reproduction and its error
 XFAIL = {
-    "pagerank": "spmd.jit(lambda x: x[x > 0, None])(x): NotImplementedError: x[...] with a traced boolean "
-                "mask combined with integer arrays or None",
+    "pagerank": "def f(A, d): m = d > 0; return A[m] / d[m, None] -- spmd.jit(f)(A (n, n), d (n,)): TraceError: "
+                "x[mask] true_divide: two boolean selections through different masks (the same mask, "
+                "selections of shapes (N, n) and (N, 1))",
     "bellman_ford": "spmd.jit(lambda x: np.minimum.at(np.zeros(3), np.array([0, 0, 1]), x[:3]))(x): "
                     "NotImplementedError: np.minimum.at with indices that may repeat is not supported in spmd",
 }
