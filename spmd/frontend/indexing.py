@@ -293,6 +293,9 @@ def setitem(x, key, value):
     x._ensure_buffer()          # written into: an array, which its views below write through
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
+    if "mask" not in kinds and isinstance(value, masked.Masked):
+        # x[idx] = y[mask]: numpy's compacted selection (its length from the data)
+        value = value.compact("writing it into x[...]")
     if "mask" in kinds:
         _set_masked(x, ents, value)
     elif "array" not in kinds:
@@ -442,6 +445,42 @@ def scatter_add(x, key, value):
         return
     idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
     new = core.emit(t, "scatter", m, idx, val, axis=0)
+    new = shapes.transpose(shapes.reshape(new, tshape), list(np.argsort(perm)))
+    write(y, new.value)
+
+
+def scatter_extreme(x, key, value, ufunc):
+    """np.minimum.at / np.maximum.at(x, key, value) where indices may repeat: each update
+    compared with each element it may land on (a table of index == position), and the
+    extreme of the updates aimed at an element taken with it -- order-free, so exactly
+    numpy's unbuffered result (NaN propagating as np.minimum's); O(updates x elements)."""
+    t = x._tr
+    ents, _ = parse(x, key)
+    if builtins.any(k == "mask" for k, _ in ents):
+        raise NotImplementedError(f"ufunc.at with a traced boolean mask (at {user_loc()}); use "
+                                  f"x[...] = np.where(mask, np.{ufunc.__name__}(x, v), x)")
+    y, pos, adv, adjacent = _split(x, ents)
+    flat, bshape, n = _flat_index(y, pos, adv)
+    m, perm, tshape = _merged(y, pos)
+    val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
+    k = int(np.prod(bshape, dtype=np.int64))
+    if not n or not k:
+        return
+    rest = tuple(m.shape[1:])
+    idx = shapes.reshape(flat if isinstance(flat, Tracer) else core.asarray(flat, t=t), (k, 1))
+    hit = ew.equal(idx, core.asarray(np.arange(n, dtype=np.int64)[None, :], t=t))
+    hit = shapes.reshape(hit, (k, n) + (1,) * len(rest))
+    dt = np.dtype(x.dtype)
+    low = ufunc is np.minimum
+    if dt.kind == "f":
+        fill = np.array(np.inf if low else -np.inf, dt)
+    elif dt.kind in "iu":
+        fill = np.array(np.iinfo(dt).max if low else np.iinfo(dt).min, dt)
+    else:
+        fill = np.array(low, dt)
+    cand = ew.where(hit, shapes.reshape(val, (k, 1) + rest), fill)
+    best = red.min(cand, axis=0) if low else red.max(cand, axis=0)
+    new = ew.minimum(m, best) if low else ew.maximum(m, best)
     new = shapes.transpose(shapes.reshape(new, tshape), list(np.argsort(perm)))
     write(y, new.value)
 
@@ -627,6 +666,8 @@ def ufunc_at(ufunc, builder, a, indices, b=None):
     ents, _ = parse(a, indices)
     repeats = builtins.any(k == "array" and (isinstance(v, Tracer) or np.unique(v).size != np.size(v))
                            for k, v in ents) or builtins.sum(1 for k, _ in ents if k == "array") > 1
+    if repeats and (ufunc is np.minimum or ufunc is np.maximum) and b is not None:
+        return scatter_extreme(a, indices, b, ufunc)
     if repeats or builder is None:
         raise NotImplementedError(f"np.{name}.at with indices that may repeat is not supported in spmd "
                                   f"(at {user_loc()}); np.add.at and np.subtract.at are, and so is "

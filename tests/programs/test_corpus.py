@@ -19,8 +19,6 @@ XFAIL = {
     "pagerank": "def f(A, d): m = d > 0; return A[m] / d[m, None] -- spmd.jit(f)(A (n, n), d (n,)): TraceError: "
                 "x[mask] true_divide: two boolean selections through different masks (the same mask, "
                 "selections of shapes (N, n) and (N, 1))",
-    "bellman_ford": "spmd.jit(lambda x: np.minimum.at(np.zeros(3), np.array([0, 0, 1]), x[:3]))(x): "
-                    "NotImplementedError: np.minimum.at with indices that may repeat is not supported in spmd",
 }
 
 # programs that take graph breaks, and the value each needs from the data; every other
@@ -36,6 +34,7 @@ BREAKS = {
     "power_spectrum": "freqs[np.argmax(psd)]: np.fft.rfftfreq's numpy array indexed by a traced integer",
     "groupby_unique": "np.unique(keys, return_inverse=True) and np.bincount: sizes from the data",
     "moving_average": "int(above.sum()), int(below.sum()) returned",
+    "bellman_ford": "pred[dst[tight]] = src[tight]: the selections' length",
     "label_propagation": "labels.max() + 1 as a shape, and np.arange(n)[known], labels[known] as indices",
 }
 
