@@ -16,9 +16,6 @@ from spmd.launcher.cli import find_mpiexec
 
 # programs spmd cannot run yet: the minimal reproduction and its error
 XFAIL = {
-    "pagerank": "def f(A, d): m = d > 0; return A[m] / d[m, None] -- spmd.jit(f)(A (n, n), d (n,)): TraceError: "
-                "x[mask] true_divide: two boolean selections through different masks (the same mask, "
-                "selections of shapes (N, n) and (N, 1))",
 }
 
 # programs that take graph breaks, and the value each needs from the data; every other
