@@ -293,6 +293,9 @@ def setitem(x, key, value):
     x._ensure_buffer()          # written into: an array, which its views below write through
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
+    if "mask" not in kinds and isinstance(value, masked.Masked):
+        # x[idx] = y[mask]: numpy's compacted selection (its length from the data)
+        value = value.compact("writing it into x[...]")
     if "mask" in kinds:
         _set_masked(x, ents, value)
     elif "array" not in kinds:
@@ -446,6 +449,42 @@ def scatter_add(x, key, value):
     write(y, new.value)
 
 
+def scatter_extreme(x, key, value, ufunc):
+    """np.minimum.at / np.maximum.at(x, key, value) where indices may repeat: each update
+    compared with each element it may land on (a table of index == position), and the
+    extreme of the updates aimed at an element taken with it -- order-free, so exactly
+    numpy's unbuffered result (NaN propagating as np.minimum's); O(updates x elements)."""
+    t = x._tr
+    ents, _ = parse(x, key)
+    if builtins.any(k == "mask" for k, _ in ents):
+        raise NotImplementedError(f"ufunc.at with a traced boolean mask (at {user_loc()}); use "
+                                  f"x[...] = np.where(mask, np.{ufunc.__name__}(x, v), x)")
+    y, pos, adv, adjacent = _split(x, ents)
+    flat, bshape, n = _flat_index(y, pos, adv)
+    m, perm, tshape = _merged(y, pos)
+    val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
+    k = int(np.prod(bshape, dtype=np.int64))
+    if not n or not k:
+        return
+    rest = tuple(m.shape[1:])
+    idx = shapes.reshape(flat if isinstance(flat, Tracer) else core.asarray(flat, t=t), (k, 1))
+    hit = ew.equal(idx, core.asarray(np.arange(n, dtype=np.int64)[None, :], t=t))
+    hit = shapes.reshape(hit, (k, n) + (1,) * len(rest))
+    dt = np.dtype(x.dtype)
+    low = ufunc is np.minimum
+    if dt.kind == "f":
+        fill = np.array(np.inf if low else -np.inf, dt)
+    elif dt.kind in "iu":
+        fill = np.array(np.iinfo(dt).max if low else np.iinfo(dt).min, dt)
+    else:
+        fill = np.array(low, dt)
+    cand = ew.where(hit, shapes.reshape(val, (k, 1) + rest), fill)
+    best = red.min(cand, axis=0) if low else red.max(cand, axis=0)
+    new = ew.minimum(m, best) if low else ew.maximum(m, best)
+    new = shapes.transpose(shapes.reshape(new, tshape), list(np.argsort(perm)))
+    write(y, new.value)
+
+
 class _MaskPlan:
     """A key with one traced boolean mask, otherwise slices and integers, laid out for a
     select. numpy selects x[key] with shape S: the basic dims the slices keep, with N (the
@@ -458,7 +497,7 @@ class _MaskPlan:
 
     def __init__(self, x, ents, read):
         kinds = [k for k, _ in ents]
-        if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask") for k in kinds):
+        if kinds.count("mask") > 1 or builtins.any(k not in ("slice", "int", "scalar", "mask", "none") for k in kinds):
             if read and "array" not in kinds and "none" not in kinds:
                 _mask_read_error()
             other = "another mask" if kinds.count("mask") > 1 else "integer arrays or None"
@@ -467,16 +506,17 @@ class _MaskPlan:
                 f"x[...] = np.where(mask, v, x) with the mask broadcast to x's shape")
         i = kinds.index("mask")
         mask = ents[i][1]
-        if tuple(mask.shape) != tuple(x.shape[i:i + mask.ndim]):
+        d = builtins.sum(1 for k in kinds[:i] if k != "none")        # the mask's first dim in x
+        if tuple(mask.shape) != tuple(x.shape[d:d + mask.ndim]):
             raise IndexError(f"boolean index did not match indexed array along dimensions "
-                             f"{list(range(i, i + mask.ndim))}: array is {list(x.shape)}, boolean index is "
+                             f"{list(range(d, d + mask.ndim))}: array is {list(x.shape)}, boolean index is "
                              f"{list(mask.shape)} (at {user_loc()})")
         self.mask = mask
         self.view = _basic_view(x, ents[:i] + [("slice", slice(None))] * mask.ndim + ents[i + 1:])
-        p = self.p = builtins.sum(1 for k, _ in ents[:i] if k == "slice")     # the mask's first dim in view
+        p = self.p = builtins.sum(1 for k, _ in ents[:i] if k in ("slice", "none"))    # the mask's first dim in view
         self.k = mask.ndim
         a, b = self.view.shape[:p], self.view.shape[p + mask.ndim:]
-        adv = [j for j, k in enumerate(kinds) if k != "slice"]
+        adv = [j for j, k in enumerate(kinds) if k not in ("slice", "none")]     # (None separates, as a slice)
         self.n_first = adv != list(range(adv[0], adv[-1] + 1))
         self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
         self.mask_in_view = shapes.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
@@ -626,6 +666,8 @@ def ufunc_at(ufunc, builder, a, indices, b=None):
     ents, _ = parse(a, indices)
     repeats = builtins.any(k == "array" and (isinstance(v, Tracer) or np.unique(v).size != np.size(v))
                            for k, v in ents) or builtins.sum(1 for k, _ in ents if k == "array") > 1
+    if repeats and (ufunc is np.minimum or ufunc is np.maximum) and b is not None:
+        return scatter_extreme(a, indices, b, ufunc)
     if repeats or builder is None:
         raise NotImplementedError(f"np.{name}.at with indices that may repeat is not supported in spmd "
                                   f"(at {user_loc()}); np.add.at and np.subtract.at are, and so is "

@@ -95,7 +95,10 @@ class Masked:
         if self.vals._tr.oracle is None:
             raise self.compacted(what)
         plan = self.plan
-        n = int(red.sum(core.astype(plan.mask, "int64")))
+        # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
+        # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
+        count = red.sum(core.astype(plan.mask, "int64"))
+        n = int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
         r = self.vals[(slice(None),) * plan.p + padded.nonzero(plan.mask, size=n)]
         if plan.n_first and plan.p:        # numpy puts the selection first (see _MaskPlan)
             r = shapes.transpose(r, [plan.p] + list(range(plan.p)) + list(range(plan.p + 1, r.ndim)))
@@ -118,10 +121,18 @@ class Masked:
         return a.sel == b.sel and a.view.shape == b.view.shape and (a.p, a.k, a.n_first) == (b.p, b.k, b.n_first) \
             and same_value(a.mask.value, b.mask.value)
 
+    def broadcasts(self, other) -> bool:
+        """Does `other` select through the same mask, numpy's selection of it broadcasting
+        to this one's (A[m] / d[m, None]: unit dims where this one has others)?"""
+        a, b = self.plan, other.plan
+        return len(a.sel) == len(b.sel) and (a.p, a.k, a.n_first) == (b.p, b.k, b.n_first) \
+            and builtins.all(s == t or t == 1 for s, t in zip(a.sel, b.sel)) \
+            and same_value(a.mask.value, b.mask.value)
+
     def operand(self, other, what):
         """other, laid out to combine with self.vals elementwise."""
         if isinstance(other, Masked):
-            if not self.aligned(other):
+            if not (self.aligned(other) or self.broadcasts(other)):
                 raise TraceError(
                     f"{what} at {user_loc()}: two boolean selections through different masks (selected at "
                     f"{self.loc} and {other.loc}); numpy pairs their elements by position in the compacted "
@@ -136,8 +147,11 @@ class Masked:
     def apply(self, f, args, kwargs, what):
         """f(*args, **kwargs) on the selected elements (args hold self and maybe other
         selections, arrays, scalars): a Masked value of the result."""
-        vals = [self.operand(a, what) for a in args]
-        return Masked(self.plan, f(*vals, **kwargs), self.loc)
+        # the selection the others broadcast to leads (self's when they are alike)
+        sels = [a for a in args if isinstance(a, Masked)]
+        lead = next((c for c in [self] + sels if builtins.all(c.aligned(o) or c.broadcasts(o) for o in sels)), self)
+        vals = [lead.operand(a, what) for a in args]
+        return Masked(lead.plan, f(*vals, **kwargs), lead.loc)
 
     def assign(self, r, what):
         """self op= ...: the compacted copy numpy would write, with its dtype kept."""

@@ -15,6 +15,7 @@ from . import elementwise as ew
 from . import functionalize as fz
 from . import numpy_buffers as nb
 from . import reductions as red
+from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 
 
@@ -134,6 +135,8 @@ API = (
     ("tril",          SF.tril,                        (F,),      ()),
     ("triu",          SF.triu,                        (F,),      ()),
     ("diag",          SF.diag,                        (F,),      ()),
+    ("diagflat",      SF.diagflat,                    (F,),      ()),
+    ("insert",        SF.insert,                      (F,),      ()),
     ("diagonal",      SF.diagonal,                    (F, M),    ()),
     ("trace",         SF.trace,                       (F,),      ()),
     ("kron",          SF.kron,                        (F,),      ()),
@@ -187,6 +190,9 @@ API = (
     ("percentile",    ST.percentile,                  (F,),      ()),
     ("quantile",      ST.quantile,                    (F,),      ()),
     ("average",       ST.average,                     (F,),      ()),
+    ("cov",           ST.cov,                         (F,),      ()),
+    ("corrcoef",      ST.corrcoef,                    (F,),      ()),
+    ("convolve",      CV.convolve,                    (F,),      ()),
     ("nansum",        ST.nansum,                      (F,),      ()),
     ("nanprod",       ST.nanprod,                     (F,),      ()),
     ("nanmean",       ST.nanmean,                     (F,),      ()),

@@ -34,6 +34,7 @@ from ..errors import TraceError, is_internal, user_loc
 from . import core
 from . import functionalize as fz
 from . import views
+from .masked import Masked
 from .trace import NumpyBuffer, Tracer, current_trace, resolve
 
 CREATORS = ("zeros", "empty", "ones", "full", "eye", "identity", "array", "asarray", "asanyarray",
@@ -60,7 +61,8 @@ def numbers(b):
 
 # -- what a call involves -------------------------------------------------------------------
 def _traced(x) -> bool:
-    return isinstance(x, Tracer) or (isinstance(x, NumpyBuffer) and x.live())
+    # (a Masked x[mask] is traced too: Y[x[mask]] = 1 indexes the buffer with it)
+    return isinstance(x, (Tracer, Masked)) or (isinstance(x, NumpyBuffer) and x.live())
 
 
 def _any(xs, pred) -> bool:

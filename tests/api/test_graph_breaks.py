@@ -173,3 +173,26 @@ def test_bincount_refuses_what_numpy_refuses():
         warnings.simplefilter("ignore", FallbackWarning)
         with pytest.raises(ValueError, match="negative"):
             jitted(np.bincount)(np.array([0, 1, -1, 2, 0, 0, 0, 0]))
+
+
+def test_a_buffer_indexed_by_a_masked_selection_breaks_for_its_length():
+    """Y[labels[known]] = 1 into a buffer made by np.zeros: x[mask] as an index or as the
+    values written needs its length (a graph break), not the eager fallback of a store into
+    a numpy array."""
+    def f(labels):
+        known = labels >= 0
+        Y = np.zeros((8, 2))
+        Y[np.arange(8)[known], labels[known]] = 1
+        Z = np.zeros(8)
+        Z[labels[known]] += 1.0
+        W = np.full(8, -1)
+        W[labels[known] + 2] = labels[known] * 3           # a selection written as values too
+        return Y, Z, W
+
+    labels = np.array([0, -1, 1, -1, -1, 0, -1, 1])
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = jitted(f)(labels)
+    same(tuple(g.numpy() for g in got), f(labels))
+    msgs = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+    assert msgs and all("graph break" in m for m in msgs), msgs

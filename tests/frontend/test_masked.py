@@ -178,3 +178,46 @@ def test_padded_nonzero(size):
     np.testing.assert_array_equal(got[1].numpy(), want[1])
     np.testing.assert_array_equal(got[2].numpy(), want[2].reshape(size, 2))
     np.testing.assert_array_equal(f(x)[1], want[1])             # outside of jit: numpy's, padded
+
+
+def test_a_mask_with_none_in_the_key_reads_and_writes_as_numpy():
+    """x[mask, None], x[None, mask], x[:, None, mask]: None adds a unit dim and separates
+    the mask from nothing (numpy's shape); reductions and writes through such keys."""
+    x = np.random.default_rng(3).standard_normal((6, 4))
+
+    def f(x):
+        m, c = x[:, 0] > 0, x[0] > 0
+        y = x.copy()
+        y[m, None] = 5.0
+        y[m, None, 1:] += 1
+        y[None, m] *= 3
+        return ((x[m, None] * 2).sum(axis=0), (x[:, None, c] ** 2).sum(axis=(0, 1)),
+                x[1, None, c].max(), x[m, None, 1:3].sum(axis=0), y)
+
+    want = f(x)
+    got = spmd.jit(f, backend="numpy")(x)
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+
+
+def test_selections_of_one_mask_broadcast_as_numpy():
+    """A[m] / d[m, None] (shapes (N, n) and (N, 1)) pairs rows as numpy does, in either
+    order, read and written back through the mask; (N,) with (N, 1) would be (N, N) in
+    numpy and still raises."""
+    rng = np.random.default_rng(4)
+    A, d = rng.standard_normal((6, 4)), rng.standard_normal(6)
+
+    def f(A, d):
+        m = d > 0
+        M = np.zeros_like(A)
+        M[m] = A[m] / d[m, None]
+        return M, (d[m, None] * A[m]).sum(axis=0), np.maximum(A[m], d[m, None]).sum()
+
+    want = f(A, d)
+    got = spmd.jit(f, backend="numpy")(A, d)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-13)
+    with pytest.raises(spmd.errors.TraceError, match="two boolean selections"):
+        spmd.jit(lambda d: (d[d > 0] * d[d > 0, None]).sum(), backend="numpy", fallback=False)(d)

@@ -218,3 +218,26 @@ def test_random_slice_writes_into_numpy_buffers(n, lo, step, k, split):
         h[::step] *= -1.0
         return g, h, v + 0
     run(f, x, split=split)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from(["minimum", "maximum"]), st.sampled_from(["float64", "int64"]))
+def test_minimum_and_maximum_at_with_repeated_indices(seed, name, dt):
+    """np.minimum.at / np.maximum.at into a buffer with traced, repeating (and negative)
+    indices, rows or elements: numpy's unbuffered result (Bellman-Ford's relaxation)."""
+    rng = np.random.default_rng(seed)
+    ufunc = getattr(np, name)
+
+    def relax(dist, src, dst, w):
+        d = np.full(dist.shape[0], 50, dtype=dist.dtype)
+        d[:4] = dist[:4]
+        ufunc.at(d, dst, d[src] + w)
+        rows = np.zeros((dist.shape[0], 2), dtype=dist.dtype)
+        ufunc.at(rows, (dst, 1), w)
+        return d, rows
+
+    n, m = 8, 12
+    dist = rng.integers(0, 40, n).astype(dt)
+    if dt == "float64" and seed % 3 == 0:
+        dist[1] = np.nan
+    run(relax, dist, rng.integers(0, n, m), rng.integers(-n, n, m), rng.integers(0, 9, m).astype(dt))

@@ -103,6 +103,19 @@ CASES = [
     C("tril", lambda x: np.tril(x, -2), FI, shapes=((5, 6), (2, 3, 3)), local="all"),
     C("diag", lambda x: np.diag(x, -2), FI, shapes=((7,), (1,)), local=()),
     C("diag_of", lambda x: np.diag(x, 1), FI, shapes=((5, 6), (1, 3)), local=()),
+    C("diagflat", lambda x: np.diagflat(x, -1), FI, shapes=((2, 3), (1,)), local=()),
+    C("insert", lambda x: np.insert(x, [0, -1, -1], 2.5), ALLT, local=()),
+    C("insert_axis", lambda x: np.insert(x, 1, x[:, -1] * 2, axis=1), FI, shapes=((5, 6), (1, 3)), local=()),
+    C("insert_slice", lambda x: np.insert(x, slice(None, None, 2), [[7]], axis=0), FI,
+      shapes=((5, 6), (2, 1)), local=()),
+    C("cov", lambda x: np.cov(x), FI + ("float32",), shapes=((5, 6), (7,), (1, 3)), local=()),
+    C("cov_cols", lambda x: np.cov(x, x[::-1] * 2, rowvar=False, ddof=0), F, shapes=((5, 6), (7,)), local=()),
+    C("corrcoef", lambda x: np.corrcoef(x, rowvar=False), F, shapes=((5, 6), (7, 3)), local=()),
+    C("convolve", lambda x: np.convolve(x.ravel(), np.array([1, -2, 3], dtype=x.dtype)), FI, local=()),
+    C("convolve_same", lambda x: np.convolve(np.array([2, 1], dtype=x.dtype), x.ravel(), "same"), F + ("int32",),
+      shapes=((5, 6), (7,), (1,)), local=()),
+    C("convolve_valid", lambda x: np.convolve(x.ravel()[:4], x.ravel(), mode="valid"), FI,
+      shapes=((5, 6), (7,), (2, 1)), local=()),
     C("diagonal", lambda x: np.diagonal(x, -1, 1, 2), ALLT, shapes=((2, 5, 6), (3, 1, 1)), local=(0,)),
     C("trace", lambda x: np.trace(x), FI, shapes=((5, 6), (3, 1)), local=()),
     C("trace_batch", lambda x: np.trace(x, 1, axis1=-2, axis2=-1, dtype=np.float64), FI,
@@ -491,3 +504,28 @@ def test_complex_2_norms_sum_squares_of_the_parts_as_numpy(kw):
         got = np.asarray(spmd.jit(lambda x: np.linalg.norm(x, **kw), backend="numpy")(x.astype(dt)))
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_size_with_an_axis_and_histogram_with_its_own_edges():
+    """np.size(x, axis) as numpy's (an int, an axis tuple, a negative axis); np.histogram
+    with the edges of an earlier np.histogram (traced constants) and with data-made edges
+    (their numbers taken by a graph break) counts as numpy does."""
+    x = np.random.default_rng(0).standard_normal((6, 5))
+
+    def f(x):
+        counts, edges = np.histogram(x, 8, range=(-3, 3))
+        dens, _ = np.histogram(x, bins=edges, density=True)
+        return x * np.size(x, 1) + np.size(x, -2) + np.size(x, (0, 1)), counts, dens
+
+    want = f(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spmd.errors.FallbackWarning)     # constant edges: no break
+        got = spmd.jit(f, backend="numpy")(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
+
+    def g(x):
+        _, edges = np.histogram(x, 5)
+        return np.histogram(x, bins=edges)[0]
+    with pytest.warns(spmd.errors.FallbackWarning, match="graph break"):
+        np.testing.assert_array_equal(np.asarray(spmd.jit(g, backend="numpy")(x)), g(x))

@@ -563,6 +563,27 @@ def diag(v, k=0):
     return ew.where(mask, vb, core.zeros_like(vb))
 
 
+def insert(arr, obj, values, axis=None):
+    """numpy's np.insert by numpy's own: np.insert on element numbers (arr's, then the
+    values' after them) says which element lands where -- the shape, the order, the values
+    broadcast, negative indices, slices, axis=None flattening and the errors are numpy's --
+    and one gather from arr and the values (cast to arr's dtype, as numpy does) takes them."""
+    if isinstance(obj, Tracer):
+        raise NotImplementedError(f"np.insert at traced positions (at {user_loc()})")
+    t = core.trace_of(arr, values)
+    x = core.asarray(arr, t=t)
+    v = core.astype(core.asarray(values, t=t), x.dtype)
+    n = int(np.prod(x.shape, dtype=np.int64))
+    ids = np.insert(np.arange(n).reshape(x.shape), obj, np.arange(n, n + v.size).reshape(v.shape), axis)
+    flat = shapes.concatenate([shapes.reshape(x, (-1,)), shapes.reshape(v, (-1,))], 0)
+    return indexing.getitem(flat, ids)
+
+
+def diagflat(v, k=0):
+    """numpy's: v flattened, on the k-th diagonal of a square array."""
+    return diag(shapes.ravel(core.asarray(v)), k)
+
+
 @core.takes_out
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     d = diagonal_values(a, offset, axis1, axis2)

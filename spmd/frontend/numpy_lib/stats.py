@@ -9,13 +9,14 @@ import builtins
 
 import numpy as np
 
-from ...errors import ShapeError, user_loc
+from ...errors import ShapeError, user_loc, warn_at
 from ...ir import dtypes
-from .. import core, indexing, reductions as red, shapes
+from .. import contractions, core, indexing, reductions as red, shapes
 from .. import elementwise as ew
 from .. import functionalize as fz
 from ..trace import Tracer
 from . import math_funcs as MF
+from . import shape_funcs as SF
 
 
 def _move_last(x, axis, name):
@@ -251,6 +252,55 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     return avg
 
 
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
+    """numpy's np.cov without weights, in numpy's steps: rows (rowvar) or columns are the
+    variables, their means subtracted, X @ X.T times 1 / (N - ddof)."""
+    if fweights is not None or aweights is not None:
+        raise NotImplementedError(f"np.cov with fweights / aweights (at {user_loc()})")
+    if ddof is not None and ddof != int(ddof):
+        raise ValueError(f"ddof must be integer (at {user_loc()})")
+    t = core.trace_of(m) if y is None else core.trace_of(m, y)
+    mx = core.asarray(m, t=t)
+    ys = None if y is None else core.asarray(y, t=t)
+    if mx.ndim > 2 or (ys is not None and ys.ndim > 2):
+        raise ValueError(f"{'m' if mx.ndim > 2 else 'y'} has more than 2 dimensions (at {user_loc()})")
+    if dtype is None:
+        dtype = core.result_dtype(mx, np.float64(0)) if ys is None else core.result_dtype(mx, ys, np.float64(0))
+    if np.dtype(dtype).kind == "c":
+        raise NotImplementedError(f"np.cov of complex arrays (at {user_loc()})")
+    X = core.astype(shapes.reshape(mx, (1, -1)) if mx.ndim < 2 else mx, dtype)
+    if not rowvar and mx.ndim != 1:
+        X = shapes.transpose(X)
+    if X.shape[0] == 0:
+        return core.asarray(np.array([]).reshape(0, 0), t=t)
+    if ys is not None:
+        Y = core.astype(shapes.reshape(ys, (1, -1)) if ys.ndim < 2 else ys, dtype)
+        if not rowvar and Y.shape[0] != 1:
+            Y = shapes.transpose(Y)
+        X = shapes.concatenate([X, Y], 0)
+    if ddof is None:
+        ddof = 1 if bias == 0 else 0
+    fact = X.shape[1] - ddof
+    if fact <= 0:
+        warn_at("Degrees of freedom <= 0 for slice", RuntimeWarning, user_loc())
+        fact = 0.0
+    Xc = ew.subtract(X, red.mean(X, 1, keepdims=True))
+    c = contractions.matmul(Xc, shapes.transpose(Xc))
+    c = ew.multiply(c, np.true_divide(1, fact).astype(dtype))
+    return shapes.squeeze(c)
+
+
+def corrcoef(x, y=None, rowvar=True, bias=np._NoValue, ddof=np._NoValue, *, dtype=None):
+    """numpy's: cov scaled by the standard deviations on both sides, clipped to [-1, 1]."""
+    c = cov(x, y, rowvar, dtype=dtype)
+    if c.ndim == 0:
+        return ew.true_divide(c, c)
+    sd = ew.sqrt(SF.diagonal(c))
+    c = ew.true_divide(c, shapes.reshape(sd, (-1, 1)))
+    c = ew.true_divide(c, shapes.reshape(sd, (1, -1)))
+    return ew.clip(c, -1, 1)
+
+
 def _nan_prep(a):
     x = core.asarray(a)
     if x.dtype.kind not in "fc":
@@ -429,8 +479,6 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     if isinstance(bins, str):
         raise NotImplementedError(f"np.histogram with bins={bins!r} chooses the number of bins from the "
                                   f"data; pass a number or the edges (at {user_loc()})")
-    if isinstance(bins, Tracer):
-        raise NotImplementedError(f"np.histogram with traced bin edges (at {user_loc()})")
     w = None if weights is None else shapes.ravel(core.asarray(weights, t=x._tr))
     if w is not None and w.shape != x.shape:
         raise ValueError(f"histogram: weights should have the same shape as a (at {user_loc()})")
@@ -446,7 +494,10 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
 
 
 def _given_edges(x, bins):
-    e = np.asarray(bins)
+    # traced edges (np.histogram's own, passed on) are checked on their numbers: a
+    # constant's, else the data's (a graph break, spmd/graph_breaks.py)
+    p = bins.value.producer if isinstance(bins, Tracer) else None
+    e = p.attrs["value"] if p is not None and p.name == "constant" else np.asarray(bins)
     if e.ndim != 1 or (np.diff(e) < 0).any():
         raise ValueError(f"histogram: bins must increase monotonically, when an array (at {user_loc()})")
     return core.asarray(e, t=x._tr)
