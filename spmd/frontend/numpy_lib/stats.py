@@ -267,7 +267,8 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     if dtype is None:
         dtype = core.result_dtype(mx, np.float64(0)) if ys is None else core.result_dtype(mx, ys, np.float64(0))
     if np.dtype(dtype).kind == "c":
-        raise NotImplementedError(f"np.cov of complex arrays (at {user_loc()})")
+        raise NotImplementedError(f"np.cov of complex arrays, or with a complex dtype={np.dtype(dtype).name} "
+                                  f"(at {user_loc()})")
     X = core.astype(shapes.reshape(mx, (1, -1)) if mx.ndim < 2 else mx, dtype)
     if not rowvar and mx.ndim != 1:
         X = shapes.transpose(X)
