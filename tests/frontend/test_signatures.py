@@ -16,7 +16,7 @@ import pytest
 
 import spmd
 from spmd.frontend import numpy_api as npx
-from api_samples import A, M, MESH, copies, describe, eager_numpy_backend, is_array, placed, sample
+from api_samples import M, copies, describe, eager_numpy_backend, is_array, placed, sample
 
 # values to try per parameter name; numpy itself decides which it accepts for a function
 VALUES = {
@@ -239,5 +239,3 @@ def test_the_generated_cases_cover_the_common_parameters():
     params = {p for _, p, _ in CASES}
     assert {"axis", "keepdims", "dtype", "out", "where", "ddof"} <= params and len(CASES) > 300, len(CASES)
 
-
-_ = (A, MESH)
