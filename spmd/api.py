@@ -21,7 +21,17 @@ install_excepthook()
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
         donate_argnums=(), memory_limit=None, fallback=True):
-    """`donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
+    """Compile `fn` (a numpy function) for a mesh of devices: traced once per input
+    signature, partitioned, compiled, cached; calling the result runs the program.
+
+    `in_shardings` / `out_shardings`: how the arguments / results are split, a pytree
+    prefix of them with a `Sharding` (mesh.sharding("data", None)), a bare spec tuple when
+    the mesh is known, `None` to infer (an spmd.Array keeps its own). `mesh`: the mesh when
+    no sharding names one. `backend`: "llvm" (fused native kernels, the default) or
+    "numpy" (the reference). `static_argnums`: positions of arguments that are
+    configuration, not arrays (part of the cache key, passed as they are).
+
+    `donate_argnums` (jax's meaning): the spmd.Array arguments at these positions give
     their buffers to the program, which may compute outputs (or temporaries) in them; the
     donated Arrays are invalid afterwards (using one raises). A numpy argument is copied
     for the program instead (its owner keeps it).
@@ -31,10 +41,11 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
     peak fits, or raises MemoryLimitError before anything runs, naming what is live at
     the peak and the user lines that made it.
 
-    `fallback`: when tracing needs the value of a traced array (float(), `if` on data,
-    math.sqrt, .item(), np.array(traced)), run the function eagerly on the sharded
-    arrays instead, with a FallbackWarning naming the function and the line (staging.py);
-    fallback=False raises the ConcreteValueError instead."""
+    `fallback`: where tracing needs a value of the data (float(), `if` on data, .item(),
+    np.nonzero's size), compile the part before, run it and trace the rest with the value
+    (a graph break, graph_breaks.py), with a FallbackWarning naming the line; where breaks
+    would not pay, run the function eagerly on the sharded arrays. fallback=False raises
+    the ConcreteValueError instead."""
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
                              backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
