@@ -2,7 +2,7 @@
 
     spmd run -n N [--backend local|mpi|ray] [--hosts h1,h2[:slots] | --hostfile FILE] [--check]
              script.py args...
-    spmd doctor (--hosts h1,h2 | --hostfile FILE)
+    spmd doctor [--hosts h1,h2 | --hostfile FILE]
 
 The script is the same in every case; `spmd run` sets SPMD_BACKEND and SPMD_NUM_DEVICES
 and spmd.init() (or the first jit call) picks them up.
@@ -72,7 +72,8 @@ def main(argv=None):
     run.add_argument("--check", action="store_true", help="check every host first (spmd doctor)")
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
-    doc = sub.add_parser("doctor", help="check the hosts before a job: reachable, same versions, bandwidth")
+    doc = sub.add_parser("doctor", help="check this machine's install; with --hosts, the hosts before a job: "
+                                        "reachable, same versions, bandwidth")
     _add_hosts(doc)
     args = ap.parse_args(argv)
     parser = run if args.cmd == "run" else doc
@@ -82,7 +83,8 @@ def main(argv=None):
         parser.error(str(e))
     if args.cmd == "doctor":
         if hosts is None:
-            doc.error("name the hosts with --hosts or --hostfile")
+            from .doctor import local_doctor
+            sys.exit(local_doctor())
         from .doctor import doctor
         sys.exit(doctor([h for h, _ in hosts]))
     if args.n < 1:

@@ -1,4 +1,5 @@
 """`spmd doctor --hosts h1,h2` (and `spmd run --check`): is every host ready for a job?
+`spmd doctor` alone checks this machine's install (`local_doctor`).
 
 For each host, over ssh: it answers; it runs this Python (same path, same version) with
 the same spmd (version and a digest of its source), numpy, mpi4py, MPICH and Ray as this
@@ -151,6 +152,62 @@ def doctor(hosts, out=None) -> int:
         out.write((fail if fail else f"link {up[0]} -> {dst}: {rate_text(bps)}") + "\n")
     out.flush()
     return 1 if failed else 0
+
+
+# -- this machine alone -------------------------------------------------------------------
+COMPILE_CHECK = ("import numpy as np, spmd, time; t = time.perf_counter(); "
+                 "r = spmd.jit(lambda x: x * 2 + 1, backend='llvm')(np.arange(4.0)); "
+                 "assert np.asarray(r).tolist() == [1.0, 3.0, 5.0, 7.0], r; "
+                 "print(f'{1e3 * (time.perf_counter() - t):.0f}')")
+
+
+def local_doctor(out=None) -> int:
+    """This machine's install, a line per check ("ok", "--" for an extra not installed,
+    "FAIL" with what to do); 0 unless something failed."""
+    out = out or sys.stdout
+    here = facts()
+    lines, failed = [f"ok   Python {here['python']}", f"ok   spmd {here['spmd']}"], False
+    llvmlite = _version("llvmlite")
+    lines.append(f"ok   numpy {here['numpy']}, llvmlite {llvmlite}" if llvmlite else
+                 "FAIL llvmlite is not installed: pip install llvmlite (spmd compiles its kernels with it)")
+    failed |= llvmlite is None
+    env = dict(os.environ, SPMD_CACHE="0", SPMD_BACKEND="local")
+    p = subprocess.run([sys.executable, "-c", COMPILE_CHECK], capture_output=True, text=True, timeout=300, env=env)
+    if p.returncode == 0:
+        lines.append(f"ok   a jitted program compiled to LLVM kernels and ran ({last_line(p.stdout, '?')} ms)")
+    else:
+        failed = True
+        lines.append(f"FAIL a jitted program did not compile and run: {last_line(p.stderr, 'no output')}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    lines.append(f"ok   {cores} cores: `python script.py` runs {os.environ.get('SPMD_NUM_DEVICES') or cores} "
+                 f"local devices (SPMD_NUM_DEVICES=N for another number)")
+    lines.append(_shm_line())
+    mpiexec = _mpiexec()
+    if here["mpi4py"] and mpiexec:
+        lines.append(f"ok   MPI: mpi4py {here['mpi4py']}, mpich {here['mpich']}, {mpiexec}")
+    else:
+        lines.append("--   MPI: not installed (pip install 'spmd[mpi]' brings mpi4py and MPICH's mpiexec)")
+    lines.append(f"ok   Ray {here['ray']}" if here["ray"] else
+                 "--   Ray: not installed (pip install 'spmd[ray]')")
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+    return 1 if failed else 0
+
+
+def _shm_line() -> str:
+    try:
+        st = os.statvfs("/dev/shm")
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        return "--   /dev/shm: none (MPI's ranks on one host exchange through it)"
+    ok = os.access("/dev/shm", os.W_OK)
+    return (f"ok   /dev/shm: {free / 2**30:.1f} GB free" if ok else
+            "FAIL /dev/shm is not writable: MPI's ranks on one host exchange through it")
+
+
+def _mpiexec():
+    from .mpi import find_mpiexec
+    return find_mpiexec()
 
 
 # -- the remote halves --------------------------------------------------------------------

@@ -45,3 +45,14 @@ def test_local_runs_without_mpi_or_ray_and_a_missing_backend_names_its_extra():
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert "pip install 'spmd[mpi]'" in lines[0] and "pip install 'spmd[ray]'" in lines[1], out.stdout
+
+
+def test_spmd_doctor_alone_checks_this_machines_install():
+    out = subprocess.run([sys.executable, "-c", "from spmd.launcher.cli import main; main(['doctor'])"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert all(ln.startswith(("ok ", "-- ")) for ln in lines), lines
+    text = out.stdout
+    assert "compiled to LLVM kernels and ran" in text and " cores: " in text and "/dev/shm" in text
+    assert "MPI" in text and "Ray" in text
