@@ -25,14 +25,13 @@ BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_
 
 
 def user_threads():
-    """The user's BLAS thread count from the environment, or None."""
+    """The user's BLAS thread count from the environment, or None. (Runs before every
+    call: an unset variable raises nothing, as an exception raised and caught here on
+    every call gave a Ctrl-C arriving while it was in flight a chance to be lost.)"""
     for v in BLAS_ENV:
-        try:
-            n = int(os.environ.get(v, "").split(",")[0])
-        except ValueError:
-            continue
-        if n > 0:
-            return n
+        first = os.environ.get(v, "").split(",")[0].strip()
+        if first.isdigit() and int(first) > 0:
+            return int(first)
     return None
 
 
