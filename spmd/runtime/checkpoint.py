@@ -48,6 +48,7 @@ import os
 import shutil
 import socket
 import stat
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -665,17 +666,24 @@ def _read_verified(fd, s, block, start, stop, name):
     return buf
 
 
+# numpy parses a .npy header with ast.literal_eval, and CPython 3.11 before 3.11.8 keeps the
+# ast module's recursion depth per interpreter, not per thread: ranks reading headers at
+# once failed with "AST constructor recursion depth mismatch". One header at a time.
+_HEADER_LOCK = threading.Lock()
+
+
 def _read_header(head, leaf, s):
     """Parse and check the .npy header; returns the data offset."""
     f = io.BytesIO(head.tobytes())
     try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
+        with _HEADER_LOCK:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
     except Exception as e:           # noqa: BLE001 - whatever numpy's header parser says, it is a bad file
         raise CheckpointError(f"checkpoint file {s.file} ({leaf!r}) has a bad .npy header: {e}") from None
     want_shape = tuple(b - a for a, b in s.box)
