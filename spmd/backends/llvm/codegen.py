@@ -36,9 +36,13 @@ from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, InRange, anywhere, bou
     each, known, tests, truth
 from .index_sets import intervals as cut
 from .lowering import lowering_of
-from .scalar import HALFS, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, literal
+from .scalar import HALFS, LL, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, literal
 
 BIG_WORK, BIG_LOOP = 1 << 14, 64
+# a reduction's operand that costs this many instructions an element (an exp) is kept in a
+# row buffer for the loops after the reduction; the buffers of a kernel stay within L1/L2
+ROW_COST, ROW_BYTES = 8, 1 << 17
+ROW_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 class Scope:
@@ -102,7 +106,10 @@ class KernelCodegen:
         self.decisions = {}              # id(condition) -> (condition, decided value)
         self.splats = {}                 # value -> splat(value)
         self.levels = None               # value -> stencil level (check_recompute)
+        self.rlevels = None              # value -> reductions nested in it (reduction_level)
         self.shifts = {}                 # (value, index variables) -> the offsets it was computed at
+        self.rows = defaultdict(list)    # value -> [(index map, axis, loop, buffer)] (keep_row)
+        self.row_bytes = 0
 
     # -- plumbing ---------------------------------------------------------------------
     def fresh(self):
@@ -257,7 +264,10 @@ class KernelCodegen:
         if c is not None:
             return SV(literal(c, v.dtype), compute_dtype(v.dtype))
         op = v.producer
-        if op is None or op not in self.member:
+        kept = self.kept_row(v, amap) if v in self.rows else None
+        if kept is not None:
+            x, scope = kept
+        elif op is None or op not in self.member:
             x, scope = self.load(v, amap)
         else:
             self.check_recompute(op, v, amap)
@@ -272,6 +282,46 @@ class KernelCodegen:
         if v in self.out_set and v is not self.k.root and self.storable(v, amap):
             self.store_escaping(scope, v, x, amap)
         return x
+
+    def keep_row(self, v, amap, axis, loop, x, cost):
+        """A reduction's operand v, computed at amap in its loop over `axis`, which costs
+        `cost` instructions an element to compute (softmax's exp): kept in a row buffer on the
+        stack as it is reduced, so a later loop over the same row in the same iteration of the
+        loops outside (softmax's division) reads it back from L1 instead of computing it again."""
+        n = v.shape[axis]
+        size = SIZE[x.dtype] if x.dtype in ROW_DTYPES else 0
+        if cost < ROW_COST or x.dtype not in ROW_DTYPES or self.flat or \
+                self.memo.get((v, amap), (None, None))[1] is not loop or \
+                len(self.intervals(self.loop_key.get(loop.var), n)) != 1 or \
+                self.row_bytes + n * size > ROW_BYTES:
+            return
+        self.row_bytes += n * size
+        buf = self.alloca("%row", f"[{n} x {LL[x.dtype]}], align 64")
+        p = self.fresh()
+        loop.insert(f"  {p} = getelementptr inbounds {LL[x.dtype]}, ptr {buf}, i64 {loop.var}")
+        loop.insert(f"  store {LL[x.dtype]} {x.name}, ptr {p}")
+        self.rows[v].append((amap, axis, loop, buf, x.dtype))
+
+    def kept_row(self, v, amap):
+        """(SV, scope) of v at amap read from a row keep_row kept, or None: the same index
+        but along the row axis, there a loop that runs after the one that kept the row, in
+        the same scope (so the same iteration of every loop outside)."""
+        for kmap, axis, loop, buf, dtype in self.rows[v]:
+            if loop.parent.closed or len(amap) != len(kmap) or \
+                    any(a != b for d, (a, b) in enumerate(zip(amap, kmap)) if d != axis):
+                continue
+            terms, c = amap[axis]
+            if c != 0 or len(terms) != 1 or terms[0][1] != 1:
+                continue
+            s = self.scopes.get(terms[0][0])
+            if s is None or s.var != terms[0][0] or s.parent is not loop.parent or s.closed or \
+                    loop.parent.items.index(s) < loop.parent.items.index(loop):
+                continue
+            p, r = self.fresh(), self.fresh()
+            s.insert(f"  {p} = getelementptr inbounds {LL[dtype]}, ptr {buf}, i64 {s.var}")
+            s.insert(f"  {r} = load {LL[dtype]}, ptr {p}")
+            return SV(r, dtype), s
+        return None
 
     def store_escaping(self, scope, v, x, amap):
         """Store an output on the way where this map covers a part of it not stored yet:
@@ -474,20 +524,40 @@ class KernelCodegen:
         """Emit the chain of elementwise producers below op (same index map) bottom-up with
         an explicit stack, in the order the recursion would, so that a chain of thousands
         of ops never nests emit() more than a step deep."""
-        stack = [(o, False) for o in reversed(self.needed(op, amap))]
+        stack = [(o, False) for o in self.by_reductions(self.needed(op, amap))]
         while stack:
             u, ready = stack.pop()
             hit = self.memo.get((u, amap))
             if (hit is not None and not hit[1].closed) or self.splat(u) is not None:
                 continue
             p = u.producer
-            if p is None or p not in self.member or p.opdef.family != "elementwise":
-                continue                  # emitted when its user is (no deep chain there)
+            if p is None or p not in self.member:
+                continue                  # a load, made when its user is
+            if p.opdef.family != "elementwise":
+                if self.reduction_level(u):
+                    self.emit(u, amap)    # its reductions now, in the order by_reductions says
+                continue                  # (no deep chain there)
             if ready:
                 self.emit(u, amap)
             else:
                 stack.append((u, True))
-                stack.extend((o, False) for o in reversed(self.needed(p, amap)))
+                stack.extend((o, False) for o in self.by_reductions(self.needed(p, amap)))
+
+    def by_reductions(self, operands):
+        """Operands in the order to pop them from a stack: the one with the most reductions
+        nested in it first, so the reductions outermost in the computation are emitted first
+        (softmax's sum before its exp at the divide, so the divide reads the exp the sum
+        kept: keep_row)."""
+        return sorted(reversed(operands), key=self.reduction_level)
+
+    def reduction_level(self, v) -> int:
+        """How many reductions nest in v's computation in this kernel."""
+        if self.rlevels is None:
+            self.rlevels = {}
+            for op in self.k.ops:
+                lvl = max((self.rlevels.get(o, 0) for o in op.operands), default=0)
+                self.rlevels[op.results[0]] = lvl + (op.opdef.fusion == "reduction")
+        return self.rlevels.get(v, 0)
 
     def storable(self, v, amap):
         """Does this map visit each element of v exactly once (so v can be stored here)?"""
