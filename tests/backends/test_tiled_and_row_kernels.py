@@ -74,7 +74,7 @@ TRANSPOSED = {
 
 
 @settings(max_examples=40, deadline=None)
-@given(rows=st.sampled_from([0, 1, 7, 8, 9, 17, 33]), cols=st.sampled_from([1, 8, 15, 16, 31]),
+@given(rows=st.one_of(st.sampled_from([0, 1, 8, 9, 16, 17]), st.integers(0, 40)), cols=st.integers(1, 40),
        dtype=st.sampled_from(["float32", "float64", "int32", "int64"]), expr=st.sampled_from(sorted(TRANSPOSED)),
        threads=st.sampled_from([1, 2]), seed=st.integers(0, 99))
 def test_transposed_reads_in_tiles_match_numpy(rows, cols, dtype, expr, threads, seed):
