@@ -1,11 +1,14 @@
 """Fused native kernels (the LLVM backend) against numpy and jax.jit on CPU, same process,
 same inputs, medians of several runs; then the MLP step's compile times and peak memory.
 
-    python benchmarks/kernels.py [--runs 7] [--quick]
+    python benchmarks/kernels.py [--runs 7] [--quick] [--fused-only]
 
 Prints one line per kernel: milliseconds of spmd / numpy / jax and the ratios, and the
-targets of issue 6 with whether they are met. jax comes from the `bench` extra
-(`pip install -e .[bench]`); without it the jax columns are skipped.
+targets of issue 6 with whether they are met. Then (issue 34) row reductions fused with
+the work around them (softmax, layernorm, logsumexp on 2048x2048 float32) and transposes
+(`B + A.T`, tiled; and split by rows over 2 local devices, against numpy on one), with
+the target softmax <= 1.0x jax. `--fused-only` runs that part alone. jax comes from the
+`bench` extra (`pip install -e .[bench]`); without it the jax columns are skipped.
 """
 from __future__ import annotations
 
@@ -57,6 +60,17 @@ def layernorm(xp):
         xc = x - mu
         return xc / xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + 1e-5)
     return f
+
+
+def logsumexp(xp):
+    def f(x):
+        m = xp.max(x, axis=-1, keepdims=True)
+        return m[:, 0] + xp.log(xp.sum(xp.exp(x - m), axis=-1))
+    return f
+
+
+def transpose_add(xp):
+    return lambda a, b: b + a.T
 
 
 LR = np.float32(0.01)
@@ -165,11 +179,49 @@ def peak_memory(step, args):
     return peak
 
 
+def sharded_transpose(n, runs):
+    """B + A.T with A and B split by rows over 2 local devices (pack transposed, all_to_all,
+    add from the receive buffer) against numpy's on one."""
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    mesh = spmd.Mesh((2,), ("d",))
+    rows = mesh.sharding("d", None)
+    f = spmd.jit(transpose_add(np), in_shardings=(rows, rows), out_shardings=rows, backend="llvm")
+    a, b = spmd.device_put(A, rows), spmd.device_put(B, rows)
+    ok = np.array_equal(f(a, b).numpy(), B + A.T)
+    t_s, t_n = interleaved([lambda: f(a, b), lambda: B + A.T], runs)
+    print(f"{'B+A.T ' + str(n) + ' f64 2 dev':22s} spmd {t_s:8.2f} ms  numpy {t_n:8.2f} ms (1 device)"
+          f"{'':17s}spmd/numpy {t_s / t_n:5.2f}x{'':18s}{'ok' if ok else 'WRONG RESULT'}", flush=True)
+
+
+def fused(a):
+    """Issue 34: row reductions fused with their epilogues, tiled transposes."""
+    rng = np.random.default_rng(0)
+    side, order = (256, 512) if a.quick else (2048, 4096)
+    X = rng.standard_normal((side, side)).astype(np.float32)
+    print(f"\nrow reductions and transposes (issue 34)")
+    rows = [compare(f"softmax {side}x{side}", softmax(np), softmax(jnp), softmax(np), (X,), a.runs),
+            compare(f"layernorm {side}x{side}", layernorm(np), layernorm(jnp), layernorm(np), (X,), a.runs),
+            compare(f"logsumexp {side}x{side}", logsumexp(np), logsumexp(jnp), logsumexp(np), (X,), a.runs)]
+    for n in (order // 2, order):
+        A, B = (rng.standard_normal((n, n)) for _ in range(2))
+        rows.append(compare(f"B+A.T {n} f64", transpose_add(np), transpose_add(jnp), transpose_add(np), (A, B),
+                            a.runs))
+    sharded_transpose(order, a.runs)
+    got = rows[0]["vs_jax"]
+    if got is not None:
+        print(f"\ntarget (issue 34): softmax {side}x{side} <= 1.0x jax: {got:.3f}  {'met' if got <= 1.0 else 'NOT met'}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="small sizes, to check the script runs")
+    ap.add_argument("--fused-only", action="store_true", help="only the row reductions and transposes (issue 34)")
     a = ap.parse_args()
+    if a.fused_only:
+        fused(a)
+        return
     rng = np.random.default_rng(0)
     n, side = (1 << 16, 256) if a.quick else (16 << 20, 4096)
     sizes = (32, 64, 128, 64) if a.quick else (256, 1024, 4096, 1024)
@@ -212,6 +264,7 @@ def main():
     for what, got, limit in targets:
         status = "n/a" if got is None else ("met" if got <= limit else "NOT met")
         print(f"  {what:42s} {('%.3f' % got) if got is not None else 'n/a':>8s}  {status}")
+    fused(a)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The stages of a program after tracing, built and run here, in order:
 
     traced -> inline -> roll -> simplify_global -> dce -> propagated -> partitioned -> simplify -> cse -> dce
-           -> hoist -> regather -> late_reads -> frees_first -> combine -> schedule -> exchanges -> barriers
+           -> blocks_late -> hoist -> regather -> late_reads -> frees_first -> combine -> schedule -> exchanges -> barriers
 
 (propagated and partitioned only with a mesh; the last stage's graph is "optimized").
 Each stage is a plain Graph -> Graph function. `lower` is what jit calls; the runner is
@@ -28,8 +28,9 @@ from ..sharding.partition import partition
 from ..sharding.propagate import propagate
 from . import program_cache
 from .passes.bodies import in_bodies
-from .passes import (combine_collectives, cse, dce, drop_barriers, exchanges_late, frees_first, hoist_invariants,
-                     inline_calls, recompute_late_reads, regather, roll_loops, schedule_async, simplify)
+from .passes import (blocks_late, combine_collectives, cse, dce, drop_barriers, exchanges_late, frees_first,
+                     hoist_invariants, inline_calls, recompute_late_reads, regather, roll_loops, schedule_async,
+                     simplify)
 
 
 class Stage(NamedTuple):
@@ -42,7 +43,8 @@ class Stage(NamedTuple):
 
 
 # the passes run on the per-device program, in order; the last one's result is "optimized"
-# (hoist: loop-invariant work out of loop bodies; regather: parameters gathered again for
+# (blocks_late: a collective's received blocks concatenated where they are read, not
+# copied out of its receive buffer; hoist: loop-invariant work out of loop bodies; regather: parameters gathered again for
 # each use, not held (after cse, which would merge the copies); late_reads: cheap values
 # made again where read late, not held; frees_first: of independent ops in a row, the one
 # that frees memory first; combine: gradient
@@ -50,7 +52,7 @@ class Stage(NamedTuple):
 # halo exchange moved to its first use, so a step's exchanges stand together; barriers: a
 # checkpoint's recomputation is ordinary ops from here on)
 OPTIMIZE = (("simplify", in_bodies(simplify)), ("cse", in_bodies(cse)), ("dce", in_bodies(dce)),
-            ("hoist", hoist_invariants), ("regather", in_bodies(regather)),
+            ("blocks_late", in_bodies(blocks_late)), ("hoist", hoist_invariants), ("regather", in_bodies(regather)),
             ("late_reads", in_bodies(recompute_late_reads)), ("frees_first", in_bodies(frees_first)),
             ("combine", in_bodies(combine_collectives)), ("schedule", in_bodies(schedule_async)),
             ("exchanges", in_bodies(exchanges_late)), ("barriers", in_bodies(drop_barriers)))

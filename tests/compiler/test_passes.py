@@ -268,7 +268,8 @@ def test_optimize_dumps_every_pass(tmp_path, monkeypatch, n):
     files = sorted(p.name for p in tmp_path.iterdir())
     dumps = sorted((f for f in files if f.endswith(".txt") and ".llvm." not in f), key=lambda f: int(f.split(".")[-3]))
     stages = [f.split(".")[-2] for f in dumps]
-    assert stages == ["traced", "inline", "roll", "simplify_global", "dce", "simplify", "cse", "dce", "hoist",
+    assert stages == ["traced", "inline", "roll", "simplify_global", "dce", "simplify", "cse", "dce", "blocks_late",
+                      "hoist",
                       "regather", "late_reads", "frees_first", "combine", "schedule", "exchanges",
                       "barriers"], files
     assert any(f.endswith(".llvm.fusion.txt") for f in files) and any(f.endswith(".llvm.ll") for f in files)

@@ -36,6 +36,7 @@ MAX_REDUCES = 3          # reductions per kernel: each nested one may recompute 
 # them, so code generation (recursive over the chain) and each element's work stay bounded
 MAX_DEPTH = 64
 PARALLEL_WORK = 1 << 16  # elements: a kernel this large may run its outer loop across threads
+PACK_MIN = 1 << 12       # elements: a smaller re-indexed value a collective sends stays a view
 
 
 @dataclass
@@ -74,7 +75,7 @@ def fuse(graph: Graph, fusible, roots=frozenset()) -> FusionPlan:
     """`fusible(op) -> bool` says which ops the backend can compile into a kernel (not a
     constant array: kernels read it from memory); `roots` are values forced to be
     materialised (the code generator asks for them)."""
-    groups = group_ops(graph, fusible, roots)
+    groups = group_ops(graph, fusible, roots | packed(graph, fusible))
     return FusionPlan(graph, steps_in_order(graph, groups))
 
 
@@ -143,6 +144,28 @@ def whole(r, root) -> bool:
     root's loop would compute all of it again before storing its rows, and the root could
     not be written over the arrays the reduction reads."""
     return r.size == 1 and root.size >= PARALLEL_WORK
+
+
+def packed(graph, fusible) -> set:
+    """Values re-indexed out of their operand's order (a transpose) that a collective
+    moving blocks between dims sends (OpDef.blocks_along: the sharded transpose's
+    all_to_all): each is made by a kernel of its own, straight into the buffer the
+    collective sends (tiled where it reads across rows: codegen.py), rather than left a
+    strided view for the collective to copy. (Other collectives read such a view in the
+    one pass that copies it: the local runtime's, an all_reduce's into its result.)"""
+    sent = {o for op in graph.ops if op.opdef.blocks_along is not None for o in op.operands}
+    out = set()
+    for op in graph.ops:
+        if len(op.results) != 1 or not reindexes(op) or op.opdef.index_map is None or not fusible(op):
+            continue
+        r = op.result
+        if r.ndim < 2 or r.size < PACK_MIN or r not in sent:
+            continue
+        names = [f"d{k}" for k in range(r.ndim)]
+        last_terms, _ = op.opdef.index_map(tuple((((n, 1),), 0) for n in names), op.operands[0].shape, op.attrs)[-1]
+        if last_terms and last_terms != ((names[-1], 1),):
+            out.add(r)
+    return out
 
 
 def positional(graph, fusible) -> set:

@@ -228,6 +228,11 @@ class ScalarBuilder:
             return self.or_(x, y)
         return self.select(self.icmp("sgt", x, y), x, y)
 
+    def ordered_extreme(self, kind, x, y):
+        """max or min of two floats, NaN if either is NaN, -0.0 below 0.0 (llvm.maximum /
+        llvm.minimum): a reduction's combiner, which the loop vectoriser vectorises."""
+        return self._intr("maximum" if kind == "max" else "minimum", x, y)
+
     def min(self, x, y):
         if is_float(x.dtype):
             return self._pick("olt", x, y)

@@ -3,6 +3,7 @@ named stages (OPTIMIZE there is the list jit runs on the per-device program). Fu
 (fuse.py) and memory planning (memory.py) are planned by the backend that uses them.
 """
 from .barriers import drop_barriers  # noqa: F401
+from .blocks_late import blocks_late  # noqa: F401
 from . import budget  # noqa: F401
 from .combine import combine_collectives  # noqa: F401
 from .cse import cse  # noqa: F401

@@ -195,6 +195,11 @@ def _a2a_vjp(g, op, ct):
                    concat_dimension=a["split_dimension"], group_size=a["group_size"]),)
 
 
+def _a2a_blocks_along(attrs):
+    d = attrs["concat_dimension"]
+    return None if d == 0 else (dict(attrs, concat_dimension=0), d, attrs["group_size"])
+
+
 # -- collective_permute ----------------------------------------------------------------------
 def check_pairs(pairs, group_size):
     """(src, dst) group indices in range; no dst named twice."""
@@ -288,7 +293,8 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    out_may_be_operand=0 if _reduces else None,
                    # (a backend may run a permute, or a value known from the rank, natively)
                    lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
-                   device_values=_device_values, exchange=_name == "collective_permute"))
+                   device_values=_device_values, exchange=_name == "collective_permute",
+                   blocks_along=_a2a_blocks_along if _name == "all_to_all" else None))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP

@@ -167,6 +167,12 @@ class OpDef:
     # dimension (concatenate). A memory plan may compute each operand in its place in the
     # result's buffer, so that joining them copies nothing.
     joins: Optional[Callable] = None
+    # a collective whose result is the blocks it receives laid side by side along a dim
+    # other than the first: attrs -> (the attrs of the same op that lays them along the
+    # first, where its receive buffer is its result; that other dim; the number of
+    # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
+    # they are read (a fused kernel reads them from the receive buffer: no copy).
+    blocks_along: Optional[Callable] = None
 
     @property
     def differentiable(self):
