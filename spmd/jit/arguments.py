@@ -7,7 +7,12 @@ import numpy as np
 from ..errors import ConcreteValueError, SpmdError
 from ..frontend import functionalize as fz
 from ..frontend.trace import ShapeDtype, leaf_aval
+from ..runtime.array import Array
 from ..tree import tree_flatten
+
+# the attributes an spmd.Array is made with (Array.__init__): one with more (eager mode's
+# numpy_layout, numpy_scalar, view records) takes the general path
+_PLAIN_ARRAY = 5
 
 
 def dynamic(args, static_argnums) -> list:
@@ -21,11 +26,32 @@ def signature(args, static_argnums):
     """(the cache key of a call, its flat argument leaves). The key holds the tree of the
     arguments, each leaf's shape, dtype and weak type, the static arguments, and each
     leaf's strides where numpy's views depend on them (a reshape is a view or a copy by
-    the argument's strides)."""
+    the argument's strides). A call whose arguments are all plain arrays (C-ordered
+    ndarrays, spmd.Arrays with nothing attached) has a shorter key, made without
+    flattening (the per-call path of a training step)."""
+    if not static_argnums:
+        key = _plain_key(args)
+        if key is not None:
+            return key, list(args)
     leaves, tree = tree_flatten(dynamic(args, static_argnums))
     static = tuple(args[i] for i in static_argnums if i < len(args))
     layouts = tuple(fz.layout_key(x) for x in leaves)
     return (tree, tuple(leaf_aval(x) for x in leaves), static, layouts), leaves
+
+
+def _plain_key(args):
+    """(shape, dtype) per argument when every argument is one plain array, else None. Such
+    a call's general key would hold the same: a tree of leaves, no weak types, no strides."""
+    out = []
+    for x in args:
+        t = type(x)
+        if t is np.ndarray:
+            if not x.flags.c_contiguous and x.ndim > 1:
+                return None
+        elif t is not Array or len(x.__dict__) != _PLAIN_ARRAY:
+            return None
+        out.append((x.shape, x.dtype))
+    return ("plain", tuple(out))
 
 
 def donated_leaves(args, static_argnums, donate_argnums) -> set:

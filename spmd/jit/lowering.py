@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiler import pipeline
+from .running import run
 
 
 STAGES = ("traced", "propagated", "partitioned", "optimized")
@@ -145,7 +146,6 @@ class Lowered:
         return self._exe
 
     def __call__(self, *flat_args):
-        from .running import run
         return run(self, list(flat_args))
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from ..backends.llvm import native
+
 # a user's own setting of the BLAS thread count wins
 BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
@@ -29,19 +31,32 @@ def user_threads():
     call: an unset variable raises nothing, as an exception raised and caught here on
     every call gave a Ctrl-C arriving while it was in flight a chance to be lost.)"""
     for v in BLAS_ENV:
-        first = os.environ.get(v, "").split(",")[0].strip()
+        given = os.environ.get(v)
+        if not given:
+            continue
+        first = given.split(",")[0].strip()
         if first.isdigit() and int(first) > 0:
             return int(first)
     return None
 
 
 def threads_per_rank(ranks_here) -> int:
-    return user_threads() or max(1, (os.cpu_count() or 1) // max(1, ranks_here))
+    return user_threads() or max(1, _cores() // max(1, ranks_here))
+
+
+_CORES = []
+
+
+def _cores() -> int:
+    """The host's cores, asked once (os.cpu_count reads /sys: tens of microseconds, and
+    this runs before every call)."""
+    if not _CORES:
+        _CORES.append(os.cpu_count() or 1)
+    return _CORES[0]
 
 
 def start_run(ranks_here):
     """Set the count for a run of `ranks_here` ranks on this host (cheap when unchanged)."""
-    from ..backends.llvm import native
     native.set_blas_threads(threads_per_rank(ranks_here))
 
 

@@ -97,9 +97,8 @@ def _execute_sharded(program, leaves, rt):
     arrays = [_placed(x, p, rt) for x, p in zip(leaves, program.inputs)]
     devices = rt.local_devices(program.mesh)
     args = {d: [a._handles[d] for a in arrays] for d in devices}
-    written = program.written
-    if written:
-        _private(args, written, [a is x for a, x in zip(arrays, leaves)])
+    if program.donated or program.reused:
+        _private(args, program.written, [a is x for a, x in zip(arrays, leaves)])
     outs = rt.run(program.executable, program.mesh, args)
     return [Array(p.shape, p.dtype, p.sharding, {d: outs[d][k] for d in devices}, rt)
             for k, p in enumerate(program.outputs)]
