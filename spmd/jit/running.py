@@ -39,8 +39,9 @@ def run(lowered, leaves):
         if p.mesh is None:
             return execute(p, leaves)
         rt = get_runtime()
-        if r.processes > 1 and consistency.check_programs_enabled():
-            if not r.compared or consistency.check_every_run():
+        mode = consistency.check_mode() if r.processes > 1 else "off"
+        if mode != "off":
+            if not r.compared or mode == "every":
                 consistency.check_program(rt, p, leaves, [isinstance(x, Array) for x in leaves],
                                           hash_inputs=not r.compared)
                 r.compared = True

@@ -40,12 +40,11 @@ from ..errors import SpmdError, on_every_rank
 _LOC = re.compile(r' loc\(".*"\)$')
 
 
-def check_programs_enabled() -> bool:
-    return os.environ.get("SPMD_CHECK_PROGRAMS", "1").lower() not in ("0", "false", "no", "off")
-
-
-def check_every_run() -> bool:
-    return os.environ.get("SPMD_CHECK_PROGRAMS", "1").lower() == "every"
+def check_mode() -> str:
+    """SPMD_CHECK_PROGRAMS: "off" (0, false, no, off), "every" (exchange before every run),
+    else "first" (a program's first run; later runs noted)."""
+    v = os.environ.get("SPMD_CHECK_PROGRAMS", "1").lower()
+    return "off" if v in ("0", "false", "no", "off") else "every" if v == "every" else "first"
 
 
 class RunLog:
