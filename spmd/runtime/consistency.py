@@ -16,8 +16,10 @@ a loaded host, more than the run of a small step): each process notes the progra
 ran since the processes last compared (`RunLog`: a few bytes per run, no
 communication), and the next exchange among them -- a program's first run, a read of a
 split Array -- compares those notes too. Ranks that ran different programs in between
-(one rank ran a step once more) fail there, naming what each ran, before a value of
-theirs is read. SPMD_CHECK_PROGRAMS=every exchanges before every run, as before.
+(one rank ran a step once more) fail there, naming what each ran (a replicated Array is
+read locally, with no exchange: a divergence shows at the next exchange). Between
+exchanges, ranks running different programs whose collectives happen to pair up are
+not caught; SPMD_CHECK_PROGRAMS=every exchanges before every run, as before, for that.
 
 Inputs: on the first run of a program in this process, every argument given as a
 host value (a numpy array or scalar, not an spmd.Array) is hashed and the hashes go
