@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiler import pipeline
 from .running import run
 
 
-STAGES = ("traced", "propagated", "partitioned", "optimized")
 # what lowered.memory()'s figures leave out: memory the program does not plan
 NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared-memory segments, the "
                "result buffers the MPI and Ray communicators keep for reuse (up to 4 of each size, "
@@ -160,6 +158,7 @@ class _FakeComm:
 
 def lower_graph(graph, mesh, in_shardings, out_shardings, in_tree, out_tree, backend) -> Lowered:
     """The traced `graph` through every stage after tracing (compiler/pipeline.py)."""
+    from ..compiler import pipeline      # (loaded when a program is first lowered, not with spmd)
     stages, timings = pipeline.lower(graph, mesh, in_shardings, out_shardings)
     low = Lowered(stages, in_tree, out_tree, backend, mesh)
     low.timings = timings

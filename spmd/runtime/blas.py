@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 
-from ..backends.llvm import native
-
 # a user's own setting of the BLAS thread count wins
 BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
@@ -68,7 +66,15 @@ def _cores() -> int:
 
 def start_run(ranks_here):
     """Set the count for a run of `ranks_here` ranks on this host (cheap when unchanged)."""
-    native.set_blas_threads(threads_per_rank(ranks_here))
+    if not _NATIVE:
+        # imported at the first run, not with spmd: a Ray actor or an eager-only process
+        # loads no compiler until it needs one
+        from ..backends.llvm import native
+        _NATIVE.append(native)
+    _NATIVE[0].set_blas_threads(threads_per_rank(ranks_here))
+
+
+_NATIVE = []
 
 
 def limit_threads(ranks_here):
