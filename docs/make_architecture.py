@@ -15,6 +15,27 @@ from mlp import step  # noqa: E402
 TEMPLATE = open(os.path.join(HERE, "architecture.template.md")).read()
 
 
+def program_text(f):
+    """The declared Program the runtime is handed for one call of f (its first call
+    builds it), field by field."""
+    from spmd.jit.running import runs_of
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.standard_normal((16, 32), dtype=np.float32),
+              "w2": rng.standard_normal((32, 4), dtype=np.float32)}
+    x, y = rng.standard_normal((8, 16), dtype=np.float32), rng.standard_normal((8, 4), dtype=np.float32)
+    f(params, x, y)
+    prog = runs_of(f.lower(params, x, y)).program
+    place = lambda p: f"{p.dtype}{list(p.shape)} {p.sharding.text()}"  # noqa: E731
+    lines = [f"name        {prog.name}",
+             f"executable  {type(prog.executable).__name__}",
+             f"mesh        {prog.mesh.text()}",
+             "inputs      " + ", ".join(f"{n}: {place(p)}" for n, p in zip(prog.leaf_names, prog.inputs)),
+             "outputs     " + ", ".join(place(p) for p in prog.outputs),
+             f"donated     {sorted(prog.donated)}   reused {sorted(prog.reused)}",
+             f"fingerprint {prog.fingerprint or '(one process: nothing to compare)'}"]
+    return "\n".join(lines)
+
+
 def main():
     spmd.init(num_devices=4)
     mesh = spmd.Mesh((2, 2), ("data", "model"))
@@ -34,6 +55,7 @@ def main():
     mem = {k: v for k, v in low.memory().items() if k in ("temp_bytes", "peak_live_bytes", "in_place",
                                                          "argument_bytes", "output_bytes")}
     out = out.replace("{{memory}}", str(mem))
+    out = out.replace("{{program}}", program_text(f))
     with open(os.path.join(HERE, "architecture.md"), "w") as fh:
         fh.write(out)
     print("wrote docs/architecture.md")

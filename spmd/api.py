@@ -1,5 +1,5 @@
 """The user API, above every layer: `jit` (trace once per input signature, run the
-stages of docs/design.md, cache the result: staging.py), `shard`, `explain`, and
+stages of docs/design.md, cache the result: the spmd/jit package), `shard`, `explain`, and
 `grad` / `value_and_grad` outside of tracing.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .errors import ShardingError, SpmdError
 from .frontend import autodiff
 from .frontend.trace import ShapeDtype, current_trace
 from .ir.mesh import Sharding
-from .staging import Jitted, Lowered
+from .jit import Jitted, Lowered
 from .tracebacks import install as install_excepthook
 
 # an uncaught error prints the user's frames, not the twenty of spmd's between them
@@ -43,7 +43,7 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
 
     `fallback`: where tracing needs a value of the data (float(), `if` on data, .item(),
     np.nonzero's size), compile the part before, run it and trace the rest with the value
-    (a graph break, graph_breaks.py), with a FallbackWarning naming the line; where breaks
+    (a graph break, jit/graph_breaks.py), with a FallbackWarning naming the line; where breaks
     would not pay, run the function eagerly on the sharded arrays. fallback=False raises
     the ConcreteValueError instead."""
     if fn is None:
@@ -74,9 +74,8 @@ def explain(f, *args, verbose=False, file=None, **jit_kwargs) -> str:
     line per collective (op, bytes, user line, why, the annotation it comes from) and
     one per annotation, and the peak memory per device; verbose=True adds where every
     value's sharding came from and the largest values live at the peak."""
-    from .sharding.explain import explain_lowered
     j = f if isinstance(f, Jitted) else jit(f, **jit_kwargs)
-    return explain_lowered(j.lower(*args), file, verbose)
+    return j.lower(*args).explain(file=file, verbose=verbose)
 
 
 def value_and_grad(f, argnums=0, has_aux=False):

@@ -266,7 +266,7 @@ def check_random_jit_program(seed, mesh, even, backend="numpy"):
     for float64. Shapes divide the mesh evenly when `even`, else they do not."""
     import warnings
     from spmd.compiler.pipeline import lower
-    from spmd.staging import Lowered
+    from spmd.jit.lowering import Lowered
     rng = np.random.default_rng(seed)
     dims = (4, 8, 16) if even else (3, 5, 7, 9)
     dtype = "int64" if seed % 3 == 0 else "float64"

@@ -24,7 +24,7 @@ LAYERS = (
     ("testing", ("spmd.testing",)),            # test beds (hosts, SLURM) that tests and benchmarks share
     # the user API and eager mode, above them all; spmd.random and spmd.numpy re-export
     # the front-end's public functions under their public names
-    ("api", ("spmd.api", "spmd.staging", "spmd.graph_breaks", "spmd.eager", "spmd.random", "spmd.numpy", "spmd.debug")),
+    ("api", ("spmd.api", "spmd.jit", "spmd.eager", "spmd.random", "spmd.numpy", "spmd.debug")),
 )
 TOP = "spmd"            # the package itself (spmd/__init__.py): the public API, re-exported
 

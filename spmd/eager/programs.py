@@ -31,7 +31,7 @@ from ..frontend import core, indexing
 from ..frontend import functionalize as fz
 from ..frontend.trace import Tracer
 from ..runtime.array import Array, device_put
-from ..staging import Jitted
+from ..jit import Jitted
 from ..tree import tree_flatten, tree_map, tree_unflatten
 from . import views
 
@@ -195,8 +195,8 @@ def _record_views(out, view_leaves, call, shift):
 def _count_collectives(key, f, dyn):
     ops = _COLLECTIVES.get(key)
     if ops is None:
-        low = f.lower(*dyn)
-        ops = _COLLECTIVES[key] = [c["op"] for c in low.report()["collectives"]] if low.mesh else []
+        # (a program without a mesh has none: its report lists nothing)
+        ops = _COLLECTIVES[key] = [c["op"] for c in f.lower(*dyn).report()["collectives"]]
     for o in ops:
         STATS["collectives"][o] = STATS["collectives"].get(o, 0) + 1
 

@@ -91,7 +91,7 @@ class Masked:
 
     def compact(self, what):
         """numpy's compacted array, its length taken from the data where the trace can (a
-        graph break, spmd/graph_breaks.py); else the TraceError naming `what` needed it."""
+        graph break, spmd/jit/graph_breaks.py); else the TraceError naming `what` needed it."""
         if self.vals._tr.oracle is None:
             raise self.compacted(what)
         plan = self.plan
@@ -322,7 +322,7 @@ class Masked:
         return func(*compact_all(args, f"np.{name}"), **compact_all(kwargs, f"np.{name}"))
 
     def spmd_not_an_array(self):
-        """Returned from a jitted function (staging.py asks): the compacted array."""
+        """Returned from a jitted function (jit/tracing.py asks): the compacted array."""
         return self.compact("returning it from the jitted function")
 
     def __array__(self, *args, **kwargs):

@@ -35,7 +35,7 @@ class Trace:
 
     parent = None                  # the enclosing trace of a control-flow body (frontend/control.py)
     # (tracer, what, loc) -> the tracer's value as numpy computes it from the call's arguments,
-    # where jit can run the program traced so far (graph breaks: spmd/graph_breaks.py)
+    # where jit can run the program traced so far (graph breaks: spmd/jit/graph_breaks.py)
     oracle = None
 
     def emit(self, name, *operands, **attrs):

@@ -97,6 +97,17 @@ class Graph:
         self.outputs: list[Value] = []
         self.loc = None               # default location for ops emitted now
         self.mesh = None              # set when shardings are attached
+        # what the stages record about the program (a copy made by clone() starts empty):
+        # tracing: the arguments the function wrote, [(argument leaf, its new Value)], and
+        # numpy's global random state as the function left it (it seeded it), or None
+        self.updates: list = []
+        self.np_random_state = None
+        # propagation: {Value: why its sharding is fixed ("in_shardings for x", "spmd.shard
+        # at f.py:3")} and {Value: [(dim, axes added, op, source Value, source dim)]}
+        self.annotations: dict = {}
+        self.why: dict = {}
+        # partitioning: {per-device collective Op: the global Op or output Value needing it}
+        self.needed_by: dict = {}
 
     def add_input(self, shape, dtype, sharding=None) -> Value:
         v = Value(shape, dtype, sharding=sharding)

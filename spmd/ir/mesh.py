@@ -12,6 +12,8 @@ short or empty. The partitioner masks the padding.
 """
 from __future__ import annotations
 
+import math
+
 import re
 
 import numpy as np
@@ -51,7 +53,8 @@ class Mesh:
     # -- sizes -------------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        # Python ints (np.prod costs ~40x more, and the runtime asks on every call)
+        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:

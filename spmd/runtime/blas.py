@@ -25,24 +25,56 @@ BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_
 
 
 def user_threads():
-    """The user's BLAS thread count from the environment, or None. (Runs before every
-    call: an unset variable raises nothing, as an exception raised and caught here on
-    every call gave a Ctrl-C arriving while it was in flight a chance to be lost.)"""
+    """The user's BLAS thread count from the environment, or None. Read once per process:
+    the BLAS libraries read these variables when they load, and this runs before every
+    call (four environment reads were a tenth of a small step's fixed cost). An unset
+    variable raises nothing (an exception raised and caught here on every call gave a
+    Ctrl-C arriving while it was in flight a chance to be lost)."""
+    if not _USER:
+        _USER.append(_read_user_threads())
+    return _USER[0]
+
+
+_USER = []
+
+
+def _read_user_threads():
     for v in BLAS_ENV:
-        first = os.environ.get(v, "").split(",")[0].strip()
+        given = os.environ.get(v)
+        if not given:
+            continue
+        first = given.split(",")[0].strip()
         if first.isdigit() and int(first) > 0:
             return int(first)
     return None
 
 
 def threads_per_rank(ranks_here) -> int:
-    return user_threads() or max(1, (os.cpu_count() or 1) // max(1, ranks_here))
+    return user_threads() or max(1, _cores() // max(1, ranks_here))
+
+
+_CORES = []
+
+
+def _cores() -> int:
+    """The host's cores, asked once (os.cpu_count reads /sys: tens of microseconds, and
+    this runs before every call)."""
+    if not _CORES:
+        _CORES.append(os.cpu_count() or 1)
+    return _CORES[0]
 
 
 def start_run(ranks_here):
     """Set the count for a run of `ranks_here` ranks on this host (cheap when unchanged)."""
-    from ..backends.llvm import native
-    native.set_blas_threads(threads_per_rank(ranks_here))
+    if not _NATIVE:
+        # imported at the first run, not with spmd: a Ray actor or an eager-only process
+        # loads no compiler until it needs one
+        from ..backends.llvm import native
+        _NATIVE.append(native)
+    _NATIVE[0].set_blas_threads(threads_per_rank(ranks_here))
+
+
+_NATIVE = []
 
 
 def limit_threads(ranks_here):

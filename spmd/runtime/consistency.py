@@ -3,25 +3,31 @@
 Under MPI each process traces and compiles its program itself. Ranks whose Python code
 diverged (a `set` iterated in another order under another hash seed, a rank calling
 another jitted function, a ragged last batch) would otherwise pair their collectives
-wrongly: mixed data, or MPICH's bare "Message truncated" abort. So before every run of
-a program (and every read of an Array) the processes exchange a small header — what
-they are about to do and a fingerprint of the program (a hash of its per-device text,
-without source locations) — in one small allgather. Every process sees every header,
-so all of them agree on whether to go on, and all raise the same SpmdError naming the
-ranks that differ and, for programs, the first op that differs with its user line
-(the traced programs are exchanged only then, to say where).
+wrongly: mixed data, or MPICH's bare "Message truncated" abort. So on the first run of
+each program in a process (a new signature), the processes exchange a small header --
+a fingerprint of the program (a hash of its per-device text, without source locations)
+-- in one small allgather. Every process sees every header, so all of them agree on
+whether to go on, and all raise the same SpmdError naming the ranks that differ and,
+for programs, the first op that differs with its user line (the traced programs are
+exchanged only then, to say where).
+
+Runs after the first are not exchanged (a blocking exchange per call cost 0.3-3 ms on
+a loaded host, more than the run of a small step): each process notes the programs it
+ran since the processes last compared (`RunLog`: a few bytes per run, no
+communication), and the next exchange among them -- a program's first run, a read of a
+split Array -- compares those notes too. Ranks that ran different programs in between
+(one rank ran a step once more) fail there, naming what each ran (a replicated Array is
+read locally, with no exchange: a divergence shows at the next exchange). Between
+exchanges, ranks running different programs whose collectives happen to pair up are
+not caught; SPMD_CHECK_PROGRAMS=every exchanges before every run, as before, for that.
 
 Inputs: on the first run of a program in this process, every argument given as a
 host value (a numpy array or scalar, not an spmd.Array) is hashed and the hashes go
 in the same header: processes that pass different values for what jit treats as one
 global array (a replicated argument each rank loaded itself) fail naming the argument.
 SPMD_CHECK_INPUTS=0 turns the hashing off. With one process (local, ray) there is
-nothing to compare and none of this runs.
-
-Cost: one allgather of a 64-byte block per run of a program (tens of microseconds on
-a cluster; a few ms on a host with more ranks than cores, where every collective waits
-for the scheduler). SPMD_CHECK_PROGRAMS=0 turns the per-run check off for programs
-whose ranks are known to stay in step (then nothing catches a divergence).
+nothing to compare and none of this runs. SPMD_CHECK_PROGRAMS=0 turns the program
+checks off (then nothing catches a divergence).
 """
 from __future__ import annotations
 
@@ -36,8 +42,54 @@ from ..errors import SpmdError, on_every_rank
 _LOC = re.compile(r' loc\(".*"\)$')
 
 
-def check_programs_enabled() -> bool:
-    return os.environ.get("SPMD_CHECK_PROGRAMS", "1").lower() not in ("0", "false", "no", "off")
+def check_mode() -> str:
+    """SPMD_CHECK_PROGRAMS: "off" (0, false, no, off), "every" (exchange before every run),
+    else "first" (a program's first run; later runs noted)."""
+    v = os.environ.get("SPMD_CHECK_PROGRAMS", "1").lower()
+    return "off" if v in ("0", "false", "no", "off") else "every" if v == "every" else "first"
+
+
+class RunLog:
+    """The programs this process ran since the processes last compared notes: runs of
+    one program in a row are one entry with a count; past LIMIT entries the oldest are
+    folded into a hash (a loop of alternating programs between exchanges stays small)."""
+    LIMIT = 32
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self):
+        self.entries = []           # [fingerprint, name, runs]
+        self.folded = b""
+        self.dropped = 0            # runs folded into the hash (not named in errors)
+
+    def note(self, fingerprint, name):
+        e = self.entries
+        if e and e[-1][0] == fingerprint:
+            e[-1][2] += 1
+            return
+        e.append([fingerprint, name, 1])
+        if len(e) > self.LIMIT:
+            old = e[:len(e) // 2]
+            del e[:len(e) // 2]
+            self.folded = _digest((self.folded, [(f, n) for f, _, n in old]))
+            self.dropped += sum(n for _, _, n in old)
+
+    def digest(self) -> bytes:
+        return _digest((self.folded, [(f, n) for f, _, n in self.entries])) if self.entries or self.folded \
+            else bytes(12)
+
+    def describe(self) -> str:
+        runs = ", ".join(f"{name} x{n}" for _, name, n in self.entries) or "nothing"
+        return runs + (f" (and {self.dropped} runs before)" if self.dropped else "")
+
+
+RUNS = RunLog()
+
+
+def note_run(program):
+    """A run of `program` that was not exchanged: compared at the next exchange."""
+    RUNS.note(program.fingerprint, program.name)
 
 
 def check_inputs_enabled() -> bool:
@@ -54,19 +106,6 @@ def _locs(text):
         m = _LOC.search(ln)
         out.append(m.group(0)[6:-2] if m else None)
     return out
-
-
-def fingerprint(lowered) -> str:
-    """A hash of the program every rank runs (text without source locations, and the
-    mesh's device order), cached on the Lowered."""
-    fp = getattr(lowered, "_spmd_fingerprint", None)
-    if fp is None:
-        h = hashlib.blake2b(digest_size=12)
-        h.update("\n".join(_strip_locs(lowered.as_text("optimized"))).encode())
-        if lowered.mesh is not None:
-            h.update(repr(lowered.mesh.devices.reshape(-1).tolist()).encode())
-        fp = lowered._spmd_fingerprint = h.hexdigest()
-    return fp
 
 
 def value_hash(x) -> str:
@@ -115,47 +154,58 @@ def _digest(obj) -> bytes:
 
 
 def agree(rt, what, header):
-    """Every process's `header` (a small tuple of plain values) must be equal: one short
-    exchange of its hash; on a difference every process raises an SpmdError naming
-    the ranks and their headers."""
-    got = rt.allgather_bytes(_digest(header), what)
+    """Every process's `header` (a small tuple of plain values), and the programs each
+    ran since the last exchange (RUNS), must be equal: one short exchange of their
+    hashes; on a difference every process raises an SpmdError naming the ranks, what
+    each is doing and where, and what each ran since the processes last compared."""
+    got = rt.allgather_bytes(_digest(header) + RUNS.digest(), what)
     if any(h != got[0] for h in got):
-        full = rt.allgather_object(header, what)
-        raise on_every_rank(SpmdError(f"rank {rt.process_index()}: the ranks are not doing the same thing "
-                                      f"({what}): {_differ(full, repr)}"))
+        from ..errors import user_loc
+        full = rt.allgather_object((header, user_loc(), RUNS.describe()), what)
+        raise on_every_rank(SpmdError(
+            f"rank {rt.process_index()}: the ranks are not doing the same thing ({what}): "
+            + "; ".join(f"rank(s) {rs}: {what} {h!r}" + (f" at {loc}" if loc else "")
+                        + f", having run {runs} since the ranks last compared"
+                        for (h, loc, runs), rs in _groups(full).items())))
+    RUNS.clear()
 
 
-def check_program(rt, lowered, leaves, placed):
-    """Before a run under several processes: the same program everywhere, and the same
-    host-value inputs on the first run of it (see the module docstring). `placed[k]`:
-    leaf k is an spmd.Array (its shards live on the devices; nothing to hash). The per-call
-    cost is one fixed-size allgather of 25 bytes; the details (names, shapes, the
-    traced programs) are exchanged only to report a difference."""
-    if rt.process_count() <= 1 or not check_programs_enabled():
-        return
-    name = lowered.stages["traced"].name
+def check_program(rt, program, leaves, placed, hash_inputs=True):
+    """Before a run under several processes: the same program everywhere, the same runs
+    since the last exchange, and (`hash_inputs`, on the first run of a program) the same
+    host-value inputs (see the module docstring). `placed[k]`: leaf k is an spmd.Array
+    (its shards live on the devices; nothing to hash). The cost is one fixed-size
+    allgather of 37 bytes; the details (names, shapes, the traced programs) are exchanged
+    only to report a difference."""
+    name = program.name
     hashes = None
-    if not getattr(lowered, "_spmd_inputs_checked", False) and check_inputs_enabled():
+    if hash_inputs and check_inputs_enabled():
         hashes = tuple(None if p else value_hash(x) for x, p in zip(leaves, placed))
-        lowered._spmd_inputs_checked = True
-    fp = bytes.fromhex(fingerprint(lowered))
-    quick = fp + (b"\1" + _digest(hashes) if hashes is not None else b"\0" + bytes(12))
+    fp = bytes.fromhex(program.fingerprint)
+    ran = RUNS.digest()
+    quick = fp + ran + (b"\1" + _digest(hashes) if hashes is not None else b"\0" + bytes(12))
     got = rt.allgather_bytes(quick, "running a program")
-    same_program = all(g[:12] == fp for g in got)
-    checked = all(g[12:13] == b"\1" for g in got)
+    same_program = all(g[:24] == fp + ran for g in got)
+    checked = all(g[24:25] == b"\1" for g in got)
     if same_program and (not checked or all(g == got[0] for g in got)):
+        RUNS.clear()
         return
     from ..errors import user_loc
     # leaves are Arrays, ndarrays or Python scalars (eager mode passes those as inputs)
     sig = tuple(f"{x.dtype}{list(x.shape)}" if p else f"{np.asarray(x).dtype}{list(np.shape(x))}"
                 for x, p in zip(leaves, placed))
-    got = rt.allgather_object((fingerprint(lowered), name, sig, hashes, user_loc()), "running a program")
+    got = rt.allgather_object((program.fingerprint, name, sig, hashes, user_loc(), RUNS.describe()),
+                              "running a program")
     me = rt.process_index()
-    if not same_program:
-        texts = rt.allgather_object(lowered.as_text("traced"), "running a program")
+    if any(g[0] != got[0][0] for g in got):
+        texts = rt.allgather_object(program.traced_text, "running a program")
         raise on_every_rank(SpmdError(_program_mismatch(me, [("run",) + g[:3] + (None, g[4]) for g in got],
                                                         texts)))
-    names = leaf_names(lowered.in_tree)
+    if not same_program:
+        raise on_every_rank(SpmdError(
+            f"rank {me}: the ranks ran different programs before this run of {name} (their Python code "
+            f"diverged): " + "; ".join(f"rank(s) {rs}: {runs}" for runs, rs in _groups([g[5] for g in got]).items())))
+    names = program.leaf_names
     for k in range(len(leaves)):
         vals = [g[3][k] for g in got]
         if vals[0] is not None and any(v != vals[0] for v in vals):
@@ -170,6 +220,7 @@ def check_program(rt, lowered, leaves, placed):
                   "part of? Join the parts with "
                   "spmd.make_array_from_process_local_data(sharding, part). (SPMD_CHECK_INPUTS=0 turns "
                   "this check off.)"))
+    RUNS.clear()
 
 
 def _program_mismatch(me, got, texts):

@@ -1,48 +1,44 @@
-"""jit's run step: a Lowered program and its flat argument leaves -> flat result leaves.
+"""The run step: a declared Program (program.py) and its flat argument leaves -> flat
+result leaves.
 
-No mesh (lowered.mesh is None): one device; numpy arrays in, numpy arrays out.
+No mesh (program.mesh is None): one device; numpy arrays in, numpy arrays out.
 
-With a mesh, lowered.graph is the per-device program (inputs and outputs have the
-padded local shapes of lowered.in_shardings / out_shardings applied to the global
-shapes of the traced program). Each leaf is placed by its in-sharding:
+With a mesh, the executable is the per-device program (its inputs and outputs have the
+padded local shapes of program.inputs / outputs' Shardings applied to their global
+shapes). Each leaf is placed by its input's Sharding:
   - an spmd.Array with exactly that sharding is used as it is (no copy);
   - an spmd.Array with another sharding (or mesh) is resharded (device_put: through
     the host for now);
   - a numpy array or Python scalar is split (device_put).
-The compiled program runs on every device through the current runtime, and each
-output becomes an spmd.Array with its out-sharding (partial axes are already reduced
-by the partitioner).
+The compiled program runs on every device through the runtime, and each output becomes
+an spmd.Array with its Sharding (partial axes are already reduced by the partitioner).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import SpmdError
-from ..ir.mesh import Sharding
 from . import blas
 from .array import Array, device_put
-from .consistency import check_program
-from .context import get_runtime
 
 
-def execute(lowered, leaves):
-    """Flat argument leaves -> flat output leaves."""
-    donated = getattr(lowered, "donated", ())
-    reused = getattr(lowered, "reused", ())
-    if lowered.mesh is None:
-        graph = lowered.stages["traced"]
-        arrays = [np.asarray(x, dtype=v.dtype) for x, v in zip(leaves, graph.inputs)]
-        for k in donated:     # a numpy argument stays its owner's: the program gets a copy
-            arrays[k] = np.array(arrays[k], copy=True)
-        for k in reused:      # one the program writes in place is used as it is, if it can be
-            if not (arrays[k] is leaves[k] and _writable_in_place(arrays[k])):
-                arrays[k] = np.array(arrays[k], order="C", copy=True)
-        exe = lowered.compile()
-        blas.start_run(1)
-        return exe(arrays)
-    rt = get_runtime()
-    check_program(rt, lowered, leaves, [isinstance(x, Array) for x in leaves])
-    return _execute_sharded(lowered, leaves, rt)
+def execute(program, leaves, rt=None):
+    """Flat argument leaves -> flat output leaves; `rt`: the runtime (with a mesh)."""
+    if program.mesh is None:
+        return _execute_alone(program, leaves)
+    return _execute_sharded(program, leaves, rt)
+
+
+def _execute_alone(program, leaves):
+    arrays = [x if type(x) is np.ndarray and x.dtype is p.dtype else np.asarray(x, dtype=p.dtype)
+              for x, p in zip(leaves, program.inputs)]
+    for k in program.donated:     # a numpy argument stays its owner's: the program gets a copy
+        arrays[k] = np.array(arrays[k], copy=True)
+    for k in program.reused:      # one the program writes in place is used as it is, if it can be
+        if not (arrays[k] is leaves[k] and _writable_in_place(arrays[k])):
+            arrays[k] = np.array(arrays[k], order="C", copy=True)
+    blas.start_run(1)
+    return program.executable(arrays)
 
 
 def _writable_in_place(a) -> bool:
@@ -84,59 +80,25 @@ def _byte_bounds(a):
     return byte_bounds(a)
 
 
-def _sharding(mesh, s, ndim) -> Sharding:
-    """A value's sharding as an Array holds it: None is replicated, partial is dropped
-    (the partitioner reduces partial values before they leave the program)."""
-    if s is None:
-        return Sharding(mesh, (None,) * ndim)
-    return s.replace(partial=()).for_rank(ndim)
+def _placed(x, p, rt):
+    """Leaf x as the program takes it (input Placement p): an spmd.Array placed so."""
+    if type(x) is Array and x._runtime is rt and x._dtype is p.dtype and x._sharding == p.sharding:
+        return x                             # already placed as the program takes it (the common case)
+    if not isinstance(x, Array):
+        x = np.asarray(x, dtype=p.dtype)
+    elif x.dtype != p.dtype:
+        x = x.numpy().astype(p.dtype)
+    return device_put(x, p.sharding, runtime=rt)
 
 
-def _layout(lowered):
-    """Per input and output: its global Value, the Sharding an Array holds it by and the
-    per-device shape. Checked once per Lowered (the per-call path only looks it up)."""
-    lay = getattr(lowered, "_spmd_layout", None)
-    if lay is not None:
-        return lay
-    mesh, glob, prog = lowered.mesh, lowered.stages["traced"], lowered.graph
-    def placed(kind, values, shardings, local, verb):
-        out = []
-        for k, (v, s) in enumerate(zip(values, shardings)):
-            sh = _sharding(mesh, s, v.ndim)
-            want = tuple(local[k].shape)
-            if sh.local_shape(v.shape) != want:
-                raise SpmdError(f"internal error: {glob.name} {kind} {k} {v.dtype}{list(v.shape)} split by "
-                                f"{sh.text()} has local shape {list(sh.local_shape(v.shape))}, the per-device "
-                                f"program {verb} {list(want)}")
-            out.append((v, sh))
-        return out
-    ins = placed("input", glob.inputs, lowered.in_shardings, prog.inputs, "takes")
-    outs = placed("output", glob.outputs, lowered.out_shardings, prog.outputs, "makes")
-    lay = lowered._spmd_layout = (ins, outs)
-    return lay
-
-
-def _execute_sharded(lowered, leaves, rt):
-    mesh = lowered.mesh
-    glob = lowered.stages["traced"]
-    if len(leaves) != len(glob.inputs):
-        raise SpmdError(f"{glob.name}: expected {len(glob.inputs)} argument leaves, got {len(leaves)}")
-    ins, outs_layout = _layout(lowered)
-    arrays = []
-    for x, (v, sh) in zip(leaves, ins):
-        if isinstance(x, Array) and x._sharding == sh and x._runtime is rt and x.dtype.name == v.dtype:
-            arrays.append(x)                 # already placed as the program takes it
-            continue
-        if not isinstance(x, Array):
-            x = np.asarray(x, dtype=v.dtype)
-        elif x.dtype.name != v.dtype:
-            x = x.numpy().astype(v.dtype)
-        arrays.append(device_put(x, sh, runtime=rt))
-    devices = rt.local_devices(mesh)
+def _execute_sharded(program, leaves, rt):
+    if len(leaves) != len(program.inputs):
+        raise SpmdError(f"{program.name}: expected {len(program.inputs)} argument leaves, got {len(leaves)}")
+    arrays = [_placed(x, p, rt) for x, p in zip(leaves, program.inputs)]
+    devices = rt.local_devices(program.mesh)
     args = {d: [a._handles[d] for a in arrays] for d in devices}
-    donated = set(getattr(lowered, "donated", ())) | set(getattr(lowered, "reused", ()))
-    if donated:
-        _private(args, donated, [a is x for a, x in zip(arrays, leaves)])
-    outs = rt.run(lowered.compile(), mesh, args)
-    return [Array(v.shape, v.dtype, sh, {d: outs[d][k] for d in devices}, rt)
-            for k, (v, sh) in enumerate(outs_layout)]
+    if program.donated or program.reused:
+        _private(args, program.written, [a is x for a, x in zip(arrays, leaves)])
+    outs = rt.run(program.executable, program.mesh, args)
+    return [Array(p.shape, p.dtype, p.sharding, {d: outs[d][k] for d in devices}, rt)
+            for k, p in enumerate(program.outputs)]

@@ -1,11 +1,31 @@
 """How jit(in_shardings=, out_shardings=, mesh=) says where arrays live: hard constraints
 for propagation, as spmd.shard(x, sharding) inside traced code is (frontend/annotate.py).
-`resolve_shardings` is where jit finds the mesh and the per-leaf shardings."""
+`resolve_shardings` is where jit finds the mesh and the per-leaf shardings, from what the
+user gave jit (`Given`: plain values)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from ..ir.mesh import Sharding
+
+
+@dataclass(frozen=True)
+class Given:
+    """What the user gave spmd.jit about where arrays live: the function (its parameter
+    names name the leaves in errors), in_shardings / out_shardings (pytree prefixes, or
+    None), the mesh, and the static argument positions."""
+    fn: Callable
+    in_shardings: Any = None
+    out_shardings: Any = None
+    mesh: Any = None
+    static_argnums: tuple = ()
+
+    @property
+    def fname(self) -> str:
+        return getattr(self.fn, "__name__", "fn")
 
 
 def _shape_of(leaf):
@@ -89,7 +109,7 @@ def _expand(prefix, tree, what):
         raise ShardingError(f"{what}: {e}") from None
 
 
-def resolve_shardings(jitted, args, leaves, graph, out_tree):
+def resolve_shardings(given, args, leaves, graph, out_tree):
     """-> (mesh or None, Shardings per input leaf, Shardings per output leaf); None in
     them means "infer". in_shardings / out_shardings are pytree prefixes of the
     arguments / results (one Sharding may stand for a whole dict of params); a bare
@@ -97,16 +117,16 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
     another annotation names it). An spmd.Array argument without an in-sharding keeps
     its own sharding. out_tree None: the graph's results are not the function's (a graph
     break's), out_shardings do not apply."""
-    fname = getattr(jitted.fn, "__name__", "fn")
-    names = _leaf_names(jitted.fn, args, jitted.static_argnums)
+    fname = given.fname
+    names = _leaf_names(given.fn, args, given.static_argnums)
     if len(names) != len(leaves):
         names = [f"in_shardings[{i}]" for i in range(len(leaves))]
-    in_sh = _given_in_shardings(jitted, args, leaves, fname)
+    in_sh = _given_in_shardings(given, args, leaves, fname)
     out_sh = [None] * len(graph.outputs)
-    if jitted.out_shardings is not None and out_tree is not None:
+    if given.out_shardings is not None and out_tree is not None:
         skeleton = tree_unflatten(out_tree, [0] * len(graph.outputs))
-        out_sh = _expand(jitted.out_shardings, skeleton, f"{fname}: out_shardings")
-    mesh = _one_mesh(fname, [jitted.mesh] + [s.mesh for s in in_sh if _is_sharding(s)] + [graph.mesh] +
+        out_sh = _expand(given.out_shardings, skeleton, f"{fname}: out_shardings")
+    mesh = _one_mesh(fname, [given.mesh] + [s.mesh for s in in_sh if _is_sharding(s)] + [graph.mesh] +
                      [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1] +
                      [s.mesh for s in out_sh if _is_sharding(s)])
     in_sh = [_with_mesh(s, mesh, f"{fname}: in_shardings for {n}") for s, n in zip(in_sh, names)]
@@ -123,34 +143,34 @@ def resolve_shardings(jitted, args, leaves, graph, out_tree):
             Shardings(out_sh, [f"out_shardings[{i}]" for i in range(len(out_sh))]))
 
 
-def argument_shardings(jitted, args, leaves):
+def argument_shardings(given, args, leaves):
     """(mesh or None, a Sharding or None per argument leaf): jit's in_shardings without a
     traced program, as jit's eager fallback places the arguments. An spmd.Array without
     an in-sharding keeps its own."""
-    fname = getattr(jitted.fn, "__name__", "fn")
-    given = _given_in_shardings(jitted, args, leaves, fname)
-    mesh = _one_mesh(fname, [jitted.mesh] + [s.mesh for s in given if _is_sharding(s)] +
+    fname = given.fname
+    shardings = _given_in_shardings(given, args, leaves, fname)
+    mesh = _one_mesh(fname, [given.mesh] + [s.mesh for s in shardings if _is_sharding(s)] +
                      [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1])
-    out = [_with_mesh(s, mesh, f"{fname}: in_shardings") for s in given]
+    out = [_with_mesh(s, mesh, f"{fname}: in_shardings") for s in shardings]
     return mesh, [s if s is not None or _placed(x) is None else x.sharding for s, x in zip(out, leaves)]
 
 
-def result_shardings(jitted, out_tree, n, mesh):
+def result_shardings(given, out_tree, n, mesh):
     """A Sharding or None per result leaf from jit's out_shardings (jit's eager fallback
     places the results by them)."""
-    if jitted.out_shardings is None:
+    if given.out_shardings is None:
         return [None] * n
-    fname = getattr(jitted.fn, "__name__", "fn")
-    given = _expand(jitted.out_shardings, tree_unflatten(out_tree, [0] * n), f"{fname}: out_shardings")
-    return [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(given)]
+    fname = given.fname
+    expanded = _expand(given.out_shardings, tree_unflatten(out_tree, [0] * n), f"{fname}: out_shardings")
+    return [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(expanded)]
 
 
-def _given_in_shardings(jitted, args, leaves, fname):
+def _given_in_shardings(given, args, leaves, fname):
     """jit's in_shardings expanded to one entry (a Sharding, a bare spec or None) per leaf."""
-    if jitted.in_shardings is None:
+    if given.in_shardings is None:
         return [None] * len(leaves)
-    dyn = [a for i, a in enumerate(args) if i not in jitted.static_argnums]
-    spec = jitted.in_shardings
+    dyn = [a for i, a in enumerate(args) if i not in given.static_argnums]
+    spec = given.in_shardings
     if not isinstance(spec, (tuple, list)) or (len(dyn) == 1 and _is_spec(spec) and (
             len(spec) != 1 or spec[0] is None or isinstance(spec[0], str))):
         spec = (spec,)          # one argument's sharding given without the outer tuple

@@ -27,18 +27,18 @@ def _names(graph):
 def _source(holder, op):
     """What a collective of the per-device program was made for: a global op, a global
     output Value, or None (not known: a control-flow body's)."""
-    return getattr(holder, "needed_by", {}).get(op)
+    return holder.needed_by.get(op)
 
 
-def collective_rows(lowered) -> list:
+def collective_rows(stages) -> list:
     """One dict a collective: the report's keys (op, axes, bytes, loc, ...) plus
     `needed_by` (the user's op, or the program's output, that needed it), `why` (what
     the collective does to the layout) and `comes_from` ([(annotation, dim, axes)]: the
     annotations that split the data it moves)."""
-    g = lowered.stages.get("partitioned")
+    g = stages.get("partitioned")
     if g is None:
         return []
-    prop = lowered.stages.get("propagated")
+    prop = stages.get("propagated")
     rows = []
     for (op, holder, _, _), c in zip(collective_ops(g), collectives(g)):
         src = _source(holder, op)
@@ -50,7 +50,7 @@ def collective_rows(lowered) -> list:
         else:
             need = "the program's output"
             origin = origins(prop, src.producer, axes) if src.producer is not None else []
-            note = getattr(prop, "annotations", {}).get(src)
+            note = prop.annotations.get(src)
             if note is not None and any(set(src.sharding.dim_axes(d)) & axes for d in range(src.ndim)):
                 origin = _unique(origin + [(note, d, tuple(src.sharding.dim_axes(d)))
                                            for d in range(src.ndim) if set(src.sharding.dim_axes(d)) & axes])
@@ -75,8 +75,8 @@ def origins(graph, op, axes) -> list:
     changed)."""
     if graph is None or op is None:
         return []
-    why = getattr(graph, "why", {})
-    notes = getattr(graph, "annotations", {})
+    why = graph.why
+    notes = graph.annotations
     tensors = list(op.operands) + list(op.results)
     for t in list(tensors):
         if t.sharding is not None and set(t.sharding.partial) & axes and t.producer is not None:
@@ -128,7 +128,7 @@ def annotation_rows(graph) -> list:
     from ..ir.text import type_str
     if graph is None:
         return []
-    notes = getattr(graph, "annotations", {})
+    notes = graph.annotations
     return [(notes[v], type_str(v), v.sharding.text()) for v in graph.values() if v in notes]
 
 
@@ -137,8 +137,8 @@ def provenance(graph) -> list:
     the annotation that fixed it, or for each split dim the annotation the split came
     from and the ops it flowed through."""
     from ..ir.text import type_str
-    why = getattr(graph, "why", {})
-    notes = getattr(graph, "annotations", {})
+    why = graph.why
+    notes = graph.annotations
     names = _names(graph)
     rows = []
     for v in graph.values():
@@ -195,9 +195,11 @@ def _removal(origin, shown=3) -> str:
     return text + (f"; and {len(origin) - shown} more" if len(origin) > shown else "")
 
 
-def explain_lowered(lowered, file=None, verbose=False) -> str:
-    """Print and return the explanation (see the module docstring)."""
-    rows = collective_rows(lowered)
+def explain_program(stages, memory, breaks, file=None, verbose=False) -> str:
+    """Print and return the explanation (see the module docstring) of a program: its
+    stages' graphs by name, its memory figures (lowered.memory()) and its graph breaks
+    [(line, what, value)]."""
+    rows = collective_rows(stages)
     total = sum(r["bytes"] for r in rows)
     lines = [f"collectives ({len(rows)}, {total} bytes per device):"]
     if rows:
@@ -207,17 +209,17 @@ def explain_lowered(lowered, file=None, verbose=False) -> str:
             table.append((r["op"], ",".join(r["axes"]), str(r["bytes"]), r["loc"] or "?", need,
                           _removal(r["comes_from"])))
         lines += table_lines(table, right=(2,))
-    g = lowered.stages.get("propagated")
+    g = stages.get("propagated")
     notes = annotation_rows(g)
     lines.append(f"annotations ({len(notes)}):")
     if notes:
         lines += table_lines(notes)
-    lines += memory_lines(lowered.memory(), largest=5 if verbose else 0)
-    if lowered.breaks:
-        lines.append(f"graph breaks ({len(lowered.breaks)}): the program is compiled in parts, each value "
+    lines += memory_lines(memory, largest=5 if verbose else 0)
+    if breaks:
+        lines.append(f"graph breaks ({len(breaks)}): the program is compiled in parts, each value "
                      f"taken from the data by the part before")
         lines += [f"  {loc}: {what} -> {np.asarray(v).tolist() if np.size(v) <= 8 else f'an array of {np.size(v)}'}"
-                  for loc, what, v in lowered.breaks]
+                  for loc, what, v in breaks]
     if verbose and g is not None:
         lines.append("shardings:")
         for name, typ, shs, expl in provenance(g):

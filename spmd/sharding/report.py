@@ -114,7 +114,7 @@ def table_lines(rows, right=()) -> list:
                              for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
 
 
-def report(lowered) -> Report:
+def report(stages, out_shardings) -> Report:
     """`collectives` / `comm_bytes`: what the partitioner decided, one entry per reshard
     (what the golden comparisons with GSPMD read). `launched` / `launched_bytes`: what
     the compiled program runs, after the optimiser combined independent all-reduces into
@@ -122,11 +122,10 @@ def report(lowered) -> Report:
     started early and finished late, overlapped with computation, say `"async": True`.
     Each collective of a loop body is listed once, with `runs` (how often a run of the
     program runs it); `bytes_per_run` counts each as often as it runs."""
-    stages = lowered.stages
     g = stages.get("partitioned", stages["optimized"])
     colls = collectives(g)
     ran = collectives(stages["optimized"])
-    outs = [s.replace(partial=()) if s is not None else None for s in lowered.out_shardings]
+    outs = [s.replace(partial=()) if s is not None else None for s in out_shardings]
     return Report({"collectives": colls, "comm_bytes": sum(c["bytes"] for c in colls),
                    "launched": ran, "launched_bytes": sum(c["bytes"] for c in ran),
                    "bytes_per_run": bytes_per_run(ran),

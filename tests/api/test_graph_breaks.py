@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import spmd
-from spmd import graph_breaks
+from spmd.jit import graph_breaks
 from spmd.errors import ConcreteValueError, FallbackWarning
 
 MESH = spmd.Mesh((4,), ("d",))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spmd
-from spmd import graph_breaks
+from spmd.jit import graph_breaks
 from spmd.errors import ConcreteValueError, FallbackWarning
 
 MESH = spmd.Mesh((2,), ("x",))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import spmd
-import spmd.staging
+from spmd.jit import placing, running
 
 L, D, B = 6, 128, 512
 
@@ -87,13 +87,13 @@ def test_a_run_that_does_not_fit_the_machine_is_refused_before_it_starts(monkeyp
     need = _peak(f, ws, x) - sum(w.nbytes for w in ws) - x.nbytes
     ran = []
     with monkeypatch.context() as m:
-        m.setattr(spmd.staging, "free_memory_bytes", lambda: need // 2)
-        m.setattr("spmd.runtime.execute.execute", lambda *a: ran.append(a))
+        m.setattr(placing, "free_memory_bytes", lambda: need // 2)
+        m.setattr(running, "execute", lambda *a: ran.append(a))
         with pytest.raises(spmd.MemoryLimitError, match="would be killed") as e:
             f(ws, x)
     assert "test_memory_limit.py:18" in str(e.value) and not ran
-    monkeypatch.setattr(spmd.staging, "free_memory_bytes", lambda: need * 2)
+    monkeypatch.setattr(placing, "free_memory_bytes", lambda: need * 2)
     spmd.jit(spmd.value_and_grad(loss))(ws, x)
     monkeypatch.setenv("SPMD_MEMORY_CHECK", "0")
-    monkeypatch.setattr(spmd.staging, "free_memory_bytes", lambda: 1)
+    monkeypatch.setattr(placing, "free_memory_bytes", lambda: 1)
     spmd.jit(spmd.value_and_grad(loss))(ws, x)

@@ -12,7 +12,7 @@ import pytest
 
 import spmd
 from spmd.frontend import numpy_api as npx
-from spmd.staging import trace_function
+from spmd.jit.tracing import trace_function
 from api_samples import (copies, describe, eager_numpy_backend, is_array, numpy_callable, placed, rows,
                          sample)
 

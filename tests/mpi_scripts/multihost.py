@@ -72,6 +72,22 @@ elif case == "mixed":
         out = f(np.ones((8, 3)))                           # USER LINE mixed-run
     print("RESULT", out.numpy().tolist())                  # USER LINE mixed-read
 
+elif case == "later":
+    def double(x):
+        return x * 2.0
+
+    def inc(x):
+        return x + 1.0
+    f = spmd.jit(double, in_shardings=row, out_shardings=row)
+    g = spmd.jit(inc, in_shardings=row, out_shardings=row)
+    f(np.ones((8, 3)))
+    g(np.ones((8, 3)))                                     # both compared on their first runs
+    out = (g if rank == 1 else f)(np.ones((8, 3)))         # rank 1 diverges: not exchanged
+
+    def total(x):
+        return x.sum(axis=0)
+    print("RESULT", np.asarray(spmd.jit(total, in_shardings=row)(out)).tolist())
+
 elif case == "deadlock":
     # a cycle: 0 waits for 2 over "a", 2 for 3 over "b", 3 for 1 over "a", 1 for 0 over "b"
     from spmd.collectives.mpi import MPICommunicator

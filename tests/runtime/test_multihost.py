@@ -54,7 +54,7 @@ def test_ranks_calling_different_functions_fail_naming_them():
     assert p.returncode != 0 and took < 30
     assert "rank(s) [0, 2, 3]: fsum(float64[8, 3])" in out and "rank(s) [1]: g(float64[8, 3])" in out, out
     assert "multihost.py:35" in out                                      # g's line
-    assert "RESULT" not in out
+    assert "RESULT [" not in out
 
 
 def test_a_ragged_batch_on_one_rank_fails_naming_it():
@@ -71,9 +71,37 @@ def test_ranks_doing_different_things_fail_naming_them():
     assert p.returncode != 0 and took < 30
     line = next(ln for ln in out.splitlines() if ln.startswith("spmd.errors.SpmdError"))
     assert "the ranks are not doing the same thing" in line, out
+    # a program's runs after its first are not exchanged: the read that follows compares
+    # what each rank ran since the ranks last compared, before any value is returned
+    assert re.search(r"rank\(s\) \[0, 2, 3\]: reading an spmd.Array .* at multihost.py:\d+, having run "
+                     r"nothing since", line), line
+    assert re.search(r"rank\(s\) \[1\]: reading an spmd.Array .* at multihost.py:\d+, having run lambda x1 "
+                     r"since", line), line
+    assert "truncated" not in out and "RESULT [" not in out
+
+
+def test_ranks_doing_different_things_every_run_checked():
+    """SPMD_CHECK_PROGRAMS=every exchanges before every run: rank 1's second run meets the
+    others' read there."""
+    p, out, took = run("mixed", env={"SPMD_CHECK_PROGRAMS": "every"})
+    assert p.returncode != 0 and took < 30
+    line = next(ln for ln in out.splitlines() if ln.startswith("spmd.errors.SpmdError"))
+    assert "the ranks are not doing the same thing" in line, out
     assert re.search(r"rank\(s\) \[0, 2, 3\]: reading an spmd.Array at multihost.py:\d+", line), line
     assert re.search(r"rank\(s\) \[1\]: running a program at multihost.py:\d+", line), line
     assert "truncated" not in out
+
+
+def test_ranks_running_other_compared_programs_fail_at_the_next_exchange():
+    """Both programs were compared on their first runs; then rank 1 runs the other one.
+    Its run is not exchanged, but the next exchange (here a program's first run) compares
+    what each rank ran since, and every rank fails naming them."""
+    p, out, took = run("later")
+    assert p.returncode != 0 and took < 30
+    line = next(ln for ln in out.splitlines() if ln.startswith("spmd.errors.SpmdError"))
+    assert "the ranks ran different programs before this run of total" in line, out
+    assert "rank(s) [0, 2, 3]: double x1" in line and "rank(s) [1]: inc x1" in line, line
+    assert "RESULT [" not in out
 
 
 def test_divergent_replicated_inputs_fail_naming_the_argument():

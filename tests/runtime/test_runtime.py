@@ -1,9 +1,9 @@
 """The local runtime, spmd.init and jit's run step (runtime/execute.py).
 
-execute() is driven here by hand-built per-device programs holding collectives and a
-small stand-in for jit's Lowered (`FakeLowered`: the traced global graph for shapes,
-the per-device graph, the mesh and the per-leaf shardings), so it is tested without
-the partitioner.
+execute() is driven here by hand-built per-device programs holding collectives, declared
+as the runtime takes them (`fake_program`: a runtime Program from the traced global
+graph's shapes, the per-device graph, the mesh and the per-leaf shardings), so it is
+tested without the partitioner.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from spmd.errors import SpmdError
 from spmd.ir import Graph
 from spmd.ir.graph import Value
 from spmd.runtime import context as rinit
-from spmd.runtime.execute import execute
+from spmd.runtime.execute import execute as run_program
+from spmd.runtime.program import make_program
 from spmd.runtime.local import LocalRuntime
 from spmd.sharding import Mesh, Sharding
 
@@ -97,28 +98,29 @@ def test_default_runtime_without_init(fresh_runtime):
 
 
 # ----------------------------------------------------------------------- execute
-class FakeLowered:
-    """What execute() reads of a jit Lowered."""
+class Calls(list):
+    """The (rank, inputs) of every per-device run of a fake program."""
 
-    def __init__(self, mesh, global_in, in_shardings, global_out, out_shardings, local_graph):
-        g = Graph("fake")
-        for shape, dt in global_in:
-            g.add_input(shape, dt)
-        g.outputs = [Value(shape, dt) for shape, dt in global_out]
-        self.stages = {"traced": g, "optimized": local_graph}
-        self.mesh = mesh
-        self.in_shardings = in_shardings
-        self.out_shardings = out_shardings
-        self.graph = local_graph
-        self.calls = []
 
-    def compile(self):
-        exe = compile_graph(self.graph)
+def fake_program(mesh, global_in, in_shardings, global_out, out_shardings, local_graph):
+    """A runtime Program (runtime/program.py) as jit declares one; its `calls` record each
+    device's run."""
+    g = Graph("fake")
+    for shape, dt in global_in:
+        g.add_input(shape, dt)
+    g.outputs = [Value(shape, dt) for shape, dt in global_out]
+    exe = compile_graph(local_graph)
+    calls = Calls()
 
-        def program(inputs, comm=None):
-            self.calls.append((comm.rank if comm else None, list(inputs)))
-            return exe(inputs, comm)
-        return program
+    def run(inputs, comm=None):
+        calls.append((comm.rank if comm else None, list(inputs)))
+        return exe(inputs, comm)
+    return make_program("fake", run, mesh, g, local_graph, in_shardings, out_shardings), calls
+
+
+def execute(program_and_calls, leaves):
+    """runtime.execute on the current runtime."""
+    return run_program(program_and_calls[0], leaves, rinit.get_runtime())
 
 
 def column_sums_program(local_rows, cols, n_rows, G):
@@ -151,7 +153,7 @@ def test_execute_on_a_mesh(n_rows):
     rep = mesh.sharding(None, None)
     cols = 3
     local_rows = -(-n_rows // 4)
-    low = FakeLowered(mesh, [((n_rows, cols), "float32")], [row],
+    low = fake_program(mesh, [((n_rows, cols), "float32")], [row],
                       [((n_rows, cols), "float32"), ((cols,), "float32"), ((n_rows, cols), "float32"),
                        ((4,), "int64")],
                       [rep, mesh.sharding(None, partial="x"), row, mesh.sharding("x")],
@@ -167,11 +169,11 @@ def test_execute_on_a_mesh(n_rows):
         assert np.array_equal(idx.numpy(), np.arange(4))
         if isinstance(arg, spmd.Array) and arg.sharding == row:
             # an Array already split as the program wants is handed over as it is
-            assert all(inputs[0] is arg._handles[d] for d, inputs in low.calls[-4:])
-        assert sorted(d for d, _ in low.calls[-4:]) == [0, 1, 2, 3]
+            assert all(inputs[0] is arg._handles[d] for d, inputs in low[1][-4:])
+        assert sorted(d for d, _ in low[1][-4:]) == [0, 1, 2, 3]
     # results feed the next call without a copy
     outs2 = execute(low, [twice])
-    assert all(inputs[0] is twice._handles[d] for d, inputs in low.calls[-4:])
+    assert all(inputs[0] is twice._handles[d] for d, inputs in low[1][-4:])
     assert np.array_equal(outs2[2].numpy(), 4 * x)
 
 
@@ -182,7 +184,7 @@ def test_execute_places_scalars_and_none_shardings():
     s = g.add_input((), "float64")
     y = g.emit("multiply", x, g.emit("broadcast_in_dim", s, shape=(2, 3), broadcast_dimensions=()))
     g.outputs = [g.emit("all_reduce", y, axes=("y",), reduction="max", group_size=2)]
-    low = FakeLowered(mesh, [((4, 3), "float64"), ((), "float64")], [mesh.sharding("x", None), None],
+    low = fake_program(mesh, [((4, 3), "float64"), ((), "float64")], [mesh.sharding("x", None), None],
                       [((4, 3), "float64")], [mesh.sharding("x", None)], g)
     x = np.arange(12.0).reshape(4, 3)
     (out,) = execute(low, [x, 2.5])
@@ -194,8 +196,7 @@ def test_execute_without_a_mesh_is_numpy_in_numpy_out():
     g = Graph("f")
     x = g.add_input((3,), "float32")
     g.outputs = [g.emit("negate", x)]
-    low = FakeLowered(None, [((3,), "float32")], [None], [((3,), "float32")], [None], g)
-    low.stages["traced"] = g
+    low = fake_program(None, [((3,), "float32")], [None], [((3,), "float32")], [None], g)
     a = spmd.device_put(np.arange(3, dtype=np.float32), Mesh((2,), ("x",)).sharding("x"))
     for arg in (np.arange(3, dtype=np.float32), [0, 1, 2], a):
         (out,) = execute(low, [arg])
@@ -207,19 +208,20 @@ def test_execute_reports_the_failing_rank():
     g = Graph("bad")
     x = g.add_input((2,), "float32")
     g.outputs = [g.emit("all_reduce", x, axes=("x",), reduction="sum", group_size=4)]   # wrong group size
-    low = FakeLowered(mesh, [((4,), "float32")], [mesh.sharding("x")], [((4,), "float32")],
+    low = fake_program(mesh, [((4,), "float32")], [mesh.sharding("x")], [((4,), "float32")],
                       [mesh.sharding("x")], g)
     with pytest.raises(SpmdError, match=r"rank \d: all_reduce .*groups of 4 devices"):
         execute(low, [np.ones(4, np.float32)])
 
 
-def test_execute_checks_local_shapes():
+def test_a_program_is_checked_against_its_local_shapes():
+    """Declaring the Program (before any run) checks each split against the per-device
+    program's shapes."""
     mesh = Mesh((2,), ("x",))
     g = Graph("f")
     x = g.add_input((3,), "float32")                  # wrong: (4,) split over 2 is (2,)
     g.outputs = [x]
-    low = FakeLowered(mesh, [((4,), "float32")], [mesh.sharding("x")], [((4,), "float32")],
-                      [mesh.sharding("x")], g)
     with pytest.raises(SpmdError, match=r"local shape \[2\], the per-device program takes \[3\]"):
-        execute(low, [np.ones(4, np.float32)])
+        fake_program(mesh, [((4,), "float32")], [mesh.sharding("x")], [((4,), "float32")],
+                     [mesh.sharding("x")], g)
     assert Sharding(mesh, ("x",)).local_shape((4,)) == (2,)

@@ -134,7 +134,7 @@ def test_changing_the_named_annotation_removes_the_collective():
     label = {"in_shardings for params['w1']": "w1", "in_shardings for params['w2']": "w2",
              "in_shardings for x": "x", "in_shardings for y": "y"}
     low = spmd.jit(step, in_shardings=readme_shardings()).lower(*readme_args())
-    for r in collective_rows(low):
+    for r in collective_rows(low.stages):
         assert r["comes_from"], r
         spec = dict(base)
         for name, d, axes in r["comes_from"]:
@@ -145,7 +145,7 @@ def test_changing_the_named_annotation_removes_the_collective():
 
 
 def test_changing_the_named_annotation_removes_the_halo():
-    for r in collective_rows(heat_lowered()):
+    for r in collective_rows(heat_lowered().stages):
         assert [(n, d) for n, d, _ in r["comes_from"]][0] == ("in_shardings for u", 0 if r["axes"] == ("x",) else 1)
         spec = _without(("x", "y"), r["axes"])
         # the grid split one way only: the other axis's halos are gone (only the out_sharding's local slice)

@@ -8,6 +8,7 @@ blocks, the scratch they need, and when each value is dropped.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -34,6 +35,19 @@ class Segment:
         self.instrs = []        # (function address, [entries]); an entry is an int, (Value, byte offset) or Here
         self.allocs = []        # (value, in-place source or None): values it writes outside the arena
         self.steps = []         # step indices it covers
+
+
+_VIEW = ctypes.c_char.from_buffer
+
+
+def address(x) -> int:
+    """The address of a C-contiguous array's data. A ctypes view of a writeable buffer
+    gives it in a fifth of the time of numpy's x.ctypes (which builds an object of
+    several attributes): a run reads the address of every argument and output. (Not for
+    dtypes numpy cannot export as a buffer: ml_dtypes' bfloat16 and the like.)"""
+    if x.flags.writeable and x.size and x.dtype.isbuiltin == 1:
+        return ctypes.addressof(_VIEW(x))
+    return x.ctypes.data
 
 
 class Schedule:
@@ -340,7 +354,7 @@ class Schedule:
                     x = self._get(v, env, slots)
                 if not x.flags.c_contiguous:
                     x = env[v] = np.ascontiguousarray(x)
-                addrs[j] = x.ctypes.data
+                addrs[j] = address(x)
             arena[seg.pos] = addrs[seg.idx] + seg.offs
         # (ranks more than the cores: a host runs several ranks' segments, collectives/local.py)
         host = getattr(comm, "native_host", None) if self.native_comm else None

@@ -2,7 +2,7 @@
 argwhere, one-argument np.where, np.unique, np.bincount.
 
 A compiled program has fixed shapes, so each takes its size from the data with one
-`int()` of a traced count: under spmd.jit that is a graph break (spmd/graph_breaks.py:
+`int()` of a traced count: under spmd.jit that is a graph break (spmd/jit/graph_breaks.py:
 the part before runs and gives the count, the rest is compiled for it, once per count),
 and without one, an error naming the user's line. With the size known, the result is
 computed exactly as numpy's, with the padded forms of padded.py and static shapes."""

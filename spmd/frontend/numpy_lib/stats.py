@@ -496,7 +496,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
 
 def _given_edges(x, bins):
     # traced edges (np.histogram's own, passed on) are checked on their numbers: a
-    # constant's, else the data's (a graph break, spmd/graph_breaks.py)
+    # constant's, else the data's (a graph break, spmd/jit/graph_breaks.py)
     p = bins.value.producer if isinstance(bins, Tracer) else None
     e = p.attrs["value"] if p is not None and p.name == "constant" else np.asarray(bins)
     if e.ndim != 1 or (np.diff(e) < 0).any():

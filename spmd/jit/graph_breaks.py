@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ConcreteValueError, SpmdError
-from .ir.graph import clone
+from ..errors import ConcreteValueError, SpmdError
+from ..ir.graph import clone
 
 MAX_BREAKS = 16
 MAX_VALUES = 8

@@ -1,0 +1,211 @@
+"""`Jitted`: spmd.jit's function object. A call runs jit's stages, each in its own file:
+
+    arguments.py   the call's signature (the cache key) and flat argument leaves
+    tracing.py     the function traced once per signature -> a Graph over global shapes
+    lowering.py    every stage after tracing (compiler/pipeline.py) -> a Lowered
+    compiling.py   the Lowered's executable and layout -> a declared Program (runtime/program.py)
+    placing.py     before the first run: does it fit this machine's memory
+    running.py     the Program run by the runtime on the call's leaves (runtime/execute.py)
+
+and graph_breaks.py where tracing needs a value of the data. spmd.jit (api.py) and eager
+mode's one-op programs (eager/) are both Jitted functions.
+
+A Jitted function made with `fallback=True` (spmd.jit's default) whose tracing needs the
+value of a traced array (ConcreteValueError: float(), `if` on data, math.sqrt, .item(),
+np.array(traced)) is compiled in parts (graph breaks), or, where breaks would not pay,
+runs eagerly instead, for that input signature from then on: the function is called on
+its arguments placed as jit places them (spmd.Arrays split by in_shardings), so numpy on
+them runs op by op on the sharded arrays (eager mode), and a FallbackWarning names the
+function and the line that needed the value (once per line). Without a mesh it is the
+plain numpy function.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from ..errors import FallbackWarning, SpmdError, warn_at
+from ..frontend.trace import ShapeDtype, current_trace
+from ..ir.mesh import Sharding
+from ..runtime.array import Array
+from ..tree import tree_flatten, tree_unflatten
+from . import graph_breaks as gb
+from .arguments import donated_leaves, dynamic, is_scalar, needed_value, signature
+from .lowering import Lowered, lower_graph
+from .placing import place
+from .tracing import trace_function
+
+
+class Jitted:
+    """A function traced once per input signature, lowered, compiled and cached; calling
+    it runs the program. `write_array(arg, new)` is how an spmd.Array argument the function
+    wrote takes its new value (numpy's in-place semantics: the caller sees the write)."""
+
+    def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
+                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None, fallback=False):
+        self.fn = fn
+        self.memory_limit = None if memory_limit is None else int(memory_limit)
+        self.write_array = write_array
+        self.fallback = fallback
+        self._eager = set()           # signatures whose graph breaks would not pay: they run eagerly
+        self._warned = set()          # lines of graph breaks already warned about
+        self.in_shardings, self.out_shardings, self.mesh = in_shardings, out_shardings, mesh
+        # the LLVM backend (fused native kernels) by default; "numpy" is the reference
+        self.backend = backend or os.environ.get("SPMD_COMPILER", "llvm")
+        self.static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        both = set(self.static_argnums) & set(self.donate_argnums)
+        if both:
+            raise SpmdError(f"spmd.jit: argument(s) {sorted(both)} are both static and donated")
+        # what sharding/annotate.py is told of this function: plain values (sharding/ and
+        # the compiler are loaded when a function is first traced, not with spmd)
+        from ..sharding.annotate import Given
+        self.given = Given(fn, in_shardings, out_shardings, mesh, self.static_argnums)
+        self._cache = {}
+        functools.update_wrapper(self, fn)
+
+    @property
+    def fname(self) -> str:
+        return getattr(self.fn, "__name__", "fn")
+
+    def lower(self, *args) -> Lowered:
+        return self._lower(args, *signature(args, self.static_argnums))
+
+    def _lower(self, args, key, leaves) -> Lowered:
+        entry = self._cache.get(key)
+        if isinstance(entry, Lowered):
+            return entry
+        from ..compiler.gc_pause import paused
+        with paused():
+            return self._trace_and_lower(args, key, leaves, entry)
+
+    def _trace_and_lower(self, args, key, leaves, entry) -> Lowered:
+        low, known = gb.follow(entry, leaves)       # the graph breaks' programs, on this call's data
+        if low is not None:
+            return low
+        fname = self.fname
+        oracle = None
+        if self.fallback and not any(isinstance(x, ShapeDtype) for x in leaves):
+            oracle = gb.Oracle(fname, known, lambda g, v: self._lower_cone(args, leaves, g, v), leaves)
+        graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh, oracle)
+        from ..sharding.annotate import resolve_shardings
+        mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, graph, out_tree)
+        graph.mesh = mesh
+        # written arguments are extra outputs, laid out as they came in
+        for k, v in graph.updates:
+            graph.outputs.append(v)
+            out_sh.append(in_sh[k])
+            out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
+        low = lower_graph(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.backend)
+        low.updates = [k for k, _ in graph.updates]
+        low.np_random_state = graph.np_random_state
+        low.donated = frozenset(donated_leaves(args, self.static_argnums, self.donate_argnums) - set(low.updates))
+        if self.memory_limit is not None:
+            self._fit(low, in_sh.leaves)
+        taken = oracle.taken if oracle is not None else []
+        low.breaks = [(brk.loc, brk.what, v) for brk, v in taken]
+        gb.insert(self._cache, key, taken, low, fname)
+        self._warn_breaks(fname, taken)
+        return low
+
+    def _lower_cone(self, args, leaves, graph, value) -> Lowered:
+        """The program computing `value` of the trace `graph` (a graph break's), sharded as
+        this call's arguments are, its result replicated."""
+        from ..sharding.annotate import resolve_shardings
+        g = gb.cone(graph, value)
+        mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, g, None)
+        g.mesh = mesh
+        if mesh is not None:
+            out_sh[0] = Sharding(mesh, (None,) * len(g.outputs[0].shape))
+        in_tree = tree_flatten(dynamic(args, self.static_argnums))[1]
+        return lower_graph(g, mesh, in_sh, out_sh, in_tree, tree_flatten(0)[1], self.backend)
+
+    def _warn_breaks(self, fname, taken):
+        for brk, _ in taken:
+            if brk.loc not in self._warned:
+                self._warned.add(brk.loc)
+                warn_at(f"spmd.jit: tracing {fname} needed the value of a traced array at {brk.loc} ({brk.what}), "
+                        f"so {fname} is compiled in parts there (a graph break): the part before runs and gives "
+                        f"the value, the rest is traced with it, once per value (at most {gb.MAX_VALUES}); "
+                        f"spmd.jit(..., fallback=False) makes this an error.", FallbackWarning, brk.loc)
+
+    def _fit(self, low, names):
+        """Recompute what the program holds until its plan fits memory_limit per device
+        (backends/memory_budget.py); the result is the "remat" stage, and what runs."""
+        import time
+        from ..backends.memory_budget import fit
+        t0 = time.perf_counter()
+        what = f"spmd.jit({self.fname}, memory_limit={self.memory_limit})"
+        g, _ = fit(low.graph, self.backend, sorted(low.donated), self.memory_limit, names, what)
+        low.stages["remat"] = low.stages["optimized"] = g
+        low.timings["remat"] = time.perf_counter() - t0
+
+    def __call__(self, *args):
+        if current_trace() is not None:
+            # a jitted function called while tracing another: inline it into that trace
+            return self.fn(*args)
+        key, leaves = signature(args, self.static_argnums)
+        if key in self._eager:
+            return self._run_eagerly(args, leaves)
+        try:
+            low = self._lower(args, key, leaves)
+        except Exception as e:
+            need = needed_value(e)
+            if need is None or not self.fallback:
+                raise
+            self._eager.add(key)
+            name = self.fname
+            warn_at(f"spmd.jit: tracing {name} needed the value of a traced array at {need.loc}, so {name} "
+                    f"runs eagerly on the sharded arrays instead (numpy on spmd.Arrays, op by op: slower "
+                    f"than one compiled program); spmd.jit(..., fallback=False) makes this an error. {need}",
+                    FallbackWarning, need.loc)
+            return self._run_eagerly(args, leaves)
+        outs = low(*leaves)
+        if low.np_random_state is not None:
+            np.random.set_state(low.np_random_state)
+        if low.updates:
+            outs, new = outs[:len(outs) - len(low.updates)], outs[len(outs) - len(low.updates):]
+            for k, v in zip(low.updates, new):
+                self._write_back(leaves[k], v)
+        return tree_unflatten(low.out_tree, outs)
+    def _run_eagerly(self, args, leaves):
+        """fn called outside tracing on its arguments placed as jit places them: numpy on
+        the spmd.Arrays runs op by op (eager mode). An argument the function wrote that
+        was placed as a copy (a numpy array, an Array resharded) takes the new value, as
+        under jit; the results are spmd.Arrays, as jit's are (by out_shardings, else as
+        the eager run left them, values it read back into numpy replicated)."""
+        from ..sharding.annotate import argument_shardings, result_shardings
+        mesh, shardings = argument_shardings(self.given, args, leaves)
+        if mesh is None:
+            return self.fn(*args)
+        placed = [x if is_scalar(x) else place(x, s, mesh) for x, s in zip(leaves, shardings)]
+        handles = [getattr(p, "_handles", None) for p in placed]
+        it = iter(tree_unflatten(tree_flatten(dynamic(args, self.static_argnums))[1], placed))
+        out = self.fn(*[a if i in self.static_argnums else next(it) for i, a in enumerate(args)])
+        for x, p, h in zip(leaves, placed, handles):
+            if p is not x and isinstance(p, Array) and p._handles is not h:
+                self._write_back(x, p)
+        outs, tree = tree_flatten(out)
+        return tree_unflatten(tree, [place(x, s, mesh) if is_scalar(x) or hasattr(x, "__array__") else x
+                                     for x, s in zip(outs, result_shardings(self.given, tree, len(outs), mesh))])
+
+    def _write_back(self, arg, new):
+        """The function wrote into argument `arg`, as numpy would in place: a numpy array
+        gets the values copied in (unless the program computed them in its buffer), an
+        spmd.Array takes them through write_array."""
+        if isinstance(arg, np.ndarray):
+            if not arg.flags.writeable:
+                raise ValueError("spmd.jit: the function writes into a read-only numpy array argument "
+                                 "(numpy raises 'assignment destination is read-only')")
+            if new is not arg:
+                arg[...] = new.numpy() if hasattr(new, "numpy") else new
+            return
+        if isinstance(arg, Array) and isinstance(new, Array) and self.write_array is not None:
+            self.write_array(arg, new)
+            return
+        raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
+                        f"which spmd cannot update in place; return the new value instead")
+
+

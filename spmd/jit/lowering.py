@@ -1,0 +1,165 @@
+"""jit's lowering stage: a traced Graph -> every stage's Graph (compiler/pipeline.py), held
+by a `Lowered`: what a user inspects of a program (its text at each stage, explain,
+report, memory) and, called, what runs it (compiling.py and running.py).
+
+    traced -> propagated -> partitioned -> optimized -> executable
+
+(autodiff happens during tracing; without a mesh there is nothing to propagate or
+partition.)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .running import run
+
+
+# what lowered.memory()'s figures leave out: memory the program does not plan
+NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared-memory segments, the "
+               "result buffers the MPI and Ray communicators keep for reuse (up to 4 of each size, "
+               "collectives/pool.py), the per-member blocks a float all_reduce over MPI or Ray gathers "
+               "to reduce in group order; the compiled code; Python's and numpy's own objects")
+
+
+class Lowered:
+    """A traced and compiled program for one input signature: every stage's Graph,
+    the mesh, the per-leaf input/output shardings, and (lazily) the executable."""
+
+    def __init__(self, stages: dict, in_tree, out_tree, backend, mesh=None):
+        self.stages = stages
+        self.in_tree, self.out_tree = in_tree, out_tree
+        self.backend = backend
+        self.mesh = mesh
+        self._exe = None
+        self.updates = []             # argument leaves the program writes (extra outputs)
+        # numpy's global random state as the function leaves it (it seeded it: random_guard)
+        self.np_random_state = None
+        self.donated = frozenset()    # argument leaves whose buffers the program may reuse
+        self.breaks = []              # (loc, what, value) the trace took from the data (graph_breaks.py)
+        self.timings = {}             # seconds per stage, from the pipeline
+        self.runs = None              # how calls run it (running.py: made at the first call)
+
+    def as_text(self, stage="optimized", source=False, compact=False):
+        """The program at `stage` as text: exact (it parses back) by default;
+        `source=True` puts each op's user line and code in a comment column;
+        `compact=True` also folds index arithmetic (masks, slice offsets) into one line
+        each (ir/text.py)."""
+        from ..ir.text import print_graph
+        if stage not in self.stages:
+            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(self.stages)}")
+        return print_graph(self.stages[stage], source=source, compact=compact)
+
+    @property
+    def graph(self):
+        """The program every rank runs."""
+        return self.stages["optimized"]
+
+    @property
+    def in_shardings(self):
+        return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).inputs]
+
+    @property
+    def out_shardings(self):
+        return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).outputs]
+
+    def report(self) -> dict:
+        """Per-device collectives (op, axes, group_size, in/out shapes, dtype, bytes) and
+        comm_bytes of the partitioned program; `launched` / `launched_bytes`, the same for
+        the program that runs (independent all-reduces combined); flops; out_shardings."""
+        from ..sharding.report import report
+        return report(self.stages, self.out_shardings)
+
+    def explain(self, file=None, verbose=False) -> str:
+        """Print the collectives and why, the annotations and the peak memory per device;
+        with verbose=True also where every value's sharding came from and the largest
+        values live at the peak."""
+        from ..sharding.explain import explain_program
+        return explain_program(self.stages, self.memory(), self.breaks, file, verbose)
+
+    def memory(self) -> dict:
+        """Per-device memory of one run of the compiled program, in bytes.
+
+        `peak_bytes`: the most a device holds at once: its arguments, the arena of
+        temporaries and the scratch (allocated for every run), and the largest set of
+        buffers made per call live at one step (outputs, collectives' results, ops run
+        through numpy). `peak`: the busiest step: its `op` and user line (`loc`),
+        `live_bytes`, those bytes `by_kind` (arguments, constants, outputs, activations:
+        made before the step and read after it, temporaries: made or last read by it)
+        and the largest values `live` there (value, shape, dtype, bytes, kind, and the op
+        and user line that made it). Also `temp_bytes` (the arena),
+        `scratch_bytes` (copies of dot operands BLAS cannot read in place),
+        `temporary_bytes` (what a run needs besides its arguments, constants and outputs:
+        XLA's temp allocation), `peak_live_bytes` (the largest set of temporaries the arena
+        holds at once), `argument_bytes`,
+        `output_bytes`, `in_place` (values written into a dying input's buffer),
+        `in_outputs` (temporaries computed in an output's buffer before the output is
+        written: the arena and these figures leave them out, as XLA's do),
+        `temporaries_in_outputs` (the largest of them: value, shape, dtype, bytes, the
+        `output` whose buffer holds it, op and user line) and
+        `donated` (argument positions whose buffers the program reuses). The numpy
+        backend plans nothing: every result is a new array (None for the plan's figures).
+        `not_counted` says what none of these figures holds: the communicator's own
+        memory, the compiled code, Python's and numpy's objects."""
+        from ..ir.text import name_values
+        g = self.graph
+        size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
+        rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
+               "output_bytes": size(g.outputs), "in_place": None, "donated": []}
+        exe = self.compile()
+        if hasattr(exe, "memory_report"):
+            rep.update(exe.memory_report(_FakeComm(self.mesh)))
+            prof = exe.memory_profile(_FakeComm(self.mesh))
+        else:
+            from ..backends.memory_profile import profile_of_ops
+            prof = profile_of_ops(g)
+        # values named as in the printed program (as_text("optimized"))
+        rep.update(prof.report(name_values(g)))
+        rep["not_counted"] = NOT_COUNTED
+        return rep
+
+    @property
+    def reused(self) -> frozenset:
+        """Argument leaves the program writes in place (`updates`) whose buffers it may also
+        reuse: numpy writes into them anyway, and the old value is read by no one after
+        the run (a stencil step computes its new grid in the old one's buffers). The new
+        value ends in them where the memory plan allows; else it is copied in after."""
+        return frozenset(self.updates) - self.donated
+
+    def memory_profile(self):
+        """What one run holds per device, step by step (backends/memory_profile.py)."""
+        exe = self.compile()
+        if hasattr(exe, "memory_profile"):
+            return exe.memory_profile(_FakeComm(self.mesh))
+        from ..backends.memory_profile import profile_of_ops
+        return profile_of_ops(self.graph)
+
+    def compile(self):
+        if self._exe is None:
+            from ..backends import compile_graph
+            from ..compiler.gc_pause import paused
+            n = len(self.graph.outputs) - len(self.updates)
+            with paused():
+                self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
+                                          written={n + j: k for j, k in enumerate(self.updates)})
+        return self._exe
+
+    def __call__(self, *flat_args):
+        return run(self, list(flat_args))
+
+
+class _FakeComm:
+    """The size of a mesh, where the executable asks a communicator for it."""
+
+    def __init__(self, mesh):
+        self.size = 1 if mesh is None else mesh.size
+
+
+
+
+def lower_graph(graph, mesh, in_shardings, out_shardings, in_tree, out_tree, backend) -> Lowered:
+    """The traced `graph` through every stage after tracing (compiler/pipeline.py)."""
+    from ..compiler import pipeline      # (loaded when a program is first lowered, not with spmd)
+    stages, timings = pipeline.lower(graph, mesh, in_shardings, out_shardings)
+    low = Lowered(stages, in_tree, out_tree, backend, mesh)
+    low.timings = timings
+    return low

@@ -1,0 +1,72 @@
+"""jit's tracing stage: a function and its arguments -> a Graph over global shapes
+(frontend/), with the arguments it wrote (`graph.updates`) and numpy's random state as
+it left it (`graph.np_random_state`)."""
+from __future__ import annotations
+
+from ..errors import TraceError
+from ..frontend import core
+from ..frontend import functionalize as fz
+from ..frontend import numpy_buffers, random_guard
+from ..frontend.trace import Trace, Tracer, leaf_aval, runaway, tracing
+from ..ir import Graph
+from ..tree import tree_flatten, tree_unflatten
+from .arguments import check_aliasing, dynamic, mutable
+
+
+def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
+    """Trace fn on abstract versions of args. Returns (graph, in_tree, out_tree); the
+    graph's `updates` are the arguments fn wrote, (leaf, new Value). `oracle` gives the
+    values tracing needs from the data (graph_breaks.Oracle), where it is given."""
+    leaves, in_tree = tree_flatten(dynamic(args, static_argnums))
+    g = Graph(getattr(fn, "__name__", "fn").replace("<", "").replace(">", ""))
+    t = Trace(g, mesh)
+    t.oracle = oracle
+    tracers = _argument_tracers(t, leaves)
+    it = iter(tree_unflatten(in_tree, tracers))
+    call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
+    with numpy_buffers.intercepting(), tracing(t):
+        out = _call_traced(fn, call_args)
+        out_leaves, out_tree = tree_flatten(out)
+        g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]
+    # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
+    g.updates = fz.written_arguments(tracers, g.inputs)
+    g.np_random_state = random_guard.state_after(t)
+    check_aliasing(getattr(fn, "__name__", "fn"), leaves, [k for k, _ in g.updates])
+    return g, in_tree, out_tree
+
+
+def _argument_tracers(t, leaves):
+    tracers = []
+    for k, leaf in enumerate(leaves):
+        shape, dt, weak = leaf_aval(leaf)
+        tr = Tracer(t.graph.add_input(shape, dt), t, weak)
+        # numpy writes into an array argument in place: the caller sees it (see Jitted)
+        tracers.append(fz.as_argument(tr, k, leaf) if mutable(leaf) else tr)
+    return tracers
+
+
+def _call_traced(fn, call_args):
+    try:
+        return fn(*call_args)
+    except RecursionError as e:
+        err = runaway(e)          # spmd's own bookkeeping ran away: name the call and the line
+        if err is None:
+            raise
+        raise err from None
+    except ValueError as e:
+        # numpy storing a traced scalar into a plain ndarray turns our error into
+        # "setting an array element with a sequence": surface ours
+        if isinstance(e.__cause__, TraceError):
+            raise e.__cause__ from None
+        raise
+
+
+def _output_value(fn, leaf, t):
+    try:
+        return core.asarray(leaf, t=t).value
+    except TypeError:
+        why = getattr(leaf, "spmd_not_an_array", None)
+        if why is not None:          # e.g. x[mask]: compacted (a graph break), or its error says why
+            return core.asarray(why(), t=t).value
+        raise TypeError(f"spmd.jit: {fn.__name__} returned a {type(leaf).__name__}, "
+                        f"which is not an array") from None
