@@ -533,8 +533,12 @@ class KernelCodegen:
         root = self.k.root
         shape = (root.size,) if self.flat else root.shape
         self.work = work = max([v.size for op in self.k.ops for v in (*op.operands, *op.results)] + [root.size])
-        can_split_reduce = (root.producer.opdef.fusion == "reduction" and len(self.k.outputs) == 1
-                            and not self.flat and root.producer.attrs["axes"])
+        # (not a float sum or product: split over threads, its order would be the thread
+        # count's, and whether the kernel has other outputs)
+        red = root.producer
+        can_split_reduce = (red.opdef.fusion == "reduction" and len(self.k.outputs) == 1
+                            and not self.flat and red.attrs["axes"]
+                            and not (red.attrs.get("kind") in ("sum", "prod") and red.result.dtype[0] in "fbc"))
         if self.threads > 1 and work >= PARALLEL_WORK and shape and shape[0] >= 2 * self.threads:
             self.par, self.extent = "rows", shape[0]
         elif self.threads > 1 and work >= PARALLEL_WORK and can_split_reduce and root.size <= 64:
