@@ -1,7 +1,7 @@
 """Memory: what splitting parameters and optimizer state (FSDP) and recomputing (spmd.checkpoint)
 save, each against the same program without it, in the same run.
 
-    python benchmarks/memory.py [--parts fsdp,checkpoint] [--runs 5] [--batch 2048]
+    python benchmarks/memory.py [--parts fsdp,checkpoint,layers] [--runs 5] [--batch 2048]
 
 fsdp: the deep MLP (8 layers of 1024x1024, ReLU, Adam) training step under
 `mpiexec -n 4` on a 4-device data mesh, the batch split over data; once with parameters
@@ -19,6 +19,16 @@ interleaved runs, and the losses and gradients (the same bits). Targets: peak <=
 time <= 1.4x. (A layer of one matmul and an activation holds one value for the backward
 pass either way -- its matmul result without checkpoint, its input with -- since the
 compiler makes the activation again where the backward pass reads it: late_reads.)
+
+fsdp also makes the parameters and Adam state on their shards (a jitted init with
+out_shardings, spmd.random and np.zeros inside) and prints what a rank allocates while
+making and placing them, against numpy's init placed afterwards.
+
+layers: 16 layers of ReLU(h @ W + b) (d=256, batch 4096) value_and_grad on one device: as
+written, spmd.checkpoint on every layer, by hand on every 4 layers, and
+memory_limit=0.6x the planned peak as written; planned and measured peaks, step times,
+and whether the loss and gradients are the same bits in every row. Targets: the
+memory_limit fits, per-layer checkpoint <= 0.5x.
 
 The machine is shared: run it when it is quiet (timings are medians of interleaved
 runs; memory figures do not depend on load).

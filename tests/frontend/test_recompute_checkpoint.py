@@ -221,3 +221,11 @@ def test_checkpoint_on_every_layer_never_holds_more_than_without(bias, act, res)
     peak = {ck: spmd.jit(spmd.value_and_grad(_mlp(bias, act, res, False, ck), argnums=(0, 1)))
             .lower(*args).memory()["peak_bytes"] for ck in (False, True)}
     assert peak[True] <= peak[False], peak
+
+
+def test_which_plan_runs_is_said():
+    args = _mlp_inputs(8, 64, 1024)
+    low = spmd.jit(spmd.value_and_grad(_mlp(True, "relu", False, False, True), argnums=(0, 1))).lower(*args)
+    assert low.checkpoints in ("as written", "held", "merged")
+    assert spmd.jit(spmd.value_and_grad(_mlp(True, "relu", False, False, False), argnums=(0, 1))) \
+        .lower(*args).checkpoints is None
