@@ -80,7 +80,8 @@ def mlp_init(key, layers, d):
     """Parameters and Adam state, made where jit's out_shardings put them: with the
     weights split over data (FSDP) each rank draws and zeroes its own shards alone."""
     keys = spmd.random.split(key, layers)
-    p = {f"w{i}": spmd.random.normal(keys[i], (d, d), dtype=np.float32) / np.sqrt(d) for i in range(layers)}
+    p = {f"w{i}": spmd.random.normal(keys[i], (d, d), dtype=np.float32) / float(np.sqrt(d))
+         for i in range(layers)}
     zeros = {k: np.zeros((d, d), np.float32) for k in p}
     return p, {"m": zeros, "v": dict(zeros), "t": np.float32(0)}
 

@@ -11,7 +11,8 @@ L, D = 3, 256
 
 def init(key):
     keys = spmd.random.split(key, L)
-    p = {f"w{i}": spmd.random.normal(keys[i], (D, D), dtype=np.float32) / np.sqrt(D) for i in range(L)}
+    p = {f"w{i}": spmd.random.normal(keys[i], (D, D), dtype=np.float32) / float(np.sqrt(D))
+         for i in range(L)}
     zeros = {k: np.zeros((D, D), np.float32) for k in p}
     return p, {"m": zeros, "v": dict(zeros)}
 
@@ -31,7 +32,7 @@ def test_parameters_and_state_are_made_on_their_shards():
     want_p, _ = spmd.jit(init)(key)                  # the same init on one device
     for k in p:
         assert p[k].sharding.spec == ("data", None)
-        assert sorted(np.shape(data) for _, _, data in p[k].shards) == [(D // 4, D)] * 4
+        assert p[k].dtype == np.float32 and sorted(np.shape(data) for _, _, data in p[k].shards) == [(D // 4, D)] * 4
         assert np.array_equal(np.asarray(p[k]), np.asarray(want_p[k]))
         assert not np.asarray(opt["m"][k]).any() and opt["v"][k].sharding.spec == ("data", None)
     assert abs(float(np.asarray(p["w0"]).std()) * np.sqrt(D) - 1) < 0.05
