@@ -162,8 +162,10 @@ def fsdp_part(a):
     shard = 3 * a.layers * a.d * a.d * 4 / 4 + 2 * a.batch * a.d * 4 / 4     # p, m, v, x, y: a quarter each
     print(f"FSDP / replicated: planned {fs['planned'] / rep['planned']:.2f}x, measured {ratio:.2f}x "
           f"({'met' if ratio <= 0.35 else 'NOT met'}: <= 0.35); the same loss: {same}")
+    whole_batch = 2 * a.batch * a.d * 4                                    # x and y, made whole by numpy in both
     print(f"parameters made on their shards: {fi['made'] / MB:.1f} MB a rank against {fs['made'] / MB:.1f} MB made "
-          f"whole (its shards: {shard / MB:.1f} MB, {fi['made'] / shard:.2f}x)\n")
+          f"whole; the shards of parameters, state and batch are {shard / MB:.1f} MB, and the batch is made whole "
+          f"first ({whole_batch / MB:.1f} MB) in both\n")
 
 
 # ------------------------------------------------------------------------ checkpoint
