@@ -411,7 +411,9 @@ class Jitted:
         low.updates = [k for k, _ in updates]
         low.np_random_state = graph.np_random_state
         low.donated = self._donated_leaves(args) - set(low.updates)
-        if any(op.name == "optimization_barrier" for op in graph.ops):
+        # (spmd.checkpoint's recomputation reads its values through barriers: ops whose
+        # result is an operand itself, compiler/passes/barriers.py)
+        if any(op.opdef.identity_of is not None for op in graph.ops):
             self._plan_checkpoints(low, graph, mesh, in_sh, out_sh)
         if self.memory_limit is not None:
             self._fit(low, in_sh.leaves)
