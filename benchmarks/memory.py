@@ -1,7 +1,7 @@
 """Memory: what splitting parameters and optimizer state (FSDP) and recomputing (spmd.checkpoint)
 save, each against the same program without it, in the same run.
 
-    python benchmarks/memory.py [--parts fsdp,checkpoint] [--runs 5] [--batch 2048]
+    python benchmarks/memory.py [--parts fsdp,checkpoint,layers] [--runs 5] [--batch 2048]
 
 fsdp: the deep MLP (8 layers of 1024x1024, ReLU, Adam) training step under
 `mpiexec -n 4` on a 4-device data mesh, the batch split over data; once with parameters
@@ -19,6 +19,16 @@ interleaved runs, and the losses and gradients (the same bits). Targets: peak <=
 time <= 1.4x. (A layer of one matmul and an activation holds one value for the backward
 pass either way -- its matmul result without checkpoint, its input with -- since the
 compiler makes the activation again where the backward pass reads it: late_reads.)
+
+fsdp also makes the parameters and Adam state on their shards (a jitted init with
+out_shardings, spmd.random and np.zeros inside) and prints what a rank allocates while
+making and placing them, against numpy's init placed afterwards.
+
+layers: 16 layers of ReLU(h @ W + b) (d=256, batch 4096) value_and_grad on one device: as
+written, spmd.checkpoint on every layer, by hand on every 4 layers, and
+memory_limit=0.6x the planned peak as written; planned and measured peaks, step times,
+and whether the loss and gradients are the same bits in every row. Targets: the
+memory_limit fits, per-layer checkpoint <= 0.5x.
 
 The machine is shared: run it when it is quiet (timings are medians of interleaved
 runs; memory figures do not depend on load).
@@ -66,28 +76,46 @@ def mlp_step(p, opt, x, y):
     return (loss,) + adam(p, opt, g)
 
 
-def fsdp_rank(layers, d, batch, fsdp):
-    """One rank of the MPI run: (planned peak, measured peak, loss) of a training step."""
+def mlp_init(key, layers, d):
+    """Parameters and Adam state, made where jit's out_shardings put them: with the
+    weights split over data (FSDP) each rank draws and zeroes its own shards alone."""
+    keys = spmd.random.split(key, layers)
+    p = {f"w{i}": spmd.random.normal(keys[i], (d, d), dtype=np.float32) / float(np.sqrt(d))
+         for i in range(layers)}
+    zeros = {k: np.zeros((d, d), np.float32) for k in p}
+    return p, {"m": zeros, "v": dict(zeros), "t": np.float32(0)}
+
+
+def fsdp_rank(layers, d, batch, fsdp, sharded_init=False):
+    """One rank of the MPI run: (planned peak, measured peak, loss, measured peak of
+    making the parameters) of a training step."""
     mesh = spmd.Mesh((spmd.process_count(),), ("data",))
     row = mesh.sharding("data", None)
     w = row if fsdp else mesh.sharding(None, None)
     psh = {f"w{i}": w for i in range(layers)}
     shard = (psh, {"m": psh, "v": psh, "t": mesh.sharding()}, row, row)
     f = spmd.jit(mlp_step, in_shardings=shard, donate_argnums=(0, 1))
+    init = spmd.jit(lambda key: mlp_init(key, layers, d), out_shardings=shard[:2])
+    if sharded_init:
+        init.lower(spmd.random.key(0))            # (compiled before the measurement)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     rng = np.random.default_rng(0)
-    p = {f"w{i}": (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for i in range(layers)}
-    opt = {"m": {k: np.zeros_like(v) for k, v in p.items()}, "v": {k: np.zeros_like(v) for k, v in p.items()},
-           "t": np.float32(0)}
+    if sharded_init:
+        p, opt = init(spmd.random.key(0))
+    else:
+        p = {f"w{i}": (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for i in range(layers)}
+        opt = {"m": {k: np.zeros_like(v) for k, v in p.items()}, "v": {k: np.zeros_like(v) for k, v in p.items()},
+               "t": np.float32(0)}
     x = rng.standard_normal((batch, d)).astype(np.float32)
     y = rng.standard_normal((batch, d)).astype(np.float32)
-    placed = spmd.tree.tree_unflatten(spmd.tree.tree_flatten((p, opt, x, y))[1], [
-        spmd.device_put(a, s) for a, s in zip(spmd.tree.tree_flatten((p, opt, x, y))[0],
-                                              spmd.tree.tree_flatten(shard)[0])])
-    del p, opt, x, y                             # each rank keeps its shards alone
+    flat, tree = spmd.tree.tree_flatten((p, opt, x, y))
+    placed = spmd.tree.tree_unflatten(tree, [a if isinstance(a, spmd.Array) else spmd.device_put(a, s)
+                                             for a, s in zip(flat, spmd.tree.tree_flatten(shard)[0])])
+    del p, opt, x, y, flat                       # each rank keeps its shards alone
     p, opt, x, y = placed
     del placed
+    made = tracemalloc.get_traced_memory()[1] - base
     planned = f.lower(p, opt, x, y).memory()["peak_bytes"]
     losses = []
     for _ in range(3):                           # two warm-up steps, then the measured one
@@ -96,17 +124,17 @@ def fsdp_rank(layers, d, batch, fsdp):
         losses.append(float(loss))
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
-    return planned, peak, losses
+    return planned, peak, losses, made
 
 
 def fsdp_child(a):
     spmd.init()
     out = {}
-    for fsdp in (False, True):
-        planned, peak, losses = fsdp_rank(a.layers, a.d, a.batch, fsdp)
-        everyone = spmd.process_allgather(np.array([planned, peak], np.float64))
-        out["fsdp" if fsdp else "replicated"] = {"planned": float(np.max(everyone[:, 0])),
-                                                  "measured": float(np.max(everyone[:, 1])), "losses": losses}
+    for name, fsdp, sharded in (("replicated", False, False), ("fsdp", True, False), ("fsdp_init", True, True)):
+        planned, peak, losses, made = fsdp_rank(a.layers, a.d, a.batch, fsdp, sharded)
+        everyone = spmd.process_allgather(np.array([planned, peak, made], np.float64))
+        out[name] = {"planned": float(np.max(everyone[:, 0])), "measured": float(np.max(everyone[:, 1])),
+                     "made": float(np.max(everyone[:, 2])), "losses": losses}
     if spmd.process_index() == 0:
         print(json.dumps(out), flush=True)
 
@@ -121,17 +149,23 @@ def fsdp_part(a):
         print(f"mpiexec run failed:\n{r.stderr[-3000:]}")
         return
     got = json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
-    rep, fs = got["replicated"], got["fsdp"]
+    rep, fs, fi = got["replicated"], got["fsdp"], got["fsdp_init"]
     print(f"FSDP: deep MLP step ({a.layers} x {a.d}x{a.d}, ReLU, Adam, batch {a.batch}) on mpiexec -n 4, "
-          f"per rank (the larger rank)")
-    print(f"{'':28s} {'planned MB':>10s} {'measured MB':>11s}  {'loss (3 steps)'}")
-    for name, r in (("replicated (data parallel)", rep), ("FSDP (params + state split)", fs)):
-        print(f"{name:28s} {r['planned'] / MB:10.1f} {r['measured'] / MB:11.1f}  "
+          f"per rank (the larger rank); 'made': measured while the parameters, state and batch are made and placed")
+    print(f"{'':36s} {'made MB':>8s} {'planned MB':>10s} {'measured MB':>11s}  {'loss (3 steps)'}")
+    for name, r in (("replicated (data parallel)", rep), ("FSDP (numpy init, then placed)", fs),
+                    ("FSDP (made on their shards: jit)", fi)):
+        print(f"{name:36s} {r['made'] / MB:8.1f} {r['planned'] / MB:10.1f} {r['measured'] / MB:11.1f}  "
               f"{' '.join(f'{v:.6f}' for v in r['losses'])}")
     ratio = fs["measured"] / rep["measured"]
     same = np.allclose(rep["losses"], fs["losses"], rtol=1e-5)
+    shard = 3 * a.layers * a.d * a.d * 4 / 4 + 2 * a.batch * a.d * 4 / 4     # p, m, v, x, y: a quarter each
     print(f"FSDP / replicated: planned {fs['planned'] / rep['planned']:.2f}x, measured {ratio:.2f}x "
-          f"({'met' if ratio <= 0.35 else 'NOT met'}: <= 0.35); the same loss: {same}\n")
+          f"({'met' if ratio <= 0.35 else 'NOT met'}: <= 0.35); the same loss: {same}")
+    whole_batch = 2 * a.batch * a.d * 4                                    # x and y, made whole by numpy in both
+    print(f"parameters made on their shards: {fi['made'] / MB:.1f} MB a rank against {fs['made'] / MB:.1f} MB made "
+          f"whole; the shards of parameters, state and batch are {shard / MB:.1f} MB, and the batch is made whole "
+          f"first ({whole_batch / MB:.1f} MB) in both\n")
 
 
 # ------------------------------------------------------------------------ checkpoint
@@ -190,15 +224,71 @@ def checkpoint_part(a):
           f"({'met' if t <= 1.4 else 'NOT met'}: <= 1.4); loss and gradients the same bits: {same}\n")
 
 
+# --------------------------------------------------------------- layers as users write them
+def dense_loss(ws, bs, x, per_layer=False, group=0):
+    """16 layers of ReLU(h @ W + b), the mean square of the last: per_layer puts
+    spmd.checkpoint on every layer, group on segments of that many layers (by hand)."""
+    def seg(h, ws, bs):
+        for w, b in zip(ws, bs):
+            h = np.maximum(h @ w + b, 0)
+        return h
+    h = x
+    if per_layer or group:
+        g = 1 if per_layer else group
+        for i in range(0, len(ws), g):
+            h = spmd.checkpoint(seg)(h, ws[i:i + g], bs[i:i + g])
+    else:
+        h = seg(h, ws, bs)
+    return np.mean(h ** 2)
+
+
+def layers_part(a):
+    layers, d, batch = 16, a.dense_d, a.dense_batch
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal((d, d)) * np.sqrt(2 / d)).astype(np.float32) for _ in range(layers)]
+    bs = [np.full(d, 0.01, np.float32) for _ in range(layers)]
+    x = rng.standard_normal((batch, d)).astype(np.float32)
+    vg = lambda **kw: spmd.value_and_grad(lambda ws, bs, x: dense_loss(ws, bs, x, **kw), argnums=(0, 1))  # noqa: E731
+    free = spmd.jit(vg())
+    base = free.lower(ws, bs, x).memory()["peak_bytes"]
+    fs = {"as written": free, "spmd.checkpoint per layer": spmd.jit(vg(per_layer=True)),
+          "by hand, every 4 layers": spmd.jit(vg(group=4)),
+          "memory_limit=0.6x": spmd.jit(vg(), memory_limit=int(0.6 * base))}
+    rows, outs = {}, {}
+    for name, f in fs.items():
+        try:
+            outs[name] = [np.asarray(v) for v in spmd.tree.tree_flatten(f(ws, bs, x))[0]]
+            rows[name] = measured_peak(f, ws, bs, x)
+        except spmd.MemoryLimitError as e:
+            rows[name] = None
+            print(f"{name}: {str(e).splitlines()[0][:200]}")
+    names = [n for n in fs if rows[n] is not None]
+    ms = dict(zip(names, interleaved([lambda f=fs[n]: f(ws, bs, x) for n in names], a.runs)))
+    print(f"layers: {layers} layers of ReLU(h @ W + b), {d} wide, batch {batch}, value_and_grad on one device; "
+          f"medians of {a.runs} interleaved runs")
+    print(f"{'':28s} {'planned MB':>10s} {'x':>5s} {'measured MB':>11s} {'ms':>8s}  loss")
+    for n in names:
+        meas, plan = rows[n]
+        print(f"{n:28s} {plan / MB:10.1f} {plan / base:5.2f} {meas / MB:11.1f} {ms[n]:8.1f}  {outs[n][0]:.9g}")
+    same = all(all(np.array_equal(u, v) for u, v in zip(outs[n], outs["as written"])) for n in names)
+    lim = rows.get("memory_limit=0.6x")
+    ck = rows["spmd.checkpoint per layer"][1]
+    print(f"memory_limit at 0.6x: {'fits' if lim else 'does NOT fit'}; per-layer checkpoint {ck / base:.2f}x "
+          f"({'met' if ck <= 0.5 * base else 'NOT met'}: <= 0.5); loss and gradients the same bits in every "
+          f"row: {same}\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--parts", default="fsdp,checkpoint")
+    ap.add_argument("--parts", default="fsdp,checkpoint,layers")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=2048, help="the FSDP MLP's global batch")
     ap.add_argument("--ckpt-batch", type=int, default=2048, help="the checkpointed MLP's batch")
     ap.add_argument("--ckpt-d", type=int, default=128, help="the checkpointed MLP's width (its hidden layer: 4x)")
+    ap.add_argument("--dense-d", type=int, default=256, help="the ReLU layers' width")
+    ap.add_argument("--dense-batch", type=int, default=4096, help="the ReLU layers' batch")
     ap.add_argument("--fsdp-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.fsdp_child:
@@ -208,6 +298,8 @@ def main():
         fsdp_part(a)
     if "checkpoint" in parts:
         checkpoint_part(a)
+    if "layers" in parts:
+        layers_part(a)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from ..errors import MemoryLimitError
 from . import planned_memory as planned
 
 ROUNDS = 12
+LEVELS = 3             # segments within segments, at most this deep
 SINGULAR = {"arguments": "argument", "constants": "constant", "outputs": "output", "activations": "activation",
             "temporaries": "temporary"}
 
@@ -32,13 +33,45 @@ def mb(n) -> str:
 def fit(graph, backend, donated, limit, names=(), what="the program"):
     """The program, with values recomputed so that its planned peak per device is at most
     `limit` bytes; (graph, its MemoryProfile). `names`: per graph input, what the
-    caller calls it."""
+    caller calls it. First the cheapest values held across the peak, one by one; when
+    that is not enough, segments of layers (budget.segment_plans), the fewest
+    recomputed that fit."""
     prof = planned(graph, backend, donated)
-    best = (graph, prof)
+    if prof.peak_bytes <= limit:
+        return graph, prof
     held = sum(b.nbytes for b in prof.buffers if b.start < 0 or b.constant)
-    for _ in range(ROUNDS if held <= limit else 0):         # (arguments over the limit: nothing helps)
+    if held > limit:                        # (arguments over the limit: nothing helps)
+        raise MemoryLimitError(too_big(graph, prof, limit, names, what))
+    best = _rounds(graph, prof, backend, donated, limit)
+    start = (graph, prof)
+    for _ in range(LEVELS):
+        if best[1].peak_bytes <= limit:
+            return best
+        # segments of the program as it is (at the next level: of what the best plan of
+        # this one still holds across its peak, as nested checkpoints would)
+        level = None
+        for _, where in budget.segment_plans(*start):
+            g = rematerialize(start[0], where)
+            got = _rounds(g, planned(g, backend, donated), backend, donated, limit)
+            if got[1].peak_bytes <= limit:
+                return got
+            if level is None or got[1].peak_bytes < level[1].peak_bytes:
+                level = got
+        if level is None or level[1].peak_bytes >= best[1].peak_bytes:
+            break
+        best = start = level
+    if best[1].peak_bytes <= limit:
+        return best
+    raise MemoryLimitError(too_big(*best, limit, names, what))
+
+
+def _rounds(graph, prof, backend, donated, limit):
+    """Values held across the peak recomputed, cheapest per byte first, planning again
+    after each round: (graph, profile) with the lowest peak reached."""
+    best = (graph, prof)
+    for _ in range(ROUNDS):
         if prof.peak_bytes <= limit:
-            return graph, prof
+            break
         where = budget.choose(graph, prof, prof.peak_bytes - limit)
         if not where:
             break
@@ -46,9 +79,7 @@ def fit(graph, backend, donated, limit, names=(), what="the program"):
         prof = planned(graph, backend, donated)
         if prof.peak_bytes < best[1].peak_bytes:
             best = (graph, prof)
-    if prof.peak_bytes <= limit:
-        return graph, prof
-    raise MemoryLimitError(too_big(*best, limit, names, what))
+    return best
 
 
 def too_big(graph, prof, limit, names, what) -> str:
@@ -80,3 +111,23 @@ def too_big(graph, prof, limit, names, what) -> str:
             f"and recomputing what it holds there cannot bring it under: live there "
             f"(arguments {mb(args)}, activations {mb(by['activations'])}, temporaries {mb(by['temporaries'])}, "
             f"outputs {mb(by['outputs'])}), largest first:\n" + "\n".join(rows) + f"\nTo fit: {hint}.")
+
+
+def plan_checkpoints(written, without, backend, donated):
+    """Of a program with spmd.checkpoint as written, the same program with nothing
+    recomputed (`without`: its checkpoints' recomputation merged back into the forward
+    pass), and that one with segments of layers recomputed as the planner groups them
+    (budget.segment_plans: neighbouring checkpoints merged), the one with the lowest
+    planned peak; the one as written where it is as low. (graph, its profile, which:
+    "as written", "merged" or "held"). The values are the same bits in each: a
+    recomputation runs the same kernels on the same values as the forward pass."""
+    best = (written, planned(written, backend, donated), "as written")
+    prof = planned(without, backend, donated)
+    if prof.peak_bytes < best[1].peak_bytes:
+        best = (without, prof, "held")
+    for _, where in budget.segment_plans(without, prof):
+        g = rematerialize(without, where)
+        p = planned(g, backend, donated)
+        if p.peak_bytes < best[1].peak_bytes:
+            best = (g, p, "merged")
+    return best

@@ -102,6 +102,10 @@ class Jitted:
         low.updates = [k for k, _ in graph.updates]
         low.np_random_state = graph.np_random_state
         low.donated = frozenset(donated_leaves(args, self.static_argnums, self.donate_argnums) - set(low.updates))
+        # (spmd.checkpoint's recomputation reads its values through barriers: ops whose
+        # result is an operand itself, compiler/passes/barriers.py)
+        if any(op.opdef.identity_of is not None for op in graph.ops):
+            self._plan_checkpoints(low, graph, mesh, in_sh, out_sh)
         if self.memory_limit is not None:
             self._fit(low, in_sh.leaves)
         taken = oracle.taken if oracle is not None else []
@@ -130,6 +134,25 @@ class Jitted:
                         f"so {fname} is compiled in parts there (a graph break): the part before runs and gives "
                         f"the value, the rest is traced with it, once per value (at most {gb.MAX_VALUES}); "
                         f"spmd.jit(..., fallback=False) makes this an error.", FallbackWarning, brk.loc)
+
+    def _plan_checkpoints(self, low, graph, mesh, in_sh, out_sh):
+        """spmd.checkpoint never holds more than the program without it: of the program
+        as written, without its recomputation, and with neighbouring checkpoints merged
+        into segments (backends/memory_budget.plan_checkpoints), the lowest planned peak
+        runs; `low.checkpoints` says which ("as written", "held", "merged")."""
+        import time
+        from ..backends.memory_budget import plan_checkpoints
+        from ..compiler import pipeline
+        from ..compiler.passes import drop_barriers
+        from ..compiler.passes.bodies import in_bodies
+        t0 = time.perf_counter()
+        plain = in_bodies(drop_barriers)(graph)
+        plain.mesh = graph.mesh
+        without, _ = pipeline.lower(plain, mesh, in_sh, out_sh)
+        g, _, which = plan_checkpoints(low.graph, without["optimized"], self.backend, sorted(low.donated))
+        low.stages["checkpoints"] = low.stages["optimized"] = g
+        low.checkpoints = which
+        low.timings["checkpoints"] = time.perf_counter() - t0
 
     def _fit(self, low, names):
         """Recompute what the program holds until its plan fits memory_limit per device

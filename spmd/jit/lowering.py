@@ -37,6 +37,8 @@ class Lowered:
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
         self.breaks = []              # (loc, what, value) the trace took from the data (graph_breaks.py)
         self.timings = {}             # seconds per stage, from the pipeline
+        # with spmd.checkpoint: the plan that runs ("as written", "held", "merged"); else None
+        self.checkpoints = None
         self.runs = None              # how calls run it (running.py: made at the first call)
 
     def as_text(self, stage="optimized", source=False, compact=False):

@@ -315,23 +315,27 @@ class KernelCodegen:
             self.store_escaping(scope, v, x, amap)
         return x
 
-    def keep_row(self, v, amap, axis, loop, x, cost):
+    def keep_row(self, v, amap, axis, loop, x, cost, inner=None):
         """A reduction's operand v, computed at amap in its loop over `axis`, which costs
         `cost` instructions an element to compute (softmax's exp): kept in a row buffer on the
         stack as it is reduced, so a later loop over the same row in the same iteration of the
-        loops outside (softmax's division) reads it back from L1 instead of computing it again."""
+        loops outside (softmax's division) reads it back from L1 instead of computing it again.
+        `inner`: the loop x is computed in when the row's loop is cut in chunks of partial
+        results (a float sum's lanes), else `loop` itself."""
+        inner = loop if inner is None else inner
         n = v.shape[axis]
         size = SIZE[x.dtype] if x.dtype in ROW_DTYPES else 0
         if cost < ROW_COST or x.dtype not in ROW_DTYPES or self.flat or \
-                self.memo.get((v, amap), (None, None))[1] is not loop or \
+                self.memo.get((v, amap), (None, None))[1] is not inner or \
                 len(self.intervals(self.loop_key.get(loop.var), n)) != 1 or \
                 self.row_bytes + n * size > ROW_BYTES:
             return
         self.row_bytes += n * size
         buf = self.alloca("%row", f"[{n} x {LL[x.dtype]}], align 64")
+        pos = self.index_expr(inner, *amap[axis])
         p = self.fresh()
-        loop.insert(f"  {p} = getelementptr inbounds {LL[x.dtype]}, ptr {buf}, i64 {loop.var}")
-        loop.insert(f"  store {LL[x.dtype]} {x.name}, ptr {p}")
+        inner.insert(f"  {p} = getelementptr inbounds {LL[x.dtype]}, ptr {buf}, i64 {pos}")
+        inner.insert(f"  store {LL[x.dtype]} {x.name}, ptr {p}")
         self.rows[v].append((amap, axis, loop, buf, x.dtype))
 
     def kept_row(self, v, amap):
@@ -635,8 +639,12 @@ class KernelCodegen:
         root = self.k.root
         shape = (root.size,) if self.flat else root.shape
         self.work = work = max([v.size for op in self.k.ops for v in (*op.operands, *op.results)] + [root.size])
-        can_split_reduce = (root.producer.opdef.fusion == "reduction" and len(self.k.outputs) == 1
-                            and not self.flat and root.producer.attrs["axes"])
+        # (not a float sum or product: split over threads, its order would be the thread
+        # count's, and whether the kernel has other outputs)
+        red = root.producer
+        can_split_reduce = (red.opdef.fusion == "reduction" and len(self.k.outputs) == 1
+                            and not self.flat and red.attrs["axes"]
+                            and not (red.attrs.get("kind") in ("sum", "prod") and red.result.dtype[0] in "fbc"))
         if self.threads > 1 and work >= PARALLEL_WORK and shape and shape[0] >= 2 * self.threads:
             self.par, self.extent = "rows", shape[0]
         elif self.threads > 1 and work >= PARALLEL_WORK and can_split_reduce and root.size <= 64:

@@ -98,36 +98,69 @@ def emit_position(cg, op, v, amap):
     return cg.builder(scope).convert(SV(idx, "int64"), v.dtype), scope
 
 
+# a float sum or product runs over its innermost reduced axis in LANE_BYTES of partial
+# results: element i goes to partial i % lanes, the partials are combined in order at the
+# end. The order is the op's own (its shape), not the kernel's: with LLVM free to
+# reassociate, the vectoriser chose how many partial sums to keep by what else the loop
+# did, so the same sum fused into another kernel (a loss next to a value the backward
+# pass keeps; a checkpoint's recomputed forward pass) gave other bits.
+LANE_BYTES = 64
+
+
+def lanes_of(cd, n) -> int:
+    """Partial results for a float reduction of n elements of compute dtype cd along its
+    innermost reduced axis (1: in order, one by one)."""
+    k = LANE_BYTES // (8 if cd == "float64" else 4)
+    return k if n % k == 0 and n >= 2 * k else 1
+
+
 def emit_accumulate(cg, op, v, amap):
     """A reduction: loops of its own over the reduced axes, in the innermost scope its
-    index map needs, accumulating into a stack slot. Each reduced axis's loop is cut into
-    regions like the root's (a sum over a padded stencil), visited in order."""
+    index map needs, accumulating into a stack slot (a float sum or product: into
+    lanes_of partial results, combined in order at the end; no reassociation, so LLVM
+    vectorises across the partials only). Each reduced axis's loop is cut into regions
+    like the root's (a sum over a padded stencil), visited in order."""
     x = op.operands[0]
     kind, axes = op.attrs["kind"], op.attrs["axes"]
     scope = cg.scope_of(amap)
     cd = compute_dtype(v.dtype)       # 2-byte floats accumulate in float32
     t = LL[cd]
-    acc = cg.alloca("%acc", t)
-    scope.insert(f"  store {t} {literal(identity(kind, v.dtype), v.dtype)}, ptr {acc}")
     threaded = cg.split_next_reduce
     cg.split_next_reduce = False
+    split = is_float(cd) and kind in ("sum", "prod")
+    last = axes[-1] if axes else None
+    n_last = x.shape[last] if axes else 0
+    k = lanes_of(cd, n_last) if split and not (threaded and len(axes) == 1) else 1
+    if k > 1 and cg.intervals((id(op), last), n_last) != [(0, n_last)]:
+        k = 1
+    ident = literal(identity(kind, v.dtype), v.dtype)
+    if k > 1:
+        acc = cg.alloca("%lanes", f"[{k} x {t}]")
+        for j in range(k):
+            p = cg.fresh()
+            scope.insert(f"  {p} = getelementptr inbounds [{k} x {t}], ptr {acc}, i64 0, i64 {j}")
+            scope.insert(f"  store {t} {ident}, ptr {p}")
+    else:
+        acc = cg.alloca("%acc", t)
+        scope.insert(f"  store {t} {ident}, ptr {acc}")
 
-    def accumulate(inner, loops):
+    def accumulate(inner, loops, lane=None, row_loop=None):
         rest = iter(amap)
-        sub = tuple((((loops[d].var, 1),), 0) if d in loops else next(rest) for d in range(x.ndim))
+        sub = tuple(loops[d] if d in loops else next(rest) for d in range(x.ndim))
         lines = sum(isinstance(item, str) for item in inner.items)
         val = cg.emit(x, sub)
         if len(axes) == 1 and not threaded:
-            cg.keep_row(x, sub, axes[0], inner, val,
-                        sum(isinstance(item, str) for item in inner.items) - lines)
+            cg.keep_row(x, sub, axes[0], row_loop or inner, val,
+                        sum(isinstance(item, str) for item in inner.items) - lines, inner)
         b = cg.builder(inner)
+        slot = acc
+        if lane is not None:
+            slot = cg.fresh()
+            inner.insert(f"  {slot} = getelementptr inbounds [{k} x {t}], ptr {acc}, i64 0, i64 {lane}")
         cur = cg.fresh()
-        inner.insert(f"  {cur} = load {t}, ptr {acc}")
-        if is_float(cd) and kind in ("sum", "prod"):
-            # reassociation lets the vectoriser keep several partial sums
-            nxt = cg.fresh()
-            inner.insert(f"  {nxt} = {'fadd' if kind == 'sum' else 'fmul'} reassoc {t} {cur}, {val.name}")
-            nxt = SV(nxt, cd)
+        inner.insert(f"  {cur} = load {t}, ptr {slot}")
+        if split:
+            nxt = b.add(SV(cur, cd), val) if kind == "sum" else b.mul(SV(cur, cd), val)
         elif is_float(cd) and kind in ("max", "min"):
             # llvm.maximum / minimum propagate NaN as np.max does and vectorise as a
             # reduction (the select pair of np.maximum does not: a row max ran 18x slower);
@@ -135,7 +168,7 @@ def emit_accumulate(cg, op, v, amap):
             nxt = b.ordered_extreme(kind, SV(cur, cd), val)
         else:
             nxt = getattr(b, REDUCERS[kind])(SV(cur, cd), val)
-        inner.insert(f"  store {t} {nxt.name}, ptr {acc}")
+        inner.insert(f"  store {t} {nxt.name}, ptr {slot}")
 
     def nest(parent, j, loops):
         if j == len(axes):
@@ -143,13 +176,33 @@ def emit_accumulate(cg, op, v, amap):
             return
         a = axes[j]
         key = (id(op), a)
+        if k > 1 and a == last:
+            # chunks of k elements, element c * k + l into partial l
+            c = cg.open_loop(parent, n_last // k, 0, n_last // k, key=key)
+            lane = cg.open_loop(c, k, key=(id(op), a, "lanes"))
+            cg.const_extents.pop()        # (a short loop of its own making: not one to unroll whole)
+            accumulate(lane, {**loops, a: (((c.var, k), (lane.var, 1)), 0)}, lane.var, c)
+            cg.close_loop(lane)
+            cg.close_loop(c)
+            return
         for lo, hi in cg.intervals(key, x.shape[a]):
             first = j == 0 and threaded
             s = cg.open_loop(parent, x.shape[a], lo, hi, threaded=first, key=key, full=not first)
-            nest(s, j + 1, {**loops, a: s})
+            nest(s, j + 1, {**loops, a: (((s.var, 1),), 0)})
             cg.close_loop(s)
 
     nest(scope, 0, {})
+    if k > 1:
+        b = cg.builder(scope)
+        parts = []
+        for j in range(k):
+            p, r = cg.fresh(), cg.fresh()
+            scope.insert(f"  {p} = getelementptr inbounds [{k} x {t}], ptr {acc}, i64 0, i64 {j}")
+            scope.insert(f"  {r} = load {t}, ptr {p}")
+            parts.append(SV(r, cd))
+        while len(parts) > 1:             # pairwise, in a fixed tree
+            parts = [(b.add(u, w) if kind == "sum" else b.mul(u, w)) for u, w in zip(parts[::2], parts[1::2])]
+        return cg.rounded(scope, parts[0], v), scope
     r = cg.fresh()
     scope.insert(f"  {r} = load {t}, ptr {acc}")
     return cg.rounded(scope, SV(r, cd), v), scope

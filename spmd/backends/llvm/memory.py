@@ -120,8 +120,13 @@ def _written(step, writes):
 
 
 def _makes_new(step) -> bool:
-    """A collective's result is a new array of the communicator's: it aliases no operand."""
-    return _kernel(step) is None and step.opdef.needs_comm and not step.opdef.subgraphs
+    """A collective's result is a new array of the communicator's, a reduction's (numpy's
+    or the native column sum's) a new array too: it aliases no operand. (Taking a bias
+    gradient, a sum of the cotangent's rows, for a view of it kept the cotangent's buffer,
+    and every buffer written in place into it, to the end of the run.)"""
+    if _kernel(step) is not None or step.opdef.subgraphs:
+        return False
+    return step.opdef.needs_comm or step.opdef.fusion == "reduction"
 
 
 def _reads(step):

@@ -43,6 +43,22 @@ def hard_f16():
     return HARD_F16["on"]
 
 
+HARD_FMA = {"on": None}
+
+
+def hard_fma():
+    """Does this CPU have fused multiply-add (x86 FMA3; every aarch64)?"""
+    if HARD_FMA["on"] is None:
+        import platform
+
+        import llvmlite.binding as llvm
+        from .jit import target_machine
+        target_machine()
+        feats = llvm.get_host_cpu_features().flatten().split(",")
+        HARD_FMA["on"] = "+fma" in feats or platform.machine().lower() in ("aarch64", "arm64")
+    return HARD_FMA["on"]
+
+
 def compute_dtype(dtype):
     """The dtype a kernel computes a value of `dtype` in."""
     return "float32" if dtype in HALFS else dtype
@@ -296,8 +312,14 @@ class ScalarBuilder:
         return self._intr("cos", x)
 
     def fma(self, a, b, c):
-        """a * b + c, contracted to an FMA where the CPU has one."""
-        return self._bin("", "fadd", self._bin("", "fmul", a, b, " contract"), c, " contract")
+        """a * b + c: one fused multiply-add where the CPU has the instruction, else a
+        multiply and an add. Always the one or always the other, never LLVM's choice
+        (a `contract` pair is fused in some kernels and not in others, so the same tanh
+        gave other bits once fused with other ops: a recomputed forward pass differed
+        from the original)."""
+        if a.dtype in ("float32", "float64") and hard_fma():
+            return self._intr("fma", a, b, c)
+        return self._bin("", "fadd", self._bin("", "fmul", a, b), c)
 
     def poly(self, x, coeffs):
         """Horner: coeffs[0] * x^n + ... + coeffs[n]."""

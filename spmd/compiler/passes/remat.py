@@ -12,7 +12,7 @@ rank runs this pass on the same program).
 
 What to recompute is decided by the callers: passes/regather.py (values made from the
 arguments alone, as FSDP gathers parameters again), and the budget search of
-`spmd.jit(memory_limit=...)` (staging.py, passes/budget.py).
+`spmd.jit(memory_limit=...)` (jit/jitted.py, passes/budget.py).
 """
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ def _again(g, op, operands):
 
 # -- where values are, and what it takes to have one again -------------------------------
 MAX_CHAIN = 8
+MAX_DEEP = 400          # ops a segment's recomputation may reach back through
 
 
 def nbytes(v) -> int:
@@ -129,12 +130,19 @@ class Uses:
         return known
 
 
-def chain(v, p, uses, avoid=frozenset(), depth=0, comm=True):
+def chain(v, p, uses, avoid=frozenset(), depth=0, comm=True, deep=False, memo=None):
     """The values to recompute at p to have v again there (v last), or None. Values in
     `avoid` (themselves made again where read late) are recomputed, not read, where
-    they can be. `comm=False`: a collective's result is held, not communicated again."""
+    they can be. `comm=False`: a collective's result is held, not communicated again.
+    `deep`: any op may be recomputed on the way (a segment of layers, matmuls and all),
+    not only cheap ones."""
+    memo = {} if memo is None else memo      # (a residual reaches a value twice: walked once)
+    if v in memo:
+        return memo[v]
     op = v.producer
-    if not recomputable(op) or depth > MAX_CHAIN or (depth and not cheap(op)):
+    limit = MAX_DEEP if deep else MAX_CHAIN
+    if not recomputable(op) or depth > limit or (depth and not deep and not cheap(op)):
+        memo[v] = None
         return None
     out = []
     for o in op.operands:
@@ -142,10 +150,12 @@ def chain(v, p, uses, avoid=frozenset(), depth=0, comm=True):
             continue
         if not comm and o.producer is not None and o.producer.opdef.needs_comm:
             continue
-        sub = chain(o, p, uses, avoid, depth + 1, comm)
+        sub = chain(o, p, uses, avoid, depth + 1, comm, deep, memo)
         if sub is None:
             if uses.there(o, p):        # (one that cannot be made again is held anyway)
                 continue
+            memo[v] = None
             return None
         out += [s for s in sub if s not in out]
-    return out + [v]
+    memo[v] = out + [v]
+    return memo[v]
