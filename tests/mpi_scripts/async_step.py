@@ -35,7 +35,7 @@ if case == "step":
     print("OK step", flush=True)
 
 elif case == "inflight_kill":
-    from spmd.collectives.mpi import MPICommunicator
+    from spmd.transports.mpi.mpi_communicator import MPICommunicator
     comm = MPICommunicator(spmd.Mesh((4,), ("x",)))
     comm.loc = "async_step.py:inflight"
     comm.wait(comm.all_reduce_start(np.ones(1000), ("x",)))      # a first one completes

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 import spmd
-import spmd.collectives.mpi as mpi_comm
-from spmd.collectives.mpi import MPICommunicator
+import spmd.transports.mpi.mpi_communicator as mpi_comm
+from spmd.transports.mpi.mpi_communicator import MPICommunicator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from collective_checks import check_collectives  # noqa: E402

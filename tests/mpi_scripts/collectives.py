@@ -4,7 +4,7 @@ import os
 import sys
 
 import spmd
-from spmd.collectives.mpi import MPICommunicator
+from spmd.transports.mpi.mpi_communicator import MPICommunicator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from collective_checks import check_collectives  # noqa: E402

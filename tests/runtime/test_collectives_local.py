@@ -21,8 +21,8 @@ from hypothesis import given, settings, strategies as st
 from spmd.backends import compile_graph
 from spmd.errors import CollectiveError, ShapeError, SpmdError
 from spmd.ir import REGISTRY, Graph
-from spmd.collectives import local
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local import local_communicator as local
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 RT = LocalRuntime()

@@ -91,7 +91,7 @@ def test_mpiexec_across_hosts_runs_with_sigpipe_ignored_and_a_signal_death_is_na
     from paths import ROOT
 
     def run(shell):
-        code = ("import sys; from spmd.launcher import mpi; "
+        code = ("import sys; from spmd.transports.mpi import mpi_launch as mpi; "
                 f"sys.exit(mpi.run_on_hosts(['sh', '-c', {shell!r}], None, [('localhost', [0])]))")
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                               env=dict(__import__("os").environ, PYTHONPATH=ROOT))

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from spmd.launcher.cli import find_mpiexec
-from spmd.launcher.detect import detect_backend
+from spmd.runtime.detect import detect_backend
 from paths import ROOT, SCRIPTS
 
 HELLO = os.path.join(SCRIPTS, "hello.py")

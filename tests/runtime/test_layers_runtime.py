@@ -1,5 +1,5 @@
 """Layering of the runtime (issues #12, #16), beyond the import direction that
-test_layers.py checks for every module (runtime/ and collectives/ never import
+test_layers.py checks for every module (runtime/ and transports/ never import
 launcher/): runtimes use tools/timeline only through its public functions; checkpoints
 reach MPI only through the Runtime contract."""
 import ast

@@ -1,5 +1,5 @@
 """More local ranks than cores (SPMD_LOCAL_CORES): the ranks' native segments run on one
-thread per core, in lockstep (collectives/local.py hosts, native.py spmd_run_multi).
+thread per core, in lockstep (transports/local/local_communicator.py hosts, native.py spmd_run_multi).
 The results are numpy's bit for bit, with exchanges inside a host and across hosts, in
 loops, twice in a run; and a hosted rank that fails, finishes early or never arrives
 ends the run promptly, named."""
@@ -13,10 +13,10 @@ import pytest
 from test_local_native import numpy_ring, ring_program
 
 from spmd.backends.llvm import compile_llvm
-from spmd.collectives.local import LocalWorld
+from spmd.transports.local.local_communicator import LocalWorld
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 RT = LocalRuntime()

@@ -2,7 +2,7 @@
 a collective_permute inside a scan runs as native instructions of one segment, with the
 results of the Python communicator (SPMD_NATIVE=0) and of a plain-numpy statement, bit
 for bit, over meshes 1x2, 2x1, 2x2, every dtype, uneven shapes; and the failure contract
-of collectives/local.py: a rank that raises before or while the others wait in a native
+of transports/local/local_communicator.py: a rank that raises before or while the others wait in a native
 loop, one that finishes early, one that never arrives (SPMD_COLLECTIVE_TIMEOUT), end the
 run promptly with the CollectiveError or the rank's own error, naming the rank."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from spmd.backends.llvm import compile_llvm, native
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 RT = LocalRuntime()

@@ -93,7 +93,7 @@ def test_timeline_merges_every_rank(tmp_path):
 def test_validation_programs_identical_to_local(tmp_path):
     """The partitioner's validation programs give the local runtime's results."""
     import validation_programs as vp
-    from spmd.runtime.local import LocalRuntime
+    from spmd.transports.local.local_runtime import LocalRuntime
     path = tmp_path / "out.npz"
     p, _ = mpirun(4, os.path.join(SCRIPTS, "validation.py"), str(path))
     assert p.returncode == 0, p.stdout + p.stderr
@@ -112,7 +112,7 @@ def test_messages_over_the_count_limit_are_chunked():
 
 
 def test_mpich_is_told_to_yield_only_on_an_oversubscribed_host():
-    from spmd.collectives.mpi import OVERSUBSCRIBED, yield_when_oversubscribed
+    from spmd.transports.mpi.mpi_communicator import OVERSUBSCRIBED, yield_when_oversubscribed
     cores = os.cpu_count() or 1
     env = {"MPI_LOCALNRANKS": str(2 * cores + 1)}
     yield_when_oversubscribed(env)

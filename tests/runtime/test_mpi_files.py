@@ -1,9 +1,9 @@
-"""collectives/mpi_files.py: which of MPICH's files a rank finds to unlink, without MPI."""
+"""transports/mpi/mpi_files.py: which of MPICH's files a rank finds to unlink, without MPI."""
 import os
 import subprocess
 import sys
 
-from spmd.collectives import mpi_files
+from spmd.transports.mpi import mpi_files
 
 
 def test_mapped_segments_are_mpichs_named_ones(tmp_path):
@@ -28,7 +28,7 @@ def test_launcher_files_are_the_topology_files_an_ancestor_holds_open(tmp_path):
     other = tmp_path / "unrelated.xml"
     topo.write_text("<topology/>")
     other.write_text("x")
-    child = (f"import sys; sys.path.insert(0, {os.getcwd()!r}); from spmd.collectives import mpi_files; "
+    child = (f"import sys; sys.path.insert(0, {os.getcwd()!r}); from spmd.transports.mpi import mpi_files; "
              "print(mpi_files.launcher_files())")
     holder = (f"import subprocess, sys; a = open({str(topo)!r}); b = open({str(other)!r}); "
               f"sys.exit(subprocess.run([sys.executable, '-c', {child!r}]).returncode)")

@@ -1,9 +1,9 @@
-"""Collectives made of rounds (collectives/mpi_progress.py), without MPI: a fake request
+"""Collectives made of rounds (transports/mpi/mpi_progress.py), without MPI: a fake request
 completes when the test says so. A started collective makes a round's calls only after
 the round before completed and the code between ran, moves on as far as `progress`
 finds rounds complete (never blocking), and `finish` waits for the rest; the blocking
 driver makes every call in order and returns the same result."""
-from spmd.collectives.mpi_progress import ProgressThread, Started, nonblocking, run_blocking
+from spmd.transports.mpi.mpi_progress import ProgressThread, Started, nonblocking, run_blocking
 
 
 def rounds(log):

@@ -1,7 +1,7 @@
-"""collectives/pool.py: recycled result buffers."""
+"""transports/buffer_pool.py: recycled result buffers."""
 import numpy as np
 
-from spmd.collectives.pool import BufferPool
+from spmd.transports.buffer_pool import BufferPool
 
 MB = 1 << 20
 

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 def cluster():
     from ray.cluster_utils import Cluster
 
-    from spmd.launcher.ray import LOOPBACK
+    from spmd.transports.ray.ray_placement import LOOPBACK
     node = dict(num_cpus=4, node_ip_address=LOOPBACK, object_store_memory=128 << 20)
     prev = get_runtime()
     mp = pytest.MonkeyPatch()
@@ -78,7 +78,7 @@ def test_ranks_that_do_not_fit_fail_naming_the_cluster_and_hold_nothing(cluster,
     from ray.util import placement_group_table
 
     from spmd.errors import SpmdError
-    from spmd.runtime.ray import RayRuntime
+    from spmd.transports.ray.ray_runtime import RayRuntime
     monkeypatch.setenv("SPMD_RAY_PLACEMENT_TIMEOUT", "1")
     before = {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"}
     with pytest.raises(SpmdError, match=r"could not place 16 ranks of 1 CPU each .* the cluster has"):
@@ -124,7 +124,7 @@ def test_every_collective_matches_numpy(cluster):
 
 
 class _Thresholds:
-    """The checks with some of collectives/ray.py's thresholds changed on every rank:
+    """The checks with some of transports/ray/ray_communicator.py's thresholds changed on every rank:
     block-wise all_reduces, or every collective written into the receivers' buffers."""
     num_outputs = 1
 
@@ -132,7 +132,7 @@ class _Thresholds:
         self.dtypes, self.big, self.thresholds = dtypes, big, thresholds
 
     def __call__(self, inputs, comm):
-        import spmd.collectives.ray as R
+        import spmd.transports.ray.ray_communicator as R
         old = {k: getattr(R, k) for k in self.thresholds}
         for k, v in self.thresholds.items():
             setattr(R, k, v)
@@ -408,7 +408,7 @@ def test_nan_reductions_and_per_process_data_as_on_every_backend(cluster):
 
 def test_collective_timeout_names_the_missing_rank(cluster, monkeypatch):
     _, rt = cluster
-    from spmd.collectives.ray import Mailbox
+    from spmd.transports.ray.ray_communicator import Mailbox
     box = Mailbox()
     box.start(1)
     box.deposit(1, 1, 0, "t", np.ones(1))
@@ -422,7 +422,7 @@ def test_collective_timeout_names_the_missing_rank(cluster, monkeypatch):
 def test_validation_programs_identical_to_local(cluster):
     """The partitioner's validation programs give the local runtime's results, bit for bit."""
     import validation_programs as vp
-    from spmd.runtime.local import LocalRuntime
+    from spmd.transports.local.local_runtime import LocalRuntime
     _, rt = cluster
 
     def on_ray(exe, mesh, per_dev):

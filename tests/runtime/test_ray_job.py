@@ -24,7 +24,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from spmd.launcher.ray import LOOPBACK  # noqa: E402
+from spmd.transports.ray.ray_placement import LOOPBACK  # noqa: E402
 from test_ray import _local_losses  # noqa: E402 - examples/mlp.py's losses on the local backend
 from paths import ROOT
 

@@ -33,13 +33,13 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np, ray, spmd
 import collective_checks
-import spmd.collectives.ray as R
+import spmd.transports.ray.ray_communicator as R
 ray.cloudpickle.register_pickle_by_value(collective_checks)
 
 class Checks:
     num_outputs = 1
     def __call__(self, inputs, comm):
-        import spmd.collectives.ray as R
+        import spmd.transports.ray.ray_communicator as R
         R.BLOCKWISE_BYTES = 256              # the block-wise and hierarchical paths on small arrays too
         t = comm.t
         big = comm.mesh.devices.shape == (4,)

@@ -1,5 +1,5 @@
 """The private Ray that spmd.init(backend="ray") starts without a cluster
-(runtime/ray_private.py): lean (no autoscaler monitor, no dashboard API server; the
+(transports/ray/ray_private.py): lean (no autoscaler monitor, no dashboard API server; the
 ranks ready without the compiler), and nothing of it
 outlives its driver, which is killed here with SIGKILL and SIGTERM.
 """
@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from spmd.runtime import ray_reaper  # noqa: E402
+from spmd.transports.ray import ray_reaper  # noqa: E402
 from paths import ROOT  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
@@ -24,7 +24,7 @@ rt = spmd.init(backend="ray", num_devices=2)
 # ready to run, a rank has not loaded the compiler: its program brings what it needs
 loaded = rt.call_on(1, lambda: sorted(m for m in sys.modules if m.startswith(("spmd.", "llvmlite", "mpi4py"))))
 heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py"))]
-assert "spmd.collectives.ray" in loaded and not heavy, heavy
+assert "spmd.transports.ray.ray_communicator" in loaded and not heavy, heavy
 mesh = spmd.Mesh((2,), ("x",))
 f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
 assert float(f(np.arange(8.0))) == 28.0

@@ -1,5 +1,5 @@
-"""The Ray backend's transport (collectives/ray.py over collectives/sockets.py and
-collectives/shm.py) without Ray: N ranks as threads of this process, each with its own
+"""The Ray backend's transport (transports/ray/ray_communicator.py over transports/ray/ray_links.py and
+transports/ray/ray_shm.py) without Ray: N ranks as threads of this process, each with its own
 Transport (TCP links on loopback, its own shared-memory slab) and RayCommunicator, as
 each rank actor has. Ranks can be told they sit on different hosts: then they talk over
 TCP only, and all_reduce goes hierarchical. Every collective is checked against numpy.
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import spmd
-import spmd.collectives.ray as R
-from spmd.collectives.ray import Mailbox, RayCommunicator, Transport
+import spmd.transports.ray.ray_communicator as R
+from spmd.transports.ray.ray_communicator import Mailbox, RayCommunicator, Transport
 from spmd.errors import CollectiveError
 
 import collective_checks
@@ -176,7 +176,7 @@ def test_a_group_spanning_hosts_reduces_host_by_host_through_tcp(small_threshold
     """2 hosts x 2 ranks: the only messages between hosts are the cross-host block-wise
     all_reduce's (each rank exchanges half of its part with its counterpart)."""
     sent = []
-    from spmd.collectives import sockets
+    from spmd.transports.ray import ray_links as sockets
     real = sockets.Links.send
 
     def spy(self, dst, header, array=None):
@@ -324,7 +324,7 @@ def test_all_to_all_matches_numpy(small_thresholds, hosts, dims, split, concat, 
 
 def test_all_gather_across_two_hosts_sends_each_array_across_once(small_thresholds, monkeypatch):
     sent = []
-    from spmd.collectives import sockets
+    from spmd.transports.ray import ray_links as sockets
     real = sockets.Links.send
 
     def spy(self, dst, header, array=None):

@@ -19,7 +19,7 @@ from spmd.ir import Graph
 from spmd.ir.graph import Value
 from spmd.runtime import context as rinit
 from spmd.runtime.execute import execute
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh, Sharding
 
 

@@ -71,7 +71,7 @@ def run(slurm, cmd, timeout=150):
     return slurm.run("h1", cmd, timeout=timeout, env=env)
 
 
-# a job whose ranks cannot all start ends within this, saying so (collectives/mpi_init.py)
+# a job whose ranks cannot all start ends within this, saying so (transports/mpi/mpi_init.py)
 INIT_TIMEOUT = "40"
 
 

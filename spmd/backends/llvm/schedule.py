@@ -124,7 +124,7 @@ class Schedule:
     def in_order(self, ordered) -> list:
         """(function, entries) of reorder's order; a receive reads its post's block (Here,
         back to it). A post and its receive stay two instructions even when adjacent:
-        ranks run in lockstep on one thread (collectives/local.py hosts) run each
+        ranks run in lockstep on one thread (transports/local/local_communicator.py hosts) run each
         instruction for all of them before the next, so a receive from a rank of the
         same thread must come after that rank's post."""
         h = self.helpers
@@ -342,7 +342,7 @@ class Schedule:
                     x = env[v] = np.ascontiguousarray(x)
                 addrs[j] = x.ctypes.data
             arena[seg.pos] = addrs[seg.idx] + seg.offs
-        # (ranks more than the cores: a host runs several ranks' segments, collectives/local.py)
+        # (ranks more than the cores: a host runs several ranks' segments, transports/local/local_communicator.py)
         host = getattr(comm, "native_host", None) if self.native_comm else None
         if host is not None:
             host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"], self.small)

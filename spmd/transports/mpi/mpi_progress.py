@@ -11,7 +11,7 @@ the blocking call's, e.g. "Alltoall"), and returns its result. Then
   round when a round completes: from `finish` (the all_reduce's wait) and, meanwhile,
   from `progress`, which tests the round in flight without blocking.
 
-Who calls `progress` (SPMD_MPI_PROGRESS, collectives/mpi.py, progress_mode): `poll` the
+Who calls `progress` (SPMD_MPI_PROGRESS, transports/mpi/mpi_communicator.py, progress_mode): `poll` the
 executables between the program's steps (Communicator.progress, backends/executor.py);
 `thread` also a thread of spmd's own, every PERIOD seconds (`ProgressThread`), the
 default when the ranks run on several hosts; `off`

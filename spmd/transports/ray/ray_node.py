@@ -1,7 +1,7 @@
 """One node of a Ray cluster that `spmd run --backend ray --hosts` starts over ssh, and
 stops when the launcher goes away.
 
-    python -m spmd.launcher.ray_node [ray start options...]
+    python -m spmd.transports.ray.ray_node [ray start options...]
 
 Reads the job's Ray authentication token from the first line of its standard input (so
 it appears on no command line), runs `ray start --block` with the options given and the

@@ -55,6 +55,12 @@ def collective_timeout() -> float:
     return float(v) if v else float("inf")
 
 
+def heartbeat_timeout() -> float:
+    """Seconds without a heartbeat after which a peer is taken for dead (default
+    10): the MPI heartbeats and the Ray links judge liveness by it."""
+    return float(os.environ.get("SPMD_HEARTBEAT_TIMEOUT", "10"))
+
+
 def reduce_arrays(op, arrays, out=None):
     """Reduce a list of same-shape arrays with op, in list order (deterministic), into
     `out` (a new array if None). Every backend reduces through this, so all agree bit

@@ -13,10 +13,10 @@ the same one, so a broadcast would only add a round of communication.
 Failure: `init` installs an excepthook that prints the rank's traceback (the user's
 frames: tracebacks.py) and aborts the world (MPI_Abort), so an exception on one rank
 ends every rank promptly. A KeyboardInterrupt (Ctrl-C reaches every rank) is told once,
-by rank 0, and every rank exits 130 (collectives/mpi.py, end_interrupted). MPICH's
-files in /dev/shm and /tmp are unlinked once every rank is up (collectives/mpi_files.py).
+by rank 0, and every rank exits 130 (transports/mpi/mpi_communicator.py, end_interrupted). MPICH's
+files in /dev/shm and /tmp are unlinked once every rank is up (transports/mpi/mpi_files.py).
 It gathers every rank's (host, pid, heartbeat address) once, starts the heartbeats, and
-a watchdog thread (collectives/mpi.py) aborts the world, naming the lost rank, the collective and
+a watchdog thread (transports/mpi/mpi_communicator.py) aborts the world, naming the lost rank, the collective and
 the user line, when a peer of a blocked collective is gone, silent, finished, or
 mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`); a busy peer is waited
 for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set).
@@ -35,14 +35,14 @@ import traceback
 
 import numpy as np
 
-from ..errors import ShardingError, SpmdError, is_internal, on_every_rank
-from ..tracebacks import full as full_traceback, user_traceback
-from ..collectives import mpi as mpi_comm
-from ..collectives.base import collective_timeout
-from ..collectives.mpi import MPICommunicator, contiguous, guarded, mpi_buffer
-from ..compiler.passes import combine
-from . import blas
-from .backend import Runtime
+from ...errors import ShardingError, SpmdError, is_internal, on_every_rank
+from ...tracebacks import full as full_traceback, user_traceback
+from . import mpi_communicator as mpi_comm
+from ..communicator import collective_timeout
+from .mpi_communicator import MPICommunicator, contiguous, guarded, mpi_buffer
+from ...compiler.passes import combine
+from ...runtime import blas
+from ...runtime.backend import Runtime
 
 
 class _Prefixed:
@@ -82,7 +82,7 @@ def failure_report(tp, value, tb, rank) -> str:
     message: that comes first, then the user's lines that led to it. Any other exception
     prints its traceback without spmd's own frames (tracebacks.py; SPMD_TRACEBACK=full
     keeps them)."""
-    from ..errors import SpmdError
+    from ...errors import SpmdError
     if not isinstance(value, SpmdError) or full_traceback():
         return f"spmd: rank {rank} failed:\n" + user_traceback(tp, value, tb)
     who = "every rank (said once, by rank 0)" if getattr(value, "on_every_rank", False) else f"rank {rank}"
@@ -116,7 +116,7 @@ class MPIRuntime(Runtime):
         self._install_excepthook()
         self._merge_timeline_at_exit()
         # once, at start: who runs where, so a timeout can name a rank that is gone
-        # and where its heartbeats go (liveness: collectives/mpi.py, _Heartbeat)
+        # and where its heartbeats go (liveness: transports/mpi/mpi_communicator.py, _Heartbeat)
         try:                            # SPMD_HEARTBEAT_TIMEOUT=0: no heartbeats
             addr = mpi_comm.HEARTBEAT.open() if mpi_comm.heartbeat_timeout() > 0 else None
         except OSError:
@@ -136,7 +136,7 @@ class MPIRuntime(Runtime):
         """MPI's world must be the one the launcher started: a launcher that cannot reach
         this MPI (srun without PMI, another MPI's mpiexec) starts N worlds of one
         process each, every one running the whole job alone."""
-        from .detect import launcher_world
+        from ...runtime.detect import launcher_world
         lw = launcher_world()
         if lw is None or (lw.size, lw.rank) == (self.size, self.rank):
             return
@@ -153,7 +153,7 @@ class MPIRuntime(Runtime):
     def _merge_timeline_at_exit(self):
         """SPMD_TRACE: at exit every rank sends its spans to rank 0, which writes one file
         with a track per rank."""
-        from ..tools import timeline
+        from ...tools import timeline
         world, rank = self.world, self.rank
 
         def hook():
@@ -231,7 +231,7 @@ class MPIRuntime(Runtime):
         short message (a program's fingerprint: the per-call cost); longer messages
         follow in one Allgatherv (their lengths are known from the header by then)."""
         import hashlib
-        from ..errors import user_loc
+        from ...errors import user_loc
         MPI = mpi_comm.mpi_module()
         data = bytes(data)
         loc = user_loc()
@@ -263,7 +263,7 @@ class MPIRuntime(Runtime):
         """The ranks met doing different things (every rank sees it, so all come here):
         exchange what and where, raise naming them."""
         import json
-        from ..errors import SpmdError
+        from ...errors import SpmdError
         mine = np.frombuffer(json.dumps([what, loc]).encode(), np.uint8)
         counts = np.empty(self.size, np.int64)
         group = list(range(self.size))
@@ -282,16 +282,16 @@ class MPIRuntime(Runtime):
     def all_shards(self, handles, mesh):
         self._check(mesh)
         mine = contiguous(handles[self.rank])
-        from .consistency import agree
+        from ...runtime.consistency import agree
         agree(self, "reading an spmd.Array", (mine.dtype.str, mine.shape))
         if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
-            from ..ir.mesh import Mesh
+            from ...ir.mesh import Mesh
             world = Mesh((self.size,), ("world",))
             out = MPICommunicator(world, self.rank, self.world).all_gather(mine[None], "world", 0)
             return {d: out[d] for d in range(self.size)}
         out = np.empty((self.size,) + mine.shape, mine.dtype)
         # a collective: a rank that reads an Array alone times out, naming who is missing
-        from ..errors import user_loc
+        from ...errors import user_loc
         guarded(lambda: self.world.Allgather(mpi_buffer(mine), mpi_buffer(out)), "reading an spmd.Array (all ranks must)",
                 list(range(self.size)), self.rank, loc=user_loc())
         return {d: out[d] for d in range(self.size)}

@@ -11,7 +11,7 @@ Which cluster:
   join a cluster started with `ray start`): join it;
 - otherwise start a private single-node Ray for this process (what `spmd run --backend
   ray` does on one machine), on loopback, with room for every rank: lean, and reaped
-  when this process dies (runtime/ray_private.py).
+  when this process dies (transports/ray/ray_private.py).
 
 Knobs (environment): SPMD_RAY_STRATEGY = PACK (default) | SPREAD | STRICT_PACK |
 STRICT_SPREAD, how bundles are placed over nodes; SPMD_RAY_CPUS_PER_RANK (default 1),
@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import SpmdError
+from ...errors import SpmdError
 
 # Ray rewrites 127.0.0.1 into the machine's outward address; every other 127/8 address
 # is loopback too on Linux and is kept as given, so a private Ray's nodes talk over

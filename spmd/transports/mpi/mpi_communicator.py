@@ -7,7 +7,7 @@ collective over ("data",) on a 2x2 mesh runs on a 2-rank communicator.
 
 The calls are MPI's blocking collectives (Allreduce, Allgather, Reduce_scatter_block,
 Alltoall, Bcast, Barrier), exactly what a raw mpi4py program calls, into recycled
-result buffers (collectives/pool.py), so spmd costs next to nothing over it: MPICH's
+result buffers (transports/buffer_pool.py), so spmd costs next to nothing over it: MPICH's
 nonblocking versions run other (schedule-based) algorithms and only progress while
 polled, which made them up to 2x slower at 1 MB. Liveness is kept by a watchdog
 thread instead (see _Watchdog and _Heartbeat): a call that can no longer complete —
@@ -16,7 +16,7 @@ of a death — prints which collective, at which user line, over which ranks and
 the others are doing, with this rank's stack, and aborts the world; a busy peer is
 waited for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set). Under MPI a rank
 cannot leave a broken collective and carry on, so aborting is what raising would
-lead to anyway (runtime/mpi.py aborts on any uncaught exception).
+lead to anyway (transports/mpi/mpi_runtime.py aborts on any uncaught exception).
 
 Reductions of floats (sum, prod, max, min; every float dtype) do not use MPI's built-in
 operations: each element is reduced over the group in group order by base.reduce_arrays,
@@ -37,7 +37,7 @@ schedule cross between hosts. Each element is then the sum over the hosts, in ho
 order, of its host's sum in group order: the same bits on every run (and as on Ray,
 whose hierarchical all_reduce sums the same way), not those of one host's run.
 
-Both are generators of rounds (collectives/mpi_progress.py): a blocking all_reduce
+Both are generators of rounds (transports/mpi/mpi_progress.py): a blocking all_reduce
 makes each round's calls as MPI's blocking collectives; a started one
 (`all_reduce_start` / `wait`, the halves passes/schedule.py makes so that the backward
 pass overlaps the gradient reductions) makes them nonblocking, on communicators of its
@@ -46,10 +46,10 @@ own, and it moves from round to round while the rank computes: the executables c
 inside MPI calls, and the local reduction between rounds needs somebody to run it);
 `wait` finishes what is left under the same watchdog as a blocking call.
 When the ranks run on several hosts a thread of spmd's own tests them too
-(SPMD_MPI_PROGRESS=poll | thread | off; collectives/mpi_progress.py).
+(SPMD_MPI_PROGRESS=poll | thread | off; transports/mpi/mpi_progress.py).
 
 Messages over MPI's count limit (MAX_COUNT = 2**31-1 elements per count argument) are
-sent in chunks. Results are new arrays; the semantics are those of collectives/base.py
+sent in chunks. Results are new arrays; the semantics are those of transports/communicator.py
 and the LocalCommunicator, bit for bit.
 """
 from __future__ import annotations
@@ -65,13 +65,13 @@ import traceback
 
 import numpy as np
 
-from ..errors import CollectiveError
-from ..tracebacks import stack_traceback, user_traceback
-from .base import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
+from ...errors import CollectiveError
+from ...tracebacks import stack_traceback, user_traceback
+from ..communicator import REDUCE_OPS, Communicator, collective_timeout, heartbeat_timeout, into, reduce_arrays
 from .mpi_files import unlink_run_files
 from .mpi_init import watching_init
 from .mpi_progress import ProgressThread, Started, nonblocking, run_blocking
-from .pool import BufferPool
+from ..buffer_pool import BufferPool
 
 MAX_COUNT = 2 ** 31 - 1
 
@@ -205,7 +205,7 @@ def _chunks(n):
     return [(lo, min(lo + MAX_COUNT, n)) for lo in range(0, n, MAX_COUNT)]
 
 
-# results come from a pool of recycled buffers (collectives/pool.py): fresh pages cost a
+# results come from a pool of recycled buffers (transports/buffer_pool.py): fresh pages cost a
 # page fault each, raw mpi4py code reuses its buffers
 POOL = BufferPool()
 
@@ -240,11 +240,6 @@ def ranks_text(ranks) -> str:
         if hosts:
             text += f" on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}"
     return text
-
-
-def heartbeat_timeout() -> float:
-    """Seconds without a heartbeat after which a peer is taken for dead (default 10)."""
-    return float(os.environ.get("SPMD_HEARTBEAT_TIMEOUT", "10"))
 
 
 def _at(loc):
@@ -569,7 +564,7 @@ def end_interrupted(rank, report):
     status is 130, as Python's after a KeyboardInterrupt, without MPI_Abort (whose report
     and status 1 would be all the user saw); hydra's mpiexec exits 130 when every rank
     did (hold_launcher_link). Leaving before MPI_Finalize leaves no file behind: MPICH's
-    files were unlinked at start (collectives/mpi_files.py)."""
+    files were unlinked at start (transports/mpi/mpi_files.py)."""
     _ENDING.acquire()           # the main thread and the watchdog may both come here: one tells
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # a second Ctrl-C must not cut this short
@@ -638,7 +633,7 @@ def guarded(fn, what, group, rank, timeout=None, loc=None):
     return WATCHDOG.guard(fn, what, group, rank, collective_timeout() if timeout is None else timeout, loc)
 
 
-# -- all_reduce in rounds (collectives/mpi_progress.py) -----------------------------------------
+# -- all_reduce in rounds (transports/mpi/mpi_progress.py) -----------------------------------------
 # an all_reduce over a group spanning hosts goes host by host from this many bytes (smaller
 # ones are a round trip either way)
 HIERARCHICAL_BYTES = 1 << 16
@@ -648,7 +643,7 @@ PROGRESS_MODES = ("poll", "thread", "off")
 
 
 def progress_mode(environ=None) -> str:
-    """How started all_reduces move on (SPMD_MPI_PROGRESS; collectives/mpi_progress.py):
+    """How started all_reduces move on (SPMD_MPI_PROGRESS; transports/mpi/mpi_progress.py):
     `poll` between the program's steps, `thread` also from a thread of spmd's own, `off`
     only inside MPI calls. The default is `thread` when the ranks run on several hosts,
     else `poll`: the LLVM backend runs the kernels between two collectives as one native
@@ -801,7 +796,7 @@ class MPICommunicator(Communicator):
             if len(_chunks(x.size)) > 1:          # (beyond MPI's counts: run it now)
                 r = self._gather_reduce(x, axes, op)
                 return self.put_handle(([], lambda: r, what, group, (x, self.loc)))
-            # its rounds run on communicators of this handle's own (collectives/mpi_progress.py)
+            # its rounds run on communicators of this handle's own (transports/mpi/mpi_progress.py)
             slot = self._take_slot(axes)
             started = Started(self._steps(self._comms_of(axes, slot), x, axes, op), _start_call,
                               mpi_module().Request.Testall)
@@ -918,7 +913,7 @@ class MPICommunicator(Communicator):
         return out
 
     def _steps(self, comms, x, axes, op, out=None):
-        """The rounds of an all_reduce (collectives/mpi_progress.py), into out (which may
+        """The rounds of an all_reduce (transports/mpi/mpi_progress.py), into out (which may
         be x; a new array if None)."""
         if self._plan(x, axes, op) == "hosts":
             return hierarchical_steps(comms, x, op, self._hosts(axes), out)

@@ -32,7 +32,7 @@ takes ~4.5 s with all of these, ~5.0 without the agent's priority, ~5.9 with non
 Ray has no option for the first two in ray.init, so its internal switches are set for
 the length of the call; on a Ray without them the start is the ordinary one.
 
-Reaping: runtime/ray_reaper.py, started first in a session of its own, holds the reading
+Reaping: transports/ray/ray_reaper.py, started first in a session of its own, holds the reading
 end of a pipe whose writing end only this process has; the kernel closes it when this
 process ends (SIGKILL included), and the reaper then kills every Ray process descended
 from this one (Ray's fate-sharing already ends the GCS and raylet with the driver, not

@@ -1,6 +1,6 @@
 """Links: one rank's TCP connections to every other rank of a Ray runtime, set up once
-per set of rank actors and used by the Ray communicator (collectives/ray.py) for every
-message: arrays, and small notes about arrays in shared memory (collectives/shm.py).
+per set of rank actors and used by the Ray communicator (transports/ray/ray_communicator.py) for every
+message: arrays, and small notes about arrays in shared memory (transports/ray/ray_shm.py).
 
 Set-up, in two steps driven by the Ray runtime (each actor's half is here):
 
@@ -40,8 +40,8 @@ import time
 
 import numpy as np
 
-from ..errors import CollectiveError
-from .mpi import heartbeat_timeout
+from ...errors import CollectiveError
+from ..communicator import heartbeat_timeout
 
 # kernel buffer sizes asked for (the kernel caps them at net.core.[rw]mem_max)
 SOCKET_BUFFER = 4 << 20

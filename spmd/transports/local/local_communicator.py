@@ -76,8 +76,8 @@ import time
 
 import numpy as np
 
-from ..errors import CollectiveError
-from .base import (Communicator, as_input, axes_of, block_of, check_dim, check_op, collective_timeout,
+from ...errors import CollectiveError
+from ..communicator import (Communicator, as_input, axes_of, block_of, check_dim, check_op, collective_timeout,
                    describe, reduce_arrays)
 
 _EMPTY = object()

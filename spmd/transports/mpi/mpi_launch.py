@@ -6,8 +6,8 @@ mpiexec / mpirun on PATH (Open MPI, Intel MPI) works too.
 With hydra, `spmd run` passes -disable-auto-cleanup: by default hydra kills every rank
 the moment one dies and only reports that process's PID; without the cleanup, the
 surviving ranks see the loss themselves, within SPMD_COLLECTIVE_TIMEOUT, and abort with
-a message naming the lost rank (collectives/mpi.py). An exception on a rank still ends
-the job at once (the rank aborts the world, runtime/mpi.py). Each rank runs under
+a message naming the lost rank (transports/mpi/mpi_communicator.py). An exception on a rank still ends
+the job at once (the rank aborts the world, transports/mpi/mpi_runtime.py). Each rank runs under
 launcher/rank.py, which names a rank that died by a signal (mpiexec does not).
 
 Across hosts (`spmd run --hosts` / `--hostfile`) hydra starts its proxies over ssh and
@@ -68,7 +68,7 @@ def run_on_hosts(cmd, env, placement) -> int:
     directory of ours, launcher/rank.py) is not the job's."""
     import signal
 
-    from .ssh import say_lost_hosts
+    from ...launcher.ssh import say_lost_hosts
     adopt_orphans()
     # SIGPIPE stays ignored in mpiexec, as when `spmd run` on one host execs it (Python
     # ignores it, and exec keeps an ignored signal ignored). subprocess would put back its

@@ -9,9 +9,9 @@ top-level arguments (Ray resolves them zero-copy on the actor's node) and gets o
 ObjectRef per output back, stored on the actor's node; spmd.Array on the driver holds
 those refs, and reading an Array (`all_shards`) is a `ray.get` of them.
 
-Actors are placed by a placement group, one bundle per rank (runtime/ray_placement.py). Each has
+Actors are placed by a placement group, one bundle per rank (transports/ray/ray_placement.py). Each has
 a run thread (one program at a time) and a few message threads (`abort`, `where`). The
-collectives do not go through Ray: each actor has a Transport (collectives/ray.py: TCP
+collectives do not go through Ray: each actor has a Transport (transports/ray/ray_communicator.py: TCP
 links to every other actor, shared memory with those of its host), set up once when the
 actors start (`open_links` on every actor, then `connect_links` with every address) and
 again whenever an actor is replaced; its threads fill the actor's Mailbox.
@@ -38,11 +38,11 @@ from collections import OrderedDict
 import numpy as np
 import ray
 
-from ..collectives.base import collective_timeout
-from ..collectives.ray import Mailbox, RayCommunicator, Transport
-from ..errors import CollectiveError, ShardingError, SpmdError
-from ..tools import timeline
-from .backend import Runtime
+from ..communicator import collective_timeout
+from .ray_communicator import Mailbox, RayCommunicator, Transport
+from ...errors import CollectiveError, ShardingError, SpmdError
+from ...tools import timeline
+from ...runtime.backend import Runtime
 
 # after the first failure, how long the driver waits for the other ranks to stop
 GRACE_SECONDS = 2.0
@@ -87,7 +87,7 @@ class RankActor:
     @ray.method(concurrency_group="mail")
     def take_trace(self):
         """The timeline spans this rank recorded so far (SPMD_TRACE), for the driver."""
-        from ..tools import timeline
+        from ...tools import timeline
         return timeline.take_events()
 
     def call(self, fn, *args):
@@ -109,7 +109,7 @@ class RankActor:
         else:
             self.programs.move_to_end(key)
         comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
-        from . import blas
+        from ...runtime import blas
         blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
         try:
             outs = list(program(list(inputs), comm))
@@ -128,7 +128,7 @@ def _trace_in_actor(on):
     (take_trace), never the actor."""
     import os
 
-    from ..tools import timeline
+    from ...tools import timeline
     timeline.set_exit_hook(lambda: None)
     if on:
         os.environ["SPMD_TRACE"] = "1"

@@ -1,7 +1,7 @@
 """`spmd run --backend ray --hosts h1,h2[:slots]`: a Ray cluster on those hosts for one job.
 
 The first host is the head (`ray start --head`), the others join it (`ray start
---address`); each node is started over ssh under launcher/ray_node.py, with as many CPUs
+--address`); each node is started over ssh under transports/ray/ray_node.py, with as many CPUs
 as the host has ranks, so the placement group's one-CPU bundles fill each host with its
 ranks. The script then runs here as the driver (RAY_ADDRESS: the head), and the nodes
 are stopped when it ends: closing their ssh connections stops them, so they also stop
@@ -23,8 +23,8 @@ import sys
 import threading
 import time
 
-from .hosts import ranks_text
-from .ssh import passed_env, say_lost_hosts, ssh
+from ...launcher.hosts import ranks_text
+from ...launcher.ssh import passed_env, say_lost_hosts, ssh
 
 PORT = 6379
 START_TIMEOUT = 120
@@ -42,7 +42,7 @@ class _Node:
 
     def __init__(self, host, ranks, options, token):
         self.host, self.ranks = host, ranks
-        cmd = ssh(host, [sys.executable, "-m", "spmd.launcher.ray_node", *options])
+        cmd = ssh(host, [sys.executable, "-m", "spmd.transports.ray.ray_node", *options])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
         self.proc.stdin.write(token + "\n")

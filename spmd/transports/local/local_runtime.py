@@ -26,11 +26,11 @@ import threading
 import time
 import weakref
 
-from ..collectives.base import collective_timeout
-from ..collectives.local import LocalWorld, local_cores
-from ..errors import CollectiveError, SpmdError
-from . import blas
-from .backend import Runtime
+from ..communicator import collective_timeout
+from .local_communicator import LocalWorld, local_cores
+from ...errors import CollectiveError, SpmdError
+from ...runtime import blas
+from ...runtime.backend import Runtime
 
 # how long run() waits, after the first failure, for the other ranks to stop
 GRACE_SECONDS = 0.25

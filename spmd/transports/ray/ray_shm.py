@@ -13,11 +13,11 @@ behind when a process dies: the memory goes with the last process that maps it).
     view = peers.view(pid, fd, offset, dtype, shape)    # the owner's array, read-only
 
 A rank may overwrite a region only after every reader released it: readers send a
-release note (collectives/ray.py) once they have copied or reduced what they read.
+release note (transports/ray/ray_communicator.py) once they have copied or reduced what they read.
 Segments are reused once all their regions are free, so a steady program writes into
 warm pages.
 
-Collectives of 64 KB and more go the other way (collectives/ray.py): each rank takes a
+Collectives of 64 KB and more go the other way (transports/ray/ray_communicator.py): each rank takes a
 buffer (its result, or the blocks it reduces) from `Buffers`, in shared memory, and its
 peers write their parts straight into it through `PeerMemory.writable`, so each byte is
 copied once, from the sender's array into the receiver's buffer. The ranks coordinate
@@ -42,7 +42,7 @@ import weakref
 
 import numpy as np
 
-from .pool import BufferPool
+from ..buffer_pool import BufferPool
 
 SEGMENT_BYTES = 32 << 20
 ALIGN = 64
@@ -183,7 +183,7 @@ class Board:
     the current one.
     One 8-byte aligned word is written at once, and x86's stores are seen by other cores
     in the order they were made, so a peer that sees a stamp sees what was written
-    before it (collectives/ray.py uses boards on x86 only)."""
+    before it (transports/ray/ray_communicator.py uses boards on x86 only)."""
 
     SLOTS = 256                      # group members that can say they are done
 

@@ -3,12 +3,12 @@ them, over shared memory within a host and TCP between hosts. Ray only starts th
 actors, tells them each other's addresses, and runs programs; no payload goes through
 Ray's object store or actor calls.
 
-Every rank actor (runtime/ray.py) has a `Transport`, set up once per set of rank actors
+Every rank actor (transports/ray/ray_runtime.py) has a `Transport`, set up once per set of rank actors
 and kept for every program they run (rebuilt when an actor is replaced):
 
-- `Links` (collectives/sockets.py): a TCP connection to every other rank, on the
+- `Links` (transports/ray/ray_links.py): a TCP connection to every other rank, on the
   address Ray uses for the actor's node; a thread per connection receives messages;
-- `Slab` / `PeerMemory` (collectives/shm.py): peers of the same host (same host name and
+- `Slab` / `PeerMemory` (transports/ray/ray_shm.py): peers of the same host (same host name and
   boot, and able to map each other's memory) exchange arrays through shared memory: the
   sender copies an array once into its slab, however many peers of its host read it,
   sends each a small note over the link, and each reads it in place (reductions read
@@ -55,8 +55,8 @@ The algorithms (G ranks in the group, N bytes each):
   thread, so the transfer overlaps what runs until the wait); the wait receives and
   reduces. Hierarchical all_reduces are done at the start.
 
-Results are new arrays from recycled buffers (collectives/pool.py). The semantics are
-those of collectives/base.py.
+Results are new arrays from recycled buffers (transports/buffer_pool.py). The semantics are
+those of transports/communicator.py.
 
 Failure, never a hang:
 - a rank whose program raises tells its peers (`abort` on each, through Ray), and the
@@ -80,11 +80,11 @@ import zlib
 
 import numpy as np
 
-from ..errors import CollectiveError
-from . import shm
-from .base import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
-from .pool import BufferPool
-from .sockets import Links
+from ...errors import CollectiveError
+from . import ray_shm as shm
+from ..communicator import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
+from ..buffer_pool import BufferPool
+from .ray_links import Links
 
 # arrays up to this many bytes travel inside the message, also between peers of a host
 INLINE_BYTES = 64 * 1024
@@ -105,7 +105,7 @@ SPIN_SECONDS = 0.005
 # block-wise: each rank reduces 1/G of the data instead of all of it, for a second round
 BLOCKWISE_BYTES = 256 * 1024
 
-# results come from recycled buffers: fresh pages cost a page fault each (collectives/pool.py)
+# results come from recycled buffers: fresh pages cost a page fault each (transports/buffer_pool.py)
 POOL = BufferPool()
 
 
@@ -202,7 +202,7 @@ class Mailbox:
 
 class Transport:
     """One rank actor's links to the others and its shared memory; lives as long as the
-    set of rank actors (runtime/ray.py makes a new one when an actor is replaced)."""
+    set of rank actors (transports/ray/ray_runtime.py makes a new one when an actor is replaced)."""
 
     def __init__(self, rank, host_ip, mailbox):
         self.rank, self.mailbox = rank, mailbox

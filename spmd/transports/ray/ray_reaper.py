@@ -1,4 +1,4 @@
-"""The reaper of a private Ray: run as a script (not imported) by runtime/ray_private.py,
+"""The reaper of a private Ray: run as a script (not imported) by transports/ray/ray_private.py,
 
     python ray_reaper.py DRIVER_PID        (stdin: a pipe whose writing end only the driver holds)
 
