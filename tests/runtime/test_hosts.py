@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from spmd.transports.mpi.mpi_communicator import ABORT_GRACE
+from spmd.transports.mpi.mpi_watchdog import ABORT_GRACE
 from spmd.launcher.cli import find_mpiexec
 from paths import ROOT, SCRIPTS
 

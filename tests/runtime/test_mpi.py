@@ -112,7 +112,7 @@ def test_messages_over_the_count_limit_are_chunked():
 
 
 def test_mpich_is_told_to_yield_only_on_an_oversubscribed_host():
-    from spmd.transports.mpi.mpi_communicator import OVERSUBSCRIBED, yield_when_oversubscribed
+    from spmd.transports.mpi.mpi_library import OVERSUBSCRIBED, yield_when_oversubscribed
     cores = os.cpu_count() or 1
     env = {"MPI_LOCALNRANKS": str(2 * cores + 1)}
     yield_when_oversubscribed(env)

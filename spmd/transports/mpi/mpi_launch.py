@@ -6,7 +6,7 @@ mpiexec / mpirun on PATH (Open MPI, Intel MPI) works too.
 With hydra, `spmd run` passes -disable-auto-cleanup: by default hydra kills every rank
 the moment one dies and only reports that process's PID; without the cleanup, the
 surviving ranks see the loss themselves, within SPMD_COLLECTIVE_TIMEOUT, and abort with
-a message naming the lost rank (transports/mpi/mpi_communicator.py). An exception on a rank still ends
+a message naming the lost rank (transports/mpi/mpi_watchdog.py). An exception on a rank still ends
 the job at once (the rank aborts the world, transports/mpi/mpi_runtime.py). Each rank runs under
 launcher/rank.py, which names a rank that died by a signal (mpiexec does not).
 

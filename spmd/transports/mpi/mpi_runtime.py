@@ -13,10 +13,10 @@ the same one, so a broadcast would only add a round of communication.
 Failure: `init` installs an excepthook that prints the rank's traceback (the user's
 frames: tracebacks.py) and aborts the world (MPI_Abort), so an exception on one rank
 ends every rank promptly. A KeyboardInterrupt (Ctrl-C reaches every rank) is told once,
-by rank 0, and every rank exits 130 (transports/mpi/mpi_communicator.py, end_interrupted). MPICH's
+by rank 0, and every rank exits 130 (transports/mpi/mpi_interrupt.py). MPICH's
 files in /dev/shm and /tmp are unlinked once every rank is up (transports/mpi/mpi_files.py).
 It gathers every rank's (host, pid, heartbeat address) once, starts the heartbeats, and
-a watchdog thread (transports/mpi/mpi_communicator.py) aborts the world, naming the lost rank, the collective and
+a watchdog thread (transports/mpi/mpi_watchdog.py) aborts the world, naming the lost rank, the collective and
 the user line, when a peer of a blocked collective is gone, silent, finished, or
 mpiexec reports a dead rank (hydra's SIGUSR1 under `spmd run`); a busy peer is waited
 for (SPMD_COLLECTIVE_TIMEOUT adds a stopwatch only when set).
@@ -37,9 +37,15 @@ import numpy as np
 
 from ...errors import ShardingError, SpmdError, is_internal, on_every_rank
 from ...tracebacks import full as full_traceback, user_traceback
-from . import mpi_communicator as mpi_comm
-from ..communicator import collective_timeout
-from .mpi_communicator import MPICommunicator, contiguous, guarded, mpi_buffer
+from ..communicator import collective_timeout, heartbeat_timeout
+from . import mpi_library
+from .mpi_communicator import MPICommunicator
+from .mpi_files import unlink_run_files
+from .mpi_heartbeat import HEARTBEAT
+from .mpi_interrupt import keyboard_interrupt
+from .mpi_library import contiguous, mpi_buffer, mpi_module
+from .mpi_peers import PEERS
+from .mpi_watchdog import WATCHDOG, abort_world, guarded
 from ...compiler.passes import combine
 from ...runtime import blas
 from ...runtime.backend import Runtime
@@ -98,7 +104,7 @@ class MPIRuntime(Runtime):
     name = "mpi"
 
     def __init__(self, num_devices=None):
-        MPI = mpi_comm.mpi_module()          # MPI_Init, with MPICH's settings for an oversubscribed host
+        MPI = mpi_module()          # MPI_Init, with MPICH's settings for an oversubscribed host
         self.world = MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
@@ -116,19 +122,19 @@ class MPIRuntime(Runtime):
         self._install_excepthook()
         self._merge_timeline_at_exit()
         # once, at start: who runs where, so a timeout can name a rank that is gone
-        # and where its heartbeats go (liveness: transports/mpi/mpi_communicator.py, _Heartbeat)
+        # and where its heartbeats go (liveness: transports/mpi/mpi_heartbeat.py)
         try:                            # SPMD_HEARTBEAT_TIMEOUT=0: no heartbeats
-            addr = mpi_comm.HEARTBEAT.open() if mpi_comm.heartbeat_timeout() > 0 else None
+            addr = HEARTBEAT.open() if heartbeat_timeout() > 0 else None
         except OSError:
             addr = None                 # no UDP: judged by the process table and mpiexec only
         got = self.world.allgather((socket.gethostname(), os.getpid(), addr))
         peers = [(h, p) for h, p, _ in got]
-        mpi_comm.unlink_run_files(everyone_started=True)     # every rank is past MPI_Init
-        mpi_comm.PEERS.update(enumerate(peers))
+        unlink_run_files(everyone_started=True)     # every rank is past MPI_Init
+        PEERS.update(enumerate(peers))
         combine.use_hosts_default(len({h for h, _ in peers}) > 1)     # gradient buckets for the link
         if addr is not None:
-            mpi_comm.HEARTBEAT.start(self.rank, {r: a for r, (_, _, a) in enumerate(got)})
-        mpi_comm.WATCHDOG.watch_peer_deaths(self.rank)
+            HEARTBEAT.start(self.rank, {r: a for r, (_, _, a) in enumerate(got)})
+        WATCHDOG.watch_peer_deaths(self.rank)
         self.ranks_here = sum(host == peers[self.rank][0] for host, _ in peers)
         blas.limit_threads(self.ranks_here)
 
@@ -167,7 +173,7 @@ class MPIRuntime(Runtime):
 
         def hook(tp, value, tb):
             if issubclass(tp, KeyboardInterrupt):
-                mpi_comm.keyboard_interrupt(tp, value, tb, rank)     # quietly, status 130
+                keyboard_interrupt(tp, value, tb, rank)     # quietly, status 130
             if getattr(value, "on_every_rank", False) and rank != 0:
                 # rank 0 raised it too and reports it once, for every rank, then aborts the
                 # world (ending this process); were it not to, this rank says it itself
@@ -176,7 +182,7 @@ class MPIRuntime(Runtime):
             sys.stderr.flush()
             sys.stdout.flush()
             time.sleep(1.0)      # let mpiexec forward the report before it tears the job down
-            mpi_comm.abort_world(1)
+            abort_world(1)
         sys.excepthook = hook
 
     @property
@@ -232,7 +238,7 @@ class MPIRuntime(Runtime):
         follow in one Allgatherv (their lengths are known from the header by then)."""
         import hashlib
         from ...errors import user_loc
-        MPI = mpi_comm.mpi_module()
+        MPI = mpi_module()
         data = bytes(data)
         loc = user_loc()
         group = list(range(self.size))
@@ -271,7 +277,7 @@ class MPIRuntime(Runtime):
                 group, self.rank)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
         buf = np.empty(int(counts.sum()), np.uint8)
-        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs, mpi_comm.mpi_module().BYTE]),
+        guarded(lambda: self.world.Allgatherv(mine, [buf, counts.tolist(), displs, mpi_module().BYTE]),
                 "naming what the ranks do", group, self.rank)
         groups = {}
         for r, (d, n) in enumerate(zip(displs, counts.tolist())):
@@ -284,7 +290,7 @@ class MPIRuntime(Runtime):
         mine = contiguous(handles[self.rank])
         from ...runtime.consistency import agree
         agree(self, "reading an spmd.Array", (mine.dtype.str, mine.shape))
-        if mine.size > mpi_comm.MAX_COUNT:          # the communicator chunks what MPI cannot count
+        if mine.size > mpi_library.MAX_COUNT:          # the communicator chunks what MPI cannot count
             from ...ir.mesh import Mesh
             world = Mesh((self.size,), ("world",))
             out = MPICommunicator(world, self.rank, self.world).all_gather(mine[None], "world", 0)
