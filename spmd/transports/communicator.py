@@ -97,6 +97,9 @@ class Communicator(ABC):
     # how many ranks of the run are threads of this process: they share its BLAS thread
     # setting, which must then stay as the runtime set it for the run (runtime/blas.py)
     ranks_in_process = 1
+    # collectives as native instructions (backends/native_exchange.py): a NativeExchange where
+    # the ranks share this process's memory (the local transport), else None
+    native_exchange = None
 
     def __init__(self, mesh, rank):
         self.mesh = mesh

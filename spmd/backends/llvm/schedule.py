@@ -312,8 +312,8 @@ class Schedule:
             if isinstance(it, Segment):
                 self._run_segment(it, progs[si], arena, env, slots, comm, si)
                 si += 1
-                if self.native_comm and comm.native_status[0]:
-                    comm.native_failure(*noted_op(int(comm.native_status[2])))
+                if self.native_comm and comm.native_exchange.status[0]:
+                    comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
                 done = it.steps
             else:
                 step = steps[it]
@@ -343,7 +343,7 @@ class Schedule:
                 addrs[j] = x.ctypes.data
             arena[seg.pos] = addrs[seg.idx] + seg.offs
         # (ranks more than the cores: a host runs several ranks' segments, transports/local/local_communicator.py)
-        host = getattr(comm, "native_host", None) if self.native_comm else None
+        host = comm.native_exchange.host if self.native_comm else None
         if host is not None:
             host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"], self.small)
         else:

@@ -1,7 +1,7 @@
 """LocalCommunicator: the N ranks are threads of this process; collectives go through
 shared memory.
 
-One `LocalWorld` per run of a program holds what the ranks share: one `_Group` per
+One `LocalWorld` per run of a program holds what the ranks share: one `Group` per
 device group (the devices of a mesh-axis group, in group order), an abort flag, and
 the set of ranks whose program has returned. Each rank gets a `LocalCommunicator`
 (`world.communicator(rank)`).
@@ -36,20 +36,20 @@ Failure, never a hang:
 
 Started all-reduces (`all_reduce_start` / `wait`) use the same group object but not its
 rendezvous: the k-th start of a group (every rank starts them in the same order) is a
-`_Flight` of its own, so any collectives may run between a start and its wait. The
+`Flight` of its own, so any collectives may run between a start and its wait. The
 start deposits (input, fresh output buffer) and returns without waiting; the wait waits
 until every member deposited, then reduces as all_reduce does (block i into every
 member's output, or, small, the whole array), and, for a large input, waits until every
 member has finished reading the inputs before it returns. The waits fail as the
 rendezvous do (a rank failed or finished without starting it, or the stopwatch).
 
-Native collectives (backends/llvm/exchange.py): a group also holds a *board*, zeroed
-int64 memory its members' native code publishes send buffers and counts in, and the
-world holds cells that native waits read: [0] a rank failed (abort), then one per rank,
-set when its program returned (finish). A rank's native code records why it stopped in
-its `native_status` ([why, group index of the peer, op id]: 1 a rank failed, 2 the peer
-finished, 3 the timeout); `native_failure` raises the CollectiveError the rendezvous
-would have raised.
+Native collectives (backends/native_exchange.py, the interface; backends/llvm/exchange.py,
+the instructions): a group also holds a *board*, zeroed int64 memory its members' native
+code publishes send buffers and counts in, and the world holds cells that native waits
+read: [0] a rank failed (abort), then one per rank, set when its program returned
+(finish). The communicator's `native_exchange` (local_native_exchange.py) hands the
+native code their addresses and this rank's status cells, where it records why it
+stopped; its `failure` raises the CollectiveError the rendezvous would have raised.
 
 More ranks than cores: a rank waiting natively for a rank that has no core spins and
 yields until the scheduler runs the other (under load, another process's time slice), so
@@ -78,9 +78,9 @@ import numpy as np
 
 from ...errors import CollectiveError
 from ..communicator import (Communicator, as_input, axes_of, block_of, check_dim, check_op, collective_timeout,
-                   describe, reduce_arrays)
-
-_EMPTY = object()
+                            describe, reduce_arrays)
+from .local_native_exchange import LocalNativeExchange
+from .local_rendezvous import EMPTY, Flight, Group, Host
 
 # inputs up to this size are copied into the exchange, which saves the second rendezvous
 SMALL_BYTES = 1 << 16
@@ -111,16 +111,16 @@ class LocalWorld:
         # what native waits read (module docstring): failed, then finished per rank
         self.cells = np.zeros(1 + mesh.size, np.int64)
         self._comms = {}
-        # rank -> the _Host running its native segments, when the ranks are more than the cores
+        # rank -> the Host running its native segments, when the ranks are more than the cores
         self.host_of = {}
         self.host_all = None          # one host of every rank: a small program's segments
         cores = local_cores()
         if mesh.size > cores:
             ranks = sorted(int(d) for d in np.asarray(mesh.devices).ravel())
-            self.host_all = _Host(tuple(ranks), self)
+            self.host_all = Host(tuple(ranks), self)
             for c in range(cores):
                 members = tuple(ranks[c * len(ranks) // cores:(c + 1) * len(ranks) // cores])
-                host = _Host(members, self)
+                host = Host(members, self)
                 self.host_of.update((r, host) for r in members)
 
     def communicator(self, rank) -> "LocalCommunicator":
@@ -139,14 +139,13 @@ class LocalWorld:
         for g in self._groups.values():
             g.board[:] = 0
         for c in self._comms.values():
-            c.native_status[:] = 0
-            c._starts = {}
+            c.reset()
 
-    def group(self, devices: tuple) -> "_Group":
+    def group(self, devices: tuple) -> "Group":
         with self._lock:
             g = self._groups.get(devices)
             if g is None:
-                g = self._groups[devices] = _Group(devices, self)
+                g = self._groups[devices] = Group(devices, self)
             return g
 
     def abort(self, rank, exc):
@@ -174,115 +173,6 @@ class LocalWorld:
             g.wake()
 
 
-class _Group:
-    """A reusable rendezvous of the G devices of one group, carrying one value per rank."""
-
-    def __init__(self, devices, world):
-        self.devices = devices
-        self.world = world
-        self.cond = threading.Condition()
-        self.gen = 0                   # completed rendezvous
-        self.slots = [_EMPTY] * len(devices)
-        self.arrived = 0
-        self.result = None             # the slots of the last completed rendezvous
-        self.flights = {}              # k -> _Flight: the k-th all_reduce_start of the group
-        self.board = np.zeros((len(devices), 8), np.int64)     # native collectives' (exchange.py)
-
-    def wake(self):
-        with self.cond:
-            self.cond.notify_all()
-
-    def exchange(self, i, value, what):
-        """Deposit `value` as member i; return every member's value (group order) once all
-        have deposited. The returned list stays valid: the next rendezvous cannot
-        complete before this member deposits again."""
-        G = len(self.devices)
-        with self.cond:
-            self._check_failed(i, what)
-            gen = self.gen
-            self.slots[i] = value
-            self.arrived += 1
-            if self.arrived == G:
-                self.result, self.slots, self.arrived = self.slots, [_EMPTY] * G, 0
-                self.gen += 1
-                self.cond.notify_all()
-                return self.result
-            self.wait_until(lambda: self.gen != gen, i, what,
-                            lambda: [self.devices[j] for j in range(G) if self.slots[j] is _EMPTY])
-            return self.result
-
-    def wait_until(self, ready, i, what, missing):
-        """Wait (holding self.cond) until ready() is true, failing as exchange does;
-        missing() -> the devices not there yet."""
-        w = self.world
-        deadline = time.monotonic() + w.timeout
-        while not ready():
-            self._check_failed(i, what)
-            gone = sorted(set(missing()) & w.finished)
-            if gone:
-                raise CollectiveError(f"{what} on rank {self.devices[i]}: rank(s) {gone} finished the "
-                                      f"program without joining it (the ranks ran different programs)")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CollectiveError(f"{what} on rank {self.devices[i]}: timed out after {w.timeout:g} s "
-                                      f"waiting for rank(s) {missing()} of group {list(self.devices)} "
-                                      f"(SPMD_COLLECTIVE_TIMEOUT)")
-            self.cond.wait(min(left, 1.0))
-
-    def _check_failed(self, i, what):
-        f = self.world.failed
-        if f is not None:
-            rank, exc = f
-            raise CollectiveError(f"{what} on rank {self.devices[i]}: aborted because rank {rank} failed: "
-                                  f"{type(exc).__name__}: {exc}")
-
-
-class _Host(_Group):
-    """Ranks whose native segments run on one thread, in lockstep (the module's docstring)."""
-
-    def __init__(self, ranks, world):
-        super().__init__(ranks, world)
-        self.pending = {}              # member index -> (segment key, program address, instructions)
-
-    def run(self, i, key, prog, n, run_multi):
-        """Member i's segment `key` (program at address `prog`, n instructions): returns once
-        it ran, on this thread (the last member to arrive) or another."""
-        what = "a native segment"
-        with self.cond:
-            self._check_failed(i, what)
-            gen = self.gen
-            self.pending[i] = (key, prog, n)
-            if len(self.pending) < len(self.devices):
-                self.wait_until(lambda: self.gen != gen, i, what,
-                                lambda: [self.devices[j] for j in range(len(self.devices)) if j not in self.pending])
-                if self.result is not None:
-                    raise CollectiveError(self.result)
-                return
-            batch, self.pending = self.pending, {}
-        keys = {k for k, _, _ in batch.values()}
-        error = None
-        if len(keys) != 1:
-            error = (f"ranks {list(self.devices)} hosted on one thread reached different native segments "
-                     f"(the ranks ran different programs)")
-        else:
-            progs = np.array([batch[j][1] for j in range(len(self.devices))], np.int64)
-            run_multi(progs.ctypes.data, len(progs), n)
-        with self.cond:
-            self.result = error
-            self.gen += 1
-            self.cond.notify_all()
-        if error is not None:
-            raise CollectiveError(error)
-
-
-class _Flight:
-    """One started all_reduce of a group: what each member deposited, and how many have
-    finished reading the deposits."""
-
-    def __init__(self, G):
-        self.slots = [_EMPTY] * G
-        self.arrived = 0
-        self.read = 0
 
 
 class LocalCommunicator(Communicator):
@@ -292,12 +182,12 @@ class LocalCommunicator(Communicator):
         self.world = world
         self._cache = {}
         self._starts = {}            # group devices -> how many all_reduce_start this rank made on it
-        self.native_status = np.zeros(3, np.int64)      # why this rank's native code stopped
-        self._boards = {}
+        # the memory and hosts its native collectives use (backends/native_exchange.py)
+        self.native_exchange = LocalNativeExchange(self)
 
     # -- the rendezvous ------------------------------------------------------------------
-    def _group(self, axes):
-        """(axes, devices of the group, this rank's index, the shared _Group), memoised."""
+    def group_of(self, axes):
+        """(axes, devices of the group, this rank's index, the shared Group), memoised."""
         axes = axes_of(axes)
         hit = self._cache.get(axes)
         if hit is None:
@@ -309,7 +199,7 @@ class LocalCommunicator(Communicator):
     def _collective(self, name, x, axes, attrs, compute, extra=None):
         """Run one collective: deposit (tag, x, extra); compute(inputs, extras, i, G) ->
         this rank's result from the group's inputs; wait until all have computed."""
-        axes, devices, i, grp = self._group(axes)
+        axes, devices, i, grp = self.group_of(axes)
         G = len(devices)
         what = f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "")
         if G == 1:
@@ -328,61 +218,10 @@ class LocalCommunicator(Communicator):
             grp.exchange(i, None, what + " (done)")
         return out
 
-    # -- native collectives (backends/llvm/exchange.py) -----------------------------------
-    @property
-    def native_host(self):
-        """run(key, program address, instructions, run_multi, small) for this rank's
-        native segments when hosts run them (the module's docstring), else None; a small
-        program's (`small`) run on the host of every rank."""
-        host = self.world.host_of.get(self.rank)
-        if host is None:
-            return None
-        every = self.world.host_all
-        i, j = host.devices.index(self.rank), every.devices.index(self.rank)
-
-        def run(key, prog, n, run_multi, small):
-            if small:
-                return every.run(j, key, prog, n, run_multi)
-            return host.run(i, key, prog, n, run_multi)
-        return run
-
-    def native_board(self, axes) -> dict:
-        """Addresses the native collectives of this rank's group over `axes` use: the
-        group's board, this rank's index in it, the world's failed cell, the finished cell
-        of a group member (index -> address; a zero cell for None), the timeout in ns and
-        this rank's status cells."""
-        hit = self._boards.get(axes)
-        if hit is not None:
-            return hit
-        _, devices, i, grp = self._group(axes)
-        cells = self.world.cells
-        base = cells.ctypes.data
-        board = grp.board if grp is not None else np.zeros((1, 8), np.int64)
-        zero = np.zeros(1, np.int64)
-        t = self.world.timeout
-        hit = self._boards[axes] = {
-            "board": board.ctypes.data, "index": i, "failed": base,
-            "finished": lambda j: zero.ctypes.data if j is None else base + 8 * (1 + devices[j]),
-            "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.native_status.ctypes.data,
-            "keep": (board, zero)}
-        return hit
-
-    def native_failure(self, what, axes):
-        """Raise the CollectiveError for why this rank's native collective (`what`, over
-        `axes`) stopped."""
-        why, peer, _ = (int(v) for v in self.native_status)
-        self.native_status[:] = 0
-        _, devices, i, grp = self._group(axes)
-        rank = devices[peer] if 0 <= peer < len(devices) else peer
-        if why == 1 and self.world.failed is not None:
-            grp._check_failed(i, what)
-        if why == 2:
-            raise CollectiveError(f"{what} on rank {self.rank}: rank(s) [{rank}] finished the program without "
-                                  f"joining it (the ranks ran different programs)")
-        if why == 3:
-            raise CollectiveError(f"{what} on rank {self.rank}: timed out after {self.world.timeout:g} s waiting "
-                                  f"for rank(s) [{rank}] of group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT)")
-        raise CollectiveError(f"{what} on rank {self.rank}: stopped (a rank of the run failed)")
+    def reset(self):
+        """Ready for another run (LocalWorld.reset)."""
+        self.native_exchange.status[:] = 0
+        self._starts = {}
 
     # -- the collectives -----------------------------------------------------------------
     def all_reduce(self, x, axes, op="sum", out=None):
@@ -417,7 +256,7 @@ class LocalCommunicator(Communicator):
     def all_reduce_start(self, x, axes, op="sum"):
         x = as_input(x)
         check_op(op)
-        axes, devices, i, grp = self._group(axes)
+        axes, devices, i, grp = self.group_of(axes)
         what = f"all_reduce over {axes}" + (f" at {self.loc}" if self.loc else "")
         if grp is None:
             return self.put_handle((None, reduce_arrays(op, [x])))
@@ -428,10 +267,10 @@ class LocalCommunicator(Communicator):
         mine = (tag, x.copy() if small else x, None if small else np.empty_like(x))
         G = len(devices)
         with grp.cond:
-            grp._check_failed(i, what)
+            grp.check_failed(i, what)
             f = grp.flights.get(seq)
             if f is None:
-                f = grp.flights[seq] = _Flight(G)
+                f = grp.flights[seq] = Flight(G)
             f.slots[i] = mine
             f.arrived += 1
             if f.arrived == G:
@@ -446,7 +285,7 @@ class LocalCommunicator(Communicator):
         G = len(devices)
         with grp.cond:
             grp.wait_until(lambda: f.arrived == G, i, what,
-                           lambda: [devices[j] for j in range(G) if f.slots[j] is _EMPTY])
+                           lambda: [devices[j] for j in range(G) if f.slots[j] is EMPTY])
         got = f.slots
         differ = [devices[j] for j, (t, _, _) in enumerate(got) if t != tag]
         if differ:
@@ -522,6 +361,3 @@ class LocalCommunicator(Communicator):
     def barrier(self, axes=None):
         axes = self.mesh.axis_names if axes is None else axes_of(axes)
         self._collective("barrier", np.zeros(0), axes, (), lambda xs, _, i, G: None)
-
-
-# -- helpers ---------------------------------------------------------------------------------
