@@ -408,7 +408,7 @@ def test_nan_reductions_and_per_process_data_as_on_every_backend(cluster):
 
 def test_collective_timeout_names_the_missing_rank(cluster, monkeypatch):
     _, rt = cluster
-    from spmd.transports.ray.ray_communicator import Mailbox
+    from spmd.transports.ray.ray_mailbox import Mailbox
     box = Mailbox()
     box.start(1)
     box.deposit(1, 1, 0, "t", np.ones(1))

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 import spmd
 import spmd.transports.ray.ray_communicator as R
-from spmd.transports.ray.ray_communicator import Mailbox, RayCommunicator, Transport
+from spmd.transports.ray.ray_communicator import RayCommunicator
+from spmd.transports.ray.ray_mailbox import Mailbox
+from spmd.transports.ray.ray_transport import Transport
 from spmd.errors import CollectiveError
 
 import collective_checks

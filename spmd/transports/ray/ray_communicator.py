@@ -3,8 +3,8 @@ them, over shared memory within a host and TCP between hosts. Ray only starts th
 actors, tells them each other's addresses, and runs programs; no payload goes through
 Ray's object store or actor calls.
 
-Every rank actor (transports/ray/ray_runtime.py) has a `Transport`, set up once per set of rank actors
-and kept for every program they run (rebuilt when an actor is replaced):
+Every rank actor (ray_runtime.py) has a `Transport` (ray_transport.py), set up once per set
+of rank actors and kept for every program they run (rebuilt when an actor is replaced):
 
 - `Links` (transports/ray/ray_links.py): a TCP connection to every other rank, on the
   address Ray uses for the actor's node; a thread per connection receives messages;
@@ -15,7 +15,7 @@ and kept for every program they run (rebuilt when an actor is replaced):
   straight from the peers' slabs) and says it is done with it on its next message to
   the sender. Small arrays (<= INLINE_BYTES) travel inside the note itself.
 
-Messages land in the actor's `Mailbox`, keyed by (run id, call key, sender). All ranks
+Messages land in the actor's `Mailbox` (ray_mailbox.py), keyed by (run id, call key, sender). All ranks
 run the same program, so the k-th collective a rank calls in a run is the k-th on every
 rank (the call key is (k, step) for the steps of one collective); each message carries
 the call's tag (name, shape, dtype, attributes), and a group that does not agree on the
@@ -73,25 +73,18 @@ from __future__ import annotations
 import math
 import os
 import platform
-import socket
-import threading
 import time
 import zlib
 
 import numpy as np
 
 from ...errors import CollectiveError
-from . import ray_shm as shm
 from ..communicator import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
-from ..buffer_pool import BufferPool
-from .ray_links import Links
+from . import ray_shm as shm
+from .ray_transport import POOL
 
 # arrays up to this many bytes travel inside the message, also between peers of a host
 INLINE_BYTES = 64 * 1024
-# a reader tells a sender which of its slab regions it has read with its next message to
-# it (collectives exchange both ways, so that is usually the next collective's); a sender
-# that hears nothing back (a broadcast's root) is told once this many wait
-RELEASE_BATCH = 4
 # collectives of at least this many bytes per rank within one host are written by their
 # senders into the receivers' buffers, coordinated through boards (at 64 KB, 4 ranks on
 # 2 cores, 1.8-2.4x faster than through the slab and messages; smaller arrays travel
@@ -105,209 +98,9 @@ SPIN_SECONDS = 0.005
 # block-wise: each rank reduces 1/G of the data instead of all of it, for a second round
 BLOCKWISE_BYTES = 256 * 1024
 
-# results come from recycled buffers: fresh pages cost a page fault each (transports/buffer_pool.py)
-POOL = BufferPool()
-
 
 def _bounds(n, G):
     return [n * k // G for k in range(G + 1)]
-
-
-def host_id():
-    """This machine: its host name, and its boot (so two machines of one name differ)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    return socket.gethostname(), boot
-
-
-class Mailbox:
-    """The messages that arrived at one rank, and the abort flag of the current run.
-    Filled by the link threads and `abort` (a Ray call); `take` runs on the run thread."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.run_id = -1
-        self.box = {}            # (run_id, key, src) -> (tag, payload, header)
-        self.failed = {}         # run_id -> reason (str)
-        self.dead = {}           # rank -> why its link is down (for the current transport)
-        self.awaited = set()     # the keys `take` still waits for: it is woken when the last one comes
-
-    def start(self, run_id):
-        """A new run: forget what is left of older ones (an aborted run's messages)."""
-        with self.cond:
-            self.run_id = run_id
-            self.box = {k: v for k, v in self.box.items() if k[0] >= run_id}
-            self.failed = {r: v for r, v in self.failed.items() if r >= run_id}
-
-    def deposit(self, run_id, key, src, tag, payload, header=None):
-        with self.cond:
-            if run_id < self.run_id:
-                return           # from a run that has ended (aborted): nobody waits for it
-            self.box[(run_id, key, src)] = (tag, payload, header)
-            if (run_id, key, src) in self.awaited:
-                self.awaited.discard((run_id, key, src))
-                if not self.awaited:     # one wake-up per take, not one per message
-                    self.cond.notify_all()
-
-    def abort(self, run_id, reason):
-        with self.cond:
-            if run_id >= self.run_id:
-                self.failed.setdefault(run_id, reason)
-                self.cond.notify_all()
-
-    def lost(self, src, reason):
-        """The link to rank src is down: its process died or its host is unreachable."""
-        with self.cond:
-            self.dead.setdefault(src, reason)
-            self.failed.setdefault(self.run_id, f"rank {src} is lost: {reason}")
-            self.cond.notify_all()
-
-    def revive(self):
-        with self.cond:
-            self.dead = {}
-
-    def take(self, run_id, key, srcs, timeout, what, group):
-        """{src: (tag, payload, header)} for every src in srcs, or CollectiveError when the
-        run is aborted, a src is lost, or the deadline passes first."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                missing = [s for s in srcs if (run_id, key, s) not in self.box]
-                self.awaited = {(run_id, key, s) for s in missing}
-                if not missing:
-                    return {s: self.box.pop((run_id, key, s)) for s in srcs}
-                left = self.check(run_id, missing, deadline, timeout, what, group)
-                self.cond.wait(min(left, 1.0))   # left may be infinite (no stopwatch)
-
-    def check(self, run_id, missing, deadline, timeout, what, group):
-        """CollectiveError if one of the ranks `missing` is lost, the run is aborted, or
-        the deadline passed (the wait started `timeout` seconds before it); else the
-        seconds left. For `take`, and for a rank waiting on its peers' boards."""
-        lost = [s for s in missing if s in self.dead]
-        if lost:
-            raise CollectiveError(f"{what}: rank {lost[0]} is lost: {self.dead[lost[0]]}")
-        reason = self.failed.get(run_id)
-        if reason is not None:
-            raise CollectiveError(f"{what}: aborted because {reason}")
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise CollectiveError(
-                f"{what}: timed out after {timeout:g} s waiting for rank(s) {list(missing)} of group "
-                f"{list(group)} (SPMD_COLLECTIVE_TIMEOUT): they died or stopped calling collectives")
-        return left
-
-
-class Transport:
-    """One rank actor's links to the others and its shared memory; lives as long as the
-    set of rank actors (transports/ray/ray_runtime.py makes a new one when an actor is replaced)."""
-
-    def __init__(self, rank, host_ip, mailbox):
-        self.rank, self.mailbox = rank, mailbox
-        self.links = Links(rank, host_ip, alloc=POOL.empty)
-        self.host = host_id()
-        self.slab = shm.Slab() if shm.supported() else None
-        self.buffers = shm.Buffers() if self.slab is not None else None
-        self.board = shm.Board() if self.slab is not None else None
-        self.boards = {}             # rank -> its board's fd (peers of this host)
-        self._board_views = {}       # rank -> int64 view of its board
-        self.peer_memory = shm.PeerMemory()
-        self.probe, self._probe_segment = shm.probe() if self.slab is not None else (None, None)
-        self.pids = {}
-        self.hosts = {}              # rank -> host id
-        self.shm_peers = set()       # ranks whose slabs this one maps
-        self.unreleased = {}         # rank -> ids of its regions this rank has read
-        self.closed = False
-
-    def info(self):
-        """What the peers need to reach this rank (exchanged through Ray)."""
-        return {"address": self.links.address, "host": self.host, "probe": self.probe,
-                "board": None if self.board is None else self.board.fd}
-
-    def connect(self, infos):
-        """infos: {rank: info()} of every rank. Returns when every link is up."""
-        self.hosts = {r: tuple(i["host"]) for r, i in infos.items()}
-        self.pids = {r: i["probe"][0] for r, i in infos.items() if i["probe"]}
-        self.shm_peers = {r for r, i in infos.items()
-                          if r != self.rank and self.slab is not None and i["probe"]
-                          and self.hosts[r] == self.host and shm.reachable(*i["probe"])}
-        self.boards = {r: infos[r].get("board") for r in self.shm_peers}
-        self._board_views = {}
-        self.mailbox.revive()
-        self.links.connect({r: i["address"] for r, i in infos.items()}, self._deliver, self._lost)
-
-    def board_of(self, rank):
-        """The int64 words of a peer's Board (shm.Board), to read and write."""
-        b = self._board_views.get(rank)
-        if b is None:
-            b = self._board_views[rank] = self.peer_memory.writable(self.pids[rank], self.boards[rank]).view(np.int64)
-        return b
-
-    def abort_peers(self, run_id, reason, ranks):
-        """Wake the peers waiting in this run at once (the driver tells them too, later)."""
-        for d in ranks:
-            if d != self.rank:
-                try:
-                    self.links.send(d, {"kind": "abort", "run": run_id, "reason": reason})
-                except CollectiveError:
-                    pass             # that one is gone already
-
-    def read(self, src, rid):
-        """This rank is done with src's region rid: src hears it with the next message this
-        rank sends it, or at once when RELEASE_BATCH regions of src wait for that."""
-        rids = self.unreleased.setdefault(src, [])
-        rids.append(rid)
-        if len(rids) >= RELEASE_BATCH:
-            self.send(src, {"kind": "release"})
-
-    def send(self, dst, header, array=None, later=False, failed=None):
-        """Links.send (or send_later), carrying the regions of dst this rank is done with."""
-        rids = self.unreleased.pop(dst, None)
-        if rids:
-            header = dict(header, rids=rids)
-        if later:
-            self.links.send_later(dst, header, array, failed=failed)
-        else:
-            self.links.send(dst, header, array)
-
-    def _deliver(self, src, header, array):
-        for rid in header.get("rids", ()):
-            self.slab.release(rid)
-        kind = header["kind"]
-        if kind == "abort":
-            self.mailbox.abort(header["run"], header["reason"])
-            return
-        if kind == "release":
-            return
-        if kind == "shm":
-            rid, fd, off, dtype, shape = header["region"]
-            array = self.peer_memory.view(self.pids[src], fd, off, dtype, shape)
-        self.mailbox.deposit(header["run"], header["key"], src, header["tag"], array, header)
-
-    def _lost(self, src, reason):
-        if not self.closed:
-            self.mailbox.lost(src, f"{reason} (rank {src} runs on host {self.hosts.get(src, ('?',))[0]})")
-
-    def new_run(self):
-        """Every region is free: every reader of the last run has finished (the driver
-        starts a run when the last one ended on every rank)."""
-        self.unreleased = {}
-        if self.slab is not None:
-            self.slab.reset()
-
-    def close(self):
-        self.closed = True
-        self.links.close()
-        self.peer_memory.forget()
-        if self.slab is not None:
-            self.slab.close()
-            self.buffers.close()
-            self._board_views = {}
-            self.board.close()
-        if self._probe_segment is not None:
-            self._probe_segment.close()
 
 
 class RayCommunicator(Communicator):

@@ -39,7 +39,9 @@ import numpy as np
 import ray
 
 from ..communicator import collective_timeout
-from .ray_communicator import Mailbox, RayCommunicator, Transport
+from .ray_communicator import RayCommunicator
+from .ray_mailbox import Mailbox
+from .ray_transport import Transport
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...tools import timeline
 from ...runtime.backend import Runtime
