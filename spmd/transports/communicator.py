@@ -45,8 +45,8 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import CollectiveError
-
-REDUCE_OPS = ("sum", "max", "min", "prod")
+from .collective_args import (as_input, check_axes, check_dim, check_dtype, check_op, check_out, check_pairs,
+                              check_root)
 
 
 def collective_timeout() -> float:
@@ -93,6 +93,10 @@ def into(out, r):
 
 
 class Communicator(ABC):
+    """The collectives every transport offers, their arguments checked once here
+    (collective_args.py); a transport implements the `_name` methods, which receive x as
+    a C-contiguous array, axes as a tuple of the mesh's axis names, and the other
+    arguments checked (permute's pairs sorted)."""
     loc = None                      # the user line of the collective being run (for messages)
     # how many ranks of the run are threads of this process: they share its BLAS thread
     # setting, which must then stay as the runtime set it for the run (runtime/blas.py)
@@ -122,12 +126,103 @@ class Communicator(ABC):
     def group_index(self, axes):
         return self.mesh.index_in_group(self.rank, tuple(axes))
 
-    @abstractmethod
+    # -- the checked collectives ----------------------------------------------------------
+    def _checked(self, name, x, axes):
+        """(x as a contiguous array, axes as a tuple, G, what: the call for messages)."""
+        at = f" at {self.loc}" if self.loc else ""
+        axes = check_axes(f"{name} over {axes!r}{at}", self.mesh, axes)
+        what = f"{name} over {axes}{at}"
+        x = as_input(x)
+        check_dtype(what, x)
+        return x, axes, self.mesh.axes_size(axes), what
+
     def all_reduce(self, x, axes, op="sum", out=None):
         """`out`: an array of x's shape and dtype to write the result into (it may be x:
         then x is overwritten with the result), else a new one."""
+        x, axes, _, what = self._checked("all_reduce", x, axes)
+        check_op(what, op)
+        check_out(what, out, x.shape, x.dtype)
+        return self._all_reduce(x, axes, op, out)
 
-    # -- started collectives (all_reduce_start / all_reduce_done) --------------------------
+    # all_gather, reduce_scatter and all_to_all take `out` as all_reduce does: an array of
+    # the result's shape and dtype (never x's memory) to write the result into, so the
+    # executable can place it in its memory plan; `into` is the fallback
+    def all_gather(self, x, axes, dim=0, out=None):
+        x, axes, G, what = self._checked("all_gather", x, axes)
+        check_dim(what, x, dim)
+        check_out(what, out, x.shape[:dim] + (x.shape[dim] * G,) + x.shape[dim + 1:], x.dtype)
+        return self._all_gather(x, axes, int(dim), out)
+
+    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
+        x, axes, G, what = self._checked("reduce_scatter", x, axes)
+        check_op(what, op)
+        check_dim(what, x, dim, G)
+        check_out(what, out, x.shape[:dim] + (x.shape[dim] // G,) + x.shape[dim + 1:], x.dtype)
+        return self._reduce_scatter(x, axes, int(dim), op, out)
+
+    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
+        x, axes, G, what = self._checked("all_to_all", x, axes)
+        check_dim(what, x, split_dim, G)
+        check_dim(what, x, concat_dim)
+        shape = list(x.shape)
+        shape[split_dim] //= G
+        shape[concat_dim] *= G
+        check_out(what, out, shape, x.dtype)
+        return self._all_to_all(x, axes, int(split_dim), int(concat_dim), out)
+
+    def permute(self, x, axes, pairs):
+        x, axes, G, what = self._checked("permute", x, axes)
+        return self._permute(x, axes, check_pairs(what, pairs, G))
+
+    def broadcast(self, x, axes, root=0):
+        x, axes, G, what = self._checked("broadcast", x, axes)
+        return self._broadcast(x, axes, check_root(what, root, G))
+
+    def barrier(self, axes=None):
+        """Every rank of the group over axes, or of the whole run (None)."""
+        if axes is not None:
+            axes = check_axes(f"barrier over {axes!r}", self.mesh, axes)
+        self._barrier(axes)
+
+    def all_reduce_start(self, x, axes, op="sum") -> int:
+        """An int handle: the all_reduce is in flight; x must stay unmodified until its
+        wait returns."""
+        x, axes, _, what = self._checked("all_reduce", x, axes)
+        check_op(what, op)
+        return self._all_reduce_start(x, axes, op)
+
+    # -- what a transport implements (arguments checked) ----------------------------------
+    @abstractmethod
+    def _all_reduce(self, x, axes, op, out): ...
+
+    @abstractmethod
+    def _all_gather(self, x, axes, dim, out): ...
+
+    @abstractmethod
+    def _reduce_scatter(self, x, axes, dim, op, out): ...
+
+    @abstractmethod
+    def _all_to_all(self, x, axes, split_dim, concat_dim, out): ...
+
+    @abstractmethod
+    def _permute(self, x, axes, pairs): ...
+
+    @abstractmethod
+    def _broadcast(self, x, axes, root): ...
+
+    @abstractmethod
+    def _barrier(self, axes):
+        """axes None: every rank of the run."""
+
+    def _all_reduce_start(self, x, axes, op) -> int:
+        """(Here synchronous: the all_reduce runs at start, no overlap.)"""
+        return self.put_handle(self._all_reduce(x, axes, op, None))
+
+    def wait(self, handle):
+        """The result of the collective the handle started."""
+        return self.take_handle(handle)
+
+    # -- started collectives (all_reduce_start / wait) ------------------------------------
     def _handles(self):
         h = self.__dict__.get("_inflight")
         if h is None:
@@ -143,7 +238,6 @@ class Communicator(ABC):
         return n
 
     def take_handle(self, n):
-        from ..errors import CollectiveError
         try:
             return self._handles().pop(n)
         except KeyError:
@@ -158,58 +252,8 @@ class Communicator(ABC):
         """How many started collectives are not waited on yet."""
         return len(self._handles()) - 1
 
-    def all_reduce_start(self, x, axes, op="sum") -> int:
-        return self.put_handle(self.all_reduce(x, axes, op))
 
-    def wait(self, handle):
-        return self.take_handle(handle)
-
-    # all_gather, reduce_scatter and all_to_all take `out` as all_reduce does: an array of
-    # the result's shape and dtype (never x's memory) to write the result into, so the
-    # executable can place it in its memory plan; `into` is the fallback
-    @abstractmethod
-    def all_gather(self, x, axes, dim=0, out=None): ...
-
-    @abstractmethod
-    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None): ...
-
-    @abstractmethod
-    def all_to_all(self, x, axes, split_dim, concat_dim, out=None): ...
-
-    @abstractmethod
-    def permute(self, x, axes, pairs): ...
-
-    @abstractmethod
-    def broadcast(self, x, axes, root=0): ...
-
-    @abstractmethod
-    def barrier(self, axes=None): ...
-
-
-# -- argument checks and blocks every backend's collectives share ---------------------------
-def axes_of(axes):
-    return (axes,) if isinstance(axes, str) else tuple(axes)
-
-
-def as_input(x):
-    # no copy for the usual contiguous ndarray: the done-rendezvous keeps it alive and
-    # unmodified until every rank has read it (np.ascontiguousarray would make 0-d 1-d)
-    x = np.asarray(x)
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
-
-
-def check_op(op):
-    if op not in REDUCE_OPS:
-        raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
-
-
-def check_dim(name, x, dim, G=None):
-    if not (isinstance(dim, (int, np.integer)) and 0 <= dim < x.ndim):
-        raise CollectiveError(f"{name}: dim {dim!r} is not a dim of a rank-{x.ndim} array {list(x.shape)}")
-    if G is not None and x.shape[dim] % G:
-        raise CollectiveError(f"{name}: dim {dim} of {list(x.shape)} does not split into {G} equal blocks")
-
-
+# -- blocks every transport's collectives share ---------------------------------------------
 def block_of(a, dim, i, G):
     c = a.shape[dim] // G
     idx = [slice(None)] * a.ndim

@@ -8,6 +8,8 @@ import time
 import numpy as np
 import pytest
 
+import collective_checks
+import spmd
 from spmd.launcher.cli import find_mpiexec
 from paths import ROOT, SCRIPTS, TESTS
 
@@ -33,6 +35,11 @@ def test_every_collective_matches_numpy(n):
     assert p.returncode == 0, p.stdout + p.stderr
     oks = re.findall(r"OK (\d+)", p.stdout)
     assert len(oks) == n and len(set(oks)) == 1 and int(oks[0]) > 40
+    rejected = re.findall(r"REJECTED (\d+)", p.stdout)
+    meshes = 3 if n == 4 else 1
+    want = sum(len(collective_checks.rejections(m)) + 2 for m in
+               [spmd.Mesh((n,), ("x",))] + [spmd.Mesh((2, 2), ("a", "b"))] * (meshes - 1))
+    assert rejected == [str(want)] * n, p.stdout
 
 
 def losses(out):

@@ -92,6 +92,19 @@ def small_thresholds(monkeypatch):
 MESHES = [spmd.Mesh((4,), ("x",)), spmd.Mesh((2, 2), ("a", "b")), spmd.Mesh((2, 2), ("a", "b"), devices=[[2, 0], [3, 1]])]
 
 
+def test_bad_arguments_are_rejected_as_on_every_transport():
+    """The calls of collective_checks.rejections raise the CollectiveError every
+    transport raises (the Communicator base checks them), on every rank, and the ranks
+    still agree on the next collective."""
+    w = World(4, None)
+    try:
+        for mesh in MESHES:
+            got = w.run(mesh, collective_checks.check_rejections)
+            assert set(got.values()) == {len(collective_checks.rejections(mesh)) + 2}, got
+    finally:
+        w.close()
+
+
 @pytest.mark.parametrize("hosts", [None, [0, 0, 1, 1], [0, 1, 0, 1]], ids=["one-host", "2x2-hosts", "interleaved"])
 def test_every_collective_and_dtype_matches_numpy(hosts, small_thresholds):
     """collective_checks on every mesh: every collective, float/int/bool/complex dtypes,

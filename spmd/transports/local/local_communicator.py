@@ -76,8 +76,8 @@ import threading
 import numpy as np
 
 from ...errors import CollectiveError
-from ..communicator import (Communicator, as_input, axes_of, block_of, check_dim, check_op, collective_timeout,
-                            describe, reduce_arrays)
+from ..collective_args import axes_of
+from ..communicator import Communicator, block_of, collective_timeout, describe, reduce_arrays
 from .local_native_exchange import LocalNativeExchange
 from .local_rendezvous import EMPTY, Flight, Group, Host
 
@@ -222,11 +222,9 @@ class LocalCommunicator(Communicator):
         self.native_exchange.status[:] = 0
         self._starts = {}
 
-    # -- the collectives -----------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum", out=None):
+    # -- the collectives (arguments checked by Communicator) ---------------------------------
+    def _all_reduce(self, x, axes, op, out):
         given = out
-        x = as_input(x)
-        check_op(op)
         if x.nbytes <= SMALL_BYTES:
             r = self._collective("all_reduce", x, axes, (op,), lambda xs, _, i, G: reduce_arrays(op, xs))
             if given is not None:       # (the group's inputs were copies: out may be x)
@@ -252,9 +250,7 @@ class LocalCommunicator(Communicator):
             return given
         return r
 
-    def all_reduce_start(self, x, axes, op="sum"):
-        x = as_input(x)
-        check_op(op)
+    def _all_reduce_start(self, x, axes, op):
         axes, devices, i, grp = self.group_of(axes)
         what = f"all_reduce over {axes}" + (f" at {self.loc}" if self.loc else "")
         if grp is None:
@@ -311,37 +307,20 @@ class LocalCommunicator(Communicator):
                 grp.wait_until(lambda: f.read == G, i, what + " (done)", lambda: [])
         return out
 
-    def all_gather(self, x, axes, dim=0, out=None):
-        x = as_input(x)
-        check_dim("all_gather", x, dim)
+    def _all_gather(self, x, axes, dim, out):
         return self._collective("all_gather", x, axes, (dim,),
                                 lambda xs, _, i, G: np.concatenate(xs, axis=dim, out=out))
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
-        x = as_input(x)
-        check_op(op)
-        G = self.mesh.axes_size(axes_of(axes))
-        check_dim("reduce_scatter", x, dim, G)
+    def _reduce_scatter(self, x, axes, dim, op, out):
         return self._collective("reduce_scatter", x, axes, (dim, op),
                                 lambda xs, _, i, G: reduce_arrays(op, [block_of(a, dim, i, G) for a in xs], out=out))
 
-    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
-        x = as_input(x)
-        G = self.mesh.axes_size(axes_of(axes))
-        check_dim("all_to_all", x, split_dim, G)
-        check_dim("all_to_all", x, concat_dim)
+    def _all_to_all(self, x, axes, split_dim, concat_dim, out):
         return self._collective("all_to_all", x, axes, (split_dim, concat_dim),
                                 lambda xs, _, i, G: np.concatenate([block_of(a, split_dim, i, G) for a in xs],
                                                                    axis=concat_dim, out=out))
 
-    def permute(self, x, axes, pairs):
-        x = as_input(x)
-        G = self.mesh.axes_size(axes_of(axes))
-        pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
-        dsts = [d for _, d in pairs]
-        if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
-            raise CollectiveError(f"permute over {axes_of(axes)}: pairs {pairs} must be (src, dst) group indices "
-                                  f"in [0, {G}) naming each dst at most once")
+    def _permute(self, x, axes, pairs):
         src_of = {d: s for s, d in pairs}
 
         def compute(xs, _, i, G):
@@ -350,13 +329,9 @@ class LocalCommunicator(Communicator):
 
         return self._collective("permute", x, axes, (pairs,), compute)
 
-    def broadcast(self, x, axes, root=0):
-        x = as_input(x)
-        G = self.mesh.axes_size(axes_of(axes))
-        if not 0 <= root < G:
-            raise CollectiveError(f"broadcast over {axes_of(axes)}: root {root} is not a group index in [0, {G})")
+    def _broadcast(self, x, axes, root):
         return self._collective("broadcast", x, axes, (root,), lambda xs, _, i, G: xs[root].copy())
 
-    def barrier(self, axes=None):
-        axes = self.mesh.axis_names if axes is None else axes_of(axes)
+    def _barrier(self, axes):
+        axes = self.mesh.axis_names if axes is None else axes
         self._collective("barrier", np.zeros(0), axes, (), lambda xs, _, i, G: None)

@@ -56,8 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import CollectiveError
-from ..communicator import REDUCE_OPS, Communicator, collective_timeout, into, reduce_arrays
+from ..communicator import Communicator, collective_timeout, into, reduce_arrays
 from . import mpi_library
 from .mpi_all_reduce import HIERARCHICAL_BYTES, group_order_steps, hierarchical_steps, in_group_order
 from .mpi_library import HALFS, POOL, chunks, contiguous, mpi_buffer, mpi_module
@@ -77,19 +76,14 @@ def _key(axes):
 
 def _op(op, dtype):
     MPI = mpi_module()
-    if op not in REDUCE_OPS:
-        raise CollectiveError(f"unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
     if dtype == np.bool_:
         return MPI.LOR if op in ("sum", "max") else MPI.LAND
     return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
 
-def _blocks(what, x, G, dim):
+def _blocks(x, G, dim):
     """x split in G equal blocks along dim, as one contiguous (G, *block) buffer; along
     dim 0 that is x itself, reshaped."""
-    x = np.asarray(x)
-    if x.shape[dim] % G:
-        raise CollectiveError(f"{what}: dim {dim} of {list(x.shape)} does not split into {G} blocks")
     if dim == 0:
         return contiguous(x).reshape((G, x.shape[0] // G) + x.shape[1:])
     parts = np.split(x, G, axis=dim)
@@ -144,9 +138,9 @@ class MPICommunicator(Communicator):
         return guarded(fn, what, group, self.rank, self.timeout, self.loc)
 
     # -- the collectives -----------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum", out=None):
+    # -- the collectives (arguments checked by Communicator) ---------------------------------
+    def _all_reduce(self, x, axes, op, out):
         given = out
-        x = contiguous(x)
         c, group = self.comm(axes)
         if out is not None and not out.flags.c_contiguous:
             out = None
@@ -166,8 +160,7 @@ class MPICommunicator(Communicator):
             return given
         return r
 
-    def all_reduce_start(self, x, axes, op="sum"):
-        x = contiguous(x)
+    def _all_reduce_start(self, x, axes, op):
         c, group = self.comm(axes)
         what = f"all_reduce({op})"
         if self._plan(x, axes, op) != "builtin":
@@ -297,8 +290,7 @@ class MPICommunicator(Communicator):
             return hierarchical_steps(comms, x, op, self._hosts(axes), out)
         return group_order_steps(comms[0], x, op, len(self.comm(axes)[1]), out)
 
-    def all_gather(self, x, axes, dim=0, out=None):
-        x = contiguous(x)
+    def _all_gather(self, x, axes, dim, out):
         c, group = self.comm(axes)
         G = len(group)
         given = out
@@ -319,13 +311,13 @@ class MPICommunicator(Communicator):
             return into(given, out.reshape((G * x.shape[0],) + x.shape[1:]))
         return into(given, _concatenate(out, dim))
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
+    def _reduce_scatter(self, x, axes, dim, op, out):
         c, group = self.comm(axes)
         G = len(group)
-        blocks = _blocks("reduce_scatter", x, G, dim)
+        blocks = _blocks(x, G, dim)
         given = out if out is not None and out.flags.c_contiguous else None
         if in_group_order(op, blocks.dtype):
-            got = self.all_to_all(blocks, axes, 0, 0).reshape(blocks.shape)   # row j: member j's block i
+            got = self._all_to_all(blocks, axes, 0, 0, None).reshape(blocks.shape)   # row j: member j's block i
             r = reduce_arrays(op, list(got), out=given if given is not None else
                               POOL.empty(blocks.shape[1:], blocks.dtype))
             return into(out, r)
@@ -336,10 +328,10 @@ class MPICommunicator(Communicator):
             self._guard(lambda: c.Reduce_scatter_block(mpi_buffer(blocks), mpi_buffer(given), op=mop),
                         f"reduce_scatter({op})", group)
             return given
-        r = self._reduce_scatter(blocks, c, group, G, op)
+        r = self._reduce_scatter_builtin(blocks, c, group, G, op)
         return into(out, r)
 
-    def _reduce_scatter(self, blocks, c, group, G, op):
+    def _reduce_scatter_builtin(self, blocks, c, group, G, op):
         out = POOL.empty(blocks.shape[1:], blocks.dtype)
         mop = _op(op, blocks.dtype)
         if out.size <= mpi_library.MAX_COUNT:
@@ -353,10 +345,10 @@ class MPICommunicator(Communicator):
                         f"reduce_scatter({op})", group)
         return out
 
-    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
+    def _all_to_all(self, x, axes, split_dim, concat_dim, out):
         c, group = self.comm(axes)
         G = len(group)
-        send = _blocks("all_to_all", x, G, split_dim)
+        send = _blocks(x, G, split_dim)
         direct = out is not None and concat_dim == 0 and out.flags.c_contiguous
         # (along dim 0 the received (G, *block) buffer is the concatenation: out itself)
         recv = out.reshape(send.shape) if direct else POOL.empty(send.shape, send.dtype)
@@ -374,8 +366,7 @@ class MPICommunicator(Communicator):
             return into(out, recv.reshape((G * recv.shape[1],) + recv.shape[2:]))
         return into(out, _concatenate(recv, concat_dim))
 
-    def permute(self, x, axes, pairs):
-        x = contiguous(x)
+    def _permute(self, x, axes, pairs):
         c, group = self.comm(axes)
         me = c.Get_rank()
         out = np.zeros_like(x)
@@ -393,8 +384,7 @@ class MPICommunicator(Communicator):
             self._guard(lambda: MPI.Request.Waitall(reqs), "collective_permute", group)
         return out
 
-    def broadcast(self, x, axes, root=0):
-        x = np.asarray(x)
+    def _broadcast(self, x, axes, root):
         out = POOL.empty(x.shape, x.dtype)
         out[...] = x
         x = out
@@ -404,7 +394,7 @@ class MPICommunicator(Communicator):
             self._guard(lambda: c.Bcast(mpi_buffer(flat[lo:hi]), root=root), "broadcast", group)
         return x
 
-    def barrier(self, axes=None):
+    def _barrier(self, axes):
         if axes is None:
             c, group = self.world, list(range(self.world.Get_size()))
         else:

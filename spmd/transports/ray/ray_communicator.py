@@ -79,7 +79,8 @@ import zlib
 import numpy as np
 
 from ...errors import CollectiveError
-from ..communicator import Communicator, as_input, axes_of, block_of, check_dim, check_op, describe, into, reduce_arrays
+from ..collective_args import axes_of
+from ..communicator import Communicator, block_of, describe, into, reduce_arrays
 from . import ray_shm as shm
 from .ray_transport import POOL
 
@@ -291,8 +292,8 @@ class RayCommunicator(Communicator):
                 time.sleep(min(1e-3, waited / 100))
 
     # -- all_reduce ---------------------------------------------------------------------------
-    def all_reduce(self, x, axes, op="sum", out=None):
-        r = self._all_reduce(x, axes, op)
+    def _all_reduce(self, x, axes, op, out):
+        r = self._all_reduce_planned(x, axes, op)
         if out is None:
             return r
         np.copyto(out, r)
@@ -322,9 +323,7 @@ class RayCommunicator(Communicator):
             by.setdefault(self.t.hosts.get(d, d), []).append(d)
         return list(by.values())
 
-    def _all_reduce(self, x, axes, op):
-        x = as_input(x)
-        check_op(op)
+    def _all_reduce_planned(self, x, axes, op):
         plan = self._plan(x, axes, op)
         if plan == "direct" and self._pushes(x, axes):
             return self._pushed_reduce_scatter("all_reduce", x, axes, (op,), op, lambda a, j: a)
@@ -409,12 +408,10 @@ class RayCommunicator(Communicator):
         del part
         return self._gather_flat((self.seq, 3), tag, what, local, whole, out)
 
-    def all_reduce_start(self, x, axes, op="sum"):
-        x = as_input(x)
-        check_op(op)
+    def _all_reduce_start(self, x, axes, op):
         plan = self._plan(x, axes, op)
         if plan == "hierarchical":
-            return self.put_handle((None, self._all_reduce(x, axes, op)))
+            return self.put_handle((None, self._all_reduce_planned(x, axes, op)))
         axes, devices, i, tag, what = self._begin("all_reduce", x, axes, (op,))
         key = (self.seq, 0)
         others = [d for d in devices if d != self.rank]
@@ -444,11 +441,9 @@ class RayCommunicator(Communicator):
             self._release(regions)
 
     # -- the other collectives ---------------------------------------------------------------
-    def all_gather(self, x, axes, dim=0, out=None):
-        x = as_input(x)
-        check_dim("all_gather", x, dim)
+    def _all_gather(self, x, axes, dim, out):
         if self._pushes(x, axes):
-            G = self.mesh.axes_size(axes_of(axes))
+            G = self.mesh.axes_size(axes)
             shape = tuple(s * G if k == dim else s for k, s in enumerate(x.shape))
             return into(out, self._push("all_gather", x, axes, (dim,), lambda j: shape,
                                         lambda j: x, lambda r, i: block_of(r, dim, i, G)))
@@ -485,11 +480,8 @@ class RayCommunicator(Communicator):
             for r in held:
                 self._release(r)
 
-    def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
-        x = as_input(x)
-        check_op(op)
-        G = self.mesh.axes_size(axes_of(axes))
-        check_dim("reduce_scatter", x, dim, G)
+    def _reduce_scatter(self, x, axes, dim, op, out):
+        G = self.mesh.axes_size(axes)
         if self._pushes(x, axes):
             return into(out, self._pushed_reduce_scatter("reduce_scatter", x, axes, (dim, op), op,
                                                          lambda a, j: block_of(a, dim, j, G)))
@@ -497,11 +489,8 @@ class RayCommunicator(Communicator):
                                         lambda j: None if j is None else block_of(x, dim, j, G),
                                         lambda xs: _reduce(op, xs)))
 
-    def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
-        x = as_input(x)
-        G = self.mesh.axes_size(axes_of(axes))
-        check_dim("all_to_all", x, split_dim, G)
-        check_dim("all_to_all", x, concat_dim)
+    def _all_to_all(self, x, axes, split_dim, concat_dim, out):
+        G = self.mesh.axes_size(axes)
         if self._pushes(x, axes):
             shape = tuple(s // G if k == split_dim else s for k, s in enumerate(x.shape))
             shape = tuple(s * G if k == concat_dim else s for k, s in enumerate(shape))
@@ -512,14 +501,7 @@ class RayCommunicator(Communicator):
                                         lambda j: None if j is None else block_of(x, split_dim, j, G),
                                         lambda xs: _concat(xs, concat_dim)))
 
-    def permute(self, x, axes, pairs):
-        x = as_input(x)
-        G = self.mesh.axes_size(axes_of(axes))
-        pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
-        dsts = [d for _, d in pairs]
-        if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
-            raise CollectiveError(f"permute over {axes_of(axes)}: pairs {pairs} must be (src, dst) group indices "
-                                  f"in [0, {G}) naming each dst at most once")
+    def _permute(self, x, axes, pairs):
         axes, devices, i, tag, what = self._begin("permute", x, axes, (pairs,))
         key = (self.seq, 0)
         self._post(key, tag, what, [devices[d] for s, d in pairs if s == i and d != i], lambda d: x)
@@ -530,11 +512,7 @@ class RayCommunicator(Communicator):
             return _copy(x)
         return self._receive_copy(key, tag, devices[src], what, devices)
 
-    def broadcast(self, x, axes, root=0):
-        x = as_input(x)
-        G = self.mesh.axes_size(axes_of(axes))
-        if not 0 <= root < G:
-            raise CollectiveError(f"broadcast over {axes_of(axes)}: root {root} is not a group index in [0, {G})")
+    def _broadcast(self, x, axes, root):
         axes, devices, i, tag, what = self._begin("broadcast", x, axes, (root,))
         key = (self.seq, 0)
         if i == root:
@@ -550,8 +528,8 @@ class RayCommunicator(Communicator):
             del got
             self._release(regions)
 
-    def barrier(self, axes=None):
-        axes = self.mesh.axis_names if axes is None else axes_of(axes)
+    def _barrier(self, axes):
+        axes = self.mesh.axis_names if axes is None else axes
         self._exchange("barrier", np.zeros(0), axes, (), lambda j: np.zeros(0), lambda xs: None)
 
 
