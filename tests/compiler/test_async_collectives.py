@@ -2,7 +2,7 @@
 passes/combine.py (buckets of at most SPMD_BUCKET_BYTES), passes/schedule.py
 (all_reduce_start / all_reduce_done placed around independent computation), the local
 communicator's started all-reduces, and the in-flight spans of the SPMD_TRACE timeline.
-MPI: tests/test_mpi.py and tests/test_multihost.py; Ray: tests/test_ray.py."""
+MPI: tests/transports/test_mpi.py and tests/runtime/test_multihost.py; Ray: tests/transports/test_ray.py."""
 import os
 import threading
 import time

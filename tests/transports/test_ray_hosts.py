@@ -2,7 +2,7 @@
 by `spmd run --backend ray --hosts h1,h2`: train_gpt's 4 rank actors fill both nodes
 (2 CPUs each) and give the single-host losses, and the checkpoint they save resumes on one
 host; when the job ends nothing of Ray is left on either host. (A killed host ends the job
-naming it: tests/runtime/test_hosts.py; a cut link: test_ray_links_hosts.py.)"""
+naming it: tests/launcher/test_hosts.py; a cut link: test_ray_links_hosts.py.)"""
 import importlib.util
 import json
 import os

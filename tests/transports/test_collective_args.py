@@ -1,8 +1,8 @@
 """The Communicator base checks every collective's arguments once for all transports
 (spmd/transports/collective_args.py): each call of tests/collective_checks.rejections
 raises the same CollectiveError on the local transport here, on MPI (the script
-tests/mpi_scripts/collectives.py, tests/runtime/test_mpi.py) and on Ray's communicator
-(tests/runtime/test_ray_transport.py), before any rank waits for another."""
+tests/mpi_scripts/collectives.py, tests/transports/test_mpi.py) and on Ray's communicator
+(tests/transports/test_ray_transport.py), before any rank waits for another."""
 import threading
 
 import numpy as np
