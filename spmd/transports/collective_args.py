@@ -5,7 +5,8 @@ dim the array does not have or that does not split into the group's blocks, a pe
 pair or broadcast root outside the group, an `out` of the wrong shape or dtype, an array
 of Python objects) raises the same CollectiveError on every transport, on every rank,
 before any rank waits for another. Each message starts with what was called: the
-collective, its axes and the user's line when the executable set it."""
+collective, its axes and the user's line when the executable set it. `what` is a function
+that says it, called only to raise (the checks run on every call, and most calls pass)."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,27 +32,29 @@ def check_axes(what, mesh, axes):
     names = axes_of(axes)
     unknown = [a for a in names if a not in mesh.axis_names]
     if unknown or len(set(names)) != len(names):
-        raise CollectiveError(f"{what}: axes {names} must be distinct axes of the mesh, which has "
+        raise CollectiveError(f"{what()}: axes {names} must be distinct axes of the mesh, which has "
                               f"{tuple(mesh.axis_names)}")
     return names
 
 
 def check_dtype(what, x):
+    if x.dtype.kind in "biufc":
+        return
     if x.dtype.hasobject or x.dtype.kind in "SU" or x.dtype.fields is not None:
-        raise CollectiveError(f"{what}: an array of dtype {x.dtype} cannot travel; collectives take "
+        raise CollectiveError(f"{what()}: an array of dtype {x.dtype} cannot travel; collectives take "
                               f"arrays of numbers or bools")
 
 
 def check_op(what, op):
     if op not in REDUCE_OPS:
-        raise CollectiveError(f"{what}: unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
+        raise CollectiveError(f"{what()}: unknown reduction {op!r} (takes {', '.join(REDUCE_OPS)})")
 
 
 def check_dim(what, x, dim, G=None):
     if not (isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and 0 <= dim < x.ndim):
-        raise CollectiveError(f"{what}: dim {dim!r} is not a dim of a rank-{x.ndim} array {list(x.shape)}")
+        raise CollectiveError(f"{what()}: dim {dim!r} is not a dim of a rank-{x.ndim} array {list(x.shape)}")
     if G is not None and x.shape[dim] % G:
-        raise CollectiveError(f"{what}: dim {dim} of {list(x.shape)} does not split into {G} equal blocks")
+        raise CollectiveError(f"{what()}: dim {dim} of {list(x.shape)} does not split into {G} equal blocks")
 
 
 def check_pairs(what, pairs, G):
@@ -59,17 +62,17 @@ def check_pairs(what, pairs, G):
     try:
         pairs = tuple(sorted((int(s), int(d)) for s, d in pairs))
     except (TypeError, ValueError):
-        raise CollectiveError(f"{what}: pairs {pairs!r} must be (src, dst) pairs of group indices") from None
+        raise CollectiveError(f"{what()}: pairs {pairs!r} must be (src, dst) pairs of group indices") from None
     dsts = [d for _, d in pairs]
     if any(not (0 <= k < G) for p in pairs for k in p) or len(set(dsts)) != len(dsts):
-        raise CollectiveError(f"{what}: pairs {pairs} must be (src, dst) group indices in [0, {G}) naming "
+        raise CollectiveError(f"{what()}: pairs {pairs} must be (src, dst) group indices in [0, {G}) naming "
                               f"each dst at most once")
     return pairs
 
 
 def check_root(what, root, G):
     if not (isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < G):
-        raise CollectiveError(f"{what}: root {root!r} is not a group index in [0, {G})")
+        raise CollectiveError(f"{what()}: root {root!r} is not a group index in [0, {G})")
     return int(root)
 
 
@@ -80,4 +83,4 @@ def check_out(what, out, shape, dtype):
         return
     if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype:
         got = f"{out.dtype}{list(out.shape)}" if isinstance(out, np.ndarray) else type(out).__name__
-        raise CollectiveError(f"{what}: out is {got}, the result is {np.dtype(dtype)}{list(shape)}")
+        raise CollectiveError(f"{what()}: out is {got}, the result is {np.dtype(dtype)}{list(shape)}")

@@ -128,13 +128,24 @@ class Communicator(ABC):
 
     # -- the checked collectives ----------------------------------------------------------
     def _checked(self, name, x, axes):
-        """(x as a contiguous array, axes as a tuple, G, what: the call for messages)."""
-        at = f" at {self.loc}" if self.loc else ""
-        axes = check_axes(f"{name} over {axes!r}{at}", self.mesh, axes)
-        what = f"{name} over {axes}{at}"
+        """(x as a contiguous array, axes as a tuple, G, what: says the call, for messages).
+        Axes as given -> (tuple, G) is memoised: the executables call with the same few."""
+        cache = self.__dict__.setdefault("_axes_checked", {})
+        try:
+            hit = cache.get(axes)
+        except TypeError:           # a list of axes (not a key): checked every time
+            hit = None
+        if hit is None:
+            names = check_axes(lambda: f"{name} over {axes!r}" + (f" at {self.loc}" if self.loc else ""),
+                               self.mesh, axes)
+            hit = (names, self.mesh.axes_size(names))
+            if isinstance(axes, (str, tuple)):
+                cache[axes] = hit
+        axes, G = hit
+        what = lambda: f"{name} over {axes}" + (f" at {self.loc}" if self.loc else "")   # noqa: E731
         x = as_input(x)
         check_dtype(what, x)
-        return x, axes, self.mesh.axes_size(axes), what
+        return x, axes, G, what
 
     def all_reduce(self, x, axes, op="sum", out=None):
         """`out`: an array of x's shape and dtype to write the result into (it may be x:
@@ -150,24 +161,27 @@ class Communicator(ABC):
     def all_gather(self, x, axes, dim=0, out=None):
         x, axes, G, what = self._checked("all_gather", x, axes)
         check_dim(what, x, dim)
-        check_out(what, out, x.shape[:dim] + (x.shape[dim] * G,) + x.shape[dim + 1:], x.dtype)
+        if out is not None:
+            check_out(what, out, x.shape[:dim] + (x.shape[dim] * G,) + x.shape[dim + 1:], x.dtype)
         return self._all_gather(x, axes, int(dim), out)
 
     def reduce_scatter(self, x, axes, dim=0, op="sum", out=None):
         x, axes, G, what = self._checked("reduce_scatter", x, axes)
         check_op(what, op)
         check_dim(what, x, dim, G)
-        check_out(what, out, x.shape[:dim] + (x.shape[dim] // G,) + x.shape[dim + 1:], x.dtype)
+        if out is not None:
+            check_out(what, out, x.shape[:dim] + (x.shape[dim] // G,) + x.shape[dim + 1:], x.dtype)
         return self._reduce_scatter(x, axes, int(dim), op, out)
 
     def all_to_all(self, x, axes, split_dim, concat_dim, out=None):
         x, axes, G, what = self._checked("all_to_all", x, axes)
         check_dim(what, x, split_dim, G)
         check_dim(what, x, concat_dim)
-        shape = list(x.shape)
-        shape[split_dim] //= G
-        shape[concat_dim] *= G
-        check_out(what, out, shape, x.dtype)
+        if out is not None:
+            shape = list(x.shape)
+            shape[split_dim] //= G
+            shape[concat_dim] *= G
+            check_out(what, out, shape, x.dtype)
         return self._all_to_all(x, axes, int(split_dim), int(concat_dim), out)
 
     def permute(self, x, axes, pairs):
@@ -181,7 +195,7 @@ class Communicator(ABC):
     def barrier(self, axes=None):
         """Every rank of the group over axes, or of the whole run (None)."""
         if axes is not None:
-            axes = check_axes(f"barrier over {axes!r}", self.mesh, axes)
+            axes = check_axes(lambda: f"barrier over {axes!r}", self.mesh, axes)
         self._barrier(axes)
 
     def all_reduce_start(self, x, axes, op="sum") -> int:
