@@ -32,7 +32,7 @@ Failure, never a hang:
   collective fail at once: it skipped a collective the others called;
 - a rank that is still computing is waited for (threads of this process cannot die
   silently); with SPMD_COLLECTIVE_TIMEOUT set, the waiters raise CollectiveError naming
-  the missing rank(s) after that many seconds (base.collective_timeout()).
+  the missing rank(s) after that many seconds (communicator.collective_timeout()).
 
 Started all-reduces (`all_reduce_start` / `wait`) use the same group object but not its
 rendezvous: the k-th start of a group (every rank starts them in the same order) is a
@@ -66,7 +66,7 @@ does (a rank failed, finished without arriving, the timeout); the hosted segment
 the ranks must be the same (the same program), or it raises.
 
 The MPI and Ray communicators implement the same methods with the same semantics
-(base.py); the collective-matching check and the failure messages are worth mirroring.
+(communicator.py); the collective-matching check and the failure messages are worth mirroring.
 """
 from __future__ import annotations
 

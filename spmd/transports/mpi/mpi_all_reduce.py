@@ -10,7 +10,7 @@ from .mpi_library import HALFS, POOL
 
 
 def in_group_order(op, dtype):
-    """Every reduction of floats runs in group order through base.reduce_arrays, the rule
+    """Every reduction of floats runs in group order through communicator.reduce_arrays, the rule
     every backend follows, so a sum has the same bits on every run and on every backend:
     MPI's built-in SUM adds in the order of the algorithm MPICH picks for the message size
     and group (recursive doubling adds (a+b)+(c+d), not ((a+b)+c)+d; the nonblocking
@@ -34,7 +34,7 @@ HIERARCHICAL_BYTES = 1 << 16
 
 def group_order_steps(c, x, op, G, out=None):
     """op over the G members of communicator c, each element reduced in group order
-    (base.reduce_arrays). Small: an Allgather of the inputs, each rank reduces all of
+    (communicator.reduce_arrays). Small: an Allgather of the inputs, each rank reduces all of
     them. Large: the flat input as G equal blocks (and fewer than G elements left over,
     gathered whole); each rank gets block i of every input (Alltoall), reduces it, and
     the reduced blocks are gathered (Allgather; MPICH's Alltoallv / Allgatherv are up

@@ -54,7 +54,7 @@ def yield_when_oversubscribed(environ=None):
 
 
 # 2-byte floats: MPI has no bfloat16 (nor, portably, float16) type: they travel as raw
-# uint16 and every reduction of them goes through base.reduce_arrays (float32 sums)
+# uint16 and every reduction of them goes through communicator.reduce_arrays (float32 sums)
 HALFS = ("float16", "bfloat16")
 
 

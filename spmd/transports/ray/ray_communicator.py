@@ -309,7 +309,7 @@ class RayCommunicator(Communicator):
         hosts = self._hosts(devices)
         # host by host changes only the order of float sums and products (as MPI's does);
         # max/min of floats keep group order (NaN and signed zeros), and 2-byte floats are
-        # summed in float32 and rounded once (base.reduce_arrays), not once per host
+        # summed in float32 and rounded once (communicator.reduce_arrays), not once per host
         regroup = op is None or x.dtype.kind in "biu" or (op in ("sum", "prod") and x.dtype.itemsize > 2)
         if len(hosts) > 1 and regroup and len({len(h) for h in hosts}) == 1 and len(hosts[0]) > 1 \
                 and x.size >= G:
@@ -534,7 +534,7 @@ class RayCommunicator(Communicator):
 
 
 def _reduce(op, xs):
-    """op over xs in list (group) order into a recycled buffer (base.reduce_arrays)."""
+    """op over xs in list (group) order into a recycled buffer (communicator.reduce_arrays)."""
     return reduce_arrays(op, xs, out=POOL.empty(xs[0].shape, xs[0].dtype))
 
 
