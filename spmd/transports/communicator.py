@@ -36,6 +36,10 @@ stopwatch on top (unset by default).
 
 `comm.loc` is the user line (file:line) of the collective op being run, set by the
 executables before each collective so that failures can name it.
+
+The public methods check their arguments once for every transport (collective_args.py)
+and call the transport's `_name` method (transports/local, mpi, ray), which runs the
+collective on arguments known to be good.
 """
 from __future__ import annotations
 
