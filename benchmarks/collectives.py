@@ -10,7 +10,7 @@ the raw mpi4py call (Allreduce, Allgather, Reduce_scatter_block, Alltoall into
 preallocated buffers) alternately, each after a barrier; a run's time is the slowest
 rank's, the figure is the median over the runs. Ray: N rank actors of a private Ray on
 this machine (their collectives over direct links: shared memory within a host, TCP
-between hosts; collectives/ray.py), each timing the same collective after a barrier
+between hosts; transports/ray/ray_communicator.py), each timing the same collective after a barrier
 (slowest rank, median). On one host MPI and Ray are measured in turn --rounds times
 (default 3): each time is the median of its rounds, and ray/mpi the median of the
 rounds' ratios (each Ray time over the MPI time measured just before it): the machine's
@@ -22,10 +22,10 @@ spmd/raw (target <= 1.05 at >= 1 MB), spmd-ray, ray/mpi (target <= 1.3 at 8 MB).
 --testbed: the same across two hosts of spmd/testing/cluster.py (network namespaces
 joined by a 1 Gbit/s link, or --rate): MPI as `mpiexec -hosts h1:N/2,h2:N/2` with UCX over
 TCP, Ray as a two-node cluster (`ray start` on each host, the driver on h1), N/2 ranks a
-host. The all_reduce is then the hierarchical one on Ray (collectives/ray.py).
+host. The all_reduce is then the hierarchical one on Ray (transports/ray/ray_communicator.py).
 
 --startup K: seconds from spmd.init(backend="ray", num_devices=4) to 4 ranks ready to run
-(a private Ray: runtime/ray_private.py), against the peer, ray.init() and 4 actors
+(a private Ray: transports/ray/ray_private.py), against the peer, ray.init() and 4 actors
 placed the same way, each in a fresh process, medians of K alternating starts.
 This machine is shared and small: figures are noisy, ratios within a run less so.
 """
@@ -52,7 +52,7 @@ def mpi_rank(sizes, repeats, out_path):
     from mpi4py import MPI
 
     import spmd
-    from spmd.collectives.mpi import MPICommunicator
+    from spmd.transports.mpi.mpi_communicator import MPICommunicator
 
     spmd.init()
     world = MPI.COMM_WORLD
@@ -93,7 +93,7 @@ def mpi_rank(sizes, repeats, out_path):
 
 def run_mpi(n, sizes, repeats, launch=None):
     """launch: the mpiexec command line up to the program (default: `mpiexec -n n` here)."""
-    from spmd.launcher.mpi import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "rows.json")
         cmd = (launch or [find_mpiexec(), "-n", str(n)]) + [
@@ -147,8 +147,8 @@ def run_ray(ranks, sizes, repeats):
     """Rows of spmd-ray times on the cluster RAY_ADDRESS names; and how many nodes."""
     import ray
 
-    from spmd.launcher.ray import connect
-    from spmd.runtime.ray import RayRuntime
+    from spmd.transports.ray.ray_placement import connect
+    from spmd.transports.ray.ray_runtime import RayRuntime
     connect(max(ranks))
     rows = []
     for n in ranks:
@@ -169,8 +169,8 @@ def run_one_host(ranks, sizes, repeats, ray_repeats, rounds, with_ray):
     if with_ray:
         import ray
 
-        from spmd.launcher.ray import connect
-        from spmd.runtime.ray import RayRuntime
+        from spmd.transports.ray.ray_placement import connect
+        from spmd.transports.ray.ray_runtime import RayRuntime
         connect(max(ranks))
     for n in ranks:
         if with_ray:
@@ -195,7 +195,7 @@ def run_one_host(ranks, sizes, repeats, ray_repeats, rounds, with_ray):
 # -- across two hosts of the test bed -------------------------------------------------------------
 def run_testbed(ranks, sizes, repeats, ray_repeats, rate, with_ray):
     """The MPI and Ray rows with the ranks split over two hosts h1, h2."""
-    from spmd.launcher.mpi import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     from spmd.testing.cluster import Cluster, unavailable
     why = unavailable()
     if why:
@@ -225,7 +225,7 @@ def run_testbed(ranks, sizes, repeats, ray_repeats, rate, with_ray):
             port = 6379
             cpus = str(max(ranks) // 2)
             common = ["--disable-usage-stats", "--num-cpus", cpus]
-            # as `spmd run --hosts` starts it: the ranks at nice 0 (spmd/launcher/ray_hosts.py)
+            # as `spmd run --hosts` starts it: the ranks at nice 0 (spmd/transports/ray/ray_hosts.py)
             p = bed.run("h1", [ray_cli, "start", "--head", "--include-dashboard=false", "--node-ip-address", ip1,
                                "--port", str(port), "--temp-dir", os.path.join(d, "ray1"),
                                '--system-config={"worker_niceness": 0}'] + common, env=env,
@@ -257,8 +257,8 @@ STARTUP = {
             "t0 = time.perf_counter(); spmd.init(backend='ray', num_devices=4)\n"
             "print(time.perf_counter() - t0)",
     "ray": "import time, ray\n"
-           "from spmd.runtime.ray import RankActor\n"
-           "from spmd.runtime.ray_placement import place_ranks\n"
+           "from spmd.transports.ray.ray_runtime import RankActor\n"
+           "from spmd.transports.ray.ray_placement import place_ranks\n"
            "t0 = time.perf_counter(); ray.init(num_cpus=4, include_dashboard=False, _node_ip_address='127.0.0.2')\n"
            "pg, actors = place_ranks(RankActor, 4); ray.get([a.where.remote() for a in actors])\n"
            "print(time.perf_counter() - t0)",

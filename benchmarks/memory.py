@@ -140,7 +140,7 @@ def fsdp_child(a):
 
 
 def fsdp_part(a):
-    from spmd.launcher.mpi import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     cmd = [find_mpiexec(), "-n", "4", sys.executable, os.path.abspath(__file__), "--fsdp-child",
            "--layers", str(a.layers), "--d", str(a.d), "--batch", str(a.batch)]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))

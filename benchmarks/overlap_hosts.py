@@ -11,7 +11,7 @@ all-reduces alone (the same buckets, one after another, blocking) over the same 
     hidden = 1 - (step on 2 hosts - fastest step on 1 host) / all-reduces alone on 2 hosts
 
 Modes, how started all-reduces move on while the backward pass computes (SPMD_MPI_PROGRESS,
-collectives/mpi_progress.py): `poll` between the program's steps (the default), `thread`
+transports/mpi/mpi_progress.py): `poll` between the program's steps (the default), `thread`
 also from a thread of spmd's own, `off` only inside MPI calls, `async` off plus MPICH's
 own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1).
 Figures are medians of --runs runs, each the median of --steps steps after a warm-up
@@ -44,7 +44,7 @@ def child(steps, out):
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
     import spmd
-    from spmd.collectives.mpi import MPICommunicator
+    from spmd.transports.mpi.mpi_communicator import MPICommunicator
     from models import GPT
 
     rt = spmd.init(backend="mpi")

@@ -226,3 +226,83 @@ class CheckHalfCollectives:
 
     def __call__(self, inputs, comm):
         return [np.array(check_half_collectives(comm))]
+
+
+def rejections(mesh):
+    """(call, the CollectiveError message every transport must raise) for calls wrong on
+    their face, on a mesh whose first axis has G >= 2 devices: the Communicator base
+    checks them (spmd/transports/collective_args.py) before any rank waits for another."""
+    a = mesh.axis_names[0]
+    G = mesh.shape[0]
+    x = np.zeros((2 * G, 3))
+    odd = np.zeros((2 * G + 1, 2 * G + 1))
+    names = tuple(mesh.axis_names)
+    return [
+        (lambda c: c.all_reduce(x, ("nope",)),
+         f"all_reduce over ('nope',): axes ('nope',) must be distinct axes of the mesh, which has {names}"),
+        (lambda c: c.all_reduce(x, (a, a)),
+         f"all_reduce over {(a, a)!r}: axes {(a, a)} must be distinct axes of the mesh, which has {names}"),
+        (lambda c: c.all_reduce(x, a, op="mean"),
+         f"all_reduce over ('{a}',): unknown reduction 'mean' (takes sum, max, min, prod)"),
+        (lambda c: c.all_reduce_start(x, a, op="avg"),
+         f"all_reduce over ('{a}',): unknown reduction 'avg' (takes sum, max, min, prod)"),
+        (lambda c: c.all_reduce(x, a, out=np.zeros(3)),
+         f"all_reduce over ('{a}',): out is float64[3], the result is float64[{2 * G}, 3]"),
+        (lambda c: c.all_reduce(x, a, out=np.zeros((2 * G, 3), np.float32)),
+         f"all_reduce over ('{a}',): out is float32[{2 * G}, 3], the result is float64[{2 * G}, 3]"),
+        (lambda c: c.all_reduce(np.array([None, 1]), a),
+         f"all_reduce over ('{a}',): an array of dtype object cannot travel; collectives take arrays of "
+         f"numbers or bools"),
+        (lambda c: c.all_gather(x, a, dim=2),
+         f"all_gather over ('{a}',): dim 2 is not a dim of a rank-2 array [{2 * G}, 3]"),
+        (lambda c: c.all_gather(x, a, dim=0, out=np.zeros((2 * G, 3))),
+         f"all_gather over ('{a}',): out is float64[{2 * G}, 3], the result is float64[{2 * G * G}, 3]"),
+        (lambda c: c.reduce_scatter(odd, a, dim=0),
+         f"reduce_scatter over ('{a}',): dim 0 of [{2 * G + 1}, {2 * G + 1}] does not split into {G} equal blocks"),
+        (lambda c: c.reduce_scatter(x, a, dim=-1),
+         f"reduce_scatter over ('{a}',): dim -1 is not a dim of a rank-2 array [{2 * G}, 3]"),
+        (lambda c: c.all_to_all(odd, a, 1, 0),
+         f"all_to_all over ('{a}',): dim 1 of [{2 * G + 1}, {2 * G + 1}] does not split into {G} equal blocks"),
+        (lambda c: c.all_to_all(x, a, 0, 5),
+         f"all_to_all over ('{a}',): dim 5 is not a dim of a rank-2 array [{2 * G}, 3]"),
+        (lambda c: c.permute(x, a, [(0, G)]),
+         f"permute over ('{a}',): pairs ((0, {G}),) must be (src, dst) group indices in [0, {G}) naming each "
+         f"dst at most once"),
+        (lambda c: c.permute(x, a, [(0, 1), (1, 1)]),
+         f"permute over ('{a}',): pairs ((0, 1), (1, 1)) must be (src, dst) group indices in [0, {G}) naming "
+         f"each dst at most once"),
+        (lambda c: c.broadcast(x, a, root=G),
+         f"broadcast over ('{a}',): root {G} is not a group index in [0, {G})"),
+        (lambda c: c.barrier(("nope",)),
+         f"barrier over ('nope',): axes ('nope',) must be distinct axes of the mesh, which has {names}"),
+    ]
+
+
+def check_rejections(comm):
+    """Every call of rejections(comm.mesh) raises CollectiveError with its message, also
+    naming the user's line when the executable set it; then a valid all_reduce still
+    works (the bad calls left nothing behind). Returns how many checks passed."""
+    from spmd.errors import CollectiveError
+    checked = 0
+    for call, message in rejections(comm.mesh):
+        try:
+            call(comm)
+        except CollectiveError as e:
+            assert str(e) == message, (str(e), message)
+            checked += 1
+        else:
+            raise AssertionError(f"no error for: {message}")
+    comm.loc = "prog.py:7"
+    try:
+        comm.all_reduce(np.zeros(2), comm.mesh.axis_names[0], op="mean")
+    except CollectiveError as e:
+        want = f"all_reduce over ('{comm.mesh.axis_names[0]}',) at prog.py:7: unknown reduction 'mean'"
+        assert str(e).startswith(want), (str(e), want)
+        checked += 1
+    finally:
+        comm.loc = None
+    G = comm.mesh.shape[0]
+    got = comm.all_reduce(np.full(3, comm.rank + 1.0), comm.mesh.axis_names[0])
+    group = comm.mesh.group(comm.rank, (comm.mesh.axis_names[0],))
+    assert np.array_equal(got, np.full(3, sum(d + 1.0 for d in group))) and len(group) == G
+    return checked + 1

@@ -29,3 +29,19 @@ def compiler(request):
     """The compiler backends (spmd.jit(..., backend=compiler)): tests that run programs take
     this fixture to run under both; the numpy backend is the reference."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def testbed():
+    """Two hosts h1, h2 (network namespaces, an sshd each, a 1 Gbit/s link; spmd/testing/
+    cluster.py), shared by the tests of a session (those of the launcher and of the MPI
+    and Ray transports across hosts). Where the machine cannot make them the tests skip,
+    saying why; under CI they fail instead, so they are never skipped there unnoticed."""
+    from spmd.testing.cluster import Cluster, unavailable
+    why = unavailable()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"the test bed of hosts must run under CI: {why}")
+        pytest.skip(why)
+    with Cluster(2, rate="1gbit") as bed:
+        yield bed

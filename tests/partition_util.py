@@ -16,7 +16,7 @@ import numpy as np
 
 from spmd.backends import compile_graph
 from spmd.ir import Graph
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Sharding
 from spmd.sharding.partition import partition
 

@@ -19,8 +19,12 @@ LAYERS = (
     ("sharding", ("spmd.sharding",)),          # propagation, partitioning, resharding
     ("compiler", ("spmd.compiler",)),          # the pipeline, passes, program caches
     ("backends", ("spmd.backends",)),          # executor, numpy, llvm
-    ("runtime", ("spmd.runtime", "spmd.collectives", "spmd.tools")),
-    ("launcher", ("spmd.launcher",)),
+    # the runtime and the transports (spmd/transports/: the Communicator base, then one package
+    # per transport: its communicator, its runtime, its liveness)
+    ("runtime", ("spmd.runtime", "spmd.transports", "spmd.tools")),
+    # the launcher, and each transport's own way of starting the ranks
+    ("launcher", ("spmd.launcher", "spmd.transports.mpi.mpi_launch", "spmd.transports.ray.ray_hosts",
+                  "spmd.transports.ray.ray_node")),
     ("testing", ("spmd.testing",)),            # test beds (hosts, SLURM) that tests and benchmarks share
     # the user API and eager mode, above them all; spmd.random and spmd.numpy re-export
     # the front-end's public functions under their public names

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import spmd
-from spmd.runtime.mpi import failure_report
+from spmd.transports.mpi.mpi_runtime import failure_report
 from spmd.tracebacks import HIDDEN_NOTE, user_traceback
 from paths import ROOT
 

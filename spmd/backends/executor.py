@@ -143,7 +143,7 @@ def run_op(op, env, comm, run=None, out=None):
         if opdef.subgraphs:
             out = opdef.ref(*args, comm=comm, run=run, **op.attrs)
         elif opdef.needs_comm:
-            if comm is not None:                # the user line, for failure messages (collectives/base.py)
+            if comm is not None:                # the user line, for failure messages (transports/communicator.py)
                 comm.loc = op.loc
             out = opdef.ref(*args, comm=comm, **kw, **op.attrs)
         else:

@@ -17,7 +17,7 @@ from .running import run
 # what lowered.memory()'s figures leave out: memory the program does not plan
 NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared-memory segments, the "
                "result buffers the MPI and Ray communicators keep for reuse (up to 4 of each size, "
-               "collectives/pool.py), the per-member blocks a float all_reduce over MPI or Ray gathers "
+               "transports/buffer_pool.py), the per-member blocks a float all_reduce over MPI or Ray gathers "
                "to reduce in group order; the compiled code; Python's and numpy's own objects")
 
 

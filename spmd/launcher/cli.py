@@ -8,14 +8,14 @@ The script is the same in every case; `spmd run` sets SPMD_BACKEND and SPMD_NUM_
 and spmd.init() (or the first jit call) picks them up.
 
 local: runs the script in this Python with N devices (threads).
-mpi:   runs it under `mpiexec -n N` (launcher/mpi.py); each process is a rank; output
+mpi:   runs it under `mpiexec -n N` (transports/mpi/mpi_launch.py); each process is a rank; output
        of ranks other than 0 is prefixed with "[rank N] ". With --hosts / --hostfile
        the ranks go to the hosts in blocks (launcher/hosts.py), started over ssh.
 ray:   runs the script here as the Ray driver with N rank actors. It joins the cluster
        named by RAY_ADDRESS (e.g. RAY_ADDRESS=auto on a node of a `ray start` cluster),
        or starts a private single-node Ray; the actors' output is prefixed "(rank N ...)".
        With --hosts / --hostfile it starts a Ray cluster on those hosts over ssh for the
-       job, and stops it afterwards (launcher/ray.py).
+       job, and stops it afterwards (transports/ray/ray_placement.py).
 
 --hosts defaults the backend to mpi. Before starting ranks on other hosts, `spmd run`
 checks that every host answers over ssh; a host that does not is named with the ranks
@@ -28,7 +28,7 @@ import os
 import sys
 
 from .hosts import HostsError, describe, parse_hosts, place, ranks_text, read_hostfile
-from .mpi import find_mpiexec, mpiexec_command  # noqa: F401 - find_mpiexec is used by tests and benchmarks
+from ..transports.mpi.mpi_launch import find_mpiexec, mpiexec_command  # noqa: F401 - find_mpiexec is used by tests and benchmarks
 
 BACKENDS = ("local", "mpi", "ray")
 RANK_PARENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
@@ -103,11 +103,11 @@ def main(argv=None):
         run.error("--check needs --hosts or --hostfile")
     sys.stdout.flush()
     if args.backend == "ray" and placement is not None:
-        from .ray_hosts import run_on_hosts
+        from ..transports.ray.ray_hosts import run_on_hosts
         sys.exit(run_on_hosts(placement, args))
     cmd, env = command(args, placement)
     if placement is not None:
-        from .mpi import run_on_hosts
+        from ..transports.mpi.mpi_launch import run_on_hosts
         sys.exit(run_on_hosts(cmd, env, placement))
     os.execvpe(cmd[0], cmd, env)
 

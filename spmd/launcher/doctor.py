@@ -206,7 +206,7 @@ def _shm_line() -> str:
 
 
 def _mpiexec():
-    from .mpi import find_mpiexec
+    from ..transports.mpi.mpi_launch import find_mpiexec
     return find_mpiexec()
 
 

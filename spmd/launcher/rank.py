@@ -76,7 +76,7 @@ def main(argv=None):
         if sig is not None:
             signal.signal(sig, signal.SIG_IGN)
     what = how_it_ended(code)
-    # an exception on the rank says everything itself (runtime/mpi.py); a signal or a
+    # an exception on the rank says everything itself (transports/mpi/mpi_runtime.py); a signal or a
     # silent exit does not
     if what and code < 0:
         sys.stderr.write(f"spmd run: rank {rank_of()} (pid {child.pid} on {socket.gethostname()}) {what}\n")

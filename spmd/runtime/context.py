@@ -20,19 +20,19 @@ from ..errors import SpmdError
 
 
 def _local(num_devices):
-    from .local import LocalRuntime
+    from ..transports.local.local_runtime import LocalRuntime
     return LocalRuntime(num_devices)
 
 
 def _mpi(num_devices):
     need_extra("mpi4py", "mpi", "the MPI backend")
-    from .mpi import MPIRuntime
+    from ..transports.mpi.mpi_runtime import MPIRuntime
     return MPIRuntime(num_devices)
 
 
 def _ray(num_devices):
     need_extra("ray", "ray", "the Ray backend")
-    from .ray import RayRuntime
+    from ..transports.ray.ray_runtime import RayRuntime
     return RayRuntime(num_devices)
 
 

@@ -15,7 +15,7 @@ SLURM_STEP_NODELIST (expanded: h[1-2] -> h1, h2; the first host, rank 0's, is th
 coordinator) and SLURM_LOCALID. Only srun sets SLURM_STEP_NUM_TASKS (a batch script
 has SLURM_PROCID=0 and SLURM_NTASKS but is no launch); a step with some of these
 variables missing is an error naming the first missing one. The MPI runtime checks that
-MPI's world is the one the launcher started (runtime/mpi.py).
+MPI's world is the one the launcher started (transports/mpi/mpi_runtime.py).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.lowering import writes_into
 from spmd.ir import Graph
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 F8 = 8

@@ -10,7 +10,7 @@ from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.memory import ALIGN, first_fit
 from spmd.ir import Graph
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 F8 = 8

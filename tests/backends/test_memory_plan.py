@@ -424,7 +424,7 @@ def test_gpt_training_steps_with_the_planner_match_the_numpy_backend(shape):
 def test_all_reduce_in_place_over_its_operand(n, mesh):
     """A dot's result all-reduced: the plan runs the all-reduce over the dot's buffer (the
     collective's `out=` is its operand) and every device gets the group's sum."""
-    from spmd.runtime.local import LocalRuntime
+    from spmd.transports.local.local_runtime import LocalRuntime
     g = Graph("ar")
     a, b = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     d = dot(g, a, b)

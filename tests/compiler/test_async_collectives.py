@@ -2,7 +2,7 @@
 passes/combine.py (buckets of at most SPMD_BUCKET_BYTES), passes/schedule.py
 (all_reduce_start / all_reduce_done placed around independent computation), the local
 communicator's started all-reduces, and the in-flight spans of the SPMD_TRACE timeline.
-MPI: tests/test_mpi.py and tests/test_multihost.py; Ray: tests/test_ray.py."""
+MPI: tests/transports/test_mpi.py and tests/runtime/test_multihost.py; Ray: tests/transports/test_ray.py."""
 import os
 import threading
 import time
@@ -17,7 +17,7 @@ from collective_checks import check_started_all_reduces
 from partition_util import check_random_jit_program
 from spmd.compiler.passes import combine_collectives, schedule_async
 from spmd.errors import CollectiveError
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 from spmd.tools import timeline
 
@@ -314,7 +314,7 @@ def test_nothing_is_left_in_flight_after_a_step():
     """The started reductions leave nothing in flight on any rank after a step."""
     step, args, sh = mlp_case(MESH22)
     left = []
-    from spmd.collectives import local
+    from spmd.transports.local import local_communicator as local
 
     orig = local.LocalCommunicator.wait
 

@@ -6,7 +6,7 @@ import numpy as np
 from spmd.backends.llvm import compile_llvm
 from spmd.compiler.passes import exchanges_late
 from spmd.ir import Graph
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 RT = LocalRuntime()

@@ -377,7 +377,7 @@ def test_complex_promotion_follows_numpy():
 
 def test_complex_collectives_on_local_threads():
     import collective_checks
-    from spmd.runtime.local import LocalRuntime
+    from spmd.transports.local.local_runtime import LocalRuntime
     rt = LocalRuntime()
     for mesh in (Mesh((2,), ("x",)), Mesh((2, 2), ("a", "b"))):
         devices = sorted(mesh.devices.reshape(-1).tolist())

@@ -321,7 +321,7 @@ def test_collectives_move_two_bytes_an_element(dt):
 @pytest.mark.parametrize("mesh", [(2,), (4,), (2, 2)])
 def test_every_local_collective_on_half_dtypes(mesh):
     from collective_checks import CheckHalfCollectives
-    from spmd.runtime.local import LocalRuntime
+    from spmd.transports.local.local_runtime import LocalRuntime
     m = spmd.Mesh(mesh, ("a", "b")[:len(mesh)])
     out = LocalRuntime().run(CheckHalfCollectives(), m, {d: [] for d in range(m.size)})
     counts = {int(v[0]) for v in out.values()}
@@ -329,7 +329,7 @@ def test_every_local_collective_on_half_dtypes(mesh):
 
 
 def test_local_collectives_sum_in_float32():
-    from spmd.collectives.base import reduce_arrays
+    from spmd.transports.communicator import reduce_arrays
     for dt in HALFS:
         xs = [np.full(3, 1.0, dt)] + [np.full(3, EPS[dt] / 4, dt)] * 8     # float16 adds would drop each
         got = reduce_arrays("sum", xs)

@@ -1,4 +1,4 @@
-"""Started all-reduces under MPI (tests/test_mpi.py and tests/test_multihost.py run it
+"""Started all-reduces under MPI (tests/transports/test_mpi.py and tests/runtime/test_multihost.py run it
 with mpiexec -n 4), one case per argv[1]:
 
 - `step OUT`: the MLP and the GPT steps of tests/async_programs.py on a 2x2 mesh, with
@@ -35,7 +35,7 @@ if case == "step":
     print("OK step", flush=True)
 
 elif case == "inflight_kill":
-    from spmd.collectives.mpi import MPICommunicator
+    from spmd.transports.mpi.mpi_communicator import MPICommunicator
     comm = MPICommunicator(spmd.Mesh((4,), ("x",)))
     comm.loc = "async_step.py:inflight"
     comm.wait(comm.all_reduce_start(np.ones(1000), ("x",)))      # a first one completes

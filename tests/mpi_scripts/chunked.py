@@ -7,8 +7,9 @@ import sys
 import numpy as np
 
 import spmd
-import spmd.collectives.mpi as mpi_comm
-from spmd.collectives.mpi import MPICommunicator
+import spmd.transports.mpi.mpi_all_reduce as mpi_all_reduce
+import spmd.transports.mpi.mpi_library as mpi_library
+from spmd.transports.mpi.mpi_communicator import MPICommunicator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from collective_checks import check_collectives  # noqa: E402
@@ -17,9 +18,9 @@ spmd.init()
 n = spmd.process_count()
 mesh = spmd.Mesh((n,), ("x",))
 # the block-wise all_reduce of floats first, on its own (G equal blocks, the rest gathered)
-mpi_comm.GATHER_BYTES = 0
+mpi_all_reduce.GATHER_BYTES = 0
 checked = check_collectives(MPICommunicator(mesh), dtypes=("float64", "float32"))
-mpi_comm.MAX_COUNT = 7
+mpi_library.MAX_COUNT = 7
 checked += check_collectives(MPICommunicator(mesh), dtypes=("float64", "bool"))
 a = spmd.device_put(np.arange(20.0 * n).reshape(4 * n, 5), mesh.sharding("x"))      # shards of 20 > 7
 assert np.array_equal(a.numpy(), np.arange(20.0 * n).reshape(4 * n, 5))

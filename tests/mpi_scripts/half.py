@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 import spmd
-from spmd.collectives.mpi import MPICommunicator
+from spmd.transports.mpi.mpi_communicator import MPICommunicator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from collective_checks import check_half_collectives  # noqa: E402

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 import spmd
-from spmd.collectives.mpi import MPICommunicator
+from spmd.transports.mpi.mpi_communicator import MPICommunicator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from collective_checks import axis_groups, reduce_in_order, value  # noqa: E402

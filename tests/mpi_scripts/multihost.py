@@ -90,7 +90,7 @@ elif case == "later":
 
 elif case == "deadlock":
     # a cycle: 0 waits for 2 over "a", 2 for 3 over "b", 3 for 1 over "a", 1 for 0 over "b"
-    from spmd.collectives.mpi import MPICommunicator
+    from spmd.transports.mpi.mpi_communicator import MPICommunicator
     comm = MPICommunicator(spmd.Mesh((2, 2), ("a", "b")))
     comm.comm("a"), comm.comm("b")                          # the sub-communicators, made in one order
     order = ("a", "b") if rank in (0, 3) else ("b", "a")

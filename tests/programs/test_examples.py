@@ -1,5 +1,5 @@
 """Every example runs with small settings on the local backend and gets the right answer
-(mlp under mpiexec: tests/test_mpi.py)."""
+(mlp under mpiexec: tests/transports/test_mpi.py)."""
 import importlib.util
 import os
 

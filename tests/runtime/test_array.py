@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import spmd
 from spmd.errors import ShardingError
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("x", "y")), Mesh((2, 3), ("x", "y")),

@@ -1,6 +1,6 @@
 """The same bits on every run: a float32 training loop's final weights are identical run
 after run, in a fresh process and in the same one, on the local runtime and under
-mpiexec (and on Ray: tests/runtime/test_ray.py); reductions run in group order and the
+mpiexec (and on Ray: tests/transports/test_ray.py); reductions run in group order and the
 BLAS thread count is the runtime's for the whole run."""
 import os
 import re

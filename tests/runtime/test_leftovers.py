@@ -1,5 +1,5 @@
 """Nothing left behind: however an MPI run ends, no file that MPICH, hydra or spmd made
-for it stays in /dev/shm or /tmp (collectives/mpi_files.py). Each run has a private,
+for it stays in /dev/shm or /tmp (transports/mpi/mpi_files.py). Each run has a private,
 empty /dev/shm and /tmp (a mount namespace, tests/mpi_scripts/private_tmp.py), so the
 runs of other tests and users cannot hide or fake a leftover. And Ctrl-C under MPI
 reads as it does locally: the user's traceback once, status 130."""

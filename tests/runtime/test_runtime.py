@@ -20,7 +20,7 @@ from spmd.ir.graph import Value
 from spmd.runtime import context as rinit
 from spmd.runtime.execute import execute as run_program
 from spmd.runtime.program import make_program
-from spmd.runtime.local import LocalRuntime
+from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh, Sharding
 
 

@@ -2,8 +2,8 @@
 runtime), so that a stencil's halo exchanges join the native segments and loops around
 them (schedule.py, loops.py) instead of stopping them for a Python rendezvous.
 
-The group's ranks share a *board* (the communicator's `native_board`): one row of 8
-int64 per member, zero at the start of a run. Every member counts every permute of the
+The group's ranks share a *board* (the communicator's `native_exchange.board`, whose
+interface is backends/native_exchange.py): one row of 8 int64 per member, zero at the start of a run. Every member counts every permute of the
 group (row slot 6), so the k-th permute is k for all of them; messages alternate
 between two slots by k's parity. Row i, slot p: [p] the count of member i's last
 message in it, [2 + p] its address, [4 + p] the count its reader last finished reading.
@@ -95,7 +95,7 @@ def permute_instrs(sched, op):
     yld, clock = libc_addrs()
 
     def board(c):
-        return c.native_board(axes)
+        return c.native_exchange.board(axes)
 
     entries = [FromComm(lambda c: board(c)["board"]), FromComm(lambda c: board(c)["index"]),
                FromComm(lambda c: src_of.get(board(c)["index"], -1)),

@@ -272,8 +272,9 @@ class LLVMExecutable(Executable):
 
 
 def native_collectives(comm) -> bool:
-    """Can this communicator's collectives run as native instructions (exchange.py)?"""
-    return getattr(comm, "native_board", None) is not None
+    """Can this communicator's collectives run as native instructions (exchange.py)? Its
+    `native_exchange` says (backends/native_exchange.py)."""
+    return comm is not None and comm.native_exchange is not None
 
 
 def compile_kernels(kernels, modules, stats) -> dict:

@@ -144,7 +144,7 @@ def scan_instrs(sched, op):
         for out in instrs:
             starts[-1].append(at)
             at += len(out)
-    stop = FromComm(lambda c: c.native_status.ctypes.data) if sched.native_comm else 0
+    stop = FromComm(lambda c: c.native_exchange.status.ctypes.data) if sched.native_comm else 0
     entries = [length, n, len(strided)] + [Here(progs_at + 2 * n * var) for var in range(4)] + [stop]
     for var, k, pos, first, step in strided:
         entries += [Here(starts[var][k] + pos), first, step]

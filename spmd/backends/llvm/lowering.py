@@ -111,7 +111,7 @@ LOWERINGS = {
     "sorting": Lowering(numpy="numpy's stable sort"),
     "lapack": Lowering(numpy="factorizations and solves are LAPACK's, through numpy"),
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
-    "communicate": Lowering(numpy="the communicator (collectives/) moves the data"),
+    "communicate": Lowering(numpy="the communicator (transports/) moves the data"),
     "permute": Lowering(native=permute_instrs, run=run_copied_into, writes_into=True),
     "device_value": Lowering(native=device_value_instrs, run=run_copied_into, writes_into=True),
     "subprogram": Lowering(numpy="the loop or branch steps in Python; its bodies are LLVM executables"),

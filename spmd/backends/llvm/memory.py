@@ -4,7 +4,7 @@ What a step writes into a buffer the plan controls: a fused kernel's outputs and
 result. Everything else (collectives, indexing ops, ops run through their numpy reference)
 makes its own arrays, and those ops may return *views* of their operands (reshape,
 transpose, slice, ...), so their results are assumed to alias every operand -- but a
-collective's: the communicator's results are new arrays (collectives/base.py), so a
+collective's: the communicator's results are new arrays (transports/communicator.py), so a
 gradient reduce-scattered leaves its full buffer free at once.
 
 Decisions made once at compile time, as XLA's buffer assignment makes them:

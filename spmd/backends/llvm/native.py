@@ -130,7 +130,7 @@ x:
 }
 
 ; the programs of nr ranks in lockstep on one thread (the local runtime's ranks when they
-; are more than the cores: runtime/local.py): instruction i of every rank before
+; are more than the cores: transports/local/local_runtime.py): instruction i of every rank before
 ; instruction i + 1 of any, so a rank's receive from a rank of the same thread finds its
 ; message posted. A loop runs its iterations in lockstep too.
 define void @spmd_run_multi(ptr %progs, i64 %nr, i64 %n) {

@@ -138,7 +138,7 @@ class Schedule:
     def in_order(self, ordered) -> list:
         """(function, entries) of reorder's order; a receive reads its post's block (Here,
         back to it). A post and its receive stay two instructions even when adjacent:
-        ranks run in lockstep on one thread (collectives/local.py hosts) run each
+        ranks run in lockstep on one thread (transports/local/local_communicator.py hosts) run each
         instruction for all of them before the next, so a receive from a rank of the
         same thread must come after that rank's post."""
         h = self.helpers
@@ -326,8 +326,8 @@ class Schedule:
             if isinstance(it, Segment):
                 self._run_segment(it, progs[si], arena, env, slots, comm, si)
                 si += 1
-                if self.native_comm and comm.native_status[0]:
-                    comm.native_failure(*noted_op(int(comm.native_status[2])))
+                if self.native_comm and comm.native_exchange.status[0]:
+                    comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
                 done = it.steps
             else:
                 step = steps[it]
@@ -356,8 +356,8 @@ class Schedule:
                     x = env[v] = np.ascontiguousarray(x)
                 addrs[j] = address(x)
             arena[seg.pos] = addrs[seg.idx] + seg.offs
-        # (ranks more than the cores: a host runs several ranks' segments, collectives/local.py)
-        host = getattr(comm, "native_host", None) if self.native_comm else None
+        # (ranks more than the cores: a host runs several ranks' segments, transports/local/local_communicator.py)
+        host = comm.native_exchange.host if self.native_comm else None
         if host is not None:
             host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"], self.small)
         else:

@@ -3,7 +3,7 @@
 They exist only in per-device programs (the partitioner inserts them; the global program
 never holds one), so they have no sharding factor rule (`factors=None`) and are marked
 `family="collective"`, `needs_comm=True`: the executable hands their `ref` the rank's
-Communicator (spmd/collectives/base.py), `ref(*operands, comm=comm, **attrs)`.
+Communicator (spmd/transports/communicator.py), `ref(*operands, comm=comm, **attrs)`.
 
 Every collective names the mesh `axes` it runs over (major to minor) and, so that the
 per-device program's shapes can be inferred without a mesh, the `group_size` G (the

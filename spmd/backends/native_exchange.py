@@ -1,0 +1,44 @@
+"""What a communicator offers collectives that run as native instructions (the LLVM
+backend's backends/llvm/exchange.py): the interface between the code that emits them and
+the transport whose ranks they run between.
+
+A communicator advertises it as `native_exchange`: an object of this interface, or None
+when its collectives move from Python (MPI, Ray: the ranks are processes). The local
+transport's ranks are threads of one process, which share memory, so its communicator
+gives one (transports/local/local_native_exchange.py).
+
+The memory a rank's native code reads and writes, all int64:
+
+- the *board* of a group (`board(axes)["board"]`): one row of 8 cells per member, zero at
+  the start of a run; exchange.py says what each cell holds;
+- the world's *failed* cell, set when a rank of the run failed, and a *finished* cell
+  per rank, set when its program returned (`board(axes)["finished"](j)` for group member
+  j; a cell that stays zero for None);
+- this rank's *status* cells [why, group index of the peer, op id], which the native code
+  sets when it stops: why 1 a rank failed, 2 the peer finished, 3 the timeout.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+
+class NativeExchange(ABC):
+    # int64[3]: why this rank's native collective stopped (zero while none did)
+    status = None
+
+    @abstractmethod
+    def board(self, axes) -> dict:
+        """The addresses native collectives over `axes` use: {"board", "index" (this
+        rank's in the group), "failed", "finished" (member index or None -> address),
+        "timeout_ns", "status", "keep" (what must stay alive)}; the same dict each call."""
+
+    @abstractmethod
+    def failure(self, what, axes):
+        """Raise the CollectiveError for why the native collective `what` over `axes`
+        stopped (the status cells), and clear the status."""
+
+    @property
+    def host(self):
+        """None, or run(key, program address, instructions, run_multi, small) when several
+        ranks' native segments run on one thread in lockstep (more ranks than cores)."""
+        return None

@@ -1,1 +1,0 @@
-from .base import Communicator  # noqa: F401

@@ -1,0 +1,72 @@
+"""The local transport's side of the native exchange (backends/native_exchange.py): the
+memory its ranks' native collectives share (a group's board, the world's failed and
+finished cells, a rank's status cells), the host that runs several ranks' segments in
+lockstep, and the CollectiveError a stopped native collective raises."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...backends.native_exchange import NativeExchange
+from ...errors import CollectiveError
+
+
+class LocalNativeExchange(NativeExchange):
+    def __init__(self, comm):
+        self.comm = comm
+        self.status = np.zeros(3, np.int64)      # why this rank's native code stopped
+        self.boards = {}                         # axes -> board(axes)
+
+    @property
+    def host(self):
+        """run(key, program address, instructions, run_multi, small) for this rank's
+        native segments when hosts run them (local_communicator.py's docstring), else None; a small
+        program's (`small`) run on the host of every rank."""
+        host = self.comm.world.host_of.get(self.comm.rank)
+        if host is None:
+            return None
+        every = self.comm.world.host_all
+        i, j = host.devices.index(self.comm.rank), every.devices.index(self.comm.rank)
+
+        def run(key, prog, n, run_multi, small):
+            if small:
+                return every.run(j, key, prog, n, run_multi)
+            return host.run(i, key, prog, n, run_multi)
+        return run
+
+    def board(self, axes) -> dict:
+        """Addresses the native collectives of this rank's group over `axes` use: the
+        group's board, this rank's index in it, the world's failed cell, the finished cell
+        of a group member (index -> address; a zero cell for None), the timeout in ns and
+        this rank's status cells."""
+        hit = self.boards.get(axes)
+        if hit is not None:
+            return hit
+        _, devices, i, grp = self.comm.group_of(axes)
+        cells = self.comm.world.cells
+        base = cells.ctypes.data
+        board = grp.board if grp is not None else np.zeros((1, 8), np.int64)
+        zero = np.zeros(1, np.int64)
+        t = self.comm.world.timeout
+        hit = self.boards[axes] = {
+            "board": board.ctypes.data, "index": i, "failed": base,
+            "finished": lambda j: zero.ctypes.data if j is None else base + 8 * (1 + devices[j]),
+            "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.status.ctypes.data,
+            "keep": (board, zero)}
+        return hit
+
+    def failure(self, what, axes):
+        """Raise the CollectiveError for why this rank's native collective (`what`, over
+        `axes`) stopped."""
+        why, peer, _ = (int(v) for v in self.status)
+        self.status[:] = 0
+        _, devices, i, grp = self.comm.group_of(axes)
+        rank = devices[peer] if 0 <= peer < len(devices) else peer
+        if why == 1 and self.comm.world.failed is not None:
+            grp.check_failed(i, what)
+        if why == 2:
+            raise CollectiveError(f"{what} on rank {self.comm.rank}: rank(s) [{rank}] finished the program "
+                                  f"without joining it (the ranks ran different programs)")
+        if why == 3:
+            raise CollectiveError(f"{what} on rank {self.comm.rank}: timed out after {self.comm.world.timeout:g} s "
+                                  f"waiting for rank(s) [{rank}] of group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT)")
+        raise CollectiveError(f"{what} on rank {self.comm.rank}: stopped (a rank of the run failed)")

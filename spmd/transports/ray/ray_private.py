@@ -1,0 +1,167 @@
+"""A private Ray for this process (what `spmd run --backend ray` and
+spmd.init(backend="ray") start when no cluster is given): started lean, and reaped
+when this process dies, however it dies.
+
+    start(ranks, num_cpus, **kw)      ray.init(address="local", num_cpus=num_cpus, ...) lean
+                                      (below), with a reaper; the workers of `ranks` rank actors
+                                      start with the node
+    stop()                            after ray.shutdown(): the reaper kills what is left, and exits
+
+Start-up: a private single-node Ray serves neither a dashboard, jobs, metrics nor
+autoscaling, and on a small machine every process Ray starts competes for the cores
+the ranks are starting on. So:
+- no autoscaler monitor and no dashboard API server (RayParams.no_monitor,
+  Node.start_api_server): the API server alone held ray.init ~1.2 s;
+- the dashboard agent minimal (what Ray runs when its dashboard's packages are not
+  installed: no metrics or HTTP servers), and its ports written as a minimal agent
+  writes them (-1, none) before the raylet starts: the raylet waits for those ports
+  before it registers its node, and the agent, importing its modules, takes 1-3 s to
+  write them on a loaded 2-core machine (the raylet still waits for the runtime-env
+  agent, which it needs). The check for the dashboard's packages is skipped too: it
+  imports aiohttp in the driver (0.5 s) before the raylet starts;
+- the dashboard agent, which then serves nothing spmd uses, runs at the lowest CPU
+  priority (nice 19): importing its modules takes ~0.9 s of CPU while the ranks'
+  workers start;
+- the worker processes for the rank actors start when the raylet does, all at once
+  (Ray's `enable_worker_prestart` and `worker_maximum_startup_concurrency`), not when
+  the driver has connected and then one at a time per core; and at the priority of
+  any program (`worker_niceness` 0; Ray's 15 left them a sliver of a busy machine,
+  to start and then to compute and communicate).
+On 2 cores with a load of ~4-5 from other work, spmd.init(backend="ray", num_devices=4)
+takes ~4.5 s with all of these, ~5.0 without the agent's priority, ~5.9 with none.
+Ray has no option for the first two in ray.init, so its internal switches are set for
+the length of the call; on a Ray without them the start is the ordinary one.
+
+Reaping: transports/ray/ray_reaper.py, started first in a session of its own, holds the reading
+end of a pipe whose writing end only this process has; the kernel closes it when this
+process ends (SIGKILL included), and the reaper then kills every Ray process descended
+from this one (Ray's fate-sharing already ends the GCS and raylet with the driver, not
+the raylet's agents).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+
+_REAPER = None
+# the dashboard agent's command before it names itself (the interpreter and its flags
+# come first), and after; the raylet's command names the agent's script too, further on
+DASHBOARD_AGENT = (b"dashboard/agent.py", b"ray::DashboardAgent")
+
+
+def start(ranks, num_cpus, **init_kwargs):
+    import ray
+    global _REAPER
+    if _REAPER is None:
+        _REAPER = subprocess.Popen([sys.executable, "-S", os.path.join(os.path.dirname(__file__), "ray_reaper.py"),
+                                    str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+    config = dict(init_kwargs.pop("_system_config", None) or {})
+    # Ray prestarts a worker per CPU of the node: one per rank, unless the node has more
+    # CPUs than ranks (a big machine, where a start is not short of cores anyway)
+    if num_cpus <= ranks:
+        config.setdefault("enable_worker_prestart", True)
+    config.setdefault("worker_maximum_startup_concurrency", max(1, int(ranks)))
+    # Ray runs its workers at nice 15, below its own processes; here the workers are the
+    # ranks, the program the user runs, as an MPI rank is
+    config.setdefault("worker_niceness", 0)
+    threading.Thread(target=_lower_dashboard_agent, name="spmd-ray-agent-priority", daemon=True).start()
+    with _lean_head():
+        ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
+
+
+def stop(timeout=10.0):
+    """The reaper kills the Ray processes still running (after ray.shutdown) and exits."""
+    global _REAPER
+    reaper, _REAPER = _REAPER, None
+    if reaper is None:
+        return
+    reaper.stdin.close()
+    try:
+        reaper.wait(timeout)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
+
+
+def _lower_dashboard_agent(seconds=60.0):
+    """The dashboard agent, once the raylet has started it, to the lowest CPU priority."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for pid in _descendants(os.getpid()):
+            if any(arg.endswith(DASHBOARD_AGENT) for arg in _cmdline(pid).split(b"\0")[:3]):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, pid, 19)
+                except OSError:
+                    pass
+                return
+        time.sleep(0.02)
+
+
+def _descendants(pid):
+    """pid's descendants (Linux's /proc/PID/task/TID/children; none where it is absent)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@contextlib.contextmanager
+def _lean_head():
+    try:
+        from ray._private import node, parameter, utils
+        from ray._raylet import (DASHBOARD_AGENT_LISTEN_PORT_NAME, METRICS_AGENT_PORT_NAME,
+                                 METRICS_EXPORT_PORT_NAME, persist_port)
+        switches = (parameter.RayParams, "__init__"), (node.Node, "start_api_server"), \
+            (utils, "get_dashboard_dependency_error")
+        saved = [getattr(obj, name) for obj, name in switches]
+    except (ImportError, AttributeError):
+        yield
+        return
+    params_init = saved[0]
+
+    def lean_params(self, *args, **kwargs):
+        params_init(self, *args, **kwargs)
+        self.no_monitor = True
+
+    def no_api_server(self, **kwargs):
+        # called once the GCS is up and before the raylet starts: the ports a minimal
+        # dashboard agent writes, written first, so that the raylet need not wait for it
+        self._webui_url = None
+        for port in (METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME, DASHBOARD_AGENT_LISTEN_PORT_NAME):
+            persist_port(self.get_session_dir_path(), self.node_id, port, -1)
+
+    def no_dashboard_packages():
+        return ImportError("a private Ray of spmd runs the dashboard agent minimal")
+
+    for (obj, name), value in zip(switches, (lean_params, no_api_server, no_dashboard_packages)):
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for (obj, name), value in zip(switches, saved):
+            setattr(obj, name, value)

@@ -1,0 +1,97 @@
+"""The private Ray that spmd.init(backend="ray") starts without a cluster
+(transports/ray/ray_private.py): lean (no autoscaler monitor, no dashboard API server; the
+ranks ready without the compiler), and nothing of it
+outlives its driver, which is killed here with SIGKILL and SIGTERM.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("ray")
+
+from spmd.transports.ray import ray_reaper  # noqa: E402
+from paths import ROOT  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
+
+DRIVER = """
+import os, sys, time, numpy as np, spmd
+rt = spmd.init(backend="ray", num_devices=2)
+# ready to run, a rank has not loaded the compiler: its program brings what it needs
+loaded = rt.call_on(1, lambda: sorted(m for m in sys.modules if m.startswith(("spmd.", "llvmlite", "mpi4py"))))
+heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py"))]
+assert "spmd.transports.ray.ray_communicator" in loaded and not heavy, heavy
+mesh = spmd.Mesh((2,), ("x",))
+f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
+assert float(f(np.arange(8.0))) == 28.0
+print("READY", flush=True)
+time.sleep(300)
+"""
+
+
+def _alive(noted):
+    return {pid: cmd for pid, (start, cmd) in noted.items()
+            if (ray_reaper.stat(pid) or (None, None))[1] == start}
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
+    env = dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="ray", RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    p = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    noted = {}
+    try:
+        line = p.stdout.readline()
+        assert line.strip() == "READY", p.stderr.read() if p.poll() is not None else line
+        found = {}
+        ray_reaper.note(p.pid, -1, found)
+        noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
+        cmds = " | ".join(c[:150] for _, c in noted.values())
+        # each process by its program: the first words of its command (the raylet's names
+        # the dashboard agent's script further on)
+        heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
+        agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+        ranks = [pid for pid, h in heads.items() if "RankActor" in h]
+        # the processes of a Ray node, its agents and the 2 rank actors, and the reaper
+        for part in ("gcs_server", "raylet", "RuntimeEnvAgent", "ray_reaper.py"):
+            assert part in cmds, (part, cmds)
+        assert len(agent) == 1 and len(ranks) == 2, cmds
+        # the ranks run as any program does, the agent (serving nothing spmd uses) below them
+        deadline = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, agent[0]) != 19 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.getpriority(os.PRIO_PROCESS, agent[0]) == 19
+        driver = os.getpriority(os.PRIO_PROCESS, p.pid)
+        assert [os.getpriority(os.PRIO_PROCESS, r) for r in ranks] == [driver, driver]
+        # lean: neither the autoscaler's monitor nor the dashboard's API server
+        assert "autoscaler/_private/monitor.py" not in cmds and "dashboard/dashboard.py" not in cmds, cmds
+        os.kill(p.pid, sig)
+        p.wait(30)
+        deadline = time.monotonic() + 30
+        while _alive(noted) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(noted), f"left running after the driver's {sig.name}: {_alive(noted)}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in _alive(noted):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.stdout.close()
+        p.stderr.close()
