@@ -70,6 +70,10 @@ class PartitionContext(Protocol):
         """(x with dim d gathered, the spec it now has), with a ReshardWarning: the route
         when a halo window would take too many hops."""
 
+    def warn_gathered(self, v: Value, have: Sharding, why: str) -> None:
+        """A rule that gathers the split dims of global value v (laid out by `have`) whole
+        on every device says so, with the bytes (a ReshardWarning from the user's line)."""
+
     def warn_gather(self, message: str) -> None:
         """A rule that must gather what the op needs whole says so (never silently)."""
 

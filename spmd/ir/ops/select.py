@@ -1,0 +1,257 @@
+"""Order statistics along the last axis (what median, percentile and quantile pick), and
+the per-device steps that find them along a split axis without gathering it.
+
+`order_statistic(x, ranks)`: for each row of x (the last axis), the elements at the given
+sorted positions, NaN sorting last (numpy's order): result[..., j] = sort(x)[..., ranks[..., j]],
+ranks clipped to the axis. The selected axis is a reduction factor: a split passes into
+it, and its partition rule (sharding/partition_rules/select.py) finds the elements by a
+distributed selection; the rows (every other dim) pass through.
+
+`select_step(*operands, stage=...)` is that selection's local work on one device, one
+op whose `stage` names the step (`SELECT_STAGES`); it exists only in per-device
+programs. The state of a search, one row of float64 per (row, rank) of x:
+[lo, hi, rank left, found, value]: the element sought is the `rank left`-th (from 0)
+of the device group's non-NaN elements strictly between lo and hi (NaN: no bound), or,
+once `found`, `value`. Counts ride in float64: exact below 2**53 elements.
+"""
+import numpy as np
+
+from ..factors import einsum_rule, letters
+from .elementwise import NUM, aval
+from .registry import OpDef, check, register
+
+LO, HI, LEFT, FOUND, VALUE = range(5)
+STATE = 5
+
+
+# ---------------------------------------------------------------------------- the global op
+def _infer(x, ranks):
+    check(len(x.shape) >= 1, "order_statistic: x needs an axis to select along")
+    check(ranks.dtype == "int64", f"order_statistic: ranks must be int64, got {ranks.dtype}")
+    check(tuple(ranks.shape[:-1]) == tuple(x.shape[:-1]) and len(ranks.shape) == len(x.shape),
+          f"order_statistic: ranks {list(ranks.shape)} must have x's rows {list(x.shape[:-1])} and one last dim")
+    return aval(ranks.shape, x.dtype)
+
+
+def order_statistic_ref(x, ranks):
+    n = x.shape[-1]
+    if x.size == 0 or ranks.size == 0:
+        return np.zeros(ranks.shape, x.dtype) if n or not ranks.size else np.full(ranks.shape, np.nan, x.dtype)
+    r = np.clip(ranks, 0, n - 1)
+    kth = np.unique(r)
+    # numpy's partition puts each kth element in its sorted place, NaN last as in sort
+    part = np.partition(x, kth, axis=-1) if len(kth) < 64 else np.sort(x, axis=-1)
+    return np.take_along_axis(part, r, axis=-1)
+
+
+def _factors(ins, outs, attrs):
+    b = letters(len(ins[0].shape) - 1)
+    return einsum_rule(f"{b}n,{b}r->{b}r", ins, outs, reduction="n", replicate="r")
+
+
+def _flops(ins, out, attrs):
+    return int(np.prod(ins[0].shape, dtype=np.int64)) * 4
+
+
+def _vjp(g, op, ct):
+    """The cotangent of each picked element goes to the elements equal to it, shared
+    evenly among ties (a subgradient; without ties, the picked element alone)."""
+    x, ranks = op.operands
+    v = op.result
+    nd, n, r = x.ndim, x.shape[-1], v.shape[-1]
+    shape = tuple(x.shape[:-1]) + (r, n)
+    xb = g.emit("broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(nd - 1)) + (nd,))
+    vb = g.emit("broadcast_in_dim", v, shape=shape, broadcast_dimensions=tuple(range(nd)))
+    hit = g.emit("convert", g.emit("compare", xb, vb, direction="EQ"), dtype=x.dtype)
+    count = g.emit("reduce", hit, kind="sum", axes=(nd,))
+    one = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(1, x.dtype)), shape=count.shape,
+                 broadcast_dimensions=())
+    share = g.emit("divide", ct, g.emit("maximum", count, one))
+    sb = g.emit("broadcast_in_dim", share, shape=shape, broadcast_dimensions=tuple(range(nd)))
+    return g.emit("reduce", g.emit("multiply", hit, sb), kind="sum", axes=(nd - 1,)), None
+
+
+register(OpDef("order_statistic", "sort", _infer, order_statistic_ref, _vjp, _factors, None, _flops,
+               NUM, lowering="sorting"))
+
+
+# ---------------------------------------------------------------------------- the local steps
+def _inside(x, st):
+    """Which elements of x (..., m) lie in each search's bracket: (..., r, m) bool."""
+    lo, hi = st[..., LO, None], st[..., HI, None]
+    xb = x[..., None, :]
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(xb) & (np.isnan(lo) | (xb > lo)) & (np.isnan(hi) | (xb < hi)) & (st[..., FOUND, None] == 0)
+
+
+def _rows(mask, x, st):
+    """Per (row, search): the bracketed elements of that row, as a list of 1-d arrays."""
+    lead = mask.shape[:-1]
+    xs = np.broadcast_to(x[..., None, :], mask.shape)
+    return lead, [xs[i][mask[i]] for i in np.ndindex(lead)]
+
+
+def _nvalid(x):
+    """(...,) float64: the non-NaN elements of each row."""
+    return (~np.isnan(x)).sum(axis=-1).astype(np.float64)
+
+
+def _init(ranks, nvalid, n):
+    """The searches' first state: the whole row; a rank past the non-NaN elements is NaN."""
+    st = np.full(ranks.shape + (STATE,), np.nan)
+    r = np.clip(ranks, 0, max(n - 1, 0)).astype(np.float64)
+    st[..., LEFT] = r
+    past = r >= nvalid[..., None]
+    st[..., FOUND] = past
+    st[..., VALUE] = np.where(past, np.nan, 0.0)
+    return st
+
+
+def _stride_sample(x, size):
+    """Every k-th element of each row, about `size` of them: (..., size)."""
+    m = x.shape[-1]
+    step = max(1, -(-m // size))
+    s = x[..., ::step]
+    if s.shape[-1] < size:
+        s = np.concatenate([s, np.full(s.shape[:-1] + (size - s.shape[-1],), np.nan, x.dtype)], axis=-1)
+    return s
+
+
+def _guess(st, sample, nvalid, margin):
+    """Two candidates around each search's target from a sorted sample of its row (NaN
+    last) drawn from the whole group: the sample's elements `margin` places either side
+    of where the target's share of the row falls. Only a guess: the counts that follow
+    are exact whatever it is."""
+    s = np.sort(sample, axis=-1)
+    k = (~np.isnan(s)).sum(axis=-1)                          # (...,) valid sample elements
+    out = np.full(st.shape[:-1] + (2,), np.nan, sample.dtype)
+    for i in np.ndindex(st.shape[:-1]):
+        row, kk = s[i[:-1]], k[i[:-1]]
+        if st[i][FOUND] or kk == 0:
+            continue
+        pos = (st[i][LEFT] + 0.5) / max(nvalid[i[:-1]], 1.0) * kk      # the target's place in the sample
+        a, b = int(np.floor(pos - margin)), int(np.ceil(pos + margin))
+        if a >= 0:
+            out[i + (0,)] = row[a]
+        if b < kk:
+            out[i + (1,)] = row[b]
+    return np.sort(out, axis=-1)         # NaN (no bound on that side) last
+
+
+def _quantiles(st, x, count):
+    """Per search: `count` of the bracketed local elements at evenly spaced sorted places
+    (the first and last among them), NaN where the bracket holds none."""
+    mask = _inside(x, st)
+    lead, rows = _rows(mask, x, st)
+    out = np.full(lead + (count,), np.nan, x.dtype)
+    for i, e in zip(np.ndindex(lead), rows):
+        if len(e):
+            kth = (np.arange(count) * (len(e) - 1)) // (count - 1)
+            out[i] = np.partition(e, np.unique(kth))[kth]
+    return out
+
+
+def _counts(x, st, cands):
+    """Per search and sorted candidate (NaN last): how many bracketed local elements are
+    below it and how many at most it: (..., r, 2, c). A NaN candidate counts them all."""
+    mask = _inside(x, st)
+    lead, rows = _rows(mask, x, st)
+    c = cands.shape[-1]
+    out = np.zeros(lead + (2, c))
+    for i, e in zip(np.ndindex(lead), rows):
+        cs = cands[i]
+        ok = ~np.isnan(cs)
+        if c <= 8:          # a few candidates: compare (a pass each) rather than sort
+            lt = [(e < v).sum() for v in cs]
+            le = [(e <= v).sum() for v in cs]
+        else:
+            e = np.sort(e)
+            lt, le = np.searchsorted(e, cs, "left"), np.searchsorted(e, cs, "right")
+        out[i + (0,)] = np.where(ok, lt, len(e))
+        out[i + (1,)] = np.where(ok, le, len(e))
+    return out
+
+
+def _narrow(st, cands, counts):
+    """The searches' state once the group's counts below and at each candidate are known:
+    the target is a candidate (found), or strictly between two neighbouring ones."""
+    st = st.copy()
+    for i in np.ndindex(st.shape[:-1]):
+        s = st[i]
+        if s[FOUND]:
+            continue
+        cs, lt, le = cands[i], counts[i][0], counts[i][1]
+        k = s[LEFT]
+        j = int(np.searchsorted(le, k, "right"))             # candidates with le <= k
+        if j < len(cs) and not np.isnan(cs[j]) and lt[j] <= k:
+            s[FOUND], s[VALUE] = 1, cs[j]
+            continue
+        if j > 0:
+            s[LO], s[LEFT] = cs[j - 1], k - le[j - 1]
+        if j < len(cs) and not np.isnan(cs[j]):
+            s[HI] = cs[j]
+    return st
+
+
+def _gather_bracket(x, st, cap):
+    """Per search: the bracketed local elements, NaN after them, `cap` places."""
+    mask = _inside(x, st)
+    lead, rows = _rows(mask, x, st)
+    out = np.full(lead + (cap,), np.nan, x.dtype)
+    for i, e in zip(np.ndindex(lead), rows):
+        if len(e) > cap:
+            raise AssertionError(f"select_step: {len(e)} elements in a bracket bounded by {cap}")
+        out[i][:len(e)] = e
+    return out
+
+
+def _finish(st, pool):
+    """The element each search sought: its value once found, else the `rank left`-th of
+    the group's bracketed elements (pool, NaN last)."""
+    s = np.sort(pool, axis=-1)
+    k = np.clip(np.nan_to_num(st[..., LEFT]), 0, max(s.shape[-1] - 1, 0)).astype(np.int64)
+    picked = np.take_along_axis(s, k[..., None], axis=-1)[..., 0]
+    return np.where(st[..., FOUND] != 0, st[..., VALUE].astype(pool.dtype), picked)
+
+
+# stage -> (infer(*avals, **attrs) -> Aval, ref(*arrays, **attrs) -> array)
+SELECT_STAGES = {
+    # x (..., m) -> (...,) float64: the non-NaN elements of each local row
+    "nvalid": (lambda x: aval(x.shape[:-1], "float64"), lambda x: _nvalid(x)),
+    # ranks (..., r) int64, nvalid (...,) float64 (the group's) -> state (..., r, 5)
+    "init": (lambda ranks, nv, n: aval(tuple(ranks.shape) + (STATE,), "float64"),
+             lambda ranks, nv, n: _init(ranks, nv, n)),
+    # x (..., m) -> (..., size): a regular sample of each local row
+    "sample": (lambda x, size: aval(tuple(x.shape[:-1]) + (size,), x.dtype),
+               lambda x, size: _stride_sample(x, size)),
+    # state, the group's sample (..., s), its non-NaN count per row (...,) -> (..., r, 2)
+    # candidates around each target
+    "guess": (lambda st, sample, nv, margin: aval(tuple(st.shape[:-1]) + (2,), sample.dtype),
+              lambda st, sample, nv, margin: _guess(st, sample, nv, margin)),
+    # state, x (..., m) -> (..., r, count): bracketed local elements at even sorted places
+    "quantiles": (lambda st, x, count: aval(tuple(st.shape[:-1]) + (count,), x.dtype),
+                  lambda st, x, count: _quantiles(st, x, count)),
+    # x, state, sorted candidates (..., r, c) -> (..., r, 2, c) float64 local counts
+    "counts": (lambda x, st, cands: aval(tuple(cands.shape[:-1]) + (2, cands.shape[-1]), "float64"),
+               lambda x, st, cands: _counts(x, st, cands)),
+    # state, sorted candidates, the group's counts -> state
+    "narrow": (lambda st, cands, counts: aval(st.shape, "float64"),
+               lambda st, cands, counts: _narrow(st, cands, counts)),
+    # x, state -> (..., r, cap): the bracketed local elements, NaN padded
+    "bracket": (lambda x, st, cap: aval(tuple(st.shape[:-1]) + (cap,), x.dtype),
+                lambda x, st, cap: _gather_bracket(x, st, cap)),
+    # state, the group's bracketed elements (..., r, c) -> (..., r) the elements sought
+    "finish": (lambda st, pool: aval(st.shape[:-1], pool.dtype), lambda st, pool: _finish(st, pool)),
+}
+
+
+def _step_infer(*avals, stage, **attrs):
+    check(stage in SELECT_STAGES, f"select_step: unknown stage {stage!r}")
+    return SELECT_STAGES[stage][0](*avals, **attrs)
+
+
+def _step_ref(*arrays, stage, **attrs):
+    return SELECT_STAGES[stage][1](*arrays, **attrs)
+
+
+register(OpDef("select_step", "sort", _step_infer, _step_ref, None, None, None, _flops, NUM, lowering="sorting"))
