@@ -118,9 +118,11 @@ def _select(y, ranks):
     return core.emit(y._tr, "order_statistic", y, ranks)
 
 
-def _any_nan(y):
-    """(...,): does the row of y hold a NaN? (numpy's quantiles of such a row are NaN)"""
-    return red.any(MF.isnan(y), axis=-1)
+def _any_nan(x, axis):
+    """Does x hold a NaN along `axis` (None: anywhere)? The rows _move_last makes, in
+    their order (numpy's quantiles of such a row are NaN). Read in x's own layout, not
+    the moved one: a reduction over leading dims runs row by row."""
+    return red.any(MF.isnan(x), axis=None if axis is None else core.normalize_axes(axis, x.ndim, "quantile"))
 
 
 def _quantile(name, a, q, axis, method, keepdims, scale):
@@ -142,7 +144,7 @@ def _quantile(name, a, q, axis, method, keepdims, scale):
     r = _interpolate(a0, a1, t, dt, method)
     if y.dtype.kind == "f":
         # any NaN in a slice makes its quantiles NaN
-        bad = core.broadcast_to(shapes.reshape(_any_nan(y), kept + (1,)), r.shape)
+        bad = core.broadcast_to(shapes.reshape(_any_nan(core.astype(x, dt), axis), kept + (1,)), r.shape)
         r = ew.where(bad, core.full_like(r, np.nan), r)
     # (..., nq) -> q's dims first
     r = shapes.reshape(r, kept + qa.shape)
@@ -236,7 +238,7 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     else:
         mid = _select(y, np.unique(np.array([(n - 1) // 2, n // 2], np.int64)))
         r = red.mean(mid, axis=-1) if n % 2 == 0 else indexing.getitem(mid, (Ellipsis, 0))
-        r = ew.where(_any_nan(y), core.full_like(r, np.nan), r)
+        r = ew.where(_any_nan(x, axis), core.full_like(r, np.nan), r)
     if keepdims:
         r = shapes.reshape(r, _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim)
     return r

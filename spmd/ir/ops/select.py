@@ -43,6 +43,7 @@ def order_statistic_ref(x, ranks):
         return np.full(ranks.shape, np.nan if x.dtype.kind in "fc" else 0, x.dtype)
     r = np.clip(ranks, 0, n - 1)
     kth = np.unique(r)
+    x = np.ascontiguousarray(x)        # rows in memory order (x is often a transpose's view)
     part = nth_elements(x, kth, axis=-1) if len(kth) < 64 else np.sort(x, axis=-1)
     return np.take_along_axis(part, r, axis=-1)
 
@@ -79,19 +80,60 @@ register(OpDef("order_statistic", "select", _infer, order_statistic_ref, _vjp, _
 
 
 # ---------------------------------------------------------------------------- the local steps
-def _inside(x, st):
-    """Which elements of x (..., m) lie in each search's bracket: (..., r, m) bool."""
-    lo, hi = st[..., LO, None], st[..., HI, None]
-    xb = x[..., None, :]
-    with np.errstate(invalid="ignore"):
-        return ~np.isnan(xb) & (np.isnan(lo) | (xb > lo)) & (np.isnan(hi) | (xb < hi)) & (st[..., FOUND, None] == 0)
+def _between(row, lo, hi):
+    """The elements of a 1-d row strictly between lo and hi (NaN: no bound), NaN never."""
+    if np.isnan(lo) and np.isnan(hi):
+        return row[~np.isnan(row)]
+    if np.isnan(lo):
+        return row[row < hi]              # (NaN compares False: never kept)
+    if np.isnan(hi):
+        return row[row > lo]
+    return row[(row > lo) & (row < hi)]
 
 
-def _rows(mask, x, st):
-    """Per (row, search): the bracketed elements of that row, as a list of 1-d arrays."""
-    lead = mask.shape[:-1]
-    xs = np.broadcast_to(x[..., None, :], mask.shape)
-    return lead, [xs[i][mask[i]] for i in np.ndindex(lead)]
+def _bracketed(x, st, kept=None):
+    """Per (row, search) of the state, for the searches not yet found: (its index, the
+    local elements of that row in its bracket as a 1-d array, whether they are sorted).
+    From `kept` (the "keep" stage's sorted copy of an earlier, wider bracket) where it
+    holds the search's elements, else from x. x's row is read once for all its searches
+    (a median's two have about the same bracket): through the union of their brackets,
+    then each search's own from that."""
+    out = []
+    for i in np.ndindex(st.shape[:-2]):
+        s = st[i]
+        live = [j for j in range(s.shape[0]) if not s[j, FOUND]]
+        if kept is not None:
+            for j in [j for j in live if kept[i + (j, 0)] >= 0]:
+                k = kept[i + (j,)]
+                e = k[1:1 + int(k[0])]
+                a = 0 if np.isnan(s[j, LO]) else np.searchsorted(e, s[j, LO], "right")
+                b = len(e) if np.isnan(s[j, HI]) else np.searchsorted(e, s[j, HI], "left")
+                out.append((i + (j,), e[a:b], True))
+                live.remove(j)
+        if not live:
+            continue
+        los, his = s[live, LO], s[live, HI]
+        lo = np.nan if np.isnan(los).any() else los.min()
+        hi = np.nan if np.isnan(his).any() else his.max()
+        e = _between(x[i], lo, hi)
+        for j in live:
+            same = np.array_equal(s[j, [LO, HI]], [lo, hi], equal_nan=True)
+            out.append((i + (j,), e if same else _between(e, s[j, LO], s[j, HI]), False))
+    return out
+
+
+def _keep(x, st, cap):
+    """Per search: [n, its n bracketed local elements sorted, NaN...] (cap + 1 places),
+    or [-1, NaN...] when they are more than cap: later rounds read this, not x."""
+    out = np.full(st.shape[:-1] + (cap + 1,), np.nan, x.dtype)
+    out[..., 0] = 0
+    for i, e, _ in _bracketed(x, st):
+        if len(e) > cap:
+            out[i + (0,)] = -1
+        else:
+            out[i + (0,)] = len(e)
+            out[i][1:1 + len(e)] = np.sort(e)
+    return out
 
 
 def _nvalid(x):
@@ -120,11 +162,12 @@ def _stride_sample(x, size):
     return s
 
 
-def _guess(st, sample, nvalid, margin):
+def _guess(st, sample, nvalid, spread):
     """Two candidates around each search's target from a sorted sample of its row (NaN
-    last) drawn from the whole group: the sample's elements `margin` places either side
-    of where the target's share of the row falls. Only a guess: the counts that follow
-    are exact whatever it is."""
+    last) drawn from the whole group: the sample's elements some places either side
+    of where the target's share of the row falls, `spread` standard deviations of that
+    place (a binomial's) and two more. Only a guess: the counts that follow are exact
+    whatever it is."""
     s = np.sort(sample, axis=-1)
     k = (~np.isnan(s)).sum(axis=-1)                          # (...,) valid sample elements
     out = np.full(st.shape[:-1] + (2,), np.nan, sample.dtype)
@@ -133,6 +176,8 @@ def _guess(st, sample, nvalid, margin):
         if st[i][FOUND] or kk == 0:
             continue
         pos = (st[i][LEFT] + 0.5) / max(nvalid[i[:-1]], 1.0) * kk      # the target's place in the sample
+        p = min(max(pos / kk, 0.0), 1.0)
+        margin = spread * np.sqrt(kk * p * (1 - p)) + 2
         a, b = int(np.floor(pos - margin)), int(np.ceil(pos + margin))
         if a >= 0:
             out[i + (0,)] = row[a]
@@ -141,34 +186,32 @@ def _guess(st, sample, nvalid, margin):
     return np.sort(out, axis=-1)         # NaN (no bound on that side) last
 
 
-def _quantiles(st, x, count):
+def _quantiles(st, x, kept, count):
     """Per search: `count` of the bracketed local elements at evenly spaced sorted places
     (the first and last among them), NaN where the bracket holds none."""
-    mask = _inside(x, st)
-    lead, rows = _rows(mask, x, st)
-    out = np.full(lead + (count,), np.nan, x.dtype)
-    for i, e in zip(np.ndindex(lead), rows):
+    out = np.full(st.shape[:-1] + (count,), np.nan, x.dtype)
+    for i, e, ordered in _bracketed(x, st, kept):
         if len(e):
             kth = (np.arange(count) * (len(e) - 1)) // (count - 1)
-            out[i] = nth_elements(e, np.unique(kth))[kth]
+            if not ordered:
+                e = nth_elements(e, np.unique(kth)) if count <= 32 else np.sort(e)
+            out[i] = e[kth]
     return out
 
 
-def _counts(x, st, cands):
+def _counts(x, st, cands, kept):
     """Per search and sorted candidate (NaN last): how many bracketed local elements are
     below it and how many at most it: (..., r, 2, c). A NaN candidate counts them all."""
-    mask = _inside(x, st)
-    lead, rows = _rows(mask, x, st)
     c = cands.shape[-1]
-    out = np.zeros(lead + (2, c))
-    for i, e in zip(np.ndindex(lead), rows):
+    out = np.zeros(st.shape[:-1] + (2, c))
+    for i, e, ordered in _bracketed(x, st, kept):
         cs = cands[i]
         ok = ~np.isnan(cs)
-        if c <= 8:          # a few candidates: compare (a pass each) rather than sort
-            lt = [(e < v).sum() for v in cs]
-            le = [(e <= v).sum() for v in cs]
+        if c <= 8 and not ordered:          # a few candidates: compare (a pass each) rather than sort
+            lt = [np.count_nonzero(e < v) for v in cs]
+            le = [np.count_nonzero(e <= v) for v in cs]
         else:
-            e = np.sort(e)
+            e = e if ordered else np.sort(e)
             lt, le = np.searchsorted(e, cs, "left"), np.searchsorted(e, cs, "right")
         out[i + (0,)] = np.where(ok, lt, len(e))
         out[i + (1,)] = np.where(ok, le, len(e))
@@ -196,12 +239,10 @@ def _narrow(st, cands, counts):
     return st
 
 
-def _gather_bracket(x, st, cap):
+def _gather_bracket(x, st, kept, cap):
     """Per search: the bracketed local elements, NaN after them, `cap` places."""
-    mask = _inside(x, st)
-    lead, rows = _rows(mask, x, st)
-    out = np.full(lead + (cap,), np.nan, x.dtype)
-    for i, e in zip(np.ndindex(lead), rows):
+    out = np.full(st.shape[:-1] + (cap,), np.nan, x.dtype)
+    for i, e, _ in _bracketed(x, st, kept):
         if len(e) > cap:
             raise AssertionError(f"select_step: {len(e)} elements in a bracket bounded by {cap}")
         out[i][:len(e)] = e
@@ -219,6 +260,8 @@ def _finish(st, pool):
 
 # stage -> (infer(*avals, **attrs) -> Aval, ref(*arrays, **attrs) -> array)
 SELECT_STAGES = {
+    # x (..., m) -> the same, each row contiguous in memory (the later stages read rows)
+    "rows": (lambda x: aval(x.shape, x.dtype), lambda x: np.array(x, order="C")),
     # x (..., m) -> (...,) float64: the non-NaN elements of each local row
     "nvalid": (lambda x: aval(x.shape[:-1], "float64"), lambda x: _nvalid(x)),
     # ranks (..., r) int64, nvalid (...,) float64 (the group's) -> state (..., r, 5)
@@ -229,20 +272,24 @@ SELECT_STAGES = {
                lambda x, size: _stride_sample(x, size)),
     # state, the group's sample (..., s), its non-NaN count per row (...,) -> (..., r, 2)
     # candidates around each target
-    "guess": (lambda st, sample, nv, margin: aval(tuple(st.shape[:-1]) + (2,), sample.dtype),
-              lambda st, sample, nv, margin: _guess(st, sample, nv, margin)),
-    # state, x (..., m) -> (..., r, count): bracketed local elements at even sorted places
-    "quantiles": (lambda st, x, count: aval(tuple(st.shape[:-1]) + (count,), x.dtype),
-                  lambda st, x, count: _quantiles(st, x, count)),
-    # x, state, sorted candidates (..., r, c) -> (..., r, 2, c) float64 local counts
-    "counts": (lambda x, st, cands: aval(tuple(cands.shape[:-1]) + (2, cands.shape[-1]), "float64"),
-               lambda x, st, cands: _counts(x, st, cands)),
+    "guess": (lambda st, sample, nv, spread: aval(tuple(st.shape[:-1]) + (2,), sample.dtype),
+              lambda st, sample, nv, spread: _guess(st, sample, nv, spread)),
+    # x, state -> (..., r, cap + 1): each search's bracketed local elements, sorted, if
+    # they are at most cap (the later stages' `kept`)
+    "keep": (lambda x, st, cap: aval(tuple(st.shape[:-1]) + (cap + 1,), x.dtype),
+             lambda x, st, cap: _keep(x, st, cap)),
+    # state, x (..., m), kept -> (..., r, count): bracketed local elements at even sorted places
+    "quantiles": (lambda st, x, kept, count: aval(tuple(st.shape[:-1]) + (count,), x.dtype),
+                  lambda st, x, kept, count: _quantiles(st, x, kept, count)),
+    # x, state, sorted candidates (..., r, c)[, kept] -> (..., r, 2, c) float64 local counts
+    "counts": (lambda x, st, cands, kept=None: aval(tuple(cands.shape[:-1]) + (2, cands.shape[-1]), "float64"),
+               lambda x, st, cands, kept=None: _counts(x, st, cands, kept)),
     # state, sorted candidates, the group's counts -> state
     "narrow": (lambda st, cands, counts: aval(st.shape, "float64"),
                lambda st, cands, counts: _narrow(st, cands, counts)),
-    # x, state -> (..., r, cap): the bracketed local elements, NaN padded
-    "bracket": (lambda x, st, cap: aval(tuple(st.shape[:-1]) + (cap,), x.dtype),
-                lambda x, st, cap: _gather_bracket(x, st, cap)),
+    # x, state, kept -> (..., r, cap): the bracketed local elements, NaN padded
+    "bracket": (lambda x, st, kept, cap: aval(tuple(st.shape[:-1]) + (cap,), x.dtype),
+                lambda x, st, kept, cap: _gather_bracket(x, st, kept, cap)),
     # state, the group's bracketed elements (..., r, c) -> (..., r) the elements sought
     "finish": (lambda st, pool: aval(st.shape[:-1], pool.dtype), lambda st, pool: _finish(st, pool)),
 }

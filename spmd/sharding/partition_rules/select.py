@@ -26,9 +26,9 @@ import numpy as np
 from ...ir import Op
 from .context import PartitionContext
 
-SAMPLE = 512          # sample elements a shard row offers to the guess
-MARGIN = 16           # the guess's candidates: this many sample places either side of the target
-QUANTILES = 65        # offers per device and search in a round that cannot fail
+SAMPLE = 2048         # sample elements a shard row offers to the guess
+SPREAD = 4            # the guess's candidates: this many standard deviations either side of the target
+QUANTILES = 257       # offers per device and search in a round that cannot fail
 CAP = 16              # bracketed elements per device and search left for the last gather
 
 
@@ -42,6 +42,18 @@ def rounds_and_cap(m: int) -> tuple:
         bound = max(-(-(bound - 1) // t) - 1, 0)
         rounds += 1
     return rounds, max(bound, 1)
+
+
+def keep_cap(m: int, group: int, dtype) -> int:
+    """How many bracketed elements a device keeps sorted after the guess: a few times
+    what a guess leaves (its candidates SPREAD standard deviations of a binomial either
+    side of the target, in a sample of group * min(m, SAMPLE)). The count is kept in x's
+    dtype: only float32 and float64 hold it exactly (others keep none)."""
+    if np.dtype(dtype) not in (np.float32, np.float64):
+        return 0
+    s = group * min(m, SAMPLE)
+    share = (2 * SPREAD * 0.5 * np.sqrt(s) + 6) / s       # the bracket's share of the row, at most
+    return int(min(m, max(256, 3 * share * m)))
 
 
 def _order_statistic(ctx: PartitionContext, op: Op):
@@ -75,20 +87,23 @@ def _order_statistic(ctx: PartitionContext, op: Op):
     def offers(v):
         return em.emit("all_gather", v, dimension=v.ndim - 1, **group)
 
-    x = em.mask_dim(x, nd - 1, last, n, np.nan)
+    x = step("rows", em.mask_dim(x, nd - 1, last, n, np.nan))
     nvalid = total(step("nvalid", x))
     st = step("init", ranks, nvalid, n=n)
     # 1. a guess from a sample
     sample = offers(step("sample", x, size=min(m, SAMPLE)))
-    cands = step("guess", st, sample, nvalid, margin=MARGIN)
+    cands = step("guess", st, sample, nvalid, spread=SPREAD)
     st = step("narrow", st, cands, total(step("counts", x, st, cands)))
+    # the bracket the guess left, sorted, where it is as small as a good guess leaves it:
+    # the later rounds read that, not x
+    kept = step("keep", x, st, cap=keep_cap(m, ctx.axes_size(last), xv.dtype))
     # 2. rounds that cannot fail
     rounds, cap = rounds_and_cap(m)
     for _ in range(rounds):
-        cands = em.emit("sort", offers(step("quantiles", st, x, count=QUANTILES)), axis=nd)
-        st = step("narrow", st, cands, total(step("counts", x, st, cands)))
+        cands = em.emit("sort", offers(step("quantiles", st, x, kept, count=QUANTILES)), axis=nd)
+        st = step("narrow", st, cands, total(step("counts", x, st, cands, kept)))
     # 3. the few left
-    out = step("finish", st, offers(step("bracket", x, st, cap=cap)))
+    out = step("finish", st, offers(step("bracket", x, st, kept, cap=cap)))
     return ctx.finish(out, out_sh, target, res.shape, res.dtype)
 
 
