@@ -26,11 +26,12 @@ import warnings
 
 import numpy as np
 
-from ..errors import TraceError, is_internal
+from ..errors import TraceError, is_internal, warn_at
 from ..frontend import core, indexing
 from ..frontend import functionalize as fz
 from ..frontend.trace import Tracer
 from ..runtime.array import Array, device_put
+from ..sharding.reshard import ReshardWarning
 from ..staging import Jitted
 from ..tree import tree_flatten, tree_map, tree_unflatten
 from . import views
@@ -244,8 +245,10 @@ def warn_gathered(what, arrays, why):
     nbytes = sum(x.nbytes for x in arrays)
     if nbytes and not all(x.is_fully_replicated for x in arrays):
         STATS["fallbacks"] += 1
-        warnings.warn(f"spmd: {what} on an spmd.Array runs in numpy on the gathered value "
-                      f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=user_stacklevel())
+        # a ReshardWarning (a UserWarning) from the user's line, once per line, as the
+        # partitioner's gathers (sharding/gathers.py)
+        warn_at(f"spmd: {what} on an spmd.Array runs in numpy on the gathered value "
+                f"({nbytes} bytes gathered): {why}", ReshardWarning)
 
 
 def gathered(x):
