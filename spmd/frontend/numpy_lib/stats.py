@@ -640,9 +640,11 @@ def _nanquantile(name, a, q, axis, method, keepdims, scale):
     y, axes = _move_last(core.astype(x, dt), axis, name)
     if y.shape[-1] == 0:
         raise IndexError(f"np.{name} of an empty axis (at {user_loc()})")
-    k = red.sum(core.astype(ew.logical_not(MF.isnan(y)), dt), axis=-1)      # non-NaN count per slice
+    # non-NaN count per slice; the places are worked out in float64, as numpy does, the
+    # weight then cast to dt (numpy's gamma)
+    k = red.sum(core.astype(ew.logical_not(MF.isnan(y)), "float64"), axis=-1)
     # every q's places among the non-NaNs (traced: they depend on k), picked at once (NaN last)
-    places = [_nan_places(k, qq, method) for qq in qa.ravel().tolist()]
+    places = [(lo, hi, core.astype(t, dt)) for lo, hi, t in (_nan_places(k, qq, method) for qq in qa.ravel().tolist())]
     ranks = shapes.stack([core.astype(p, "int64") for lo, hi, _ in places for p in (lo, hi)], -1)
     sel = _select(y, ranks)
     r = shapes.stack([_nan_quantile(k, indexing.getitem(sel, (Ellipsis, 2 * i)),
