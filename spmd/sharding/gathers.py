@@ -58,13 +58,15 @@ def whole_dims_gathered(op, operand: int, dims, annotated=()):
     for)."""
     v, ds = op.operands[operand], set(dims)
     for _ in range(MAX_WALK):
-        if not ds or v in annotated:
+        if not ds:
             return None
         sh = v.sharding
         if sh is not None:
             split = [d for d in ds if sh.for_rank(v.ndim).dim_axes(d)]
             if split:
                 return v, sorted(split)
+        if v in annotated:      # the user pinned it whole there: a gather they asked for
+            return None
         p = v.producer
         if p is None or len(p.results) != 1 or p.opdef.priority != 0 or p.opdef.factors is None:
             return None
