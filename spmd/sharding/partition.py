@@ -40,14 +40,14 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import ShardingError, warn_at, where
+from ..errors import ShardingError, where
 from ..ir import Graph
 from ..ir.graph import Aval
 from ..ir.ops.reduce import identity as reduce_identity
 from .cost import reshard_cost
 from .gathers import warn_gather, whole_dims_gathered
 from .partition_rules import LOCAL, OPS, PartitionContext
-from .reshard import Emitter, ReshardWarning, reshard
+from .reshard import Emitter, reshard
 from ..ir.mesh import Sharding
 
 
@@ -228,14 +228,11 @@ class Partitioner(PartitionContext):
         whole[d] = ()
         return self.reshard(x, self.sh(spec, partial), self.sh(whole, partial), cur_shape), whole
 
-    def warn_gathered(self, v, have, why):
-        """A rule that gathers the split dims of global value v (laid out by `have`) whole
-        says so, through the one warning of such gathers (gathers.py)."""
-        warn_gather(self.what(), v, have, why, self.loc())
-
-    def warn_gather(self, message):
-        """A handler that must gather what the op needs whole says so (never silently)."""
-        warn_at(message, ReshardWarning, self.loc())
+    def warn_gathered(self, v, have, why, dims=None):
+        """A rule that gathers split dims of global value v (laid out by `have`; all of
+        them if dims is None) whole says so, through the one warning of such gathers
+        (gathers.py)."""
+        warn_gather(self.what(), v, have, why, self.loc(), dims)
 
     def mask_reduction_dims(self, op, rule, assign, locals_, shardings, kind="sum"):
         """Padding in a dim that is reduced over must hold the reduction's identity."""
