@@ -21,8 +21,6 @@ this in step: the live views are the ones the program's code holds on every rank
 """
 from __future__ import annotations
 
-import sys
-import warnings
 
 import numpy as np
 
@@ -231,14 +229,6 @@ class _Unhashable(Exception):
 
 
 # -- numpy on the gathered values, where spmd cannot run an op --------------------------------
-def user_stacklevel():
-    """warnings.warn's stacklevel that points at the user's line."""
-    f, level = sys._getframe(1), 1
-    while f is not None and is_internal(f.f_code.co_filename):
-        f, level = f.f_back, level + 1
-    return level
-
-
 def warn_gathered(what, arrays, why):
     """Warn that `what` runs in numpy on the gathered values of `arrays` (unless they are
     replicated: then each process reads its own copy, nothing leaves the mesh)."""
