@@ -83,7 +83,8 @@ register(OpDef("order_statistic", "select", _infer, order_statistic_ref, _vjp, _
 def _between(row, lo, hi):
     """The elements of a 1-d row strictly between lo and hi (NaN: no bound), NaN never."""
     if np.isnan(lo) and np.isnan(hi):
-        return row[~np.isnan(row)]
+        nan = np.isnan(row)
+        return row[~nan] if nan.any() else row      # (read only: no copy when there is no NaN)
     if np.isnan(lo):
         return row[row < hi]              # (NaN compares False: never kept)
     if np.isnan(hi):
@@ -127,12 +128,15 @@ def _keep(x, st, cap):
     or [-1, NaN...] when they are more than cap: later rounds read this, not x."""
     out = np.full(st.shape[:-1] + (cap + 1,), np.nan, x.dtype)
     out[..., 0] = 0
+    done = {}           # the elements' id -> them sorted (searches sharing a bracket)
     for i, e, _ in _bracketed(x, st):
         if len(e) > cap:
             out[i + (0,)] = -1
         else:
+            if id(e) not in done:
+                done[id(e)] = np.sort(e)
             out[i + (0,)] = len(e)
-            out[i][1:1 + len(e)] = np.sort(e)
+            out[i][1:1 + len(e)] = done[id(e)]
     return out
 
 
@@ -204,12 +208,17 @@ def _counts(x, st, cands, kept):
     below it and how many at most it: (..., r, 2, c). A NaN candidate counts them all."""
     c = cands.shape[-1]
     out = np.zeros(st.shape[:-1] + (2, c))
+    seen = {}           # (the elements' id, candidate) -> (lt, le): searches sharing a bracket share counts
     for i, e, ordered in _bracketed(x, st, kept):
         cs = cands[i]
         ok = ~np.isnan(cs)
         if c <= 8 and not ordered:          # a few candidates: compare (a pass each) rather than sort
-            lt = [np.count_nonzero(e < v) for v in cs]
-            le = [np.count_nonzero(e <= v) for v in cs]
+            for v in cs[ok]:
+                if (id(e), v) not in seen:
+                    below = np.count_nonzero(e < v)
+                    seen[(id(e), v)] = (below, below + np.count_nonzero(e == v))
+            lt = [seen[(id(e), v)][0] if k else 0 for v, k in zip(cs, ok)]
+            le = [seen[(id(e), v)][1] if k else 0 for v, k in zip(cs, ok)]
         else:
             e = e if ordered else np.sort(e)
             lt, le = np.searchsorted(e, cs, "left"), np.searchsorted(e, cs, "right")
