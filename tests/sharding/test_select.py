@@ -34,7 +34,7 @@ FUNCS = {
     "nanquantile": lambda x, q, m: np.nanquantile(x, q, axis=0, method=m),
 }
 NAN_OK = ("linear", "lower", "higher", "midpoint")
-METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+METHODS = ("linear", "lower", "higher", "nearest", "midpoint", "hazen", "inverted_cdf", "median_unbiased")
 
 
 def data(rng, n, c, dtype, nan, ties):
@@ -72,7 +72,7 @@ def check(x, fn, q, method, layout):
 def test_selection_along_a_split_axis_is_numpys(n, c, layout, name, method, q, dtype, nan, ties, seed):
     if name.startswith("nan") and method not in NAN_OK:
         method = "linear"
-    if dtype.startswith("int") and method in ("lower", "higher", "nearest"):
+    if dtype.startswith("int") and method in ("lower", "higher", "nearest", "inverted_cdf"):
         method = "linear"       # (a split int dim with a picking method is gathered: tested below)
     x = data(np.random.default_rng(seed), n, c, dtype, nan, ties)
     with warnings.catch_warnings():
@@ -155,5 +155,32 @@ def test_eager_median_of_a_split_array_is_numpys_and_silent():
 
 def test_an_unsupported_method_names_the_parameter():
     x = np.arange(10.)
-    with pytest.raises(NotImplementedError, match="method='weibull'"):
-        spmd.jit(lambda a: np.quantile(a, 0.5, method="weibull"), backend="numpy")(x)
+    with pytest.raises(NotImplementedError, match="nanquantile method='weibull'"):
+        spmd.jit(lambda a: np.nanquantile(a, 0.5, method="weibull"), backend="numpy")(x)
+
+
+ALL_METHODS = ["inverted_cdf", "averaged_inverted_cdf", "closest_observation", "interpolated_inverted_cdf", "hazen",
+               "weibull", "median_unbiased", "normal_unbiased", "linear", "lower", "higher", "nearest", "midpoint"]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+def test_every_numpy_method_is_numpys(dtype):
+    """numpy's 13 methods, q as an array and as a Python number (numpy then weighs in the
+    picks' dtype), on one device and split over 4, lengths around the boundaries."""
+    rng = np.random.default_rng(5)
+    qs = np.array([0, 0.01, 0.1, 0.25, 0.5, 0.5001, 0.9, 0.99, 1.0])
+    for n in (1, 2, 3, 10, 37):
+        x = (rng.standard_normal((n, 2)) * 5).astype(dtype)
+        if dtype != "int64" and n > 3:
+            x[1, 0] = np.inf
+        for m in ALL_METHODS:
+            for q in (qs, 30):
+                fn = (lambda a, q=q, m=m: np.percentile(a, q, axis=0, method=m)) if isinstance(q, int) else \
+                    (lambda a, q=q, m=m: np.quantile(a, q, axis=0, method=m))
+                with np.errstate(all="ignore"):
+                    want = fn(x)
+                for sh in (None, (MESH4.sharding("x", None),)):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", ReshardWarning)      # (a split int picked as is)
+                        got = np.asarray(spmd.jit(fn, in_shardings=sh, backend="numpy")(x))
+                    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), (m, n, q, got, want)

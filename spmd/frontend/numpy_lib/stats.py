@@ -105,9 +105,15 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
 # median, percentile and quantile pick elements with order_statistic (the sorted
 # elements at given places, NaN last; along a split axis a distributed selection, never a
 # gather: sharding/partition_rules/select.py), then interpolate as numpy does.
-METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+# Hyndman and Fan's continuous methods as numpy writes them: (alpha, beta) of the virtual
+# index n*q + alpha + q*(1 - alpha - beta) - 1
+HYNDMAN_FAN = {"interpolated_inverted_cdf": (0.0, 1.0), "hazen": (0.5, 0.5), "weibull": (0.0, 0.0),
+               "median_unbiased": (1 / 3.0, 1 / 3.0), "normal_unbiased": (3 / 8.0, 3 / 8.0)}
+METHODS = ("linear", "lower", "higher", "nearest", "midpoint", "inverted_cdf", "averaged_inverted_cdf",
+           "closest_observation") + tuple(HYNDMAN_FAN)
 NAN_METHODS = ("linear", "lower", "higher", "midpoint", "median")     # ("median": nanmedian's)
-PICKING = ("lower", "higher", "nearest")        # methods that return an element as it is
+# methods that return an element as it is
+PICKING = ("lower", "higher", "nearest", "inverted_cdf", "closest_observation")
 
 
 def _select(y, ranks):
@@ -129,14 +135,16 @@ def _quantile(name, a, q, axis, method, keepdims, scale):
     x = core.asarray(a)
     qa = _fractions(name, q, method, scale)
     dt = _quantile_dtype(name, x, q, method)
-    # an interpolating method's picks are converted to dt anyway: converting first picks the
-    # same elements (the conversion keeps the order), and float rows select without a gather
-    y = core.astype(x, dt) if x.dtype.kind == "f" or method not in PICKING else x
+    # integers that are interpolated are converted to dt first: that picks the same elements
+    # (the conversion keeps the order), and float rows select without a gather. Floats are
+    # picked as they are: numpy subtracts the two picks in their own dtype.
+    y = core.astype(x, dt) if x.dtype.kind in "iu" and method not in PICKING else x
     y, axes = _move_last(y, axis, name)
     n, kept = y.shape[-1], y.shape[:-1]
     if n == 0:
         raise IndexError(f"np.{name} of an empty axis: numpy has no element to pick (at {user_loc()})")
-    lo, hi, t = _positions(qa.ravel() * (n - 1), n, method)
+    lo, hi, t = (_positions(qa.ravel() * (n - 1), n, method) if method in METHODS[:5]
+                 else _numpy_positions(qa.ravel(), n, method))
     picks = np.unique(np.concatenate([lo, hi]))
     sel = _select(y, picks)
     a0 = shapes.take(sel, np.searchsorted(picks, lo), axis=-1)
@@ -198,15 +206,54 @@ def _positions(v, n, method):
     return lo, hi, t
 
 
+def _discrete(index, pick_previous):
+    """numpy's discontinuous methods: the index below `index` where pick_previous(its
+    fraction, index) holds, else the one above, at least 0."""
+    previous = np.floor(index)
+    res = np.where(pick_previous(index - previous, index), previous, previous + 1).astype(np.int64)
+    return np.maximum(res, 0)
+
+
+def _numpy_positions(q, n, method):
+    """(index below, index above, weight of the one above) for numpy's methods beyond the
+    five classic ones, worked out as numpy does: the virtual index of each q, its floor
+    and the next, both the last element where it is at or past the last and the first
+    where it is below the first, the weight from the floor so moved."""
+    if method == "inverted_cdf":
+        idx = np.minimum(_discrete(n * q - 1, lambda g, i: g == 0), n - 1)
+        return idx, idx, np.zeros_like(q)
+    if method == "closest_observation":
+        idx = np.minimum(_discrete(n * q - 1 - 0.5, lambda g, i: (g == 0) & (np.floor(i) % 2 == 1)), n - 1)
+        return idx, idx, np.zeros_like(q)
+    if method == "averaged_inverted_cdf":
+        v = n * q - 1
+    else:
+        alpha, beta = HYNDMAN_FAN[method]
+        v = n * q + (alpha + q * (1 - alpha - beta)) - 1
+    previous = np.floor(v)
+    after = previous + 1
+    above, below = v >= n - 1, v < 0
+    previous[above] = after[above] = -1          # numpy's -1: the last element
+    previous[below] = after[below] = 0
+    t = v - previous
+    if method == "averaged_inverted_cdf":
+        t = np.where(t == 0, 0.5, 1.0)
+    lo = np.where(previous < 0, n - 1, previous).astype(np.int64)
+    hi = np.where(after < 0, n - 1, after).astype(np.int64)
+    return lo, hi, t
+
+
 def _interpolate(a0, a1, t, dt, method):
-    """numpy's _lerp between the picked elements a0 and a1 (..., nq), weight t (nq,)."""
-    a0 = core.astype(a0, dt)
+    """numpy's _lerp between the picked elements a0 and a1 (..., nq), weight t (nq,): the
+    difference in the picks' dtype, then promoted with the weight's (dt)."""
     if method in PICKING:
-        return a0                  # numpy picks these without interpolating (inf stays inf)
-    a1 = core.astype(a1, dt)
-    t = np.asarray(t, dtype=dt)
+        return core.astype(a0, dt)   # numpy picks these without interpolating (inf stays inf)
+    # numpy's weight is float64 (1 - t and t >= 0.5 too), used as dt (a Python float
+    # against float32 picks when q is a Python number)
+    t = np.asarray(t, dtype=np.float64)
     d = ew.subtract(a1, a0)
-    return ew.where(t >= 0.5, ew.subtract(a1, ew.multiply(d, 1.0 - t)), ew.add(a0, ew.multiply(d, t)))
+    return ew.where(t >= 0.5, ew.subtract(a1, ew.multiply(d, (1.0 - t).astype(dt))),
+                    ew.add(a0, ew.multiply(d, t.astype(dt))))
 
 
 @core.takes_out
