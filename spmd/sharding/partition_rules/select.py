@@ -8,6 +8,8 @@ exact counts summed over the group each round; only small things cross the wire:
 1. a guess: a regular sample of every shard (all_gather, ~SAMPLE elements a row and
    device), two candidates around each target; the group counts the elements below and
    at most each (all_reduce), and the bracket becomes the part that holds the target;
+   Each device then keeps its elements in that bracket, sorted, when they are as few
+   as a good guess leaves (keep_cap): the later rounds read them, not its shard;
 2. rounds that cannot fail: each device offers QUANTILES of its bracketed elements at
    even sorted places (its least and greatest among them); between two neighbouring
    offers of the group a device holds fewer than 1/(QUANTILES-1) of its bracketed
