@@ -34,6 +34,12 @@ class FallbackWarning(UserWarning):
     """spmd.jit ran a function eagerly on sharded arrays, since tracing it needed a value."""
 
 
+class ReshardWarning(UserWarning):
+    """spmd moved more of an array than the program asked for: a gather the user did not
+    write (an op that needs a split dim whole), or a reshard holding more per device than
+    either end needs."""
+
+
 class ParseError(SpmdError, ValueError):
     """The IR text parser was given malformed text."""
 

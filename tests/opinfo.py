@@ -30,7 +30,7 @@ INTS = ("int32", "int64")
 
 # ops that need a communicator or a mesh position: not testable on one device
 PER_DEVICE_FAMILIES = ("collective",)
-PER_DEVICE_OPS = ("sharding_constraint", "axis_index")
+PER_DEVICE_OPS = ("sharding_constraint", "axis_index", "select_step")
 
 # shapes every elementwise op is tried on: 0-d, size-1, empty and ordinary dims
 SHAPES = [(), (1,), (4,), (2, 3), (0,), (2, 0), (1, 3, 1), (2, 1, 3)]

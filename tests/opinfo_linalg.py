@@ -167,6 +167,32 @@ entry("sort", _make_sort, lambda x, axis: np.take_along_axis(x, _stable_order(x,
 entry("argsort", _make_sort, lambda x, axis: _stable_order(x, axis), nondiff="its result is an index")
 
 
+def _make_order_statistic(rng, dt):
+    out = []
+    for k, s in enumerate([(5,), (3, 7), (2, 3, 4), (1, 1), (4, 0)]):
+        x = rand(rng, s, dt, -2, 2)
+        if np.dtype(dt).kind == "f" and x.size > 2 and k % 2:
+            x = x.copy()
+            x.flat[1] = np.nan          # NaN sorts last
+        r = rng.integers(-1, max(s[-1], 1) + 1, size=s[:-1] + (3,)).astype(np.int64)   # clipped to the axis
+        out.append(([x, r], {}))
+    return out
+
+
+def _order_statistic_expect(x, ranks):
+    if x.shape[-1] == 0:
+        return np.full(ranks.shape, np.nan if x.dtype.kind == "f" else 0, x.dtype)
+    s = np.take_along_axis(x, _stable_order(x, x.ndim - 1), -1)
+    return np.take_along_axis(s, np.clip(ranks, 0, x.shape[-1] - 1), -1)
+
+
+def _order_statistic_grad_ok(ops, attrs):
+    return _sort_grad_ok(ops, attrs) and ops[0].shape[-1] > 0
+
+
+entry("order_statistic", _make_order_statistic, _order_statistic_expect, grad_ok=_order_statistic_grad_ok)
+
+
 def _make_atan2(rng, dt):
     from opinfo import SHAPES
     return [([rand(rng, s, dt), rand(rng, s, dt)], {}) for s in SHAPES]

@@ -21,12 +21,10 @@ this in step: the live views are the ones the program's code holds on every rank
 """
 from __future__ import annotations
 
-import sys
-import warnings
 
 import numpy as np
 
-from ..errors import TraceError, is_internal
+from ..errors import ReshardWarning, TraceError, is_internal, warn_at
 from ..frontend import core, indexing
 from ..frontend import functionalize as fz
 from ..frontend.trace import Tracer
@@ -230,22 +228,16 @@ class _Unhashable(Exception):
 
 
 # -- numpy on the gathered values, where spmd cannot run an op --------------------------------
-def user_stacklevel():
-    """warnings.warn's stacklevel that points at the user's line."""
-    f, level = sys._getframe(1), 1
-    while f is not None and is_internal(f.f_code.co_filename):
-        f, level = f.f_back, level + 1
-    return level
-
-
 def warn_gathered(what, arrays, why):
     """Warn that `what` runs in numpy on the gathered values of `arrays` (unless they are
     replicated: then each process reads its own copy, nothing leaves the mesh)."""
     nbytes = sum(x.nbytes for x in arrays)
     if nbytes and not all(x.is_fully_replicated for x in arrays):
         STATS["fallbacks"] += 1
-        warnings.warn(f"spmd: {what} on an spmd.Array runs in numpy on the gathered value "
-                      f"({nbytes} bytes gathered): {why}", UserWarning, stacklevel=user_stacklevel())
+        # a ReshardWarning (a UserWarning) from the user's line, once per line, as the
+        # partitioner's gathers (sharding/gathers.py)
+        warn_at(f"spmd: {what} on an spmd.Array runs in numpy on the gathered value "
+                f"({nbytes} bytes gathered): {why}", ReshardWarning)
 
 
 def gathered(x):

@@ -40,12 +40,14 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import ShardingError, warn_at, where
+from ..errors import ShardingError, where
 from ..ir import Graph
+from ..ir.graph import Aval
 from ..ir.ops.reduce import identity as reduce_identity
 from .cost import reshard_cost
+from .gathers import warn_gather, whole_dims_gathered
 from .partition_rules import LOCAL, OPS, PartitionContext
-from .reshard import Emitter, ReshardWarning, reshard
+from .reshard import Emitter, reshard
 from ..ir.mesh import Sharding
 
 
@@ -219,15 +221,18 @@ class Partitioner(PartitionContext):
 
     def gather_fallback(self, x, cur_shape, spec, partial, d):
         """Gather dim d of x (split by `spec`): the route when a halo would take too many hops."""
-        warn_at(f"spmd: {self.what()} moves data across many shards of dim {d} of {x.dtype}"
-                f"{list(cur_shape)}; gathering that dim instead of a halo exchange", ReshardWarning, self.loc())
+        warn_gather(self.what(), Aval(tuple(cur_shape), x.dtype), self.sh(spec, partial),
+                    "it moves data across many shards of that dim: a gather instead of a halo exchange",
+                    self.loc(), [d])
         whole = list(spec)
         whole[d] = ()
         return self.reshard(x, self.sh(spec, partial), self.sh(whole, partial), cur_shape), whole
 
-    def warn_gather(self, message):
-        """A handler that must gather what the op needs whole says so (never silently)."""
-        warn_at(message, ReshardWarning, self.loc())
+    def warn_gathered(self, v, have, why, dims=None):
+        """A rule that gathers split dims of global value v (laid out by `have`; all of
+        them if dims is None) whole says so, through the one warning of such gathers
+        (gathers.py)."""
+        warn_gather(self.what(), v, have, why, self.loc(), dims)
 
     def mask_reduction_dims(self, op, rule, assign, locals_, shardings, kind="sum"):
         """Padding in a dim that is reduced over must hold the reduction's identity."""
@@ -426,17 +431,21 @@ def _generic(ctx: Partitioner, op):
 
 
 def _warn_gathered(ctx, op, i, rule, have, want):
-    """An op that needs some dims whole (OpDef.needs_whole) gets one that arrived split:
-    the gather is the plan, but never a silent one."""
+    """An op that needs some dims whole (OpDef.needs_whole) gets one that arrived split,
+    here or upstream (propagation keeps a split out of what the op reads, so a transpose
+    or reshape before it gathers): the gather is the plan, but never a silent one."""
     v = op.operands[i]
-    dims = [d for d, fs in enumerate(rule.operands[i])
-            if fs and all(rule.kind(f) == "replicate" for f in fs)
-            and set(have.dim_axes(d)) - set(want.dim_axes(d))]
+    whole = [d for d, fs in enumerate(rule.operands[i]) if fs and all(rule.kind(f) == "replicate" for f in fs)]
+    why = f"{op.opdef.needs_whole}; split another dim (a batch dim) to keep it local"
+    dims = [d for d in whole if set(have.dim_axes(d)) - set(want.dim_axes(d))]
     if dims:
-        warn_at(f"spmd: {ctx.what()} gathers dim{'s' if len(dims) > 1 else ''} "
-                f"{', '.join(map(str, dims))} of operand {i} ({v.dtype}{list(v.shape)}, split as "
-                f"{have.text()}): {op.opdef.needs_whole}; split another dim (a batch dim) to keep "
-                f"it local", ReshardWarning, op.loc)
+        warn_gather(ctx.what(), v, have, why, op.loc, dims)
+        return
+    up = whole_dims_gathered(op, i, [d for d in whole if not want.dim_axes(d)],
+                             getattr(ctx.src, "annotations", {}))
+    if up is not None:
+        u, dims = up
+        warn_gather(ctx.what(), u, u.sharding.for_rank(u.ndim), why, op.loc, dims)
 
 
 def _emit_default(ctx, op, rule, assign, locals_, shardings, have):

@@ -36,15 +36,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ShardingError, warn_at, where
+from ..errors import ReshardWarning, ShardingError, warn_at, where  # noqa: F401 (ReshardWarning: its home for importers)
 from ..ir import Value
 from ..ir.mesh import Sharding
 
 LATENCY_BYTES = 256        # what one collective's start-up is worth, in bytes
-
-
-class ReshardWarning(UserWarning):
-    """A reshard had to hold more of an array per device than either end needs."""
 
 
 def _chunk(n, k):

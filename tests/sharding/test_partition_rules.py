@@ -54,7 +54,7 @@ def test_the_rules_tables_are_the_ones_expected():
     """What the IR used to carry on its entries (OpDef.partition / partition_local), each
     op once: a rule lost in the move would fall back to the generic partitioning."""
     assert set(OPS) == {"constant", "slice", "pad", "concatenate", "reverse", "roll", "while", "cond", "scan",
-                        "fft", "cumulative", "sharding_constraint", "debug_print"}
+                        "fft", "cumulative", "sharding_constraint", "debug_print", "order_statistic"}
     assert set(LOCAL) == {"iota", "dynamic_slice", "dynamic_update_slice", "gather", "scatter"}
 
 

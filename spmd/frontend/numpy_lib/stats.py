@@ -102,23 +102,57 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 
 # ---------------------------------------------------------------------------- quantiles
-METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+# median, percentile and quantile pick elements with order_statistic (the sorted
+# elements at given places, NaN last; along a split axis a distributed selection, never a
+# gather: sharding/partition_rules/select.py), then interpolate as numpy does.
+# Hyndman and Fan's continuous methods as numpy writes them: (alpha, beta) of the virtual
+# index n*q + alpha + q*(1 - alpha - beta) - 1
+HYNDMAN_FAN = {"interpolated_inverted_cdf": (0.0, 1.0), "hazen": (0.5, 0.5), "weibull": (0.0, 0.0),
+               "median_unbiased": (1 / 3.0, 1 / 3.0), "normal_unbiased": (3 / 8.0, 3 / 8.0)}
+METHODS = ("linear", "lower", "higher", "nearest", "midpoint", "inverted_cdf", "averaged_inverted_cdf",
+           "closest_observation") + tuple(HYNDMAN_FAN)
 NAN_METHODS = ("linear", "lower", "higher", "midpoint", "median")     # ("median": nanmedian's)
+# methods that return an element as it is
+PICKING = ("lower", "higher", "nearest", "inverted_cdf", "closest_observation")
+
+
+def _select(y, ranks):
+    """The sorted elements of y's last axis (NaN last) at `ranks`: a static int array
+    (r,) or a traced int64 (..., r) -> (..., r)."""
+    if not isinstance(ranks, Tracer):
+        ranks = core.broadcast_to(core.asarray(np.asarray(ranks, np.int64), t=y._tr), y.shape[:-1] + (len(ranks),))
+    return core.emit(y._tr, "order_statistic", y, ranks)
+
+
+def _any_nan(x, axis):
+    """Does x hold a NaN along `axis` (None: anywhere)? The rows _move_last makes, in
+    their order (numpy's quantiles of such a row are NaN). Read in x's own layout, not
+    the moved one: a reduction over leading dims runs row by row."""
+    return red.any(MF.isnan(x), axis=None if axis is None else core.normalize_axes(axis, x.ndim, "quantile"))
 
 
 def _quantile(name, a, q, axis, method, keepdims, scale):
     x = core.asarray(a)
     qa = _fractions(name, q, method, scale)
     dt = _quantile_dtype(name, x, q, method)
-    y, axes = _move_last(core.astype(x, dt) if x.dtype.kind == "f" else x, axis, name)
+    # integers that are interpolated are converted to dt first: that picks the same elements
+    # (the conversion keeps the order), and float rows select without a gather. Floats are
+    # picked as they are: numpy subtracts the two picks in their own dtype.
+    y = core.astype(x, dt) if x.dtype.kind in "iu" and method not in PICKING else x
+    y, axes = _move_last(y, axis, name)
     n, kept = y.shape[-1], y.shape[:-1]
     if n == 0:
         raise IndexError(f"np.{name} of an empty axis: numpy has no element to pick (at {user_loc()})")
-    s = sort(y, axis=-1)
-    r = _interpolate(s, *_positions(qa.ravel() * (n - 1), n, method), dt, method)
-    if x.dtype.kind == "f":
-        # any NaN in a slice makes its quantiles NaN (sorted NaNs sit last)
-        bad = MF.isnan(indexing.getitem(s, (Ellipsis, slice(n - 1, n))))
+    lo, hi, t = (_positions(qa.ravel() * (n - 1), n, method) if method in METHODS[:5]
+                 else _numpy_positions(qa.ravel(), n, method))
+    picks = np.unique(np.concatenate([lo, hi]))
+    sel = _select(y, picks)
+    a0 = shapes.take(sel, np.searchsorted(picks, lo), axis=-1)
+    a1 = shapes.take(sel, np.searchsorted(picks, hi), axis=-1)
+    r = _interpolate(a0, a1, t, dt, method)
+    if y.dtype.kind == "f":
+        # any NaN in a slice makes its quantiles NaN
+        bad = core.broadcast_to(shapes.reshape(_any_nan(core.astype(x, dt), axis), kept + (1,)), r.shape)
         r = ew.where(bad, core.full_like(r, np.nan), r)
     # (..., nq) -> q's dims first
     r = shapes.reshape(r, kept + qa.shape)
@@ -136,8 +170,8 @@ def _fractions(name, q, method, scale, methods=METHODS):
         raise NotImplementedError(f"np.{name} with traced q is not supported in spmd: pass q as a Python "
                                   f"number or numpy array (at {user_loc()})")
     if method not in methods:
-        raise NotImplementedError(f"np.{name} method={method!r} (supported: {', '.join(methods)}) "
-                                  f"(at {user_loc()})")
+        raise NotImplementedError(f"np.{name} method={method!r} is not supported in spmd (supported: "
+                                  f"{', '.join(methods)}) (at {user_loc()})")
     qa = np.asarray(q, dtype=np.float64) / scale
     if (qa < 0).any() or (qa > 1).any() or np.isnan(qa).any():
         raise ValueError(f"np.{name}: {'Percentiles' if scale == 100 else 'Quantiles'} must be in the range "
@@ -146,7 +180,7 @@ def _fractions(name, q, method, scale, methods=METHODS):
 
 
 def _quantile_dtype(name, x, q, method):
-    if method in ("lower", "higher", "nearest"):
+    if method in PICKING:
         return x.dtype.name          # numpy picks an element: the input's dtype, bool included
     if x.dtype.kind not in "fiu":
         raise TypeError(f"np.{name} of {x.dtype}: numpy's interpolation subtracts, which bool does not "
@@ -172,26 +206,70 @@ def _positions(v, n, method):
     return lo, hi, t
 
 
-def _interpolate(s, lo, hi, t, dt, method):
-    a0 = core.astype(shapes.take(s, lo, axis=-1), dt)
-    if method in ("lower", "higher", "nearest"):
-        return a0                  # numpy picks these without interpolating (inf stays inf)
-    a1 = core.astype(shapes.take(s, hi, axis=-1), dt)
-    t = np.asarray(t, dtype=dt)
+def _discrete(index, pick_previous):
+    """numpy's discontinuous methods: the index below `index` where pick_previous(its
+    fraction, index) holds, else the one above, at least 0."""
+    previous = np.floor(index)
+    res = np.where(pick_previous(index - previous, index), previous, previous + 1).astype(np.int64)
+    return np.maximum(res, 0)
+
+
+def _numpy_positions(q, n, method):
+    """(index below, index above, weight of the one above) for numpy's methods beyond the
+    five classic ones, worked out as numpy does: the virtual index of each q, its floor
+    and the next, both the last element where it is at or past the last and the first
+    where it is below the first, the weight from the floor so moved."""
+    if method == "inverted_cdf":
+        idx = np.minimum(_discrete(n * q - 1, lambda g, i: g == 0), n - 1)
+        return idx, idx, np.zeros_like(q)
+    if method == "closest_observation":
+        idx = np.minimum(_discrete(n * q - 1 - 0.5, lambda g, i: (g == 0) & (np.floor(i) % 2 == 1)), n - 1)
+        return idx, idx, np.zeros_like(q)
+    if method == "averaged_inverted_cdf":
+        v = n * q - 1
+    else:
+        alpha, beta = HYNDMAN_FAN[method]
+        v = n * q + (alpha + q * (1 - alpha - beta)) - 1
+    previous = np.floor(v)
+    after = previous + 1
+    above, below = v >= n - 1, v < 0
+    previous[above] = after[above] = -1          # numpy's -1: the last element
+    previous[below] = after[below] = 0
+    t = v - previous
+    if method == "averaged_inverted_cdf":
+        t = np.where(t == 0, 0.5, 1.0)
+    lo = np.where(previous < 0, n - 1, previous).astype(np.int64)
+    hi = np.where(after < 0, n - 1, after).astype(np.int64)
+    return lo, hi, t
+
+
+def _interpolate(a0, a1, t, dt, method):
+    """numpy's _lerp between the picked elements a0 and a1 (..., nq), weight t (nq,): the
+    difference in the picks' dtype, then promoted with the weight's (dt)."""
+    if method in PICKING:
+        return core.astype(a0, dt)   # numpy picks these without interpolating (inf stays inf)
+    # numpy's weight is float64 (1 - t and t >= 0.5 too), used as dt (a Python float
+    # against float32 picks when q is a Python number)
+    t = np.asarray(t, dtype=np.float64)
     d = ew.subtract(a1, a0)
-    return ew.where(t >= 0.5, ew.subtract(a1, ew.multiply(d, 1.0 - t)), ew.add(a0, ew.multiply(d, t)))
+    return ew.where(t >= 0.5, ew.subtract(a1, ew.multiply(d, (1.0 - t).astype(dt))),
+                    ew.add(a0, ew.multiply(d, t.astype(dt))))
 
 
+@core.takes_out
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
                weights=None, interpolation=None):
-    core.no_extra("percentile", (), {"out": out, "weights": weights, "interpolation": interpolation})
-    return _quantile("percentile", a, q, axis, method, keepdims, 100.0)
+    core.no_extra("percentile", (), {"weights": weights, "interpolation": interpolation})
+    r = _quantile("percentile", a, q, axis, method, keepdims, 100.0)
+    return r if out is None else red.into(out, r, "percentile")
 
 
+@core.takes_out
 def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
              weights=None, interpolation=None):
-    core.no_extra("quantile", (), {"out": out, "weights": weights, "interpolation": interpolation})
-    return _quantile("quantile", a, q, axis, method, keepdims, 1.0)
+    core.no_extra("quantile", (), {"weights": weights, "interpolation": interpolation})
+    r = _quantile("quantile", a, q, axis, method, keepdims, 1.0)
+    return r if out is None else red.into(out, r, "quantile")
 
 
 @core.takes_out
@@ -205,11 +283,9 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     if n == 0:
         r = core.full_like(y, np.nan, dtype=dt, shape=y.shape[:-1])
     else:
-        s = sort(y, axis=-1)
-        mid = shapes.take(s, np.array([(n - 1) // 2, n // 2], np.int64), axis=-1)
+        mid = _select(y, np.unique(np.array([(n - 1) // 2, n // 2], np.int64)))
         r = red.mean(mid, axis=-1) if n % 2 == 0 else indexing.getitem(mid, (Ellipsis, 0))
-        bad = MF.isnan(indexing.getitem(s, (Ellipsis, n - 1)))
-        r = ew.where(bad, core.full_like(r, np.nan), r)
+        r = ew.where(_any_nan(x, axis), core.full_like(r, np.nan), r)
     if keepdims:
         r = shapes.reshape(r, _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim)
     return r
@@ -597,17 +673,6 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 
 
 # ---------------------------------------------------------------------------- NaN-ignoring quantiles
-def _pick(s, pos):
-    """s[..., pos[...]] along the last dim for traced positions: a one-hot sum (local on
-    every other dim; n elements read per pick)."""
-    n = s.shape[-1]
-    iota = core.emit(s._tr, "iota", shape=pos.shape + (n,), dtype="int64", dimension=pos.ndim)
-    hit = ew.equal(iota, core.emit(s._tr, "broadcast_in_dim", pos, shape=pos.shape + (n,),
-                                broadcast_dimensions=tuple(range(pos.ndim))))
-    sb = core.broadcast_to(s, pos.shape + (n,))
-    return red.sum(ew.where(hit, sb, core.zeros_like(sb)), axis=-1)
-
-
 def _nanquantile(name, a, q, axis, method, keepdims, scale):
     x = core.asarray(a)
     if x.size == 0:
@@ -622,9 +687,16 @@ def _nanquantile(name, a, q, axis, method, keepdims, scale):
     y, axes = _move_last(core.astype(x, dt), axis, name)
     if y.shape[-1] == 0:
         raise IndexError(f"np.{name} of an empty axis (at {user_loc()})")
-    s = sort(y, axis=-1)                                              # NaNs last
-    k = red.sum(core.astype(ew.logical_not(MF.isnan(y)), dt), axis=-1)      # non-NaN count per slice
-    r = shapes.stack([_nan_quantile(s, k, qq, method) for qq in qa.ravel().tolist()], 0)
+    # non-NaN count per slice; the places are worked out in float64, as numpy does, the
+    # weight then cast to dt (numpy's gamma)
+    k = red.sum(core.astype(ew.logical_not(MF.isnan(y)), "float64"), axis=-1)
+    # every q's places among the non-NaNs (traced: they depend on k), picked at once (NaN last)
+    places = [(lo, hi, core.astype(t, dt)) for lo, hi, t in (_nan_places(k, qq, method) for qq in qa.ravel().tolist())]
+    ranks = shapes.stack([core.astype(p, "int64") for lo, hi, _ in places for p in (lo, hi)], -1)
+    sel = _select(y, ranks)
+    r = shapes.stack([_nan_quantile(k, indexing.getitem(sel, (Ellipsis, 2 * i)),
+                                    indexing.getitem(sel, (Ellipsis, 2 * i + 1)), p, method)
+                      for i, p in enumerate(places)], 0)
     r = shapes.reshape(r, qa.shape + y.shape[:-1])
     if keepdims:
         shape = _keepdims_shape(x, axes) if axis is not None else (1,) * x.ndim
@@ -632,9 +704,9 @@ def _nanquantile(name, a, q, axis, method, keepdims, scale):
     return core.astype(r, dt)
 
 
-def _nan_quantile(s, k, q, method):
-    """The q-quantile of each row of s (sorted, NaNs last) among its first k (traced)
-    elements, the ones that are not NaN; NaN where k is 0."""
+def _nan_places(k, q, method):
+    """The q-quantile's places among each row's k (traced) non-NaN elements: (index
+    below, index above, weight of the one above), as numpy's `method` picks them."""
     v = ew.multiply(ew.maximum(ew.subtract(k, 1.0), 0.0), q)        # virtual index among the non-NaNs
     lo = ew.floor(v)
     hi = ew.minimum(ew.add(lo, 1.0), ew.maximum(ew.subtract(k, 1.0), 0.0))
@@ -651,8 +723,13 @@ def _nan_quantile(s, k, q, method):
         t = ew.where(ew.equal(v, ew.floor(v)), core.zeros_like(v), core.full_like(v, 0.5))
     else:
         t = core.zeros_like(v)
-    a0 = _pick(s, core.astype(lo, "int64"))
-    a1 = _pick(s, core.astype(hi, "int64"))
+    return lo, hi, t
+
+
+def _nan_quantile(k, a0, a1, places, method):
+    """The q-quantile of each row from its picked non-NaN elements a0 (below) and a1
+    (above), numpy's interpolation; NaN where the row has no non-NaN (k is 0)."""
+    lo, hi, t = places
     d = ew.subtract(a1, a0)
     r = ew.where(ew.greater_equal(t, 0.5), ew.subtract(a1, ew.multiply(d, ew.subtract(1.0, t))),
                  ew.add(a0, ew.multiply(d, t)))
@@ -663,20 +740,26 @@ def _nan_quantile(s, k, q, method):
     return ew.where(ew.equal(k, 0), core.full_like(r, np.nan), r)  # an all-NaN slice: NaN
 
 
+@core.takes_out
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
                   weights=None, interpolation=None):
-    core.no_extra("nanpercentile", (), {"out": out, "weights": weights, "interpolation": interpolation})
-    return _nanquantile("nanpercentile", a, q, axis, method, keepdims, 100.0)
+    core.no_extra("nanpercentile", (), {"weights": weights, "interpolation": interpolation})
+    r = _nanquantile("nanpercentile", a, q, axis, method, keepdims, 100.0)
+    return r if out is None else red.into(out, r, "nanpercentile")
 
 
+@core.takes_out
 def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
                 weights=None, interpolation=None):
-    core.no_extra("nanquantile", (), {"out": out, "weights": weights, "interpolation": interpolation})
-    return _nanquantile("nanquantile", a, q, axis, method, keepdims, 1.0)
+    core.no_extra("nanquantile", (), {"weights": weights, "interpolation": interpolation})
+    r = _nanquantile("nanquantile", a, q, axis, method, keepdims, 1.0)
+    return r if out is None else red.into(out, r, "nanquantile")
 
 
+@core.takes_out
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
-    core.no_extra("nanmedian", (), {"out": out})
+    if out is not None:
+        return red.into(out, nanmedian(a, axis, None, overwrite_input, keepdims), "nanmedian")
     x = core.asarray(a)
     if x.dtype.kind == "c":
         raise TypeError(f"np.nanmedian of complex numbers is not supported in spmd (at {user_loc()})")

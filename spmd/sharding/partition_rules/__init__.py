@@ -16,10 +16,10 @@ test_partition_rules.py checks every key here names a registered op.
 """
 from __future__ import annotations
 
-from . import annotation, control, debug, fft, indexing, reduce, shape
+from . import annotation, control, debug, fft, indexing, reduce, select, shape
 from .context import LocalRule, OpRule, PartitionContext
 
-FAMILIES = (annotation, control, debug, fft, indexing, reduce, shape)
+FAMILIES = (annotation, control, debug, fft, indexing, reduce, select, shape)
 
 
 def _merged(table):

@@ -70,8 +70,10 @@ class PartitionContext(Protocol):
         """(x with dim d gathered, the spec it now has), with a ReshardWarning: the route
         when a halo window would take too many hops."""
 
-    def warn_gather(self, message: str) -> None:
-        """A rule that must gather what the op needs whole says so (never silently)."""
+    def warn_gathered(self, v: Value, have: Sharding, why: str, dims=None) -> None:
+        """A rule that gathers split dims of global value v (laid out by `have`; all of
+        them if dims is None) whole on every device says so, with the bytes (a
+        ReshardWarning from the user's line, sharding/gathers.py)."""
 
     def mask_reduction_dims(self, op: Op, rule: FactorRule, assign: dict, locals_: list,
                             shardings: list, kind: str = "sum") -> list:

@@ -80,9 +80,8 @@ def _fft(ctx: PartitionContext, op: Op):
             t = cands[0]
             new[t], new[need] = spec[t] + spec[need], ()
         else:
-            ctx.warn_gather(f"spmd: {ctx.what()} gathers dim {need} of {xv.dtype}{list(xv.shape)} (split as "
-                            f"{have.text()}): the FFT needs the whole axis and no other dim can hold the "
-                            f"split; split another (batch) dim to keep it local")
+            ctx.warn_gathered(xv, have, "the FFT needs the whole axis and no other dim can hold the split; "
+                              "split another (batch) dim to keep it local", dims=[need])
             new[need] = ()
         lv = ctx.reshard(lv, old, ctx.sh(new), tuple(shape))
         spec = new
