@@ -1,7 +1,7 @@
 """spmd: write a numpy program once, shard a few arrays, run it on many devices."""
 from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
 from .errors import MemoryLimitError  # noqa: F401
-from .errors import ConcreteValueError, FallbackWarning  # noqa: F401
+from .errors import ConcreteValueError, FallbackWarning, ReshardWarning  # noqa: F401
 from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
 from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .frontend.remat import checkpoint, checkpoint_name, checkpoint_policies  # noqa: F401
