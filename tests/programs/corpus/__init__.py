@@ -35,7 +35,7 @@ NAMES = [
     "admm_lasso", "irls_logistic", "projected_gradient", "conjugate_gradient", "backtracking",
     "gram_schmidt", "sinkhorn", "jacobi_out",
     # signal processing
-    "fir_convolve", "fir_slices", "power_spectrum", "moving_average",
+    "fir_convolve", "fir_slices", "power_spectrum", "moving_average", "polyfit_detrend",
     # Kalman and other filters
     "kalman", "exp_smoothing", "particle_filter",
     # graph algorithms
