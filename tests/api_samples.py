@@ -36,7 +36,8 @@ SAMPLES = {
     "quantile": (A, 0.5), "nanquantile": (A, 0.5), "percentile": (A, 50), "nanpercentile": (A, 50),
     "histogram": (V,), "clip": (A, 0.6, 1.1), "expand_dims": (A, 1), "swapaxes": (A, 0, 1),
     "moveaxis": (A, 0, 1), "full_like": (A, 3.0), "linalg.solve": (S, V), "ix_": (np.array([0, 2]), V),
-    "fill_diagonal": (S, 1.0), "where": (M, A, B),
+    "fill_diagonal": (S, 1.0), "where": (M, A, B), "vander": (V,), "polyval": (V, A),
+    "polyfit": (np.array([0.1, 0.5, 0.9, 1.4, 2.0]), np.array([1.0, 0.2, -0.3, 0.8, 2.5]), 2),
 }
 METHOD_SAMPLES = {"reshape": (A, 4, 3), "astype": (A, np.float32), "take": (A, [2, 0])}
 

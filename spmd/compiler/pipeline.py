@@ -28,6 +28,7 @@ from ..sharding.partition import partition
 from ..sharding.propagate import propagate
 from . import program_cache
 from .passes.bodies import in_bodies
+from .passes.scalar_reads import batch_scalar_reads
 from .passes import (blocks_late, combine_collectives, cse, dce, drop_barriers, exchanges_late, frees_first,
                      hoist_invariants, inline_calls, recompute_late_reads, regather, roll_loops, schedule_async,
                      simplify)
@@ -65,7 +66,8 @@ def stages(mesh, in_shardings, out_shardings) -> list:
            Stage("simplify_global", in_bodies(simplify), "global"),
            Stage("dce", in_bodies(dce), "global")]
     if mesh is not None:
-        out += [Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),
+        out += [Stage("scalar_reads", in_bodies(batch_scalar_reads), "global"),
+                Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),
                 Stage("partitioned", partition, "per_device")]
     return out + [Stage(name, fn) for name, fn in OPTIMIZE]
 

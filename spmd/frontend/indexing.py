@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import TraceError, user_loc
 from . import core, masked, shapes
+from .masked import same_value
 from . import elementwise as ew
 from . import reductions as red
 from . import functionalize as fz
@@ -252,6 +253,9 @@ def _place(r, nb, first, adjacent):
 
 def getitem(x, key):
     x = core.asarray(x)
+    sels = _selections(x, key)
+    if sels is not None and len(sels) == x.ndim:
+        return _get_selected(x, sels)
     ents, has_ellipsis = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" in kinds:
@@ -291,6 +295,10 @@ def setitem(x, key, value):
     if not isinstance(x, Tracer):
         no_plain_write("x[...] = traced value", user_loc())
     x._ensure_buffer()          # written into: an array, which its views below write through
+    sels = _selections(x, key)
+    if sels is not None and _selected_value(sels[0], value, x.ndim - len(sels)) is not None:
+        _set_selected(x, sels, _selected_value(sels[0], value, x.ndim - len(sels)))
+        return
     ents, _ = parse(x, key)
     kinds = {k for k, _ in ents}
     if "mask" not in kinds and isinstance(value, masked.Masked):
@@ -303,6 +311,78 @@ def setitem(x, key, value):
         write(v, _fit(value, v, x._tr).value)
     else:
         _set_advanced(x, ents, value)
+
+
+# -- x[idx[m]]: indices that are a selection through a traced mask ---------------------------
+def _selections(x, key):
+    """The key's index arrays when it is x[i[m]], x[i[m], j[m]] or x[i[m], :] -- leading
+    selections through one traced mask (masked.Masked, aligned), then full slices -- else None."""
+    key = key if isinstance(key, tuple) else (key,)
+    n = 0
+    while n < len(key) and isinstance(key[n], masked.Masked):
+        n += 1
+    if n == 0 or n > x.ndim or builtins.any(not (isinstance(k, slice) and k == slice(None)) for k in key[n:]):
+        return None
+    sels = key[:n]
+    lead = sels[0]
+    if lead.plan.n_first or lead.dtype.kind not in "iu" or \
+            builtins.any(s.dtype.kind not in "iu" or not lead.aligned(s) for s in sels):
+        return None
+    return sels
+
+
+def _selected_value(lead, value, nrest):
+    """The value written through the selection `lead`, laid out with lead's positions
+    (then x's remaining dims), where that does not depend on the data: a scalar or an array
+    broadcasting over x's remaining dims alone, or a selection through the same mask (numpy
+    pairs the i-th selected index with the i-th selected value: the same position). Else None."""
+    if isinstance(value, masked.Masked):
+        a, b = lead.plan, value.plan
+        if (a.p, a.k, a.n_first) != (b.p, b.k, b.n_first) or b.sel[:len(a.sel)] != a.sel or \
+                not same_value(a.mask.value, b.mask.value):
+            return None
+        return value.vals
+    if isinstance(value, (Tracer, np.ndarray, list, tuple)) and np.ndim(value) > nrest:
+        return None
+    return value
+
+
+def _kept(sels):
+    """The selections' positions that numpy's compacted selection has (the mask broadcast)."""
+    lead = sels[0]
+    return core.broadcast_to(lead.plan.mask_in_view, lead.vals.shape)
+
+
+def _selected_entries(x, sels, keep):
+    # an unselected position may hold any integer: index 0 there (its write is dropped)
+    ents = [("array", ew.where(keep, core.astype(s.vals, "int64"), 0)) for s in sels]
+    return ents + [("slice", slice(None))] * (x.ndim - len(sels))
+
+
+def _get_selected(x, sels):
+    """x[i[m], j[m]] (every dim of x indexed): a selection through m again, read in place
+    (a gather at every position; the unselected ones are never read back)."""
+    lead = sels[0]
+    keep = _kept(sels)
+    r = getitem(x, tuple(k for _, k in _selected_entries(x, sels, keep)))
+    return masked.Masked(lead.plan, r, lead.loc)
+
+
+def _set_selected(x, sels, value):
+    """x[i[m]] = v[m]: a scatter at every position of the selection with the unselected
+    positions' writes dropped. Compaction keeps order, so where an index repeats among the
+    selected positions the last one written wins, as in numpy."""
+    t = x._tr
+    keep = _kept(sels)
+    y, pos, adv, adjacent = _split(x, _selected_entries(x, sels, keep))
+    flat, bshape, n = _flat_index(y, pos, adv)
+    m, perm, tshape = _merged(y, pos)
+    val = _index_first(value, m, bshape, pos, adjacent, t, x.dtype)
+    if not n or not int(np.prod(bshape, dtype=np.int64)):
+        return
+    new = _scatter_set(m, flat, val, t, keep)
+    new = shapes.transpose(shapes.reshape(new, tshape), list(np.argsort(perm)))
+    write(y, new.value)
 
 
 def _set_masked(x, ents, value, count=None):
@@ -363,14 +443,15 @@ def _add_zeros(m):
     return core.full_like(m, -0.0) if m.dtype.kind == "f" else core.zeros_like(m)
 
 
-def _scatter_set(m, flat, val, t):
+def _scatter_set(m, flat, val, t, keep=None):
     """m (N, rest...) with rows flat (index shape B) set to val (B + rest): where an index
-    repeats, numpy keeps the last value written, and so do we."""
+    repeats, numpy keeps the last value written, and so do we. `keep` (traced bools of
+    shape B): only those writes happen."""
     one = np.int32(1)
     if not isinstance(flat, Tracer):
         flat, val = _last_writes(m, flat, val, t)
-    elif flat.size > 1:
-        flat, val, one = _last_writes_traced(m, flat, val, t)
+    elif flat.size > 1 or keep is not None:
+        flat, val, one = _last_writes_traced(m, flat, val, t, keep)
     idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
     # the rows written: a scatter of the values and one of a hit count, then a select
     upd = core.emit(t, "scatter", _add_zeros(m), idx, val, axis=0)
@@ -392,19 +473,25 @@ def _last_writes(m, flat, val, t):
     return f, val
 
 
-def _last_writes_traced(m, flat, val, t):
+def _last_writes_traced(m, flat, val, t, keep=None):
     """Traced indices: (the indices, the values with each write a later one to the same
     index supersedes made zero, 1 for a write that stands and 0 for a superseded one) --
-    a stable sort of the indices finds the superseded ones."""
+    a stable sort of the indices finds the superseded ones. With `keep`, the writes it
+    leaves out are dropped and supersede nothing (sorted last, under an index past N)."""
     nb = flat.size
     f = shapes.reshape(flat, (nb,))
     val = shapes.reshape(val, (nb,) + m.shape[1:])
+    if keep is not None:
+        keep = shapes.reshape(keep, (nb,))
+        f = ew.where(keep, f, np.int64(m.shape[0]))
     order = core.emit(t, "argsort", f, axis=0)                 # stable: equal ones keep their order
     s = core.emit(t, "gather", f, order, axis=0)
     later = shapes.concatenate([ew.equal(s[:-1], s[1:]), core.asarray(np.zeros(1, bool), t=t)])
     superseded = core.emit(t, "gather", later, core.emit(t, "argsort", order, axis=0), axis=0)
+    if keep is not None:
+        f = ew.where(keep, f, np.int64(0))
     # a superseded write adds nothing and does not count as a hit
-    keep = ew.logical_not(superseded)
+    keep = ew.logical_not(superseded) if keep is None else ew.logical_and(keep, ew.logical_not(superseded))
     val = ew.where(shapes.reshape(keep, (nb,) + (1,) * (m.ndim - 1)), val, _add_zeros(val))
     return f, val, core.astype(keep, "int32")
 

@@ -17,6 +17,7 @@ from . import numpy_buffers as nb
 from . import reductions as red
 from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
+from .numpy_lib import polynomial as PL
 
 
 U, F, M = "ufunc", "function", "method"
@@ -212,6 +213,10 @@ API = (
     ("unique",        DS.unique,                      (F,),      ()),
     ("histogram",     ST.histogram,                   (F,),      ()),
     ("interp",        ST.interp,                      (F,),      ()),
+    # -- numpy_lib/polynomial.py
+    ("vander",        PL.vander,                      (F,),      ()),
+    ("polyval",       PL.polyval,                     (F,),      ()),
+    ("polyfit",       PL.polyfit,                     (F,),      ()),
     ("nanmedian",     ST.nanmedian,                   (F,),      ()),
     ("nanpercentile", ST.nanpercentile,               (F,),      ()),
     ("nanquantile",   ST.nanquantile,                 (F,),      ()),

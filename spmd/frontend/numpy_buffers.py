@@ -39,6 +39,14 @@ from .trace import NumpyBuffer, Tracer, current_trace, resolve
 
 CREATORS = ("zeros", "empty", "ones", "full", "eye", "identity", "array", "asarray", "asanyarray",
             "ascontiguousarray", "copy", "zeros_like", "ones_like", "empty_like", "full_like")
+# numpy functions that build arrays of constants (ranges, grids, windows, frequencies,
+# triangles): their results are NumpyBuffers too, so a traced index into them (a gather
+# from a constant) or a traced value written into them traces, instead of needing a value
+# from the data. (module, name): np.fft's live in numpy.fft.
+CONSTANT_MAKERS = tuple((np, name) for name in (
+    "arange", "linspace", "logspace", "geomspace", "meshgrid", "indices", "tri", "tril", "triu", "diag",
+    "diagflat", "vander", "hanning", "hamming", "blackman", "bartlett", "kaiser", "fromfunction",
+    "unravel_index")) + ((np.fft, "fftfreq"), (np.fft, "rfftfreq"))
 # numpy functions that convert a list argument themselves (they dispatch on the list, not
 # on the arrays in it): while tracing, a list holding traced values is stacked first, as
 # numpy would, so the call is traced (np.sum([loss_a, loss_b]))
@@ -350,6 +358,20 @@ def _make_new(f, args, kwargs):
     return _as_buffer(f(*args, **kwargs))
 
 
+def _make_constant(f, args, kwargs):
+    """A constant-building function's result(s) as NumpyBuffers; one viewing an argument's
+    memory (np.meshgrid(..., copy=False), np.diag of a 2-d array) stays numpy's view, so a
+    write into it still reaches that argument as in numpy."""
+    r = f(*args, **kwargs)
+    given = [a for a in list(args) + list(kwargs.values()) if isinstance(a, np.ndarray)]
+
+    def adopt(x):
+        if type(x) is not np.ndarray or builtins.any(np.may_share_memory(x, a) for a in given):
+            return x
+        return x.view(NumpyBuffer)
+    return type(r)(adopt(x) for x in r) if isinstance(r, (tuple, list)) else adopt(r)
+
+
 def _make_full(f, args, kwargs):
     """np.full / np.full_like with a traced fill value: numpy's array of the shape, then
     the value written into it."""
@@ -400,8 +422,8 @@ def _is_users(filename) -> bool:
     return not is_internal(filename) and "site-packages" not in filename and "dist-packages" not in filename
 
 
-def _creator(name, f):
-    make = _MAKERS.get(name, _make_new)
+def _creator(name, f, make=None):
+    make = make or _MAKERS.get(name, _make_new)
 
     @functools.wraps(f)
     def creator(*args, **kwargs):
@@ -418,13 +440,15 @@ _active = [0]
 
 @contextlib.contextmanager
 def intercepting():
-    """numpy's creation functions make NumpyBuffers (and SEQUENCE_TAKERS stack lists of
+    """numpy's creation functions (and CONSTANT_MAKERS) make NumpyBuffers (and SEQUENCE_TAKERS stack lists of
     traced values) for the user's code of the threads tracing, while this context is open
     in any thread."""
     with _lock:
         if _active[0] == 0:
             for name in CREATORS + SEQUENCE_TAKERS:
                 setattr(np, name, _creator(name, getattr(np, name)))
+            for mod, name in CONSTANT_MAKERS:
+                setattr(mod, name, _creator(name, getattr(mod, name), _make_constant))
         _active[0] += 1
     try:
         yield
@@ -434,3 +458,5 @@ def intercepting():
             if _active[0] == 0:
                 for name in CREATORS + SEQUENCE_TAKERS:
                     setattr(np, name, getattr(np, name).spmd_original)
+                for mod, name in CONSTANT_MAKERS:
+                    setattr(mod, name, getattr(mod, name).spmd_original)

@@ -236,7 +236,7 @@ class Tracer:
         raise ConcreteValueError(
             f"a traced value {self!r} was converted to a numpy array at {loc}: inside "
             f"spmd.jit its value is not known until the program runs. If this is a write into a "
-            f"numpy array made outside the function or by np.arange / a global's .copy(), copy it "
+            f"numpy array made outside the function or by a global's .copy(), copy it "
             f"inside the function first (buf = np.array(a)); arrays made there by np.zeros / "
             f"np.empty / np.array take traced values as in numpy. If a library converted the value, "
             f"run that part outside spmd.jit.", loc)
@@ -436,7 +436,7 @@ _STORES: dict = {}      # code object -> offsets of its STORE_SUBSCR instruction
 def _raise_store_into_numpy(tracer, loc):
     raise ConcreteValueError(
         f"a traced value is written into a plain numpy array at {loc} (buf[i] = value, with buf "
-        f"made outside the function, or by np.arange / a global's .copy()): a numpy array holds numbers, "
+        f"made outside the function, or by a global's .copy()): a numpy array holds numbers, "
         f"and {tracer!r} has none until the program runs. Copy it inside the function first: "
         f"buf = np.array(a); arrays made there by np.zeros / np.empty / np.array take traced values "
         f"as in numpy.", loc)

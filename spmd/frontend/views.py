@@ -114,6 +114,10 @@ def back(t, step, src, new):
             return new
         if 0 in new.shape:
             return src
+        if new.size == 1:
+            # one element (a per-point loop's out[i, j] = v): written in place, not a
+            # mask over the whole base per element
+            return t.emit("dynamic_update_slice", src, new, *[_const(t, s, "int64") for s in start])
         # pad the update out to the base's shape and select it where it lands: elementwise
         # work the partitioner keeps on each device's own shard
         low = tuple(start)

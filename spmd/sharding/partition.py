@@ -408,7 +408,12 @@ def _generic(ctx: Partitioner, op):
     rule = _rule(op)
     ins = [ctx.env[o] for o in op.operands]
     target = ctx.sharding_of(res)
-    assign = _choose(ctx, op, rule, ins, target)
+    if target.is_replicated and all(sh.is_replicated for _, sh in ins):
+        # every candidate is taken from these shardings: none splits anything (a per-point
+        # loop's scalar arithmetic, thousands of ops, skips the search)
+        assign = {}
+    else:
+        assign = _choose(ctx, op, rule, ins, target)
     used = {a for ax in assign.values() for a in ax}
     red = _reduction_axes(ctx, rule, assign)
     res_spec = _spec_of(rule.results[0], assign)

@@ -146,7 +146,7 @@ def test_a_traced_value_written_into_a_numpy_array_from_outside_says_so_first():
         return out
 
     def fill1(x):
-        out = np.arange(4.0)                    # not a function spmd watches
+        out = np.fromiter(range(4), float)      # not a function spmd watches
         for i in range(4):
             out[i] = x[i].sum()                 # MARK
         return out

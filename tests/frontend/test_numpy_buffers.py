@@ -200,6 +200,41 @@ def test_numpy_is_unchanged_outside_tracing_and_in_other_threads():
     th.join()
     assert not errors
     assert np.zeros is zeros and type(np.zeros(3)) is np.ndarray
+    assert not hasattr(np.arange, "spmd_original") and not hasattr(np.fft.rfftfreq, "spmd_original")
+    assert type(np.arange(3)) is np.ndarray and type(np.fft.rfftfreq(8)) is np.ndarray
+
+
+def test_constant_builders_take_traced_indices_and_writes(compiler):
+    """np.arange, linspace, meshgrid, fft.rfftfreq, tri, ... inside the step are numpy
+    buffers: a traced index gathers from their constant, a traced write turns them traced
+    (no value from the data is needed)."""
+    def f(x):
+        col = x[:, 0]
+        i = np.argmax(col)
+        freqs = np.fft.rfftfreq(16, 0.1)
+        grid_x, grid_y = np.meshgrid(np.linspace(0.0, 1.0, 3), np.arange(16.0))
+        r = np.arange(16) * 2
+        r[3] = i                                    # a traced write into np.arange's array
+        lower = np.tril(np.ones((16, 16)))
+        lower[i] = col                              # and into np.tril's
+        w = np.hanning(16)
+        return (freqs[i % 9], grid_y[i, 1] + grid_x[i, 2], r, lower @ col, np.fft.fftfreq(16)[i],
+                np.logspace(0, 2, 16)[np.argmin(col)] * w[i], np.indices((4, 4))[0].ravel()[i])
+    run(f, X[::-1].copy() + np.sin(np.arange(48.0)).reshape(16, 3), compiler=compiler)
+
+
+def test_a_constant_builders_view_of_an_argument_stays_numpys():
+    """np.diag of a 2-d numpy array is a view of it (numpy writes reach the argument):
+    it stays numpy's own view, not a buffer with memory of its own."""
+    seen = {}
+    base = np.ones((3, 3))
+
+    def f(x):
+        seen["d"] = type(np.diag(base))
+        seen["r"] = type(np.arange(3))
+        return x * 2
+    spmd.jit(f)(X)
+    assert seen["d"] is np.ndarray and seen["r"] is not np.ndarray
 
 
 @settings(max_examples=25, deadline=None)

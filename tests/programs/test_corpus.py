@@ -28,11 +28,9 @@ BREAKS = {
     "projected_gradient": "np.nonzero(...)[0][-1]: the simplex projection's threshold index",
     "conjugate_gradient": "`if np.sqrt(rs_new) < tol: break`",
     "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search",
-    "power_spectrum": "freqs[np.argmax(psd)]: np.fft.rfftfreq's numpy array indexed by a traced integer",
     "groupby_unique": "np.unique(keys, return_inverse=True) and np.bincount: sizes from the data",
     "moving_average": "int(above.sum()), int(below.sum()) returned",
-    "bellman_ford": "pred[dst[tight]] = src[tight]: the selections' length",
-    "label_propagation": "labels.max() + 1 as a shape, and np.arange(n)[known], labels[known] as indices",
+    "label_propagation": "labels.max() + 1 as a shape",
 }
 
 HOW = {}          # name -> "compiled" | "breaks" | "eager", as the programs ran

@@ -442,22 +442,48 @@ def first_fit(temps):
     """[(start, end, offset, size, group)]: each group, in the order given, at the lowest
     aligned offset where each of its parts is clear of the parts already placed that are
     live at the same time."""
-    placed, taken_parts = [], []           # (start, end, first byte, last byte + 1)
+    placed = []
+    taken = LiveIndex()
     for gid, s, e, size, parts in temps:
-        off = lowest_offset(parts, taken_parts)
+        off = lowest_offset(parts, taken)
         placed.append((s, e, off, size, gid))
-        taken_parts += [(ps, pe, off + o, off + o + n) for o, n, ps, pe in parts]
+        for o, n, ps, pe in parts:
+            taken.add((ps, pe, off + o, off + o + n))
     return placed
 
 
-def lowest_offset(parts, taken_parts) -> int:
+class LiveIndex:
+    """Placed parts (first step, last step, first byte, last byte + 1), found by the steps
+    they are live at: each is filed under every block of BLOCK steps it spans, so a query
+    reads the parts near its steps, not every part placed (a program of thousands of
+    small temporaries placed them in time quadratic in their count)."""
+    BLOCK = 32
+
+    def __init__(self):
+        self.parts, self.blocks = [], {}
+
+    def add(self, part):
+        i = len(self.parts)
+        self.parts.append(part)
+        for b in range(part[0] // self.BLOCK, part[1] // self.BLOCK + 1):
+            self.blocks.setdefault(b, []).append(i)
+
+    def live(self, ps, pe):
+        """The placed parts live at some step of [ps, pe], each once."""
+        seen = set()
+        for b in range(ps // self.BLOCK, pe // self.BLOCK + 1):
+            seen.update(self.blocks.get(b, ()))
+        parts = self.parts
+        return [parts[i] for i in sorted(seen) if not (parts[i][1] < ps or pe < parts[i][0])]
+
+
+def lowest_offset(parts, taken) -> int:
     """The lowest aligned offset of a group whose `parts` [(offset in the group, bytes, first
-    step, last step)] are clear of `taken_parts` [(first step, last step, first byte, last
-    byte + 1)] live at the same time."""
+    step, last step)] are clear of the parts placed in `taken` (a LiveIndex) live at the
+    same time."""
     # the group's offsets a placed part rules out: the open range (lo - o - n, hi - o)
     # for a part (o, n) of this group live with a placed part [lo, hi)
-    banned = sorted((lo - o - n, hi - o) for o, n, ps, pe in parts
-                    for s2, e2, lo, hi in taken_parts if not (e2 < ps or pe < s2))
+    banned = sorted((lo - o - n, hi - o) for o, n, ps, pe in parts for _, _, lo, hi in taken.live(ps, pe))
     off = 0
     for a, b in banned:
         if off <= a:
@@ -491,7 +517,7 @@ def place_in_outputs(temps, hosts, n, last=False):
     written after its last read, with room clear of what that buffer holds meanwhile),
     until what is live at the busiest step cannot move."""
     hosts = sorted(hosts, key=lambda h: (h[2], h[1]))
-    taken = {h: [] for h, _, _ in hosts}
+    taken = {h: LiveIndex() for h, _, _ in hosts}
     hosted, left = {}, list(temps)
     while left and hosts:
         d = np.zeros(n + 2, np.int64)
@@ -511,7 +537,8 @@ def place_in_outputs(temps, hosts, n, last=False):
                 off = lowest_offset(parts, taken[h])
                 if off + size <= cap:
                     hosted[gid] = (h, off)
-                    taken[h] += [(ps, pe, off + o, off + o + m) for o, m, ps, pe in parts]
+                    for o, m, ps, pe in parts:
+                        taken[h].add((ps, pe, off + o, off + o + m))
                     moved.add(gid)
                     break
         if not moved:

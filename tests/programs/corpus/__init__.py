@@ -24,20 +24,20 @@ NAMES = [
     # particle methods
     "pic_deposit", "sph_density", "nbody", "lennard_jones",
     # image filters
-    "gaussian_blur", "sobel", "median3", "erosion", "box_filter_cumsum",
+    "gaussian_blur", "sobel", "median3", "erosion", "box_filter_cumsum", "hist_equalize", "mandelbrot",
     # ML with hand-written backprop and optimizers
     "convnet_im2col", "word2vec", "vae", "softmax_regression", "adam", "mlp_momentum",
     "kmeans_step", "pca_power", "logistic_sgd",
-    "rnn_bptt", "knn_classify", "viterbi", "numerical_gradient",
+    "rnn_bptt", "knn_classify", "viterbi", "numerical_gradient", "attention",
     # statistics
     "bootstrap", "online_variance", "histogram", "correlation", "groupby_unique", "monte_carlo_option",
     # optimisation
     "admm_lasso", "irls_logistic", "projected_gradient", "conjugate_gradient", "backtracking",
     "gram_schmidt", "sinkhorn", "jacobi_out",
     # signal processing
-    "fir_convolve", "fir_slices", "power_spectrum", "moving_average",
+    "fir_convolve", "fir_slices", "power_spectrum", "moving_average", "polyfit_detrend",
     # Kalman and other filters
-    "kalman", "exp_smoothing",
+    "kalman", "exp_smoothing", "particle_filter",
     # graph algorithms
     "pagerank", "bellman_ford", "label_propagation", "floyd_warshall",
 ]
