@@ -60,6 +60,11 @@ def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
         g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]
     # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
     g.updates = fz.written_arguments(tracers, g.inputs)
+    # results that are a written argument itself (`a += b; return a`): numpy hands back
+    # the argument object, and so does jit (with no copy of it); result position -> leaf
+    written = {k for k, _ in g.updates}
+    g.returned = {i: k for i, leaf in enumerate(out_leaves) for k, tr in enumerate(tracers)
+                  if leaf is tr and k in written}
     g.np_random_state = random_guard.state_after(t)
     _check_aliasing(fn, leaves, [k for k, _ in g.updates])
     return g, in_tree, out_tree
@@ -137,6 +142,7 @@ class Lowered:
         self.mesh = mesh
         self._exe = None
         self.updates = []             # argument leaves the program writes (extra outputs)
+        self.returned = {}            # result position -> a written argument leaf it is
         # numpy's global random state as the function leaves it (it seeded it: random_guard)
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
@@ -284,8 +290,16 @@ class Lowered:
             from .compiler.gc_pause import paused
             n = len(self.graph.outputs) - len(self.updates)
             with paused():
-                self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
-                                          written={n + j: k for j, k in enumerate(self.updates)})
+                exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
+                                    written={n + j: k for j, k in enumerate(self.updates)})
+            # a result that is a written argument (the same value, laid out alike) is not
+            # copied: the caller is handed the argument itself (Jitted.__call__)
+            outs = self.graph.outputs
+            same = {i: n + self.updates.index(k) for i, k in getattr(self, "returned", {}).items()
+                    if outs[i] is outs[n + self.updates.index(k)]}
+            if same:
+                exe.same = same
+            self._exe = exe
         return self._exe
 
     def __call__(self, *flat_args):
@@ -407,6 +421,7 @@ class Jitted:
         low = Lowered(stages, in_tree, out_tree, self.backend, mesh)
         low.timings = timings
         low.updates = [k for k, _ in updates]
+        low.returned = dict(getattr(graph, "returned", {}))
         low.np_random_state = graph.np_random_state
         low.donated = self._donated_leaves(args) - set(low.updates)
         if self.memory_limit is not None:
@@ -492,6 +507,8 @@ class Jitted:
             outs, new = outs[:len(outs) - len(low.updates)], outs[len(outs) - len(low.updates):]
             for k, v in zip(low.updates, new):
                 self._write_back(leaves[k], v)
+            for i, k in getattr(low, "returned", {}).items():
+                outs[i] = leaves[k]
         return tree_unflatten(low.out_tree, outs)
 
     def _run_eagerly(self, args, leaves):

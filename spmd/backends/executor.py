@@ -39,6 +39,9 @@ class Executable:
     # into its argument): where the output was computed in that input's buffer (the
     # input donated), it is handed back as that buffer, and no other output is
     written = {}
+    # output position -> the written output (a key of `written`) it is the same value as:
+    # the caller hands back the argument for it, so it is not copied (Lowered.compile)
+    same = {}
 
     def __call__(self, inputs, comm=None, into=None):
         """`into`: {output position: array} buffers the caller gives for outputs (of the
@@ -86,6 +89,9 @@ class Executable:
             if env[outs[k]] is x and id(x) not in seen:
                 out[k] = x
                 seen.add(id(x))
+        for k, w in self.same.items():
+            if out[w] is not None and env[outs[k]] is out[w]:
+                out[k] = out[w]
         for k, v in enumerate(outs):
             if out[k] is not None:
                 continue

@@ -120,9 +120,9 @@ def test_other_outputs_never_alias_an_argument_written_in_place():
     assert not np.shares_memory(v, got)
 
 
-def test_a_returned_update_is_a_copy_the_argument_keeps_its_buffer():
-    """numpy returns u itself; the caller gets a separate array with its values, and u the
-    new value in its own buffer."""
+def test_a_returned_update_is_the_argument_itself_as_numpys():
+    """numpy returns u itself, and so does jit: no copy of the new value (a PRK step
+    `a += b + s * c; return a` paid a whole-array copy a call), u's own buffer."""
     u = np.random.default_rng(1).random((N, N))
     got = u.copy()
     where = data(got)
@@ -134,8 +134,38 @@ def test_a_returned_update_is_a_copy_the_argument_keeps_its_buffer():
     r = spmd.jit(f)(got)
     want = numpy_relax(u, 6)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(r, want)
-    assert data(got) == where and not np.shares_memory(r, got)
+    assert r is got and data(got) == where
+
+
+def test_a_copy_of_an_update_is_not_the_argument():
+    """`return u.copy()` is a new array in numpy: jit's result must not share u's memory
+    even where the copy is the same value in the program."""
+    u = np.zeros((4, 4))
+
+    def f(u):
+        u += 1.0
+        return u.copy(), u
+
+    c, same = spmd.jit(f)(u)
+    assert same is u and c is not u and not np.shares_memory(c, u)
+    c += 5.0
+    np.testing.assert_array_equal(u, np.ones((4, 4)))
+
+
+def test_a_returned_sharded_update_is_the_argument_itself():
+    """The same on a mesh: the STREAM triad `a += b + 3 c; return a` on spmd.Arrays hands
+    back a itself, updated, its shards in their own buffers (no copy a call)."""
+    mesh = spmd.Mesh((2,), ("x",))
+    a, b, c = (spmd.device_put(np.arange(16.0) * k, mesh.sharding("x")) for k in (1, 2, 3))
+    bufs = [h.ctypes.data for h in a._handles.values()]
+
+    def triad(a, b, c):
+        a += b + 3.0 * c
+        return a
+
+    r = spmd.jit(triad)(a, b, c)
+    assert r is a and [h.ctypes.data for h in a._handles.values()] == bufs
+    np.testing.assert_array_equal(np.asarray(a), np.arange(16.0) * 12)
 
 
 def test_a_read_only_argument_is_not_written():
