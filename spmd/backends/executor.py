@@ -89,11 +89,8 @@ class Executable:
             if env[outs[k]] is x and id(x) not in seen:
                 out[k] = x
                 seen.add(id(x))
-        for k, w in self.same.items():
-            if out[w] is not None and env[outs[k]] is out[w]:
-                out[k] = out[w]
         for k, v in enumerate(outs):
-            if out[k] is not None:
+            if out[k] is not None or (k in self.same and env[outs[self.same[k]]] is env[v]):
                 continue
             x = env[v]
             if (v.producer is None or v.producer.name == "constant" or id(x) in seen or id(x) in kept_inputs
@@ -101,6 +98,9 @@ class Executable:
                 x = x.copy()
             seen.add(id(x))
             out[k] = x
+        for k, w in self.same.items():
+            if out[k] is None:
+                out[k] = out[w]
         return out
 
     def run_steps(self, steps, free_after, env, comm, run_step, label):
