@@ -16,7 +16,7 @@ a rate that failed its validation is marked `!`. Ratios: spmd1 / numpy, spmd1 / 
 spmd N / C N. The machine is shared and noisy: compare ratios within one run.
 
     python benchmarks/prk/run.py [--quick] [--runs 3] [--iters 10] [--kernels nstream,star2]
-                                 [--ranks 2,4] [--no-mpi] [--json OUT]
+                                 [--ranks 2,4] [--no-mpi] [--json OUT] [--sizes dgemm=2000]
 """
 import argparse
 import dataclasses
@@ -109,9 +109,11 @@ def main():
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--no-mpi", action="store_true")
     ap.add_argument("--json", help="write the rows (seconds an iteration, valid) here")
+    ap.add_argument("--sizes", default="", help="size overrides, e.g. dgemm=2000,grid=1000 (fields of suite.Sizes)")
     a = ap.parse_args()
     sizes = suite.QUICK if a.quick else suite.Sizes()
     sizes = dataclasses.replace(sizes, **{k: v for k, v in (("runs", a.runs), ("iters", a.iters)) if v})
+    sizes = dataclasses.replace(sizes, **{k: int(v) for k, v in (kv.split("=") for kv in a.sizes.split(",") if kv)})
     only = [s for s in a.kernels.split(",") if s]
     kerns = [k for k in suite.suite(sizes) if not only or k.name in only]
     ranks = [int(r) for r in a.ranks.split(",") if r]
