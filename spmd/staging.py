@@ -544,6 +544,10 @@ class Jitted:
             if new is not arg:
                 arg[...] = new.numpy() if hasattr(new, "numpy") else new
             return
+        if isinstance(arg, Array) and isinstance(new, np.ndarray) and self.write_array is not None:
+            # an Array on a one-device mesh runs as numpy (no mesh): the new value comes
+            # back as numpy, placed again as the argument is
+            new = device_put(new, arg.sharding)
         if isinstance(arg, Array) and isinstance(new, Array) and self.write_array is not None:
             self.write_array(arg, new)
             return

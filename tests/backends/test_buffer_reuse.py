@@ -168,6 +168,21 @@ def test_a_returned_sharded_update_is_the_argument_itself():
     np.testing.assert_array_equal(np.asarray(a), np.arange(16.0) * 12)
 
 
+def test_an_array_on_a_one_device_mesh_is_written_in_place():
+    """An spmd.Array on a 1-device mesh runs as numpy; jit raised 'cannot update in place'
+    for a function writing into it. It takes the new value, and is the result."""
+    mesh = spmd.Mesh((1,), ("x",))
+    a, b = (spmd.device_put(np.arange(8.0) * k, mesh.sharding("x")) for k in (1, 2))
+
+    def f(a, b):
+        a += 2.0 * b
+        return a
+
+    r = spmd.jit(f)(a, b)
+    assert r is a and a.sharding == mesh.sharding("x")
+    np.testing.assert_array_equal(np.asarray(a), np.arange(8.0) * 5)
+
+
 def test_a_read_only_argument_is_not_written():
     u = np.random.default_rng(2).random((8, 8))
     u.flags.writeable = False
