@@ -39,6 +39,9 @@ class Executable:
     # into its argument): where the output was computed in that input's buffer (the
     # input donated), it is handed back as that buffer, and no other output is
     written = {}
+    # output position -> the written output (a key of `written`) it is the same value as:
+    # the caller hands back the argument for it, so it is not copied (Lowered.compile)
+    same = {}
 
     def __call__(self, inputs, comm=None, into=None):
         """`into`: {output position: array} buffers the caller gives for outputs (of the
@@ -87,7 +90,7 @@ class Executable:
                 out[k] = x
                 seen.add(id(x))
         for k, v in enumerate(outs):
-            if out[k] is not None:
+            if out[k] is not None or (k in self.same and env[outs[self.same[k]]] is env[v]):
                 continue
             x = env[v]
             if (v.producer is None or v.producer.name == "constant" or id(x) in seen or id(x) in kept_inputs
@@ -95,6 +98,9 @@ class Executable:
                 x = x.copy()
             seen.add(id(x))
             out[k] = x
+        for k, w in self.same.items():
+            if out[k] is None:
+                out[k] = out[w]
         return out
 
     def run_steps(self, steps, free_after, env, comm, run_step, label):

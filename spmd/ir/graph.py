@@ -102,6 +102,9 @@ class Graph:
         # numpy's global random state as the function left it (it seeded it), or None
         self.updates: list = []
         self.np_random_state = None
+        # tracing: results that are a written argument itself (`a += b; return a`), as
+        # {result position: argument leaf}: numpy hands back the argument object, so does jit
+        self.returned: dict = {}
         # propagation: {Value: why its sharding is fixed ("in_shardings for x", "spmd.shard
         # at f.py:3")} and {Value: [(dim, axes added, op, source Value, source dim)]}
         self.annotations: dict = {}

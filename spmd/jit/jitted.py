@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import FallbackWarning, SpmdError, warn_at
 from ..frontend.trace import ShapeDtype, current_trace
 from ..ir.mesh import Sharding
-from ..runtime.array import Array
+from ..runtime.array import Array, device_put
 from ..tree import tree_flatten, tree_unflatten
 from . import graph_breaks as gb
 from .arguments import donated_leaves, dynamic, is_scalar, needed_value, signature
@@ -100,6 +100,7 @@ class Jitted:
             out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
         low = lower_graph(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.backend)
         low.updates = [k for k, _ in graph.updates]
+        low.returned = dict(graph.returned)
         low.np_random_state = graph.np_random_state
         low.donated = frozenset(donated_leaves(args, self.static_argnums, self.donate_argnums) - set(low.updates))
         # (spmd.checkpoint's recomputation reads its values through barriers: ops whose
@@ -192,6 +193,8 @@ class Jitted:
             outs, new = outs[:len(outs) - len(low.updates)], outs[len(outs) - len(low.updates):]
             for k, v in zip(low.updates, new):
                 self._write_back(leaves[k], v)
+            for i, k in low.returned.items():
+                outs[i] = leaves[k]
         return tree_unflatten(low.out_tree, outs)
     def _run_eagerly(self, args, leaves):
         """fn called outside tracing on its arguments placed as jit places them: numpy on
@@ -225,6 +228,10 @@ class Jitted:
             if new is not arg:
                 arg[...] = new.numpy() if hasattr(new, "numpy") else new
             return
+        if isinstance(arg, Array) and isinstance(new, np.ndarray) and self.write_array is not None:
+            # an Array on a one-device mesh runs as numpy (no mesh): the new value comes
+            # back as numpy, placed again as the argument is
+            new = device_put(new, arg.sharding)
         if isinstance(arg, Array) and isinstance(new, Array) and self.write_array is not None:
             self.write_array(arg, new)
             return

@@ -32,6 +32,7 @@ class Lowered:
         self.mesh = mesh
         self._exe = None
         self.updates = []             # argument leaves the program writes (extra outputs)
+        self.returned = {}            # result position -> a written argument leaf it is
         # numpy's global random state as the function leaves it (it seeded it: random_guard)
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
@@ -141,8 +142,16 @@ class Lowered:
             from ..compiler.gc_pause import paused
             n = len(self.graph.outputs) - len(self.updates)
             with paused():
-                self._exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
-                                          written={n + j: k for j, k in enumerate(self.updates)})
+                exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
+                                    written={n + j: k for j, k in enumerate(self.updates)})
+            # a result that is a written argument (the same value, laid out alike) is not
+            # copied: the caller is handed the argument itself (Jitted.__call__)
+            outs = self.graph.outputs
+            same = {i: n + self.updates.index(k) for i, k in self.returned.items()
+                    if outs[i] is outs[n + self.updates.index(k)]}
+            if same:
+                exe.same = same
+            self._exe = exe
         return self._exe
 
     def __call__(self, *flat_args):

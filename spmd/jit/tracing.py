@@ -30,6 +30,11 @@ def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
         g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]
     # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
     g.updates = fz.written_arguments(tracers, g.inputs)
+    # results that are a written argument itself (`a += b; return a`): numpy hands back
+    # the argument object, and so does jit (with no copy of it); result position -> leaf
+    written = {k for k, _ in g.updates}
+    g.returned = {i: k for i, leaf in enumerate(out_leaves) for k, tr in enumerate(tracers)
+                  if leaf is tr and k in written}
     g.np_random_state = random_guard.state_after(t)
     check_aliasing(getattr(fn, "__name__", "fn"), leaves, [k for k, _ in g.updates])
     return g, in_tree, out_tree

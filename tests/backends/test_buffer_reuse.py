@@ -120,9 +120,9 @@ def test_other_outputs_never_alias_an_argument_written_in_place():
     assert not np.shares_memory(v, got)
 
 
-def test_a_returned_update_is_a_copy_the_argument_keeps_its_buffer():
-    """numpy returns u itself; the caller gets a separate array with its values, and u the
-    new value in its own buffer."""
+def test_a_returned_update_is_the_argument_itself_as_numpys():
+    """numpy returns u itself, and so does jit: no copy of the new value (a PRK step
+    `a += b + s * c; return a` paid a whole-array copy a call), u's own buffer."""
     u = np.random.default_rng(1).random((N, N))
     got = u.copy()
     where = data(got)
@@ -134,8 +134,53 @@ def test_a_returned_update_is_a_copy_the_argument_keeps_its_buffer():
     r = spmd.jit(f)(got)
     want = numpy_relax(u, 6)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(r, want)
-    assert data(got) == where and not np.shares_memory(r, got)
+    assert r is got and data(got) == where
+
+
+def test_a_copy_of_an_update_is_not_the_argument():
+    """`return u.copy()` is a new array in numpy: jit's result must not share u's memory
+    even where the copy is the same value in the program."""
+    u = np.zeros((4, 4))
+
+    def f(u):
+        u += 1.0
+        return u.copy(), u
+
+    c, same = spmd.jit(f)(u)
+    assert same is u and c is not u and not np.shares_memory(c, u)
+    c += 5.0
+    np.testing.assert_array_equal(u, np.ones((4, 4)))
+
+
+def test_a_returned_sharded_update_is_the_argument_itself():
+    """The same on a mesh: the STREAM triad `a += b + 3 c; return a` on spmd.Arrays hands
+    back a itself, updated, its shards in their own buffers (no copy a call)."""
+    mesh = spmd.Mesh((2,), ("x",))
+    a, b, c = (spmd.device_put(np.arange(16.0) * k, mesh.sharding("x")) for k in (1, 2, 3))
+    bufs = [h.ctypes.data for h in a._handles.values()]
+
+    def triad(a, b, c):
+        a += b + 3.0 * c
+        return a
+
+    r = spmd.jit(triad)(a, b, c)
+    assert r is a and [h.ctypes.data for h in a._handles.values()] == bufs
+    np.testing.assert_array_equal(np.asarray(a), np.arange(16.0) * 12)
+
+
+def test_an_array_on_a_one_device_mesh_is_written_in_place():
+    """An spmd.Array on a 1-device mesh runs as numpy; jit raised 'cannot update in place'
+    for a function writing into it. It takes the new value, and is the result."""
+    mesh = spmd.Mesh((1,), ("x",))
+    a, b = (spmd.device_put(np.arange(8.0) * k, mesh.sharding("x")) for k in (1, 2))
+
+    def f(a, b):
+        a += 2.0 * b
+        return a
+
+    r = spmd.jit(f)(a, b)
+    assert r is a and a.sharding == mesh.sharding("x")
+    np.testing.assert_array_equal(np.asarray(a), np.arange(8.0) * 5)
 
 
 def test_a_read_only_argument_is_not_written():
@@ -186,3 +231,37 @@ def test_a_whole_reduction_feeding_a_large_update_is_its_own_kernel_and_the_upda
     np.testing.assert_allclose(float(got), float(want), rtol=1e-13)
     np.testing.assert_allclose(got_p, want_p, rtol=1e-13)
     assert (data(got_r), data(got_p)) == where
+
+
+def _window_step(inp, out):
+    """PRK's stencil update: out's window += a stencil of inp; inp += 1."""
+    out[2:-2, 2:-2] += 0.5 * (inp[3:-1, 2:-2] - inp[1:-3, 2:-2]) + inp[2:-2, 2:-2]
+    inp += 1.0
+    return inp, out
+
+
+@pytest.mark.parametrize("shift", [None, (0, 0), (-1, 0), (0, 1), (1, -1)])
+def test_a_windowed_update_on_a_mesh_is_in_place_where_it_reads_its_own_element(shift):
+    """Partitioned, `out[2:-2, 2:-2] += ...` reads out through a pad of a slice that puts
+    every element back in place: the new out is written over the old (no second grid a
+    call). A further update reading out shifted must still see the old values; numpy's
+    answer every way."""
+    def step(inp, out):
+        _window_step(inp, out)
+        if shift is not None:
+            di, dj = shift
+            out[2:-2, 2:-2] += out[2 + di:14 + di, 2 + dj:10 + dj]
+        return inp, out
+
+    mesh = spmd.Mesh((2,), ("x",))
+    arrs = [np.random.default_rng(i).random((16, 12)) for i in range(2)]
+    want = [a.copy() for a in arrs]
+    step(*want)
+    placed = [spmd.device_put(a, mesh.sharding("x", None)) for a in arrs]
+    f = spmd.jit(step)
+    exe = f.lower(*placed).compile()
+    f(*placed)
+    for p, w in zip(placed, want):
+        np.testing.assert_allclose(np.asarray(p), w, rtol=1e-13)
+    if shift is None:
+        assert len(exe.memory.in_place) == 2 and {r.shape for r in exe.memory.in_place} == {(8, 12)}

@@ -149,9 +149,39 @@ def same_index_inputs(kernel) -> set:
     if any(op.opdef.fusion not in ("elementwise", "reindex") for op in ops):
         return set()
     shape = kernel.root.shape
-    starts = [o for op in ops if op.opdef.fusion != "elementwise" for o in op.operands]
+    # pad(slice(x)) that puts every element back where it was (a partitioned write into
+    # a window, out[r:-r, r:-r] += ...) reads x at the element's own index or not at all.
+    # With one output nothing is stored before the last read of that index (with more, a
+    # second load of x under the other index map could follow an output's store).
+    aligned = _aligned_pads(kernel) if len(kernel.outputs) == 1 else set()
+    starts = [o for op in ops if op.opdef.fusion != "elementwise" and op not in aligned for o in op.operands]
     bad = _inputs_reached(kernel, starts)
     return {x for x in kernel.inputs if x not in bad and x.shape == shape}
+
+
+def _aligned_pads(kernel) -> set:
+    """The pad ops of a kernel, and the slices they pad, that give back their slice's
+    operand element for element (or the padding value): the slice's start is the pad's
+    low edge, strides 1, no interior padding, the shapes equal. A slice counts only if
+    every op of the kernel that reads it is such a pad."""
+    users = {}
+    for op in kernel.ops:
+        for o in op.operands:
+            users.setdefault(o, []).append(op)
+    pads = set()
+    for op in kernel.ops:
+        if op.name != "pad" or any(op.attrs["interior"]):
+            continue
+        sl = op.operands[0].producer
+        if (sl is None or sl.name != "slice" or sl not in kernel.ops or any(st != 1 for st in sl.attrs["stride"])
+                or list(sl.attrs["start"]) != list(op.attrs["low"]) or sl.operands[0].shape != op.results[0].shape):
+            continue
+        pads.add(op)
+    out = set(pads)
+    for op in kernel.ops:
+        if op.name == "slice" and all(u in pads for u in users.get(op.results[0], [None])):
+            out.add(op)
+    return out
 
 
 def _depends_on(kernel, r) -> set:
