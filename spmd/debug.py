@@ -23,6 +23,7 @@ import numpy as np
 from .errors import TraceError, user_loc
 from .frontend.trace import current_trace
 from .ir.ops.debug import render
+from .ir.ops.names import DEBUG_PRINT
 
 
 def print(fmt, *args, **kwargs):  # noqa: A001 - spmd.debug.print, as jax.debug.print
@@ -51,7 +52,7 @@ def print(fmt, *args, **kwargs):  # noqa: A001 - spmd.debug.print, as jax.debug.
     except (IndexError, KeyError, ValueError, TypeError) as e:
         raise TraceError(f"spmd.debug.print at {user_loc()}: {fmt!r} cannot format the "
                          f"{len(values)} value(s) given: {type(e).__name__}: {e}") from None
-    t.emit("debug_print", *[x.value for x in xs], fmt=fmt, names=names)
+    t.emit(DEBUG_PRINT, *[x.value for x in xs], fmt=fmt, names=names)
 
 
 def breakpoint():  # noqa: A001

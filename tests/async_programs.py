@@ -72,9 +72,9 @@ def pairs(graph):
     """[(start index, done index, ops with operands strictly between)] of a program."""
     out = []
     for i, op in enumerate(graph.ops):
-        if op.opdef.phase == "start":
+        if op.opdef.collective.phase == "start":
             j = next(k for k, o in enumerate(graph.ops) if op.result in o.operands)
-            assert graph.ops[j].opdef.phase == "done"
-            work = sum(1 for o in graph.ops[i + 1:j] if o.operands and o.opdef.phase is None)
+            assert graph.ops[j].opdef.collective.phase == "done"
+            work = sum(1 for o in graph.ops[i + 1:j] if o.operands and o.opdef.collective.phase is None)
             out.append((i, j, work))
     return out

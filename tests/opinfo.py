@@ -24,6 +24,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from spmd.ir import REGISTRY
+from spmd.ir.ops.names import (
+    ADD, BROADCAST_IN_DIM, COMPARE, CONSTANT, MULTIPLY, REDUCE, SIN, SUBTRACT
+)
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
@@ -736,8 +739,8 @@ def _body(in_avals, build):
 
 
 def _splat(g, c, shape, dt):
-    k = g.emit("constant", value=np.asarray(c, dt))
-    return g.emit("broadcast_in_dim", k, shape=tuple(shape), broadcast_dimensions=()) if shape else k
+    k = g.emit(CONSTANT, value=np.asarray(c, dt))
+    return g.emit(BROADCAST_IN_DIM, k, shape=tuple(shape), broadcast_dimensions=()) if shape else k
 
 
 def _make_while(rng, dt):
@@ -749,9 +752,9 @@ def _make_while(rng, dt):
         av = [(s, dt), ((), dt)]
 
         def cond(g, x, k, s=s):
-            m = g.emit("reduce", x, kind="min", axes=tuple(range(len(s))))
-            return g.emit("compare", m, _splat(g, 6, (), dt), direction="LT")
-        body = _body(av, lambda g, x, k, s=s: g.emit("add", x, g.emit("broadcast_in_dim", k, shape=s,
+            m = g.emit(REDUCE, x, kind="min", axes=tuple(range(len(s))))
+            return g.emit(COMPARE, m, _splat(g, 6, (), dt), direction="LT")
+        body = _body(av, lambda g, x, k, s=s: g.emit(ADD, x, g.emit(BROADCAST_IN_DIM, k, shape=s,
                                                                         broadcast_dimensions=()) if s else k))
         out.append(([x, k], {"cond": _body(av, cond), "body": body, "num_carry": 1}))
     return out
@@ -772,8 +775,8 @@ def _make_cond(rng, dt):
     for n, s in enumerate(CF_SHAPES):
         x = rand(rng, s, dt)
         av = [(s, dt)]
-        true = _body(av, lambda g, x, s=s: g.emit("multiply", x, _splat(g, 2, s, dt)))
-        false = _body(av, lambda g, x, s=s: g.emit("subtract", x, _splat(g, 1, s, dt)))
+        true = _body(av, lambda g, x, s=s: g.emit(MULTIPLY, x, _splat(g, 2, s, dt)))
+        false = _body(av, lambda g, x, s=s: g.emit(SUBTRACT, x, _splat(g, 1, s, dt)))
         out.append(([np.asarray(n % 2 == 0), x], {"true": true, "false": false}))
     return out
 
@@ -792,8 +795,8 @@ def _make_scan(rng, dt):
         L = n % 3 + 1 if n != 4 else 0
         c, xs, k = rand(rng, s, dt), rand(rng, (L,) + s, dt), rand(rng, s, dt)
         av = [(s, dt), (s, dt), (s, dt)]
-        body = _body(av, lambda g, c, x, k, s=s: g.emit("add", g.emit("add", g.emit(
-            "multiply", c, _splat(g, 2, s, dt)), x), k))
+        body = _body(av, lambda g, c, x, k, s=s: g.emit(ADD, g.emit(ADD, g.emit(
+            MULTIPLY, c, _splat(g, 2, s, dt)), x), k))
         out.append(([c, xs, k], {"body": body, "num_carry": 1, "num_xs": 1, "length": L, "reverse": n % 2 == 1}))
     return out
 
@@ -816,8 +819,8 @@ def _make_checkpoint(rng, dt):
         x, k = rand(rng, s, dt), rand(rng, s, dt)
 
         def build(g, x, k):
-            m = g.emit("multiply", x, k)
-            return g.emit("multiply", g.emit("sin", m) if dt in FLOATS else m, x)
+            m = g.emit(MULTIPLY, x, k)
+            return g.emit(MULTIPLY, g.emit(SIN, m) if dt in FLOATS else m, x)
         out.append(([x, k], {"body": _body([(s, dt), (s, dt)], build), "saved": 0}))
     return out
 

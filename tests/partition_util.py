@@ -16,6 +16,10 @@ import numpy as np
 
 from spmd.backends import compile_graph
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ADD, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, DOT_GENERAL, DYNAMIC_SLICE, GATHER,
+    IOTA, PAD, REDUCE, RESHAPE, SELECT, SHARDING_CONSTRAINT, SLICE, SUBTRACT, TANH, TRANSPOSE
+)
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Sharding
 from spmd.sharding.partition import partition
@@ -155,7 +159,7 @@ def random_program(rng, dtype, dims, n_ops, constrain=None):
         return cands[rng.integers(len(cands))] if cands else None
 
     def const(value, dt):
-        return g.emit("constant", value=np.array(value, dt))
+        return g.emit(CONSTANT, value=np.array(value, dt))
 
     ops = tries = 0
     while ops < n_ops and tries < 20 * n_ops:
@@ -171,16 +175,16 @@ def random_program(rng, dtype, dims, n_ops, constrain=None):
         elif kind == "dot" and x.ndim == 2:
             y = pick(lambda v: v.ndim == 2 and v.shape[0] == x.shape[1])
             if y is not None:
-                out = g.emit("dot_general", x, y, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
-                out = g.emit("tanh", out) if isf else out
+                out = g.emit(DOT_GENERAL, x, y, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+                out = g.emit(TANH, out) if isf else out
         elif kind == "reduce" and x.ndim >= 1:
-            out = g.emit("reduce", x, kind=str(rng.choice(["sum", "max", "min"])), axes=(int(rng.integers(x.ndim)),))
+            out = g.emit(REDUCE, x, kind=str(rng.choice(["sum", "max", "min"])), axes=(int(rng.integers(x.ndim)),))
         elif kind == "bcast" and x.ndim == 1:
             n, other = x.shape[0], int(rng.choice(dims))
             shape, bd = ((other, n), (1,)) if rng.random() < 0.5 else ((n, other), (0,))
-            out = g.emit("broadcast_in_dim", x, shape=shape, broadcast_dimensions=bd)
+            out = g.emit(BROADCAST_IN_DIM, x, shape=shape, broadcast_dimensions=bd)
         elif kind == "transpose" and x.ndim == 2:
-            out = g.emit("transpose", x, permutation=(1, 0))
+            out = g.emit(TRANSPOSE, x, permutation=(1, 0))
         elif kind == "slice" and x.ndim >= 1:
             d = int(rng.integers(x.ndim))
             n = x.shape[d]
@@ -189,38 +193,38 @@ def random_program(rng, dtype, dims, n_ops, constrain=None):
                 st[d] = int(rng.integers(0, n // 2 + 1))
                 lim[d] = int(rng.integers(st[d] + 1, n + 1))
                 sd[d] = int(rng.choice([1, 1, 2]))
-                out = g.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
+                out = g.emit(SLICE, x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
         elif kind == "pad" and x.ndim >= 1:
             d = int(rng.integers(x.ndim))
             lo, hi, it = [0] * x.ndim, [0] * x.ndim, [0] * x.ndim
             lo[d], hi[d], it[d] = int(rng.integers(0, 3)), int(rng.integers(0, 3)), int(rng.choice([0, 0, 1]))
-            out = g.emit("pad", x, const(1.5 if isf else 3, dtype), low=tuple(lo), high=tuple(hi), interior=tuple(it))
+            out = g.emit(PAD, x, const(1.5 if isf else 3, dtype), low=tuple(lo), high=tuple(hi), interior=tuple(it))
         elif kind == "concat" and x.ndim >= 1:
             d = int(rng.integers(x.ndim))
             y = pick(lambda v: v.ndim == x.ndim and all(v.shape[k] == x.shape[k] for k in range(x.ndim) if k != d))
-            out = g.emit("concatenate", x, y, dimension=d)
+            out = g.emit(CONCATENATE, x, y, dimension=d)
         elif kind == "reshape" and x.ndim == 2:
-            out = g.emit("reshape", x, shape=(x.shape[0] * x.shape[1],))
+            out = g.emit(RESHAPE, x, shape=(x.shape[0] * x.shape[1],))
         elif kind == "reshape" and x.ndim == 1:
             n = x.shape[0]
             fs = [f for f in (2, 3, 4) if n % f == 0 and n > f]
             if fs:
                 f = int(rng.choice(fs))
-                out = g.emit("reshape", x, shape=(f, n // f) if rng.random() < 0.5 else (n // f, f))
+                out = g.emit(RESHAPE, x, shape=(f, n // f) if rng.random() < 0.5 else (n // f, f))
         elif kind == "select":
             y = pick(lambda v: v.shape == x.shape)
-            out = g.emit("select", g.emit("compare", x, y, direction=str(rng.choice(["LT", "GE"]))), x, y)
+            out = g.emit(SELECT, g.emit(COMPARE, x, y, direction=str(rng.choice(["LT", "GE"]))), x, y)
         elif kind == "dslice" and x.ndim >= 1:
             sizes = tuple(int(rng.integers(1, n + 1)) if n else 0 for n in x.shape)
             starts = [const(int(rng.integers(-1, n + 1)), "int32") for n in x.shape]
-            out = g.emit("dynamic_slice", x, *starts, slice_sizes=sizes)
+            out = g.emit(DYNAMIC_SLICE, x, *starts, slice_sizes=sizes)
         elif kind == "gather" and x.ndim >= 1:
             ax = int(rng.integers(x.ndim))
             if x.shape[ax]:
-                idx = g.emit("constant", value=rng.integers(0, x.shape[ax], size=(int(rng.choice(dims)),)))
-                out = g.emit("gather", x, idx, axis=ax)
+                idx = g.emit(CONSTANT, value=rng.integers(0, x.shape[ax], size=(int(rng.choice(dims)),)))
+                out = g.emit(GATHER, x, idx, axis=ax)
         elif kind == "iota" and x.ndim >= 1:
-            out = g.emit("add", x, g.emit("iota", shape=x.shape, dtype=dtype, dimension=int(rng.integers(x.ndim))))
+            out = g.emit(ADD, x, g.emit(IOTA, shape=x.shape, dtype=dtype, dimension=int(rng.integers(x.ndim))))
         elif kind == "diff" and x.ndim >= 1:
             d = int(rng.integers(x.ndim))
             n = x.shape[d]
@@ -228,13 +232,13 @@ def random_program(rng, dtype, dims, n_ops, constrain=None):
                 one = (1,) * x.ndim
                 st1 = tuple(1 if k == d else 0 for k in range(x.ndim))
                 lim0 = tuple(n - 1 if k == d else s for k, s in enumerate(x.shape))
-                out = g.emit("subtract", g.emit("slice", x, start=st1, limit=x.shape, stride=one),
-                             g.emit("slice", x, start=(0,) * x.ndim, limit=lim0, stride=one))
+                out = g.emit(SUBTRACT, g.emit(SLICE, x, start=st1, limit=x.shape, stride=one),
+                             g.emit(SLICE, x, start=(0,) * x.ndim, limit=lim0, stride=one))
         if out is None or out.size > 4096:
             continue
         spec = constrain(out) if constrain else None
         if spec is not None:
-            out = g.emit("sharding_constraint", out, spec=spec, partial=())
+            out = g.emit(SHARDING_CONSTRAINT, out, spec=spec, partial=())
         pool.append(out)
         ops += 1
     outs = [pool[-1]] + [pool[int(i)] for i in rng.choice(len(pool), size=min(2, len(pool)), replace=False)]

@@ -121,12 +121,12 @@ class Executable:
                 name, cat, loc = label(step)
                 t1 = timeline.now_us()
                 timeline.add(name, cat, rank, t0, t1 - t0, {"loc": loc})
-                phase = getattr(getattr(step, "opdef", None), "phase", None)
+                phase = getattr(getattr(getattr(step, "opdef", None), "collective", None), "phase", None)
                 if phase == "start":
                     started[step.result] = t1
                 elif phase == "done" and step.operands[0] in started:
                     x = step.operands[1]
-                    timeline.add_async(f"{step.opdef.async_of} in flight", "inflight", rank,
+                    timeline.add_async(f"{step.opdef.collective.async_of} in flight", "inflight", rank,
                                        started.pop(step.operands[0]), t0,
                                        {"loc": loc, "bytes": x.size * np.dtype(x.dtype).itemsize})
             for v in free:

@@ -220,7 +220,7 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
                 of[r].values.append((k, r))
             elif r in written:
                 new(r, k, arena=r in arena, host=in_outputs[r][0] if r in in_outputs else None)
-            elif op.opdef.view and op.operands and op.operands[0] in of:
+            elif op.opdef.reindex.view and op.operands and op.operands[0] in of:
                 of[r] = of[op.operands[0]]              # a view: the base stays alive while it is read
             elif op.name == "constant" or r in kept:
                 new(r, k, constant=True)

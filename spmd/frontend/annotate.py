@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import ShardingError, user_loc
 from ..ir.mesh import Sharding
+from ..ir.ops.names import SHARDING_CONSTRAINT
 from . import core
 from .trace import Tracer, current_trace
 
@@ -34,4 +35,4 @@ def shard_traced(x, sharding):
                             f"{len(spec)} entries but the value has shape {list(x.shape)}")
     t.mesh = mesh
     t.graph.mesh = mesh
-    return Tracer(t.emit("sharding_constraint", x.value, spec=spec, partial=partial), t)
+    return Tracer(t.emit(SHARDING_CONSTRAINT, x.value, spec=spec, partial=partial), t)

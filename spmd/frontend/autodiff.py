@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import TraceError, user_loc, where
 from ..ir import dtypes
+from ..ir.ops.names import ADD, CONSTANT, CONVERT
 from ..tree import tree_flatten, tree_unflatten
 from . import core
 from .trace import Tracer, current_trace
@@ -34,7 +35,7 @@ def vjp_multi(graph, start, inputs, outputs, out_cts, ops=None):
     cts = {}
     for o, c in zip(outputs, out_cts):
         if c is not None and o in active:
-            cts[o] = graph.emit("add", cts[o], c) if o in cts else c
+            cts[o] = graph.emit(ADD, cts[o], c) if o in cts else c
     saved_loc = graph.loc
     for op in reversed(ops):
         if op.opdef.subgraphs:
@@ -59,7 +60,7 @@ def vjp_multi(graph, start, inputs, outputs, out_cts, ops=None):
         for o, c in zip(op.operands, grads):
             if c is None or o not in active:
                 continue
-            cts[o] = graph.emit("add", cts[o], c) if o in cts else c
+            cts[o] = graph.emit(ADD, cts[o], c) if o in cts else c
     graph.loc = saved_loc
     return [cts.get(x) for x in inputs]
 
@@ -83,7 +84,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
         out, aux = _scalar_output(t, f(*args, **kwargs), has_aux, loc)
         saved, t.fixed_loc = t.fixed_loc, loc
         try:
-            one = t.graph.emit("constant", value=np.ones((), out.value.dtype), loc=loc)
+            one = t.graph.emit(CONSTANT, value=np.ones((), out.value.dtype), loc=loc)
             # one backward walk for all the arguments asked for
             cts = vjp_graph(t.graph, start, [x.value for x in fresh], out.value, one)
             leaves = [core.zeros_like(x) if c is None else Tracer(c, t) for x, c in zip(fresh, cts)]
@@ -118,7 +119,7 @@ def _fresh_arguments(t, args, nums, loc):
             if not dtypes.is_inexact(x.value.dtype):
                 raise TraceError(f"grad at {loc}: argument {n} has a {x.value.dtype} leaf; "
                                  f"grad needs float (or complex) inputs")
-            mine.append(Tracer(t.graph.emit("convert", x.value, dtype=x.value.dtype, loc=loc), t))
+            mine.append(Tracer(t.graph.emit(CONVERT, x.value, dtype=x.value.dtype, loc=loc), t))
         trees[n] = (tree, len(fresh), len(mine))
         fresh += mine
         args[n] = tree_unflatten(tree, mine)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError, user_loc
+from ..ir.ops.names import BROADCAST_IN_DIM, DOT_GENERAL, IOTA
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
@@ -21,7 +22,7 @@ def _dot_general(a, b, lc, rc, lb=(), rb=()):
     if dt == "bool":     # numpy: a logical or of ands, i.e. an integer dot product != 0
         return ew.not_equal(_dot_general(core.astype(a, "int64"), core.astype(b, "int64"), lc, rc, lb, rb), 0)
     a, b = core.asarray(a, dt), core.asarray(b, dt)
-    return core.emit(a._tr, "dot_general", a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
+    return core.emit(a._tr, DOT_GENERAL, a, b, lhs_batch=tuple(lb), rhs_batch=tuple(rb),
                  lhs_contract=tuple(lc), rhs_contract=tuple(rc))
 
 
@@ -121,14 +122,14 @@ def _einsum_view(x, spec, out, subscripts):
         # the new values spread over src's shape (each letter at its first dim, repeated
         # along the others), selected where every repeated letter's indices agree
         letters = "".join(c for i, c in enumerate(spec) if c not in spec[:i])
-        spread = core.emit(t, "broadcast_in_dim", shapes.transpose(Tracer(new, t), [out.index(c) for c in letters]),
+        spread = core.emit(t, BROADCAST_IN_DIM, shapes.transpose(Tracer(new, t), [out.index(c) for c in letters]),
                            shape=src.shape, broadcast_dimensions=tuple(spec.index(c) for c in letters))
         on = None
         for c in letters:
             dims = [d for d, e in enumerate(spec) if e == c]
-            first = core.emit(t, "iota", shape=src.shape, dtype="int64", dimension=dims[0])
+            first = core.emit(t, IOTA, shape=src.shape, dtype="int64", dimension=dims[0])
             for d in dims[1:]:
-                eq = ew.equal(first, core.emit(t, "iota", shape=src.shape, dtype="int64", dimension=d))
+                eq = ew.equal(first, core.emit(t, IOTA, shape=src.shape, dtype="int64", dimension=d))
                 on = eq if on is None else ew.logical_and(on, eq)
         return spread.value if on is None else ew.where(on, spread, Tracer(src, t)).value
 

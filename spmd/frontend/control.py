@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import TraceError, user_loc
 from ..ir import Graph
+from ..ir.ops.names import COND, SCAN, WHILE
 from ..tree import tree_flatten, tree_unflatten
 from . import core
 from . import elementwise as ew
@@ -133,7 +134,7 @@ def while_loop(cond_fun, body_fun, init):
     _check_tree(btree, tree, "spmd.while_loop body")
     _match(bvals, carry, "spmd.while_loop body")
     outer = _close([(cg, ct), (bg, bt)], len(carry))
-    outs = t.emit("while", *[c.value for c in carry], *outer, cond=cg, body=bg, num_carry=len(carry))
+    outs = t.emit(WHILE, *[c.value for c in carry], *outer, cond=cg, body=bg, num_carry=len(carry))
     outs = outs if isinstance(outs, tuple) else (outs,)
     return tree_unflatten(tree, [Tracer(o, t) for o in outs])
 
@@ -194,7 +195,7 @@ def cond(pred, true_fun, false_fun, *operands):
                          f"shapes and dtypes; got {ttree} {[f'{v.dtype}{list(v.shape)}' for v in tvals]} and "
                          f"{ftree} {[f'{v.dtype}{list(v.shape)}' for v in fvals]}")
     outer = _close([(tg, tt), (fg, ft)], len(args))
-    outs = t.emit("cond", p.value, *[a.value for a in args], *outer, true=tg, false=fg)
+    outs = t.emit(COND, p.value, *[a.value for a in args], *outer, true=tg, false=fg)
     outs = outs if isinstance(outs, tuple) else (outs,)
     return tree_unflatten(ttree, [Tracer(o, t) for o in outs])
 
@@ -222,7 +223,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
     _check_tree(btree.children[0], c_tree, "spmd.scan f's carry")
     _match(bvals[:nc], carry, "spmd.scan f")
     outer = _close([(bg, bt)], nc + len(xv))
-    outs = t.emit("scan", *[c.value for c in carry], *[x.value for x in xv], *outer, body=bg, num_carry=nc,
+    outs = t.emit(SCAN, *[c.value for c in carry], *[x.value for x in xv], *outer, body=bg, num_carry=nc,
                   num_xs=len(xv), length=n, reverse=bool(reverse))
     ts = [Tracer(o, t) for o in (list(outs) if isinstance(outs, tuple) else [outs])]
     return tree_unflatten(c_tree, ts[:nc]), tree_unflatten(btree.children[1], ts[nc:])

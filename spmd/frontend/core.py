@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
 from ..ir import dtypes, get_op
+from ..ir.ops.names import BROADCAST_IN_DIM, CONCATENATE, CONVERT, RESHAPE
 from . import views
 from .trace import Hint, Tracer, current_trace, resolve
 
@@ -121,7 +122,7 @@ def asarray(x, dtype=None, t=None) -> Tracer:
             arr = np.asarray(x, dtype=result_dtype(x))
         x = t.const(arr if dtype is None else arr.astype(dtype))
     if dtype is not None and x.value.dtype != dtypes.canon(dtype):
-        x = emit(t, "convert", x, dtype=dtypes.canon(dtype))
+        x = emit(t, CONVERT, x, dtype=dtypes.canon(dtype))
     return x
 
 
@@ -134,7 +135,7 @@ def _stack_rows(xs):
     if len({x.shape for x in ts}) > 1:
         raise ShapeError(f"all input arrays must have the same shape to stack, got "
                          f"{[list(x.shape) for x in ts]} (at {user_loc()})")
-    return emit(t, "concatenate", *[emit(t, "reshape", x, shape=(1,) + x.shape) for x in ts], dimension=0)
+    return emit(t, CONCATENATE, *[emit(t, RESHAPE, x, shape=(1,) + x.shape) for x in ts], dimension=0)
 
 
 def broadcast_to(x, shape):
@@ -149,7 +150,7 @@ def broadcast_to(x, shape):
     if not ok:
         raise ShapeError(f"broadcast_to at {user_loc()}: cannot broadcast {list(x.shape)} to {list(shape)}")
     n = len(shape) - x.ndim
-    r = emit(x._tr, "broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
+    r = emit(x._tr, BROADCAST_IN_DIM, x, shape=shape, broadcast_dimensions=tuple(range(n, len(shape))))
     # x's strides, 0 along the repeated dims (which then count for nothing in numpy's order:
     # a broadcast of a C-order x leaves C order as it is)
     r._hint = Hint(lambda lay: np.broadcast_to(lay, shape), (x,), c_like=x._c_order())
@@ -219,7 +220,7 @@ def normalize_axes(axis, ndim, op="reduction"):
 def astype(x, dtype):
     x = asarray(x)
     dt = dtypes.canon(dtype)
-    return x if x.value.dtype == dt else emit(x._tr, "convert", x, dtype=dt)
+    return x if x.value.dtype == dt else emit(x._tr, CONVERT, x, dtype=dt)
 
 
 def normalize_axis(a, ndim, op):

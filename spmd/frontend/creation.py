@@ -14,6 +14,7 @@ import builtins
 
 import numpy as np
 
+from ..ir.ops.names import IOTA
 from . import core
 from . import elementwise as ew
 from .functionalize import new_array
@@ -65,7 +66,7 @@ def full_like(a, fill_value, dtype=None, shape=None):
 
 
 def _iota(t, n, dtype):
-    return Tracer(t.emit("iota", shape=(n,), dtype=dtype, dimension=0), t)
+    return Tracer(t.emit(IOTA, shape=(n,), dtype=dtype, dimension=0), t)
 
 
 def arange(start, stop=None, step=1, dtype=None):
@@ -100,8 +101,8 @@ def eye(N, M=None, k=0, dtype=float):
     if t is None:
         return np.eye(N, M, k, dtype=dtype)
     M = N if M is None else M
-    i = Tracer(t.emit("iota", shape=(N, M), dtype="int64", dimension=0), t)
-    j = Tracer(t.emit("iota", shape=(N, M), dtype="int64", dimension=1), t)
+    i = Tracer(t.emit(IOTA, shape=(N, M), dtype="int64", dimension=0), t)
+    j = Tracer(t.emit(IOTA, shape=(N, M), dtype="int64", dimension=1), t)
     return new_array(core.astype(ew.equal(ew.add(i, k), j), dtype))
 
 

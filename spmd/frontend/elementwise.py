@@ -9,6 +9,11 @@ import numpy as np
 
 from ..errors import ShapeError, user_loc
 from ..ir import dtypes
+from ..ir.ops.names import (
+    ABS, ADD, AND, ATAN2, COMPARE, CONJ, COS, DIVIDE, EXP, FLOOR, IMAG, LOG, LOG1P, LOGISTIC,
+    MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
+    SHIFT_RIGHT, SIGN, SIN, SQRT, SUBTRACT, TANH, XOR
+)
 from . import core
 from .trace import Tracer
 
@@ -22,13 +27,13 @@ def _unary_float(name):
     return f
 
 
-def add(x, y): return core.binary("add", x, y) if core.result_dtype(x, y) != "bool" else logical_or(x, y)
+def add(x, y): return core.binary(ADD, x, y) if core.result_dtype(x, y) != "bool" else logical_or(x, y)
 
 
-def subtract(x, y): return core.binary("subtract", x, y)
+def subtract(x, y): return core.binary(SUBTRACT, x, y)
 
 
-def multiply(x, y): return core.binary("multiply", x, y) if core.result_dtype(x, y) != "bool" else logical_and(x, y)
+def multiply(x, y): return core.binary(MULTIPLY, x, y) if core.result_dtype(x, y) != "bool" else logical_and(x, y)
 
 
 def require_ordered(name, *xs):
@@ -40,15 +45,15 @@ def require_ordered(name, *xs):
 
 def maximum(x, y):
     require_ordered("maximum", x, y)
-    return core.binary("maximum", x, y) if core.result_dtype(x, y) != "bool" else logical_or(x, y)
+    return core.binary(MAXIMUM, x, y) if core.result_dtype(x, y) != "bool" else logical_or(x, y)
 
 
 def minimum(x, y):
     require_ordered("minimum", x, y)
-    return core.binary("minimum", x, y) if core.result_dtype(x, y) != "bool" else logical_and(x, y)
+    return core.binary(MINIMUM, x, y) if core.result_dtype(x, y) != "bool" else logical_and(x, y)
 
 
-def true_divide(x, y): return core.binary("divide", x, y, dtype=core.float_dtype(x, y))
+def true_divide(x, y): return core.binary(DIVIDE, x, y, dtype=core.float_dtype(x, y))
 
 
 divide = true_divide
@@ -59,7 +64,7 @@ def floor_divide(x, y):
     a, b = core.promote(x, y, op="floor_divide")
     if dt in dtypes.FLOATS:
         # numpy's npy_floor_divide: exact where floor(a / b) is not (7.0 // 0.1 == 69.0)
-        r = core.emit(a._tr, "remainder", a, b)
+        r = core.emit(a._tr, REMAINDER, a, b)
         div = true_divide(subtract(a, r), b)
         div = where(logical_and(not_equal(r, 0), not_equal(less(b, 0), less(r, 0))), subtract(div, 1), div)
         fl = floor(div)
@@ -67,15 +72,15 @@ def floor_divide(x, y):
         # a zero quotient has the sign of a / b (-0.0 // 2.5 is -0.0, -2.5 // -3e10 is +0.0)
         fl = where(equal(div, 0), copysign(core.asarray(np.zeros((), dt), t=a._tr), true_divide(a, b)), fl)
         return where(equal(b, 0), true_divide(a, b), fl)
-    q = core.emit(a._tr, "divide", a, b)            # truncates toward zero
-    r = core.emit(a._tr, "remainder", a, b)
+    q = core.emit(a._tr, DIVIDE, a, b)            # truncates toward zero
+    r = core.emit(a._tr, REMAINDER, a, b)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     return subtract(q, core.astype(fix, dt))
 
 
 def mod(x, y):
     a, b = core.promote(x, y, op="remainder")
-    r = core.emit(a._tr, "remainder", a, b)         # sign of the dividend (C fmod)
+    r = core.emit(a._tr, REMAINDER, a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     out = where(fix, add(r, b), r)
     if a.dtype in dtypes.FLOATS:                 # numpy: a zero remainder has the divisor's sign
@@ -99,7 +104,7 @@ def power(x, y):
         x = core.asarray(x)
         if not getattr(x, "weak", False):
             return sqrt(core.asarray(x, core.result_dtype(x, y)))
-    return core.binary("power", x, y)
+    return core.binary(POWER, x, y)
 
 
 def pow_operator(x, y):
@@ -121,47 +126,47 @@ def square(x):
 
 def negative(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "negate", x)
+    return core.emit(x._tr, NEGATE, x)
 
 
 def absolute(x):
     x = core.asarray(x)
-    return x if x.dtype == np.bool_ else core.emit(x._tr, "abs", x)
+    return x if x.dtype == np.bool_ else core.emit(x._tr, ABS, x)
 
 
 def sign(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "sign", x)
+    return core.emit(x._tr, SIGN, x)
 
 
 def floor(x):
     x = core.asarray(x)
-    return x if x.dtype.kind in "iub" else core.emit(x._tr, "floor", core.asarray(x, core.float_dtype(x)))
+    return x if x.dtype.kind in "iub" else core.emit(x._tr, FLOOR, core.asarray(x, core.float_dtype(x)))
 
 
 def ceil(x):
     return negative(floor(negative(x)))
 
 
-exp = _unary_float("exp")
+exp = _unary_float(EXP)
 
 
-log = _unary_float("log")
+log = _unary_float(LOG)
 
 
-log1p = _unary_float("log1p")
+log1p = _unary_float(LOG1P)
 
 
-tanh = _unary_float("tanh")
+tanh = _unary_float(TANH)
 
 
-sqrt = _unary_float("sqrt")
+sqrt = _unary_float(SQRT)
 
 
-sin = _unary_float("sin")
+sin = _unary_float(SIN)
 
 
-cos = _unary_float("cos")
+cos = _unary_float(COS)
 
 
 def _compare(direction):
@@ -169,7 +174,7 @@ def _compare(direction):
         if direction not in ("EQ", "NE"):
             require_ordered({"LT": "less", "LE": "less_equal", "GT": "greater", "GE": "greater_equal"}[direction], x, y)
         a, b = core.promote(x, y, op=f"compare {direction}")
-        return core.emit(a._tr, "compare", a, b, direction=direction)
+        return core.emit(a._tr, COMPARE, a, b, direction=direction)
     return f
 
 
@@ -202,10 +207,10 @@ def _bitwise(name):
     return f
 
 
-logical_and, logical_or, logical_xor = _logical("and"), _logical("or"), _logical("xor")
+logical_and, logical_or, logical_xor = _logical(AND), _logical(OR), _logical(XOR)
 
 
-bitwise_and, bitwise_or, bitwise_xor = _bitwise("and"), _bitwise("or"), _bitwise("xor")
+bitwise_and, bitwise_or, bitwise_xor = _bitwise(AND), _bitwise(OR), _bitwise(XOR)
 
 
 def _shift(name, what):
@@ -220,7 +225,7 @@ def _shift(name, what):
     return f
 
 
-left_shift, right_shift = _shift("shift_left", "left_shift"), _shift("shift_right", "right_shift")
+left_shift, right_shift = _shift(SHIFT_LEFT, "left_shift"), _shift(SHIFT_RIGHT, "right_shift")
 
 
 def reciprocal(x):
@@ -239,14 +244,14 @@ def reciprocal(x):
 
 def logical_not(x):
     x = core.asarray(x, "bool")
-    return core.emit(x._tr, "not", x)
+    return core.emit(x._tr, NOT, x)
 
 
 def invert(x):
     x = core.asarray(x)
     if dtypes.is_float(x.value.dtype):
         raise TypeError(f"~ is not defined for floats (at {user_loc()})")
-    return core.emit(x._tr, "not", x)
+    return core.emit(x._tr, NOT, x)
 
 
 def where(cond, x=None, y=None):
@@ -262,7 +267,7 @@ def where(cond, x=None, y=None):
         raise ShapeError(f"where at {user_loc()}: condition, x and y could not be broadcast together, "
                          f"shapes {list(xs[2].shape)}, {list(xs[0].shape)}, {list(xs[1].shape)}") from None
     a, b, c = [core.broadcast_to(v, shape) for v in xs]
-    return core.emit(t, "select", c, a, b)
+    return core.emit(t, SELECT, c, a, b)
 
 
 def clip(x, a_min=None, a_max=None, **kw):
@@ -278,17 +283,17 @@ def clip(x, a_min=None, a_max=None, **kw):
 
 def real(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "real", x) if dtypes.is_complex(x.value.dtype) else x
+    return core.emit(x._tr, REAL, x) if dtypes.is_complex(x.value.dtype) else x
 
 
 def imag(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "imag", x) if dtypes.is_complex(x.value.dtype) else core.zeros_like(x)
+    return core.emit(x._tr, IMAG, x) if dtypes.is_complex(x.value.dtype) else core.zeros_like(x)
 
 
 def conjugate(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "conj", x) if dtypes.is_complex(x.value.dtype) else x
+    return core.emit(x._tr, CONJ, x) if dtypes.is_complex(x.value.dtype) else x
 
 
 def angle(z, deg=False):
@@ -298,7 +303,7 @@ def angle(z, deg=False):
     else:
         re = core.asarray(z, core.float_dtype(z))
         im = core.zeros_like(re)
-    a = core.emit(z._tr, "atan2", im, re)
+    a = core.emit(z._tr, ATAN2, im, re)
     return multiply(a, 180.0 / np.pi) if deg else a
 
 
@@ -316,12 +321,12 @@ iscomplexobj.python_result = isrealobj.python_result = bool
 
 def logistic(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "logistic", core.asarray(x, core.float_dtype(x)))
+    return core.emit(x._tr, LOGISTIC, core.asarray(x, core.float_dtype(x)))
 
 
 def rsqrt(x):
     x = core.asarray(x)
-    return core.emit(x._tr, "rsqrt", core.asarray(x, core.float_dtype(x)))
+    return core.emit(x._tr, RSQRT, core.asarray(x, core.float_dtype(x)))
 
 
 def fmax(x, y):

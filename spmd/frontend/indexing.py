@@ -18,6 +18,7 @@ import builtins
 import numpy as np
 
 from ..errors import TraceError, user_loc
+from ..ir.ops.names import ARGSORT, GATHER, SCATTER
 from . import core, masked, shapes
 from .masked import same_value
 from . import elementwise as ew
@@ -274,7 +275,7 @@ def getitem(x, key):
         raise IndexError(f"index out of bounds: indexing an empty dimension (at {user_loc()})")
     m, _, _ = _merged(y, pos)
     idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=x._tr)
-    r = core.emit(x._tr, "gather", m, idx, axis=0) if n else \
+    r = core.emit(x._tr, GATHER, m, idx, axis=0) if n else \
         core.zeros_like(m, shape=tuple(bshape) + m.shape[1:])
     r, _ = _place(r, len(bshape), pos[0], adjacent)
     return fresh(r)
@@ -454,9 +455,9 @@ def _scatter_set(m, flat, val, t, keep=None):
         flat, val, one = _last_writes_traced(m, flat, val, t, keep)
     idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
     # the rows written: a scatter of the values and one of a hit count, then a select
-    upd = core.emit(t, "scatter", _add_zeros(m), idx, val, axis=0)
+    upd = core.emit(t, SCATTER, _add_zeros(m), idx, val, axis=0)
     one = core.broadcast_to(core.asarray(one, t=t), idx.shape)
-    hits = core.emit(t, "scatter", core.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
+    hits = core.emit(t, SCATTER, core.zeros_like(m, dtype="int32", shape=(m.shape[0],)), idx, one, axis=0)
     hit = shapes.reshape(ew.greater(hits, 0), (m.shape[0],) + (1,) * (m.ndim - 1))
     return ew.where(hit, upd, m)
 
@@ -468,7 +469,7 @@ def _last_writes(m, flat, val, t):
     last = f.size - 1 - np.unique(f[::-1], return_index=True)[1]
     if last.size != f.size:
         last = np.sort(last)
-        val = core.emit(t, "gather", val, core.asarray(last.astype(np.int64), t=t), axis=0)
+        val = core.emit(t, GATHER, val, core.asarray(last.astype(np.int64), t=t), axis=0)
         f = f[last]
     return f, val
 
@@ -484,10 +485,10 @@ def _last_writes_traced(m, flat, val, t, keep=None):
     if keep is not None:
         keep = shapes.reshape(keep, (nb,))
         f = ew.where(keep, f, np.int64(m.shape[0]))
-    order = core.emit(t, "argsort", f, axis=0)                 # stable: equal ones keep their order
-    s = core.emit(t, "gather", f, order, axis=0)
+    order = core.emit(t, ARGSORT, f, axis=0)                 # stable: equal ones keep their order
+    s = core.emit(t, GATHER, f, order, axis=0)
     later = shapes.concatenate([ew.equal(s[:-1], s[1:]), core.asarray(np.zeros(1, bool), t=t)])
-    superseded = core.emit(t, "gather", later, core.emit(t, "argsort", order, axis=0), axis=0)
+    superseded = core.emit(t, GATHER, later, core.emit(t, ARGSORT, order, axis=0), axis=0)
     if keep is not None:
         f = ew.where(keep, f, np.int64(0))
     # a superseded write adds nothing and does not count as a hit
@@ -531,7 +532,7 @@ def scatter_add(x, key, value):
     if not n or not int(np.prod(bshape, dtype=np.int64)):
         return
     idx = flat if isinstance(flat, Tracer) else core.asarray(flat, t=t)
-    new = core.emit(t, "scatter", m, idx, val, axis=0)
+    new = core.emit(t, SCATTER, m, idx, val, axis=0)
     new = shapes.transpose(shapes.reshape(new, tshape), list(np.argsort(perm)))
     write(y, new.value)
 

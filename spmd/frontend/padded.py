@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops.names import IOTA, SCATTER, SLICE
 from . import core, shapes
 from . import elementwise as ew
 from . import reductions as red
@@ -32,11 +33,11 @@ def flatnonzero(a, *, size, fill_value=0):
         return core.asarray(np.full(size, fill_value, np.int64), t=t)
     slot = ew.subtract(red.cumsum(core.astype(nz, "int64")), np.int64(1))
     slot = ew.where(ew.logical_and(nz, ew.less(slot, np.int64(size))), slot, np.int64(size))
-    position = core.emit(t, "iota", shape=(n,), dtype="int64", dimension=0)
+    position = core.emit(t, IOTA, shape=(n,), dtype="int64", dimension=0)
     # each of the first `size` slots receives exactly one position; the rest go to slot `size`
-    got = core.emit(t, "scatter", core.asarray(np.zeros(size + 1, np.int64), t=t), slot, position, axis=0)
-    got = shapes.reshape(core.emit(t, "slice", got, start=(0,), limit=(size,), stride=(1,)), (size,))
-    filled = ew.less(core.emit(t, "iota", shape=(size,), dtype="int64", dimension=0),
+    got = core.emit(t, SCATTER, core.asarray(np.zeros(size + 1, np.int64), t=t), slot, position, axis=0)
+    got = shapes.reshape(core.emit(t, SLICE, got, start=(0,), limit=(size,), stride=(1,)), (size,))
+    filled = ew.less(core.emit(t, IOTA, shape=(size,), dtype="int64", dimension=0),
                      red.sum(core.astype(nz, "int64")))
     return ew.where(filled, got, np.int64(fill_value))
 

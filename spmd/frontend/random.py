@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops.names import CONSTANT, DIVIDE, IOTA
 from . import core
 from .trace import Tracer, current_trace
 
@@ -38,7 +39,7 @@ def _shr(x, s):
     """x >> s for 0 <= x < 2^63: a truncating integer divide (one IR op; numpy's
     floor_divide would add the fix-up for negative operands)."""
     if isinstance(x, Tracer):
-        return core.binary("divide", x, 1 << s)
+        return core.binary(DIVIDE, x, 1 << s)
     return np.right_shift(x, s)
 
 
@@ -91,12 +92,12 @@ def _counters(shape, k):
         i = None
         stride = 1
         for d in reversed(range(len(shape))):
-            io = Tracer(t.emit("iota", shape=shape, dtype="int64", dimension=d), t)
+            io = Tracer(t.emit(IOTA, shape=shape, dtype="int64", dimension=d), t)
             term = io if stride == 1 else np.multiply(io, stride)
             i = term if i is None else np.add(i, term)
             stride *= shape[d]
         if i is None:
-            i = Tracer(t.emit("constant", value=np.zeros((), np.int64)), t)
+            i = Tracer(t.emit(CONSTANT, value=np.zeros((), np.int64)), t)
     return np.bitwise_and(i, _M32), _shr(i, 32)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ShapeError, user_loc
 from ..ir import dtypes
+from ..ir.ops.names import CUMULATIVE, IOTA, REDUCE
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
@@ -34,7 +35,7 @@ def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     axes = core.normalize_axes(axis, x.ndim, kind)
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
     xin = core.astype(x, dt)
-    r = core.emit(x._tr, "reduce", xin, kind=kind, axes=axes) if axes else xin
+    r = core.emit(x._tr, REDUCE, xin, kind=kind, axes=axes) if axes else xin
     return core.reduce_layout(_keep(x, r, axes, keepdims), x, axes, keepdims) if axes else r
 
 
@@ -91,7 +92,7 @@ def cumulative(kind, x, axis, dtype, default_dtype):
         x, axis = shapes.reshape(x, (-1,)), 0
     ax = core.normalize_axis(axis, x.ndim, f"cum{kind}")
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
-    r = core.emit(x._tr, "cumulative", core.astype(x, dt), kind=kind, axis=ax, reverse=False)
+    r = core.emit(x._tr, CUMULATIVE, core.astype(x, dt), kind=kind, axis=ax, reverse=False)
     return core.keep_layout(r, x)
 
 
@@ -283,7 +284,7 @@ def _arg(x, axis, keepdims, pick):
     hit = ew.equal(x, best)
     if dtypes.is_float(x.value.dtype):
         hit = ew.logical_or(hit, ew.not_equal(x, x))
-    idx = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=ax)
+    idx = core.emit(x._tr, IOTA, shape=x.shape, dtype="int64", dimension=ax)
     big = np.array(x.shape[ax], dtype="int64")
     r = min(ew.where(hit, idx, big), ax, keepdims=keepdims)
     if keepdims and len(shape) != r.ndim:
@@ -298,7 +299,7 @@ def trace_(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     a1, a2 = core.normalize_axis(axis1, x.ndim, "trace"), core.normalize_axis(axis2, x.ndim, "trace")
     if a1 == a2:
         raise ValueError(f"trace: axis1 and axis2 cannot be the same (at {user_loc()})")
-    i = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a1)
-    j = core.emit(x._tr, "iota", shape=x.shape, dtype="int64", dimension=a2)
+    i = core.emit(x._tr, IOTA, shape=x.shape, dtype="int64", dimension=a1)
+    j = core.emit(x._tr, IOTA, shape=x.shape, dtype="int64", dimension=a2)
     on = ew.equal(ew.add(i, offset), j)
     return sum(ew.where(on, x, core.zeros_like(x)), axis=(a1, a2), dtype=dtype, out=out)

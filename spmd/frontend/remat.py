@@ -27,6 +27,7 @@ import functools
 
 from ..errors import TraceError, user_loc
 from ..ir import Graph
+from ..ir.ops.names import CHECKPOINT
 from ..tree import tree_flatten, tree_unflatten
 from . import core
 from .control import SubTrace
@@ -133,7 +134,7 @@ def _traced(fn, saves, t, args):
              if r not in kept and saves(op.opdef, body.names.get(r))]
     g.outputs = outs + saved
     captured = list(body.captured)          # outer values the function closed over: extra args
-    res = t.emit("checkpoint", *[leaves[i].value for i in traced], *captured, body=g, saved=len(saved))
+    res = t.emit(CHECKPOINT, *[leaves[i].value for i in traced], *captured, body=g, saved=len(saved))
     res = list(res) if isinstance(res, tuple) else [res]
     return tree_unflatten(out_tree, [Tracer(r, t) for r in res[:len(outs)]])
 

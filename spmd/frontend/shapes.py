@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ShapeError, user_loc
 from ..ir import dtypes
+from ..ir.ops.names import CONCATENATE, GATHER, RESHAPE, TRANSPOSE
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
@@ -33,7 +34,7 @@ def reshape(x, shape, order="C"):
             raise ShapeError(f"cannot reshape {list(x.shape)} into {shape} (at {user_loc()})")
         shape[shape.index(-1)] = x.size // known
     shape = tuple(shape)
-    return x if shape == x.shape else core.emit(x._tr, "reshape", x, shape=shape)
+    return x if shape == x.shape else core.emit(x._tr, RESHAPE, x, shape=shape)
 
 
 def transpose(x, axes=None):
@@ -47,7 +48,7 @@ def transpose(x, axes=None):
         perm = tuple(core.normalize_axis(a, x.ndim, "transpose") for a in axes)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"axes {axes} do not permute the {x.ndim} dims of {list(x.shape)} (at {user_loc()})")
-    return x if perm == tuple(range(x.ndim)) else core.emit(x._tr, "transpose", x, permutation=perm)
+    return x if perm == tuple(range(x.ndim)) else core.emit(x._tr, TRANSPOSE, x, permutation=perm)
 
 
 def swapaxes(x, a, b):
@@ -113,7 +114,7 @@ def concatenate(xs, axis=0, dtype=None, **kw):
     if nd == 0:
         raise ShapeError(f"zero-dimensional arrays cannot be concatenated (at {user_loc()})")
     axis = core.normalize_axis(axis, nd, "concatenate")
-    return core.emit(t, "concatenate", *ts, dimension=axis)
+    return core.emit(t, CONCATENATE, *ts, dimension=axis)
 
 
 def stack(xs, axis=0, **kw):
@@ -173,7 +174,7 @@ def take(x, indices, axis=None, out=None, mode=None):
                              f"for axis {axis} with size {n} (at {user_loc()})")
         else:
             idx = np.where(idx < 0, idx + n, idx)
-        return core.emit(x._tr, "gather", x, core.asarray(idx, t=x._tr), axis=axis)
+        return core.emit(x._tr, GATHER, x, core.asarray(idx, t=x._tr), axis=axis)
     idx = indices
     if idx.dtype.kind not in "iu":
         raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
@@ -181,7 +182,7 @@ def take(x, indices, axis=None, out=None, mode=None):
         idx = ew.mod(idx, n)
     elif mode != "clip":
         idx = ew.where(ew.less(idx, 0), ew.add(idx, n), idx)   # numpy's negative indices
-    return core.emit(x._tr, "gather", x, idx, axis=axis)
+    return core.emit(x._tr, GATHER, x, idx, axis=axis)
 
 
 # -- numpy's forms that return views: a write through the result reaches x ------------------

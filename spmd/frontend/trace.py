@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import ConcreteValueError, TraceError, is_internal, user_loc
 from ..ir import Graph, Value
 from ..ir import dtypes
+from ..ir.ops.names import CONSTANT
 from . import views
 from .views import Buffer, derive
 
@@ -60,7 +61,7 @@ class Trace:
         dt = dtypes.canon(arr.dtype)
         if arr.dtype != dt:
             arr = arr.astype(dt)
-        return Tracer(self.emit("constant", value=np.array(arr, copy=True)), self)
+        return Tracer(self.emit(CONSTANT, value=np.array(arr, copy=True)), self)
 
 
 class ShapeDtype(NamedTuple):

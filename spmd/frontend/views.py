@@ -26,6 +26,10 @@ numpy's: C order, an argument's own strides, or for a new array the order numpy 
 from __future__ import annotations
 
 import numpy as np
+from ..ir.ops.names import (
+    AND, BROADCAST_IN_DIM, COMPARE, COMPLEX, CONSTANT, DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, IMAG,
+    IOTA, PAD, REAL, REMAINDER, RESHAPE, REVERSE, SELECT, SLICE, SUBTRACT, TRANSPOSE
+)
 
 
 class Derived:
@@ -59,11 +63,11 @@ class Buffer:
 
 # -- view steps: (kind, params); fwd and back emit IR through the trace ---------------------
 def _const(t, v, dtype):
-    return t.emit("constant", value=np.array(v, dtype=dtype))
+    return t.emit(CONSTANT, value=np.array(v, dtype=dtype))
 
 
 def _full(t, v, shape, dtype):
-    return t.emit("broadcast_in_dim", _const(t, v, dtype), shape=tuple(shape), broadcast_dimensions=())
+    return t.emit(BROADCAST_IN_DIM, _const(t, v, dtype), shape=tuple(shape), broadcast_dimensions=())
 
 
 def _window_mask(t, shape, start, sizes, stride):
@@ -73,14 +77,14 @@ def _window_mask(t, shape, start, sizes, stride):
     for d, (n, s, k, st) in enumerate(zip(shape, start, sizes, stride)):
         if k == n:
             continue
-        i = t.emit("iota", shape=tuple(shape), dtype="int64", dimension=d)
-        conds = [t.emit("compare", i, _full(t, s, shape, "int64"), direction="GE"),
-                 t.emit("compare", i, _full(t, s + (k - 1) * st + 1, shape, "int64"), direction="LT")]
+        i = t.emit(IOTA, shape=tuple(shape), dtype="int64", dimension=d)
+        conds = [t.emit(COMPARE, i, _full(t, s, shape, "int64"), direction="GE"),
+                 t.emit(COMPARE, i, _full(t, s + (k - 1) * st + 1, shape, "int64"), direction="LT")]
         if st > 1:
-            r = t.emit("remainder", t.emit("subtract", i, _full(t, s, shape, "int64")), _full(t, st, shape, "int64"))
-            conds.append(t.emit("compare", r, _full(t, 0, shape, "int64"), direction="EQ"))
+            r = t.emit(REMAINDER, t.emit(SUBTRACT, i, _full(t, s, shape, "int64")), _full(t, st, shape, "int64"))
+            conds.append(t.emit(COMPARE, r, _full(t, 0, shape, "int64"), direction="EQ"))
         for c in conds:
-            mask = c if mask is None else t.emit("and", mask, c)
+            mask = c if mask is None else t.emit(AND, mask, c)
     return mask if mask is not None else _full(t, True, shape, "bool")
 
 
@@ -88,16 +92,16 @@ def fwd(t, step, v):
     kind, p = step
     if kind == "slice":
         start, limit, stride = p
-        return t.emit("slice", v, start=start, limit=limit, stride=stride)
+        return t.emit(SLICE, v, start=start, limit=limit, stride=stride)
     if kind == "dyn":
         starts, sizes = p
-        return t.emit("dynamic_slice", v, *starts, slice_sizes=sizes)
+        return t.emit(DYNAMIC_SLICE, v, *starts, slice_sizes=sizes)
     if kind == "reverse":
-        return t.emit("reverse", v, dimensions=tuple(p)) if p else v
+        return t.emit(REVERSE, v, dimensions=tuple(p)) if p else v
     if kind == "reshape":
-        return v if tuple(p) == v.shape else t.emit("reshape", v, shape=tuple(p))
+        return v if tuple(p) == v.shape else t.emit(RESHAPE, v, shape=tuple(p))
     if kind == "transpose":
-        return v if tuple(p) == tuple(range(v.ndim)) else t.emit("transpose", v, permutation=tuple(p))
+        return v if tuple(p) == tuple(range(v.ndim)) else t.emit(TRANSPOSE, v, permutation=tuple(p))
     if kind in ("real", "imag"):
         return t.emit(kind, v)
     if kind == "derived":
@@ -117,29 +121,29 @@ def back(t, step, src, new):
         if new.size == 1:
             # one element (a per-point loop's out[i, j] = v): written in place, not a
             # mask over the whole base per element
-            return t.emit("dynamic_update_slice", src, new, *[_const(t, s, "int64") for s in start])
+            return t.emit(DYNAMIC_UPDATE_SLICE, src, new, *[_const(t, s, "int64") for s in start])
         # pad the update out to the base's shape and select it where it lands: elementwise
         # work the partitioner keeps on each device's own shard
         low = tuple(start)
         interior = tuple(s - 1 for s in stride)
         high = tuple(n - (s + (k - 1) * st + 1) for n, s, k, st in zip(src.shape, start, new.shape, stride))
         cfg = dict(low=low, high=high, interior=interior)
-        padded = t.emit("pad", new, _const(t, 0, new.dtype), **cfg)
-        return t.emit("select", _window_mask(t, src.shape, start, new.shape, stride), padded, src)
+        padded = t.emit(PAD, new, _const(t, 0, new.dtype), **cfg)
+        return t.emit(SELECT, _window_mask(t, src.shape, start, new.shape, stride), padded, src)
     if kind == "dyn":
         starts, sizes = p
-        return t.emit("dynamic_update_slice", src, new, *starts)
+        return t.emit(DYNAMIC_UPDATE_SLICE, src, new, *starts)
     if kind == "reverse":
         return fwd(t, step, new)
     if kind == "reshape":
-        return new if new.shape == src.shape else t.emit("reshape", new, shape=src.shape)
+        return new if new.shape == src.shape else t.emit(RESHAPE, new, shape=src.shape)
     if kind == "transpose":
         inv = tuple(int(i) for i in np.argsort(p))
         return fwd(t, ("transpose", inv), new)
     if kind == "real":          # the new real part, src's imaginary part kept bit for bit
-        return t.emit("complex", new, t.emit("imag", src))
+        return t.emit(COMPLEX, new, t.emit(IMAG, src))
     if kind == "imag":
-        return t.emit("complex", t.emit("real", src), new)
+        return t.emit(COMPLEX, t.emit(REAL, src), new)
     if kind == "derived" and p.back is not None:      # (read-only: functionalize.write raised before)
         return p.back(t, src, new)
     raise AssertionError(kind)

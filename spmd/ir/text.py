@@ -190,7 +190,7 @@ class _Compact:
         self.index = set()
         for op in graph.ops:
             d = op.opdef
-            if len(op.results) == 1 and not d.subgraphs and d.reshards is None and d.phase is None \
+            if len(op.results) == 1 and not d.subgraphs and d.collective.reshards is None and d.collective.phase is None \
                     and not d.effect and all(o in self.index for o in op.operands):
                 self.index.add(op.result)
         # an index value read by other work, or returned, keeps a line of its own

@@ -99,15 +99,15 @@ def _check_async_pairs(graph, fail):
     open_starts = {}
     for op in graph.ops:
         d = op.opdef
-        if d.phase == "start":
+        if d.collective.phase == "start":
             open_starts[id(op.results[0])] = op
-        elif d.phase == "done":
+        elif d.collective.phase == "done":
             h = op.operands[0]
             start = open_starts.pop(id(h), None)
             if start is None:
                 fail(f"a done whose handle {h} no started collective gave (or one already finished)", op)
-            if start.opdef.async_of != d.async_of:
-                fail(f"a done of {d.async_of} finishing a started {start.opdef.async_of}", op)
+            if start.opdef.collective.async_of != d.collective.async_of:
+                fail(f"a done of {d.collective.async_of} finishing a started {start.opdef.collective.async_of}", op)
     for start in open_starts.values():
         fail("a started collective that is never finished", start)
 

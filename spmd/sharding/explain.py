@@ -54,7 +54,7 @@ def collective_rows(stages) -> list:
             if note is not None and any(set(src.sharding.dim_axes(d)) & axes for d in range(src.ndim)):
                 origin = _unique(origin + [(note, d, tuple(src.sharding.dim_axes(d)))
                                            for d in range(src.ndim) if set(src.sharding.dim_axes(d)) & axes])
-        rows.append(dict(c, needed_by=need, why=op.opdef.reshards, comes_from=origin))
+        rows.append(dict(c, needed_by=need, why=op.opdef.collective.reshards, comes_from=origin))
     return rows
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from ..ir.ops.names import COLLECTIVE_PERMUTE, CONCATENATE
 
 MAX_HOPS = 4
 
@@ -109,9 +110,9 @@ def window_emit(em, x, dim, axes, k, plan, c_out, m, stride, offset, n_src, fill
         if h != 0:
             # device i receives from device i + h: pairs are (sender, receiver)
             pairs = tuple((j, j - h) for j in range(k) if 0 <= j - h < k)
-            p = em.emit("collective_permute", p, axes=tuple(axes), pairs=pairs, group_size=k)
+            p = em.emit(COLLECTIVE_PERMUTE, p, axes=tuple(axes), pairs=pairs, group_size=k)
         parts.append(p)
-    buf = parts[0] if len(parts) == 1 else em.emit("concatenate", *parts, dimension=dim)
+    buf = parts[0] if len(parts) == 1 else em.emit(CONCATENATE, *parts, dimension=dim)
     buf = em.pad_dim(buf, dim, plan.pad_low, plan.pad_high)
     if plan.scale == 0:      # every device takes the same window: a static slice
         y = em.slice_dim(buf, dim, plan.offset, plan.offset + plan.width)
@@ -158,11 +159,11 @@ def extend(em, x, dim, axes, k, below, above):
     parts = []
     if below:
         edge = em.slice_dim(x, dim, c - below, c)
-        parts.append(em.emit("collective_permute", edge, axes=tuple(axes), group_size=k,
+        parts.append(em.emit(COLLECTIVE_PERMUTE, edge, axes=tuple(axes), group_size=k,
                              pairs=tuple((j, j + 1) for j in range(k - 1))))
     parts.append(x)
     if above:
         edge = em.slice_dim(x, dim, 0, above)
-        parts.append(em.emit("collective_permute", edge, axes=tuple(axes), group_size=k,
+        parts.append(em.emit(COLLECTIVE_PERMUTE, edge, axes=tuple(axes), group_size=k,
                              pairs=tuple((j, j - 1) for j in range(1, k))))
-    return parts[0] if len(parts) == 1 else em.emit("concatenate", *parts, dimension=dim)
+    return parts[0] if len(parts) == 1 else em.emit(CONCATENATE, *parts, dimension=dim)

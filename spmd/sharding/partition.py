@@ -43,6 +43,7 @@ import numpy as np
 from ..errors import ShardingError, where
 from ..ir import Graph
 from ..ir.graph import Aval
+from ..ir.ops.names import ALL_REDUCE
 from ..ir.ops.reduce import identity as reduce_identity
 from .cost import reshard_cost
 from .gathers import warn_gather, whole_dims_gathered
@@ -151,7 +152,7 @@ class Partitioner(PartitionContext):
         """Charge the collectives emitted since the last note to `src`: a global op, or
         a global Value the program outputs."""
         for op in self.g.ops[self._noted:]:
-            if op.opdef.reshards is not None:
+            if op.opdef.collective.reshards is not None:
                 self.g.needed_by.setdefault(op, src)
         self._noted = len(self.g.ops)
 
@@ -253,7 +254,7 @@ class Partitioner(PartitionContext):
         costs one all_reduce, not one per term."""
         if have.partial and (kind != "sum" or dtype == "bool"):
             red = "max" if dtype == "bool" and kind == "sum" else kind
-            local = self.em.emit("all_reduce", local, axes=have.partial, reduction=red,
+            local = self.em.emit(ALL_REDUCE, local, axes=have.partial, reduction=red,
                                  group_size=self.axes_size(have.partial))
             have = have.replace(partial=())
         if have.spec == target.spec and set(target.partial) <= set(have.partial):

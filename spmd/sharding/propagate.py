@@ -63,6 +63,7 @@ from ..errors import ShardingError, where
 from ..ir import Graph, Op, Value, clone
 import numpy as np
 
+from ..ir.ops.names import SHARDING_CONSTRAINT
 from .cost import reshard_cost
 from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
 from ..ir.mesh import Sharding
@@ -325,7 +326,7 @@ def _propagate(graph: Graph, mesh, in_shardings, out_shardings, hints) -> Graph:
         s = _annotation(mesh, v, s, out_names[i])
         if v in st.fixed and st.fixed[v] != s:
             # the Value is pinned already: the output becomes a resharded copy of it
-            op = Op("sharding_constraint", [v], {"spec": s.spec, "partial": s.partial}, [], v.producer.loc
+            op = Op(SHARDING_CONSTRAINT, [v], {"spec": s.spec, "partial": s.partial}, [], v.producer.loc
                     if v.producer is not None else None)
             op.results = (Value(v.shape, v.dtype, op, 0),)
             g.ops.append(op)

@@ -22,7 +22,7 @@ def collective_ops(graph, inside=None, runs=1):
                 n = op.opdef.runs(op.attrs, k) if op.opdef.runs is not None else None
                 yield from collective_ops(sub, f"{op.name}.{k} at {op.loc}",
                                           None if runs is None or n is None else runs * n)
-        if op.opdef.reshards is not None or op.opdef.phase == "start":
+        if op.opdef.collective.reshards is not None or op.opdef.collective.phase == "start":
             yield op, graph, inside, runs
 
 
@@ -31,13 +31,13 @@ def collectives(graph) -> list:
     for op, _, inside, runs in collective_ops(graph):
         x, r = op.operands[0], op.results[0]
         item = np.dtype(x.dtype).itemsize
-        if op.opdef.phase == "start":        # a started collective: its done holds the result
+        if op.opdef.collective.phase == "start":        # a started collective: its done holds the result
             r = op.operands[0]
-        out.append({"op": op.opdef.async_of or op.name, "axes": tuple(op.attrs["axes"]),
+        out.append({"op": op.opdef.collective.async_of or op.name, "axes": tuple(op.attrs["axes"]),
                     "group_size": int(op.attrs["group_size"]),
                     "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
                     "bytes": max(x.size, r.size) * item, "runs": runs, "loc": op.loc})
-        if op.opdef.phase == "start":
+        if op.opdef.collective.phase == "start":
             out[-1]["async"] = True         # overlapped with computation (passes/schedule.py)
         if inside is not None:
             out[-1]["inside"] = inside

@@ -39,6 +39,11 @@ import numpy as np
 from ..errors import ReshardWarning, ShardingError, warn_at, where  # noqa: F401 (ReshardWarning: its home for importers)
 from ..ir import Value
 from ..ir.mesh import Sharding
+from ..ir.ops.names import (
+    ADD, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AND, AXIS_INDEX, BROADCAST_IN_DIM, COLLECTIVE_PERMUTE,
+    COMPARE, CONSTANT, DYNAMIC_SLICE, IOTA, MAXIMUM, MINIMUM, MULTIPLY, PAD, REDUCE_SCATTER,
+    SELECT, SLICE
+)
 
 LATENCY_BYTES = 256        # what one collective's start-up is worth, in bytes
 
@@ -243,13 +248,13 @@ class Emitter:
         key = (arr.tobytes(), arr.dtype.str)
         v = self._consts.get(key)
         if v is None:
-            v = self._consts[key] = self.emit("constant", value=arr)
+            v = self._consts[key] = self.emit(CONSTANT, value=arr)
         return v
 
     def bcast(self, scalar, shape, dims=()):
         if tuple(scalar.shape) == tuple(shape):
             return scalar
-        return self.emit("broadcast_in_dim", scalar, shape=tuple(shape), broadcast_dimensions=tuple(dims))
+        return self.emit(BROADCAST_IN_DIM, scalar, shape=tuple(shape), broadcast_dimensions=tuple(dims))
 
     def full(self, value, shape, dtype):
         return self.bcast(self.const(value, dtype), shape)
@@ -259,7 +264,7 @@ class Emitter:
         axes = tuple(axes)
         v = self._axis_index.get(axes)
         if v is None:
-            v = self._axis_index[axes] = self.emit("axis_index", axes=axes)
+            v = self._axis_index[axes] = self.emit(AXIS_INDEX, axes=axes)
         return v
 
     def affine(self, axes, scale, offset):
@@ -268,31 +273,31 @@ class Emitter:
             return self.const(offset, "int64")
         v = self.axis_index(axes)
         if scale != 1:
-            v = self.emit("multiply", v, self.const(scale, "int64"))
+            v = self.emit(MULTIPLY, v, self.const(scale, "int64"))
         if offset:
-            v = self.emit("add", v, self.const(offset, "int64"))
+            v = self.emit(ADD, v, self.const(offset, "int64"))
         return v
 
     def positions(self, shape, dim, axes, chunk, scale=1, offset=0):
         """int64 array of `shape`: the global index along `dim` of each local element
         (times scale plus offset), for a dim split over `axes` in chunks of `chunk`."""
-        io = self.emit("iota", shape=tuple(shape), dtype="int64", dimension=dim)
+        io = self.emit(IOTA, shape=tuple(shape), dtype="int64", dimension=dim)
         if scale != 1:
-            io = self.emit("multiply", io, self.full(scale, shape, "int64"))
+            io = self.emit(MULTIPLY, io, self.full(scale, shape, "int64"))
         start = self.affine(axes, chunk * scale, offset)
         if not axes and offset == 0:
             return io
-        return self.emit("add", io, self.bcast(start, shape))
+        return self.emit(ADD, io, self.bcast(start, shape))
 
     def compare(self, x, c, direction):
-        return self.emit("compare", x, self.full(c, x.shape, x.dtype), direction=direction)
+        return self.emit(COMPARE, x, self.full(c, x.shape, x.dtype), direction=direction)
 
     def and_(self, a, b):
-        return b if a is None else a if b is None else self.emit("and", a, b)
+        return b if a is None else a if b is None else self.emit(AND, a, b)
 
     def clip(self, x, lo, hi):
-        x = self.emit("maximum", x, self.full(lo, x.shape, x.dtype))
-        return self.emit("minimum", x, self.full(hi, x.shape, x.dtype))
+        x = self.emit(MAXIMUM, x, self.full(lo, x.shape, x.dtype))
+        return self.emit(MINIMUM, x, self.full(hi, x.shape, x.dtype))
 
     def in_range(self, x, lo, hi):
         """lo <= x < hi, elementwise."""
@@ -302,7 +307,7 @@ class Emitter:
         """select(mask, x, fill) where fill is a Python scalar or a scalar Value."""
         if not isinstance(fill, Value):
             fill = self.const(fill, x.dtype)
-        return self.emit("select", mask, x, self.bcast(fill, x.shape))
+        return self.emit(SELECT, mask, x, self.bcast(fill, x.shape))
 
     def mask_dim(self, x, dim, axes, n, fill):
         """Set the padding of a dim of global size n split over `axes` to `fill`."""
@@ -320,7 +325,7 @@ class Emitter:
         lim = list(x.shape)
         sd = [1] * x.ndim
         st[dim], lim[dim], sd[dim] = start, stop, stride
-        return self.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
+        return self.emit(SLICE, x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
 
     def pad_dim(self, x, dim, low, high, value=0):
         if low == 0 and high == 0:
@@ -329,13 +334,13 @@ class Emitter:
         hi = [0] * x.ndim
         lo[dim], hi[dim] = low, high
         v = value if isinstance(value, Value) else self.const(value, x.dtype)
-        return self.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * x.ndim)
+        return self.emit(PAD, x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * x.ndim)
 
     def dynamic_slice_dim(self, x, dim, start, size):
         zero = self.const(0, "int64")
         starts = [start if d == dim else zero for d in range(x.ndim)]
         sizes = tuple(size if d == dim else x.shape[d] for d in range(x.ndim))
-        return self.emit("dynamic_slice", x, *starts, slice_sizes=sizes)
+        return self.emit(DYNAMIC_SLICE, x, *starts, slice_sizes=sizes)
 
 
 def reshard(em: Emitter, x, src: Sharding, dst: Sharding, shape, what=None):
@@ -362,32 +367,32 @@ def _emit_step(em, x, st: Step, shape):
     g = _prod(mesh, st.axes)
     k = st.kind
     if k == "make_partial":
-        first = em.emit("compare", em.axis_index(st.axes), em.const(0, "int64"), direction="EQ")
+        first = em.emit(COMPARE, em.axis_index(st.axes), em.const(0, "int64"), direction="EQ")
         return em.select(em.bcast(first, x.shape), x, False if x.dtype == "bool" else 0)
     if g == 1 and k != "permute":
         return x          # a group of one: nothing moves, local shapes are unchanged
     if k == "all_reduce":
-        return em.emit("all_reduce", x, axes=st.axes, reduction="sum", group_size=g)
+        return em.emit(ALL_REDUCE, x, axes=st.axes, reduction="sum", group_size=g)
     d = st.dim
     if k in ("reduce_scatter", "slice"):
         c = x.shape[d]
         c2 = _chunk(c, g)
         x = em.pad_dim(x, d, 0, g * c2 - c)
         if k == "reduce_scatter":
-            return em.emit("reduce_scatter", x, axes=st.axes, dimension=d, reduction="sum", group_size=g)
+            return em.emit(REDUCE_SCATTER, x, axes=st.axes, dimension=d, reduction="sum", group_size=g)
         return em.dynamic_slice_dim(x, d, em.affine(st.axes, c2, 0), c2)
     if k == "all_gather":
         want = _chunk(shape[d], _prod(mesh, st.after.spec[d]))
-        x = em.emit("all_gather", x, axes=st.axes, dimension=d, group_size=g)
+        x = em.emit(ALL_GATHER, x, axes=st.axes, dimension=d, group_size=g)
         return em.slice_dim(x, d, 0, want)
     if k == "all_to_all":
         d2 = st.dim2
         c = x.shape[d2]
         x = em.pad_dim(x, d2, 0, g * _chunk(c, g) - c)
-        x = em.emit("all_to_all", x, axes=st.axes, split_dimension=d2, concat_dimension=d, group_size=g)
+        x = em.emit(ALL_TO_ALL, x, axes=st.axes, split_dimension=d2, concat_dimension=d, group_size=g)
         return em.slice_dim(x, d, 0, _chunk(shape[d], _prod(mesh, st.after.spec[d])))
     if k == "permute":
-        return em.emit("collective_permute", x, axes=st.axes, pairs=permute_pairs(mesh, st),
+        return em.emit(COLLECTIVE_PERMUTE, x, axes=st.axes, pairs=permute_pairs(mesh, st),
                        group_size=_prod(mesh, st.axes))
     raise AssertionError(k)
 

@@ -11,6 +11,7 @@ import spmd
 from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.loops import buffers
 from spmd.ir import Graph
+from spmd.ir.ops.names import TANH
 
 N = 128
 GRID = N * N * 8
@@ -195,7 +196,7 @@ def test_a_read_only_argument_is_not_written():
 def test_an_executable_computes_an_output_in_the_buffer_it_is_given():
     g = Graph("into")
     x = g.add_input((4, 4), "float64")
-    g.outputs = [g.emit("tanh", x)]
+    g.outputs = [g.emit(TANH, x)]
     exe = compile_llvm(g)
     buf = np.empty((4, 4))
     (out,) = exe([np.ones((4, 4))], into={0: buf})

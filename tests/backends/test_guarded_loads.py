@@ -15,6 +15,10 @@ from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.executable import KernelStep
 from spmd.backends.llvm.index_sets import Pos, InRange, breakpoints, capped, decided, intervals, truth
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ADD, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, DYNAMIC_SLICE, IOTA, MULTIPLY, NEGATE,
+    PAD, REDUCE, REVERSE, SELECT, SLICE
+)
 
 
 def same(got, want):
@@ -54,38 +58,38 @@ def build(shape, dtype, steps, reduce):
         if kind == "pad":
             lo = tuple(abs(a) % 3 for a in p[:n])
             hi = tuple(abs(a) % 3 for a in p[n:2 * n])
-            v = g.emit("pad", v, fill, low=lo, high=hi, interior=(0,) * n)
+            v = g.emit(PAD, v, fill, low=lo, high=hi, interior=(0,) * n)
         elif kind == "slice":
             start = tuple(min(abs(a) % 3, s) for a, s in zip(p[:n], v.shape))
             limit = tuple(max(st_, s - abs(b) % 3) for st_, b, s in zip(start, p[n:2 * n], v.shape))
-            v = g.emit("slice", v, start=start, limit=limit, stride=(1,) * n)
+            v = g.emit(SLICE, v, start=start, limit=limit, stride=(1,) * n)
         elif kind == "concat":
             d = abs(p[0]) % n
             k = min(abs(p[1]) % 3, v.shape[d])            # (an empty piece too)
-            part = g.emit("slice", v, start=(0,) * n,
+            part = g.emit(SLICE, v, start=(0,) * n,
                           limit=tuple(k if e == d else s for e, s in enumerate(v.shape)), stride=(1,) * n)
-            v = g.emit("concatenate", part, v, part, dimension=d)
+            v = g.emit(CONCATENATE, part, v, part, dimension=d)
         elif kind == "dslice":
             sizes = tuple(max(0, s - abs(a) % 3) for a, s in zip(p[:n], v.shape))
             starts = []
             for a in p[n:2 * n]:              # out of range on purpose: numpy's clamping
                 starts.append(g.add_input((), "int64"))
                 args.append(np.array(a, np.int64))
-            v = g.emit("dynamic_slice", v, *starts, slice_sizes=sizes)
+            v = g.emit(DYNAMIC_SLICE, v, *starts, slice_sizes=sizes)
         elif kind == "rev":
-            v = g.emit("reverse", v, dimensions=tuple(sorted({abs(a) % n for a in p[:2]})))
+            v = g.emit(REVERSE, v, dimensions=tuple(sorted({abs(a) % n for a in p[:2]})))
         else:                                 # a select on a range test of positions
             d = abs(p[0]) % n
-            io = g.emit("iota", shape=v.shape, dtype="int64", dimension=d)
-            c = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(p[1] % 5, np.int64)),
+            io = g.emit(IOTA, shape=v.shape, dtype="int64", dimension=d)
+            c = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(p[1] % 5, np.int64)),
                        shape=v.shape, broadcast_dimensions=())
-            m = g.emit("compare", io, c, direction=["GE", "LT", "EQ", "NE"][abs(p[2]) % 4])
-            other = g.emit("broadcast_in_dim", fill, shape=v.shape, broadcast_dimensions=())
-            v = g.emit("select", m, v, other)
-    one = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(1, dtype)), shape=v.shape,
+            m = g.emit(COMPARE, io, c, direction=["GE", "LT", "EQ", "NE"][abs(p[2]) % 4])
+            other = g.emit(BROADCAST_IN_DIM, fill, shape=v.shape, broadcast_dimensions=())
+            v = g.emit(SELECT, m, v, other)
+    one = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(1, dtype)), shape=v.shape,
                  broadcast_dimensions=())
-    v = g.emit("add", v, one)
-    g.outputs = [g.emit("reduce", v, kind="sum", axes=tuple(range(len(v.shape)))) if reduce else v]
+    v = g.emit(ADD, v, one)
+    g.outputs = [g.emit(REDUCE, v, kind="sum", axes=tuple(range(len(v.shape)))) if reduce else v]
     return g, args
 
 
@@ -103,11 +107,11 @@ def test_a_chain_of_guarded_loads_is_one_kernel():
     """pad(slice(concatenate(pad(x), x))) + 1: one kernel, nothing materialised between."""
     g = Graph("chain")
     x, f = g.add_input((6, 5), "float64"), g.add_input((), "float64")
-    p = g.emit("pad", x, f, low=(1, 0), high=(0, 2), interior=(0, 0))
-    c = g.emit("concatenate", p, g.emit("pad", x, f, low=(1, 0), high=(0, 2), interior=(0, 0)), dimension=0)
-    s = g.emit("slice", c, start=(2, 1), limit=(12, 7), stride=(1, 1))
-    out = g.emit("pad", s, f, low=(1, 1), high=(1, 1), interior=(0, 0))
-    g.outputs = [g.emit("multiply", out, out)]
+    p = g.emit(PAD, x, f, low=(1, 0), high=(0, 2), interior=(0, 0))
+    c = g.emit(CONCATENATE, p, g.emit(PAD, x, f, low=(1, 0), high=(0, 2), interior=(0, 0)), dimension=0)
+    s = g.emit(SLICE, c, start=(2, 1), limit=(12, 7), stride=(1, 1))
+    out = g.emit(PAD, s, f, low=(1, 1), high=(1, 1), interior=(0, 0))
+    g.outputs = [g.emit(MULTIPLY, out, out)]
     exe = compile_llvm(g)
     assert kernel_count(exe) == 1 and len(exe.steps) == 1
     args = [np.random.default_rng(0).standard_normal((6, 5)), np.array(0.5)]
@@ -117,7 +121,7 @@ def test_a_chain_of_guarded_loads_is_one_kernel():
 def test_a_pad_with_interior_padding_runs_on_its_own():
     g = Graph("interior")
     x, f = g.add_input((4,), "float64"), g.add_input((), "float64")
-    g.outputs = [g.emit("negate", g.emit("pad", x, f, low=(1,), high=(0,), interior=(2,)))]
+    g.outputs = [g.emit(NEGATE, g.emit(PAD, x, f, low=(1,), high=(0,), interior=(2,)))]
     exe = compile_llvm(g)
     assert any(not isinstance(s, KernelStep) for s in exe.steps)
     args = [np.arange(4.0), np.array(9.0)]
@@ -184,7 +188,7 @@ def test_one_jacobi_step_is_one_kernel_reading_u_once_with_no_temporaries():
     low = spmd.jit(jacobi).lower(u)
     exe = low.compile()
     ks = [s for s in exe.steps if isinstance(s, KernelStep)]
-    assert len(ks) == 1 and all(isinstance(s, KernelStep) or s.opdef.view for s in exe.steps), exe.plan
+    assert len(ks) == 1 and all(isinstance(s, KernelStep) or s.opdef.reindex.view for s in exe.steps), exe.plan
     (k,) = ks
     assert k.kernel.inputs == [low.graph.inputs[0]], exe.plan
     assert exe.memory.arena_bytes == 0 and low.memory()["temp_bytes"] == 0

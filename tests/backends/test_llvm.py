@@ -18,6 +18,10 @@ from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.executable import KernelStep
 from spmd.ir import REGISTRY, Graph
+from spmd.ir.ops import names as opnames
+from spmd.ir.ops.names import (
+    ADD, CONSTANT, CONVERT, EXP, PAD, REVERSE, ROLL, SLICE, TANH, TRANSPOSE
+)
 
 
 def close(got, want, what=""):
@@ -56,7 +60,7 @@ def test_every_op(name):
         ins = [g.add_input(x.shape, x.dtype) for x in operands]
         out = g.emit(name, *ins, **attrs)
         if name in VIEW_OPS:
-            out = g.emit("convert", out, dtype=out.dtype)
+            out = g.emit(CONVERT, out, dtype=out.dtype)
         g.outputs = [out]
         (got,) = compile_llvm(g)([np.asarray(x) for x in operands])
         close(got, expected(name, operands, attrs), f"{name} {[x.shape for x in operands]} {attrs}")
@@ -368,10 +372,10 @@ def test_fallback_ops_between_kernels():
     # pad (no numpy spelling in the tracer) between two kernels, as a graph
     g = Graph("pad")
     xv = g.add_input(x.shape, "float32")
-    t = g.emit("tanh", xv)
-    p = g.emit("pad", t, g.emit("constant", value=np.array(0.5, np.float32)), low=(1, 0), high=(0, 2),
+    t = g.emit(TANH, xv)
+    p = g.emit(PAD, t, g.emit(CONSTANT, value=np.array(0.5, np.float32)), low=(1, 0), high=(0, 2),
                interior=(1, 0))
-    g.outputs = [g.emit("reduce", g.emit("exp", p), kind="sum", axes=(1,))]
+    g.outputs = [g.emit(opnames.REDUCE, g.emit(EXP, p), kind="sum", axes=(1,))]
     close(compile_llvm(g)([x])[0], compile_graph(g, "numpy")([x])[0])
 
 
@@ -418,11 +422,11 @@ def test_reversed_dims_inside_kernels():
     x = rng.standard_normal((5, 7))
     g = Graph("f")
     a = g.add_input((5, 7), "float64")
-    e = g.emit("exp", a)
-    r = g.emit("reverse", e, dimensions=(0, 1))
-    t = g.emit("transpose", g.emit("reverse", a, dimensions=(1,)), permutation=(1, 0))
-    s = g.emit("slice", g.emit("reverse", t, dimensions=(0,)), start=(1, 0), limit=(6, 5), stride=(2, 1))
-    out = g.emit("add", r, g.emit("reverse", a, dimensions=(0,)))
+    e = g.emit(EXP, a)
+    r = g.emit(REVERSE, e, dimensions=(0, 1))
+    t = g.emit(TRANSPOSE, g.emit(REVERSE, a, dimensions=(1,)), permutation=(1, 0))
+    s = g.emit(SLICE, g.emit(REVERSE, t, dimensions=(0,)), start=(1, 0), limit=(6, 5), stride=(2, 1))
+    out = g.emit(ADD, r, g.emit(REVERSE, a, dimensions=(0,)))
     g.outputs = [out, s]
     want = [np.flip(np.exp(x)) + x[::-1], x[:, ::-1].T[::-1][1:6:2]]
     from spmd.backends import compile_graph
@@ -448,10 +452,10 @@ def test_rolled_dims_inside_kernels():
         for j in (-1, 0, 1):
             t = a
             if i:
-                t = g.emit("roll", t, shift=i % 9, dimension=0)
+                t = g.emit(ROLL, t, shift=i % 9, dimension=0)
             if j:
-                t = g.emit("roll", t, shift=j % 7, dimension=1)
-            total = t if total is None else g.emit("add", total, t)
+                t = g.emit(ROLL, t, shift=j % 7, dimension=1)
+            total = t if total is None else g.emit(ADD, total, t)
     g.outputs = [total]
     want = sum(np.roll(np.roll(x, i, 0), j, 1) for i in (-1, 0, 1) for j in (-1, 0, 1))
     from spmd.backends import compile_graph

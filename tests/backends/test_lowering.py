@@ -6,6 +6,7 @@ from spmd.backends.llvm.emitters import emit_elementwise
 from spmd.backends.llvm.lowering import LOWERINGS, fusible, lowering_of
 from spmd.backends.llvm.steps import run_reference
 from spmd.ir import REGISTRY, Graph
+from spmd.ir.ops.names import ADD, DIVIDE
 
 
 def test_the_numpy_backend_lowers_every_op_by_its_reference():
@@ -47,6 +48,6 @@ def test_complex_values_fuse_only_where_lowered():
     g = Graph("c")
     x, y = g.add_input((3,), "complex64"), g.add_input((3,), "complex64")
     a, b = g.add_input((3,), "float32"), g.add_input((3,), "float32")
-    ops = [g.emit("add", x, y).producer, g.emit("divide", x, y).producer, g.emit("divide", a, b).producer]
+    ops = [g.emit(ADD, x, y).producer, g.emit(DIVIDE, x, y).producer, g.emit(DIVIDE, a, b).producer]
     assert [fusible(op) for op in ops] == [True, False, True]
     assert lowering_of(ops[1]) is LOWERINGS["elementwise"]

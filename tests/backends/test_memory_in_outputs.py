@@ -14,6 +14,9 @@ from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.lowering import writes_into
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ADD, CONCATENATE, CUMULATIVE, DOT_GENERAL, EXP, MULTIPLY, NEGATE, SUBTRACT, TANH, TRANSPOSE
+)
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
@@ -24,7 +27,7 @@ RT = LocalRuntime()
 
 
 def dot(g, a, b):
-    return g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    return g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
 
 
 def nbytes(v):
@@ -130,8 +133,8 @@ def test_a_dead_temporary_is_computed_in_the_output_buffer(monkeypatch):
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     d = dot(g, x, w)
-    b = dot(g, g.emit("tanh", d), w)
-    out = dot(g, g.emit("exp", b), w)
+    b = dot(g, g.emit(TANH, d), w)
+    out = dot(g, g.emit(EXP, b), w)
     g.outputs = [out]
     exe = check(g, rand((n, n), (n, n)), monkeypatch=monkeypatch)
     mem = exe.memory
@@ -159,8 +162,8 @@ def test_a_run_allocates_its_outputs_and_nothing_more(native, monkeypatch):
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     d = dot(g, x, w)
-    b = dot(g, g.emit("tanh", d), w)
-    g.outputs = [dot(g, g.emit("exp", b), w)]
+    b = dot(g, g.emit(TANH, d), w)
+    g.outputs = [dot(g, g.emit(EXP, b), w)]
     exe = compile_llvm(g)
     assert d in exe.memory.in_outputs
     args = rand((n, n), (n, n), seed=8)
@@ -186,11 +189,11 @@ def test_temporaries_share_an_output_buffer_by_their_live_ranges(monkeypatch):
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     a = dot(g, x, w)
     b = dot(g, w, x)
-    c = dot(g, g.emit("add", g.emit("tanh", a), b), w)
-    d = dot(g, g.emit("tanh", c), w)
-    last = dot(g, g.emit("tanh", d), w)
-    big = g.emit("concatenate", *[g.emit("exp", last)] * 2, dimension=0)     # (2n, n): room for two
-    g.outputs = [g.emit("tanh", big)]
+    c = dot(g, g.emit(ADD, g.emit(TANH, a), b), w)
+    d = dot(g, g.emit(TANH, c), w)
+    last = dot(g, g.emit(TANH, d), w)
+    big = g.emit(CONCATENATE, *[g.emit(EXP, last)] * 2, dimension=0)     # (2n, n): room for two
+    g.outputs = [g.emit(TANH, big)]
     exe = check(g, rand((n, n), (n, n), seed=1), monkeypatch=monkeypatch)
     mem, out, block = exe.memory, g.outputs[0], n * n * F8
     assert {mem.in_outputs[a], mem.in_outputs[b]} == {(out, 0), (out, block)}, mem.in_outputs
@@ -206,9 +209,9 @@ def test_a_temporary_read_between_segments_is_read_in_the_output_buffer(monkeypa
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     a = dot(g, x, w)
-    t = g.emit("exp", g.emit("negate", g.emit("multiply", a, a)))
-    c = g.emit("cumulative", a, kind="sum", axis=1, reverse=False)
-    out = g.emit("tanh", dot(g, dot(g, t, c), w))
+    t = g.emit(EXP, g.emit(NEGATE, g.emit(MULTIPLY, a, a)))
+    c = g.emit(CUMULATIVE, a, kind="sum", axis=1, reverse=False)
+    out = g.emit(TANH, dot(g, dot(g, t, c), w))
     g.outputs = [out]
     exe = check(g, rand((n, n), (n, n), seed=9), monkeypatch=monkeypatch)
     host = exe.memory.in_place.get(out, out)            # (the dot, tanh in place over it)
@@ -222,7 +225,7 @@ def test_not_what_the_step_writing_the_output_reads():
     n = 16
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
-    t = g.emit("tanh", dot(g, x, w))
+    t = g.emit(TANH, dot(g, x, w))
     out = dot(g, t, w)
     g.outputs = [out]
     exe = check(g, rand((n, n), (n, n), seed=2))
@@ -236,7 +239,7 @@ def test_not_what_a_view_reads_after_the_output_is_written():
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     t = dot(g, x, w)
-    tt = g.emit("transpose", t, permutation=(1, 0))
+    tt = g.emit(TRANSPOSE, t, permutation=(1, 0))
     o1 = dot(g, x, x)
     o2 = dot(g, tt, w)
     g.outputs = [o1, o2]
@@ -250,10 +253,10 @@ def test_not_in_an_argument_written_in_place_nor_an_output_returned_twice():
     n = 16
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
-    t = g.emit("tanh", dot(g, x, w))
+    t = g.emit(TANH, dot(g, x, w))
     u = dot(g, t, x)
-    twice = g.emit("exp", dot(g, u, x))
-    new_w = g.emit("subtract", w, g.emit("tanh", dot(g, twice, x)))
+    twice = g.emit(EXP, dot(g, u, x))
+    new_w = g.emit(SUBTRACT, w, g.emit(TANH, dot(g, twice, x)))
     g.outputs = [new_w, x, twice, twice]
     exe = check(g, rand((n, n), (n, n), seed=4), donated=(1,))
     mem = exe.memory
@@ -304,23 +307,23 @@ def test_random_programs_with_outputs_written_late_match_numpy(seed):
         elif r < 0.55:
             pool.append(g.emit(str(rng.choice(["tanh", "negate", "sin"])), a))
         elif r < 0.7:
-            pool.append(g.emit("add", a, pool[rng.integers(len(pool))]))
+            pool.append(g.emit(ADD, a, pool[rng.integers(len(pool))]))
         elif r < 0.8:
-            pool.append(g.emit("transpose", a, permutation=(1, 0)))
+            pool.append(g.emit(TRANSPOSE, a, permutation=(1, 0)))
         elif r < 0.9:
-            outs.append(g.emit("exp", dot(g, a, x)))
+            outs.append(g.emit(EXP, dot(g, a, x)))
         else:
-            outs.append(g.emit("concatenate", a, g.emit("tanh", a), dimension=0))
-    outs.append(g.emit("tanh", dot(g, pool[-1], w)))
+            outs.append(g.emit(CONCATENATE, a, g.emit(TANH, a), dimension=0))
+    outs.append(g.emit(TANH, dot(g, pool[-1], w)))
     if rng.random() < 0.3:
         outs.append(outs[int(rng.integers(len(outs)))])
     if rng.random() < 0.2:
         outs.append(x)
     if rng.random() < 0.2:
-        outs.append(g.emit("transpose", pool[int(rng.integers(len(pool)))], permutation=(1, 0)))
+        outs.append(g.emit(TRANSPOSE, pool[int(rng.integers(len(pool)))], permutation=(1, 0)))
     donated = ()
     if rng.random() < 0.4:
-        outs.append(g.emit("subtract", w, g.emit("tanh", dot(g, outs[-1] if outs[-1].shape == (n, n)
+        outs.append(g.emit(SUBTRACT, w, g.emit(TANH, dot(g, outs[-1] if outs[-1].shape == (n, n)
                                                                else pool[-1], x))))
         donated = (1,)
     g.outputs = outs

@@ -10,6 +10,9 @@ from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.backends.llvm.memory import ALIGN, first_fit
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ALL_REDUCE, CONCATENATE, DOT_GENERAL, EXP, NEGATE, REDUCE, RESHAPE, SLICE, SUBTRACT, TANH
+)
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
@@ -18,18 +21,18 @@ MESH = Mesh((2,), ("x",))
 
 
 def dot(g, a, b):
-    return g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    return g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
 
 
 def flat(g, v):
-    return g.emit("reshape", v, shape=(v.size,))
+    return g.emit(RESHAPE, v, shape=(v.size,))
 
 
 def bucket(g, *parts):
     """The parts flattened, joined and all-reduced over a mesh axis "x" of 2 (a gradient
     bucket: the join is a step of its own, which the all_reduce then overwrites)."""
-    c = g.emit("concatenate", *[flat(g, p) for p in parts], dimension=0)
-    return c, g.emit("all_reduce", c, axes=("x",), reduction="sum", group_size=2)
+    c = g.emit(CONCATENATE, *[flat(g, p) for p in parts], dimension=0)
+    return c, g.emit(ALL_REDUCE, c, axes=("x",), reduction="sum", group_size=2)
 
 
 # one runtime for the module: each runtime keeps its device threads
@@ -60,12 +63,12 @@ def test_a_bucket_is_held_part_by_part():
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     g1 = dot(g, x, w)
-    u = g.emit("exp", dot(g, w, x))
+    u = g.emit(EXP, dot(g, w, x))
     v = dot(g, u, w)
     g2 = dot(g, v, x)
     c, r = bucket(g, g1, g2)
-    g.outputs = [g.emit("subtract", g.emit("slice", r, start=(0,), limit=(n * n,), stride=(1,)),
-                        g.emit("slice", r, start=(n * n,), limit=(2 * n * n,), stride=(1,)))]
+    g.outputs = [g.emit(SUBTRACT, g.emit(SLICE, r, start=(0,), limit=(n * n,), stride=(1,)),
+                        g.emit(SLICE, r, start=(n * n,), limit=(2 * n * n,), stride=(1,)))]
     rng = np.random.default_rng(0)
     exe = check(g, [rng.standard_normal((n, n)) / 4 for _ in range(2)])
     mem = exe.memory
@@ -86,10 +89,10 @@ def test_a_part_is_never_shared_with_what_its_step_reads():
     g = Graph()
     x, w = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     g1 = dot(g, x, w)
-    v = g.emit("tanh", dot(g, w, w))
+    v = g.emit(TANH, dot(g, w, w))
     g2 = dot(g, v, x)
     c, r = bucket(g, g1, g2)
-    g.outputs = [g.emit("tanh", r)]
+    g.outputs = [g.emit(TANH, r)]
     rng = np.random.default_rng(1)
     exe = check(g, [rng.standard_normal((n, n)) for _ in range(2)])
     (hv, ov), (hg, og), block = exe.memory.place(v), exe.memory.place(g2), n * n * F8
@@ -129,11 +132,11 @@ def test_random_buckets_over_a_backward_pass_match_numpy(seed):
     outs = []
     at = 0
     for p in parts:
-        s = g.emit("slice", red, start=(at,), limit=(at + p.size,), stride=(1,))
-        outs.append(g.emit("tanh", g.emit("reshape", s, shape=p.shape)))
+        s = g.emit(SLICE, red, start=(at,), limit=(at + p.size,), stride=(1,))
+        outs.append(g.emit(TANH, g.emit(RESHAPE, s, shape=p.shape)))
         at += p.size
     if later is not None:
-        outs.append(g.emit("exp", later))
+        outs.append(g.emit(EXP, later))
     g.outputs = outs
     check(g, [rng.standard_normal((n, n)) / 4 for _ in range(2)], tol=1e-10)
 
@@ -168,9 +171,9 @@ def test_empty_temporaries_are_placed():
     """A temporary of no elements is a group of no bytes: it still gets a place."""
     g = Graph()
     x = g.add_input((0,), "float32")
-    d = dot(g, g.emit("reshape", x, shape=(0, 1)), g.emit("reshape", x, shape=(1, 0)))
-    t = g.emit("tanh", g.emit("reshape", d, shape=(0,)))
-    g.outputs = [g.emit("exp", t), g.emit("negate", t), g.emit("reduce", t, axes=(0,), kind="sum")]
+    d = dot(g, g.emit(RESHAPE, x, shape=(0, 1)), g.emit(RESHAPE, x, shape=(1, 0)))
+    t = g.emit(TANH, g.emit(RESHAPE, d, shape=(0,)))
+    g.outputs = [g.emit(EXP, t), g.emit(NEGATE, t), g.emit(REDUCE, t, axes=(0,), kind="sum")]
     exe = compile_llvm(g)
     args = [np.zeros((0,), np.float32)]
     for w, r in zip(compile_graph(g, "numpy")(args), exe(args)):

@@ -13,6 +13,10 @@ from paths import ROOT
 from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ADD, ALL_REDUCE, BROADCAST_IN_DIM, CONSTANT, DIVIDE, DOT_GENERAL, EXP, MULTIPLY, NEGATE,
+    REDUCE, RESHAPE, SLICE, SQRT, SUBTRACT, TANH, TRANSPOSE
+)
 from spmd.sharding import Mesh
 
 from partition_util import check_random_jit_program, random_program, reference
@@ -21,7 +25,7 @@ F4 = 4
 
 
 def dot(g, a, b):
-    return g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    return g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
 
 
 def run_both(g, *args, calls=2):
@@ -51,11 +55,11 @@ def test_chain_runs_in_place_and_peak_drops_to_one_buffer():
     g = Graph()
     x, w = g.add_input((32, 32), "float32"), g.add_input((32, 32), "float32")
     d = dot(g, x, w)
-    a = g.emit("tanh", d)
+    a = g.emit(TANH, d)
     b = dot(g, a, w)                 # a dies here
-    c = g.emit("exp", b)             # in place in b's buffer
+    c = g.emit(EXP, b)             # in place in b's buffer
     e = dot(g, c, w)
-    f = g.emit("negate", e)          # in place in e's buffer, which is the output's
+    f = g.emit(NEGATE, e)          # in place in e's buffer, which is the output's
     g.outputs = [f]
     exe, (out,) = run_both(g, *data((32, 32), (32, 32)))
     mem = exe.memory
@@ -73,10 +77,10 @@ def test_weight_update_is_computed_in_the_new_weights_buffer():
     the update kernel runs in place there (XLA's buffer sharing), so no temporary holds it."""
     g = Graph()
     w, x, gr = g.add_input((64, 16), "float32"), g.add_input((8, 64), "float32"), g.add_input((8, 16), "float32")
-    gw = g.emit("dot_general", x, gr, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
-    lr = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(0.1, np.float32)),
+    gw = g.emit(DOT_GENERAL, x, gr, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
+    lr = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(0.1, np.float32)),
                 shape=(64, 16), broadcast_dimensions=())
-    new = g.emit("subtract", w, g.emit("multiply", lr, gw))
+    new = g.emit(SUBTRACT, w, g.emit(MULTIPLY, lr, gw))
     g.outputs = [new]
     exe, _ = run_both(g, *data((64, 16), (8, 64), (8, 16)))
     assert exe.memory.in_place == {new: gw}
@@ -103,7 +107,7 @@ def test_not_in_place_when_the_input_is_read_later():
     g = Graph()
     x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
     d = dot(g, x, w)
-    a = g.emit("tanh", d)
+    a = g.emit(TANH, d)
     b = dot(g, a, d)                 # d is read after the tanh kernel
     g.outputs = [b]
     exe, _ = run_both(g, *data((16, 16), (16, 16)))
@@ -113,8 +117,8 @@ def test_not_in_place_when_the_input_is_read_later():
 def test_not_in_place_into_a_callers_argument():
     g = Graph()
     x = g.add_input((16, 16), "float32")
-    a = g.emit("exp", x)
-    b = g.emit("tanh", g.emit("transpose", a, permutation=(1, 0)))
+    a = g.emit(EXP, x)
+    b = g.emit(TANH, g.emit(TRANSPOSE, a, permutation=(1, 0)))
     g.outputs = [b]
     exe, _ = run_both(g, *data((16, 16)))            # run_both checks x comes back unchanged
     assert not exe.memory.in_place or x not in exe.memory.in_place.values()
@@ -126,11 +130,11 @@ def test_not_in_place_while_a_view_of_the_input_is_alive():
     g = Graph()
     x, w, v = g.add_input((8, 6), "float32"), g.add_input((6, 8), "float32"), g.add_input((4, 6), "float32")
     d = dot(g, x, w)                                   # (8, 8)
-    r = g.emit("reshape", d, shape=(4, 16))            # a view of d
-    e = g.emit("exp", d)                               # d's last direct read
-    t = g.emit("dot_general", r, g.emit("reshape", e, shape=(16, 4)), lhs_batch=(), rhs_batch=(),
+    r = g.emit(RESHAPE, d, shape=(4, 16))            # a view of d
+    e = g.emit(EXP, d)                               # d's last direct read
+    t = g.emit(DOT_GENERAL, r, g.emit(RESHAPE, e, shape=(16, 4)), lhs_batch=(), rhs_batch=(),
                lhs_contract=(1,), rhs_contract=(0,))   # reads the view after the exp kernel
-    g.outputs = [t, g.emit("tanh", v)]
+    g.outputs = [t, g.emit(TANH, v)]
     exe, _ = run_both(g, *data((8, 6), (6, 8), (4, 6)))
     assert e not in exe.memory.in_place
 
@@ -143,14 +147,14 @@ def test_not_in_place_when_the_kernel_reads_other_elements(how):
     x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
     d = dot(g, x, w)
     if how == "transpose":
-        out = g.emit("add", d, g.emit("transpose", d, permutation=(1, 0)))
+        out = g.emit(ADD, d, g.emit(TRANSPOSE, d, permutation=(1, 0)))
     elif how == "reduce":
-        m = g.emit("reduce", d, axes=(1,), kind="max")
-        out = g.emit("subtract", d, g.emit("broadcast_in_dim", m, shape=(16, 16), broadcast_dimensions=(0,)))
+        m = g.emit(REDUCE, d, axes=(1,), kind="max")
+        out = g.emit(SUBTRACT, d, g.emit(BROADCAST_IN_DIM, m, shape=(16, 16), broadcast_dimensions=(0,)))
     else:
-        row = g.emit("reshape", g.emit("slice", d, start=(0, 0), limit=(1, 16), stride=(1, 1)), shape=(16,))
-        out = g.emit("multiply", d, g.emit("broadcast_in_dim", row, shape=(16, 16), broadcast_dimensions=(1,)))
-    g.outputs = [g.emit("exp", out)]
+        row = g.emit(RESHAPE, g.emit(SLICE, d, start=(0, 0), limit=(1, 16), stride=(1, 1)), shape=(16,))
+        out = g.emit(MULTIPLY, d, g.emit(BROADCAST_IN_DIM, row, shape=(16, 16), broadcast_dimensions=(1,)))
+    g.outputs = [g.emit(EXP, out)]
     exe, _ = run_both(g, *data((16, 16), (16, 16)))
     assert d not in exe.memory.in_place.values()
 
@@ -161,9 +165,9 @@ def test_outputs_never_share_a_buffer():
     g = Graph()
     x, w = g.add_input((8, 8), "float32"), g.add_input((8, 8), "float32")
     d = dot(g, x, w)
-    e = g.emit("exp", d)
-    f = g.emit("tanh", e)
-    g.outputs = [d, e, f, f, g.emit("transpose", f, permutation=(1, 0))]
+    e = g.emit(EXP, d)
+    f = g.emit(TANH, e)
+    g.outputs = [d, e, f, f, g.emit(TRANSPOSE, f, permutation=(1, 0))]
     exe, got = run_both(g, *data((8, 8), (8, 8)))
     assert not exe.memory.in_place          # d, e, f are all outputs: none may be overwritten
     for i in range(len(got)):
@@ -194,7 +198,7 @@ def test_in_place_can_be_switched_off(monkeypatch):
     g = Graph()
     x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
     d = dot(g, x, w)
-    g.outputs = [dot(g, g.emit("tanh", d), w)]
+    g.outputs = [dot(g, g.emit(TANH, d), w)]
     exe, _ = run_both(g, *data((16, 16), (16, 16)))
     # d and its tanh in two buffers: d's the output's (dead before the output's dot)
     assert not exe.memory.in_place and exe.memory.arena_bytes == 16 * 16 * F4
@@ -245,7 +249,7 @@ def test_random_elementwise_webs_over_dying_temporaries_match_numpy(seed):
         elif kind < 0.85:
             v = g.emit(str(rng.choice(["add", "multiply", "subtract", "maximum"])), a, pool[rng.integers(len(pool))])
         else:
-            v = g.emit("transpose", a, permutation=(1, 0))
+            v = g.emit(TRANSPOSE, a, permutation=(1, 0))
         pool.append(v)
     k = int(rng.integers(1, 7))
     g.outputs = [pool[-1]] + [pool[i] for i in rng.choice(len(pool), size=k, replace=True)]
@@ -275,9 +279,9 @@ def test_multi_output_kernel_writes_each_output_over_an_input_it_reads():
     g = Graph()
     x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
     a, b, c = dot(g, x, w), dot(g, w, x), dot(g, x, x)
-    a2 = g.emit("add", a, b)                       # reads a, b
-    b2 = g.emit("multiply", b, c)                  # reads b, c
-    c2 = g.emit("subtract", c, g.emit("exp", a))   # reads c, a
+    a2 = g.emit(ADD, a, b)                       # reads a, b
+    b2 = g.emit(MULTIPLY, b, c)                  # reads b, c
+    c2 = g.emit(SUBTRACT, c, g.emit(EXP, a))   # reads c, a
     g.outputs = [a2, b2, c2]
     exe, _ = run_both(g, *data((16, 16), (16, 16)))
     deps = {a2: {a, b}, b2: {b, c}, c2: {c, a}}
@@ -292,9 +296,9 @@ def test_an_output_stored_early_never_takes_the_buffer_of_an_input_read_after():
     g = Graph()
     x, w = g.add_input((16, 16), "float32"), g.add_input((16, 16), "float32")
     a, b = dot(g, x, w), dot(g, w, x)
-    t = g.emit("tanh", a)
-    e = g.emit("exp", b)
-    root = g.emit("multiply", e, t)
+    t = g.emit(TANH, a)
+    e = g.emit(EXP, b)
+    root = g.emit(MULTIPLY, e, t)
     g.outputs = [root, e]
     exe, _ = run_both(g, *data((16, 16), (16, 16)))
     assert exe.memory.in_place.get(e) in (None, b)
@@ -428,8 +432,8 @@ def test_all_reduce_in_place_over_its_operand(n, mesh):
     g = Graph("ar")
     a, b = g.add_input((n, n), "float64"), g.add_input((n, n), "float64")
     d = dot(g, a, b)
-    r = g.emit("all_reduce", d, axes=("x",), reduction="sum", group_size=2)
-    g.outputs = [g.emit("tanh", r)]
+    r = g.emit(ALL_REDUCE, d, axes=("x",), reduction="sum", group_size=2)
+    g.outputs = [g.emit(TANH, r)]
     exe = compile_llvm(g)
     assert exe.memory.in_place.get(r) is d
     rng = np.random.default_rng(n)
@@ -448,8 +452,8 @@ def test_a_donated_buffer_the_program_cannot_write_is_copied_first():
     copied with its shape, written there, the caller's array untouched."""
     g = Graph()
     t, m = g.add_input((), "float32"), g.add_input((4, 4), "float32")
-    g.outputs = [g.emit("add", t, g.emit("constant", value=np.array(1, np.float32))),
-                 g.emit("tanh", m)]
+    g.outputs = [g.emit(ADD, t, g.emit(CONSTANT, value=np.array(1, np.float32))),
+                 g.emit(TANH, m)]
     exe = compile_llvm(g, donated=[0, 1])
     assert set(exe.memory.in_place.values()) == {t, m}
     tv, mv = np.array(2.0, np.float32), np.ones((4, 4), np.float32)
@@ -544,14 +548,14 @@ def test_an_update_is_written_into_the_donated_state_not_into_the_gradient():
     g = Graph()
     p, m, v = (g.add_input((64, 64), "float32") for _ in range(3))
     x, d = g.add_input((32, 64), "float32"), g.add_input((32, 64), "float32")
-    grad = g.emit("dot_general", x, d, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
+    grad = g.emit(DOT_GENERAL, x, d, lhs_batch=(), rhs_batch=(), lhs_contract=(0,), rhs_contract=(0,))
 
     def c(val):
-        return g.emit("broadcast_in_dim", g.emit("constant", value=np.array(val, np.float32)),
+        return g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(val, np.float32)),
                       shape=(64, 64), broadcast_dimensions=())
-    new_m = g.emit("add", g.emit("multiply", c(0.9), m), g.emit("multiply", c(0.1), grad))
-    new_v = g.emit("add", g.emit("multiply", c(0.99), v), g.emit("multiply", c(0.01), g.emit("multiply", grad, grad)))
-    new_p = g.emit("subtract", p, g.emit("divide", new_m, g.emit("add", g.emit("sqrt", new_v), c(1e-8))))
+    new_m = g.emit(ADD, g.emit(MULTIPLY, c(0.9), m), g.emit(MULTIPLY, c(0.1), grad))
+    new_v = g.emit(ADD, g.emit(MULTIPLY, c(0.99), v), g.emit(MULTIPLY, c(0.01), g.emit(MULTIPLY, grad, grad)))
+    new_p = g.emit(SUBTRACT, p, g.emit(DIVIDE, new_m, g.emit(ADD, g.emit(SQRT, new_v), c(1e-8))))
     g.outputs = [new_p, new_m, new_v]
     exe = compile_llvm(g, donated=(0, 1, 2))
     assert {exe.memory.in_place[r] for r in (new_p, new_m, new_v)} == {p, m, v}, exe.memory.in_place
@@ -578,7 +582,7 @@ def test_collectives_write_into_the_plan_and_free_what_they_read():
     low = f.lower(w, x)
     exe = low.compile()
     g = low.graph
-    colls = [op.result for op in g.ops if op.opdef.takes_out and op.opdef.needs_comm and op.opdef.out_may_be_operand is None]
+    colls = [op.result for op in g.ops if op.opdef.takes_out and op.opdef.needs_comm and op.opdef.collective.out_may_be_operand is None]
     # in the arena, or the buffer the update (the program's output) is written into
     planned = set(exe.memory.offset_of) | set(exe.memory.in_place.values())
     assert len(colls) == 2 and all(v in planned for v in colls), colls

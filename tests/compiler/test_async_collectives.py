@@ -17,6 +17,7 @@ from collective_checks import check_started_all_reduces
 from partition_util import check_random_jit_program
 from spmd.compiler.passes import combine_collectives, schedule_async
 from spmd.errors import CollectiveError
+from spmd.ir.ops.names import ALL_REDUCE, MULTIPLY, TANH
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 from spmd.tools import timeline
@@ -59,7 +60,7 @@ def _combined(graph):
     all-reduces of the partitioned program it carries)."""
     out = []
     for op in graph.ops:
-        if op.opdef.combinable:
+        if op.opdef.collective.combinable:
             x = op.operands[0]
             src = x.producer
             n = len(src.operands) if src is not None and src.name == "concatenate" else 1
@@ -158,8 +159,8 @@ def test_independent_gradients_bucket_greedily(sizes, limit):
     g = spmd.ir.Graph("f")
     g.mesh = mesh
     xs = [g.add_input((n,), "float32") for n in sizes]
-    outs = [g.emit("all_reduce", g.emit("tanh", x), axes=("data",), reduction="sum", group_size=2) for x in xs]
-    g.outputs = [g.emit("multiply", o, o) for o in outs]
+    outs = [g.emit(ALL_REDUCE, g.emit(TANH, x), axes=("data",), reduction="sum", group_size=2) for x in xs]
+    g.outputs = [g.emit(MULTIPLY, o, o) for o in outs]
     got = [(n, b) for n, b, _ in _combined(combine_collectives(g, limit))]
     want, cur, size = [], 0, 0
     for n in sizes:
@@ -356,7 +357,7 @@ def test_llvm_memory_plan_keeps_a_buffer_in_flight_alive():
     where = {id(s): k for k, s in enumerate(steps)}
     checked = 0
     for k, s in enumerate(steps):
-        if getattr(getattr(s, "opdef", None), "phase", None) != "start":
+        if getattr(getattr(getattr(s, "opdef", None), "collective", None), "phase", None) != "start":
             continue
         done = next(t for t in steps if getattr(t, "operands", None) and s.result in t.operands)
         x = s.operands[0]

@@ -6,6 +6,7 @@ import numpy as np
 from spmd.backends.llvm import compile_llvm
 from spmd.compiler.passes import exchanges_late
 from spmd.ir import Graph
+from spmd.ir.ops.names import ADD, ALL_REDUCE, COLLECTIVE_PERMUTE, CONCATENATE, MULTIPLY, SLICE
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
@@ -16,13 +17,13 @@ def _column_halos(g, x, between=None):
     """the column halos of a (rows, cols) shard sent both ways along "y", as the
     partitioner emits them: make one, send it, make the other, send it"""
     n, m = x.shape
-    lo = g.emit("slice", x, start=(0, m - 1), limit=(n, m), stride=(1, 1))
-    right = g.emit("collective_permute", lo, axes=("y",), pairs=((0, 1),), group_size=2)
+    lo = g.emit(SLICE, x, start=(0, m - 1), limit=(n, m), stride=(1, 1))
+    right = g.emit(COLLECTIVE_PERMUTE, lo, axes=("y",), pairs=((0, 1),), group_size=2)
     if between is not None:
         between(g)
-    hi = g.emit("slice", x, start=(0, 0), limit=(n, 1), stride=(1, 1))
-    left = g.emit("collective_permute", hi, axes=("y",), pairs=((1, 0),), group_size=2)
-    return g.emit("concatenate", right, x, left, dimension=1)
+    hi = g.emit(SLICE, x, start=(0, 0), limit=(n, 1), stride=(1, 1))
+    left = g.emit(COLLECTIVE_PERMUTE, hi, axes=("y",), pairs=((1, 0),), group_size=2)
+    return g.emit(CONCATENATE, right, x, left, dimension=1)
 
 
 def _names(g):
@@ -32,7 +33,7 @@ def _names(g):
 def test_the_halos_are_made_first_and_their_exchanges_stand_together():
     g = Graph("halo")
     x = g.add_input((4, 5), "float64")
-    g.outputs = [g.emit("multiply", _column_halos(g, x), _column_halos(g, x))]
+    g.outputs = [g.emit(MULTIPLY, _column_halos(g, x), _column_halos(g, x))]
     out = exchanges_late(g)
     assert _names(out)[:5] == ["slice", "slice", "collective_permute", "collective_permute", "concatenate"], \
         _names(out)
@@ -49,7 +50,7 @@ def test_an_exchange_does_not_pass_another_collective():
     x = g.add_input((4, 5), "float64")
     s = g.add_input((3,), "float64")
     made = []
-    g.outputs = [_column_halos(g, x, lambda g: made.append(g.emit("all_reduce", s, axes=("y",), group_size=2,
+    g.outputs = [_column_halos(g, x, lambda g: made.append(g.emit(ALL_REDUCE, s, axes=("y",), group_size=2,
                                                                     reduction="sum")))]
     g.outputs.append(made[0])
     names = _names(exchanges_late(g))
@@ -60,5 +61,5 @@ def test_an_exchange_does_not_pass_another_collective():
 def test_a_program_without_exchanges_is_the_same_graph():
     g = Graph("plain")
     x = g.add_input((4,), "float64")
-    g.outputs = [g.emit("add", x, x)]
+    g.outputs = [g.emit(ADD, x, x)]
     assert exchanges_late(g) is g

@@ -8,24 +8,25 @@ from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
 from spmd.compiler.passes import frees_first
 from spmd.ir import Graph
+from spmd.ir.ops.names import DOT_GENERAL, REDUCE, TANH
 
 
 def _dot(g, a, b, ca, cb):
-    return g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(ca,), rhs_contract=(cb,))
+    return g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(ca,), rhs_contract=(cb,))
 
 
 def _layer_gradients(g, w_first):
     """A layer's two gradients (x @ w) in either order, w a temporary the size of the
     weight whose last read is the input's gradient (as a weight gathered for it, FSDP)."""
     wa, xa, ct = g.add_input((256, 256), "float32"), g.add_input((64, 256), "float32"), g.add_input((64, 256), "float32")
-    w, x = g.emit("tanh", wa), g.emit("tanh", xa)
+    w, x = g.emit(TANH, wa), g.emit(TANH, xa)
     if w_first:
         dw = _dot(g, x, ct, 0, 0)
         dx = _dot(g, ct, w, 1, 1)
     else:
         dx = _dot(g, ct, w, 1, 1)
         dw = _dot(g, x, ct, 0, 0)
-    g.outputs = [g.emit("reduce", v, kind="sum", axes=(0,)) for v in (dw, dx)]
+    g.outputs = [g.emit(REDUCE, v, kind="sum", axes=(0,)) for v in (dw, dx)]
 
 
 def test_the_gradient_that_frees_the_gathered_weight_runs_first():

@@ -13,6 +13,10 @@ from spmd.compiler.passes import cse, dce, optimize, simplify
 from spmd.backends.llvm.fuse import Kernel, fuse
 from spmd.backends.llvm.memory import plan_memory
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ADD, BROADCAST_IN_DIM, CONSTANT, CONVERT, DIVIDE, DOT_GENERAL, EXP, IOTA, LOG, MULTIPLY,
+    NEGATE, POWER, REDUCE, RESHAPE, SLICE, SUBTRACT, TANH, TRANSPOSE
+)
 
 
 def run(g, *args):
@@ -31,17 +35,17 @@ def same_results(g1, g2, *args):
 
 
 def splat(g, c, like):
-    s = g.emit("constant", value=np.array(c, like.dtype))
-    return g.emit("broadcast_in_dim", s, shape=like.shape, broadcast_dimensions=())
+    s = g.emit(CONSTANT, value=np.array(c, like.dtype))
+    return g.emit(BROADCAST_IN_DIM, s, shape=like.shape, broadcast_dimensions=())
 
 
 # ----------------------------------------------------------------------------------- DCE
 def test_dce_drops_unused_ops_only():
     g = Graph()
     x = g.add_input((3,), "float32")
-    used = g.emit("exp", x)
-    g.emit("tanh", g.emit("log", x))               # dead chain
-    g.outputs = [g.emit("negate", used)]
+    used = g.emit(EXP, x)
+    g.emit(TANH, g.emit(LOG, x))               # dead chain
+    g.outputs = [g.emit(NEGATE, used)]
     d = dce(g)
     assert names(d) == ["exp", "negate"]
     same_results(g, d, np.arange(3, dtype=np.float32))
@@ -52,12 +56,12 @@ def test_dce_drops_unused_ops_only():
 def test_cse_merges_equal_ops_and_constants():
     g = Graph()
     x = g.add_input((4,), "float64")
-    a1, a2 = g.emit("exp", x), g.emit("exp", x)
+    a1, a2 = g.emit(EXP, x), g.emit(EXP, x)
     c1, c2 = splat(g, 2.0, x), splat(g, 2.0, x)
     c3 = splat(g, 3.0, x)                            # a different value: kept
-    s1 = g.emit("multiply", a1, c1)
-    s2 = g.emit("multiply", a2, c2)
-    g.outputs = [g.emit("add", s1, s2), g.emit("add", a1, c3)]
+    s1 = g.emit(MULTIPLY, a1, c1)
+    s2 = g.emit(MULTIPLY, a2, c2)
+    g.outputs = [g.emit(ADD, s1, s2), g.emit(ADD, a1, c3)]
     c = dce(cse(g))
     assert names(c).count("exp") == 1 and names(c).count("multiply") == 1
     assert names(c).count("constant") == 2
@@ -67,8 +71,8 @@ def test_cse_merges_equal_ops_and_constants():
 def test_cse_keeps_ops_that_differ_in_attributes():
     g = Graph()
     x = g.add_input((2, 3), "float32")
-    g.outputs = [g.emit("reduce", x, kind="sum", axes=(0,)), g.emit("reduce", x, kind="max", axes=(0,)),
-                 g.emit("reduce", x, kind="sum", axes=(1,))]
+    g.outputs = [g.emit(REDUCE, x, kind="sum", axes=(0,)), g.emit(REDUCE, x, kind="max", axes=(0,)),
+                 g.emit(REDUCE, x, kind="sum", axes=(1,))]
     assert len(cse(g).ops) == 3
 
 
@@ -87,7 +91,7 @@ def test_simplify_keeps_adds_that_change_a_zeros_sign():
         assert np.array_equal(np.signbit(run(s, a)[0]), np.signbit(run(g, a)[0]))
     g = Graph()
     x = g.add_input((2,), "float64")
-    g.outputs = [g.emit("subtract", x, g.emit("constant", value=np.array([0.0, -0.0])))]
+    g.outputs = [g.emit(SUBTRACT, x, g.emit(CONSTANT, value=np.array([0.0, -0.0])))]
     s = optimize(g)
     assert "subtract" in names(s)
     got = run(s, np.array([-0.0, -0.0]))[0]
@@ -97,18 +101,18 @@ def test_simplify_keeps_adds_that_change_a_zeros_sign():
 def test_simplify_identities():
     g = Graph()
     x = g.add_input((2, 3), "float32")
-    y = g.emit("add", x, splat(g, -0.0, x))        # -0.0 is the float add's unit (not +0.0)
-    y = g.emit("subtract", y, splat(g, 0.0, x))     # and +0.0 subtract's
-    y = g.emit("multiply", splat(g, 1.0, x), y)
-    y = g.emit("divide", y, splat(g, 1.0, x))
-    y = g.emit("negate", g.emit("negate", y))
-    y = g.emit("convert", y, dtype="float32")
-    y = g.emit("reshape", g.emit("reshape", y, shape=(3, 2)), shape=(6,))
-    y = g.emit("reshape", y, shape=(2, 3))
-    t = g.emit("transpose", g.emit("transpose", y, permutation=(1, 0)), permutation=(1, 0))
-    t = g.emit("broadcast_in_dim", t, shape=(2, 3), broadcast_dimensions=(0, 1))
-    t = g.emit("slice", t, start=(0, 0), limit=(2, 3), stride=(1, 1))
-    t = g.emit("reduce", t, kind="sum", axes=())
+    y = g.emit(ADD, x, splat(g, -0.0, x))        # -0.0 is the float add's unit (not +0.0)
+    y = g.emit(SUBTRACT, y, splat(g, 0.0, x))     # and +0.0 subtract's
+    y = g.emit(MULTIPLY, splat(g, 1.0, x), y)
+    y = g.emit(DIVIDE, y, splat(g, 1.0, x))
+    y = g.emit(NEGATE, g.emit(NEGATE, y))
+    y = g.emit(CONVERT, y, dtype="float32")
+    y = g.emit(RESHAPE, g.emit(RESHAPE, y, shape=(3, 2)), shape=(6,))
+    y = g.emit(RESHAPE, y, shape=(2, 3))
+    t = g.emit(TRANSPOSE, g.emit(TRANSPOSE, y, permutation=(1, 0)), permutation=(1, 0))
+    t = g.emit(BROADCAST_IN_DIM, t, shape=(2, 3), broadcast_dimensions=(0, 1))
+    t = g.emit(SLICE, t, start=(0, 0), limit=(2, 3), stride=(1, 1))
+    t = g.emit(REDUCE, t, kind="sum", axes=())
     g.outputs = [t]
     s = optimize(g)
     assert names(s) == [], names(s)
@@ -119,11 +123,11 @@ def test_simplify_identities():
 def test_simplify_powers_and_folding():
     g = Graph()
     x = g.add_input((5,), "float64")
-    sq = g.emit("power", x, splat(g, 2.0, x))
-    cu = g.emit("power", x, splat(g, 3.0, x))
-    inv = g.emit("power", x, splat(g, -1.0, x))
-    k = g.emit("exp", g.emit("add", g.emit("constant", value=np.array([1.0, 2.0])),
-                             g.emit("constant", value=np.array([3.0, 4.0]))))    # folds to a constant
+    sq = g.emit(POWER, x, splat(g, 2.0, x))
+    cu = g.emit(POWER, x, splat(g, 3.0, x))
+    inv = g.emit(POWER, x, splat(g, -1.0, x))
+    k = g.emit(EXP, g.emit(ADD, g.emit(CONSTANT, value=np.array([1.0, 2.0])),
+                             g.emit(CONSTANT, value=np.array([3.0, 4.0]))))    # folds to a constant
     g.outputs = [sq, cu, inv, k]
     s = optimize(g)
     # x**3 stays a power: x*x*x would round twice where numpy's pow rounds once
@@ -135,8 +139,8 @@ def test_simplify_powers_and_folding():
 def test_simplify_folds_transpose_into_dot():
     g = Graph()
     a, b = g.add_input((4, 3), "float32"), g.add_input((3, 5), "float32")
-    d = g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
-    g.outputs = [g.emit("transpose", d, permutation=(1, 0))]
+    d = g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    g.outputs = [g.emit(TRANSPOSE, d, permutation=(1, 0))]
     s = optimize(g)
     assert names(s) == ["dot_general"]
     rng = np.random.default_rng(0)
@@ -146,15 +150,15 @@ def test_simplify_folds_transpose_into_dot():
 def test_simplify_keeps_a_transposed_dot_that_is_used_twice():
     g = Graph()
     a, b = g.add_input((4, 3), "float32"), g.add_input((3, 5), "float32")
-    d = g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
-    g.outputs = [g.emit("transpose", d, permutation=(1, 0)), d]
+    d = g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    g.outputs = [g.emit(TRANSPOSE, d, permutation=(1, 0)), d]
     assert names(optimize(g)) == ["dot_general", "transpose"]
 
 
 def test_simplify_does_not_fold_large_constants():
     g = Graph()
-    c = g.emit("iota", shape=(1000,), dtype="float32", dimension=0)
-    g.outputs = [g.emit("exp", c)]
+    c = g.emit(IOTA, shape=(1000,), dtype="float32", dimension=0)
+    g.outputs = [g.emit(EXP, c)]
     assert names(simplify(g)) == ["iota", "exp"]
 
 
@@ -229,9 +233,9 @@ def test_memory_plan_reuses_dead_buffers():
     w = g.add_input((64, 64), "float32")
     v = x
     for _ in range(4):                 # kernel, dot, kernel, dot, ...: temporaries die as they go
-        v = g.emit("tanh", v)
-        v = g.emit("dot_general", v, w, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
-    g.outputs = [g.emit("exp", v)]
+        v = g.emit(TANH, v)
+        v = g.emit(DOT_GENERAL, v, w, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    g.outputs = [g.emit(EXP, v)]
     exe = spmd.backends.llvm.compile_llvm(g)
     mem = exe.memory
     # each tanh after a dot runs in place in the dot's buffer; the last dot is computed in
@@ -248,11 +252,11 @@ def test_memory_plan_reuses_dead_buffers():
 def test_memory_plan_keeps_buffers_alive_while_a_view_needs_them():
     g = Graph()
     x = g.add_input((8, 6), "float32")
-    e = g.emit("exp", x)                                           # planned temporary
-    t = g.emit("transpose", e, permutation=(1, 0))                  # a numpy view of it...
-    d = g.emit("dot_general", t, x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
-    f = g.emit("tanh", d)                                           # ...must outlive this kernel
-    g.outputs = [g.emit("add", f, f), t]
+    e = g.emit(EXP, x)                                           # planned temporary
+    t = g.emit(TRANSPOSE, e, permutation=(1, 0))                  # a numpy view of it...
+    d = g.emit(DOT_GENERAL, t, x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    f = g.emit(TANH, d)                                           # ...must outlive this kernel
+    g.outputs = [g.emit(ADD, f, f), t]
     exe = spmd.backends.llvm.compile_llvm(g)
     mem = plan_memory(g, exe.steps)
     xs = np.linspace(-1, 1, 48, dtype=np.float32).reshape(8, 6)

@@ -11,6 +11,7 @@ from partition_util import random_program
 from spmd.backends import compile_graph
 from spmd.compiler.passes import rematerialize, regather
 from spmd.ir import Graph
+from spmd.ir.ops.names import ADD, ALL_GATHER, DOT_GENERAL, EXP, TANH
 
 
 def _run(g, args, backend="numpy"):
@@ -42,13 +43,13 @@ def test_a_recomputed_value_frees_its_buffer_in_between():
     the late read, e's buffer is free during the chain: the plan's peak drops."""
     g = Graph()
     x = g.add_input((256, 256), "float32")
-    e = g.emit("exp", x)
-    w = g.emit("dot_general", e, x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    e = g.emit(EXP, x)
+    w = g.emit(DOT_GENERAL, e, x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
     for _ in range(3):
-        w = g.emit("dot_general", g.emit("tanh", w), x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,),
+        w = g.emit(DOT_GENERAL, g.emit(TANH, w), x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,),
                    rhs_contract=(0,))
     late = len(g.ops)
-    g.outputs = [g.emit("add", w, e)]
+    g.outputs = [g.emit(ADD, w, e)]
     r = rematerialize(g, {e: [late]})
     xs = [np.linspace(-1, 1, 256 * 256, dtype=np.float32).reshape(256, 256) / 8]
     np.testing.assert_array_equal(_run(g, xs, "llvm")[0], _run(r, xs, "llvm")[0])
@@ -119,9 +120,9 @@ def test_fsdp_gathers_each_weight_again_for_the_backward_pass():
 def test_regather_leaves_a_weight_alone_when_nothing_else_is_gathered_in_between():
     g = Graph()
     w, x = g.add_input((32, 128), "float32"), g.add_input((64, 128), "float32")
-    full = g.emit("all_gather", w, axes=("data",), dimension=0, group_size=4)
-    a = g.emit("dot_general", x, full, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
-    b = g.emit("dot_general", g.emit("tanh", a), full, lhs_batch=(), rhs_batch=(), lhs_contract=(1,),
+    full = g.emit(ALL_GATHER, w, axes=("data",), dimension=0, group_size=4)
+    a = g.emit(DOT_GENERAL, x, full, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    b = g.emit(DOT_GENERAL, g.emit(TANH, a), full, lhs_batch=(), rhs_batch=(), lhs_contract=(1,),
                rhs_contract=(1,))
     g.outputs = [b]
     assert regather(g) is g
@@ -168,7 +169,7 @@ def test_a_ghost_layer_made_again_reads_its_halos_and_exchanges_once():
         spmd.ShapeDtype((512, 512), np.float64), 2)
     before, after = low.stages["regather"], low.stages["late_reads"]
     assert len(after.ops) > len(before.ops)          # (the ghost layer is made again)
-    permutes = [op for op in after.ops if op.opdef.exchange]
+    permutes = [op for op in after.ops if op.opdef.collective.exchange]
     assert len(permutes) == 8, len(permutes)
     r = low.report()
     assert r["launched_bytes"] == r["comm_bytes"] == r["bytes_per_run"]

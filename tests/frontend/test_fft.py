@@ -20,6 +20,7 @@ import spmd
 from partition_util import specs
 from spmd.ir import Graph
 from spmd.ir import parse_graph
+from spmd.ir.ops.names import CONJ, CONSTANT, FFT, MULTIPLY, REAL
 from spmd.ir.text import print_graph
 from spmd.sharding import Mesh
 from spmd.sharding.reshard import ReshardWarning
@@ -390,9 +391,9 @@ def test_complex_collectives_on_local_threads():
 def test_complex_constants_round_trip_as_text():
     g = Graph("c")
     x = g.add_input((3,), "complex64")
-    c = g.emit("constant", value=np.array([1 + 2j, -0.5j, 3], np.complex64))
-    y = g.emit("fft", g.emit("multiply", x, c), kind="fft", axes=(0,), n=3, norm="ortho")
-    g.outputs = [g.emit("real", y), g.emit("conj", y)]
+    c = g.emit(CONSTANT, value=np.array([1 + 2j, -0.5j, 3], np.complex64))
+    y = g.emit(FFT, g.emit(MULTIPLY, x, c), kind="fft", axes=(0,), n=3, norm="ortho")
+    g.outputs = [g.emit(REAL, y), g.emit(CONJ, y)]
     text = print_graph(g)
     assert "c64[3]" in text and "fft(" in text
     assert print_graph(parse_graph(text)) == text

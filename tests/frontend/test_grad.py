@@ -11,6 +11,7 @@ from opinfo import TABLE, ops_to_test, samples
 from spmd.frontend.autodiff import vjp_graph
 from spmd.backends.numpy import compile_numpy
 from spmd.ir import REGISTRY, Graph
+from spmd.ir.ops.names import ADD, BROADCAST_IN_DIM, CONSTANT, MULTIPLY, REAL, REDUCE
 
 EPS = 1e-6
 
@@ -44,15 +45,15 @@ def loss_graph(name, operands, attrs, floats, rng, order=1):
     def weighted_sum(v):
         if v.dtype.startswith("complex"):     # a real loss of a complex value: Re(sum(w * v))
             w = rng.standard_normal(v.shape) + 1j * rng.standard_normal(v.shape)
-            v = g.emit("real", g.emit("multiply", v, g.emit("constant", value=np.asarray(w, v.dtype))))
-        w = g.emit("constant", value=rng.standard_normal(v.shape))
-        p = g.emit("multiply", v, w)
-        return g.emit("reduce", p, kind="sum", axes=tuple(range(v.ndim))) if v.ndim else p
+            v = g.emit(REAL, g.emit(MULTIPLY, v, g.emit(CONSTANT, value=np.asarray(w, v.dtype))))
+        w = g.emit(CONSTANT, value=rng.standard_normal(v.shape))
+        p = g.emit(MULTIPLY, v, w)
+        return g.emit(REDUCE, p, kind="sum", axes=tuple(range(v.ndim))) if v.ndim else p
 
     def grads(loss, start=0):
-        one = g.emit("constant", value=np.ones(()))
+        one = g.emit(CONSTANT, value=np.ones(()))
         cts = vjp_graph(g, start, [ins[i] for i in floats], loss, one)
-        zeros = [g.emit("broadcast_in_dim", g.emit("constant", value=np.zeros((), ins[i].dtype)),
+        zeros = [g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.zeros((), ins[i].dtype)),
                         shape=ins[i].shape, broadcast_dimensions=()) for i in floats]
         return [c if c is not None else z for c, z in zip(cts, zeros)]
 
@@ -62,7 +63,7 @@ def loss_graph(name, operands, attrs, floats, rng, order=1):
         terms = [weighted_sum(d) for d in gs]
         loss = terms[0]
         for t in terms[1:]:
-            loss = g.emit("add", loss, t)
+            loss = g.emit(ADD, loss, t)
         gs = grads(loss)
     g.outputs = [loss] + gs
     return compile_numpy(g)

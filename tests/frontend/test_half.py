@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import spmd
 from spmd.backends.llvm import scalar
 from spmd.ir import dtypes
+from spmd.ir.ops.names import ADD, CONVERT, EXP
 from paths import SCRIPTS, TESTS
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -150,8 +151,8 @@ def test_kernels_call_no_conversion_libcall(f16_path):
     g = Graph("k")
     x = g.add_input((8,), "float16")
     y = g.add_input((8,), "bfloat16")
-    r = g.emit("add", g.emit("exp", g.emit("convert", x, dtype="float32")), g.emit("convert", y, dtype="float32"))
-    g.outputs = [g.emit("convert", r, dtype="float16"), g.emit("convert", r, dtype="bfloat16")]
+    r = g.emit(ADD, g.emit(EXP, g.emit(CONVERT, x, dtype="float32")), g.emit(CONVERT, y, dtype="float32"))
+    g.outputs = [g.emit(CONVERT, r, dtype="float16"), g.emit(CONVERT, r, dtype="bfloat16")]
     text = ""
     for i, k in enumerate(fuse(g, fusible, frozenset()).kernels()):
         ir, decls, _ = kernel_ir(k, f"k{i}", 1)

@@ -10,6 +10,7 @@ import spmd.ir.text
 from spmd.backends.numpy import compile_numpy
 from spmd.errors import ParseError
 from spmd.ir import Graph, parse_graph
+from spmd.ir.ops.names import ADD, BROADCAST_IN_DIM, CONSTANT, NEGATE, REDUCE
 from spmd.ir.text import print_graph
 from spmd.sharding import Sharding
 from spmd.tree import tree_leaves
@@ -99,8 +100,8 @@ def test_constants_round_trip_bit_exactly(dtype, n):
         vals = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
         vals[: min(n, 2)] = [info.min, info.max][: min(n, 2)]
     g = Graph("c")
-    g.outputs = [g.emit("constant", value=vals.reshape(1, n)), g.emit("constant", value=vals[:1].reshape(()))
-                 if n else g.emit("constant", value=np.zeros((), dtype))]
+    g.outputs = [g.emit(CONSTANT, value=vals.reshape(1, n)), g.emit(CONSTANT, value=vals[:1].reshape(()))
+                 if n else g.emit(CONSTANT, value=np.zeros((), dtype))]
     text, g2 = round_trip(g)
     assert ("0x" in text) == (n > 16)
     for op, op2 in zip(g.ops, g2.ops):
@@ -122,9 +123,9 @@ def test_shardings_and_mesh_round_trip():
     g = Graph("p")
     g.mesh = m
     x = g.add_input((4, 4), "float32", m.sharding(("b", "a"), None))
-    y = g.emit("negate", x)
+    y = g.emit(NEGATE, x)
     y.sharding = m.sharding(None, "a", partial="b")
-    s = g.emit("reduce", y, axes=(0, 1), kind="sum")
+    s = g.emit(REDUCE, y, axes=(0, 1), kind="sum")
     s.sharding = Sharding(m, (), ("a", "b"))
     g.outputs = [y, s]
     text, g2 = round_trip(g)
@@ -156,9 +157,9 @@ def sharded_graphs(draw):
     g.mesh = mesh
     x = g.add_input((4, 6), "float32", sharding(2))
     w = g.add_input((6,), "float32", sharding(1))
-    b = g.emit("broadcast_in_dim", w, broadcast_dimensions=(1,), shape=(4, 6))
-    y = g.emit("add", x, b)
-    z = g.emit("reduce", y, axes=(1,), kind="max")
+    b = g.emit(BROADCAST_IN_DIM, w, broadcast_dimensions=(1,), shape=(4, 6))
+    y = g.emit(ADD, x, b)
+    z = g.emit(REDUCE, y, axes=(1,), kind="max")
     for v in (b, y, z):
         if draw(st.booleans()):
             v.sharding = sharding(v.ndim)
@@ -176,7 +177,7 @@ def test_random_shardings_round_trip(g):
 
 def test_odd_function_names_and_crlf_line_ends():
     g = Graph("my step <v2>")
-    g.outputs = [g.emit("negate", g.add_input((2,), "float64"))]
+    g.outputs = [g.emit(NEGATE, g.add_input((2,), "float64"))]
     text, g2 = round_trip(g)
     assert g2.name == "my step <v2>"
     assert print_graph(parse_graph(text.replace("\n", "\r\n"))) == text
@@ -262,8 +263,8 @@ def test_parse_error_points_at_the_column():
 def _fuzz_texts():
     texts = [spmd.jit(f).lower(*a).as_text("traced") for _, f, a in PROGRAMS[:6]]
     g = Graph("k")
-    g.outputs = [g.emit("constant", value=np.linspace(-1, 1, 20, dtype=np.float32)),
-                 g.emit("constant", value=np.array([True, False]))]
+    g.outputs = [g.emit(CONSTANT, value=np.linspace(-1, 1, 20, dtype=np.float32)),
+                 g.emit(CONSTANT, value=np.array([True, False]))]
     texts.append(print_graph(g))
     row = MESH.sharding("data", None)
     f = spmd.jit(lambda x, w: np.tanh(x @ w).sum(axis=0), in_shardings=(row, MESH.sharding(None, "model")))

@@ -102,7 +102,7 @@ def _evaluate(graph, coords):
     for op in graph.ops:
         d = op.opdef
         # collectives (and what reads them) are not index arithmetic: not needed here
-        if d.reshards is not None or d.phase or d.subgraphs or not all(o in env for o in op.operands):
+        if d.collective.reshards is not None or d.collective.phase or d.subgraphs or not all(o in env for o in op.operands):
             continue
         comm = {"comm": Comm()} if d.needs_comm else {}
         env[op.result] = np.asarray(d.ref(*[env[o] for o in op.operands], **comm, **op.attrs))

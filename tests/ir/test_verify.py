@@ -6,6 +6,9 @@ import pytest
 
 from spmd.compiler import pipeline
 from spmd.ir import Graph, Mesh
+from spmd.ir.ops.names import (
+    ADD, ALL_REDUCE, ALL_REDUCE_DONE, ALL_REDUCE_START, AXIS_INDEX, EXP, REDUCE
+)
 from spmd.ir.verify import VerifyError, verify
 
 MESH = Mesh((2,), ("x",))
@@ -15,7 +18,7 @@ REAL_STAGES = pipeline.stages
 def _global_program():
     g = Graph("f")
     x = g.add_input((4, 3), "float64")
-    g.outputs = [g.emit("reduce", g.emit("exp", x), axes=(0,), kind="sum")]
+    g.outputs = [g.emit(REDUCE, g.emit(EXP, x), axes=(0,), kind="sum")]
     return g
 
 
@@ -25,12 +28,12 @@ def _async_program(drop=None):
     g = Graph("f")
     x = g.add_input((4,), "float64")
     attrs = dict(axes=("x",), reduction="sum", group_size=2)
-    h = g.add_input((), "int64") if drop == "start" else g.emit("all_reduce_start", x, **attrs)
-    y = g.emit("exp", x)
+    h = g.add_input((), "int64") if drop == "start" else g.emit(ALL_REDUCE_START, x, **attrs)
+    y = g.emit(EXP, x)
     if drop == "done":
         g.outputs = [y]
         return g
-    g.outputs = [g.emit("add", g.emit("all_reduce_done", h, x, **attrs), y)]
+    g.outputs = [g.emit(ADD, g.emit(ALL_REDUCE_DONE, h, x, **attrs), y)]
     return g
 
 
@@ -43,7 +46,7 @@ def test_a_well_formed_program_passes_every_kind():
 
 def test_a_collective_before_partitioning_is_caught():
     g = _global_program()
-    g.outputs = [g.emit("all_reduce", g.outputs[0], axes=("x",), reduction="sum", group_size=2)]
+    g.outputs = [g.emit(ALL_REDUCE, g.outputs[0], axes=("x",), reduction="sum", group_size=2)]
     verify(g, "partitioned", "per_device")                 # fine in a per-device program
     with pytest.raises(VerifyError, match="only in per-device programs.*all_reduce"):
         verify(g, "traced", "global")
@@ -51,7 +54,7 @@ def test_a_collective_before_partitioning_is_caught():
 
 def test_axis_index_before_partitioning_is_caught():
     g = _global_program()
-    g.emit("axis_index", axes=("x",))
+    g.emit(AXIS_INDEX, axes=("x",))
     with pytest.raises(VerifyError, match="only in per-device programs.*axis_index"):
         verify(g, "dce", "global")
 
@@ -77,7 +80,7 @@ def test_a_start_without_its_done_and_a_done_without_its_start_are_caught(drop, 
 def test_a_done_used_twice_is_caught():
     g = _async_program()
     done = [op for op in g.ops if op.name == "all_reduce_done"][0]
-    again = g.emit("all_reduce_done", done.operands[0], done.operands[1], **done.attrs)
+    again = g.emit(ALL_REDUCE_DONE, done.operands[0], done.operands[1], **done.attrs)
     g.outputs.append(again)
     with pytest.raises(VerifyError, match="already finished"):
         verify(g, "schedule")
@@ -102,12 +105,12 @@ def test_the_pipeline_names_the_stage_that_broke_an_invariant(monkeypatch):
     _run_jit_stages(monkeypatch)                            # the real stages pass
 
     def early_collective(g):
-        g.outputs = [g.emit("all_reduce", g.outputs[0], axes=("x",), reduction="sum", group_size=2)]
+        g.outputs = [g.emit(ALL_REDUCE, g.outputs[0], axes=("x",), reduction="sum", group_size=2)]
         return g
 
     def unfinished(g):
         x = g.inputs[0]
-        g.emit("all_reduce_start", x, axes=("x",), reduction="sum", group_size=2)
+        g.emit(ALL_REDUCE_START, x, axes=("x",), reduction="sum", group_size=2)
         return g
 
     with pytest.raises(VerifyError, match="after stage 'dce'.*only in per-device programs"):

@@ -17,6 +17,10 @@ from spmd.backends import compile_graph
 from spmd.errors import SpmdError
 from spmd.ir import Graph
 from spmd.ir.graph import Value
+from spmd.ir.ops.names import (
+    ADD, ALL_GATHER, ALL_REDUCE, AXIS_INDEX, BROADCAST_IN_DIM, COMPARE, CONSTANT, IOTA, MULTIPLY,
+    NEGATE, REDUCE, RESHAPE, SELECT, SLICE
+)
 from spmd.runtime import context as rinit
 from spmd.runtime.execute import execute as run_program
 from spmd.runtime.program import make_program
@@ -128,20 +132,20 @@ def column_sums_program(local_rows, cols, n_rows, G):
     column sums replicated, 2*x {x,_}, this device's index {x})."""
     g = Graph("colsum")
     x = g.add_input((local_rows, cols), "float32")
-    gathered = g.emit("all_gather", x, axes=("x",), dimension=0, group_size=G)
-    gathered = g.emit("slice", gathered, start=(0, 0), limit=(n_rows, cols), stride=(1, 1))
+    gathered = g.emit(ALL_GATHER, x, axes=("x",), dimension=0, group_size=G)
+    gathered = g.emit(SLICE, gathered, start=(0, 0), limit=(n_rows, cols), stride=(1, 1))
     # padding is unspecified in general: mask rows past the end before summing
-    io = g.emit("iota", shape=(local_rows, cols), dtype="int64", dimension=0)
-    start = g.emit("multiply", g.emit("axis_index", axes=("x",)), g.emit("constant", value=np.array(local_rows, np.int64)))
-    pos = g.emit("add", io, g.emit("broadcast_in_dim", start, shape=(local_rows, cols), broadcast_dimensions=()))
-    inside = g.emit("compare", pos, g.emit("broadcast_in_dim", g.emit("constant", value=np.array(n_rows, np.int64)),
+    io = g.emit(IOTA, shape=(local_rows, cols), dtype="int64", dimension=0)
+    start = g.emit(MULTIPLY, g.emit(AXIS_INDEX, axes=("x",)), g.emit(CONSTANT, value=np.array(local_rows, np.int64)))
+    pos = g.emit(ADD, io, g.emit(BROADCAST_IN_DIM, start, shape=(local_rows, cols), broadcast_dimensions=()))
+    inside = g.emit(COMPARE, pos, g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(n_rows, np.int64)),
                                            shape=(local_rows, cols), broadcast_dimensions=()), direction="LT")
-    zeros = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(0, np.float32)), shape=(local_rows, cols),
+    zeros = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(0, np.float32)), shape=(local_rows, cols),
                    broadcast_dimensions=())
-    part = g.emit("reduce", g.emit("select", inside, x, zeros), kind="sum", axes=(0,))
-    sums = g.emit("all_reduce", part, axes=("x",), reduction="sum", group_size=G)
-    twice = g.emit("add", x, x)
-    idx = g.emit("reshape", g.emit("axis_index", axes=("x",)), shape=(1,))
+    part = g.emit(REDUCE, g.emit(SELECT, inside, x, zeros), kind="sum", axes=(0,))
+    sums = g.emit(ALL_REDUCE, part, axes=("x",), reduction="sum", group_size=G)
+    twice = g.emit(ADD, x, x)
+    idx = g.emit(RESHAPE, g.emit(AXIS_INDEX, axes=("x",)), shape=(1,))
     g.outputs = [gathered, sums, twice, idx]
     return g
 
@@ -182,8 +186,8 @@ def test_execute_places_scalars_and_none_shardings():
     g = Graph("scale")
     x = g.add_input((2, 3), "float64")
     s = g.add_input((), "float64")
-    y = g.emit("multiply", x, g.emit("broadcast_in_dim", s, shape=(2, 3), broadcast_dimensions=()))
-    g.outputs = [g.emit("all_reduce", y, axes=("y",), reduction="max", group_size=2)]
+    y = g.emit(MULTIPLY, x, g.emit(BROADCAST_IN_DIM, s, shape=(2, 3), broadcast_dimensions=()))
+    g.outputs = [g.emit(ALL_REDUCE, y, axes=("y",), reduction="max", group_size=2)]
     low = fake_program(mesh, [((4, 3), "float64"), ((), "float64")], [mesh.sharding("x", None), None],
                       [((4, 3), "float64")], [mesh.sharding("x", None)], g)
     x = np.arange(12.0).reshape(4, 3)
@@ -195,7 +199,7 @@ def test_execute_places_scalars_and_none_shardings():
 def test_execute_without_a_mesh_is_numpy_in_numpy_out():
     g = Graph("f")
     x = g.add_input((3,), "float32")
-    g.outputs = [g.emit("negate", x)]
+    g.outputs = [g.emit(NEGATE, x)]
     low = fake_program(None, [((3,), "float32")], [None], [((3,), "float32")], [None], g)
     a = spmd.device_put(np.arange(3, dtype=np.float32), Mesh((2,), ("x",)).sharding("x"))
     for arg in (np.arange(3, dtype=np.float32), [0, 1, 2], a):
@@ -207,7 +211,7 @@ def test_execute_reports_the_failing_rank():
     mesh = Mesh((2,), ("x",))
     g = Graph("bad")
     x = g.add_input((2,), "float32")
-    g.outputs = [g.emit("all_reduce", x, axes=("x",), reduction="sum", group_size=4)]   # wrong group size
+    g.outputs = [g.emit(ALL_REDUCE, x, axes=("x",), reduction="sum", group_size=4)]   # wrong group size
     low = fake_program(mesh, [((4,), "float32")], [mesh.sharding("x")], [((4,), "float32")],
                       [mesh.sharding("x")], g)
     with pytest.raises(SpmdError, match=r"rank \d: all_reduce .*groups of 4 devices"):

@@ -10,6 +10,11 @@ import pytest
 from partition_util import collective_ops, reference, run_partitioned
 from spmd.errors import ShardingError
 from spmd.ir import Graph
+from spmd.ir.ops.names import (
+    ADD, ALL_REDUCE, BROADCAST_IN_DIM, CONCATENATE, CONSTANT, DOT_GENERAL, DYNAMIC_SLICE,
+    DYNAMIC_UPDATE_SLICE, GATHER, IOTA, MULTIPLY, NEGATE, PAD, REDUCE, RESHAPE, SCATTER, SLICE,
+    SUBTRACT, TANH
+)
 from spmd.sharding import Mesh
 from spmd.sharding.partition import partition
 
@@ -40,11 +45,11 @@ def run_and_compare(g, args, exact=True):
 def _diff(g, x, d, sh):
     n = x.shape[d]
     one = (1,) * x.ndim
-    a = g.emit("slice", x, start=tuple(1 if k == d else 0 for k in range(x.ndim)), limit=x.shape, stride=one)
-    b = g.emit("slice", x, start=(0,) * x.ndim,
+    a = g.emit(SLICE, x, start=tuple(1 if k == d else 0 for k in range(x.ndim)), limit=x.shape, stride=one)
+    b = g.emit(SLICE, x, start=(0,) * x.ndim,
                limit=tuple(n - 1 if k == d else s for k, s in enumerate(x.shape)), stride=one)
     a.sharding = b.sharding = sh
-    y = g.emit("subtract", a, b)
+    y = g.emit(SUBTRACT, a, b)
     y.sharding = sh
     return y
 
@@ -69,10 +74,10 @@ def test_stencil_is_one_halo_exchange(n):
 def test_pad_and_strided_slice_on_sharded_dim_use_halos():
     sh = M4.sharding("x")
     g, (x,) = graph(M4, ((14,), "int64", sh))
-    v = g.emit("constant", value=np.array(-1, np.int64))
-    p = g.emit("pad", x, v, low=(2,), high=(1,), interior=(1,))
+    v = g.emit(CONSTANT, value=np.array(-1, np.int64))
+    p = g.emit(PAD, x, v, low=(2,), high=(1,), interior=(1,))
     p.sharding = sh
-    s = g.emit("slice", p, start=(1,), limit=(28,), stride=(3,))
+    s = g.emit(SLICE, p, start=(1,), limit=(28,), stride=(3,))
     s.sharding = sh
     g.outputs = [p, s]
     pg = run_and_compare(g, [np.arange(14) * 7])
@@ -82,7 +87,7 @@ def test_pad_and_strided_slice_on_sharded_dim_use_halos():
 def test_concatenate_on_sharded_dim():
     sh = M4.sharding("x")
     g, (x, y) = graph(M4, ((8,), "int64", sh), ((8,), "int64", sh))
-    c = g.emit("concatenate", x, y, dimension=0)
+    c = g.emit(CONCATENATE, x, y, dimension=0)
     c.sharding = sh
     g.outputs = [c]
     pg = run_and_compare(g, [np.arange(8), 100 + np.arange(8)])
@@ -95,7 +100,7 @@ def test_sharded_lookup_is_masked_not_gathered():
     table is never gathered."""
     sh = M4.sharding("x", None)
     g, (table, idx) = graph(M4, ((10, 6), "float32", sh), ((5,), "int64", M4.sharding(None)))
-    e = g.emit("gather", table, idx, axis=0)
+    e = g.emit(GATHER, table, idx, axis=0)
     e.sharding = M4.sharding(None, None)
     g.outputs = [e]
     rng = np.random.default_rng(0)
@@ -107,7 +112,7 @@ def test_sharded_lookup_is_masked_not_gathered():
 def test_dynamic_slice_of_sharded_dim_moves_only_the_window():
     sh = M4.sharding("x")
     g, (x, s) = graph(M4, ((40,), "int64", sh), ((), "int32", M4.sharding()))
-    w = g.emit("dynamic_slice", x, s, slice_sizes=(3,))
+    w = g.emit(DYNAMIC_SLICE, x, s, slice_sizes=(3,))
     w.sharding = M4.sharding(None)
     g.outputs = [w]
     for start in (-4, 0, 8, 9, 10, 38, 50):
@@ -120,13 +125,13 @@ def test_updates_of_sharded_dims_need_no_communication():
     sh = M22.sharding("a", "b")
     g, (x, u, i, j) = graph(M22, ((7, 9), "int64", sh), ((3, 4), "int64", M22.sharding(None, None)),
                              ((), "int64", M22.sharding()), ((), "int64", M22.sharding()))
-    y = g.emit("dynamic_update_slice", x, u, i, j)
+    y = g.emit(DYNAMIC_UPDATE_SLICE, x, u, i, j)
     y.sharding = sh
-    idx = g.emit("constant", value=np.array([0, 6, 3, 6]))
-    upd = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(5, np.int64)), shape=(7, 4),
+    idx = g.emit(CONSTANT, value=np.array([0, 6, 3, 6]))
+    upd = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(5, np.int64)), shape=(7, 4),
                  broadcast_dimensions=())
     upd.sharding = M22.sharding("a", None)
-    z = g.emit("scatter", y, idx, upd, axis=1)
+    z = g.emit(SCATTER, y, idx, upd, axis=1)
     z.sharding = sh
     g.outputs = [z]
     for a, b in [(0, 0), (2, 3), (5, 7), (-1, 100)]:
@@ -137,11 +142,11 @@ def test_updates_of_sharded_dims_need_no_communication():
 def test_iota_and_constants_are_local_pieces():
     sh = M22.sharding(("a", "b"), None)
     g, _ = graph(M22)
-    io = g.emit("iota", shape=(10, 3), dtype="int64", dimension=0)
+    io = g.emit(IOTA, shape=(10, 3), dtype="int64", dimension=0)
     io.sharding = sh
-    c = g.emit("constant", value=np.arange(30).reshape(10, 3) * 5)
+    c = g.emit(CONSTANT, value=np.arange(30).reshape(10, 3) * 5)
     c.sharding = sh
-    s = g.emit("add", io, c)
+    s = g.emit(ADD, io, c)
     s.sharding = sh
     g.outputs = [s]
     pg = run_and_compare(g, [])
@@ -154,7 +159,7 @@ def test_iota_and_constants_are_local_pieces():
 def test_reductions_over_uneven_shards_ignore_the_padding(kind, n):
     sh = M4.sharding(None, "x")
     g, (x,) = graph(M4, ((3, n), "int64", sh))
-    r = g.emit("reduce", x, kind=kind, axes=(1,))
+    r = g.emit(REDUCE, x, kind=kind, axes=(1,))
     r.sharding = M4.sharding(None)
     g.outputs = [r]
     rng = np.random.default_rng(n)
@@ -166,9 +171,9 @@ def test_reductions_over_uneven_shards_ignore_the_padding(kind, n):
 def test_contraction_over_uneven_shards_is_exact_and_partial():
     sh = M4.sharding(None, "x")
     g, (a, b) = graph(M4, ((3, 7), "float64", sh), ((7, 2), "float64", M4.sharding("x", None)))
-    d = g.emit("dot_general", a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    d = g.emit(DOT_GENERAL, a, b, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
     d.sharding = M4.sharding(None, None, partial="x")
-    e = g.emit("multiply", d, d)           # not linear: the pending sum is settled first
+    e = g.emit(MULTIPLY, d, d)           # not linear: the pending sum is settled first
     e.sharding = M4.sharding(None, None)
     g.outputs = [d, e]
     rng = np.random.default_rng(1)
@@ -179,9 +184,9 @@ def test_contraction_over_uneven_shards_is_exact_and_partial():
 def test_reshape_through_compound_factors_needs_no_communication():
     """(8, 6) split on dim 0 -> (48,) -> (4, 2, 6): the split rides the major factor."""
     g, (x,) = graph(M4, ((8, 6), "int64", M4.sharding("x", None)))
-    r = g.emit("reshape", x, shape=(48,))
+    r = g.emit(RESHAPE, x, shape=(48,))
     r.sharding = M4.sharding("x")
-    s = g.emit("reshape", r, shape=(4, 2, 6))
+    s = g.emit(RESHAPE, r, shape=(4, 2, 6))
     s.sharding = M4.sharding("x", None, None)
     g.outputs = [s]
     pg = run_and_compare(g, [np.arange(48).reshape(8, 6)])
@@ -190,7 +195,7 @@ def test_reshape_through_compound_factors_needs_no_communication():
 
 def test_split_moves_between_dims_with_one_all_to_all():
     g, (x,) = graph(M22, ((8, 12), "int64", M22.sharding("a", None)))
-    y = g.emit("negate", x)
+    y = g.emit(NEGATE, x)
     y.sharding = M22.sharding(None, "a")
     g.outputs = [y]
     pg = run_and_compare(g, [np.arange(96).reshape(8, 12)])
@@ -200,7 +205,7 @@ def test_split_moves_between_dims_with_one_all_to_all():
 
 def test_outputs_are_never_partial():
     g, (x, w) = graph(M22, ((4, 6), "float32", M22.sharding(None, "b")), ((6, 2), "float32", M22.sharding("b", None)))
-    d = g.emit("dot_general", x, w, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    d = g.emit(DOT_GENERAL, x, w, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
     d.sharding = M22.sharding("a", None, partial="b")
     g.outputs = [d]
     pg = partition(g)
@@ -213,7 +218,7 @@ def test_outputs_are_never_partial():
 
 def test_per_device_program_shape():
     g, (x, y) = graph(M22, ((9, 5), "float32", M22.sharding("a", "b")), ((5,), "int32", M22.sharding(None)))
-    z = g.emit("negate", x)
+    z = g.emit(NEGATE, x)
     z.sharding = M22.sharding(None, "a")
     g.outputs = [z, y]
     pg = partition(g)
@@ -226,7 +231,7 @@ def test_per_device_program_shape():
 
 def test_collectives_name_the_user_line():
     g, (x,) = graph(M4, ((8,), "float32", M4.sharding("x")))
-    r = g.emit("reduce", x, kind="sum", axes=(0,), loc="train.py:12")
+    r = g.emit(REDUCE, x, kind="sum", axes=(0,), loc="train.py:12")
     r.sharding = M4.sharding()
     g.outputs = [r]
     (ar,) = collective_ops(partition(g))
@@ -236,11 +241,11 @@ def test_collectives_name_the_user_line():
 def test_errors():
     g = Graph("f")
     x = g.add_input((4,), "float32")
-    g.outputs = [g.emit("negate", x)]
+    g.outputs = [g.emit(NEGATE, x)]
     with pytest.raises(ShardingError, match="no mesh"):
         partition(g)
     g, (x,) = graph(M4, ((4,), "float32", M4.sharding("x")))
-    y = g.emit("all_reduce", x, axes=("x",), reduction="sum", group_size=4, loc="user.py:3")
+    y = g.emit(ALL_REDUCE, x, axes=("x",), reduction="sum", group_size=4, loc="user.py:3")
     g.outputs = [y]
     with pytest.raises(ShardingError, match=r"all_reduce at user\.py:3"):
         partition(g)
@@ -250,11 +255,11 @@ def _mlp_graph(mesh, batch_axis, model_axis):
     g, (x, w1, w2) = graph(mesh, ((4096, 1024), "float32", mesh.sharding(batch_axis, None)),
                            ((1024, 4096), "float32", mesh.sharding(None, model_axis)),
                            ((4096, 1024), "float32", mesh.sharding(model_axis, None)))
-    h = g.emit("dot_general", x, w1, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    h = g.emit(DOT_GENERAL, x, w1, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
     h.sharding = mesh.sharding(batch_axis, model_axis)
-    r = g.emit("tanh", h)
+    r = g.emit(TANH, h)
     r.sharding = h.sharding
-    o = g.emit("dot_general", r, w2, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
+    o = g.emit(DOT_GENERAL, r, w2, lhs_batch=(), rhs_batch=(), lhs_contract=(1,), rhs_contract=(0,))
     o.sharding = mesh.sharding(batch_axis, None, partial=model_axis)
     g.outputs = [o]
     return g

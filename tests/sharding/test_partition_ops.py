@@ -24,6 +24,7 @@ from opinfo import expected, ops_to_test, samples, tolerance
 from partition_util import run_partitioned, specs
 from spmd.ir import Graph
 from spmd.errors import ShardingError
+from spmd.ir.ops.names import CHECKPOINT
 from spmd.ir.ops.registry import REGISTRY
 from spmd.sharding import Mesh, Sharding
 from spmd.sharding.partition import partition
@@ -107,7 +108,7 @@ def test_the_partitioner_refuses_an_op_that_stands_for_its_body():
     g = Graph("checkpoint")
     g.mesh = mesh
     vals = [g.add_input(a.shape, a.dtype, Sharding(mesh, ("x",) + (None,) * (a.ndim - 1))) for a in (x, k)]
-    g.outputs = [g.emit("checkpoint", *vals, loc="test.py:1", **attrs)]
+    g.outputs = [g.emit(CHECKPOINT, *vals, loc="test.py:1", **attrs)]
     g.outputs[0].sharding = Sharding(mesh, (None,) * x.ndim)
     with pytest.raises(ShardingError, match="checkpoint at test.py:1: stands for its body"):
         partition(g)

@@ -15,6 +15,7 @@ from partition_util import random_program, random_sharding
 from paths import TESTS
 from spmd.errors import ShardingError
 from spmd.ir import Graph
+from spmd.ir.ops.names import TANH
 from spmd.sharding.propagate import _State, propagate
 
 MESH = spmd.Mesh((2, 2), ("data", "model"))
@@ -404,7 +405,7 @@ def test_deterministic_across_processes():
 def test_propagate_leaves_its_input_graph_alone():
     g = Graph("g")
     x = g.add_input((8, 4), "float32")
-    g.outputs = [g.emit("tanh", x)]
+    g.outputs = [g.emit(TANH, x)]
     out = propagate(g, MESH, [sh("data", None)], [None])
     assert all(v.sharding is None for v in g.values())
     assert out.outputs[0].sharding == sh("data", None)

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from partition_util import assemble, collective_ops, place, run_per_device
 from spmd.ir import Graph
+from spmd.ir.ops.names import NEGATE
 from spmd.sharding import Mesh, Sharding
 from spmd.sharding.partition import partition
 from spmd.sharding.cost import reshard_cost as plan_cost
@@ -160,7 +161,7 @@ def test_warns_naming_the_op_and_line_when_it_must_gather():
     g = Graph("f")
     g.mesh = mesh
     x = g.add_input((8,), "float32", mesh.sharding("a"))
-    y = g.emit("negate", x, loc="model.py:42")
+    y = g.emit(NEGATE, x, loc="model.py:42")
     y.sharding = mesh.sharding("b")
     g.outputs = [y]
     with pytest.warns(ReshardWarning, match=r"negate at model\.py:42"):
@@ -171,7 +172,7 @@ def test_no_warning_for_cheap_reshards():
     g = Graph("f")
     g.mesh = M22
     x = g.add_input((8, 8), "float32", M22.sharding("a", None))
-    y = g.emit("negate", x, loc="model.py:7")
+    y = g.emit(NEGATE, x, loc="model.py:7")
     y.sharding = M22.sharding(None, "a")
     g.outputs = [y]
     with warnings.catch_warnings():

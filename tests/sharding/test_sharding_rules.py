@@ -8,6 +8,7 @@ import spmd
 from opinfo import TABLE, is_per_device, ops_to_test, samples
 from spmd.ir import REGISTRY, Graph
 from spmd.ir.factors import reshape_rule
+from spmd.ir.ops.names import DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, GATHER, SHARDING_CONSTRAINT
 from spmd.sharding.rules import check_rule, dim_cap, dim_to_factors, factors_to_dim, rule_of
 
 MESH = spmd.Mesh((2, 2, 3), ("a", "b", "c"))
@@ -44,7 +45,7 @@ def test_rule_is_well_formed_on_every_sample(name):
 def test_sharding_constraint_rule_is_identity():
     g = Graph("c")
     x = g.add_input((4, 6), "float32")
-    g.emit("sharding_constraint", x, spec=("a", None), partial=())
+    g.emit(SHARDING_CONSTRAINT, x, spec=("a", None), partial=())
     r = rule_of(g.ops[0])
     assert r.operands == r.results and not (r.reduction | r.replicate | r.permute)
 
@@ -92,12 +93,12 @@ def test_dynamic_slice_keeps_whole_dims_and_reads_sliced_ones_where_they_are():
     g = Graph("ds")
     x = g.add_input((8, 6), "float32")
     i = g.add_input((), "int32")
-    g.emit("dynamic_slice", x, i, i, slice_sizes=(2, 6))
+    g.emit(DYNAMIC_SLICE, x, i, i, slice_sizes=(2, 6))
     r = rule_of(g.ops[0])
     # the window dim has no factor on the result; on the operand it is a reduction (a
     # masked local read per device, summed), so a split never flows into it from the result
     assert r.results[0] == ((), r.operands[0][1]) and r.reduction == set(r.operands[0][0])
-    g.emit("dynamic_update_slice", x, g.add_input((2, 6), "float32"), i, i)
+    g.emit(DYNAMIC_UPDATE_SLICE, x, g.add_input((2, 6), "float32"), i, i)
     r = rule_of(g.ops[1])
     assert r.operands[0] == r.results[0] and r.operands[1] == ((), r.results[0][1])
 
@@ -106,7 +107,7 @@ def test_gather_looks_up_the_indexed_dim_where_it_is():
     g = Graph("take")
     t = g.add_input((10, 4), "float32")
     i = g.add_input((3, 2), "int32")
-    g.emit("gather", t, i, axis=0)
+    g.emit(GATHER, t, i, axis=0)
     r = rule_of(g.ops[0])
     assert r.reduction == set(r.operands[0][0]) and r.results[0] == r.operands[1] + (r.operands[0][1],)
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import spmd
+from spmd.ir.ops.names import REVERSE, ROLL
 from spmd.sharding.halo import window_plan
 
 MESHES = {"2x2": spmd.Mesh((2, 2), ("x", "y")), "4": spmd.Mesh((4,), ("x",)), "1x4": spmd.Mesh((1, 4), ("x", "y"))}
@@ -199,7 +200,7 @@ def test_a_reversed_split_dim_trades_chunks_with_the_mirror_device(k, n):
     g = Graph("f")
     g.mesh = mesh
     x = g.add_input((n, 3), "float64", sh)
-    y = g.emit("reverse", x, dimensions=(0,))
+    y = g.emit(REVERSE, x, dimensions=(0,))
     y.sharding = sh
     g.outputs = [y]
     a = np.arange(n * 3.0).reshape(n, 3)
@@ -242,7 +243,7 @@ def test_a_rolled_split_dim_moves_rows_between_devices_shift_over_chunk_apart(k,
         g = Graph("f")
         g.mesh = mesh
         x = g.add_input((n, 3), "float64", sh)
-        y = g.emit("roll", x, shift=shift, dimension=0)
+        y = g.emit(ROLL, x, shift=shift, dimension=0)
         y.sharding = sh
         g.outputs = [y]
         (got,), pg = run_partitioned(g, [a])

@@ -21,6 +21,9 @@ from hypothesis import given, settings, strategies as st
 from spmd.backends import compile_graph
 from spmd.errors import CollectiveError, ShapeError, SpmdError
 from spmd.ir import REGISTRY, Graph
+from spmd.ir.ops.names import (
+    ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXIS_INDEX, COLLECTIVE_PERMUTE, REDUCE_SCATTER
+)
 from spmd.transports.local import local_communicator as local
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
@@ -97,13 +100,13 @@ def test_collectives_are_registered_as_per_device_ops():
 def test_shape_rules():
     g = Graph()
     x = g.add_input((4, 6), "float32")
-    assert g.emit("all_reduce", x, axes=("x",), reduction="sum", group_size=2).shape == (4, 6)
-    assert g.emit("all_gather", x, axes=("x",), dimension=1, group_size=3).shape == (4, 18)
-    assert g.emit("reduce_scatter", x, axes=("x",), dimension=1, reduction="max", group_size=3).shape == (4, 2)
-    assert g.emit("all_to_all", x, axes=("x", "y"), split_dimension=0, concat_dimension=1,
+    assert g.emit(ALL_REDUCE, x, axes=("x",), reduction="sum", group_size=2).shape == (4, 6)
+    assert g.emit(ALL_GATHER, x, axes=("x",), dimension=1, group_size=3).shape == (4, 18)
+    assert g.emit(REDUCE_SCATTER, x, axes=("x",), dimension=1, reduction="max", group_size=3).shape == (4, 2)
+    assert g.emit(ALL_TO_ALL, x, axes=("x", "y"), split_dimension=0, concat_dimension=1,
                   group_size=4).shape == (1, 24)
-    assert g.emit("collective_permute", x, axes="x", pairs=((0, 1), (1, 0)), group_size=2).shape == (4, 6)
-    v = g.emit("axis_index", axes=("x",))
+    assert g.emit(COLLECTIVE_PERMUTE, x, axes="x", pairs=((0, 1), (1, 0)), group_size=2).shape == (4, 6)
+    v = g.emit(AXIS_INDEX, axes=("x",))
     assert (v.shape, v.dtype) == ((), "int64")
     bad = [("reduce_scatter", dict(axes=("x",), dimension=0, reduction="sum", group_size=3), "does not split"),
            ("all_to_all", dict(axes=("x",), split_dimension=1, concat_dimension=0, group_size=4), "does not split"),
@@ -289,7 +292,7 @@ def test_a_rank_that_raises_fails_the_run_promptly(monkeypatch):
     # an spmd error carries the rank in its message
     g = Graph()
     v = g.add_input((2,), "float64")
-    g.outputs = [g.emit("all_gather", v, axes=("x",), dimension=0, group_size=4)]
+    g.outputs = [g.emit(ALL_GATHER, v, axes=("x",), dimension=0, group_size=4)]
     exe = compile_graph(g)
 
     def prog2(inputs, comm):
@@ -359,7 +362,7 @@ def test_mismatched_collectives_are_reported():
 def test_needs_a_communicator():
     g = Graph()
     v = g.add_input((2,), "float32")
-    g.outputs = [g.emit("all_reduce", v, axes=("x",), reduction="sum", group_size=2)]
+    g.outputs = [g.emit(ALL_REDUCE, v, axes=("x",), reduction="sum", group_size=2)]
     with pytest.raises(SpmdError, match="needs a communicator"):
         compile_graph(g)([np.ones(2, np.float32)])
 
@@ -395,7 +398,7 @@ def test_all_reduce_max_vjp_goes_to_the_maximum():
     mesh = Mesh((2,), ("x",))
     g = Graph()
     x = g.add_input((3,), "float64")
-    y = g.emit("all_reduce", x, axes=("x",), reduction="max", group_size=2)
+    y = g.emit(ALL_REDUCE, x, axes=("x",), reduction="max", group_size=2)
     ct = g.add_input((3,), "float64")
     (t,) = REGISTRY["all_reduce"].vjp(g, y.producer, ct)
     g.outputs = [t]

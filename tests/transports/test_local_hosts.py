@@ -13,6 +13,7 @@ import pytest
 from test_local_native import numpy_ring, ring_program
 
 from spmd.backends.llvm import compile_llvm
+from spmd.ir.ops.names import ADD, COLLECTIVE_PERMUTE, CONSTANT, MULTIPLY, SCAN
 from spmd.transports.local.local_communicator import LocalWorld
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
@@ -30,12 +31,12 @@ def two_axis_program(length, shape=(3, 4)):
     out = c
     for axis in ("x", "y"):
         for pairs in (((0, 1),), ((1, 0),)):
-            p = body.emit("collective_permute", c, axes=(axis,), pairs=pairs, group_size=2)
-            out = body.emit("add", out, body.emit("multiply", p, body.emit("constant", value=np.full(shape, 0.5))))
+            p = body.emit(COLLECTIVE_PERMUTE, c, axes=(axis,), pairs=pairs, group_size=2)
+            out = body.emit(ADD, out, body.emit(MULTIPLY, p, body.emit(CONSTANT, value=np.full(shape, 0.5))))
     body.outputs = [out]
     g = Graph("two_axes")
     x = g.add_input(shape, "float64")
-    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=length, reverse=False)]
+    g.outputs = [g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=length, reverse=False)]
     return g
 
 
@@ -144,11 +145,11 @@ def test_a_swap_whose_receive_follows_its_post_runs_in_lockstep(cores, monkeypat
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "10")
     body = Graph("body")
     c = body.add_input((4,), "float64")
-    p = body.emit("collective_permute", c, axes=("y",), pairs=((0, 1), (1, 0)), group_size=2)
-    body.outputs = [body.emit("add", c, p)]
+    p = body.emit(COLLECTIVE_PERMUTE, c, axes=("y",), pairs=((0, 1), (1, 0)), group_size=2)
+    body.outputs = [body.emit(ADD, c, p)]
     g = Graph("swap")
     x = g.add_input((4,), "float64")
-    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=3, reverse=False)]
+    g.outputs = [g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=3, reverse=False)]
     xs = {d: np.arange(4.0) + 10 * d for d in range(4)}
     got = RT.run(compile_llvm(g), MESH, {d: [xs[d].copy()] for d in range(4)})
     devs = np.asarray(MESH.devices)

@@ -16,6 +16,7 @@ import pytest
 from spmd.backends.llvm import compile_llvm, native
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
+from spmd.ir.ops.names import ADD, COLLECTIVE_PERMUTE, CONSTANT, MULTIPLY, SCAN, SLICE
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
@@ -30,11 +31,11 @@ def ring_program(shape, dtype, axis, G, length):
     pairs = tuple((i, i + 1) for i in range(G - 1))
     body = Graph("body")
     c = body.add_input(shape, dtype)
-    p = body.emit("collective_permute", c, axes=(axis,), pairs=pairs, group_size=G)
+    p = body.emit(COLLECTIVE_PERMUTE, c, axes=(axis,), pairs=pairs, group_size=G)
     body.outputs = [body.emit("or" if dtype == "bool" else "add", p, c)]
     g = Graph("ring")
     x = g.add_input(shape, dtype)
-    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=length, reverse=False)]
+    g.outputs = [g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=length, reverse=False)]
     return g
 
 
@@ -195,12 +196,12 @@ def test_a_column_halo_is_sent_natively_from_a_strided_view(dtype, monkeypatch):
     n, m, length = 5, 3, 4
     body = Graph("body")
     c = body.add_input((n, m), dtype)
-    col = body.emit("slice", c, start=(0, m - 1), limit=(n, m), stride=(1, 1))
-    got_col = body.emit("collective_permute", col, axes=("y",), pairs=((0, 1),), group_size=2)
-    body.outputs = [body.emit("add", c, c), got_col]
+    col = body.emit(SLICE, c, start=(0, m - 1), limit=(n, m), stride=(1, 1))
+    got_col = body.emit(COLLECTIVE_PERMUTE, col, axes=("y",), pairs=((0, 1),), group_size=2)
+    body.outputs = [body.emit(ADD, c, c), got_col]
     g = Graph("columns")
     x = g.add_input((n, m), dtype)
-    g.outputs = list(g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=length, reverse=False))
+    g.outputs = list(g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=length, reverse=False))
     exe = compile_llvm(g)
     assert is_native(exe)
     mesh = Mesh((1, 2), ("x", "y"))
@@ -275,13 +276,13 @@ def test_exchanges_both_ways_post_first_and_a_forwarded_result_waits(monkeypatch
     another's result is not moved before that result came in."""
     body = Graph("body")
     c = body.add_input((6,), "float64")
-    right = body.emit("collective_permute", c, axes=("y",), pairs=((0, 1),), group_size=2)
-    left = body.emit("collective_permute", c, axes=("y",), pairs=((1, 0),), group_size=2)
-    again = body.emit("collective_permute", right, axes=("y",), pairs=((1, 0),), group_size=2)
-    body.outputs = [body.emit("add", body.emit("add", right, left), body.emit("add", again, c))]
+    right = body.emit(COLLECTIVE_PERMUTE, c, axes=("y",), pairs=((0, 1),), group_size=2)
+    left = body.emit(COLLECTIVE_PERMUTE, c, axes=("y",), pairs=((1, 0),), group_size=2)
+    again = body.emit(COLLECTIVE_PERMUTE, right, axes=("y",), pairs=((1, 0),), group_size=2)
+    body.outputs = [body.emit(ADD, body.emit(ADD, right, left), body.emit(ADD, again, c))]
     g = Graph("both_ways")
     x = g.add_input((6,), "float64")
-    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=5, reverse=False)]
+    g.outputs = [g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=5, reverse=False)]
     exe = compile_llvm(g)
     assert is_native(exe)
     body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
@@ -306,16 +307,16 @@ def test_more_permutes_in_a_row_than_mailbox_slots(monkeypatch):
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "5")
     body = Graph("body")
     c = body.add_input((5,), "float64")
-    sent = [body.emit("collective_permute", c, axes=("x",), group_size=4,
+    sent = [body.emit(COLLECTIVE_PERMUTE, c, axes=("x",), group_size=4,
                       pairs=tuple((i, (i + s) % 4) for i in range(4))) for s in (1, 3, 2, 1)]
     out = c
     for k, p in enumerate(sent):
-        w = body.emit("constant", value=np.full((5,), 10.0 ** (k + 1)))
-        out = body.emit("add", out, body.emit("multiply", p, w))
+        w = body.emit(CONSTANT, value=np.full((5,), 10.0 ** (k + 1)))
+        out = body.emit(ADD, out, body.emit(MULTIPLY, p, w))
     body.outputs = [out]
     g = Graph("four")
     x = g.add_input((5,), "float64")
-    g.outputs = [g.emit("scan", x, body=body, num_carry=1, num_xs=0, length=3, reverse=False)]
+    g.outputs = [g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=3, reverse=False)]
     exe = compile_llvm(g)
     assert is_native(exe)
     body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]

@@ -405,7 +405,7 @@ class KernelCodegen:
             self.levels = {}
             for op in self.k.ops:
                 lvl = max((self.levels.get(o, 0) for o in op.operands), default=0)
-                self.levels[op.results[0]] = lvl + (op.opdef.index_pieces is not None)
+                self.levels[op.results[0]] = lvl + (op.opdef.reindex.index_pieces is not None)
         return self.levels.get(v, 0)
 
     def decided(self, op, v, amap):

@@ -61,7 +61,7 @@ def emit_elementwise(cg, op, v, amap):
 def emit_index_map(cg, op, v, amap):
     """The operand at the op's affine index map (OpDef.index_map): no memory traffic."""
     x = op.operands[0]
-    return cg.read_at(x, op.opdef.index_map(amap, x.shape, op.attrs))
+    return cg.read_at(x, op.opdef.reindex.index_map(amap, x.shape, op.attrs))
 
 
 def emit_row_major(cg, op, v, amap):
@@ -214,7 +214,7 @@ def emit_pieces(cg, op, v, amap):
     decides the guards this is one plain load; elsewhere each live piece is read at its
     index clamped into the operand (a valid element) and the guards pick one."""
     shapes = [o.shape for o in op.operands]
-    pieces, fill = op.opdef.index_pieces(amap, shapes, op.attrs, cg.offset(op))
+    pieces, fill = op.opdef.reindex.index_pieces(amap, shapes, op.attrs, cg.offset(op))
     live = []
     for k, guard, index in pieces:
         t = cg.decide(cg.guard(guard))
@@ -252,7 +252,7 @@ def position_elementwise(cg, op, v, amap):
 
 def position_index_map(cg, op, v, amap):
     x = op.operands[0]
-    return cg.position(x, op.opdef.index_map(amap, x.shape, op.attrs))
+    return cg.position(x, op.opdef.reindex.index_map(amap, x.shape, op.attrs))
 
 
 def position_row_major(cg, op, v, amap):

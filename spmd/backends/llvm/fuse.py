@@ -106,7 +106,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             continue
         r = op.result
         depth[op] = 1 + max((depth.get(u, 0) for u in users[r] if groups.get(u)), default=0)
-        if reindexes(op) and op.opdef.index_pieces is not None and r not in outs and r not in roots:
+        if reindexes(op) and op.opdef.reindex.index_pieces is not None and r not in outs and r not in roots:
             computed_views(op, users[r], gs, groups, reduces)
         ug, outside_op = set(), False
         for u in users[r]:
@@ -156,13 +156,13 @@ def packed(graph, fusible) -> set:
     sent = {o for op in graph.ops if op.opdef.blocks_along is not None for o in op.operands}
     out = set()
     for op in graph.ops:
-        if len(op.results) != 1 or not reindexes(op) or op.opdef.index_map is None or not fusible(op):
+        if len(op.results) != 1 or not reindexes(op) or op.opdef.reindex.index_map is None or not fusible(op):
             continue
         r = op.result
         if r.ndim < 2 or r.size < PACK_MIN or r not in sent:
             continue
         names = [f"d{k}" for k in range(r.ndim)]
-        last_terms, _ = op.opdef.index_map(tuple((((n, 1),), 0) for n in names), op.operands[0].shape, op.attrs)[-1]
+        last_terms, _ = op.opdef.reindex.index_map(tuple((((n, 1),), 0) for n in names), op.operands[0].shape, op.attrs)[-1]
         if last_terms and last_terms != ((names[-1], 1),):
             out.add(r)
     return out
@@ -178,7 +178,7 @@ def positional(graph, fusible) -> set:
         if len(op.results) != 1 or op.result in outs:
             continue
         r = op.result
-        if fusible(op) and op.opdef.fusion in ("elementwise", "reindex") and op.opdef.index_pieces is None \
+        if fusible(op) and op.opdef.fusion in ("elementwise", "reindex") and op.opdef.reindex.index_pieces is None \
                 and all(o.ndim == 0 or o in cheap_values for o in op.operands):
             ops.add(op)
             cheap_values.add(r)
@@ -191,7 +191,7 @@ def computed_views(op, users, gs, groups, reduces):
     collective): each such view becomes a small kernel of its own, which reads the
     pieces where they are, so the whole block is never copied."""
     outside = [u for u in users if u in gs.standalone]
-    if not outside or not all(u.opdef.view and len(u.results) == 1 and u.opdef.fusion == "reindex"
+    if not outside or not all(u.opdef.reindex.view and len(u.results) == 1 and u.opdef.fusion == "reindex"
                               for u in outside):
         return
     for u in outside:

@@ -367,7 +367,7 @@ class DeviceValues:
                 return None
             args.append(a)
         if d.fusion == "reindex":
-            return args[0] if len(args) == 1 and d.index_pieces is None else None
+            return args[0] if len(args) == 1 and d.reindex.index_pieces is None else None
         try:
             with np.errstate(all="ignore"):
                 r = d.ref(*[np.asarray(a, dtype=o.dtype) for a, o in zip(args, op.operands)], **op.attrs)

@@ -90,7 +90,7 @@ def pieces_lower(op) -> bool:
     """Is the op's OpDef.index_pieces defined for these attributes (a pad with interior
     padding is not), with few enough pieces?"""
     index = tuple(((("%d", 1),), 0) for _ in op.result.shape)
-    got = op.opdef.index_pieces(index, [o.shape for o in op.operands], op.attrs, lambda j, lo, hi: "%o")
+    got = op.opdef.reindex.index_pieces(index, [o.shape for o in op.operands], op.attrs, lambda j, lo, hi: "%o")
     return got is not None and len(got[0]) <= MAX_PIECES
 
 

@@ -231,7 +231,7 @@ def _match(results, options) -> dict:
 
 def operand_written_over(op):
     """(result, operand) positions whose result its OpDef may write over the operand."""
-    j = op.opdef.out_may_be_operand
+    j = op.opdef.collective.out_may_be_operand
     return () if j is None else ((0, j),)
 
 
@@ -375,10 +375,10 @@ def plan_joins(bufs, steps, writes, same_bytes, is_temp):
     group = bufs.group
     inside, joined, enclosing = {}, {}, set()
     for k, step in enumerate(steps):
-        if _kernel(step) is not None or step.opdef.joins is None or not writes(step):
+        if _kernel(step) is not None or step.opdef.reindex.joins is None or not writes(step):
             continue
         c = step.results[0]
-        d = step.opdef.joins(step.attrs)
+        d = step.opdef.reindex.joins(step.attrs)
         if int(np.prod(c.shape[:d], dtype=np.int64)) != 1 or not is_temp(group[c]) or group[c] in inside:
             continue
         off, placed, seen = 0, set(), set()

@@ -172,7 +172,7 @@ class Schedule:
             if threaded or not step.addr_t or any(v in self.views for v in step.params):
                 return None
             return [(step.addr_t, [(v, 0) for v in step.params] + [0, step.extent, 0])]
-        if step.opdef.view and self.view(step):
+        if step.opdef.reindex.view and self.view(step):
             return FREE
         native_step = lowering_of(step).native
         return native_step(self, step) if native_step is not None else None

@@ -74,7 +74,7 @@ def run_copied_into(exe, op, env, comm, slots, nthreads):
 def join_into(op, xs, out, placed):
     """A join (concatenate) whose operands at `placed` were computed in their place in
     `out` (the memory plan): only the others are copied in."""
-    d = op.opdef.joins(op.attrs)
+    d = op.opdef.reindex.joins(op.attrs)
     at = 0
     for i, x in enumerate(xs):
         n = x.shape[d]
@@ -164,7 +164,7 @@ def join_instrs(sched, op):
     the result; an operand the memory plan computed in its place is not copied. None for
     ops of the row that are not joins (pad, dynamic_slice), or item sizes the copies do
     not move."""
-    joins = op.opdef.joins
+    joins = op.opdef.reindex.joins
     isz = np.dtype(op.result.dtype).itemsize
     if joins is None or isz not in (1, 4, 8) or op.result.size == 0:
         return None

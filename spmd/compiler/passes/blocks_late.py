@@ -10,6 +10,7 @@ not a kernel, the concatenation is a copy of its own, the one it replaces.
 from __future__ import annotations
 
 from ...ir import Graph
+from ...ir.ops.names import CONCATENATE, SLICE
 from .rewrite import Rebuild
 
 MAX_BLOCKS = 8           # more blocks than a fused concatenation reads (backends/llvm MAX_PIECES)
@@ -34,8 +35,8 @@ def blocks_late(graph: Graph) -> Graph:
         for k in range(g):
             start = (k * n,) + (0,) * (r.ndim - 1)
             limit = ((k + 1) * n,) + tuple(stacked.shape[1:])
-            blocks.append(rb.emit("slice", stacked, loc=op.loc, start=start, limit=limit, stride=(1,) * r.ndim))
-        out = rb.emit("concatenate", *blocks, loc=op.loc, dimension=dim) if g > 1 else blocks[0]
+            blocks.append(rb.emit(SLICE, stacked, loc=op.loc, start=start, limit=limit, stride=(1,) * r.ndim))
+        out = rb.emit(CONCATENATE, *blocks, loc=op.loc, dimension=dim) if g > 1 else blocks[0]
         out.sharding = r.sharding
         rb.replace(r, out)
     return rb.finish()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 
 from ...ir import Graph, Op, Value
+from ...ir.ops.names import CONCATENATE, RESHAPE, SLICE
 
 DEFAULT_BUCKET_BYTES = 25 << 20        # ranks on one host
 HOSTS_BUCKET_BYTES = 4 << 20           # ranks on several hosts
@@ -70,7 +71,7 @@ def combine_collectives(graph: Graph, limit=None) -> Graph:
     while True:
         keys = []
         for op in graph.ops:
-            if op.opdef.combinable and op not in done:
+            if op.opdef.collective.combinable and op not in done:
                 k = _key(op)
                 if k not in keys:
                     keys.append(k)
@@ -94,11 +95,11 @@ def as_soon_as_ready(graph: Graph) -> Graph:
     updates; moved, it is the order the gradients become ready, and a bucket holds
     gradients that are ready together (the last layer's first), not the first layer's
     with the last's."""
-    if not any(op.opdef.async_pair for op in graph.ops):
+    if not any(op.opdef.collective.async_pair for op in graph.ops):
         return graph
     after = {}                      # op -> the collectives that follow it
     for op in graph.ops:
-        if op.opdef.async_pair:
+        if op.opdef.collective.async_pair:
             producers = [o.producer for o in op.operands if o.producer is not None]
             after.setdefault(producers[-1] if len(producers) == 1 else _last(graph, producers), []).append(op)
     g = Graph(graph.name)
@@ -116,7 +117,7 @@ def as_soon_as_ready(graph: Graph) -> Graph:
     for c in after.get(None, ()):
         copy(c)
     for op in graph.ops:
-        if not op.opdef.async_pair:
+        if not op.opdef.collective.async_pair:
             copy(op)
     g.outputs = [vmap[v] for v in graph.outputs]
     return g
@@ -144,7 +145,7 @@ def _bucket(graph, key, done, limit):
     depend on its members' results (up to where the walk stopped)."""
     bucket, taint, size = [], set(), 0
     for op in graph.ops:
-        if op.opdef.combinable and op not in done and _key(op) == key and op.operands[0] not in taint:
+        if op.opdef.collective.combinable and op not in done and _key(op) == key and op.operands[0] not in taint:
             n = _nbytes(op.operands[0])
             if bucket and size + n > limit:
                 break
@@ -195,12 +196,12 @@ def _apply(graph, bucket, taint):
 def _emit(g, bucket, vmap):
     a = bucket[0].attrs
     loc = bucket[-1].loc
-    flat = [g.emit("reshape", vmap[m.operands[0]], shape=(m.operands[0].size,), loc=loc) for m in bucket]
-    red = g.emit(bucket[0].name, g.emit("concatenate", *flat, dimension=0, loc=loc), loc=loc, **a)
+    flat = [g.emit(RESHAPE, vmap[m.operands[0]], shape=(m.operands[0].size,), loc=loc) for m in bucket]
+    red = g.emit(bucket[0].name, g.emit(CONCATENATE, *flat, dimension=0, loc=loc), loc=loc, **a)
     off = 0
     for m in bucket:
         n = m.result.size
-        s = g.emit("slice", red, start=(off,), limit=(off + n,), stride=(1,), loc=m.loc)
-        vmap[m.result] = g.emit("reshape", s, shape=m.result.shape, loc=m.loc)
+        s = g.emit(SLICE, red, start=(off,), limit=(off + n,), stride=(1,), loc=m.loc)
+        vmap[m.result] = g.emit(RESHAPE, s, shape=m.result.shape, loc=m.loc)
         off += n
     return red

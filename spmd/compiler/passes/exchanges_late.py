@@ -25,12 +25,12 @@ def _barrier(op) -> bool:
 
 def exchanges_late(graph: Graph) -> Graph:
     ops = list(graph.ops)
-    if not any(op.opdef.exchange for op in ops):
+    if not any(op.opdef.collective.exchange for op in ops):
         return graph
     changed = False
     for i in range(len(ops) - 1, -1, -1):
         op = ops[i]
-        if not op.opdef.exchange:
+        if not op.opdef.collective.exchange:
             continue
         made = set(op.results)
         j = i

@@ -25,6 +25,7 @@ from collections import defaultdict
 import numpy as np
 
 from ...ir import Graph, Op, Value
+from ...ir.ops.names import BROADCAST_IN_DIM, CONSTANT, SCAN
 from .dce import dce
 
 MIN_REPEATS = 4
@@ -291,11 +292,11 @@ def _emit_scan(g, graph, pos, loop, vmap, least):
     for (off, idx), v in zip(loop.carries, loop.inits):
         if v is None:                               # kept from the last iteration only
             r = _result(ops, b + off, idx)
-            z = g.emit("constant", value=np.zeros((), r.dtype), loc=loc)
-            inits.append(g.emit("broadcast_in_dim", z, shape=r.shape, broadcast_dimensions=(), loc=loc))
+            z = g.emit(CONSTANT, value=np.zeros((), r.dtype), loc=loc)
+            inits.append(g.emit(BROADCAST_IN_DIM, z, shape=r.shape, broadcast_dimensions=(), loc=loc))
         else:
             inits.append(vmap[v])
-    out = g.emit("scan", *inits, *[vmap[v] for v in loop.captured], body=body, num_carry=len(loop.carries),
+    out = g.emit(SCAN, *inits, *[vmap[v] for v in loop.captured], body=body, num_carry=len(loop.carries),
                  num_xs=0, length=loop.reps, reverse=False, loc=loc)
     last = loop.start + (loop.reps - 1) * loop.period
     for (off, idx), res in zip(loop.carries, out if isinstance(out, tuple) else (out,)):

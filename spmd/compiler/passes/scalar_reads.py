@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Graph
+from ...ir.ops.names import CONSTANT, GATHER, SLICE
 from .rewrite import Rebuild
 
 MIN_READS = 4
@@ -68,12 +69,12 @@ def batch_scalar_reads(graph: Graph) -> Graph:
         if v not in boxes:
             box = rb.value(v)
             for d in order:
-                idx = rb.emit("constant", loc=op.loc, value=np.array(touched[d], np.int64))
-                box = rb.emit("gather", box, idx, loc=op.loc, axis=d)
+                idx = rb.emit(CONSTANT, loc=op.loc, value=np.array(touched[d], np.int64))
+                box = rb.emit(GATHER, box, idx, loc=op.loc, axis=d)
             boxes[v] = (box, [{i: k for k, i in enumerate(t)} for t in touched])
         box, where = boxes[v]
         start = tuple(where[d][s] for d, s in enumerate(op.attrs["start"]))
-        r = rb.emit("slice", box, loc=op.loc, start=start, limit=tuple(s + 1 for s in start),
+        r = rb.emit(SLICE, box, loc=op.loc, start=start, limit=tuple(s + 1 for s in start),
                     stride=(1,) * len(start))
         rb.replace(op.result, r)
     return rb.finish()

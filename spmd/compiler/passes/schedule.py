@@ -33,7 +33,7 @@ from ...ir import Graph, Op, Value, get_op
 
 
 def schedule_async(graph: Graph) -> Graph:
-    if not any(op.opdef.async_pair for op in graph.ops):
+    if not any(op.opdef.collective.async_pair for op in graph.ops):
         return graph
     items, overlapped = async_order(graph, earliest_first(graph))
     if not any(overlapped.values()):
@@ -58,7 +58,7 @@ def earliest_first(graph: Graph) -> list:
     # optimizer updates the parameters of the buckets reduced first while the last flies)
     needs, n = {}, 0
     for op in graph.ops:
-        if op.opdef.async_pair:
+        if op.opdef.collective.async_pair:
             n += 1
             needs[op] = n
         else:
@@ -88,7 +88,7 @@ def feeders(graph: Graph, users) -> set:
     outputs = {v.producer for v in graph.outputs}
     early = set()
     for op in reversed(graph.ops):
-        if op.opdef.async_pair:
+        if op.opdef.collective.async_pair:
             early.add(op)
         elif op not in outputs and users.get(op) and all(u in early for u in users[op]):
             early.add(op)
@@ -110,7 +110,7 @@ def async_order(graph: Graph, ops):
         if p is None or p not in deferred:
             return
         deferred.discard(p)
-        if p.opdef.async_pair:
+        if p.opdef.collective.async_pair:
             overlapped[p] = ran > started_at[p]
             items.append(("done", p))
             return
@@ -119,7 +119,7 @@ def async_order(graph: Graph, ops):
         items.append(("op", p))
 
     for op in ops:
-        if op.opdef.async_pair:
+        if op.opdef.collective.async_pair:
             for o in op.operands:
                 need(o)
             items.append(("start", op))
@@ -161,11 +161,11 @@ def rebuild(graph: Graph, items, overlapped) -> Graph:
             if kind == "done":           # nothing to overlap: one blocking call where it is needed
                 copy(op)
         elif kind == "start":
-            start, _ = op.opdef.async_pair
+            start, _ = op.opdef.collective.async_pair
             handle[op] = g.emit(start, *[vmap[o] for o in op.operands], loc=op.loc, **op.attrs)
         else:
-            _, done = op.opdef.async_pair
-            assert get_op(done).phase == "done"
+            _, done = op.opdef.collective.async_pair
+            assert get_op(done).collective.phase == "done"
             out = g.emit(done, handle[op], *[vmap[o] for o in op.operands], loc=op.loc, **op.attrs)
             vmap[op.result] = out
             out.sharding = op.result.sharding

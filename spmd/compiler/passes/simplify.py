@@ -21,6 +21,7 @@ from collections import Counter
 import numpy as np
 
 from ...ir import Graph
+from ...ir.ops.names import CONSTANT
 from .rewrite import Rebuild
 
 FOLD_LIMIT = 64          # fold only results this small (bigger constants cost memory)
@@ -61,6 +62,6 @@ def _rule(rb, op, uses):
     r = op.result
     val = _fold(op, ops)
     if val is not None:
-        return rb.emit("constant", loc=op.loc, sharding=r.sharding, value=val)
+        return rb.emit(CONSTANT, loc=op.loc, sharding=r.sharding, value=val)
     rule = op.opdef.simplify
     return rule(rb, op, ops, uses) if rule is not None else None

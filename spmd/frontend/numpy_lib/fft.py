@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from ...errors import ShapeError, user_loc
+from ...ir.ops.names import CONJ, FFT
 from .. import core
 from . import shape_funcs as SF
 
@@ -73,7 +74,7 @@ def _resize(x, axis, n, name):
 
 
 def _emit(x, kind, axes, n, norm):
-    return core.emit(x._tr, "fft", x, kind=kind, axes=tuple(axes), n=int(n), norm=norm)
+    return core.emit(x._tr, FFT, x, kind=kind, axes=tuple(axes), n=int(n), norm=norm)
 
 
 def _transform(a, kind, s, axes, norm, name):
@@ -116,13 +117,13 @@ def hfft(a, n=None, axis=-1, norm=None, out=None):
     ax = _axis(axis, x.ndim, "hfft")
     if n is None:
         n = (x.shape[ax] - 1) * 2
-    return irfft(core.emit(x._tr, "conj", x), n, ax, SWAP[_norm(norm, "hfft")])
+    return irfft(core.emit(x._tr, CONJ, x), n, ax, SWAP[_norm(norm, "hfft")])
 
 
 def ihfft(a, n=None, axis=-1, norm=None, out=None):
     x = core.asarray(a)
     r = rfft(x, n, axis, SWAP[_norm(norm, "ihfft")])
-    return core.emit(r._tr, "conj", r)
+    return core.emit(r._tr, CONJ, r)
 
 
 # -- n-dimensional -------------------------------------------------------------------------------

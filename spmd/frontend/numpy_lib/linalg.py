@@ -8,6 +8,7 @@ import builtins
 import numpy as np
 
 from ...errors import ShapeError, user_loc
+from ...ir.ops.names import CHOLESKY, DET, EIGH, INV, QR, SLOGDET, SOLVE, SVD
 from .. import contractions, core, indexing, reductions as red, shapes
 from .. import elementwise as ew
 from ..trace import Tracer
@@ -44,23 +45,23 @@ def _mT(x):
 
 
 def inv(a):
-    return _op("inv", _f(a, "inv"))
+    return _op(INV, _f(a, "inv"))
 
 
 def det(a):
-    return _op("det", _f(a, "det"))
+    return _op(DET, _f(a, "det"))
 
 
 def slogdet(a):
-    r = _op("slogdet", _f(a, "slogdet"))
+    r = _op(SLOGDET, _f(a, "slogdet"))
     return SlogdetResult(indexing.getitem(r, (Ellipsis, 0)), indexing.getitem(r, (Ellipsis, 1)))
 
 
 def cholesky(a, /, *, upper=False):
     x = _f(a, "cholesky")
     if upper:
-        return _mT(_op("cholesky", _mT(x)))
-    return _op("cholesky", x)
+        return _mT(_op(CHOLESKY, _mT(x)))
+    return _op(CHOLESKY, x)
 
 
 def solve(a, b):
@@ -83,7 +84,7 @@ def solve(a, b):
                          f"broadcast (at {user_loc()})") from None
     x = core.broadcast_to(x, batch + x.shape[-2:])
     bb = core.broadcast_to(bb, batch + bb.shape[-2:])
-    r = _op("solve", x, bb)
+    r = _op(SOLVE, x, bb)
     return shapes.reshape(r, (n,)) if vec else r
 
 
@@ -92,7 +93,7 @@ def eigh(a, UPLO="L"):
     if UPLO not in ("L", "U"):
         raise ValueError(f"np.linalg.eigh: UPLO argument must be 'L' or 'U' (at {user_loc()})")
     attrs = {"uplo": "U"} if UPLO == "U" else {}
-    return EighResult(_op("eigh", x, part="w", **attrs), _op("eigh", x, part="v", **attrs))
+    return EighResult(_op(EIGH, x, part="w", **attrs), _op(EIGH, x, part="v", **attrs))
 
 
 def eigvalsh(a, UPLO="L"):
@@ -102,10 +103,10 @@ def eigvalsh(a, UPLO="L"):
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     x = _f(a, "svd", square=False)
     if not compute_uv:
-        return _op("svd", x, part="s", full_matrices=False)
-    return SVDResult(_op("svd", x, part="u", full_matrices=bool(full_matrices)),
-                     _op("svd", x, part="s", full_matrices=False),
-                     _op("svd", x, part="vh", full_matrices=bool(full_matrices)))
+        return _op(SVD, x, part="s", full_matrices=False)
+    return SVDResult(_op(SVD, x, part="u", full_matrices=bool(full_matrices)),
+                     _op(SVD, x, part="s", full_matrices=False),
+                     _op(SVD, x, part="vh", full_matrices=bool(full_matrices)))
 
 
 def svdvals(x):
@@ -118,8 +119,8 @@ def qr(a, mode="reduced"):
         raise NotImplementedError(f"np.linalg.qr mode={mode!r} (supported: reduced, complete, r) "
                                   f"(at {user_loc()})")
     if mode == "r":
-        return _op("qr", x, part="r", mode="reduced")
-    return QRResult(_op("qr", x, part="q", mode=mode), _op("qr", x, part="r", mode=mode))
+        return _op(QR, x, part="r", mode="reduced")
+    return QRResult(_op(QR, x, part="q", mode=mode), _op(QR, x, part="r", mode=mode))
 
 
 def _cutoff(s, rcond):
@@ -254,7 +255,7 @@ def _vector_norm(x, ord, axis, keepdims, sq):
 def _sv(x, r, c):
     """Singular values of the matrices on dims (r, c), on a last dim."""
     rest = [d for d in range(x.ndim) if d not in (r, c)]
-    return _op("svd", shapes.transpose(x, rest + [r, c]), part="s", full_matrices=False)
+    return _op(SVD, shapes.transpose(x, rest + [r, c]), part="s", full_matrices=False)
 
 
 def _matrix_norm(x, ord, axes, keepdims, sq):

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import user_loc
 from ...ir import dtypes
+from ...ir.ops.names import ATAN2, REMAINDER
 from .. import core, reductions as red
 from .. import elementwise as ew
 from ..trace import Tracer
@@ -184,13 +185,13 @@ def cosh(x):
 # ---------------------------------------------------------------------------- trigonometry
 def arctan2(x1, x2):
     a, b = _f2(x1, x2, "arctan2")
-    return core.emit(a._tr, "atan2", a, b)
+    return core.emit(a._tr, ATAN2, a, b)
 
 
 @halfs_in_f32(np.arctan)
 def arctan(x):
     x = _f(x, np.arctan)
-    return core.emit(x._tr, "atan2", x, core.ones_like(x))
+    return core.emit(x._tr, ATAN2, x, core.ones_like(x))
 
 
 @halfs_in_f32(np.arcsin)
@@ -345,7 +346,7 @@ def fmod(x1, x2):
     a, b = core.promote(x1, x2, op="fmod")
     if a.dtype == np.bool_:
         a, b = core.astype(a, "int8"), core.astype(b, "int8")
-    return core.emit(a._tr, "remainder", a, b)
+    return core.emit(a._tr, REMAINDER, a, b)
 
 
 def divmod_(x1, x2):

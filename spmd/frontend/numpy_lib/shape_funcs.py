@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import ShapeError, user_loc
 from ...ir import dtypes
+from ...ir.ops.names import BROADCAST_IN_DIM, COMPLEX, IOTA, PAD, ROLL
 from .. import core, indexing, reductions as red, shapes
 from .. import functionalize as fz
 from .. import elementwise as ew
@@ -207,7 +208,7 @@ def roll(a, shift, axis=None):
         if n == 0 or s % n == 0:
             continue
         s %= n
-        x = core.emit(core.trace_of(x), "roll", x, shift=s, dimension=ax)
+        x = core.emit(core.trace_of(x), ROLL, x, shift=s, dimension=ax)
     return x
 
 
@@ -347,14 +348,14 @@ def _pad_constant(x, pw, cv):
         return core.asarray(np.asarray(v).astype(x.dtype), t=x._tr)
 
     if builtins.all(p is cvs[0][0] for cp in cvs for p in cp):
-        return core.emit(x._tr, "pad", x, value(cvs[0][0]), low=tuple(b for b, _ in pw),
+        return core.emit(x._tr, PAD, x, value(cvs[0][0]), low=tuple(b for b, _ in pw),
                          high=tuple(a for _, a in pw), interior=(0,) * x.ndim)
     for d, ((b, a), (vb, va)) in enumerate(zip(pw, cvs)):
         for amt, v, lo in ((b, vb, True), (a, va, False)):
             if amt:
                 low = tuple(amt if (k == d and lo) else 0 for k in range(x.ndim))
                 high = tuple(amt if (k == d and not lo) else 0 for k in range(x.ndim))
-                x = core.emit(x._tr, "pad", x, value(v), low=low, high=high, interior=(0,) * x.ndim)
+                x = core.emit(x._tr, PAD, x, value(v), low=low, high=high, interior=(0,) * x.ndim)
     return x
 
 
@@ -475,8 +476,8 @@ def _tri_mask(shape, k, lower):
     """bool (..., m, n) from iotas: j - i <= k (lower) or j - i >= k (upper)."""
     t = current_trace()
     nd = len(shape)
-    i = core.emit(t, "iota", shape=shape, dtype="int64", dimension=nd - 2)
-    j = core.emit(t, "iota", shape=shape, dtype="int64", dimension=nd - 1)
+    i = core.emit(t, IOTA, shape=shape, dtype="int64", dimension=nd - 2)
+    j = core.emit(t, IOTA, shape=shape, dtype="int64", dimension=nd - 1)
     d = ew.subtract(j, i)
     return ew.less_equal(d, int(k)) if lower else ew.greater_equal(d, int(k))
 
@@ -529,7 +530,7 @@ def diagonal_values(a, offset=0, axis1=0, axis2=1):
     if L == 0:
         return shapes.reshape(x, x.shape[:-2] + (0,))
     if dtypes.is_complex(x.value.dtype):     # each part on its own, joined exactly
-        return core.emit(x._tr, "complex", _diagonal_of_last(ew.real(x)), _diagonal_of_last(ew.imag(x)))
+        return core.emit(x._tr, COMPLEX, _diagonal_of_last(ew.real(x)), _diagonal_of_last(ew.imag(x)))
     return _diagonal_of_last(x)
 
 
@@ -556,9 +557,9 @@ def diag(v, k=0):
     xp = shapes.concatenate([x, core.zeros_like(x, shape=(abs(k),))], 0) if k else x
     # v[i] sits at row i (k >= 0) or column j (k < 0)
     if k >= 0:
-        vb = core.emit(x._tr, "broadcast_in_dim", xp, shape=(m, m), broadcast_dimensions=(0,))
+        vb = core.emit(x._tr, BROADCAST_IN_DIM, xp, shape=(m, m), broadcast_dimensions=(0,))
     else:
-        vb = core.emit(x._tr, "broadcast_in_dim", xp, shape=(m, m), broadcast_dimensions=(1,))
+        vb = core.emit(x._tr, BROADCAST_IN_DIM, xp, shape=(m, m), broadcast_dimensions=(1,))
     mask = ew.logical_and(_tri_mask((m, m), k, True), _tri_mask((m, m), k, False))
     return ew.where(mask, vb, core.zeros_like(vb))
 

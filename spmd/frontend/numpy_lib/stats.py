@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import ShapeError, user_loc, warn_at
 from ...ir import dtypes
+from ...ir.ops.names import ARGSORT, BROADCAST_IN_DIM, ORDER_STATISTIC, SORT
 from .. import contractions, core, indexing, reductions as red, shapes
 from .. import elementwise as ew
 from .. import functionalize as fz
@@ -45,7 +46,7 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     if x.ndim == 0:
         raise ShapeError(f"np.sort: axis {axis} is out of bounds for array of dimension 0 (at {user_loc()})")
     axis = core.normalize_axis(axis, x.ndim, "sort")
-    return core.keep_layout(core.emit(x._tr, "sort", x, axis=axis), x)       # numpy sorts a copy of x (order K)
+    return core.keep_layout(core.emit(x._tr, SORT, x, axis=axis), x)       # numpy sorts a copy of x (order K)
 
 
 def sort_in_place(a, axis=-1, kind=None, order=None, *, stable=None):
@@ -98,7 +99,7 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     if x.ndim == 0:
         raise ShapeError(f"np.argsort: axis {axis} is out of bounds for array of dimension 0 (at {user_loc()})")
     axis = core.normalize_axis(axis, x.ndim, "argsort")
-    return core.keep_layout(core.emit(x._tr, "argsort", x, axis=axis), x)
+    return core.keep_layout(core.emit(x._tr, ARGSORT, x, axis=axis), x)
 
 
 # ---------------------------------------------------------------------------- quantiles
@@ -121,7 +122,7 @@ def _select(y, ranks):
     (r,) or a traced int64 (..., r) -> (..., r)."""
     if not isinstance(ranks, Tracer):
         ranks = core.broadcast_to(core.asarray(np.asarray(ranks, np.int64), t=y._tr), y.shape[:-1] + (len(ranks),))
-    return core.emit(y._tr, "order_statistic", y, ranks)
+    return core.emit(y._tr, ORDER_STATISTIC, y, ranks)
 
 
 def _any_nan(x, axis):
@@ -315,7 +316,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         if w.ndim != len(axes) or w.shape != tuple(x.shape[d] for d in axes):
             raise ValueError(f"average: shape of weights {list(w.shape)} must be consistent with shape of a "
                              f"{list(x.shape)} along axis {axis} (at {user_loc()})")
-        w = core.emit(x._tr, "broadcast_in_dim", core.astype(w, dt), shape=x.shape, broadcast_dimensions=axes)
+        w = core.emit(x._tr, BROADCAST_IN_DIM, core.astype(w, dt), shape=x.shape, broadcast_dimensions=axes)
     if builtins.any(x.shape[d] == 0 for d in axes):
         raise ZeroDivisionError(f"np.average: Weights sum to zero, can't be normalized (an empty axis) "
                                 f"(at {user_loc()})")
@@ -509,8 +510,8 @@ def searchsorted(a, v, side="left", sorter=None):
     a, v = core.astype(a, dt), core.asarray(v, dt, t)
     n = a.shape[0]
     # count of a[i] < v (left) or a[i] <= v (right): a compare against every element of a
-    ab = core.emit(t, "broadcast_in_dim", a, shape=v.shape + (n,), broadcast_dimensions=(v.ndim,))
-    vb = core.emit(t, "broadcast_in_dim", v, shape=v.shape + (n,), broadcast_dimensions=tuple(range(v.ndim)))
+    ab = core.emit(t, BROADCAST_IN_DIM, a, shape=v.shape + (n,), broadcast_dimensions=(v.ndim,))
+    vb = core.emit(t, BROADCAST_IN_DIM, v, shape=v.shape + (n,), broadcast_dimensions=tuple(range(v.ndim)))
     return red.sum(core.astype(_lt(ab, vb, side == "left"), "int64"), axis=-1)
 
 
@@ -545,8 +546,8 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None
     dt = core.result_dtype(e, te)
     e, te = core.astype(e, dt), core.astype(te, dt)
     m = te.shape[0]
-    eb = core.emit(t, "broadcast_in_dim", e, shape=e.shape + (m,), broadcast_dimensions=tuple(range(e.ndim)))
-    tb = core.emit(t, "broadcast_in_dim", te, shape=e.shape + (m,), broadcast_dimensions=(e.ndim,))
+    eb = core.emit(t, BROADCAST_IN_DIM, e, shape=e.shape + (m,), broadcast_dimensions=tuple(range(e.ndim)))
+    tb = core.emit(t, BROADCAST_IN_DIM, te, shape=e.shape + (m,), broadcast_dimensions=(e.ndim,))
     r = red.any(ew.equal(eb, tb), axis=-1)
     return ew.logical_not(r) if invert else r
 
@@ -618,15 +619,15 @@ def _bin_counts(x, edges, w):
     t, n, nb = x._tr, x.shape[0], edges.shape[0] - 1
     dt = core.result_dtype(x, edges)
     xe, ee = core.astype(x, dt), core.astype(edges, dt)
-    xb = core.emit(t, "broadcast_in_dim", xe, shape=(nb + 1, n), broadcast_dimensions=(1,))
-    eb = core.emit(t, "broadcast_in_dim", ee, shape=(nb + 1, n), broadcast_dimensions=(0,))
+    xb = core.emit(t, BROADCAST_IN_DIM, xe, shape=(nb + 1, n), broadcast_dimensions=(1,))
+    eb = core.emit(t, BROADCAST_IN_DIM, ee, shape=(nb + 1, n), broadcast_dimensions=(0,))
     ge = ew.greater_equal(xb, eb)                                   # x >= e[k]
     gt_last = ew.greater(xe, indexing.getitem(ee, nb))             # x > e[-1]
     if w is None:
         cnt = red.sum(core.astype(ge, "int64"), axis=1)
         over = red.sum(core.astype(gt_last, "int64"))
     else:
-        wb = core.emit(t, "broadcast_in_dim", w, shape=(nb + 1, n), broadcast_dimensions=(1,))
+        wb = core.emit(t, BROADCAST_IN_DIM, w, shape=(nb + 1, n), broadcast_dimensions=(1,))
         cnt = red.sum(ew.where(ge, wb, core.zeros_like(wb)), axis=1)
         over = red.sum(ew.where(gt_last, w, core.zeros_like(w)))
     tail = shapes.reshape(ew.subtract(indexing.getitem(cnt, nb - 1), over), (1,))

@@ -3,6 +3,7 @@ traced code). Its attrs are plain data — the spec and the partial axes — the
 the graph's."""
 from ..factors import einsum_rule, letters
 from .elementwise import ALL, aval
+from .names import SHARDING_CONSTRAINT
 from .registry import OpDef, check, register
 
 
@@ -14,7 +15,7 @@ def _infer(x, spec, partial=()):
 
 def _vjp(g, op, ct):
     # the cotangent is split like the value (as JAX does); a pending sum does not carry over
-    return (g.emit("sharding_constraint", ct, spec=op.attrs["spec"], partial=()),)
+    return (g.emit(SHARDING_CONSTRAINT, ct, spec=op.attrs["spec"], partial=()),)
 
 
 def _factors(ins, outs, attrs):
@@ -22,6 +23,6 @@ def _factors(ins, outs, attrs):
     return einsum_rule(f"{a}->{a}", ins, outs)
 
 
-register(OpDef("sharding_constraint", "annotation", _infer, lambda x, spec, partial=(): x, _vjp, _factors,
-               None, lambda ins, out, attrs: 0, ALL, priority=0, linear=((0,),),
+register(OpDef("sharding_constraint", family="annotation", infer=_infer, ref=lambda x, spec, partial=(): x, vjp=_vjp,
+               factors=_factors, flops=lambda ins, out, attrs: 0, dtypes=ALL, priority=0, linear=((0,),),
                lowering="annotation"))

@@ -43,7 +43,11 @@ import numpy as np
 
 from ...errors import SpmdError
 from .elementwise import ALL, aval
-from .registry import OpDef, check, register
+from .names import (
+    ADD, ALL_GATHER, ALL_REDUCE, ALL_REDUCE_DONE, ALL_REDUCE_START, ALL_TO_ALL, COLLECTIVE_PERMUTE,
+    COMPARE, CONVERT, DIVIDE, MULTIPLY, REDUCE_SCATTER
+)
+from .registry import Collective, OpDef, check, register
 
 REDUCTIONS = ("sum", "max", "min", "prod")
 
@@ -93,15 +97,15 @@ def _ar_ref(x, comm=None, *, axes, reduction, group_size, out=None):
 def _ar_vjp(g, op, ct):
     a = op.attrs
     kind = a["reduction"]
-    total = g.emit("all_reduce", ct, axes=a["axes"], reduction="sum", group_size=a["group_size"])
+    total = g.emit(ALL_REDUCE, ct, axes=a["axes"], reduction="sum", group_size=a["group_size"])
     if kind == "sum":
         return (total,)
     if kind in ("max", "min"):
         # to the elements equal to the result, split evenly among ties across the group
         x = op.operands[0]
-        mask = g.emit("convert", g.emit("compare", x, op.result, direction="EQ"), dtype=x.dtype)
-        count = g.emit("all_reduce", mask, axes=a["axes"], reduction="sum", group_size=a["group_size"])
-        return (g.emit("multiply", g.emit("divide", total, count), mask),)
+        mask = g.emit(CONVERT, g.emit(COMPARE, x, op.result, direction="EQ"), dtype=x.dtype)
+        count = g.emit(ALL_REDUCE, mask, axes=a["axes"], reduction="sum", group_size=a["group_size"])
+        return (g.emit(MULTIPLY, g.emit(DIVIDE, total, count), mask),)
     raise SpmdError("all_reduce with reduction 'prod' has no derivative")
 
 
@@ -143,7 +147,7 @@ def _ag_ref(x, comm=None, *, axes, dimension, group_size, out=None):
 
 def _ag_vjp(g, op, ct):
     a = op.attrs
-    return (g.emit("reduce_scatter", ct, axes=a["axes"], dimension=a["dimension"], reduction="sum",
+    return (g.emit(REDUCE_SCATTER, ct, axes=a["axes"], dimension=a["dimension"], reduction="sum",
                    group_size=a["group_size"]),)
 
 
@@ -167,7 +171,7 @@ def _rs_vjp(g, op, ct):
     a = op.attrs
     if a["reduction"] != "sum":
         raise SpmdError(f"reduce_scatter with reduction {a['reduction']!r} has no derivative")
-    return (g.emit("all_gather", ct, axes=a["axes"], dimension=a["dimension"], group_size=a["group_size"]),)
+    return (g.emit(ALL_GATHER, ct, axes=a["axes"], dimension=a["dimension"], group_size=a["group_size"]),)
 
 
 # -- all_to_all ------------------------------------------------------------------------------
@@ -191,7 +195,7 @@ def _a2a_ref(x, comm=None, *, axes, split_dimension, concat_dimension, group_siz
 
 def _a2a_vjp(g, op, ct):
     a = op.attrs
-    return (g.emit("all_to_all", ct, axes=a["axes"], split_dimension=a["concat_dimension"],
+    return (g.emit(ALL_TO_ALL, ct, axes=a["axes"], split_dimension=a["concat_dimension"],
                    concat_dimension=a["split_dimension"], group_size=a["group_size"]),)
 
 
@@ -235,12 +239,12 @@ def _cp_vjp(g, op, ct):
         else:
             layers.append([(d, s)])
     if not layers:
-        return (g.emit("multiply", ct, _zeros(g, ct)),)
+        return (g.emit(MULTIPLY, ct, _zeros(g, ct)),)
     out = None
     for layer in layers:
-        p = g.emit("collective_permute", ct, axes=a["axes"], pairs=tuple(sorted(layer)),
+        p = g.emit(COLLECTIVE_PERMUTE, ct, axes=a["axes"], pairs=tuple(sorted(layer)),
                    group_size=a["group_size"])
-        out = p if out is None else g.emit("add", out, p)
+        out = p if out is None else g.emit(ADD, out, p)
     return (out,)
 
 
@@ -284,21 +288,25 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
          "exchange halos across shard borders (shifted slice/pad/concat)", None),
         ("axis_index", _ai_infer, _ai_ref, None, False, None, _ai_device_values)):
     _reduces = _name == "all_reduce"
-    register(OpDef(_name, "collective", _infer, _ref, _vjp, factors=None, flops=_no_flops,
-                   dtypes=ALL, needs_comm=True, combinable=_combinable, reshards=_reshards,
-                   async_pair=("all_reduce_start", "all_reduce_done") if _reduces else None,
+    register(OpDef(_name, family="collective", infer=_infer, ref=_ref, vjp=_vjp, factors=None, flops=_no_flops,
+                   dtypes=ALL, needs_comm=True,
                    # these write into a buffer they are given (the memory plan places it),
                    # all_reduce into its operand's too (in place)
                    takes_out=_name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
-                   out_may_be_operand=0 if _reduces else None,
                    # (a backend may run a permute, or a value known from the rank, natively)
                    lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
-                   device_values=_device_values, exchange=_name == "collective_permute",
-                   blocks_along=_a2a_blocks_along if _name == "all_to_all" else None))
+                   device_values=_device_values,
+                   blocks_along=_a2a_blocks_along if _name == "all_to_all" else None,
+                   collective=Collective(combinable=_combinable, reshards=_reshards,
+                                         async_pair=(ALL_REDUCE_START, ALL_REDUCE_DONE) if _reduces else None,
+                                         out_may_be_operand=0 if _reduces else None,
+                                         exchange=_name == "collective_permute")))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP
-register(OpDef("all_reduce_start", "collective", _ars_infer, _ars_ref, None, factors=None, flops=_no_flops,
-               dtypes=ALL, needs_comm=True, phase="start", async_of="all_reduce", lowering="communicate"))
-register(OpDef("all_reduce_done", "collective", _ard_infer, _ard_ref, None, factors=None, flops=_no_flops,
-               dtypes=ALL, needs_comm=True, phase="done", async_of="all_reduce", lowering="communicate"))
+register(OpDef("all_reduce_start", family="collective", infer=_ars_infer, ref=_ars_ref, factors=None, flops=_no_flops,
+               dtypes=ALL, needs_comm=True, lowering="communicate",
+               collective=Collective(phase="start", async_of=ALL_REDUCE)))
+register(OpDef("all_reduce_done", family="collective", infer=_ard_infer, ref=_ard_ref, factors=None, flops=_no_flops,
+               dtypes=ALL, needs_comm=True, lowering="communicate",
+               collective=Collective(phase="done", async_of=ALL_REDUCE)))

@@ -28,6 +28,7 @@ import dataclasses
 
 import numpy as np
 
+from .names import ADD, BROADCAST_IN_DIM, COND, CONSTANT, SCAN
 from .registry import OpDef, check, register
 
 SUBGRAPHS = {"while": ("cond", "body"), "cond": ("true", "false"), "scan": ("body",)}
@@ -145,7 +146,7 @@ def _scan_flops(avals_in, aval_out, attrs):
     return attrs["length"] * _graph_flops(attrs["body"])
 
 
-register(OpDef("while", "control", _while_infer, _while_ref, factors=_while_factors, needs_comm=True,
+register(OpDef("while", family="control", infer=_while_infer, ref=_while_ref, factors=_while_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_while_flops, subgraphs=("cond", "body"), lowering="subprogram",
                captured_from=lambda attrs: attrs["num_carry"]))
 
@@ -188,7 +189,7 @@ def _cond_factors(avals_in, avals_out, attrs):
 
 
 
-register(OpDef("cond", "control", _cond_infer, _cond_ref, factors=_cond_factors, needs_comm=True,
+register(OpDef("cond", family="control", infer=_cond_infer, ref=_cond_ref, factors=_cond_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_cond_flops, subgraphs=("true", "false"), vjp=lambda *a: _cond_vjp(*a),
                lowering="subprogram"))
 
@@ -231,7 +232,7 @@ def _scan_factors(avals_in, avals_out, attrs):
     return dataclasses.replace(rule, replicate=frozenset(lead))
 
 
-register(OpDef("scan", "control", _scan_infer, _scan_ref, factors=_scan_factors, needs_comm=True,
+register(OpDef("scan", family="control", infer=_scan_infer, ref=_scan_ref, factors=_scan_factors, needs_comm=True,
                dtypes=CF_DTYPES, flops=_scan_flops, runs=lambda attrs, key: attrs["length"],
                subgraphs=("body",), vjp=lambda *a: _scan_vjp(*a),
                lowering="scan_loop", captured_from=lambda attrs: attrs["num_carry"] + attrs["num_xs"]))
@@ -243,8 +244,8 @@ def _is_float(dt):
 
 
 def _zeros(g, shape, dtype):
-    z = g.emit("constant", value=np.zeros((), dtype))
-    return g.emit("broadcast_in_dim", z, shape=tuple(shape), broadcast_dimensions=())
+    z = g.emit(CONSTANT, value=np.zeros((), dtype))
+    return g.emit(BROADCAST_IN_DIM, z, shape=tuple(shape), broadcast_dimensions=())
 
 
 def _replay(dst, body, inputs):
@@ -273,7 +274,7 @@ def _scan_vjp(g, op, cts, differentiate):
     for v in body.inputs:
         rec.add_input(v.shape, v.dtype)
     rec.outputs = _replay(rec, body, rec.inputs) + list(rec.inputs[:nc])
-    fw = g.emit("scan", *op.operands, body=rec, num_carry=nc, num_xs=nx, length=L, reverse=a["reverse"])
+    fw = g.emit(SCAN, *op.operands, body=rec, num_carry=nc, num_xs=nx, length=L, reverse=a["reverse"])
     fw = fw if isinstance(fw, tuple) else (fw,)
     C = list(fw[nc + ny:])
     ci = [i for i in range(nc) if _is_float(carry0[i].dtype)]
@@ -294,13 +295,13 @@ def _scan_vjp(g, op, cts, differentiate):
     grads = differentiate(bb, start, wrt, [outs[i] for i in ci] + [outs[nc + j] for j in yi], in_ctc + in_cty)
     grads = [gr if gr is not None else _zeros(bb, w.shape, w.dtype) for gr, w in zip(grads, wrt)]
     g_c, g_x, g_k = grads[:len(ci)], grads[len(ci):len(ci) + len(xi)], grads[len(ci) + len(xi):]
-    bb.outputs = g_c + [bb.emit("add", t, d) for t, d in zip(in_ctk, g_k)] + g_x
+    bb.outputs = g_c + [bb.emit(ADD, t, d) for t, d in zip(in_ctk, g_k)] + g_x
     # 3. the backward scan
     ct_c = [cts[i] if cts[i] is not None else _zeros(g, carry0[i].shape, carry0[i].dtype) for i in ci]
     ct_k = [_zeros(g, ks[i].shape, ks[i].dtype) for i in ki]
     ct_y = [cts[nc + j] if cts[nc + j] is not None else _zeros(g, ys[j].shape, ys[j].dtype) for j in yi]
     nb = len(ci) + len(ki)
-    bw = g.emit("scan", *ct_c, *ct_k, *C, *xs, *ct_y, *ks, body=bb, num_carry=nb, num_xs=nc + nx + len(yi),
+    bw = g.emit(SCAN, *ct_c, *ct_k, *C, *xs, *ct_y, *ks, body=bb, num_carry=nb, num_xs=nc + nx + len(yi),
                 length=L, reverse=not a["reverse"])
     bw = bw if isinstance(bw, tuple) else (bw,)
     out = [None] * len(op.operands)
@@ -333,7 +334,7 @@ def _cond_vjp(g, op, cts, differentiate):
         grads = differentiate(bg, start, [ins[i] for i in ai], [outs[j] for j in ri], cin)
         bg.outputs = [gr if gr is not None else _zeros(bg, ins[i].shape, ins[i].dtype) for gr, i in zip(grads, ai)]
         branches[k] = bg
-    res = g.emit("cond", pred, *args, *[cts[j] for j in ri], true=branches["true"], false=branches["false"])
+    res = g.emit(COND, pred, *args, *[cts[j] for j in ri], true=branches["true"], false=branches["false"])
     res = res if isinstance(res, tuple) else (res,)
     out = [None] * len(op.operands)
     for n, i in enumerate(ai):

@@ -55,5 +55,5 @@ def _factors(ins, outs, attrs):
     return einsum_rule(",".join("_" * len(a.shape) for a in ins) + "->", ins, outs)
 
 
-register(OpDef("debug_print", "debug", _infer, _ref, None, _factors, None, lambda ins, out, attrs: 0,
-               ALL + CPLX, needs_comm=True, effect=True, lowering="host"))
+register(OpDef("debug_print", family="debug", infer=_infer, ref=_ref, factors=_factors, flops=lambda ins, out, attrs: 0,
+               dtypes=ALL + CPLX, needs_comm=True, effect=True, lowering="host"))

@@ -4,6 +4,7 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import aval
+from .names import DOT_GENERAL, TRANSPOSE
 from .registry import OpDef, check, register
 
 
@@ -60,13 +61,13 @@ def _vjp(g, op, ct):
     # d rhs first: in x @ w (numpy's layout, weights on the right) it is the weight's
     # gradient, the last read of the activation x, which is then free before d lhs (the
     # size of x) is made; the other order holds both at once
-    t = g.emit("dot_general", ct, lhs, lhs_batch=ct_b, rhs_batch=lb, lhs_contract=ct_l, rhs_contract=tuple(lf))
+    t = g.emit(DOT_GENERAL, ct, lhs, lhs_batch=ct_b, rhs_batch=lb, lhs_contract=ct_l, rhs_contract=tuple(lf))
     order = list(rb) + rf + [rc[k] for k in np.argsort(lc)]
-    dr = t if order == list(range(rhs.ndim)) else g.emit("transpose", t, permutation=tuple(np.argsort(order)))
+    dr = t if order == list(range(rhs.ndim)) else g.emit(TRANSPOSE, t, permutation=tuple(np.argsort(order)))
     # d lhs: contract ct's rhs-free dims with rhs's free dims
-    t = g.emit("dot_general", ct, rhs, lhs_batch=ct_b, rhs_batch=rb, lhs_contract=ct_r, rhs_contract=tuple(rf))
+    t = g.emit(DOT_GENERAL, ct, rhs, lhs_batch=ct_b, rhs_batch=rb, lhs_contract=ct_r, rhs_contract=tuple(rf))
     order = list(lb) + lf + [lc[k] for k in np.argsort(rc)]
-    dl = t if order == list(range(lhs.ndim)) else g.emit("transpose", t, permutation=tuple(np.argsort(order)))
+    dl = t if order == list(range(lhs.ndim)) else g.emit(TRANSPOSE, t, permutation=tuple(np.argsort(order)))
     return dl, dr
 
 
@@ -97,7 +98,7 @@ def _flops(ins, out, attrs):
     return 2 * k * _prod(out.shape)
 
 
-register(OpDef("dot_general", "dot", _infer, _ref, _vjp, _factors, None, _flops,
-               ("float32", "float64", "int32", "int64", "float16", "bfloat16", "complex64", "complex128"),
+register(OpDef("dot_general", family="dot", infer=_infer, ref=_ref, vjp=_vjp, factors=_factors, flops=_flops,
+               dtypes=("float32", "float64", "int32", "int64", "float16", "bfloat16", "complex64", "complex128"),
                priority=1, linear=((0,), (1,)),
                reduction_kind=lambda attrs: "sum", lowering="matmul"))

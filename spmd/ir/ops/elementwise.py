@@ -6,6 +6,10 @@ promotes before it emits them.
 import numpy as np
 
 from ..factors import einsum_rule, letters
+from .names import (
+    ABS, ADD, BROADCAST_IN_DIM, COMPARE, CONJ, CONSTANT, CONVERT, COS, DIVIDE, FLOOR, IMAG, LOG,
+    MULTIPLY, NEGATE, POWER, REAL, SELECT, SIGN, SIN, SUBTRACT
+)
 from .registry import OpDef, check, is_const, producer_is, register
 
 NUM = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
@@ -46,14 +50,15 @@ def _flops_n(n):
 
 
 def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1, **rules):
-    register(OpDef(name, "elementwise", _infer_unary(allowed), ref, vjp, elementwise_factors,
-                   scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise", lowering="elementwise", **rules))
+    register(OpDef(name, family="elementwise", infer=_infer_unary(allowed), ref=ref, vjp=vjp,
+                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=allowed, priority=0,
+                   fusion="elementwise", lowering="elementwise", **rules))
 
 
 def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1, **rules):
-    register(OpDef(name, "elementwise", _infer_binary(allowed, out_dtype), ref, vjp,
-                   elementwise_factors, scalar, _flops_n(flops), allowed, priority=0, fusion="elementwise",
-                   lowering="elementwise", **rules))
+    register(OpDef(name, family="elementwise", infer=_infer_binary(allowed, out_dtype), ref=ref, vjp=vjp,
+                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=allowed, priority=0,
+                   fusion="elementwise", lowering="elementwise", **rules))
 
 
 # -- simplification rules (see OpDef.simplify) ------------------------------------------------
@@ -83,15 +88,15 @@ def _power_simplify(rb, op, ops, uses):
     if r.dtype not in FLOAT or e is None:
         return None
     e = float(e)
-    mul = lambda p, q: rb.emit("multiply", p, q, loc=op.loc, sharding=r.sharding)  # noqa: E731
+    mul = lambda p, q: rb.emit(MULTIPLY, p, q, loc=op.loc, sharding=r.sharding)  # noqa: E731
     if e == 1:
         return x
     if e == 2:
         return mul(x, x)
     if e == -1:
-        one = rb.emit("broadcast_in_dim", rb.emit("constant", value=np.array(1, r.dtype)),
+        one = rb.emit(BROADCAST_IN_DIM, rb.emit(CONSTANT, value=np.array(1, r.dtype)),
                       shape=r.shape, broadcast_dimensions=())
-        return rb.emit("divide", one, x, loc=op.loc, sharding=r.sharding)
+        return rb.emit(DIVIDE, one, x, loc=op.loc, sharding=r.sharding)
     return None
 
 
@@ -123,7 +128,7 @@ def _sub_simplify(rb, op, ops, uses):
 
 def _negate_simplify(rb, op, ops, uses):
     """--x -> x."""
-    return ops[0].producer.operands[0] if producer_is(ops[0], "negate") else None
+    return ops[0].producer.operands[0] if producer_is(ops[0], NEGATE) else None
 
 
 def _select_simplify(rb, op, ops, uses):
@@ -149,8 +154,8 @@ def _float_only(sets):
 # -- VJP helpers: they build IR with the graph's emit -------------------------------------
 def const_like(g, v, c):
     """A scalar constant broadcast to v's shape and dtype."""
-    s = g.emit("constant", value=np.array(c, dtype=v.dtype))
-    return g.emit("broadcast_in_dim", s, shape=v.shape, broadcast_dimensions=())
+    s = g.emit(CONSTANT, value=np.array(c, dtype=v.dtype))
+    return g.emit(BROADCAST_IN_DIM, s, shape=v.shape, broadcast_dimensions=())
 
 
 def _cast_ref(f):
@@ -186,11 +191,11 @@ def _int_power(x, y):
 
 def _pick_vjp(g, x, y, ct, direction):
     """Gradient of max (GT) / min (LT): to the winner; split evenly on ties, as JAX does."""
-    win = g.emit("convert", g.emit("compare", x, y, direction=direction), dtype=x.dtype)
-    tie = g.emit("convert", g.emit("compare", x, y, direction="EQ"), dtype=x.dtype)
-    wx = g.emit("add", win, g.emit("multiply", tie, const_like(g, tie, 0.5)))
-    wy = g.emit("subtract", const_like(g, wx, 1.0), wx)
-    return g.emit("multiply", ct, wx), g.emit("multiply", ct, wy)
+    win = g.emit(CONVERT, g.emit(COMPARE, x, y, direction=direction), dtype=x.dtype)
+    tie = g.emit(CONVERT, g.emit(COMPARE, x, y, direction="EQ"), dtype=x.dtype)
+    wx = g.emit(ADD, win, g.emit(MULTIPLY, tie, const_like(g, tie, 0.5)))
+    wy = g.emit(SUBTRACT, const_like(g, wx, 1.0), wx)
+    return g.emit(MULTIPLY, ct, wx), g.emit(MULTIPLY, ct, wy)
 
 
 def _max_vjp(g, op, ct):
@@ -205,22 +210,22 @@ def _pow_vjp(g, op, ct):
     x, y = op.operands
     out = op.result
     one = const_like(g, y, 1.0)
-    dx = g.emit("multiply", ct, g.emit("multiply", y, g.emit("power", x, g.emit("subtract", y, one))))
+    dx = g.emit(MULTIPLY, ct, g.emit(MULTIPLY, y, g.emit(POWER, x, g.emit(SUBTRACT, y, one))))
     if x.dtype in CPLX:       # holomorphic: d/dy x**y = log(x) x**y (JAX: no conjugate)
-        return dx, g.emit("multiply", ct, g.emit("multiply", g.emit("log", x), out))
+        return dx, g.emit(MULTIPLY, ct, g.emit(MULTIPLY, g.emit(LOG, x), out))
     # d/dy x**y = log(x) x**y, taken as 0 where x <= 0 (as JAX does)
-    pos = g.emit("compare", x, const_like(g, x, 0.0), direction="GT")
-    safe_x = g.emit("select", pos, x, const_like(g, x, 1.0))
-    dy = g.emit("multiply", ct, g.emit("multiply", g.emit("log", safe_x), out))
+    pos = g.emit(COMPARE, x, const_like(g, x, 0.0), direction="GT")
+    safe_x = g.emit(SELECT, pos, x, const_like(g, x, 1.0))
+    dy = g.emit(MULTIPLY, ct, g.emit(MULTIPLY, g.emit(LOG, safe_x), out))
     return dx, dy
 
 
 def _rem_vjp(g, op, ct):
     """fmod(x, y) = x - y * trunc(x / y): d/dx = 1, d/dy = -trunc(x / y) (away from jumps)."""
     x, y = op.operands
-    q = g.emit("divide", x, y)
-    trunc = g.emit("multiply", g.emit("sign", q), g.emit("floor", g.emit("abs", q)))
-    return ct, g.emit("negate", g.emit("multiply", ct, trunc))
+    q = g.emit(DIVIDE, x, y)
+    trunc = g.emit(MULTIPLY, g.emit(SIGN, q), g.emit(FLOOR, g.emit(ABS, q)))
+    return ct, g.emit(NEGATE, g.emit(MULTIPLY, ct, trunc))
 
 
 E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
@@ -228,16 +233,16 @@ E = lambda g, name, *a, **k: g.emit(name, *a, **k)  # noqa: E731
 binary("add", _cast_ref(np.add), lambda g, op, ct: (ct, ct), NUM + CPLX,
        scalar=lambda b, x, y: b.add(x, y), linear=((0, 1),), simplify=_add_simplify, lowers_complex=True, infix="+",
        position=lambda a, b: a + b)
-binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, "negate", ct)),
+binary("subtract", _cast_ref(np.subtract), lambda g, op, ct: (ct, E(g, NEGATE, ct)),
        NUM + CPLX, scalar=lambda b, x, y: b.sub(x, y), linear=((0, 1),), simplify=_sub_simplify,
        lowers_complex=True, infix="-", position=lambda a, b: a - b)
 binary("multiply", _cast_ref(np.multiply),
-       lambda g, op, ct: (E(g, "multiply", ct, op.operands[1]), E(g, "multiply", ct, op.operands[0])),
+       lambda g, op, ct: (E(g, MULTIPLY, ct, op.operands[1]), E(g, MULTIPLY, ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
        lowers_complex=True, infix="*", position=lambda a, b: a * b)
 binary("divide", _cast_ref(_int_divide),
-       lambda g, op, ct: (E(g, "divide", ct, op.operands[1]),
-                          E(g, "negate", E(g, "divide", E(g, "multiply", ct, op.result), op.operands[1]))),
+       lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[1]),
+                          E(g, NEGATE, E(g, DIVIDE, E(g, MULTIPLY, ct, op.result), op.operands[1]))),
        NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
        infix="/")
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
@@ -270,7 +275,7 @@ binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b
 binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False),
        infix=">>")
 
-unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, "negate", ct),), NUM + CPLX,
+unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, NEGATE, ct),), NUM + CPLX,
       scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True, infix="-",
       position=lambda a: -a)
 unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x), infix="~",
@@ -278,14 +283,14 @@ unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lamb
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
     if x.dtype not in CPLX:
-        return (E(g, "multiply", ct, E(g, "sign", x)),)
+        return (E(g, MULTIPLY, ct, E(g, SIGN, x)),)
     # JAX's convention (the cotangent of a complex value is conjugate-linear):
     # ct * conj(x) / |x|, and 0 where x == 0
     r = op.result
-    zero = E(g, "compare", r, const_like(g, r, 0), direction="EQ")
-    safe = E(g, "convert", E(g, "select", zero, const_like(g, r, 1), r), dtype=x.dtype)
-    u = E(g, "select", zero, const_like(g, x, 0), E(g, "divide", E(g, "conj", x), safe))
-    return (E(g, "multiply", E(g, "convert", ct, dtype=x.dtype), u),)
+    zero = E(g, COMPARE, r, const_like(g, r, 0), direction="EQ")
+    safe = E(g, CONVERT, E(g, SELECT, zero, const_like(g, r, 1), r), dtype=x.dtype)
+    u = E(g, SELECT, zero, const_like(g, x, 0), E(g, DIVIDE, E(g, CONJ, x), safe))
+    return (E(g, MULTIPLY, E(g, CONVERT, ct, dtype=x.dtype), u),)
 
 
 def _abs_infer(x, **_):
@@ -298,39 +303,39 @@ def _abs_ref(x):
         return np.asarray(np.abs(x), dtype=REAL_OF.get(x.dtype.name, x.dtype))
 
 
-register(OpDef("abs", "elementwise", _abs_infer, _abs_ref, _abs_vjp, elementwise_factors,
-               lambda b, x: b.abs(x), _flops_n(1), NUM + CPLX, priority=0, fusion="elementwise",
+register(OpDef("abs", family="elementwise", infer=_abs_infer, ref=_abs_ref, vjp=_abs_vjp, factors=elementwise_factors,
+               scalar=lambda b, x: b.abs(x), flops=_flops_n(1), dtypes=NUM + CPLX, priority=0, fusion="elementwise",
                lowering="elementwise"))
 unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM,
       scalar=lambda b, x: b.sign(x))
 unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
       scalar=lambda b, x: b.floor(x))
-unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, "multiply", ct, op.result),), FLOAT + CPLX,
+unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, MULTIPLY, ct, op.result),), FLOAT + CPLX,
       scalar=lambda b, x: b.exp(x), flops=8)
-unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, "divide", ct, op.operands[0]),), FLOAT + CPLX,
+unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[0]),), FLOAT + CPLX,
       scalar=lambda b, x: b.log(x), flops=8)
 unary("log1p", _cast_ref(np.log1p),
-      lambda g, op, ct: (E(g, "divide", ct, E(g, "add", op.operands[0], const_like(g, ct, 1.0))),),
+      lambda g, op, ct: (E(g, DIVIDE, ct, E(g, ADD, op.operands[0], const_like(g, ct, 1.0))),),
       scalar=lambda b, x: b.log1p(x), flops=8)
 unary("tanh", _cast_ref(np.tanh),
-      lambda g, op, ct: (E(g, "multiply", ct, E(g, "subtract", const_like(g, ct, 1.0),
-                                                 E(g, "multiply", op.result, op.result))),),
+      lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, SUBTRACT, const_like(g, ct, 1.0),
+                                                 E(g, MULTIPLY, op.result, op.result))),),
       scalar=lambda b, x: b.tanh(x), flops=10)
 unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
-      lambda g, op, ct: (E(g, "multiply", ct, E(g, "multiply", op.result,
-                                                 E(g, "subtract", const_like(g, ct, 1.0), op.result))),),
+      lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, MULTIPLY, op.result,
+                                                 E(g, SUBTRACT, const_like(g, ct, 1.0), op.result))),),
       scalar=lambda b, x: b.logistic(x), flops=10)
 unary("sqrt", _cast_ref(np.sqrt),
-      lambda g, op, ct: (E(g, "divide", E(g, "multiply", ct, const_like(g, ct, 0.5)), op.result),),
+      lambda g, op, ct: (E(g, DIVIDE, E(g, MULTIPLY, ct, const_like(g, ct, 0.5)), op.result),),
       FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=4)
 unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
-      lambda g, op, ct: (E(g, "multiply", ct, E(g, "divide", E(g, "multiply", op.result, const_like(g, ct, -0.5)),
+      lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, DIVIDE, E(g, MULTIPLY, op.result, const_like(g, ct, -0.5)),
                                                  op.operands[0])),),
       scalar=lambda b, x: b.rsqrt(x), flops=5)
-unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, "multiply", ct, E(g, "cos", op.operands[0])),),
+unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, COS, op.operands[0])),),
       scalar=lambda b, x: b.sin(x), flops=8)
 unary("cos", _cast_ref(np.cos),
-      lambda g, op, ct: (E(g, "negate", E(g, "multiply", ct, E(g, "sin", op.operands[0]))),),
+      lambda g, op, ct: (E(g, NEGATE, E(g, MULTIPLY, ct, E(g, SIN, op.operands[0]))),),
       scalar=lambda b, x: b.cos(x), flops=8)
 
 
@@ -347,11 +352,11 @@ def _compare_infer(x, y, direction):
     return _infer_binary(ALL + CPLX, "bool")(x, y)
 
 
-register(OpDef("compare", "elementwise", _compare_infer,
-               lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
-               None, elementwise_factors, lambda b, x, y, direction: b.cmp(direction, x, y),
-               _flops_n(1), ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
-               infix=lambda attrs: SYMBOLS[attrs["direction"]],
+register(OpDef("compare", family="elementwise", infer=_compare_infer,
+               ref=lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
+               factors=elementwise_factors, scalar=lambda b, x, y, direction: b.cmp(direction, x, y),
+               flops=_flops_n(1), dtypes=ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise",
+               lowers_complex=True, infix=lambda attrs: SYMBOLS[attrs["direction"]],
                position=lambda a, b, direction: a.compare(b, direction)))
 
 
@@ -366,13 +371,13 @@ def _select_infer(p, a, b):
 def _select_vjp(g, op, ct):
     p = op.operands[0]
     zero = const_like(g, ct, 0)
-    return None, g.emit("select", p, ct, zero), g.emit("select", p, zero, ct)
+    return None, g.emit(SELECT, p, ct, zero), g.emit(SELECT, p, zero, ct)
 
 
-register(OpDef("select", "elementwise", _select_infer, lambda p, a, b: np.where(p, a, b), _select_vjp,
-               elementwise_factors, lambda b, p, x, y: b.select(p, x, y), _flops_n(0), ALL + CPLX,
-               priority=0, fusion="elementwise", lowering="elementwise", linear=((1, 2),), simplify=_select_simplify,
-               lowers_complex=True, picks=0))
+register(OpDef("select", family="elementwise", infer=_select_infer, ref=lambda p, a, b: np.where(p, a, b),
+               vjp=_select_vjp, factors=elementwise_factors, scalar=lambda b, p, x, y: b.select(p, x, y),
+               flops=_flops_n(0), dtypes=ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise",
+               linear=((1, 2),), simplify=_select_simplify, lowers_complex=True, picks=0))
 
 
 def _convert_infer(x, dtype):
@@ -393,8 +398,8 @@ def _convert_vjp(g, op, ct):
     x, dt = op.operands[0], op.result.dtype
     if x.dtype in FLOAT + CPLX and dt in FLOAT + CPLX:
         if x.dtype in FLOAT and dt in CPLX:      # real -> complex: the real part comes back (JAX)
-            ct = g.emit("real", ct)
-        return (ct if ct.dtype == x.dtype else g.emit("convert", ct, dtype=x.dtype),)
+            ct = g.emit(REAL, ct)
+        return (ct if ct.dtype == x.dtype else g.emit(CONVERT, ct, dtype=x.dtype),)
     return (None,)
 
 
@@ -402,9 +407,9 @@ def _inexact(dt):
     return dt.startswith(("float", "complex"))
 
 
-register(OpDef("convert", "elementwise", _convert_infer, _convert_ref, _convert_vjp,
-               elementwise_factors, lambda b, x, dtype: b.convert(x, dtype), _flops_n(0), ALL + CPLX,
-               priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+register(OpDef("convert", family="elementwise", infer=_convert_infer, ref=_convert_ref, vjp=_convert_vjp,
+               factors=elementwise_factors, scalar=lambda b, x, dtype: b.convert(x, dtype), flops=_flops_n(0),
+               dtypes=ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
                simplify=_convert_simplify, position=lambda a, dtype: a.convert(dtype),
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 
@@ -418,16 +423,16 @@ def _part_infer(x, **_):
 def _imag_vjp(g, op, ct):
     """JAX's convention: imag(z) = Im z pulls a real cotangent back to -i * ct."""
     x = op.operands[0]
-    return (E(g, "multiply", E(g, "convert", ct, dtype=x.dtype), const_like(g, x, -1j)),)
+    return (E(g, MULTIPLY, E(g, CONVERT, ct, dtype=x.dtype), const_like(g, x, -1j)),)
 
 
 def _part(name, f, vjp, scalar, infer=_part_infer, **rules):
-    register(OpDef(name, "elementwise", infer, lambda x: np.array(f(x), copy=True), vjp,
-                   elementwise_factors, scalar, _flops_n(1), CPLX, priority=0, fusion="elementwise",
-                   lowering="elementwise", linear=((0,),), lowers_complex=True, **rules))
+    register(OpDef(name, family="elementwise", infer=infer, ref=lambda x: np.array(f(x), copy=True), vjp=vjp,
+                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(1), dtypes=CPLX, priority=0,
+                   fusion="elementwise", lowering="elementwise", linear=((0,),), lowers_complex=True, **rules))
 
 
-_part("real", np.real, lambda g, op, ct: (E(g, "convert", ct, dtype=op.operands[0].dtype),),
+_part("real", np.real, lambda g, op, ct: (E(g, CONVERT, ct, dtype=op.operands[0].dtype),),
       lambda b, x: b.real(x))
 _part("imag", np.imag, _imag_vjp, lambda b, x: b.imag(x))
 COMPLEX_OF = {v: k for k, v in REAL_OF.items()}
@@ -448,10 +453,10 @@ def _complex_ref(re, im):
 # the complex number with real part re and imaginary part im (StableHLO's complex): a
 # write through z.real / z.imag sets one part and keeps the other bit for bit. Its
 # transpose (JAX's convention, as real / imag above): (Re ct, -Im ct).
-register(OpDef("complex", "elementwise", _complex_infer, _complex_ref,
-               lambda g, op, ct: (E(g, "real", ct), E(g, "negate", E(g, "imag", ct))),
-               elementwise_factors, lambda b, re, im: b.make_complex(re, im, COMPLEX_OF[re.dtype]),
-               _flops_n(0), tuple(COMPLEX_OF), priority=0, fusion="elementwise", lowering="elementwise",
+register(OpDef("complex", family="elementwise", infer=_complex_infer, ref=_complex_ref,
+               vjp=lambda g, op, ct: (E(g, REAL, ct), E(g, NEGATE, E(g, IMAG, ct))),
+               factors=elementwise_factors, scalar=lambda b, re, im: b.make_complex(re, im, COMPLEX_OF[re.dtype]),
+               flops=_flops_n(0), dtypes=tuple(COMPLEX_OF), priority=0, fusion="elementwise", lowering="elementwise",
                linear=((0, 1),), lowers_complex=True))
-_part("conj", np.conjugate, lambda g, op, ct: (E(g, "conj", ct),), lambda b, x: b.conj(x), infer=_infer_unary(CPLX),
-      simplify=lambda rb, op, ops, uses: ops[0].producer.operands[0] if producer_is(ops[0], "conj") else None)
+_part("conj", np.conjugate, lambda g, op, ct: (E(g, CONJ, ct),), lambda b, x: b.conj(x), infer=_infer_unary(CPLX),
+      simplify=lambda rb, op, ops, uses: ops[0].producer.operands[0] if producer_is(ops[0], CONJ) else None)

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import aval
+from .names import BROADCAST_IN_DIM, CONJ, CONSTANT, FFT, MULTIPLY, PAD, REAL
 from .registry import OpDef, check, register
 
 KINDS = ("fft", "ifft", "rfft", "irfft")
@@ -84,24 +85,24 @@ def _vjp(g, op, ct):
     kind, axes, n, norm = (op.attrs[k] for k in ("kind", "axes", "n", "norm"))
     last = axes[-1]
     if kind in ("fft", "ifft"):
-        return (g.emit("fft", ct, **op.attrs),)
+        return (g.emit(FFT, ct, **op.attrs),)
     if kind == "rfft":
         m = ct.shape[last]
-        zero = g.emit("constant", value=np.zeros((), ct.dtype))
+        zero = g.emit(CONSTANT, value=np.zeros((), ct.dtype))
         hi = [0] * ct.ndim
         hi[last] = n - m
-        full = g.emit("pad", ct, zero, low=(0,) * ct.ndim, high=tuple(hi), interior=(0,) * ct.ndim)
-        return (g.emit("real", g.emit("fft", full, kind="fft", axes=axes, n=n, norm=norm)),)
+        full = g.emit(PAD, ct, zero, low=(0,) * ct.ndim, high=tuple(hi), interior=(0,) * ct.ndim)
+        return (g.emit(REAL, g.emit(FFT, full, kind="fft", axes=axes, n=n, norm=norm)),)
     # irfft: w * conj(rfft(ct, dual norm)), w = 1 at the coefficients with no conjugate pair
-    u = g.emit("conj", g.emit("fft", ct, kind="rfft", axes=axes, n=n, norm=DUAL[norm]))
+    u = g.emit(CONJ, g.emit(FFT, ct, kind="rfft", axes=axes, n=n, norm=DUAL[norm]))
     m = n // 2 + 1
     w = np.full(m, 2.0, REAL_OF[x.dtype])
     w[0] = 1.0
     if n % 2 == 0:
         w[-1] = 1.0
-    wv = g.emit("constant", value=w.astype(x.dtype))
-    wb = g.emit("broadcast_in_dim", wv, shape=x.shape, broadcast_dimensions=(last,))
-    return (g.emit("multiply", u, wb),)
+    wv = g.emit(CONSTANT, value=w.astype(x.dtype))
+    wb = g.emit(BROADCAST_IN_DIM, wv, shape=x.shape, broadcast_dimensions=(last,))
+    return (g.emit(MULTIPLY, u, wb),)
 
 
 def _factors(ins, outs, attrs):
@@ -118,6 +119,6 @@ def _flops(ins, out, attrs):
     return int(5 * size * max(1.0, np.log2(max(n, 1))))
 
 
-register(OpDef("fft", "fft", _infer, _ref, _vjp, _factors, None, _flops,
-               ("float32", "float64", "complex64", "complex128"), linear=((0,),),
+register(OpDef("fft", family="fft", infer=_infer, ref=_ref, vjp=_vjp, factors=_factors, flops=_flops,
+               dtypes=("float32", "float64", "complex64", "complex128"), linear=((0,),),
                lowering="spectral"))

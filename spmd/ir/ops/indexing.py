@@ -6,7 +6,8 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import ALL, aval
-from .registry import OpDef, check, register
+from .names import BROADCAST_IN_DIM, CONSTANT, DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, GATHER, SCATTER
+from .registry import OpDef, Reindex, check, register
 
 INTS = ("int32", "int64")
 
@@ -34,13 +35,13 @@ def _ds_ref(x, *starts, slice_sizes):
 
 
 def _zeros(g, shape, dtype):
-    z = g.emit("constant", value=np.zeros((), dtype))
-    return g.emit("broadcast_in_dim", z, shape=shape, broadcast_dimensions=())
+    z = g.emit(CONSTANT, value=np.zeros((), dtype))
+    return g.emit(BROADCAST_IN_DIM, z, shape=shape, broadcast_dimensions=())
 
 
 def _ds_vjp(g, op, ct):
     x, *starts = op.operands
-    return (g.emit("dynamic_update_slice", _zeros(g, x.shape, x.dtype), ct, *starts),) + (None,) * len(starts)
+    return (g.emit(DYNAMIC_UPDATE_SLICE, _zeros(g, x.shape, x.dtype), ct, *starts),) + (None,) * len(starts)
 
 
 def _window_factors(x_aval, window_shape):
@@ -67,10 +68,11 @@ def _ds_pieces(out, shapes, attrs, offset):
     return [(0, (), tuple(index))], None
 
 
-register(OpDef("dynamic_slice", "indexing", _ds_infer, _ds_ref, _ds_vjp, _ds_factors, None,
-               lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial",
-               fusion="reindex", index_pieces=_ds_pieces,
-               lowering="pieces", lowers_complex=True))
+register(OpDef("dynamic_slice", family="indexing", infer=_ds_infer, ref=_ds_ref, vjp=_ds_vjp, factors=_ds_factors,
+               flops=lambda ins, out, attrs: 0, dtypes=ALL, linear=((0,),), split_replicate="partial",
+               fusion="reindex",
+               lowering="pieces", lowers_complex=True,
+               reindex=Reindex(index_pieces=_ds_pieces)))
 
 
 def _dus_infer(x, u, *starts):
@@ -90,8 +92,8 @@ def _dus_ref(x, u, *starts):
 
 def _dus_vjp(g, op, ct):
     x, u, *starts = op.operands
-    dx = g.emit("dynamic_update_slice", ct, _zeros(g, u.shape, u.dtype), *starts)
-    du = g.emit("dynamic_slice", ct, *starts, slice_sizes=u.shape)
+    dx = g.emit(DYNAMIC_UPDATE_SLICE, ct, _zeros(g, u.shape, u.dtype), *starts)
+    du = g.emit(DYNAMIC_SLICE, ct, *starts, slice_sizes=u.shape)
     return (dx, du) + (None,) * len(starts)
 
 
@@ -102,8 +104,9 @@ def _dus_factors(ins, outs, attrs):
     return einsum_rule(",".join([a, w] + [""] * (len(ins) - 2)) + "->" + a, ins, outs)
 
 
-register(OpDef("dynamic_update_slice", "indexing", _dus_infer, _dus_ref, _dus_vjp, _dus_factors, None,
-               lambda ins, out, attrs: 0, ALL, linear=((0, 1),), split_replicate="local", lowering="block_copy"))
+register(OpDef("dynamic_update_slice", family="indexing", infer=_dus_infer, ref=_dus_ref, vjp=_dus_vjp,
+               factors=_dus_factors, flops=lambda ins, out, attrs: 0, dtypes=ALL, linear=((0, 1),),
+               split_replicate="local", lowering="block_copy"))
 
 
 # -- gather / scatter (take along an axis) --------------------------------------------------
@@ -126,7 +129,7 @@ def _gather_ref(x, idx, axis):
 
 def _gather_vjp(g, op, ct):
     x, idx = op.operands
-    return g.emit("scatter", _zeros(g, x.shape, x.dtype), idx, ct, axis=op.attrs["axis"]), None
+    return g.emit(SCATTER, _zeros(g, x.shape, x.dtype), idx, ct, axis=op.attrs["axis"]), None
 
 
 def _take_letters(x_nd, idx_nd, axis):
@@ -143,8 +146,9 @@ def _gather_factors(ins, outs, attrs):
     return einsum_rule(f"{a},{i}->{out}", ins, outs, reduction=a[ax])
 
 
-register(OpDef("gather", "indexing", _gather_infer, _gather_ref, _gather_vjp, _gather_factors, None,
-               lambda ins, out, attrs: 0, ALL, linear=((0,),), split_replicate="partial", lowering="take_rows"))
+register(OpDef("gather", family="indexing", infer=_gather_infer, ref=_gather_ref, vjp=_gather_vjp,
+               factors=_gather_factors, flops=lambda ins, out, attrs: 0, dtypes=ALL, linear=((0,),),
+               split_replicate="partial", lowering="take_rows"))
 
 
 def _scatter_infer(x, idx, upd, axis):
@@ -172,7 +176,7 @@ def _scatter_ref(x, idx, upd, axis):
 
 def _scatter_vjp(g, op, ct):
     x, idx, upd = op.operands
-    return ct, None, g.emit("gather", ct, idx, axis=op.attrs["axis"])
+    return ct, None, g.emit(GATHER, ct, idx, axis=op.attrs["axis"])
 
 
 def _scatter_factors(ins, outs, attrs):
@@ -183,7 +187,7 @@ def _scatter_factors(ins, outs, attrs):
     return einsum_rule(f"{a},{i},{u}->{a}", ins, outs, reduction=i)
 
 
-register(OpDef("scatter", "indexing", _scatter_infer, _scatter_ref, _scatter_vjp, _scatter_factors, None,
-               lambda ins, out, attrs: 0, ALL, linear=((0, 2),), split_replicate="local",
-               reduction_kind=lambda attrs: "sum", accumulates_into=0,
+register(OpDef("scatter", family="indexing", infer=_scatter_infer, ref=_scatter_ref, vjp=_scatter_vjp,
+               factors=_scatter_factors, flops=lambda ins, out, attrs: 0, dtypes=ALL, linear=((0, 2),),
+               split_replicate="local", reduction_kind=lambda attrs: "sum", accumulates_into=0,
                lowering="add_rows"))

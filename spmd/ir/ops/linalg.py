@@ -15,6 +15,10 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import aval, const_like
+from .names import (
+    ADD, BROADCAST_IN_DIM, COMPARE, CONSTANT, DOT_GENERAL, INV, IOTA, MULTIPLY, NEGATE, RESHAPE,
+    SELECT, SLICE, SOLVE, SUBTRACT, TRANSPOSE
+)
 from .registry import OpDef, check, register
 
 FLOAT = ("float32", "float64")     # numpy.linalg has no float16 / bfloat16
@@ -30,33 +34,33 @@ def _nb(v):
 def mT(g, a):
     """Swap the last two dims."""
     p = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)
-    return g.emit("transpose", a, permutation=p)
+    return g.emit(TRANSPOSE, a, permutation=p)
 
 
 def mm(g, a, b):
     """Batched a @ b of (..., m, k) and (..., k, n)."""
     nb = _nb(a)
-    return g.emit("dot_general", a, b, lhs_batch=tuple(range(nb)), rhs_batch=tuple(range(nb)),
+    return g.emit(DOT_GENERAL, a, b, lhs_batch=tuple(range(nb)), rhs_batch=tuple(range(nb)),
                   lhs_contract=(nb + 1,), rhs_contract=(nb,))
 
 
 def _bcast_trailing(g, v, shape):
     """v of shape[:-2] -> shape (repeated over the two matrix dims)."""
-    return g.emit("broadcast_in_dim", v, shape=shape, broadcast_dimensions=tuple(range(v.ndim)))
+    return g.emit(BROADCAST_IN_DIM, v, shape=shape, broadcast_dimensions=tuple(range(v.ndim)))
 
 
 def _tril_mask(g, shape, k=0):
     """bool (..., m, n): True on and below diagonal k."""
-    i = g.emit("iota", shape=shape, dtype="int64", dimension=len(shape) - 2)
-    j = g.emit("iota", shape=shape, dtype="int64", dimension=len(shape) - 1)
-    d = g.emit("subtract", j, i)
-    kk = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(k, "int64")), shape=shape,
+    i = g.emit(IOTA, shape=shape, dtype="int64", dimension=len(shape) - 2)
+    j = g.emit(IOTA, shape=shape, dtype="int64", dimension=len(shape) - 1)
+    d = g.emit(SUBTRACT, j, i)
+    kk = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(k, "int64")), shape=shape,
                 broadcast_dimensions=())
-    return g.emit("compare", d, kk, direction="LE")
+    return g.emit(COMPARE, d, kk, direction="LE")
 
 
 def _where0(g, mask, x):
-    return g.emit("select", mask, x, const_like(g, x, 0))
+    return g.emit(SELECT, mask, x, const_like(g, x, 0))
 
 
 # -- shape rules ---------------------------------------------------------------------------------
@@ -122,8 +126,8 @@ def _one_by_one(f, a, rest, attrs):
 
 
 def _linalg(name, infer, ref, vjp, factors=None, nondiff=None, **rules):
-    register(OpDef(name, "linalg", infer, _keep_dtype(ref), vjp, factors or _factors(2), None,
-                   _flops_cubic, FLOAT, needs_whole=WHY, lowering="lapack", **rules))
+    register(OpDef(name, family="linalg", infer=infer, ref=_keep_dtype(ref), vjp=vjp, factors=factors or _factors(2),
+                   flops=_flops_cubic, dtypes=FLOAT, needs_whole=WHY, lowering="lapack", **rules))
 
 
 # -- inv -----------------------------------------------------------------------------------------
@@ -135,7 +139,7 @@ def _inv_infer(a):
 def _inv_vjp(g, op, ct):
     y = op.result
     yt = mT(g, y)
-    return (g.emit("negate", mm(g, mm(g, yt, ct), yt)),)
+    return (g.emit(NEGATE, mm(g, mm(g, yt, ct), yt)),)
 
 
 _linalg("inv", _inv_infer, lambda a: np.linalg.inv(a), _inv_vjp)
@@ -154,8 +158,8 @@ def _solve_infer(a, b):
 def _solve_vjp(g, op, ct):
     a, _ = op.operands
     x = op.result
-    db = g.emit("solve", mT(g, a), ct)
-    da = g.emit("negate", mm(g, db, mT(g, x)))
+    db = g.emit(SOLVE, mT(g, a), ct)
+    da = g.emit(NEGATE, mm(g, db, mT(g, x)))
     return da, db
 
 
@@ -178,13 +182,13 @@ def _det_infer(a):
 
 
 def _inv_T(g, a):
-    return mT(g, g.emit("inv", a))
+    return mT(g, g.emit(INV, a))
 
 
 def _det_vjp(g, op, ct):
     a = op.operands[0]
-    w = g.emit("multiply", ct, op.result)
-    return (g.emit("multiply", _bcast_trailing(g, w, a.shape), _inv_T(g, a)),)
+    w = g.emit(MULTIPLY, ct, op.result)
+    return (g.emit(MULTIPLY, _bcast_trailing(g, w, a.shape), _inv_T(g, a)),)
 
 
 _linalg("det", _det_infer, lambda a: np.linalg.det(a), _det_vjp, _factors(0))
@@ -204,9 +208,9 @@ def _slogdet_vjp(g, op, ct):
     a = op.operands[0]
     nb = _nb(a)
     start = (0,) * nb + (1,)
-    cl = g.emit("slice", ct, start=start, limit=tuple(ct.shape[:-1]) + (2,), stride=(1,) * (nb + 1))
-    cl = g.emit("reshape", cl, shape=tuple(a.shape[:-2]))
-    return (g.emit("multiply", _bcast_trailing(g, cl, a.shape), _inv_T(g, a)),)
+    cl = g.emit(SLICE, ct, start=start, limit=tuple(ct.shape[:-1]) + (2,), stride=(1,) * (nb + 1))
+    cl = g.emit(RESHAPE, cl, shape=tuple(a.shape[:-2]))
+    return (g.emit(MULTIPLY, _bcast_trailing(g, cl, a.shape), _inv_T(g, a)),)
 
 
 _linalg("slogdet", _slogdet_infer, _slogdet_ref, _slogdet_vjp, _factors(1))
@@ -221,14 +225,14 @@ def _chol_vjp(g, op, ct):
     half = const_like(g, L, 0.5)
     P = mm(g, mT(g, L), ct)
     P = _where0(g, _tril_mask(g, shape), P)
-    eye = g.emit("compare", g.emit("iota", shape=shape, dtype="int64", dimension=len(shape) - 2),
-                 g.emit("iota", shape=shape, dtype="int64", dimension=len(shape) - 1), direction="EQ")
-    P = g.emit("select", eye, g.emit("multiply", P, half), P)
-    Li = g.emit("inv", L)
+    eye = g.emit(COMPARE, g.emit(IOTA, shape=shape, dtype="int64", dimension=len(shape) - 2),
+                 g.emit(IOTA, shape=shape, dtype="int64", dimension=len(shape) - 1), direction="EQ")
+    P = g.emit(SELECT, eye, g.emit(MULTIPLY, P, half), P)
+    Li = g.emit(INV, L)
     S = mm(g, mm(g, mT(g, Li), P), Li)
-    G = g.emit("multiply", g.emit("add", S, mT(g, S)), half)
-    two_g = g.emit("add", G, G)
-    out = g.emit("select", eye, G, _where0(g, _tril_mask(g, shape, -1), two_g))
+    G = g.emit(MULTIPLY, g.emit(ADD, S, mT(g, S)), half)
+    two_g = g.emit(ADD, G, G)
+    out = g.emit(SELECT, eye, G, _where0(g, _tril_mask(g, shape, -1), two_g))
     return (out,)
 
 

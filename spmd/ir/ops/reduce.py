@@ -4,6 +4,9 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import aval
+from .names import (
+    AND, BROADCAST_IN_DIM, COMPARE, CONVERT, CUMULATIVE, DIVIDE, MULTIPLY, REDUCE, SELECT
+)
 from .registry import OpDef, check, register
 
 HALFS = ("float16", "bfloat16")
@@ -52,16 +55,16 @@ def _vjp(g, op, ct):
     kept = tuple(d for d in range(x.ndim) if d not in axes)
 
     def back(v):
-        return g.emit("broadcast_in_dim", v, shape=x.shape, broadcast_dimensions=kept)
+        return g.emit(BROADCAST_IN_DIM, v, shape=x.shape, broadcast_dimensions=kept)
 
     if kind == "sum":
         return (back(ct),)
     if kind == "prod":
-        return (g.emit("multiply", back(ct), _prod_others(g, x, axes, back)),)
+        return (g.emit(MULTIPLY, back(ct), _prod_others(g, x, axes, back)),)
     # max / min: to the elements equal to the result, split evenly among ties
-    mask = g.emit("convert", g.emit("compare", x, back(op.result), direction="EQ"), dtype=x.dtype)
-    count = g.emit("reduce", mask, kind="sum", axes=axes)
-    return (g.emit("multiply", back(g.emit("divide", ct, count)), mask),)
+    mask = g.emit(CONVERT, g.emit(COMPARE, x, back(op.result), direction="EQ"), dtype=x.dtype)
+    count = g.emit(REDUCE, mask, kind="sum", axes=axes)
+    return (g.emit(MULTIPLY, back(g.emit(DIVIDE, ct, count)), mask),)
 
 
 def _prod_others(g, x, axes, back):
@@ -69,15 +72,15 @@ def _prod_others(g, x, axes, back):
     no zero it is prod / x_i; with one zero it is the product of the non-zeros at the
     zero and 0 elsewhere; with two or more zeros it is 0."""
     from .elementwise import const_like
-    zero = g.emit("compare", x, const_like(g, x, 0), direction="EQ")
-    safe = g.emit("select", zero, const_like(g, x, 1), x)
-    prod_nz = back(g.emit("reduce", safe, kind="prod", axes=axes))
-    n_zero = back(g.emit("reduce", g.emit("convert", zero, dtype=x.dtype), kind="sum", axes=axes))
-    no_zero = g.emit("compare", n_zero, const_like(g, x, 0), direction="EQ")
-    one_zero = g.emit("compare", n_zero, const_like(g, x, 1), direction="EQ")
-    at_the_zero = g.emit("and", one_zero, zero)
-    other = g.emit("select", at_the_zero, prod_nz, const_like(g, x, 0))
-    return g.emit("select", no_zero, g.emit("divide", prod_nz, safe), other)
+    zero = g.emit(COMPARE, x, const_like(g, x, 0), direction="EQ")
+    safe = g.emit(SELECT, zero, const_like(g, x, 1), x)
+    prod_nz = back(g.emit(REDUCE, safe, kind="prod", axes=axes))
+    n_zero = back(g.emit(REDUCE, g.emit(CONVERT, zero, dtype=x.dtype), kind="sum", axes=axes))
+    no_zero = g.emit(COMPARE, n_zero, const_like(g, x, 0), direction="EQ")
+    one_zero = g.emit(COMPARE, n_zero, const_like(g, x, 1), direction="EQ")
+    at_the_zero = g.emit(AND, one_zero, zero)
+    other = g.emit(SELECT, at_the_zero, prod_nz, const_like(g, x, 0))
+    return g.emit(SELECT, no_zero, g.emit(DIVIDE, prod_nz, safe), other)
 
 
 def _factors(ins, outs, attrs):
@@ -87,9 +90,9 @@ def _factors(ins, outs, attrs):
                        reduction="".join(a[d] for d in axes))
 
 
-register(OpDef("reduce", "reduce", _infer, _ref, _vjp, _factors, None,
-               lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
-               ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "complex64", "complex128"),
+register(OpDef("reduce", family="reduce", infer=_infer, ref=_ref, vjp=_vjp, factors=_factors,
+               flops=lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
+               dtypes=("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "complex64", "complex128"),
                priority=1, fusion="reduction", lowering="accumulate",
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
                reduction_kind=lambda attrs: attrs["kind"],
@@ -123,7 +126,7 @@ def _cum_vjp(g, op, ct):
         from ...errors import TraceError
         raise TraceError(f"grad of a cumulative {a['kind']} at {op.loc} is not supported "
                          f"(only cumsum's is)")
-    return (g.emit("cumulative", ct, kind="sum", axis=a["axis"], reverse=not a["reverse"]),)
+    return (g.emit(CUMULATIVE, ct, kind="sum", axis=a["axis"], reverse=not a["reverse"]),)
 
 
 def _cum_factors(ins, outs, attrs):
@@ -133,7 +136,7 @@ def _cum_factors(ins, outs, attrs):
     return einsum_rule(f"{a}->{a}", ins, outs)
 
 
-register(OpDef("cumulative", "reduce", _cum_infer, _cum_ref, _cum_vjp, _cum_factors, None,
-               lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
-               ("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=0,
+register(OpDef("cumulative", family="reduce", infer=_cum_infer, ref=_cum_ref, vjp=_cum_vjp, factors=_cum_factors,
+               flops=lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
+               dtypes=("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=0,
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [], lowering="prefix_scan"))

@@ -1,7 +1,9 @@
 """The op registry: one OpDef per op, holding every rule the system needs of it.
 
-Adding an op is one `register(OpDef(...))` call in the file of its family, plus one line
-in the numpy-API table (frontend/numpy_api.py) if numpy users reach it; its `lowering`
+Adding an op is one `register(OpDef(...))` call in the file of its family and its constant
+in names.py (everything outside this file builds and names ops by those constants, so a
+misspelling fails at import), plus one line in the numpy-API table (frontend/numpy_api.py)
+if numpy users reach it; its `lowering`
 names the row of each backend's lowering table that runs it (an op of a new kind adds
 that row). The registry says what an op is; how an op is split over a mesh, where the
 generic factor-driven partitioning does not fit, is not here but in
@@ -16,7 +18,7 @@ argument: a Graph, or the simplifier's rebuild.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 from typing import Callable, Optional
@@ -25,8 +27,69 @@ from ...errors import ShapeError
 
 
 @dataclass(frozen=True)
+class Collective:
+    """What only a collective has (OpDef.collective); an op that is none has the defaults."""
+    # a collective the partitioner inserts where shardings meet: the change of sharding it
+    # makes, in the words of spmd.explain (lowered.report() lists these ops)
+    reshards: Optional[str] = None
+    # a collective that acts on each element on its own: independent instances with equal
+    # attributes may run as one on the concatenation of their operands (passes/combine.py)
+    combinable: bool = False
+    # a collective that may run as two halves, so that computation overlaps it: the names of
+    # its start op (operands -> a handle) and done op ((handle, operands) -> its results),
+    # which passes/schedule.py places as early and as late as it can
+    async_pair: Optional[tuple] = None
+    # a collective in which each member sends one block and receives one (collective_permute,
+    # a halo exchange): passes/exchanges_late.py moves it down to its first use, so that
+    # the exchanges of a step stand together and a backend may send all of them before it
+    # waits for any
+    exchange: bool = False
+    # on those halves: "start" or "done", and `async_of` the collective they are halves of
+    phase: Optional[str] = None
+    async_of: Optional[str] = None
+    # the operand whose buffer `out` may be (the result written over it: all_reduce reads
+    # each block of its operand before it writes that block), or None
+    out_may_be_operand: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Reindex:
+    """What only an op that moves elements without computing has (fusion "reindex": OpDef.reindex);
+    other ops have the defaults."""
+    # "reindex" ops whose element at an index reads operand 0 at an affine function of it:
+    # (out_index, operand_shape, attrs) -> operand_index, each index one (terms, const) per
+    # dim with terms ((loop variable, coefficient), ...). The LLVM code generator follows it
+    # through fused kernels, so the op costs no memory traffic.
+    index_map: Optional[Callable] = None
+    # "reindex" ops whose element at an index is one of several operands (or a fill) at an
+    # affine function of it, picked by range tests on the index (pad, concatenate,
+    # dynamic_slice): (out_index, operand_shapes, attrs, offset) -> (pieces, fill) or None
+    # (not expressible: the op runs on its own). `pieces` is a list of (operand position,
+    # guard, operand index), disjoint and in order; a guard is a tuple of range tests
+    # (index expression, lo, hi), all of which must hold (lo <= expression < hi); `fill`
+    # is the position of the scalar operand read where no piece holds, or None (the pieces
+    # cover every index). `offset(j, lo, hi)` is a loop-invariant index variable holding
+    # scalar operand j clamped to [lo, hi] (the code generator reads it once per kernel).
+    index_pieces: Optional[Callable] = None
+    # only re-indexes its first operand: `ref` returns a view of it where numpy can (a
+    # backend may then read the operand in place, with strides, instead of a copy)
+    view: bool = False
+    # the result is its operands laid side by side along a dimension: attrs -> that
+    # dimension (concatenate). A memory plan may compute each operand in its place in the
+    # result's buffer, so that joining them copies nothing.
+    joins: Optional[Callable] = None
+
+
+NOT_COLLECTIVE = Collective()
+NOT_REINDEX = Reindex()
+
+
+@dataclass(frozen=True)
 class OpDef:
+    """Every rule of one op. Only the name is positional: the rest are keywords, the
+    collective-only ones grouped in `collective`, the reindex-only ones in `reindex`."""
     name: str
+    _: KW_ONLY
     family: str
     # (*avals, **attrs) -> Aval (or a list of Avals); raises ShapeError with a reason
     infer: Callable
@@ -90,9 +153,6 @@ class OpDef:
     # set, the partitioner warns (ReshardWarning, naming the op and user line) whenever it
     # gathers such a dim that arrived split, so the gather is never silent
     needs_whole: Optional[str] = None
-    # a collective the partitioner inserts where shardings meet: the change of sharding it
-    # makes, in the words of spmd.explain (lowered.report() lists these ops)
-    reshards: Optional[str] = None
 
     # -- optimisation and code generation ---------------------------------------------------
     # how fusion treats the op: "elementwise" (a scalar function per element), "reindex"
@@ -112,21 +172,6 @@ class OpDef:
     # algebraic simplification: (rb, op, operands, uses) -> a simpler Value or None. `rb`
     # emits into the new graph, `operands` are op's operands there, `uses` counts uses
     simplify: Optional[Callable] = None
-    # "reindex" ops whose element at an index reads operand 0 at an affine function of it:
-    # (out_index, operand_shape, attrs) -> operand_index, each index one (terms, const) per
-    # dim with terms ((loop variable, coefficient), ...). The LLVM code generator follows it
-    # through fused kernels, so the op costs no memory traffic.
-    index_map: Optional[Callable] = None
-    # "reindex" ops whose element at an index is one of several operands (or a fill) at an
-    # affine function of it, picked by range tests on the index (pad, concatenate,
-    # dynamic_slice): (out_index, operand_shapes, attrs, offset) -> (pieces, fill) or None
-    # (not expressible: the op runs on its own). `pieces` is a list of (operand position,
-    # guard, operand index), disjoint and in order; a guard is a tuple of range tests
-    # (index expression, lo, hi), all of which must hold (lo <= expression < hi); `fill`
-    # is the position of the scalar operand read where no piece holds, or None (the pieces
-    # cover every index). `offset(j, lo, hi)` is a loop-invariant index variable holding
-    # scalar operand j clamped to [lo, hi] (the code generator reads it once per kernel).
-    index_pieces: Optional[Callable] = None
     # how the op computes on *positions*, integers affine in a kernel's loop indices (iota,
     # axis_index, constants, and + - * of them) and range tests of them (compare; and, or,
     # not): (*operand positions, **attrs) -> position, with the positions' own operators
@@ -139,40 +184,26 @@ class OpDef:
     # an op whose value differs per device only by the device's place in the mesh
     # (axis_index): (mesh, **attrs) -> int64 array of its value on each device, in rank order
     device_values: Optional[Callable] = None
-    # a collective that acts on each element on its own: independent instances with equal
-    # attributes may run as one on the concatenation of their operands (passes/combine.py)
-    combinable: bool = False
-    # a collective that may run as two halves, so that computation overlaps it: the names of
-    # its start op (operands -> a handle) and done op ((handle, operands) -> its results),
-    # which passes/schedule.py places as early and as late as it can
-    async_pair: Optional[tuple] = None
-    # a collective in which each member sends one block and receives one (collective_permute,
-    # a halo exchange): passes/exchanges_late.py moves it down to its first use, so that
-    # the exchanges of a step stand together and a backend may send all of them before it
-    # waits for any
-    exchange: bool = False
-    # on those halves: "start" or "done", and `async_of` the collective they are halves of
-    phase: Optional[str] = None
-    async_of: Optional[str] = None
-    # only re-indexes its first operand: `ref` returns a view of it where numpy can (a
-    # backend may then read the operand in place, with strides, instead of a copy)
-    view: bool = False
     # the ref can write its result into an array it is given (`ref(..., out=array)`, of
     # the result's shape and dtype), so a backend can place the result in its memory plan
     takes_out: bool = False
-    # the operand whose buffer `out` may be (the result written over it: all_reduce reads
-    # each block of its operand before it writes that block), or None
-    out_may_be_operand: Optional[int] = None
-    # the result is its operands laid side by side along a dimension: attrs -> that
-    # dimension (concatenate). A memory plan may compute each operand in its place in the
-    # result's buffer, so that joining them copies nothing.
-    joins: Optional[Callable] = None
     # a collective whose result is the blocks it receives laid side by side along a dim
     # other than the first: attrs -> (the attrs of the same op that lays them along the
     # first, where its receive buffer is its result; that other dim; the number of
     # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
     # they are read (a fused kernel reads them from the receive buffer: no copy).
     blocks_along: Optional[Callable] = None
+
+    # the fields only a collective has (Collective above)
+    collective: Collective = NOT_COLLECTIVE
+    # the fields only a re-indexing op has (Reindex above)
+    reindex: Reindex = NOT_REINDEX
+
+    def __post_init__(self):
+        if self.collective != NOT_COLLECTIVE and self.family != "collective":
+            raise ValueError(f"op {self.name}: collective fields on an op of family {self.family}")
+        if self.reindex != NOT_REINDEX and self.fusion != "reindex":
+            raise ValueError(f"op {self.name}: reindex fields on an op fused as {self.fusion}")
 
     @property
     def differentiable(self):
@@ -187,6 +218,16 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.name} registered twice")
     REGISTRY[opdef.name] = opdef
     return opdef
+
+
+def names_mismatch(declared) -> Optional[str]:
+    """What is wrong with `declared`, the op names that names.py holds as constants, against
+    the registry (None: they are its names)."""
+    missing, extra = sorted(set(REGISTRY) - set(declared)), sorted(set(declared) - set(REGISTRY))
+    if not missing and not extra:
+        return None
+    return (f"spmd/ir/ops/names.py does not match the registry: ops without a constant {missing}, "
+            f"constants of no op {extra} (names.py holds one line NAME = \"name\" per registered op)")
 
 
 def get_op(name: str) -> OpDef:
@@ -218,7 +259,7 @@ def splat(v, depth=4):
     `y - 1` in a VJP); else None."""
     op = v.producer
     # broadcasts, reshapes... (not a pad or concatenation: their other operands count too)
-    while op is not None and op.opdef.fusion == "reindex" and op.operands and op.opdef.index_pieces is None:
+    while op is not None and op.opdef.fusion == "reindex" and op.operands and op.opdef.reindex.index_pieces is None:
         op = op.operands[0].producer
     if op is not None and op.name != "constant" and depth > 0 and op.operands and len(op.results) == 1 \
             and op.opdef.family == "elementwise" and not op.opdef.needs_comm:

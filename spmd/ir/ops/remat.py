@@ -24,6 +24,7 @@ from __future__ import annotations
 from ..factors import FactorRule
 from .control import CF_DTYPES, run_graph
 from .elementwise import ALL, aval
+from .names import OPTIMIZATION_BARRIER
 from .registry import OpDef, check, register
 
 
@@ -54,8 +55,8 @@ def _barrier_factors(avals_in, avals_out, attrs):
     return FactorRule(tuple(ops), (ops[0],), sizes)
 
 
-register(OpDef("optimization_barrier", "annotation", _barrier_infer, _barrier_ref, _barrier_vjp,
-               _barrier_factors, flops=lambda ins, out, attrs: 0, dtypes=ALL, priority=0, linear=((0,),),
+register(OpDef("optimization_barrier", family="annotation", infer=_barrier_infer, ref=_barrier_ref, vjp=_barrier_vjp,
+               factors=_barrier_factors, flops=lambda ins, out, attrs: 0, dtypes=ALL, priority=0, linear=((0,),),
                lowering="annotation", identity_of=0))
 
 
@@ -119,8 +120,8 @@ def _checkpoint_vjp(g, op, cts, differentiate):
         return (None,) * len(op.operands)
     # the saved values are read through barriers too: what is computed from them again
     # must not be merged with what the forward pass computed from them
-    xs = [g.emit("optimization_barrier", x, *after, loc=op.loc) for x in op.operands]
-    saved = {v: g.emit("optimization_barrier", r, *after, loc=op.loc)
+    xs = [g.emit(OPTIMIZATION_BARRIER, x, *after, loc=op.loc) for x in op.operands]
+    saved = {v: g.emit(OPTIMIZATION_BARRIER, r, *after, loc=op.loc)
              for v, r in zip(body.outputs[n:], op.results[n:])}
     vmap = dict(zip(body.inputs, xs))
     walk = []
@@ -141,6 +142,6 @@ def _checkpoint_vjp(g, op, cts, differentiate):
     return tuple(grads)
 
 
-register(OpDef("checkpoint", "control", _checkpoint_infer, _checkpoint_ref, vjp=_checkpoint_vjp,
+register(OpDef("checkpoint", family="control", infer=_checkpoint_infer, ref=_checkpoint_ref, vjp=_checkpoint_vjp,
                factors=_checkpoint_factors, dtypes=CF_DTYPES, flops=_checkpoint_flops, subgraphs=("body",),
                lowering="subprogram", inlined="body"))

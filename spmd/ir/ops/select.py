@@ -21,6 +21,7 @@ from numpy import partition as nth_elements
 
 from ..factors import einsum_rule, letters
 from .elementwise import NUM, aval
+from .names import BROADCAST_IN_DIM, COMPARE, CONSTANT, CONVERT, DIVIDE, MAXIMUM, MULTIPLY, REDUCE
 from .registry import OpDef, check, register
 
 LO, HI, LEFT, FOUND, VALUE = range(5)
@@ -64,19 +65,19 @@ def _vjp(g, op, ct):
     v = op.result
     nd, n, r = x.ndim, x.shape[-1], v.shape[-1]
     shape = tuple(x.shape[:-1]) + (r, n)
-    xb = g.emit("broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(nd - 1)) + (nd,))
-    vb = g.emit("broadcast_in_dim", v, shape=shape, broadcast_dimensions=tuple(range(nd)))
-    hit = g.emit("convert", g.emit("compare", xb, vb, direction="EQ"), dtype=x.dtype)
-    count = g.emit("reduce", hit, kind="sum", axes=(nd,))
-    one = g.emit("broadcast_in_dim", g.emit("constant", value=np.array(1, x.dtype)), shape=count.shape,
+    xb = g.emit(BROADCAST_IN_DIM, x, shape=shape, broadcast_dimensions=tuple(range(nd - 1)) + (nd,))
+    vb = g.emit(BROADCAST_IN_DIM, v, shape=shape, broadcast_dimensions=tuple(range(nd)))
+    hit = g.emit(CONVERT, g.emit(COMPARE, xb, vb, direction="EQ"), dtype=x.dtype)
+    count = g.emit(REDUCE, hit, kind="sum", axes=(nd,))
+    one = g.emit(BROADCAST_IN_DIM, g.emit(CONSTANT, value=np.array(1, x.dtype)), shape=count.shape,
                  broadcast_dimensions=())
-    share = g.emit("divide", ct, g.emit("maximum", count, one))
-    sb = g.emit("broadcast_in_dim", share, shape=shape, broadcast_dimensions=tuple(range(nd)))
-    return g.emit("reduce", g.emit("multiply", hit, sb), kind="sum", axes=(nd - 1,)), None
+    share = g.emit(DIVIDE, ct, g.emit(MAXIMUM, count, one))
+    sb = g.emit(BROADCAST_IN_DIM, share, shape=shape, broadcast_dimensions=tuple(range(nd)))
+    return g.emit(REDUCE, g.emit(MULTIPLY, hit, sb), kind="sum", axes=(nd - 1,)), None
 
 
-register(OpDef("order_statistic", "select", _infer, order_statistic_ref, _vjp, _factors, None, _flops,
-               NUM, lowering="sorting"))
+register(OpDef("order_statistic", family="select", infer=_infer, ref=order_statistic_ref, vjp=_vjp, factors=_factors,
+               flops=_flops, dtypes=NUM, lowering="sorting"))
 
 
 # ---------------------------------------------------------------------------- the local steps
@@ -313,4 +314,5 @@ def _step_ref(*arrays, stage, **attrs):
     return SELECT_STAGES[stage][1](*arrays, **attrs)
 
 
-register(OpDef("select_step", "select", _step_infer, _step_ref, None, None, None, _flops, NUM, lowering="sorting"))
+register(OpDef("select_step", family="select", infer=_step_infer, ref=_step_ref, flops=_flops, dtypes=NUM,
+               lowering="sorting"))

@@ -5,7 +5,11 @@ import numpy as np
 from .. import dtypes
 from ..factors import einsum_rule, letters, reshape_rule
 from .elementwise import ALL, aval, const_like, elementwise_factors
-from .registry import OpDef, check, producer_is, register, splat, zero_of
+from .names import (
+    AND, BROADCAST_IN_DIM, COMPARE, CONSTANT, DOT_GENERAL, IOTA, PAD, REDUCE, RESHAPE, REVERSE,
+    ROLL, SELECT, SLICE, SUBTRACT, TRANSPOSE
+)
+from .registry import OpDef, Reindex, check, producer_is, register, splat, zero_of
 
 
 def _no_operands_factors(ins, outs, attrs):
@@ -17,8 +21,8 @@ def _zero_flops(ins, out, attrs):
 
 
 def _leaf(name, infer, ref, allowed=ALL, **rules):
-    register(OpDef(name, "shape", infer, ref, lambda g, op, ct: (), _no_operands_factors,
-                   None, _zero_flops, allowed, priority=3, fusion="reindex", **rules))
+    register(OpDef(name, family="shape", infer=infer, ref=ref, vjp=lambda g, op, ct: (), factors=_no_operands_factors,
+                   flops=_zero_flops, dtypes=allowed, priority=3, fusion="reindex", **rules))
 
 
 # -- index maps for fused kernels (see OpDef.index_map) ----------------------------------------
@@ -49,11 +53,11 @@ def _reshape_simplify(rb, op, ops, uses):
     x, r = ops[0], op.result
     if _same(x, r):
         return x
-    if producer_is(x, "reshape"):
+    if producer_is(x, RESHAPE):
         inner = x.producer.operands[0]
         if inner.shape == r.shape:
             return inner
-        return rb.emit("reshape", inner, loc=op.loc, sharding=r.sharding, shape=r.shape)
+        return rb.emit(RESHAPE, inner, loc=op.loc, sharding=r.sharding, shape=r.shape)
     return None
 
 
@@ -65,14 +69,14 @@ def _transpose_simplify(rb, op, ops, uses):
     perm = tuple(op.attrs["permutation"])
     if perm == tuple(range(len(perm))):
         return x
-    if producer_is(x, "transpose"):
+    if producer_is(x, TRANSPOSE):
         inner = x.producer.attrs["permutation"]
         composed = tuple(inner[p] for p in perm)
         if composed == tuple(range(len(perm))):
             return x.producer.operands[0]
-        return rb.emit("transpose", x.producer.operands[0], loc=op.loc, sharding=r.sharding,
+        return rb.emit(TRANSPOSE, x.producer.operands[0], loc=op.loc, sharding=r.sharding,
                        permutation=composed)
-    if producer_is(x, "dot_general") and uses[op.operands[0]] == 1:
+    if producer_is(x, DOT_GENERAL) and uses[op.operands[0]] == 1:
         d = x.producer
         lb, rb_, lc, rc = (d.attrs[k] for k in ("lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"))
         if lb:
@@ -82,7 +86,7 @@ def _transpose_simplify(rb, op, ops, uses):
         nl, nr = len(lf), len(rf)
         if perm != tuple(range(nl, nl + nr)) + tuple(range(nl)):
             return None
-        return rb.emit("dot_general", b, a, loc=d.loc, sharding=r.sharding,
+        return rb.emit(DOT_GENERAL, b, a, loc=d.loc, sharding=r.sharding,
                        lhs_batch=(), rhs_batch=(), lhs_contract=tuple(rc), rhs_contract=tuple(lc))
     return None
 
@@ -153,9 +157,9 @@ def _bcast_vjp(g, op, ct):
     summed += [d for i, d in enumerate(bd) if x.shape[i] == 1 and shape[d] != 1]
     r = ct
     if summed:
-        r = g.emit("reduce", ct, kind="sum", axes=tuple(sorted(summed)))
+        r = g.emit(REDUCE, ct, kind="sum", axes=tuple(sorted(summed)))
     if r.shape != x.shape:
-        r = g.emit("reshape", r, shape=x.shape)
+        r = g.emit(RESHAPE, r, shape=x.shape)
     return (r,)
 
 
@@ -166,9 +170,10 @@ def _bcast_factors(ins, outs, attrs):
     return einsum_rule(f"{src}->{out}", ins, outs)
 
 
-register(OpDef("broadcast_in_dim", "shape", _bcast_infer, _bcast_ref, _bcast_vjp, _bcast_factors,
-               None, _zero_flops, ALL, priority=3, linear=((0,),), fusion="reindex", simplify=_bcast_simplify,
-               index_map=_bcast_index_map, lowering="index_map", lowers_complex=True))
+register(OpDef("broadcast_in_dim", family="shape", infer=_bcast_infer, ref=_bcast_ref, vjp=_bcast_vjp,
+               factors=_bcast_factors, flops=_zero_flops, dtypes=ALL, priority=3, linear=((0,),), fusion="reindex",
+               simplify=_bcast_simplify, lowering="index_map", lowers_complex=True,
+               reindex=Reindex(index_map=_bcast_index_map)))
 
 
 # -- reshape, transpose --------------------------------------------------------------------
@@ -179,11 +184,12 @@ def _reshape_infer(x, shape):
     return aval(shape, x.dtype)
 
 
-register(OpDef("reshape", "shape", _reshape_infer, lambda x, shape: x.reshape(shape),
-               lambda g, op, ct: (g.emit("reshape", ct, shape=op.operands[0].shape),),
-               lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
-               None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify,
-               view=True, lowering="row_major", lowers_complex=True))
+register(OpDef("reshape", family="shape", infer=_reshape_infer, ref=lambda x, shape: x.reshape(shape),
+               vjp=lambda g, op, ct: (g.emit(RESHAPE, ct, shape=op.operands[0].shape),),
+               factors=lambda ins, outs, attrs: reshape_rule(ins[0].shape, outs[0].shape),
+               flops=_zero_flops, dtypes=ALL, priority=0, linear=((0,),), fusion="reindex", simplify=_reshape_simplify,
+               lowering="row_major", lowers_complex=True,
+               reindex=Reindex(view=True)))
 
 
 def _transpose_infer(x, permutation):
@@ -197,11 +203,12 @@ def _transpose_factors(ins, outs, attrs):
     return einsum_rule(a + "->" + "".join(a[p] for p in attrs["permutation"]), ins, outs)
 
 
-register(OpDef("transpose", "shape", _transpose_infer, lambda x, permutation: np.transpose(x, permutation),
-               lambda g, op, ct: (g.emit("transpose", ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
-               _transpose_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_transpose_simplify, view=True, index_map=_transpose_index_map, lowering="index_map",
-               lowers_complex=True))
+register(OpDef("transpose", family="shape", infer=_transpose_infer,
+               ref=lambda x, permutation: np.transpose(x, permutation),
+               vjp=lambda g, op, ct: (g.emit(TRANSPOSE, ct, permutation=tuple(np.argsort(op.attrs["permutation"]))),),
+               factors=_transpose_factors, flops=_zero_flops, dtypes=ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_transpose_simplify, lowering="index_map", lowers_complex=True,
+               reindex=Reindex(view=True, index_map=_transpose_index_map)))
 
 
 # -- reverse ---------------------------------------------------------------------------------
@@ -225,16 +232,17 @@ def _reverse_simplify(rb, op, ops, uses):
     dims = tuple(d for d in op.attrs["dimensions"] if r.shape[d] > 1)
     if not dims:
         return x
-    if producer_is(x, "reverse") and set(x.producer.attrs["dimensions"]) == set(op.attrs["dimensions"]):
+    if producer_is(x, REVERSE) and set(x.producer.attrs["dimensions"]) == set(op.attrs["dimensions"]):
         return x.producer.operands[0]
     return None
 
 
-register(OpDef("reverse", "shape", _reverse_infer, lambda x, dimensions: np.flip(x, tuple(dimensions)),
-               lambda g, op, ct: (g.emit("reverse", ct, dimensions=op.attrs["dimensions"]),),
-               elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_reverse_simplify, view=True, index_map=_reverse_index_map,
-               lowering="index_map", lowers_complex=True))
+register(OpDef("reverse", family="shape", infer=_reverse_infer, ref=lambda x, dimensions: np.flip(x, tuple(dimensions)),
+               vjp=lambda g, op, ct: (g.emit(REVERSE, ct, dimensions=op.attrs["dimensions"]),),
+               factors=elementwise_factors, flops=_zero_flops, dtypes=ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_reverse_simplify,
+               lowering="index_map", lowers_complex=True,
+               reindex=Reindex(view=True, index_map=_reverse_index_map)))
 
 
 # -- roll ------------------------------------------------------------------------------------
@@ -257,22 +265,23 @@ def _roll_pieces(out, shapes, attrs, offset):
 def _roll_simplify(rb, op, ops, uses):
     """Two rolls of one dim are one (or none, a whole turn)."""
     x = ops[0]
-    if producer_is(x, "roll") and x.producer.attrs["dimension"] == op.attrs["dimension"]:
+    if producer_is(x, ROLL) and x.producer.attrs["dimension"] == op.attrs["dimension"]:
         n = op.result.shape[op.attrs["dimension"]]
         s = (x.producer.attrs["shift"] + op.attrs["shift"]) % n
         inner = x.producer.operands[0]
-        return inner if s == 0 else rb.emit("roll", inner, loc=op.loc, sharding=op.result.sharding,
+        return inner if s == 0 else rb.emit(ROLL, inner, loc=op.loc, sharding=op.result.sharding,
                                             shift=s, dimension=op.attrs["dimension"])
     return None
 
 
-register(OpDef("roll", "shape", _roll_infer,
-               lambda x, shift, dimension: np.roll(x, shift, axis=dimension),
-               lambda g, op, ct: (g.emit("roll", ct, dimension=op.attrs["dimension"],
+register(OpDef("roll", family="shape", infer=_roll_infer,
+               ref=lambda x, shift, dimension: np.roll(x, shift, axis=dimension),
+               vjp=lambda g, op, ct: (g.emit(ROLL, ct, dimension=op.attrs["dimension"],
                                          shift=op.result.shape[op.attrs["dimension"]] - op.attrs["shift"]),),
-               elementwise_factors, None, _zero_flops, ALL, priority=0, linear=((0,),), fusion="reindex",
-               simplify=_roll_simplify, index_pieces=_roll_pieces,
-               lowering="pieces", lowers_complex=True))
+               factors=elementwise_factors, flops=_zero_flops, dtypes=ALL, priority=0, linear=((0,),), fusion="reindex",
+               simplify=_roll_simplify,
+               lowering="pieces", lowers_complex=True,
+               reindex=Reindex(index_pieces=_roll_pieces)))
 
 
 # -- slice, pad, concatenate ---------------------------------------------------------------
@@ -298,8 +307,8 @@ def _slice_vjp(g, op, ct):
         n = ct.shape[d]
         used = start[d] + (n - 1) * stride[d] + 1 if n else start[d]
         high.append(x.shape[d] - used)
-    zero = g.emit("constant", value=np.zeros((), ct.dtype))
-    return (g.emit("pad", ct, zero, low=start, high=tuple(high), interior=tuple(s - 1 for s in stride)),)
+    zero = g.emit(CONSTANT, value=np.zeros((), ct.dtype))
+    return (g.emit(PAD, ct, zero, low=start, high=tuple(high), interior=tuple(s - 1 for s in stride)),)
 
 
 def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
@@ -310,11 +319,12 @@ def _changed_dims_factors(ins, outs, attrs, x_index=0, extra=""):
     return einsum_rule(",".join(specs) + "->" + a, ins, outs, permute=changed)
 
 
-register(OpDef("slice", "shape", _slice_infer,
-               lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
-               _slice_vjp, _changed_dims_factors, None, _zero_flops, ALL, linear=((0,),), fusion="reindex",
-               simplify=_slice_simplify, view=True, index_map=_slice_index_map,
-               lowering="index_map", lowers_complex=True))
+register(OpDef("slice", family="shape", infer=_slice_infer,
+               ref=lambda x, start, limit, stride: x[tuple(slice(*t) for t in zip(start, limit, stride))],
+               vjp=_slice_vjp, factors=_changed_dims_factors, flops=_zero_flops, dtypes=ALL, linear=((0,),),
+               fusion="reindex", simplify=_slice_simplify,
+               lowering="index_map", lowers_complex=True,
+               reindex=Reindex(view=True, index_map=_slice_index_map)))
 
 
 def _pad_infer(x, v, low, high, interior):
@@ -339,11 +349,11 @@ def _pad_vjp(g, op, ct):
     x = op.operands[0]
     low, interior = op.attrs["low"], op.attrs["interior"]
     limit = tuple(lo + (s - 1) * (it + 1) + 1 if s else lo for s, lo, it in zip(x.shape, low, interior))
-    dx = g.emit("slice", ct, start=low, limit=limit, stride=tuple(i + 1 for i in interior))
+    dx = g.emit(SLICE, ct, start=low, limit=limit, stride=tuple(i + 1 for i in interior))
     all_axes = tuple(range(ct.ndim))
-    total = g.emit("reduce", ct, kind="sum", axes=all_axes) if all_axes else ct
-    inner = g.emit("reduce", dx, kind="sum", axes=all_axes) if all_axes else dx
-    return dx, g.emit("subtract", total, inner)
+    total = g.emit(REDUCE, ct, kind="sum", axes=all_axes) if all_axes else ct
+    inner = g.emit(REDUCE, dx, kind="sum", axes=all_axes) if all_axes else dx
+    return dx, g.emit(SUBTRACT, total, inner)
 
 
 def _pad_simplify(rb, op, ops, uses):
@@ -356,7 +366,7 @@ def _pad_simplify(rb, op, ops, uses):
     x, v = ops
     a, b = splat(x), splat(v)
     if a is not None and b is not None and _same_bits(a, b):
-        return rb.emit("broadcast_in_dim", v, loc=op.loc, sharding=op.result.sharding, shape=op.result.shape,
+        return rb.emit(BROADCAST_IN_DIM, v, loc=op.loc, sharding=op.result.sharding, shape=op.result.shape,
                        broadcast_dimensions=())
     return _sink_pad(rb, op, x, v)
 
@@ -369,27 +379,27 @@ def _sink_pad(rb, op, x, v):
     if any(a["interior"]) or x.producer is None or x.producer.opdef.fusion != "elementwise":
         return None
     tree, leaves = _elementwise_tree(x)
-    if tree is None or not any(producer_is(leaf, "slice") for leaf in leaves):
+    if tree is None or not any(producer_is(leaf, SLICE) for leaf in leaves):
         return None
     shape, loc = op.result.shape, op.loc
     zero = {}
     new = {}
     for leaf in leaves:
-        if producer_is(leaf, "slice"):
+        if producer_is(leaf, SLICE):
             z = zero.get(leaf.dtype)
             if z is None:
-                z = zero[leaf.dtype] = rb.emit("constant", loc=loc, value=np.array(zero_of(leaf.dtype), leaf.dtype))
-            new[leaf] = rb.emit("pad", leaf, z, loc=loc, **a)
+                z = zero[leaf.dtype] = rb.emit(CONSTANT, loc=loc, value=np.array(zero_of(leaf.dtype), leaf.dtype))
+            new[leaf] = rb.emit(PAD, leaf, z, loc=loc, **a)
         else:                             # a splat: the same value everywhere
-            new[leaf] = rb.emit("broadcast_in_dim", rb.emit("constant", loc=loc, value=np.array(splat(leaf))),
+            new[leaf] = rb.emit(BROADCAST_IN_DIM, rb.emit(CONSTANT, loc=loc, value=np.array(splat(leaf))),
                                 loc=loc, shape=shape, broadcast_dimensions=())
     for t in tree:
         new[t.result] = rb.emit(t.name, *[new[o] for o in t.operands], loc=t.loc, **t.attrs)
     inside = _window_mask(rb, shape, a["low"], x.shape, loc)
     if inside is None:                    # no padding at all
         return new[x]
-    fill = rb.emit("broadcast_in_dim", v, loc=loc, shape=shape, broadcast_dimensions=())
-    return rb.emit("select", inside, new[x], fill, loc=loc, sharding=op.result.sharding)
+    fill = rb.emit(BROADCAST_IN_DIM, v, loc=loc, shape=shape, broadcast_dimensions=())
+    return rb.emit(SELECT, inside, new[x], fill, loc=loc, sharding=op.result.sharding)
 
 
 def _elementwise_tree(x):
@@ -407,7 +417,7 @@ def _elementwise_tree(x):
                 return False
             order.append(p)
             return True
-        if producer_is(w, "slice") and all(s == 1 for s in p.attrs["stride"]) or splat(w) is not None:
+        if producer_is(w, SLICE) and all(s == 1 for s in p.attrs["stride"]) or splat(w) is not None:
             leaves.append(w)
             return True
         return False
@@ -421,12 +431,12 @@ def _window_mask(rb, shape, low, size, loc):
     for d, (lo, n, m) in enumerate(zip(low, size, shape)):
         if lo == 0 and n == m:
             continue
-        io = rb.emit("iota", loc=loc, shape=tuple(shape), dtype="int64", dimension=d)
+        io = rb.emit(IOTA, loc=loc, shape=tuple(shape), dtype="int64", dimension=d)
         for c, direction in ((lo, "GE"), (lo + n, "LT")):
-            k = rb.emit("broadcast_in_dim", rb.emit("constant", loc=loc, value=np.array(c, np.int64)), loc=loc,
+            k = rb.emit(BROADCAST_IN_DIM, rb.emit(CONSTANT, loc=loc, value=np.array(c, np.int64)), loc=loc,
                         shape=tuple(shape), broadcast_dimensions=())
-            cmp = rb.emit("compare", io, k, loc=loc, direction=direction)
-            mask = cmp if mask is None else rb.emit("and", mask, cmp, loc=loc)
+            cmp = rb.emit(COMPARE, io, k, loc=loc, direction=direction)
+            mask = cmp if mask is None else rb.emit(AND, mask, cmp, loc=loc)
     return mask
 
 
@@ -447,9 +457,10 @@ def _pad_pieces(out, shapes, attrs, offset):
     return [(0, tuple(guard), tuple(index))], 1
 
 
-register(OpDef("pad", "shape", _pad_infer, _pad_ref, _pad_vjp, _changed_dims_factors,
-               None, _zero_flops, ALL, linear=((0, 1),), simplify=_pad_simplify,
-               fusion="reindex", index_pieces=_pad_pieces, lowering="pieces", lowers_complex=True))
+register(OpDef("pad", family="shape", infer=_pad_infer, ref=_pad_ref, vjp=_pad_vjp, factors=_changed_dims_factors,
+               flops=_zero_flops, dtypes=ALL, linear=((0, 1),), simplify=_pad_simplify,
+               fusion="reindex", lowering="pieces", lowers_complex=True,
+               reindex=Reindex(index_pieces=_pad_pieces)))
 
 
 def _concat_infer(*xs, dimension):
@@ -471,7 +482,7 @@ def _concat_vjp(g, op, ct):
     for x in op.operands:
         start = tuple(off if k == d else 0 for k in range(ct.ndim))
         limit = tuple(off + x.shape[d] if k == d else ct.shape[k] for k in range(ct.ndim))
-        outs.append(g.emit("slice", ct, start=start, limit=limit, stride=(1,) * ct.ndim))
+        outs.append(g.emit(SLICE, ct, start=start, limit=limit, stride=(1,) * ct.ndim))
         off += x.shape[d]
     return tuple(outs)
 
@@ -494,11 +505,12 @@ def _concat_pieces(out, shapes, attrs, offset):
     return pieces, None
 
 
-register(OpDef("concatenate", "shape", _concat_infer,
-               lambda *xs, dimension, out=None: np.concatenate(xs, axis=dimension, out=out),
-               _concat_vjp, _concat_factors, None, _zero_flops, ALL, takes_out=True,
-               joins=lambda attrs: attrs["dimension"], fusion="reindex", index_pieces=_concat_pieces,
+register(OpDef("concatenate", family="shape", infer=_concat_infer,
+               ref=lambda *xs, dimension, out=None: np.concatenate(xs, axis=dimension, out=out),
+               vjp=_concat_vjp, factors=_concat_factors, flops=_zero_flops, dtypes=ALL, takes_out=True,
+               fusion="reindex",
                lowering="pieces", lowers_complex=True,
-               linear=lambda op: [tuple(range(len(op.operands)))]))
+               linear=lambda op: [tuple(range(len(op.operands)))],
+               reindex=Reindex(joins=lambda attrs: attrs["dimension"], index_pieces=_concat_pieces)))
 
 __all__ = ["slice_size", "const_like"]

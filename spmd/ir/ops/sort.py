@@ -10,6 +10,10 @@ import numpy as np
 
 from ..factors import einsum_rule, letters
 from .elementwise import FLOAT, NUM, aval, binary, const_like
+from .names import (
+    ADD, ARGSORT, BROADCAST_IN_DIM, COMPARE, DIVIDE, IOTA, MULTIPLY, NEGATE, REDUCE, SELECT,
+    TRANSPOSE
+)
 from .registry import OpDef, check, register
 
 WHY = "it needs the whole sorted axis on every device"
@@ -40,35 +44,36 @@ def _sort_vjp(g, op, ct):
     stable permutation (n^2 per sorted line; fine for the sizes one differentiates)."""
     x = op.operands[0]
     ax = op.attrs["axis"]
-    perm = g.emit("argsort", x, axis=ax)                 # sorted position j came from perm[j]
+    perm = g.emit(ARGSORT, x, axis=ax)                 # sorted position j came from perm[j]
     nd = x.ndim
     n = x.shape[ax]
     # (..., j, ..., i): one-hot[j, i] = perm[j] == i, the new dim i last
     shape = tuple(x.shape) + (n,)
-    pb = g.emit("broadcast_in_dim", perm, shape=shape, broadcast_dimensions=tuple(range(nd)))
-    i = g.emit("iota", shape=shape, dtype="int64", dimension=nd)
-    hot = g.emit("compare", pb, i, direction="EQ")
-    cb = g.emit("broadcast_in_dim", ct, shape=shape, broadcast_dimensions=tuple(range(nd)))
-    contrib = g.emit("select", hot, cb, const_like(g, cb, 0))
-    s = g.emit("reduce", contrib, kind="sum", axes=(ax,))         # (..., i) with axis ax dropped
+    pb = g.emit(BROADCAST_IN_DIM, perm, shape=shape, broadcast_dimensions=tuple(range(nd)))
+    i = g.emit(IOTA, shape=shape, dtype="int64", dimension=nd)
+    hot = g.emit(COMPARE, pb, i, direction="EQ")
+    cb = g.emit(BROADCAST_IN_DIM, ct, shape=shape, broadcast_dimensions=tuple(range(nd)))
+    contrib = g.emit(SELECT, hot, cb, const_like(g, cb, 0))
+    s = g.emit(REDUCE, contrib, kind="sum", axes=(ax,))         # (..., i) with axis ax dropped
     # move the trailing i back to position ax
     rest = list(range(nd - 1))
     perm_back = tuple(rest[:ax] + [nd - 1] + rest[ax:])
-    return (s if perm_back == tuple(range(nd)) else g.emit("transpose", s, permutation=perm_back),)
+    return (s if perm_back == tuple(range(nd)) else g.emit(TRANSPOSE, s, permutation=perm_back),)
 
 
-register(OpDef("sort", "sort", _sort_infer, lambda x, axis: np.sort(x, axis=axis, kind="stable"),
-               _sort_vjp, _sort_factors, None, _nlogn, NUM + ("bool",), needs_whole=WHY, lowering="sorting"))
-register(OpDef("argsort", "sort", _argsort_infer,
-               lambda x, axis: np.argsort(x, axis=axis, kind="stable").astype(np.int64),
-               None, _sort_factors, None, _nlogn, NUM + ("bool",), needs_whole=WHY, lowering="sorting"))
+register(OpDef("sort", family="sort", infer=_sort_infer, ref=lambda x, axis: np.sort(x, axis=axis, kind="stable"),
+               vjp=_sort_vjp, factors=_sort_factors, flops=_nlogn, dtypes=NUM + ("bool",), needs_whole=WHY,
+               lowering="sorting"))
+register(OpDef("argsort", family="sort", infer=_argsort_infer,
+               ref=lambda x, axis: np.argsort(x, axis=axis, kind="stable").astype(np.int64),
+               factors=_sort_factors, flops=_nlogn, dtypes=NUM + ("bool",), needs_whole=WHY, lowering="sorting"))
 
 
 def _atan2_vjp(g, op, ct):
     y, x = op.operands
-    r2 = g.emit("add", g.emit("multiply", x, x), g.emit("multiply", y, y))
-    return (g.emit("divide", g.emit("multiply", ct, x), r2),
-            g.emit("negate", g.emit("divide", g.emit("multiply", ct, y), r2)))
+    r2 = g.emit(ADD, g.emit(MULTIPLY, x, x), g.emit(MULTIPLY, y, y))
+    return (g.emit(DIVIDE, g.emit(MULTIPLY, ct, x), r2),
+            g.emit(NEGATE, g.emit(DIVIDE, g.emit(MULTIPLY, ct, y), r2)))
 
 
 def _atan2_ref(y, x):

@@ -6,6 +6,7 @@ every device runs the same loop."""
 from __future__ import annotations
 
 from ...ir import Op
+from ...ir.ops.names import COND, SCAN, WHILE
 from .context import PartitionContext
 
 
@@ -20,7 +21,7 @@ def _while(ctx: PartitionContext, op: Op):
     locs = [ctx.get(o, s) for o, s in zip(op.operands, ins)]
     cond = ctx.lower_subgraph(op.attrs["cond"], ins, [ctx.sh(())])
     body = ctx.lower_subgraph(op.attrs["body"], ins, shs)
-    outs = ctx.em.emit("while", *locs, cond=cond, body=body, num_carry=n)
+    outs = ctx.em.emit(WHILE, *locs, cond=cond, body=body, num_carry=n)
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
 
@@ -31,7 +32,7 @@ def _cond(ctx: PartitionContext, op: Op):
     locs = [ctx.get(o, s) for o, s in zip(op.operands[1:], ins)]
     true = ctx.lower_subgraph(op.attrs["true"], ins, shs)
     false = ctx.lower_subgraph(op.attrs["false"], ins, shs)
-    outs = ctx.em.emit("cond", pred, *locs, true=true, false=false)
+    outs = ctx.em.emit(COND, pred, *locs, true=true, false=false)
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
 
 
@@ -47,7 +48,7 @@ def _scan(ctx: PartitionContext, op: Op):
     body_in = ins[:nc] + [_drop_lead(ctx, s) for s in ins[nc:nc + nx]] + ins[nc + nx:]
     body_out = shs[:nc] + [_drop_lead(ctx, s) for s in shs[nc:]]
     body = ctx.lower_subgraph(a["body"], body_in, body_out)
-    outs = ctx.em.emit("scan", *locs, body=body, num_carry=nc, num_xs=nx, length=a["length"],
+    outs = ctx.em.emit(SCAN, *locs, body=body, num_carry=nc, num_xs=nx, length=a["length"],
                        reverse=a["reverse"])
     return [(o, s) for o, s in zip(_tuple(outs), shs)]
 

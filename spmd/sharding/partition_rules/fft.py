@@ -7,6 +7,7 @@ split is gathered, with a ReshardWarning naming the user's line."""
 from __future__ import annotations
 
 from ...ir import Op
+from ...ir.ops.names import FFT
 from .context import PartitionContext
 
 
@@ -44,7 +45,7 @@ def _stage(ctx, x, kind, axes, n, norm, done_now, shape):
     else:
         sub_kind = "ifft" if kind == "irfft" else ("fft" if kind == "rfft" else kind)
     sub_n = n if sub_kind in ("rfft", "irfft") else shape[dims[-1]]
-    return ctx.em.emit("fft", x, kind=sub_kind, axes=tuple(dims), n=sub_n, norm=norm), shape
+    return ctx.em.emit(FFT, x, kind=sub_kind, axes=tuple(dims), n=sub_n, norm=norm), shape
 
 
 def _fft(ctx: PartitionContext, op: Op):

@@ -6,6 +6,10 @@ the device holds (no communication)."""
 from __future__ import annotations
 
 from ...ir import Op
+from ...ir.ops.names import (
+    ADD, CONVERT, DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, GATHER, IOTA, MAXIMUM, MINIMUM, SCATTER,
+    SELECT, SUBTRACT
+)
 from ...ir.ops.registry import zero_of
 from .context import PartitionContext
 
@@ -14,9 +18,9 @@ def _clamped_start(ctx, s, n, w):
     """A start index scalar as int64, clamped so the window [s, s+w) fits in n."""
     em = ctx.em
     if s.dtype != "int64":
-        s = em.emit("convert", s, dtype="int64")
-    s = em.emit("minimum", s, em.const(n - w, "int64"))
-    return em.emit("maximum", s, em.const(0, "int64"))
+        s = em.emit(CONVERT, s, dtype="int64")
+    s = em.emit(MINIMUM, s, em.const(n - w, "int64"))
+    return em.emit(MAXIMUM, s, em.const(0, "int64"))
 
 
 def _dynamic_slice(ctx: PartitionContext, op: Op, rule, assign, locals_, shardings, have):
@@ -37,16 +41,16 @@ def _dynamic_slice(ctx: PartitionContext, op: Op, rule, assign, locals_, shardin
             continue
         c = x.shape[d]
         s = _clamped_start(ctx, starts[d], n, w)
-        rel = em.emit("iota", shape=(w,), dtype="int64", dimension=0)
-        rel = em.emit("add", rel, em.bcast(em.emit("subtract", s, em.affine(axes, c, 0)), (w,)))
+        rel = em.emit(IOTA, shape=(w,), dtype="int64", dimension=0)
+        rel = em.emit(ADD, rel, em.bcast(em.emit(SUBTRACT, s, em.affine(axes, c, 0)), (w,)))
         ok = ctx.em.in_range(rel, 0, c)
-        x = em.emit("gather", x, ctx.em.clip(rel, 0, max(c - 1, 0)), axis=d) if c else \
+        x = em.emit(GATHER, x, ctx.em.clip(rel, 0, max(c - 1, 0)), axis=d) if c else \
             em.full(zero_of(x.dtype), tuple(w if k == d else s_ for k, s_ in enumerate(x.shape)), x.dtype)
         x = em.select(em.bcast(ok, x.shape, (d,)), x, zero_of(x.dtype))
         local_starts[d] = em.const(0, "int64")
     if tuple(sizes) == tuple(x.shape):
         return x
-    return em.emit("dynamic_slice", x, *local_starts, slice_sizes=tuple(sizes))
+    return em.emit(DYNAMIC_SLICE, x, *local_starts, slice_sizes=tuple(sizes))
 
 
 def _dynamic_update_slice(ctx: PartitionContext, op: Op, rule, assign, locals_, shardings, have):
@@ -67,21 +71,21 @@ def _dynamic_update_slice(ctx: PartitionContext, op: Op, rule, assign, locals_, 
         c = x.shape[d]
         s = _clamped_start(ctx, starts[d], n, w)
         rel = em.positions((c,), 0, axes, c)          # global index of each local row
-        rel = em.emit("subtract", rel, em.bcast(s, (c,)))
+        rel = em.emit(SUBTRACT, rel, em.bcast(s, (c,)))
         ok = ctx.em.in_range(rel, 0, w)
-        u = em.emit("gather", u, ctx.em.clip(rel, 0, w - 1), axis=d)
+        u = em.emit(GATHER, u, ctx.em.clip(rel, 0, w - 1), axis=d)
         mask = em.and_(mask, em.bcast(ok, x.shape, (d,)))
         local_starts[d] = em.const(0, "int64")
-    y = em.emit("dynamic_update_slice", x, u, *local_starts)
-    return y if mask is None else em.emit("select", mask, y, x)
+    y = em.emit(DYNAMIC_UPDATE_SLICE, x, u, *local_starts)
+    return y if mask is None else em.emit(SELECT, mask, y, x)
 
 
 def _take_rel(ctx, idx, n, axes, c):
     """Indices into a dim of size n split over axes: (local index clipped, in-this-shard mask)."""
     em = ctx.em
-    gi = idx if idx.dtype == "int64" else em.emit("convert", idx, dtype="int64")
+    gi = idx if idx.dtype == "int64" else em.emit(CONVERT, idx, dtype="int64")
     gi = ctx.em.clip(gi, 0, max(n - 1, 0))
-    rel = em.emit("subtract", gi, em.bcast(em.affine(axes, c, 0), gi.shape))
+    rel = em.emit(SUBTRACT, gi, em.bcast(em.affine(axes, c, 0), gi.shape))
     return ctx.em.clip(rel, 0, max(c - 1, 0)), ctx.em.in_range(rel, 0, c)
 
 
@@ -91,9 +95,9 @@ def _gather(ctx: PartitionContext, op: Op, rule, assign, locals_, shardings, hav
     ax = op.attrs["axis"]
     axes = shardings[0].dim_axes(ax)
     if not axes:
-        return em.emit("gather", x, idx, axis=ax)
+        return em.emit(GATHER, x, idx, axis=ax)
     rel, ok = _take_rel(ctx, idx, op.operands[0].shape[ax], axes, x.shape[ax])
-    y = em.emit("gather", x, rel, axis=ax)
+    y = em.emit(GATHER, x, rel, axis=ax)
     ok = em.bcast(ok, y.shape, tuple(range(ax, ax + idx.ndim)))
     return em.select(ok, y, zero_of(y.dtype))
 
@@ -107,7 +111,7 @@ def _scatter(ctx: PartitionContext, op: Op, rule, assign, locals_, shardings, ha
     if axes:
         idx, ok = _take_rel(ctx, idx, op.operands[0].shape[ax], axes, x.shape[ax])
         upd = em.select(em.bcast(ok, upd.shape, tuple(range(ax, ax + idx.ndim))), upd, zero_of(upd.dtype))
-    return em.emit("scatter", x, idx, upd, axis=ax)
+    return em.emit(SCATTER, x, idx, upd, axis=ax)
 
 
 # op name -> the local computation inside the generic partitioning

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Op
+from ...ir.ops.names import ALL_GATHER, ALL_REDUCE, ORDER_STATISTIC, SELECT_STEP, SORT
 from .context import PartitionContext
 
 SAMPLE = 2048         # sample elements a shard row offers to the guess
@@ -75,19 +76,19 @@ def _order_statistic(ctx: PartitionContext, op: Op):
     out_sh = ctx.sh(rows + [()])
     em = ctx.em
     if not last:
-        return ctx.finish(em.emit("order_statistic", x, ranks), out_sh, target, res.shape, res.dtype)
+        return ctx.finish(em.emit(ORDER_STATISTIC, x, ranks), out_sh, target, res.shape, res.dtype)
 
     group = dict(axes=last, group_size=ctx.axes_size(last))
     m, n = x.shape[-1], xv.shape[-1]
 
     def step(stage, *operands, **attrs):
-        return em.emit("select_step", *operands, stage=stage, **attrs)
+        return em.emit(SELECT_STEP, *operands, stage=stage, **attrs)
 
     def total(v):
-        return em.emit("all_reduce", v, reduction="sum", **group)
+        return em.emit(ALL_REDUCE, v, reduction="sum", **group)
 
     def offers(v):
-        return em.emit("all_gather", v, dimension=v.ndim - 1, **group)
+        return em.emit(ALL_GATHER, v, dimension=v.ndim - 1, **group)
 
     x = step("rows", em.mask_dim(x, nd - 1, last, n, np.nan))
     nvalid = total(step("nvalid", x))
@@ -102,7 +103,7 @@ def _order_statistic(ctx: PartitionContext, op: Op):
     # 2. rounds that cannot fail
     rounds, cap = rounds_and_cap(m)
     for _ in range(rounds):
-        cands = em.emit("sort", offers(step("quantiles", st, x, kept, count=QUANTILES)), axis=nd)
+        cands = em.emit(SORT, offers(step("quantiles", st, x, kept, count=QUANTILES)), axis=nd)
         st = step("narrow", st, cands, total(step("counts", x, st, cands, kept)))
     # 3. the few left
     out = step("finish", st, offers(step("bracket", x, st, kept, cap=cap)))

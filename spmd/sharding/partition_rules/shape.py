@@ -8,6 +8,9 @@ x's chunk, one per x and layout, shared by every such term of the program.
 from __future__ import annotations
 
 from ...ir import Op
+from ...ir.ops.names import (
+    COLLECTIVE_PERMUTE, CONCATENATE, CONSTANT, CONVERT, IOTA, PAD, REVERSE, ROLL, SELECT, SLICE
+)
 from ...ir.ops.registry import producer_is, zero_of
 from .. import halo
 from .context import PartitionContext
@@ -19,15 +22,15 @@ def _iota(ctx: PartitionContext, op: Op, rule, assign, locals_, shardings, have)
     shape = have.local_shape(op.result.shape)
     axes = have.dim_axes(d)
     if not axes:
-        return ctx.em.emit("iota", shape=shape, dtype=a["dtype"], dimension=d)
+        return ctx.em.emit(IOTA, shape=shape, dtype=a["dtype"], dimension=d)
     pos = ctx.em.positions(shape, d, axes, halo.chunk(op.result.shape[d], ctx.axes_size(axes)))
-    return pos if a["dtype"] == "int64" else ctx.em.emit("convert", pos, dtype=a["dtype"])
+    return pos if a["dtype"] == "int64" else ctx.em.emit(CONVERT, pos, dtype=a["dtype"])
 
 
 def _constant(ctx: PartitionContext, op: Op):
     """The whole constant on every device, then a local slice to the result's sharding."""
     res = op.result
-    local = ctx.em.emit("constant", value=op.attrs["value"])
+    local = ctx.em.emit(CONSTANT, value=op.attrs["value"])
     rep = ctx.sh((None,) * res.ndim)
     return ctx.reshard(local, rep, ctx.sharding_of(res), res.shape), ctx.sharding_of(res)
 
@@ -45,7 +48,7 @@ def _slice(ctx: PartitionContext, op: Op):
     lim = [x.shape[d] if spec[d] else limit[d] for d in range(xv.ndim)]
     sd = [1 if spec[d] else stride[d] for d in range(xv.ndim)]
     if (st, lim, sd) != ([0] * xv.ndim, list(x.shape), [1] * xv.ndim):
-        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
+        x = em.emit(SLICE, x, start=tuple(st), limit=tuple(lim), stride=tuple(sd))
     cur = [res.shape[d] if not spec[d] else xv.shape[d] for d in range(xv.ndim)]
     for d in range(xv.ndim):
         n, m = xv.shape[d], res.shape[d]
@@ -68,7 +71,7 @@ def _slice(ctx: PartitionContext, op: Op):
 def _padded_slice(op):
     """(x, start, limit) when pad's operand is a slice of x with stride 1 and the pad has no
     interior padding: together one window of x, kept to the slice's rows."""
-    if not producer_is(op.operands[0], "slice") or any(op.attrs["interior"]):
+    if not producer_is(op.operands[0], SLICE) or any(op.attrs["interior"]):
         return None
     s = op.operands[0].producer
     if any(st != 1 for st in s.attrs["stride"]):
@@ -94,14 +97,14 @@ def _constant_expression(v) -> bool:
     """Is v a constant, or a constant only re-indexed (broadcast, reshaped...)?"""
     while v.producer is not None and v.producer.opdef.fusion == "reindex" and len(v.producer.operands) == 1:
         v = v.producer.operands[0]
-    return producer_is(v, "constant")
+    return producer_is(v, CONSTANT)
 
 
 def _emit_whole(em, v):
     """Emit v (a constant expression) whole, in the per-device program."""
     p = v.producer
-    if producer_is(v, "constant"):
-        return em.emit("constant", value=p.attrs["value"])
+    if producer_is(v, CONSTANT):
+        return em.emit(CONSTANT, value=p.attrs["value"])
     return em.emit(p.name, _emit_whole(em, p.operands[0]), **p.attrs)
 
 
@@ -112,7 +115,7 @@ def _pad_of_constant(ctx, op, spec, partial, target):
     whole = ctx.sh((), partial)
     x = _emit_whole(ctx.em, op.operands[0])             # the whole of it, on every device
     v = ctx.get(op.operands[1], ctx.sh((), partial))
-    padded = ctx.em.emit("pad", x, v, **op.attrs)
+    padded = ctx.em.emit(PAD, x, v, **op.attrs)
     return ctx.finish(ctx.reshard(padded, whole, ctx.sh(spec, partial), res.shape), ctx.sh(spec, partial), target,
                       res.shape, res.dtype)
 
@@ -128,7 +131,7 @@ def _pad_plain(ctx, op, spec, partial, target):
     lo = [0 if spec[d] else low[d] for d in range(xv.ndim)]
     hi = [interior[d] if spec[d] else high[d] for d in range(xv.ndim)]
     if any(lo) or any(hi) or any(interior):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=tuple(interior))
+        x = em.emit(PAD, x, v, low=tuple(lo), high=tuple(hi), interior=tuple(interior))
     # global sizes as laid out now: split dims not yet done hold k equal chunks
     cur = [res.shape[d] if not spec[d] else x.shape[d] * ctx.axes_size(spec[d]) for d in range(xv.ndim)]
     for d in range(xv.ndim):
@@ -173,11 +176,11 @@ def _pad_of_slice(ctx, op, spec, partial, target, xv, start, limit):
     st = [0 if spec[d] else start[d] for d in range(res.ndim)]
     lim = [x.shape[d] if spec[d] else limit[d] for d in range(res.ndim)]
     if (st, lim) != ([0] * res.ndim, list(x.shape)):
-        x = em.emit("slice", x, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
+        x = em.emit(SLICE, x, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
     lo = [0 if spec[d] else low[d] for d in range(res.ndim)]
     hi = [0 if spec[d] else high[d] for d in range(res.ndim)]
     if any(lo) or any(hi):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
+        x = em.emit(PAD, x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
     for d in range(res.ndim):
         if not spec[d]:
             continue
@@ -221,10 +224,10 @@ def _ghosts(ctx, xv, spec):
     if got is None:
         got = {d: (0, 0) for d in range(xv.ndim) if spec[d]}
         for s in ctx.users(xv):
-            if not producer_is(s.results[0], "slice"):
+            if not producer_is(s.results[0], SLICE):
                 continue
             for pad in ctx.users(s.result):
-                if not producer_is(pad.results[0], "pad") or _padded_slice(pad) is None:
+                if not producer_is(pad.results[0], PAD) or _padded_slice(pad) is None:
                     continue
                 needs = _ghost_needs(ctx, pad, spec, xv, s.attrs["start"], s.attrs["limit"])
                 for d, (b, a) in (needs or {}).items():
@@ -262,9 +265,9 @@ def _padded_slice_from_ghosts(ctx, op, spec, partial, target, xv, start, limit):
             lim.append(limit[d])
             lo.append(low[d])
             hi.append(high[d])
-    x = em.emit("slice", ext, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
+    x = em.emit(SLICE, ext, start=tuple(st), limit=tuple(lim), stride=(1,) * res.ndim)
     if any(lo) or any(hi):
-        x = em.emit("pad", x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
+        x = em.emit(PAD, x, v, low=tuple(lo), high=tuple(hi), interior=(0,) * res.ndim)
     mask = None
     for d in range(res.ndim):
         keep = (low[d], low[d] + limit[d] - start[d])
@@ -285,7 +288,7 @@ def _concatenate(ctx: PartitionContext, op: Op):
     xs = [ctx.get(o, ctx.sh(spec, partial)) for o in op.operands]
     em = ctx.em
     if not spec[d]:
-        out = xs[0] if len(xs) == 1 else em.emit("concatenate", *xs, dimension=d)
+        out = xs[0] if len(xs) == 1 else em.emit(CONCATENATE, *xs, dimension=d)
         return ctx.finish(out, ctx.sh(spec, partial), target, res.shape, res.dtype)
     k = ctx.axes_size(spec[d])
     m = res.shape[d]
@@ -300,7 +303,7 @@ def _concatenate(ctx: PartitionContext, op: Op):
         whole[d] = ()
         gathered = [ctx.gather_fallback(x, o.shape, spec, partial, d)[0] if o.shape[d] else x
                     for o, x in zip(op.operands, xs)]
-        out = em.emit("concatenate", *gathered, dimension=d)
+        out = em.emit(CONCATENATE, *gathered, dimension=d)
         out = ctx.reshard(out, ctx.sh(whole, partial), ctx.sh(spec, partial), res.shape)
         return ctx.finish(out, ctx.sh(spec, partial), target, res.shape, res.dtype)
     out, pos, off = None, None, 0
@@ -313,7 +316,7 @@ def _concatenate(ctx: PartitionContext, op: Op):
             else:
                 if pos is None:
                     pos = em.positions(y.shape, d, spec[d], c_out)
-                out = em.emit("select", em.compare(pos, off, "GE"), y, out)
+                out = em.emit(SELECT, em.compare(pos, off, "GE"), y, out)
         off += n
     if out is None:
         out = em.full(zero_of(res.dtype), ctx.sh(spec).local_shape(res.shape), res.dtype)
@@ -331,7 +334,7 @@ def _reverse(ctx: PartitionContext, op: Op):
     partial = ctx.carry_all(op, spec)
     em = ctx.em
     x = ctx.get(xv, ctx.sh(spec, partial))
-    x = em.emit("reverse", x, dimensions=tuple(op.attrs["dimensions"]))
+    x = em.emit(REVERSE, x, dimensions=tuple(op.attrs["dimensions"]))
     for d in op.attrs["dimensions"]:
         if not spec[d]:
             continue
@@ -340,11 +343,11 @@ def _reverse(ctx: PartitionContext, op: Op):
         if k == 1:
             continue
         own = x
-        x = em.emit("collective_permute", x, axes=tuple(spec[d]), group_size=k,
+        x = em.emit(COLLECTIVE_PERMUTE, x, axes=tuple(spec[d]), group_size=k,
                     pairs=tuple((j, k - 1 - j) for j in range(k) if j != k - 1 - j))
         if k % 2:                              # the middle device keeps its own chunk
             mid = em.compare(em.bcast(em.axis_index(spec[d]), x.shape), (k - 1) // 2, "EQ")
-            x = em.emit("select", mid, own, x)
+            x = em.emit(SELECT, mid, own, x)
         shift = k * c - n                      # the padding, now at the front
         if shift:
             plan = halo.window_plan(k, c, k * c, c, n, 1, shift)
@@ -362,14 +365,14 @@ def _rotate_chunks(em, x, d, axes, k, c, t):
         hop %= k
         if hop == 0:
             return part
-        return em.emit("collective_permute", part, axes=tuple(axes), group_size=k,
+        return em.emit(COLLECTIVE_PERMUTE, part, axes=tuple(axes), group_size=k,
                        pairs=tuple((j, (j + hop) % k) for j in range(k)))
     parts = []
     if r:
         parts.append(moved(em.slice_dim(x, d, c - r, c), q + 1))
     if c - r:
         parts.append(moved(em.slice_dim(x, d, 0, c - r), q))
-    return parts[0] if len(parts) == 1 else em.emit("concatenate", *parts, dimension=d)
+    return parts[0] if len(parts) == 1 else em.emit(CONCATENATE, *parts, dimension=d)
 
 
 def _roll(ctx: PartitionContext, op: Op):
@@ -386,14 +389,14 @@ def _roll(ctx: PartitionContext, op: Op):
     d, s = op.attrs["dimension"], op.attrs["shift"]
     k = ctx.axes_size(spec[d]) if spec[d] else 1
     if k == 1:
-        y = em.emit("roll", x, shift=s, dimension=d)
+        y = em.emit(ROLL, x, shift=s, dimension=d)
         return ctx.finish(y, ctx.sh(spec, partial), target, res.shape, res.dtype)
     n, c = res.shape[d], x.shape[d]
     pad = k * c - n
     y = _rotate_chunks(em, x, d, spec[d], k, c, s)
     if pad:
         wrapped = _rotate_chunks(em, x, d, spec[d], k, c, s + pad)
-        y = em.emit("select", em.compare(em.positions(y.shape, d, spec[d], c), s, "LT"), wrapped, y)
+        y = em.emit(SELECT, em.compare(em.positions(y.shape, d, spec[d], c), s, "LT"), wrapped, y)
     return ctx.finish(y, ctx.sh(spec, partial), target, res.shape, res.dtype)
 
 
