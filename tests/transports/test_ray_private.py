@@ -95,3 +95,19 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
                 pass
         p.stdout.close()
         p.stderr.close()
+
+
+def test_a_private_ray_starts_without_a_warning():
+    """spmd.init(backend="ray") says nothing of Ray's own: not the token-authentication
+    notice Ray logs on every new local cluster (authentication stays on), nor its INFO
+    line that it started."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_MODE", None)
+    code = ("import numpy as np, spmd; spmd.init(backend='ray', num_devices=2); "
+            "mesh = spmd.Mesh((2,), ('x',)); "
+            "print(float(spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding('x'))(np.arange(4.0))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
+    assert p.returncode == 0 and p.stdout.strip() == "6.0", p.stderr
+    assert "Token authentication" not in p.stderr and "Started a local Ray" not in p.stderr, p.stderr
+    assert "WARNING" not in p.stderr, p.stderr

@@ -41,6 +41,7 @@ the raylet's agents).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -69,9 +70,18 @@ def start(ranks, num_cpus, **init_kwargs):
     # Ray runs its workers at nice 15, below its own processes; here the workers are the
     # ranks, the program the user runs, as an MPI rank is
     config.setdefault("worker_niceness", 0)
+    # Ray turns token authentication on for a new local cluster, and warns that it did on
+    # every start: it stays on, the warning is dropped (only that one message)
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_quiet_auth_default)
+    # ("Started a local Ray instance." is Ray's INFO line: the start is spmd's business)
+    init_kwargs.setdefault("logging_level", logging.WARNING)
     threading.Thread(target=_lower_dashboard_agent, name="spmd-ray-agent-priority", daemon=True).start()
     with _lean_head():
         ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
+
+
+def _quiet_auth_default(record) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def stop(timeout=10.0):
