@@ -480,11 +480,12 @@ def test_a_column_write_then_a_sliced_update_compiles(devices):
     H, psi, phi = rng.normal(size=(16, 5, 3)), rng.normal(size=(3, 5, 2)), rng.normal(size=(3, 5, 3))
     want = _hpsi(H.copy(), psi.copy(), phi.copy())
     mesh = spmd.Mesh((devices,), ("d",))
-    got = spmd.jit(_hpsi, in_shardings=(mesh.sharding("d", None, None), None, None), backend="llvm")(
-        H.copy(), psi.copy(), phi.copy())
+    args = H.copy(), psi.copy(), phi.copy()
+    got = spmd.jit(_hpsi, in_shardings=(mesh.sharding("d", None, None), None, None), backend="llvm")(*args)
+    # both results are arguments the function wrote: handed back as themselves, as numpy does
+    assert got[0] is args[0] and got[1] is args[2]
     for g, w in zip(got, want):
-        assert isinstance(g, spmd.Array)
-        close(g.numpy(), w)
+        close(g, w)
 
 
 def test_a_module_llvm_rejects_names_the_kernel_and_the_lines(monkeypatch):
@@ -604,4 +605,4 @@ def test_random_slice_writes_compile_to_valid_modules(program):
     spec[dim] = "d"
     got = spmd.jit(f, in_shardings=(mesh.sharding(*spec), None), backend="llvm")(H.copy(), P.copy())
     for g, w in zip(got, want):
-        close(g.numpy(), w, str(steps))
+        close(np.asarray(g), w, str(steps))
