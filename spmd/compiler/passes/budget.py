@@ -37,22 +37,31 @@ def busiest_step(profile) -> int:
     return max(range(profile.n), key=lambda k: held[k])
 
 
-def choose(graph, profile, excess) -> dict:
-    """{value: [position]}: what to recompute, and before which op, to bring the peak of
-    `profile` down by `excess` bytes (as far as the values held across it allow)."""
-    uses = Uses(graph)
+def held_activations(graph, profile, uses) -> list:
+    """[(buffer, value, position)] of the activations held across the busiest step of
+    `profile`, each with the position of its first use after that step (those used
+    again inside the graph only)."""
     k = busiest_step(profile)
     if k < 0:
-        return {}
+        return []
     at = uses.index.get(profile.ops[k], -1)
-    cands = []
+    held = []
     for b in profile.live_at(k):
         if profile.kind(b, k) != "activations":
             continue
         v = profile.value_at(b, k)
         p = uses.first_after(v, at)
-        if p is None or p >= len(graph.ops):
-            continue
+        if p is not None and p < len(graph.ops):
+            held.append((b, v, p))
+    return held
+
+
+def choose(graph, profile, excess) -> dict:
+    """{value: [position]}: what to recompute, and before which op, to bring the peak of
+    `profile` down by `excess` bytes (as far as the values held across it allow)."""
+    uses = Uses(graph)
+    cands = []
+    for b, v, p in held_activations(graph, profile, uses):
         c = chain(v, p, uses)
         if c is None:
             continue
@@ -71,7 +80,6 @@ def choose(graph, profile, excess) -> dict:
     return where
 
 
-
 def segment_plans(graph, profile):
     """Ways to hold fewer of the activations held across the busiest step, as a hand
     grouping of layers in spmd.checkpoint does: the activations, in the order the
@@ -81,18 +89,8 @@ def segment_plans(graph, profile):
     across the peak then: one value per group, plus one group's recomputed values while
     its backward pass runs. Yields (g, {value: [position]}), fewest recomputed first."""
     uses = Uses(graph)
-    k = busiest_step(profile)
-    if k < 0:
-        return
-    at = uses.index.get(profile.ops[k], -1)
-    acts = []
-    for b in profile.live_at(k):
-        if profile.kind(b, k) != "activations":
-            continue
-        v = profile.value_at(b, k)
-        p = uses.first_after(v, at)
-        if p is not None and p < len(graph.ops) and v.producer is not None:
-            acts.append((p, uses.index[v.producer], v))
+    acts = [(p, uses.index[v.producer], v) for _, v, p in held_activations(graph, profile, uses)
+            if v.producer is not None]
     acts.sort(key=lambda t: (t[0], -t[1]))
     seen = set()
     for g in range(2, len(acts) + 1):
