@@ -3,7 +3,9 @@ semantics under jit (tests/frontend/test_writes_random.py) and in eager mode
 (tests/api/test_eager.py): views (basic indexing with any steps, .T, transpose,
 reshape / ravel -- views or copies as numpy decides) and writes through them (setitem
 with basic and advanced keys, in-place operators), over a pool of arrays whose first
-entry is the base. The same program runs on numpy arrays, Tracers or spmd.Arrays."""
+entry is the base. The same program runs on numpy arrays, Tracers or spmd.Arrays.
+Also `per_point`, a per-point Python double loop of element reads and writes (the fusion
+depth and batched element-read tests)."""
 import numpy as np
 
 
@@ -121,3 +123,15 @@ def write_through(view_function):
         v[0] = -v[0] - 100.0
         return x, v
     return f
+
+
+def per_point(n):
+    """A 4-point average written one element at a time, as a per-point Python loop does:
+    (n - 2)**2 element writes, each of four element reads."""
+    def step(u):
+        out = np.zeros_like(u)
+        for i in range(1, n - 1):
+            for j in range(1, n - 1):
+                out[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1])
+        return out
+    return step

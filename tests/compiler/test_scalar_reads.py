@@ -5,29 +5,20 @@ import numpy as np
 import pytest
 
 import spmd
+from write_programs import per_point
 
 MESH = spmd.Mesh((2, 2), ("x", "y"))
-
-
-def points(n):
-    def step(u):
-        out = np.zeros_like(u)
-        for i in range(1, n - 1):
-            for j in range(1, n - 1):
-                out[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1])
-        return out
-    return step
 
 
 @pytest.mark.parametrize("n", [5, 9])
 def test_element_reads_of_a_split_array_gather_once(n):
     u = np.random.default_rng(n).random((n, n))
-    f = spmd.jit(points(n), in_shardings=(MESH.sharding("x", "y"),))
+    f = spmd.jit(per_point(n), in_shardings=(MESH.sharding("x", "y"),))
     low = f.lower(u)
     collectives = [op for op in low.stages["partitioned"].ops if op.opdef.family == "collective"]
     reads = 4 * (n - 2) ** 2
     assert len(collectives) <= 4 < reads, [op.name for op in collectives]
-    np.testing.assert_array_equal(np.asarray(f(u.copy())), points(n)(u.copy()))
+    np.testing.assert_array_equal(np.asarray(f(u.copy())), per_point(n)(u.copy()))
 
 
 def test_few_or_scattered_reads_are_left_alone():
