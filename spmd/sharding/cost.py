@@ -7,6 +7,8 @@ layouts with it, so the two never disagree about which layout is cheaper.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .reshard import LATENCY_BYTES, plan
 
 
@@ -20,3 +22,16 @@ def reshard_bytes(src, dst, shape, dtype) -> float:
     """Bytes one device receives to reshard a `shape`/`dtype` value from Sharding `src`
     to Sharding `dst` (same mesh) along the cheapest plan."""
     return sum(max(st.cost - LATENCY_BYTES, 0.0) for st in plan(src, dst, shape, dtype))
+
+
+def reshard_seconds(src, dst, shape, dtype, network) -> float:
+    """Seconds the cheapest plan from `src` to `dst` takes per device on `network`
+    (cost_model.py: each step's rounds of latency plus its bytes at its link's rate)."""
+    from .cost_model import collective_seconds
+    mesh = src.mesh
+    total = 0.0
+    for st in plan(src, dst, shape, dtype):
+        nbytes = max(st.cost - LATENCY_BYTES, 0.0)
+        group = int(np.prod([mesh.axis_size(a) for a in st.axes])) if st.axes else 1
+        total += collective_seconds(st.kind, nbytes, group, network.link(mesh, st.axes))
+    return total

@@ -1,0 +1,88 @@
+"""The cost model of a step, in seconds per device: one for the whole system.
+
+A step costs its kernels (a roofline: a fused kernel takes the longer of its flops at the
+machine's compute rate and its bytes at the machine's memory bandwidth) plus its
+collectives (an alpha-beta model: a collective costs the latency of each of its rounds plus
+the bytes a device receives at the link's bandwidth). The link depends on where the group
+of ranks lies: within one host (shared memory) or across hosts (the network).
+
+Rates are plain numbers in a `Machine` and a `Network`. They are measured once per machine
+(`spmd doctor --calibrate`, which stores them) or given (`spmd.jit(..., network=...)`,
+`spmd.plan(..., network=...)`); where neither, `Machine()` and `Network()` hold modest
+defaults for a current x86 server. This module only computes with them: who measures and
+where they are kept is the caller's business (sharding/ imports the IR alone).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of connection between ranks: `latency` in seconds per round of a
+    collective, `bandwidth` in bytes per second one device receives."""
+    latency: float = 5e-6
+    bandwidth: float = 5e9
+
+    def seconds(self, nbytes, rounds=1) -> float:
+        return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Network:
+    """How ranks are connected: `within` a host and `across` hosts, and how many ranks
+    share a host (`ranks_per_host`; None: all ranks are on one host). Ranks are placed on
+    hosts in order (ranks 0..R-1 on the first host), as mpiexec, srun and `spmd run` do."""
+    within: Link = field(default_factory=Link)
+    across: Link = field(default_factory=lambda: Link(latency=20e-6, bandwidth=1.2e9))
+    ranks_per_host: int | None = None
+
+    def link(self, mesh, axes) -> Link:
+        """The link a collective over mesh `axes` uses: `across` when some group of those
+        axes holds ranks of more than one host."""
+        if self.ranks_per_host is None or not axes:
+            return self.within
+        per = self.ranks_per_host
+        devices = np.asarray(mesh.devices)
+        moved = [mesh.axis_names.index(a) for a in axes]
+        groups = np.moveaxis(devices, moved, list(range(devices.ndim - len(moved), devices.ndim)))
+        groups = groups.reshape(-1, int(np.prod([mesh.shape[i] for i in moved])))
+        hosts = groups // per
+        return self.across if bool((hosts != hosts[:, :1]).any()) else self.within
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One device's rates: `flops` per second (float32 multiply-adds count two) in a
+    kernel that computes (a matrix product), `bandwidth` in bytes per second a streaming
+    kernel reads and writes, and `call` seconds a kernel launch costs."""
+    flops: float = 20e9
+    bandwidth: float = 8e9
+    call: float = 1e-6
+
+    def kernel_seconds(self, flops, nbytes) -> float:
+        return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth)
+
+
+def rounds(kind: str, group_size: int) -> int:
+    """Latency rounds a collective of `kind` over `group_size` ranks takes (a ring for the
+    gathers and reductions, as MPI's large-message algorithms; a tree's log2 rounds for
+    small ones would be fewer, which the latency term cannot tell apart at these sizes)."""
+    if group_size <= 1 or kind == "slice" or kind == "make_partial":
+        return 0
+    if kind == "all_reduce":
+        return 2 * math.ceil(math.log2(group_size))
+    if kind == "permute" or kind == "collective_permute":
+        return 1
+    return math.ceil(math.log2(group_size))
+
+
+def collective_seconds(kind, nbytes, group_size, link: Link) -> float:
+    """Seconds one collective of `kind` takes, a device receiving `nbytes`."""
+    r = rounds(kind, group_size)
+    if r == 0 and nbytes <= 0:
+        return 0.0
+    return link.seconds(nbytes, r)
