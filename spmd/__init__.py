@@ -6,7 +6,7 @@ from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad 
 from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .frontend.remat import checkpoint, checkpoint_name, checkpoint_policies  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
-from .ir import Mesh, Sharding  # noqa: F401
+from .ir import AUTO, Mesh, Sharding  # noqa: F401
 from .tools.visualize import visualize  # noqa: F401
 from .runtime.checkpoint import save, load, latest as latest_checkpoint  # noqa: F401
 from .runtime import Array, device_put, init, process_index, process_count, device_count  # noqa: F401

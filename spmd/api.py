@@ -20,14 +20,18 @@ install_excepthook()
 
 
 def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=None, static_argnums=(),
-        donate_argnums=(), memory_limit=None, fallback=True):
+        donate_argnums=(), memory_limit=None, fallback=True, network=None):
     """Compile `fn` (a numpy function) for a mesh of devices: traced once per input
     signature, partitioned, compiled, cached; calling the result runs the program.
 
     `in_shardings` / `out_shardings`: how the arguments / results are split, a pytree
     prefix of them with a `Sharding` (mesh.sharding("data", None)), a bare spec tuple when
-    the mesh is known, `None` to infer (an spmd.Array keeps its own). `mesh`: the mesh when
-    no sharding names one. `backend`: "llvm" (fused native kernels, the default) or
+    the mesh is known, `None` to infer (an spmd.Array keeps its own), or `spmd.AUTO`
+    (at the top or at any leaf): spmd chooses, by its cost model, keeping every sharding
+    given and every spmd.shard inside as constraints (`lowered.shardings()` prints the
+    choice as code to paste, `lowered.explain()` says why). `mesh`: the mesh when
+    no sharding names one. `network`: an spmd.Network (links' latency and bandwidth)
+    for the cost model; by default this machine's. `backend`: "llvm" (fused native kernels, the default) or
     "numpy" (the reference). `static_argnums`: positions of arguments that are
     configuration, not arrays (part of the cache key, passed as they are).
 
@@ -49,11 +53,11 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
     if fn is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, mesh=mesh,
                              backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
-                             memory_limit=memory_limit, fallback=fallback)
+                             memory_limit=memory_limit, fallback=fallback, network=network)
     # an spmd.Array argument the function writes takes the new value as eager writes do:
     # the write reaches the base of an eager view, and the array's views see it
     return Jitted(fn, in_shardings, out_shardings, mesh, backend, static_argnums, donate_argnums,
-                  write_array=write_back, memory_limit=memory_limit, fallback=fallback)
+                  write_array=write_back, memory_limit=memory_limit, fallback=fallback, network=network)
 
 
 # -- shard, explain, grad: the rest of the user API ----------------------------------------

@@ -72,6 +72,14 @@ def stages(mesh, in_shardings, out_shardings) -> list:
     return out + [Stage(name, fn) for name, fn in OPTIMIZE]
 
 
+def global_program(graph, mesh):
+    """The traced `graph` through the stages before propagation: the global program
+    propagation receives (what spmd.AUTO's search lays out)."""
+    plan = [st for st in stages(mesh, None, None) if st.makes == "global"]
+    out, _ = run(plan, graph)
+    return out["optimized"]
+
+
 def lower(graph, mesh, in_shardings, out_shardings):
     """The traced `graph` through every stage, or every stage loaded from the disk cache
     when another process lowered the same program. Returns (stages' graphs by name, in

@@ -299,3 +299,27 @@ def _text(spec, partial) -> str:
     if partial:
         s += " partial(" + ",".join(partial) + ")"
     return s
+
+
+class _Auto:
+    """spmd.AUTO: where it stands in jit's in_shardings / out_shardings (at the top, or at
+    any leaf of the pytree), spmd chooses that sharding (sharding/auto/)."""
+    _one = None
+
+    def __new__(cls):
+        if cls._one is None:
+            cls._one = super().__new__(cls)
+        return cls._one
+
+    def __repr__(self):
+        return "spmd.AUTO"
+
+    def __reduce__(self):
+        return (_Auto, ())
+
+
+AUTO = _Auto()
+
+
+def is_auto(x) -> bool:
+    return x is AUTO

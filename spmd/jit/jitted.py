@@ -28,10 +28,11 @@ import numpy as np
 
 from ..errors import FallbackWarning, SpmdError, warn_at
 from ..frontend.trace import ShapeDtype, current_trace
-from ..ir.mesh import Sharding
+from ..ir.mesh import Sharding, is_auto
 from ..runtime.array import Array, device_put
 from ..tree import tree_flatten, tree_unflatten
 from . import graph_breaks as gb
+from .auto_plan import choose_auto
 from .arguments import donated_leaves, dynamic, is_scalar, needed_value, signature
 from .lowering import Lowered, lower_graph
 from .placing import place
@@ -44,8 +45,10 @@ class Jitted:
     wrote takes its new value (numpy's in-place semantics: the caller sees the write)."""
 
     def __init__(self, fn, in_shardings=None, out_shardings=None, mesh=None, backend=None,
-                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None, fallback=False):
+                 static_argnums=(), donate_argnums=(), write_array=None, memory_limit=None, fallback=False,
+                 network=None):
         self.fn = fn
+        self.network = network
         self.memory_limit = None if memory_limit is None else int(memory_limit)
         self.write_array = write_array
         self.fallback = fallback
@@ -93,12 +96,16 @@ class Jitted:
         from ..sharding.annotate import resolve_shardings
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, graph, out_tree)
         graph.mesh = mesh
+        auto = None
+        if any(is_auto(s) for s in list(in_sh) + list(out_sh)):
+            auto = choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.network, self.memory_limit)
         # written arguments are extra outputs, laid out as they came in
         for k, v in graph.updates:
             graph.outputs.append(v)
             out_sh.append(in_sh[k])
             out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
         low = lower_graph(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.backend)
+        low.auto = auto
         low.updates = [k for k, _ in graph.updates]
         low.returned = dict(graph.returned)
         low.np_random_state = graph.np_random_state
@@ -121,6 +128,7 @@ class Jitted:
         from ..sharding.annotate import resolve_shardings
         g = gb.cone(graph, value)
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, g, None)
+        in_sh[:] = [None if is_auto(s) else s for s in in_sh]     # (a break's part: propagation lays it out)
         g.mesh = mesh
         if mesh is not None:
             out_sh[0] = Sharding(mesh, (None,) * len(g.outputs[0].shape))

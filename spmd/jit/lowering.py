@@ -41,6 +41,7 @@ class Lowered:
         # with spmd.checkpoint: the plan that runs ("as written", "held", "merged"); else None
         self.checkpoints = None
         self.runs = None              # how calls run it (running.py: made at the first call)
+        self.auto = None              # with spmd.AUTO: the search's AutoPlan (sharding/auto/choose.py)
 
     def as_text(self, stage="optimized", source=False, compact=False):
         """The program at `stage` as text: exact (it parses back) by default;
@@ -65,6 +66,17 @@ class Lowered:
     def out_shardings(self):
         return [v.sharding for v in self.stages.get("propagated", self.stages["traced"]).outputs]
 
+    def shardings(self):
+        """The in and out shardings as pytrees of the arguments and results; printed, the
+        code that pins them: `spmd.jit(f, in_shardings=..., out_shardings=...)` with what
+        spmd.AUTO chose written out, so a plan can be frozen."""
+        from ..tree import tree_unflatten
+        from .plan_text import PlanShardings
+        ins = tree_unflatten(self.in_tree, self.in_shardings[:self.in_tree.num_leaves])
+        n_out = len(self.out_shardings) - len(self.updates)
+        outs = tree_unflatten(self.out_tree, self.out_shardings[:n_out])
+        return PlanShardings(ins, outs)
+
     def report(self) -> dict:
         """Per-device collectives (op, axes, group_size, in/out shapes, dtype, bytes) and
         comm_bytes of the partitioned program; `launched` / `launched_bytes`, the same for
@@ -73,11 +85,12 @@ class Lowered:
         return report(self.stages, self.out_shardings)
 
     def explain(self, file=None, verbose=False) -> str:
-        """Print the collectives and why, the annotations and the peak memory per device;
+        """Print what spmd.AUTO chose and why (if it did), the collectives and why, the
+        annotations and the peak memory per device;
         with verbose=True also where every value's sharding came from and the largest
         values live at the peak."""
         from ..sharding.explain import explain_program
-        return explain_program(self.stages, self.memory(), self.breaks, file, verbose)
+        return explain_program(self.stages, self.memory(), self.breaks, file, verbose, self.auto)
 
     def memory(self) -> dict:
         """Per-device memory of one run of the compiled program, in bytes.

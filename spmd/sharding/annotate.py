@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..errors import ShardingError
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
-from ..ir.mesh import Sharding
+from ..ir.mesh import AUTO, Sharding, is_auto
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def _placed(x):
 
 
 def _with_mesh(s, mesh, what):
-    if s is None:
-        return None
+    if s is None or is_auto(s):
+        return s
     if isinstance(s, str):
         s = (s,)
     if not _is_sharding(s):
@@ -135,6 +135,9 @@ def resolve_shardings(given, args, leaves, graph, out_tree):
     for i, x in enumerate(leaves):
         if in_sh[i] is None and _placed(x) is not None and mesh is not None and _placed(x).mesh == mesh:
             in_sh[i] = x.sharding
+    if mesh is None and any(is_auto(s) for s in list(in_sh) + list(out_sh)):
+        raise ShardingError(f"{fname}: spmd.AUTO chooses shardings on a mesh, and {fname} has none: "
+                            f"give spmd.jit(..., mesh=spmd.Mesh(...))")
     _check_ranks(fname, in_sh, [_shape_of(x) for x in leaves], [f"in_shardings for {n}" for n in names],
                  "argument")
     _check_ranks(fname, out_sh, [v.shape for v in graph.outputs], [f"out_shardings[{i}]" for i in range(len(out_sh))],
@@ -151,7 +154,8 @@ def argument_shardings(given, args, leaves):
     shardings = _given_in_shardings(given, args, leaves, fname)
     mesh = _one_mesh(fname, [given.mesh] + [s.mesh for s in shardings if _is_sharding(s)] +
                      [_placed(x).mesh for x in leaves if _placed(x) is not None and _placed(x).mesh.size > 1])
-    out = [_with_mesh(s, mesh, f"{fname}: in_shardings") for s in shardings]
+    # (AUTO: the eager fallback has no program to choose for; arguments keep their place)
+    out = [None if is_auto(s) else _with_mesh(s, mesh, f"{fname}: in_shardings") for s in shardings]
     return mesh, [s if s is not None or _placed(x) is None else x.sharding for s, x in zip(out, leaves)]
 
 
@@ -162,7 +166,8 @@ def result_shardings(given, out_tree, n, mesh):
         return [None] * n
     fname = given.fname
     expanded = _expand(given.out_shardings, tree_unflatten(out_tree, [0] * n), f"{fname}: out_shardings")
-    return [_with_mesh(s, mesh, f"{fname}: out_shardings[{i}]") for i, s in enumerate(expanded)]
+    return [None if is_auto(s) else _with_mesh(s, mesh, f"{fname}: out_shardings[{i}]")
+            for i, s in enumerate(expanded)]
 
 
 def _given_in_shardings(given, args, leaves, fname):
@@ -171,6 +176,8 @@ def _given_in_shardings(given, args, leaves, fname):
         return [None] * len(leaves)
     dyn = [a for i, a in enumerate(args) if i not in given.static_argnums]
     spec = given.in_shardings
+    if is_auto(spec):
+        return [AUTO] * len(leaves)
     if not isinstance(spec, (tuple, list)) or (len(dyn) == 1 and _is_spec(spec) and (
             len(spec) != 1 or spec[0] is None or isinstance(spec[0], str))):
         spec = (spec,)          # one argument's sharding given without the outer tuple
@@ -195,7 +202,7 @@ def _one_mesh(fname, meshes):
 
 def _check_ranks(fname, shardings, shapes, names, what):
     for s, shape, n in zip(shardings, shapes, names):
-        if s is not None and len(s.spec) > len(shape):
+        if s is not None and not is_auto(s) and len(s.spec) > len(shape):
             raise ShardingError(f"{fname}: {n}: sharding {s.text()} has {len(s.spec)} "
                                 f"entries but the {what} has shape {list(shape)}")
 

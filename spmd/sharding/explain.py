@@ -195,10 +195,10 @@ def _removal(origin, shown=3) -> str:
     return text + (f"; and {len(origin) - shown} more" if len(origin) > shown else "")
 
 
-def explain_program(stages, memory, breaks, file=None, verbose=False) -> str:
+def explain_program(stages, memory, breaks, file=None, verbose=False, auto=None) -> str:
     """Print and return the explanation (see the module docstring) of a program: its
     stages' graphs by name, its memory figures (lowered.memory()) and its graph breaks
-    [(line, what, value)]."""
+    [(line, what, value)]; with `auto` (spmd.AUTO's AutoPlan) first what it chose and why."""
     rows = collective_rows(stages)
     total = sum(r["bytes"] for r in rows)
     lines = [f"collectives ({len(rows)}, {total} bytes per device):"]
@@ -215,6 +215,8 @@ def explain_program(stages, memory, breaks, file=None, verbose=False) -> str:
     if notes:
         lines += table_lines(notes)
     lines += memory_lines(memory, largest=5 if verbose else 0)
+    if auto is not None:
+        lines = auto.explain_lines() + lines
     if breaks:
         lines.append(f"graph breaks ({len(breaks)}): the program is compiled in parts, each value "
                      f"taken from the data by the part before")

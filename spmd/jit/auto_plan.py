@@ -1,0 +1,48 @@
+"""spmd.AUTO in jit: the search (sharding/auto/) run on a traced program, with what jit
+knows that the graph does not: the leaves' names and which results are the next value
+of which argument (a training step's new parameters and optimizer state)."""
+from __future__ import annotations
+
+
+
+
+def next_values(in_tree, out_tree, inputs, outputs) -> dict:
+    """{result leaf: argument leaf} where a top-level part of the results has the tree,
+    shapes and dtypes of an argument (`return loss, new_params, new_opt` for arguments
+    `params, opt, batch`): each such part is that argument's next value, matched in order."""
+    def parts(tree, values):
+        out, at = [], 0
+        kids = tree.children if tree.kind in ("tuple", "list") else (tree,)
+        for c in kids:
+            n = c.num_leaves
+            out.append((c, [(tuple(v.shape), str(v.dtype)) for v in values[at:at + n]], at))
+            at += n
+        return out
+    ins, used, ties = parts(in_tree, inputs), set(), {}
+    for tree, avals, at in parts(out_tree, outputs):
+        if not avals:
+            continue
+        for i, (t2, a2, at2) in enumerate(ins):
+            if i not in used and t2 == tree and a2 == avals:
+                used.add(i)
+                ties.update({at + j: at2 + j for j in range(len(avals))})
+                break
+    return ties
+
+
+def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_limit):
+    """Replace the AUTO leaves of in_sh / out_sh (jit's Shardings) in place by the
+    search's choice; -> its AutoPlan."""
+    from ..compiler.pipeline import global_program
+    from ..sharding.auto import choose
+    from ..sharding.cost_model import Machine, Network
+    ties = next_values(in_tree, out_tree, graph.inputs, graph.outputs) if out_tree is not None else {}
+    g = global_program(graph, mesh)
+    plan = choose(g, mesh, list(in_sh), list(out_sh), Machine(), network or Network(), memory_limit,
+                  in_sh.leaves, ties)
+    in_sh[:] = plan.in_shardings
+    out_sh[:] = plan.out_shardings
+    return plan
+
+
+

@@ -1,0 +1,215 @@
+"""The sharding search as a graph of choices (Alpa's intra-op formulation, on Shardy's
+factor rules): a node per argument, per op, and per result spmd is to lay out, each with
+its options and their cost in seconds per device; an edge per operand, with the seconds
+of resharding between every option of its producer and every option of its consumer.
+
+    node cost   an op's compute at the machine's rates (cost_model.Machine: its flops and
+                bytes per device under that split) plus, when the split leaves the result
+                a pending sum, the all_reduce that settles it
+    edge cost   cost.reshard_seconds from what the producer's option makes to what the
+                consumer's option reads (a local slice is free; a gather is not)
+
+Values that cost nothing to make in any layout (constants, iotas, scalars, and what is
+computed from those alone) are not nodes: every device makes them as its option needs.
+Ops without a factor rule (loops, calls) are not nodes either: propagation lays them
+out, as before. Everything is in graph order; nothing depends on hashing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...ir.mesh import Sharding
+from ...ir.ops.names import CONSTANT, IOTA, SHARDING_CONSTRAINT
+from ..cost import reshard_seconds
+from ..cost_model import collective_seconds
+from ..rules import axes_size
+from .strategies import Strategy, layouts, op_strategies
+
+
+@dataclass
+class Node:
+    what: str                  # "argument", "op" or "result"
+    name: str                  # how explain names it
+    n: int                     # how many options
+    cost: np.ndarray           # seconds per option
+    memory: np.ndarray         # bytes per device per option (arguments: what the device holds)
+    makes: list                # per option: {Value: Sharding} of the values the node makes
+    reads: list = field(default_factory=list)   # (Value, [Sharding per option]) it reads from other nodes
+    index: int = -1            # argument or result position, the op's position in the graph
+    ops: list = field(default_factory=list)     # the op and the ops that follow it (merged)
+
+
+@dataclass
+class Problem:
+    nodes: list = field(default_factory=list)
+    edges: list = field(default_factory=list)     # (producer node, value, consumer node, costs)
+    inputs: dict = field(default_factory=dict)    # argument position -> node
+    outputs: dict = field(default_factory=dict)   # result position -> node
+
+
+def local_bytes(shape, dtype, s: Sharding) -> float:
+    n = float(np.prod(shape, dtype=np.float64)) if len(shape) else 1.0
+    k = int(np.prod([axes_size(s.mesh, s.dim_axes(d)) for d in range(len(shape))])) if len(shape) else 1
+    return n * np.dtype(dtype).itemsize / k
+
+
+def free_values(graph) -> set:
+    """Values every device can make in any layout for nothing worth counting."""
+    free = set()
+    for op in graph.ops:
+        if op.name in (CONSTANT, IOTA) or (op.operands and all(o in free or o.ndim == 0 for o in op.operands)
+                                           and op.name != SHARDING_CONSTRAINT):
+            free.update(op.results)
+    return free
+
+
+class _Seconds:
+    """reshard_seconds, remembered per (from, to, shape, dtype)."""
+
+    def __init__(self, network):
+        self.network, self.memo = network, {}
+
+    def __call__(self, src, dst, shape, dtype):
+        if src == dst:
+            return 0.0
+        key = (src.spec, src.partial, dst.spec, dst.partial, tuple(shape), str(dtype))
+        v = self.memo.get(key)
+        if v is None:
+            v = self.memo[key] = reshard_seconds(src, dst, shape, dtype, self.network)
+        return v
+
+
+def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None, ties=None) -> Problem:
+    """The Problem of laying out `graph` (global, simplified: what propagate receives).
+    `in_shardings` / `out_shardings`: per leaf a Sharding (kept as given), AUTO (to
+    choose) or None (left to propagation: chosen here too, but not reported). `ties`:
+    {result position: argument position} of results that are the argument's next value
+    (a training step's new parameters): laid out as the argument is, so that the next
+    step takes them as they are.
+
+    An elementwise op whose result has the shape of an operand made by a node, and that
+    can be split as that operand is under every option of the node, follows the node:
+    its cost joins the node's options and no choice of its own is made (Alpa's merging
+    of simple ops), which keeps the exact solver in reach of whole training steps."""
+    ties = ties or {}
+    pb = Problem()
+    seconds = _Seconds(network)
+    free = free_values(graph)
+    names = names or [f"argument {i}" for i in range(len(graph.inputs))]
+    made_by = {}                                   # Value -> the node that makes it
+    for i, v in enumerate(graph.inputs):
+        s = in_shardings[i] if i < len(in_shardings) else None
+        opts = [s.for_rank(v.ndim)] if isinstance(s, Sharding) else layouts(v.shape, mesh)
+        node = Node("argument", names[i], len(opts), np.zeros(len(opts)),
+                    np.array([local_bytes(v.shape, v.dtype, o) for o in opts]), [{v: o} for o in opts], index=i)
+        pb.inputs[i] = node
+        pb.nodes.append(node)
+        made_by[v] = node
+    for oi, op in enumerate(graph.ops):
+        if op.opdef.factors is None or all(r in free for r in op.results):
+            continue
+        strategies = op_strategies(op, mesh)
+        if op.name == SHARDING_CONSTRAINT:
+            want = Sharding(mesh, op.attrs["spec"], op.attrs.get("partial", ())).for_rank(op.result.ndim)
+            strategies = [st for st in strategies if st.results[0] == want] or [_pinned(want)]
+        if not strategies:
+            continue
+        if op.name != SHARDING_CONSTRAINT and _follow(op, strategies, made_by, free, machine, network, seconds):
+            continue
+        node = Node("op", f"{op.name}{'' if op.loc is None else ' at ' + str(op.loc)}", len(strategies),
+                    np.array([_op_seconds(op, st, machine, network) for st in strategies]),
+                    np.zeros(len(strategies)), [dict(zip(op.results, st.results)) for st in strategies],
+                    index=oi, ops=[op])
+        for j, o in enumerate(op.operands):
+            if o in made_by and o not in free:
+                node.reads.append((o, [st.operands[j] for st in strategies]))
+        pb.nodes.append(node)
+        for r in op.results:
+            made_by[r] = node
+    for k, v in enumerate(graph.outputs):
+        s = out_shardings[k] if k < len(out_shardings) else None
+        if v not in made_by or v in free:
+            continue
+        if k in ties:
+            arg = pb.inputs[ties[k]]
+            arg.reads.append((v, [m[graph.inputs[ties[k]]] for m in arg.makes]))
+            continue
+        if s is None:
+            continue
+        opts = [s.for_rank(v.ndim)] if isinstance(s, Sharding) else layouts(v.shape, mesh)
+        node = Node("result", f"result {k}", len(opts), np.zeros(len(opts)), np.zeros(len(opts)),
+                    [{} for _ in opts], [(v, opts)], index=k)
+        pb.outputs[k] = node
+        pb.nodes.append(node)
+    for node in pb.nodes:
+        for v, wants in node.reads:
+            src = made_by[v]
+            costs = np.array([[seconds(m[v].replace(partial=()), w, v.shape, v.dtype) for w in wants]
+                              for m in src.makes])
+            if costs.any():
+                pb.edges.append((src, v, node, costs))
+    return pb
+
+
+def _pinned(want):
+    return Strategy((), (want.replace(partial=()),), (want,), 1)
+
+
+def _follow(op, strategies, made_by, free, machine, network, seconds) -> bool:
+    """Merge `op` into the node making its first same-shaped operand, if under every option
+    of that node it has a strategy reading that operand as made and making its result so."""
+    if len(op.results) != 1 or op.opdef.reduction_kind(op.attrs) is not None:
+        return False
+    r = op.result
+    for j, o in enumerate(op.operands):
+        if o in free or o not in made_by or tuple(o.shape) != tuple(r.shape):
+            continue
+        node = made_by[o]
+        if node.what == "result":
+            return False
+        by = {}
+        for st in strategies:
+            if not st.results[0].partial:
+                by.setdefault(st.operands[j], st)
+        picks = [by.get(m[o].replace(partial=())) for m in node.makes]
+        if any(st is None or st.results[0] != st.operands[j] for st in picks):
+            return False
+        slots = {}
+        for a, (st, m) in enumerate(zip(picks, node.makes)):
+            node.cost[a] += _op_seconds(op, st, machine, network)
+            for k, u in enumerate(op.operands):
+                if k == j or u in free:
+                    continue
+                if u in m:          # made inside the node: resharded within the option
+                    node.cost[a] += seconds(m[u].replace(partial=()), st.operands[k], u.shape, u.dtype)
+                elif u in made_by:
+                    slots.setdefault(k, []).append(st.operands[k])
+            m[r] = st.results[0]
+        for k in sorted(slots):
+            node.reads.append((op.operands[k], slots[k]))
+        node.ops.append(op)
+        made_by[r] = node
+        return True
+    return False
+
+
+def _op_seconds(op, st, machine, network) -> float:
+    """One device's seconds for `op` split as `st`: compute, and settling a pending sum."""
+    f = op.opdef.flops
+    flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs)) if f is not None else 0.0
+    # (an elementwise op is fused with its neighbours: it writes its result, its reads are
+    # its producers' writes)
+    nbytes = 0.0 if op.opdef.fusion == "elementwise" else \
+        sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands))
+    nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results))
+    t = max(flops / st.split / machine.flops, nbytes / machine.bandwidth)
+    for r, s in zip(op.results, st.results):
+        if s.partial:
+            g = axes_size(s.mesh, s.partial)
+            b = local_bytes(r.shape, r.dtype, s)
+            t += collective_seconds("all_reduce", 2 * (g - 1) / g * b, g, network.link(s.mesh, s.partial))
+    return t
+
+

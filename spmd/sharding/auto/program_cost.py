@@ -1,0 +1,62 @@
+"""The model's seconds for one run of a partitioned (per-device) program: each op's
+compute at the machine's rates (a roofline over its flops and the bytes it reads and
+writes, as problem.py prices ops) and each collective on its link (cost_model.py), the
+ops of loop bodies as often as they run. The search compares whole plans with it, so a
+plan the partitioner realises differently from the search's picture is judged by what
+the partitioner made."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost_model import collective_seconds
+from ..report import collective_ops
+
+# bytes a device receives, per byte of the larger of a collective's buffers
+_RECEIVED = {"all_reduce": lambda g: 2 * (g - 1) / g, "all_gather": lambda g: (g - 1) / g,
+             "reduce_scatter": lambda g: (g - 1) / g, "all_to_all": lambda g: (g - 1) / g,
+             "collective_permute": lambda g: 1.0}
+
+
+def _op_seconds(op, machine) -> float:
+    f = op.opdef.flops
+    flops = 0.0
+    if f is not None and op.results:
+        flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+    # (an elementwise op is fused with its neighbours: it writes its result, its reads are
+    # its producers' writes; problem.py prices ops alike)
+    vs = list(op.results) if op.opdef.fusion == "elementwise" else list(op.operands) + list(op.results)
+    nbytes = sum(v.size * np.dtype(v.dtype).itemsize for v in vs)
+    return max(flops / machine.flops, nbytes / machine.bandwidth)
+
+
+def compute_seconds(graph, machine, runs=1) -> float:
+    t = 0.0
+    for op in graph.ops:
+        subs = [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
+        if subs:
+            for k in subs:
+                n = op.opdef.runs(op.attrs, k) if op.opdef.runs is not None else 1
+                t += compute_seconds(op.attrs[k], machine, runs * (n or 1))
+            continue
+        if op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None:
+            continue
+        t += runs * _op_seconds(op, machine)
+    return t
+
+
+def comm_seconds(graph, mesh, network) -> float:
+    t = 0.0
+    for op, _, _, runs in collective_ops(graph):
+        kind = op.opdef.collective.async_of or op.name
+        x = op.operands[0]
+        r = x if op.opdef.collective.phase == "start" else op.results[0]
+        nbytes = max(x.size, r.size) * np.dtype(x.dtype).itemsize
+        g = int(op.attrs["group_size"])
+        share = _RECEIVED.get(kind, lambda g: 1.0)(g)
+        t += (runs or 1) * collective_seconds(kind, share * nbytes, g, network.link(mesh, tuple(op.attrs["axes"])))
+    return t
+
+
+def program_seconds(graph, mesh, machine, network) -> dict:
+    c, m = compute_seconds(graph, machine), comm_seconds(graph, mesh, network)
+    return {"seconds": c + m, "compute_seconds": c, "comm_seconds": m}
