@@ -7,8 +7,6 @@ layouts with it, so the two never disagree about which layout is cheaper.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .reshard import LATENCY_BYTES, plan
 
 
@@ -32,6 +30,8 @@ def reshard_seconds(src, dst, shape, dtype, network) -> float:
     total = 0.0
     for st in plan(src, dst, shape, dtype):
         nbytes = max(st.cost - LATENCY_BYTES, 0.0)
-        group = int(np.prod([mesh.axis_size(a) for a in st.axes])) if st.axes else 1
+        group = 1
+        for a in st.axes:
+            group *= mesh.axis_size(a)
         total += collective_seconds(st.kind, nbytes, group, network.link(mesh, st.axes))
     return total

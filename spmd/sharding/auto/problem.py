@@ -50,9 +50,10 @@ class Problem:
 
 
 def local_bytes(shape, dtype, s: Sharding) -> float:
-    n = float(np.prod(shape, dtype=np.float64)) if len(shape) else 1.0
-    k = int(np.prod([axes_size(s.mesh, s.dim_axes(d)) for d in range(len(shape))])) if len(shape) else 1
-    return n * np.dtype(dtype).itemsize / k
+    n = float(np.dtype(dtype).itemsize)
+    for d, size in enumerate(shape):
+        n *= size / axes_size(s.mesh, s.dim_axes(d))
+    return n
 
 
 def free_values(graph) -> set:
@@ -74,7 +75,7 @@ class _Seconds:
     def __call__(self, src, dst, shape, dtype):
         if src == dst:
             return 0.0
-        key = (src.spec, src.partial, dst.spec, dst.partial, tuple(shape), str(dtype))
+        key = (src.spec, src.partial, dst.spec, dst.partial, shape, dtype)
         v = self.memo.get(key)
         if v is None:
             v = self.memo[key] = reshard_seconds(src, dst, shape, dtype, self.network)
@@ -146,11 +147,30 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     for node in pb.nodes:
         for v, wants in node.reads:
             src = made_by[v]
-            costs = np.array([[seconds(m[v].replace(partial=()), w, v.shape, v.dtype) for w in wants]
-                              for m in src.makes])
+            costs = _edge_costs([m[v] for m in src.makes], wants, v, seconds)
             if costs.any():
                 pb.edges.append((src, v, node, costs))
     return pb
+
+
+def _distinct(shardings):
+    """(the distinct Shardings in order of first appearance, the index of each in them)."""
+    first, index = {}, []
+    for sh in shardings:
+        k = (sh.spec, sh.partial)
+        if k not in first:
+            first[k] = (len(first), sh)
+        index.append(first[k][0])
+    return [sh for _, sh in first.values()], np.array(index)
+
+
+def _edge_costs(made, wants, v, seconds):
+    """Seconds from each option's made layout of `v` (settled: a pending sum is the
+    producer's to reduce) to each option's wanted one, computed once per distinct pair."""
+    have, hi = _distinct([m.replace(partial=()) if m.partial else m for m in made])
+    want, wi = _distinct(wants)
+    small = np.array([[seconds(a, b, v.shape, v.dtype) for b in want] for a in have])
+    return small[np.ix_(hi, wi)]
 
 
 def _pinned(want):

@@ -33,8 +33,27 @@ def _split_axes(mesh):
     return [a for a in mesh.axis_names if mesh.axis_size(a) > 1]
 
 
+_MEMO = {}
+
+
 def op_strategies(op, mesh) -> list:
-    """Every Strategy of `op` on `mesh`, the unsplit one first."""
+    """Every Strategy of `op` on `mesh`, the unsplit one first (remembered per op name,
+    shapes, dtypes and attributes: a step's layers repeat the same ops)."""
+    try:
+        key = (op.name, tuple((o.shape, str(o.dtype)) for o in op.operands),
+               tuple((r.shape, str(r.dtype)) for r in op.results), tuple(sorted(op.attrs.items())), mesh)
+        hash(key)
+    except TypeError:
+        return _strategies(op, mesh)
+    got = _MEMO.get(key)
+    if got is None:
+        if len(_MEMO) > 20000:
+            _MEMO.clear()
+        got = _MEMO[key] = _strategies(op, mesh)
+    return got
+
+
+def _strategies(op, mesh) -> list:
     rule = rule_of(op)
     factors = [f for f in rule.sizes if f not in rule.replicate]
     axes = _split_axes(mesh)
