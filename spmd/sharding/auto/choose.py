@@ -5,8 +5,8 @@
 
 1. the search (problem.py, solve.py) lays out every argument, op and chosen result of
    the global program for the fewest modelled seconds, the arguments within a share of
-   memory_limit;
-2. its arguments' and results' layouts, and two plain plans beside them (the baseline:
+   memory_limit: exactly where the problem is small, and by two refined greedy passes;
+2. the arguments' and results' layouts of each plan found, and two plain ones beside them (the baseline:
    each chosen argument's largest dim split over the largest mesh axis that divides it;
    and every chosen argument replicated), each go through propagation and the
    partitioner, and the modelled seconds of the program each makes (program_cost.py)
@@ -37,15 +37,16 @@ ARGUMENT_SHARE = 0.6
 class AutoPlan:
     in_shardings: list                 # a Sharding or None per argument leaf
     out_shardings: list                # a Sharding or None per result leaf
-    chosen: str                        # "search", "baseline" or "replicated": the plan kept
-    method: str                        # how the search solved: "exact" (HiGHS) or "refine"
+    chosen: str                        # the plan kept: a search's ("exact", "refine greedy",
+                                       # "refine unsplit"), "baseline" or "replicated"
+    method: str                        # the search's best plan, by the whole program's model
     seconds: dict = field(default_factory=dict)     # plan -> modelled seconds per step
     solve_seconds: float = 0.0
     why: list = field(default_factory=list)         # per chosen leaf: a dict (see explain_lines)
     size: dict = field(default_factory=dict)        # nodes, edges, option pairs of the search
 
     def explain_lines(self) -> list:
-        out = [f"spmd.AUTO: kept the {self.chosen} plan ({self.method} search, {self.solve_seconds:.2f} s; "
+        out = [f"spmd.AUTO: kept the {self.chosen} plan (searched in {self.solve_seconds:.2f} s; "
                f"modelled step " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.seconds.items()) + ")"]
         for w in self.why:
             line = f"  {w['leaf']}: {w['chosen']}"
@@ -83,17 +84,18 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     given_out = [s if isinstance(s, Sharding) else None for s in out_shardings]
     budget = None if memory_limit is None else ARGUMENT_SHARE * memory_limit
     pb = build(graph, mesh, list(in_shardings), list(out_shardings), machine, network, names, ties)
-    choice, method = solve(pb, budget)
-    searched_in = list(given_in)
-    for i in auto_in:
-        node = pb.inputs[i]
-        searched_in[i] = node.makes[choice[id(node)]][graph.inputs[i]]
-    searched_out = list(given_out)
-    for k in auto_out:
-        node = pb.outputs.get(k)
-        if node is not None:
-            searched_out[k] = node.reads[0][1][choice[id(node)]]
-    plans = {"search": (searched_in, searched_out)}
+    plans, choices = {}, {}
+    for method, choice in solve(pb, budget):
+        ins, outs = list(given_in), list(given_out)
+        for i in auto_in:
+            ins[i] = pb.inputs[i].makes[choice[id(pb.inputs[i])]][graph.inputs[i]]
+        for k in auto_out:
+            node = pb.outputs.get(k)
+            if node is not None:
+                outs[k] = node.reads[0][1][choice[id(node)]]
+        if (ins, outs) not in plans.values():       # (two methods may find one plan)
+            plans[method] = (ins, outs)
+            choices[method] = choice
     if auto_in:
         v = graph.inputs
         plans["baseline"] = ([baseline(v[i].shape, mesh) if i in auto_in else given_in[i]
@@ -113,11 +115,12 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     order = [n for n in plans if fits[n]] or list(plans)
     best = min(order, key=lambda n: (seconds[n], list(plans).index(n)))
     ins, outs = plans[best]
-    plan = AutoPlan(list(ins), list(outs), best, method, seconds, 0.0,
+    searched = min(choices, key=lambda n: (seconds[n], list(plans).index(n)))
+    plan = AutoPlan(list(ins), list(outs), best, searched, seconds, 0.0,
                     size={"nodes": len(pb.nodes), "edges": len(pb.edges),
-                          "pairs": int(sum(e[3].size for e in pb.edges)),
+                          "pairs": int(sum(e.small.size for e in pb.edges)),
                           "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)})
-    plan.why = _why(pb, choice, auto_in, names, ins, budget, graph)
+    plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
 

@@ -17,6 +17,7 @@ out, as before. Everything is in graph order; nothing depends on hashing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from ...ir.mesh import Sharding
 from ...ir.ops.names import CONSTANT, IOTA, SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
 from ..cost_model import collective_seconds
-from ..rules import axes_size
+from ..rules import axes_size, rule_of
 from .strategies import Strategy, layouts, op_strategies
 
 
@@ -41,10 +42,23 @@ class Node:
     ops: list = field(default_factory=list)     # the op and the ops that follow it (merged)
 
 
+class Edge(NamedTuple):
+    """A value made by `src` and read by `dst`: `costs[a, b]` the seconds of resharding it
+    between src's option a and dst's option b, which is `small[made[a], wanted[b]]` over
+    the distinct layouts made and wanted (the solver's variables are those pairs)."""
+    src: Node
+    value: object
+    dst: Node
+    costs: np.ndarray
+    small: np.ndarray
+    made: np.ndarray
+    wanted: np.ndarray
+
+
 @dataclass
 class Problem:
     nodes: list = field(default_factory=list)
-    edges: list = field(default_factory=list)     # (producer node, value, consumer node, costs)
+    edges: list = field(default_factory=list)     # Edges
     inputs: dict = field(default_factory=dict)    # argument position -> node
     outputs: dict = field(default_factory=dict)   # result position -> node
 
@@ -90,10 +104,12 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     (a training step's new parameters): laid out as the argument is, so that the next
     step takes them as they are.
 
-    An elementwise op whose result has the shape of an operand made by a node, and that
-    can be split as that operand is under every option of the node, follows the node:
-    its cost joins the node's options and no choice of its own is made (Alpa's merging
-    of simple ops), which keeps the exact solver in reach of whole training steps."""
+    An op whose result's factors all come from one operand made by a node (elementwise
+    ops, transposes, reshapes, reductions), and that can read that operand as made under
+    every option of the node, follows the node: its cost joins the node's options and it
+    makes no choice of its own (Alpa's merging of simple ops). What is left to choose are
+    the arguments, the contractions, broadcasts and gathers: that keeps the exact solver
+    in reach of whole training steps."""
     ties = ties or {}
     pb = Problem()
     seconds = _Seconds(network)
@@ -147,9 +163,9 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     for node in pb.nodes:
         for v, wants in node.reads:
             src = made_by[v]
-            costs = _edge_costs([m[v] for m in src.makes], wants, v, seconds)
-            if costs.any():
-                pb.edges.append((src, v, node, costs))
+            small, hi, wi = _edge_costs([m[v] for m in src.makes], wants, v, seconds)
+            if small.any():
+                pb.edges.append(Edge(src, v, node, small[np.ix_(hi, wi)], small, hi, wi))
     return pb
 
 
@@ -165,12 +181,13 @@ def _distinct(shardings):
 
 
 def _edge_costs(made, wants, v, seconds):
-    """Seconds from each option's made layout of `v` (settled: a pending sum is the
-    producer's to reduce) to each option's wanted one, computed once per distinct pair."""
+    """Seconds from each distinct made layout of `v` (settled: a pending sum is the
+    producer's to reduce) to each distinct wanted one, and which of them each option makes
+    and wants."""
     have, hi = _distinct([m.replace(partial=()) if m.partial else m for m in made])
     want, wi = _distinct(wants)
     small = np.array([[seconds(a, b, v.shape, v.dtype) for b in want] for a in have])
-    return small[np.ix_(hi, wi)]
+    return small, hi, wi
 
 
 def _pinned(want):
@@ -178,23 +195,26 @@ def _pinned(want):
 
 
 def _follow(op, strategies, made_by, free, machine, network, seconds) -> bool:
-    """Merge `op` into the node making its first same-shaped operand, if under every option
-    of that node it has a strategy reading that operand as made and making its result so."""
-    if len(op.results) != 1 or op.opdef.reduction_kind(op.attrs) is not None:
+    """Merge `op` into the node making an operand that holds every factor of its result
+    (elementwise ops, transposes, reshapes, reductions: that operand's layout decides the
+    result's), if under every option of that node it has a strategy reading the operand
+    as made: the first such (the fewest other axes split)."""
+    if len(op.results) != 1:
         return False
+    rule = rule_of(op)
+    res = {f for fs in rule.results[0] for f in fs}
     r = op.result
     for j, o in enumerate(op.operands):
-        if o in free or o not in made_by or tuple(o.shape) != tuple(r.shape):
+        if o in free or o not in made_by or not res <= {f for fs in rule.operands[j] for f in fs}:
             continue
         node = made_by[o]
         if node.what == "result":
             return False
         by = {}
         for st in strategies:
-            if not st.results[0].partial:
-                by.setdefault(st.operands[j], st)
-        picks = [by.get(m[o].replace(partial=())) for m in node.makes]
-        if any(st is None or st.results[0] != st.operands[j] for st in picks):
+            by.setdefault(st.operands[j], st)
+        picks = [by.get(m[o].replace(partial=()) if m[o].partial else m[o]) for m in node.makes]
+        if any(st is None for st in picks):
             return False
         slots = {}
         for a, (st, m) in enumerate(zip(picks, node.makes)):

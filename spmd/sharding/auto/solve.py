@@ -2,13 +2,15 @@
 arguments' bytes per device within a memory budget.
 
     exact     an integer program (scipy.optimize.milp, HiGHS): a binary per node option,
-              a continuous variable per edge option pair, tied to both ends' binaries
-              (Alpa's formulation), within a time limit
+              a continuous variable per edge pair of distinct layouts (made, wanted), whose
+              margins are the ends' options making / wanting each (Alpa's formulation,
+              on layouts rather than options: far fewer pairs), within a time limit
     refine    where the program is too large for that: each node in graph order takes
-              its cheapest option given the nodes before it, then sweeps in graph order
-              give each node its cheapest option given all its neighbours until none
-              changes (iterated conditional modes); a memory budget enters as a price
-              per byte, doubled until the plan fits
+              its cheapest option given the nodes before it (or every node its unsplit
+              option), then sweeps in graph order give each node its cheapest option
+              given all its neighbours until none changes (iterated conditional modes);
+              a plan from each start; a memory budget enters as a price per byte,
+              doubled until the plan fits
 
 Both are deterministic: ties go to the earlier option (options are listed unsplit first).
 """
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-EXACT_LIMIT = 60_000          # edge option pairs above which `refine` runs instead
+EXACT_LIMIT = 60_000          # edge layout pairs above which `refine` runs instead
 TIME_LIMIT = 10.0             # seconds HiGHS may take
 
 
 def total(pb, choice) -> float:
     t = sum(n.cost[choice[id(n)]] for n in pb.nodes)
-    for u, _, v, c in pb.edges:
-        t += c[choice[id(u)], choice[id(v)]]
+    for e in pb.edges:
+        t += e.costs[choice[id(e.src)], choice[id(e.dst)]]
     return float(t)
 
 
@@ -31,14 +33,17 @@ def memory(pb, choice) -> float:
     return float(sum(n.memory[choice[id(n)]] for n in pb.nodes))
 
 
-def solve(pb, budget=None) -> tuple:
-    """-> ({id(node): option}, method): the plan and "exact" or "refine"."""
-    pairs = sum(e[3].size for e in pb.edges)
-    if pairs <= EXACT_LIMIT:
+def solve(pb, budget=None) -> list:
+    """-> [(method, {id(node): option})]: the exact plan where the problem is small
+    enough, and the two refined ones ("refine greedy", "refine unsplit"), each within the
+    budget where a plan fits it (the model of the whole program judges between them:
+    choose.py)."""
+    out = []
+    if sum(e.small.size for e in pb.edges) <= EXACT_LIMIT:
         got = _exact(pb, budget)
         if got is not None:
-            return got, "exact"
-    return _refine(pb, budget), "refine"
+            out.append(("exact", got))
+    return out + _refine(pb, budget)
 
 
 def _exact(pb, budget):
@@ -49,8 +54,7 @@ def _exact(pb, budget):
         start[id(node)] = n
         n += node.n
     nx = n
-    c = np.concatenate([node.cost for node in pb.nodes] + [e[3].ravel() for e in pb.edges]) \
-        if pb.edges else np.concatenate([node.cost for node in pb.nodes])
+    c = np.concatenate([node.cost for node in pb.nodes] + [e.small.ravel() for e in pb.edges])
     rows, cols, vals, lo, hi = [], [], [], [], []
     r = 0
     for node in pb.nodes:                       # one option per node
@@ -59,21 +63,25 @@ def _exact(pb, budget):
             rows.append(r), cols.append(s + i), vals.append(1.0)
         lo.append(1.0), hi.append(1.0)
         r += 1
-    for u, _, v, cost in pb.edges:              # the pair variables' margins are the ends' choices
-        su, sv = start[id(u)], start[id(v)]
-        nu, nv = cost.shape
+    for e in pb.edges:
+        # a variable per pair of distinct layouts (made, wanted); its margins are the sums of
+        # the ends' options that make / want each layout
+        su, sv = start[id(e.src)], start[id(e.dst)]
+        nh, nw = e.small.shape
         base = n
-        n += nu * nv
-        for i in range(nu):
-            for j in range(nv):
-                rows.append(r), cols.append(base + i * nv + j), vals.append(1.0)
-            rows.append(r), cols.append(su + i), vals.append(-1.0)
+        n += nh * nw
+        for h in range(nh):
+            for w in range(nw):
+                rows.append(r), cols.append(base + h * nw + w), vals.append(1.0)
+            for a in np.flatnonzero(e.made == h):
+                rows.append(r), cols.append(su + int(a)), vals.append(-1.0)
             lo.append(0.0), hi.append(0.0)
             r += 1
-        for j in range(nv):
-            for i in range(nu):
-                rows.append(r), cols.append(base + i * nv + j), vals.append(1.0)
-            rows.append(r), cols.append(sv + j), vals.append(-1.0)
+        for w in range(nw):
+            for h in range(nh):
+                rows.append(r), cols.append(base + h * nw + w), vals.append(1.0)
+            for b in np.flatnonzero(e.wanted == w):
+                rows.append(r), cols.append(sv + int(b)), vals.append(-1.0)
             lo.append(0.0), hi.append(0.0)
             r += 1
     if budget is not None:
@@ -95,37 +103,40 @@ def _exact(pb, budget):
             for node in pb.nodes}
 
 
-def _refine(pb, budget):
-    price = 0.0
-    for _ in range(40):
-        choice = _icm(pb, price)
-        if budget is None or memory(pb, choice) <= budget:
-            return choice
-        price = max(price * 2, 1e-12)
-    return choice
+def _refine(pb, budget) -> list:
+    out = []
+    for how, greedy in (("refine greedy", True), ("refine unsplit", False)):
+        price = 0.0
+        for _ in range(40):
+            c = _icm(pb, price, greedy)
+            if budget is None or memory(pb, c) <= budget:
+                break
+            price = max(price * 2, 1e-12)
+        out.append((how, c))        # (over the budget only where no plan fits: the memory planner says so)
+    return out
 
 
-def _icm(pb, price):
+def _icm(pb, price, greedy=True):
     ins = {id(n): [] for n in pb.nodes}
     outs = {id(n): [] for n in pb.nodes}
     for e in pb.edges:
-        outs[id(e[0])].append(e)
-        ins[id(e[2])].append(e)
+        outs[id(e.src)].append(e)
+        ins[id(e.dst)].append(e)
     choice = {}
-    for node in pb.nodes:                       # greedy, in graph order
+    for node in pb.nodes:                       # greedy, in graph order (or all unsplit)
         t = node.cost + price * node.memory
-        for u, _, _, c in ins[id(node)]:
-            if id(u) in choice:
-                t = t + c[choice[id(u)], :]
-        choice[id(node)] = int(np.argmin(t))
+        for e in ins[id(node)]:
+            if id(e.src) in choice:
+                t = t + e.costs[choice[id(e.src)], :]
+        choice[id(node)] = int(np.argmin(t)) if greedy else 0
     for _ in range(50):                         # then every node against all its neighbours
         changed = False
         for node in pb.nodes:
             t = node.cost + price * node.memory
-            for u, _, _, c in ins[id(node)]:
-                t = t + c[choice[id(u)], :]
-            for _, _, v, c in outs[id(node)]:
-                t = t + c[:, choice[id(v)]]
+            for e in ins[id(node)]:
+                t = t + e.costs[choice[id(e.src)], :]
+            for e in outs[id(node)]:
+                t = t + e.costs[:, choice[id(e.dst)]]
             best = int(np.argmin(t))
             if t[best] < t[choice[id(node)]] - 1e-15:
                 choice[id(node)] = best
