@@ -1,4 +1,4 @@
-"""Eager mode (spmd/eager.py): numpy on spmd.Arrays outside of jit stays sharded.
+"""Eager mode (spmd/eager/): numpy on spmd.Arrays outside of jit stays sharded.
 
 Results are spmd.Arrays with the sharding propagation chose; the collectives the eager
 programs ran are counted (eager.STATS), so a test can say that nothing was gathered;
