@@ -48,8 +48,9 @@ class Runtime(ABC):
 
     @abstractmethod
     def run(self, program, mesh, args: dict) -> dict:
-        """Run `program` (a picklable per-device executable: program(inputs, comm) -> outputs)
-        on every device of `mesh` at once. args: {device: [handle, ...]} for the local
+        """Run `program` (a picklable per-device executable: program(inputs, comm) -> outputs,
+        declaring how many it returns as `program.num_outputs`, as the backends'
+        Executables do) on every device of `mesh` at once. args: {device: [handle, ...]} for the local
         devices; returns {device: [handle, ...]} of the outputs."""
 
     @abstractmethod
