@@ -296,11 +296,11 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    # (a backend may run a permute, or a value known from the rank, natively)
                    lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
                    device_values=_device_values,
-                   blocks_along=_a2a_blocks_along if _name == "all_to_all" else None,
                    collective=Collective(combinable=_combinable, reshards=_reshards,
                                          async_pair=(ALL_REDUCE_START, ALL_REDUCE_DONE) if _reduces else None,
                                          out_may_be_operand=0 if _reduces else None,
-                                         exchange=_name == "collective_permute")))
+                                         exchange=_name == "collective_permute",
+                                         blocks_along=_a2a_blocks_along if _name == "all_to_all" else None)))
 
 # the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP

@@ -50,6 +50,12 @@ class Collective:
     # the operand whose buffer `out` may be (the result written over it: all_reduce reads
     # each block of its operand before it writes that block), or None
     out_may_be_operand: Optional[int] = None
+    # a collective whose result is the blocks it receives laid side by side along a dim
+    # other than the first: attrs -> (the attrs of the same op that lays them along the
+    # first, where its receive buffer is its result; that other dim; the number of
+    # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
+    # they are read (a fused kernel reads them from the receive buffer: no copy).
+    blocks_along: Optional[Callable] = None
 
 
 @dataclass(frozen=True)
@@ -187,12 +193,6 @@ class OpDef:
     # the ref can write its result into an array it is given (`ref(..., out=array)`, of
     # the result's shape and dtype), so a backend can place the result in its memory plan
     takes_out: bool = False
-    # a collective whose result is the blocks it receives laid side by side along a dim
-    # other than the first: attrs -> (the attrs of the same op that lays them along the
-    # first, where its receive buffer is its result; that other dim; the number of
-    # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
-    # they are read (a fused kernel reads them from the receive buffer: no copy).
-    blocks_along: Optional[Callable] = None
 
     # the fields only a collective has (Collective above)
     collective: Collective = NOT_COLLECTIVE
