@@ -369,7 +369,7 @@ def test_eager_ops_on_sharded_arrays(dt):
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_mpi_bf16_all_reduce():
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from spmd.runtime.detect import detect_backend
 from paths import ROOT, SCRIPTS
 
