@@ -29,7 +29,7 @@ fft, cumulative, control flow, sharding_constraint, debug_print) or for the loca
 computation of step 3 (`LOCAL`: iota's positions, dynamic_slice / gather on a split dim
 as a masked local lookup -> a partial result, dynamic_update_slice / scatter as a masked
 local update, no communication). A rule sees the partitioner as a PartitionContext
-(partition_rules/context.py).
+(partition_rules/partition_context.py).
 
 The program is the same on every device: rank-dependent behaviour comes only from
 axis_index, and nothing here loops over devices.

@@ -41,7 +41,7 @@ def test_detect_backend(env, want):
 
 
 def test_detect_is_used_by_init(monkeypatch):
-    import spmd.runtime.context as ctx
+    import spmd.runtime.current_runtime as ctx
     monkeypatch.setenv("SPMD_BACKEND", "nope")
     monkeypatch.setattr(ctx, "_runtime", None)
     with pytest.raises(spmd_error(), match="unknown backend 'nope'"):

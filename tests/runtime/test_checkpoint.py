@@ -390,7 +390,7 @@ print("RAY OK", flush=True)
 @pytest.mark.timeout(180)
 def test_saved_by_the_ray_driver_loads_locally(tmp_path):
     pytest.importorskip("ray")
-    from spmd.runtime.context import BACKENDS
+    from spmd.runtime.current_runtime import BACKENDS
     if "ray" not in BACKENDS:
         pytest.skip("the Ray backend is not in this build yet (issue 5)")
     env = dict(os.environ, PYTHONPATH=ROOT)

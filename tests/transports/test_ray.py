@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 import spmd  # noqa: E402
 from spmd.errors import CollectiveError  # noqa: E402
-from spmd.runtime.context import get_runtime  # noqa: E402
+from spmd.runtime.current_runtime import get_runtime  # noqa: E402
 
 import collective_checks  # noqa: E402
 from paths import ROOT, TESTS

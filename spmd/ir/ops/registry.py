@@ -37,7 +37,7 @@ class Collective:
     combinable: bool = False
     # a collective that may run as two halves, so that computation overlaps it: the names of
     # its start op (operands -> a handle) and done op ((handle, operands) -> its results),
-    # which passes/schedule.py places as early and as late as it can
+    # which passes/schedule_async.py places as early and as late as it can
     async_pair: Optional[tuple] = None
     # a collective in which each member sends one block and receives one (collective_permute,
     # a halo exchange): passes/exchanges_late.py moves it down to its first use, so that
@@ -165,7 +165,7 @@ class OpDef:
     # (only moves elements: copied into every kernel that reads it), "reduction", or None
     # (runs on its own: dots, collectives, indexing)
     fusion: Optional[str] = None
-    # the row of each backend's lowering table that runs the op (backends/llvm/lowering.py
+    # the row of each backend's lowering table that runs the op (backends/llvm/lowering_table.py
     # LOWERINGS; a test checks every op names one): ops that run alike share a row, so a
     # new op of a kind the backends know needs no backend change
     lowering: Optional[str] = None
