@@ -448,7 +448,7 @@ def _warn_gathered(ctx, op, i, rule, have, want):
         warn_gather(ctx.what(), v, have, why, op.loc, dims)
         return
     up = whole_dims_gathered(op, i, [d for d in whole if not want.dim_axes(d)],
-                             getattr(ctx.src, "annotations", {}))
+                             ctx.src.annotations)
     if up is not None:
         u, dims = up
         warn_gather(ctx.what(), u, u.sharding.for_rank(u.ndim), why, op.loc, dims)
