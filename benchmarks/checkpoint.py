@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    if spmd.runtime.context.detect_backend() == "local":
+    if spmd.runtime.current_runtime.detect_backend() == "local":
         spmd.init(num_devices=4)
     else:
         spmd.init()             # mpiexec -n 4: this process is one of the 4 ranks

@@ -1,5 +1,5 @@
 """Training steps whose gradient all-reduces the optimiser buckets and overlaps with the
-backward pass (passes/combine.py, passes/schedule.py): a 2-layer MLP and the GPT
+backward pass (passes/combine.py, passes/schedule_async.py): a 2-layer MLP and the GPT
 example's step at a small size, on a (data, model) mesh. Shared by
 tests/test_async_collectives.py and the MPI script tests/mpi_scripts/async_step.py.
 

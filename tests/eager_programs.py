@@ -1,6 +1,6 @@
 """Plain numpy programs with Python control flow, run eagerly on spmd.Arrays and on numpy
 arrays (the same code): the conjugate-gradient solver and a per-sample k-means. Used by
-tests/test_eager.py and, under mpiexec, tests/mpi_scripts/eager.py."""
+tests/eager/test_eager.py and, under mpiexec, tests/mpi_scripts/eager.py."""
 import numpy as np
 
 

@@ -1,6 +1,6 @@
 """Random programs of numpy views and writes, for the property tests of numpy's write
 semantics under jit (tests/frontend/test_writes_random.py) and in eager mode
-(tests/api/test_eager.py): views (basic indexing with any steps, .T, transpose,
+(tests/eager/test_eager.py): views (basic indexing with any steps, .T, transpose,
 reshape / ravel -- views or copies as numpy decides) and writes through them (setitem
 with basic and advanced keys, in-place operators), over a pool of arrays whose first
 entry is the base. The same program runs on numpy arrays, Tracers or spmd.Arrays.

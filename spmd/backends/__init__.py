@@ -26,7 +26,7 @@ def planned_memory(graph, backend="numpy", donated=()):
     if backend == "llvm":
         from .llvm.plan import plan_program
         from .llvm.memory import memory_profile as planned
-        from .llvm.lowering import writes_into
+        from .llvm.lowering_table import writes_into
         plan = plan_program(graph, donated)
         return planned(graph, plan.steps, plan.memory, writes_into)
     raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy' or 'llvm')")

@@ -43,6 +43,12 @@ class Executable:
     # the caller hands back the argument for it, so it is not copied (Lowered.compile)
     same = {}
 
+    @property
+    def num_outputs(self) -> int:
+        """How many outputs a call returns (a runtime that must ask for each rank's results
+        before it runs, Ray's, reads it: Runtime.run)."""
+        return len(self.graph.outputs)
+
     def __call__(self, inputs, comm=None, into=None):
         """`into`: {output position: array} buffers the caller gives for outputs (of the
         output's shape and dtype, contiguous, dead: read by no one, sharing memory with no

@@ -23,7 +23,7 @@ from ..frontend import reductions as red
 from ..frontend.trace import Tracer, current_trace
 from ..runtime.array import Array
 from ..tree import tree_flatten
-from . import indexing, select
+from . import indexing, mask_select
 from .programs import (WRITES_FIRST, Dynamic, dynamic_scalars, gathered, in_numpy, is_dynamic_scalar, run,
                        warn_gathered, write)
 
@@ -160,12 +160,12 @@ _SELECTING = (np.nonzero, np.argwhere, np.flatnonzero, np.count_nonzero)
 
 
 def _selecting(func, x):
-    """The data-dependent-shape functions (select.py); None: not for this x."""
+    """The data-dependent-shape functions (mask_select.py); None: not for this x."""
     if func is np.count_nonzero:
         return run("function", "count_nonzero", _count_nonzero, (x,))
-    if not select.supported(x):
+    if not mask_select.supported(x):
         return None
-    w = select.select(x)                              # np.argwhere(x), split like x's rows
+    w = mask_select.select(x)                              # np.argwhere(x), split like x's rows
     if func is np.argwhere:
         return w
     if func is np.nonzero:

@@ -4,7 +4,7 @@
 An integer index is a program input, bounds-checked here as numpy does, so a per-sample
 loop `for i in range(n): x[i] ...` compiles once; slices, None and ... are static. Basic
 indexing gives a view (views.py), so `row = x[1]; row[2] = 0` writes x as numpy does.
-`x[mask]` with a boolean mask of x's shape selects on each device (select.py); a write
+`x[mask]` with a boolean mask of x's shape selects on each device (mask_select.py); a write
 `x[key] = v` runs the traced write on x's root (programs.write).
 """
 from __future__ import annotations
@@ -15,18 +15,18 @@ from ..errors import TraceError
 from ..frontend import indexing
 from ..frontend.trace import Tracer, current_trace
 from ..runtime.array import Array
-from . import select
+from . import mask_select
 from .programs import Dynamic, in_numpy, is_dynamic_scalar, numpy_setitem, run, write
 
 
 def getitem(x, key):
     if _is_mask(key):
-        if key.shape == x.shape[:key.ndim] and select.supported(x):
-            return select.select(x, key)         # local selections, counts all-gathered
+        if key.shape == x.shape[:key.ndim] and mask_select.supported(x):
+            return mask_select.select(x, key)         # local selections, counts all-gathered
         return in_numpy("operator", "getitem", (x, key), {}, "boolean mask indexing with a mask of x's "
                         "trailing dims, or x split along a dim other than the first")
     ks = key if isinstance(key, tuple) else (key,)
-    if ks and _is_mask(ks[0]) and _is_basic(ks[1:]) and select.supported(x):
+    if ks and _is_mask(ks[0]) and _is_basic(ks[1:]) and mask_select.supported(x):
         # x[mask, rest...] is x[:, ..., rest...][mask]: the rest selects a view, the mask its leading dims
         return getitem(getitem(x, (slice(None),) * ks[0].ndim + tuple(ks[1:])), ks[0])
     return run("operator", "getitem", _getitem, (x,) + program_key(x, key),

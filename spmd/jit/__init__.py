@@ -2,7 +2,7 @@
 arguments -> a traced Graph -> every stage's Graph (a `Lowered`) -> a declared Program
 the runtime runs. Nothing outside this package reads or writes a Lowered's or a
 Jitted's attributes: the runtime gets a Program (runtime/program.py), sharding/ gets
-plain values (sharding/annotate.py's Given), explain and report get the stages' graphs.
+plain values (sharding/jit_shardings.py's Given), explain and report get the stages' graphs.
 
 (`spmd.jit`, the user's function, is api.jit: the package is imported before it, so the
 name spmd.jit stays the function.)

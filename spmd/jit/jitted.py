@@ -62,9 +62,9 @@ class Jitted:
         both = set(self.static_argnums) & set(self.donate_argnums)
         if both:
             raise SpmdError(f"spmd.jit: argument(s) {sorted(both)} are both static and donated")
-        # what sharding/annotate.py is told of this function: plain values (sharding/ and
+        # what sharding/jit_shardings.py is told of this function: plain values (sharding/ and
         # the compiler are loaded when a function is first traced, not with spmd)
-        from ..sharding.annotate import Given
+        from ..sharding.jit_shardings import Given
         self.given = Given(fn, in_shardings, out_shardings, mesh, self.static_argnums)
         self._cache = {}
         functools.update_wrapper(self, fn)
@@ -93,7 +93,7 @@ class Jitted:
         if self.fallback and not any(isinstance(x, ShapeDtype) for x in leaves):
             oracle = gb.Oracle(fname, known, lambda g, v: self._lower_cone(args, leaves, g, v), leaves)
         graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh, oracle)
-        from ..sharding.annotate import resolve_shardings
+        from ..sharding.jit_shardings import resolve_shardings
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, graph, out_tree)
         graph.mesh = mesh
         auto = None
@@ -125,7 +125,7 @@ class Jitted:
     def _lower_cone(self, args, leaves, graph, value) -> Lowered:
         """The program computing `value` of the trace `graph` (a graph break's), sharded as
         this call's arguments are, its result replicated."""
-        from ..sharding.annotate import resolve_shardings
+        from ..sharding.jit_shardings import resolve_shardings
         g = gb.cone(graph, value)
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, g, None)
         in_sh[:] = [None if is_auto(s) else s for s in in_sh]     # (a break's part: propagation lays it out)
@@ -210,7 +210,7 @@ class Jitted:
         was placed as a copy (a numpy array, an Array resharded) takes the new value, as
         under jit; the results are spmd.Arrays, as jit's are (by out_shardings, else as
         the eager run left them, values it read back into numpy replicated)."""
-        from ..sharding.annotate import argument_shardings, result_shardings
+        from ..sharding.jit_shardings import argument_shardings, result_shardings
         mesh, shardings = argument_shardings(self.given, args, leaves)
         if mesh is None:
             return self.fn(*args)

@@ -13,7 +13,7 @@ from ..frontend import functionalize as fz
 from ..frontend.trace import ShapeDtype
 from ..ir.mesh import Sharding
 from ..runtime.array import Array, device_put
-from ..runtime.context import get_runtime
+from ..runtime.current_runtime import get_runtime
 
 
 def check_fits_machine(lowered):

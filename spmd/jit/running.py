@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..runtime import consistency
 from ..runtime.array import Array, donated_handles
-from ..runtime.context import get_runtime
+from ..runtime.current_runtime import get_runtime
 from ..runtime.execute import execute
 from .compiling import compile_program
 from .placing import check_fits_machine

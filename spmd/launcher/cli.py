@@ -28,7 +28,7 @@ import os
 import sys
 
 from .hosts import HostsError, describe, parse_hosts, place, ranks_text, read_hostfile
-from ..transports.mpi.mpi_launch import find_mpiexec, mpiexec_command  # noqa: F401 - find_mpiexec is used by tests and benchmarks
+from ..transports.mpi.mpi_launch import mpiexec_command
 
 BACKENDS = ("local", "mpi", "ray")
 RANK_PARENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")

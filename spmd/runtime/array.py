@@ -191,7 +191,7 @@ def device_put(x, sharding, runtime=None) -> Array:
     value is assembled and split again (inside jit, reshards are planned collectives).
     An Array that already has `sharding` is returned as it is.
     """
-    from .context import get_runtime
+    from .current_runtime import get_runtime
     if not isinstance(sharding, Sharding):
         raise ShardingError(f"spmd.device_put takes a Sharding (mesh.sharding(...)), got {sharding!r}")
     if sharding.partial:

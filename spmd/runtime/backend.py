@@ -10,7 +10,7 @@ local and mpi, a Ray ObjectRef for ray. A shard always has the padded local shap
 Shards are immutable once placed: `put` may keep the array it is given without copying,
 and `run` may hand a handle to several programs.
 
-The current runtime is chosen by spmd.init (runtime/context.py); spmd.Array (array.py) and
+The current runtime is chosen by spmd.init (runtime/current_runtime.py); spmd.Array (array.py) and
 jit's run step (execute.py) are written against this class only.
 """
 from __future__ import annotations
@@ -48,8 +48,9 @@ class Runtime(ABC):
 
     @abstractmethod
     def run(self, program, mesh, args: dict) -> dict:
-        """Run `program` (a picklable per-device executable: program(inputs, comm) -> outputs)
-        on every device of `mesh` at once. args: {device: [handle, ...]} for the local
+        """Run `program` (a picklable per-device executable: program(inputs, comm) -> outputs,
+        declaring how many it returns as `program.num_outputs`, as the backends'
+        Executables do) on every device of `mesh` at once. args: {device: [handle, ...]} for the local
         devices; returns {device: [handle, ...]} of the outputs."""
 
     @abstractmethod

@@ -59,7 +59,7 @@ from ..ir.mesh import Sharding
 from ..tree import broadcast_prefix, tree_flatten, tree_unflatten
 from . import checkpoint_index as cx
 from .array import Array
-from .context import get_runtime
+from .current_runtime import get_runtime
 
 INDEX = "index.json"
 # files written / read at once: I/O and sha256 release the GIL, but more threads than cores

@@ -21,7 +21,7 @@ from ..ir.mesh import Sharding
 from ..tree import tree_map
 from .array import Array, device_put, padded
 from .consistency import value_hash
-from .context import get_runtime
+from .current_runtime import get_runtime
 
 
 def process_allgather(x, tiled=False):

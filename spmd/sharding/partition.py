@@ -29,7 +29,7 @@ fft, cumulative, control flow, sharding_constraint, debug_print) or for the loca
 computation of step 3 (`LOCAL`: iota's positions, dynamic_slice / gather on a split dim
 as a masked local lookup -> a partial result, dynamic_update_slice / scatter as a masked
 local update, no communication). A rule sees the partitioner as a PartitionContext
-(partition_rules/context.py).
+(partition_rules/partition_context.py).
 
 The program is the same on every device: rank-dependent behaviour comes only from
 axis_index, and nothing here loops over devices.
@@ -448,7 +448,7 @@ def _warn_gathered(ctx, op, i, rule, have, want):
         warn_gather(ctx.what(), v, have, why, op.loc, dims)
         return
     up = whole_dims_gathered(op, i, [d for d in whole if not want.dim_axes(d)],
-                             getattr(ctx.src, "annotations", {}))
+                             ctx.src.annotations)
     if up is not None:
         u, dims = up
         warn_gather(ctx.what(), u, u.sharding.for_rank(u.ndim), why, op.loc, dims)

@@ -38,7 +38,7 @@ def collectives(graph) -> list:
                     "in_shape": tuple(x.shape), "out_shape": tuple(r.shape), "dtype": x.dtype,
                     "bytes": max(x.size, r.size) * item, "runs": runs, "loc": op.loc})
         if op.opdef.collective.phase == "start":
-            out[-1]["async"] = True         # overlapped with computation (passes/schedule.py)
+            out[-1]["async"] = True         # overlapped with computation (passes/schedule_async.py)
         if inside is not None:
             out[-1]["inside"] = inside
     return out

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from paths import ROOT, SCRIPTS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec"),

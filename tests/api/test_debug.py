@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 import spmd
 from paths import ROOT, SCRIPTS
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 
 MESH = spmd.Mesh((2, 2), ("a", "b"))
 

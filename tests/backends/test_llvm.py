@@ -416,7 +416,7 @@ def test_reversed_dims_inside_kernels():
     """reverse is index arithmetic in a fused kernel (a coefficient of -1): reversed
     inputs and computed values, composed with transposes and slices, one kernel."""
     from spmd.backends.llvm.fuse import fuse
-    from spmd.backends.llvm.lowering import fusible
+    from spmd.backends.llvm.lowering_table import fusible
     from spmd.ir import Graph
     rng = np.random.default_rng(3)
     x = rng.standard_normal((5, 7))
@@ -441,7 +441,7 @@ def test_rolled_dims_inside_kernels():
     """roll is two guarded stretches of its operand in a fused kernel: the Game of Life's
     neighbour count by np.roll is one kernel, numpy's integers bit for bit."""
     from spmd.backends.llvm.fuse import fuse
-    from spmd.backends.llvm.lowering import fusible
+    from spmd.backends.llvm.lowering_table import fusible
     from spmd.ir import Graph
     rng = np.random.default_rng(4)
     x = rng.integers(0, 2, (9, 7)).astype(np.int64)

@@ -1,9 +1,9 @@
 """Each backend's lowering table against the registry: the numpy backend lowers every op by
-its numpy reference; the LLVM backend's table (backends/llvm/lowering.py) has a row for
+its numpy reference; the LLVM backend's table (backends/llvm/lowering_table.py) has a row for
 every op, each row lowers its ops natively or says why they run through numpy, and the
 fused rows are the ops fusion treats as kernel members."""
 from spmd.backends.llvm.emitters import emit_elementwise
-from spmd.backends.llvm.lowering import LOWERINGS, fusible, lowering_of
+from spmd.backends.llvm.lowering_table import LOWERINGS, fusible, lowering_of
 from spmd.backends.llvm.steps import run_reference
 from spmd.ir import REGISTRY, Graph
 from spmd.ir.ops.names import ADD, DIVIDE

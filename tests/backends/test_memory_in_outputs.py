@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 import spmd
 from spmd.backends import compile_graph
 from spmd.backends.llvm import compile_llvm
-from spmd.backends.llvm.lowering import writes_into
+from spmd.backends.llvm.lowering_table import writes_into
 from spmd.ir import Graph
 from spmd.ir.ops.names import (
     ADD, CONCATENATE, CUMULATIVE, DOT_GENERAL, EXP, MULTIPLY, NEGATE, SUBTRACT, TANH, TRANSPOSE

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import spmd
 from spmd.backends.llvm import native
-from spmd.backends.llvm.lowering import MAX_PIECES
+from spmd.backends.llvm.lowering_table import MAX_PIECES
 from spmd.backends.llvm.schedule import Segment
 
 K = MAX_PIECES + 2          # operands: the join is not fused

@@ -1,5 +1,5 @@
 """Gradient all-reduces in buckets, started early and finished late (issue #15):
-passes/combine.py (buckets of at most SPMD_BUCKET_BYTES), passes/schedule.py
+passes/combine.py (buckets of at most SPMD_BUCKET_BYTES), passes/schedule_async.py
 (all_reduce_start / all_reduce_done placed around independent computation), the local
 communicator's started all-reduces, and the in-flight spans of the SPMD_TRACE timeline.
 MPI: tests/transports/test_mpi.py and tests/runtime/test_multihost.py; Ray: tests/transports/test_ray.py."""

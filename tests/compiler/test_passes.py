@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import spmd
 from spmd.backends import compile_graph
-from spmd.backends.llvm.lowering import fusible
+from spmd.backends.llvm.lowering_table import fusible
 from spmd.compiler.passes import cse, dce, optimize, simplify
 from spmd.backends.llvm.fuse import Kernel, fuse
 from spmd.backends.llvm.memory import plan_memory

@@ -119,7 +119,7 @@ def test_sharding_memo_keeps_the_checks():
 def test_mpi_ranks_share_the_cache(tmp_path):
     """Four ranks of one host lower at once (each writes the entry whole, atomically);
     the next job's ranks all load it and compute the same as the first."""
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")

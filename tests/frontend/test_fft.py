@@ -418,7 +418,7 @@ def test_errors_name_the_line():
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 def test_distributed_fft2_under_mpiexec():
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")

@@ -146,7 +146,7 @@ def test_kernels_call_no_conversion_libcall(f16_path):
     """The JIT resolves only symbols of this process: no __extendhfsf2 / __truncsfhf2."""
     from spmd.backends.llvm.codegen import kernel_ir
     from spmd.backends.llvm.fuse import fuse
-    from spmd.backends.llvm.lowering import fusible
+    from spmd.backends.llvm.lowering_table import fusible
     from spmd.ir import Graph
     g = Graph("k")
     x = g.add_input((8,), "float16")
@@ -369,7 +369,7 @@ def test_eager_ops_on_sharded_arrays(dt):
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_mpi_bf16_all_reduce():
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from spmd.transports.mpi.mpi_watchdog import ABORT_GRACE
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from paths import ROOT, SCRIPTS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec"),

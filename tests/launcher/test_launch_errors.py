@@ -8,7 +8,7 @@ import time
 import pytest
 
 from paths import ROOT, SCRIPTS
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 
 MPIEXEC = find_mpiexec()
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec"), pytest.mark.timeout(90)]

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from spmd.runtime.detect import detect_backend
 from paths import ROOT, SCRIPTS
 
@@ -41,7 +41,7 @@ def test_detect_backend(env, want):
 
 
 def test_detect_is_used_by_init(monkeypatch):
-    import spmd.runtime.context as ctx
+    import spmd.runtime.current_runtime as ctx
     monkeypatch.setenv("SPMD_BACKEND", "nope")
     monkeypatch.setattr(ctx, "_runtime", None)
     with pytest.raises(spmd_error(), match="unknown backend 'nope'"):

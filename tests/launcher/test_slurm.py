@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from spmd.errors import SpmdError
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from spmd.runtime.detect import detect_backend, expand_nodelist, launcher_world
 from paths import ROOT, SCRIPTS
 

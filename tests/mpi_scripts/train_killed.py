@@ -28,7 +28,7 @@ train_gpt.batches = batches
 losses = train_gpt.main(sys.argv[1:])
 if spmd.process_index() == 0:
     print("LOSSES", json.dumps([float(v) for v in losses]), flush=True)
-    rt = spmd.runtime.context.get_runtime()
+    rt = spmd.runtime.current_runtime.get_runtime()
     if rt.name == "ray":                  # where each rank actor ran, by node address
         import ray
         ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}

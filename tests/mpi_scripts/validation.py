@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 import spmd
-from spmd.runtime.context import get_runtime
+from spmd.runtime.current_runtime import get_runtime
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import validation_programs as vp  # noqa: E402

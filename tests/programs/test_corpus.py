@@ -12,7 +12,7 @@ import pytest
 
 import corpus
 from paths import ROOT, SCRIPTS
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 
 # programs spmd cannot run yet: the minimal reproduction and its error
 XFAIL = {

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from paths import ROOT
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 
 N = 2                    # devices (ranks): the machine has 2 cores
 

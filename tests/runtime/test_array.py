@@ -134,7 +134,7 @@ def test_python_protocols():
     assert repr(a) == "Array([ 1.5, -2. ,  3. ], dtype=float32, sharding={x})"
     big = spmd.device_put(np.arange(6.0).reshape(2, 3), mesh.sharding(None, "x"))
     assert repr(big) == "Array([[0., 1., 2.],\n       [3., 4., 5.]], sharding={_, x})"
-    # operators run eagerly, sharded (spmd/eager.py), and return spmd.Arrays
+    # operators run eagerly, sharded (spmd/eager/), and return spmd.Arrays
     x = np.array([1.5, -2.0, 3.0], np.float32)
     for got, want in [(a + 1, x + 1), (1 - a, 1 - x), (a * a, x * x), (a / 2, x / 2), (2 ** a, 2 ** x),
                       (-a, -x), (abs(a), abs(x)), (a @ a, x @ x), (a > 0, x > 0), (a == x, x == x),

@@ -273,7 +273,7 @@ def test_train_gpt_resumed_gives_the_same_losses(tmp_path, mesh):
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_saved_under_mpiexec_loads_locally(tmp_path):
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     exe = find_mpiexec()
     if exe is None:
         pytest.skip("no mpiexec")
@@ -303,7 +303,7 @@ def test_saved_under_mpiexec_loads_locally(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_rank_killed_mid_save_under_mpiexec_leaves_the_previous_checkpoint(tmp_path):
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     exe = find_mpiexec()
     if exe is None:
         pytest.skip("no mpiexec")
@@ -347,7 +347,7 @@ def test_rank_killed_during_training_under_mpi_ends_the_run_then_it_resumes(tmp_
     """Rank 1 is SIGKILLed before step 5 of 7 (checkpoints every 2 steps): every rank
     stops promptly, the message names rank 1, and a second run resumes from the step-3
     checkpoint with the losses of an uninterrupted run, bit for bit."""
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")
     p, out, _, full = _spmd_run_gpt([])
@@ -390,7 +390,7 @@ print("RAY OK", flush=True)
 @pytest.mark.timeout(180)
 def test_saved_by_the_ray_driver_loads_locally(tmp_path):
     pytest.importorskip("ray")
-    from spmd.runtime.context import BACKENDS
+    from spmd.runtime.current_runtime import BACKENDS
     if "ray" not in BACKENDS:
         pytest.skip("the Ray backend is not in this build yet (issue 5)")
     env = dict(os.environ, PYTHONPATH=ROOT)

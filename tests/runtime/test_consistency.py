@@ -9,7 +9,7 @@ import pytest
 import spmd
 from spmd.jit import running
 from spmd.runtime import consistency
-from spmd.runtime.context import get_runtime
+from spmd.runtime.current_runtime import get_runtime
 
 
 class TwoProcesses:

@@ -13,7 +13,7 @@ import pytest
 
 import spmd
 from spmd.backends.llvm import native
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from spmd.runtime import blas
 from paths import ROOT, SCRIPTS
 

@@ -36,7 +36,7 @@ def test_checkpoint_talks_to_mpi_only_through_the_runtime():
 
 # the modules outside spmd/transports/ that may name a transport's package: where the
 # runtime of a backend is picked, and where `spmd run` / `spmd doctor` launch one
-PICKS_A_TRANSPORT = {"runtime/context.py", "launcher/cli.py", "launcher/doctor.py"}
+PICKS_A_TRANSPORT = {"runtime/current_runtime.py", "launcher/cli.py", "launcher/doctor.py"}
 LIBRARY_OF = {"mpi": "mpi4py", "ray": "ray"}
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from paths import ROOT, SCRIPTS
 
 MPIEXEC = find_mpiexec()

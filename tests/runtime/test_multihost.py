@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from paths import ROOT, SCRIPTS
 
 SCRIPT = os.path.join(SCRIPTS, "multihost.py")

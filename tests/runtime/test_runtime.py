@@ -21,7 +21,7 @@ from spmd.ir.ops.names import (
     ADD, ALL_GATHER, ALL_REDUCE, AXIS_INDEX, BROADCAST_IN_DIM, COMPARE, CONSTANT, IOTA, MULTIPLY,
     NEGATE, REDUCE, RESHAPE, SELECT, SLICE
 )
-from spmd.runtime import context as rinit
+from spmd.runtime import current_runtime as rinit
 from spmd.runtime.execute import execute as run_program
 from spmd.runtime.program import make_program
 from spmd.transports.local.local_runtime import LocalRuntime

@@ -10,7 +10,7 @@ import pytest
 
 import collective_checks
 import spmd
-from spmd.launcher.cli import find_mpiexec
+from spmd.transports.mpi.mpi_launch import find_mpiexec
 from paths import ROOT, SCRIPTS, TESTS
 
 MPIEXEC = find_mpiexec()

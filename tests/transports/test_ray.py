@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 import spmd  # noqa: E402
 from spmd.errors import CollectiveError  # noqa: E402
-from spmd.runtime.context import get_runtime  # noqa: E402
+from spmd.runtime.current_runtime import get_runtime  # noqa: E402
 
 import collective_checks  # noqa: E402
 from paths import ROOT, TESTS
@@ -225,7 +225,7 @@ def test_half_dtypes_travel_and_sum_as_on_every_backend(cluster):
 
 
 def test_eager_numpy_on_arrays_in_the_actors(cluster):
-    """Eager mode (spmd/eager.py) on Ray: CG with a Python while loop, the shards staying
+    """Eager mode (spmd/eager/) on Ray: CG with a Python while loop, the shards staying
     in the actors; the same iterates as numpy."""
     from eager_programs import cg, spd_problem
     mesh = spmd.Mesh((4,), ("x",))

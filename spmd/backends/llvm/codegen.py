@@ -35,7 +35,7 @@ from .fuse import PARALLEL_WORK, Kernel, splat
 from .index_sets import INTS, UNKNOWN, DeviceValues, Pos, InRange, anywhere, bounds, breakpoints, capped, decided, \
     each, known, tests, truth
 from .index_sets import intervals as cut
-from .lowering import lowering_of
+from .lowering_table import lowering_of
 from .scalar import HALFS, LL, MEM, SIZE, SV, ScalarBuilder, Unsupported, compute_dtype, literal
 
 BIG_WORK, BIG_LOOP = 1 << 14, 64

@@ -1,5 +1,5 @@
 """How each kind of op computes one element inside a fused kernel: the `emit` entries of
-the lowering table (lowering.py).
+the lowering table (lowering_table.py).
 
 An emitter is `(cg, op, v, amap) -> (SV, scope)`: the value of op's result v at the index
 map `amap` (an affine function of the open loop variables, one (terms, const) per dim of

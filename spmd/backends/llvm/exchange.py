@@ -49,7 +49,7 @@ def note_op(op) -> int:
     """The id a native collective's instruction reports when it stops: the failure names
     the op, its axes and the user's line (ids are the process's: a loop's body is laid
     out inside its caller's block)."""
-    loc = getattr(op, "loc", None)
+    loc = op.loc
     what = f"{op.name} over {tuple(op.attrs['axes'])}" + (f" at {loc}" if loc else "")
     with _noted_lock:
         _noted.append((what, tuple(op.attrs["axes"])))

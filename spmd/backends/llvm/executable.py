@@ -1,6 +1,6 @@
 """Run a planned program (plan.py): native kernels called through ctypes (which releases
 the GIL), with the outer loop of large kernels split over a thread pool; every other step
-as its row of the lowering table says (lowering.py): dot_general through BLAS into a
+as its row of the lowering table says (lowering_table.py): dot_general through BLAS into a
 preallocated output with the operands' transposes folded into the call; collectives and
 every op without a native lowering through its numpy reference.
 
@@ -27,7 +27,7 @@ from ...ir import Graph
 from ...tools import timeline
 from ..executor import Executable, op_label
 from .jit import InvalidModule, compile_ir
-from .lowering import lowering_of, writes_into
+from .lowering_table import lowering_of, writes_into
 from .memory import memory_profile
 from . import native
 from .native import cores

@@ -148,12 +148,12 @@ def whole(r, root) -> bool:
 
 def packed(graph, fusible) -> set:
     """Values re-indexed out of their operand's order (a transpose) that a collective
-    moving blocks between dims sends (OpDef.blocks_along: the sharded transpose's
+    moving blocks between dims sends (OpDef.collective.blocks_along: the sharded transpose's
     all_to_all): each is made by a kernel of its own, straight into the buffer the
     collective sends (tiled where it reads across rows: codegen.py), rather than left a
     strided view for the collective to copy. (Other collectives read such a view in the
     one pass that copies it: the local runtime's, an all_reduce's into its result.)"""
-    sent = {o for op in graph.ops if op.opdef.blocks_along is not None for o in op.operands}
+    sent = {o for op in graph.ops if op.opdef.collective.blocks_along is not None for o in op.operands}
     out = set()
     for op in graph.ops:
         if len(op.results) != 1 or not reindexes(op) or op.opdef.reindex.index_map is None or not fusible(op):

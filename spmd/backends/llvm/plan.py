@@ -19,7 +19,7 @@ from ...ir import Graph
 from .codegen import kernel_ir
 from .emitters import Split
 from .fuse import FusionPlan, Kernel, fuse, reindexes
-from .lowering import fusible, overwrites, same_bytes, writes_into
+from .lowering_table import fusible, overwrites, same_bytes, writes_into
 from .memory import MemoryPlan, plan_memory
 from . import native
 

@@ -3,7 +3,7 @@ see native.py) and the steps that run in Python between them (collectives, ops w
 native lowering, kernels big enough to split over threads).
 
 Built once per executable and thread count: which steps join segments (the lowering
-table's `native` entry of each step, lowering.py), the layout of the segments' argument
+table's `native` entry of each step, lowering_table.py), the layout of the segments' argument
 blocks, the scratch they need, and when each value is dropped.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from . import native
 from .exchange import FromComm, noted_op
-from .lowering import lowering_of
+from .lowering_table import lowering_of
 from .plan import KernelStep
 from .reorder import Instr, reorder
 from .steps import FREE, Here, Scratch

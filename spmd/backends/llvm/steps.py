@@ -1,5 +1,5 @@
 """How a step that runs on its own (not inside a fused kernel) runs: the `native`,
-`run` and `prepare` entries of the lowering table (lowering.py).
+`run` and `prepare` entries of the lowering table (lowering_table.py).
 
 - `native(sched, op)`: the step as instructions of a native segment (schedule.py): a list
   of `(function address, argument entries)`, FREE (nothing to run: the value is read

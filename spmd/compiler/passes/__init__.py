@@ -16,7 +16,7 @@ from .late_reads import recompute_late_reads  # noqa: F401
 from .regather import regather  # noqa: F401
 from .remat import rematerialize  # noqa: F401
 from .roll import roll_loops  # noqa: F401
-from .schedule import schedule_async  # noqa: F401
+from .schedule_async import schedule_async  # noqa: F401
 from .simplify import simplify  # noqa: F401
 
 

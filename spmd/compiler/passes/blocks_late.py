@@ -4,7 +4,7 @@ them out of its receive buffer into the result. Here it lays them along the firs
 instead, where the receive buffer is the result (MPI receives straight into it), and the
 blocks are concatenated along the other dim where they are read: a fused kernel reads
 each block from the receive buffer at its place (guarded loads, one region per block), so
-the unpacking copy is gone. The op says how (OpDef.blocks_along); where the reader is
+the unpacking copy is gone. The op says how (OpDef.collective.blocks_along); where the reader is
 not a kernel, the concatenation is a copy of its own, the one it replaces.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ MAX_BLOCKS = 8           # more blocks than a fused concatenation reads (backend
 
 
 def blocks_late(graph: Graph) -> Graph:
-    rules = [(op, op.opdef.blocks_along(op.attrs)) for op in graph.ops if op.opdef.blocks_along is not None]
+    rules = [(op, op.opdef.collective.blocks_along(op.attrs)) for op in graph.ops
+             if op.opdef.collective.blocks_along is not None]
     if not any(got is not None and got[2] <= MAX_BLOCKS for _, got in rules):
         return graph
     got_of = dict(rules)

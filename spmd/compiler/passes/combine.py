@@ -14,7 +14,7 @@ own). A bucket's operands are flattened and concatenated, reduced once, and each
 is a slice of the reduced buffer (the slices fuse into the kernels that use them, so
 they cost nothing). The combined all_reduce stands where its last member stood: as soon
 as the bucket's gradients are ready; what used an earlier member's result before that
-point moves after it. passes/schedule.py then splits each into a start, placed there,
+point moves after it. passes/schedule_async.py then splits each into a start, placed there,
 and a done, placed before the first use, so that the rest of the backward pass runs
 while the bucket is reduced. Every rank runs the same passes on the same program, so
 the collectives stay in the same order on all ranks.

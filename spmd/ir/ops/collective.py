@@ -24,7 +24,7 @@ rank's index in its group:
     all_reduce_done(h, x) {axes, reduction, group_size}           -> x.shape
 
 The last two are an all_reduce in two halves (XLA's async start/done pair), made by
-passes/schedule.py after the combiner: the start hands x to the communicator and returns
+passes/schedule_async.py after the combiner: the start hands x to the communicator and returns
 at once with a handle (this rank's number for the call in flight); the done waits for it
 and returns the reduced array. The done takes x too, so that x stays alive (its buffer
 neither freed nor reused) while the reduction is in flight. Every rank starts them in
@@ -296,13 +296,13 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    # (a backend may run a permute, or a value known from the rank, natively)
                    lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
                    device_values=_device_values,
-                   blocks_along=_a2a_blocks_along if _name == "all_to_all" else None,
                    collective=Collective(combinable=_combinable, reshards=_reshards,
                                          async_pair=(ALL_REDUCE_START, ALL_REDUCE_DONE) if _reduces else None,
                                          out_may_be_operand=0 if _reduces else None,
-                                         exchange=_name == "collective_permute")))
+                                         exchange=_name == "collective_permute",
+                                         blocks_along=_a2a_blocks_along if _name == "all_to_all" else None)))
 
-# the halves of an all_reduce (passes/schedule.py): they exist only in optimised programs,
+# the halves of an all_reduce (passes/schedule_async.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP
 register(OpDef("all_reduce_start", family="collective", infer=_ars_infer, ref=_ars_ref, factors=None, flops=_no_flops,
                dtypes=ALL, needs_comm=True, lowering="communicate",

@@ -37,7 +37,7 @@ class Collective:
     combinable: bool = False
     # a collective that may run as two halves, so that computation overlaps it: the names of
     # its start op (operands -> a handle) and done op ((handle, operands) -> its results),
-    # which passes/schedule.py places as early and as late as it can
+    # which passes/schedule_async.py places as early and as late as it can
     async_pair: Optional[tuple] = None
     # a collective in which each member sends one block and receives one (collective_permute,
     # a halo exchange): passes/exchanges_late.py moves it down to its first use, so that
@@ -50,6 +50,12 @@ class Collective:
     # the operand whose buffer `out` may be (the result written over it: all_reduce reads
     # each block of its operand before it writes that block), or None
     out_may_be_operand: Optional[int] = None
+    # a collective whose result is the blocks it receives laid side by side along a dim
+    # other than the first: attrs -> (the attrs of the same op that lays them along the
+    # first, where its receive buffer is its result; that other dim; the number of
+    # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
+    # they are read (a fused kernel reads them from the receive buffer: no copy).
+    blocks_along: Optional[Callable] = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ class OpDef:
     # (only moves elements: copied into every kernel that reads it), "reduction", or None
     # (runs on its own: dots, collectives, indexing)
     fusion: Optional[str] = None
-    # the row of each backend's lowering table that runs the op (backends/llvm/lowering.py
+    # the row of each backend's lowering table that runs the op (backends/llvm/lowering_table.py
     # LOWERINGS; a test checks every op names one): ops that run alike share a row, so a
     # new op of a kind the backends know needs no backend change
     lowering: Optional[str] = None
@@ -187,12 +193,6 @@ class OpDef:
     # the ref can write its result into an array it is given (`ref(..., out=array)`, of
     # the result's shape and dtype), so a backend can place the result in its memory plan
     takes_out: bool = False
-    # a collective whose result is the blocks it receives laid side by side along a dim
-    # other than the first: attrs -> (the attrs of the same op that lays them along the
-    # first, where its receive buffer is its result; that other dim; the number of
-    # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
-    # they are read (a fused kernel reads them from the receive buffer: no copy).
-    blocks_along: Optional[Callable] = None
 
     # the fields only a collective has (Collective above)
     collective: Collective = NOT_COLLECTIVE

@@ -9,7 +9,7 @@ fit (sharding/partition.py): one module per op family, each with tables keyed by
   chosen each factor's split and resharded the operands (iota's positions, the masked
   lookups and updates of a split indexed dim).
 
-Every rule receives the partitioner as a `PartitionContext` (context.py), and uses only
+Every rule receives the partitioner as a `PartitionContext` (partition_context.py), and uses only
 what that declares. The op's own facts (shape rule, factors, linearity, what a split
 reduction leaves) stay on its registry entry (ir/ops/); tests/sharding/
 test_partition_rules.py checks every key here names a registered op.
@@ -17,7 +17,7 @@ test_partition_rules.py checks every key here names a registered op.
 from __future__ import annotations
 
 from . import annotation, control, debug, fft, indexing, reduce, select, shape
-from .context import LocalRule, OpRule, PartitionContext
+from .partition_context import LocalRule, OpRule, PartitionContext
 
 FAMILIES = (annotation, control, debug, fft, indexing, reduce, select, shape)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...ir import Op
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 
 def _sharding_constraint(ctx: PartitionContext, op: Op):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...ir import Op
 from ...ir.ops.names import COND, SCAN, WHILE
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 
 def _tuple(out):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...ir import Op
 from ...ir.ops.names import FFT
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 
 def _ready(kind, last, pending, whole):

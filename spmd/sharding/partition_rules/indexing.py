@@ -11,7 +11,7 @@ from ...ir.ops.names import (
     SELECT, SUBTRACT
 )
 from ...ir.ops.registry import zero_of
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 
 def _clamped_start(ctx, s, n, w):

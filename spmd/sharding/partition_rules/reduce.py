@@ -6,7 +6,7 @@ from ...ir import Op
 from ...ir.ops.names import ADD, BROADCAST_IN_DIM, CUMULATIVE, MAXIMUM, MINIMUM, MULTIPLY
 from ...ir.ops.reduce import identity
 from ...ir.ops.registry import zero_of
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 # the elementwise op that combines two partial results of a cumulative reduction of a kind
 _COMBINE = {"sum": ADD, "prod": MULTIPLY, "max": MAXIMUM, "min": MINIMUM}

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...ir import Op
 from ...ir.ops.names import ALL_GATHER, ALL_REDUCE, ORDER_STATISTIC, SELECT_STEP, SORT
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 SAMPLE = 2048         # sample elements a shard row offers to the guess
 SPREAD = 4            # the guess's candidates: this many standard deviations either side of the target

@@ -13,7 +13,7 @@ from ...ir.ops.names import (
 )
 from ...ir.ops.registry import producer_is, zero_of
 from .. import halo
-from .context import PartitionContext
+from .partition_context import PartitionContext
 
 
 def _iota(ctx: PartitionContext, op: Op, rule, assign, locals_, shardings, have):

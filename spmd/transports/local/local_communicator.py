@@ -59,7 +59,7 @@ native segment of a host's ranks runs on one thread, the last of them to arrive,
 ranks in lockstep (native.py spmd_run_multi: instruction i of each before instruction
 i + 1 of any, so a message between them is posted before it is read), while the others
 sleep until it is done. Ranks of different hosts exchange as before, each host on a core.
-A program whose kernels are all small (schedule.py SMALL_WORK: a 128^2 cavity sweep on
+A program whose kernels are all small (backends/llvm/schedule.py SMALL_WORK: a 128^2 cavity sweep on
 2x2) runs its segments on one host of every rank instead: its exchanges then never wait
 for another thread, which costs more than its work. A host's wait fails as a rendezvous
 does (a rank failed, finished without arriving, the timeout); the hosted segments of

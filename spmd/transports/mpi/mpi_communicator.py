@@ -39,7 +39,7 @@ whose hierarchical all_reduce sums the same way), not those of one host's run.
 
 Both are generators of rounds (transports/mpi/mpi_progress.py): a blocking all_reduce
 makes each round's calls as MPI's blocking collectives; a started one
-(`all_reduce_start` / `wait`, the halves passes/schedule.py makes so that the backward
+(`all_reduce_start` / `wait`, the halves passes/schedule_async.py makes so that the backward
 pass overlaps the gradient reductions) makes them nonblocking, on communicators of its
 own, and it moves from round to round while the rank computes: the executables call
 `progress` between the program's steps (MPICH progresses a nonblocking collective only

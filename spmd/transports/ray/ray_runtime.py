@@ -138,17 +138,6 @@ def _trace_in_actor(on):
         os.environ.pop("SPMD_TRACE", None)
 
 
-def _num_outputs(program):
-    graph = getattr(program, "graph", None)
-    if graph is not None:
-        return len(graph.outputs)
-    n = getattr(program, "num_outputs", None)
-    if n is None:
-        raise SpmdError(f"ray runtime: cannot tell how many outputs {program!r} makes "
-                        f"(give it a `graph` or a `num_outputs` attribute)")
-    return int(n)
-
-
 class RayRuntime(Runtime):
     name = "ray"
 
@@ -252,7 +241,7 @@ class RayRuntime(Runtime):
             raise SpmdError(f"ray runtime: no inputs for device(s) {missing} of {mesh.text()}")
         self._revive()
         key, ref = self._program(program)
-        n_out = _num_outputs(program)
+        n_out = program.num_outputs      # each rank's results are asked for before it runs
         run_id = next(self._run_ids)
         timeout = collective_timeout()
         outs = {}

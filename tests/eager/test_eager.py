@@ -1,4 +1,4 @@
-"""Eager mode (spmd/eager.py): numpy on spmd.Arrays outside of jit stays sharded.
+"""Eager mode (spmd/eager/): numpy on spmd.Arrays outside of jit stays sharded.
 
 Results are spmd.Arrays with the sharding propagation chose; the collectives the eager
 programs ran are counted (eager.STATS), so a test can say that nothing was gathered;
@@ -365,7 +365,7 @@ def test_random_eager_programs_match_numpy(data):
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_eager_programs_under_mpiexec():
-    from spmd.launcher.cli import find_mpiexec
+    from spmd.transports.mpi.mpi_launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
