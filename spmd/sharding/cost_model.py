@@ -86,3 +86,24 @@ def collective_seconds(kind, nbytes, group_size, link: Link) -> float:
     if r == 0 and nbytes <= 0:
         return 0.0
     return link.seconds(nbytes, r)
+
+
+FUSED = ("elementwise", "reindex")
+
+
+def fuses(op) -> bool:
+    """Does `op` run inside a fused kernel (elementwise math, slices, pads, transposes,
+    broadcasts), so that it moves only what enters and leaves the kernel?"""
+    return op.opdef.fusion in FUSED
+
+
+def moved_values(op, read_by_unfused, outputs) -> tuple:
+    """(operands, results) of `op` whose bytes go through memory: all of them for an op
+    that does not fuse; for one that fuses, the operands made outside any fused kernel
+    (arguments, contractions, reductions, collectives) and the results an unfused op or
+    the program's outputs read. `read_by_unfused`: Values some unfused op reads."""
+    if not fuses(op):
+        return list(op.operands), list(op.results)
+    ins = [o for o in op.operands if o.producer is None or not fuses(o.producer)]
+    outs = [r for r in op.results if r in read_by_unfused or r in outputs]
+    return ins, outs

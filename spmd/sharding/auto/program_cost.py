@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import collective_seconds
+from ..cost_model import collective_seconds, fuses, moved_values
 from ..report import collective_ops
 
 # bytes a device receives, per byte of the larger of a collective's buffers
@@ -17,19 +17,21 @@ _RECEIVED = {"all_reduce": lambda g: 2 * (g - 1) / g, "all_gather": lambda g: (g
              "collective_permute": lambda g: 1.0}
 
 
-def _op_seconds(op, machine) -> float:
+def _op_seconds(op, machine, read_by_unfused, outputs) -> float:
     f = op.opdef.flops
     flops = 0.0
     if f is not None and op.results:
         flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    # (an elementwise op is fused with its neighbours: it writes its result, its reads are
-    # its producers' writes; problem.py prices ops alike)
-    vs = list(op.results) if op.opdef.fusion == "elementwise" else list(op.operands) + list(op.results)
-    nbytes = sum(v.size * np.dtype(v.dtype).itemsize for v in vs)
+    ins, outs = moved_values(op, read_by_unfused, outputs)
+    nbytes = sum(v.size * np.dtype(v.dtype).itemsize for v in ins + outs)
     return max(flops / machine.flops, nbytes / machine.bandwidth)
 
 
 def compute_seconds(graph, machine, runs=1) -> float:
+    """Each op's roofline; fused ops move only what enters and leaves their kernel
+    (cost_model.moved_values), as problem.py prices them."""
+    read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
+    outputs = set(graph.outputs)
     t = 0.0
     for op in graph.ops:
         subs = [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
@@ -40,7 +42,7 @@ def compute_seconds(graph, machine, runs=1) -> float:
             continue
         if op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None:
             continue
-        t += runs * _op_seconds(op, machine)
+        t += runs * _op_seconds(op, machine, read_by_unfused, outputs)
     return t
 
 
