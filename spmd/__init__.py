@@ -2,7 +2,8 @@
 from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError, CollectiveError, CheckpointError  # noqa: F401
 from .errors import MemoryLimitError  # noqa: F401
 from .errors import ConcreteValueError, FallbackWarning, ReshardWarning  # noqa: F401
-from .api import jit, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
+from .api import jit, plan, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
+from .sharding.cost_model import Link, Machine, Network  # noqa: F401
 from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .frontend.remat import checkpoint, checkpoint_name, checkpoint_policies  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401

@@ -60,6 +60,20 @@ def jit(fn=None, *, in_shardings=None, out_shardings=None, mesh=None, backend=No
                   write_array=write_back, memory_limit=memory_limit, fallback=fallback, network=network)
 
 
+def plan(fn, *args, mesh, in_shardings=None, out_shardings=None, network=None, memory_limit=None,
+         static_argnums=()):
+    """Plan `fn` for `mesh` on paper: the mesh need not exist here (spmd.Mesh((64, 8),
+    ("data", "model")) is 512 devices), nothing starts and nothing runs. `args` are arrays
+    or spmd.ShapeDtype(shape, dtype). `in_shardings` defaults to spmd.AUTO (spmd chooses);
+    `network` (an spmd.Network) says how the devices are connected (default: this
+    machine's, from `spmd doctor --calibrate`). Returns the Lowered program:
+    `.cost()` the predicted step time, bytes per collective and peak memory per device,
+    `.shardings()` the plan as code, `.report()`, `.memory()`, `.explain()`."""
+    from .ir.mesh import AUTO
+    return Jitted(fn, AUTO if in_shardings is None else in_shardings, out_shardings, mesh, None,
+                  static_argnums, (), memory_limit=memory_limit, fallback=False, network=network).lower(*args)
+
+
 # -- shard, explain, grad: the rest of the user API ----------------------------------------
 def shard(x, sharding):
     """Pin x's sharding. Inside spmd.jit: an annotation propagation must keep. Outside:

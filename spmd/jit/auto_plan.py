@@ -35,10 +35,11 @@ def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_l
     search's choice; -> its AutoPlan."""
     from ..compiler.pipeline import global_program
     from ..sharding.auto import choose
-    from ..sharding.cost_model import Machine, Network
+    from .rates import rates
+    machine, network, _ = rates(network, None, mesh.size)
     ties = next_values(in_tree, out_tree, graph.inputs, graph.outputs) if out_tree is not None else {}
     g = global_program(graph, mesh)
-    plan = choose(g, mesh, list(in_sh), list(out_sh), Machine(), network or Network(), memory_limit,
+    plan = choose(g, mesh, list(in_sh), list(out_sh), machine, network, memory_limit,
                   in_sh.leaves, ties)
     in_sh[:] = plan.in_shardings
     out_sh[:] = plan.out_shardings

@@ -106,6 +106,7 @@ class Jitted:
             out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
         low = lower_graph(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.backend)
         low.auto = auto
+        low.network = self.network
         low.updates = [k for k, _ in graph.updates]
         low.returned = dict(graph.returned)
         low.np_random_state = graph.np_random_state

@@ -42,6 +42,7 @@ class Lowered:
         self.checkpoints = None
         self.runs = None              # how calls run it (running.py: made at the first call)
         self.auto = None              # with spmd.AUTO: the search's AutoPlan (sharding/auto/choose.py)
+        self.network = None           # jit's network= (the cost model's links), or None: this machine's
 
     def as_text(self, stage="optimized", source=False, compact=False):
         """The program at `stage` as text: exact (it parses back) by default;
@@ -76,6 +77,15 @@ class Lowered:
         n_out = len(self.out_shardings) - len(self.updates)
         outs = tree_unflatten(self.out_tree, self.out_shardings[:n_out])
         return PlanShardings(ins, outs)
+
+    def cost(self, network=None, machine=None):
+        """The cost model's prediction of one run, per device (costing.py): `seconds`
+        (compute + communication + a call's fixed cost: no overlap assumed),
+        `compute_seconds`, `comm_seconds`, `step_seconds`, `collectives` (each with its
+        seconds), `peak_bytes` (the memory plan's), and the rates used and their `source`
+        (given, `spmd doctor --calibrate`'s, or defaults). Needs no devices."""
+        from .costing import predict
+        return predict(self, network or self.network, machine)
 
     def report(self) -> dict:
         """Per-device collectives (op, axes, group_size, in/out shapes, dtype, bytes) and

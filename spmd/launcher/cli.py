@@ -75,6 +75,10 @@ def main(argv=None):
     doc = sub.add_parser("doctor", help="check this machine's install; with --hosts, the hosts before a job: "
                                         "reachable, same versions, bandwidth")
     _add_hosts(doc)
+    doc.add_argument("--calibrate", action="store_true",
+                     help="measure this machine's compute, memory and collective rates for the cost model "
+                          "(spmd.AUTO, lowered.cost()) and store them")
+    doc.add_argument("--devices", type=int, default=4, help="with --calibrate: local devices to measure over")
     args = ap.parse_args(argv)
     parser = run if args.cmd == "run" else doc
     try:
@@ -82,6 +86,10 @@ def main(argv=None):
     except HostsError as e:
         parser.error(str(e))
     if args.cmd == "doctor":
+        if args.calibrate:
+            # in a process of its own: calibration starts local devices
+            import subprocess
+            sys.exit(subprocess.call([sys.executable, "-m", "spmd.jit.calibrate", "--devices", str(args.devices)]))
         if hosts is None:
             from .doctor import local_doctor
             sys.exit(local_doctor())

@@ -58,10 +58,12 @@ class Network:
 class Machine:
     """One device's rates: `flops` per second (float32 multiply-adds count two) in a
     kernel that computes (a matrix product), `bandwidth` in bytes per second a streaming
-    kernel reads and writes, and `call` seconds a kernel launch costs."""
+    kernel reads and writes, `call` seconds a kernel launch costs, and `step` the fixed
+    seconds of running a program once (argument checks, the hand-off to the devices)."""
     flops: float = 20e9
     bandwidth: float = 8e9
     call: float = 1e-6
+    step: float = 50e-6
 
     def kernel_seconds(self, flops, nbytes) -> float:
         return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth)

@@ -46,19 +46,31 @@ def compute_seconds(graph, machine, runs=1) -> float:
     return t
 
 
-def comm_seconds(graph, mesh, network) -> float:
-    t = 0.0
+def collective_rows(graph, mesh, network) -> list:
+    """Each collective of the program: op, axes, group_size, bytes (the larger buffer),
+    runs, and its seconds per run on its link."""
+    rows = []
     for op, _, _, runs in collective_ops(graph):
         kind = op.opdef.collective.async_of or op.name
         x = op.operands[0]
         r = x if op.opdef.collective.phase == "start" else op.results[0]
         nbytes = max(x.size, r.size) * np.dtype(x.dtype).itemsize
         g = int(op.attrs["group_size"])
+        axes = tuple(op.attrs["axes"])
         share = _RECEIVED.get(kind, lambda g: 1.0)(g)
-        t += (runs or 1) * collective_seconds(kind, share * nbytes, g, network.link(mesh, tuple(op.attrs["axes"])))
-    return t
+        rows.append({"op": kind, "axes": axes, "group_size": g, "bytes": int(nbytes), "runs": runs,
+                     "seconds": collective_seconds(kind, share * nbytes, g, network.link(mesh, axes)),
+                     "loc": op.loc})
+    return rows
+
+
+def comm_seconds(graph, mesh, network) -> float:
+    return sum((r["runs"] or 1) * r["seconds"] for r in collective_rows(graph, mesh, network))
 
 
 def program_seconds(graph, mesh, machine, network) -> dict:
+    """The model's seconds of one run: compute + communication + the fixed cost of a call
+    (no overlap of computation and communication is assumed)."""
     c, m = compute_seconds(graph, machine), comm_seconds(graph, mesh, network)
-    return {"seconds": c + m, "compute_seconds": c, "comm_seconds": m}
+    return {"seconds": c + m + machine.step, "compute_seconds": c, "comm_seconds": m,
+            "step_seconds": machine.step}

@@ -1,0 +1,120 @@
+"""`spmd doctor --calibrate` (`python -m spmd.jit.calibrate`): this machine's rates for the
+cost model, measured with spmd's own compiled programs and stored for every later process
+(rates.py reads them). It runs in a process of its own: it starts local devices.
+
+    compute     a float32 matrix product on one device: flops per second
+    bandwidth   a fused streaming kernel (a + 2 b) on one device: bytes read and written
+                per second
+    step        the fixed seconds of a jitted call of a tiny program on one device, and
+                on the local devices (step_devices)
+    link        on the local transport's devices (threads of this process, `devices` of
+                them): a chain of dependent all_reduces, small (its latency per round)
+                and large (the bytes a device receives per second)
+
+Each figure is the median of several runs, taken after a warm-up; the whole takes a few
+seconds (`quick=True`: smaller sizes, for tests). The rates are of this machine as it
+is: on a machine shared with other work they are what that work leaves.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .rates import path
+
+
+def _median_seconds(fn, args, runs):
+    fn(*args)
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _chain(k):
+    def f(x):
+        for _ in range(k):
+            x = x + x.sum(axis=0) * 1e-6
+        return x
+    return f
+
+
+def measure(devices=4, quick=False) -> dict:
+    import spmd
+    runs = 3 if quick else 7
+    n = 256 if quick else 1024
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    t = _median_seconds(spmd.jit(lambda x, y: x @ y), (a, a), runs)
+    flops = 2.0 * n ** 3 / t
+    m = (1 << 18) if quick else (1 << 23)
+    x = np.ones(m, np.float32)
+    t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y), (x, x), runs)
+    bandwidth = 3.0 * m * 4 / t
+    tiny = np.ones(4, np.float32)
+    step = _median_seconds(spmd.jit(lambda x: x + 1.0), (tiny,), runs * 3)
+    out = {"machine": {"flops": flops, "bandwidth": bandwidth, "step": step}, "devices": devices,
+           "transport": "local", "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if devices > 1:
+        spmd.init(backend="local", num_devices=devices)
+        mesh = spmd.Mesh((devices,), ("x",))
+        row = mesh.sharding("x", None)
+        tiny = spmd.device_put(np.ones((devices, 4), np.float32), row)
+        out["machine"]["step_devices"] = _median_seconds(
+            spmd.jit(lambda x: x + 1.0, in_shardings=row, out_shardings=row), (tiny,), runs * 3)
+        rounds = 2 * int(np.ceil(np.log2(devices)))
+        per = {}
+        for cols in (16, (1 << 14) if quick else (1 << 18)):
+            xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
+            t1 = _median_seconds(spmd.jit(_chain(1), in_shardings=row, out_shardings=row), (xs,), runs)
+            t9 = _median_seconds(spmd.jit(_chain(9), in_shardings=row, out_shardings=row), (xs,), runs)
+            per[cols] = max((t9 - t1) / 8, 1e-7)
+        small, large = sorted(per)
+        latency = per[small] / rounds
+        received = 2 * (devices - 1) / devices * large * 4
+        bw = received / max(per[large] - per[small], 1e-7)
+        out["network"] = {"within": {"latency": latency, "bandwidth": bw}}
+    return out
+
+
+def store(rates: dict) -> str:
+    from ..compiler.disk_cache import write_atomic
+    p = path()
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    write_atomic(p, json.dumps(rates, indent=1).encode())
+    return p
+
+
+def calibrate(devices=4, quick=False, out=None) -> int:
+    out = out or sys.stdout
+    rates = measure(devices, quick)
+    p = store(rates)
+    mch = rates["machine"]
+    print(f"compute {mch['flops'] / 1e9:.1f} GFLOP/s, memory {mch['bandwidth'] / 1e9:.1f} GB/s, "
+          f"a call {mch['step'] * 1e6:.0f} us", file=out)
+    if "network" in rates:
+        w = rates["network"]["within"]
+        print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "
+              f"{w['bandwidth'] / 1e9:.2f} GB/s", file=out)
+    print(f"stored in {p}", file=out)
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="measure this machine's rates for spmd's cost model")
+    ap.add_argument("--devices", type=int, default=4, help="local devices the collectives run over")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a rough figure, in a second)")
+    a = ap.parse_args(argv)
+    sys.exit(calibrate(a.devices, a.quick))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""`lowered.cost()`: the cost model's step (sharding/cost_model.py) applied to the program
+every rank runs, with this machine's rates (rates.py)."""
+from __future__ import annotations
+
+from ..sharding.auto.program_cost import collective_rows, program_seconds
+from .rates import rates
+
+
+class Cost(dict):
+    """lowered.cost(): a dict (keys in Lowered.cost's docstring) that prints as a summary."""
+
+    def __str__(self):
+        lines = [f"predicted step: {self['seconds'] * 1e3:.3f} ms per device (compute "
+                 f"{self['compute_seconds'] * 1e3:.3f} ms, communication {self['comm_seconds'] * 1e3:.3f} ms, "
+                 f"a call {self['step_seconds'] * 1e3:.3f} ms; no overlap assumed); peak memory "
+                 f"{self['peak_bytes'] / 2**20:.2f} MiB per device; rates: {self['source']}"]
+        for r in self["collectives"]:
+            lines.append(f"  {r['op']:<18} {','.join(r['axes']):<12} {r['bytes']:>12} bytes "
+                         f"{r['seconds'] * 1e6:9.1f} us" + (f" x{r['runs']}" if (r["runs"] or 1) != 1 else ""))
+        return "\n".join(lines)
+
+
+def predict(low, network=None, machine=None) -> Cost:
+    mesh = low.mesh
+    m, n, source = rates(network, machine, mesh.size if mesh is not None else 1)
+    g = low.graph
+    out = Cost(program_seconds(g, mesh, m, n))
+    out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
+    out["peak_bytes"] = low.memory()["peak_bytes"]
+    out.update(machine=m, network=n, source=source)
+    return out

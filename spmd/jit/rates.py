@@ -1,0 +1,49 @@
+"""The cost model's rates for this process: `network=` / `machine=` where given, else what
+`spmd doctor --calibrate` measured and stored (calibrate.py), else cost_model's defaults;
+`source` says which."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..compiler.disk_cache import cache_dir
+from ..sharding.cost_model import Link, Machine, Network
+
+FILE = "machine.json"
+
+
+def path() -> str:
+    return os.path.join(cache_dir(), FILE)
+
+
+def stored() -> dict | None:
+    """The stored calibration, or None (none, or unreadable: the defaults serve)."""
+    try:
+        with open(path()) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def rates(network=None, machine=None, devices=1) -> tuple:
+    """-> (Machine, Network, source): source "given", "calibrated <date>" or "defaults".
+    A program on more than one device takes the fixed cost of a call measured on several
+    (step_devices), where there is one."""
+    got = stored() if network is None or machine is None else None
+    source = "given" if network is not None and machine is not None else "defaults"
+    if machine is None:
+        m = (got or {}).get("machine")
+        if m:
+            step = m.get("step_devices") if devices > 1 and m.get("step_devices") else m.get("step")
+            machine = Machine(flops=float(m["flops"]), bandwidth=float(m["bandwidth"]),
+                              step=float(step or Machine().step))
+            source = f"calibrated {got.get('measured', '')}".strip()
+        else:
+            machine = Machine()
+    if network is None:
+        n = (got or {}).get("network", {}).get("within")
+        network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]))) if n \
+            else Network()
+    elif source == "defaults" and got is None:
+        source = "network given, machine defaults"
+    return machine, network, source

@@ -1,0 +1,114 @@
+"""The cost model (sharding/cost_model.py), lowered.cost(), spmd.plan on a mesh this machine
+does not have, and `spmd doctor --calibrate`'s stored rates."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import spmd
+from spmd.sharding.cost_model import Link, Machine, Network, collective_seconds, rounds
+
+MESH = spmd.Mesh((2, 2), ("data", "model"))
+pytestmark = pytest.mark.filterwarnings("ignore::spmd.ReshardWarning")
+
+
+def _mlp(p, x):
+    return np.tanh(x @ p["w1"]) @ p["w2"]
+
+
+def _args(b=64, d=32, h=64):
+    rng = np.random.default_rng(0)
+    return ({"w1": rng.standard_normal((d, h)).astype(np.float32),
+             "w2": rng.standard_normal((h, d)).astype(np.float32)}, rng.standard_normal((b, d)).astype(np.float32))
+
+
+def _lower(w1, w2, x, network=None):
+    return spmd.jit(_mlp, in_shardings=({"w1": w1, "w2": w2}, x), network=network).lower(*_args())
+
+
+def test_link_is_across_hosts_where_a_group_spans_them():
+    net = Network(ranks_per_host=2)
+    # ranks are row-major: a "model" group is {0,1} (one host), a "data" group {0,2} (two)
+    assert net.link(MESH, ("model",)) is net.within
+    assert net.link(MESH, ("data",)) is net.across
+    assert net.link(MESH, ("data", "model")) is net.across
+    one = Network()
+    assert one.link(MESH, ("data",)) is one.within              # one host: every group within
+
+
+def test_collective_seconds_grow_with_bytes_and_rounds():
+    link = Link(latency=1e-5, bandwidth=1e9)
+    assert collective_seconds("all_reduce", 2e6, 4, link) > collective_seconds("all_reduce", 1e6, 4, link)
+    assert rounds("all_reduce", 4) == 2 * rounds("all_gather", 4) == 4
+    assert collective_seconds("all_gather", 0, 1, link) == 0.0
+    assert collective_seconds("all_gather", 1e6, 4, link) == pytest.approx(2 * 1e-5 + 1e6 / 1e9)
+    assert Machine(flops=1e9, bandwidth=1e9, call=0).kernel_seconds(2e9, 1e9) == pytest.approx(2.0)
+
+
+def test_cost_agrees_with_report_and_memory():
+    low = _lower(MESH.sharding(None, "model"), MESH.sharding("model", None), MESH.sharding("data", None))
+    c = low.cost()
+    rep = low.report()
+    assert len(c["collectives"]) == len(rep["launched"])
+    assert sorted(r["bytes"] for r in c["collectives"]) == sorted(r["bytes"] for r in rep["launched"])
+    assert c["peak_bytes"] == low.memory()["peak_bytes"]
+    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"])
+    assert "predicted step" in str(c)
+
+
+def test_more_communication_predicts_more_seconds():
+    net = Network(within=Link(latency=1e-4, bandwidth=1e8))
+    megatron = _lower(MESH.sharding(None, "model"), MESH.sharding("model", None), MESH.sharding("data", None), net)
+    # w1 split on its rows: x must be split to match and the product summed over the devices twice
+    worse = _lower(MESH.sharding("model", None), MESH.sharding(None, "model"), MESH.sharding("data", None), net)
+    assert worse.report()["comm_bytes"] > megatron.report()["comm_bytes"]
+    assert worse.cost()["comm_seconds"] > megatron.cost()["comm_seconds"]
+
+
+def test_network_changes_the_prediction_as_the_formula_says():
+    low = _lower(MESH.sharding(None, "model"), MESH.sharding("model", None), MESH.sharding("data", None))
+    slow, fast = Network(within=Link(2e-4, 1e9)), Network(within=Link(1e-4, 1e9))
+    a, b = low.cost(network=slow), low.cost(network=fast)
+    n_rounds = sum((r["runs"] or 1) * rounds(r["op"], r["group_size"]) for r in a["collectives"])
+    assert n_rounds > 0
+    assert a["comm_seconds"] - b["comm_seconds"] == pytest.approx(n_rounds * 1e-4)
+    assert a["compute_seconds"] == b["compute_seconds"]
+
+
+def test_plan_on_a_mesh_this_machine_does_not_have():
+    mesh = spmd.Mesh((64, 8), ("data", "model"))
+    S = spmd.ShapeDtype
+    p = {"w1": S((256, 1024), np.float32), "w2": S((1024, 256), np.float32)}
+    x = S((4096, 256), np.float32)
+    given = {"w1": mesh.sharding(None, "model"), "w2": mesh.sharding("model", None)}
+    low = spmd.plan(_mlp, p, x, mesh=mesh, in_shardings=(given, mesh.sharding("data", None)),
+                    network=Network(ranks_per_host=8))
+    c = low.cost()
+    assert c["seconds"] > 0 and c["peak_bytes"] > 0
+    assert low.in_shardings[:2] == [given["w1"], given["w2"]]
+    # 8 ranks a host: the model axis (8 ranks, contiguous) stays within a host, data crosses
+    assert {r["axes"]: r["seconds"] for r in c["collectives"]}
+    auto = spmd.plan(_mlp, p, x, mesh=mesh)            # spmd.AUTO by default
+    assert auto.auto is not None and auto.cost()["seconds"] > 0
+
+
+@pytest.mark.slow
+def test_calibration_is_stored_and_read(tmp_path):
+    env = {**os.environ, "SPMD_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "spmd.launcher.cli", "doctor", "--calibrate", "--devices", "2"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "stored in" in out.stdout
+    got = json.loads((tmp_path / "machine.json").read_text())
+    assert got["machine"]["flops"] > 0 and got["network"]["within"]["latency"] > 0
+    script = ("from spmd.jit.rates import rates; m, n, s = rates(devices=2); "
+              "print(s.split()[0], m.flops, n.within.latency, m.step)")
+    line = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=120).stdout.split()
+    assert line[0] == "calibrated"
+    assert float(line[1]) == pytest.approx(got["machine"]["flops"])
+    assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
+    assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
