@@ -4,8 +4,9 @@ mesh: train_gpt (default, and d256 L4 T128), the MLP step of benchmarks/kernels.
 Jacobi stencil (by hand: 2-D blocks), CG.
 
 Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, in
-one process on the same inputs), bytes per step (lowered.report()), the model's time of
-the partitioned program, the search's solve time; and whether the plan's results equal
+one process on the same inputs), bytes per step (lowered.report()), the model's
+prediction (lowered.cost(), with the rates `spmd doctor --calibrate` stored, else
+defaults) and its ratio to the measured time, the search's solve time; and whether the plan's results equal
 the hand plan's (or the first plan's). The machine is shared: read the ratios, not the
 milliseconds.
 
@@ -95,8 +96,6 @@ def leaves(out):
 
 
 def run_program(name, fn, args, hand, mesh, runs):
-    from spmd.sharding.auto.program_cost import program_seconds
-    from spmd.sharding.cost_model import Machine, Network
     plans = {"hand": dict(in_shardings=hand), "auto": dict(mesh=mesh, in_shardings=spmd.AUTO),
              "baseline": dict(in_shardings=baseline_shardings(mesh, args))}
     if hand is None:
@@ -108,7 +107,7 @@ def run_program(name, fn, args, hand, mesh, runs):
         low = f.lower(*copy(args))
         lower_s = time.perf_counter() - t0
         low.compile()
-        predicted = program_seconds(low.stages["partitioned"], mesh, Machine(), Network())["seconds"]
+        predicted = low.cost()["seconds"]
         solve = low.auto.solve_seconds if low.auto is not None else None
         rows[plan] = {"bytes": low.report()["comm_bytes"], "predicted": predicted, "solve": solve,
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
@@ -148,7 +147,7 @@ def main(argv=None):
         progs = [p for p in progs if "d256" not in p[0]]
     if a.only:
         progs = [p for p in progs if a.only in p[0]]
-    hdr = f"{'program':<22} {'plan':<9} {'ms/step':>9} {'x hand':>7} {'bytes/step':>11} {'model ms':>9} " \
+    hdr = f"{'program':<22} {'plan':<9} {'ms/step':>9} {'x hand':>7} {'bytes/step':>11} {'model ms':>9} {'/meas':>6} " \
           f"{'solve s':>8} {'lower s':>8} {'same':>5} chosen"
     print(hdr)
     for name, make in progs:
@@ -158,7 +157,7 @@ def main(argv=None):
         for plan, r in hand_rows.items():
             solve = "" if r["solve"] is None else f"{r['solve']:.2f}"
             print(f"{name:<22} {plan:<9} {r['ms']:9.2f} {r['ms'] / ref:7.2f} {r['bytes']:11d} "
-                  f"{r['predicted'] * 1e3:9.3f} {solve:>8} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
+                  f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {solve:>8} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
         sys.stdout.flush()
 
 
