@@ -96,6 +96,16 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         if (ins, outs) not in plans.values():       # (two methods may find one plan)
             plans[method] = (ins, outs)
             choices[method] = choice
+    # the same, with the arguments only elementwise ops read (an optimizer's state) whole:
+    # their split serves their update alone, and propagation, which moves splits through
+    # elementwise ops first, may carry it into the rest of the program
+    state = _state_only(graph, auto_in)
+    for method in list(choices):
+        ins, outs = plans[method]
+        alt = [Sharding(mesh, (None,) * graph.inputs[i].ndim) if i in state else s for i, s in enumerate(ins)]
+        if state and (alt, outs) not in plans.values():
+            plans[f"{method}, state whole"] = (alt, outs)
+            choices[f"{method}, state whole"] = choices[method]
     if auto_in:
         v = graph.inputs
         plans["baseline"] = ([baseline(v[i].shape, mesh) if i in auto_in else given_in[i]
@@ -123,6 +133,15 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
+
+
+def _state_only(graph, auto_in) -> set:
+    """The chosen arguments that only elementwise ops read."""
+    readers = {}
+    for op in graph.ops:
+        for o in op.operands:
+            readers.setdefault(o, []).append(op.opdef.fusion == "elementwise")
+    return {i for i in auto_in if readers.get(graph.inputs[i]) and all(readers[graph.inputs[i]])}
 
 
 def _why(pb, choice, auto_in, names, ins, budget, graph) -> list:

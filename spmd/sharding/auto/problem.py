@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...ir.mesh import Sharding
-from ...ir.ops.names import CONSTANT, IOTA, SHARDING_CONSTRAINT
+from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
 from ..cost_model import collective_seconds, fuses, moved_values
 from ..rules import axes_size, rule_of
@@ -74,8 +74,9 @@ def free_values(graph) -> set:
     """Values every device can make in any layout for nothing worth counting."""
     free = set()
     for op in graph.ops:
-        if op.name in (CONSTANT, IOTA) or (op.operands and all(o in free or o.ndim == 0 for o in op.operands)
-                                           and op.name != SHARDING_CONSTRAINT):
+        # (an op with no operands makes its value from its attributes: a constant, an iota)
+        if not op.operands or (all(o in free or o.ndim == 0 for o in op.operands)
+                               and op.name != SHARDING_CONSTRAINT):
             free.update(op.results)
     return free
 
