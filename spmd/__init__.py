@@ -3,7 +3,6 @@ from .errors import SpmdError, ShapeError, TraceError, ParseError, ShardingError
 from .errors import MemoryLimitError  # noqa: F401
 from .errors import ConcreteValueError, FallbackWarning, ReshardWarning  # noqa: F401
 from .api import jit, plan, ShapeDtype, Lowered, shard, explain, grad, value_and_grad  # noqa: F401
-from .sharding.cost_model import Link, Machine, Network  # noqa: F401
 from .frontend.control import while_loop, fori_loop, cond, scan  # noqa: F401
 from .frontend.remat import checkpoint, checkpoint_name, checkpoint_policies  # noqa: F401
 from .tree import tree_flatten, tree_unflatten, tree_map  # noqa: F401
@@ -18,3 +17,12 @@ from .ir.dtypes import bfloat16  # noqa: F401,E402  (ml_dtypes.bfloat16, the 2-b
 
 __version__ = "0.1.0"
 from . import eager  # noqa: F401,E402  (numpy on spmd.Array runs sharded, eagerly)
+
+
+def __getattr__(name):
+    # the cost model's rates (spmd.Network, spmd.Link, spmd.Machine), loaded when first
+    # asked for: `import spmd` loads no sharding module
+    if name in ("Network", "Link", "Machine"):
+        from .sharding import cost_model
+        return getattr(cost_model, name)
+    raise AttributeError(f"module 'spmd' has no attribute {name!r}")
