@@ -338,7 +338,10 @@ def blas():
 def _find_blas():
     try:
         with open("/proc/self/maps") as f:
-            libs = sorted(set(re.findall(r"(/\S*(?:openblas|blas)\S*\.so\S*)", f.read())))
+            libs = set(re.findall(r"(/\S*(?:openblas|blas)\S*\.so\S*)", f.read()))
+        # numpy's own first: scipy loads a second OpenBLAS into the process, and the
+        # products must run on (and set the threads of) the one numpy's matmul uses
+        libs = sorted(libs, key=lambda p: ("/numpy" not in p, p))
     except OSError:
         libs = []
     for path in libs:
