@@ -12,6 +12,10 @@ import numpy as np
 
 from ...errors import ConcreteValueError, user_loc
 from .. import core, indexing, padded, shapes
+from ..masked import Masked
+from ..trace import Tracer
+from ...ir.ops.names import IOTA
+from ..value_bounds import int_range
 from .. import elementwise as ew
 from .. import functionalize as fz
 from .. import reductions as red
@@ -49,11 +53,19 @@ def flatnonzero(a):
 
 
 def nonzero(a):
+    """np.nonzero: per dim, the positions of the nonzero elements, each numpy's
+    `position[x != 0]` for that dim's positions: a selection (masked.Masked), compacted
+    (its length taken from the data) only by the uses that need that (returning it,
+    indexing with it, ...); `np.nonzero(c)[0][-1]`, reductions and elementwise math take
+    none."""
     x = core.asarray(a)
     if x.ndim == 0:
         raise ValueError(f"Calling nonzero on 0d arrays is not allowed (numpy raises the same ValueError; "
                          f"at {user_loc()}). Use np.atleast_1d(scalar).nonzero() instead")
-    return padded.nonzero(x, size=_count(x))
+    t = x._tr
+    mask = x if x.dtype.kind == "b" else ew.not_equal(x, x.dtype.type(0))
+    return tuple(indexing.getitem(Tracer(t.emit(IOTA, shape=tuple(x.shape), dtype="int64", dimension=d), t), mask)
+                 for d in range(x.ndim))
 
 
 def argwhere(a):
@@ -75,8 +87,11 @@ def where(condition, x=None, y=None):
 
 
 def bincount(x, weights=None, minlength=0):
-    """Counts (or summed weights) of each value 0..max(x), at least minlength of them."""
-    x = core.asarray(x)
+    """Counts (or summed weights) of each value 0..max(x), at least minlength of them.
+    The length needs no value of the data when the trace bounds x (value_bounds: e.g.
+    np.clip(k, 0, n - 1) with minlength=n); x[mask] (and weights w[mask] through the
+    same mask) is counted where it is, the unselected elements weighing nothing."""
+    x, mask, weights = _selected(x, weights)
     if x.ndim != 1:
         raise ValueError(f"object too deep for desired array (np.bincount takes a 1-d array; at {user_loc()})")
     if x.dtype.kind not in "iub":
@@ -85,13 +100,21 @@ def bincount(x, weights=None, minlength=0):
     if minlength < 0:
         raise ValueError(f"'minlength' must not be negative (at {user_loc()})")
     x = core.astype(x, "int64")
-    lo, hi = (0, -1) if x.shape[0] == 0 else \
-        (int(v) for v in _from_data(shapes.stack([red.min(x), red.max(x)]), "bincount"))
+    t = x._tr
+    lo, hi = int_range(x.value)
+    if x.shape[0] == 0:
+        lo, hi = 0, -1
+    elif lo is None or lo < 0 or hi is None or hi + 1 > minlength:
+        # the length from the data: the selected elements' least and greatest (-1 if none)
+        big = np.int64(np.iinfo(np.int64).max)
+        least = x if mask is None else ew.where(mask, x, big)
+        most = x if mask is None else ew.where(mask, x, np.int64(-1))
+        lo, hi = (int(v) for v in _from_data(shapes.stack([red.min(least), red.max(most)]), "bincount"))
+        lo = min(lo, 0) if hi < 0 else lo
     if lo < 0:
         raise ValueError(f"'list' argument must have no negative elements (numpy raises the same ValueError "
                          f"for np.bincount; at {user_loc()})")
     n = max(hi + 1, minlength)
-    t = x._tr
     if weights is None:
         w, dtype = core.asarray(np.ones(x.shape, np.int64), t=t), np.int64
     else:
@@ -100,9 +123,29 @@ def bincount(x, weights=None, minlength=0):
             raise ValueError(f"The weights and list don't have the same length (at {user_loc()})")
         dtype = np.complex128 if w.dtype.kind == "c" else np.float64
         w = core.astype(w, dtype)
+    if mask is not None:
+        w = ew.where(mask, w, dtype(0))
     out = fz.new_array(core.asarray(np.zeros(n, dtype), t=t))
     indexing.scatter_add(out, x, w)
     return out
+
+
+def _selected(x, weights):
+    """np.bincount's x and weights as traced arrays, and the mask (flattened) where x is
+    numpy's x[mask] selecting whole elements (a 1-d selection; weights None or selected
+    through the same mask); a selection otherwise is compacted (its length from the data)."""
+    if isinstance(x, Masked) and tuple(x.plan.sel) == (None,):
+        plan = x.plan
+        whole = tuple(plan.mask.shape) == tuple(x.vals.shape)
+        same = weights is None or (isinstance(weights, Masked) and x.aligned(weights))
+        if whole and same:
+            flat = lambda a: shapes.reshape(a, (-1,))        # noqa: E731
+            return flat(x.vals), flat(plan.mask), (None if weights is None else flat(weights.vals))
+    if isinstance(x, Masked):
+        x = x.compact("np.bincount")
+    if isinstance(weights, Masked):
+        weights = weights.compact("np.bincount's weights")
+    return core.asarray(x), None, weights
 
 
 def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,

@@ -1,0 +1,101 @@
+"""What the trace knows of an integer value's range without running it.
+
+A size numpy takes from the data (np.bincount's length, max(x) + 1) is known while
+tracing when the values are bounded by how they were made: `np.clip(k, 0, n - 1)`,
+`k % n`, `np.arange(n)`, a comparison (0 or 1), a constant. `int_range(v)` walks the ops
+that made v and gives (lo, hi), each an int or None where the trace cannot say; the
+bound is for every element, so it holds for any selection of them (x[mask]) too.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# ops that move elements without computing new ones: the first operand's elements, some of them
+_MOVES = ("broadcast_in_dim", "reshape", "transpose", "slice", "reverse", "roll", "dynamic_slice",
+          "gather", "sharding_constraint", "optimization_barrier")
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def int_range(value, depth=24):
+    """(lo, hi) bounding every element of the integer or bool IR Value `value`; None for a
+    side the trace cannot bound."""
+    name = str(value.dtype)
+    if name == "bool":
+        return 0, 1
+    if not _is_int(value):
+        return None, None
+    lo, hi = _range(value, depth)
+    info = np.iinfo(np.dtype(name))
+    return (lo if lo is not None and info.min <= lo <= info.max else None,
+            hi if hi is not None and info.min <= hi <= info.max else None)
+
+
+def _range(v, depth):
+    op = v.producer
+    if op is None or depth == 0:
+        return None, None
+    name, ins = op.name, op.operands
+    r = lambda x: int_range(x, depth - 1)      # noqa: E731
+    if name == "constant":
+        c = np.asarray(op.attrs["value"])
+        if c.size == 0 or c.dtype.kind not in "biu":
+            return None, None
+        return int(c.min()), int(c.max())
+    if name == "iota":
+        return 0, max(op.attrs["shape"][op.attrs["dimension"]] - 1, 0)
+    if name == "compare":
+        return 0, 1
+    if name in _MOVES or (name == "convert" and (_is_int(ins[0]) or str(ins[0].dtype) == "bool")):
+        return r(ins[0])
+    if name == "concatenate":
+        return _union([r(x) for x in ins])
+    if name == "select":
+        return _union([r(ins[1]), r(ins[2])])
+    if name == "reduce" and op.attrs.get("kind") in ("max", "min"):
+        return r(ins[0])
+    if name in ("maximum", "minimum"):
+        (a, b), (c, d) = r(ins[0]), r(ins[1])
+        pick = max if name == "maximum" else min
+        if name == "maximum":     # at least either's low; at most the larger high
+            return _opt(pick, a, c, either=True), _opt(pick, b, d)
+        return _opt(pick, a, c), _opt(pick, b, d, either=True)
+    if name == "add":
+        (a, b), (c, d) = r(ins[0]), r(ins[1])
+        return _opt(lambda x, y: x + y, a, c), _opt(lambda x, y: x + y, b, d)
+    if name == "subtract":
+        (a, b), (c, d) = r(ins[0]), r(ins[1])
+        return _opt(lambda x, y: x - y, a, d), _opt(lambda x, y: x - y, b, c)
+    if name == "negate":
+        a, b = r(ins[0])
+        return (None if b is None else -b), (None if a is None else -a)
+    if name == "multiply":
+        (a, b), (c, d) = r(ins[0]), r(ins[1])
+        if None in (a, b, c, d):
+            return None, None
+        ps = [a * c, a * d, b * c, b * d]
+        return min(ps), max(ps)
+    if name == "remainder":            # C's fmod: the dividend's sign, less than the divisor in size
+        (a, b), (c, d) = r(ins[0]), r(ins[1])
+        if c is None or d is None or c <= 0:
+            return None, None
+        top = d - 1
+        if a is not None and a >= 0:
+            return 0, top if b is None else min(b, top)
+        return -top, top
+    return None, None
+
+
+def _is_int(v):
+    return str(v.dtype).startswith(("int", "uint"))
+
+
+def _opt(f, x, y, either=False):
+    """f(x, y) where both sides are known; with `either`, the known one where one is."""
+    if x is None or y is None:
+        return (x if y is None else y) if either else None
+    return f(x, y)
+
+
+def _union(ranges):
+    los, his = [a for a, _ in ranges], [b for _, b in ranges]
+    return (None if None in los else min(los)), (None if None in his else max(his))
