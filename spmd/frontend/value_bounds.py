@@ -16,26 +16,37 @@ _MOVES = ("broadcast_in_dim", "reshape", "transpose", "slice", "reverse", "roll"
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
 
 
-def int_range(value, depth=24):
-    """(lo, hi) bounding every element of the integer or bool IR Value `value`; None for a
-    side the trace cannot bound."""
+def known(x, lo, hi):
+    """Record that every element of the traced integer x lies in [lo, hi] (its builder
+    knows: numpy's % by a positive n is 0..n-1, an argmax 0..n-1)."""
+    x._tr.ranges[id(x.value)] = (x.value, lo, hi)
+    return x
+
+
+def int_range(value, ranges=None, depth=24):
+    """(lo, hi) bounding every element of the integer or bool IR Value `value`, from the
+    ops that made it and what `ranges` (a Trace's) records; None for a side the trace
+    cannot bound."""
     name = str(value.dtype)
     if name == "bool":
         return 0, 1
     if not _is_int(value):
         return None, None
-    lo, hi = _range(value, depth)
+    lo, hi = _range(value, ranges or {}, depth)
+    if ranges and id(value) in ranges and ranges[id(value)][0] is value:
+        _, a, b = ranges[id(value)]
+        lo, hi = (a if lo is None else max(a, lo)), (b if hi is None else min(b, hi))
     info = np.iinfo(np.dtype(name))
     return (lo if lo is not None and info.min <= lo <= info.max else None,
             hi if hi is not None and info.min <= hi <= info.max else None)
 
 
-def _range(v, depth):
+def _range(v, ranges, depth):
     op = v.producer
     if op is None or depth == 0:
         return None, None
     name, ins = op.name, op.operands
-    r = lambda x: int_range(x, depth - 1)      # noqa: E731
+    r = lambda x: int_range(x, ranges, depth - 1)      # noqa: E731
     if name == "constant":
         c = np.asarray(op.attrs["value"])
         if c.size == 0 or c.dtype.kind not in "biu":
@@ -65,6 +76,13 @@ def _range(v, depth):
     if name == "subtract":
         (a, b), (c, d) = r(ins[0]), r(ins[1])
         return _opt(lambda x, y: x - y, a, d), _opt(lambda x, y: x - y, b, c)
+    if name == "abs":
+        a, b = r(ins[0])
+        if a is not None and a >= 0:
+            return a, b
+        if a is None or b is None:
+            return 0, None
+        return (0 if a <= 0 <= b else min(abs(a), abs(b))), max(abs(a), abs(b))
     if name == "negate":
         a, b = r(ins[0])
         return (None if b is None else -b), (None if a is None else -a)

@@ -90,7 +90,9 @@ def bincount(x, weights=None, minlength=0):
     """Counts (or summed weights) of each value 0..max(x), at least minlength of them.
     The length needs no value of the data when the trace bounds x (value_bounds: e.g.
     np.clip(k, 0, n - 1) with minlength=n); x[mask] (and weights w[mask] through the
-    same mask) is counted where it is, the unselected elements weighing nothing."""
+    same mask) is counted where it is, the unselected elements weighing nothing (with
+    weights, whether any is selected is taken from the data: numpy's result is int64
+    zeros when none is)."""
     x, mask, weights = _selected(x, weights)
     if x.ndim != 1:
         raise ValueError(f"object too deep for desired array (np.bincount takes a 1-d array; at {user_loc()})")
@@ -101,7 +103,10 @@ def bincount(x, weights=None, minlength=0):
         raise ValueError(f"'minlength' must not be negative (at {user_loc()})")
     x = core.astype(x, "int64")
     t = x._tr
-    lo, hi = int_range(x.value)
+    if weights is not None and (x.shape[0] == 0 or (mask is not None and not bool(
+            _from_data(red.any(mask), "bincount")))):
+        weights = None          # numpy counts no elements as int64 zeros, weights or not
+    lo, hi = int_range(x.value, t.ranges)
     if x.shape[0] == 0:
         lo, hi = 0, -1
     elif lo is None or lo < 0 or hi is None or hi + 1 > minlength:
