@@ -16,11 +16,34 @@ _MOVES = ("broadcast_in_dim", "reshape", "transpose", "slice", "reverse", "roll"
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
 
 
-def known(x, lo, hi):
+def known(x, lo, hi, attained=False):
     """Record that every element of the traced integer x lies in [lo, hi] (its builder
-    knows: numpy's % by a positive n is 0..n-1, an argmax 0..n-1)."""
-    x._tr.ranges[id(x.value)] = (x.value, lo, hi)
+    knows: numpy's % by a positive n is 0..n-1); `attained`: lo and hi are x's least and
+    greatest elements (np.unique's inverse of n groups: 0 and n - 1)."""
+    x._tr.ranges[id(x.value)] = (x.value, lo, hi, attained)
     return x
+
+
+def extremes(value, ranges=None, depth=24):
+    """(least, greatest) element of the non-empty integer Value `value`, where the trace
+    knows them exactly (recorded as attained, or an np.arange), through ops that keep every
+    element (reshape, transpose, a widening convert); else None."""
+    for _ in range(depth):
+        got = (ranges or {}).get(id(value))
+        if got is not None and got[0] is value and got[3]:
+            return got[1], got[2]
+        op = value.producer
+        if op is None or value.size == 0:
+            return None
+        if op.name == "iota":
+            return 0, op.attrs["shape"][op.attrs["dimension"]] - 1
+        if op.name in ("reshape", "transpose") or (op.name == "convert" and _is_int(op.operands[0])
+                                                    and np.dtype(str(value.dtype)).itemsize
+                                                    >= np.dtype(str(op.operands[0].dtype)).itemsize):
+            value = op.operands[0]
+            continue
+        return None
+    return None
 
 
 def int_range(value, ranges=None, depth=24):
@@ -34,7 +57,7 @@ def int_range(value, ranges=None, depth=24):
         return None, None
     lo, hi = _range(value, ranges or {}, depth)
     if ranges and id(value) in ranges and ranges[id(value)][0] is value:
-        _, a, b = ranges[id(value)]
+        _, a, b, _ = ranges[id(value)]
         lo, hi = (a if lo is None else max(a, lo)), (b if hi is None else min(b, hi))
     info = np.iinfo(np.dtype(name))
     return (lo if lo is not None and info.min <= lo <= info.max else None,

@@ -102,3 +102,19 @@ def test_a_length_the_bounds_do_not_settle_still_breaks_naming_the_line():
     assert msgs and all("graph break" in m and "test_value_bounds.py:" in m for m in msgs), msgs
     with pytest.raises(Exception, match=r"test_value_bounds\.py:\d+"):
         spmd.jit(f, in_shardings=(MESH.sharding("d"),), fallback=False)(x)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=8, max_size=40).map(np.array))
+def test_bincount_of_uniques_inverse_takes_no_value_beyond_the_group_count(keys):
+    def f(keys, v):
+        groups, inverse = np.unique(keys, return_inverse=True)
+        return groups, np.bincount(inverse), np.bincount(inverse, weights=v), np.bincount(np.arange(5) * 2 // 2)
+    v = np.linspace(0, 1, len(keys))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = spmd.jit(f, in_shardings=(MESH.sharding("d"), MESH.sharding("d")))(keys, v)
+    for g, want in zip(got, f(keys, v)):
+        same(g, want)
+    lines = {str(w.message).split(" at ")[1].split(" ")[0] for w in rec if issubclass(w.category, FallbackWarning)}
+    assert len(lines) == 1 and "test_value_bounds.py" in lines.pop()      # np.unique's group count alone

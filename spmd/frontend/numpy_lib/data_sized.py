@@ -15,7 +15,7 @@ from .. import core, indexing, padded, shapes
 from ..masked import Masked
 from ..trace import Tracer
 from ...ir.ops.names import IOTA
-from ..value_bounds import int_range
+from ..value_bounds import extremes, int_range, known
 from .. import elementwise as ew
 from .. import functionalize as fz
 from .. import reductions as red
@@ -39,7 +39,7 @@ def _from_data(t, name):
             f"np.{name} at {loc}: its result's size depends on the data, which spmd.jit takes from the data "
             f"with a graph break; here it cannot (spmd.jit(..., fallback=False), or inside a loop body). "
             f"Keep the shape fixed instead: {_INSTEAD.get(name, _INSTEAD['nonzero'])}.", loc)
-    return np.asarray(t)
+    return np.asarray(t._concrete(f"the size of np.{name}'s result"))
 
 
 def _count(x, name="nonzero") -> int:
@@ -107,8 +107,11 @@ def bincount(x, weights=None, minlength=0):
             _from_data(red.any(mask), "bincount")))):
         weights = None          # numpy counts no elements as int64 zeros, weights or not
     lo, hi = int_range(x.value, t.ranges)
+    exact = extremes(x.value, t.ranges) if mask is None else None
     if x.shape[0] == 0:
         lo, hi = 0, -1
+    elif exact is not None:
+        lo, hi = exact
     elif lo is None or lo < 0 or hi is None or hi + 1 > minlength:
         # the length from the data: the selected elements' least and greatest (-1 if none)
         big = np.int64(np.iinfo(np.int64).max)
@@ -184,6 +187,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
         group = ew.subtract(red.cumsum(core.astype(new, "int64")), np.int64(1))
         inv = fz.new_array(core.asarray(np.zeros(m, np.int64), t=x._tr))
         indexing.setitem(inv, order, group)
+        known(inv, 0, n - 1, attained=True)          # every group has an element
         out.append(shapes.reshape(inv, x.shape) if x.ndim else inv)
     if return_counts:
         ends = shapes.concatenate([indexing.getitem(starts, slice(1, None)),
