@@ -60,8 +60,9 @@ def int_range(value, ranges=None, depth=24):
         _, a, b, _ = ranges[id(value)]
         lo, hi = (a if lo is None else max(a, lo)), (b if hi is None else min(b, hi))
     info = np.iinfo(np.dtype(name))
-    return (lo if lo is not None and info.min <= lo <= info.max else None,
-            hi if hi is not None and info.min <= hi <= info.max else None)
+    if any(b is not None and not info.min <= b <= info.max for b in (lo, hi)):
+        return None, None        # it may wrap around (an overflow, a narrowing convert): anywhere
+    return lo, hi
 
 
 def _range(v, ranges, depth):
@@ -93,28 +94,28 @@ def _range(v, ranges, depth):
         if name == "maximum":     # at least either's low; at most the larger high
             return _opt(pick, a, c, either=True), _opt(pick, b, d)
         return _opt(pick, a, c), _opt(pick, b, d, either=True)
-    if name == "add":
+    # arithmetic: bounded where its operands are on both sides (else it may overflow and
+    # wrap around: int_range checks the bounds against the dtype)
+    if name in ("add", "subtract", "multiply"):
         (a, b), (c, d) = r(ins[0]), r(ins[1])
-        return _opt(lambda x, y: x + y, a, c), _opt(lambda x, y: x + y, b, d)
-    if name == "subtract":
-        (a, b), (c, d) = r(ins[0]), r(ins[1])
-        return _opt(lambda x, y: x - y, a, d), _opt(lambda x, y: x - y, b, c)
+        if None in (a, b, c, d):
+            return None, None
+        if name == "add":
+            return a + c, b + d
+        if name == "subtract":
+            return a - d, b - c
+        ps = [a * c, a * d, b * c, b * d]
+        return min(ps), max(ps)
     if name == "abs":
         a, b = r(ins[0])
         if a is not None and a >= 0:
             return a, b
         if a is None or b is None:
-            return 0, None
+            return None, None
         return (0 if a <= 0 <= b else min(abs(a), abs(b))), max(abs(a), abs(b))
     if name == "negate":
         a, b = r(ins[0])
-        return (None if b is None else -b), (None if a is None else -a)
-    if name == "multiply":
-        (a, b), (c, d) = r(ins[0]), r(ins[1])
-        if None in (a, b, c, d):
-            return None, None
-        ps = [a * c, a * d, b * c, b * d]
-        return min(ps), max(ps)
+        return (None, None) if a is None or b is None else (-b, -a)
     if name == "remainder":            # C's fmod: the dividend's sign, less than the divisor in size
         (a, b), (c, d) = r(ins[0]), r(ins[1])
         if c is None or d is None or c <= 0:

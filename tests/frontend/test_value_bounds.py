@@ -118,3 +118,21 @@ def test_bincount_of_uniques_inverse_takes_no_value_beyond_the_group_count(keys)
         same(g, want)
     lines = {str(w.message).split(" at ")[1].split(" ")[0] for w in rec if issubclass(w.category, FallbackWarning)}
     assert len(lines) == 1 and "test_value_bounds.py" in lines.pop()      # np.unique's group count alone
+
+
+@pytest.mark.parametrize("fn,want", [
+    (lambda k: np.clip(k, 0, 9), (0, 9)),
+    (lambda k: (k > 0).astype(np.int64), (0, 1)),
+    (lambda k: np.clip(k, 0, 9) * 3 - 1, (-1, 26)),
+    (lambda k: np.maximum(k, 2), (2, None)),
+    (lambda k: np.minimum(np.abs(np.clip(k, -7, 3)), 5), (0, 5)),
+    (lambda k: np.concatenate([np.clip(k, 1, 2), np.arange(4)]), (0, 3)),
+    (lambda k: np.clip(k, 0, 2 ** 62) * 4, (None, None)),              # may overflow: anywhere
+    (lambda k: np.clip(k, 0, 2 ** 40).astype(np.int32), (None, None)),   # 2**40 wraps around
+    (lambda k: k + 1, (None, None)),
+])
+def test_int_range_bounds_what_the_ops_allow_and_nothing_that_may_wrap(fn, want):
+    from spmd.frontend.value_bounds import int_range
+    from spmd.jit.tracing import trace_function
+    g, _, _ = trace_function(fn, (np.arange(6),))
+    assert int_range(g.outputs[0]) == want
