@@ -74,7 +74,7 @@ def test_the_kth_nonzero_position_compiles_whole(c, k):
 
     def f(c, x):
         j = np.nonzero(c)[0][k]
-        return j, x[j], np.nonzero(c > 0)[0].max(), (x[c] * 2)[k]
+        return j, x[j], np.nonzero(c > 0)[0].max(), (x[c] * 2)[k], np.flatnonzero(c)[k]
     for g, want in zip(compiled(f, c, x), f(c, x)):
         same(g, want)
 

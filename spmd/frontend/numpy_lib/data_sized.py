@@ -48,8 +48,8 @@ def _count(x, name="nonzero") -> int:
 
 
 def flatnonzero(a):
-    x = core.asarray(a)
-    return padded.flatnonzero(x, size=_count(x))
+    """np.flatnonzero: np.nonzero of the flattened array (a selection, as there)."""
+    return nonzero(shapes.reshape(core.asarray(a), (-1,)))[0]
 
 
 def nonzero(a):
