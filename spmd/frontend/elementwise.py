@@ -9,12 +9,13 @@ import numpy as np
 
 from ..errors import ShapeError, user_loc
 from ..ir import dtypes
+from ..ir.ops.registry import splat
 from ..ir.ops.names import (
     ABS, ADD, AND, ATAN2, COMPARE, CONJ, COS, DIVIDE, EXP, FLOOR, IMAG, LOG, LOG1P, LOGISTIC,
     MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
     SHIFT_RIGHT, SIGN, SIN, SQRT, SUBTRACT, TANH, XOR
 )
-from . import core
+from . import core, value_bounds
 from .trace import Tracer
 
 
@@ -85,6 +86,10 @@ def mod(x, y):
     out = where(fix, add(r, b), r)
     if a.dtype in dtypes.FLOATS:                 # numpy: a zero remainder has the divisor's sign
         out = where(equal(r, 0), copysign(core.asarray(np.zeros((), a.dtype), t=a._tr), b), out)
+    else:
+        n = splat(b.value)                       # by one integer n: 0..n-1 (n..0 for n < 0)
+        if n is not None and n != 0:
+            value_bounds.known(out, *((0, int(n) - 1) if n > 0 else (int(n) + 1, 0)))
     return out
 
 

@@ -36,6 +36,9 @@ from .trace import Tracer
 # numpy functions that act on each element on its own: on a selection, a selection
 ELEMENTWISE_FUNCTIONS = (np.where, np.clip, np.round, np.around, np.fix, np.real, np.imag, np.angle,
                          np.nan_to_num, np.isclose, np.sinc, np.isposinf, np.isneginf, np.copy)
+# numpy functions whose spmd version takes a selection itself, uncompacted (np.bincount
+# counts x[mask]'s elements where they are)
+TAKES_SELECTIONS = (np.bincount,)
 _TABLES = {}            # the numpy-API table's ufuncs, functions and operators (install)
 
 
@@ -319,6 +322,8 @@ class Masked:
             return self.ndim
         if func in ELEMENTWISE_FUNCTIONS and func in _TABLES["functions"]:
             return self.apply(_TABLES["functions"][func], args, kwargs, f"np.{name}")
+        if func in TAKES_SELECTIONS and func in _TABLES["functions"]:
+            return _TABLES["functions"][func](*args, **kwargs)
         return func(*compact_all(args, f"np.{name}"), **compact_all(kwargs, f"np.{name}"))
 
     def spmd_not_an_array(self):
@@ -330,7 +335,26 @@ class Masked:
                                        "function, ...)"), *args, **kwargs)
 
     def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)) and self.flat_selection():
+            return self.element(int(key))
         return self.compact("indexing it (x[mask][...])")[key]
+
+    def flat_selection(self) -> bool:
+        """Does it select whole elements of vals (numpy's x[mask] with the mask x's shape):
+        a 1-d selection, in vals' row-major order?"""
+        return tuple(self.plan.sel) == (None,) and tuple(self.plan.mask.shape) == tuple(self.vals.shape)
+
+    def element(self, k):
+        """numpy's x[mask][k]: the selected element of rank k (from the end for k < 0),
+        found where it is, so no length is taken from the data. numpy raises IndexError
+        where fewer are selected; a traced position cannot raise, and there it is x's first
+        element (traced indices are clamped, not checked)."""
+        m = shapes.reshape(core.astype(self.plan.mask, "int64"), (-1,))
+        vals = shapes.reshape(self.vals, (-1,))
+        rank = red.cumsum(m)                           # each selected element's rank, from 1
+        want = np.int64(k + 1) if k >= 0 else ew.add(red.sum(m), np.int64(k + 1))
+        hit = ew.logical_and(ew.equal(rank, want), core.astype(m, "bool"))
+        return vals[red.argmax(hit)]
 
     def __setitem__(self, key, value):
         # numpy writes into the compacted copy: x is unchanged

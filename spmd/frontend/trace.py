@@ -33,6 +33,9 @@ class Trace:
         self.graph = graph
         self.mesh = mesh
         self.fixed_loc = None      # autodiff pins the location of the ops it emits
+        # id(Value) -> (Value, lo, hi): what a builder knows of an integer value's range
+        # beyond its ops (numpy's % by a positive n: 0..n-1); frontend/value_bounds.py
+        self.ranges = {}
 
     parent = None                  # the enclosing trace of a control-flow body (frontend/control.py)
     # (tracer, what, loc) -> the tracer's value as numpy computes it from the call's arguments,

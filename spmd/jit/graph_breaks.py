@@ -16,8 +16,14 @@ or the program of the whole function. A call runs the breaks' programs along its
 then the program at its end; a value not seen before traces the function again (taking
 the values already computed on this call) and adds a branch.
 
-The program at the end computes a break's cone again, fused with the rest: a break
-costs one more run of its cone, and the function is compiled, not run op by op. It is
+The program at the end computes a break's cone again, fused with the rest, and gives
+the break's value as an extra output (Lowered.checks): once a signature's calls take one
+path twice in a row, a call runs that program alone and checks the values it computed
+at the breaks against the path's (`Path`): the part before a break is not run twice,
+and a call whose values differ runs the breaks' programs as before (a check that fails
+costs one more run). The program at the end writes no argument in place before its
+checks hold (Lowered.reused), so a run whose checks fail leaves the arguments as they
+were. It is
 bounded: a trace with more than MAX_BREAKS breaks (a loop on data), or a break that has
 given more than MAX_VALUES different values (a float that changes every call), makes
 the signature run eagerly as before, with a FallbackWarning that says which.
@@ -98,6 +104,7 @@ class Oracle:
     def __init__(self, fname, known, lower_cone, leaves):
         self.fname, self.known, self.lower_cone, self.leaves = fname, known, lower_cone, leaves
         self.taken = []
+        self.values = []          # the traced Value at each break, in this trace's graph
 
     def __call__(self, tracer, what, loc):
         i = len(self.taken)
@@ -117,7 +124,32 @@ class Oracle:
             brk = Break(loc, what, self.lower_cone(tracer._tr.graph, tracer.value))
             v = brk.run(self.leaves)
         self.taken.append((brk, v))
+        self.values.append(tracer.value)
         return v
+
+
+class Path:
+    """A signature's last path through its tree, run whole: the program at its end computes
+    the breaks' values too (Lowered.checks), so a call whose breaks give the values that
+    path took runs that one program, and the part before each break is not run again on
+    its own. Two calls in a row that ended at the same program make it the guess; a call
+    whose checked values differ runs the tree as before (its breaks' programs, then the
+    program at the end) and drops the guess until the path repeats."""
+
+    def __init__(self):
+        self.last, self.guess = None, None
+
+    def took(self, low):
+        """A call ran the tree to `low`."""
+        self.guess = low if low is self.last and low.checks and not low.donated else None
+        self.last = low
+
+    def holds(self, low, checks) -> bool:
+        """Did a run of the guess `low` give, at every break, the value its path took?"""
+        ok = all(value_key(np.asarray(c)) == value_key(v) for c, (_, _, v) in zip(checks, low.breaks))
+        if not ok:
+            self.guess = None
+        return ok
 
 
 def insert(cache, key, taken, low, fname):

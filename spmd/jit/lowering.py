@@ -37,6 +37,9 @@ class Lowered:
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse
         self.breaks = []              # (loc, what, value) the trace took from the data (graph_breaks.py)
+        # outputs after the results: the breaks' values as this program computes them, so a
+        # call can run the path whole and check them (graph_breaks.Path)
+        self.checks = 0
         self.timings = {}             # seconds per stage, from the pipeline
         # with spmd.checkpoint: the plan that runs ("as written", "held", "merged"); else None
         self.checkpoints = None
@@ -149,6 +152,8 @@ class Lowered:
         reuse: numpy writes into them anyway, and the old value is read by no one after
         the run (a stencil step computes its new grid in the old one's buffers). The new
         value ends in them where the memory plan allows; else it is copied in after."""
+        if self.checks:       # run before its breaks are checked: the arguments stay as they were
+            return frozenset()
         return frozenset(self.updates) - self.donated
 
     def memory_profile(self):

@@ -1,8 +1,10 @@
 """The corpus (tests/programs/corpus/): programs written as numpy users write them, run
 unchanged under spmd.jit on 4 local devices and compared with plain numpy (results and
 arguments written in place). Each records how it ran: compiled, with graph breaks, or
-eagerly; at least 95% must run without the eager fallback. Ten of them also run in one
-mpiexec launch (tests/mpi_scripts/corpus.py)."""
+eagerly. Of the 64, 56 compile whole and 8 take graph breaks (BREAKS: each needs a value
+of the data that decides Python's control flow, a size, or a Python number returned),
+none runs eagerly; at least 95% must run without the eager fallback. Ten of them also run
+in one mpiexec launch (tests/mpi_scripts/corpus.py)."""
 import os
 import re
 import subprocess
@@ -19,16 +21,16 @@ XFAIL = {
 }
 
 # programs that take graph breaks, and the value each needs from the data; every other
-# program must compile whole (no FallbackWarning), and none may fall back to eager
+# program must compile whole (no FallbackWarning), and none may fall back to eager. Each is
+# genuine: Python decides its control flow, a shape or a Python number from the value.
 BREAKS = {
     "burgers": "float(np.max(np.abs(u))) for the CFL time step, then `while t < t_end` on it",
     "poisson_sor": "float(np.linalg.norm(r)) returned",
     "convnet_im2col": "float(loss) returned",
-    "histogram": "np.bincount(i[inside], minlength=nbins): its length depends on the data",
-    "projected_gradient": "np.nonzero(...)[0][-1]: the simplex projection's threshold index",
     "conjugate_gradient": "`if np.sqrt(rs_new) < tol: break`",
     "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search",
-    "groupby_unique": "np.unique(keys, return_inverse=True) and np.bincount: sizes from the data",
+    "groupby_unique": "np.unique(keys, return_inverse=True): the number of groups, then np.bincount of its "
+                      "inverse (the count of each group)",
     "moving_average": "int(above.sum()), int(below.sum()) returned",
     "label_propagation": "labels.max() + 1 as a shape",
 }

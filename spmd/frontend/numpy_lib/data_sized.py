@@ -12,6 +12,10 @@ import numpy as np
 
 from ...errors import ConcreteValueError, user_loc
 from .. import core, indexing, padded, shapes
+from ..masked import Masked
+from ..trace import Tracer
+from ...ir.ops.names import IOTA
+from ..value_bounds import extremes, int_range, known
 from .. import elementwise as ew
 from .. import functionalize as fz
 from .. import reductions as red
@@ -35,7 +39,7 @@ def _from_data(t, name):
             f"np.{name} at {loc}: its result's size depends on the data, which spmd.jit takes from the data "
             f"with a graph break; here it cannot (spmd.jit(..., fallback=False), or inside a loop body). "
             f"Keep the shape fixed instead: {_INSTEAD.get(name, _INSTEAD['nonzero'])}.", loc)
-    return np.asarray(t)
+    return np.asarray(t._concrete(f"the size of np.{name}'s result"))
 
 
 def _count(x, name="nonzero") -> int:
@@ -44,16 +48,24 @@ def _count(x, name="nonzero") -> int:
 
 
 def flatnonzero(a):
-    x = core.asarray(a)
-    return padded.flatnonzero(x, size=_count(x))
+    """np.flatnonzero: np.nonzero of the flattened array (a selection, as there)."""
+    return nonzero(shapes.reshape(core.asarray(a), (-1,)))[0]
 
 
 def nonzero(a):
+    """np.nonzero: per dim, the positions of the nonzero elements, each numpy's
+    `position[x != 0]` for that dim's positions: a selection (masked.Masked), compacted
+    (its length taken from the data) only by the uses that need that (returning it,
+    indexing with it, ...); `np.nonzero(c)[0][-1]`, reductions and elementwise math take
+    none."""
     x = core.asarray(a)
     if x.ndim == 0:
         raise ValueError(f"Calling nonzero on 0d arrays is not allowed (numpy raises the same ValueError; "
                          f"at {user_loc()}). Use np.atleast_1d(scalar).nonzero() instead")
-    return padded.nonzero(x, size=_count(x))
+    t = x._tr
+    mask = x if x.dtype.kind == "b" else ew.not_equal(x, x.dtype.type(0))
+    return tuple(indexing.getitem(Tracer(t.emit(IOTA, shape=tuple(x.shape), dtype="int64", dimension=d), t), mask)
+                 for d in range(x.ndim))
 
 
 def argwhere(a):
@@ -75,8 +87,13 @@ def where(condition, x=None, y=None):
 
 
 def bincount(x, weights=None, minlength=0):
-    """Counts (or summed weights) of each value 0..max(x), at least minlength of them."""
-    x = core.asarray(x)
+    """Counts (or summed weights) of each value 0..max(x), at least minlength of them.
+    The length needs no value of the data when the trace bounds x (value_bounds: e.g.
+    np.clip(k, 0, n - 1) with minlength=n); x[mask] (and weights w[mask] through the
+    same mask) is counted where it is, the unselected elements weighing nothing (with
+    weights, whether any is selected is taken from the data: numpy's result is int64
+    zeros when none is)."""
+    x, mask, weights = _selected(x, weights)
     if x.ndim != 1:
         raise ValueError(f"object too deep for desired array (np.bincount takes a 1-d array; at {user_loc()})")
     if x.dtype.kind not in "iub":
@@ -85,13 +102,27 @@ def bincount(x, weights=None, minlength=0):
     if minlength < 0:
         raise ValueError(f"'minlength' must not be negative (at {user_loc()})")
     x = core.astype(x, "int64")
-    lo, hi = (0, -1) if x.shape[0] == 0 else \
-        (int(v) for v in _from_data(shapes.stack([red.min(x), red.max(x)]), "bincount"))
+    t = x._tr
+    if weights is not None and (x.shape[0] == 0 or (mask is not None and not bool(
+            _from_data(red.any(mask), "bincount")))):
+        weights = None          # numpy counts no elements as int64 zeros, weights or not
+    lo, hi = int_range(x.value, t.ranges)
+    exact = extremes(x.value, t.ranges) if mask is None else None
+    if x.shape[0] == 0:
+        lo, hi = 0, -1
+    elif exact is not None:
+        lo, hi = exact
+    elif lo is None or lo < 0 or hi is None or hi + 1 > minlength:
+        # the length from the data: the selected elements' least and greatest (-1 if none)
+        big = np.int64(np.iinfo(np.int64).max)
+        least = x if mask is None else ew.where(mask, x, big)
+        most = x if mask is None else ew.where(mask, x, np.int64(-1))
+        lo, hi = (int(v) for v in _from_data(shapes.stack([red.min(least), red.max(most)]), "bincount"))
+        lo = min(lo, 0) if hi < 0 else lo
     if lo < 0:
         raise ValueError(f"'list' argument must have no negative elements (numpy raises the same ValueError "
                          f"for np.bincount; at {user_loc()})")
     n = max(hi + 1, minlength)
-    t = x._tr
     if weights is None:
         w, dtype = core.asarray(np.ones(x.shape, np.int64), t=t), np.int64
     else:
@@ -100,9 +131,29 @@ def bincount(x, weights=None, minlength=0):
             raise ValueError(f"The weights and list don't have the same length (at {user_loc()})")
         dtype = np.complex128 if w.dtype.kind == "c" else np.float64
         w = core.astype(w, dtype)
+    if mask is not None:
+        w = ew.where(mask, w, dtype(0))
     out = fz.new_array(core.asarray(np.zeros(n, dtype), t=t))
     indexing.scatter_add(out, x, w)
     return out
+
+
+def _selected(x, weights):
+    """np.bincount's x and weights as traced arrays, and the mask (flattened) where x is
+    numpy's x[mask] selecting whole elements (a 1-d selection; weights None or selected
+    through the same mask); a selection otherwise is compacted (its length from the data)."""
+    if isinstance(x, Masked) and tuple(x.plan.sel) == (None,):
+        plan = x.plan
+        whole = tuple(plan.mask.shape) == tuple(x.vals.shape)
+        same = weights is None or (isinstance(weights, Masked) and x.aligned(weights))
+        if whole and same:
+            flat = lambda a: shapes.reshape(a, (-1,))        # noqa: E731
+            return flat(x.vals), flat(plan.mask), (None if weights is None else flat(weights.vals))
+    if isinstance(x, Masked):
+        x = x.compact("np.bincount")
+    if isinstance(weights, Masked):
+        weights = weights.compact("np.bincount's weights")
+    return core.asarray(x), None, weights
 
 
 def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
@@ -136,6 +187,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
         group = ew.subtract(red.cumsum(core.astype(new, "int64")), np.int64(1))
         inv = fz.new_array(core.asarray(np.zeros(m, np.int64), t=x._tr))
         indexing.setitem(inv, order, group)
+        known(inv, 0, n - 1, attained=True)          # every group has an element
         out.append(shapes.reshape(inv, x.shape) if x.ndim else inv)
     if return_counts:
         ends = shapes.concatenate([indexing.getitem(starts, slice(1, None)),

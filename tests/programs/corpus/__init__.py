@@ -87,8 +87,9 @@ def kind_of(messages):
 
 def run(name, mesh=None):
     """Run corpus program `name` under numpy and under spmd.jit (on `mesh`, else its
-    MESH) and assert the same results and written arguments, twice (the second call runs
-    the cached program, or its graph breaks' path); returns how the first ran
+    MESH) and assert the same results and written arguments, three times (the second call
+    runs the cached program, or its graph breaks' path; the third, a path taken twice run
+    whole, its breaks' values checked: graph_breaks.Path); returns how the first ran
     ("compiled", "breaks" or "eager")."""
     mod = load(name)
     args, specs = mod.make(np.random.default_rng(0))
@@ -102,7 +103,7 @@ def run(name, mesh=None):
                       for i, s in enumerate(specs) if i not in static)
     f = spmd.jit(mod.step, in_shardings=shardings, mesh=mesh, static_argnums=static)
     messages = []
-    for call in ("first call", "second call"):
+    for call in ("first call", "second call", "third call"):
         got_args = copy.deepcopy(args)
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
