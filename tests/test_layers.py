@@ -319,3 +319,40 @@ def test_the_check_sees_a_partition_handler_in_the_ir(tmp_path):
         "spmd/ir/ops/bad.py:9 passes partition=",
         "spmd/ir/ops/bad.py:13 declares partition",
     ]
+
+
+# -- distinct names for distinct things -----------------------------------------------------------
+# A file name may repeat only where it is one thing seen at several layers: an op family's
+# numpy functions (frontend/, frontend/numpy_lib/), its ops (ir/ops/), its partition rules
+# (sharding/partition_rules/), its eager form (eager/), or a public module (spmd/x.py)
+# re-exporting the front-end's. Other repeats are listed here with why they are one thing.
+MIRRORS = ("spmd", "spmd/frontend", "spmd/frontend/numpy_lib", "spmd/ir/ops", "spmd/sharding/partition_rules",
+           "spmd/eager")
+SAME_THING = {"spmd/compiler/passes/remat.py": "recomputes values, as spmd.checkpoint (frontend/remat.py) does"}
+
+
+def repeated_names(root=None):
+    """Files (not __init__.py) whose name another file of spmd has, outside the mirrors."""
+    root = root or ROOT
+    by_name = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(path.relative_to(root.parent).as_posix())
+    return [p for paths in by_name.values() if len(paths) > 1 for p in paths
+            if p.rsplit("/", 1)[0] not in MIRRORS and p not in SAME_THING]
+
+
+def test_files_of_one_name_are_one_thing():
+    found = repeated_names()
+    assert not found, "files named like another file of spmd that means something else " \
+        "(name them after their job):\n" + "\n".join(found)
+
+
+def test_the_check_sees_a_repeated_name(tmp_path):
+    fake = tmp_path / "spmd"
+    for d in ("runtime", "sharding/partition_rules", "ir/ops"):
+        (fake / d).mkdir(parents=True)
+    for f in ("runtime/context.py", "sharding/partition_rules/context.py", "ir/ops/shape.py",
+              "sharding/partition_rules/shape.py", "runtime/__init__.py", "ir/ops/__init__.py"):
+        (fake / f).write_text("")
+    assert repeated_names(fake) == ["spmd/runtime/context.py"]

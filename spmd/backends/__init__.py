@@ -9,7 +9,7 @@ def compile_graph(graph, backend="numpy", donated=(), written=None):
     `written`: {output position: input position} of outputs that are new values of
     inputs the caller keeps (Executable.written)."""
     if backend == "numpy":
-        from .numpy import compile_numpy
+        from .numpy_backend import compile_numpy
         return compile_numpy(graph)
     if backend == "llvm":
         from .llvm import compile_llvm

@@ -9,7 +9,7 @@ import pytest
 import spmd
 from opinfo import TABLE, ops_to_test, samples
 from spmd.frontend.autodiff import vjp_graph
-from spmd.backends.numpy import compile_numpy
+from spmd.backends.numpy_backend import compile_numpy
 from spmd.ir import REGISTRY, Graph
 from spmd.ir.ops.names import ADD, BROADCAST_IN_DIM, CONSTANT, MULTIPLY, REAL, REDUCE
 

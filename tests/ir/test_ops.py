@@ -9,7 +9,7 @@ import pytest
 
 import spmd
 from opinfo import TABLE, expected, is_per_device, samples, seed_of, ops_to_test, tolerance
-from spmd.backends.numpy import compile_numpy
+from spmd.backends.numpy_backend import compile_numpy
 from spmd.ir import REGISTRY, Graph
 from spmd.ir.dtypes import FLOATS
 from spmd.ir.ops.names import CONSTANT, RESHAPE

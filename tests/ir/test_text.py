@@ -7,7 +7,7 @@ from opinfo import ops_to_test, samples
 
 import spmd
 import spmd.ir.text
-from spmd.backends.numpy import compile_numpy
+from spmd.backends.numpy_backend import compile_numpy
 from spmd.errors import ParseError
 from spmd.ir import Graph, parse_graph
 from spmd.ir.ops.names import ADD, BROADCAST_IN_DIM, CONSTANT, NEGATE, REDUCE
