@@ -170,12 +170,16 @@ def _result_kind(leaf) -> dict:
     """What numpy's result is beyond a plain C-ordered array: read-only (x.imag of a real
     x: why), a numpy scalar (x.sum(): immutable), or strides other than C order's (x.T,
     x.T + 1: its numpy_layout, which decides whether a later reshape is a view)."""
-    if fz.read_only(leaf) is not None:
-        return {"_read_only": fz.read_only(leaf)}
     if fz.is_scalar(leaf):
         return {"numpy_scalar": True}
+    kind = {}
+    if fz.read_only(leaf) is not None:
+        kind["_read_only"] = fz.read_only(leaf)
+    # (a read-only view has strides too: np.copy of a broadcast puts its repeated axes innermost)
     layout = fz.numpy_layout(leaf)
-    return {} if layout is None else {"numpy_layout": layout}
+    if layout is not None:
+        kind["numpy_layout"] = layout
+    return kind
 
 
 def _record_views(out, view_leaves, call, shift):

@@ -46,9 +46,12 @@ def keep_layout(r, *xs):
 
 
 def order_like(r, x):
-    """r, a new array of x's rank made from x (np.fft.fft(x, n), np.zeros_like(x, shape)):
-    numpy lays it out in x's order of axes."""
-    if r.ndim > 1 and r.ndim == x.ndim and not x._c_order():
+    """r, a new array of x's rank made from x alone (np.copy, np.sort, np.fft.fft(x, n),
+    np.zeros_like(x, shape)): numpy lays it out in x's order of axes (views.order_of). A
+    broadcast of a C-order x, C order for elementwise ops, is not for these: its repeated
+    axes go innermost."""
+    plain_c = x._c_order() and (x._buf is not None or x._hint is None)
+    if r.ndim > 1 and r.ndim == x.ndim and not plain_c:
         shape = r.shape
         r._hint = Hint(lambda lay: views.dense(shape, views.order_of(lay)), (x,))
     return r

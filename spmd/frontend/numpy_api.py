@@ -285,8 +285,8 @@ API = (
     ("size",          shapes.metadata(np.size),       (F,),      ()),
     ("result_type",   lambda *xs: np.dtype(core.result_dtype(*xs)), (F,), ()),
     ("asarray",       lambda x, dtype=None, **k: core.asarray(x, dtype), (F,), ()),
-    ("array",         lambda x, dtype=None, copy=True, **k: fz.new_array(core.asarray(x, dtype)), (F,), ()),
-    ("astype",        lambda x, dtype, copy=True, **k: core.astype(x, dtype), (F, M), ()),
+    ("array",         shapes.array,                   (F,),      ()),
+    ("astype",        shapes.astype,                  (F, M),    ()),
     ("getitem",       indexing.getitem,               (),        ("getitem",)),
     # writes (functionalize.py) and indexing (indexing.py)
     ("copyto",        fz.copyto,                      (F,),      ()),

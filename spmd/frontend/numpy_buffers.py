@@ -35,7 +35,7 @@ from . import core
 from . import functionalize as fz
 from . import views
 from .masked import Masked
-from .trace import NumpyBuffer, Tracer, current_trace, resolve
+from .trace import Hint, NumpyBuffer, Tracer, current_trace, resolve
 
 CREATORS = ("zeros", "empty", "ones", "full", "eye", "identity", "array", "asarray", "asanyarray",
             "ascontiguousarray", "copy", "zeros_like", "ones_like", "empty_like", "full_like")
@@ -396,7 +396,8 @@ def _make_array(f, args, kwargs):
         r = core.asarray(resolve_all(obj), dtype)
         copies = f.__name__ in ("array", "copy") and kwargs.get("copy", True) is not False
         if copies or r is not resolve(obj) or not isinstance(obj, (Tracer, NumpyBuffer)):
-            r = fz.new_array(fz.fresh(r))
+            order = "C" if f.__name__ == "ascontiguousarray" else kwargs.get("order", "K")
+            r = fz.new_array(_copy_in_order(r, resolve(obj), order))
             ndmin = kwargs.get("ndmin", 0)
             if ndmin > r.ndim:
                 r = r.reshape((1,) * (ndmin - r.ndim) + r.shape)
@@ -406,6 +407,25 @@ def _make_array(f, args, kwargs):
     if r is obj:
         return r
     return _adopt(r, {}, [obj] if isinstance(obj, NumpyBuffer) else [])
+
+
+def _copy_in_order(r, x, order):
+    """numpy's new array of r's values (x's, converted), laid out as `order` says: "K"
+    like x alone (views.order_of: a broadcast's repeated axes innermost), "C" in C order,
+    "F" in F order, "A" F only where x is F- and not C-contiguous."""
+    if order in (None, "K"):
+        return core.order_like(fz.fresh(r), x) if isinstance(x, Tracer) else fz.fresh(r)
+    if order not in ("C", "F", "A"):
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    c = fz.fresh(r)
+    fortran = order == "F" or (order == "A" and isinstance(x, Tracer) and x.ndim > 1
+                               and x._layout().flags.f_contiguous and not x._layout().flags.c_contiguous)
+    if fortran and c.ndim > 1:
+        shape = c.shape
+        c._hint = Hint(lambda: views.dense(shape, tuple(range(len(shape)))[::-1]))
+    else:
+        c._hint = None
+    return c
 
 
 def _make_from_sequence(f, args, kwargs):

@@ -198,7 +198,7 @@ def copy(x, order="K", subok=False):
     """np.copy: a new array holding the same (immutable SSA) value, laid out like x
     (order="K"; "C" / "F" / "A" as numpy takes them), also of a numpy scalar."""
     x = core.asarray(x)
-    r = fz.fresh(x)
+    r = core.order_like(fz.fresh(x), x)
     if fz.is_scalar(x):
         return fz.new_array(r)
     if order == "C" or (order == "A" and not x._layout().flags.f_contiguous):
@@ -206,6 +206,21 @@ def copy(x, order="K", subok=False):
     elif order in ("F", "A"):
         shape = r.shape
         r._hint = Hint(lambda: views.dense(shape, tuple(range(len(shape)))[::-1]))
+    r._ensure_buffer()
+    return r
+
+
+def astype(x, dtype, copy=True, **kw):
+    """ndarray.astype (order="K"): a new array laid out like x alone (views.order_of)."""
+    x = core.asarray(x)
+    r = core.astype(x, dtype)
+    return r if r is x else core.order_like(r, x)
+
+
+def array(x, dtype=None, copy=True, **kw):
+    """np.array of a traced array: a new array (0-d ones too) laid out like x alone."""
+    x = core.asarray(x)
+    r = core.order_like(fz.fresh(core.asarray(x, dtype)), x)
     r._ensure_buffer()
     return r
 

@@ -174,9 +174,18 @@ def shadow_of(shape, strides):
 
 
 def order_of(shadow):
-    """The axis order (outermost first) numpy lays a new array out in like `shadow`."""
-    return tuple(int(d) for d in np.argsort([-abs(st) for st in keep_order([shadow], shadow.shape).strides],
-                                            kind="stable"))
+    """The axis order (outermost first) of a new array numpy makes like one array alone
+    (np.copy, astype, *_like, sort, fft: order="K"): C order if the array is C-contiguous,
+    F order if it is F-contiguous, else its axes by absolute stride, largest first, ties in
+    C order. A repeated (zero-stride) axis so goes innermost, where an elementwise op's
+    iterator leaves it in C order (keep_order): `np.copy(np.broadcast_to(x, (2,) +
+    x.shape))` is not C-contiguous, and a reshape of it copies."""
+    n = shadow.ndim
+    if shadow.flags.c_contiguous:
+        return tuple(range(n))
+    if shadow.flags.f_contiguous:
+        return tuple(range(n))[::-1]
+    return tuple(sorted(range(n), key=lambda d: -abs(shadow.strides[d])))      # (stable: ties in C order)
 
 
 def keep_order(shadows, shape):

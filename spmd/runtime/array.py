@@ -129,7 +129,17 @@ class Array:
         if copy is False:
             raise ValueError("spmd.Array: the global value is assembled from shards, which copies")
         v = self.numpy()
-        return v if dtype is None else v.astype(dtype, copy=False)
+        v = v if dtype is None else v.astype(dtype, copy=False)
+        layout = getattr(self, "numpy_layout", None)
+        if layout is None or layout.shape != v.shape:
+            return v
+        # an eager result numpy lays out in another order (x.T + 1, a copy of a broadcast):
+        # numpy's copy of it keeps that order (order="K"), which decides whether a later
+        # reshape of the copy is a view
+        order = sorted(range(v.ndim), key=lambda d: -abs(layout.strides[d]))
+        out = np.empty([v.shape[d] for d in order], v.dtype).transpose(np.argsort(order))
+        out[...] = v
+        return out
 
     # -- Python protocols -----------------------------------------------------------------
     def __len__(self):

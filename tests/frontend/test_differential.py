@@ -20,7 +20,7 @@ import contextlib
 import warnings
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import spmd
 from backend_env import numpy_compiler
@@ -363,6 +363,7 @@ BATCH = 8
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 24), shape=st.sampled_from(SHAPES), mesh=st.sampled_from(sorted(MESHES)),
        steps=st.integers(1, 12))
+@example(seed=519, shape=(4, 4, 3), mesh="1", steps=9)      # np.copy of a broadcast, then reshaped
 def test_random_programs_under_jit(seed, shape, mesh, steps):
     progs = [make_program(seed + k, shape, steps, complex_base=(seed + k) % 4 == 0) for k in range(BATCH)]
     xs = [base(seed + k, shape, (seed + k) % 4 == 0) for k in range(BATCH)]

@@ -160,6 +160,16 @@ NOT_C_ORDER = {
     # C order after all: a.copy(), a ufunc of mixed orders; and a broadcast operand
     "copy_method_of_T": lambda x: x.T.copy(), "mixed": lambda x: x.T + x.T.copy(),
     "T_plus_column": lambda x: x.T + x[:, 0],
+    "argsort_of_T": lambda x: np.argsort(x.T, axis=0),
+    "ufunc_of_broadcast": lambda x: np.negative(np.broadcast_to(x[:, None], (x.shape[0], 2) + x.shape[1:])),
+    # a copy of one array alone puts a broadcast's repeated axes innermost (elementwise ops
+    # above do not): a reshape of it copies
+    "np.copy_of_broadcast": lambda x: np.copy(np.broadcast_to(x, (2,) + x.shape)),
+    "np.array_of_broadcast": lambda x: np.array(np.broadcast_to(x[:, None], (x.shape[0], 2) + x.shape[1:])),
+    "sort_of_broadcast": lambda x: np.sort(np.broadcast_to(x[:, None], (x.shape[0], 2) + x.shape[1:]), axis=-1),
+    "astype_of_broadcast": lambda x: np.broadcast_to(x, (2,) + x.shape).astype(np.float32),
+    "zeros_like_broadcast": lambda x: np.zeros_like(np.broadcast_to(x, (2,) + x.shape)) + 0,
+    "fft_of_broadcast": lambda x: np.fft.fft(np.broadcast_to(x[:, None], (x.shape[0], 2) + x.shape[1:]), axis=0),
 }
 
 

@@ -46,7 +46,7 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     if x.ndim == 0:
         raise ShapeError(f"np.sort: axis {axis} is out of bounds for array of dimension 0 (at {user_loc()})")
     axis = core.normalize_axis(axis, x.ndim, "sort")
-    return core.keep_layout(core.emit(x._tr, SORT, x, axis=axis), x)       # numpy sorts a copy of x (order K)
+    return core.order_like(core.emit(x._tr, SORT, x, axis=axis), x)       # numpy sorts a copy of x (order K)
 
 
 def sort_in_place(a, axis=-1, kind=None, order=None, *, stable=None):
@@ -99,7 +99,7 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     if x.ndim == 0:
         raise ShapeError(f"np.argsort: axis {axis} is out of bounds for array of dimension 0 (at {user_loc()})")
     axis = core.normalize_axis(axis, x.ndim, "argsort")
-    return core.keep_layout(core.emit(x._tr, ARGSORT, x, axis=axis), x)
+    return core.emit(x._tr, ARGSORT, x, axis=axis)        # numpy's argsort result is in C order
 
 
 # ---------------------------------------------------------------------------- quantiles
