@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops.names import (ABS, ADD, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, CONVERT,
+                             DYNAMIC_SLICE, GATHER, IOTA, MAXIMUM, MINIMUM, MULTIPLY, NEGATE,
+                             OPTIMIZATION_BARRIER, REDUCE, REMAINDER, RESHAPE, REVERSE, ROLL, SELECT,
+                             SHARDING_CONSTRAINT, SLICE, SUBTRACT, TRANSPOSE)
+
 # ops that move elements without computing new ones: the first operand's elements, some of them
-_MOVES = ("broadcast_in_dim", "reshape", "transpose", "slice", "reverse", "roll", "dynamic_slice",
-          "gather", "sharding_constraint", "optimization_barrier")
+_MOVES = (BROADCAST_IN_DIM, RESHAPE, TRANSPOSE, SLICE, REVERSE, ROLL, DYNAMIC_SLICE,
+          GATHER, SHARDING_CONSTRAINT, OPTIMIZATION_BARRIER)
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
 
 
@@ -35,9 +40,9 @@ def extremes(value, ranges=None, depth=24):
         op = value.producer
         if op is None or value.size == 0:
             return None
-        if op.name == "iota":
+        if op.name == IOTA:
             return 0, op.attrs["shape"][op.attrs["dimension"]] - 1
-        if op.name in ("reshape", "transpose") or (op.name == "convert" and _is_int(op.operands[0])
+        if op.name in (RESHAPE, TRANSPOSE) or (op.name == CONVERT and _is_int(op.operands[0])
                                                     and np.dtype(str(value.dtype)).itemsize
                                                     >= np.dtype(str(op.operands[0].dtype)).itemsize):
             value = op.operands[0]
@@ -71,52 +76,52 @@ def _range(v, ranges, depth):
         return None, None
     name, ins = op.name, op.operands
     r = lambda x: int_range(x, ranges, depth - 1)      # noqa: E731
-    if name == "constant":
+    if name == CONSTANT:
         c = np.asarray(op.attrs["value"])
         if c.size == 0 or c.dtype.kind not in "biu":
             return None, None
         return int(c.min()), int(c.max())
-    if name == "iota":
+    if name == IOTA:
         return 0, max(op.attrs["shape"][op.attrs["dimension"]] - 1, 0)
-    if name == "compare":
+    if name == COMPARE:
         return 0, 1
-    if name in _MOVES or (name == "convert" and (_is_int(ins[0]) or str(ins[0].dtype) == "bool")):
+    if name in _MOVES or (name == CONVERT and (_is_int(ins[0]) or str(ins[0].dtype) == "bool")):
         return r(ins[0])
-    if name == "concatenate":
+    if name == CONCATENATE:
         return _union([r(x) for x in ins])
-    if name == "select":
+    if name == SELECT:
         return _union([r(ins[1]), r(ins[2])])
-    if name == "reduce" and op.attrs.get("kind") in ("max", "min"):
+    if name == REDUCE and op.attrs.get("kind") in ("max", "min"):
         return r(ins[0])
-    if name in ("maximum", "minimum"):
+    if name in (MAXIMUM, MINIMUM):
         (a, b), (c, d) = r(ins[0]), r(ins[1])
-        pick = max if name == "maximum" else min
-        if name == "maximum":     # at least either's low; at most the larger high
+        pick = max if name == MAXIMUM else min
+        if name == MAXIMUM:     # at least either's low; at most the larger high
             return _opt(pick, a, c, either=True), _opt(pick, b, d)
         return _opt(pick, a, c), _opt(pick, b, d, either=True)
     # arithmetic: bounded where its operands are on both sides (else it may overflow and
     # wrap around: int_range checks the bounds against the dtype)
-    if name in ("add", "subtract", "multiply"):
+    if name in (ADD, SUBTRACT, MULTIPLY):
         (a, b), (c, d) = r(ins[0]), r(ins[1])
         if None in (a, b, c, d):
             return None, None
-        if name == "add":
+        if name == ADD:
             return a + c, b + d
-        if name == "subtract":
+        if name == SUBTRACT:
             return a - d, b - c
         ps = [a * c, a * d, b * c, b * d]
         return min(ps), max(ps)
-    if name == "abs":
+    if name == ABS:
         a, b = r(ins[0])
         if a is not None and a >= 0:
             return a, b
         if a is None or b is None:
             return None, None
         return (0 if a <= 0 <= b else min(abs(a), abs(b))), max(abs(a), abs(b))
-    if name == "negate":
+    if name == NEGATE:
         a, b = r(ins[0])
         return (None, None) if a is None or b is None else (-b, -a)
-    if name == "remainder":            # C's fmod: the dividend's sign, less than the divisor in size
+    if name == REMAINDER:            # C's fmod: the dividend's sign, less than the divisor in size
         (a, b), (c, d) = r(ins[0]), r(ins[1])
         if c is None or d is None or c <= 0:
             return None, None
