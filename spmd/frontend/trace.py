@@ -34,7 +34,8 @@ class Trace:
         self.mesh = mesh
         self.fixed_loc = None      # autodiff pins the location of the ops it emits
         # id(Value) -> (Value, lo, hi): what a builder knows of an integer value's range
-        # beyond its ops (numpy's % by a positive n: 0..n-1); frontend/value_bounds.py
+        # beyond its ops (numpy's % by a positive n: 0..n-1); frontend/value_bounds.py,
+        # read by ir/ops/value_ranges.py
         self.ranges = {}
 
     parent = None                  # the enclosing trace of a control-flow body (frontend/control.py)

@@ -132,7 +132,7 @@ def test_bincount_of_uniques_inverse_takes_no_value_beyond_the_group_count(keys)
     (lambda k: k + 1, (None, None)),
 ])
 def test_int_range_bounds_what_the_ops_allow_and_nothing_that_may_wrap(fn, want):
-    from spmd.frontend.value_bounds import int_range
+    from spmd.ir.ops.value_ranges import int_range
     from spmd.jit.tracing import trace_function
     g, _, _ = trace_function(fn, (np.arange(6),))
     assert int_range(g.outputs[0]) == want

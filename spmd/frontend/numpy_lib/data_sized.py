@@ -15,7 +15,8 @@ from .. import core, indexing, padded, shapes
 from ..masked import Masked
 from ..trace import Tracer
 from ...ir.ops.names import IOTA
-from ..value_bounds import extremes, int_range, known
+from ...ir.ops.value_ranges import extremes, int_range
+from ..value_bounds import known
 from .. import elementwise as ew
 from .. import functionalize as fz
 from .. import reductions as red
@@ -88,7 +89,7 @@ def where(condition, x=None, y=None):
 
 def bincount(x, weights=None, minlength=0):
     """Counts (or summed weights) of each value 0..max(x), at least minlength of them.
-    The length needs no value of the data when the trace bounds x (value_bounds: e.g.
+    The length needs no value of the data when the trace bounds x (ir/ops/value_ranges.py: e.g.
     np.clip(k, 0, n - 1) with minlength=n); x[mask] (and weights w[mask] through the
     same mask) is counted where it is, the unselected elements weighing nothing (with
     weights, whether any is selected is taken from the data: numpy's result is int64
