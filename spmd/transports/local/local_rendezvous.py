@@ -89,6 +89,8 @@ class Host(Group):
     def __init__(self, ranks, world):
         super().__init__(ranks, world)
         self.pending = {}              # member index -> (segment key, program address, instructions)
+        self.alone = np.zeros(1, np.int64)     # one rank's program address, in a solo run
+        self.alone_at = self.alone.ctypes.data
 
     def run(self, i, key, prog, n, run_multi):
         """Member i's segment `key` (program at address `prog`, n instructions): returns once
@@ -98,7 +100,8 @@ class Host(Group):
             # the ranks run one after another: each runs its own segment alone (a program
             # that exchanges nothing; a native wait in it stops at once, the failed cell set)
             self.check_failed(i, what)
-            run_multi(np.array([prog], np.int64).ctypes.data, 1, n)
+            self.alone[0] = prog
+            run_multi(self.alone_at, 1, n)
             return
         with self.cond:
             self.check_failed(i, what)
