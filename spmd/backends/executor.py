@@ -30,6 +30,28 @@ def last_uses(graph, reads):
     return free
 
 
+def _subgraphs(op):
+    return [op.attrs[k] for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
+
+
+def _talks(graph) -> bool:
+    for op in graph.ops:
+        c = op.opdef.collective
+        if op.opdef.family == "collective" or c.reshards is not None or c.phase is not None or c.exchange:
+            return True
+        if any(_talks(g) for g in _subgraphs(op)):
+            return True
+    return False
+
+
+def _work(graph) -> int:
+    n = 0
+    for op in graph.ops:
+        n += sum(int(r.size) * np.dtype(r.dtype).itemsize for r in op.results)
+        n += sum(_work(g) for g in _subgraphs(op))
+    return n
+
+
 class Executable:
     """Subclasses set `self.graph` and implement `run(env, comm)`, which must leave every
     output of the program in `env`."""
@@ -42,6 +64,24 @@ class Executable:
     # output position -> the written output (a key of `written`) it is the same value as:
     # the caller hands back the argument for it, so it is not copied (Lowered.compile)
     same = {}
+
+    @property
+    def talks(self) -> bool:
+        """Does a run exchange anything with other ranks (a collective anywhere in the
+        program, loop bodies too)? A runtime may run the ranks of a program that does
+        not one after another (LocalRuntime, for small programs)."""
+        t = self.__dict__.get("_talks")
+        if t is None:
+            t = self.__dict__["_talks"] = _talks(self.graph)
+        return t
+
+    @property
+    def work_bytes(self) -> int:
+        """The bytes of every value a run makes (loop bodies once): a rough size of its work."""
+        w = self.__dict__.get("_work")
+        if w is None:
+            w = self.__dict__["_work"] = _work(self.graph)
+        return w
 
     @property
     def num_outputs(self) -> int:

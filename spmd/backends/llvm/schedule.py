@@ -289,7 +289,8 @@ class Schedule:
                     else:
                         arena[o + j] = e
             progs.append(prog)
-        st = self._local.st = [arena, progs, slots, scratch, None]
+        # (the programs' addresses asked once: x.ctypes builds an object, microseconds a call)
+        st = self._local.st = [arena, progs, slots, scratch, None, [p.ctypes.data for p in progs]]
         return st
 
     def _for_comm(self, st, comm):
@@ -318,13 +319,13 @@ class Schedule:
     def run(self, env, comm):
         exe = self.exe
         st = self._state()
-        arena, progs, slots, _, _ = st
+        arena, _, slots, _, _, prog_at = st
         self._for_comm(st, comm)
         steps = exe.steps
         si = 0
         for it in self.items:
             if isinstance(it, Segment):
-                self._run_segment(it, progs[si], arena, env, slots, comm, si)
+                self._run_segment(it, prog_at[si], arena, env, slots, comm, si)
                 si += 1
                 if self.native_comm and comm.native_exchange.status[0]:
                     comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
@@ -343,7 +344,7 @@ class Schedule:
             if v not in env:
                 env[v] = self._get(v, env, slots)
 
-    def _run_segment(self, seg, prog, arena, env, slots, comm, si):
+    def _run_segment(self, seg, prog_at, arena, env, slots, comm, si):
         for v, src in seg.allocs:
             env[v] = self.exe.new_buffer(v) if src is None else self._get(src, env, slots)
         if seg.dyn:
@@ -359,6 +360,6 @@ class Schedule:
         # (ranks more than the cores: a host runs several ranks' segments, transports/local/local_communicator.py)
         host = comm.native_exchange.host if self.native_comm else None
         if host is not None:
-            host((id(self), si), prog.ctypes.data, len(seg.instrs), self.helpers["run_multi"], self.small)
+            host((id(self), si), prog_at, len(seg.instrs), self.helpers["run_multi"], self.small)
         else:
-            self.run_fn(prog.ctypes.data, len(seg.instrs))
+            self.run_fn(prog_at, len(seg.instrs))

@@ -107,6 +107,10 @@ class LocalWorld:
         self._groups = {}
         self.failed = None            # (rank, exception) of the first rank that failed
         self.finished = set()         # ranks whose program has returned
+        # the ranks run one after another on the caller's thread (LocalRuntime, a program
+        # that exchanges nothing): a rendezvous that would wait raises instead (it never
+        # completes), and the failed cell is set so a native wait stops at once
+        self.solo = False
         # what native waits read (module docstring): failed, then finished per rank
         self.cells = np.zeros(1 + mesh.size, np.int64)
         self._comms = {}
@@ -134,11 +138,17 @@ class LocalWorld:
         valid), their counts and cells at zero."""
         self.failed = None
         self.finished = set()
+        self.solo = False
         self.cells[:] = 0
         for g in self._groups.values():
             g.board[:] = 0
         for c in self._comms.values():
             c.reset()
+
+    def run_solo(self):
+        """This run's ranks go one after another on one thread (the `solo` attribute)."""
+        self.solo = True
+        self.cells[0] = 1
 
     def group(self, devices: tuple) -> "Group":
         with self._lock:
@@ -167,7 +177,8 @@ class LocalWorld:
             self.finished.add(rank)
             if isinstance(rank, int):
                 self.cells[1 + rank] = 1
-            groups = self._waited_on()
+            # ranks run one after another: no other thread waits to be woken
+            groups = [] if self.solo else self._waited_on()
         for g in groups:
             g.wake()
 

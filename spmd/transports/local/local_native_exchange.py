@@ -61,6 +61,9 @@ class LocalNativeExchange(NativeExchange):
         self.status[:] = 0
         _, devices, i, grp = self.comm.group_of(axes)
         rank = devices[peer] if 0 <= peer < len(devices) else peer
+        if why == 1 and self.comm.world.solo:
+            raise CollectiveError(f"{what} on rank {self.comm.rank}: the ranks ran one after another (the runtime "
+                                  f"judged the program to exchange nothing), but it waited for rank [{rank}]")
         if why == 1 and self.comm.world.failed is not None:
             grp.check_failed(i, what)
         if why == 2:

@@ -59,6 +59,11 @@ class Group:
         deadline = time.monotonic() + w.timeout
         while not ready():
             self.check_failed(i, what)
+            if w.solo:
+                # the ranks run one after another on one thread: the others cannot arrive
+                raise CollectiveError(f"{what} on rank {self.devices[i]}: the ranks ran one after another "
+                                      f"(the runtime judged the program to exchange nothing), but it waited "
+                                      f"for rank(s) {missing()}")
             gone = sorted(set(missing()) & w.finished)
             if gone:
                 raise CollectiveError(f"{what} on rank {self.devices[i]}: rank(s) {gone} finished the "
@@ -84,11 +89,20 @@ class Host(Group):
     def __init__(self, ranks, world):
         super().__init__(ranks, world)
         self.pending = {}              # member index -> (segment key, program address, instructions)
+        self.alone = np.zeros(1, np.int64)     # one rank's program address, in a solo run
+        self.alone_at = self.alone.ctypes.data
 
     def run(self, i, key, prog, n, run_multi):
         """Member i's segment `key` (program at address `prog`, n instructions): returns once
         it ran, on this thread (the last member to arrive) or another."""
         what = "a native segment"
+        if self.world.solo:
+            # the ranks run one after another: each runs its own segment alone (a program
+            # that exchanges nothing; a native wait in it stops at once, the failed cell set)
+            self.check_failed(i, what)
+            self.alone[0] = prog
+            run_multi(self.alone_at, 1, n)
+            return
         with self.cond:
             self.check_failed(i, what)
             gen = self.gen

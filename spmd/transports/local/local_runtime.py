@@ -8,7 +8,9 @@ a failed run can leak into the next). A handle is the shard itself, a numpy arra
 Any mesh size runs: `num_devices` (spmd.init(num_devices=N), default os.cpu_count())
 is only what `spmd.device_count()` reports; a mesh of M devices runs on M threads.
 Worker threads are kept between runs (a pool per device id), since starting threads
-on every call of a jitted function would cost more than a small program.
+on every call of a jitted function would cost more than a small program; a small
+program that exchanges nothing (SOLO_BYTES) runs its ranks one after another on the
+calling thread instead, which costs less than handing them to the workers.
 
 Errors: the first rank to raise aborts the world (the others, waiting in collectives,
 wake and fail at once); `run` re-raises that first exception with its rank in the
@@ -37,6 +39,10 @@ GRACE_SECONDS = 0.25
 # how often the caller's wait wakes: a signal (Ctrl-C, a SIGTERM handler) is handled by
 # the main thread only, and only between bytecodes, so it must never block for good
 POLL_SECONDS = 0.1
+# a program that exchanges nothing and makes at most this many bytes a rank runs its
+# ranks one after another on the calling thread: handing each to its worker thread and
+# waiting for them costs more (tens of microseconds a rank) than the work itself
+SOLO_BYTES = 1 << 18
 
 _WORKERS = weakref.WeakSet()         # every worker thread, to let them finish at exit
 
@@ -150,6 +156,8 @@ class LocalRuntime(Runtime):
 
     def _run(self, program, mesh, args, devices):
         key, world = self._world(mesh)
+        if not getattr(program, "talks", True) and getattr(program, "work_bytes", SOLO_BYTES + 1) <= SOLO_BYTES:
+            return self._run_here(program, world, key, args, devices)
         # the ranks share this process's BLAS: one thread count for the whole run (blas.py)
         blas.start_run(len(devices))
         done = queue.Queue()             # (device, ok, outputs or exception)
@@ -193,6 +201,27 @@ class LocalRuntime(Runtime):
                     w.tasks.put(None)
         if errors:
             raise _first_error(world, errors)
+        self._clean[key] = world
+        while len(self._clean) > CLEAN_WORLDS:
+            del self._clean[next(iter(self._clean))]
+        return results
+
+    def _run_here(self, program, world, key, args, devices):
+        """The ranks of a small program that exchanges nothing, one after another on the
+        calling thread; the first to fail stops the run, its error labelled as any rank's.
+        Were the judgement wrong, a rank that waits for another raises (world.run_solo)
+        rather than waiting for a rank that runs only after it. The BLAS thread count is
+        the threaded run's, so results are the same bits."""
+        blas.start_run(len(devices))
+        world.run_solo()
+        results = {}
+        for d in devices:
+            try:
+                results[d] = list(program(list(args[d]), world.communicator(d)))
+            except BaseException as e:   # noqa: BLE001 - re-raised below, labelled
+                world.abort(d, e)
+                raise _first_error(world, [(d, e)]) from None
+            world.finish(d)
         self._clean[key] = world
         while len(self._clean) > CLEAN_WORLDS:
             del self._clean[next(iter(self._clean))]
