@@ -31,7 +31,7 @@ def last_uses(graph, reads):
 
 
 def _subgraphs(op):
-    return [op.attrs[k] for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
+    return [op.attrs[k] for k in op.opdef.subgraphs if op.attrs.get(k) is not None]
 
 
 def _talks(graph) -> bool:
