@@ -16,13 +16,26 @@ def path() -> str:
     return os.path.join(cache_dir(), FILE)
 
 
+# (path, mtime in ns) -> what was read there: the file is read once per process, and
+# again only when `spmd doctor --calibrate` rewrote it
+_read = {}
+
+
 def stored() -> dict | None:
     """The stored calibration, or None (none, or unreadable: the defaults serve)."""
+    p = path()
     try:
-        with open(path()) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
         return None
+    if _read.get("at") != (p, mtime):
+        try:
+            with open(p) as f:
+                got = json.load(f)
+        except (OSError, ValueError):
+            got = None
+        _read.update(at=(p, mtime), got=got)
+    return _read["got"]
 
 
 def rates(network=None, machine=None, devices=1) -> tuple:

@@ -6,15 +6,18 @@
 1. the search (problem.py, solve.py) lays out every argument, op and chosen result of
    the global program for the fewest modelled seconds, the arguments within a share of
    memory_limit: exactly where the problem is small, and by two refined greedy passes;
-2. the arguments' and results' layouts of each plan found, and two plain ones beside them (the baseline:
-   each chosen argument's largest dim split over the largest mesh axis that divides it;
-   and every chosen argument replicated), each go through propagation and the
-   partitioner, and the modelled seconds of the program each makes (program_cost.py)
-   decide: the search's plan stands unless one of those is faster. So a plan is never
-   slower, by the model, than the baseline.
+2. of the plans found, the one the search's own model finds fastest; the values of the
+   global program propagation (from that plan's arguments alone) lays out otherwise than
+   the search chose, kept as the search chose (propagation hints: the "followed" plan);
+   and two plain plans (the baseline: each chosen argument's largest dim split over the
+   largest mesh axis that divides it; and every chosen argument replicated) each go
+   through propagation and the partitioner, and the modelled seconds of the program each
+   makes (program_cost.py) decide. So a plan is never slower, by the model, than the
+   baseline. A plan whose arguments, results and hints equal an earlier one's is not
+   made again, and the kept plan's program goes on to lowering (AutoPlan.programs).
 
 Only the leaves jit was told to choose are reported: the rest of the program is
-propagation's, from them, as with shardings a user writes.
+propagation's, from them and the hints, as with shardings and spmd.shard a user writes.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from ..partition import partition
 from ..propagate import propagate
 from .problem import build, local_bytes
 from .program_cost import program_seconds
-from .solve import solve, total
+from .solve import memory, solve, total
 
 # of memory_limit, what the search lets the arguments hold per device (the rest is for
 # activations and temporaries; the memory planner then fits the whole or says it cannot)
@@ -39,11 +42,18 @@ class AutoPlan:
     out_shardings: list                # a Sharding or None per result leaf
     chosen: str                        # the plan kept: a search's ("exact", "refine greedy",
                                        # "refine unsplit"), "baseline" or "replicated"
-    method: str                        # the search's best plan, by the whole program's model
+    method: str                        # the search's best plan, by the search's own model
     seconds: dict = field(default_factory=dict)     # plan -> modelled seconds per step
     solve_seconds: float = 0.0
     why: list = field(default_factory=list)         # per chosen leaf: a dict (see explain_lines)
     size: dict = field(default_factory=dict)        # nodes, edges, option pairs of the search
+    # {(op index, result index): Sharding} of the global program's interior values the plan
+    # kept asks propagation to keep (the search's, where propagation from the arguments
+    # alone lays them out otherwise); empty unless a "followed" plan won
+    hints: dict = field(default_factory=dict)
+    # the kept plan's global program propagated and partitioned (lowering takes them on:
+    # they are not made twice); not part of the plan's text
+    programs: tuple = field(default=(), repr=False, compare=False)
 
     def explain_lines(self) -> list:
         out = [f"spmd.AUTO: kept the {self.chosen} plan (searched in {self.solve_seconds:.2f} s; "
@@ -84,7 +94,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     given_out = [s if isinstance(s, Sharding) else None for s in out_shardings]
     budget = None if memory_limit is None else ARGUMENT_SHARE * memory_limit
     pb = build(graph, mesh, list(in_shardings), list(out_shardings), machine, network, names, ties)
-    plans, choices = {}, {}
+    plans, choices, searched_total = {}, {}, {}
     for method, choice in solve(pb, budget):
         ins, outs = list(given_in), list(given_out)
         for i in auto_in:
@@ -93,46 +103,107 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             node = pb.outputs.get(k)
             if node is not None:
                 outs[k] = node.reads[0][1][choice[id(node)]]
-        if (ins, outs) not in plans.values():       # (two methods may find one plan)
-            plans[method] = (ins, outs)
-            choices[method] = choice
-    # the same, with the arguments only elementwise ops read (an optimizer's state) whole:
-    # their split serves their update alone, and propagation, which moves splits through
-    # elementwise ops first, may carry it into the rest of the program
-    state = _state_only(graph, auto_in)
-    for method in list(choices):
-        ins, outs = plans[method]
-        alt = [Sharding(mesh, (None,) * graph.inputs[i].ndim) if i in state else s for i, s in enumerate(ins)]
-        if state and (alt, outs) not in plans.values():
-            plans[f"{method}, state whole"] = (alt, outs)
-            choices[f"{method}, state whole"] = choices[method]
-    if auto_in:
-        v = graph.inputs
-        plans["baseline"] = ([baseline(v[i].shape, mesh) if i in auto_in else given_in[i]
-                              for i in range(len(v))], given_out)
-        plans["replicated"] = ([Sharding(mesh, (None,) * v[i].ndim) if i in auto_in else given_in[i]
-                                for i in range(len(v))], given_out)
-    seconds, fits = {}, {}
-    for name, (ins, outs) in plans.items():
-        outs = list(outs)
         for k, i in ties.items():
             outs[k] = ins[i]
-        plans[name] = (ins, outs)
-        g = partition(propagate(graph, mesh, ins, outs))
-        seconds[name] = program_seconds(g, mesh, machine, network)["seconds"]
+        fit = budget is None or memory(pb, choice) <= budget
+        searched_total[method] = (not fit, total(pb, choice))
+        plans[method], choices[method] = (ins, outs), choice
+    # of the search's plans, the one its own model finds fastest goes on (propagating and
+    # partitioning a plan to judge it by the whole program's model costs as much as the
+    # search: the plans it ranks lower are not made)
+    searched = min(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
+    candidates = {searched: plans[searched]}
+    if auto_in:
+        v = graph.inputs
+        base = [baseline(v[i].shape, mesh) if i in auto_in else given_in[i] for i in range(len(v))]
+        whole = [Sharding(mesh, (None,) * v[i].ndim) if i in auto_in else given_in[i] for i in range(len(v))]
+        for name, ins in (("baseline", base), ("replicated", whole)):
+            outs = list(given_out)
+            for k, i in ties.items():
+                outs[k] = ins[i]
+            candidates[name] = (ins, outs)
+    seconds, fits, made, hints = {}, {}, {}, {}
+
+    def judge(name, ins, outs, hint=None):
+        """The plan propagated (keeping `hint`) and partitioned, and its modelled seconds."""
+        key = (tuple(ins), tuple(outs), tuple(sorted((hint or {}).items())))
+        for other, got in made.items():
+            if got[0] == key:           # realized as an earlier plan: its program, not made again
+                made[name], seconds[name], fits[name] = got, seconds[other], fits[other]
+                return
+        g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
+        p = partition(g)
+        made[name] = (key, g, p)
+        seconds[name] = program_seconds(p, mesh, machine, network)["seconds"]
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
+
+    for name, (ins, outs) in candidates.items():
+        judge(name, ins, outs)
+    # the search's plan, its interior followed: the values propagation (from the arguments
+    # alone) lays out otherwise than the search chose are kept as the search chose
+    follow = diverging(graph, pb, choices[searched], made[searched][1])
+    ins, outs = candidates[searched]
+    if follow:
+        name = f"{searched}, followed"
+        candidates[name], hints[name], choices[name] = (ins, outs), follow, choices[searched]
+        judge(name, ins, outs, follow)
+    else:
+        # the arguments only elementwise ops read (an optimizer's state) whole: their split
+        # serves their update alone, and propagation, which moves splits through
+        # elementwise ops first, may carry it into the rest of the program (a followed
+        # plan keeps the interior as the search chose: no split is carried)
+        state = _state_only(graph, auto_in)
+        alt = [Sharding(mesh, (None,) * graph.inputs[i].ndim) if i in state else s for i, s in enumerate(ins)]
+        if state and alt != ins:
+            name = f"{searched}, state whole"
+            candidates[name], choices[name] = (alt, [alt[ties[k]] if k in ties else o for k, o in enumerate(outs)]), \
+                choices[searched]
+            judge(name, *candidates[name])
+    plans = candidates
     order = [n for n in plans if fits[n]] or list(plans)
     best = min(order, key=lambda n: (seconds[n], list(plans).index(n)))
     ins, outs = plans[best]
-    searched = min(choices, key=lambda n: (seconds[n], list(plans).index(n)))
     plan = AutoPlan(list(ins), list(outs), best, searched, seconds, 0.0,
                     size={"nodes": len(pb.nodes), "edges": len(pb.edges),
                           "pairs": int(sum(e.small.size for e in pb.edges)),
-                          "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)})
+                          "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
+                    hints=hints.get(best, {}), programs=made[best][1:])
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
+
+
+def _named(shardings, like):
+    """`shardings` with the names `like` (jit's Shardings) gives its leaves, for errors and
+    explain: propagation then makes the program lowering would."""
+    names = getattr(like, "names", None)
+    if names is None:
+        return list(shardings)
+    return type(like)(shardings, names, getattr(like, "leaves", None))
+
+
+def diverging(graph, pb, choice, propagated) -> dict:
+    """{(op index, result index): Sharding} of the values the search's `choice` lays out
+    otherwise than `propagated` (the global program propagated from the plan's arguments)
+    does: what propagation must keep for the program to be the one the search priced."""
+    where = {}
+    for oi, op in enumerate(graph.ops):
+        for ri, r in enumerate(op.results):
+            where[r] = (oi, ri)
+    out = {}
+    for node in pb.nodes:
+        if node.what != "op":
+            continue
+        for v, s in node.makes[choice[id(node)]].items():
+            at = where.get(v)
+            if at is None:
+                continue
+            want = s.for_rank(v.ndim).replace(partial=())
+            got = propagated.ops[at[0]].results[at[1]].sharding
+            if got is None or got.for_rank(v.ndim).replace(partial=()) != want:
+                out[at] = want
+    return dict(sorted(out.items()))
 
 
 def _state_only(graph, auto_in) -> set:
