@@ -24,6 +24,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...ir.mesh import Sharding, is_auto
 from ..partition import partition
 from ..propagate import propagate
@@ -34,6 +36,10 @@ from .solve import memory, solve, total
 # of memory_limit, what the search lets the arguments hold per device (the rest is for
 # activations and temporaries; the memory planner then fits the whole or says it cannot)
 ARGUMENT_SHARE = 0.6
+# the replicated plan is made and judged by the whole program's model only where the
+# search's model of it (every node unsplit: no communication, so that model is close)
+# is within this factor of the fastest plan made; else the search's figure stands
+NEAR = 1.5
 
 
 @dataclass
@@ -51,13 +57,15 @@ class AutoPlan:
     # kept asks propagation to keep (the search's, where propagation from the arguments
     # alone lays them out otherwise); empty unless a "followed" plan won
     hints: dict = field(default_factory=dict)
+    estimated: set = field(default_factory=set)     # plans priced by the search's model alone (NEAR)
     # the kept plan's global program propagated and partitioned (lowering takes them on:
     # they are not made twice); not part of the plan's text
     programs: tuple = field(default=(), repr=False, compare=False)
 
     def explain_lines(self) -> list:
         out = [f"spmd.AUTO: kept the {self.chosen} plan (searched in {self.solve_seconds:.2f} s; "
-               f"modelled step " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.seconds.items()) + ")"]
+               f"modelled step " + ", ".join(f"{k} {v * 1e3:.3f} ms" + (" (search's model)" if k in self.estimated else "")
+                                             for k, v in self.seconds.items()) + ")"]
         for w in self.why:
             line = f"  {w['leaf']}: {w['chosen']}"
             if w.get("runner_up") is not None:
@@ -122,7 +130,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             for k, i in ties.items():
                 outs[k] = ins[i]
             candidates[name] = (ins, outs)
-    seconds, fits, made, hints = {}, {}, {}, {}
+    seconds, fits, made, hints, estimated = {}, {}, {}, {}, set()
 
     def judge(name, ins, outs, hint=None):
         """The plan propagated (keeping `hint`) and partitioned, and its modelled seconds."""
@@ -138,7 +146,13 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
 
+    unsplit = total(pb, {id(n): 0 for n in pb.nodes})      # (options are listed unsplit first)
     for name, (ins, outs) in candidates.items():
+        if name == "replicated" and unsplit > NEAR * min(seconds.values()):
+            # far slower by the search's model: priced by it, not made (see NEAR)
+            seconds[name], fits[name] = unsplit, True
+            estimated.add(name)
+            continue
         judge(name, ins, outs)
     # the search's plan, its interior followed: the values propagation (from the arguments
     # alone) lays out otherwise than the search chose are kept as the search chose
@@ -161,14 +175,15 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
                 choices[searched]
             judge(name, *candidates[name])
     plans = candidates
-    order = [n for n in plans if fits[n]] or list(plans)
+    made_plans = [n for n in plans if n not in estimated]
+    order = [n for n in made_plans if fits[n]] or made_plans
     best = min(order, key=lambda n: (seconds[n], list(plans).index(n)))
     ins, outs = plans[best]
     plan = AutoPlan(list(ins), list(outs), best, searched, seconds, 0.0,
                     size={"nodes": len(pb.nodes), "edges": len(pb.edges),
                           "pairs": int(sum(e.small.size for e in pb.edges)),
                           "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
-                    hints=hints.get(best, {}), programs=made[best][1:])
+                    hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated)
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
@@ -221,17 +236,30 @@ def _why(pb, choice, auto_in, names, ins, budget, graph) -> list:
     out = []
     base = total(pb, choice)
     held = sum(n.memory[choice[id(n)]] for n in pb.nodes)
+    touching = {}
+    for e in pb.edges:
+        touching.setdefault(id(e.src), []).append(e)
+        if e.dst is not e.src:
+            touching.setdefault(id(e.dst), []).append(e)
     for i in auto_in:
         node = pb.inputs[i]
         cur = choice[id(node)]
         kept = ins[i]
+        # the step's seconds with this node's option changed alone: its own cost and its
+        # edges' change, the rest of the sum stays
+        alt = node.cost - node.cost[cur]
+        for e in touching.get(id(node), []):
+            if e.src is node and e.dst is node:
+                alt = alt + np.diagonal(e.costs) - e.costs[cur, cur]
+            elif e.src is node:
+                alt = alt + e.costs[:, choice[id(e.dst)]] - e.costs[cur, choice[id(e.dst)]]
+            else:
+                alt = alt + e.costs[choice[id(e.src)], :] - e.costs[choice[id(e.src)], cur]
         best, best_t = None, None
         for j, m in enumerate(node.makes):
             if m[graph.inputs[i]] == kept:
                 continue
-            alt = dict(choice)
-            alt[id(node)] = j
-            t = total(pb, alt)
+            t = base + float(alt[j])
             if best_t is None or t < best_t - 1e-15:
                 best, best_t = j, t
         w = {"leaf": names[i] if i < len(names) else f"argument {i}", "chosen": kept.text(),
