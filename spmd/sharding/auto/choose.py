@@ -118,9 +118,13 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         plans[method], choices[method] = (ins, outs), choice
     # of the search's plans, the one its own model finds fastest goes on (propagating and
     # partitioning a plan to judge it by the whole program's model costs as much as the
-    # search: the plans it ranks lower are not made)
-    searched = min(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
-    candidates = {searched: plans[searched]}
+    # search: the plans it ranks lower are not made), unless the program has loops: the
+    # search does not see into their bodies, so its model of them is not to be trusted
+    # and each of its plans is judged whole
+    ranked = sorted(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
+    looped = any("body" in op.attrs for op in graph.ops)
+    judged = ranked if looped else ranked[:1]
+    candidates = {n: plans[n] for n in judged}
     if auto_in:
         v = graph.inputs
         base = [baseline(v[i].shape, mesh) if i in auto_in else given_in[i] for i in range(len(v))]
@@ -154,6 +158,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             estimated.add(name)
             continue
         judge(name, ins, outs)
+    searched = min(judged, key=lambda n: (not fits[n], seconds[n], judged.index(n)))
     # the search's plan, its interior followed: the values propagation (from the arguments
     # alone) lays out otherwise than the search chose are kept as the search chose
     follow = diverging(graph, pb, choices[searched], made[searched][1])
