@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import spmd  # noqa: E402
+import warnings  # noqa: E402
 
 # (data, model) per size: the model axis within a host (8 ranks at most), the rest data
 MESHES = [(2, 2), (4, 4), (8, 8), (32, 8), (128, 8), (512, 8)]
@@ -76,6 +77,7 @@ def main(argv=None):
     ap.add_argument("--per-replica", type=int, default=8)
     ap.add_argument("--batch", type=int, default=0)
     a = ap.parse_args(argv)
+    warnings.simplefilter("ignore")       # (a plan's ReshardWarnings: explain() tells them; here the figures)
     w, x = ([float(v) for v in s.split(",")] for s in (a.within, a.across))
     network = spmd.Network(within=spmd.Link(latency=w[0], bandwidth=w[1]),
                            across=spmd.Link(latency=x[0], bandwidth=x[1]), ranks_per_host=a.per_host)

@@ -112,3 +112,26 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert float(line[1]) == pytest.approx(got["machine"]["flops"])
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
+
+
+def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+
+    def write(flops, ns):
+        f.write_text(json.dumps({"machine": {"flops": flops, "bandwidth": 1e9, "step": 1e-4}}))
+        os.utime(f, ns=(ns, ns))
+    write(1e9, 10**18)
+    assert R.rates()[0].flops == 1e9
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    write(2e9, 10**18)                   # rewritten, the same mtime: what was read stands
+    reads.clear()
+    assert R.rates()[0].flops == 1e9 and R.rates()[0].flops == 1e9
+    assert not [p for p in reads if str(p).endswith("machine.json")]
+    write(3e9, 10**18 + 1)               # a new mtime: read again
+    assert R.rates()[0].flops == 3e9
+    f.unlink()
+    assert R.rates()[0].flops == R.Machine().flops

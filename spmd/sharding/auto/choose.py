@@ -8,7 +8,8 @@
    memory_limit: exactly where the problem is small, and by two refined greedy passes;
 2. of the plans found, the one the search's own model finds fastest; the values of the
    global program propagation (from that plan's arguments alone) lays out otherwise than
-   the search chose, kept as the search chose (propagation hints: the "followed" plan);
+   the search chose: then every value the search laid out kept as it chose (propagation
+   hints: the "followed" plan);
    and two plain plans (the baseline: each chosen argument's largest dim split over the
    largest mesh axis that divides it; and every chosen argument replicated) each go
    through propagation and the partitioner, and the modelled seconds of the program each
@@ -159,10 +160,14 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             continue
         judge(name, ins, outs)
     searched = min(judged, key=lambda n: (not fits[n], seconds[n], judged.index(n)))
-    # the search's plan, its interior followed: the values propagation (from the arguments
-    # alone) lays out otherwise than the search chose are kept as the search chose
-    follow = diverging(graph, pb, choices[searched], made[searched][1])
+    # the search's plan, its interior followed: where propagation (from the arguments
+    # alone) lays out some value otherwise than the search chose, every value the search
+    # laid out is kept as it chose (keeping only the diverging ones moves others: the
+    # program would be neither the search's nor propagation's)
     ins, outs = candidates[searched]
+    follow = {}
+    if diverging(graph, pb, choices[searched], made[searched][1]):
+        follow = searched_layouts(graph, pb, choices[searched])
     if follow:
         name = f"{searched}, followed"
         candidates[name], hints[name], choices[name] = (ins, outs), follow, choices[searched]
@@ -203,10 +208,9 @@ def _named(shardings, like):
     return type(like)(shardings, names, getattr(like, "leaves", None))
 
 
-def diverging(graph, pb, choice, propagated) -> dict:
-    """{(op index, result index): Sharding} of the values the search's `choice` lays out
-    otherwise than `propagated` (the global program propagated from the plan's arguments)
-    does: what propagation must keep for the program to be the one the search priced."""
+def searched_layouts(graph, pb, choice) -> dict:
+    """{(op index, result index): Sharding} of every value of `graph` an op node of the
+    search lays out, as its option in `choice` does (settled: no pending sum)."""
     where = {}
     for oi, op in enumerate(graph.ops):
         for ri, r in enumerate(op.results):
@@ -216,14 +220,20 @@ def diverging(graph, pb, choice, propagated) -> dict:
         if node.what != "op":
             continue
         for v, s in node.makes[choice[id(node)]].items():
-            at = where.get(v)
-            if at is None:
-                continue
-            want = s.for_rank(v.ndim).replace(partial=())
-            got = propagated.ops[at[0]].results[at[1]].sharding
-            if got is None or got.for_rank(v.ndim).replace(partial=()) != want:
-                out[at] = want
+            if v in where:
+                out[where[v]] = s.for_rank(v.ndim).replace(partial=())
     return dict(sorted(out.items()))
+
+
+def diverging(graph, pb, choice, propagated) -> dict:
+    """The part of searched_layouts that `propagated` (the global program propagated)
+    lays out otherwise."""
+    out = {}
+    for (oi, ri), want in searched_layouts(graph, pb, choice).items():
+        v = propagated.ops[oi].results[ri]
+        if v.sharding is None or v.sharding.for_rank(v.ndim).replace(partial=()) != want:
+            out[(oi, ri)] = want
+    return out
 
 
 def _state_only(graph, auto_in) -> set:
