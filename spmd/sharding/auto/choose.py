@@ -6,10 +6,9 @@
 1. the search (problem.py, solve.py) lays out every argument, op and chosen result of
    the global program for the fewest modelled seconds, the arguments within a share of
    memory_limit: exactly where the problem is small, and by two refined greedy passes;
-2. of the plans found, the one the search's own model finds fastest; the values of the
-   global program propagation (from that plan's arguments alone) lays out otherwise than
-   the search chose: then every value the search laid out kept as it chose (propagation
-   hints: the "followed" plan);
+2. each plan found; the one of them the whole program's model finds fastest, with
+   every value the search laid out kept as it chose (propagation hints: the "followed"
+   plan), where propagation from its arguments alone lays out some value otherwise;
    and two plain plans (the baseline: each chosen argument's largest dim split over the
    largest mesh axis that divides it; and every chosen argument replicated) each go
    through propagation and the partitioner, and the modelled seconds of the program each
@@ -117,14 +116,10 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         fit = budget is None or memory(pb, choice) <= budget
         searched_total[method] = (not fit, total(pb, choice))
         plans[method], choices[method] = (ins, outs), choice
-    # of the search's plans, the one its own model finds fastest goes on (propagating and
-    # partitioning a plan to judge it by the whole program's model costs as much as the
-    # search: the plans it ranks lower are not made), unless the program has loops: the
-    # search does not see into their bodies, so its model of them is not to be trusted
-    # and each of its plans is judged whole
-    ranked = sorted(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
-    looped = any("body" in op.attrs for op in graph.ops)
-    judged = ranked if looped else ranked[:1]
+    # each of the search's plans is judged whole (its own model does not see into loop
+    # bodies, nor what the partitioner and the passes after it make), in the order its
+    # own model ranks them; plans realized alike are made once (judge)
+    judged = sorted(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
     candidates = {n: plans[n] for n in judged}
     if auto_in:
         v = graph.inputs
