@@ -3,7 +3,9 @@ spmd.AUTO on meshes from 4 to 4096 devices this machine does not have, over a gi
 network (spmd.Network: `--per-host` ranks a host joined by `within` links, hosts by
 `across` links). Nothing runs: each row is the plan's predicted step time (compute,
 communication), bytes a step and per kind of collective, peak memory per device, and
-the search's solve time against the number of ops it laid out.
+the search's solve time against the number of ops it laid out. Then the solve time as
+the model deepens (`--sweep-layers`, on the 8x8 mesh): it must grow at most linearly
+with the ops (the s/kop column stays flat).
 
 The batch grows with the data axis (`--per-replica` sequences per data-parallel
 replica: weak scaling), so that every mesh has a batch to split; `--batch N` fixes it.
@@ -76,6 +78,7 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--per-replica", type=int, default=8)
     ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--sweep-layers", default="1,2,4,8", help="layer counts for the solve-time sweep ('' to skip)")
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")       # (a plan's ReshardWarnings: explain() tells them; here the figures)
     w, x = ([float(v) for v in s.split(",")] for s in (a.within, a.across))
@@ -97,6 +100,12 @@ def main(argv=None):
               f"{c['compute_seconds'] * 1e3:8.3f} {c['comm_seconds'] * 1e3:8.3f} {sum(r['kinds'].values()):11d} "
               f"{c['peak_bytes'] / 2**20:9.2f} {r['solve']:8.2f} {r['nodes']:>6} {per_kop:6.2f}  {kinds}; {r['chosen']}")
         sys.stdout.flush()
+    if a.sweep_layers:
+        print(f"\nsolve time against the ops, on 8x8: {'layers':>6} {'ops':>6} {'nodes':>6} {'solve s':>8} {'s/kop':>6}")
+        for layers in (int(v) for v in a.sweep_layers.split(",")):
+            r = plan_row(tg, (8, 8), argparse.Namespace(**{**vars(a), "layers": layers}), network)
+            print(f"{'':>35} {layers:>6} {r['ops']:>6} {r['nodes']:>6} {r['solve']:8.2f} {r['solve'] / r['ops'] * 1e3:6.2f}")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":
