@@ -159,8 +159,8 @@ def test_a_followed_plan_gives_the_same_step(monkeypatch):
             followed.add(id(out))
         return out
 
-    def seconds(p, *a):
-        out = dict(real_s(p, *a))
+    def seconds(p, *a, **k):
+        out = dict(real_s(p, *a, **k))
         if id(p) in followed:
             out["seconds"] = 0.0
         return out

@@ -142,7 +142,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
         p = partition(g)
         made[name] = (key, g, p)
-        seconds[name] = program_seconds(p, mesh, machine, network)["seconds"]
+        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True)["seconds"]
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
 

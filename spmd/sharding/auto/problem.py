@@ -5,7 +5,9 @@ of resharding between every option of its producer and every option of its consu
 
     node cost   an op's compute at the machine's rates (cost_model.Machine: its flops and
                 bytes per device under that split) plus, when the split leaves the result
-                a pending sum, the all_reduce that settles it
+                a pending sum, the all_reduce that settles it (its bytes alone where
+                only fused ops read the value on: a gradient, whose all-reduce the
+                compiler buckets with the others, cost_model.bucketed_values)
     edge cost   cost.reshard_seconds from what the producer's option makes to what the
                 consumer's option reads (a local slice is free; a gather is not)
 
@@ -24,7 +26,7 @@ import numpy as np
 from ...ir.mesh import Sharding
 from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
-from ..cost_model import collective_seconds, fuses, moved_values
+from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values
 from ..rules import axes_size, rule_of
 from .strategies import Strategy, layouts, op_strategies
 
@@ -117,7 +119,7 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     free = free_values(graph)
     # what goes through memory: fused ops move only what enters and leaves their kernel
     traffic = ({o for op in graph.ops if not fuses(op) for o in op.operands}, set(graph.outputs))
-    op_seconds = _OpSeconds(machine, network, *traffic)
+    op_seconds = _OpSeconds(machine, network, *traffic, bucketed_values(graph))
     names = names or [f"argument {i}" for i in range(len(graph.inputs))]
     made_by = {}                                   # Value -> the node that makes it
     for i, v in enumerate(graph.inputs):
@@ -252,8 +254,9 @@ class _OpSeconds:
     per op, the seconds once per (op, strategy): merged ops ask for one strategy under
     many options."""
 
-    def __init__(self, machine, network, read_by_unfused, outputs):
+    def __init__(self, machine, network, read_by_unfused, outputs, bucketed=frozenset()):
         self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs)
+        self.bucketed = bucketed
         self.parts, self.memo = {}, {}
 
     def __call__(self, op, st) -> float:
@@ -277,7 +280,11 @@ class _OpSeconds:
             if s.partial:
                 g = axes_size(s.mesh, s.partial)
                 b = local_bytes(r.shape, r.dtype, s)
-                t += collective_seconds("all_reduce", 2 * (g - 1) / g * b, g, self.network.link(s.mesh, s.partial))
+                link = self.network.link(s.mesh, s.partial)
+                if r in self.bucketed:          # (its latency shared in a bucket: bandwidth alone)
+                    t += link.seconds(2 * (g - 1) / g * b, 0)
+                else:
+                    t += collective_seconds("all_reduce", 2 * (g - 1) / g * b, g, link)
         return t
 
 
