@@ -59,33 +59,41 @@ OPTIMIZE = (("simplify", in_bodies(simplify)), ("cse", in_bodies(cse)), ("dce", 
             ("exchanges", in_bodies(exchanges_late)), ("barriers", in_bodies(drop_barriers)))
 
 
-def stages(mesh, in_shardings, out_shardings) -> list:
+def stages(mesh, in_shardings, out_shardings, hints=None) -> list:
     """Every stage after tracing, for a program on `mesh` (None: one device, nothing to
-    propagate or partition)."""
+    propagate or partition). `hints`: {(op index, result index): Sharding} of the global
+    program's values propagation is to keep (spmd.AUTO's interior choices)."""
     out = [Stage("inline", in_bodies(inline_calls), "global"), Stage("roll", roll_loops, "global"),
            Stage("simplify_global", in_bodies(simplify), "global"),
            Stage("dce", in_bodies(dce), "global")]
     if mesh is not None:
         out += [Stage("scalar_reads", in_bodies(batch_scalar_reads), "global"),
-                Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings), "sharded"),
+                Stage("propagated", lambda g: propagate(g, mesh, in_shardings, out_shardings, hints), "sharded"),
                 Stage("partitioned", partition, "per_device")]
     return out + [Stage(name, fn) for name, fn in OPTIMIZE]
 
 
-def global_program(graph, mesh):
-    """The traced `graph` through the stages before propagation: the global program
-    propagation receives (what spmd.AUTO's search lays out)."""
+def global_stages(graph, mesh):
+    """The traced `graph` through the stages before propagation -> (stages' graphs by
+    name, "optimized" naming the global program propagation receives, what spmd.AUTO's
+    search lays out; seconds per stage). `lower` takes it back as `done`."""
     plan = [st for st in stages(mesh, None, None) if st.makes == "global"]
-    out, _ = run(plan, graph)
-    return out["optimized"]
+    return run(plan, graph)
 
 
-def lower(graph, mesh, in_shardings, out_shardings):
+def global_program(graph, mesh):
+    return global_stages(graph, mesh)[0]["optimized"]
+
+
+def lower(graph, mesh, in_shardings, out_shardings, done=None, hints=None):
     """The traced `graph` through every stage, or every stage loaded from the disk cache
-    when another process lowered the same program. Returns (stages' graphs by name, in
-    order, "optimized" naming the last; seconds per stage)."""
-    plan = stages(mesh, in_shardings, out_shardings)
-    out, timings = program_cache.lower(lambda: run(plan, graph), graph, mesh, in_shardings, out_shardings)
+    when another process lowered the same program. `done`: global_stages(graph, mesh),
+    run already (spmd.AUTO's search ran them): they are not run again. `hints`: as
+    stages'. Returns (stages' graphs by name, in order, "optimized" naming the last;
+    seconds per stage)."""
+    plan = stages(mesh, in_shardings, out_shardings, hints)
+    out, timings = program_cache.lower(lambda: run_after(plan, graph, done), graph, mesh, in_shardings,
+                                       out_shardings, _hints_text(hints))
     if "cache" in timings and verifying():
         kinds = _kinds(plan)
         for name, g in out.items():
@@ -97,15 +105,15 @@ def verifying() -> bool:
     return os.environ.get("SPMD_VERIFY", "") not in ("", "0")
 
 
-def run(plan, graph, name=None):
+def run(plan, graph, name=None, kind="global"):
     """Run the stages of `plan` (Stages, or (name, fn) pairs that keep the program's
     kind) from `graph` (the "traced" stage). Returns (every stage's graph by name, in
-    order, with "optimized" naming the last; seconds per stage)."""
+    order, with "optimized" naming the last; seconds per stage). `kind`: what `graph` is
+    (as Stage.makes)."""
     name = name or graph.name
     dump = os.environ.get("SPMD_DUMP")
     check = verifying()
     out, timings = {"traced": graph}, {}
-    kind = "global"
     if check:
         verify(graph, "traced", kind)
     _dump(dump, name, 0, "traced", graph)
@@ -125,6 +133,31 @@ def run(plan, graph, name=None):
         rows = ", ".join(f"{s} {t * 1e3:.1f}" for s, t in timings.items())
         print(f"spmd: {name}: stages (ms) {rows}; total {total * 1e3:.1f}", file=sys.stderr)
     return out, timings
+
+
+def run_after(plan, graph, done=None):
+    """run(plan, graph), the stages of `done` (run's result for the first of them) not
+    run again."""
+    if done is None:
+        return run(plan, graph)
+    stages_done, timings_done = done
+    names = [n for n in stages_done if n not in ("traced", "optimized")]
+    first = [Stage(*st).name for st in plan[:len(names)]]
+    if first != names:
+        raise ValueError(f"the stages run already ({names}) are not the first of the plan ({first})")
+    kind = "global"
+    for st in plan[:len(names)]:
+        kind = Stage(*st).makes or kind
+    out, timings = run(plan[len(names):], stages_done["optimized"], graph.name, kind)
+    merged = {k: v for k, v in stages_done.items() if k != "optimized"}
+    merged.update((k, v) for k, v in out.items() if k != "traced")
+    return merged, {**timings_done, **timings}
+
+
+def _hints_text(hints) -> str:
+    if not hints:
+        return ""
+    return repr(sorted((k, s.text()) for k, s in hints.items()))
 
 
 def _kinds(plan) -> dict:

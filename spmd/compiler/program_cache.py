@@ -4,7 +4,7 @@ propagation and partitioning again (1.4 s of the 2x2 GPT example's 1.9 s compile
 
 The key is a hash of everything the stages depend on: the traced program's exact text
 (constants in full, user lines included, so error locations stay right), the mesh with
-its device order, the requested shardings, the gradient bucket size (SPMD_BUCKET_BYTES),
+its device order, the requested shardings (and the interior ones spmd.AUTO asks for), the gradient bucket size (SPMD_BUCKET_BYTES),
 and the source of spmd itself (any edit to a pass is a new key), numpy's and Python's
 versions. A lowering that warned (a ReshardWarning) is not stored, so a warning is never
 lost on a later run; a file that cannot be read is ignored and the program lowered
@@ -46,13 +46,13 @@ def _source_hash() -> bytes:
     return _source
 
 
-def _key(graph, mesh, in_shardings, out_shardings) -> str:
+def _key(graph, mesh, in_shardings, out_shardings, extra="") -> str:
     from ..ir.text import print_graph
     h = hashlib.blake2b(_source_hash(), digest_size=20)
     h.update(print_graph(graph).encode())
     from .passes.combine import bucket_bytes
     for part in (mesh.text() if mesh is not None else "", _shardings(in_shardings),
-                 _shardings(out_shardings), f"bucket {bucket_bytes()}"):
+                 _shardings(out_shardings), f"bucket {bucket_bytes()}", extra):
         h.update(b"\0" + part.encode())
     return h.hexdigest()
 
@@ -62,7 +62,7 @@ def _shardings(sh) -> str:
     return repr((texts, list(getattr(sh, "names", []) or [])))
 
 
-def lower(run, graph, mesh, in_shardings, out_shardings):
+def lower(run, graph, mesh, in_shardings, out_shardings, extra=""):
     """run() -> (stages, timings), through the cache. On a hit the timings are
     {"cache": seconds to load}."""
     if (not disk_cache.enabled() or os.environ.get("SPMD_PROGRAM_CACHE", "1") == "0"
@@ -70,7 +70,7 @@ def lower(run, graph, mesh, in_shardings, out_shardings):
         return run()                         # a dump wants every stage actually run
     t0 = time.perf_counter()
     try:
-        key = _key(graph, mesh, in_shardings, out_shardings)
+        key = _key(graph, mesh, in_shardings, out_shardings, extra)
     except Exception:                        # a graph the printer cannot write: no caching
         return run()
     path = os.path.join(disk_cache.cache_dir(), "programs", key + ".pkl")

@@ -32,18 +32,23 @@ def next_values(in_tree, out_tree, inputs, outputs) -> dict:
 
 def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_limit):
     """Replace the AUTO leaves of in_sh / out_sh (jit's Shardings) in place by the
-    search's choice; -> its AutoPlan."""
-    from ..compiler.pipeline import global_program
+    search's choice; -> (its AutoPlan, the global stages it ran: lower_graph's `done`)."""
+    from ..compiler.pipeline import global_stages
     from ..sharding.auto import choose
     from .rates import rates
     machine, network, _ = rates(network, None, mesh.size)
     ties = next_values(in_tree, out_tree, graph.inputs, graph.outputs) if out_tree is not None else {}
-    g = global_program(graph, mesh)
-    plan = choose(g, mesh, list(in_sh), list(out_sh), machine, network, memory_limit,
+    stages, timings = global_stages(graph, mesh)
+    plan = choose(stages["optimized"], mesh, in_sh, out_sh, machine, network, memory_limit,
                   in_sh.leaves, ties)
     in_sh[:] = plan.in_shardings
     out_sh[:] = plan.out_shardings
-    return plan
+    if plan.programs:
+        # the kept plan's program, propagated and partitioned in the search, as those stages'
+        stages = {k: v for k, v in stages.items() if k != "optimized"}
+        stages["propagated"], stages["partitioned"] = plan.programs
+        stages["optimized"] = stages["partitioned"]
+    return plan, (stages, timings)
 
 
 

@@ -7,6 +7,9 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 per second
     step        the fixed seconds of a jitted call of a tiny program on one device, and
                 on the local devices (step_devices)
+    *_devices   compute and bandwidth again with every local device running the kernel
+                at once, each on its own block (flops_devices, bandwidth_devices): what a
+                device gets while the others compute too (the devices share the cores)
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
                 and large (the bytes a device receives per second)
@@ -70,6 +73,15 @@ def measure(devices=4, quick=False) -> dict:
         tiny = spmd.device_put(np.ones((devices, 4), np.float32), row)
         out["machine"]["step_devices"] = _median_seconds(
             spmd.jit(lambda x: x + 1.0, in_shardings=row, out_shardings=row), (tiny,), runs * 3)
+        rows = spmd.device_put(np.tile(a, (devices, 1)), row)
+        whole = spmd.device_put(a, mesh.sharding(None, None))
+        t = _median_seconds(spmd.jit(lambda x, y: x @ y, in_shardings=(row, mesh.sharding(None, None)),
+                                     out_shardings=row), (rows, whole), runs)
+        out["machine"]["flops_devices"] = 2.0 * n ** 3 / t
+        xs = spmd.device_put(np.ones(m * devices, np.float32), mesh.sharding("x"))
+        t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y, in_shardings=(mesh.sharding("x"),) * 2,
+                                     out_shardings=mesh.sharding("x")), (xs, xs), runs)
+        out["machine"]["bandwidth_devices"] = 3.0 * m * 4 / t
         rounds = 2 * int(np.ceil(np.log2(devices)))
         per = {}
         for cols in (16, (1 << 14) if quick else (1 << 18)):
@@ -100,6 +112,9 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     mch = rates["machine"]
     print(f"compute {mch['flops'] / 1e9:.1f} GFLOP/s, memory {mch['bandwidth'] / 1e9:.1f} GB/s, "
           f"a call {mch['step'] * 1e6:.0f} us", file=out)
+    if "flops_devices" in mch:
+        print(f"each of {devices} devices at once: compute {mch['flops_devices'] / 1e9:.1f} GFLOP/s, "
+              f"memory {mch['bandwidth_devices'] / 1e9:.1f} GB/s", file=out)
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "

@@ -97,9 +97,11 @@ class Jitted:
         from ..sharding.jit_shardings import resolve_shardings
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, graph, out_tree)
         graph.mesh = mesh
-        auto = None
+        auto, done, hints = None, None, None
         if any(is_auto(s) for s in list(in_sh) + list(out_sh)):
-            auto = choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.network, self.memory_limit)
+            auto, done = choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.network, self.memory_limit)
+            hints = auto.hints
+        n_out = len(graph.outputs)
         # the breaks' values, as this program computes them: a call runs the path whole and
         # checks them (graph_breaks.Path)
         checks = oracle.values if oracle is not None else []
@@ -112,7 +114,11 @@ class Jitted:
             graph.outputs.append(v)
             out_sh.append(in_sh[k])
             out_sh.names.append(f"the new value of argument {in_sh.names[k]}")
-        low = lower_graph(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.backend)
+        if len(graph.outputs) != n_out:
+            # (results added since the search: its global program and interior choices
+            # are of a different program; propagation lays this one out from the arguments)
+            done, hints = None, None
+        low = lower_graph(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.backend, done, hints)
         low.auto = auto
         low.network = self.network
         low.updates = [k for k, _ in graph.updates]

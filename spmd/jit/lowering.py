@@ -195,10 +195,12 @@ class _FakeComm:
 
 
 
-def lower_graph(graph, mesh, in_shardings, out_shardings, in_tree, out_tree, backend) -> Lowered:
-    """The traced `graph` through every stage after tracing (compiler/pipeline.py)."""
+def lower_graph(graph, mesh, in_shardings, out_shardings, in_tree, out_tree, backend, done=None,
+                hints=None) -> Lowered:
+    """The traced `graph` through every stage after tracing (compiler/pipeline.py);
+    `done`, `hints`: as pipeline.lower's (spmd.AUTO's)."""
     from ..compiler import pipeline      # (loaded when a program is first lowered, not with spmd)
-    stages, timings = pipeline.lower(graph, mesh, in_shardings, out_shardings)
+    stages, timings = pipeline.lower(graph, mesh, in_shardings, out_shardings, done, hints)
     low = Lowered(stages, in_tree, out_tree, backend, mesh)
     low.timings = timings
     return low

@@ -16,27 +16,41 @@ def path() -> str:
     return os.path.join(cache_dir(), FILE)
 
 
+# (path, mtime in ns) -> what was read there: the file is read once per process, and
+# again only when `spmd doctor --calibrate` rewrote it
+_read = {}
+
+
 def stored() -> dict | None:
     """The stored calibration, or None (none, or unreadable: the defaults serve)."""
+    p = path()
     try:
-        with open(path()) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
         return None
+    if _read.get("at") != (p, mtime):
+        try:
+            with open(p) as f:
+                got = json.load(f)
+        except (OSError, ValueError):
+            got = None
+        _read.update(at=(p, mtime), got=got)
+    return _read["got"]
 
 
 def rates(network=None, machine=None, devices=1) -> tuple:
     """-> (Machine, Network, source): source "given", "calibrated <date>" or "defaults".
-    A program on more than one device takes the fixed cost of a call measured on several
-    (step_devices), where there is one."""
+    A program on more than one device takes the rates measured with several devices
+    running at once (flops_devices, bandwidth_devices, step_devices), where there are."""
     got = stored() if network is None or machine is None else None
     source = "given" if network is not None and machine is not None else "defaults"
     if machine is None:
         m = (got or {}).get("machine")
         if m:
-            step = m.get("step_devices") if devices > 1 and m.get("step_devices") else m.get("step")
-            machine = Machine(flops=float(m["flops"]), bandwidth=float(m["bandwidth"]),
-                              step=float(step or Machine().step))
+            def rate(k):           # a program on several devices: the rate each gets while all run
+                return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
+            machine = Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
+                              step=float(rate("step") or Machine().step))
             source = f"calibrated {got.get('measured', '')}".strip()
         else:
             machine = Machine()

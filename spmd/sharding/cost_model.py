@@ -109,3 +109,21 @@ def moved_values(op, read_by_unfused, outputs) -> tuple:
     ins = [o for o in op.operands if o.producer is None or not fuses(o.producer)]
     outs = [r for r in op.results if r in read_by_unfused or r in outputs]
     return ins, outs
+
+
+def bucketed_values(graph) -> set:
+    """Values from which only fused ops lead on (to the outputs, or nowhere): a training
+    step's gradients, read by the optimizer's elementwise update alone. Their all-reduces
+    depend on no other's result, so the compiler's combine pass (compiler/passes/
+    combine.py) buckets those over the same axes into a few: each pays its bytes, and the
+    latency of a round is paid once per bucket, not per value."""
+    consumers = {}
+    for op in graph.ops:
+        for o in op.operands:
+            consumers.setdefault(o, []).append(op)
+    out = set()
+    for op in reversed(graph.ops):              # (consumers before producers)
+        for r in op.results:
+            if all(fuses(c) and all(x in out for x in c.results) for c in consumers.get(r, ())):
+                out.add(r)
+    return out

@@ -258,17 +258,21 @@ def _annotation(mesh, v, s, what):
     return s.for_rank(v.ndim)
 
 
-def propagate(graph: Graph, mesh, in_shardings, out_shardings) -> Graph:
+def propagate(graph: Graph, mesh, in_shardings, out_shardings, hints=None) -> Graph:
     """A copy of `graph` with a Sharding on every Value (see the module docstring).
 
     Loops (ops holding a `body` with a `num_carry`, ir/ops/control.py): a carried value
     keeps one sharding. Propagation iterates to a fixed point over the bodies: where the
     outer program leaves a carry unsplit but its body splits it (x = zeros_like(b) that
     the body updates with sharded values), the carry takes the body's sharding and the
-    program is propagated again."""
-    hints = {}
+    program is propagated again.
+
+    `hints`: {(op index, result index): Sharding} of values to keep, as spmd.shard keeps
+    its value's (spmd.AUTO's search gives the interior layouts it chose this way)."""
+    given = dict(hints or {})
+    hints = dict(given)
     for _ in range(4):
-        g = _propagate(graph, mesh, in_shardings, out_shardings, hints)
+        g = _propagate(graph, mesh, in_shardings, out_shardings, hints, given)
         new = _carry_hints(g, mesh)
         if all(k in hints for k in new):
             return g
@@ -301,7 +305,7 @@ def _carry_hints(g, mesh) -> dict:
     return out
 
 
-def _propagate(graph: Graph, mesh, in_shardings, out_shardings, hints) -> Graph:
+def _propagate(graph: Graph, mesh, in_shardings, out_shardings, hints, given=()) -> Graph:
     g, _ = clone(graph, keep_shardings=False)
     g.mesh = mesh
     st = _State(mesh)
@@ -319,7 +323,8 @@ def _propagate(graph: Graph, mesh, in_shardings, out_shardings, hints) -> Graph:
                             f"spmd.shard{where(op.loc)}")
             st.fix(op.result, s, f"spmd.shard{where(op.loc)}")
     for (oi, ri), s in hints.items():
-        st.fix(g.ops[oi].results[ri], s, f"the loop carry its body splits{where(g.ops[oi].loc)}")
+        why = "spmd.AUTO's choice" if (oi, ri) in given else "the loop carry its body splits"
+        st.fix(g.ops[oi].results[ri], s, f"{why}{where(g.ops[oi].loc)}")
     for i, (v, s) in enumerate(zip(g.outputs, out_shardings)):
         if s is None:
             continue

@@ -211,13 +211,26 @@ def _plan(mesh, src: State, dst: State, shape, itemsize):
                         f"for shape {list(shape)}")
 
 
+# (src, dst, shape, dtype) -> plan: propagation and the partitioner ask for the same few
+# pairs again and again (spmd.AUTO's candidates, each propagated and partitioned, more so);
+# making the planner's states from the shardings costs more than the plan's own cache hit
+_plans = {}
+
+
 def plan(src: Sharding, dst: Sharding, shape, dtype) -> tuple:
     """The steps that take a value of global `shape` from `src` to `dst`."""
+    key = (src, dst, tuple(shape), dtype)
+    got = _plans.get(key)
+    if got is not None:
+        return got
     if src.mesh != dst.mesh:
         raise ShardingError(f"cannot reshard between meshes {src.mesh} and {dst.mesh}")
     shape = tuple(shape)
-    return _plan(src.mesh, State.of(src, len(shape)), State.of(dst, len(shape)), shape,
-                 np.dtype(dtype).itemsize)
+    got = _plan(src.mesh, State.of(src, len(shape)), State.of(dst, len(shape)), shape, np.dtype(dtype).itemsize)
+    if len(_plans) > 1 << 16:          # (bounded, as _plan's own cache)
+        _plans.clear()
+    _plans[key] = got
+    return got
 
 
 def plan_peak(steps, mesh, shape) -> int:

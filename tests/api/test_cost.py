@@ -109,6 +109,62 @@ def test_calibration_is_stored_and_read(tmp_path):
     line = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                           timeout=120).stdout.split()
     assert line[0] == "calibrated"
-    assert float(line[1]) == pytest.approx(got["machine"]["flops"])
+    assert got["machine"]["flops_devices"] > 0 and got["machine"]["bandwidth_devices"] > 0
+    assert float(line[1]) == pytest.approx(got["machine"]["flops_devices"])     # (2 devices: the rate each gets)
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
+
+
+def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+
+    def write(flops, ns):
+        f.write_text(json.dumps({"machine": {"flops": flops, "bandwidth": 1e9, "step": 1e-4}}))
+        os.utime(f, ns=(ns, ns))
+    write(1e9, 10**18)
+    assert R.rates()[0].flops == 1e9
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    write(2e9, 10**18)                   # rewritten, the same mtime: what was read stands
+    reads.clear()
+    assert R.rates()[0].flops == 1e9 and R.rates()[0].flops == 1e9
+    assert not [p for p in reads if str(p).endswith("machine.json")]
+    write(3e9, 10**18 + 1)               # a new mtime: read again
+    assert R.rates()[0].flops == 3e9
+    f.unlink()
+    assert R.rates()[0].flops == R.Machine().flops
+
+
+def _dp_step(p, x, y):
+    def loss(p):
+        h = np.maximum(x @ p["w1"], 0)
+        return np.mean((h @ p["w2"] - y) ** 2)
+    lv, g = spmd.value_and_grad(loss)(p)
+    return lv, {k: p[k] - 0.1 * g[k] for k in p}
+
+
+def test_gradient_all_reduces_share_one_latency_before_they_are_combined():
+    from spmd.sharding.auto.program_cost import collective_rows, comm_seconds
+    from spmd.sharding.cost_model import bucketed_values
+    rng = np.random.default_rng(0)
+    p = {"w1": rng.standard_normal((32, 64)).astype(np.float32), "w2": rng.standard_normal((64, 32)).astype(np.float32)}
+    x, y = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    rep = MESH.sharding(None, None)
+    low = spmd.jit(_dp_step, in_shardings=({"w1": rep, "w2": rep}, MESH.sharding("data", None),
+                                           MESH.sharding("data", None))).lower(p, x, y)
+    g = low.stages["partitioned"]
+    late = bucketed_values(g)
+    net = Network(within=Link(latency=1e-3, bandwidth=1e9))
+    rows = collective_rows(g, MESH, net)
+    late_rows = [r for r in rows if r["op"] == "all_reduce" and r["result"] in late]
+    # the two gradients' and the loss's (an output): all over data, none depending on another
+    assert sorted(r["bytes"] for r in late_rows) == [4, 64 * 32 * 4, 64 * 32 * 4]
+    assert all(r["axes"] == ("data",) for r in late_rows)
+    saved = comm_seconds(g, MESH, net) - comm_seconds(g, MESH, net, buckets=True)
+    assert saved == pytest.approx(2 * rounds("all_reduce", 2) * 1e-3)        # one latency paid of three
+    # a value a contraction reads on is not bucketed: the hidden activations
+    dots = [op for op in g.ops if op.name in ("dot_general", "matmul", "dot")]
+    assert dots and not any(o in late for op in dots for o in op.operands if o.producer is not None)

@@ -93,8 +93,8 @@ def _run_jit_stages(monkeypatch, **broken):
     monkeypatch.setenv("SPMD_PROGRAM_CACHE", "0")
     real = REAL_STAGES
 
-    def stages(mesh, ins, outs):
-        return [pipeline.Stage(s.name, broken.get(s.name, s.run), s.makes) for s in real(mesh, ins, outs)]
+    def stages(mesh, ins, outs, hints=None):
+        return [pipeline.Stage(s.name, broken.get(s.name, s.run), s.makes) for s in real(mesh, ins, outs, hints)]
     monkeypatch.setattr(pipeline, "stages", stages)
     mesh = Mesh((2,), ("x",))
     f = spmd.jit(lambda a: (a * 2).sum(0), in_shardings=(mesh.sharding("x", None),))

@@ -6,31 +6,40 @@
 1. the search (problem.py, solve.py) lays out every argument, op and chosen result of
    the global program for the fewest modelled seconds, the arguments within a share of
    memory_limit: exactly where the problem is small, and by two refined greedy passes;
-2. the arguments' and results' layouts of each plan found, and two plain ones beside them (the baseline:
-   each chosen argument's largest dim split over the largest mesh axis that divides it;
-   and every chosen argument replicated), each go through propagation and the
-   partitioner, and the modelled seconds of the program each makes (program_cost.py)
-   decide: the search's plan stands unless one of those is faster. So a plan is never
-   slower, by the model, than the baseline.
+2. each plan found; the one of them the whole program's model finds fastest, with
+   every value the search laid out kept as it chose (propagation hints: the "followed"
+   plan), where propagation from its arguments alone lays out some value otherwise;
+   and two plain plans (the baseline: each chosen argument's largest dim split over the
+   largest mesh axis that divides it; and every chosen argument replicated) each go
+   through propagation and the partitioner, and the modelled seconds of the program each
+   makes (program_cost.py) decide. So a plan is never slower, by the model, than the
+   baseline. A plan whose arguments, results and hints equal an earlier one's is not
+   made again, and the kept plan's program goes on to lowering (AutoPlan.programs).
 
 Only the leaves jit was told to choose are reported: the rest of the program is
-propagation's, from them, as with shardings a user writes.
+propagation's, from them and the hints, as with shardings and spmd.shard a user writes.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...ir.mesh import Sharding, is_auto
 from ..partition import partition
 from ..propagate import propagate
 from .problem import build, local_bytes
 from .program_cost import program_seconds
-from .solve import solve, total
+from .solve import memory, solve, total
 
 # of memory_limit, what the search lets the arguments hold per device (the rest is for
 # activations and temporaries; the memory planner then fits the whole or says it cannot)
 ARGUMENT_SHARE = 0.6
+# the replicated plan is made and judged by the whole program's model only where the
+# search's model of it (every node unsplit: no communication, so that model is close)
+# is within this factor of the fastest plan made; else the search's figure stands
+NEAR = 1.5
 
 
 @dataclass
@@ -39,15 +48,24 @@ class AutoPlan:
     out_shardings: list                # a Sharding or None per result leaf
     chosen: str                        # the plan kept: a search's ("exact", "refine greedy",
                                        # "refine unsplit"), "baseline" or "replicated"
-    method: str                        # the search's best plan, by the whole program's model
+    method: str                        # the search's best plan, by the search's own model
     seconds: dict = field(default_factory=dict)     # plan -> modelled seconds per step
     solve_seconds: float = 0.0
     why: list = field(default_factory=list)         # per chosen leaf: a dict (see explain_lines)
     size: dict = field(default_factory=dict)        # nodes, edges, option pairs of the search
+    # {(op index, result index): Sharding} of the global program's interior values the plan
+    # kept asks propagation to keep (the search's, where propagation from the arguments
+    # alone lays them out otherwise); empty unless a "followed" plan won
+    hints: dict = field(default_factory=dict)
+    estimated: set = field(default_factory=set)     # plans priced by the search's model alone (NEAR)
+    # the kept plan's global program propagated and partitioned (lowering takes them on:
+    # they are not made twice); not part of the plan's text
+    programs: tuple = field(default=(), repr=False, compare=False)
 
     def explain_lines(self) -> list:
         out = [f"spmd.AUTO: kept the {self.chosen} plan (searched in {self.solve_seconds:.2f} s; "
-               f"modelled step " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.seconds.items()) + ")"]
+               f"modelled step " + ", ".join(f"{k} {v * 1e3:.3f} ms" + (" (search's model)" if k in self.estimated else "")
+                                             for k, v in self.seconds.items()) + ")"]
         for w in self.why:
             line = f"  {w['leaf']}: {w['chosen']}"
             if w.get("runner_up") is not None:
@@ -84,7 +102,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     given_out = [s if isinstance(s, Sharding) else None for s in out_shardings]
     budget = None if memory_limit is None else ARGUMENT_SHARE * memory_limit
     pb = build(graph, mesh, list(in_shardings), list(out_shardings), machine, network, names, ties)
-    plans, choices = {}, {}
+    plans, choices, searched_total = {}, {}, {}
     for method, choice in solve(pb, budget):
         ins, outs = list(given_in), list(given_out)
         for i in auto_in:
@@ -93,46 +111,124 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             node = pb.outputs.get(k)
             if node is not None:
                 outs[k] = node.reads[0][1][choice[id(node)]]
-        if (ins, outs) not in plans.values():       # (two methods may find one plan)
-            plans[method] = (ins, outs)
-            choices[method] = choice
-    # the same, with the arguments only elementwise ops read (an optimizer's state) whole:
-    # their split serves their update alone, and propagation, which moves splits through
-    # elementwise ops first, may carry it into the rest of the program
-    state = _state_only(graph, auto_in)
-    for method in list(choices):
-        ins, outs = plans[method]
-        alt = [Sharding(mesh, (None,) * graph.inputs[i].ndim) if i in state else s for i, s in enumerate(ins)]
-        if state and (alt, outs) not in plans.values():
-            plans[f"{method}, state whole"] = (alt, outs)
-            choices[f"{method}, state whole"] = choices[method]
-    if auto_in:
-        v = graph.inputs
-        plans["baseline"] = ([baseline(v[i].shape, mesh) if i in auto_in else given_in[i]
-                              for i in range(len(v))], given_out)
-        plans["replicated"] = ([Sharding(mesh, (None,) * v[i].ndim) if i in auto_in else given_in[i]
-                                for i in range(len(v))], given_out)
-    seconds, fits = {}, {}
-    for name, (ins, outs) in plans.items():
-        outs = list(outs)
         for k, i in ties.items():
             outs[k] = ins[i]
-        plans[name] = (ins, outs)
-        g = partition(propagate(graph, mesh, ins, outs))
-        seconds[name] = program_seconds(g, mesh, machine, network)["seconds"]
+        fit = budget is None or memory(pb, choice) <= budget
+        searched_total[method] = (not fit, total(pb, choice))
+        plans[method], choices[method] = (ins, outs), choice
+    # each of the search's plans is judged whole (its own model does not see into loop
+    # bodies, nor what the partitioner and the passes after it make), in the order its
+    # own model ranks them; plans realized alike are made once (judge)
+    judged = sorted(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
+    candidates = {n: plans[n] for n in judged}
+    if auto_in:
+        v = graph.inputs
+        base = [baseline(v[i].shape, mesh) if i in auto_in else given_in[i] for i in range(len(v))]
+        whole = [Sharding(mesh, (None,) * v[i].ndim) if i in auto_in else given_in[i] for i in range(len(v))]
+        for name, ins in (("baseline", base), ("replicated", whole)):
+            outs = list(given_out)
+            for k, i in ties.items():
+                outs[k] = ins[i]
+            candidates[name] = (ins, outs)
+    seconds, fits, made, hints, estimated = {}, {}, {}, {}, set()
+
+    def judge(name, ins, outs, hint=None):
+        """The plan propagated (keeping `hint`) and partitioned, and its modelled seconds."""
+        key = (tuple(ins), tuple(outs), tuple(sorted((hint or {}).items())))
+        for other, got in made.items():
+            if got[0] == key:           # realized as an earlier plan: its program, not made again
+                made[name], seconds[name], fits[name] = got, seconds[other], fits[other]
+                return
+        g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
+        p = partition(g)
+        made[name] = (key, g, p)
+        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True)["seconds"]
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
-    order = [n for n in plans if fits[n]] or list(plans)
+
+    unsplit = total(pb, {id(n): 0 for n in pb.nodes})      # (options are listed unsplit first)
+    for name, (ins, outs) in candidates.items():
+        if name == "replicated" and unsplit > NEAR * min(seconds.values()):
+            # far slower by the search's model: priced by it, not made (see NEAR)
+            seconds[name], fits[name] = unsplit, True
+            estimated.add(name)
+            continue
+        judge(name, ins, outs)
+    searched = min(judged, key=lambda n: (not fits[n], seconds[n], judged.index(n)))
+    # the search's plan, its interior followed: where propagation (from the arguments
+    # alone) lays out some value otherwise than the search chose, every value the search
+    # laid out is kept as it chose (keeping only the diverging ones moves others: the
+    # program would be neither the search's nor propagation's)
+    ins, outs = candidates[searched]
+    follow = {}
+    if diverging(graph, pb, choices[searched], made[searched][1]):
+        follow = searched_layouts(graph, pb, choices[searched])
+    if follow:
+        name = f"{searched}, followed"
+        candidates[name], hints[name], choices[name] = (ins, outs), follow, choices[searched]
+        judge(name, ins, outs, follow)
+    else:
+        # the arguments only elementwise ops read (an optimizer's state) whole: their split
+        # serves their update alone, and propagation, which moves splits through
+        # elementwise ops first, may carry it into the rest of the program (a followed
+        # plan keeps the interior as the search chose: no split is carried)
+        state = _state_only(graph, auto_in)
+        alt = [Sharding(mesh, (None,) * graph.inputs[i].ndim) if i in state else s for i, s in enumerate(ins)]
+        if state and alt != ins:
+            name = f"{searched}, state whole"
+            candidates[name], choices[name] = (alt, [alt[ties[k]] if k in ties else o for k, o in enumerate(outs)]), \
+                choices[searched]
+            judge(name, *candidates[name])
+    plans = candidates
+    made_plans = [n for n in plans if n not in estimated]
+    order = [n for n in made_plans if fits[n]] or made_plans
     best = min(order, key=lambda n: (seconds[n], list(plans).index(n)))
     ins, outs = plans[best]
-    searched = min(choices, key=lambda n: (seconds[n], list(plans).index(n)))
     plan = AutoPlan(list(ins), list(outs), best, searched, seconds, 0.0,
                     size={"nodes": len(pb.nodes), "edges": len(pb.edges),
                           "pairs": int(sum(e.small.size for e in pb.edges)),
-                          "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)})
+                          "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
+                    hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated)
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
+
+
+def _named(shardings, like):
+    """`shardings` with the names `like` (jit's Shardings) gives its leaves, for errors and
+    explain: propagation then makes the program lowering would."""
+    names = getattr(like, "names", None)
+    if names is None:
+        return list(shardings)
+    return type(like)(shardings, names, getattr(like, "leaves", None))
+
+
+def searched_layouts(graph, pb, choice) -> dict:
+    """{(op index, result index): Sharding} of every value of `graph` an op node of the
+    search lays out, as its option in `choice` does (settled: no pending sum)."""
+    where = {}
+    for oi, op in enumerate(graph.ops):
+        for ri, r in enumerate(op.results):
+            where[r] = (oi, ri)
+    out = {}
+    for node in pb.nodes:
+        if node.what != "op":
+            continue
+        for v, s in node.makes[choice[id(node)]].items():
+            if v in where:
+                out[where[v]] = s.for_rank(v.ndim).replace(partial=())
+    return dict(sorted(out.items()))
+
+
+def diverging(graph, pb, choice, propagated) -> dict:
+    """The part of searched_layouts that `propagated` (the global program propagated)
+    lays out otherwise."""
+    out = {}
+    for (oi, ri), want in searched_layouts(graph, pb, choice).items():
+        v = propagated.ops[oi].results[ri]
+        if v.sharding is None or v.sharding.for_rank(v.ndim).replace(partial=()) != want:
+            out[(oi, ri)] = want
+    return out
 
 
 def _state_only(graph, auto_in) -> set:
@@ -150,17 +246,30 @@ def _why(pb, choice, auto_in, names, ins, budget, graph) -> list:
     out = []
     base = total(pb, choice)
     held = sum(n.memory[choice[id(n)]] for n in pb.nodes)
+    touching = {}
+    for e in pb.edges:
+        touching.setdefault(id(e.src), []).append(e)
+        if e.dst is not e.src:
+            touching.setdefault(id(e.dst), []).append(e)
     for i in auto_in:
         node = pb.inputs[i]
         cur = choice[id(node)]
         kept = ins[i]
+        # the step's seconds with this node's option changed alone: its own cost and its
+        # edges' change, the rest of the sum stays
+        alt = node.cost - node.cost[cur]
+        for e in touching.get(id(node), []):
+            if e.src is node and e.dst is node:
+                alt = alt + np.diagonal(e.costs) - e.costs[cur, cur]
+            elif e.src is node:
+                alt = alt + e.costs[:, choice[id(e.dst)]] - e.costs[cur, choice[id(e.dst)]]
+            else:
+                alt = alt + e.costs[choice[id(e.src)], :] - e.costs[choice[id(e.src)], cur]
         best, best_t = None, None
         for j, m in enumerate(node.makes):
             if m[graph.inputs[i]] == kept:
                 continue
-            alt = dict(choice)
-            alt[id(node)] = j
-            t = total(pb, alt)
+            t = base + float(alt[j])
             if best_t is None or t < best_t - 1e-15:
                 best, best_t = j, t
         w = {"leaf": names[i] if i < len(names) else f"argument {i}", "chosen": kept.text(),

@@ -5,7 +5,9 @@ of resharding between every option of its producer and every option of its consu
 
     node cost   an op's compute at the machine's rates (cost_model.Machine: its flops and
                 bytes per device under that split) plus, when the split leaves the result
-                a pending sum, the all_reduce that settles it
+                a pending sum, the all_reduce that settles it (its bytes alone where
+                only fused ops read the value on: a gradient, whose all-reduce the
+                compiler buckets with the others, cost_model.bucketed_values)
     edge cost   cost.reshard_seconds from what the producer's option makes to what the
                 consumer's option reads (a local slice is free; a gather is not)
 
@@ -24,7 +26,7 @@ import numpy as np
 from ...ir.mesh import Sharding
 from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
-from ..cost_model import collective_seconds, fuses, moved_values
+from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values
 from ..rules import axes_size, rule_of
 from .strategies import Strategy, layouts, op_strategies
 
@@ -117,6 +119,7 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     free = free_values(graph)
     # what goes through memory: fused ops move only what enters and leaves their kernel
     traffic = ({o for op in graph.ops if not fuses(op) for o in op.operands}, set(graph.outputs))
+    op_seconds = _OpSeconds(machine, network, *traffic, bucketed_values(graph))
     names = names or [f"argument {i}" for i in range(len(graph.inputs))]
     made_by = {}                                   # Value -> the node that makes it
     for i, v in enumerate(graph.inputs):
@@ -136,11 +139,10 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
             strategies = [st for st in strategies if st.results[0] == want] or [_pinned(want)]
         if not strategies:
             continue
-        if op.name != SHARDING_CONSTRAINT and _follow(op, strategies, made_by, free, machine, network, seconds,
-                                                      traffic):
+        if op.name != SHARDING_CONSTRAINT and _follow(op, strategies, made_by, free, seconds, op_seconds):
             continue
         node = Node("op", f"{op.name}{'' if op.loc is None else ' at ' + str(op.loc)}", len(strategies),
-                    np.array([_op_seconds(op, st, machine, network, *traffic) + _minor(st.results[0])
+                    np.array([op_seconds(op, st) + _minor(st.results[0])
                               for st in strategies]),
                     np.zeros(len(strategies)), [dict(zip(op.results, st.results)) for st in strategies],
                     index=oi, ops=[op])
@@ -205,7 +207,7 @@ def _pinned(want):
     return Strategy((), (want.replace(partial=()),), (want,), 1)
 
 
-def _follow(op, strategies, made_by, free, machine, network, seconds, traffic) -> bool:
+def _follow(op, strategies, made_by, free, seconds, op_seconds) -> bool:
     """Merge `op` into the node making an operand that holds every factor of its result
     (elementwise ops, transposes, reshapes, reductions: that operand's layout decides the
     result's), if under every option of that node it has a strategy reading the operand
@@ -229,7 +231,7 @@ def _follow(op, strategies, made_by, free, machine, network, seconds, traffic) -
             return False
         slots = {}
         for a, (st, m) in enumerate(zip(picks, node.makes)):
-            node.cost[a] += _op_seconds(op, st, machine, network, *traffic)
+            node.cost[a] += op_seconds(op, st)
             for k, u in enumerate(op.operands):
                 if k == j or u in free:
                     continue
@@ -246,19 +248,43 @@ def _follow(op, strategies, made_by, free, machine, network, seconds, traffic) -
     return False
 
 
-def _op_seconds(op, st, machine, network, read_by_unfused, outputs) -> float:
-    """One device's seconds for `op` split as `st`: compute, and settling a pending sum."""
-    f = op.opdef.flops
-    flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs)) if f is not None else 0.0
-    ins, outs = moved_values(op, read_by_unfused, outputs)
-    nbytes = sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands) if t in ins)
-    nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
-    t = max(flops / st.split / machine.flops, nbytes / machine.bandwidth)
-    for r, s in zip(op.results, st.results):
-        if s.partial:
-            g = axes_size(s.mesh, s.partial)
-            b = local_bytes(r.shape, r.dtype, s)
-            t += collective_seconds("all_reduce", 2 * (g - 1) / g * b, g, network.link(s.mesh, s.partial))
-    return t
+class _OpSeconds:
+    """One device's seconds for an op split as a strategy: compute, and settling a
+    pending sum. The op's flops and the values it moves through memory are worked out once
+    per op, the seconds once per (op, strategy): merged ops ask for one strategy under
+    many options."""
+
+    def __init__(self, machine, network, read_by_unfused, outputs, bucketed=frozenset()):
+        self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs)
+        self.bucketed = bucketed
+        self.parts, self.memo = {}, {}
+
+    def __call__(self, op, st) -> float:
+        key = (op, st)
+        t = self.memo.get(key)
+        if t is None:
+            t = self.memo[key] = self._seconds(op, st)
+        return t
+
+    def _seconds(self, op, st) -> float:
+        parts = self.parts.get(op)
+        if parts is None:
+            f = op.opdef.flops
+            flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs)) if f is not None else 0.0
+            parts = self.parts[op] = (flops, *moved_values(op, *self.traffic))
+        flops, ins, outs = parts
+        nbytes = sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands) if t in ins)
+        nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
+        t = max(flops / st.split / self.machine.flops, nbytes / self.machine.bandwidth)
+        for r, s in zip(op.results, st.results):
+            if s.partial:
+                g = axes_size(s.mesh, s.partial)
+                b = local_bytes(r.shape, r.dtype, s)
+                link = self.network.link(s.mesh, s.partial)
+                if r in self.bucketed:          # (its latency shared in a bucket: bandwidth alone)
+                    t += link.seconds(2 * (g - 1) / g * b, 0)
+                else:
+                    t += collective_seconds("all_reduce", 2 * (g - 1) / g * b, g, link)
+        return t
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import collective_seconds, fuses, moved_values
+from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values, rounds
 from ..report import collective_ops
 
 # bytes a device receives, per byte of the larger of a collective's buffers
@@ -58,19 +58,33 @@ def collective_rows(graph, mesh, network) -> list:
         g = int(op.attrs["group_size"])
         axes = tuple(op.attrs["axes"])
         share = _RECEIVED.get(kind, lambda g: 1.0)(g)
+        link = network.link(mesh, axes)
         rows.append({"op": kind, "axes": axes, "group_size": g, "bytes": int(nbytes), "runs": runs,
-                     "seconds": collective_seconds(kind, share * nbytes, g, network.link(mesh, axes)),
-                     "loc": op.loc})
+                     "seconds": collective_seconds(kind, share * nbytes, g, link),
+                     "latency": rounds(kind, g) * link.latency, "loc": op.loc, "result": op.results[0]})
     return rows
 
 
-def comm_seconds(graph, mesh, network) -> float:
-    return sum((r["runs"] or 1) * r["seconds"] for r in collective_rows(graph, mesh, network))
+def comm_seconds(graph, mesh, network, buckets=False) -> float:
+    """`buckets`: the program's all-reduces are not combined yet (a partitioned program,
+    before the compiler's passes): those of values only fused ops read on
+    (cost_model.bucketed_values) pay one latency per mesh axes, as combine's buckets will."""
+    rows = collective_rows(graph, mesh, network)
+    late = bucketed_values(graph) if buckets else set()
+    t, paid = 0.0, set()
+    for r in rows:
+        s = r["seconds"]
+        if r["op"] == "all_reduce" and r["result"] in late:
+            if r["axes"] in paid:
+                s -= r["latency"]
+            paid.add(r["axes"])
+        t += (r["runs"] or 1) * s
+    return t
 
 
-def program_seconds(graph, mesh, machine, network) -> dict:
+def program_seconds(graph, mesh, machine, network, buckets=False) -> dict:
     """The model's seconds of one run: compute + communication + the fixed cost of a call
-    (no overlap of computation and communication is assumed)."""
-    c, m = compute_seconds(graph, machine), comm_seconds(graph, mesh, network)
+    (no overlap of computation and communication is assumed). `buckets`: as comm_seconds'."""
+    c, m = compute_seconds(graph, machine), comm_seconds(graph, mesh, network, buckets)
     return {"seconds": c + m + machine.step, "compute_seconds": c, "comm_seconds": m,
             "step_seconds": machine.step}
