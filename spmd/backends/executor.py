@@ -44,11 +44,19 @@ def _talks(graph) -> bool:
     return False
 
 
-def _work(graph) -> int:
-    n = 0
+def _work(graph) -> float:
+    """The bytes every value of a run makes, a scan's body once an iteration; infinite with
+    a loop whose trip count is unknown (a while): a runtime running ranks in turn on the
+    caller's thread, in native code, sees a Ctrl-C only after bounded work."""
+    n = 0.0
     for op in graph.ops:
         n += sum(int(r.size) * np.dtype(r.dtype).itemsize for r in op.results)
-        n += sum(_work(g) for g in _subgraphs(op))
+        body = sum(_work(g) for g in _subgraphs(op))
+        if op.opdef.family == "control" and "body" in op.opdef.subgraphs:
+            if "length" not in op.attrs:
+                return float("inf")
+            body *= max(1, int(op.attrs["length"]))
+        n += body
     return n
 
 
@@ -76,8 +84,9 @@ class Executable:
         return t
 
     @property
-    def work_bytes(self) -> int:
-        """The bytes of every value a run makes (loop bodies once): a rough size of its work."""
+    def work_bytes(self) -> float:
+        """The bytes of every value a run makes (a scan's body once an iteration, infinite
+        with a while loop): a rough size of its work."""
         w = self.__dict__.get("_work")
         if w is None:
             w = self.__dict__["_work"] = _work(self.graph)

@@ -82,3 +82,25 @@ def test_a_wrong_judgement_raises_instead_of_hanging(make, cores, monkeypatch):
     exe.__dict__["_talks"] = True
     got = rt.run(exe, MESH, {d: [np.ones(5 if "ring" in exe.graph.name else 8)] for d in range(4)})
     assert len(got) == 4
+
+
+def test_a_long_scan_is_work_enough_for_threads_and_a_while_loop_is_never_small():
+    """A scan's body counts once an iteration; a while loop's trip count is unknown, so it
+    never runs in turn (the caller in native code would see a Ctrl-C only after it)."""
+    from spmd.ir.ops.names import COMPARE, WHILE
+    short, long_ = compile_llvm(local_program()), compile_llvm(local_program())
+    long_.graph.ops[-1].attrs["length"] = 100_000
+    assert short.work_bytes <= local_runtime.SOLO_BYTES < long_.work_bytes
+    cond, body = Graph("cond"), Graph("body")
+    c = cond.add_input((), "float64")
+    cond.outputs = [cond.emit(COMPARE, c, c, direction="LT")]
+    b = body.add_input((), "float64")
+    body.outputs = [body.emit(ADD, b, b)]
+    g = Graph("loop")
+    x = g.add_input((), "float64")
+    g.outputs = [g.emit(WHILE, x, cond=cond, body=body, num_carry=1)]
+    assert g.ops[-1].opdef.family == "control"
+    from spmd.backends.executor import Executable
+    e = Executable.__new__(Executable)
+    e.graph = g
+    assert not e.talks and e.work_bytes == float("inf")
