@@ -99,6 +99,11 @@ class RankActor:
         from ...tools import timeline
         return timeline.take_events()
 
+    @ray.method(concurrency_group="mail")
+    def held(self):
+        """The numbers of the shards this actor holds (what the driver's handles name)."""
+        return sorted(self.shards.arrays)
+
     def store(self, sid, array, drops):
         """Keep array as shard sid (a put from the driver)."""
         self.shards.drop(drops)
@@ -292,6 +297,10 @@ class RayRuntime(Runtime):
         """[{rank, node, pid}] of every rank actor (which node each rank runs on)."""
         return ray.get([a.where.remote() for a in self._actors])
 
+    def held(self):
+        """{rank: [shard numbers its actor holds]} (after the drops sent so far)."""
+        return dict(enumerate(ray.get([a.held.remote() for a in self._actors])))
+
     # -- running -------------------------------------------------------------------------
     def run(self, program, mesh, args):
         self._check(mesh)
@@ -386,6 +395,8 @@ class RayRuntime(Runtime):
             return
         from .ray_placement import restart_rank
         with self._revive_lock:
+            if not self._dead:           # another thread replaced them while this one waited
+                return
             for d in sorted(self._dead):
                 self._actors[d] = restart_rank(RankActor, self._pg, d)
                 self._drops.forget(d)
