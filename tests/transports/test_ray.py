@@ -431,6 +431,25 @@ def test_actors_drop_the_shards_nobody_holds_and_keep_the_rest(cluster):
         pickle.dumps(u._handles[0])
 
 
+def test_small_puts_go_with_the_next_call_and_keep_the_value_put(cluster):
+    """A small array put waits for the next call to its actor: changing the numpy array
+    after device_put changes nothing; one put and dropped before any call is never read."""
+    import gc
+    _, rt = cluster
+    mesh = spmd.Mesh((4,), ("x",))
+    src = np.arange(16.0)
+    a = spmd.device_put(src, mesh.sharding("x"))
+    b = spmd.device_put(src * 3, mesh.sharding("x"))
+    gone = b._handles[2].sid
+    del b
+    gc.collect()
+    src[:] = -1
+    f = spmd.jit(lambda v: v + 1, in_shardings=mesh.sharding("x"))
+    np.testing.assert_array_equal(f(a).numpy(), np.arange(16.0) + 1)
+    np.testing.assert_array_equal(a.numpy(), np.arange(16.0))
+    assert gone not in rt.held()[2]
+
+
 class _BusyRank1:
     """Rank 1 computes alone for a while before the collective the others wait in."""
     num_outputs = 1

@@ -56,6 +56,9 @@ MAIL_THREADS = 4
 # the driver first waits this long for every rank at once, then for each as it ends (a
 # failed rank wakes its peers itself, so the others' errors come soon after)
 FIRST_WAIT_SECONDS = 0.2
+# a put of up to this size goes inside the next call to its actor (Drops.later), not
+# through the object store and a call of its own
+INLINE_BYTES = 256 << 10
 
 
 @ray.remote(concurrency_groups={"mail": MAIL_THREADS})
@@ -104,22 +107,22 @@ class RankActor:
         """The numbers of the shards this actor holds (what the driver's handles name)."""
         return sorted(self.shards.arrays)
 
-    def store(self, sid, array, drops):
+    def store(self, sid, array, news):
         """Keep array as shard sid (a put from the driver)."""
-        self.shards.drop(drops)
+        self.shards.update(news)
         self.shards.keep(sid, array)
 
-    def fetch(self, sids, drops):
-        self.shards.drop(drops)
+    def fetch(self, sids, news):
+        self.shards.update(news)
         return [self.shards.read(s) for s in sids]
 
-    def drop(self, drops):
-        self.shards.drop(drops)
+    def drop(self, news):
+        self.shards.update(news)
 
-    def call(self, fn, args, keep_sid, drops):
+    def call(self, fn, args, keep_sid, news):
         """fn(*args), Held shards among args read from here; keep_sid: its result stays
         here as that shard (only success goes back)."""
-        self.shards.drop(drops)
+        self.shards.update(news)
         out = fn(*self.shards.resolve(args))
         if keep_sid is None:
             return out
@@ -128,9 +131,9 @@ class RankActor:
 
     def run(self, call, boxed_program):
         """One run: call is the pickled (run id, mesh, program key, timeout, trace, input
-        shard numbers, output shard numbers, drops); boxed_program [its ObjectRef]."""
-        run_id, mesh, key, timeout, trace, in_sids, out_sids, drops = pickle.loads(call)
-        self.shards.drop(drops)
+        shard numbers, output shard numbers, Drops.take's news); boxed_program [its ObjectRef]."""
+        run_id, mesh, key, timeout, trace, in_sids, out_sids, news = pickle.loads(call)
+        self.shards.update(news)
         self.mailbox.start(run_id)
         self.transport.new_run()
         _trace_in_actor(trace)
@@ -224,6 +227,9 @@ class RayRuntime(Runtime):
 
     def put(self, device, array):
         self._revive()
+        if np.asarray(array).nbytes <= INLINE_BYTES:
+            # a copy: the value is read when the call goes, the caller's array may change by then
+            return self._drops.later(device, np.array(array, copy=True))
         # replicas of one shard share a buffer (device_put): serialize it once for all
         hit = self._recent_puts.get(id(array))
         if hit is not None and hit[0]() is array:

@@ -9,8 +9,9 @@ view of it. Here a result stays in the actor's process under a number the driver
 chose before the call (so a run returns nothing but its success), and the next run
 reads it where it is.
 
-A shard lives as long as the driver's `Shard` for it: when that is collected, its
-number joins the actor's drops, which go with the driver's next call to that actor
+A small array put on a device goes with the driver's next call to its actor (which any
+read of it is). A shard lives as long as the driver's `Shard` for it: when that is
+collected, its number joins the actor's drops, which go with the driver's next call to that actor
 (every call carries them; calls to one actor run in the order the driver made them,
 so a shard is never dropped before a call made earlier that reads it). An actor that
 dies loses its shards: a handle to one then fails naming the rank (restore from a
@@ -58,20 +59,30 @@ class Held:
 
 
 class Drops:
-    """The driver's side: new shard numbers, and the numbers of collected handles,
-    by device, for the next call to each actor."""
+    """The driver's side: new shard numbers; small shards put but not yet sent, and the
+    numbers of collected handles, by device, for the next call to each actor."""
 
     def __init__(self):
         self.numbers = itertools.count(1)
         self.collected = collections.deque()      # (device, sid), appended by Shard.__del__
         self.by_device = {}
+        self.pending = {}                         # device -> [(sid, array)] put, not yet sent
         self.lock = threading.Lock()
 
     def new(self, device):
         return Shard(device, next(self.numbers), self.collected)
 
+    def later(self, device, array):
+        """A shard of `device` whose value goes with the next call to its actor (a small
+        put costs no call of its own: every read of it is such a call)."""
+        shard = self.new(device)
+        with self.lock:
+            self.pending.setdefault(device, []).append((shard.sid, array))
+        return shard
+
     def take(self, device):
-        """The numbers of `device`'s shards collected so far (sent with a call to it)."""
+        """(shards to keep, numbers to drop) of `device`, sent with a call to it: the
+        pending puts, and the shards collected so far."""
         with self.lock:
             while True:
                 try:
@@ -79,7 +90,7 @@ class Drops:
                 except IndexError:
                     break
                 self.by_device.setdefault(d, []).append(sid)
-            return self.by_device.pop(device, [])
+            return self.pending.pop(device, []), self.by_device.pop(device, [])
 
     def forget(self, device):
         """`device`'s actor was replaced: its shards went with the old one."""
@@ -112,6 +123,11 @@ class ShardTable:
     def resolve(self, args):
         return [self.read(a.sid) if isinstance(a, Held) else a for a in args]
 
-    def drop(self, sids):
-        for sid in sids:
+    def update(self, news):
+        """news: Drops.take's (shards to keep, numbers to drop); a shard put and collected
+        before this call is kept, then dropped."""
+        kept, dropped = news
+        for sid, a in kept:
+            self.keep(sid, a)
+        for sid in dropped:
             self.arrays.pop(sid, None)
