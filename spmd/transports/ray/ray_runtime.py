@@ -321,8 +321,13 @@ class RayRuntime(Runtime):
         timeout = collective_timeout()
         outs, done = {}, {}
         trace = timeline.enabled()
+        # every input in place before any rank starts: a shard read from another rank's
+        # actor (a replica loaded once) waits behind that actor's run, which waits in its
+        # first collective for this rank
+        ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self.put(d, self._value(h)) for h in args[d]]
+                  for d in devices}
         for d in devices:
-            ins = [h if isinstance(h, Shard) and h.device == d else self.put(d, self._value(h)) for h in args[d]]
+            ins = ins_of[d]
             outs[d] = [self._drops.new(d) for _ in range(n_out)]
             # one argument: Ray serializes each argument of a call on its own
             call = pickle.dumps((run_id, mesh, key, timeout, trace, [h.sid for h in ins],
