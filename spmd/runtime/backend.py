@@ -5,7 +5,8 @@ is one rank), ray (this process is the driver; ranks are actors). spmd.Array and
 to the runtime only through this interface, so one user script runs on all three.
 
 A *handle* is whatever the runtime uses to hold one device's shard: a numpy array for
-local and mpi, a Ray ObjectRef for ray. A shard always has the padded local shape
+local and mpi, for ray a Shard naming one shard kept in a rank actor's memory
+(transports/ray/ray_shards.py). A shard always has the padded local shape
 (Sharding.local_shape); the padding's content is unspecified (device_put writes zeros).
 Shards are immutable once placed: `put` may keep the array it is given without copying,
 and `run` may hand a handle to several programs.

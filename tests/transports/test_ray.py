@@ -192,16 +192,27 @@ def test_a_group_that_disagrees_on_the_call_fails_naming_the_ranks(cluster):
         rt.run(_Mismatch(), spmd.Mesh((4,), ("x",)), {d: [] for d in range(4)})
 
 
+def in_their_actors(a, replicas_share=False):
+    """Every shard of Array a is held by its own device's actor, not Ray's object store
+    (replicas_share: or by the actor of a device holding the same replica, loaded once)."""
+    from spmd.transports.ray.ray_shards import Shard
+    for d, h in a._handles.items():
+        owners = {e for e, g in a._handles.items() if g is h} if replicas_share else {d}
+        if not (isinstance(h, Shard) and h.device in owners):
+            return False
+    return True
+
+
 def test_arrays_live_in_the_actors_and_round_trip(cluster):
     _, rt = cluster
     mesh = spmd.Mesh((2, 2), ("data", "model"))
     x = np.arange(7 * 6, dtype=np.float32).reshape(7, 6)
     a = spmd.device_put(x, mesh.sharding("data", "model"))
-    assert all(isinstance(h, ray.ObjectRef) for h in a._handles.values())
+    assert in_their_actors(a)
     np.testing.assert_array_equal(a.numpy(), x)
     f = spmd.jit(lambda v: (v * 2).sum(axis=0), in_shardings=mesh.sharding("data", "model"))
     out = f(a)
-    assert isinstance(out, spmd.Array) and all(isinstance(h, ray.ObjectRef) for h in out._handles.values())
+    assert isinstance(out, spmd.Array) and in_their_actors(out)
     np.testing.assert_allclose(out.numpy(), (x * 2).sum(axis=0))
     # the result feeds the next call without leaving the cluster
     g = spmd.jit(lambda v: v + 1, in_shardings=out.sharding)
@@ -233,7 +244,7 @@ def test_eager_numpy_on_arrays_in_the_actors(cluster):
     x, norms = cg(spmd.device_put(A, mesh.sharding("x", None)), spmd.device_put(b, mesh.sharding("x")))
     xw, nw = cg(A, b)
     assert isinstance(x, spmd.Array) and x.sharding == mesh.sharding("x")
-    assert all(isinstance(h, ray.ObjectRef) for h in x._handles.values())
+    assert in_their_actors(x)
     np.testing.assert_allclose(x.numpy(), xw, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(norms, nw, rtol=1e-9)
 
@@ -250,13 +261,8 @@ def test_checkpoint_round_trip_from_the_actors(cluster, tmp_path):
         mp.setattr(rt, "get", driver_reads)
         spmd.save(str(tmp_path / "ck"), {"a": a, "step": np.int64(3)})
         got = spmd.load(str(tmp_path / "ck"), {"a": mesh.sharding("model", None), "step": None})
-    assert isinstance(got["a"], spmd.Array) and all(isinstance(h, ray.ObjectRef) for h in got["a"]._handles.values())
-    # each loaded shard was made by, and lives on the node of, an actor of its devices
-    nodes = {w["rank"]: w["node"] for w in rt.where()}
-    where = ray.experimental.get_object_locations(list(got["a"]._handles.values()))
-    for d, h in got["a"]._handles.items():
-        assert nodes[d] in where[h]["node_ids"] or any(
-            nodes[e] in where[h]["node_ids"] for e, g in got["a"]._handles.items() if g == h), (d, where[h])
+    # each loaded shard was made by, and stays in, its device's actor
+    assert isinstance(got["a"], spmd.Array) and in_their_actors(got["a"], replicas_share=True)
     np.testing.assert_array_equal(got["a"].numpy(), x)
     assert got["step"] == 3
 
@@ -375,6 +381,75 @@ def test_killed_rank_fails_the_run_naming_it_and_is_replaced(cluster, monkeypatc
     assert after[1] != before[1] and all(after[r] == before[r] for r in (0, 2, 3))
 
 
+def test_an_array_held_by_a_rank_that_died_fails_naming_it(cluster, monkeypatch):
+    """Its shard was lost with the actor: reading it, or running on it, raises; never
+    the replacement's values."""
+    _, rt = cluster
+    monkeypatch.delenv("SPMD_COLLECTIVE_TIMEOUT", raising=False)
+    mesh = spmd.Mesh((4,), ("x",))
+    a = spmd.device_put(np.arange(8.0), mesh.sharding("x"))
+    with pytest.raises(CollectiveError, match=r"rank 1 died"):
+        rt.run(_KillRank1(), mesh, {d: [] for d in range(4)})
+    with pytest.raises(CollectiveError, match=r"rank 1 does not hold shard .*died and was replaced"):
+        a.numpy()
+    with pytest.raises(CollectiveError, match=r"rank 1 does not hold shard"):
+        spmd.jit(lambda v: v + 1, in_shardings=mesh.sharding("x"))(a).numpy()
+    b = spmd.device_put(np.arange(8.0), mesh.sharding("x"))      # new arrays live on the new actor
+    np.testing.assert_array_equal(spmd.jit(lambda v: v + 1, in_shardings=mesh.sharding("x"))(b).numpy(),
+                                  np.arange(8.0) + 1)
+
+
+def test_actors_drop_the_shards_nobody_holds_and_keep_the_rest(cluster):
+    """A loop of steps leaves a bounded number of shards in the actors; an array still
+    held keeps its values; a handle cannot leave the driver."""
+    import gc
+    import pickle
+    _, rt = cluster
+    mesh = spmd.Mesh((4,), ("x",))
+    step = spmd.jit(lambda v: v * 2 + 1, in_shardings=mesh.sharding("x"), out_shardings=mesh.sharding("x"))
+    first = spmd.device_put(np.arange(16.0), mesh.sharding("x"))
+    u = step(first)
+    for _ in range(30):
+        u = step(u)
+    gc.collect()
+    step(u).numpy()                        # carries the drops to every actor
+    held = rt.held()
+    mine = {d: {first._handles[d].sid, u._handles[d].sid} for d in range(4)}
+    assert all(mine[d] <= set(held[d]) for d in range(4)), (mine, held)
+    assert all(len(held[d]) < 12 for d in range(4)), held
+    np.testing.assert_array_equal(first.numpy(), np.arange(16.0))
+    want = np.arange(16.0)
+    for _ in range(31):
+        want = want * 2 + 1
+    np.testing.assert_array_equal(u.numpy(), want)
+    gone = first._handles[0].sid
+    del first
+    gc.collect()
+    step(u).numpy()
+    assert gone not in rt.held()[0]
+    with pytest.raises(TypeError, match="stays in the driver"):
+        pickle.dumps(u._handles[0])
+
+
+def test_small_puts_go_with_the_next_call_and_keep_the_value_put(cluster):
+    """A small array put waits for the next call to its actor: changing the numpy array
+    after device_put changes nothing; one put and dropped before any call is never read."""
+    import gc
+    _, rt = cluster
+    mesh = spmd.Mesh((4,), ("x",))
+    src = np.arange(16.0)
+    a = spmd.device_put(src, mesh.sharding("x"))
+    b = spmd.device_put(src * 3, mesh.sharding("x"))
+    gone = b._handles[2].sid
+    del b
+    gc.collect()
+    src[:] = -1
+    f = spmd.jit(lambda v: v + 1, in_shardings=mesh.sharding("x"))
+    np.testing.assert_array_equal(f(a).numpy(), np.arange(16.0) + 1)
+    np.testing.assert_array_equal(a.numpy(), np.arange(16.0))
+    assert gone not in rt.held()[2]
+
+
 class _BusyRank1:
     """Rank 1 computes alone for a while before the collective the others wait in."""
     num_outputs = 1
@@ -427,7 +502,7 @@ def test_validation_programs_identical_to_local(cluster):
 
     def on_ray(exe, mesh, per_dev):
         out = rt.run(exe, mesh, {d: [rt.put(d, a) for a in per_dev[d]] for d in per_dev})
-        return {d: ray.get(out[d]) for d in out}
+        return {d: [rt.get({d: h})[d] for h in out[d]] for d in out}
 
     local = LocalRuntime()
     want = vp.flat(vp.run_all(lambda exe, mesh, per_dev: local.run(exe, mesh, per_dev)))

@@ -3,11 +3,11 @@
 The driver traces and compiles a program once (jit does, as on the local backend) and
 ships the per-device executable to the actors through the object store: `ray.put` once
 per program, each actor fetches it on first use and keeps it (by key) for later runs.
-Arguments and results stay in the cluster: a handle is an ObjectRef, owned by the
-driver, of one device's shard. `run` passes each device's handles to its actor as
-top-level arguments (Ray resolves them zero-copy on the actor's node) and gets one
-ObjectRef per output back, stored on the actor's node; spmd.Array on the driver holds
-those refs, and reading an Array (`all_shards`) is a `ray.get` of them.
+Arguments and results stay in the actors' memory (transports/ray/ray_shards.py): a
+handle is a `Shard`, the driver's name for one device's shard in its actor. A run is
+one actor call per rank, carrying the numbers of its input shards and those its outputs
+are to be kept under (chosen by the driver), and returning only its success; reading
+an Array (`all_shards`) is one `fetch` call per actor.
 
 Actors are placed by a placement group, one bundle per rank (transports/ray/ray_placement.py). Each has
 a run thread (one program at a time) and a few message threads (`abort`, `where`). The
@@ -20,14 +20,16 @@ Failure: the driver waits for every rank's run. The first rank to fail (its prog
 raised, or its actor died) makes the driver abort the others' run, which wakes them out
 of any collective; `run` then raises that rank's exception with its rank and its remote
 traceback (a died actor: CollectiveError naming the rank). A rank still busy 2 s after
-the abort is killed. Dead actors are replaced, in their bundle, at the next run; shards
-live in the object store, owned by the driver, so an actor's death loses none of them.
+the abort is killed. Dead actors are replaced, in their bundle, at the next run; the
+shards a dead actor held are lost with it (a handle to one fails naming its rank; a
+checkpoint restores them).
 process_index() is 0 and process_count() 1: only the driver runs the user's script.
 """
 from __future__ import annotations
 
 import atexit
 import itertools
+import pickle
 import re
 import sys
 import threading
@@ -41,6 +43,7 @@ import ray
 from ..communicator import collective_timeout
 from .ray_communicator import RayCommunicator
 from .ray_mailbox import Mailbox
+from .ray_shards import Drops, Held, Shard, ShardTable
 from .ray_transport import Transport
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...tools import timeline
@@ -50,6 +53,12 @@ from ...runtime.backend import Runtime
 GRACE_SECONDS = 2.0
 # message threads per actor: `abort` and the driver's questions, while a program runs
 MAIL_THREADS = 4
+# the driver first waits this long for every rank at once, then for each as it ends (a
+# failed rank wakes its peers itself, so the others' errors come soon after)
+FIRST_WAIT_SECONDS = 0.2
+# a put of up to this size goes inside the next call to its actor (Drops.later), not
+# through the object store and a call of its own
+INLINE_BYTES = 256 << 10
 
 
 @ray.remote(concurrency_groups={"mail": MAIL_THREADS})
@@ -61,6 +70,7 @@ class RankActor:
         self.mailbox = Mailbox()
         self.transport = None
         self.programs = OrderedDict()       # key -> executable, most recent last
+        self.shards = ShardTable(rank)
 
     def __repr__(self):                      # Ray prefixes the actor's output with this
         return f"rank {self.rank}"
@@ -92,14 +102,38 @@ class RankActor:
         from ...tools import timeline
         return timeline.take_events()
 
-    def call(self, fn, *args):
-        return fn(*args)
+    @ray.method(concurrency_group="mail")
+    def held(self):
+        """The numbers of the shards this actor holds (what the driver's handles name)."""
+        return sorted(self.shards.arrays)
 
-    def call_kept(self, fn, *args):
-        """fn's result stays here (first return, a shard); the second tells success."""
-        return fn(*args), True
+    def store(self, sid, array, news):
+        """Keep array as shard sid (a put from the driver)."""
+        self.shards.update(news)
+        self.shards.keep(sid, array)
 
-    def run(self, run_id, mesh, key, boxed_program, timeout, trace, *inputs):
+    def fetch(self, sids, news):
+        self.shards.update(news)
+        return [self.shards.read(s) for s in sids]
+
+    def drop(self, news):
+        self.shards.update(news)
+
+    def call(self, fn, args, keep_sid, news):
+        """fn(*args), Held shards among args read from here; keep_sid: its result stays
+        here as that shard (only success goes back)."""
+        self.shards.update(news)
+        out = fn(*self.shards.resolve(args))
+        if keep_sid is None:
+            return out
+        self.shards.keep(keep_sid, out)
+        return True
+
+    def run(self, call, boxed_program):
+        """One run: call is the pickled (run id, mesh, program key, timeout, trace, input
+        shard numbers, output shard numbers, Drops.take's news); boxed_program [its ObjectRef]."""
+        run_id, mesh, key, timeout, trace, in_sids, out_sids, news = pickle.loads(call)
+        self.shards.update(news)
         self.mailbox.start(run_id)
         self.transport.new_run()
         _trace_in_actor(trace)
@@ -114,15 +148,21 @@ class RankActor:
         from ...runtime import blas
         blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
         try:
-            outs = list(program(list(inputs), comm))
+            inputs = [self.shards.read(s) for s in in_sids]
+            outs = list(program(inputs, comm))
+            del inputs
+            if len(outs) != len(out_sids):
+                raise SpmdError(f"rank {self.rank}: the program made {len(outs)} outputs, "
+                                f"{len(out_sids)} were expected")
         except BaseException as e:
             # wake the peers now rather than when the driver notices
             reason = f"rank {self.rank} failed: {type(e).__name__}: {e}"
             self.transport.abort_peers(run_id, reason, mesh.devices.reshape(-1).tolist())
             raise
-        # the last return says it ran, with what it printed for the driver to print
-        done = tuple(comm.output) or True
-        return tuple(outs) + (done,) if outs else done
+        for sid, a in zip(out_sids, outs):
+            self.shards.keep(sid, a)
+        # says it ran, with what it printed for the driver to print
+        return tuple(comm.output) or True
 
 
 def _trace_in_actor(on):
@@ -152,6 +192,7 @@ class RayRuntime(Runtime):
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
         self._programs = weakref.WeakKeyDictionary()    # executable -> (key, ObjectRef)
+        self._drops = Drops()
         self._recent_puts = {}                           # id(array) -> (weakref, ObjectRef)
         self._closed = False
         atexit.register(self.shutdown)
@@ -185,22 +226,41 @@ class RayRuntime(Runtime):
                                 f"{self._n} ranks; use spmd.init(backend='ray', num_devices={mesh.size})")
 
     def put(self, device, array):
-        # replicas of one shard share a buffer (device_put): store it once
+        self._revive()
+        if np.asarray(array).nbytes <= INLINE_BYTES:
+            # a copy: the value is read when the call goes, the caller's array may change by then
+            return self._drops.later(device, np.array(array, copy=True))
+        # replicas of one shard share a buffer (device_put): serialize it once for all
         hit = self._recent_puts.get(id(array))
         if hit is not None and hit[0]() is array:
-            return hit[1]
-        ref = ray.put(array)
-        self._recent_puts = {k: v for k, v in self._recent_puts.items() if v[0]() is not None}
-        try:
-            self._recent_puts[id(array)] = (weakref.ref(array), ref)
-        except TypeError:
-            pass
-        return ref
+            ref = hit[1]
+        else:
+            ref = ray.put(array)
+            self._recent_puts = {k: v for k, v in self._recent_puts.items() if v[0]() is not None}
+            try:
+                self._recent_puts[id(array)] = (weakref.ref(array), ref)
+            except TypeError:
+                pass
+        shard = self._drops.new(device)
+        # not waited for: calls to one actor run in order, so the next one that reads the
+        # shard finds it (or fails with this call's error)
+        self._actors[device].store.remote(shard.sid, ref, self._drops.take(device))
+        return shard
 
     def get(self, handles):
+        self._revive()
         devs = list(handles)
-        vals = ray.get([handles[d] for d in devs])
-        return {d: np.asarray(v) for d, v in zip(devs, vals)}
+        by = {}
+        for d in devs:
+            h = handles[d]
+            by.setdefault(h.device, []).append(h)
+        refs = {a: self._actors[a].fetch.remote([h.sid for h in hs], self._drops.take(a)) for a, hs in by.items()}
+        got = {}
+        for a, hs in by.items():
+            vals = self._ask(a, lambda: ray.get(refs[a]))
+            for h, v in zip(hs, vals):
+                got[id(h)] = v
+        return {d: np.asarray(got[id(handles[d])]) for d in devs}
 
     def all_shards(self, handles, mesh):
         return self.get(handles)
@@ -209,15 +269,26 @@ class RayRuntime(Runtime):
     remote_io = True
 
     def call_on(self, device, fn, *args, keep=False):
-        with self._revive_lock:         # called from the checkpoint's I/O threads
-            self._revive()
+        self._revive()
         actor = self._actors[device]
+        args = [self._held(device, a) for a in args]
+        shard = self._drops.new(device) if keep else None
+        sid = None if shard is None else shard.sid
+        out = self._ask(device, lambda: ray.get(actor.call.remote(fn, args, sid, self._drops.take(device))))
+        return shard if keep else out
+
+    def _held(self, device, a):
+        """A top-level argument of call_on as the actor of `device` reads it."""
+        if not isinstance(a, Shard):
+            return a
+        if a.device == device:
+            return Held(a.sid)
+        return self.get({a.device: a})[a.device]
+
+    def _ask(self, device, call):
+        """call() (a ray.get of one call to device's actor), its errors made spmd's."""
         try:
-            if not keep:
-                return ray.get(actor.call.remote(fn, *args))
-            ref, ok = actor.call_kept.options(num_returns=2).remote(fn, *args)
-            ray.get(ok)
-            return ref
+            return call()
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             if isinstance(cause, Exception):
@@ -232,6 +303,10 @@ class RayRuntime(Runtime):
         """[{rank, node, pid}] of every rank actor (which node each rank runs on)."""
         return ray.get([a.where.remote() for a in self._actors])
 
+    def held(self):
+        """{rank: [shard numbers its actor holds]} (after the drops sent so far)."""
+        return dict(enumerate(ray.get([a.held.remote() for a in self._actors])))
+
     # -- running -------------------------------------------------------------------------
     def run(self, program, mesh, args):
         self._check(mesh)
@@ -244,19 +319,33 @@ class RayRuntime(Runtime):
         n_out = program.num_outputs      # each rank's results are asked for before it runs
         run_id = next(self._run_ids)
         timeout = collective_timeout()
-        outs = {}
+        outs, done = {}, {}
+        trace = timeline.enabled()
+        # every input in place before any rank starts: a shard read from another rank's
+        # actor (a replica loaded once) waits behind that actor's run, which waits in its
+        # first collective for this rank
+        ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self.put(d, self._value(h)) for h in args[d]]
+                  for d in devices}
         for d in devices:
-            r = self._actors[d].run.options(num_returns=n_out + 1).remote(
-                run_id, mesh, key, [ref], timeout, timeline.enabled(), *args[d])
-            outs[d] = [r] if n_out == 0 else list(r)
+            ins = ins_of[d]
+            outs[d] = [self._drops.new(d) for _ in range(n_out)]
+            # one argument: Ray serializes each argument of a call on its own
+            call = pickle.dumps((run_id, mesh, key, timeout, trace, [h.sid for h in ins],
+                                 [h.sid for h in outs[d]], self._drops.take(d)), protocol=pickle.HIGHEST_PROTOCOL)
+            r = self._actors[d].run.remote(call, [ref])
+            done[r] = d
         printed = {}
-        errors = self._wait({outs[d][-1]: d for d in devices}, run_id, printed)
+        errors = self._wait(done, run_id, printed)
         for d in sorted(printed):           # the program's prints, here, in rank order
             sys.stdout.write("".join(printed[d]))
         sys.stdout.flush()
         if errors:
             raise _first_error(errors, getattr(self, "_hosts", {}))
-        return {d: outs[d][:-1] for d in devices}
+        return outs
+
+    def _value(self, h):
+        """An argument that is not this device's shard: its value (put on the device)."""
+        return self.get({h.device: h})[h.device] if isinstance(h, Shard) else h
 
     def _program(self, program):
         hit = self._programs.get(program)
@@ -269,6 +358,16 @@ class RayRuntime(Runtime):
         rank's program printed goes into printed[device]."""
         errors, first = [], None
         try:
+            # the common case, every rank done soon and well: one wait, one get
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=FIRST_WAIT_SECONDS)
+            if len(ready) == len(pending):
+                try:
+                    for r, done in zip(ready, ray.get(ready)):
+                        d = pending.pop(r)
+                        if isinstance(done, tuple):
+                            printed[d] = done
+                except Exception:                # noqa: BLE001 - one failed: each is looked at below
+                    pass
             while pending:
                 left = 1.0 if first is None else GRACE_SECONDS - (time.monotonic() - first)
                 if left <= 0:
@@ -301,14 +400,19 @@ class RayRuntime(Runtime):
             self._actors[d].abort.remote(run_id, reason)
 
     def _revive(self):
-        """Replace the actors of ranks that died, in their bundles."""
+        """Replace the actors of ranks that died, in their bundles (the checkpoint's I/O
+        threads call too: one at a time)."""
         if not self._dead:
             return
         from .ray_placement import restart_rank
-        for d in sorted(self._dead):
-            self._actors[d] = restart_rank(RankActor, self._pg, d)
-        self._dead = set()
-        self._setup()
+        with self._revive_lock:
+            if not self._dead:           # another thread replaced them while this one waited
+                return
+            for d in sorted(self._dead):
+                self._actors[d] = restart_rank(RankActor, self._pg, d)
+                self._drops.forget(d)
+            self._dead = set()
+            self._setup()
 
     # -- SPMD_TRACE -----------------------------------------------------------------------
     def _merge_timeline_at_exit(self):
