@@ -6,7 +6,7 @@ into the Python number after the run.
 That is sound only where nothing but the return can see the number, which this module
 proves from the source, not from the value: the `float(...)` / `int(...)` call being run
 is, in the file's syntax tree, the whole `return` expression or one element of a returned
-tuple (no starred element), in the traced function's own frame (called by jit itself, so
+tuple (no starred element; no `finally:` after it, which may return something else), in the traced function's own frame (called by jit itself, so
 no caller of ours uses the result), with `float` / `int` the builtins. Anything else (an
 assignment, arithmetic, a comparison, a log line, a helper's return) keeps the graph break.
 """
@@ -37,8 +37,9 @@ def returned_position(frame, name, entry_codes):
     tree = _tree(code.co_filename)
     if pos is None or tree is None:
         return None
+    guarded = _under_finally(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Return) and node.value is not None:
+        if isinstance(node, ast.Return) and node.value is not None and id(node) not in guarded:
             got = _in_return(node.value, pos, name)
             if got is not None:
                 return got
@@ -69,6 +70,16 @@ def _tree(filename):
             return None
         _trees[filename] = got
     return got[1]
+
+
+def _under_finally(tree) -> set:
+    """ids of the return statements a `finally:` runs after (it may return something else)"""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and node.finalbody:
+            for part in node.body + node.handlers + node.orelse:
+                ids.update(id(n) for n in ast.walk(part) if isinstance(n, ast.Return))
+    return ids
 
 
 def _is_call(node, pos, name) -> bool:
