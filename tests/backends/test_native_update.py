@@ -20,7 +20,7 @@ def python_steps(f, *args) -> int:
        seed=st.integers(0, 99), source=st.sampled_from(["argument", "temporary", "transposed"]))
 def test_one_element_writes_equal_numpy(shape, dtype, seed, source):
     rng = np.random.default_rng(seed)
-    x = (rng.random(shape) * 10).astype(dtype) if dtype != np.bool_ else rng.random(shape) < 0.5
+    x = np.asarray((rng.random(shape) * 10).astype(dtype) if dtype != np.bool_ else rng.random(shape) < 0.5)
     at = tuple(int(rng.integers(-n, n)) for n in shape)
     at2 = tuple(int(rng.integers(0, n)) for n in shape)
 

@@ -208,7 +208,7 @@ def update_instrs(sched, op):
     home = mem.place(op.result)
     moves = [] if x not in sched.views and home is not None and mem.place(x) == home else [(x, out, 0)]
     if u.size:
-        region = out[tuple(slice(a, a + k) for a, k in zip(at, u.shape))]
+        region = out[(Ellipsis,) + tuple(slice(a, a + k) for a, k in zip(at, u.shape))]   # (0-d: a view too)
         moves.append((u, region, region.__array_interface__["data"][0] - out.__array_interface__["data"][0]))
     instrs = []
     for v, dst, off in moves:
