@@ -8,6 +8,7 @@ the user's file:line.
 """
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import threading
@@ -21,6 +22,7 @@ from ..ir import Graph, Value
 from ..ir import dtypes
 from ..ir.ops.names import CONSTANT
 from . import views
+from .returned_scalars import returned_position
 from .views import Buffer, derive
 
 _state = threading.local()
@@ -42,6 +44,11 @@ class Trace:
     # (tracer, what, loc) -> the tracer's value as numpy computes it from the call's arguments,
     # where jit can run the program traced so far (graph breaks: spmd/jit/graph_breaks.py)
     oracle = None
+    # (the traced function's code, jit's frame calling it): where `return float(x)` may
+    # give x as an output instead of a break (returned_scalars.py); then [(position in the
+    # returned tuple, tracer, float | int)]
+    entry_codes = None
+    returned_scalars = None
 
     def emit(self, name, *operands, **attrs):
         cur = current_trace()
@@ -217,10 +224,26 @@ class Tracer:
             f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.", loc)
 
     def __float__(self):
+        if self._returned_only("float"):
+            return 0.0          # (never seen: the program gives the value; returned_scalars.py)
         return float(np.asarray(self._concrete("float()")))
 
     def __int__(self):
+        if self._returned_only("int"):
+            return 0
         return int(np.asarray(self._concrete("int()")))
+
+    def _returned_only(self, name) -> bool:
+        """Is this float() / int() the traced function's return value (or an element of its
+        returned tuple), which nothing else sees? Then it is recorded as an output to convert."""
+        t = self._tr
+        if t.entry_codes is None or self.size != 1 or current_trace() is not t:
+            return False
+        pos = returned_position(sys._getframe(2), name, t.entry_codes)
+        if pos is None:
+            return False
+        t.returned_scalars.append((pos, self, getattr(builtins, name)))
+        return True
 
     def __complex__(self):
         return complex(np.asarray(self._concrete("complex()")))

@@ -105,6 +105,7 @@ class Graph:
         # tracing: results that are a written argument itself (`a += b; return a`), as
         # {result position: argument leaf}: numpy hands back the argument object, so does jit
         self.returned: dict = {}
+        self.scalar_outputs: dict = {}  # result position -> float | int: a returned float(x) (jit/tracing.py)
         # propagation: {Value: why its sharding is fixed ("in_shardings for x", "spmd.shard
         # at f.py:3")} and {Value: [(dim, axes added, op, source Value, source dim)]}
         self.annotations: dict = {}

@@ -124,6 +124,7 @@ class Jitted:
         low.updates = [k for k, _ in graph.updates]
         low.checks = len(checks)
         low.returned = dict(graph.returned)
+        low.scalars = dict(graph.scalar_outputs)
         low.np_random_state = graph.np_random_state
         low.donated = frozenset(donated_leaves(args, self.static_argnums, self.donate_argnums) - set(low.updates))
         # (spmd.checkpoint's recomputation reads its values through barriers: ops whose
@@ -210,6 +211,10 @@ class Jitted:
                 self._write_back(leaves[k], v)
             for i, k in low.returned.items():
                 outs[i] = leaves[k]
+        if low.scalars:             # `return float(x)`: numpy's Python number (frontend/returned_scalars.py)
+            outs = list(outs)
+            for i, conv in low.scalars.items():
+                outs[i] = conv(np.asarray(outs[i]))
         return tree_unflatten(low.out_tree, outs)
 
     def _run_guess(self, key, leaves):

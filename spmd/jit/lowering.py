@@ -33,6 +33,7 @@ class Lowered:
         self._exe = None
         self.updates = []             # argument leaves the program writes (extra outputs)
         self.returned = {}            # result position -> a written argument leaf it is
+        self.scalars = {}             # result position -> float | int (a returned float(x))
         # numpy's global random state as the function leaves it (it seeded it: random_guard)
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse

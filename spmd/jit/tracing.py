@@ -21,11 +21,14 @@ def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
     g = Graph(getattr(fn, "__name__", "fn").replace("<", "").replace(">", ""))
     t = Trace(g, mesh)
     t.oracle = oracle
+    if hasattr(fn, "__code__"):
+        t.entry_codes, t.returned_scalars = (fn.__code__, _call_traced.__code__), []
     tracers = _argument_tracers(t, leaves)
     it = iter(tree_unflatten(in_tree, tracers))
     call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
     with numpy_buffers.intercepting(), tracing(t):
         out = _call_traced(fn, call_args)
+        out, scalars = _returned_scalars(out, t.returned_scalars or [])
         out_leaves, out_tree = tree_flatten(out)
         g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]
     # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
@@ -36,8 +39,22 @@ def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
     g.returned = {i: k for i, leaf in enumerate(out_leaves) for k, tr in enumerate(tracers)
                   if leaf is tr and k in written}
     g.np_random_state = random_guard.state_after(t)
+    g.scalar_outputs = scalars
     check_aliasing(getattr(fn, "__name__", "fn"), leaves, [k for k, _ in g.updates])
     return g, in_tree, out_tree
+
+
+def _returned_scalars(out, returned):
+    """fn's result with each `float(x)` / `int(x)` it returned (frontend/returned_scalars.py)
+    put back as the traced x, and {result leaf position: float | int}."""
+    scalars = {}
+    for pos, tr, conv in returned:
+        if pos == ():
+            return tr, {0: conv}
+        k, = pos
+        scalars[len(tree_flatten(tuple(out[:k]))[0])] = conv
+        out = tuple(out[:k]) + (tr,) + tuple(out[k + 1:])
+    return out, scalars
 
 
 def _argument_tracers(t, leaves):

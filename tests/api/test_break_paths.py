@@ -31,8 +31,10 @@ def counting_break_runs(monkeypatch):
 def branchy(x):
     s = np.sum(x * x)
     if x.sum() > 0:
-        return x / np.sqrt(s), float(s)
-    return -x, float(s)
+        n = float(s)            # (a break: a bare `return ..., float(s)` would be an output)
+        return x / np.sqrt(s), n
+    n = float(s)
+    return -x, n
 
 
 def test_a_path_taken_twice_runs_whole_without_its_breaks_programs(monkeypatch):

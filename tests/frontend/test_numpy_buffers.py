@@ -135,7 +135,7 @@ def test_a_written_buffer_that_needs_a_value_falls_back_or_errors():
     def f(x):
         g = np.zeros(3)
         g[0] = x[0, 0]
-        return float(g[0])
+        return float(g[0]) * 2              # (a bare returned float(g[0]) is an output: returned_scalars.py)
     with pytest.raises(spmd.errors.ConcreteValueError):
         spmd.jit(f, fallback=False)(X)
 

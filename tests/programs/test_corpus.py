@@ -1,8 +1,9 @@
 """The corpus (tests/programs/corpus/): programs written as numpy users write them, run
 unchanged under spmd.jit on 4 local devices and compared with plain numpy (results and
 arguments written in place). Each records how it ran: compiled, with graph breaks, or
-eagerly. Of the 64, 56 compile whole and 8 take graph breaks (BREAKS: each needs a value
-of the data that decides Python's control flow, a size, or a Python number returned),
+eagerly. Of the 64, 59 compile whole and 5 take graph breaks (BREAKS: each needs a value
+of the data that decides Python's control flow or a size; a Python number only returned,
+`return float(loss)`, is an output of the one program: frontend/returned_scalars.py),
 none runs eagerly; at least 95% must run without the eager fallback. Ten of them also run
 in one mpiexec launch (tests/mpi_scripts/corpus.py)."""
 import os
@@ -22,17 +23,18 @@ XFAIL = {
 
 # programs that take graph breaks, and the value each needs from the data; every other
 # program must compile whole (no FallbackWarning), and none may fall back to eager. Each is
-# genuine: Python decides its control flow, a shape or a Python number from the value.
+# genuine: Python decides its control flow or a shape from the value. (The loops' bodies
+# are plain Python statements, not a function: taking one as a traced while_loop would need
+# its bytecode rewritten, with the Python numbers it carries -- t, its, losses -- traced.)
 BREAKS = {
-    "burgers": "float(np.max(np.abs(u))) for the CFL time step, then `while t < t_end` on it",
-    "poisson_sor": "float(np.linalg.norm(r)) returned",
-    "convnet_im2col": "float(loss) returned",
-    "conjugate_gradient": "`if np.sqrt(rs_new) < tol: break`",
-    "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search",
-    "groupby_unique": "np.unique(keys, return_inverse=True): the number of groups, then np.bincount of its "
-                      "inverse (the count of each group)",
-    "moving_average": "int(above.sum()), int(below.sum()) returned",
-    "label_propagation": "labels.max() + 1 as a shape",
+    "burgers": "float(np.max(np.abs(u))) for the CFL time step, then `while t < t_end` on it: Python "
+               "floats decide the number of steps, and t is returned as a float",
+    "conjugate_gradient": "`if np.sqrt(rs_new) < tol: break`: the data decides the iterations, its is "
+                          "returned as a Python int",
+    "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search: the data decides the "
+                    "halvings; losses is a Python list",
+    "groupby_unique": "np.unique(keys, return_inverse=True): the number of groups is the results' shape",
+    "label_propagation": "labels.max() + 1 is Y's shape (an argument: no bound known while tracing)",
 }
 
 HOW = {}          # name -> "compiled" | "breaks" | "eager", as the programs ran

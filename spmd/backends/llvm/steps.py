@@ -192,6 +192,35 @@ def join_instrs(sched, op):
     return instrs or FREE
 
 
+def update_instrs(sched, op):
+    """A dynamic_update_slice at constant starts (a one-element write through a view,
+    views.py) as native strided copies: the operand into the result (unless the memory
+    plan put them in one buffer), then the update into its window, at numpy's clamped
+    starts. None for traced starts (the step runs from Python) or item sizes the copies
+    do not move."""
+    x, u, *starts = op.operands
+    isz = np.dtype(op.result.dtype).itemsize
+    if isz not in (1, 4, 8) or op.result.size == 0 or not all(s in sched.consts for s in starts):
+        return None
+    at = [min(max(int(sched.consts[s]), 0), n - k) for s, n, k in zip(starts, x.shape, u.shape)]
+    out = np.empty(op.result.shape, op.result.dtype)
+    mem = sched.exe.memory
+    home = mem.place(op.result)
+    moves = [] if x not in sched.views and home is not None and mem.place(x) == home else [(x, out, 0)]
+    if u.size:
+        region = out[(Ellipsis,) + tuple(slice(a, a + k) for a, k in zip(at, u.shape))]   # (0-d: a view too)
+        moves.append((u, region, region.__array_interface__["data"][0] - out.__array_interface__["data"][0]))
+    instrs = []
+    for v, dst, off in moves:
+        base, view, dbase = sched.dummy(v)
+        ext = native.scopy_entries(view, dst)
+        if ext is None:
+            return None
+        src = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+        instrs.append((sched.helpers[f"spmd_scopy{isz}"], [(op.result, off), (base, src)] + ext))
+    return instrs or FREE
+
+
 def column_sum_instrs(sched, op):
     """A float sum over the leading axes of a contiguous operand, row by row."""
     x = op.operands[0]
