@@ -52,7 +52,7 @@ def test_auto_gives_numpys_values(mesh, depth, act, reduce_axis, rows, dims, see
     assert s[low.auto.chosen] <= s["baseline"] + 1e-12 and s[low.auto.chosen] <= s["replicated"] + 1e-12
 
 
-def _mlp_step(p, x, y):
+def mlp_step(p, x, y):
     def loss(p):
         h = np.maximum(x @ p["w1"], 0)
         return np.mean((h @ p["w2"] - y) ** 2)
@@ -60,7 +60,7 @@ def _mlp_step(p, x, y):
     return lv, {k: p[k] - 0.1 * g[k] for k in p}
 
 
-def _mlp_args(batch=64, d=32, h=128):
+def mlp_args(batch=64, d=32, h=128):
     rng = np.random.default_rng(0)
     p = {"w1": rng.standard_normal((d, h)).astype(np.float32) * 0.1,
          "w2": rng.standard_normal((h, d)).astype(np.float32) * 0.1}
@@ -68,12 +68,12 @@ def _mlp_args(batch=64, d=32, h=128):
 
 
 def test_given_shardings_and_shard_inside_are_kept():
-    p, x, y = _mlp_args()
+    p, x, y = mlp_args()
     given_x = MESH.sharding("data", None)
 
     def f(p, x, y):
         x = spmd.shard(x, MESH.sharding(None, "model"))
-        return _mlp_step(p, x, y)
+        return mlp_step(p, x, y)
     low = spmd.jit(f, mesh=MESH, in_shardings=(spmd.AUTO, given_x, spmd.AUTO)).lower(p, x, y)
     assert low.in_shardings[2] == given_x            # leaves: w1, w2, x, y
     pinned = [op for op in low.stages["propagated"].ops if op.name == "sharding_constraint"]
@@ -81,40 +81,40 @@ def test_given_shardings_and_shard_inside_are_kept():
 
 
 def test_new_parameters_are_laid_out_as_the_old():
-    p, x, y = _mlp_args()
-    low = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
+    p, x, y = mlp_args()
+    low = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
     sh = low.shardings()
     assert sh.out_shardings[1] == sh.in_shardings[0]
 
 
 def test_auto_megatron_mlp_moves_no_more_than_the_hand_plan():
-    p, x, y = _mlp_args(batch=256, d=128, h=512)
-    auto = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
-    hand = spmd.jit(_mlp_step, in_shardings=({"w1": MESH.sharding(None, "model"), "w2": MESH.sharding("model", None)},
+    p, x, y = mlp_args(batch=256, d=128, h=512)
+    auto = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
+    hand = spmd.jit(mlp_step, in_shardings=({"w1": MESH.sharding(None, "model"), "w2": MESH.sharding("model", None)},
                                              MESH.sharding("data", None), MESH.sharding("data", None))).lower(p, x, y)
     assert auto.report()["comm_bytes"] <= hand.report()["comm_bytes"]
-    lv, _ = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO)(p, x, y)
-    np.testing.assert_allclose(float(lv), float(_mlp_step.__wrapped__(p, x, y)[0]) if hasattr(_mlp_step, "__wrapped__")
-                               else float(spmd.jit(_mlp_step)(p, x, y)[0]), rtol=1e-5)
+    lv, _ = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO)(p, x, y)
+    np.testing.assert_allclose(float(lv), float(mlp_step.__wrapped__(p, x, y)[0]) if hasattr(mlp_step, "__wrapped__")
+                               else float(spmd.jit(mlp_step)(p, x, y)[0]), rtol=1e-5)
 
 
 def test_pasted_plan_is_the_same_program():
-    p, x, y = _mlp_args()
-    low = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
+    p, x, y = mlp_args()
+    low = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
     code = low.shardings().code()
     kw = eval(f"dict({code})", {"mesh": MESH})
-    again = spmd.jit(_mlp_step, **kw).lower(p, x, y)
+    again = spmd.jit(mlp_step, **kw).lower(p, x, y)
     assert again.in_shardings == low.in_shardings
     assert again.out_shardings == low.out_shardings
     assert again.as_text("partitioned") == low.as_text("partitioned")
 
 
 def test_plan_is_the_same_in_another_process():
-    p, x, y = _mlp_args()
-    here = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y).shardings().code()
-    script = (f"import sys; sys.path.insert(0, {TESTS!r}); from sharding.test_auto import _mlp_step, _mlp_args, MESH; "
-              "import spmd; p, x, y = _mlp_args(); "
-              "print(spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y).shardings().code())")
+    p, x, y = mlp_args()
+    here = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y).shardings().code()
+    script = (f"import sys; sys.path.insert(0, {TESTS!r}); from sharding.test_auto import mlp_step, mlp_args, MESH; "
+              "import spmd; p, x, y = mlp_args(); "
+              "print(spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y).shardings().code())")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONHASHSEED": "123"})
     assert out.returncode == 0, out.stderr
@@ -127,22 +127,22 @@ def test_auto_needs_a_mesh():
 
 
 def test_memory_limit_is_kept_or_refused():
-    p, x, y = _mlp_args(batch=64, d=64, h=256)
+    p, x, y = mlp_args(batch=64, d=64, h=256)
     whole = sum(v.nbytes for v in p.values()) + x.nbytes + y.nbytes
     limit = int(whole * 1.5)            # replicated, the arguments alone would take 2/3 of it
-    low = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit).lower(p, x, y)
+    low = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit).lower(p, x, y)
     # the arguments a device holds fit the share of the limit the search gives them
     held = sum(v.nbytes / np.prod([MESH.axis_size(a) for d in range(len(s.spec)) for a in s.dim_axes(d)])
                for s, v in zip(low.in_shardings, [p["w1"], p["w2"], x, y]))
     assert held <= 0.6 * limit + 1
     assert low.memory()["peak_bytes"] <= limit
     with pytest.raises(spmd.MemoryLimitError):
-        spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=1024).lower(p, x, y)
+        spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=1024).lower(p, x, y)
 
 
 def test_explain_says_why():
-    p, x, y = _mlp_args()
-    low = spmd.jit(_mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
+    p, x, y = mlp_args()
+    low = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO).lower(p, x, y)
     text = low.explain(file=open(os.devnull, "w"))
     assert "spmd.AUTO: kept the" in text
     assert "p['w1']:" in text and "runner-up" in text and "decided by" in text

@@ -18,6 +18,7 @@ from spmd.sharding.auto.problem import build
 from spmd.sharding.auto.solve import solve, total
 from spmd.sharding.cost_model import Machine, Network
 from spmd.sharding.propagate import propagate
+from test_auto import mlp_args, mlp_step
 
 pytestmark = pytest.mark.filterwarnings("ignore::spmd.ReshardWarning")
 
@@ -40,21 +41,6 @@ def _tiny_gpt(d=32, layers=1, seq=16, batch=4):
            "v": {k: np.zeros_like(v) for k, v in params.items()}, "t": np.float32(0.0)}
     tok = np.random.default_rng(1).integers(0, tg.VOCAB, (batch, seq + 1)).astype(np.int32)
     return tg.make_step(layers, 2, 3e-3, MESH, False, False), (params, opt, tok[:, :-1], tok[:, 1:])
-
-
-def _mlp_step(p, x, y):
-    def loss(p):
-        h = np.maximum(x @ p["w1"], 0)
-        return np.mean((h @ p["w2"] - y) ** 2)
-    lv, g = spmd.value_and_grad(loss)(p)
-    return lv, {k: p[k] - 0.1 * g[k] for k in p}
-
-
-def _mlp_args(batch=64, d=32, h=128):
-    rng = np.random.default_rng(0)
-    p = {"w1": rng.standard_normal((d, h)).astype(np.float32) * 0.1,
-         "w2": rng.standard_normal((h, d)).astype(np.float32) * 0.1}
-    return p, rng.standard_normal((batch, d)).astype(np.float32), rng.standard_normal((batch, d)).astype(np.float32)
 
 
 def test_followed_program_lays_out_every_searched_value_as_the_search_chose():
@@ -88,15 +74,15 @@ def _count_stages(monkeypatch):
 
 def test_global_stages_run_once_and_the_kept_program_is_not_made_again(monkeypatch):
     ran = _count_stages(monkeypatch)
-    p, x, y = _mlp_args()
-    f = spmd.jit(_mlp_step, mesh=MESH, in_shardings=AUTO)
+    p, x, y = mlp_args()
+    f = spmd.jit(mlp_step, mesh=MESH, in_shardings=AUTO)
     low = f.lower(p, x, y)
     assert ran.count("inline") == 1 and ran.count("dce") == 2     # (dce: once global, once per device)
     assert "propagated" not in ran and "partitioned" not in ran
     assert low.stages["propagated"] is low.auto.programs[0]
     assert low.stages["partitioned"] is low.auto.programs[1]
     lv, new = f(p, x, y)
-    want_lv, want_new = spmd.jit(_mlp_step)(p, x, y)
+    want_lv, want_new = spmd.jit(mlp_step)(p, x, y)
     np.testing.assert_allclose(float(lv), float(want_lv), rtol=1e-5)
     for k in p:
         np.testing.assert_allclose(np.asarray(new[k]), np.asarray(want_new[k]), rtol=1e-5, atol=1e-6)
