@@ -10,10 +10,15 @@ update); a per-point Python double loop writing one element at a time; a loop of
 argsorts (k-NN, one per test point). Prints, per case: traced ops, seconds to trace, to
 lower and to compile, and microseconds per op; for the unrolled step, how seconds per op
 grow from 1 to the largest unroll (target: at most 1.5x) and whether every case stays
-under 10 s. Each program's result is checked against numpy's.
+under 10 s. Each program's result is checked against numpy's. Each case runs in a fresh
+process, so no case is helped by what an earlier one compiled (kernels and plans are cached
+per process).
 """
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 import warnings
 
@@ -92,30 +97,51 @@ def measure(name, make):
     trace = low.timings.get("trace", 0.0)
     lower = t1 - t0
     comp = t2 - t1
-    print(f"{name:<14} {ops:>7} ops  lower {lower:7.2f} s  compile {comp:7.2f} s  "
-          f"{1e6 * (lower + comp) / ops:8.1f} us/op{'  ' + str(trace) if trace else ''}", flush=True)
-    return ops, lower + comp
+    print(json.dumps({"name": name, "ops": ops, "lower": lower, "compile": comp, "trace": trace}), flush=True)
+
+
+CASES = {"scatter": scatter, "points": points, "argsort": argsorts}
+
+
+def in_fresh_process(case):
+    """(ops, seconds) of one case measured by a new interpreter, printed as it comes."""
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--case", case],
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode:
+        raise SystemExit(f"{case} failed:\n{p.stdout}{p.stderr}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"{r['name']:<14} {r['ops']:>7} ops  lower {r['lower']:7.2f} s  compile {r['compile']:7.2f} s  "
+          f"{1e6 * (r['lower'] + r['compile']) / r['ops']:8.1f} us/op"
+          f"{'  trace ' + format(r['trace'], '.2f') + ' s' if r['trace'] else ''}", flush=True)
+    return r["ops"], r["lower"] + r["compile"]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--unroll", default="1,2,4,8,16")
     p.add_argument("--only", default="fdtd,scatter,points,argsort")
+    p.add_argument("--case", help=argparse.SUPPRESS)     # one case, in this process
     a = p.parse_args()
+    if a.case:
+        warnings.simplefilter("ignore")
+        name = a.case
+        make = (lambda: fdtd(int(name.split("x")[1]))) if name.startswith("fdtd") else CASES[name]
+        measure(name, make)
+        return
     only = a.only.split(",")
     warnings.simplefilter("ignore")
     results = {}
     if "fdtd" in only:
         per = []
         for k in [int(s) for s in a.unroll.split(",")]:
-            ops, secs = measure(f"fdtd x{k}", lambda k=k: fdtd(k))
+            ops, secs = in_fresh_process(f"fdtd x{k}")
             per.append(secs / ops)
             results[f"fdtd x{k}"] = secs
         print(f"fdtd: seconds per op grow {per[-1] / per[0]:.2f}x from the first to the last unroll "
               f"(target <= 1.5x)")
-    for name, make in (("scatter", scatter), ("points", points), ("argsort", argsorts)):
+    for name in CASES:
         if name in only:
-            results[name] = measure(name, make)[1]
+            results[name] = in_fresh_process(name)[1]
     slow = {k: round(v, 1) for k, v in results.items() if v > 10}
     print("every case under 10 s" if not slow else f"over 10 s: {slow}")
 
