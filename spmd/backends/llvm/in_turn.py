@@ -1,0 +1,113 @@
+"""Ranks run one after another on the calling thread (the local runtime's small programs
+that exchange nothing, transports/local/local_runtime.py): a call is a few microseconds
+of native work a rank, so what Python does around it is the call's cost.
+
+`InTurn` is built once per native schedule (schedule.py) whose steps are all one native
+segment. It works out, once, where every address the segment is given per call comes
+from (an argument, or a buffer the run makes: an output, or a donated argument's buffer
+written in place), and whether the outputs come out fresh as made (then they are the
+results as they are). A rank's run is then: check its arguments, make the buffers, write
+their addresses into this thread's argument block, one native call, the results. What it
+does is what `Executable.__call__` does (LLVMExecutable.run, Schedule.run): a rank whose
+arguments that path would have to copy (read-only or strided donated arguments, other
+layouts or types) takes that path instead, and results that are not fresh as made (an
+argument handed back, a view, a constant, the same value twice) go through
+`Executable.results`.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .exchange import noted_op
+from .schedule import address
+
+
+class InTurn:
+    def __init__(self, exe, sched, seg):
+        self.exe, self.sched, self.seg = exe, sched, seg
+        g = exe.graph
+        self.n_in = len(g.inputs)
+        # (shape, dtype, must be writeable) per argument: what passes as it is
+        self.takes = [(tuple(v.shape), np.dtype(v.dtype), i in exe.donated) for i, v in enumerate(g.inputs)]
+        slot = {v: i for i, v in enumerate(g.inputs)}
+        # the buffers the segment writes outside the arena, in order: (shape, dtype, None)
+        # made fresh, or (None, None, slot) the buffer of an argument or earlier one
+        self.makes = []
+        for v, src in seg.allocs:
+            if src is None:
+                self.makes.append((tuple(v.shape), np.dtype(v.dtype), None))
+            else:
+                self.makes.append((None, None, slot[src]))
+            slot[v] = len(slot)
+        self.values = list(slot)             # slot -> Value
+        self.dyn = [slot[v] for v in seg.dyn]
+        self.patches = [(int(p), int(j), int(o)) for p, j, o in zip(seg.pos, seg.idx, seg.offs)]
+        outs = g.outputs
+        # every output a buffer the run made fresh, once, and nothing else was computed in
+        # it: the results as they are
+        shared = {src for _, _, src in self.makes if src is not None}
+        fresh = [k for k, v in enumerate(outs)
+                 if slot.get(v, -1) >= self.n_in and self.makes[slot[v] - self.n_in][2] is None
+                 and slot[v] not in shared and outs.count(v) == 1 and k not in exe.written and k not in exe.same]
+        self.out_slots = [slot[v] for v in outs] if len(fresh) == len(outs) else None
+
+    @staticmethod
+    def of(exe, sched):
+        """The InTurn of a schedule, or None where it does not apply: steps outside one
+        segment, buffers made before the first step (memory.hosts), an address from
+        elsewhere."""
+        seg = sched.only_segment()
+        if seg is None or exe.memory.hosts:
+            return None
+        known = set(exe.graph.inputs)
+        for v, src in seg.allocs:
+            if src is not None and src not in known:
+                return None
+            known.add(v)
+        if any(v not in known for v in seg.dyn):
+            return None
+        return InTurn(exe, sched, seg)
+
+    def runner(self):
+        """run(inputs, comm) -> outputs for ranks of one run on this thread (this thread's
+        argument block and segment looked up once)."""
+        sched, exe, seg = self.sched, self.exe, self.seg
+        st = sched.state()
+        arena = (ctypes.c_int64 * len(st[0])).from_buffer(st[0])
+        prog, n_instr, run_fn = st[5][0], len(seg.instrs), sched.run_fn
+        takes, makes, dyn, patches, n_in = self.takes, self.makes, self.dyn, self.patches, self.n_in
+        native_comm = sched.native_comm
+
+        def run(inputs, comm):
+            if len(inputs) != n_in:
+                return exe(inputs, comm)
+            bufs = list(inputs)
+            for x, (shape, dtype, donated) in zip(bufs, takes):
+                if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or not x.flags.c_contiguous \
+                        or donated and not (x.flags.writeable and x.flags.aligned):
+                    return exe(inputs, comm)
+            for shape, dtype, src in makes:
+                bufs.append(np.empty(shape, dtype) if src is None else bufs[src])
+            sched.for_comm(st, comm)
+            addrs = [address(bufs[j]) for j in dyn]
+            for p, j, off in patches:
+                arena[p] = addrs[j] + off
+            run_fn(prog, n_instr)
+            if native_comm and comm.native_exchange.status[0]:
+                comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
+            return self.results(bufs, st)
+        return run
+
+    def results(self, bufs, st):
+        if self.out_slots is not None:
+            return [bufs[j] for j in self.out_slots]
+        exe = self.exe
+        env = dict(zip(self.values, bufs))
+        for v in exe.graph.outputs:
+            if v not in env:
+                env[v] = self.sched.value(v, env, st[2])
+        given = bufs[:self.n_in]
+        keep = {o: given[i] for o, i in exe.written.items()}
+        return exe.results(env, keep, {id(given[i]) for i in exe.written.values()})
