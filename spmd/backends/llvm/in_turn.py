@@ -17,6 +17,7 @@ argument handed back, a view, a constant, the same value twice) go through
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from .schedule import address
 class InTurn:
     def __init__(self, exe, sched, seg):
         self.exe, self.sched, self.seg = exe, sched, seg
+        self._local = threading.local()      # this thread's run function
         g = exe.graph
         self.n_in = len(g.inputs)
         # (shape, dtype, must be writeable) per argument: what passes as it is
@@ -42,8 +44,13 @@ class InTurn:
                 self.makes.append((None, None, slot[src]))
             slot[v] = len(slot)
         self.values = list(slot)             # slot -> Value
-        self.dyn = [slot[v] for v in seg.dyn]
-        self.patches = [(int(p), int(j), int(o)) for p, j, o in zip(seg.pos, seg.idx, seg.offs)]
+        # the addresses a call writes: of buffers made fresh here (a writeable C array
+        # of a builtin dtype: its address read without checks), then of the others
+        direct = [slot[v] for v in seg.dyn if self._made_plain(slot[v])]
+        self.dyn_made = direct
+        self.dyn_other = [slot[v] for v in seg.dyn if slot[v] not in direct]
+        at = {j: k for k, j in enumerate(direct + self.dyn_other)}
+        self.patches = [(int(p), at[slot[seg.dyn[j]]], int(o)) for p, j, o in zip(seg.pos, seg.idx, seg.offs)]
         outs = g.outputs
         # every output a buffer the run made fresh, once, and nothing else was computed in
         # it: the results as they are
@@ -70,15 +77,29 @@ class InTurn:
             return None
         return InTurn(exe, sched, seg)
 
+    def _made_plain(self, j) -> bool:
+        if j < self.n_in:
+            return False
+        shape, dtype, src = self.makes[j - self.n_in]
+        return src is None and dtype.isbuiltin == 1 and int(np.prod(shape)) > 0
+
     def runner(self):
-        """run(inputs, comm) -> outputs for ranks of one run on this thread (this thread's
-        argument block and segment looked up once)."""
+        """run(inputs, comm) -> outputs for the ranks of one run on this thread."""
+        run = getattr(self._local, "run", None)
+        if run is None:
+            run = self._local.run = self._runner()
+        return run
+
+    def _runner(self):
+        """The run function of this thread: its argument block and segment (sched.state)."""
         sched, exe, seg = self.sched, self.exe, self.seg
         st = sched.state()
         arena = (ctypes.c_int64 * len(st[0])).from_buffer(st[0])
         prog, n_instr, run_fn = st[5][0], len(seg.instrs), sched.run_fn
-        takes, makes, dyn, patches, n_in = self.takes, self.makes, self.dyn, self.patches, self.n_in
+        takes, makes, patches, n_in = self.takes, self.makes, self.patches, self.n_in
+        dyn_made, dyn_other, out_slots = self.dyn_made, self.dyn_other, self.out_slots
         native_comm = sched.native_comm
+        addressof, view = ctypes.addressof, ctypes.c_char.from_buffer
 
         def run(inputs, comm):
             if len(inputs) != n_in:
@@ -91,18 +112,20 @@ class InTurn:
             for shape, dtype, src in makes:
                 bufs.append(np.empty(shape, dtype) if src is None else bufs[src])
             sched.for_comm(st, comm)
-            addrs = [address(bufs[j]) for j in dyn]
-            for p, j, off in patches:
-                arena[p] = addrs[j] + off
+            addrs = [addressof(view(bufs[j])) for j in dyn_made] + [address(bufs[j]) for j in dyn_other]
+            for p, k, off in patches:
+                arena[p] = addrs[k] + off
             run_fn(prog, n_instr)
             if native_comm and comm.native_exchange.status[0]:
                 comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
+            if out_slots is not None:
+                return [bufs[j] for j in out_slots]
             return self.results(bufs, st)
         return run
 
     def results(self, bufs, st):
-        if self.out_slots is not None:
-            return [bufs[j] for j in self.out_slots]
+        """What Executable.results gives of a run's buffers (an output the segment did not
+        write, a view or a constant, as Schedule.run finds it)."""
         exe = self.exe
         env = dict(zip(self.values, bufs))
         for v in exe.graph.outputs:
