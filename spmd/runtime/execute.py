@@ -82,7 +82,8 @@ def _byte_bounds(a):
 
 def _placed(x, p, rt):
     """Leaf x as the program takes it (input Placement p): an spmd.Array placed so."""
-    if type(x) is Array and x._runtime is rt and x._dtype is p.dtype and x._sharding == p.sharding:
+    if type(x) is Array and x._runtime is rt and x._dtype is p.dtype and (x._sharding is p.sharding
+                                                                         or x._sharding == p.sharding):
         return x                             # already placed as the program takes it (the common case)
     if not isinstance(x, Array):
         x = np.asarray(x, dtype=p.dtype)

@@ -84,4 +84,9 @@ def make_program(name, executable, mesh, traced, per_device, in_shardings, out_s
     shardings of its inputs and outputs (None: replicated); `rest`: Program's other fields."""
     ins = placements(name, "input", mesh, traced.inputs, in_shardings, per_device.inputs, "takes")
     outs = placements(name, "output", mesh, traced.outputs, out_shardings, per_device.outputs, "makes")
+    # an output laid out as an input holds that input's Sharding object: a result fed to
+    # the next call (a training loop) is then seen placed as the program takes it by
+    # identity (execute.py), not by comparing meshes and specs
+    held = {p.sharding: p.sharding for p in ins if p.sharding is not None}
+    outs = tuple(p._replace(sharding=held.get(p.sharding, p.sharding)) for p in outs)
     return Program(name, executable, mesh, ins, outs, **rest)

@@ -31,32 +31,27 @@ class InTurn:
         self._local = threading.local()      # this thread's run function
         g = exe.graph
         self.n_in = len(g.inputs)
-        # (shape, dtype, must be writeable) per argument: what passes as it is
-        self.takes = [(tuple(v.shape), np.dtype(v.dtype), i in exe.donated) for i, v in enumerate(g.inputs)]
+        # per argument: (shape, dtype, must be writeable, plain) where plain: a builtin
+        # dtype, not empty (a writeable one's address is read through a ctypes view,
+        # schedule.address)
+        self.takes = [(tuple(v.shape), np.dtype(v.dtype), i in exe.donated, _plain(v))
+                      for i, v in enumerate(g.inputs)]
         slot = {v: i for i, v in enumerate(g.inputs)}
-        # the buffers the segment writes outside the arena, in order: (shape, dtype, None)
-        # made fresh, or (None, None, slot) the buffer of an argument or earlier one
+        # the buffers the segment writes outside the arena, in order: (shape, dtype, plain,
+        # None) made fresh, or (.., .., .., slot) the buffer of an argument or earlier one
         self.makes = []
         for v, src in seg.allocs:
-            if src is None:
-                self.makes.append((tuple(v.shape), np.dtype(v.dtype), None))
-            else:
-                self.makes.append((None, None, slot[src]))
+            self.makes.append((tuple(v.shape), np.dtype(v.dtype), _plain(v), None if src is None else slot[src]))
             slot[v] = len(slot)
         self.values = list(slot)             # slot -> Value
-        # the addresses a call writes: of buffers made fresh here (a writeable C array
-        # of a builtin dtype: its address read without checks), then of the others
-        direct = [slot[v] for v in seg.dyn if self._made_plain(slot[v])]
-        self.dyn_made = direct
-        self.dyn_other = [slot[v] for v in seg.dyn if slot[v] not in direct]
-        at = {j: k for k, j in enumerate(direct + self.dyn_other)}
-        self.patches = [(int(p), at[slot[seg.dyn[j]]], int(o)) for p, j, o in zip(seg.pos, seg.idx, seg.offs)]
+        # (position in the argument block, slot, byte offset): the addresses a call writes
+        self.patches = [(int(p), slot[seg.dyn[j]], int(o)) for p, j, o in zip(seg.pos, seg.idx, seg.offs)]
         outs = g.outputs
         # every output a buffer the run made fresh, once, and nothing else was computed in
         # it: the results as they are
-        shared = {src for _, _, src in self.makes if src is not None}
+        shared = {m[3] for m in self.makes if m[3] is not None}
         fresh = [k for k, v in enumerate(outs)
-                 if slot.get(v, -1) >= self.n_in and self.makes[slot[v] - self.n_in][2] is None
+                 if slot.get(v, -1) >= self.n_in and self.makes[slot[v] - self.n_in][3] is None
                  and slot[v] not in shared and outs.count(v) == 1 and k not in exe.written and k not in exe.same]
         self.out_slots = [slot[v] for v in outs] if len(fresh) == len(outs) else None
 
@@ -77,12 +72,6 @@ class InTurn:
             return None
         return InTurn(exe, sched, seg)
 
-    def _made_plain(self, j) -> bool:
-        if j < self.n_in:
-            return False
-        shape, dtype, src = self.makes[j - self.n_in]
-        return src is None and dtype.isbuiltin == 1 and int(np.prod(shape)) > 0
-
     def runner(self):
         """run(inputs, comm) -> outputs for the ranks of one run on this thread."""
         run = getattr(self._local, "run", None)
@@ -96,25 +85,32 @@ class InTurn:
         st = sched.state()
         arena = (ctypes.c_int64 * len(st[0])).from_buffer(st[0])
         prog, n_instr, run_fn = st[5][0], len(seg.instrs), sched.run_fn
-        takes, makes, patches, n_in = self.takes, self.makes, self.patches, self.n_in
-        dyn_made, dyn_other, out_slots = self.dyn_made, self.dyn_other, self.out_slots
+        takes, makes, patches, n_in, out_slots = self.takes, self.makes, self.patches, self.n_in, self.out_slots
         native_comm = sched.native_comm
-        addressof, view = ctypes.addressof, ctypes.c_char.from_buffer
+        addressof, view, empty = ctypes.addressof, ctypes.c_char.from_buffer, np.empty
 
         def run(inputs, comm):
             if len(inputs) != n_in:
                 return exe(inputs, comm)
-            bufs = list(inputs)
-            for x, (shape, dtype, donated) in zip(bufs, takes):
-                if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or not x.flags.c_contiguous \
-                        or donated and not (x.flags.writeable and x.flags.aligned):
+            bufs, addrs = list(inputs), []
+            for x, (shape, dtype, donated, plain) in zip(bufs, takes):
+                if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype:
                     return exe(inputs, comm)
-            for shape, dtype, src in makes:
-                bufs.append(np.empty(shape, dtype) if src is None else bufs[src])
+                flags = x.flags
+                if not flags.c_contiguous or donated and not (flags.writeable and flags.aligned):
+                    return exe(inputs, comm)
+                addrs.append(addressof(view(x)) if plain and flags.writeable else address(x))
+            for shape, dtype, plain, src in makes:
+                if src is None:
+                    x = empty(shape, dtype)
+                    bufs.append(x)
+                    addrs.append(addressof(view(x)) if plain else address(x))
+                else:
+                    bufs.append(bufs[src])
+                    addrs.append(addrs[src])
             sched.for_comm(st, comm)
-            addrs = [addressof(view(bufs[j])) for j in dyn_made] + [address(bufs[j]) for j in dyn_other]
-            for p, k, off in patches:
-                arena[p] = addrs[k] + off
+            for p, j, off in patches:
+                arena[p] = addrs[j] + off
             run_fn(prog, n_instr)
             if native_comm and comm.native_exchange.status[0]:
                 comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
@@ -134,3 +130,7 @@ class InTurn:
         given = bufs[:self.n_in]
         keep = {o: given[i] for o, i in exe.written.items()}
         return exe.results(env, keep, {id(given[i]) for i in exe.written.values()})
+
+
+def _plain(v) -> bool:
+    return np.dtype(v.dtype).isbuiltin == 1 and int(np.prod(v.shape)) > 0
