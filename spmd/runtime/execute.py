@@ -38,7 +38,7 @@ def _execute_alone(program, leaves):
         if not (arrays[k] is leaves[k] and _writable_in_place(arrays[k])):
             arrays[k] = np.array(arrays[k], order="C", copy=True)
     blas.start_run(1)
-    return program.executable(arrays)
+    return program.executable.runner(None)(arrays, None)
 
 
 def _writable_in_place(a) -> bool:

@@ -206,7 +206,7 @@ class LocalRuntime(Runtime):
 
     def _run_here(self, program, world, key, args, devices):
         """The ranks of a small program that exchanges nothing, one after another on the
-        calling thread (each through program.in_turn: what is the same for every rank
+        calling thread (each through program.runner: what is the same for every rank
         looked up once); the first to fail stops the run, its error labelled as any
         rank's. Were the judgement wrong, a rank that waits for another raises
         (world.run_solo) rather than waiting for a rank that runs only after it. The BLAS
@@ -217,7 +217,7 @@ class LocalRuntime(Runtime):
         for d in devices:
             comm = world.communicator(d)
             try:
-                run = run or program.in_turn(comm)
+                run = run or program.runner(comm)
                 results[d] = run(args[d], comm)
             except BaseException as e:   # noqa: BLE001 - re-raised below, labelled
                 world.abort(d, e)

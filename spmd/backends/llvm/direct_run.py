@@ -1,17 +1,17 @@
-"""Ranks run one after another on the calling thread (the local runtime's small programs
-that exchange nothing, transports/local/local_runtime.py): a call is a few microseconds
-of native work a rank, so what Python does around it is the call's cost.
+"""A call of a program whose native schedule (schedule.py) is one segment, on the calling
+thread: the one device of a program without a mesh, or the ranks of the local runtime's
+small programs that exchange nothing, one after another (transports/local/local_runtime.py).
+Such a call is a few microseconds of native work, so what Python does around it is its cost.
 
-`InTurn` is built once per native schedule (schedule.py) whose steps are all one native
-segment. It works out, once, where every address the segment is given per call comes
-from (an argument, or a buffer the run makes: an output, or a donated argument's buffer
-written in place), and whether the outputs come out fresh as made (then they are the
-results as they are). A rank's run is then: check its arguments, make the buffers, write
-their addresses into this thread's argument block, one native call, the results. What it
-does is what `Executable.__call__` does (LLVMExecutable.run, Schedule.run): a rank whose
-arguments that path would have to copy (read-only or strided donated arguments, other
-layouts or types) takes that path instead, and results that are not fresh as made (an
-argument handed back, a view, a constant, the same value twice) go through
+`DirectRun` works out once per schedule where every address the segment is given per
+call comes from (an argument, or a buffer the call makes: an output, or a donated
+argument's buffer written in place), and whether the outputs come out fresh as made (then
+they are the results as they are). A call is then: check the arguments, make the buffers,
+write their addresses into this thread's argument block, one native call, the results.
+What it does is what `Executable.__call__` does (LLVMExecutable.run, Schedule.run): a call
+whose arguments that path would copy or refuse (read-only or strided donated arguments,
+other shapes, dtypes or types) takes that path instead, and results that are not fresh
+as made (an argument handed back, a view, a constant, the same value twice) go through
 `Executable.results`.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .exchange import noted_op
 from .schedule import address
 
 
-class InTurn:
+class DirectRun:
     def __init__(self, exe, sched, seg):
         self.exe, self.sched, self.seg = exe, sched, seg
         self._local = threading.local()      # this thread's run function
@@ -57,7 +57,7 @@ class InTurn:
 
     @staticmethod
     def of(exe, sched):
-        """The InTurn of a schedule, or None where it does not apply: steps outside one
+        """The DirectRun of a schedule, or None where it does not apply: steps outside one
         segment, buffers made before the first step (memory.hosts), an address from
         elsewhere."""
         seg = sched.only_segment()
@@ -70,10 +70,10 @@ class InTurn:
             known.add(v)
         if any(v not in known for v in seg.dyn):
             return None
-        return InTurn(exe, sched, seg)
+        return DirectRun(exe, sched, seg)
 
     def runner(self):
-        """run(inputs, comm) -> outputs for the ranks of one run on this thread."""
+        """run(inputs, comm) -> outputs, for calls on this thread."""
         run = getattr(self._local, "run", None)
         if run is None:
             run = self._local.run = self._runner()

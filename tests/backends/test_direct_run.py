@@ -1,11 +1,13 @@
-"""The ranks of a small program that exchanges nothing run one after another on the
-caller's thread, each through the executable's InTurn (backends/llvm/in_turn.py), which
-works out once per schedule where the segment's addresses and the results come from. Its
-results must be what a plain call of the executable gives: numpy's values, fresh buffers
-(an argument handed back, a view, a constant or the same value twice copied; a donated
-argument's buffer handed back where the output was computed in it), over many calls
-with different inputs; arguments it cannot take as they are (read-only, strided) take
-the general path, which copies them."""
+"""A call of a program whose native schedule is one segment goes through the executable's
+DirectRun (backends/llvm/direct_run.py): a program without a mesh, and the ranks of a
+local run of a small program that exchanges nothing, one after another on the caller's
+thread. DirectRun works out once per schedule where the segment's addresses and the
+results come from; its results must be what a plain call of the executable gives:
+numpy's values, fresh buffers (an argument handed back, a view, a constant or the same
+value twice copied; a donated argument's buffer handed back where the output was
+computed in it), over many calls with different inputs. Arguments it cannot take as they
+are (read-only, strided, another dtype) take the general path, which copies or refuses
+them."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,6 +71,26 @@ def test_a_jitted_step_with_donated_arguments_and_views_in_its_results(monkeypat
                 assert (k, d) == (k2, d2) or not np.shares_memory(h, h2)
 
 
+def test_a_jitted_step_without_a_mesh_writes_its_argument_as_numpy_does(monkeypatch):
+    f = spmd.jit(step, donate_argnums=(1,))
+    rng = np.random.default_rng(1)
+    for call in range(6):
+        w, m, g = (rng.standard_normal((8, 6)) for _ in range(3))
+        w0, m0 = w.copy(), m.copy()
+        out = f(w, m, g)
+        if call == 0:
+            exe = next(iter(f._cache.values())).runs.program.executable
+            assert exe.runner(None) is not exe         # a DirectRun's
+            monkeypatch.setattr(LLVMExecutable, "__call__", lambda *a: pytest.fail("the general path was taken"))
+        new_w, want = numpy_step(w0, m0, g)
+        np.testing.assert_allclose(w, new_w, rtol=1e-15)      # written in place, as numpy does
+        np.testing.assert_array_equal(m, m0)                   # a donated numpy argument stays its owner's
+        for o, x in zip(out, want):
+            assert o.shape == x.shape and o.flags.writeable
+            np.testing.assert_allclose(o, x, rtol=1e-15)
+        assert not any(np.shares_memory(o, a) for o in out for a in (w, m, g))
+
+
 def views_program():
     """y = x * x + x (in place into x where x is donated); outputs y, y reshaped and
     transposed (views of y's buffer), the argument z handed back, y again."""
@@ -120,6 +142,7 @@ def test_arguments_it_cannot_take_as_they_are_take_the_general_path():
     rng = np.random.default_rng(7)
     xs = {d: rng.standard_normal((4, 6)) for d in range(4)}
     z = rng.standard_normal((4, 6))
+    z.setflags(write=False)         # (read, not donated: taken as it is)
     for kind in ("read-only", "strided", "float32"):
         args = {}
         for d in range(4):
