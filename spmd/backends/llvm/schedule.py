@@ -303,6 +303,8 @@ class Schedule:
         st[4] = comm
 
     def value(self, v, env, slots):
+        """v's array after a run's native steps: from env, a constant, its place in the
+        arena or an output's buffer, or a view of its base made by numpy now."""
         x = env.get(v)
         if x is not None:
             return x
