@@ -30,8 +30,8 @@ class Program:
     """A compiled program for one input signature.
 
     `executable(inputs, comm=None) -> outputs` runs the per-device program on one device
-    (a backend's Executable: `executable.runner(comm)` is a function doing the same for
-    the calls of one run, backends/executor.py).
+    (a backend's Executable also has `runner(comm)`: a function doing the same for the
+    calls of one run, backends/executor.py).
     `donated`: argument leaves whose buffers it may reuse (spmd.jit's donate_argnums);
     `reused`: argument leaves it writes in place (numpy's writes into an argument), used
     as they are when they can be. `fingerprint`: a hash of the per-device program's text
