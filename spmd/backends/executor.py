@@ -115,6 +115,14 @@ class Executable:
     def run_into(self, env, comm, into):
         self.run(env, comm)
 
+    def runner(self, comm):
+        """A function run(inputs, comm) -> outputs doing what a call does, for the calls of
+        one run on this thread (the one device of a program without a mesh, or the ranks
+        of a run one after another; `comm`: the first one's, the others' alike): what is
+        the same for all of them looked up once. A backend may give a shorter path than
+        __call__ (the LLVM backend's, backends/llvm/direct_run.py)."""
+        return self
+
     def check_inputs(self, inputs) -> dict:
         g = self.graph
         if len(inputs) != len(g.inputs):

@@ -29,7 +29,9 @@ class Placement(NamedTuple):
 class Program:
     """A compiled program for one input signature.
 
-    `executable(inputs, comm=None) -> outputs` runs the per-device program on one device.
+    `executable(inputs, comm=None) -> outputs` runs the per-device program on one device
+    (a backend's Executable also has `runner(comm)`: a function doing the same for the
+    calls of one run, backends/executor.py).
     `donated`: argument leaves whose buffers it may reuse (spmd.jit's donate_argnums);
     `reused`: argument leaves it writes in place (numpy's writes into an argument), used
     as they are when they can be. `fingerprint`: a hash of the per-device program's text
@@ -84,4 +86,9 @@ def make_program(name, executable, mesh, traced, per_device, in_shardings, out_s
     shardings of its inputs and outputs (None: replicated); `rest`: Program's other fields."""
     ins = placements(name, "input", mesh, traced.inputs, in_shardings, per_device.inputs, "takes")
     outs = placements(name, "output", mesh, traced.outputs, out_shardings, per_device.outputs, "makes")
+    # an output laid out as an input holds that input's Sharding object: a result fed to
+    # the next call (a training loop) is then seen placed as the program takes it by
+    # identity (execute.py), not by comparing meshes and specs
+    held = {p.sharding: p.sharding for p in ins if p.sharding is not None}
+    outs = tuple(p._replace(sharding=held.get(p.sharding, p.sharding)) for p in outs)
     return Program(name, executable, mesh, ins, outs, **rest)

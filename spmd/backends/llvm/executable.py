@@ -26,6 +26,7 @@ from ...errors import SpmdError
 from ...ir import Graph
 from ...tools import timeline
 from ..executor import Executable, op_label
+from .direct_run import DirectRun
 from .jit import InvalidModule, compile_ir
 from .lowering_table import lowering_of, writes_into
 from .memory import memory_profile
@@ -80,6 +81,7 @@ class LLVMExecutable(Executable):
         self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads, in_outputs=False)
                             for op in self.graph.ops for k in op.opdef.subgraphs}
         self._schedules = {}
+        self._direct = {}              # schedule key -> its DirectRun, None where it does not apply
         self._schedule_lock = threading.Lock()
         # output position -> the first value of its buffer group (the one a step writes
         # into a new buffer), where that buffer may be one the caller gives (`into`)
@@ -157,6 +159,17 @@ class LLVMExecutable(Executable):
             self.schedule(nthreads, native.shares_blas(comm), native_collectives(comm)).run(env, comm)
         finally:
             self._local.hosts = None
+
+    def runner(self, comm):
+        """Executable.runner: where the schedule is one native segment, its DirectRun
+        (direct_run.py), the environment read and the schedule found once a run."""
+        if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
+            return self
+        key = (self.threads or threads_for(comm), native.shares_blas(comm), native_collectives(comm))
+        direct = self._direct.get(key, False)
+        if direct is False:
+            direct = self._direct[key] = DirectRun.of(self, self.schedule(*key))
+        return self if direct is None else direct.runner()
 
     def schedule(self, nthreads, fixed_blas=False, native_comm=False) -> Schedule:
         """The native schedule for this many threads (built on first use); `fixed_blas`:

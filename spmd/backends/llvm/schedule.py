@@ -256,7 +256,7 @@ class Schedule:
         return True
 
     # -- running ---------------------------------------------------------------------------
-    def _state(self):
+    def state(self):
         """This thread's arena and program arrays (the memory plan's buffers are per thread)."""
         st = getattr(self._local, "st", None)
         if st is not None:
@@ -293,7 +293,7 @@ class Schedule:
         st = self._local.st = [arena, progs, slots, scratch, None, [p.ctypes.data for p in progs]]
         return st
 
-    def _for_comm(self, st, comm):
+    def for_comm(self, st, comm):
         """Fill in the entries that depend on the rank's communicator (a new one per run)."""
         if st[4] is comm or not self.from_comm:
             return
@@ -302,7 +302,9 @@ class Schedule:
             arena[pos] = e.fn(comm)
         st[4] = comm
 
-    def _get(self, v, env, slots):
+    def value(self, v, env, slots):
+        """v's array after a run's native steps: from env, a constant, its place in the
+        arena or an output's buffer, or a view of its base made by numpy now."""
         x = env.get(v)
         if x is not None:
             return x
@@ -313,14 +315,14 @@ class Schedule:
         if v in mem.offset_of or v in mem.in_outputs:
             return self.exe.buffer(v, slots)
         op = v.producer           # a view the native code read for free: numpy makes it now
-        x = env[v] = op.opdef.ref(*[self._get(o, env, slots) for o in op.operands], **op.attrs)
+        x = env[v] = op.opdef.ref(*[self.value(o, env, slots) for o in op.operands], **op.attrs)
         return x
 
     def run(self, env, comm):
         exe = self.exe
-        st = self._state()
+        st = self.state()
         arena, _, slots, _, _, prog_at = st
-        self._for_comm(st, comm)
+        self.for_comm(st, comm)
         steps = exe.steps
         si = 0
         for it in self.items:
@@ -334,7 +336,7 @@ class Schedule:
                 step = steps[it]
                 for v in (step.kernel.inputs if isinstance(step, KernelStep) else step.operands):
                     if v not in env:
-                        env[v] = self._get(v, env, slots)
+                        env[v] = self.value(v, env, slots)
                 exe.run_step(step, env, comm, slots, self.nthreads)
                 done = (it,)
             for k in done:
@@ -342,17 +344,17 @@ class Schedule:
                     env.pop(v, None)
         for v in exe.graph.outputs:
             if v not in env:
-                env[v] = self._get(v, env, slots)
+                env[v] = self.value(v, env, slots)
 
     def _run_segment(self, seg, prog_at, arena, env, slots, comm, si):
         for v, src in seg.allocs:
-            env[v] = self.exe.new_buffer(v) if src is None else self._get(src, env, slots)
+            env[v] = self.exe.new_buffer(v) if src is None else self.value(src, env, slots)
         if seg.dyn:
             addrs = np.empty(len(seg.dyn), np.int64)
             for j, v in enumerate(seg.dyn):
                 x = env.get(v)
                 if x is None:
-                    x = self._get(v, env, slots)
+                    x = self.value(v, env, slots)
                 if not x.flags.c_contiguous:
                     x = env[v] = np.ascontiguousarray(x)
                 addrs[j] = address(x)

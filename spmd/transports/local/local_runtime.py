@@ -156,7 +156,7 @@ class LocalRuntime(Runtime):
 
     def _run(self, program, mesh, args, devices):
         key, world = self._world(mesh)
-        if not getattr(program, "talks", True) and getattr(program, "work_bytes", SOLO_BYTES + 1) <= SOLO_BYTES:
+        if runs_in_turn(program):
             return self._run_here(program, world, key, args, devices)
         # the ranks share this process's BLAS: one thread count for the whole run (blas.py)
         blas.start_run(len(devices))
@@ -201,37 +201,51 @@ class LocalRuntime(Runtime):
                     w.tasks.put(None)
         if errors:
             raise _first_error(world, errors)
-        self._clean[key] = world
-        while len(self._clean) > CLEAN_WORLDS:
-            del self._clean[next(iter(self._clean))]
+        self._keep_clean(key, world)
         return results
 
     def _run_here(self, program, world, key, args, devices):
         """The ranks of a small program that exchanges nothing, one after another on the
-        calling thread; the first to fail stops the run, its error labelled as any rank's.
-        Were the judgement wrong, a rank that waits for another raises (world.run_solo)
-        rather than waiting for a rank that runs only after it. The BLAS thread count is
-        the threaded run's, so results are the same bits."""
+        calling thread (each through program.runner: what is the same for every rank
+        looked up once); the first to fail stops the run, its error labelled as any
+        rank's. Were the judgement wrong, a rank that waits for another raises
+        (world.run_solo) rather than waiting for a rank that runs only after it. The BLAS
+        thread count is the threaded run's, so results are the same bits."""
         blas.start_run(len(devices))
         world.run_solo()
-        results = {}
+        results, run = {}, None
         for d in devices:
+            comm = world.communicator(d)
             try:
-                results[d] = list(program(list(args[d]), world.communicator(d)))
+                run = run or program.runner(comm)
+                results[d] = run(args[d], comm)
             except BaseException as e:   # noqa: BLE001 - re-raised below, labelled
                 world.abort(d, e)
                 raise _first_error(world, [(d, e)]) from None
             world.finish(d)
+        self._keep_clean(key, world)
+        return results
+
+    def _keep_clean(self, key, world):
+        """A run on the mesh of `key` ended with every rank returned: its world serves the
+        next run on that mesh (the last CLEAN_WORLDS meshes')."""
         self._clean[key] = world
         while len(self._clean) > CLEAN_WORLDS:
             del self._clean[next(iter(self._clean))]
-        return results
 
     def _worker(self, device):
         w = self._workers.get(device)
         if w is None or not w.is_alive():
             w = self._workers[device] = _Worker(device)
         return w
+
+
+def runs_in_turn(program) -> bool:
+    """Are `program`'s ranks run one after another on the calling thread: it exchanges
+    nothing and makes at most SOLO_BYTES a rank? An Executable declares both; a plain
+    function handed to run (program(inputs, comm), as tests do) declares neither and is
+    taken to talk."""
+    return not getattr(program, "talks", True) and program.work_bytes <= SOLO_BYTES
 
 
 def _first_error(world, errors):

@@ -218,7 +218,11 @@ class MPIRuntime(Runtime):
         if comm is None or comm.timeout != collective_timeout():
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         blas.start_run(self.ranks_here)
-        return {self.rank: program(args[self.rank], comm=comm)}
+        # an Executable's runner looks up once what its calls share (a program of one native
+        # segment runs directly: backends/llvm/direct_run.py); eager's own programs are
+        # plain callables
+        run = program.runner(comm) if hasattr(program, "runner") else program
+        return {self.rank: run(args[self.rank], comm)}
 
     def allgather_object(self, obj, what="exchanging values"):
         import pickle
