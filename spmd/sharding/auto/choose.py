@@ -29,7 +29,7 @@ import numpy as np
 from ...ir.mesh import Sharding, is_auto
 from ..partition import partition
 from ..propagate import propagate
-from .problem import build, local_bytes
+from .problem import WHILE_TRIPS, build, local_bytes
 from .program_cost import program_seconds
 from .solve import memory, solve, total
 
@@ -142,7 +142,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
         p = partition(g)
         made[name] = (key, g, p)
-        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True)["seconds"]
+        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True, unknown_trips=WHILE_TRIPS)["seconds"]
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
 

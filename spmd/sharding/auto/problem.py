@@ -28,7 +28,14 @@ from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
 from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values
 from ..rules import axes_size, rule_of
-from .strategies import Strategy, layouts, op_strategies
+from .solve import refine_greedy, total
+from .strategies import Strategy, is_loop, layouts, loop_strategies, op_strategies
+
+# a while's trip count is the data's: the search takes its body (and cond) to run this
+# many times a call (a loop is written to repeat, so its body outweighs the code around
+# it; the layout that suits the body wins), the whole program's model the same when it
+# judges plans (choose.py); lowered.cost() counts one trip and says the count is unknown
+WHILE_TRIPS = 10
 
 
 @dataclass
@@ -133,17 +140,25 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     for oi, op in enumerate(graph.ops):
         if op.opdef.factors is None or all(r in free for r in op.results):
             continue
-        strategies = op_strategies(op, mesh)
+        strategies, cost = None, None
+        if is_loop(op):
+            strategies = loop_strategies(op, mesh)
+            if strategies is not None:
+                cost = loop_seconds(op, strategies, mesh, machine, network)
+        if strategies is None:
+            strategies = op_strategies(op, mesh)
         if op.name == SHARDING_CONSTRAINT:
             want = Sharding(mesh, op.attrs["spec"], op.attrs.get("partial", ())).for_rank(op.result.ndim)
             strategies = [st for st in strategies if st.results[0] == want] or [_pinned(want)]
         if not strategies:
             continue
-        if op.name != SHARDING_CONSTRAINT and _follow(op, strategies, made_by, free, seconds, op_seconds):
+        if op.name != SHARDING_CONSTRAINT and cost is None and \
+                _follow(op, strategies, made_by, free, seconds, op_seconds):
             continue
+        if cost is None:
+            cost = [op_seconds(op, st) for st in strategies]
         node = Node("op", f"{op.name}{'' if op.loc is None else ' at ' + str(op.loc)}", len(strategies),
-                    np.array([op_seconds(op, st) + _minor(st.results[0])
-                              for st in strategies]),
+                    np.array([c + _minor(st.results[0]) for c, st in zip(cost, strategies)]),
                     np.zeros(len(strategies)), [dict(zip(op.results, st.results)) for st in strategies],
                     index=oi, ops=[op])
         for j, o in enumerate(op.operands):
@@ -174,6 +189,38 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
             if small.any():
                 pb.edges.append(Edge(src, v, node, small[np.ix_(hi, wi)], small, hi, wi))
     return pb
+
+
+def loop_seconds(op, strategies, mesh, machine, network) -> list:
+    """Each strategy of a loop (strategies.loop_strategies) in seconds a call: its body
+    planned once for that strategy's layouts (a Problem of its own, solved by the refined
+    greedy pass) with the carries, the slices of the scanned arrays and the captured
+    values pinned as the strategy has them and each new carry tied to its carry's layout
+    (GSPMD's rule: a loop-carried value keeps one sharding), times the trip count: a
+    scan's length, a while's WHILE_TRIPS (its cond planned alike, once a trip too)."""
+    nc, nx = op.attrs["num_carry"], op.attrs.get("num_xs", 0)
+    body = op.attrs["body"]
+    scan = op.name == "scan"
+    trips = op.opdef.runs(op.attrs, "body") if scan and op.opdef.runs is not None else WHILE_TRIPS
+    ties = {k: k for k in range(nc)}
+    out = []
+    for st in strategies:
+        ins = [_drop_lead(s) if scan and nc <= i < nc + nx else s for i, s in enumerate(st.operands)]
+        outs = [None] * nc + [_drop_lead(s) for s in st.results[nc:]]
+        t = _planned_seconds(body, mesh, ins, outs, machine, network, ties)
+        if not scan:
+            t += _planned_seconds(op.attrs["cond"], mesh, ins, [Sharding(mesh, ())], machine, network, {})
+        out.append(trips * t)
+    return out
+
+
+def _planned_seconds(graph, mesh, ins, outs, machine, network, ties) -> float:
+    pb = build(graph, mesh, list(ins), list(outs), machine, network, ties=ties)
+    return total(pb, refine_greedy(pb))
+
+
+def _drop_lead(s: Sharding) -> Sharding:
+    return Sharding(s.mesh, tuple(s.spec[1:]))
 
 
 def _minor(s: Sharding) -> float:
