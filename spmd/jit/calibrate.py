@@ -7,6 +7,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 per second
     step        the fixed seconds of a jitted call of a tiny program on one device, and
                 on the local devices (step_devices)
+    argument    seconds per byte a call spends on an argument given as numpy (placed on
+                the local devices), `written` more per byte where the program writes it
+                (copied back into the caller's array): a tiny program called on numpy and
+                on placed arrays, apart
     *_devices   compute and bandwidth again with every local device running the kernel
                 at once, each on its own block (flops_devices, bandwidth_devices): what a
                 device gets while the others compute too (the devices share the cores)
@@ -82,6 +86,7 @@ def measure(devices=4, quick=False) -> dict:
         t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y, in_shardings=(mesh.sharding("x"),) * 2,
                                      out_shardings=mesh.sharding("x")), (xs, xs), runs)
         out["machine"]["bandwidth_devices"] = 3.0 * m * 4 / t
+        out["machine"].update(_numpy_arguments(devices, row, (1 << 12) if quick else (1 << 15), runs))
         rounds = 2 * int(np.ceil(np.log2(devices)))
         per = {}
         for cols in (16, (1 << 14) if quick else (1 << 18)):
@@ -95,6 +100,26 @@ def measure(devices=4, quick=False) -> dict:
         bw = received / max(per[large] - per[small], 1e-7)
         out["network"] = {"within": {"latency": latency, "bandwidth": bw}}
     return out
+
+
+def _write_row(x):
+    x[0] += 1.0
+    return x[0]
+
+
+def _numpy_arguments(devices, row, cols, runs) -> dict:
+    """Seconds per byte a call spends on a numpy argument (`argument`: placed on the
+    devices) and more on one the program writes (`written`: copied back into it): the
+    same tiny program called on a numpy array and on the array already placed, apart."""
+    import spmd
+    x = np.ones((devices * 8, cols))
+    placed = spmd.device_put(x, row)
+    nbytes = float(x.nbytes)
+    read = spmd.jit(lambda x: x[0] + 1.0, in_shardings=row)
+    write = spmd.jit(_write_row, in_shardings=row)
+    t_read = _median_seconds(read, (x,), runs) - _median_seconds(read, (placed,), runs)
+    t_write = _median_seconds(write, (x,), runs) - _median_seconds(write, (placed,), runs)
+    return {"argument": max(t_read, 0.0) / nbytes, "written": max(t_write - t_read, 0.0) / nbytes}
 
 
 def store(rates: dict) -> str:
@@ -115,6 +140,9 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     if "flops_devices" in mch:
         print(f"each of {devices} devices at once: compute {mch['flops_devices'] / 1e9:.1f} GFLOP/s, "
               f"memory {mch['bandwidth_devices'] / 1e9:.1f} GB/s", file=out)
+    if "argument" in mch:
+        print(f"a numpy argument: {mch['argument'] * 2**20 * 1e6:.0f} us a MiB placed, "
+              f"{mch['written'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "

@@ -59,14 +59,29 @@ class Machine:
     """One device's rates: `flops` per second (float32 multiply-adds count two) in a
     kernel that computes (a matrix product), `bandwidth` in bytes per second a streaming
     kernel reads and writes, `call` seconds a kernel launch costs, and `step` the fixed
-    seconds of running a program once (argument checks, the hand-off to the devices)."""
+    seconds of running a program once (argument checks, the hand-off to the devices).
+    `argument`: seconds a call spends per byte of an argument given as a numpy array
+    (copied into the devices' shards); `written`: more seconds per byte of one the
+    program writes (a private copy for the devices to write, the new value gathered and
+    copied back into the caller's array, as numpy updates it in place). None: copies at
+    `bandwidth` (a copy reads and writes each byte: one copy placing, three more writing)."""
     flops: float = 20e9
     bandwidth: float = 8e9
     call: float = 1e-6
     step: float = 50e-6
+    argument: float | None = None
+    written: float | None = None
 
     def kernel_seconds(self, flops, nbytes) -> float:
         return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth)
+
+    def numpy_argument_seconds(self, nbytes, written=False) -> float:
+        """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program
+        writes it) besides the program's run."""
+        per = self.argument if self.argument is not None else 2.0 / self.bandwidth
+        if written:
+            per += self.written if self.written is not None else 6.0 / self.bandwidth
+        return float(nbytes) * per
 
 
 def rounds(kind: str, group_size: int) -> int:

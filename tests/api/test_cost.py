@@ -55,7 +55,8 @@ def test_cost_agrees_with_report_and_memory():
     assert len(c["collectives"]) == len(rep["launched"])
     assert sorted(r["bytes"] for r in c["collectives"]) == sorted(r["bytes"] for r in rep["launched"])
     assert c["peak_bytes"] == low.memory()["peak_bytes"]
-    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"])
+    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
+                                         + c["args_seconds"])
     assert "predicted step" in str(c)
 
 
@@ -113,6 +114,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert float(line[1]) == pytest.approx(got["machine"]["flops_devices"])     # (2 devices: the rate each gets)
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
+    assert got["machine"]["argument"] >= 0 and got["machine"]["written"] >= 0
 
 
 def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
@@ -168,3 +170,29 @@ def test_gradient_all_reduces_share_one_latency_before_they_are_combined():
     # a value a contraction reads on is not bucketed: the hidden activations
     dots = [op for op in g.ops if op.name in ("dot_general", "matmul", "dot")]
     assert dots and not any(o in late for op in dots for o in op.operands if o.producer is not None)
+
+
+def _relax(u):
+    u[1:-1] = 0.5 * (u[:-2] + u[2:])
+    return u.sum()
+
+
+def test_numpy_arguments_are_priced_placing_them_and_writing_them_back():
+    """A call on a mesh copies its numpy arguments onto the devices, and the new value of
+    one the program writes back into the caller's array: lowered.cost() counts those
+    bytes at the machine's per-byte rates; spmd.Arrays cost nothing of the kind."""
+    machine = Machine(argument=1e-9, written=3e-9)
+    u, v = np.ones((256, 64)), np.ones((256, 64))
+    row = MESH.sharding("data", None)
+    f = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
+    c = f.lower(u, v).cost(machine=machine, network=Network())
+    assert c["args_seconds"] == pytest.approx(u.nbytes * (1e-9 + 3e-9) + v.nbytes * 1e-9)
+    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
+                                         + c["args_seconds"])
+    placed = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
+    c2 = placed.lower(spmd.device_put(u, row), spmd.device_put(v, row)).cost(machine=machine, network=Network())
+    assert c2["args_seconds"] == 0.0
+    # rates not given: copies at the machine's bandwidth, three more for a written one
+    m = Machine(bandwidth=1e9)
+    assert m.numpy_argument_seconds(1e6) == pytest.approx(2e-3)
+    assert m.numpy_argument_seconds(1e6, written=True) == pytest.approx(8e-3)
