@@ -5,10 +5,12 @@ Jacobi stencil (by hand: 2-D blocks), CG.
 
 Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, in
 one process on the same inputs), bytes per step (lowered.report()), the model's
-prediction (lowered.cost(), with the rates `spmd doctor --calibrate` stored, else
-defaults) and its ratio to the measured time, the search's solve time; and whether the plan's results equal
-the hand plan's (or the first plan's). The machine is shared: read the ratios, not the
-milliseconds.
+prediction (lowered.cost(); `--rates fresh`, the default: with the rates measured in this
+process just before each program, as `spmd doctor --calibrate` measures them: the
+machine is shared, and rates stored earlier were taken under another load; `--rates
+stored`: the stored ones, else defaults) and its ratio to the measured time, the
+search's solve time; and whether the plan's results equal the hand plan's (or the first
+plan's). Read the ratios, not the milliseconds.
 
     PYTHONPATH=. python benchmarks/auto.py [--quick] [--runs 5]
 """
@@ -95,7 +97,19 @@ def leaves(out):
     return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in spmd.tree_flatten(out)[0]]
 
 
-def run_program(name, fn, args, hand, mesh, runs):
+def fresh_rates():
+    """(Machine, Network) measured now (spmd.jit.calibrate.measure), the rates each of the
+    4 local devices gets while all run."""
+    from spmd.jit.calibrate import measure
+    from spmd.sharding.cost_model import Link, Machine, Network
+    m = measure(4)
+    mc, w = m["machine"], m["network"]["within"]
+    machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
+                      argument=mc["argument"], written=mc["written"])
+    return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"]))
+
+
+def run_program(name, fn, args, hand, mesh, runs, rates=(None, None)):
     plans = {"hand": dict(in_shardings=hand), "auto": dict(mesh=mesh, in_shardings=spmd.AUTO),
              "baseline": dict(in_shardings=baseline_shardings(mesh, args))}
     if hand is None:
@@ -107,7 +121,7 @@ def run_program(name, fn, args, hand, mesh, runs):
         low = f.lower(*copy(args))
         lower_s = time.perf_counter() - t0
         low.compile()
-        predicted = low.cost()["seconds"]
+        predicted = low.cost(machine=rates[0], network=rates[1])["seconds"]
         solve = low.auto.solve_seconds if low.auto is not None else None
         rows[plan] = {"bytes": low.report()["comm_bytes"], "predicted": predicted, "solve": solve,
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
@@ -136,6 +150,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="skip train_gpt d256")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--rates", choices=("fresh", "stored"), default="fresh")
     a = ap.parse_args(argv)
     spmd.init(backend="local", num_devices=4)
     mesh = spmd.Mesh((2, 2), ("data", "model"))
@@ -151,8 +166,9 @@ def main(argv=None):
           f"{'solve s':>8} {'lower s':>8} {'same':>5} chosen"
     print(hdr)
     for name, make in progs:
+        rates = fresh_rates() if a.rates == "fresh" else (None, None)
         fn, args, hand = make()
-        hand_rows = run_program(name, fn, args, hand, mesh, a.runs)
+        hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates)
         ref = hand_rows.get("hand", hand_rows["baseline"])["ms"]
         for plan, r in hand_rows.items():
             solve = "" if r["solve"] is None else f"{r['solve']:.2f}"

@@ -55,7 +55,11 @@ def rates(network=None, machine=None, devices=1) -> tuple:
             machine = Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
                               step=float(rate("step") or Machine().step),
                               argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
-                              written=float(m["written"]) if m.get("written") is not None else 6.0 / alone)
+                              written=float(m["written"]) if m.get("written") is not None else 6.0 / alone,
+                              call=float(rate("call") or Machine().call),
+                              cache_bytes=float(m.get("cache_bytes") or 0.0) if devices > 1 else 0.0,
+                              cache_bandwidth=float(m["cache_bandwidth_devices"])
+                              if devices > 1 and m.get("cache_bandwidth_devices") else None)
             source = f"calibrated {got.get('measured', '')}".strip()
         else:
             machine = Machine()

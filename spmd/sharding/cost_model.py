@@ -58,7 +58,8 @@ class Network:
 class Machine:
     """One device's rates: `flops` per second (float32 multiply-adds count two) in a
     kernel that computes (a matrix product), `bandwidth` in bytes per second a streaming
-    kernel reads and writes, `call` seconds a kernel launch costs, and `step` the fixed
+    kernel reads and writes, `call` seconds a kernel costs however small (its launch,
+    the wait for the next), and `step` the fixed
     seconds of running a program once (argument checks, the hand-off to the devices).
     `argument`: seconds a call spends per byte of an argument given as a numpy array
     (copied into the devices' shards); `written`: more seconds per byte of one the
@@ -71,9 +72,22 @@ class Machine:
     step: float = 50e-6
     argument: float | None = None
     written: float | None = None
+    # a kernel that moves at most `cache_bytes` (a device's share of the last-level cache)
+    # streams at `cache_bandwidth`: its data stays in the cache between kernels, where
+    # `bandwidth` (measured streaming arrays far larger than the cache) is memory's; 0:
+    # one rate for all
+    cache_bytes: float = 0.0
+    cache_bandwidth: float | None = None
+
+    def bandwidth_for(self, nbytes) -> float:
+        if self.cache_bandwidth is not None and nbytes <= self.cache_bytes:
+            return max(self.cache_bandwidth, self.bandwidth)
+        return self.bandwidth
 
     def kernel_seconds(self, flops, nbytes) -> float:
-        return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth)
+        """A kernel's seconds: its launch (`call`, which a small kernel cannot go below)
+        and the longer of its flops and its bytes at their rates."""
+        return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth_for(nbytes))
 
     def numpy_argument_seconds(self, nbytes, written=False) -> float:
         """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program

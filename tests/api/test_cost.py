@@ -115,6 +115,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
     assert got["machine"]["argument"] >= 0 and got["machine"]["written"] >= 0
+    assert got["machine"]["call"] >= 0 and got["machine"]["call_devices"] >= 0
 
 
 def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
@@ -196,3 +197,36 @@ def test_numpy_arguments_are_priced_placing_them_and_writing_them_back():
     m = Machine(bandwidth=1e9)
     assert m.numpy_argument_seconds(1e6) == pytest.approx(2e-3)
     assert m.numpy_argument_seconds(1e6, written=True) == pytest.approx(8e-3)
+
+
+def _dots(k):
+    def f(x, w):
+        for _ in range(k):
+            x = x @ w
+        return x
+    return f
+
+
+def test_each_kernel_costs_at_least_its_call():
+    """A chain of tiny matrix products is as many kernels, each at least Machine.call
+    (its launch and the wait for the next), however few its flops and bytes."""
+    x, w = np.ones((8, 8), np.float32), np.eye(8, dtype=np.float32)
+    row = MESH.sharding("data", None)
+    machine = Machine(call=1e-3)
+    c = {k: spmd.jit(_dots(k), in_shardings=(row, MESH.sharding(None, None))).lower(x, w).cost(
+        machine=machine, network=Network())["compute_seconds"] for k in (1, 9)}
+    assert c[9] - c[1] == pytest.approx(8e-3, rel=0.01)
+
+
+def test_a_kernel_whose_data_fits_the_cache_streams_at_the_cache_rate():
+    u = np.ones((64, 64), np.float32)          # 16 KiB a device: in any cache
+    row = MESH.sharding("data", None)
+    f = spmd.jit(lambda u: np.tanh(u) * 2.0 + u.T, in_shardings=(row,))
+    low = f.lower(u)
+    memory_only = low.cost(machine=Machine(bandwidth=1e9, call=0.0), network=Network())["compute_seconds"]
+    cached = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 20, cache_bandwidth=1e10),
+                      network=Network())["compute_seconds"]
+    assert cached < memory_only / 5          # (its flops, at the compute rate, are left)
+    big = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 10, cache_bandwidth=1e10),
+                   network=Network())["compute_seconds"]
+    assert big == pytest.approx(memory_only)                # larger than the cache: memory's rate

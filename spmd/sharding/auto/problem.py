@@ -322,7 +322,7 @@ class _OpSeconds:
         flops, ins, outs = parts
         nbytes = sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands) if t in ins)
         nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
-        t = max(flops / st.split / self.machine.flops, nbytes / self.machine.bandwidth)
+        t = max(flops / st.split / self.machine.flops, nbytes / self.machine.bandwidth_for(nbytes))
         for r, s in zip(op.results, st.results):
             if s.partial:
                 g = axes_size(s.mesh, s.partial)

@@ -24,12 +24,18 @@ def _op_seconds(op, machine, read_by_unfused, outputs) -> float:
         flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
     ins, outs = moved_values(op, read_by_unfused, outputs)
     nbytes = sum(v.size * np.dtype(v.dtype).itemsize for v in ins + outs)
-    return max(flops / machine.flops, nbytes / machine.bandwidth)
+    t = max(flops / machine.flops, nbytes / machine.bandwidth_for(nbytes))
+    # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
+    # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
+    if op.operands and (not fuses(op) or outs):
+        t += machine.call
+    return t
 
 
 def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
     """Each op's roofline; fused ops move only what enters and leaves their kernel
-    (cost_model.moved_values), as problem.py prices them. A body the data decides how
+    (cost_model.moved_values), as problem.py prices them; each kernel its fixed cost
+    (Machine.call). A body the data decides how
     often to run (a while's) counts `unknown_trips` times."""
     read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
     outputs = set(graph.outputs)
