@@ -105,7 +105,11 @@ def fresh_rates():
     m = measure(4)
     mc, w = m["machine"], m["network"]["within"]
     machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
-                      argument=mc["argument"], written=mc["written"])
+                      argument=mc["argument"], written=mc["written"], call=mc["call_devices"],
+                      cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
+    print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
+          f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
+          f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"]))
 
 

@@ -128,16 +128,34 @@ def fuses(op) -> bool:
     return op.opdef.fusion in FUSED
 
 
-def moved_values(op, read_by_unfused, outputs) -> tuple:
+def moved_values(op, read_by_unfused, outputs, first_reads=None) -> tuple:
     """(operands, results) of `op` whose bytes go through memory: all of them for an op
     that does not fuse; for one that fuses, the operands made outside any fused kernel
     (arguments, contractions, reductions, collectives) and the results an unfused op or
-    the program's outputs read. `read_by_unfused`: Values some unfused op reads."""
+    the program's outputs read. `read_by_unfused`: Values some unfused op reads.
+    `first_reads` (first_fused_reads): such an operand counts at its first fused reader
+    only, once."""
     if not fuses(op):
         return list(op.operands), list(op.results)
     ins = [o for o in op.operands if o.producer is None or not fuses(o.producer)]
+    if first_reads is not None:
+        ins = [o for i, o in enumerate(ins) if first_reads.get(o) is op and o not in ins[:i]]
     outs = [r for r in op.results if r in read_by_unfused or r in outputs]
     return ins, outs
+
+
+def first_fused_reads(graph) -> dict:
+    """{Value: the first fused op that reads it} of the values made outside fused
+    kernels. A fused kernel reads each of its inputs once however many of its ops use
+    it (p * ap, x + alpha * p and r + beta * p read p once between them); the fused
+    readers of one value are taken to share a kernel, so its bytes count once."""
+    out = {}
+    for op in graph.ops:
+        if fuses(op):
+            for o in op.operands:
+                if (o.producer is None or not fuses(o.producer)) and o not in out:
+                    out[o] = op
+    return out
 
 
 def bucketed_values(graph) -> set:

@@ -230,3 +230,14 @@ def test_a_kernel_whose_data_fits_the_cache_streams_at_the_cache_rate():
     big = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 10, cache_bandwidth=1e10),
                    network=Network())["compute_seconds"]
     assert big == pytest.approx(memory_only)                # larger than the cache: memory's rate
+
+
+def test_a_value_the_ops_of_one_fused_kernel_read_counts_once():
+    """p * 2 + p * 3 + p * 4 is one fused kernel: it reads p once and writes its result
+    once, though three of its ops read p."""
+    p = np.ones((256, 64))
+    row = MESH.sharding("data", None)
+    low = spmd.jit(lambda p: p * 2.0 + p * 3.0 + p * 4.0, in_shardings=(row,)).lower(p)
+    c = low.cost(machine=Machine(flops=1e18, bandwidth=1e9, call=0.0), network=Network())
+    local = p.nbytes / 2
+    assert c["compute_seconds"] == pytest.approx(2 * local / 1e9)

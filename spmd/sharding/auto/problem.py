@@ -26,7 +26,7 @@ import numpy as np
 from ...ir.mesh import Sharding
 from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
-from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values
+from ..cost_model import bucketed_values, collective_seconds, first_fused_reads, fuses, moved_values
 from ..rules import axes_size, rule_of
 from .solve import refine_greedy, total
 from .strategies import Strategy, is_loop, layouts, loop_strategies, op_strategies
@@ -125,7 +125,8 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     seconds = _Seconds(network)
     free = free_values(graph)
     # what goes through memory: fused ops move only what enters and leaves their kernel
-    traffic = ({o for op in graph.ops if not fuses(op) for o in op.operands}, set(graph.outputs))
+    traffic = ({o for op in graph.ops if not fuses(op) for o in op.operands}, set(graph.outputs),
+               first_fused_reads(graph))
     op_seconds = _OpSeconds(machine, network, *traffic, bucketed_values(graph))
     names = names or [f"argument {i}" for i in range(len(graph.inputs))]
     made_by = {}                                   # Value -> the node that makes it
@@ -301,8 +302,8 @@ class _OpSeconds:
     per op, the seconds once per (op, strategy): merged ops ask for one strategy under
     many options."""
 
-    def __init__(self, machine, network, read_by_unfused, outputs, bucketed=frozenset()):
-        self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs)
+    def __init__(self, machine, network, read_by_unfused, outputs, first_reads, bucketed=frozenset()):
+        self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs, first_reads)
         self.bucketed = bucketed
         self.parts, self.memo = {}, {}
 
