@@ -91,10 +91,21 @@ def free_values(graph) -> set:
 
 
 class _Seconds:
-    """reshard_seconds, remembered per (from, to, shape, dtype)."""
+    """reshard_seconds, remembered per (from, to, shape, dtype), and the matrices of them
+    between lists of layouts."""
 
     def __init__(self, network):
-        self.network, self.memo = network, {}
+        self.network, self.memo, self.matrices = network, {}, {}
+
+    def matrix(self, have, want, shape, dtype) -> np.ndarray:
+        """[[seconds from a to b for b in want] for a in have], remembered per layouts,
+        shape and dtype (a step's layers repeat the same edges; the caller does not
+        write into it)."""
+        key = (tuple((a.spec, a.partial) for a in have), tuple((b.spec, b.partial) for b in want), shape, str(dtype))
+        m = self.matrices.get(key)
+        if m is None:
+            m = self.matrices[key] = np.array([[self(a, b, shape, dtype) for b in want] for a in have])
+        return m
 
     def __call__(self, src, dst, shape, dtype):
         if src == dst:
@@ -247,8 +258,7 @@ def _edge_costs(made, wants, v, seconds):
     and wants."""
     have, hi = _distinct([m.replace(partial=()) if m.partial else m for m in made])
     want, wi = _distinct(wants)
-    small = np.array([[seconds(a, b, v.shape, v.dtype) for b in want] for a in have])
-    return small, hi, wi
+    return seconds.matrix(have, want, v.shape, v.dtype), hi, wi
 
 
 def _pinned(want):
