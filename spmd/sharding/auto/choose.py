@@ -116,8 +116,9 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         fit = budget is None or memory(pb, choice) <= budget
         searched_total[method] = (not fit, total(pb, choice))
         plans[method], choices[method] = (ins, outs), choice
-    # each of the search's plans is judged whole (its own model does not see into loop
-    # bodies, nor what the partitioner and the passes after it make), in the order its
+    # each of the search's plans is judged whole (its own model does not see what the
+    # partitioner and the passes after it make, nor how propagation lays out a loop's
+    # body from its carries), in the order its
     # own model ranks them; plans realized alike are made once (judge)
     judged = sorted(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
     candidates = {n: plans[n] for n in judged}

@@ -11,10 +11,14 @@ of resharding between every option of its producer and every option of its consu
     edge cost   cost.reshard_seconds from what the producer's option makes to what the
                 consumer's option reads (a local slice is free; a gather is not)
 
+    loop node   a while or scan: its options lay out its tensors of one shape alike
+                (strategies.loop_strategies), each costing its body planned once for
+                that layout times the trip count (loop_seconds)
+
 Values that cost nothing to make in any layout (constants, iotas, scalars, and what is
 computed from those alone) are not nodes: every device makes them as its option needs.
-Ops without a factor rule (loops, calls) are not nodes either: propagation lays them
-out, as before. Everything is in graph order; nothing depends on hashing.
+Ops without a factor rule (calls) are not nodes either: propagation lays them out, as
+before. Everything is in graph order; nothing depends on hashing.
 """
 from __future__ import annotations
 
