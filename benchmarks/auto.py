@@ -105,7 +105,7 @@ def fresh_rates():
     m = measure(4)
     mc, w = m["machine"], m["network"]["within"]
     machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
-                      argument=mc["argument"], written=mc["written"], call=mc["call_devices"],
+                      argument=mc.get("argument"), written=mc.get("written"), call=mc.get("call_devices", 0.0),
                       cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
