@@ -6,8 +6,9 @@ Jacobi stencil (by hand: 2-D blocks), CG.
 Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, in
 one process on the same inputs), bytes per step (lowered.report()), the model's
 prediction (lowered.cost(); `--rates fresh`, the default: with the rates measured in this
-process just before each program, as `spmd doctor --calibrate` measures them: the
-machine is shared, and rates stored earlier were taken under another load; `--rates
+process, as `spmd doctor --calibrate` measures them, just before and just after each
+program's timed runs, averaged: the machine is shared, and rates stored earlier were
+taken under another load; `--rates
 stored`: the stored ones, else defaults) and its ratio to the measured time, the
 search's solve time; and whether the plan's results equal the hand plan's (or the first
 plan's). Read the ratios, not the milliseconds.
@@ -113,26 +114,40 @@ def fresh_rates():
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"]))
 
 
-def run_program(name, fn, args, hand, mesh, runs, rates=(None, None)):
+def averaged(a, b):
+    """The mean of two (Machine, Network) measurements, field by field."""
+    import dataclasses
+    from spmd.sharding.cost_model import Link, Network
+
+    def mean(x, y):
+        return None if x is None or y is None else (x + y) / 2
+    m = dataclasses.replace(a[0], **{f.name: mean(getattr(a[0], f.name), getattr(b[0], f.name))
+                                     for f in dataclasses.fields(a[0])})
+    la, lb = a[1].within, b[1].within
+    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth)))
+
+
+def run_program(name, fn, args, hand, mesh, runs, rates=None):
     plans = {"hand": dict(in_shardings=hand), "auto": dict(mesh=mesh, in_shardings=spmd.AUTO),
              "baseline": dict(in_shardings=baseline_shardings(mesh, args))}
     if hand is None:
         del plans["hand"]
-    rows, fns, outs = {}, {}, {}
+    rows, fns, outs, lows = {}, {}, {}, {}
     for plan, kw in plans.items():
         f = spmd.jit(fn, **kw)
         t0 = time.perf_counter()
         low = f.lower(*copy(args))
         lower_s = time.perf_counter() - t0
         low.compile()
-        predicted = low.cost(machine=rates[0], network=rates[1])["seconds"]
+        lows[plan] = low
         solve = low.auto.solve_seconds if low.auto is not None else None
-        rows[plan] = {"bytes": low.report()["comm_bytes"], "predicted": predicted, "solve": solve,
+        rows[plan] = {"bytes": low.report()["comm_bytes"], "solve": solve,
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
         fns[plan] = f
         outs[plan] = leaves(f(*copy(args)))
     times = {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
+    before = rates() if rates is not None else None
     for _ in range(runs):                  # interleaved: the plans see the same load
         for p, f in fns.items():
             a = copy(inputs[p])
@@ -140,7 +155,9 @@ def run_program(name, fn, args, hand, mesh, runs, rates=(None, None)):
             f(*a)
             times[p].append(time.perf_counter() - t0)
     ref = outs.get("hand", outs["baseline"])
+    got = averaged(before, rates()) if rates is not None else (None, None)
     for p in plans:
+        rows[p]["predicted"] = lows[p].cost(machine=got[0], network=got[1])["seconds"]
         rows[p]["ms"] = 1e3 * float(np.median(times[p]))
         # train_gpt: the loss (Adam's first step is sign(g) where g is ~0, which the order of
         # a sum decides); the other programs: every result
@@ -170,7 +187,7 @@ def main(argv=None):
           f"{'solve s':>8} {'lower s':>8} {'same':>5} chosen"
     print(hdr)
     for name, make in progs:
-        rates = fresh_rates() if a.rates == "fresh" else (None, None)
+        rates = fresh_rates if a.rates == "fresh" else None
         fn, args, hand = make()
         hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates)
         ref = hand_rows.get("hand", hand_rows["baseline"])["ms"]
