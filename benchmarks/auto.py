@@ -5,10 +5,13 @@ Jacobi stencil (by hand: 2-D blocks), CG.
 
 Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, in
 one process on the same inputs), bytes per step (lowered.report()), the model's
-prediction (lowered.cost(), with the rates `spmd doctor --calibrate` stored, else
-defaults) and its ratio to the measured time, the search's solve time; and whether the plan's results equal
-the hand plan's (or the first plan's). The machine is shared: read the ratios, not the
-milliseconds.
+prediction (lowered.cost(); `--rates fresh`, the default: with the rates measured in this
+process, as `spmd doctor --calibrate` measures them, just before and just after each
+program's timed runs, averaged: the machine is shared, and rates stored earlier were
+taken under another load; `--rates
+stored`: the stored ones, else defaults) and its ratio to the measured time, the
+search's solve time; and whether the plan's results equal the hand plan's (or the first
+plan's). Read the ratios, not the milliseconds.
 
     PYTHONPATH=. python benchmarks/auto.py [--quick] [--runs 5]
 """
@@ -95,26 +98,56 @@ def leaves(out):
     return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in spmd.tree_flatten(out)[0]]
 
 
-def run_program(name, fn, args, hand, mesh, runs):
+def fresh_rates():
+    """(Machine, Network) measured now (spmd.jit.calibrate.measure), the rates each of the
+    4 local devices gets while all run."""
+    from spmd.jit.calibrate import measure
+    from spmd.sharding.cost_model import Link, Machine, Network
+    m = measure(4)
+    mc, w = m["machine"], m["network"]["within"]
+    machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
+                      argument=mc.get("argument"), written=mc.get("written"), call=mc.get("call_devices", 0.0),
+                      cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
+    print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
+          f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
+          f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s")
+    return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"]))
+
+
+def averaged(a, b):
+    """The mean of two (Machine, Network) measurements, field by field."""
+    import dataclasses
+    from spmd.sharding.cost_model import Link, Network
+
+    def mean(x, y):
+        return None if x is None or y is None else (x + y) / 2
+    m = dataclasses.replace(a[0], **{f.name: mean(getattr(a[0], f.name), getattr(b[0], f.name))
+                                     for f in dataclasses.fields(a[0])})
+    la, lb = a[1].within, b[1].within
+    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth)))
+
+
+def run_program(name, fn, args, hand, mesh, runs, rates=None):
     plans = {"hand": dict(in_shardings=hand), "auto": dict(mesh=mesh, in_shardings=spmd.AUTO),
              "baseline": dict(in_shardings=baseline_shardings(mesh, args))}
     if hand is None:
         del plans["hand"]
-    rows, fns, outs = {}, {}, {}
+    rows, fns, outs, lows = {}, {}, {}, {}
     for plan, kw in plans.items():
         f = spmd.jit(fn, **kw)
         t0 = time.perf_counter()
         low = f.lower(*copy(args))
         lower_s = time.perf_counter() - t0
         low.compile()
-        predicted = low.cost()["seconds"]
+        lows[plan] = low
         solve = low.auto.solve_seconds if low.auto is not None else None
-        rows[plan] = {"bytes": low.report()["comm_bytes"], "predicted": predicted, "solve": solve,
+        rows[plan] = {"bytes": low.report()["comm_bytes"], "solve": solve,
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
         fns[plan] = f
         outs[plan] = leaves(f(*copy(args)))
     times = {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
+    before = rates() if rates is not None else None
     for _ in range(runs):                  # interleaved: the plans see the same load
         for p, f in fns.items():
             a = copy(inputs[p])
@@ -122,7 +155,9 @@ def run_program(name, fn, args, hand, mesh, runs):
             f(*a)
             times[p].append(time.perf_counter() - t0)
     ref = outs.get("hand", outs["baseline"])
+    got = averaged(before, rates()) if rates is not None else (None, None)
     for p in plans:
+        rows[p]["predicted"] = lows[p].cost(machine=got[0], network=got[1])["seconds"]
         rows[p]["ms"] = 1e3 * float(np.median(times[p]))
         # train_gpt: the loss (Adam's first step is sign(g) where g is ~0, which the order of
         # a sum decides); the other programs: every result
@@ -136,6 +171,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="skip train_gpt d256")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--rates", choices=("fresh", "stored"), default="fresh")
     a = ap.parse_args(argv)
     spmd.init(backend="local", num_devices=4)
     mesh = spmd.Mesh((2, 2), ("data", "model"))
@@ -151,8 +187,9 @@ def main(argv=None):
           f"{'solve s':>8} {'lower s':>8} {'same':>5} chosen"
     print(hdr)
     for name, make in progs:
+        rates = fresh_rates if a.rates == "fresh" else None
         fn, args, hand = make()
-        hand_rows = run_program(name, fn, args, hand, mesh, a.runs)
+        hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates)
         ref = hand_rows.get("hand", hand_rows["baseline"])["ms"]
         for plan, r in hand_rows.items():
             solve = "" if r["solve"] is None else f"{r['solve']:.2f}"

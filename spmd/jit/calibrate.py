@@ -7,6 +7,14 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 per second
     step        the fixed seconds of a jitted call of a tiny program on one device, and
                 on the local devices (step_devices)
+    call        a kernel's fixed seconds (a chain of tiny matrix products), on one device
+                and on the local devices (call_devices)
+    cache_*     the last-level cache's share of a device (cache_bytes) and the rate of
+                a streaming kernel whose arrays fit it (cache_bandwidth_devices)
+    argument    seconds per byte a call spends on an argument given as numpy (placed on
+                the local devices), `written` more per byte where the program writes it
+                (copied back into the caller's array): a tiny program called on numpy and
+                on placed arrays, apart
     *_devices   compute and bandwidth again with every local device running the kernel
                 at once, each on its own block (flops_devices, bandwidth_devices): what a
                 device gets while the others compute too (the devices share the cores)
@@ -64,7 +72,9 @@ def measure(devices=4, quick=False) -> dict:
     bandwidth = 3.0 * m * 4 / t
     tiny = np.ones(4, np.float32)
     step = _median_seconds(spmd.jit(lambda x: x + 1.0), (tiny,), runs * 3)
-    out = {"machine": {"flops": flops, "bandwidth": bandwidth, "step": step}, "devices": devices,
+    small = np.eye(8, dtype=np.float32)
+    call = _kernel_seconds(lambda k: spmd.jit(_dots(k)), (small, small), runs)
+    out = {"machine": {"flops": flops, "bandwidth": bandwidth, "step": step, "call": call}, "devices": devices,
            "transport": "local", "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     if devices > 1:
         spmd.init(backend="local", num_devices=devices)
@@ -82,6 +92,23 @@ def measure(devices=4, quick=False) -> dict:
         t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y, in_shardings=(mesh.sharding("x"),) * 2,
                                      out_shardings=mesh.sharding("x")), (xs, xs), runs)
         out["machine"]["bandwidth_devices"] = 3.0 * m * 4 / t
+        out["machine"].update(_numpy_arguments(devices, row, (1 << 12) if quick else (1 << 15), runs))
+        rows8 = spmd.device_put(np.tile(small, (devices, 1)), row)
+        whole8 = spmd.device_put(small, mesh.sharding(None, None))
+        out["machine"]["call_devices"] = _kernel_seconds(
+            lambda k: spmd.jit(_dots(k), in_shardings=(row, mesh.sharding(None, None)), out_shardings=row),
+            (rows8, whole8), runs)
+        cache = last_level_cache()
+        if cache:
+            # a kernel whose data stays in the cache: three arrays filling half of a
+            # device's share of it (the call's fixed cost taken off)
+            share = cache / devices
+            mc = max(int(share / 2 / 12), 1024)
+            xs = spmd.device_put(np.ones(mc * devices, np.float32), mesh.sharding("x"))
+            t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y, in_shardings=(mesh.sharding("x"),) * 2,
+                                         out_shardings=mesh.sharding("x")), (xs, xs), runs * 3)
+            out["machine"]["cache_bytes"] = share
+            out["machine"]["cache_bandwidth_devices"] = 3.0 * mc * 4 / max(t - out["machine"]["step_devices"], 1e-7)
         rounds = 2 * int(np.ceil(np.log2(devices)))
         per = {}
         for cols in (16, (1 << 14) if quick else (1 << 18)):
@@ -95,6 +122,57 @@ def measure(devices=4, quick=False) -> dict:
         bw = received / max(per[large] - per[small], 1e-7)
         out["network"] = {"within": {"latency": latency, "bandwidth": bw}}
     return out
+
+
+def _dots(k):
+    def f(x, w):
+        for _ in range(k):
+            x = x @ w
+        return x
+    return f
+
+
+def _kernel_seconds(make, args, runs) -> float:
+    """A kernel's fixed seconds: a chain of 33 tiny matrix products (none fuses with the
+    next) against one, per product."""
+    t1 = _median_seconds(make(1), args, runs * 3)
+    t33 = _median_seconds(make(33), args, runs * 3)
+    return max((t33 - t1) / 32, 0.0)
+
+
+def last_level_cache() -> int:
+    """Bytes of this host's largest CPU cache (0 where the system does not say)."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in sorted(os.listdir(base)):
+            with open(os.path.join(base, d, "size")) as f:
+                txt = f.read().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1:], 1)
+            best = max(best, int(txt.rstrip("KMG")) * mult)
+    except (OSError, ValueError):
+        pass
+    return best
+
+
+def _write_row(x):
+    x[0] += 1.0
+    return x[0]
+
+
+def _numpy_arguments(devices, row, cols, runs) -> dict:
+    """Seconds per byte a call spends on a numpy argument (`argument`: placed on the
+    devices) and more on one the program writes (`written`: copied back into it): the
+    same tiny program called on a numpy array and on the array already placed, apart."""
+    import spmd
+    x = np.ones((devices * 8, cols))
+    placed = spmd.device_put(x, row)
+    nbytes = float(x.nbytes)
+    read = spmd.jit(lambda x: x[0] + 1.0, in_shardings=row)
+    write = spmd.jit(_write_row, in_shardings=row)
+    t_read = _median_seconds(read, (x,), runs) - _median_seconds(read, (placed,), runs)
+    t_write = _median_seconds(write, (x,), runs) - _median_seconds(write, (placed,), runs)
+    return {"argument": max(t_read, 0.0) / nbytes, "written": max(t_write - t_read, 0.0) / nbytes}
 
 
 def store(rates: dict) -> str:
@@ -115,6 +193,14 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     if "flops_devices" in mch:
         print(f"each of {devices} devices at once: compute {mch['flops_devices'] / 1e9:.1f} GFLOP/s, "
               f"memory {mch['bandwidth_devices'] / 1e9:.1f} GB/s", file=out)
+    if "call_devices" in mch:
+        print(f"a kernel: {mch['call'] * 1e6:.1f} us alone, {mch['call_devices'] * 1e6:.1f} us each of {devices} "
+              f"devices at once" + (f"; in the cache ({mch['cache_bytes'] / 2**20:.1f} MiB a device): "
+                                     f"{mch['cache_bandwidth_devices'] / 1e9:.1f} GB/s" if "cache_bytes" in mch else ""),
+              file=out)
+    if "argument" in mch:
+        print(f"a numpy argument: {mch['argument'] * 2**20 * 1e6:.0f} us a MiB placed, "
+              f"{mch['written'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "

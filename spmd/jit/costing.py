@@ -12,7 +12,8 @@ class Cost(dict):
     def __str__(self):
         lines = [f"predicted step: {self['seconds'] * 1e3:.3f} ms per device (compute "
                  f"{self['compute_seconds'] * 1e3:.3f} ms, communication {self['comm_seconds'] * 1e3:.3f} ms, "
-                 f"a call {self['step_seconds'] * 1e3:.3f} ms; no overlap assumed); peak memory "
+                 f"a call {self['step_seconds'] * 1e3:.3f} ms, numpy arguments {self['args_seconds'] * 1e3:.3f} ms; "
+                 f"no overlap assumed); peak memory "
                  f"{self['peak_bytes'] / 2**20:.2f} MiB per device; rates: {self['source']}"]
         for r in self["collectives"]:
             lines.append(f"  {r['op']:<18} {','.join(r['axes']):<12} {r['bytes']:>12} bytes "
@@ -25,6 +26,13 @@ def predict(low, network=None, machine=None) -> Cost:
     m, n, source = rates(network, machine, mesh.size if mesh is not None else 1)
     g = low.graph
     out = Cost(program_seconds(g, mesh, m, n))
+    # the arguments lower() was given as numpy arrays: a call with such arguments on a
+    # mesh copies them onto the devices, and back into those the program writes (without
+    # a mesh the program reads and writes the caller's arrays)
+    written = set(low.updates)
+    out["args_seconds"] = 0.0 if mesh is None else \
+        sum(m.numpy_argument_seconds(b, k in written) for k, b in sorted(low.numpy_args.items()))
+    out["seconds"] += out["args_seconds"]
     out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
     out["peak_bytes"] = low.memory()["peak_bytes"]
     out.update(machine=m, network=n, source=source)

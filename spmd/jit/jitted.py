@@ -122,6 +122,7 @@ class Jitted:
         low.auto = auto
         low.network = self.network
         low.updates = [k for k, _ in graph.updates]
+        low.numpy_args = {k: x.nbytes for k, x in enumerate(leaves) if isinstance(x, np.ndarray)}
         low.checks = len(checks)
         low.returned = dict(graph.returned)
         low.scalars = dict(graph.scalar_outputs)

@@ -32,6 +32,7 @@ class Lowered:
         self.mesh = mesh
         self._exe = None
         self.updates = []             # argument leaves the program writes (extra outputs)
+        self.numpy_args = {}          # leaf -> bytes of the arguments lower() was given as numpy (cost())
         self.returned = {}            # result position -> a written argument leaf it is
         self.scalars = {}             # result position -> float | int (a returned float(x))
         # numpy's global random state as the function leaves it (it seeded it: random_guard)
@@ -85,7 +86,9 @@ class Lowered:
     def cost(self, network=None, machine=None):
         """The cost model's prediction of one run, per device (costing.py): `seconds`
         (compute + communication + a call's fixed cost: no overlap assumed),
-        `compute_seconds`, `comm_seconds`, `step_seconds`, `collectives` (each with its
+        `compute_seconds`, `comm_seconds`, `step_seconds`, `args_seconds` (the call's
+        copies of the arguments lower() was given as numpy arrays: placing them, writing
+        back those the program writes; none for spmd.Arrays), `collectives` (each with its
         seconds), `peak_bytes` (the memory plan's), and the rates used and their `source`
         (given, `spmd doctor --calibrate`'s, or defaults). Needs no devices."""
         from .costing import predict

@@ -49,8 +49,17 @@ def rates(network=None, machine=None, devices=1) -> tuple:
         if m:
             def rate(k):           # a program on several devices: the rate each gets while all run
                 return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
+            # a numpy argument is copied by the calling thread alone: where its rates were
+            # not measured, copies at one device's bandwidth (Machine.numpy_argument_seconds)
+            alone = float(m.get("bandwidth") or Machine().bandwidth)
             machine = Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
-                              step=float(rate("step") or Machine().step))
+                              step=float(rate("step") or Machine().step),
+                              argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
+                              written=float(m["written"]) if m.get("written") is not None else 6.0 / alone,
+                              call=float(rate("call") or Machine().call),
+                              cache_bytes=float(m.get("cache_bytes") or 0.0) if devices > 1 else 0.0,
+                              cache_bandwidth=float(m["cache_bandwidth_devices"])
+                              if devices > 1 and m.get("cache_bandwidth_devices") else None)
             source = f"calibrated {got.get('measured', '')}".strip()
         else:
             machine = Machine()

@@ -58,15 +58,44 @@ class Network:
 class Machine:
     """One device's rates: `flops` per second (float32 multiply-adds count two) in a
     kernel that computes (a matrix product), `bandwidth` in bytes per second a streaming
-    kernel reads and writes, `call` seconds a kernel launch costs, and `step` the fixed
-    seconds of running a program once (argument checks, the hand-off to the devices)."""
+    kernel reads and writes, `call` seconds a kernel costs however small (its launch,
+    the wait for the next), and `step` the fixed
+    seconds of running a program once (argument checks, the hand-off to the devices).
+    `argument`: seconds a call spends per byte of an argument given as a numpy array
+    (copied into the devices' shards); `written`: more seconds per byte of one the
+    program writes (a private copy for the devices to write, the new value gathered and
+    copied back into the caller's array, as numpy updates it in place). None: copies at
+    `bandwidth` (a copy reads and writes each byte: one copy placing, three more writing)."""
     flops: float = 20e9
     bandwidth: float = 8e9
     call: float = 1e-6
     step: float = 50e-6
+    argument: float | None = None
+    written: float | None = None
+    # a kernel that moves at most `cache_bytes` (a device's share of the last-level cache)
+    # streams at `cache_bandwidth`: its data stays in the cache between kernels, where
+    # `bandwidth` (measured streaming arrays far larger than the cache) is memory's; 0:
+    # one rate for all
+    cache_bytes: float = 0.0
+    cache_bandwidth: float | None = None
+
+    def bandwidth_for(self, nbytes) -> float:
+        if self.cache_bandwidth is not None and nbytes <= self.cache_bytes:
+            return max(self.cache_bandwidth, self.bandwidth)
+        return self.bandwidth
 
     def kernel_seconds(self, flops, nbytes) -> float:
-        return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth)
+        """A kernel's seconds: its launch (`call`, which a small kernel cannot go below)
+        and the longer of its flops and its bytes at their rates."""
+        return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth_for(nbytes))
+
+    def numpy_argument_seconds(self, nbytes, written=False) -> float:
+        """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program
+        writes it) besides the program's run."""
+        per = self.argument if self.argument is not None else 2.0 / self.bandwidth
+        if written:
+            per += self.written if self.written is not None else 6.0 / self.bandwidth
+        return float(nbytes) * per
 
 
 def rounds(kind: str, group_size: int) -> int:
@@ -99,16 +128,34 @@ def fuses(op) -> bool:
     return op.opdef.fusion in FUSED
 
 
-def moved_values(op, read_by_unfused, outputs) -> tuple:
+def moved_values(op, read_by_unfused, outputs, first_reads=None) -> tuple:
     """(operands, results) of `op` whose bytes go through memory: all of them for an op
     that does not fuse; for one that fuses, the operands made outside any fused kernel
     (arguments, contractions, reductions, collectives) and the results an unfused op or
-    the program's outputs read. `read_by_unfused`: Values some unfused op reads."""
+    the program's outputs read. `read_by_unfused`: Values some unfused op reads.
+    `first_reads` (first_fused_reads): such an operand counts at its first fused reader
+    only, once."""
     if not fuses(op):
         return list(op.operands), list(op.results)
     ins = [o for o in op.operands if o.producer is None or not fuses(o.producer)]
+    if first_reads is not None:
+        ins = [o for i, o in enumerate(ins) if first_reads.get(o) is op and o not in ins[:i]]
     outs = [r for r in op.results if r in read_by_unfused or r in outputs]
     return ins, outs
+
+
+def first_fused_reads(graph) -> dict:
+    """{Value: the first fused op that reads it} of the values made outside fused
+    kernels. A fused kernel reads each of its inputs once however many of its ops use
+    it (p * ap, x + alpha * p and r + beta * p read p once between them); the fused
+    readers of one value are taken to share a kernel, so its bytes count once."""
+    out = {}
+    for op in graph.ops:
+        if fuses(op):
+            for o in op.operands:
+                if (o.producer is None or not fuses(o.producer)) and o not in out:
+                    out[o] = op
+    return out
 
 
 def bucketed_values(graph) -> set:

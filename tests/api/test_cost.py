@@ -55,7 +55,8 @@ def test_cost_agrees_with_report_and_memory():
     assert len(c["collectives"]) == len(rep["launched"])
     assert sorted(r["bytes"] for r in c["collectives"]) == sorted(r["bytes"] for r in rep["launched"])
     assert c["peak_bytes"] == low.memory()["peak_bytes"]
-    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"])
+    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
+                                         + c["args_seconds"])
     assert "predicted step" in str(c)
 
 
@@ -113,6 +114,8 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert float(line[1]) == pytest.approx(got["machine"]["flops_devices"])     # (2 devices: the rate each gets)
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
+    assert got["machine"]["argument"] >= 0 and got["machine"]["written"] >= 0
+    assert got["machine"]["call"] >= 0 and got["machine"]["call_devices"] >= 0
 
 
 def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
@@ -168,3 +171,73 @@ def test_gradient_all_reduces_share_one_latency_before_they_are_combined():
     # a value a contraction reads on is not bucketed: the hidden activations
     dots = [op for op in g.ops if op.name in ("dot_general", "matmul", "dot")]
     assert dots and not any(o in late for op in dots for o in op.operands if o.producer is not None)
+
+
+def _relax(u):
+    u[1:-1] = 0.5 * (u[:-2] + u[2:])
+    return u.sum()
+
+
+def test_numpy_arguments_are_priced_placing_them_and_writing_them_back():
+    """A call on a mesh copies its numpy arguments onto the devices, and the new value of
+    one the program writes back into the caller's array: lowered.cost() counts those
+    bytes at the machine's per-byte rates; spmd.Arrays cost nothing of the kind."""
+    machine = Machine(argument=1e-9, written=3e-9)
+    u, v = np.ones((256, 64)), np.ones((256, 64))
+    row = MESH.sharding("data", None)
+    f = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
+    c = f.lower(u, v).cost(machine=machine, network=Network())
+    assert c["args_seconds"] == pytest.approx(u.nbytes * (1e-9 + 3e-9) + v.nbytes * 1e-9)
+    assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
+                                         + c["args_seconds"])
+    placed = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
+    c2 = placed.lower(spmd.device_put(u, row), spmd.device_put(v, row)).cost(machine=machine, network=Network())
+    assert c2["args_seconds"] == 0.0
+    # rates not given: copies at the machine's bandwidth, three more for a written one
+    m = Machine(bandwidth=1e9)
+    assert m.numpy_argument_seconds(1e6) == pytest.approx(2e-3)
+    assert m.numpy_argument_seconds(1e6, written=True) == pytest.approx(8e-3)
+
+
+def _dots(k):
+    def f(x, w):
+        for _ in range(k):
+            x = x @ w
+        return x
+    return f
+
+
+def test_each_kernel_costs_at_least_its_call():
+    """A chain of tiny matrix products is as many kernels, each at least Machine.call
+    (its launch and the wait for the next), however few its flops and bytes."""
+    x, w = np.ones((8, 8), np.float32), np.eye(8, dtype=np.float32)
+    row = MESH.sharding("data", None)
+    machine = Machine(call=1e-3)
+    c = {k: spmd.jit(_dots(k), in_shardings=(row, MESH.sharding(None, None))).lower(x, w).cost(
+        machine=machine, network=Network())["compute_seconds"] for k in (1, 9)}
+    assert c[9] - c[1] == pytest.approx(8e-3, rel=0.01)
+
+
+def test_a_kernel_whose_data_fits_the_cache_streams_at_the_cache_rate():
+    u = np.ones((64, 64), np.float32)          # 16 KiB a device: in any cache
+    row = MESH.sharding("data", None)
+    f = spmd.jit(lambda u: np.tanh(u) * 2.0 + u.T, in_shardings=(row,))
+    low = f.lower(u)
+    memory_only = low.cost(machine=Machine(bandwidth=1e9, call=0.0), network=Network())["compute_seconds"]
+    cached = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 20, cache_bandwidth=1e10),
+                      network=Network())["compute_seconds"]
+    assert cached < memory_only / 5          # (its flops, at the compute rate, are left)
+    big = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 10, cache_bandwidth=1e10),
+                   network=Network())["compute_seconds"]
+    assert big == pytest.approx(memory_only)                # larger than the cache: memory's rate
+
+
+def test_a_value_the_ops_of_one_fused_kernel_read_counts_once():
+    """p * 2 + p * 3 + p * 4 is one fused kernel: it reads p once and writes its result
+    once, though three of its ops read p."""
+    p = np.ones((256, 64))
+    row = MESH.sharding("data", None)
+    low = spmd.jit(lambda p: p * 2.0 + p * 3.0 + p * 4.0, in_shardings=(row,)).lower(p)
+    c = low.cost(machine=Machine(flops=1e18, bandwidth=1e9, call=0.0), network=Network())
+    local = p.nbytes / 2
+    assert c["compute_seconds"] == pytest.approx(2 * local / 1e9)

@@ -29,7 +29,7 @@ import numpy as np
 from ...ir.mesh import Sharding, is_auto
 from ..partition import partition
 from ..propagate import propagate
-from .problem import build, local_bytes
+from .problem import WHILE_TRIPS, build, local_bytes
 from .program_cost import program_seconds
 from .solve import memory, solve, total
 
@@ -116,8 +116,9 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         fit = budget is None or memory(pb, choice) <= budget
         searched_total[method] = (not fit, total(pb, choice))
         plans[method], choices[method] = (ins, outs), choice
-    # each of the search's plans is judged whole (its own model does not see into loop
-    # bodies, nor what the partitioner and the passes after it make), in the order its
+    # each of the search's plans is judged whole (its own model does not see what the
+    # partitioner and the passes after it make, nor how propagation lays out a loop's
+    # body from its carries), in the order its
     # own model ranks them; plans realized alike are made once (judge)
     judged = sorted(choices, key=lambda n: (searched_total[n], list(choices).index(n)))
     candidates = {n: plans[n] for n in judged}
@@ -142,7 +143,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
         p = partition(g)
         made[name] = (key, g, p)
-        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True)["seconds"]
+        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True, unknown_trips=WHILE_TRIPS)["seconds"]
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
 

@@ -11,10 +11,14 @@ of resharding between every option of its producer and every option of its consu
     edge cost   cost.reshard_seconds from what the producer's option makes to what the
                 consumer's option reads (a local slice is free; a gather is not)
 
+    loop node   a while or scan: its options lay out its tensors of one shape alike
+                (strategies.loop_strategies), each costing its body planned once for
+                that layout times the trip count (loop_seconds)
+
 Values that cost nothing to make in any layout (constants, iotas, scalars, and what is
 computed from those alone) are not nodes: every device makes them as its option needs.
-Ops without a factor rule (loops, calls) are not nodes either: propagation lays them
-out, as before. Everything is in graph order; nothing depends on hashing.
+Ops without a factor rule (calls) are not nodes either: propagation lays them out, as
+before. Everything is in graph order; nothing depends on hashing.
 """
 from __future__ import annotations
 
@@ -26,9 +30,16 @@ import numpy as np
 from ...ir.mesh import Sharding
 from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
-from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values
+from ..cost_model import bucketed_values, collective_seconds, first_fused_reads, fuses, moved_values
 from ..rules import axes_size, rule_of
-from .strategies import Strategy, layouts, op_strategies
+from .solve import refine_greedy, total
+from .strategies import Strategy, is_loop, layouts, loop_strategies, op_strategies
+
+# a while's trip count is the data's: the search takes its body (and cond) to run this
+# many times a call (a loop is written to repeat, so its body outweighs the code around
+# it; the layout that suits the body wins), the whole program's model the same when it
+# judges plans (choose.py); lowered.cost() counts one trip and says the count is unknown
+WHILE_TRIPS = 10
 
 
 @dataclass
@@ -84,10 +95,21 @@ def free_values(graph) -> set:
 
 
 class _Seconds:
-    """reshard_seconds, remembered per (from, to, shape, dtype)."""
+    """reshard_seconds, remembered per (from, to, shape, dtype), and the matrices of them
+    between lists of layouts."""
 
     def __init__(self, network):
-        self.network, self.memo = network, {}
+        self.network, self.memo, self.matrices = network, {}, {}
+
+    def matrix(self, have, want, shape, dtype) -> np.ndarray:
+        """[[seconds from a to b for b in want] for a in have], remembered per layouts,
+        shape and dtype (a step's layers repeat the same edges; the caller does not
+        write into it)."""
+        key = (tuple((a.spec, a.partial) for a in have), tuple((b.spec, b.partial) for b in want), shape, str(dtype))
+        m = self.matrices.get(key)
+        if m is None:
+            m = self.matrices[key] = np.array([[self(a, b, shape, dtype) for b in want] for a in have])
+        return m
 
     def __call__(self, src, dst, shape, dtype):
         if src == dst:
@@ -118,7 +140,8 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     seconds = _Seconds(network)
     free = free_values(graph)
     # what goes through memory: fused ops move only what enters and leaves their kernel
-    traffic = ({o for op in graph.ops if not fuses(op) for o in op.operands}, set(graph.outputs))
+    traffic = ({o for op in graph.ops if not fuses(op) for o in op.operands}, set(graph.outputs),
+               first_fused_reads(graph))
     op_seconds = _OpSeconds(machine, network, *traffic, bucketed_values(graph))
     names = names or [f"argument {i}" for i in range(len(graph.inputs))]
     made_by = {}                                   # Value -> the node that makes it
@@ -133,17 +156,25 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     for oi, op in enumerate(graph.ops):
         if op.opdef.factors is None or all(r in free for r in op.results):
             continue
-        strategies = op_strategies(op, mesh)
+        strategies, cost = None, None
+        if is_loop(op):
+            strategies = loop_strategies(op, mesh)
+            if strategies is not None:
+                cost = loop_seconds(op, strategies, mesh, machine, network)
+        if strategies is None:
+            strategies = op_strategies(op, mesh)
         if op.name == SHARDING_CONSTRAINT:
             want = Sharding(mesh, op.attrs["spec"], op.attrs.get("partial", ())).for_rank(op.result.ndim)
             strategies = [st for st in strategies if st.results[0] == want] or [_pinned(want)]
         if not strategies:
             continue
-        if op.name != SHARDING_CONSTRAINT and _follow(op, strategies, made_by, free, seconds, op_seconds):
+        if op.name != SHARDING_CONSTRAINT and cost is None and \
+                _follow(op, strategies, made_by, free, seconds, op_seconds):
             continue
+        if cost is None:
+            cost = [op_seconds(op, st) for st in strategies]
         node = Node("op", f"{op.name}{'' if op.loc is None else ' at ' + str(op.loc)}", len(strategies),
-                    np.array([op_seconds(op, st) + _minor(st.results[0])
-                              for st in strategies]),
+                    np.array([c + _minor(st.results[0]) for c, st in zip(cost, strategies)]),
                     np.zeros(len(strategies)), [dict(zip(op.results, st.results)) for st in strategies],
                     index=oi, ops=[op])
         for j, o in enumerate(op.operands):
@@ -176,6 +207,38 @@ def build(graph, mesh, in_shardings, out_shardings, machine, network, names=None
     return pb
 
 
+def loop_seconds(op, strategies, mesh, machine, network) -> list:
+    """Each strategy of a loop (strategies.loop_strategies) in seconds a call: its body
+    planned once for that strategy's layouts (a Problem of its own, solved by the refined
+    greedy pass) with the carries, the slices of the scanned arrays and the captured
+    values pinned as the strategy has them and each new carry tied to its carry's layout
+    (GSPMD's rule: a loop-carried value keeps one sharding), times the trip count: a
+    scan's length, a while's WHILE_TRIPS (its cond planned alike, once a trip too)."""
+    nc, nx = op.attrs["num_carry"], op.attrs.get("num_xs", 0)
+    body = op.attrs["body"]
+    scan = op.name == "scan"
+    trips = op.opdef.runs(op.attrs, "body") if scan and op.opdef.runs is not None else WHILE_TRIPS
+    ties = {k: k for k in range(nc)}
+    out = []
+    for st in strategies:
+        ins = [_drop_lead(s) if scan and nc <= i < nc + nx else s for i, s in enumerate(st.operands)]
+        outs = [None] * nc + [_drop_lead(s) for s in st.results[nc:]]
+        t = _planned_seconds(body, mesh, ins, outs, machine, network, ties)
+        if not scan:
+            t += _planned_seconds(op.attrs["cond"], mesh, ins, [Sharding(mesh, ())], machine, network, {})
+        out.append(trips * t)
+    return out
+
+
+def _planned_seconds(graph, mesh, ins, outs, machine, network, ties) -> float:
+    pb = build(graph, mesh, list(ins), list(outs), machine, network, ties=ties)
+    return total(pb, refine_greedy(pb))
+
+
+def _drop_lead(s: Sharding) -> Sharding:
+    return Sharding(s.mesh, tuple(s.spec[1:]))
+
+
 def _minor(s: Sharding) -> float:
     """A tie-breaker of a few nanoseconds for each split of a minor dim: at equal cost a
     split of the major dims is kept (its shards are contiguous, its halos whole rows)."""
@@ -199,8 +262,7 @@ def _edge_costs(made, wants, v, seconds):
     and wants."""
     have, hi = _distinct([m.replace(partial=()) if m.partial else m for m in made])
     want, wi = _distinct(wants)
-    small = np.array([[seconds(a, b, v.shape, v.dtype) for b in want] for a in have])
-    return small, hi, wi
+    return seconds.matrix(have, want, v.shape, v.dtype), hi, wi
 
 
 def _pinned(want):
@@ -254,8 +316,8 @@ class _OpSeconds:
     per op, the seconds once per (op, strategy): merged ops ask for one strategy under
     many options."""
 
-    def __init__(self, machine, network, read_by_unfused, outputs, bucketed=frozenset()):
-        self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs)
+    def __init__(self, machine, network, read_by_unfused, outputs, first_reads, bucketed=frozenset()):
+        self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs, first_reads)
         self.bucketed = bucketed
         self.parts, self.memo = {}, {}
 
@@ -275,7 +337,7 @@ class _OpSeconds:
         flops, ins, outs = parts
         nbytes = sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands) if t in ins)
         nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
-        t = max(flops / st.split / self.machine.flops, nbytes / self.machine.bandwidth)
+        t = max(flops / st.split / self.machine.flops, nbytes / self.machine.bandwidth_for(nbytes))
         for r, s in zip(op.results, st.results):
             if s.partial:
                 g = axes_size(s.mesh, s.partial)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import bucketed_values, collective_seconds, fuses, moved_values, rounds
+from ..cost_model import bucketed_values, collective_seconds, first_fused_reads, fuses, moved_values, rounds
 from ..report import collective_ops
 
 # bytes a device receives, per byte of the larger of a collective's buffers
@@ -17,33 +17,64 @@ _RECEIVED = {"all_reduce": lambda g: 2 * (g - 1) / g, "all_gather": lambda g: (g
              "collective_permute": lambda g: 1.0}
 
 
-def _op_seconds(op, machine, read_by_unfused, outputs) -> float:
+def _op_seconds(op, machine, read_by_unfused, outputs, first_reads=None) -> float:
     f = op.opdef.flops
     flops = 0.0
     if f is not None and op.results:
         flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    ins, outs = moved_values(op, read_by_unfused, outputs)
+    ins, outs = moved_values(op, read_by_unfused, outputs, first_reads)
     nbytes = sum(v.size * np.dtype(v.dtype).itemsize for v in ins + outs)
-    return max(flops / machine.flops, nbytes / machine.bandwidth)
+    t = max(flops / machine.flops, nbytes / machine.bandwidth_for(nbytes))
+    # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
+    # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
+    if op.operands and (not fuses(op) or outs):
+        t += machine.call
+    return t
 
 
-def compute_seconds(graph, machine, runs=1) -> float:
+def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
     """Each op's roofline; fused ops move only what enters and leaves their kernel
-    (cost_model.moved_values), as problem.py prices them."""
+    (cost_model.moved_values), as problem.py prices them; each kernel its fixed cost
+    (Machine.call). A body the data decides how
+    often to run (a while's) counts `unknown_trips` times."""
     read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
     outputs = set(graph.outputs)
+    first_reads = first_fused_reads(graph)
     t = 0.0
     for op in graph.ops:
         subs = [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
         if subs:
             for k in subs:
-                n = op.opdef.runs(op.attrs, k) if op.opdef.runs is not None else 1
-                t += compute_seconds(op.attrs[k], machine, runs * (n or 1))
+                t += compute_seconds(op.attrs[k], machine, runs * _trips(op, k, unknown_trips), unknown_trips)
             continue
         if op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None:
             continue
-        t += runs * _op_seconds(op, machine, read_by_unfused, outputs)
+        t += runs * _op_seconds(op, machine, read_by_unfused, outputs, first_reads)
     return t
+
+
+def _trips(op, key, unknown_trips) -> float:
+    """How often a run of `op` runs its sub-graph `key`: a scan's length; a while's
+    `unknown_trips` (the data decides); a cond's branches once each (either may run)."""
+    n = op.opdef.runs(op.attrs, key) if op.opdef.runs is not None else None
+    if n is not None:
+        return n
+    return unknown_trips if "num_carry" in op.attrs else 1
+
+
+def _loop_runs(graph, unknown_trips, runs=1, out=None) -> dict:
+    """{op: how often a run of the program runs it} for the ops inside sub-graphs whose
+    count the data decides, by _trips."""
+    out = {} if out is None else out
+    for op in graph.ops:
+        for k in sorted(op.attrs):
+            sub = op.attrs[k]
+            if hasattr(sub, "ops") and hasattr(sub, "inputs"):
+                n = runs * _trips(op, k, unknown_trips)
+                for inner in sub.ops:
+                    out[inner] = n
+                _loop_runs(sub, unknown_trips, n, out)
+    return out
 
 
 def collective_rows(graph, mesh, network) -> list:
@@ -65,12 +96,13 @@ def collective_rows(graph, mesh, network) -> list:
     return rows
 
 
-def comm_seconds(graph, mesh, network, buckets=False) -> float:
+def comm_seconds(graph, mesh, network, buckets=False, unknown_trips=1) -> float:
     """`buckets`: the program's all-reduces are not combined yet (a partitioned program,
     before the compiler's passes): those of values only fused ops read on
     (cost_model.bucketed_values) pay one latency per mesh axes, as combine's buckets will."""
     rows = collective_rows(graph, mesh, network)
     late = bucketed_values(graph) if buckets else set()
+    inside = _loop_runs(graph, unknown_trips) if unknown_trips != 1 else {}
     t, paid = 0.0, set()
     for r in rows:
         s = r["seconds"]
@@ -78,13 +110,16 @@ def comm_seconds(graph, mesh, network, buckets=False) -> float:
             if r["axes"] in paid:
                 s -= r["latency"]
             paid.add(r["axes"])
-        t += (r["runs"] or 1) * s
+        runs = r["runs"] if r["runs"] is not None else inside.get(r["result"].producer, 1)
+        t += runs * s
     return t
 
 
-def program_seconds(graph, mesh, machine, network, buckets=False) -> dict:
+def program_seconds(graph, mesh, machine, network, buckets=False, unknown_trips=1) -> dict:
     """The model's seconds of one run: compute + communication + the fixed cost of a call
-    (no overlap of computation and communication is assumed). `buckets`: as comm_seconds'."""
-    c, m = compute_seconds(graph, machine), comm_seconds(graph, mesh, network, buckets)
+    (no overlap of computation and communication is assumed). `buckets`: as comm_seconds'.
+    `unknown_trips`: how often a body runs whose count the data decides (a while's)."""
+    c = compute_seconds(graph, machine, unknown_trips=unknown_trips)
+    m = comm_seconds(graph, mesh, network, buckets, unknown_trips)
     return {"seconds": c + m + machine.step, "compute_seconds": c, "comm_seconds": m,
             "step_seconds": machine.step}

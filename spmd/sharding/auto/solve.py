@@ -106,6 +106,12 @@ def _margins(rows, cols, vals, lo, hi, r, margin, ends, start) -> int:
     return r
 
 
+def refine_greedy(pb) -> dict:
+    """The refined greedy plan, no memory budget: {id(node): option} (a loop body's plan
+    for one layout of its carries, problem.loop_seconds)."""
+    return _icm(pb, 0.0, True)
+
+
 def _refine(pb, budget) -> list:
     out = []
     for how, greedy in (("refine greedy", True), ("refine unsplit", False)):

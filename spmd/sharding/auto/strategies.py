@@ -109,3 +109,47 @@ def layouts(shape, mesh) -> list:
             continue
         out.append(Sharding(mesh, tuple(s or None for s in spec)))
     return out
+
+
+# a loop's strategies are the combinations of a layout per distinct shape of its tensors;
+# above this many, its factor strategies serve (each mesh axis on one carry), unplanned
+MAX_LOOP_STRATEGIES = 64
+
+
+def is_loop(op) -> bool:
+    """A while or scan: a body run again and again, its carries in and out."""
+    return op.attrs.get("num_carry") is not None and hasattr(op.attrs.get("body"), "ops")
+
+
+def loop_strategies(op, mesh) -> list | None:
+    """A loop's strategies: its tensors of one shape share one layout (the carries of an
+    iterative solver are laid out alike; a carry's input and result are one tensor, which
+    keeps one sharding by GSPMD's rule), every combination of those over its shapes, the
+    replicated one first; a scanned array's scanned dim whole (it is read a slice an
+    iteration). None where there are more than MAX_LOOP_STRATEGIES. (A factor assignment
+    gives each mesh axis to one factor: to one carry only.)"""
+    nc, nx = op.attrs["num_carry"], op.attrs.get("num_xs", 0)
+    tensors = list(op.operands) + list(op.results)
+    shapes = []
+    for t in tensors:
+        if t.shape not in shapes:
+            shapes.append(t.shape)
+    choices = [layouts(sh, mesh) for sh in shapes]
+    if int(np.prod([len(c) for c in choices])) > MAX_LOOP_STRATEGIES:
+        return None
+    scanned = set(range(nc, nc + nx)) if op.name == "scan" else set()
+    out, seen = [], set()
+    for combo in product(*choices):
+        by = dict(zip(shapes, combo))
+        ops_sh = tuple(_lead_whole(by[o.shape]) if i in scanned else by[o.shape] for i, o in enumerate(op.operands))
+        res_sh = tuple(_lead_whole(by[r.shape]) if j >= nc else by[r.shape] for j, r in enumerate(op.results))
+        key = tuple((s.spec, s.partial) for s in ops_sh + res_sh)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Strategy((), ops_sh, res_sh, 1))
+    return out
+
+
+def _lead_whole(s):
+    return s.replace(spec=(None,) + tuple(s.spec[1:])) if s.spec else s
