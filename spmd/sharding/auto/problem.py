@@ -216,15 +216,16 @@ def loop_seconds(op, strategies, mesh, machine, network) -> list:
     scan's length, a while's WHILE_TRIPS (its cond planned alike, once a trip too)."""
     nc, nx = op.attrs["num_carry"], op.attrs.get("num_xs", 0)
     body = op.attrs["body"]
-    scan = op.name == "scan"
-    trips = op.opdef.runs(op.attrs, "body") if scan and op.opdef.runs is not None else WHILE_TRIPS
+    # (a scan's trip count is in its attributes; a while's, with a cond graph, the data's)
+    scan = op.opdef.runs is not None
+    trips = op.opdef.runs(op.attrs, "body") if scan else WHILE_TRIPS
     ties = {k: k for k in range(nc)}
     out = []
     for st in strategies:
         ins = [_drop_lead(s) if scan and nc <= i < nc + nx else s for i, s in enumerate(st.operands)]
         outs = [None] * nc + [_drop_lead(s) for s in st.results[nc:]]
         t = _planned_seconds(body, mesh, ins, outs, machine, network, ties)
-        if not scan:
+        if "cond" in op.attrs:
             t += _planned_seconds(op.attrs["cond"], mesh, ins, [Sharding(mesh, ())], machine, network, {})
         out.append(trips * t)
     return out

@@ -137,7 +137,7 @@ def loop_strategies(op, mesh) -> list | None:
     choices = [layouts(sh, mesh) for sh in shapes]
     if int(np.prod([len(c) for c in choices])) > MAX_LOOP_STRATEGIES:
         return None
-    scanned = set(range(nc, nc + nx)) if op.name == "scan" else set()
+    scanned = set(range(nc, nc + nx))          # (a while has no xs)
     out, seen = [], set()
     for combo in product(*choices):
         by = dict(zip(shapes, combo))
