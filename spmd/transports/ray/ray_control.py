@@ -59,17 +59,32 @@ def _recv_exact(sock, view):
         got += k
 
 
-def send_message(sock, obj):
+def pack(obj, by_value=False):
+    """obj as the bytes to send: pickle's (cloudpickle's for by_value: functions of the
+    user's script, which the actor cannot import), arrays out of band."""
     bufs = []
-    data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    if by_value:
+        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    else:
+        try:
+            data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+        except Exception:        # noqa: BLE001 - e.g. a local class in a result: by value
+            bufs = []
+            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
     raws = [b.raw() for b in bufs]
     head = _HEAD.pack(len(data), len(raws)) + struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
     if len(data) + sum(r.nbytes for r in raws) <= JOIN_BYTES:
-        sock.sendall(b"".join([head, data, *raws]))
-        return
-    sock.sendall(head + data)
-    for r in raws:
-        sock.sendall(r)
+        return [b"".join([head, data, *raws])]
+    return [head + data, *raws]
+
+
+def send_message(sock, obj, by_value=False):
+    send_packed(sock, pack(obj, by_value))
+
+
+def send_packed(sock, parts):
+    for p in parts:
+        sock.sendall(p)
 
 
 def receive_message(sock):
@@ -147,8 +162,11 @@ class Channel:
     def fileno(self):
         return self.sock.fileno()
 
-    def send(self, message):
-        send_message(self.sock, message)
+    def send(self, message, by_value=False):
+        send_message(self.sock, message, by_value)
+
+    def send_packed(self, parts):
+        send_packed(self.sock, parts)
 
     def receive(self):
         """The reply to the oldest request still waited for (the replies of a run the

@@ -43,7 +43,7 @@ from ray import cloudpickle
 
 from ..communicator import collective_timeout
 from .ray_communicator import RayCommunicator
-from .ray_control import Channel, Listener
+from .ray_control import Channel, Listener, pack
 from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
 from .ray_transport import Transport
@@ -251,6 +251,7 @@ class RayRuntime(Runtime):
         self._keys = itertools.count(1)
         self._programs = weakref.WeakKeyDictionary()    # executable -> (key, its pickle)
         self._drops = Drops()
+        self._copies = weakref.WeakKeyDictionary()     # Shard -> {device: its copy there}
         self._closed = False
         atexit.register(self.shutdown)
         self._merge_timeline_at_exit()
@@ -357,7 +358,7 @@ class RayRuntime(Runtime):
             sent, errors, values = [], [], {}
             for d, ch in zip(devices, chans):
                 try:
-                    ch.send(messages[d])
+                    ch.send(messages[d], by_value=messages[d][0] == "call")
                     sent.append((d, ch))
                 except OSError as e:
                     errors.append((d, RankLost(str(e))))
@@ -411,7 +412,7 @@ class RayRuntime(Runtime):
         trace = timeline.enabled()
         # a shard of another device, read here and put: before any rank starts (that read
         # waits for its actor, which would wait in this run's first collective)
-        ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self.put(d, self._value(h)) for h in args[d]]
+        ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self._copy(d, h) for h in args[d]]
                   for d in devices}
         outs = {d: [self._drops.new(d) for _ in range(n_out)] for d in devices}
         chans = {d: self._channels[d] for d in devices}
@@ -419,12 +420,15 @@ class RayRuntime(Runtime):
             chans[d].lock.acquire()
         try:
             pending, errors = {}, []
+            # every message made before any is sent: the ranks start close together (the
+            # first waits in its first collective for the last)
+            packed = {d: pack(("run", (run_id, mesh, key, *self._ship(d, key, blob), timeout, trace,
+                                       [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
+                                       self._drops.take(d), SMALL_RESULT_BYTES)))
+                      for d in devices}
             for d in devices:
-                message = ("run", (run_id, mesh, key, *self._ship(d, key, blob), timeout, trace,
-                                   [h.sid for h in ins_of[d]], [h.sid for h in outs[d]], self._drops.take(d),
-                                   SMALL_RESULT_BYTES))
                 try:
-                    chans[d].send(message)
+                    chans[d].send_packed(packed[d])
                     pending[d] = chans[d]
                 except OSError as e:
                     errors.append((d, RankLost(str(e))))
@@ -458,9 +462,18 @@ class RayRuntime(Runtime):
             forget.append(sent.popitem(last=False)[0])
         return blob, forget
 
-    def _value(self, h):
-        """An argument that is not this device's shard: its value (put on the device)."""
-        return self.get({h.device: h})[h.device] if isinstance(h, Shard) else h
+    def _copy(self, device, h):
+        """An argument that is not device's shard, put on device. A shard of another
+        device (a replica loaded once from a checkpoint, kept by one actor) is copied
+        once: the copy lives as long as the handle it copies, and later runs read it."""
+        if not isinstance(h, Shard):
+            return self.put(device, h)
+        copies = self._copies.get(h)
+        if copies is None:
+            copies = self._copies[h] = {}
+        if device not in copies:
+            copies[device] = self.put(device, self.get({h.device: h})[h.device])
+        return copies[device]
 
     def _program(self, program):
         hit = self._programs.get(program)
@@ -528,6 +541,8 @@ class RayRuntime(Runtime):
             for d in sorted(self._dead):
                 self._actors[d] = restart_rank(RankActor, self._pg, d)
                 self._drops.forget(d)
+                for copies in list(self._copies.values()):     # copied again when next run
+                    copies.pop(d, None)
                 ch = self._channels.pop(d, None)
                 if ch is not None:
                     ch.close()
