@@ -1,28 +1,31 @@
 """RayRuntime: this process is the driver; each rank (device) is a Ray actor.
 
-The driver traces and compiles a program once (jit does, as on the local backend) and
-ships the per-device executable to the actors through the object store: `ray.put` once
-per program, each actor fetches it on first use and keeps it (by key) for later runs.
-Arguments and results stay in the actors' memory (transports/ray/ray_shards.py): a
-handle is a `Shard`, the driver's name for one device's shard in its actor. A run is
-one actor call per rank, carrying the numbers of its input shards and those its outputs
-are to be kept under (chosen by the driver), and returning only its success; reading
-an Array (`all_shards`) is one `fetch` call per actor.
+The driver traces and compiles a program once (jit does, as on the local backend).
+Every call to an actor after the set-up goes on the driver's own TCP line to it
+(transports/ray/ray_control.py), not through Ray: in order, one at a time, each answered
+on the same line. Arguments and results stay in the actors' memory
+(transports/ray/ray_shards.py): a handle is a `Shard`, the driver's name for one
+device's shard in its actor. A run is one message per rank, carrying the program's
+pickle the first time that actor runs it, the numbers of its input shards and those its
+outputs are to be kept under (chosen by the driver), and small puts; the reply carries
+the results of up to SMALL_RESULT_BYTES (a loss: reading it needs nothing more) and what
+the program printed. Reading a bigger result is one `fetch` per actor.
 
-Actors are placed by a placement group, one bundle per rank (transports/ray/ray_placement.py). Each has
-a run thread (one program at a time) and a few message threads (`abort`, `where`). The
-collectives do not go through Ray: each actor has a Transport (transports/ray/ray_communicator.py: TCP
-links to every other actor, shared memory with those of its host), set up once when the
-actors start (`open_links` on every actor, then `connect_links` with every address) and
-again whenever an actor is replaced; its threads fill the actor's Mailbox.
+Actors are placed by a placement group, one bundle per rank (transports/ray/ray_placement.py).
+Each answers the driver's line on a thread of its own, and Ray's calls on a few message
+threads (`abort`, `where`, which answer while a program runs). The collectives do not
+go through Ray either: each actor has a Transport (transports/ray/ray_communicator.py:
+TCP links to every other actor, shared memory with those of its host), set up once when
+the actors start (`open_links` on every actor, then `connect_links` with every address)
+and again whenever an actor is replaced; its threads fill the actor's Mailbox.
 
-Failure: the driver waits for every rank's run. The first rank to fail (its program
-raised, or its actor died) makes the driver abort the others' run, which wakes them out
-of any collective; `run` then raises that rank's exception with its rank and its remote
-traceback (a died actor: CollectiveError naming the rank). A rank still busy 2 s after
-the abort is killed. Dead actors are replaced, in their bundle, at the next run; the
-shards a dead actor held are lost with it (a handle to one fails naming its rank; a
-checkpoint restores them).
+Failure: the driver waits for every rank's reply. The first rank to fail (its program
+raised, or its actor died: its line closed) makes the driver abort the others' run,
+which wakes them out of any collective; `run` then raises that rank's exception with its
+rank and its remote traceback (a died actor: CollectiveError naming the rank), after
+printing what every rank printed. A rank still busy 2 s after the abort is killed. Dead
+actors are replaced, in their bundle, at the next call; the shards a dead actor held
+are lost with it (a handle to one fails naming its rank; a checkpoint restores them).
 process_index() is 0 and process_count() 1: only the driver runs the user's script.
 """
 from __future__ import annotations
