@@ -493,15 +493,21 @@ class RayRuntime(Runtime):
         if errors:
             self._abort(pending, run_id, _reason(*errors[0]))
         by_fd = {ch.fileno(): d for d, ch in pending.items()}
+        # poll, not select: a driver with many files open has descriptors past select's 1024
+        poller = select.poll()
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
         try:
             while pending:
                 left = 1.0 if first is None else GRACE_SECONDS - (time.monotonic() - first)
                 if left <= 0:
                     break
-                ready, _, _ = select.select([pending[d] for d in sorted(pending)], [], [], left)
-                for ch in ready:
-                    d = by_fd[ch.fileno()]
-                    del pending[d]
+                for fd, _ in poller.poll(left * 1000):
+                    d = by_fd[fd]
+                    if d not in pending:
+                        continue
+                    poller.unregister(fd)
+                    ch = pending.pop(d)
                     try:
                         reply = ch.receive()
                     except (OSError, EOFError) as e:
@@ -527,6 +533,8 @@ class RayRuntime(Runtime):
         for d in pending:                        # still busy after the abort: replace it
             ray.kill(self._actors[d])
             self._lose(d)
+            errors.append((d, RankLost(f"it did not answer within {GRACE_SECONDS:g} s of the abort, and was "
+                                       f"killed")))
 
     def _abort(self, devices, run_id, reason):
         for d in devices:
@@ -608,12 +616,14 @@ def _first_line(exc):
 def _first_error(errors, hosts=None):
     """The exception that caused the failure, labelled with its rank (and its host, when
     the ranks run on several: `hosts`, rank -> host name); ranks that only failed because
-    another one did (CollectiveError) come last, as on the local runtime. errors:
-    [(device, RankFailed or RankLost)]."""
+    another one did (CollectiveError) come last, as on the local runtime, after those whose
+    actor died (its peers then fail for want of it). errors: [(device, RankFailed or
+    RankLost)]."""
     def root(e):
         return isinstance(e, RankFailed) and not isinstance(e.cause, CollectiveError)
     roots = [(d, e) for d, e in errors if root(e)]
-    d, e = (roots or errors)[0]
+    lost = [(d, e) for d, e in errors if isinstance(e, RankLost)]
+    d, e = (roots or lost or errors)[0]
     label = f"rank {d}"
     if hosts and len(set(hosts.values())) > 1 and d in hosts:
         label += f" on host {hosts[d]}"
