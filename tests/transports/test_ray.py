@@ -386,6 +386,21 @@ def test_a_replica_loaded_once_is_copied_to_the_other_ranks_once(cluster, tmp_pa
     assert messages["ops"] == ["run"] * 4           # no fetch of the replica, no put (the result is small)
 
 
+def test_the_error_raised_names_the_cause_first():
+    """A rank's own exception before a dead actor, a dead actor before the peers that
+    failed for want of it (their CollectiveError), whatever order the replies came in."""
+    from spmd.transports.ray.ray_runtime import RankFailed, RankLost, _first_error
+    peer = RankFailed(CollectiveError("all_reduce: rank 2 is lost"), "CollectiveError: lost", "tb")
+    err = _first_error([(0, peer), (2, RankLost("the connection was closed")), (1, peer)])
+    assert isinstance(err, CollectiveError) and str(err).startswith("rank 2 died")
+    own = RankFailed(ValueError("bad input"), "ValueError: bad input", "Traceback: here")
+    err = _first_error([(0, peer), (2, RankLost("closed")), (3, own)], hosts={0: "a", 2: "b", 3: "b"})
+    assert isinstance(err, ValueError) and "raised on rank 3 on host b" in "\n".join(err.__notes__)
+    assert "Traceback: here" in "\n".join(err.__notes__)
+    err = _first_error([(1, RankFailed(None, "Weird: cannot travel", "Traceback: there"))])
+    assert isinstance(err, spmd.SpmdError) and "rank 1 failed on the ray runtime: Weird: cannot travel" in str(err)
+
+
 def test_mlp_same_losses_as_local(cluster):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     try:
