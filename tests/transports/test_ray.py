@@ -386,6 +386,70 @@ def test_a_replica_loaded_once_is_copied_to_the_other_ranks_once(cluster, tmp_pa
     assert messages["ops"] == ["run"] * 4           # no fetch of the replica, no put (the result is small)
 
 
+class _Compiled:
+    """Marks a test program as compiled (a graph with no print): the runtime does not
+    wait for its run."""
+    graph = type("Graph", (), {"ops": []})()
+
+
+class _SlowSum(_Compiled):
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        time.sleep(1.0)
+        return [comm.all_reduce(np.full(2, float(comm.rank)), "x")]
+
+
+class _RaiseOnRank2Later(_Compiled):
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        if comm.rank == 2:
+            raise ValueError("boom, read later")
+        return [comm.all_reduce(np.ones(2), "x")]
+
+
+def test_a_run_returns_before_its_ranks_end_and_a_read_waits_for_it(cluster):
+    _, rt = cluster
+    mesh = spmd.Mesh((4,), ("x",))
+    t0 = time.monotonic()
+    out = rt.run(_SlowSum(), mesh, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 0.5, "the driver waited for the ranks"
+    got = rt.get({d: out[d][0] for d in range(4)})
+    assert time.monotonic() - t0 >= 1.0
+    assert all(np.array_equal(v, np.full(2, 6.0)) for v in got.values())
+
+
+def test_a_failed_run_raises_its_ranks_error_at_the_next_call(cluster, monkeypatch):
+    """Not when it is sent: at the next read, or the next run (which is then not sent)."""
+    _, rt = cluster
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    mesh = spmd.Mesh((4,), ("x",))
+    out = rt.run(_RaiseOnRank2Later(), mesh, {d: [] for d in range(4)})
+    with pytest.raises(ValueError, match="boom, read later") as e:
+        rt.get({0: out[0][0]})
+    assert "raised on rank 2" in "\n".join(e.value.__notes__)
+    rt.run(_RaiseOnRank2Later(), mesh, {d: [] for d in range(4)})
+    with pytest.raises(ValueError, match="boom, read later"):
+        rt.run(_SlowSum(), mesh, {d: [] for d in range(4)})
+    rt.wait()                                   # raised once: nothing in flight now
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)), mesh)
+    assert all(int(v[0]) > 0 for v in got.values())
+
+
+def test_a_step_that_prints_is_waited_for_so_its_lines_come_first(cluster, capsys):
+    mesh = spmd.Mesh((4,), ("x",))
+
+    def step(v):
+        spmd.debug.print("total {}", v.sum())
+        return v + 1
+    f = spmd.jit(step, in_shardings=mesh.sharding("x"))
+    f(np.arange(8.0))
+    print("after the step")
+    out = capsys.readouterr().out
+    assert out.index("total 28.0") < out.index("after the step"), out
+
+
 def test_the_error_raised_names_the_cause_first():
     """A rank's own exception before a dead actor, a dead actor before the peers that
     failed for want of it (their CollectiveError), whatever order the replies came in."""

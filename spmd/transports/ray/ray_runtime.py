@@ -19,11 +19,19 @@ TCP links to every other actor, shared memory with those of its host), set up on
 the actors start (`open_links` on every actor, then `connect_links` with every address)
 and again whenever an actor is replaced; its threads fill the actor's Mailbox.
 
+A run of a compiled program that does not print is not waited for: `run` returns its
+handles once it is sent, and the driver goes on (as JAX's dispatch does) while the ranks
+run; the next call to the runtime (a read, a run, call_on) first waits for it, so a run
+never starts on a rank before the last one ended on every rank. A program that prints
+(spmd.debug.print) is waited for at once: its lines come before what the script prints
+next.
+
 Failure: the driver waits for every rank's reply. The first rank to fail (its program
 raised, or its actor died: its line closed) makes the driver abort the others' run,
-which wakes them out of any collective; `run` then raises that rank's exception with its
-rank and its remote traceback (a died actor: CollectiveError naming the rank), after
-printing what every rank printed. A rank still busy 2 s after the abort is killed. Dead
+which wakes them out of any collective; the wait then raises that rank's exception with
+its rank and its remote traceback (a died actor: CollectiveError naming the rank), after
+printing what every rank printed: at the next read or call when the run was not waited
+for (the next run is then not sent). A rank still busy 2 s after the abort is killed. Dead
 actors are replaced, in their bundle, at the next call; the shards a dead actor held
 are lost with it (a handle to one fails naming its rank; a checkpoint restores them).
 process_index() is 0 and process_count() 1: only the driver runs the user's script.
@@ -51,6 +59,7 @@ from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
 from .ray_transport import Transport
 from ...errors import CollectiveError, ShardingError, SpmdError
+from ...ir.ops.names import DEBUG_PRINT
 from ...tools import timeline
 from ...runtime.backend import Runtime
 
@@ -198,6 +207,27 @@ class RankActor:
         return values
 
 
+def _silent(program) -> bool:
+    """A compiled program (it has a graph) with no spmd.debug.print, loop bodies too;
+    remembered on the program."""
+    graph = getattr(program, "graph", None)
+    if graph is None:
+        return False
+    got = program.__dict__.get("_spmd_ray_silent")
+    if got is None:
+        got = program.__dict__["_spmd_ray_silent"] = not _prints(graph)
+    return got
+
+
+def _prints(graph) -> bool:
+    for op in graph.ops:
+        if op.opdef.name == DEBUG_PRINT:
+            return True
+        if any(_prints(op.attrs[k]) for k in op.opdef.subgraphs if op.attrs.get(k) is not None):
+            return True
+    return False
+
+
 def error_reply(exc, printed):
     """("err", the exception if it pickles else None, its type and message, its
     traceback's text, what the program printed)."""
@@ -247,6 +277,10 @@ class RayRuntime(Runtime):
         self._pg, self._actors = place_ranks(RankActor, self._n)
         self._dead = set()
         self._revive_lock = threading.Lock()
+        # the run sent and not yet waited for, and the order of runs and requests: each
+        # waits for it first (its replies are the next ones on the ranks' lines)
+        self._inflight = None
+        self._order = threading.RLock()
         self._channels = {}
         self._sent = {}                                  # device -> program keys its actor has
         self._setup()
@@ -303,6 +337,7 @@ class RayRuntime(Runtime):
         return shard
 
     def get(self, handles):
+        self._finish()
         self._revive()
         got, need = {}, {}
         for d, h in handles.items():
@@ -325,6 +360,7 @@ class RayRuntime(Runtime):
     remote_io = True
 
     def call_on(self, device, fn, *args, keep=False):
+        self._finish()
         self._revive()
         args = [self._held(device, a) for a in args]
         shard = self._drops.new(device) if keep else None
@@ -354,9 +390,13 @@ class RayRuntime(Runtime):
         """{device: message} -> {device: reply value}: every message sent, then every
         reply read; a failed one raised as spmd's error, naming its rank."""
         devices = sorted(messages)
-        chans = [self._channels[d] for d in devices]
-        for ch in chans:                     # in rank order: no two callers wait on each other
-            ch.lock.acquire()
+        with self._order:
+            # no run's replies before this request's on its lines: the run in flight is
+            # waited for first, and no run is sent while this holds the lines
+            self._finish()
+            chans = [self._channels[d] for d in devices]
+            for ch in chans:                     # in rank order: no two callers wait on each other
+                ch.lock.acquire()
         try:
             sent, errors, values = [], [], {}
             for d, ch in zip(devices, chans):
@@ -407,39 +447,71 @@ class RayRuntime(Runtime):
         missing = [d for d in devices if d not in args]
         if missing:
             raise SpmdError(f"ray runtime: no inputs for device(s) {missing} of {mesh.text()}")
-        self._revive()
-        key, blob = self._program(program)
-        n_out = program.num_outputs      # each rank's results are asked for before it runs
-        run_id = next(self._run_ids)
-        timeout = collective_timeout()
-        trace = timeline.enabled()
-        # a shard of another device, read here and put: before any rank starts (that read
-        # waits for its actor, which would wait in this run's first collective)
-        ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self._copy(d, h) for h in args[d]]
-                  for d in devices}
-        outs = {d: [self._drops.new(d) for _ in range(n_out)] for d in devices}
-        chans = {d: self._channels[d] for d in devices}
-        for d in devices:                   # in rank order: no two callers wait on each other
-            chans[d].lock.acquire()
-        try:
-            pending, errors = {}, []
-            # every message made before any is sent: the ranks start close together (the
-            # first waits in its first collective for the last)
-            packed = {d: pack(("run", (run_id, mesh, key, *self._ship(d, key, blob), timeout, trace,
-                                       [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
-                                       self._drops.take(d), SMALL_RESULT_BYTES)))
+        with self._order:
+            # the run before this one first: its error (if it failed) is raised here, and
+            # this one is not sent; every rank has ended it before any starts this one
+            # (their shared memory of a run is reused by the next)
+            self._finish()
+            self._revive()
+            key, blob = self._program(program)
+            n_out = program.num_outputs      # each rank's results are asked for before it runs
+            run_id = next(self._run_ids)
+            timeout = collective_timeout()
+            trace = timeline.enabled()
+            # a shard of another device, read here and put: before any rank starts (that read
+            # waits for its actor, which would wait in this run's first collective)
+            ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self._copy(d, h) for h in args[d]]
                       for d in devices}
-            for d in devices:
-                try:
-                    chans[d].send_packed(packed[d])
-                    pending[d] = chans[d]
-                except OSError as e:
-                    errors.append((d, RankLost(str(e))))
+            outs = {d: [self._drops.new(d) for _ in range(n_out)] for d in devices}
+            chans = {d: self._channels[d] for d in devices}
+            for d in devices:                   # in rank order: no two callers wait on each other
+                chans[d].lock.acquire()
+            try:
+                pending, errors = {}, []
+                # every message made before any is sent: the ranks start close together (the
+                # first waits in its first collective for the last)
+                packed = {d: pack(("run", (run_id, mesh, key, *self._ship(d, key, blob), timeout, trace,
+                                           [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
+                                           self._drops.take(d), SMALL_RESULT_BYTES)))
+                          for d in devices}
+                for d in devices:
+                    try:
+                        chans[d].send_packed(packed[d])
+                        pending[d] = chans[d]
+                    except OSError as e:
+                        errors.append((d, RankLost(str(e))))
+            finally:
+                for d in devices:
+                    chans[d].lock.release()
+            # not waited for here: the driver goes on (tracing, placing the next step's
+            # arguments) while the ranks run; reading a result, or the next call, waits.
+            # Waited for at once: a program that prints (its lines come before what the
+            # script prints next), and one that is not a compiled program (a runtime test's)
+            self._inflight = (run_id, chans, outs, pending, errors)
+            if errors or not _silent(program):
+                self._finish()
+        return outs
+
+    def wait(self):
+        """Wait until the run sent last has ended on every rank; raise its failure."""
+        self._finish()
+
+    def _finish(self):
+        """Wait for the run in flight (if any): its small results into its output handles,
+        what its ranks printed to stdout, its failure raised (once)."""
+        with self._order:
+            inflight, self._inflight = self._inflight, None
+            if inflight is None:
+                return
+            run_id, chans, outs, pending, errors = inflight
             printed, values = {}, {}
-            self._wait(pending, run_id, printed, values, errors)
-        finally:
-            for d in devices:
-                chans[d].lock.release()
+            for d in sorted(chans):
+                chans[d].lock.acquire()
+            try:
+                self._wait(pending, run_id, printed, values, errors)
+            finally:
+                for d in sorted(chans):
+                    chans[d].lock.release()
         for d in sorted(printed):           # the program's prints, here, in rank order
             sys.stdout.write("".join(printed[d]))
         sys.stdout.flush()
@@ -450,7 +522,6 @@ class RayRuntime(Runtime):
                 v = np.asarray(v)
                 v.flags.writeable = False      # read as often as asked: nobody may change it
                 outs[d][i].value = v
-        return outs
 
     def _ship(self, device, key, blob):
         """(the program's pickle if device's actor has not got it, else None; the keys it
@@ -584,6 +655,11 @@ class RayRuntime(Runtime):
     def shutdown(self):
         if getattr(self, "_closed", True):
             return
+        try:
+            self._finish()
+        except Exception as e:     # noqa: BLE001 - the script ended without reading it
+            sys.stderr.write(f"spmd: the last run on the ray runtime failed, and nothing read its results: "
+                             f"{type(e).__name__}: {e}\n")
         self._collect_trace()
         self._closed = True
         for ch in self._channels.values():
