@@ -208,15 +208,9 @@ class RankActor:
 
 
 def _silent(program) -> bool:
-    """A compiled program (it has a graph) with no spmd.debug.print, loop bodies too;
-    remembered on the program."""
+    """A compiled program (it has a graph) with no spmd.debug.print, loop bodies too."""
     graph = getattr(program, "graph", None)
-    if graph is None:
-        return False
-    got = program.__dict__.get("_spmd_ray_silent")
-    if got is None:
-        got = program.__dict__["_spmd_ray_silent"] = not _prints(graph)
-    return got
+    return graph is not None and not _prints(graph)
 
 
 def _prints(graph) -> bool:
@@ -286,7 +280,7 @@ class RayRuntime(Runtime):
         self._setup()
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
-        self._programs = weakref.WeakKeyDictionary()    # executable -> (key, its pickle)
+        self._programs = weakref.WeakKeyDictionary()    # executable -> (key, its pickle, silent)
         self._drops = Drops()
         self._copies = weakref.WeakKeyDictionary()     # Shard -> {device: its copy there}
         self._closed = False
@@ -453,7 +447,7 @@ class RayRuntime(Runtime):
             # (their shared memory of a run is reused by the next)
             self._finish()
             self._revive()
-            key, blob = self._program(program)
+            key, blob, silent = self._program(program)
             n_out = program.num_outputs      # each rank's results are asked for before it runs
             run_id = next(self._run_ids)
             timeout = collective_timeout()
@@ -488,7 +482,7 @@ class RayRuntime(Runtime):
             # Waited for at once: a program that prints (its lines come before what the
             # script prints next), and one that is not a compiled program (a runtime test's)
             self._inflight = (run_id, chans, outs, pending, errors)
-            if errors or not _silent(program):
+            if errors or not silent:
                 self._finish()
         return outs
 
@@ -550,9 +544,11 @@ class RayRuntime(Runtime):
         return copies[device]
 
     def _program(self, program):
+        """(its key, its pickle, whether a run of it may go unwaited for: _silent)."""
         hit = self._programs.get(program)
         if hit is None:
-            hit = self._programs[program] = (next(self._keys), cloudpickle.dumps(program, protocol=5))
+            hit = self._programs[program] = (next(self._keys), cloudpickle.dumps(program, protocol=5),
+                                             _silent(program))
         return hit
 
     def _wait(self, pending, run_id, printed, values, errors):
