@@ -178,7 +178,10 @@ class RankActor:
             self.programs.pop(k, None)
         if blob is not None:
             self.programs[key] = pickle.loads(blob)
-        program = self.programs[key]
+        program = self.programs.get(key)
+        if program is None:
+            raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
+                            f"first run (that run's error said why)")
         self.mailbox.start(run_id)
         self.transport.new_run()
         _trace_in_actor(trace)
