@@ -267,6 +267,204 @@ def test_checkpoint_round_trip_from_the_actors(cluster, tmp_path):
     assert got["step"] == 3
 
 
+@pytest.fixture
+def messages(monkeypatch):
+    """The operations the driver sends to the actors from now on ("run", "fetch", ...),
+    and how often it waited on Ray itself (ray.get)."""
+    from spmd.transports.ray.ray_control import Channel
+    sent = {"ops": [], "ray.get": 0}
+    send, send_packed, get = Channel.send, Channel.send_packed, ray.get
+
+    def counted_send(self, message, by_value=False):
+        sent["ops"].append(message[0])
+        return send(self, message, by_value)
+
+    def counted_packed(self, parts):
+        sent["ops"].append("run")              # runs go packed, made before any is sent
+        return send_packed(self, parts)
+
+    def counted_get(*a, **k):
+        sent["ray.get"] += 1
+        return get(*a, **k)
+    monkeypatch.setattr(Channel, "send", counted_send)
+    monkeypatch.setattr(Channel, "send_packed", counted_packed)
+    monkeypatch.setattr(ray, "get", counted_get)
+    return sent
+
+
+def test_a_step_is_one_message_per_rank_and_its_loss_comes_with_the_reply(cluster, messages):
+    """A jitted step: one message to each rank, nothing through Ray; its scalar result is
+    read with no further message; a big result is read with one fetch per rank."""
+    mesh = spmd.Mesh((4,), ("x",))
+    x = np.arange(1 << 16, dtype=np.float64) / 7          # 128 KB a shard: stays in the actors
+    f = spmd.jit(lambda v: ((v * v).sum(), v * 2), in_shardings=mesh.sharding("x"))
+    a = spmd.device_put(x, mesh.sharding("x"))
+    f(a)                                                   # compiled, and shipped to the actors
+    messages["ops"].clear()
+    loss, b = f(a)
+    assert messages["ops"] == ["run"] * 4
+    np.testing.assert_allclose(float(loss), (x * x).sum(), rtol=1e-12)
+    assert messages["ops"] == ["run"] * 4, "reading the loss sent a message"
+    np.testing.assert_array_equal(b.numpy(), x * 2)
+    assert sorted(messages["ops"][4:]) == ["fetch"] * 4
+    assert messages["ray.get"] == 0
+
+
+def test_many_steps_in_a_row_keep_every_result_right(cluster):
+    """Forty steps, their small results read only after the last one: each is that
+    step's value (numpy's), and so is the state the steps carried along."""
+    mesh = spmd.Mesh((4,), ("x",))
+    step = spmd.jit(lambda v: (v * 0.5 + 1, (v * v).sum(), v[:3] * 1), in_shardings=mesh.sharding("x"))
+    u = spmd.device_put(np.arange(64.0), mesh.sharding("x"))
+    w, got, want = np.arange(64.0), [], []
+    for _ in range(40):
+        want.append(((w * w).sum(), w[:3].copy()))
+        u, s, head = step(u)
+        got.append((s, head))
+        w = w * 0.5 + 1
+    for (s, head), (ws, wh) in zip(got, want):
+        np.testing.assert_allclose(float(s), ws, rtol=1e-13)      # summed in another order
+        np.testing.assert_array_equal(head.numpy(), wh)
+    np.testing.assert_array_equal(u.numpy(), w)
+
+
+class _PrintThenRaiseOnRank2:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        comm.output.append(f"rank {comm.rank} was here\n")
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == 2:
+            raise ValueError("boom after printing")
+        return [comm.all_reduce(x, "x")]
+
+
+def test_what_every_rank_printed_is_shown_when_one_fails(cluster, capsys):
+    _, rt = cluster
+    with pytest.raises(ValueError, match="boom after printing"):
+        rt.run(_PrintThenRaiseOnRank2(), spmd.Mesh((4,), ("x",)), {d: [] for d in range(4)})
+    out = capsys.readouterr().out
+    assert [f"rank {r} was here" for r in range(4)] == [line for line in out.splitlines() if "was here" in line]
+
+
+class _Unpicklable(Exception):
+    def __init__(self):
+        super().__init__("cannot travel")
+        import threading
+        self.lock = threading.Lock()
+
+
+class _RaiseUnpicklableOnRank1:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        if comm.rank == 1:
+            raise _Unpicklable()
+        return [comm.all_reduce(np.ones(2), "x")]
+
+
+def test_an_error_that_does_not_pickle_comes_as_text_naming_its_rank(cluster):
+    _, rt = cluster
+    with pytest.raises(spmd.SpmdError, match=r"(?s)rank 1 failed on the ray runtime: _Unpicklable: cannot "
+                                             r"travel.*raise _Unpicklable\(\)"):
+        rt.run(_RaiseUnpicklableOnRank1(), spmd.Mesh((4,), ("x",)), {d: [] for d in range(4)})
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)), spmd.Mesh((4,), ("x",)))
+    assert all(int(v[0]) > 0 for v in got.values())          # the runtime is still usable
+
+
+def test_a_replica_loaded_once_is_copied_to_the_other_ranks_once(cluster, tmp_path, messages):
+    """A checkpoint loads a replicated shard on one actor; the first run copies it to
+    the ranks that need it, later runs read their copies (no fetch)."""
+    mesh = spmd.Mesh((2, 2), ("data", "model"))
+    x = np.arange(300 * 200, dtype=np.float32).reshape(300, 200)
+    spmd.save(str(tmp_path / "ck"), {"a": x})
+    a = spmd.load(str(tmp_path / "ck"), {"a": mesh.sharding("data", None)})["a"]
+    f = spmd.jit(lambda v: v.sum(axis=1), in_shardings=mesh.sharding("data", None))
+    np.testing.assert_allclose(f(a).numpy(), x.sum(axis=1), rtol=1e-5)
+    messages["ops"].clear()
+    np.testing.assert_allclose(f(a).numpy(), x.sum(axis=1), rtol=1e-5)
+    assert messages["ops"] == ["run"] * 4           # no fetch of the replica, no put (the result is small)
+
+
+class _Compiled:
+    """Marks a test program as compiled (a graph with no print): the runtime does not
+    wait for its run."""
+    graph = type("Graph", (), {"ops": []})()
+
+
+class _SlowSum(_Compiled):
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        time.sleep(1.0)
+        return [comm.all_reduce(np.full(2, float(comm.rank)), "x")]
+
+
+class _RaiseOnRank2Later(_Compiled):
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        if comm.rank == 2:
+            raise ValueError("boom, read later")
+        return [comm.all_reduce(np.ones(2), "x")]
+
+
+def test_a_run_returns_before_its_ranks_end_and_a_read_waits_for_it(cluster):
+    _, rt = cluster
+    mesh = spmd.Mesh((4,), ("x",))
+    t0 = time.monotonic()
+    out = rt.run(_SlowSum(), mesh, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 0.5, "the driver waited for the ranks"
+    got = rt.get({d: out[d][0] for d in range(4)})
+    assert time.monotonic() - t0 >= 1.0
+    assert all(np.array_equal(v, np.full(2, 6.0)) for v in got.values())
+
+
+def test_a_failed_run_raises_its_ranks_error_at_the_next_call(cluster, monkeypatch):
+    """Not when it is sent: at the next read, or the next run (which is then not sent)."""
+    _, rt = cluster
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    mesh = spmd.Mesh((4,), ("x",))
+    out = rt.run(_RaiseOnRank2Later(), mesh, {d: [] for d in range(4)})
+    with pytest.raises(ValueError, match="boom, read later") as e:
+        rt.get({0: out[0][0]})
+    assert "raised on rank 2" in "\n".join(e.value.__notes__)
+    rt.run(_RaiseOnRank2Later(), mesh, {d: [] for d in range(4)})
+    with pytest.raises(ValueError, match="boom, read later"):
+        rt.run(_SlowSum(), mesh, {d: [] for d in range(4)})
+    rt.wait()                                   # raised once: nothing in flight now
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)), mesh)
+    assert all(int(v[0]) > 0 for v in got.values())
+
+
+def test_a_step_that_prints_is_waited_for_so_its_lines_come_first(cluster, capsys):
+    mesh = spmd.Mesh((4,), ("x",))
+
+    def step(v):
+        spmd.debug.print("total {}", v.sum())
+        return v + 1
+    f = spmd.jit(step, in_shardings=mesh.sharding("x"))
+    f(np.arange(8.0))
+    print("after the step")
+    out = capsys.readouterr().out
+    assert out.index("total 28.0") < out.index("after the step"), out
+
+
+def test_the_error_raised_names_the_cause_first():
+    """A rank's own exception before a dead actor, a dead actor before the peers that
+    failed for want of it (their CollectiveError), whatever order the replies came in."""
+    from spmd.transports.ray.ray_runtime import RankFailed, RankLost, _first_error
+    peer = RankFailed(CollectiveError("all_reduce: rank 2 is lost"), "CollectiveError: lost", "tb")
+    err = _first_error([(0, peer), (2, RankLost("the connection was closed")), (1, peer)])
+    assert isinstance(err, CollectiveError) and str(err).startswith("rank 2 died")
+    own = RankFailed(ValueError("bad input"), "ValueError: bad input", "Traceback: here")
+    err = _first_error([(0, peer), (2, RankLost("closed")), (3, own)], hosts={0: "a", 2: "b", 3: "b"})
+    assert isinstance(err, ValueError) and "raised on rank 3 on host b" in "\n".join(err.__notes__)
+    assert "Traceback: here" in "\n".join(err.__notes__)
+    err = _first_error([(1, RankFailed(None, "Weird: cannot travel", "Traceback: there"))])
+    assert isinstance(err, spmd.SpmdError) and "rank 1 failed on the ray runtime: Weird: cannot travel" in str(err)
+
+
 def test_mlp_same_losses_as_local(cluster):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     try:

@@ -152,7 +152,7 @@ def test_a_cut_link_fails_the_run_within_the_heartbeat_timeout_naming_the_host(r
         failed = [x for x in lines if x.startswith("FAILED")]
         at = [float(x.split()[1]) for x in lines if x.startswith("AT")]
         assert failed and at, "".join(lines)[-5000:]
-        assert re.search(r"rank [23] .*host h2", failed[0]), failed[0]
+        assert re.search(r"rank \d .*host h2", failed[0]), failed[0]      # (Ray's placement picks which)
         assert at[0] - cut_at < HEARTBEAT + 6, (at[0] - cut_at, failed[0])
     finally:
         bed.heal("h2")

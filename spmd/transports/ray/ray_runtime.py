@@ -1,28 +1,39 @@
 """RayRuntime: this process is the driver; each rank (device) is a Ray actor.
 
-The driver traces and compiles a program once (jit does, as on the local backend) and
-ships the per-device executable to the actors through the object store: `ray.put` once
-per program, each actor fetches it on first use and keeps it (by key) for later runs.
-Arguments and results stay in the actors' memory (transports/ray/ray_shards.py): a
-handle is a `Shard`, the driver's name for one device's shard in its actor. A run is
-one actor call per rank, carrying the numbers of its input shards and those its outputs
-are to be kept under (chosen by the driver), and returning only its success; reading
-an Array (`all_shards`) is one `fetch` call per actor.
+The driver traces and compiles a program once (jit does, as on the local backend).
+Every call to an actor after the set-up goes on the driver's own TCP line to it
+(transports/ray/ray_control.py), not through Ray: in order, one at a time, each answered
+on the same line. Arguments and results stay in the actors' memory
+(transports/ray/ray_shards.py): a handle is a `Shard`, the driver's name for one
+device's shard in its actor. A run is one message per rank, carrying the program's
+pickle the first time that actor runs it, the numbers of its input shards and those its
+outputs are to be kept under (chosen by the driver), and small puts; the reply carries
+the results of up to SMALL_RESULT_BYTES (a loss: reading it needs nothing more) and what
+the program printed. Reading a bigger result is one `fetch` per actor.
 
-Actors are placed by a placement group, one bundle per rank (transports/ray/ray_placement.py). Each has
-a run thread (one program at a time) and a few message threads (`abort`, `where`). The
-collectives do not go through Ray: each actor has a Transport (transports/ray/ray_communicator.py: TCP
-links to every other actor, shared memory with those of its host), set up once when the
-actors start (`open_links` on every actor, then `connect_links` with every address) and
-again whenever an actor is replaced; its threads fill the actor's Mailbox.
+Actors are placed by a placement group, one bundle per rank (transports/ray/ray_placement.py).
+Each answers the driver's line on a thread of its own, and Ray's calls on a few message
+threads (`abort`, `where`, which answer while a program runs). The collectives do not
+go through Ray either: each actor has a Transport (transports/ray/ray_communicator.py:
+TCP links to every other actor, shared memory with those of its host), set up once when
+the actors start (`open_links` on every actor, then `connect_links` with every address)
+and again whenever an actor is replaced; its threads fill the actor's Mailbox.
 
-Failure: the driver waits for every rank's run. The first rank to fail (its program
-raised, or its actor died) makes the driver abort the others' run, which wakes them out
-of any collective; `run` then raises that rank's exception with its rank and its remote
-traceback (a died actor: CollectiveError naming the rank). A rank still busy 2 s after
-the abort is killed. Dead actors are replaced, in their bundle, at the next run; the
-shards a dead actor held are lost with it (a handle to one fails naming its rank; a
-checkpoint restores them).
+A run of a compiled program that does not print is not waited for: `run` returns its
+handles once it is sent, and the driver goes on (as JAX's dispatch does) while the ranks
+run; the next call to the runtime (a read, a run, call_on) first waits for it, so a run
+never starts on a rank before the last one ended on every rank. A program that prints
+(spmd.debug.print) is waited for at once: its lines come before what the script prints
+next.
+
+Failure: the driver waits for every rank's reply. The first rank to fail (its program
+raised, or its actor died: its line closed) makes the driver abort the others' run,
+which wakes them out of any collective; the wait then raises that rank's exception with
+its rank and its remote traceback (a died actor: CollectiveError naming the rank), after
+printing what every rank printed: at the next read or call when the run was not waited
+for (the next run is then not sent). A rank still busy 2 s after the abort is killed. Dead
+actors are replaced, in their bundle, at the next call; the shards a dead actor held
+are lost with it (a handle to one fails naming its rank; a checkpoint restores them).
 process_index() is 0 and process_count() 1: only the driver runs the user's script.
 """
 from __future__ import annotations
@@ -30,7 +41,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import pickle
-import re
+import select
 import sys
 import threading
 import time
@@ -39,13 +50,16 @@ from collections import OrderedDict
 
 import numpy as np
 import ray
+from ray import cloudpickle
 
 from ..communicator import collective_timeout
 from .ray_communicator import RayCommunicator
+from .ray_control import Channel, Listener, pack
 from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
 from .ray_transport import Transport
 from ...errors import CollectiveError, ShardingError, SpmdError
+from ...ir.ops.names import DEBUG_PRINT
 from ...tools import timeline
 from ...runtime.backend import Runtime
 
@@ -59,32 +73,58 @@ FIRST_WAIT_SECONDS = 0.2
 # a put of up to this size goes inside the next call to its actor (Drops.later), not
 # through the object store and a call of its own
 INLINE_BYTES = 256 << 10
+# a run's results of up to this size come back with its reply (a loss, a norm), so
+# reading them costs nothing more; they stay in the actor too, for the next run
+SMALL_RESULT_BYTES = 8 << 10
 
 
 @ray.remote(concurrency_groups={"mail": MAIL_THREADS})
 class RankActor:
-    """One rank. `run` runs on the default group (one at a time); the rest on "mail"."""
+    """One rank. The driver's messages (transports/ray/ray_control.py) run on the control
+    thread, one at a time, in the order sent: `store`, `fetch`, `drop`, `call`, `run`,
+    `held`. Ray's calls are for the set-up (default group) and for what must answer while
+    a program runs ("mail": `abort`, `where`, `take_trace`)."""
 
     def __init__(self, rank):
         self.rank = rank
         self.mailbox = Mailbox()
         self.transport = None
-        self.programs = OrderedDict()       # key -> executable, most recent last
+        self.listener = None
+        self.programs = {}                  # key -> executable (the driver says which to forget)
         self.shards = ShardTable(rank)
+        self.printed = ()
 
     def __repr__(self):                      # Ray prefixes the actor's output with this
         return f"rank {self.rank}"
 
     def open_links(self):
-        """A new Transport (the old one closed): its address for the peers."""
+        """A new Transport (the old one closed): its address for the peers, and the
+        address of this actor's control line for the driver."""
         if self.transport is not None:
             self.transport.close()
-        self.transport = Transport(self.rank, ray.util.get_node_ip_address(), self.mailbox)
-        return self.transport.info()
+        ip = ray.util.get_node_ip_address()
+        self.transport = Transport(self.rank, ip, self.mailbox)
+        if self.listener is None:
+            self.listener = Listener(ip)
+            self.listener.serve(self.answer)
+        return dict(self.transport.info(), control=self.listener.address)
 
     def connect_links(self, infos):
         self.transport.connect(infos)
         return self.rank
+
+    def answer(self, message):
+        """One message of the driver: (operation, arguments) -> its reply; None for the
+        ones answered by no reply (`store`, `drop`: a later read fails if they did)."""
+        op, args = message
+        self.printed = ()
+        try:
+            out = getattr(self, op)(*args)
+        except BaseException as e:         # noqa: BLE001 - sent to the driver, which raises it
+            return error_reply(e, self.printed)
+        if op in ("store", "drop"):
+            return None
+        return ("ok", out, self.printed)
 
     @ray.method(concurrency_group="mail")
     def where(self):
@@ -102,7 +142,6 @@ class RankActor:
         from ...tools import timeline
         return timeline.take_events()
 
-    @ray.method(concurrency_group="mail")
     def held(self):
         """The numbers of the shards this actor holds (what the driver's handles name)."""
         return sorted(self.shards.arrays)
@@ -129,21 +168,23 @@ class RankActor:
         self.shards.keep(keep_sid, out)
         return True
 
-    def run(self, call, boxed_program):
-        """One run: call is the pickled (run id, mesh, program key, timeout, trace, input
-        shard numbers, output shard numbers, Drops.take's news); boxed_program [its ObjectRef]."""
-        run_id, mesh, key, timeout, trace, in_sids, out_sids, news = pickle.loads(call)
+    def run(self, run_id, mesh, key, blob, forget, timeout, trace, in_sids, out_sids, news, small):
+        """One run of program `key` (blob: its pickle, sent with its first run here;
+        forget: programs the driver will not run here again). Its outputs stay here as
+        shards out_sids; returns those of at most `small` bytes, by position, with what
+        the program printed."""
         self.shards.update(news)
+        for k in forget:
+            self.programs.pop(k, None)
+        if blob is not None:
+            self.programs[key] = pickle.loads(blob)
+        program = self.programs.get(key)
+        if program is None:
+            raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
+                            f"first run (that run's error said why)")
         self.mailbox.start(run_id)
         self.transport.new_run()
         _trace_in_actor(trace)
-        program = self.programs.get(key)
-        if program is None:
-            program = self.programs[key] = ray.get(boxed_program[0])
-            while len(self.programs) > 32:
-                self.programs.popitem(last=False)
-        else:
-            self.programs.move_to_end(key)
         comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
         from ...runtime import blas
         blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
@@ -159,10 +200,42 @@ class RankActor:
             reason = f"rank {self.rank} failed: {type(e).__name__}: {e}"
             self.transport.abort_peers(run_id, reason, mesh.devices.reshape(-1).tolist())
             raise
-        for sid, a in zip(out_sids, outs):
+        finally:
+            self.printed = tuple(comm.output)       # for the driver to print, even on failure
+        values = {}
+        for i, (sid, a) in enumerate(zip(out_sids, outs)):
             self.shards.keep(sid, a)
-        # says it ran, with what it printed for the driver to print
-        return tuple(comm.output) or True
+            if np.asarray(a).nbytes <= small:
+                values[i] = self.shards.read(sid)
+        return values
+
+
+def _silent(program) -> bool:
+    """A compiled program (it has a graph) with no spmd.debug.print, loop bodies too."""
+    graph = getattr(program, "graph", None)
+    return graph is not None and not _prints(graph)
+
+
+def _prints(graph) -> bool:
+    for op in graph.ops:
+        if op.opdef.name == DEBUG_PRINT:
+            return True
+        if any(_prints(op.attrs[k]) for k in op.opdef.subgraphs if op.attrs.get(k) is not None):
+            return True
+    return False
+
+
+def error_reply(exc, printed):
+    """("err", the exception if it pickles else None, its type and message, its
+    traceback's text, what the program printed)."""
+    import traceback
+    tb = traceback.format_exc()
+    text = f"{type(exc).__name__}: {exc}"
+    try:
+        cloudpickle.dumps(exc)
+    except Exception:          # noqa: BLE001 - sent as text instead
+        exc = None
+    return ("err", exc, text, tb, printed)
 
 
 def _trace_in_actor(on):
@@ -178,6 +251,19 @@ def _trace_in_actor(on):
         os.environ.pop("SPMD_TRACE", None)
 
 
+class RankFailed(Exception):
+    """A rank's reply that its call raised: `cause` (None if it did not pickle), its
+    text, and its traceback's text."""
+
+    def __init__(self, cause, text, tb):
+        super().__init__(text)
+        self.cause, self.text, self.tb = cause, text, tb
+
+
+class RankLost(Exception):
+    """A rank's actor died: its control line closed (or it was killed, busy, after an abort)."""
+
+
 class RayRuntime(Runtime):
     name = "ray"
 
@@ -188,12 +274,18 @@ class RayRuntime(Runtime):
         self._pg, self._actors = place_ranks(RankActor, self._n)
         self._dead = set()
         self._revive_lock = threading.Lock()
+        # the run sent and not yet waited for, and the order of runs and requests: each
+        # waits for it first (its replies are the next ones on the ranks' lines)
+        self._inflight = None
+        self._order = threading.RLock()
+        self._channels = {}
+        self._sent = {}                                  # device -> program keys its actor has
         self._setup()
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
-        self._programs = weakref.WeakKeyDictionary()    # executable -> (key, ObjectRef)
+        self._programs = weakref.WeakKeyDictionary()    # executable -> (key, its pickle, silent)
         self._drops = Drops()
-        self._recent_puts = {}                           # id(array) -> (weakref, ObjectRef)
+        self._copies = weakref.WeakKeyDictionary()     # Shard -> {device: its copy there}
         self._closed = False
         atexit.register(self.shutdown)
         self._merge_timeline_at_exit()
@@ -203,7 +295,12 @@ class RayRuntime(Runtime):
             infos = ray.get([a.open_links.remote() for a in self._actors], timeout=120)
             # each rank's host name: a rank lost with its host is named with it
             self._hosts = {d: i["host"][0] for d, i in enumerate(infos)}
-            ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
+            links = ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
+            for d, info in enumerate(infos):
+                if d not in self._channels:      # a new actor (the others keep their line)
+                    self._channels[d] = Channel(info["control"])
+                    self._sent[d] = OrderedDict()
+            del links
         except Exception as e:
             self.shutdown()
             raise SpmdError(f"spmd.init(backend='ray'): the rank actors did not start: {e}") from e
@@ -230,37 +327,28 @@ class RayRuntime(Runtime):
         if np.asarray(array).nbytes <= INLINE_BYTES:
             # a copy: the value is read when the call goes, the caller's array may change by then
             return self._drops.later(device, np.array(array, copy=True))
-        # replicas of one shard share a buffer (device_put): serialize it once for all
-        hit = self._recent_puts.get(id(array))
-        if hit is not None and hit[0]() is array:
-            ref = hit[1]
-        else:
-            ref = ray.put(array)
-            self._recent_puts = {k: v for k, v in self._recent_puts.items() if v[0]() is not None}
-            try:
-                self._recent_puts[id(array)] = (weakref.ref(array), ref)
-            except TypeError:
-                pass
         shard = self._drops.new(device)
-        # not waited for: calls to one actor run in order, so the next one that reads the
-        # shard finds it (or fails with this call's error)
-        self._actors[device].store.remote(shard.sid, ref, self._drops.take(device))
+        # no reply: messages to one actor run in order, so the next one that reads the
+        # shard finds it; the send is done when this returns (the caller may change array)
+        self._tell(device, ("store", (shard.sid, np.ascontiguousarray(array), self._drops.take(device))))
         return shard
 
     def get(self, handles):
+        self._finish()
         self._revive()
-        devs = list(handles)
-        by = {}
-        for d in devs:
-            h = handles[d]
-            by.setdefault(h.device, []).append(h)
-        refs = {a: self._actors[a].fetch.remote([h.sid for h in hs], self._drops.take(a)) for a, hs in by.items()}
-        got = {}
-        for a, hs in by.items():
-            vals = self._ask(a, lambda: ray.get(refs[a]))
-            for h, v in zip(hs, vals):
-                got[id(h)] = v
-        return {d: np.asarray(got[id(handles[d])]) for d in devs}
+        got, need = {}, {}
+        for d, h in handles.items():
+            if h.value is not None:              # a small result, come with its run's reply
+                got[d] = h.value
+            else:
+                need.setdefault(h.device, []).append((d, h))
+        if need:
+            replies = self._requests({a: ("fetch", ([h.sid for _, h in hs], self._drops.take(a)))
+                                      for a, hs in need.items()})
+            for a, hs in need.items():
+                for (d, _), v in zip(hs, replies[a]):
+                    got[d] = v
+        return {d: np.asarray(got[d]) for d in handles}
 
     def all_shards(self, handles, mesh):
         return self.get(handles)
@@ -269,12 +357,12 @@ class RayRuntime(Runtime):
     remote_io = True
 
     def call_on(self, device, fn, *args, keep=False):
+        self._finish()
         self._revive()
-        actor = self._actors[device]
         args = [self._held(device, a) for a in args]
         shard = self._drops.new(device) if keep else None
         sid = None if shard is None else shard.sid
-        out = self._ask(device, lambda: ray.get(actor.call.remote(fn, args, sid, self._drops.take(device))))
+        out = self._requests({device: ("call", (fn, args, sid, self._drops.take(device)))})[device]
         return shard if keep else out
 
     def _held(self, device, a):
@@ -285,19 +373,61 @@ class RayRuntime(Runtime):
             return Held(a.sid)
         return self.get({a.device: a})[a.device]
 
-    def _ask(self, device, call):
-        """call() (a ray.get of one call to device's actor), its errors made spmd's."""
+    def _tell(self, device, message):
+        """Send a message that has no reply."""
+        ch = self._channels[device]
+        with ch.lock:
+            try:
+                ch.send(message)
+            except OSError as e:
+                self._lose(device)
+                raise CollectiveError(f"rank {device} died: its Ray actor was lost ({e})") from None
+
+    def _requests(self, messages):
+        """{device: message} -> {device: reply value}: every message sent, then every
+        reply read; a failed one raised as spmd's error, naming its rank."""
+        devices = sorted(messages)
+        with self._order:
+            # no run's replies before this request's on its lines: the run in flight is
+            # waited for first, and no run is sent while this holds the lines
+            self._finish()
+            chans = [self._channels[d] for d in devices]
+            for ch in chans:                     # in rank order: no two callers wait on each other
+                ch.lock.acquire()
         try:
-            return call()
-        except ray.exceptions.RayTaskError as e:
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, Exception):
-                cause.add_note(f"spmd: raised on rank {device} of the ray runtime")
-                raise cause from None
-            raise SpmdError(f"rank {device} failed on the ray runtime: {e}") from None
-        except ray.exceptions.RayActorError as e:
-            self._dead.add(device)
-            raise CollectiveError(f"rank {device} died: its Ray actor was lost ({_first_line(e)})") from None
+            sent, errors, values = [], [], {}
+            for d, ch in zip(devices, chans):
+                try:
+                    ch.send(messages[d], by_value=messages[d][0] == "call")
+                    sent.append((d, ch))
+                except OSError as e:
+                    errors.append((d, RankLost(str(e))))
+            for d, ch in sent:
+                try:
+                    reply = ch.receive()
+                except (OSError, EOFError) as e:
+                    errors.append((d, RankLost(str(e))))
+                    continue
+                if reply[0] == "ok":
+                    values[d] = reply[1]
+                else:
+                    errors.append((d, RankFailed(*reply[1:4])))
+        finally:
+            for ch in chans:
+                ch.lock.release()
+        for d, e in errors:
+            if isinstance(e, RankLost):
+                self._lose(d)
+        if errors:
+            raise _first_error(errors, getattr(self, "_hosts", {}))
+        return values
+
+    def _lose(self, device):
+        """device's actor is dead (or killed): it is replaced at the next call."""
+        self._dead.add(device)
+        ch = self._channels.get(device)
+        if ch is not None:
+            ch.close()
 
     def where(self):
         """[{rank, node, pid}] of every rank actor (which node each rank runs on)."""
@@ -305,7 +435,7 @@ class RayRuntime(Runtime):
 
     def held(self):
         """{rank: [shard numbers its actor holds]} (after the drops sent so far)."""
-        return dict(enumerate(ray.get([a.held.remote() for a in self._actors])))
+        return self._requests({d: ("held", ()) for d in range(self._n)})
 
     # -- running -------------------------------------------------------------------------
     def run(self, program, mesh, args):
@@ -314,86 +444,167 @@ class RayRuntime(Runtime):
         missing = [d for d in devices if d not in args]
         if missing:
             raise SpmdError(f"ray runtime: no inputs for device(s) {missing} of {mesh.text()}")
-        self._revive()
-        key, ref = self._program(program)
-        n_out = program.num_outputs      # each rank's results are asked for before it runs
-        run_id = next(self._run_ids)
-        timeout = collective_timeout()
-        outs, done = {}, {}
-        trace = timeline.enabled()
-        # every input in place before any rank starts: a shard read from another rank's
-        # actor (a replica loaded once) waits behind that actor's run, which waits in its
-        # first collective for this rank
-        ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self.put(d, self._value(h)) for h in args[d]]
-                  for d in devices}
-        for d in devices:
-            ins = ins_of[d]
-            outs[d] = [self._drops.new(d) for _ in range(n_out)]
-            # one argument: Ray serializes each argument of a call on its own
-            call = pickle.dumps((run_id, mesh, key, timeout, trace, [h.sid for h in ins],
-                                 [h.sid for h in outs[d]], self._drops.take(d)), protocol=pickle.HIGHEST_PROTOCOL)
-            r = self._actors[d].run.remote(call, [ref])
-            done[r] = d
-        printed = {}
-        errors = self._wait(done, run_id, printed)
+        with self._order:
+            # the run before this one first: its error (if it failed) is raised here, and
+            # this one is not sent; every rank has ended it before any starts this one
+            # (their shared memory of a run is reused by the next)
+            self._finish()
+            self._revive()
+            key, blob, silent = self._program(program)
+            n_out = program.num_outputs      # each rank's results are asked for before it runs
+            run_id = next(self._run_ids)
+            timeout = collective_timeout()
+            trace = timeline.enabled()
+            # a shard of another device, read here and put: before any rank starts (that read
+            # waits for its actor, which would wait in this run's first collective)
+            ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self._copy(d, h) for h in args[d]]
+                      for d in devices}
+            outs = {d: [self._drops.new(d) for _ in range(n_out)] for d in devices}
+            chans = {d: self._channels[d] for d in devices}
+            for d in devices:                   # in rank order: no two callers wait on each other
+                chans[d].lock.acquire()
+            try:
+                pending, errors = {}, []
+                # every message made before any is sent: the ranks start close together (the
+                # first waits in its first collective for the last)
+                packed = {d: pack(("run", (run_id, mesh, key, *self._ship(d, key, blob), timeout, trace,
+                                           [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
+                                           self._drops.take(d), SMALL_RESULT_BYTES)))
+                          for d in devices}
+                for d in devices:
+                    try:
+                        chans[d].send_packed(packed[d])
+                        pending[d] = chans[d]
+                    except OSError as e:
+                        errors.append((d, RankLost(str(e))))
+            finally:
+                for d in devices:
+                    chans[d].lock.release()
+            # not waited for here: the driver goes on (tracing, placing the next step's
+            # arguments) while the ranks run; reading a result, or the next call, waits.
+            # Waited for at once: a program that prints (its lines come before what the
+            # script prints next), and one that is not a compiled program (a runtime test's)
+            self._inflight = (run_id, chans, outs, pending, errors)
+            if errors or not silent:
+                self._finish()
+        return outs
+
+    def wait(self):
+        """Wait until the run sent last has ended on every rank; raise its failure."""
+        self._finish()
+
+    def _finish(self):
+        """Wait for the run in flight (if any): its small results into its output handles,
+        what its ranks printed to stdout, its failure raised (once)."""
+        with self._order:
+            inflight, self._inflight = self._inflight, None
+            if inflight is None:
+                return
+            run_id, chans, outs, pending, errors = inflight
+            printed, values = {}, {}
+            for d in sorted(chans):
+                chans[d].lock.acquire()
+            try:
+                self._wait(pending, run_id, printed, values, errors)
+            finally:
+                for d in sorted(chans):
+                    chans[d].lock.release()
         for d in sorted(printed):           # the program's prints, here, in rank order
             sys.stdout.write("".join(printed[d]))
         sys.stdout.flush()
         if errors:
             raise _first_error(errors, getattr(self, "_hosts", {}))
-        return outs
+        for d, got in values.items():
+            for i, v in got.items():
+                v = np.asarray(v)
+                v.flags.writeable = False      # read as often as asked: nobody may change it
+                outs[d][i].value = v
 
-    def _value(self, h):
-        """An argument that is not this device's shard: its value (put on the device)."""
-        return self.get({h.device: h})[h.device] if isinstance(h, Shard) else h
+    def _ship(self, device, key, blob):
+        """(the program's pickle if device's actor has not got it, else None; the keys it
+        may forget): at most 32 programs kept per actor, the least recently run dropped."""
+        sent = self._sent[device]
+        if key in sent:
+            sent.move_to_end(key)
+            return None, []
+        sent[key] = True
+        forget = []
+        while len(sent) > 32:
+            forget.append(sent.popitem(last=False)[0])
+        return blob, forget
+
+    def _copy(self, device, h):
+        """An argument that is not device's shard, put on device. A shard of another
+        device (a replica loaded once from a checkpoint, kept by one actor) is copied
+        once: the copy lives as long as the handle it copies, and later runs read it."""
+        if not isinstance(h, Shard):
+            return self.put(device, h)
+        copies = self._copies.get(h)
+        if copies is None:
+            copies = self._copies[h] = {}
+        if device not in copies:
+            copies[device] = self.put(device, self.get({h.device: h})[h.device])
+        return copies[device]
 
     def _program(self, program):
+        """(its key, its pickle, whether a run of it may go unwaited for: _silent)."""
         hit = self._programs.get(program)
         if hit is None:
-            hit = self._programs[program] = (next(self._keys), ray.put(program))
+            hit = self._programs[program] = (next(self._keys), cloudpickle.dumps(program, protocol=5),
+                                             _silent(program))
         return hit
 
-    def _wait(self, pending, run_id, printed):
-        """Wait for every rank's run; [(device, exception)] of those that failed. What a
-        rank's program printed goes into printed[device]."""
-        errors, first = [], None
+    def _wait(self, pending, run_id, printed, values, errors):
+        """Read every rank's reply to run `run_id` ({device: channel}): its small results
+        into values[device], what it printed into printed[device], a failure into errors
+        [(device, exception)]. After the first failure the others are aborted and given
+        GRACE_SECONDS; one still busy then is killed (and replaced at the next call)."""
+        first = time.monotonic() if errors else None
+        if errors:
+            self._abort(pending, run_id, _reason(*errors[0]))
+        by_fd = {ch.fileno(): d for d, ch in pending.items()}
+        # poll, not select: a driver with many files open has descriptors past select's 1024
+        poller = select.poll()
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
         try:
-            # the common case, every rank done soon and well: one wait, one get
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=FIRST_WAIT_SECONDS)
-            if len(ready) == len(pending):
-                try:
-                    for r, done in zip(ready, ray.get(ready)):
-                        d = pending.pop(r)
-                        if isinstance(done, tuple):
-                            printed[d] = done
-                except Exception:                # noqa: BLE001 - one failed: each is looked at below
-                    pass
             while pending:
                 left = 1.0 if first is None else GRACE_SECONDS - (time.monotonic() - first)
                 if left <= 0:
                     break
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
-                for r in ready:
-                    d = pending.pop(r)
+                for fd, _ in poller.poll(left * 1000):
+                    d = by_fd[fd]
+                    if d not in pending:
+                        continue
+                    poller.unregister(fd)
+                    ch = pending.pop(d)
                     try:
-                        done = ray.get(r)
-                        if isinstance(done, tuple):
-                            printed[d] = done
-                    except Exception as e:       # noqa: BLE001 - reported by run()
-                        errors.append((d, e))
-                        if first is None:
-                            first = time.monotonic()
-                            self._abort(pending.values(), run_id, _reason(d, e))
+                        reply = ch.receive()
+                    except (OSError, EOFError) as e:
+                        reply = ("lost", str(e))
+                    if reply[0] == "ok":
+                        values[d] = reply[1]
+                        printed[d] = reply[2]
+                        continue
+                    if reply[0] == "lost":
+                        errors.append((d, RankLost(reply[1])))
+                        self._lose(d)
+                    else:
+                        errors.append((d, RankFailed(*reply[1:4])))
+                        printed[d] = reply[4]
+                    if first is None:
+                        first = time.monotonic()
+                        self._abort(pending, run_id, _reason(*errors[-1]))
         except BaseException:                   # Ctrl-C in the driver: stop the ranks too
-            self._abort(pending.values(), run_id, "the driver was interrupted")
+            self._abort(pending, run_id, "the driver was interrupted")
+            for ch in pending.values():
+                ch.stale += 1                   # its reply, when it comes, is nobody's
             raise
-        for d in pending.values():               # still busy after the abort: replace it
+        for d in pending:                        # still busy after the abort: replace it
             ray.kill(self._actors[d])
-            self._dead.add(d)
-        for d, e in errors:
-            if isinstance(e, ray.exceptions.RayActorError):
-                self._dead.add(d)
-        return errors
+            self._lose(d)
+            errors.append((d, RankLost(f"it did not answer within {GRACE_SECONDS:g} s of the abort, and was "
+                                       f"killed")))
 
     def _abort(self, devices, run_id, reason):
         for d in devices:
@@ -411,8 +622,13 @@ class RayRuntime(Runtime):
             for d in sorted(self._dead):
                 self._actors[d] = restart_rank(RankActor, self._pg, d)
                 self._drops.forget(d)
-            self._dead = set()
+                for copies in list(self._copies.values()):     # copied again when next run
+                    copies.pop(d, None)
+                ch = self._channels.pop(d, None)
+                if ch is not None:
+                    ch.close()
             self._setup()
+            self._dead = set()           # last: a caller that saw none dead finds every line up
 
     # -- SPMD_TRACE -----------------------------------------------------------------------
     def _merge_timeline_at_exit(self):
@@ -438,8 +654,15 @@ class RayRuntime(Runtime):
     def shutdown(self):
         if getattr(self, "_closed", True):
             return
+        try:
+            self._finish()
+        except Exception as e:     # noqa: BLE001 - the script ended without reading it
+            sys.stderr.write(f"spmd: the last run on the ray runtime failed, and nothing read its results: "
+                             f"{type(e).__name__}: {e}\n")
         self._collect_trace()
         self._closed = True
+        for ch in self._channels.values():
+            ch.close()
         try:
             if ray.is_initialized():
                 for a in self._actors:
@@ -455,10 +678,9 @@ class RayRuntime(Runtime):
 
 
 def _reason(device, exc):
-    if isinstance(exc, ray.exceptions.RayActorError):
+    if isinstance(exc, RankLost):
         return f"rank {device} died (its Ray actor was lost)"
-    cause = getattr(exc, "cause", None) or exc
-    return f"rank {device} failed: {type(cause).__name__}: {_first_line(cause)}"
+    return f"rank {device} failed: {_first_line(exc.text)}"
 
 
 def _first_line(exc):
@@ -469,27 +691,27 @@ def _first_line(exc):
 def _first_error(errors, hosts=None):
     """The exception that caused the failure, labelled with its rank (and its host, when
     the ranks run on several: `hosts`, rank -> host name); ranks that only failed because
-    another one did (CollectiveError) come last, as on the local runtime."""
+    another one did (CollectiveError) come last, as on the local runtime, after those whose
+    actor died (its peers then fail for want of it). errors: [(device, RankFailed or
+    RankLost)]."""
     def root(e):
-        cause = getattr(e, "cause", None)
-        return not isinstance(cause if cause is not None else e, CollectiveError)
+        return isinstance(e, RankFailed) and not isinstance(e.cause, CollectiveError)
     roots = [(d, e) for d, e in errors if root(e)]
-    d, e = (roots or errors)[0]
+    lost = [(d, e) for d, e in errors if isinstance(e, RankLost)]
+    d, e = (roots or lost or errors)[0]
     label = f"rank {d}"
     if hosts and len(set(hosts.values())) > 1 and d in hosts:
         label += f" on host {hosts[d]}"
-    if isinstance(e, ray.exceptions.RayActorError):
+    if isinstance(e, RankLost):
         err = CollectiveError(f"{label} died: its Ray actor was lost ({_first_line(e)})")
         err.add_note(f"spmd: {len(errors)} rank(s) of the ray runtime failed")
         return err
-    cause = getattr(e, "cause", None)
+    cause = e.cause
     if not isinstance(cause, BaseException):
-        err = SpmdError(f"{label} failed on the ray runtime: {e}")
-        return err
+        return SpmdError(f"{label} failed on the ray runtime: {e.text}\n{e.tb}")
     if isinstance(cause, SpmdError) and cause.args and isinstance(cause.args[0], str) \
             and label not in cause.args[0]:
         cause.args = (f"{label}: {cause.args[0]}",) + cause.args[1:]
-    tb = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).rstrip()      # Ray's text of the remote error
     cause.add_note(f"spmd: raised on {label} of the ray runtime ({len(errors)} rank(s) failed); "
-                   f"its traceback:\n{tb}")
+                   f"its traceback:\n{e.tb.rstrip()}")
     return cause

@@ -30,10 +30,11 @@ from ...errors import CollectiveError
 
 class Shard:
     """The driver's handle to device `device`'s shard number `sid` in its actor."""
-    __slots__ = ("device", "sid", "_dropped", "__weakref__")
+    __slots__ = ("device", "sid", "value", "_dropped", "__weakref__")
 
     def __init__(self, device, sid, dropped):
         self.device, self.sid, self._dropped = device, sid, dropped
+        self.value = None        # a small result's value, come with its run's reply (read-only)
 
     def __del__(self):
         # deque.append is atomic: collection may happen on any thread, at any time

@@ -1,0 +1,185 @@
+"""The driver's own line to each Ray rank actor: one TCP connection per actor, on which
+every call to it goes (a put, a read, a run, call_on) and its reply comes back.
+
+Why not Ray actor calls: each costs the driver a round trip through Ray's core worker
+(1-2 ms on a loaded 2-core machine), and a step took three of them (the run, the wait,
+the read of its loss). Here a step is one message to each rank and one reply, read by
+the driver's own thread with select (no thread hand-off on either side); the reply
+carries the step's small results, so reading a loss needs nothing more.
+
+    Listener(host_ip)        in the actor: .address (ip, port, token) for the driver;
+                             .serve(handle) answers each message with handle(message),
+                             one at a time, on a thread of its own, in the order sent
+    Channel(address)         in the driver: .send(message), .receive() -> reply; .lock
+                             for a caller that sends and then receives
+
+A message is anything cloudpickle takes; numpy arrays in it travel as raw bytes after it
+(pickle protocol 5's out-of-band buffers), not copied into the pickle. The connection
+starts with the listener's token: a stray connection is refused. A closed connection is
+ConnectionError on the driver's side: the actor's process died.
+"""
+from __future__ import annotations
+
+import pickle
+import secrets
+import socket
+import struct
+import threading
+
+import numpy as np
+from ray import cloudpickle
+
+from ..communicator import heartbeat_timeout
+
+_HEAD = struct.Struct("<QI")      # pickle bytes, number of out-of-band buffers
+# below this many bytes in all, a message goes out in one send (one system call)
+JOIN_BYTES = 1 << 16
+
+
+def _tune(s):
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    # an actor whose host went away closes nothing: keepalive probes and a limit on
+    # unacknowledged data end the connection after the heartbeat timeout
+    limit = heartbeat_timeout()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", max(1, int(limit / 2))), ("TCP_KEEPINTVL", 1),
+                       ("TCP_KEEPCNT", max(1, int(limit / 2))), ("TCP_USER_TIMEOUT", int(limit * 1000))):
+        if hasattr(socket, opt):
+            s.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+
+
+def _recv_exact(sock, view):
+    got, n = 0, len(view)
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionError("the connection was closed")
+        got += k
+
+
+def pack(obj, by_value=False):
+    """obj as the bytes to send: pickle's (cloudpickle's for by_value: functions of the
+    user's script, which the actor cannot import), arrays out of band."""
+    bufs = []
+    if by_value:
+        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    else:
+        try:
+            data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+        except Exception:        # noqa: BLE001 - e.g. a local class in a result: by value
+            bufs = []
+            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    raws = [b.raw() for b in bufs]
+    head = _HEAD.pack(len(data), len(raws)) + struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
+    if len(data) + sum(r.nbytes for r in raws) <= JOIN_BYTES:
+        return [b"".join([head, data, *raws])]
+    return [head + data, *raws]
+
+
+def send_message(sock, obj, by_value=False):
+    send_packed(sock, pack(obj, by_value))
+
+
+def send_packed(sock, parts):
+    for p in parts:
+        sock.sendall(p)
+
+
+def receive_message(sock):
+    head = bytearray(_HEAD.size)
+    _recv_exact(sock, memoryview(head))
+    n, k = _HEAD.unpack(head)
+    sizes = bytearray(8 * k)
+    _recv_exact(sock, memoryview(sizes))
+    data = bytearray(n)
+    _recv_exact(sock, memoryview(data))
+    bufs = []
+    for size in struct.unpack(f"<{k}Q", sizes):
+        b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
+        _recv_exact(sock, memoryview(b))
+        bufs.append(b)
+    return pickle.loads(data, buffers=bufs)
+
+
+class Listener:
+    """The actor's end: accepts the driver's connection and answers its messages."""
+
+    def __init__(self, host_ip):
+        self.token = secrets.token_bytes(16)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((host_ip, 0))
+        self.sock.listen(4)
+        self.address = (host_ip, self.sock.getsockname()[1], self.token)
+
+    def serve(self, handle):
+        threading.Thread(target=self._serve, args=(handle,), name="spmd-ray-control", daemon=True).start()
+
+    def _serve(self, handle):
+        while True:
+            try:
+                s, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                token = bytearray(len(self.token))
+                s.settimeout(10)
+                _recv_exact(s, memoryview(token))
+                s.settimeout(None)
+            except OSError:
+                s.close()
+                continue
+            if bytes(token) != self.token:
+                s.close()
+                continue
+            _tune(s)
+            try:
+                while True:
+                    message = receive_message(s)
+                    reply = handle(message)
+                    if reply is not None:
+                        send_message(s, reply)
+            except (OSError, EOFError):
+                pass                 # the driver went away: wait for the next one
+            finally:
+                s.close()
+
+
+class Channel:
+    """The driver's end of one actor's connection."""
+
+    def __init__(self, address, timeout=60.0):
+        ip, port, token = address
+        self.sock = socket.create_connection((ip, port), timeout=timeout)
+        _tune(self.sock)
+        self.sock.sendall(token)
+        self.sock.settimeout(None)
+        self.lock = threading.Lock()
+        self.stale = 0          # replies owed to requests nobody waits for any more
+        self.closed = False
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def send(self, message, by_value=False):
+        send_message(self.sock, message, by_value)
+
+    def send_packed(self, parts):
+        send_packed(self.sock, parts)
+
+    def receive(self):
+        """The reply to the oldest request still waited for (the replies of a run the
+        driver stopped waiting for, interrupted, are read and dropped first)."""
+        while self.stale:
+            receive_message(self.sock)
+            self.stale -= 1
+        return receive_message(self.sock)
+
+    def close(self):
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
