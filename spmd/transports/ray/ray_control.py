@@ -29,34 +29,11 @@ import threading
 import numpy as np
 from ray import cloudpickle
 
-from ..communicator import heartbeat_timeout
+from .ray_links import receive_exact, tune_socket
 
 _HEAD = struct.Struct("<QI")      # pickle bytes, number of out-of-band buffers
 # below this many bytes in all, a message goes out in one send (one system call)
 JOIN_BYTES = 1 << 16
-
-
-def _tune(s):
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    # an actor whose host went away closes nothing: keepalive probes and a limit on
-    # unacknowledged data end the connection after the heartbeat timeout
-    limit = heartbeat_timeout()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for opt, value in (("TCP_KEEPIDLE", max(1, int(limit / 2))), ("TCP_KEEPINTVL", 1),
-                       ("TCP_KEEPCNT", max(1, int(limit / 2))), ("TCP_USER_TIMEOUT", int(limit * 1000))):
-        if hasattr(socket, opt):
-            s.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
-
-
-def _recv_exact(sock, view):
-    got, n = 0, len(view)
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise ConnectionError("the connection was closed")
-        got += k
 
 
 def pack(obj, by_value=False):
@@ -89,16 +66,16 @@ def send_packed(sock, parts):
 
 def receive_message(sock):
     head = bytearray(_HEAD.size)
-    _recv_exact(sock, memoryview(head))
+    receive_exact(sock, memoryview(head))
     n, k = _HEAD.unpack(head)
     sizes = bytearray(8 * k)
-    _recv_exact(sock, memoryview(sizes))
+    receive_exact(sock, memoryview(sizes))
     data = bytearray(n)
-    _recv_exact(sock, memoryview(data))
+    receive_exact(sock, memoryview(data))
     bufs = []
     for size in struct.unpack(f"<{k}Q", sizes):
         b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
-        _recv_exact(sock, memoryview(b))
+        receive_exact(sock, memoryview(b))
         bufs.append(b)
     return pickle.loads(data, buffers=bufs)
 
@@ -125,7 +102,7 @@ class Listener:
             try:
                 token = bytearray(len(self.token))
                 s.settimeout(10)
-                _recv_exact(s, memoryview(token))
+                receive_exact(s, memoryview(token))
                 s.settimeout(None)
             except OSError:
                 s.close()
@@ -133,7 +110,7 @@ class Listener:
             if bytes(token) != self.token:
                 s.close()
                 continue
-            _tune(s)
+            tune_socket(s)
             try:
                 while True:
                     message = receive_message(s)
@@ -152,7 +129,7 @@ class Channel:
     def __init__(self, address, timeout=60.0):
         ip, port, token = address
         self.sock = socket.create_connection((ip, port), timeout=timeout)
-        _tune(self.sock)
+        tune_socket(self.sock)
         self.sock.sendall(token)
         self.sock.settimeout(None)
         self.lock = threading.Lock()

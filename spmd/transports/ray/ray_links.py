@@ -50,7 +50,7 @@ _LEN = struct.Struct("<IQ")          # header bytes, array bytes
 _HELLO = struct.Struct("<I16s")      # connecting rank, token
 
 
-def _tune(s):
+def tune_socket(s):
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
@@ -65,7 +65,7 @@ def _tune(s):
             s.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
 
 
-def _recv_exact(sock, view):
+def receive_exact(sock, view):
     got, n = 0, len(view)
     while got < n:
         k = sock.recv_into(view[got:], n - got)
@@ -106,7 +106,7 @@ class Links:
                 continue
             ip, port, token = addresses[r]
             s = socket.create_connection((ip, port), timeout=max(1.0, deadline - time.monotonic()))
-            _tune(s)
+            tune_socket(s)
             s.sendall(_HELLO.pack(self.rank, token))
             s.settimeout(None)
             self.socks[r] = s
@@ -134,7 +134,7 @@ class Links:
             try:
                 s.settimeout(max(0.01, deadline - time.monotonic()))
                 hello = bytearray(_HELLO.size)
-                _recv_exact(s, memoryview(hello))
+                receive_exact(s, memoryview(hello))
                 r, token = _HELLO.unpack(hello)
             except OSError:
                 s.close()
@@ -142,7 +142,7 @@ class Links:
             if token != self.token or r not in below or r in accepted:
                 s.close()            # not one of this set of links
                 continue
-            _tune(s)
+            tune_socket(s)
             s.settimeout(None)
             accepted[r] = s
 
@@ -192,16 +192,16 @@ class Links:
         lens = bytearray(_LEN.size)
         try:
             while True:
-                _recv_exact(s, memoryview(lens))
+                receive_exact(s, memoryview(lens))
                 nh, nd = _LEN.unpack(lens)
                 head = bytearray(nh)
-                _recv_exact(s, memoryview(head))
+                receive_exact(s, memoryview(head))
                 header = pickle.loads(head)
                 array = None
                 if "shape" in header:
                     array = self.alloc(header["shape"], header["dtype"])
                     if nd:
-                        _recv_exact(s, memoryview(array.reshape(-1).view(np.uint8)))
+                        receive_exact(s, memoryview(array.reshape(-1).view(np.uint8)))
                 self.deliver(src, header, array)
         except (OSError, EOFError, pickle.UnpicklingError) as e:
             if not self.closed:
