@@ -80,16 +80,15 @@ def cg_like(x, tol, maxiter):
     return acc, its, scale, x
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 99), dt=st.sampled_from([np.float32, np.float64]),
-       target=st.floats(-20, 14))
-def test_while_on_data_with_a_python_float_carry(seed, dt, target):
+       below=st.floats(0.5, 30))
+def test_while_on_data_with_a_python_float_carry(seed, dt, below):
     rng = np.random.default_rng(seed)
     w = (1 + rng.random(8)).astype(dt)
     g = rng.random(8).astype(dt)
+    target = float(w.sum()) - below          # (t = 0 would end it: the loop ends)
     want = halving(w, g, target)
-    if want[1] < 1e-3:
-        return
     got, warned = run(halving, w, g, target, static=(2,))
     assert warned == 0
     for r in got:
@@ -212,3 +211,13 @@ def test_corpus_loops_compile_whole(name):
     sys.path.insert(0, os.path.join(ROOT, "tests", "programs"))
     import corpus
     assert corpus.run(name) == "compiled"
+
+
+def test_one_program_for_every_iteration_count():
+    jf = spmd.jit(counting, mesh=MESH, static_argnums=(1,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for scale in (1.0, 0.1, 0.01, 2.0):
+            x = np.linspace(0.1, 1.0, 6) * scale
+            same(jf(x, 3.0), counting(x, 3.0))
+    assert len(jf._cache) == 1          # one signature, one program: no tree of breaks
