@@ -357,10 +357,18 @@ def _rewrite(code, keys):
         raise Refused("no source")
     fn_node = _copy(fn_node)
     fn_node.decorator_list = []
+    # the file's text now must be the function's: compiled as it is, it has its names,
+    # constants and lines (not its bytes: how CPython compiles a call varies with context)
+    if _fingerprint(_compiled(_copy(fn_node), code)) != _fingerprint(code):
+        raise Refused("the source file does not match the function (edited since?)")
     rw = _Rewriter(fn_node, keys)
     new = rw.visit(fn_node)
     if rw.done != set(keys):
         raise Refused("a loop to convert was not found")
+    return _compiled(new, code)
+
+
+def _compiled(new, code):
     # a factory whose parameters are fn's free names and the helpers' module: the rewritten
     # function closes over them, and takes fn's own cells (rebinding is seen)
     params = list(code.co_freevars) + [MODULE]
@@ -375,6 +383,12 @@ def _rewrite(code, keys):
     compiled = compile(mod, code.co_filename, "exec")
     outer = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     return next(c for c in outer.co_consts if isinstance(c, types.CodeType) and c.co_name == code.co_name)
+
+
+def _fingerprint(code):
+    consts = tuple(repr(c) for c in code.co_consts if not isinstance(c, types.CodeType))
+    lines = sorted({line for _, _, line in code.co_lines() if line is not None})
+    return code.co_names, code.co_varnames, code.co_cellvars, consts, lines
 
 
 def _copy(node):
