@@ -100,17 +100,26 @@ def _break_if(loop):
     return ifs[0] if len(ifs) == 1 else None
 
 
-def loop_needing_value(codes):
+def loop_needing_value(codes, tb=None):
     """(code, loop key) where the frame running one of `codes` (the traced function, as
-    written or converted) is evaluating the test of a while loop or of a for loop's
-    `if ...: break` that `convert` could take; None otherwise."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code not in codes:
-        frame = frame.f_back
+    written or converted; {its code: the code as written}) is evaluating the test of a
+    while loop or of a for loop's `if ...: break` that `convert` could take; None
+    otherwise. The frame is on the current stack, or in traceback `tb` (an error raised
+    there)."""
+    frame, lasti = None, None
+    if tb is None:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code not in codes:
+            frame = frame.f_back
+        lasti = frame.f_lasti if frame is not None else None
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            frame, lasti = tb.tb_frame, tb.tb_lasti
+        tb = tb.tb_next
     if frame is None:
         return None
     code = codes[frame.f_code]
-    pos = _position(frame)
+    pos = _position(frame.f_code, lasti)
     fn_node = _function_node(code)
     if pos is None or fn_node is None:
         return None
@@ -123,12 +132,12 @@ def loop_needing_value(codes):
     return None
 
 
-def _position(frame):
+def _position(code, lasti):
     try:
-        positions = list(frame.f_code.co_positions())
+        positions = list(code.co_positions())
     except AttributeError:
         return None
-    i = frame.f_lasti // 2
+    i = lasti // 2
     if not 0 <= i < len(positions) or None in positions[i]:
         return None
     return positions[i]

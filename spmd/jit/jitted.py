@@ -27,7 +27,7 @@ import types
 
 import numpy as np
 
-from ..errors import FallbackWarning, SpmdError, warn_at
+from ..errors import ConcreteValueError, FallbackWarning, SpmdError, warn_at
 from ..frontend import loop_conversion as lc
 from ..frontend.trace import ShapeDtype, current_trace
 from ..ir.mesh import Sharding, is_auto
@@ -162,10 +162,17 @@ class Jitted:
                 return (*trace_function(fn, args, self.static_argnums, self.mesh, oracle), oracle)
             except _ConvertLoop as e:
                 self._loops = self._loops | {e.key}
-            except Exception:
-                if fn is self.fn:
+            except Exception as e:
+                if fn is not self.fn:
+                    self._drop_loops()      # the rewritten function did not trace: as written
+                elif oracle is None and isinstance(e, ConcreteValueError) and self._convertible:
+                    # (fallback=False: no graph breaks, but a loop on data may still be converted)
+                    got = lc.loop_needing_value({fn.__code__: fn.__code__}, e.__traceback__)
+                    if got is None or got[1] in self._loops:
+                        raise
+                    self._loops = self._loops | {got[1]}
+                else:
                     raise
-                self._drop_loops()          # the rewritten function did not trace: as written
             self._cache.clear()             # (a tree of breaks traced from another version of fn)
             self._paths.clear()
             known = []

@@ -221,3 +221,12 @@ def test_one_program_for_every_iteration_count():
             x = np.linspace(0.1, 1.0, 6) * scale
             same(jf(x, 3.0), counting(x, 3.0))
     assert len(jf._cache) == 1          # one signature, one program: no tree of breaks
+
+
+def test_converted_under_fallback_false_and_refused_loops_still_raise():
+    from spmd.errors import ConcreteValueError
+    x = np.linspace(0.1, 1.0, 6)
+    jf = spmd.jit(counting, mesh=MESH, static_argnums=(1,), fallback=False)
+    same(jf(x, 3.0), counting(x, 3.0))
+    with pytest.raises(ConcreteValueError):
+        spmd.jit(appends, mesh=MESH, fallback=False)(np.arange(4.0))
