@@ -30,6 +30,7 @@ in numpy). Any failure tracing the rewritten function makes jit trace the origin
 from __future__ import annotations
 
 import ast
+import copy
 import sys
 import threading
 import types
@@ -145,31 +146,23 @@ def _position(code, lasti):
 
 # -- static analysis -------------------------------------------------------------------------------
 def _stores(nodes):
-    """(names assigned, names written in place) by statements `nodes`."""
-    assigned, inplace = set(), set()
+    """(names assigned, names written in place: x += v, x[i] = v) by statements `nodes`."""
+    assigned, inplace, aug = set(), set(), set()
     for stmt in nodes:
         for n in ast.walk(stmt):
             if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
                 inplace.add(n.target.id)
-            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                assigned.add(n.id)
+                aug.add(id(n.target))
             elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
                 if not isinstance(n.value, ast.Name):
                     raise Refused("a write into something other than a named array")
                 inplace.add(n.value.id)
             elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
                 raise Refused("an attribute store")
-    for stmt in nodes:          # (an AugAssign's target is a Store too)
-        for n in ast.walk(stmt):
-            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
-                assigned.discard(n.target.id)
     for stmt in nodes:
         for n in ast.walk(stmt):
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.For)):
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                    for m in ast.walk(t):
-                        if isinstance(m, ast.Name):
-                            assigned.add(m.id)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in aug:
+                assigned.add(n.id)
     return assigned, inplace
 
 
@@ -253,12 +246,11 @@ def _loop_reads(loop):
 
 def _carried(fn_node, loop, body, head_reads):
     assigned, inplace = _stores(body)
-    both = assigned & inplace
-    if both:
-        raise Refused(f"{sorted(both)} both rebound and written in place in the loop")
-    written = assigned | inplace
     live = head_reads | _exposed(body) | _read_after(fn_node, loop)
-    return sorted(written & live), sorted(inplace & live)
+    both = assigned & inplace & live
+    if both:          # (which array a write goes into would depend on the iteration)
+        raise Refused(f"{sorted(both)} both rebound and written in place in the loop")
+    return sorted((assigned | inplace) & live), sorted(inplace & live)
 
 
 # -- the rewrite -----------------------------------------------------------------------------------
@@ -336,8 +328,15 @@ _lock = threading.Lock()
 _converted = {}         # (code, loop keys) -> the rewritten function's code, or the Refused
 
 
+def convertible(fn) -> bool:
+    """Is fn a Python function (or a bound method of one), whose source may be rewritten?"""
+    return isinstance(getattr(fn, "__func__", fn), types.FunctionType)
+
+
 def convert(fn, keys):
     """fn with the loops at `keys` (loop_key) rewritten; Refused where it cannot be."""
+    if isinstance(fn, types.MethodType):
+        return types.MethodType(convert(fn.__func__, keys), fn.__self__)
     code = fn.__code__
     with _lock:
         got = _converted.get((code, keys))
@@ -401,7 +400,6 @@ def _fingerprint(code):
 
 
 def _copy(node):
-    import copy
     return copy.deepcopy(node)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import os
-import types
 
 import numpy as np
 
@@ -179,7 +178,7 @@ class Jitted:
 
     @property
     def _convertible(self) -> bool:
-        return isinstance(self.fn, types.FunctionType) and not self._no_loops
+        return lc.convertible(self.fn) and not self._no_loops
 
     def _loop_on_data(self, codes):
         got = lc.loop_needing_value(codes)

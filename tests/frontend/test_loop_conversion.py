@@ -230,3 +230,36 @@ def test_converted_under_fallback_false_and_refused_loops_still_raise():
     same(jf(x, 3.0), counting(x, 3.0))
     with pytest.raises(ConcreteValueError):
         spmd.jit(appends, mesh=MESH, fallback=False)(np.arange(4.0))
+
+
+class Stepper:
+    def __init__(self, rate):
+        self.rate = rate
+
+    def run(self, x):
+        i = 0
+        for j in range(10):
+            x = x * self.rate
+            if x.sum() > 40:
+                break
+            i = i + j
+        return x, i
+
+
+def closure(scale):
+    def f(x):
+        while x.max() < 10:
+            x = x * scale
+        return x
+    return f
+
+
+@pytest.mark.parametrize("rate", [1.5, 3.0, 50.0])
+def test_methods_and_closures_are_converted(rate):
+    x = np.arange(1.0, 5.0)
+    (r1, r2), warned = run(Stepper(rate).run, x)
+    assert warned == 0
+    same(r1, Stepper(rate).run(x))
+    (r1, _), warned = run(closure(rate), x)
+    assert warned == 0
+    same(r1, closure(rate)(x))
