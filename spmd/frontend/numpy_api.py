@@ -14,6 +14,7 @@ from . import contractions, core, indexing, masked, shapes
 from . import elementwise as ew
 from . import functionalize as fz
 from . import numpy_buffers as nb
+from .trace import Tracer
 from . import reductions as red
 from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
@@ -439,7 +440,7 @@ def install(cls):
     for name, f in {**METHODS, **operators()}.items():
         setattr(cls, name, _method(name, f))
     for name, f in inplace_operators().items():
-        setattr(cls, name, _with_buffers_read(f))
+        setattr(cls, name, _with_buffers_read(_python_number_kept(f)))
     cls.T = property(shapes.view_transpose)
     cls.mT = property(lambda x: shapes.view_swapaxes(x, -1, -2))
     # z.real = v sets the real parts, as numpy's attribute assignment does
@@ -487,6 +488,32 @@ def _method(name, f):
         r = f(self, *args, **kwargs)
         if out is not None:
             return fz.store_out(out, r, f"ndarray.{name}")
-        return fz.fresh_result(r, (self,) + args)
+        r = fz.fresh_result(r, (self,) + args)
+        return _python_number(r, (self,) + args) if name in _OPERATOR_NAMES else r
     m.__name__ = m.__qualname__ = name
     return m
+
+
+_OPERATOR_NAMES = set(operators()) - {"__getitem__", "__matmul__", "__rmatmul__"}
+
+
+def _is_python_number(x) -> bool:
+    if isinstance(x, Tracer):
+        return x.weak
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
+
+
+def _python_number(r, operands):
+    """Python's operators on Python numbers give a Python number: weak (NEP 50), so
+    `t * 0.5` on a traced Python float t still promotes like one (a Python float times a
+    float32 array is float32)."""
+    if isinstance(r, Tracer) and not r.weak and r.ndim == 0 and all(_is_python_number(x) for x in operands):
+        return Tracer(r.value, r._tr, True)
+    return r
+
+
+def _python_number_kept(f):
+    def g(x, y):
+        return _python_number(f(x, y), (x, y))
+    g.__name__, g.__doc__ = f.__name__, f.__doc__
+    return g

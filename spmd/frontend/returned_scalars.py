@@ -34,7 +34,7 @@ def returned_position(frame, name, entry_codes):
     if name in frame.f_globals or frame.f_builtins.get(name) is not getattr(builtins, name):
         return None
     pos = _position(code, frame.f_lasti)
-    tree = _tree(code.co_filename)
+    tree = source_tree(code.co_filename)
     if pos is None or tree is None:
         return None
     guarded = _under_finally(tree)
@@ -58,7 +58,9 @@ def _position(code, lasti):
     return positions[i]
 
 
-def _tree(filename):
+def source_tree(filename):
+    """The parsed syntax tree of a source file (cached while its text is the same); None
+    where there is no source."""
     lines = linecache.getlines(filename)
     if not lines:
         return None

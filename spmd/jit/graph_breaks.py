@@ -105,6 +105,7 @@ class Oracle:
         self.fname, self.known, self.lower_cone, self.leaves = fname, known, lower_cone, leaves
         self.taken = []
         self.values = []          # the traced Value at each break, in this trace's graph
+        self.before_new = None    # called before a new break: jit may convert a loop instead
 
     def __call__(self, tracer, what, loc):
         i = len(self.taken)
@@ -116,6 +117,8 @@ class Oracle:
                                 f"function jit traces must do the same for the same values (no global state "
                                 f"that changes between calls).")
         else:
+            if self.before_new is not None:
+                self.before_new()
             if i >= MAX_BREAKS:
                 raise BreakLimit(f"{what} of a traced value at {loc}: tracing {self.fname} needed more than "
                                  f"{MAX_BREAKS} values of its data (a Python loop on data?); compiled in parts "

@@ -26,7 +26,8 @@ import os
 
 import numpy as np
 
-from ..errors import FallbackWarning, SpmdError, warn_at
+from ..errors import ConcreteValueError, FallbackWarning, SpmdError, warn_at
+from ..frontend import loop_conversion as lc
 from ..frontend.trace import ShapeDtype, current_trace
 from ..ir.mesh import Sharding, is_auto
 from ..runtime.array import Array, device_put
@@ -68,6 +69,9 @@ class Jitted:
         self.given = Given(fn, in_shardings, out_shardings, mesh, self.static_argnums)
         self._cache = {}
         self._paths = {}              # signature -> its graph breaks' last path (graph_breaks.Path)
+        # loops on data traced as while loops (frontend/loop_conversion.py), by loop_key;
+        # _no_loops once a rewrite failed: fn is traced as written from then on
+        self._loops, self._no_loops = frozenset(), False
         functools.update_wrapper(self, fn)
 
     @property
@@ -90,10 +94,7 @@ class Jitted:
         if low is not None:
             return low
         fname = self.fname
-        oracle = None
-        if self.fallback and not any(isinstance(x, ShapeDtype) for x in leaves):
-            oracle = gb.Oracle(fname, known, lambda g, v: self._lower_cone(args, leaves, g, v), leaves)
-        graph, in_tree, out_tree = trace_function(self.fn, args, self.static_argnums, self.mesh, oracle)
+        graph, in_tree, out_tree, oracle = self._trace(args, key, leaves, known)
         from ..sharding.jit_shardings import resolve_shardings
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, graph, out_tree)
         graph.mesh = mesh
@@ -139,6 +140,56 @@ class Jitted:
         gb.insert(self._cache, key, taken, low, fname)
         self._warn_breaks(fname, taken)
         return low
+
+    def _trace(self, args, key, leaves, known):
+        """(graph, in_tree, out_tree, oracle): self.fn traced, with the loops whose test
+        needed a value of the data rewritten into traced while loops where they can be
+        (loop_conversion.py; then no graph breaks there), else with graph breaks."""
+        while True:
+            fn = self.fn
+            if self._loops:
+                try:
+                    fn = lc.convert(self.fn, self._loops)
+                except lc.Refused:
+                    self._drop_loops()
+                    continue
+            oracle = None
+            if self.fallback and not any(isinstance(x, ShapeDtype) for x in leaves):
+                oracle = gb.Oracle(self.fname, known, lambda g, v: self._lower_cone(args, leaves, g, v), leaves)
+                if self._convertible:
+                    oracle.before_new = functools.partial(self._loop_on_data, {fn.__code__: self.fn.__code__})
+            try:
+                return (*trace_function(fn, args, self.static_argnums, self.mesh, oracle), oracle)
+            except _ConvertLoop as e:
+                self._loops = self._loops | {e.key}
+            except Exception as e:
+                if fn is not self.fn:
+                    self._drop_loops()      # the rewritten function did not trace: as written
+                elif oracle is None and isinstance(e, ConcreteValueError) and self._convertible:
+                    # (fallback=False: no graph breaks, but a loop on data may still be converted)
+                    got = lc.loop_needing_value({fn.__code__: fn.__code__}, e.__traceback__)
+                    if got is None or got[1] in self._loops:
+                        raise
+                    self._loops = self._loops | {got[1]}
+                else:
+                    raise
+            self._cache.clear()             # (a tree of breaks traced from another version of fn)
+            self._paths.clear()
+            known = []
+
+    @property
+    def _convertible(self) -> bool:
+        return lc.convertible(self.fn) and not self._no_loops
+
+    def _loop_on_data(self, codes):
+        got = lc.loop_needing_value(codes)
+        if got is not None and got[1] not in self._loops:
+            raise _ConvertLoop(got[1])
+
+    def _drop_loops(self):
+        self._loops, self._no_loops = frozenset(), True
+        self._cache.clear()
+        self._paths.clear()
 
     def _lower_cone(self, args, leaves, graph, value) -> Lowered:
         """The program computing `value` of the trace `graph` (a graph break's), sharded as
@@ -292,6 +343,15 @@ class Jitted:
             return
         raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
                         f"which spmd cannot update in place; return the new value instead")
+
+
+class _ConvertLoop(BaseException):
+    """A graph break at the test of a loop jit can trace as a while loop: trace again with
+    it converted. (A BaseException: the user's `except Exception` does not stop it.)"""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
 
 
 def _without_checks(low, outs):

@@ -30,6 +30,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
         out = _call_traced(fn, call_args)
         out, scalars = _returned_scalars(out, t.returned_scalars or [])
         out_leaves, out_tree = tree_flatten(out)
+        scalars.update(_python_numbers(out_leaves, scalars))
         g.outputs = [_output_value(fn, leaf, t) for leaf in out_leaves]
     # arguments the function wrote (x -= x.mean(0), x[i] = v): their new values, by leaf
     g.updates = fz.written_arguments(tracers, g.inputs)
@@ -55,6 +56,18 @@ def _returned_scalars(out, returned):
         scalars[len(tree_flatten(tuple(out[:k]))[0])] = conv
         out = tuple(out[:k]) + (tr,) + tuple(out[k + 1:])
     return out, scalars
+
+
+PYTHON_TYPES = {"bool": bool, "int64": int, "float64": float, "complex128": complex}
+
+
+def _python_numbers(out_leaves, scalars):
+    """Results that are Python numbers under numpy (weak tracers: a Python number argument,
+    Python's operators on them, a loop's Python number carried by loop_conversion.py):
+    {result leaf position: its Python type}."""
+    return {i: PYTHON_TYPES[leaf.value.dtype] for i, leaf in enumerate(out_leaves)
+            if i not in scalars and isinstance(leaf, Tracer) and leaf.weak and leaf.ndim == 0
+            and leaf.value.dtype in PYTHON_TYPES}
 
 
 def _argument_tracers(t, leaves):

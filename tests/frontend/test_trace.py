@@ -28,6 +28,10 @@ def assert_same(got, want, what=""):
     wl, wt = tree_flatten(want)
     assert gt == wt, f"{what}: tree {gt} != {wt}"
     for g, w in zip(gl, wl):
+        if isinstance(w, (bool, int, float, complex)) and not isinstance(w, np.generic):
+            # Python's operators on a Python number argument: numpy's result is a Python number
+            assert type(g) is type(w), f"{what}: got a {type(g).__name__}, numpy's {type(w).__name__}"
+            g = np.asarray(g)
         w = np.asarray(w)
         assert isinstance(g, np.ndarray), f"{what}: got a {type(g).__name__}"
         assert g.shape == w.shape, f"{what}: shape {g.shape} != numpy's {w.shape}"

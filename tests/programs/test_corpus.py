@@ -1,9 +1,10 @@
 """The corpus (tests/programs/corpus/): programs written as numpy users write them, run
 unchanged under spmd.jit on 4 local devices and compared with plain numpy (results and
 arguments written in place). Each records how it ran: compiled, with graph breaks, or
-eagerly. Of the 64, 59 compile whole and 5 take graph breaks (BREAKS: each needs a value
+eagerly. Of the 64, 61 compile whole and 3 take graph breaks (BREAKS: each needs a value
 of the data that decides Python's control flow or a size; a Python number only returned,
-`return float(loss)`, is an output of the one program: frontend/returned_scalars.py),
+`return float(loss)`, is an output of the one program: frontend/returned_scalars.py; a
+loop whose test is on the data is one traced while loop: frontend/loop_conversion.py),
 none runs eagerly; at least 95% must run without the eager fallback. Ten of them also run
 in one mpiexec launch (tests/mpi_scripts/corpus.py)."""
 import os
@@ -23,16 +24,12 @@ XFAIL = {
 
 # programs that take graph breaks, and the value each needs from the data; every other
 # program must compile whole (no FallbackWarning), and none may fall back to eager. Each is
-# genuine: Python decides its control flow or a shape from the value. (The loops' bodies
-# are plain Python statements, not a function: taking one as a traced while_loop would need
-# its bytecode rewritten, with the Python numbers it carries -- t, its, losses -- traced.)
+# genuine: Python decides its control flow or a shape from the value. (conjugate_gradient's
+# `if np.sqrt(rs_new) < tol: break` and backtracking's `while loss(w - t * g) > ...: t *= 0.5`
+# compile whole: frontend/loop_conversion.py traces those loops as while loops.)
 BREAKS = {
-    "burgers": "float(np.max(np.abs(u))) for the CFL time step, then `while t < t_end` on it: Python "
-               "floats decide the number of steps, and t is returned as a float",
-    "conjugate_gradient": "`if np.sqrt(rs_new) < tol: break`: the data decides the iterations, its is "
-                          "returned as a Python int",
-    "backtracking": "`while loss(w - t * g) > ...: t *= 0.5`, the Armijo line search: the data decides the "
-                    "halvings; losses is a Python list",
+    "burgers": "float(np.max(np.abs(u))) for the CFL time step inside `while t < t_end`, and Python's min "
+               "of it: a float() of the data in a loop's body is not converted (loop_conversion.py)",
     "groupby_unique": "np.unique(keys, return_inverse=True): the number of groups is the results' shape",
     "label_propagation": "labels.max() + 1 is Y's shape (an argument: no bound known while tracing)",
 }

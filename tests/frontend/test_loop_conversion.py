@@ -1,0 +1,265 @@
+"""Loops on traced data (frontend/loop_conversion.py): a while loop whose test needs the
+data, or a `for i in range(n)` left by `if <data>: break`, is traced as one while loop under
+spmd.jit (no graph break, no FallbackWarning), with numpy's values, dtypes and Python types;
+loops it refuses keep their graph breaks, with numpy's values."""
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import spmd
+from spmd.errors import FallbackWarning
+
+MESH = spmd.Mesh((2,), ("d",))
+
+
+def run(f, *args, static=()):
+    """(results of spmd.jit(f) called twice, number of FallbackWarnings)"""
+    jf = spmd.jit(f, mesh=MESH, static_argnums=static)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = [jf(*args), jf(*args)]
+    return got, sum(issubclass(w.category, FallbackWarning) for w in rec)
+
+
+def same(got, want):
+    """numpy's result: values, dtypes, and Python numbers as Python numbers"""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            same(g, w)
+        return
+    if isinstance(want, (int, float)) and not isinstance(want, np.generic):
+        assert type(got) is type(want), (type(got), type(want))
+        assert got == want
+        return
+    g = np.asarray(got)
+    assert g.dtype == np.asarray(want).dtype and g.shape == np.shape(want)
+    # (float32 sums over 2 shards round differently from numpy's)
+    tol = 1e-4 if g.dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(g, want, rtol=tol, atol=tol)
+
+
+def halving(w, g, target):
+    t = 4.0
+    while (w - t * g).sum() < target:
+        t *= 0.5
+    return w - t * g, t
+
+
+def armijo(w, g, iters):
+    for _ in range(iters):
+        t = 1.0
+        while np.sum((w - t * g) ** 2) > np.sum(w ** 2) - 0.5 * t * (g @ g):
+            t = t * 0.5
+        w = w - t * g
+    return w
+
+
+def counting(x, limit):
+    n = 0
+    s = x.copy()
+    while s.max() < limit:
+        s = s * 1.5 + 0.1
+        n += 1
+    return s, n
+
+
+def cg_like(x, tol, maxiter):
+    acc = np.zeros_like(x)
+    its = 0
+    scale = 1.0
+    for i in range(maxiter):
+        acc += x * scale
+        its += 1
+        if np.abs(acc).sum() > tol:
+            break
+        scale = scale * 0.5
+        x = x + 1
+    return acc, its, scale, x
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 99), dt=st.sampled_from([np.float32, np.float64]),
+       below=st.floats(0.5, 30))
+def test_while_on_data_with_a_python_float_carry(seed, dt, below):
+    rng = np.random.default_rng(seed)
+    w = (1 + rng.random(8)).astype(dt)
+    g = rng.random(8).astype(dt)
+    target = float(w.sum()) - below          # (t = 0 would end it: the loop ends)
+    want = halving(w, g, target)
+    got, warned = run(halving, w, g, target, static=(2,))
+    assert warned == 0
+    for r in got:
+        same(r, want)
+        assert np.asarray(r[0]).dtype == dt        # t * g stays g's dtype: t is a Python float
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 99), dt=st.sampled_from([np.float32, np.float64]))
+def test_while_nested_in_a_static_for(seed, dt):
+    rng = np.random.default_rng(seed)
+    w, g = rng.standard_normal(8).astype(dt), rng.standard_normal(8).astype(dt)
+    got, warned = run(armijo, w, g, 3, static=(2,))
+    assert warned == 0
+    for r in got:
+        same(r, armijo(w, g, 3))
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 99), limit=st.floats(0.5, 40))
+def test_while_carrying_an_array_and_a_python_int(seed, limit):
+    x = np.random.default_rng(seed).random(6)
+    got, warned = run(counting, x, limit, static=(1,))
+    assert warned == 0
+    for r in got:
+        same(r, counting(x, limit))        # n is a Python int, as numpy's
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 99), tol=st.sampled_from([0.0, 1.0, 5.0, 12.0, 1e9]),
+       dt=st.sampled_from([np.float32, np.float64]), maxiter=st.integers(1, 6))
+def test_for_range_with_a_break_on_data(seed, tol, dt, maxiter):
+    # tol 0: breaks on the first iteration; 1e9: never; between: in the middle
+    x = np.random.default_rng(seed).random(4).astype(dt)
+    got, warned = run(cg_like, x, tol, maxiter, static=(1, 2))
+    assert warned == 0
+    want = cg_like(x, tol, maxiter)
+    for r in got:
+        same(r, want)
+
+
+def in_place_into_an_argument(x, limit):
+    while x.sum() < limit:
+        x *= 2.0
+    return x
+
+
+def test_an_argument_written_in_place_in_the_loop_is_written_for_the_caller():
+    x = np.arange(1.0, 5.0)
+    want = in_place_into_an_argument(x.copy(), 100.0)
+    jf = spmd.jit(in_place_into_an_argument, mesh=MESH, static_argnums=(1,))
+    a = x.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        r = jf(a, 100.0)
+    np.testing.assert_array_equal(a, want)
+    np.testing.assert_array_equal(np.asarray(r), want)
+
+
+def appends(x):
+    out = []
+    while x.sum() < 10:
+        x = x + 1
+        out.append(x.sum())
+    return x, out
+
+
+def returns_inside(x):
+    while x.sum() < 10:
+        x = x + 1
+        if x[0] > 3:
+            return x * 0
+    return x
+
+
+def changes_dtype(x):
+    t = 0
+    while x.sum() < 10:
+        x = x + 1
+        t = t + 0.5                    # an int, then a float
+    return x, t
+
+
+def reads_a_view(x):
+    x = x.copy()
+    v = x[:2]
+    while v.sum() < 10:               # v sees the writes into x
+        x += 1
+    return x
+
+
+@pytest.mark.parametrize("f", [appends, returns_inside, changes_dtype, reads_a_view])
+def test_refused_loops_keep_numpys_values_through_graph_breaks(f):
+    x = np.arange(4.0)
+    got, warned = run(f, x)
+    assert warned > 0                 # the loop's graph breaks, as before
+    for r in got:
+        want = f(x.copy())
+        if isinstance(want, tuple):
+            for g, w in zip(got[0], want):
+                np.testing.assert_allclose(np.asarray(g, dtype=float), np.asarray(w, dtype=float))
+        else:
+            np.testing.assert_allclose(np.asarray(r), want)
+
+
+def test_python_operators_on_python_numbers_promote_like_them():
+    # s * 2 on a Python float argument is a Python float: x32 * it stays float32 (NEP 50)
+    def f(x, s):
+        return x * (s * 2.0), s * 2.0
+    x = np.ones(4, np.float32)
+    r, s = spmd.jit(f, mesh=MESH)(x, 1.5)
+    assert np.asarray(r).dtype == np.float32 and type(s) is float and s == 3.0
+
+
+@pytest.mark.parametrize("name", ["backtracking", "conjugate_gradient"])
+def test_corpus_loops_compile_whole(name):
+    import sys
+    from paths import ROOT
+    import os
+    sys.path.insert(0, os.path.join(ROOT, "tests", "programs"))
+    import corpus
+    assert corpus.run(name) == "compiled"
+
+
+def test_one_program_for_every_iteration_count():
+    jf = spmd.jit(counting, mesh=MESH, static_argnums=(1,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for scale in (1.0, 0.1, 0.01, 2.0):
+            x = np.linspace(0.1, 1.0, 6) * scale
+            same(jf(x, 3.0), counting(x, 3.0))
+    assert len(jf._cache) == 1          # one signature, one program: no tree of breaks
+
+
+def test_converted_under_fallback_false_and_refused_loops_still_raise():
+    from spmd.errors import ConcreteValueError
+    x = np.linspace(0.1, 1.0, 6)
+    jf = spmd.jit(counting, mesh=MESH, static_argnums=(1,), fallback=False)
+    same(jf(x, 3.0), counting(x, 3.0))
+    with pytest.raises(ConcreteValueError):
+        spmd.jit(appends, mesh=MESH, fallback=False)(np.arange(4.0))
+
+
+class Stepper:
+    def __init__(self, rate):
+        self.rate = rate
+
+    def run(self, x):
+        i = 0
+        for j in range(10):
+            x = x * self.rate
+            if x.sum() > 40:
+                break
+            i = i + j
+        return x, i
+
+
+def closure(scale):
+    def f(x):
+        while x.max() < 10:
+            x = x * scale
+        return x
+    return f
+
+
+@pytest.mark.parametrize("rate", [1.5, 3.0, 50.0])
+def test_methods_and_closures_are_converted(rate):
+    x = np.arange(1.0, 5.0)
+    (r1, r2), warned = run(Stepper(rate).run, x)
+    assert warned == 0
+    same(r1, Stepper(rate).run(x))
+    (r1, _), warned = run(closure(rate), x)
+    assert warned == 0
+    same(r1, closure(rate)(x))
