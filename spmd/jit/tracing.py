@@ -62,12 +62,18 @@ PYTHON_TYPES = {"bool": bool, "int64": int, "float64": float, "complex128": comp
 
 
 def _python_numbers(out_leaves, scalars):
-    """Results that are Python numbers under numpy (weak tracers: a Python number argument,
-    Python's operators on them, a loop's Python number carried by loop_conversion.py):
-    {result leaf position: its Python type}."""
-    return {i: PYTHON_TYPES[leaf.value.dtype] for i, leaf in enumerate(out_leaves)
-            if i not in scalars and isinstance(leaf, Tracer) and leaf.weak and leaf.ndim == 0
-            and leaf.value.dtype in PYTHON_TYPES}
+    """Results that are Python numbers under numpy (a constant the function returns, weak
+    tracers: a Python number argument, Python's operators on them, a loop's Python number
+    carried by loop_conversion.py): {result leaf position: its Python type}."""
+    out = {}
+    for i, leaf in enumerate(out_leaves):
+        if i in scalars:
+            continue
+        if isinstance(leaf, Tracer) and leaf.weak and leaf.ndim == 0 and leaf.value.dtype in PYTHON_TYPES:
+            out[i] = PYTHON_TYPES[leaf.value.dtype]
+        elif type(leaf) in (bool, int, float, complex):
+            out[i] = type(leaf)
+    return out
 
 
 def _argument_tracers(t, leaves):

@@ -100,3 +100,20 @@ def test_a_name_float_that_is_not_the_builtin_is_not_taken_for_it():
     x = np.arange(5.0)
     got, breaks = run(shadowed, x)
     assert breaks >= 1 and float(np.asarray(got)) == 10.0
+
+
+@pytest.mark.parametrize("mesh", [None, "x"])
+def test_a_returned_python_constant_is_numpys_python_number(mesh):
+    """A Python number the function returns as it made it (a count a loop never raised, a
+    flag) is that number under jit, as numpy gives it, not a 0-d array."""
+    def f(x, n):
+        its = 0
+        for _ in range(n):
+            its += 1
+        return x * 2, its, 2.5, True, 1j
+    x = np.arange(4.0)
+    kw = {} if mesh is None else {"in_shardings": (spmd.Mesh((2,), ("x",)).sharding("x"),)}
+    for n in (0, 3):
+        got, want = spmd.jit(f, static_argnums=(1,), **kw)(x, n), f(x, n)
+        np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+        assert [(type(g), g) for g in got[1:]] == [(type(w), w) for w in want[1:]]
