@@ -59,7 +59,6 @@ from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
 from .ray_transport import Transport
 from ...errors import CollectiveError, ShardingError, SpmdError
-from ...ir.ops.names import DEBUG_PRINT
 from ...tools import timeline
 from ...runtime.backend import Runtime
 
@@ -211,14 +210,15 @@ class RankActor:
 
 
 def _silent(program) -> bool:
-    """A compiled program (it has a graph) with no spmd.debug.print, loop bodies too."""
+    """A compiled program (it has a graph) with no op run for its effect (spmd.debug.print
+    prints: the only such op), loop bodies too."""
     graph = getattr(program, "graph", None)
     return graph is not None and not _prints(graph)
 
 
 def _prints(graph) -> bool:
     for op in graph.ops:
-        if op.opdef.name == DEBUG_PRINT:
+        if op.opdef.effect:
             return True
         if any(_prints(op.attrs[k]) for k in op.opdef.subgraphs if op.attrs.get(k) is not None):
             return True
