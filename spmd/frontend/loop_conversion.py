@@ -40,7 +40,7 @@ import numpy as np
 from . import control, core
 from .functionalize import is_scalar
 from .numpy_buffers import NumpyBuffer
-from .returned_scalars import source_tree
+from .returned_scalars import code_position, source_tree
 from .trace import Tracer, current_trace
 
 MODULE = "__spmd_loops"
@@ -120,7 +120,7 @@ def loop_needing_value(codes, tb=None):
     if frame is None:
         return None
     code = codes[frame.f_code]
-    pos = _position(frame.f_code, lasti)
+    pos = code_position(frame.f_code, lasti)
     fn_node = _function_node(code)
     if pos is None or fn_node is None:
         return None
@@ -131,17 +131,6 @@ def loop_needing_value(codes, tb=None):
         if brk is not None and _contains(brk.test, pos):
             return code, loop_key(node)
     return None
-
-
-def _position(code, lasti):
-    try:
-        positions = list(code.co_positions())
-    except AttributeError:
-        return None
-    i = lasti // 2
-    if not 0 <= i < len(positions) or None in positions[i]:
-        return None
-    return positions[i]
 
 
 # -- static analysis -------------------------------------------------------------------------------

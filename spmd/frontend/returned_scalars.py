@@ -33,7 +33,7 @@ def returned_position(frame, name, entry_codes):
         return None
     if name in frame.f_globals or frame.f_builtins.get(name) is not getattr(builtins, name):
         return None
-    pos = _position(code, frame.f_lasti)
+    pos = code_position(code, frame.f_lasti)
     tree = source_tree(code.co_filename)
     if pos is None or tree is None:
         return None
@@ -46,7 +46,7 @@ def returned_position(frame, name, entry_codes):
     return None
 
 
-def _position(code, lasti):
+def code_position(code, lasti):
     """(line, end line, column, end column) of the instruction at byte offset lasti"""
     try:
         positions = list(code.co_positions())
