@@ -60,8 +60,8 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
         raise TypeError(f"expected 1D or 2D array for y (at {user_loc()})")
     if x.shape[0] != y.shape[0]:
         raise TypeError(f"expected x and y to have same length (at {user_loc()})")
-    if rcond is None:
-        rcond = x.shape[0] * float(np.finfo(x.dtype).eps)
+    if rcond is None:           # (numpy's default is a numpy float, and full=True returns it)
+        rcond = x.shape[0] * np.finfo(x.dtype).eps
     lhs = vander(x, order)
     rhs = y
     if w is not None:
@@ -74,7 +74,7 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
         rhs = ew.multiply(rhs, w if rhs.ndim == 1 else shapes.reshape(w, (w.shape[0], 1)))
     scale = ew.sqrt(red.sum(ew.multiply(lhs, lhs), axis=0))
     lhs = ew.true_divide(lhs, scale)
-    c, resids, rank, s = LA.lstsq(lhs, rhs, rcond)
+    c, resids, rank, s = LA.lstsq(lhs, rhs, float(rcond))
     c = ew.true_divide(c, scale if c.ndim == 1 else shapes.reshape(scale, (order, 1)))
     if full:
         return c, resids, rank, s, rcond
