@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpmdError
+from ..ir.graph import any_op
 from ..tools import timeline
 
 
@@ -35,13 +36,12 @@ def _subgraphs(op):
 
 
 def _talks(graph) -> bool:
-    for op in graph.ops:
-        c = op.opdef.collective
-        if op.opdef.family == "collective" or c.reshards is not None or c.phase is not None or c.exchange:
-            return True
-        if any(_talks(g) for g in _subgraphs(op)):
-            return True
-    return False
+    return any_op(graph, _exchanges)
+
+
+def _exchanges(op) -> bool:
+    c = op.opdef.collective
+    return op.opdef.family == "collective" or c.reshards is not None or c.phase is not None or c.exchange
 
 
 def _work(graph) -> float:

@@ -153,6 +153,17 @@ class Graph:
         return print_graph(self)
 
 
+def any_op(graph: Graph, pred) -> bool:
+    """Does pred(op) hold for an op of graph or of a sub-graph (a loop's body, a cond's
+    branches) at any depth?"""
+    for op in graph.ops:
+        if pred(op):
+            return True
+        if any(any_op(op.attrs[k], pred) for k in op.opdef.subgraphs if op.attrs.get(k) is not None):
+            return True
+    return False
+
+
 def _fmt_attrs(attrs):
     return ", ".join(f"{k}={'<array>' if isinstance(v, np.ndarray) else v}" for k, v in attrs.items())
 

@@ -59,6 +59,7 @@ from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
 from .ray_transport import Transport
 from ...errors import CollectiveError, ShardingError, SpmdError
+from ...ir.graph import any_op
 from ...tools import timeline
 from ...runtime.backend import Runtime
 
@@ -213,16 +214,7 @@ def _silent(program) -> bool:
     """A compiled program (it has a graph) with no op run for its effect (spmd.debug.print
     prints: the only such op), loop bodies too."""
     graph = getattr(program, "graph", None)
-    return graph is not None and not _prints(graph)
-
-
-def _prints(graph) -> bool:
-    for op in graph.ops:
-        if op.opdef.effect:
-            return True
-        if any(_prints(op.attrs[k]) for k in op.opdef.subgraphs if op.attrs.get(k) is not None):
-            return True
-    return False
+    return graph is not None and not any_op(graph, lambda op: op.opdef.effect)
 
 
 def error_reply(exc, printed):
