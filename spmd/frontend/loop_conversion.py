@@ -18,6 +18,11 @@ after the `if ...: break`). The state is the names the body assigns that the loo
 code after it reads (`_carried`). Python numbers in it stay weak (NEP 50: a Python float
 times a float32 array is float32), and jit returns a weak number as numpy's Python number.
 
+A test's `and`, `or` and `not` (`while err > tol and it < maxit:`) become calls that take
+traced values (`all_of`, `any_of`, `not_`): Python's short circuit cannot branch on a
+traced operand, so from one on the rest are evaluated too (a test runs nothing the
+rewrite lets change state) and combined with logical and / or, which is the test's truth.
+
 The rewrite refuses (`Refused`; jit then keeps the graph breaks) what it cannot keep
 exact: return / yield / continue / another break / try / with / global / nonlocal / del /
 a def or lambda / an attribute store in the body, an `else:` on the loop, calls that
@@ -257,6 +262,22 @@ def _tuple(names):
     return "(" + "".join(f"{n}, " for n in names) + ")"
 
 
+def _truth_ops(node):
+    """Test `node` with its and / or / not (and theirs, recursively) as calls of
+    all_of / any_of / not_; the operands after the first are passed unevaluated (lambdas)."""
+    def call(fn, args):
+        f = ast.Attribute(ast.Name(MODULE, ast.Load()), fn, ast.Load())
+        return ast.copy_location(ast.Call(f, args, []), node)
+    if isinstance(node, ast.BoolOp):
+        first, *rest = [_truth_ops(v) for v in node.values]
+        none = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+        later = [ast.copy_location(ast.Lambda(none, v), v) for v in rest]
+        return call("all_of" if isinstance(node.op, ast.And) else "any_of", [first] + later)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return call("not_", [_truth_ops(node.operand)])
+    return node
+
+
 class _Rewriter(ast.NodeTransformer):
     def __init__(self, fn_node, keys):
         self.fn_node, self.keys, self.done, self.n = fn_node, keys, set(), 0
@@ -271,7 +292,7 @@ class _Rewriter(ast.NodeTransformer):
         k, self.n = self.n, self.n + 1
         st = _tuple(names)
         cond = _parse(f"def __spmd_cond{k}(__spmd_s):\n    {st} = __spmd_s\n    return 0\n", node)
-        cond[0].body[-1].value = node.test
+        cond[0].body[-1].value = _truth_ops(node.test)
         body = _parse(f"def __spmd_body{k}(__spmd_s):\n    {st} = __spmd_s\n    return {st}\n", node)
         body[0].body[1:1] = node.body
         call = _parse(f"{st} = {MODULE}.run_while(__spmd_cond{k}, __spmd_body{k}, "
@@ -303,7 +324,7 @@ class _Rewriter(ast.NodeTransformer):
                       f"    def __spmd_rest{k}(__spmd_s):\n        {st} = __spmd_s\n        return {st}\n"
                       f"    return __spmd_b, {MODULE}.unless(__spmd_b, __spmd_rest{k}, {st})\n", node)
         fdef = body[0]
-        fdef.body[2].value = brk.test
+        fdef.body[2].value = _truth_ops(brk.test)
         fdef.body[3].body[1:1] = after
         fdef.body[2:2] = before
         call = _parse(f"{st} = {MODULE}.run_for_break(range(0), __spmd_body{k}, "
@@ -412,10 +433,13 @@ def state(names_values, names, inplace, reads):
     """The loop's state on entry, with per name its weakness and whether the loop writes it
     in place: (values, weak, inplace). A loop writing in place into an array that another
     name it reads views would read a stale copy there: refused."""
-    written = {id(_memory(names_values[n])): n for n in inplace if n in names_values and n in names}
+    # (a Python number is never written in place: `it += 1` rebinds it, and equal small
+    # ints are one object)
+    written = {id(_memory(names_values[n])): n for n in inplace if n in names_values and n in names
+               and not _weak(names_values[n])}
     for n in set(reads) | set(names):
         m = id(_memory(names_values.get(n)))
-        if n in names_values and m in written and written[m] != n:
+        if n in names_values and not _weak(names_values[n]) and m in written and written[m] != n:
             raise Refused(f"{n} and {written[m]} are the same array, written in place in the loop")
         if n in inplace and isinstance(names_values.get(n), np.ndarray) \
                 and not isinstance(names_values[n], NumpyBuffer):
@@ -515,6 +539,41 @@ def run_for_break(r, body_fun, entry):
     start = (core.asarray(0, "int64", t), core.asarray(False, t=t))
     outs = control.while_loop(cond, body, start + _traced(t, values, weak))
     return _written_back(values, _rewrapped(outs[2:], weak), inplace)
+
+
+def _truth(v):
+    """A traced test operand's truth (numpy's bool() of one value: nonzero, NaN true)."""
+    if v.shape != ():
+        raise Refused("an and / or / not operand in the test is not one value")
+    return v.astype(bool)
+
+
+def _short_circuit(first, later, decides):
+    """Python's `first and/or later...` (decides: the truth that ends it, False for and)
+    while no operand is traced; from a traced one on, every operand up to one that decides
+    by itself, combined (& for and, | for or) as the truth of the whole."""
+    acc, v = None, first
+    for k in range(len(later) + 1):
+        if k:
+            v = later[k - 1]()
+        if isinstance(v, Tracer):
+            tv = _truth(v)
+            acc = tv if acc is None else (acc | tv if decides else acc & tv)
+        elif bool(v) == decides:
+            return v if acc is None else (acc | True if decides else acc & False)
+    return v if acc is None else acc
+
+
+def all_of(first, *later):
+    return _short_circuit(first, later, False)
+
+
+def any_of(first, *later):
+    return _short_circuit(first, later, True)
+
+
+def not_(v):
+    return ~_truth(v) if isinstance(v, Tracer) else not v
 
 
 def unless(broke, rest, values):

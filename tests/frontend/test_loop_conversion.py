@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import spmd
 from spmd.errors import FallbackWarning
@@ -263,3 +263,63 @@ def test_methods_and_closures_are_converted(rate):
     (r1, _), warned = run(closure(rate), x)
     assert warned == 0
     same(r1, closure(rate)(x))
+
+
+def until_small_or_counted(x, tol, maxit):
+    it = 0
+    err = np.abs(x).sum()
+    while err > tol and it < maxit:
+        x = x * 0.5 + 0.01
+        err = np.abs(x).sum()
+        it += 1
+    return x, it
+
+
+def unless_small_or_counted(x, tol, maxit):
+    it = 0
+    while not (np.abs(x).sum() < tol or it >= maxit):
+        x = x * 0.5
+        it += 1
+    return x, it
+
+
+def doubling_until(x, tol, big, n):
+    acc = x.sum() * 0
+    for i in range(n):
+        acc = acc + x.sum()
+        if acc > tol or x.max() > big and i > 1:
+            break
+        x = x * 2
+    return x, acc
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 99), tol=st.sampled_from([0.0, 0.5, 2.0, 1e9]), maxit=st.integers(0, 9),
+       big=st.sampled_from([1.0, 50.0, 1e9]), dt=st.sampled_from([np.float32, np.float64]))
+@example(seed=0, tol=0.0, maxit=0, big=1.0, dt=np.float32)     # it and maxit: one int object
+def test_and_or_not_in_loop_tests(seed, tol, maxit, big, dt):
+    # Python's and / or / not on traced tests: one compiled loop with numpy's iterations,
+    # whichever operand ends it (the data, the Python counter, both, or neither)
+    x = (1 + np.random.default_rng(seed).random(6)).astype(dt)
+    for f, args, static in [(until_small_or_counted, (x, tol, maxit), (1, 2)),
+                            (unless_small_or_counted, (x, tol, maxit), (1, 2)),
+                            (doubling_until, (x, tol * 40, big, maxit), (1, 2, 3))]:
+        got, warned = run(f, *args, static=static)
+        assert warned == 0, f.__name__
+        for r in got:
+            same(r, f(*args))
+
+
+def and_on_a_whole_array(x):
+    while x < 10 and x.sum() < 100:       # numpy: the truth of a 6-element array is ambiguous
+        x = x + 1
+    return x
+
+
+def test_and_on_an_array_test_raises_as_numpy():
+    x = np.arange(6.0)
+    with pytest.raises(ValueError):
+        and_on_a_whole_array(x)
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spmd.jit(and_on_a_whole_array, mesh=MESH)(x)
