@@ -71,7 +71,7 @@ def _python_numbers(out_leaves, scalars):
             continue
         if isinstance(leaf, Tracer) and leaf.weak and leaf.ndim == 0 and leaf.value.dtype in PYTHON_TYPES:
             out[i] = PYTHON_TYPES[leaf.value.dtype]
-        elif type(leaf) in (bool, int, float, complex):
+        elif type(leaf) in PYTHON_TYPES.values():
             out[i] = type(leaf)
     return out
 
