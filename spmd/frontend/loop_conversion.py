@@ -12,7 +12,8 @@
 
 Where tracing a jitted function needs a value for such a loop's test (jit asks
 `loop_needing_value`), jit traces instead the function with that loop rewritten from its
-source (`convert`): the loop's test and body become functions of the loop's state, run by
+source (`convert`; a loop of a function it calls by a global name: the caller runs with a
+copy of its globals where that name is the rewritten function): the loop's test and body become functions of the loop's state, run by
 `run_while` / `run_for_break` through spmd.while_loop (and spmd.cond for the statements
 after the `if ...: break`). The state is the names the body assigns that the loop or the
 code after it reads (`_carried`). Python numbers in it stay weak (NEP 50: a Python float
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dis
 import sys
 import threading
 import types
@@ -107,34 +109,47 @@ def _break_if(loop):
 
 
 def loop_needing_value(codes, tb=None):
-    """(code, loop key) where the frame running one of `codes` (the traced function, as
-    written or converted; {its code: the code as written}) is evaluating the test of a
-    while loop or of a for loop's `if ...: break` that `convert` could take; None
-    otherwise. The frame is on the current stack, or in traceback `tb` (an error raised
-    there)."""
-    frame, lasti = None, None
+    """(path, loop key) where the innermost user function of the trace (the traced
+    function, as written or converted: a key of `codes`, or a function it calls by a
+    global name, and so on inward) is evaluating the test of a while loop or of a for
+    loop's `if ...: break` that `convert` could take; path: the global names of the calls
+    from the traced function to it, () for the traced function itself. None otherwise.
+    The frames are the current stack, or traceback `tb`'s (an error raised there)."""
     if tb is None:
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code not in codes:
-            frame = frame.f_back
-        lasti = frame.f_lasti if frame is not None else None
-    while tb is not None:
-        if tb.tb_frame.f_code in codes:
-            frame, lasti = tb.tb_frame, tb.tb_lasti
-        tb = tb.tb_next
-    if frame is None:
-        return None
-    code = codes[frame.f_code]
+        frames, f = [], sys._getframe(1)
+        while f is not None and f.f_code not in codes:
+            frames.append((f, f.f_lasti))
+            f = f.f_back
+        if f is None:
+            return None
+        frames = [(f, f.f_lasti)] + frames[::-1]
+    else:
+        frames = []
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                frames = []
+            frames.append((tb.tb_frame, tb.tb_lasti))
+            tb = tb.tb_next
+        if not frames or frames[0][0].f_code not in codes:
+            return None
+    path, (frame, lasti) = (), frames[0]
+    for inner, inner_lasti in frames[1:]:
+        name = inner.f_code.co_name
+        called = frame.f_globals.get(name)
+        if not (isinstance(called, types.FunctionType) and called.__code__ is inner.f_code):
+            break                   # (spmd's own frames, a method, a function passed in)
+        path, frame, lasti = path + (name,), inner, inner_lasti
+    code = codes.get(frame.f_code) or _ORIGINAL.get(frame.f_code, frame.f_code)
     pos = code_position(frame.f_code, lasti)
     fn_node = _function_node(code)
     if pos is None or fn_node is None:
         return None
     for node in ast.walk(fn_node):
         if isinstance(node, ast.While) and _contains(node.test, pos):
-            return code, loop_key(node)
+            return path, loop_key(node)
         brk = _break_if(node) if isinstance(node, ast.For) else None
         if brk is not None and _contains(brk.test, pos):
-            return code, loop_key(node)
+            return path, loop_key(node)
     return None
 
 
@@ -336,6 +351,7 @@ class _Rewriter(ast.NodeTransformer):
 
 _lock = threading.Lock()
 _converted = {}         # (code, loop keys) -> the rewritten function's code, or the Refused
+_ORIGINAL = {}          # a rewritten function's code -> the code as written
 
 
 def convertible(fn) -> bool:
@@ -343,27 +359,59 @@ def convertible(fn) -> bool:
     return isinstance(getattr(fn, "__func__", fn), types.FunctionType)
 
 
-def convert(fn, keys):
-    """fn with the loops at `keys` (loop_key) rewritten; Refused where it cannot be."""
+def convert(fn, loops):
+    """fn with the loops `loops` rewritten: (path, loop key) pairs as loop_needing_value
+    gives, a loop of fn itself (path ()) or of a function it calls by a global name (a
+    path of those names): fn then runs with its globals copied and that name bound to the
+    converted function. Refused where it cannot be."""
+    own = frozenset(k for p, k in loops if not p)
+    inner = {}
+    for p, k in sorted(loops):
+        if p:
+            inner.setdefault(p[0], set()).add((p[1:], k))
     if isinstance(fn, types.MethodType):
-        return types.MethodType(convert(fn.__func__, keys), fn.__self__)
+        return types.MethodType(convert(fn.__func__, loops), fn.__self__)
+    g = fn.__globals__
+    if inner:
+        if _writes_globals(fn.__code__):
+            raise Refused(f"{fn.__name__} assigns globals: a copy of them would not see it")
+        g = dict(g)
+        for name, sub in inner.items():
+            called = g.get(name)
+            if not isinstance(called, types.FunctionType):
+                raise Refused(f"{name} is no longer a Python function")
+            g[name] = convert(called, frozenset(sub))
+    return _with_loops(fn, own, g)
+
+
+def _writes_globals(code) -> bool:
+    return any(i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") for i in dis.get_instructions(code))
+
+
+def _with_loops(fn, keys, g):
+    """fn with the loops at `keys` (loop_key) rewritten, running with globals g."""
     code = fn.__code__
-    with _lock:
-        got = _converted.get((code, keys))
-        if got is None:
-            try:
-                got = _rewrite(code, keys)
-            except Refused as e:
-                got = e
-            except SyntaxError as e:
-                got = Refused(f"the rewritten source does not compile: {e}")
-            _converted[(code, keys)] = got
-    if isinstance(got, Refused):
-        raise got
+    if not keys:
+        got = code
+    else:
+        with _lock:
+            got = _converted.get((code, keys))
+            if got is None:
+                try:
+                    got = _rewrite(code, keys)
+                except Refused as e:
+                    got = e
+                except SyntaxError as e:
+                    got = Refused(f"the rewritten source does not compile: {e}")
+                _converted[(code, keys)] = got
+                if isinstance(got, types.CodeType):
+                    _ORIGINAL[got] = code
+        if isinstance(got, Refused):
+            raise got
     cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
     closure = tuple(cells[n] if n in cells else types.CellType(sys.modules[__name__])
                     for n in got.co_freevars)
-    new = types.FunctionType(got, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    new = types.FunctionType(got, g, fn.__name__, fn.__defaults__, closure or None)
     new.__kwdefaults__, new.__qualname__ = fn.__kwdefaults__, fn.__qualname__
     new.__spmd_original__ = fn
     return new

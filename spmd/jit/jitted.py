@@ -168,9 +168,9 @@ class Jitted:
                 elif oracle is None and isinstance(e, ConcreteValueError) and self._convertible:
                     # (fallback=False: no graph breaks, but a loop on data may still be converted)
                     got = lc.loop_needing_value({fn.__code__: fn.__code__}, e.__traceback__)
-                    if got is None or got[1] in self._loops:
+                    if got is None or got in self._loops:
                         raise
-                    self._loops = self._loops | {got[1]}
+                    self._loops = self._loops | {got}
                 else:
                     raise
             self._cache.clear()             # (a tree of breaks traced from another version of fn)
@@ -183,8 +183,8 @@ class Jitted:
 
     def _loop_on_data(self, codes):
         got = lc.loop_needing_value(codes)
-        if got is not None and got[1] not in self._loops:
-            raise _ConvertLoop(got[1])
+        if got is not None and got not in self._loops:
+            raise _ConvertLoop(got)
 
     def _drop_loops(self):
         self._loops, self._no_loops = frozenset(), True

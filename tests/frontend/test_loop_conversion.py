@@ -323,3 +323,56 @@ def test_and_on_an_array_test_raises_as_numpy():
     with pytest.raises(ValueError), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spmd.jit(and_on_a_whole_array, mesh=MESH)(x)
+
+
+def shrink_until(x, limit):
+    n = 0
+    while np.abs(x).sum() > limit:
+        x = x * 0.5
+        n += 1
+    return x, n
+
+
+def calls_shrink(x, limit):
+    y, n = shrink_until(x + 1, limit)
+    return y * 2, n
+
+
+def calls_calls_shrink(x, limit):
+    a, n = calls_shrink(x, limit)
+    b, m = shrink_until(a, limit / 2)
+    return a + b, n + m
+
+
+COUNTER = 0
+
+
+def counts_in_a_global(x, limit):
+    global COUNTER
+    COUNTER += 1
+    return shrink_until(x, limit)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 99), limit=st.sampled_from([0.5, 3.0, 1e9]))
+def test_loops_in_functions_the_jitted_function_calls(seed, limit):
+    # a loop on data in a module-level function called by name (and one called from that)
+    # is converted too: one compiled program, numpy's values and Python ints
+    x = np.random.default_rng(seed).standard_normal(6)
+    for f in (calls_shrink, calls_calls_shrink):
+        jf = spmd.jit(f, mesh=MESH, static_argnums=(1,))
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            got = [jf(x, limit), jf(x, limit)]
+        assert not [w for w in rec if issubclass(w.category, FallbackWarning)], f.__name__
+        for r in got:
+            same(r, f(x, limit))
+
+
+def test_a_function_assigning_globals_keeps_its_breaks_and_numpys_values():
+    # its helpers' globals would be a copy: the global it assigns would be lost
+    x = np.arange(1.0, 7.0)
+    got, warned = run(counts_in_a_global, x, 2.0, static=(1,))
+    assert warned > 0
+    for r in got:
+        same(r, shrink_until(x, 2.0))
