@@ -48,7 +48,7 @@ def ediff1d(ary, to_end=None, to_begin=None):
             raise TypeError(f"dtype of `{name}` must be compatible with input `ary` under the `same_kind` "
                             f"rule (numpy raises the same TypeError; np.ediff1d at {user_loc()})")
         parts.append(shapes.reshape(core.astype(v, x.dtype.name), (-1,)))
-    if parts == [None, None]:
+    if parts[0] is None and parts[1] is None:
         return d
     return shapes.concatenate([p for p in (parts[0], core.astype(d, x.dtype.name), parts[1]) if p is not None], 0)
 
