@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import spmd
 from numpy_coverage_util import check
 
-SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _rng(seed):
@@ -296,8 +296,38 @@ def test_gcd_of_floats_is_refused_as_numpy():
 
 def test_bitwise_count():
     x = np.array([0, 1, -1, 7, -8, 2 ** 40 + 3, -(2 ** 63)], np.int64)
-    if "uint8" not in spmd.ir.dtypes.DTYPES:         # spmd without uint8 arrays says so
-        with pytest.raises(NotImplementedError, match="uint8"):
+    if "uint8" not in spmd.ir.dtypes.DTYPES:         # spmd without uint8 arrays refuses it
+        with pytest.raises(NotImplementedError, match="bitwise_count"):
             spmd.jit(np.bitwise_count, backend="numpy")(x)
         return
     check(lambda x: (np.bitwise_count(x), np.bitwise_count(x.astype(np.int32)), np.bitwise_count(x > 0)), x)
+
+
+def test_piecewise_reads_conditions_as_numpy_does():
+    """A stacked array of conditions is a list of them; a condition over the leading dims
+    selects whole rows (numpy's y[cond])."""
+    x = np.arange(-3.0, 3.0).reshape(3, 2)
+    check(lambda x: np.piecewise(x, np.stack([x > 0, x < -1]), [np.negative, 5.0, np.square]), x)
+    check(lambda x: np.piecewise(x, [np.array([True, False, True])], [np.negative]), x)
+    with pytest.raises(IndexError, match="did not match"):
+        spmd.jit(lambda x: np.piecewise(x, [x[0] > 0], [np.negative]), backend="numpy")(x)
+
+
+def test_llvm_backend_runs_the_functions():
+    """One program through the LLVM backend: the while loop of gcd, the halving tree of a
+    bitwise reduce, windows, segments, ranges and a stable lexsort."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-2, 2, (6, 8))
+    i = rng.integers(-30, 30, (6, 8))
+
+    def f(x, i):
+        return (np.gcd(i, 12) + np.lcm(i, 3), np.bitwise_xor.reduce(i, axis=1), np.logical_and.reduce(x > -1.5, 0),
+                sliding_window_view(x, 3, axis=1).max(-1), np.add.reduceat(x, [0, 3, 1, 5], axis=1),
+                np.linspace(x.min(), x.max(), 7), np.nancumsum(np.where(x > 1, np.nan, x), axis=0),
+                np.lexsort((i[0], np.round(x[0]))), np.choose(i % 3, [x, -x, 2 * x]), np.trapezoid(x, axis=0))
+
+    want = f(x, i)
+    got = spmd.jit(f, backend="llvm")(x, i)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert np.asarray(g).dtype == np.asarray(w).dtype, k
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12, atol=1e-12, err_msg=f"output {k}")

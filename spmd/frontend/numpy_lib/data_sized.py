@@ -28,6 +28,10 @@ _INSTEAD = {
     "nonzero": "the positions padded to a length you choose, spmd.numpy.nonzero(x, size=n)",
     "unique": "np.sort(x) and its neighbours (np.diff) at a fixed size",
     "bincount": "np.histogram(x, bins=n, range=(0, n)) or (x[..., None] == np.arange(n)).sum(0) for n bins",
+    "intersect1d": "np.isin(a, b), a mask of a's elements",
+    "setdiff1d": "np.isin(a, b, invert=True), a mask of a's elements",
+    "extract": "np.where(condition, x, 0), the selection as a mask at x's size",
+    "compress": "np.where(condition, x, 0), the selection as a mask at x's size",
 }
 
 

@@ -170,14 +170,15 @@ def piecewise(x, condlist, funclist, *args, **kw):
     result is not x's shape, a reduction say, is refused)."""
     x = core.asarray(x)
     t = x._tr
+    # numpy's reading of condlist: one condition unless its first element is an array
     if isinstance(condlist, Tracer):
-        conds = [condlist] if condlist.ndim == x.ndim else [indexing.getitem(condlist, i)
-                                                           for i in range(condlist.shape[0])]
+        one = condlist.ndim == 0 or (condlist.ndim == 1 and x.ndim != 0)
+        conds = [condlist] if one else [indexing.getitem(condlist, i) for i in range(condlist.shape[0])]
     elif np.isscalar(condlist) or (not isinstance(condlist[0], (list, np.ndarray, Tracer)) and x.ndim != 0):
         conds = [condlist]
     else:
         conds = list(condlist)
-    conds = [core.broadcast_to(core.astype(core.asarray(c, t=t), "bool"), x.shape) for c in conds]
+    conds = [_selection(core.astype(core.asarray(c, t=t), "bool"), x) for c in conds]
     n, n2 = len(conds), len(funclist)
     if n == n2 - 1:
         none = conds[0]
@@ -191,8 +192,7 @@ def piecewise(x, condlist, funclist, *args, **kw):
     for cond, func in zip(conds, funclist):
         if callable(func):
             v = func(x, *args, **kw)
-            if isinstance(v, Tracer) and v.shape not in (x.shape, ()) or (isinstance(v, Tracer) and v.shape == ()
-                                                                           and x.shape != ()):
+            if isinstance(v, Tracer) and v.shape != x.shape:
                 raise NotImplementedError(
                     f"np.piecewise at {user_loc()}: a function gave shape {list(v.shape)} on the whole array "
                     f"of shape {list(x.shape)}; under spmd.jit each function is applied to the whole array and "
@@ -201,6 +201,16 @@ def piecewise(x, condlist, funclist, *args, **kw):
             v = func
         y = ew.where(cond, core.astype(core.asarray(v, t=t), x.dtype.name), y)
     return y
+
+
+def _selection(cond, x):
+    """A condition as numpy's y[cond] reads it: a mask of x's leading dims (a 0-d one: all)."""
+    if cond.shape != x.shape[:cond.ndim]:
+        raise IndexError(f"boolean index did not match indexed array: condition of shape {list(cond.shape)} for "
+                         f"an array of shape {list(x.shape)} (numpy raises the same IndexError; np.piecewise at "
+                         f"{user_loc()})")
+    cond = shapes.reshape(cond, cond.shape + (1,) * (x.ndim - cond.ndim))
+    return core.broadcast_to(cond, x.shape)
 
 
 MAX_APPLY_CALLS = 128

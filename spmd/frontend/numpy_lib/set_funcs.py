@@ -27,7 +27,10 @@ def _flat(x, t=None, dtype=None):
 
 
 def _positions(mask, name):
-    """The positions where the traced 1-d mask holds, their number taken from the data."""
+    """The positions where the traced 1-d mask holds, their number taken from the data
+    (none to take from an empty mask)."""
+    if mask.shape[0] == 0:
+        return core.asarray(np.zeros(0, np.int64), t=mask._tr)
     return padded.flatnonzero(mask, size=count_from_data(mask, name))
 
 
