@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import spmd
 from numpy_coverage_util import check
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _rng(seed):
