@@ -117,3 +117,8 @@ def test_data_sized_functions_name_their_line_without_a_graph_break():
 def test_a_condition_longer_than_the_array_is_refused_clearly():
     with pytest.raises(NotImplementedError, match=r"np\.extract at .*test_numpy_coverage_sized\.py:\d+.*cut"):
         spmd.jit(lambda c, x: np.extract(c, x), backend="numpy")(np.ones(5, bool), np.arange(3))
+
+
+def test_a_condition_known_when_tracing_needs_no_break():
+    x = np.arange(12).reshape(3, 4)
+    check(lambda x: (np.extract([1, 0, 0, 2, 0, 1], x), np.compress([True, False, True], x, axis=0)), x)

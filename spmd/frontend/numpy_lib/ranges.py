@@ -50,7 +50,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
         zero = red.any(ew.equal(step, dt.type(0)))
         y = ew.where(zero, ew.multiply(ew.true_divide(y, dt.type(div)), delta), ew.multiply(y, step))
     else:
-        step = core.asarray(np.asarray(np.nan, dt), t=t)
+        step = np.nan             # numpy's undefined step is a Python float
         y = ew.multiply(y, delta)
     y = ew.add(y, start)
     if endpoint and num > 1:

@@ -147,6 +147,8 @@ def extract(condition, arr):
     """np.extract: the elements of arr (flattened) where condition (flattened) is nonzero."""
     t = core.trace_of(condition, arr)
     a = _flat(arr, t)
+    if not isinstance(condition, Tracer):           # known when tracing: a static gather
+        return compress(np.ravel(condition), a)
     c = _condition(core.asarray(condition, t=t), a.shape[0], "extract")
     return indexing.getitem(_sl(a, None, c.shape[0]), _positions(c, "extract"))
 
