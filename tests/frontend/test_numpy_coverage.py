@@ -87,6 +87,10 @@ def test_lexsort(seed, nkeys, shape, axis, as_array):
         check(lambda *k: np.lexsort(k, axis=axis), *keys)
 
 
+def test_lexsort_of_a_1d_array_sorts_its_0d_keys():
+    check(lambda k: np.lexsort(k), np.array([3, 1, 2]))
+
+
 @SETTINGS
 @given(seed=seeds, shape=shapes, n=st.integers(1, 4), mode=st.sampled_from(["raise", "wrap", "clip"]),
        method=st.booleans())

@@ -81,7 +81,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
 def lexsort(keys, axis=-1):
     """np.lexsort: the stable order sorting by the last key, ties by the one before, ..."""
     if isinstance(keys, Tracer):
-        ks = [indexing.getitem(keys, i) for i in range(keys.shape[0])] if keys.ndim > 1 else [keys]
+        ks = [indexing.getitem(keys, i) for i in range(keys.shape[0])]     # a 1-d array: 0-d keys
     else:
         ks = list(keys)
     if not ks:
