@@ -84,7 +84,8 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     dt = np.result_type(np.dtype(start.dtype), np.dtype(stop.dtype), float(num),
                         np.zeros((), dtype if dtype is not None else np.float64))
     if dt.kind == "c":
-        raise NotImplementedError(f"np.geomspace of complex start / stop under spmd.jit (at {user_loc()})")
+        raise NotImplementedError(f"np.geomspace of complex values under spmd.jit (at {user_loc()}): start, stop "
+                                  f"and dtype={dt.name} make a complex sequence, which spmd.jit does not trace")
     start, stop = core.astype(start, dt.name), core.astype(stop, dt.name)
     has_zero = ew.logical_or(red.any(ew.equal(start, dt.type(0))), red.any(ew.equal(stop, dt.type(0))))
     out_sign = ew.sign(start)
