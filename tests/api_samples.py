@@ -39,8 +39,11 @@ SAMPLES = {
     "moveaxis": (A, 0, 1), "full_like": (A, 3.0), "linalg.solve": (S, V), "ix_": (np.array([0, 2]), V),
     "fill_diagonal": (S, 1.0), "where": (M, A, B), "vander": (V,), "polyval": (V, A),
     "polyfit": (np.array([0.1, 0.5, 0.9, 1.4, 2.0]), np.array([1.0, 0.2, -0.3, 0.8, 2.5]), 2),
+    "apply_along_axis": (np.sum, 1, A), "unravel_index": (np.array([1, 5, 7]), (3, 4)),
+    "ravel_multi_index": ([I[0] % 3, I[1]], (3, 4)), "choose": (I % 2, [A, B]),
+    "piecewise": (A, [M, ~M], [1.0, np.negative]), "lib.stride_tricks.sliding_window_view": (A, 2, 1),
 }
-METHOD_SAMPLES = {"reshape": (A, 4, 3), "astype": (A, np.float32), "take": (A, [2, 0])}
+METHOD_SAMPLES = {"reshape": (A, 4, 3), "astype": (A, np.float32), "take": (A, [2, 0]), "choose": (I % 2, [A, B])}
 
 
 def rows():

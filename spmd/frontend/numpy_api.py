@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import user_loc
+from ..ir.dtypes import DTYPES
 from . import contractions, core, indexing, masked, shapes
 from . import elementwise as ew
 from . import functionalize as fz
@@ -19,6 +20,7 @@ from . import reductions as red
 from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 from .numpy_lib import polynomial as PL
+from .numpy_lib import accumulate as AC, index_funcs as IF, int_funcs as INT, ranges as RG, set_funcs as SET
 
 
 U, F, M = "ufunc", "function", "method"
@@ -211,9 +213,39 @@ API = (
     ("nonzero",       DS.nonzero,                     (F, M),    ()),
     ("flatnonzero",   DS.flatnonzero,                 (F,),      ()),
     ("argwhere",      DS.argwhere,                    (F,),      ()),
-    ("unique",        DS.unique,                      (F,),      ()),
+    ("unique",        SET.unique,                     (F,),      ()),
     ("histogram",     ST.histogram,                   (F,),      ()),
     ("interp",        ST.interp,                      (F,),      ()),
+    # -- numpy_lib/set_funcs.py: sizes from the data, as np.unique
+    ("intersect1d",   SET.intersect1d,                (F,),      ()),
+    ("union1d",       SET.union1d,                    (F,),      ()),
+    ("setdiff1d",     SET.setdiff1d,                  (F,),      ()),
+    ("setxor1d",      SET.setxor1d,                   (F,),      ()),
+    ("extract",       SET.extract,                    (F,),      ()),
+    ("compress",      SET.compress,                   (F,),      ()),
+    ("compress",      lambda a, condition, axis=None, out=None: SET.compress(condition, a, axis, out), (M,), ()),
+    ("trim_zeros",    SET.trim_zeros,                 (F,),      ()),
+    # -- numpy_lib/ranges.py, index_funcs.py, accumulate.py, int_funcs.py
+    ("linspace",      RG.linspace,                    (F,),      ()),
+    ("logspace",      RG.logspace,                    (F,),      ()),
+    ("geomspace",     RG.geomspace,                   (F,),      ()),
+    ("unravel_index", IF.unravel_index,               (F,),      ()),
+    ("ravel_multi_index", IF.ravel_multi_index,       (F,),      ()),
+    ("lexsort",       IF.lexsort,                     (F,),      ()),
+    ("choose",        IF.choose,                      (F, M),    ()),
+    ("delete",        IF.delete,                      (F,),      ()),
+    ("resize",        IF.resize,                      (F,),      ()),
+    ("piecewise",     IF.piecewise,                   (F,),      ()),
+    ("apply_along_axis", IF.apply_along_axis,         (F,),      ()),
+    ("lib.stride_tricks.sliding_window_view", IF.sliding_window_view, (F,), ()),
+    ("trapezoid",     AC.trapezoid,                   (F,),      ()),
+    ("nancumsum",     AC.nancumsum,                   (F,),      ()),
+    ("nancumprod",    AC.nancumprod,                  (F,),      ()),
+    ("ediff1d",       AC.ediff1d,                     (F,),      ()),
+    ("gcd",           INT.gcd,                        (U,),      ()),
+    ("lcm",           INT.lcm,                        (U,),      ()),
+    # np.bitwise_count gives uint8: a row once spmd has the dtype
+    *((("bitwise_count", INT.bitwise_count, (U,), ()),) if "uint8" in DTYPES else ()),
     # -- numpy_lib/polynomial.py
     ("vander",        PL.vander,                      (F,),      ()),
     ("polyval",       PL.polyval,                     (F,),      ()),
@@ -368,8 +400,9 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
     if method == "at":
         return indexing.ufunc_at(ufunc, UFUNCS.get(name), *inputs)
     dtype = kwargs.pop("dtype", None)
-    supported = {"__call__": UFUNCS, "reduce": UFUNC_REDUCE, "accumulate": UFUNC_ACCUMULATE,
-                 "outer": UFUNCS if len(inputs) == 2 else {}}
+    supported = {"__call__": UFUNCS, "reduce": {**UFUNC_REDUCE, **dict.fromkeys(AC.FOLDED)},
+                 "accumulate": UFUNC_ACCUMULATE, "outer": UFUNCS if len(inputs) == 2 else {},
+                 "reduceat": AC.REDUCEAT}
     if name not in supported.get(method, {}):
         raise NotImplementedError(f"{what} is not supported on traced arrays in spmd (at {user_loc()}); "
                                   f"supported ufuncs: {', '.join(sorted(UFUNCS))}")
@@ -384,6 +417,8 @@ def _ufunc_call(name, inputs, dtype, kwargs):
 
 def _ufunc_reduce(name, inputs, dtype, kwargs):
     axis = kwargs.pop("axis", 0)
+    if name in AC.FOLDED:
+        return AC.fold_reduce(name, inputs[0], axis=axis, dtype=dtype, **kwargs)
     if dtype is not None:
         if name not in ("add", "multiply"):
             raise NotImplementedError(f"np.{name}.reduce with dtype= (at {user_loc()})")
@@ -411,8 +446,13 @@ def _ufunc_outer(name, inputs, dtype, kwargs):
     return fz.fresh_result(core.astype(r, dtype) if dtype is not None else r, inputs)
 
 
+def _ufunc_reduceat(name, inputs, dtype, kwargs):
+    core.no_extra(f"{name}.reduceat", (), {k: v for k, v in kwargs.items() if k != "axis"})
+    return AC.reduceat(name, inputs[0], inputs[1], axis=kwargs.get("axis", 0), dtype=dtype)
+
+
 _UFUNC_METHODS = {"__call__": _ufunc_call, "reduce": _ufunc_reduce, "accumulate": _ufunc_accumulate,
-                  "outer": _ufunc_outer}
+                  "outer": _ufunc_outer, "reduceat": _ufunc_reduceat}
 
 
 def dispatch_function(func, args, kwargs):

@@ -19,7 +19,8 @@ from api_samples import (copies, describe, eager_numpy_backend, is_array, numpy_
 DATA_DEPENDENT = {"allclose", "array_equal"}
 # rows whose result's size depends on the data: traced under spmd.jit, which takes the size
 # from the data (a graph break)
-DATA_SIZED = {"nonzero", "flatnonzero", "argwhere", "unique", "bincount"}
+DATA_SIZED = {"nonzero", "flatnonzero", "argwhere", "unique", "bincount", "intersect1d", "union1d", "setdiff1d",
+              "setxor1d", "extract", "compress", "trim_zeros"}
 
 
 def traced(fn, args, sized=False):

@@ -123,6 +123,24 @@ CASES = [
     C("kron", lambda x: np.kron(x, np.array([[1, 2], [3, 4]], dtype=x.dtype)), FI, local=()),
     C("cross", lambda x: np.cross(x[..., :3], x[..., -3:]), FI, shapes=((5, 6), (3, 3)), local=(0,)),
     C("cross2", lambda x: np.cross(x[..., :2], x[..., -2:]), F, shapes=((5, 6),), local=(0,)),
+    # -- numpy_lib/accumulate.py, index_funcs.py, int_funcs.py: local on the dims they do not work along
+    C("nancumsum", lambda x: np.nancumsum(x, axis=-1) + np.nancumprod(x / 4, axis=-1), FI, local=(0,), nan=True),
+    C("trapezoid", lambda x: np.trapezoid(x, dx=0.5, axis=-1), FI, local=(0,)),
+    C("logical_reduce", lambda x: np.logical_xor.reduce(x, axis=-1) ^ np.logical_and.reduce(x > -2, axis=-1),
+      FI, local=(0,)),
+    C("bitwise_reduce", lambda x: np.bitwise_xor.reduce(x, axis=-1) | np.bitwise_and.reduce(x, axis=-1),
+      ("int64", "int32"), local=(0,)),
+    C("reduceat", lambda x: np.add.reduceat(x, [0, 2, 1, x.shape[-1] - 1], axis=-1)
+      + np.maximum.reduceat(x, [1, 1, 0, x.shape[-1] - 1], axis=-1), FI, shapes=((5, 6), (7,), (1, 3)), local=(0,)),
+    C("sliding_window", lambda x: np.lib.stride_tricks.sliding_window_view(x, 2, axis=-1).sum(-1), FI, local=(0,)),
+    # each key after the first is permuted by np.take_along_axis, which gathers a split batch dim
+    C("lexsort", lambda x: np.lexsort((x, np.round(x / 2)), axis=-1), FI, local=()),
+    C("choose", lambda x: np.choose((x > 0).astype(int), [x, 2 * x]), FI),
+    C("piecewise", lambda x: np.piecewise(x, [x < -1, x > 1], [np.negative, lambda v: v * 3, 7]), FI),
+    C("gcd_lcm", lambda x: np.gcd(x, 6) + np.lcm(x, x + 1), ("int64", "int32"), lo=-20, hi=20),
+    C("delete", lambda x: np.delete(x, [0, -1], axis=-1), FI, local=(0,)),
+    C("resize", lambda x: np.resize(x, (3, 7)), FI, local=()),
+    C("ediff1d", lambda x: np.ediff1d(x, to_begin=[1, 2]), FI, local=()),
     # -- elementwise math: local on every dim
     C("isnan_isinf", lambda x: np.stack([np.isnan(x), np.isinf(x), np.isfinite(x), np.isposinf(x),
                                          np.isneginf(x)]), ALLT, nan=True),

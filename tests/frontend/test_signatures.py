@@ -42,6 +42,8 @@ VALUES = {
     "sorter": ["argsort"], "default": [-1.0], "ndmax": [2], "y": ["like_input"],
     "fweights": ["observation_counts"], "aweights": ["observation_weights"], "returned": [True], "axisa": [0], "axisb": [0], "axisc": [0], "optimize": [True, "greedy"],
     "N": [3], "increasing": [True], "full": [True], "w": ["like_input"], "cov": [True],
+    "return_indices": [True], "writeable": [True], "retstep": [True], "base": [2.0], "dx": [0.5],
+    "x": ["like_input"], "trim": ["f", "b"],
 }
 # functions whose result's values numpy leaves uninitialised: only the kind, shape and dtype count
 UNINITIALISED = {"empty", "empty_like"}

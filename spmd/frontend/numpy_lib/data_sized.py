@@ -28,10 +28,14 @@ _INSTEAD = {
     "nonzero": "the positions padded to a length you choose, spmd.numpy.nonzero(x, size=n)",
     "unique": "np.sort(x) and its neighbours (np.diff) at a fixed size",
     "bincount": "np.histogram(x, bins=n, range=(0, n)) or (x[..., None] == np.arange(n)).sum(0) for n bins",
+    "intersect1d": "np.isin(a, b), a mask of a's elements",
+    "setdiff1d": "np.isin(a, b, invert=True), a mask of a's elements",
+    "extract": "np.where(condition, x, 0), the selection as a mask at x's size",
+    "compress": "np.where(condition, x, 0), the selection as a mask at x's size",
 }
 
 
-def _from_data(t, name):
+def from_data(t, name):
     """The traced t's value, which np.<name>'s result size depends on: taken from the data
     (a graph break), or an error naming the line where the trace cannot."""
     if t._tr.oracle is None:
@@ -43,9 +47,9 @@ def _from_data(t, name):
     return np.asarray(t._concrete(f"the size of np.{name}'s result"))
 
 
-def _count(x, name="nonzero") -> int:
+def count_from_data(x, name="nonzero") -> int:
     """The number of nonzero elements of the traced x, taken from the data."""
-    return int(_from_data(count_nonzero(x), name))
+    return int(from_data(count_nonzero(x), name))
 
 
 def flatnonzero(a):
@@ -73,8 +77,8 @@ def argwhere(a):
     x = core.asarray(a)
     if x.ndim == 0:
         x = shapes.reshape(x, (1,))
-        return shapes.reshape(padded.argwhere(x, size=_count(x)), (-1, 0))
-    return padded.argwhere(x, size=_count(x))
+        return shapes.reshape(padded.argwhere(x, size=count_from_data(x)), (-1, 0))
+    return padded.argwhere(x, size=count_from_data(x))
 
 
 def where(condition, x=None, y=None):
@@ -105,7 +109,7 @@ def bincount(x, weights=None, minlength=0):
     x = core.astype(x, "int64")
     t = x._tr
     if weights is not None and (x.shape[0] == 0 or (mask is not None and not bool(
-            _from_data(red.any(mask), "bincount")))):
+            from_data(red.any(mask), "bincount")))):
         weights = None          # numpy counts no elements as int64 zeros, weights or not
     lo, hi = int_range(x.value, t.ranges)
     exact = extremes(x.value, t.ranges) if mask is None else None
@@ -118,7 +122,7 @@ def bincount(x, weights=None, minlength=0):
         big = np.int64(np.iinfo(np.int64).max)
         least = x if mask is None else ew.where(mask, x, big)
         most = x if mask is None else ew.where(mask, x, np.int64(-1))
-        lo, hi = (int(v) for v in _from_data(shapes.stack([red.min(least), red.max(most)]), "bincount"))
+        lo, hi = (int(v) for v in from_data(shapes.stack([red.min(least), red.max(most)]), "bincount"))
         lo = min(lo, 0) if hi < 0 else lo
     if lo < 0:
         raise ValueError(f"'list' argument must have no negative elements (numpy raises the same ValueError "
@@ -179,7 +183,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
             differs = ew.logical_and(differs, ew.logical_not(both_nan))
         first = core.asarray(np.ones(1, bool), t=x._tr)
         new = shapes.concatenate([first, differs], 0)
-    n = _count(new, "unique")
+    n = count_from_data(new, "unique")
     starts = padded.flatnonzero(new, size=n)
     out = [indexing.getitem(s, starts)]
     if return_index:
@@ -197,4 +201,4 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     return out[0] if len(out) == 1 else tuple(out)
 
 
-__all__ = ["flatnonzero", "nonzero", "argwhere", "where", "bincount", "unique"]
+__all__ = ["from_data", "count_from_data", "flatnonzero", "nonzero", "argwhere", "where", "bincount", "unique"]
