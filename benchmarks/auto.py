@@ -10,7 +10,8 @@ process, as `spmd doctor --calibrate` measures them, just before and just after 
 program's timed runs, averaged: the machine is shared, and rates stored earlier were
 taken under another load; `--rates
 stored`: the stored ones, else defaults) and its ratio to the measured time, the
-search's solve time; and whether the plan's results equal the hand plan's (or the first
+search's solve time (wall / the search thread's CPU: the CPU figure is what a loaded
+machine does not inflate); and whether the plan's results equal the hand plan's (or the first
 plan's). Read the ratios, not the milliseconds.
 
 The FSDP row: train_gpt with spmd.AUTO and memory_limit at its unconstrained plan's peak
@@ -167,7 +168,7 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
         lower_s = time.perf_counter() - t0
         low.compile()
         lows[plan] = low
-        solve = low.auto.solve_seconds if low.auto is not None else None
+        solve = (low.auto.solve_seconds, low.auto.solve_cpu_seconds) if low.auto is not None else None
         rows[plan] = {"bytes": low.report()["comm_bytes"], "solve": solve,
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
         fns[plan] = f
@@ -262,7 +263,7 @@ def main(argv=None):
     if a.only:
         progs = [p for p in progs if a.only in p[0]]
     hdr = f"{'program':<22} {'plan':<9} {'ms/step':>9} {'x hand':>7} {'bytes/step':>11} {'model ms':>9} {'/meas':>6} " \
-          f"{'solve s':>8} {'lower s':>8} {'same':>5} chosen"
+          f"{'solve s/cpu':>11} {'lower s':>8} {'same':>5} chosen"
     say = print if lead else (lambda *x, **k: None)
     say(hdr)
     for name, make in progs:
@@ -272,9 +273,9 @@ def main(argv=None):
         hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates, limit, per_process)
         ref = hand_rows.get("hand", hand_rows["baseline"])["ms"]
         for plan, r in hand_rows.items():
-            solve = "" if r["solve"] is None else f"{r['solve']:.2f}"
+            solve = "" if r["solve"] is None else f"{r['solve'][0]:.2f}/{r['solve'][1]:.2f}"
             say(f"{name:<22} {plan:<9} {r['ms']:9.2f} {r['ms'] / ref:7.2f} {r['bytes']:11d} "
-                f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {solve:>8} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
+                f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {solve:>11} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
             if limit is not None:
                 say(f"{'':<22} {'':<9} peak per device: planned {r['planned_peak'] / 2**20:.2f} MiB, measured "
                     f"{r['peak'] / 2**20:.2f} MiB, limit (AUTO's) {limit / 2**20:.2f} MiB; loss {r['losses']:.6f}")

@@ -58,6 +58,7 @@ def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_l
                            memory_limit, in_sh.leaves, ties, argument_budget=room)
             if again.programs and again.argument_bytes < plan.argument_bytes:
                 again.solve_seconds += plan.solve_seconds
+                again.solve_cpu_seconds += plan.solve_cpu_seconds
                 plan = again
     in_sh[:] = plan.in_shardings
     out_sh[:] = plan.out_shardings
