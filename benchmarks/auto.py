@@ -10,10 +10,25 @@ process, as `spmd doctor --calibrate` measures them, just before and just after 
 program's timed runs, averaged: the machine is shared, and rates stored earlier were
 taken under another load; `--rates
 stored`: the stored ones, else defaults) and its ratio to the measured time, the
-search's solve time; and whether the plan's results equal the hand plan's (or the first
+search's solve time (wall / the search thread's CPU: the CPU figure is what a loaded
+machine does not inflate); and whether the plan's results equal the hand plan's (or the first
 plan's). Read the ratios, not the milliseconds.
 
-    PYTHONPATH=. python benchmarks/auto.py [--quick] [--runs 5]
+The FSDP row: train_gpt with spmd.AUTO and memory_limit at its unconstrained plan's peak
+less half of what its parameters and Adam state take replicated (fsdp_limit); printed with the plan's peak per device (lowered.memory()),
+the measured one (tracemalloc's peak during a step: per process under MPI; the local
+devices' threads share one process, so there its fourth) and the limit, against the
+example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
+
+Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
+rank 0 prints; the prediction uses the stored rates (`spmd doctor --calibrate`: a local
+measurement, there is no fresh one of MPI's).
+
+Where no rates are stored, `spmd doctor --calibrate`'s measurement is taken and stored
+first: spmd.AUTO plans with the stored rates (the defaults are another machine's).
+
+    PYTHONPATH=. python benchmarks/auto.py [--quick] [--runs 5] [--only NAME]
+    PYTHONPATH=. mpiexec -n 4 python benchmarks/auto.py --mpi --only gpt
 """
 import argparse
 import importlib.util
@@ -57,16 +72,24 @@ def copy(args):
     return spmd.tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, args)
 
 
-def gpt(mesh, d, layers, seq, batch=16):
+def gpt(mesh, d, layers, seq, batch=16, fsdp=False):
     tg = _load("train_gpt_auto", "examples/train_gpt.py")
     params = tg.init_params(np.random.default_rng(0), d, layers, seq)
     opt = {"m": {k: np.zeros_like(v) for k, v in params.items()},
            "v": {k: np.zeros_like(v) for k, v in params.items()}, "t": np.float32(0.0)}
     tok = np.random.default_rng(1).integers(0, tg.VOCAB, (batch, seq + 1)).astype(np.int32)
     x, y = tok[:, :-1], tok[:, 1:]
-    psh = tg.param_shardings(mesh, params)
+    psh = (tg.fsdp_shardings if fsdp else tg.param_shardings)(mesh, params)
     hand = (psh, {"m": psh, "v": psh, "t": mesh.sharding()}, mesh.sharding("data", None), mesh.sharding("data", None))
+    if fsdp:   # the hand FSDP plan pins the batch per layer; AUTO gets the plain step
+        return (tg.make_step(layers, 4, 3e-3, mesh, False, False), tg.make_step(layers, 4, 3e-3, mesh, False, True)), \
+            (params, opt, x, y), hand
     return tg.make_step(layers, 4, 3e-3, mesh, False, False), (params, opt, x, y), hand
+
+
+def state_bytes(args):
+    """Bytes of a training step's parameters and Adam state (its first two arguments)."""
+    return sum(int(np.asarray(v).nbytes) for v in spmd.tree_flatten(args[:2])[0])
 
 
 def mlp(mesh):
@@ -127,24 +150,33 @@ def averaged(a, b):
     return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth)))
 
 
-def run_program(name, fn, args, hand, mesh, runs, rates=None):
+def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):
+    """`fn`: the step, or (the step AUTO and the baseline run, the hand plan's step).
+    `memory_limit`: AUTO's (then the rows hold the planned and measured peaks)."""
+    fn, hand_fn = fn if isinstance(fn, tuple) else (fn, fn)
     plans = {"hand": dict(in_shardings=hand), "auto": dict(mesh=mesh, in_shardings=spmd.AUTO),
              "baseline": dict(in_shardings=baseline_shardings(mesh, args))}
+    if memory_limit is not None:
+        plans["auto"]["memory_limit"] = memory_limit
     if hand is None:
         del plans["hand"]
     rows, fns, outs, lows = {}, {}, {}, {}
     for plan, kw in plans.items():
-        f = spmd.jit(fn, **kw)
+        f = spmd.jit(hand_fn if plan == "hand" else fn, **kw)
         t0 = time.perf_counter()
         low = f.lower(*copy(args))
         lower_s = time.perf_counter() - t0
         low.compile()
         lows[plan] = low
-        solve = low.auto.solve_seconds if low.auto is not None else None
+        solve = (low.auto.solve_seconds, low.auto.solve_cpu_seconds) if low.auto is not None else None
         rows[plan] = {"bytes": low.report()["comm_bytes"], "solve": solve,
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
         fns[plan] = f
         outs[plan] = leaves(f(*copy(args)))
+        if memory_limit is not None:
+            rows[plan]["planned_peak"] = low.memory()["peak_bytes"]
+            rows[plan]["peak"] = measured_peak(spmd.jit(hand_fn if plan == "hand" else fn, **kw), low, args,
+                                               devices_per_process)
     times = {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
     before = rates() if rates is not None else None
@@ -158,6 +190,7 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None):
     got = averaged(before, rates()) if rates is not None else (None, None)
     for p in plans:
         rows[p]["predicted"] = lows[p].cost(machine=got[0], network=got[1])["seconds"]
+        rows[p]["losses"] = float(np.ravel(outs[p][0])[0])
         rows[p]["ms"] = 1e3 * float(np.median(times[p]))
         # train_gpt: the loss (Adam's first step is sign(g) where g is ~0, which the order of
         # a sum decides); the other programs: every result
@@ -166,17 +199,63 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None):
     return rows
 
 
+def fsdp_limit(fn, args, mesh):
+    """The FSDP row's memory_limit: AUTO's unconstrained plan's peak per device less half
+    of the parameters and Adam state (the plan keeps them replicated, and at this size
+    the activations alone outweigh half the state: a limit of half the state itself no
+    plan meets without recomputing). A plan fits only by splitting the state."""
+    low = spmd.jit(fn, mesh=mesh, in_shardings=spmd.AUTO).lower(*copy(args))
+    return int(low.memory()["peak_bytes"] - state_bytes(args) // 2)
+
+
+def measured_peak(f, low, args, devices_per_process):
+    """Bytes a device holds at the peak of a step: its arguments' shards (placed as `low`
+    lays them out) and tracemalloc's peak over the first two calls of `f` (a new jit of
+    the plan, compiled first), shared out over the devices of this process."""
+    import tracemalloc
+    placed = spmd.tree_unflatten(spmd.tree_flatten(args)[1], [
+        spmd.device_put(np.asarray(x), s) for x, s in zip(spmd.tree_flatten(copy(args))[0], low.in_shardings)])
+    f.lower(*placed).compile()
+    tracemalloc.start()                     # (before the first run: its buffers and arena too)
+    base = tracemalloc.get_traced_memory()[0]
+    f(*placed)
+    f(*placed)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    # (the arguments, made before tracemalloc started: a shard each a device)
+    held = sum(int(np.prod(x.local_shape)) * np.dtype(x.dtype).itemsize for x in spmd.tree_flatten(placed)[0])
+    return peak / devices_per_process + held
+
+
+def ensure_rates():
+    """Store `spmd doctor --calibrate`'s measurement where none is stored (AUTO plans with it)."""
+    from spmd.jit.calibrate import measure, store
+    from spmd.jit.rates import stored
+    if stored() is None:
+        print("no stored rates: measuring them (spmd doctor --calibrate) ...")
+        store(measure(4))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="skip train_gpt d256")
     ap.add_argument("--only", default=None)
     ap.add_argument("--rates", choices=("fresh", "stored"), default="fresh")
+    ap.add_argument("--mpi", action="store_true", help="run under mpiexec -n 4: the ranks are the processes")
     a = ap.parse_args(argv)
-    spmd.init(backend="local", num_devices=4)
+    if a.mpi:
+        spmd.init()
+        a.rates = "stored"
+    else:
+        ensure_rates()
+        spmd.init(backend="local", num_devices=4)
+    lead = spmd.process_index() == 0
+    per_process = 1 if a.mpi else 4
     mesh = spmd.Mesh((2, 2), ("data", "model"))
     progs = [("gpt d64 L2 T64", lambda: gpt(mesh, 64, 2, 64)),
              ("gpt d256 L4 T128", lambda: gpt(mesh, 256, 4, 128)),
+             ("gpt d64 L2 T64 fsdp", lambda: gpt(mesh, 64, 2, 64, fsdp=True)),
              ("mlp step", lambda: mlp(mesh)), ("jacobi 1024", lambda: jacobi(mesh)),
              ("cg 512", lambda: cg(mesh))]
     if a.quick:
@@ -184,17 +263,22 @@ def main(argv=None):
     if a.only:
         progs = [p for p in progs if a.only in p[0]]
     hdr = f"{'program':<22} {'plan':<9} {'ms/step':>9} {'x hand':>7} {'bytes/step':>11} {'model ms':>9} {'/meas':>6} " \
-          f"{'solve s':>8} {'lower s':>8} {'same':>5} chosen"
-    print(hdr)
+          f"{'solve s/cpu':>11} {'lower s':>8} {'same':>5} chosen"
+    say = print if lead else (lambda *x, **k: None)
+    say(hdr)
     for name, make in progs:
         rates = fresh_rates if a.rates == "fresh" else None
         fn, args, hand = make()
-        hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates)
+        limit = fsdp_limit(fn[0], args, mesh) if name.endswith("fsdp") else None
+        hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates, limit, per_process)
         ref = hand_rows.get("hand", hand_rows["baseline"])["ms"]
         for plan, r in hand_rows.items():
-            solve = "" if r["solve"] is None else f"{r['solve']:.2f}"
-            print(f"{name:<22} {plan:<9} {r['ms']:9.2f} {r['ms'] / ref:7.2f} {r['bytes']:11d} "
-                  f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {solve:>8} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
+            solve = "" if r["solve"] is None else f"{r['solve'][0]:.2f}/{r['solve'][1]:.2f}"
+            say(f"{name:<22} {plan:<9} {r['ms']:9.2f} {r['ms'] / ref:7.2f} {r['bytes']:11d} "
+                f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {solve:>11} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
+            if limit is not None:
+                say(f"{'':<22} {'':<9} peak per device: planned {r['planned_peak'] / 2**20:.2f} MiB, measured "
+                    f"{r['peak'] / 2**20:.2f} MiB, limit (AUTO's) {limit / 2**20:.2f} MiB; loss {r['losses']:.6f}")
         sys.stdout.flush()
 
 

@@ -41,6 +41,25 @@ def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_l
     stages, timings = global_stages(graph, mesh)
     plan = choose(stages["optimized"], mesh, in_sh, out_sh, machine, network, memory_limit,
                   in_sh.leaves, ties)
+    if memory_limit is not None and plan.programs:
+        # the search holds the arguments to a share of the limit; where the plan's
+        # activations and temporaries leave them less, search again with the arguments
+        # held to less by what the planned peak (the partitioned program as the native
+        # backend plans it, before the compiler's passes) overshoots, down to an even split
+        # of them over the mesh (FSDP-like: parameters and optimizer state split); kept
+        # where it holds less (the compiled program's peak is then fit's to check: the
+        # estimate here, before the compiler's passes, is high and counts the gathered
+        # weights a split adds at their worst)
+        from ..backends import planned_memory
+        peak = planned_memory(plan.programs[1], "llvm").peak_bytes
+        if peak > memory_limit:
+            room = max(plan.argument_bytes - (peak - memory_limit), plan.argument_bytes / mesh.size)
+            again = choose(stages["optimized"], mesh, in_sh, out_sh, machine, network,
+                           memory_limit, in_sh.leaves, ties, argument_budget=room)
+            if again.programs and again.argument_bytes < plan.argument_bytes:
+                again.solve_seconds += plan.solve_seconds
+                again.solve_cpu_seconds += plan.solve_cpu_seconds
+                plan = again
     in_sh[:] = plan.in_shardings
     out_sh[:] = plan.out_shardings
     if plan.programs:

@@ -36,6 +36,7 @@ axis_index, and nothing here loops over devices.
 """
 from __future__ import annotations
 
+import math
 import dataclasses
 
 import numpy as np
@@ -330,7 +331,7 @@ def _violation(mesh, rule, assign, shapes):
     for arr, shape in zip(_arrays(rule), shapes):
         for dim, n in zip(arr, shape):
             fs = _split_factors(dim, rule.sizes)
-            whole = int(np.prod([rule.sizes[f] for f in fs], dtype=np.int64)) == n
+            whole = math.prod(rule.sizes[f] for f in fs) == n
             for idx, f in enumerate(fs):
                 g = mesh.axes_size(assign[f]) if assign.get(f) else 1
                 later = [x for x in fs[idx + 1:] if assign.get(x)]

@@ -68,6 +68,10 @@ from .cost import reshard_cost
 from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
 from ..ir.mesh import Sharding
 
+# Propagation._saved's answers (bounded: cleared when full)
+_SAVED = {}
+_SAVED_MAX = 200_000
+
 LEVELS = 4
 
 
@@ -172,7 +176,20 @@ class _State:
 
     def _saved(self, t, fmap, per, f, have, c, sizes):
         """Bytes a device would move to reshard tensor t from splitting factor f over
-        `have` to not splitting it, minus those to splitting it over `c`."""
+        `have` to not splitting it, minus those to splitting it over `c`. Remembered per
+        everything it reads (a program's layers repeat the same tensors and factors, and
+        spmd.AUTO propagates one program several times)."""
+        fmap = tuple(tuple(fs) for fs in fmap)
+        key = (self.mesh, tuple(t.shape), str(t.dtype), fmap, tuple(sorted(per.items())), f, have, c,
+               tuple(sizes[x] for fs in fmap for x in fs))
+        got = _SAVED.get(key)
+        if got is None:
+            if len(_SAVED) > _SAVED_MAX:
+                _SAVED.clear()
+            got = _SAVED[key] = self._saved_bytes(t, fmap, per, f, have, c, sizes)
+        return got
+
+    def _saved_bytes(self, t, fmap, per, f, have, c, sizes):
         def dims_with(axes):
             p = dict(per)
             p[f] = axes

@@ -30,6 +30,7 @@ positions (reductions, contractions, halos) mask it first (partition.py).
 """
 from __future__ import annotations
 
+import math
 import functools
 import heapq
 from typing import NamedTuple
@@ -85,7 +86,7 @@ class Step(NamedTuple):
 
 
 def _prod(mesh, axes):
-    return int(np.prod([mesh.axis_size(a) for a in axes], dtype=np.int64)) if axes else 1
+    return math.prod(mesh.axis_size(a) for a in axes)
 
 
 def local_shape(mesh, state, shape):
@@ -93,7 +94,7 @@ def local_shape(mesh, state, shape):
 
 
 def _elems(shape):
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(int(n) for n in shape)
 
 
 def _moves(mesh, s: State, d: State, shape, itemsize):

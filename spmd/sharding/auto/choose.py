@@ -51,6 +51,9 @@ class AutoPlan:
     method: str                        # the search's best plan, by the search's own model
     seconds: dict = field(default_factory=dict)     # plan -> modelled seconds per step
     solve_seconds: float = 0.0
+    solve_cpu_seconds: float = 0.0                  # the search's CPU time (this thread's): the
+                                                    # figure a machine shared with other work keeps
+    argument_bytes: float = 0.0                     # what the plan's arguments hold per device
     why: list = field(default_factory=list)         # per chosen leaf: a dict (see explain_lines)
     size: dict = field(default_factory=dict)        # nodes, edges, option pairs of the search
     # {(op index, result index): Sharding} of the global program's interior values the plan
@@ -90,17 +93,20 @@ def baseline(shape, mesh):
 
 
 def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_limit=None, names=None,
-           ties=None) -> AutoPlan:
+           ties=None, argument_budget=None) -> AutoPlan:
     """`ties`: {result position: argument position} of results that are that argument's
-    next value (problem.build): unless given, they take the argument's layout."""
-    t0 = time.perf_counter()
+    next value (problem.build): unless given, they take the argument's layout.
+    `argument_budget`: bytes per device the arguments may hold (default: ARGUMENT_SHARE
+    of memory_limit)."""
+    t0, c0 = time.perf_counter(), time.thread_time()
     ties = {k: i for k, i in (ties or {}).items() if out_shardings[k] is None or is_auto(out_shardings[k])}
     names = list(names) if names is not None else [f"argument {i}" for i in range(len(graph.inputs))]
     auto_in = [i for i, s in enumerate(in_shardings) if is_auto(s)]
     auto_out = [k for k, s in enumerate(out_shardings) if is_auto(s)]
     given_in = [s if isinstance(s, Sharding) else None for s in in_shardings]
     given_out = [s if isinstance(s, Sharding) else None for s in out_shardings]
-    budget = None if memory_limit is None else ARGUMENT_SHARE * memory_limit
+    budget = argument_budget if argument_budget is not None else \
+        None if memory_limit is None else ARGUMENT_SHARE * memory_limit
     pb = build(graph, mesh, list(in_shardings), list(out_shardings), machine, network, names, ties)
     plans, choices, searched_total = {}, {}, {}
     for method, choice in solve(pb, budget):
@@ -190,8 +196,11 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
                           "pairs": int(sum(e.small.size for e in pb.edges)),
                           "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
                     hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated)
+    plan.argument_bytes = float(sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins)
+                                    if s is not None))
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
     plan.solve_seconds = time.perf_counter() - t0
+    plan.solve_cpu_seconds = time.thread_time() - c0
     return plan
 
 

@@ -13,6 +13,7 @@ has "layouts" instead: each mesh axis on at most one dim, dividing it evenly.
 """
 from __future__ import annotations
 
+import math
 from itertools import product
 from typing import NamedTuple
 
@@ -89,7 +90,7 @@ def _strategies(op, mesh) -> list:
         seen.add(key)
         ops_sh = tuple(Sharding(mesh, s) for s in shardings[:n_in])
         res_sh = tuple(Sharding(mesh, s, partial) for s in shardings[n_in:])
-        split = int(np.prod([axes_size(mesh, ax) for ax in assign.values()])) if assign else 1
+        split = math.prod(axes_size(mesh, ax) for ax in assign.values())
         out.append(Strategy(tuple((f, assign[f]) for f in rule.sizes if f in assign), ops_sh, res_sh, split))
     return out
 
