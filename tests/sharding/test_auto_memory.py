@@ -11,6 +11,9 @@ from spmd.sharding import propagate as prop
 pytestmark = pytest.mark.filterwarnings("ignore::spmd.ReshardWarning")
 
 MESH = spmd.Mesh((2, 2), ("data", "model"))
+# a collective round as this kind of machine measures it (spmd doctor --calibrate: 55-400
+# us), given so the plans do not depend on what the machine running the tests stored
+NET = spmd.Network(within=spmd.Link(latency=1.5e-4, bandwidth=2e9))
 
 
 def adam_step(p, opt, x, y):
@@ -39,18 +42,19 @@ def adam_args(batch=8, d=64, h=256):
 def test_a_limit_the_replicated_state_exceeds_splits_the_state():
     args = adam_args()
     state = sum(a.nbytes for a in spmd.tree_flatten(args[:2])[0])
-    free = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO).lower(*args)
+    free = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO, network=NET).lower(*args)
     # without a limit the search keeps the small state whole (data parallel)
     assert free.auto.argument_bytes > 0.9 * state
     limit = int(free.memory()["peak_bytes"] - state // 2)
-    low = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit).lower(*args)
+    low = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit, network=NET).lower(*args)
     # the state is split (every parameter over some axis), and the program fits
-    assert low.auto.argument_bytes <= state / 2 + args[2].nbytes + args[3].nbytes
+    # (at most half of it a device: the step count t, 4 bytes, stays whole)
+    assert low.auto.argument_bytes <= (state - 4) / 2 + 4 + args[2].nbytes + args[3].nbytes
     p_sh = spmd.tree_flatten(low.shardings().in_shardings[0])[0]
     assert all(any(a is not None for a in s.spec) for s in p_sh)
     assert low.memory()["peak_bytes"] <= limit
-    got = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit)(*args)
-    want = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO)(*args)
+    got = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit, network=NET)(*args)
+    want = spmd.jit(adam_step, mesh=MESH, in_shardings=spmd.AUTO, network=NET)(*args)
     for a, b in zip(spmd.tree_flatten(got)[0], spmd.tree_flatten(want)[0]):
         np.testing.assert_allclose(np.asarray(a.numpy() if hasattr(a, "numpy") else a),
                                    np.asarray(b.numpy() if hasattr(b, "numpy") else b), rtol=1e-5, atol=1e-6)
@@ -79,15 +83,15 @@ def test_a_transformer_whose_activations_outweigh_its_state_splits_the_state_to_
     args = (params, opt, tok[:, :-1], tok[:, 1:])
     step = tg.make_step(layers, 2, 3e-3, MESH, False, False)
     state = sum(a.nbytes for a in spmd.tree_flatten(args[:2])[0])
-    free = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO).lower(*args)
+    free = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO, network=NET).lower(*args)
     limit = int(free.memory()["peak_bytes"] - state // 2)
     # the whole state is within the search's share of the limit (ARGUMENT_SHARE), yet the plan is over it
     assert free.auto.argument_bytes > state and state <= 0.6 * limit
-    low = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit).lower(*args)
+    low = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit, network=NET).lower(*args)
     assert low.auto.argument_bytes < 0.6 * free.auto.argument_bytes
     assert low.memory()["peak_bytes"] <= limit
-    loss = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit)(*args)[0]
-    want = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO)(*args)[0]
+    loss = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO, memory_limit=limit, network=NET)(*args)[0]
+    want = spmd.jit(step, mesh=MESH, in_shardings=spmd.AUTO, network=NET)(*args)[0]
     np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
 
 
