@@ -57,7 +57,7 @@ from .ray_communicator import RayCommunicator
 from .ray_control import Channel, Listener, pack
 from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
-from .ray_transport import Transport
+from .ray_transport import Transport, host_id
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...ir.graph import any_op
 from ...tools import timeline
@@ -288,9 +288,11 @@ class RayRuntime(Runtime):
             # each rank's host name: a rank lost with its host is named with it
             self._hosts = {d: i["host"][0] for d, i in enumerate(infos)}
             links = ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
+            here = host_id()
             for d, info in enumerate(infos):
                 if d not in self._channels:      # a new actor (the others keep their line)
-                    self._channels[d] = Channel(info["control"])
+                    # an actor of this host: a Unix socket (its messages cost less)
+                    self._channels[d] = Channel(info["control"], near=tuple(info["host"]) == here)
                     self._sent[d] = OrderedDict()
             del links
         except Exception as e:
