@@ -111,3 +111,35 @@ def test_a_private_ray_starts_without_a_warning():
     assert p.returncode == 0 and p.stdout.strip() == "6.0", p.stderr
     assert "Token authentication" not in p.stderr and "Started a local Ray" not in p.stderr, p.stderr
     assert "WARNING" not in p.stderr, p.stderr
+
+
+def test_the_runtime_env_agent_is_given_its_port_and_still_serves():
+    """The raylet of a private Ray is given the runtime-env agent's port (chosen and written
+    by spmd before the raylet starts, so the node comes up without waiting for the agent
+    to import its modules); the agent takes that port and serves it: a task with a
+    runtime_env gets its environment."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    code = """
+import os, socket, ray, spmd
+spmd.init(backend="ray", num_devices=1)
+from ray._private import ray_constants
+node = ray._private.worker.global_worker.node
+port = node.runtime_env_agent_port
+raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.args
+assert port > 0 and f"--runtime_env_agent_port={port}" in raylet, (port, raylet)
+@ray.remote(num_cpus=0, runtime_env={"env_vars": {"SPMD_TEST_VALUE": "42"}})
+def value():
+    return os.environ.get("SPMD_TEST_VALUE")
+assert ray.get(value.remote(), timeout=90) == "42"
+s = socket.socket()
+try:
+    s.bind((node.node_ip_address, port))
+    taken = False
+except OSError:
+    taken = True
+assert taken, "the agent does not listen on the port the raylet was given"
+print("OK")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=110)
+    assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stderr[-3000:]
