@@ -22,6 +22,10 @@ the ranks are starting on. So:
   agent's imports (the agent, which serves only runtime_envs, which a rank actor has
   none of, takes that port when it is up). The check for the dashboard's packages is skipped too: it
   imports aiohttp in the driver (0.5 s) before the raylet starts;
+- a Python worker with no runtime env (every rank actor's) is exec'd by spmd's
+  ray_worker_setup.py, which needs only the standard library, instead of Ray's
+  setup_worker.py, which imports ray (~0.5 s of CPU) before the worker imports it
+  again; a worker with a runtime env still goes through Ray's script;
 - the dashboard agent, which then serves nothing spmd uses, runs at the lowest CPU
   priority (nice 19): importing its modules takes ~0.9 s of CPU while the ranks'
   workers start;
@@ -168,6 +172,8 @@ def _lean_head():
     def lean_params(self, *args, **kwargs):
         params_init(self, *args, **kwargs)
         self.no_monitor = True
+        if self.setup_worker_path is None:       # a worker is exec'd without importing ray first
+            self.setup_worker_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_setup.py")
         if not self.runtime_env_agent_port:
             self.runtime_env_agent_port = _free_port(self.node_ip_address or "127.0.0.1")
 
