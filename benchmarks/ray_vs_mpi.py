@@ -8,7 +8,8 @@ N^2, one step a call, the array staying sharded) and a step of examples/mlp.py (
 in, params and loss out, the batch given as numpy each step, the loss read each step).
 Each process prints its medians per step; this prints, per round, Ray/MPI and
 Ray/local ratios, and the median and spread of the ratios over the rounds (the
-machine is shared: the spread says how noisy). Also the time of spmd.init on Ray.
+machine is shared: the spread, and the load average printed with each round, say how
+noisy). Also the time of spmd.init on Ray.
 """
 import argparse
 import json
@@ -100,8 +101,8 @@ def main():
             ratios[f"{k} ray/mpi"].append(got["ray"][k] / got["mpi"][k])
             ratios[f"{k} ray/local"].append(got["ray"][k] / got["local"][k])
         print(f"round {r}: " + "  ".join(f"{b} heat {1e3 * g['heat']:.1f} ms mlp {1e3 * g['mlp']:.2f} ms"
-                                         for b, g in got.items()) + f"  ray start {got['ray']['start']:.2f} s",
-              flush=True)
+                                         for b, g in got.items()) + f"  ray start {got['ray']['start']:.2f} s"
+              + f"  (load {os.getloadavg()[0]:.1f})", flush=True)
     for k, v in ratios.items():
         print(f"{k}: median {statistics.median(v):.2f} (rounds {min(v):.2f}..{max(v):.2f})")
     print(f"ray spmd.init: median {statistics.median(starts):.2f} s (rounds {min(starts):.2f}..{max(starts):.2f})")

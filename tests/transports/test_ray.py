@@ -310,6 +310,42 @@ def test_a_step_is_one_message_per_rank_and_its_loss_comes_with_the_reply(cluste
     assert messages["ray.get"] == 0
 
 
+def test_a_run_carries_its_program_and_mesh_only_the_first_time(cluster, monkeypatch):
+    """The program and its mesh go to each actor with its first run there; later runs
+    name them by key (the mesh is not pickled and unpickled again each step)."""
+    from spmd.transports.ray import ray_runtime
+    packed, real = [], ray_runtime.pack
+    monkeypatch.setattr(ray_runtime, "pack", lambda obj, *a, **k: packed.append(obj) or real(obj, *a, **k))
+    mesh = spmd.Mesh((4,), ("x",))
+    f = spmd.jit(lambda v: v * 2 + 1, in_shardings=mesh.sharding("x"))
+    for i in range(3):
+        np.testing.assert_array_equal(f(np.arange(8.0) + i).numpy(), 2 * (np.arange(8.0) + i) + 1)
+    runs = [m[1] for m in packed if m[0] == "run"]
+    assert len(runs) == 12
+    assert [r[2] is not None for r in runs] == [True] * 4 + [False] * 8     # the pickle, first run only
+    assert not any(isinstance(a, spmd.Mesh) for r in runs for a in r)
+
+
+class _Where:
+    """A program: the devices and shape of the mesh it runs on."""
+    num_outputs = 2
+
+    def __call__(self, inputs, comm):
+        return [np.array(comm.mesh.devices), np.array(comm.mesh.shape)]
+
+
+def test_one_program_run_on_several_meshes_sees_each(cluster):
+    """A program run on several meshes is shipped for each: every run sees the mesh it
+    was run on."""
+    _, rt = cluster
+    where = _Where()
+    for _ in range(2):
+        for mesh in meshes():
+            for d, (devices, shape) in run(rt, where, mesh).items():
+                np.testing.assert_array_equal(devices, mesh.devices)
+                np.testing.assert_array_equal(shape, mesh.shape)
+
+
 def test_many_steps_in_a_row_keep_every_result_right(cluster):
     """Forty steps, their small results read only after the last one: each is that
     step's value (numpy's), and so is the state the steps carried along."""

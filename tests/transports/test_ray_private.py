@@ -111,3 +111,61 @@ def test_a_private_ray_starts_without_a_warning():
     assert p.returncode == 0 and p.stdout.strip() == "6.0", p.stderr
     assert "Token authentication" not in p.stderr and "Started a local Ray" not in p.stderr, p.stderr
     assert "WARNING" not in p.stderr, p.stderr
+
+
+def test_the_runtime_env_agent_is_given_its_port_and_still_serves():
+    """The raylet of a private Ray is given the runtime-env agent's port (chosen and written
+    by spmd before the raylet starts, so the node comes up without waiting for the agent
+    to import its modules), and starts its Python workers through spmd's setup script;
+    the agent takes that port and serves it: a task with a runtime_env gets its
+    environment (its worker set up by Ray's script)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    code = """
+import os, socket, ray, spmd
+spmd.init(backend="ray", num_devices=1)
+from ray._private import ray_constants
+node = ray._private.worker.global_worker.node
+port = node.runtime_env_agent_port
+raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.args
+assert port > 0 and f"--runtime_env_agent_port={port}" in raylet, (port, raylet)
+# its Python workers are started by spmd's setup script (Ray's for those with a runtime env)
+command = [a for a in raylet if a.startswith("--python_worker_command=")]
+assert command and "spmd/transports/ray/ray_worker_setup.py" in command[0], raylet
+@ray.remote(num_cpus=0, runtime_env={"env_vars": {"SPMD_TEST_VALUE": "42"}})
+def value():
+    return os.environ.get("SPMD_TEST_VALUE")
+assert ray.get(value.remote(), timeout=90) == "42"
+s = socket.socket()
+try:
+    s.bind((node.node_ip_address, port))
+    taken = False
+except OSError:
+    taken = True
+assert taken, "the agent does not listen on the port the raylet was given"
+print("OK")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=110)
+    assert p.returncode == 0 and p.stdout.strip().endswith("OK"), p.stderr[-3000:]
+
+
+def test_a_worker_with_nothing_to_set_up_is_started_directly():
+    """ray_worker_setup: a Python worker whose runtime-env context is empty is exec'd as
+    it is (its own arguments); any other goes through Ray's setup script."""
+    from spmd.transports.ray.ray_worker_setup import plain_worker
+    worker = ["/ray/default_worker.py", "--node-ip-address=127.0.0.2", "--worker-launch-time-ms=1"]
+    empty = '--serialized-runtime-env-context={"command_prefix": [], "env_vars": {}, ' \
+            f'"py_executable": "{sys.executable}", "override_worker_entrypoint": null, "java_jars": []}}'
+    assert plain_worker(worker + ["--language=PYTHON"]) == worker
+    assert plain_worker(worker[:1] + [empty] + worker[1:] + ["--language=PYTHON"]) == worker
+    assert plain_worker(worker + ['--serialized-runtime-env-context={}', "--language=PYTHON"]) == worker
+    for other in ['--serialized-runtime-env-context={"env_vars": {"A": "1"}}',
+                  '--serialized-runtime-env-context={"py_executable": "/other/python"}',
+                  '--serialized-runtime-env-context={"command_prefix": ["conda", "activate", "x"]}',
+                  '--serialized-runtime-env-context={"override_worker_entrypoint": "/w.py"}',
+                  '--serialized-runtime-env-context={"new_field": 1}',
+                  '--serialized-runtime-env-context=not json']:
+        assert plain_worker(worker + [other, "--language=PYTHON"]) is None, other
+    assert plain_worker(worker + ["--language=JAVA"]) is None
+    assert plain_worker(worker) is None                                  # no language said
+    assert plain_worker(worker + ["--language", "PYTHON"]) is None       # another spelling

@@ -4,6 +4,7 @@ Transport (TCP links on loopback, its own shared-memory slab) and RayCommunicato
 each rank actor has. Ranks can be told they sit on different hosts: then they talk over
 TCP only, and all_reduce goes hierarchical. Every collective is checked against numpy.
 """
+import socket
 import threading
 
 import ml_dtypes
@@ -122,6 +123,11 @@ def test_every_collective_and_dtype_matches_numpy(hosts, small_thresholds):
                        for k, t in enumerate(w.ts))
         else:
             assert all(t.shm_peers == set(range(4)) - {k} for k, t in enumerate(w.ts))
+        # peers of one host are linked by Unix sockets, of other hosts by TCP
+        same = hosts or [0] * 4
+        assert {(k, p): s.family for k, t in enumerate(w.ts) for p, s in t.links.socks.items()} == \
+            {(k, p): socket.AF_UNIX if same[k] == same[p] else socket.AF_INET
+             for k in range(4) for p in range(4) if p != k}
     finally:
         w.close()
 
@@ -457,3 +463,30 @@ def test_a_take_is_woken_once_when_its_last_message_comes():
     assert {s: p for s, (_, p, _) in got.items()} == {1: 1, 2: 2, 3: 3}
     assert notes == [[1, 2, 3]], notes              # notified once, when the last came
     assert wakes == [True], wakes                   # and woken by it
+
+
+@pytest.mark.parametrize("near,reachable,family", [(True, True, socket.AF_UNIX), (False, True, socket.AF_INET),
+                                                   (True, False, socket.AF_INET)],
+                         ids=["near", "far", "near-unreachable"])
+def test_the_drivers_line_is_a_unix_socket_to_an_actor_of_its_host(near, reachable, family):
+    """The driver's line to an actor of its host goes through the actor's Unix socket, to
+    one of another host through TCP, and through TCP when the Unix name cannot be reached
+    (another network namespace); the messages and their arrays arrive the same."""
+    from spmd.transports.ray.ray_control import Channel, Listener
+    listener = Listener("127.0.0.1")
+    listener.serve(lambda m: ("ok", m[1] * 2, m[0]))
+    address = listener.address
+    if not reachable:
+        address = address[:3] + (b"\0spmd-nobody-listens-here",)
+    ch = Channel(address, near=near)
+    try:
+        assert ch.sock.family == family
+        for n in (3, 70_000):            # one send, and arrays out of band
+            x = np.arange(n, dtype=np.float32)
+            ch.send(("step", x))
+            got = ch.receive()
+            assert got[0] == "ok" and got[2] == "step" and np.array_equal(got[1], x * 2)
+    finally:
+        ch.close()
+        for s in listener.listeners:
+            s.close()

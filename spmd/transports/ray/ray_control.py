@@ -7,11 +7,13 @@ the read of its loss). Here a step is one message to each rank and one reply, re
 the driver's own thread with select (no thread hand-off on either side); the reply
 carries the step's small results, so reading a loss needs nothing more.
 
-    Listener(host_ip)        in the actor: .address (ip, port, token) for the driver;
-                             .serve(handle) answers each message with handle(message),
-                             one at a time, on a thread of its own, in the order sent
-    Channel(address)         in the driver: .send(message), .receive() -> reply; .lock
-                             for a caller that sends and then receives
+    Listener(host_ip)        in the actor: .address (ip, port, token, local name) for the
+                             driver; .serve(handle) answers each message with
+                             handle(message), one at a time, on a thread of its own, in
+                             the order sent
+    Channel(address, near)   in the driver: .send(message), .receive() -> reply; .lock
+                             for a caller that sends and then receives; near: the actor
+                             is on the driver's host (a Unix socket then, ray_links.connect)
 
 A message is anything cloudpickle takes; numpy arrays in it travel as raw bytes after it
 (pickle protocol 5's out-of-band buffers), not copied into the pickle. The connection
@@ -22,14 +24,13 @@ from __future__ import annotations
 
 import pickle
 import secrets
-import socket
 import struct
 import threading
 
 import numpy as np
 from ray import cloudpickle
 
-from .ray_links import receive_exact, tune_socket
+from .ray_links import accept, close_socket, connect, listen, receive_exact, tune_socket
 
 _HEAD = struct.Struct("<QI")      # pickle bytes, number of out-of-band buffers
 # below this many bytes in all, a message goes out in one send (one system call)
@@ -85,10 +86,7 @@ class Listener:
 
     def __init__(self, host_ip):
         self.token = secrets.token_bytes(16)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind((host_ip, 0))
-        self.sock.listen(4)
-        self.address = (host_ip, self.sock.getsockname()[1], self.token)
+        self.listeners, self.address = listen(host_ip, self.token, backlog=4)
 
     def serve(self, handle):
         threading.Thread(target=self._serve, args=(handle,), name="spmd-ray-control", daemon=True).start()
@@ -96,8 +94,8 @@ class Listener:
     def _serve(self, handle):
         while True:
             try:
-                s, _ = self.sock.accept()
-            except OSError:
+                s = accept(self.listeners, None)
+            except (OSError, ValueError):
                 return
             try:
                 token = bytearray(len(self.token))
@@ -126,11 +124,10 @@ class Listener:
 class Channel:
     """The driver's end of one actor's connection."""
 
-    def __init__(self, address, timeout=60.0):
-        ip, port, token = address
-        self.sock = socket.create_connection((ip, port), timeout=timeout)
+    def __init__(self, address, near=False, timeout=60.0):
+        self.sock = connect(address, near, timeout)
         tune_socket(self.sock)
-        self.sock.sendall(token)
+        self.sock.sendall(address[2])
         self.sock.settimeout(None)
         self.lock = threading.Lock()
         self.stale = 0          # replies owed to requests nobody waits for any more
@@ -155,8 +152,4 @@ class Channel:
 
     def close(self):
         self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        close_socket(self.sock)

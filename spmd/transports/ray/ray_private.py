@@ -16,9 +16,16 @@ the ranks are starting on. So:
   installed: no metrics or HTTP servers), and its ports written as a minimal agent
   writes them (-1, none) before the raylet starts: the raylet waits for those ports
   before it registers its node, and the agent, importing its modules, takes 1-3 s to
-  write them on a loaded 2-core machine (the raylet still waits for the runtime-env
-  agent, which it needs). The check for the dashboard's packages is skipped too: it
+  write them on a loaded 2-core machine. The runtime-env agent's port is chosen here
+  (a free one) and given to the raylet and the agent, and written first too: the
+  raylet then starts the workers and registers its node without waiting ~1 s for the
+  agent's imports (the agent, which serves only runtime_envs, which a rank actor has
+  none of, takes that port when it is up). The check for the dashboard's packages is skipped too: it
   imports aiohttp in the driver (0.5 s) before the raylet starts;
+- a Python worker with no runtime env (every rank actor's) is exec'd by spmd's
+  ray_worker_setup.py, which needs only the standard library, instead of Ray's
+  setup_worker.py, which imports ray (~0.5 s of CPU) before the worker imports it
+  again; a worker with a runtime env still goes through Ray's script;
 - the dashboard agent, which then serves nothing spmd uses, runs at the lowest CPU
   priority (nice 19): importing its modules takes ~0.9 s of CPU while the ranks'
   workers start;
@@ -78,6 +85,14 @@ def start(ranks, num_cpus, **init_kwargs):
     threading.Thread(target=_lower_dashboard_agent, name="spmd-ray-agent-priority", daemon=True).start()
     with _lean_head():
         ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
+
+
+def _free_port(ip):
+    """A port nobody listens on now (the agent binds it a moment later)."""
+    import socket
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
 
 
 def _quiet_auth_default(record) -> bool:
@@ -145,7 +160,7 @@ def _lean_head():
     try:
         from ray._private import node, parameter, utils
         from ray._raylet import (DASHBOARD_AGENT_LISTEN_PORT_NAME, METRICS_AGENT_PORT_NAME,
-                                 METRICS_EXPORT_PORT_NAME, persist_port)
+                                 METRICS_EXPORT_PORT_NAME, RUNTIME_ENV_AGENT_PORT_NAME, persist_port)
         switches = (parameter.RayParams, "__init__"), (node.Node, "start_api_server"), \
             (utils, "get_dashboard_dependency_error")
         saved = [getattr(obj, name) for obj, name in switches]
@@ -157,6 +172,10 @@ def _lean_head():
     def lean_params(self, *args, **kwargs):
         params_init(self, *args, **kwargs)
         self.no_monitor = True
+        if self.setup_worker_path is None:       # a worker is exec'd without importing ray first
+            self.setup_worker_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_setup.py")
+        if not self.runtime_env_agent_port:
+            self.runtime_env_agent_port = _free_port(self.node_ip_address or "127.0.0.1")
 
     def no_api_server(self, **kwargs):
         # called once the GCS is up and before the raylet starts: the ports a minimal
@@ -164,6 +183,9 @@ def _lean_head():
         self._webui_url = None
         for port in (METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME, DASHBOARD_AGENT_LISTEN_PORT_NAME):
             persist_port(self.get_session_dir_path(), self.node_id, port, -1)
+        if self._ray_params.runtime_env_agent_port:
+            persist_port(self.get_session_dir_path(), self.node_id, RUNTIME_ENV_AGENT_PORT_NAME,
+                         self._ray_params.runtime_env_agent_port)
 
     def no_dashboard_packages():
         return ImportError("a private Ray of spmd runs the dashboard agent minimal")

@@ -57,7 +57,7 @@ from .ray_communicator import RayCommunicator
 from .ray_control import Channel, Listener, pack
 from .ray_mailbox import Mailbox
 from .ray_shards import Drops, Held, Shard, ShardTable
-from .ray_transport import Transport
+from .ray_transport import Transport, host_id
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...ir.graph import any_op
 from ...tools import timeline
@@ -90,7 +90,7 @@ class RankActor:
         self.mailbox = Mailbox()
         self.transport = None
         self.listener = None
-        self.programs = {}                  # key -> executable (the driver says which to forget)
+        self.programs = {}                  # key -> (executable, mesh) (the driver says which to forget)
         self.shards = ShardTable(rank)
         self.printed = ()
 
@@ -168,17 +168,17 @@ class RankActor:
         self.shards.keep(keep_sid, out)
         return True
 
-    def run(self, run_id, mesh, key, blob, forget, timeout, trace, in_sids, out_sids, news, small):
-        """One run of program `key` (blob: its pickle, sent with its first run here;
-        forget: programs the driver will not run here again). Its outputs stay here as
-        shards out_sids; returns those of at most `small` bytes, by position, with what
-        the program printed."""
+    def run(self, run_id, key, blob, forget, timeout, trace, in_sids, out_sids, news, small):
+        """One run of program `key` (blob: the pickle of it and its mesh, sent with its
+        first run here: not unpickled again each run; forget: programs the driver will
+        not run here again). Its outputs stay here as shards out_sids; returns those of at
+        most `small` bytes, by position, with what the program printed."""
         self.shards.update(news)
         for k in forget:
             self.programs.pop(k, None)
         if blob is not None:
             self.programs[key] = pickle.loads(blob)
-        program = self.programs.get(key)
+        program, mesh = self.programs.get(key, (None, None))
         if program is None:
             raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
                             f"first run (that run's error said why)")
@@ -275,7 +275,7 @@ class RayRuntime(Runtime):
         self._setup()
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
-        self._programs = weakref.WeakKeyDictionary()    # executable -> (key, its pickle, silent)
+        self._programs = weakref.WeakKeyDictionary()    # executable -> {mesh: (key, its pickle, silent)}
         self._drops = Drops()
         self._copies = weakref.WeakKeyDictionary()     # Shard -> {device: its copy there}
         self._closed = False
@@ -288,9 +288,11 @@ class RayRuntime(Runtime):
             # each rank's host name: a rank lost with its host is named with it
             self._hosts = {d: i["host"][0] for d, i in enumerate(infos)}
             links = ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
+            here = host_id()
             for d, info in enumerate(infos):
                 if d not in self._channels:      # a new actor (the others keep their line)
-                    self._channels[d] = Channel(info["control"])
+                    # an actor of this host: a Unix socket (its messages cost less)
+                    self._channels[d] = Channel(info["control"], near=tuple(info["host"]) == here)
                     self._sent[d] = OrderedDict()
             del links
         except Exception as e:
@@ -442,7 +444,7 @@ class RayRuntime(Runtime):
             # (their shared memory of a run is reused by the next)
             self._finish()
             self._revive()
-            key, blob, silent = self._program(program)
+            key, blob, silent = self._program(program, mesh)
             n_out = program.num_outputs      # each rank's results are asked for before it runs
             run_id = next(self._run_ids)
             timeout = collective_timeout()
@@ -459,7 +461,7 @@ class RayRuntime(Runtime):
                 pending, errors = {}, []
                 # every message made before any is sent: the ranks start close together (the
                 # first waits in its first collective for the last)
-                packed = {d: pack(("run", (run_id, mesh, key, *self._ship(d, key, blob), timeout, trace,
+                packed = {d: pack(("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
                                            [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
                                            self._drops.take(d), SMALL_RESULT_BYTES)))
                           for d in devices}
@@ -538,12 +540,15 @@ class RayRuntime(Runtime):
             copies[device] = self.put(device, self.get({h.device: h})[h.device])
         return copies[device]
 
-    def _program(self, program):
-        """(its key, its pickle, whether a run of it may go unwaited for: _silent)."""
-        hit = self._programs.get(program)
+    def _program(self, program, mesh):
+        """(the key of program on mesh, the pickle of both, whether a run of it may go
+        unwaited for: _silent)."""
+        on = self._programs.get(program)
+        if on is None:
+            on = self._programs[program] = {}
+        hit = on.get(mesh)
         if hit is None:
-            hit = self._programs[program] = (next(self._keys), cloudpickle.dumps(program, protocol=5),
-                                             _silent(program))
+            hit = on[mesh] = (next(self._keys), cloudpickle.dumps((program, mesh), protocol=5), _silent(program))
         return hit
 
     def _wait(self, pending, run_id, printed, values, errors):

@@ -68,7 +68,8 @@ class Transport:
         self.boards = {r: infos[r].get("board") for r in self.shm_peers}
         self._board_views = {}
         self.mailbox.revive()
-        self.links.connect({r: i["address"] for r, i in infos.items()}, self._deliver, self._lost)
+        near = {r for r in infos if r != self.rank and self.hosts[r] == self.host}
+        self.links.connect({r: i["address"] for r, i in infos.items()}, self._deliver, self._lost, near)
 
     def board_of(self, rank):
         """The int64 words of a peer's Board (shm.Board), to read and write."""
