@@ -185,9 +185,11 @@ def binary(name, x, y, dtype=None):
 
 
 def ufunc_float_dtype(x):
-    """The float dtype numpy's one-argument float ufuncs give x: float16 for bool (numpy's
-    smallest float loop), float64 for integers, the float itself otherwise."""
-    return "float16" if x.dtype == np.bool_ else float_dtype(x)
+    """The float dtype numpy's one-argument float ufuncs give x: the smallest float loop
+    x casts to safely (float16 for bool, int8 and uint8; float32 for int16 and uint16;
+    float64 for wider integers), the float itself otherwise."""
+    dt = np.dtype(x.dtype)
+    return np.result_type(dt, np.float16).name if dt.kind in "biu" else float_dtype(x)
 
 
 def no_extra(name, args, kwargs):

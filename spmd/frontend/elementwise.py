@@ -97,9 +97,8 @@ remainder = mod
 
 
 def power(x, y):
-    if core.result_dtype(x, y) == "bool":
-        raise TypeError(f"np.power / ** of bool operands gives int8 in numpy, which spmd does not have; "
-                        f"convert to an integer or float dtype first (at {user_loc()})")
+    if core.result_dtype(x, y) == "bool":         # numpy's power of bools is int8
+        x, y = core.asarray(x, "int8", core.trace_of(x, y)), core.asarray(y, "int8", core.trace_of(x, y))
     if isinstance(y, int) and not isinstance(y, bool) and y == 2:
         return multiply(*[core.asarray(x, core.result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
     if isinstance(y, (float, np.floating)) and y == 0.5:
@@ -116,16 +115,14 @@ def pow_operator(x, y):
     """x ** y: numpy's ndarray.__pow__ computes bool_array ** 2 as np.square, an int8."""
     if isinstance(x, Tracer) and not getattr(x, "weak", False) and x.dtype == np.bool_ \
             and isinstance(y, int) and not isinstance(y, bool) and y == 2:
-        raise TypeError(f"bool_array ** 2 gives int8 in numpy (np.square), which spmd does not have; "
-                        f"convert to an integer or float dtype first (at {user_loc()})")
+        return square(x)
     return power(x, y)
 
 
 def square(x):
     x = core.asarray(x)
-    if x.dtype == np.bool_:
-        raise TypeError(f"np.square of bool gives int8 in numpy, which spmd does not have; convert to "
-                        f"an integer or float dtype first (at {user_loc()})")
+    if x.dtype == np.bool_:                       # numpy: int8
+        x = core.asarray(x, "int8")
     return multiply(x, x)
 
 
@@ -221,10 +218,11 @@ bitwise_and, bitwise_or, bitwise_xor = _bitwise(AND), _bitwise(OR), _bitwise(XOR
 def _shift(name, what):
     def f(x, y):
         dt = core.result_dtype(x, y)
-        if dt not in dtypes.INTS:
-            raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})"
-                            + ("; numpy makes bool << bool an int8, which spmd does not have: "
-                               "convert with .astype(np.int32) first" if dt == "bool" else ""))
+        if dt == "bool":                          # numpy shifts bools as int8
+            t = core.trace_of(x, y)
+            x, y = core.asarray(x, "int8", t), core.asarray(y, "int8", t)
+        elif dt not in dtypes.INTS:
+            raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})")
         return core.binary(name, x, y)
     f.__name__ = what
     return f
@@ -235,15 +233,15 @@ left_shift, right_shift = _shift(SHIFT_LEFT, "left_shift"), _shift(SHIFT_RIGHT, 
 
 def reciprocal(x):
     x = core.asarray(x)
+    if x.dtype == np.bool_:                       # numpy: int8
+        x = core.asarray(x, "int8")
     if x.dtype.kind in "iu":
         # numpy divides in the integer type: 1 and -1 stay, larger magnitudes give 0, and
-        # 1 / 0 gives the type's minimum (what numpy's integer division returns for it)
+        # 1 / 0 gives what numpy's loop gives for it: the minimum of int32 and int64 (their
+        # division), 0 for the narrower and the unsigned ints
         dt = x.dtype.name
         r = where(equal(x, 1), x, where(equal(x, -1), x, core.asarray(0, dt)))
-        return where(equal(x, 0), core.asarray(np.iinfo(dt).min, dt), r)
-    if x.dtype == np.bool_:
-        raise TypeError(f"np.reciprocal of bool is not supported by spmd (numpy gives int8); "
-                        f"convert with .astype(np.float32) first (at {user_loc()})")
+        return where(equal(x, 0), core.asarray(np.iinfo(dt).min if dt in ("int32", "int64") else 0, dt), r)
     return true_divide(1, x)
 
 
@@ -279,6 +277,15 @@ def clip(x, a_min=None, a_max=None, **kw):
     a_min = kw.pop("min", a_min)
     a_max = kw.pop("max", a_max)
     core.no_extra("clip", (), kw)
+    kind = np.dtype(x.dtype).kind if isinstance(x, Tracer) and not x.weak else ""
+    if kind in ("i", "u"):
+        # numpy 2: a Python int bound past the dtype's end it bounds does nothing (uint8
+        # clipped to [-1, 300]); one past the other end is an OverflowError, as in maximum
+        info = np.iinfo(x.dtype)
+        if type(a_min) is int and a_min < info.min:
+            a_min = None
+        if type(a_max) is int and a_max > info.max:
+            a_max = None
     if a_min is not None:
         x = maximum(x, a_min)
     if a_max is not None:

@@ -609,20 +609,17 @@ class ScalarBuilder:
     def _float_to_int(self, x, dst):
         """A float to an integer dtype as numpy converts it: exact for values in the
         dtype's range (truncated toward zero). Outside it C leaves the result undefined;
-        this gives what numpy gives on x86 where that is a plain rule: int8/int16/uint8/
-        uint16 go through int32 (-1.0 -> 255 as uint8, 300.0 -> 44), uint32 through int64
-        (-1.0 -> 4294967295), uint64 through int64 below 2**63 (-1.0 -> 2**64 - 1), NaN to
-        the bits of the int32/int64 minimum."""
+        this gives what numpy gives on x86: int8/int16/uint8/uint16 go through int32
+        (-1.0 -> 255 as uint8, 300.0 -> 44); uint32 and uint64 below 2**(bits-1) through
+        the signed int of their width (-1.0 -> 2**bits - 1), above it as x - 2**(bits-1)
+        with the top bit set (2**bits and more: 0); NaN: the signed minimum's bits."""
         if dst in ("int32", "int64"):
             return self._to_signed(x, dst)
         if SIZE[dst] < 4:
             return self._op(f"trunc i32 {self._to_signed(x, 'int32').name} to {LL[dst]}", dst)
-        if dst == "uint32":
-            return self._op(f"trunc i64 {self._to_signed(x, 'int64').name} to i32", dst)
-        # uint64: [2**63, 2**64) is past int64: subtract 2**63, convert, set the top bit
-        top = self.const(2.0 ** 63, x.dtype)
-        hi = self._op(f"and i1 {self.fcmp('oge', x, top).name}, "
-                      f"{self.fcmp('olt', x, self.const(2.0 ** 64, x.dtype)).name}", "bool")
-        low = self._to_signed(self.select(hi, self._bin("", "fsub", x, top), x), "int64")
-        r = self._op(f"xor i64 {low.name}, {literal(2 ** 63, 'int64')}", "int64")
+        signed, bits = ("int32", 32) if dst == "uint32" else ("int64", 64)
+        top = self.const(2.0 ** (bits - 1), x.dtype)
+        hi = self.fcmp("oge", x, top)
+        low = self._to_signed(self.select(hi, self._bin("", "fsub", x, top), x), signed)
+        r = self._op(f"xor {LL[signed]} {low.name}, {literal(2 ** (bits - 1), signed)}", signed)
         return SV(self.select(hi, r, low).name, dst)

@@ -191,8 +191,11 @@ def _int_power(x, y):
         # integer power with a negative exponent is 0 (1 for base 1, +-1 for base -1), as in XLA
         ok = y >= 0
         with np.errstate(all="ignore"):
-            r = np.power(x, np.where(ok, y, 0))
-        neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0))
+            r = np.power(x, np.where(ok, y, 0).astype(y.dtype))
+        if x.dtype.kind == "u":
+            return r
+        # (in x's dtype: uint64 with int64 would make float64, and round)
+        neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0)).astype(x.dtype)
         return np.where(ok, r, neg).astype(x.dtype)
     return np.power(x, y)
 
@@ -274,7 +277,7 @@ def _shift_ref(left):
         s = np.where(ok, y, 0).astype(x.dtype)
         if left:
             return np.where(ok, np.left_shift(x, s), 0).astype(x.dtype)
-        return np.where(ok, np.right_shift(x, s), np.where(x < 0, -1, 0)).astype(x.dtype)
+        return np.where(ok, np.right_shift(x, s), np.where(x < 0, -1, 0).astype(x.dtype)).astype(x.dtype)
     return ref
 
 

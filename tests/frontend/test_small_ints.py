@@ -1,0 +1,227 @@
+"""int8, int16, uint8, uint16, uint32 and uint64, compared with numpy 2 (its documented
+behaviour is the spec): wrap-around arithmetic, floor division and modulo, unsigned
+comparisons and shifts, NEP 50 promotion with Python scalars (uint8 + 1 stays uint8,
+uint8 + 300 is an OverflowError), the platform-int accumulators of sum / prod / cumsum,
+astype in every direction, over sharded arrays on meshes of 2 and 4, under jit and eager.
+Each property is one program per dtype and mesh, so hypothesis' examples reuse it."""
+import platform
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import spmd
+
+SMALL = ["int8", "int16", "uint8", "uint16", "uint32", "uint64"]
+OLD = ["int32", "int64", "bool", "float32", "float64"]
+N = 6                  # on 4 devices: uneven shards, padding to mask
+MODES = [(m, mode) for m in (2, 4) for mode in ("jit", "eager")]
+SETTINGS = dict(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def mesh_of(n):
+    return spmd.Mesh((n,), ("a",))
+
+
+def run(f, args, n, mode):
+    """f on args sharded over a mesh of n along their first dim, under jit or eagerly."""
+    m = mesh_of(n)
+    shs = tuple(m.sharding("a") for _ in args)
+    if mode == "jit":
+        out = spmd.jit(f, in_shardings=shs)(*args)
+    else:
+        out = f(*[spmd.device_put(a, s) for a, s in zip(args, shs)])
+    return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in out]
+
+
+def same(got, want, what, rtol=0.0):
+    """The same dtype, shape and values (floats: NaN where numpy's; rtol for a float sum,
+    whose rounding depends on the order of the shards)."""
+    want = np.asarray(want)
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, numpy {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, numpy {want.shape}"
+    if want.dtype.kind == "f":
+        ok = np.isclose(got, want, rtol=rtol, atol=0, equal_nan=True) | (got == want)
+    else:
+        ok = got == want
+    assert np.all(ok), f"{what}: {got} != numpy's {want}"
+
+
+def values(dt):
+    """Arrays of N values of dt, edge values (0, 1, max, min, max - 1, -1) among them."""
+    info = np.iinfo(dt)
+    lo, hi = int(info.min), int(info.max)
+    edges = sorted({0, 1, hi, lo, hi - 1, lo + 1, max(lo, -1), 2, 7, hi // 2, hi // 2 + 1})
+    one = st.one_of(st.sampled_from(edges), st.integers(lo, hi))
+    return st.lists(one, min_size=N, max_size=N).map(lambda v: np.array(v, dtype=dt))
+
+
+def binary_ops(a, b, e, s):
+    """numpy's binary ops on two arrays of one dtype; e: small exponents, s: shift counts."""
+    return (a + b, a - b, a * b, a // b, a % b, a / b, np.floor_divide(a, b), np.fmod(a, b),
+            a < b, a <= b, a == b, a != b, a > b, a >= b,
+            np.maximum(a, b), np.minimum(a, b), a & b, a | b, a ^ b, ~a, -a, np.abs(a), np.sign(a),
+            a ** e, a << s, a >> s, np.where(a > b, a, b), np.square(a))
+
+
+@pytest.mark.parametrize("n,mode", MODES)
+@pytest.mark.parametrize("dt", SMALL)
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_elementwise_match_numpy(dt, n, mode, data):
+    a, b = data.draw(values(dt)), data.draw(values(dt))
+    bits = np.dtype(dt).itemsize * 8
+    e = np.array(data.draw(st.lists(st.integers(0, 3), min_size=N, max_size=N)), dt)
+    # shift counts past the width too (numpy: every bit shifted out)
+    s = np.array(data.draw(st.lists(st.integers(0, bits + 2), min_size=N, max_size=N)), dt)
+    with np.errstate(all="ignore"):
+        want = binary_ops(a, b, e, s)
+        got = run(binary_ops, (a, b, e, s), n, mode)
+    for i, (g, w) in enumerate(zip(got, want)):
+        same(g, w, f"{dt} op {i} of binary_ops, a={a}, b={b}")
+
+
+def reductions(a):
+    out = [np.sum(a), np.prod(a), np.min(a), np.max(a), np.cumsum(a), np.cumprod(a), np.mean(a),
+           np.sum(a, dtype=a.dtype), np.prod(a, dtype=a.dtype), np.cumsum(a, dtype=a.dtype),
+           np.sum(a, dtype=np.int64), np.sum(a, dtype=np.float64), np.argmax(a), np.argmin(a),
+           np.sum(a[:, None] * a[None, :2], axis=0)]
+    return out
+
+
+@pytest.mark.parametrize("n,mode", MODES)
+@pytest.mark.parametrize("dt", SMALL)
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_reductions_accumulate_as_numpy(dt, n, mode, data):
+    """sum / prod / cumsum of a small int accumulate in int64 (signed) or uint64 (unsigned),
+    with dtype= in that dtype (wrapping), min / max in the dtype, over uneven shards."""
+    a = data.draw(values(dt))
+    with np.errstate(all="ignore"):
+        want = reductions(a)
+        got = run(lambda x: reductions(x), (a,), n, mode)
+    for i, (g, w) in enumerate(zip(got, want)):
+        same(g, w, f"{dt} reduction {i}, a={a}", rtol=1e-15)
+
+
+def convertible(src, dsts):
+    """Values of src that convert exactly to every dst (numpy leaves a float outside an
+    integer's range undefined): floats with fractions, inside the narrowest int's range."""
+    src = np.dtype(src)
+    if src == np.bool_:
+        return st.lists(st.booleans(), min_size=N, max_size=N).map(lambda v: np.array(v))
+    if src.kind in "iu":
+        return values(src)
+    ints = [np.iinfo(d) for d in dsts if np.dtype(d).kind in "iu"]
+    lo, hi = max(int(i.min) for i in ints), min(int(i.max) for i in ints)
+    x = st.one_of(st.sampled_from([0.0, -0.0, 0.5, -0.75, 1.0, 255.0, -128.0, 127.99]),
+                  st.floats(-2.0 ** 40, 2.0 ** 40, width=32))
+    return st.lists(x.filter(lambda v: lo <= v < hi + 1 and v > lo - 1), min_size=N, max_size=N) \
+        .map(lambda v: np.array(v, src))
+
+
+ALL = SMALL + OLD
+
+
+@pytest.mark.parametrize("n,mode", [(2, "jit"), (4, "eager")])
+@pytest.mark.parametrize("src", ALL)
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_astype_every_pair(src, n, mode, data):
+    """x.astype(dst) for every pair: wrapping between ints (numpy's C casts: trunc, zext,
+    sext), exact int -> float, floats truncated toward zero where the value fits."""
+    dsts = ALL if np.dtype(src).kind != "f" else [d for d in ALL if d != "bool"] + ["bool"]
+    a = data.draw(convertible(src, [d for d in dsts if np.dtype(src).kind != "f" or d != "bool"]))
+    f = lambda x: [x.astype(d) for d in dsts]   # noqa: E731
+    with np.errstate(all="ignore"):
+        want = f(a)
+    got = run(f, (a,), n, mode)
+    for d, g, w in zip(dsts, got, want):
+        same(g, w, f"{a!r}.astype({d})")
+
+
+SCALARS = [0, 1, -1, 2, 127, 128, 255, 256, 300, -129, 2 ** 15, 2 ** 31, 2 ** 32, 2 ** 63 - 1, 2 ** 63,
+           1.5, -0.5, True]
+
+
+@pytest.mark.parametrize("n,mode", [(2, "jit"), (4, "eager"), (4, "jit")])
+@pytest.mark.parametrize("dt", SMALL)
+def test_python_scalars_are_weak(dt, n, mode):
+    """NEP 50: a Python int takes the array's dtype (uint8 + 1 is uint8, wrapping) and one
+    out of its range is numpy's OverflowError; a float makes the float dtype numpy gives."""
+    info = np.iinfo(dt)
+    a = np.array([0, 1, info.max, info.min, 7, info.max - 1], dt)
+    for c in SCALARS:
+        f = lambda x: (x + c, c * x, x - c, x < c, x == c)   # noqa: E731
+        try:
+            with np.errstate(all="ignore"):
+                want = f(a)
+        except OverflowError:
+            with pytest.raises(OverflowError):
+                run(f, (a,), n, mode)
+            continue
+        for i, (g, w) in enumerate(zip(run(f, (a,), n, mode), want)):
+            same(g, w, f"{dt} with {c!r}, op {i}")
+
+
+@pytest.mark.parametrize("n,mode", [(2, "jit"), (4, "eager")])
+@pytest.mark.parametrize("dt", ALL)
+def test_mixed_dtypes_promote_as_numpy(dt, n, mode):
+    """np.result_type for every pair: uint8 + int8 is int16, uint64 + int64 is float64,
+    uint32 + float32 is float64; the values too."""
+    a = (np.arange(N) * 37 - 50).astype(dt) if dt != "bool" else np.arange(N) % 2 == 0
+    others = [(np.arange(N) * 11 + 3).astype(d) if d != "bool" else np.arange(N) % 3 == 0 for d in ALL]
+    f = lambda x, *ys: [x + y for y in ys] + [x < y for y in ys]   # noqa: E731
+    with np.errstate(all="ignore"):
+        want = f(a, *others)
+    got = run(f, (a, *others), n, mode)
+    for i, (g, w) in enumerate(zip(got, want)):
+        same(g, w, f"{dt} with {ALL[i % len(ALL)]}")
+
+
+def test_user_programs_on_uint8_images():
+    """The programs of issue #31: a uint8 image's colours, its bits, its histogram."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 4, (8, 5, 3)).astype(np.uint8) * 60
+    m = mesh_of(2)
+
+    def colours(im):
+        key = (im[..., 0].astype(np.int64) << 16) | (im[..., 1].astype(np.int64) << 8) | im[..., 2]
+        return np.sum(np.bincount(key.ravel(), minlength=1 << 18) > 0)
+
+    def brighten(im):
+        return np.clip(im.astype(np.int16) + 100, 0, 255).astype(np.uint8), (im // 2 + im // 2).max()
+
+    for f in (colours, brighten):
+        got = spmd.jit(f, in_shardings=(m.sharding("a"),))(img)
+        want = f(img)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            same(np.asarray(g), w, f.__name__)
+
+
+def test_dtype_names_in_the_text_form():
+    from spmd.ir import parse_graph
+    from spmd.ir.text import print_graph
+    x = np.arange(6, dtype=np.uint8)
+    low = spmd.jit(lambda a: (a.astype(np.int8), a.astype(np.uint16) * 3, a.astype(np.uint64)
+                              >> np.uint64(1), a.astype(np.int16) - 1000, a.astype(np.uint32) + 7)).lower(x)
+    text = low.as_text("traced")
+    for short in ("ui8[6]", "i8[6]", "ui16[6]", "ui64[6]", "i16[6]", "ui32[6]"):
+        assert short in text
+    assert print_graph(parse_graph(text)) == text
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="numpy's x86 results")
+def test_float_out_of_range_converts_as_numpy_on_x86():
+    """C leaves a float outside the integer's range undefined; numpy on x86 gives plain
+    rules (-1.0 -> 255 as uint8, 300.0 -> 44, NaN -> 0 or the signed minimum's bits),
+    which the fused kernels follow, so the LLVM and numpy backends agree."""
+    x = np.array([-1.0, -3.7, 300.0, 1e10, -1e10, np.nan, np.inf, -np.inf, 2.0 ** 63, 2.0 ** 64, 1e20,
+                  -129.0, 255.9, 2.0 ** 32 + 4, 2.0 ** 31 + 0.5, -2.0 ** 31])
+    for src in ("float64", "float32"):
+        a = x.astype(src)
+        with np.errstate(all="ignore"):
+            want = [a.astype(d) for d in SMALL]
+        got = spmd.jit(lambda v: [(v * 1.0).astype(d) for d in SMALL])(a)
+        for d, g, w in zip(SMALL, got, want):
+            same(np.asarray(g), w, f"{src} {a} astype {d}")
