@@ -19,6 +19,7 @@ from . import reductions as red
 from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 from .numpy_lib import polynomial as PL
+from .numpy_lib import bits as BT
 
 
 U, F, M = "ufunc", "function", "method"
@@ -133,6 +134,8 @@ API = (
     ("meshgrid",      SF.meshgrid,                    (F,),      ()),
     ("pad",           SF.pad,                         (F,),      ()),
     ("diff",          SF.diff,                        (F,),      ()),
+    ("unpackbits",    BT.unpackbits,                  (F,),      ()),
+    ("packbits",      BT.packbits,                    (F,),      ()),
     ("gradient",      SF.gradient,                    (F,),      ()),
     ("tril",          SF.tril,                        (F,),      ()),
     ("triu",          SF.triu,                        (F,),      ()),

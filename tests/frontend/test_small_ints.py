@@ -186,14 +186,16 @@ def test_user_programs_on_uint8_images():
     m = mesh_of(2)
 
     def colours(im):
-        key = (im[..., 0].astype(np.int64) << 16) | (im[..., 1].astype(np.int64) << 8) | im[..., 2]
-        return np.sum(np.bincount(key.ravel(), minlength=1 << 18) > 0)
+        # the key's range comes from the uint8 dtype: bincount takes no size from the data
+        q = (im >> 6).astype(np.int64)
+        key = (q[..., 0] * 4 + q[..., 1]) * 4 + q[..., 2]
+        return np.sum(np.bincount(key.ravel(), minlength=64) > 0), np.bincount(im.ravel(), minlength=256)
 
     def brighten(im):
         return np.clip(im.astype(np.int16) + 100, 0, 255).astype(np.uint8), (im // 2 + im // 2).max()
 
     for f in (colours, brighten):
-        got = spmd.jit(f, in_shardings=(m.sharding("a"),))(img)
+        got = spmd.jit(f, in_shardings=(m.sharding("a"),), fallback=False)(img)
         want = f(img)
         for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
             same(np.asarray(g), w, f.__name__)
@@ -225,3 +227,73 @@ def test_float_out_of_range_converts_as_numpy_on_x86():
         got = spmd.jit(lambda v: [(v * 1.0).astype(d) for d in SMALL])(a)
         for d, g, w in zip(SMALL, got, want):
             same(np.asarray(g), w, f"{src} {a} astype {d}")
+
+
+BIT_FORMS = [
+    ("unpackbits", lambda a: np.unpackbits(a)),
+    ("unpackbits_axis_count", lambda a: np.unpackbits(a, axis=1, count=-3, bitorder="little")),
+    ("unpackbits_pad", lambda a: np.unpackbits(a, axis=0, count=60)),
+    ("packbits", lambda a: np.packbits(a > 100, axis=0)),
+    ("packbits_flat_little", lambda a: np.packbits(a, bitorder="little")),
+    ("round_trip", lambda a: np.packbits(np.unpackbits(a, axis=2), axis=2)),
+]
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+@pytest.mark.parametrize("name,f", BIT_FORMS, ids=[b[0] for b in BIT_FORMS])
+def test_packbits_and_unpackbits(name, f, mode):
+    img = np.random.default_rng(1).integers(0, 256, (6, 4, 3)).astype(np.uint8)
+    same(run(lambda a: [f(a)], (img,), 2, mode)[0], f(img), name)
+
+
+WRITES = [
+    ("setitem", lambda b, v: b.__setitem__(0, v)),
+    ("setitem_slice", lambda b, v: b.__setitem__(slice(None), v)),
+    ("setitem_mask", lambda b, v: b.__setitem__(b > 5, v)),
+    ("setitem_index", lambda b, v: b.__setitem__(np.array([0, 1]), v)),
+    ("fill", lambda b, v: b.fill(v)),
+    ("copyto", lambda b, v: np.copyto(b, v)),
+    ("iadd", lambda b, v: b.__iadd__(v)),
+]
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+@pytest.mark.parametrize("name,w", WRITES, ids=[x[0] for x in WRITES])
+def test_writing_python_ints_into_small_int_arrays(name, w, mode):
+    """numpy 2: a Python int that does not fit the array's dtype is an OverflowError
+    (300 or -1 into uint8), one that fits is stored (copyto of 7 into uint8 casts)."""
+    img = (np.arange(12) * 20).astype(np.uint8).reshape(6, 2)
+
+    def f(a, v):
+        b = a.copy()
+        w(b, v)
+        return [b]
+    for v in (7, 255, 300, -1):
+        try:
+            want = f(img, v)
+        except OverflowError:
+            with pytest.raises(OverflowError):
+                run(lambda a: f(a, v), (img,), 2, mode)
+            continue
+        same(run(lambda a: f(a, v), (img,), 2, mode)[0], want[0], f"{name} {v}")
+
+
+def test_value_ranges_of_small_ints():
+    """A small int's dtype bounds it (a uint8 image is 0..255, any unsigned value >= 0),
+    and shifting, dividing or masking a non-negative value keeps it bounded: bincount of
+    such values takes no size from the data."""
+    from spmd.ir.ops.value_ranges import int_range
+    from spmd.jit.tracing import trace_function
+    seen = {}
+
+    def f(im, h, w):
+        seen["u8"] = int_range(im.value)
+        seen["i16"] = int_range((im.astype(np.int16) - 300).value)
+        seen["shift"] = int_range((im.astype(np.int64) >> 4).value)
+        seen["div"] = int_range((w // np.uint32(16)).value)
+        seen["and"] = int_range((h.astype(np.int64) & 7).value)
+        seen["u32"] = int_range(w.value)
+        return 0.0
+    trace_function(f, [np.zeros(4, np.uint8), np.zeros(4, np.int64), np.zeros(4, np.uint32)])
+    assert seen == {"u8": (0, 255), "i16": (-300, -45), "shift": (0, 15), "div": (0, None), "and": (0, 7),
+                    "u32": (0, None)}
