@@ -175,9 +175,27 @@ def _compare(direction):
     def f(x, y):
         if direction not in ("EQ", "NE"):
             require_ordered({"LT": "less", "LE": "less_equal", "GT": "greater", "GE": "greater_equal"}[direction], x, y)
+        known = _compare_past_the_dtype(direction, x, y)
+        if known is not None:
+            return known
         a, b = core.promote(x, y, op=f"compare {direction}")
         return core.emit(a._tr, COMPARE, a, b, direction=direction)
     return f
+
+
+def _compare_past_the_dtype(direction, x, y):
+    """numpy 2 compares an integer array with a Python int its dtype cannot hold by value
+    (uint8 < 300 is all True, uint64 == -1 all False) where arithmetic would overflow."""
+    for arr, c, flip in ((x, y, False), (y, x, True)):
+        if type(c) is int and isinstance(arr, Tracer) and not arr.weak and np.dtype(arr.dtype).kind in "iu":
+            info = np.iinfo(arr.dtype)
+            if info.min <= c <= info.max:
+                return None
+            above = c > info.max                 # every element is below c
+            d = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(direction, direction) if flip else direction
+            value = {"EQ": False, "NE": True, "LT": above, "LE": above, "GT": not above, "GE": not above}[d]
+            return core.full_like(arr, value, dtype="bool")
+    return None
 
 
 equal, not_equal = _compare("EQ"), _compare("NE")

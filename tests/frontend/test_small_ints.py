@@ -140,19 +140,21 @@ def test_astype_every_pair(src, n, mode, data):
         same(g, w, f"{a!r}.astype({d})")
 
 
-SCALARS = [0, 1, -1, 2, 127, 128, 255, 256, 300, -129, 2 ** 15, 2 ** 31, 2 ** 32, 2 ** 63 - 1, 2 ** 63,
-           1.5, -0.5, True]
+SCALARS = [1, -1, 128, 300, 2 ** 31, 2 ** 63, -0.5, True]
 
 
-@pytest.mark.parametrize("n,mode", [(2, "jit"), (4, "eager"), (4, "jit")])
+@pytest.mark.parametrize("n,mode", [(2, "jit"), (4, "eager")])
 @pytest.mark.parametrize("dt", SMALL)
 def test_python_scalars_are_weak(dt, n, mode):
     """NEP 50: a Python int takes the array's dtype (uint8 + 1 is uint8, wrapping) and one
-    out of its range is numpy's OverflowError; a float makes the float dtype numpy gives."""
+    out of its range is numpy's OverflowError; a float makes the float dtype numpy gives.
+    Comparisons take any Python int by value (uint8 < 300 is True)."""
     info = np.iinfo(dt)
     a = np.array([0, 1, info.max, info.min, 7, info.max - 1], dt)
-    for c in SCALARS:
-        f = lambda x: (x + c, c * x, x - c, x < c, x == c)   # noqa: E731
+    forms = [lambda x, c: (x + c, c * x, x - c, x // c if c else x, np.maximum(x, c)),
+             lambda x, c: (x < c, c < x, x == c, c != x, x >= c, np.less_equal(x, c))]
+    for c, form in ((c, form) for c in SCALARS for form in forms):
+        f = lambda x: form(x, c)   # noqa: E731
         try:
             with np.errstate(all="ignore"):
                 want = f(a)
@@ -177,6 +179,19 @@ def test_mixed_dtypes_promote_as_numpy(dt, n, mode):
     got = run(f, (a, *others), n, mode)
     for i, (g, w) in enumerate(zip(got, want)):
         same(g, w, f"{dt} with {ALL[i % len(ALL)]}")
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+def test_indices_of_small_int_dtypes(mode):
+    """Index arrays of any integer dtype select as numpy's (a uint8 label indexes a table)."""
+    table = np.arange(24, dtype=np.float32).reshape(6, 4)
+    labels = np.array([5, 0, 3, 3, 1, 2], np.uint8)
+
+    def f(t, lab):
+        return [t[lab], np.take(t, lab.astype(np.uint64), axis=0), np.take(t, lab.astype(np.int8) % 4, axis=1),
+                np.take_along_axis(t, (lab % 4).astype(np.uint16)[:, None], axis=1)]
+    for g, w in zip(run(f, (table, labels), 2, mode), f(table, labels)):
+        same(g, w, "indexing by small ints")
 
 
 def test_user_programs_on_uint8_images():
