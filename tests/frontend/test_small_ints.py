@@ -312,3 +312,18 @@ def test_value_ranges_of_small_ints():
     trace_function(f, [np.zeros(4, np.uint8), np.zeros(4, np.int64), np.zeros(4, np.uint32)])
     assert seen == {"u8": (0, 255), "i16": (-300, -45), "shift": (0, 15), "div": (0, None), "and": (0, 7),
                     "u32": (0, None)}
+
+
+def test_checkpoint_round_trip_of_small_ints(tmp_path):
+    """spmd.save / spmd.load keep the small ints' dtypes and bits, resharded onto another mesh."""
+    tree = {"img": (np.arange(40) * 7).astype(np.uint8).reshape(8, 5), "d": np.arange(-8, 8, dtype=np.int16),
+            "h": np.array([2 ** 64 - 1, 2 ** 63, 5], np.uint64), "n": np.uint32(4000000000)}
+    m = mesh_of(2)
+    placed = {k: spmd.device_put(v, m.sharding("a")) if np.ndim(v) else v for k, v in tree.items()}
+    path = spmd.save(tmp_path / "ck", placed)
+    m4 = mesh_of(4)
+    got = spmd.load(path, shardings={"img": m4.sharding("a"), "d": m4.sharding("a"), "h": m4.sharding(None),
+                                     "n": None})
+    for k, v in tree.items():
+        g = np.asarray(got[k].numpy() if hasattr(got[k], "numpy") else got[k])
+        same(g, np.asarray(v), k)
