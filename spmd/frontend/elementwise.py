@@ -60,7 +60,16 @@ def true_divide(x, y): return core.binary(DIVIDE, x, y, dtype=core.float_dtype(x
 divide = true_divide
 
 
+def _bools_as_int8(x, y):
+    """numpy divides bools as int8 (True // True is int8 1)."""
+    if core.result_dtype(x, y) != "bool":
+        return x, y
+    t = core.trace_of(x, y)
+    return core.asarray(x, "int8", t), core.asarray(y, "int8", t)
+
+
 def floor_divide(x, y):
+    x, y = _bools_as_int8(x, y)
     dt = core.result_dtype(x, y)
     a, b = core.promote(x, y, op="floor_divide")
     if dt in dtypes.FLOATS:
@@ -80,7 +89,7 @@ def floor_divide(x, y):
 
 
 def mod(x, y):
-    a, b = core.promote(x, y, op="remainder")
+    a, b = core.promote(*_bools_as_int8(x, y), op="remainder")
     r = core.emit(a._tr, REMAINDER, a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     out = where(fix, add(r, b), r)

@@ -41,7 +41,7 @@ VALUES = {
     "s": [(2, 3)], "wrap": [True], "edge_order": [2], "p": [1, "fro"], "mean": ["mean"],
     "sorter": ["argsort"], "default": [-1.0], "ndmax": [2], "y": ["like_input"],
     "fweights": ["observation_counts"], "aweights": ["observation_weights"], "returned": [True], "axisa": [0], "axisb": [0], "axisc": [0], "optimize": [True, "greedy"],
-    "N": [3], "increasing": [True], "full": [True], "w": ["like_input"], "cov": [True],
+    "N": [3], "increasing": [True], "full": [True], "w": ["like_input"], "cov": [True], "bitorder": ["little"],
 }
 # functions whose result's values numpy leaves uninitialised: only the kind, shape and dtype count
 UNINITIALISED = {"empty", "empty_like"}
