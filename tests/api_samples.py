@@ -27,6 +27,8 @@ CANDIDATES = [(A,), (A, B), (A, 1), (A, 2.0), (S,), (S, S), (S, V), (V,), (V, V)
 SAMPLES = {
     "einsum": ("ij,jk->ik", A, B.T), "dsplit": (rng.random((2, 3, 4)), 2), "cross": (V[:3], A[0, :3]),
     "digitize": (A, np.array([0.6, 0.9, 1.2])), "bincount": (np.array([0, 2, 2, 5]),),
+    "unpackbits": (np.array([[3, 200, 17], [255, 0, 128]], np.uint8), 1, 20, "little"),
+    "packbits": (np.array([[1, 0, 1], [0, 0, 1]] * 3) > 0, 0),
     "interp": (V, np.array([0.4, 0.8, 1.6]), np.array([1.0, -1.0, 2.0])), "linalg.matrix_power": (S, 3),
     "linalg.multi_dot": ([A, B.T, A],), "reshape": (A, (4, 3)), "broadcast_to": (V, (3, 4)),
     "astype": (A, np.float32), "put_along_axis": (A, np.zeros((3, 1), np.int64), 9.0, 1),

@@ -10,6 +10,8 @@ import itertools
 import numpy as np
 
 DTYPES = ("float64", "float32", "int64", "bool", "complex128", "complex64")
+# the small and unsigned ints: sums and products wrap as numpy's (MPI's own reductions)
+SMALL_INTS = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
 _F = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
 
@@ -17,6 +19,8 @@ def value(dev, shape, dtype):
     rng = np.random.default_rng(dev)
     if dtype == "bool":
         return rng.random(shape) < 0.5
+    if dtype in SMALL_INTS:           # wrapping past the ends: -50 as uint8 is 206
+        return rng.integers(-50, 50, shape).astype(dtype)
     if dtype.startswith("complex"):
         return (rng.standard_normal(shape) * 10 + 1j * rng.standard_normal(shape)).astype(dtype)
     return (rng.standard_normal(shape) * 10).astype(dtype)

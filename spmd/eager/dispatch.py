@@ -24,7 +24,7 @@ from ..frontend.trace import Tracer, current_trace
 from ..runtime.array import Array
 from ..tree import tree_flatten
 from . import indexing, mask_select
-from .programs import (WRITES_FIRST, Dynamic, dynamic_scalars, gathered, in_numpy, is_dynamic_scalar, run,
+from .programs import (WRITES_FIRST, Dynamic, dynamic_scalars, gathered, in_numpy, int_range, is_dynamic_scalar, run,
                        warn_gathered, write)
 
 _OPERATORS = npx.operators()
@@ -248,7 +248,7 @@ def _numpy_inplace(op):
 
 
 def _fill(self, value):
-    write(self, fz.fill, (Dynamic(value) if is_dynamic_scalar(value) else value,), _numpy_fill, "ndarray.fill")
+    write(self, fz.fill, (Dynamic(value) if is_dynamic_scalar(value, int_range([self.dtype])) else value,), _numpy_fill, "ndarray.fill")
 
 
 def _numpy_fill(g, value):

@@ -16,7 +16,7 @@ from ..frontend import indexing
 from ..frontend.trace import Tracer, current_trace
 from ..runtime.array import Array
 from . import mask_select
-from .programs import Dynamic, in_numpy, is_dynamic_scalar, numpy_setitem, run, write
+from .programs import Dynamic, in_numpy, int_range, is_dynamic_scalar, numpy_setitem, run, write
 
 
 def getitem(x, key):
@@ -53,7 +53,7 @@ def setitem(x, key, value):
         write(x, indexing.set_compacted, (ks, value, count), numpy_setitem_compacted, "x[...] = v")
         return
     key = program_key(x, key) if not _is_mask(key) else (key,)
-    value = Dynamic(value) if is_dynamic_scalar(value) else value
+    value = Dynamic(value) if is_dynamic_scalar(value, int_range([x.dtype])) else value
     write(x, indexing.setitem, (key, value), numpy_setitem, "x[...] = v")
 
 

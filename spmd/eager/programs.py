@@ -64,19 +64,32 @@ class Dynamic:
         self.value = value
 
 
-def is_dynamic_scalar(x) -> bool:
-    """A scalar that may be a program input. A Python int outside int32's range is static,
-    so the builder sees its value: numpy raises OverflowError for it against an int32
-    array (as a traced input it would wrap silently)."""
+def is_dynamic_scalar(x, ints=(-2 ** 31, 2 ** 31)) -> bool:
+    """A scalar that may be a program input. A Python int outside int32's range (or
+    `ints`, the range of the integer arrays it meets) is static, so the builder sees its
+    value: numpy raises OverflowError for 300 against a uint8 array (as a traced input it
+    would wrap silently)."""
     if type(x) is int:
-        return -2 ** 31 <= x < 2 ** 31
+        return ints[0] <= x < ints[1]
     return isinstance(x, (bool, int, float, complex, np.generic))
+
+
+def int_range(dtypes_):
+    """[lo, hi) of the Python ints that fit every integer dtype among dtypes_ (and int32)."""
+    lo, hi = -2 ** 31, 2 ** 31
+    for dt in dtypes_:
+        dt = np.dtype(dt)
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            lo, hi = max(lo, int(info.min)), min(hi, int(info.max) + 1)
+    return lo, hi
 
 
 def dynamic_scalars(args):
     """args with every scalar leaf wrapped in Dynamic."""
     leaves, tree = tree_flatten(args, is_leaf=_is_array_leaf)
-    return tree_unflatten(tree, [Dynamic(x) if is_dynamic_scalar(x) else x for x in leaves])
+    ints = int_range([x.dtype for x in leaves if _is_array_leaf(x)])
+    return tree_unflatten(tree, [Dynamic(x) if is_dynamic_scalar(x, ints) else x for x in leaves])
 
 
 def _is_array_leaf(x):

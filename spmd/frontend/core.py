@@ -110,6 +110,14 @@ def ufunc_dtype(ufunc, *xs):
     return dt.name
 
 
+def check_int_fits(x, dtype):
+    """numpy 2 (NEP 50): a Python int stored into or combined with an integer array of
+    a dtype it does not fit is an OverflowError, never a wrapped value."""
+    if isinstance(x, int) and not isinstance(x, bool) and np.dtype(dtype).kind in "iu" \
+            and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
+        raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
+
+
 def asarray(x, dtype=None, t=None) -> Tracer:
     """Any array-like -> a Tracer of `dtype` (a constant if it is not traced)."""
     t = t or trace_of(x)
@@ -117,9 +125,8 @@ def asarray(x, dtype=None, t=None) -> Tracer:
     if not isinstance(x, Tracer):
         if isinstance(x, (list, tuple)) and builtins.any(isinstance(resolve(e), Tracer) for e in x):
             return _stack_rows([asarray(e, dtype, t) for e in x])
-        if isinstance(x, int) and not isinstance(x, bool) and dtype is not None \
-                and np.dtype(dtype).kind in "iu" and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
-            raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
+        if dtype is not None:
+            check_int_fits(x, dtype)
         arr = np.asarray(x)
         if dtype is None and isinstance(x, (bool, int, float, complex)):
             arr = np.asarray(x, dtype=result_dtype(x))
@@ -185,9 +192,11 @@ def binary(name, x, y, dtype=None):
 
 
 def ufunc_float_dtype(x):
-    """The float dtype numpy's one-argument float ufuncs give x: float16 for bool (numpy's
-    smallest float loop), float64 for integers, the float itself otherwise."""
-    return "float16" if x.dtype == np.bool_ else float_dtype(x)
+    """The float dtype numpy's one-argument float ufuncs give x: the smallest float loop
+    x casts to safely (float16 for bool, int8 and uint8; float32 for int16 and uint16;
+    float64 for wider integers), the float itself otherwise."""
+    dt = np.dtype(x.dtype)
+    return np.result_type(dt, np.float16).name if dt.kind in "biu" else float_dtype(x)
 
 
 def no_extra(name, args, kwargs):

@@ -60,7 +60,16 @@ def true_divide(x, y): return core.binary(DIVIDE, x, y, dtype=core.float_dtype(x
 divide = true_divide
 
 
+def _bools_as_int8(x, y):
+    """numpy divides bools as int8 (True // True is int8 1)."""
+    if core.result_dtype(x, y) != "bool":
+        return x, y
+    t = core.trace_of(x, y)
+    return core.asarray(x, "int8", t), core.asarray(y, "int8", t)
+
+
 def floor_divide(x, y):
+    x, y = _bools_as_int8(x, y)
     dt = core.result_dtype(x, y)
     a, b = core.promote(x, y, op="floor_divide")
     if dt in dtypes.FLOATS:
@@ -80,7 +89,7 @@ def floor_divide(x, y):
 
 
 def mod(x, y):
-    a, b = core.promote(x, y, op="remainder")
+    a, b = core.promote(*_bools_as_int8(x, y), op="remainder")
     r = core.emit(a._tr, REMAINDER, a, b)         # sign of the dividend (C fmod)
     fix = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
     out = where(fix, add(r, b), r)
@@ -97,9 +106,8 @@ remainder = mod
 
 
 def power(x, y):
-    if core.result_dtype(x, y) == "bool":
-        raise TypeError(f"np.power / ** of bool operands gives int8 in numpy, which spmd does not have; "
-                        f"convert to an integer or float dtype first (at {user_loc()})")
+    if core.result_dtype(x, y) == "bool":         # numpy's power of bools is int8
+        x, y = core.asarray(x, "int8", core.trace_of(x, y)), core.asarray(y, "int8", core.trace_of(x, y))
     if isinstance(y, int) and not isinstance(y, bool) and y == 2:
         return multiply(*[core.asarray(x, core.result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
     if isinstance(y, (float, np.floating)) and y == 0.5:
@@ -116,16 +124,14 @@ def pow_operator(x, y):
     """x ** y: numpy's ndarray.__pow__ computes bool_array ** 2 as np.square, an int8."""
     if isinstance(x, Tracer) and not getattr(x, "weak", False) and x.dtype == np.bool_ \
             and isinstance(y, int) and not isinstance(y, bool) and y == 2:
-        raise TypeError(f"bool_array ** 2 gives int8 in numpy (np.square), which spmd does not have; "
-                        f"convert to an integer or float dtype first (at {user_loc()})")
+        return square(x)
     return power(x, y)
 
 
 def square(x):
     x = core.asarray(x)
-    if x.dtype == np.bool_:
-        raise TypeError(f"np.square of bool gives int8 in numpy, which spmd does not have; convert to "
-                        f"an integer or float dtype first (at {user_loc()})")
+    if x.dtype == np.bool_:                       # numpy: int8
+        x = core.asarray(x, "int8")
     return multiply(x, x)
 
 
@@ -178,9 +184,27 @@ def _compare(direction):
     def f(x, y):
         if direction not in ("EQ", "NE"):
             require_ordered({"LT": "less", "LE": "less_equal", "GT": "greater", "GE": "greater_equal"}[direction], x, y)
+        known = _compare_past_the_dtype(direction, x, y)
+        if known is not None:
+            return known
         a, b = core.promote(x, y, op=f"compare {direction}")
         return core.emit(a._tr, COMPARE, a, b, direction=direction)
     return f
+
+
+def _compare_past_the_dtype(direction, x, y):
+    """numpy 2 compares an integer array with a Python int its dtype cannot hold by value
+    (uint8 < 300 is all True, uint64 == -1 all False) where arithmetic would overflow."""
+    for arr, c, flip in ((x, y, False), (y, x, True)):
+        if type(c) is int and isinstance(arr, Tracer) and not arr.weak and np.dtype(arr.dtype).kind in "iu":
+            info = np.iinfo(arr.dtype)
+            if info.min <= c <= info.max:
+                return None
+            above = c > info.max                 # every element is below c
+            d = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(direction, direction) if flip else direction
+            value = {"EQ": False, "NE": True, "LT": above, "LE": above, "GT": not above, "GE": not above}[d]
+            return core.full_like(arr, value, dtype="bool")
+    return None
 
 
 equal, not_equal = _compare("EQ"), _compare("NE")
@@ -221,10 +245,11 @@ bitwise_and, bitwise_or, bitwise_xor = _bitwise(AND), _bitwise(OR), _bitwise(XOR
 def _shift(name, what):
     def f(x, y):
         dt = core.result_dtype(x, y)
-        if dt not in dtypes.INTS:
-            raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})"
-                            + ("; numpy makes bool << bool an int8, which spmd does not have: "
-                               "convert with .astype(np.int32) first" if dt == "bool" else ""))
+        if dt == "bool":                          # numpy shifts bools as int8
+            t = core.trace_of(x, y)
+            x, y = core.asarray(x, "int8", t), core.asarray(y, "int8", t)
+        elif dt not in dtypes.INTS:
+            raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})")
         return core.binary(name, x, y)
     f.__name__ = what
     return f
@@ -235,15 +260,15 @@ left_shift, right_shift = _shift(SHIFT_LEFT, "left_shift"), _shift(SHIFT_RIGHT, 
 
 def reciprocal(x):
     x = core.asarray(x)
+    if x.dtype == np.bool_:                       # numpy: int8
+        x = core.asarray(x, "int8")
     if x.dtype.kind in "iu":
         # numpy divides in the integer type: 1 and -1 stay, larger magnitudes give 0, and
-        # 1 / 0 gives the type's minimum (what numpy's integer division returns for it)
+        # 1 / 0 gives what numpy's loop gives for it: the minimum of int32 and int64 (their
+        # division), 0 for the narrower and the unsigned ints
         dt = x.dtype.name
         r = where(equal(x, 1), x, where(equal(x, -1), x, core.asarray(0, dt)))
-        return where(equal(x, 0), core.asarray(np.iinfo(dt).min, dt), r)
-    if x.dtype == np.bool_:
-        raise TypeError(f"np.reciprocal of bool is not supported by spmd (numpy gives int8); "
-                        f"convert with .astype(np.float32) first (at {user_loc()})")
+        return where(equal(x, 0), core.asarray(np.iinfo(dt).min if dt in ("int32", "int64") else 0, dt), r)
     return true_divide(1, x)
 
 
@@ -279,6 +304,15 @@ def clip(x, a_min=None, a_max=None, **kw):
     a_min = kw.pop("min", a_min)
     a_max = kw.pop("max", a_max)
     core.no_extra("clip", (), kw)
+    kind = np.dtype(x.dtype).kind if isinstance(x, Tracer) and not x.weak else ""
+    if kind in ("i", "u"):
+        # numpy 2: a Python int bound past the dtype's end it bounds does nothing (uint8
+        # clipped to [-1, 300]); one past the other end is an OverflowError, as in maximum
+        info = np.iinfo(x.dtype)
+        if type(a_min) is int and a_min < info.min:
+            a_min = None
+        if type(a_max) is int and a_max > info.max:
+            a_max = None
     if a_min is not None:
         x = maximum(x, a_min)
     if a_max is not None:

@@ -258,6 +258,9 @@ def assign(x, r, what, casting="same_kind", where=True, exact=False):
     `where=` mask is False, x keeps its values."""
     if not isinstance(x, Tracer):
         no_plain_write(what, user_loc())
+    # a Python number is weak (NEP 50): it casts as x's dtype combined with it would
+    weak = core.result_dtype(x, r) if type(r) in (bool, int, float, complex) else None
+    core.check_int_fits(r, x.dtype)
     r = core.asarray(r, t=x._tr)
     try:
         ok = np.broadcast_shapes(r.shape, x.shape) == x.shape and (not exact or r.shape == x.shape)
@@ -268,7 +271,7 @@ def assign(x, r, what, casting="same_kind", where=True, exact=False):
                          f"{tuple(x.shape)} doesn't match the broadcast shape {tuple(r.shape)} (numpy "
                          f"raises the same ValueError)")
     if casting != "unsafe":
-        if not np.can_cast(r.dtype, x.dtype, casting):
+        if not np.can_cast(weak or r.dtype, x.dtype, casting):
             raise TypeError(f"{what} at {user_loc()}: Cannot cast ufunc output from {r.dtype!r} to "
                             f"{x.dtype!r} with casting rule {casting!r} (numpy raises the same "
                             f"UFuncTypeError); write x = x + y for a new array of the wider dtype, or "
@@ -303,6 +306,7 @@ def copyto(dst, src, casting="same_kind", where=True):
 def fill(x, value):
     if isinstance(value, Tracer) and value.ndim:
         raise ValueError("fill: the value must be a scalar (numpy raises the same)")
+    core.check_int_fits(value, x.dtype)
     assign(x, core.full_like(x, value) if not isinstance(value, Tracer) else value, "ndarray.fill", "unsafe")
 
 

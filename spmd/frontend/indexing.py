@@ -295,6 +295,7 @@ def setitem(x, key, value):
     dtype (unsafe casting, as numpy's assignment), and the write reaches x's base."""
     if not isinstance(x, Tracer):
         no_plain_write("x[...] = traced value", user_loc())
+    core.check_int_fits(value, x.dtype)
     x._ensure_buffer()          # written into: an array, which its views below write through
     sels = _selections(x, key)
     if sels is not None and _selected_value(sels[0], value, x.ndim - len(sels)) is not None:

@@ -21,6 +21,7 @@ from .numpy_lib import convolve as CV
 from .numpy_lib import data_sized as DS, fft as FFT, linalg as LA, math_funcs as MF, shape_funcs as SF, stats as ST
 from .numpy_lib import polynomial as PL
 from .numpy_lib import accumulate as AC, index_funcs as IF, int_funcs as INT, ranges as RG, set_funcs as SET
+from .numpy_lib import bits as BT
 
 
 U, F, M = "ufunc", "function", "method"
@@ -135,6 +136,8 @@ API = (
     ("meshgrid",      SF.meshgrid,                    (F,),      ()),
     ("pad",           SF.pad,                         (F,),      ()),
     ("diff",          SF.diff,                        (F,),      ()),
+    ("unpackbits",    BT.unpackbits,                  (F,),      ()),
+    ("packbits",      BT.packbits,                    (F,),      ()),
     ("gradient",      SF.gradient,                    (F,),      ()),
     ("tril",          SF.tril,                        (F,),      ()),
     ("triu",          SF.triu,                        (F,),      ()),
@@ -244,8 +247,7 @@ API = (
     ("ediff1d",       AC.ediff1d,                     (F,),      ()),
     ("gcd",           INT.gcd,                        (U,),      ()),
     ("lcm",           INT.lcm,                        (U,),      ()),
-    # np.bitwise_count gives uint8: a row once spmd has the dtype
-    *((("bitwise_count", INT.bitwise_count, (U,), ()),) if "uint8" in DTYPES else ()),
+    ("bitwise_count", INT.bitwise_count, (U,), ()),
     # -- numpy_lib/polynomial.py
     ("vander",        PL.vander,                      (F,),      ()),
     ("polyval",       PL.polyval,                     (F,),      ()),

@@ -27,7 +27,9 @@ def _keep(x, r, axes, keepdims):
 
 
 def sum_dtype(x):
-    return "int64" if x.dtype.kind in "bi" else x.value.dtype
+    """numpy's sum / prod / cumsum add small integers in the platform's integer of their
+    sign: bools and signed ints in int64, unsigned ints in uint64."""
+    return "int64" if x.dtype.kind in "bi" else "uint64" if x.dtype.kind == "u" else x.value.dtype
 
 
 def _reduce(kind, x, axis, dtype, keepdims, default_dtype):

@@ -178,6 +178,8 @@ def take(x, indices, axis=None, out=None, mode=None):
     idx = indices
     if idx.dtype.kind not in "iu":
         raise TypeError(f"take: indices must be integers, got {idx.dtype} (at {user_loc()})")
+    if idx.dtype.name not in ("int32", "int64"):
+        idx = core.astype(idx, "int64")          # numpy's intp (a shard's offset is subtracted from it)
     if mode == "wrap":
         idx = ew.mod(idx, n)
     elif mode != "clip":

@@ -6,6 +6,14 @@ DTYPES = ("float32", "float64", "int32", "int64", "bool")
 SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "pred"}
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
+# the small and unsigned integers (a uint8 image, int16 samples, uint32 hashes): numpy's
+# promotion and wrap-around arithmetic; kernels compute on them at their own width
+SMALL_INTS = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
+DTYPES += SMALL_INTS
+INTS += SMALL_INTS
+SIGNED = ("int8", "int16", "int32", "int64")
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+SHORT.update(int8="i8", int16="i16", uint8="ui8", uint16="ui16", uint32="ui32", uint64="ui64")
 # complex numbers: np.fft's results, and the elementwise math that makes sense on them
 COMPLEX = ("complex64", "complex128")
 DTYPES += COMPLEX
@@ -60,6 +68,14 @@ def result_type(*tokens):
     if r == f16:
         return np.dtype(np.float32) if has16 else bf
     return r
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INTS
+
+
+def is_unsigned(dtype: str) -> bool:
+    return dtype in UNSIGNED
 
 
 def is_complex(dtype: str) -> bool:

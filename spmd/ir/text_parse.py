@@ -416,8 +416,8 @@ def _number(c, at, what):
         c.error("number too long", at)
     if _INT.fullmatch(tok):
         v = int(tok)
-        if not -MAX_INT - 1 <= v <= MAX_INT:
-            c.error(f"integer {tok[:20]}{'...' if len(tok) > 20 else ''} does not fit an int64", at)
+        if not -MAX_INT - 1 <= v <= 2 * MAX_INT + 1:       # int64 .. uint64
+            c.error(f"integer {tok[:20]}{'...' if len(tok) > 20 else ''} does not fit an int64 or uint64", at)
         return v
     v = float(tok)
     if math.isinf(v) and "inf" not in tok:

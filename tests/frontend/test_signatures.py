@@ -41,7 +41,7 @@ VALUES = {
     "s": [(2, 3)], "wrap": [True], "edge_order": [2], "p": [1, "fro"], "mean": ["mean"],
     "sorter": ["argsort"], "default": [-1.0], "ndmax": [2], "y": ["like_input"],
     "fweights": ["observation_counts"], "aweights": ["observation_weights"], "returned": [True], "axisa": [0], "axisb": [0], "axisc": [0], "optimize": [True, "greedy"],
-    "N": [3], "increasing": [True], "full": [True], "w": ["like_input"], "cov": [True],
+    "N": [3], "increasing": [True], "full": [True], "w": ["like_input"], "cov": [True], "bitorder": ["little"],
     "return_indices": [True], "writeable": [True], "retstep": [True], "base": [2.0], "dx": [0.5],
     "x": ["like_input"], "trim": ["f", "b"],
 }

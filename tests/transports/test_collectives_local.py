@@ -31,7 +31,7 @@ from spmd.sharding import Mesh
 RT = LocalRuntime()
 MESHES = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("x", "y")),
           Mesh((2, 2), ("x", "y"), devices=[[3, 1], [0, 2]])]
-DTYPES = ["float32", "float64", "int32", "int64", "bool"]
+DTYPES = ["float32", "float64", "int32", "int64", "bool", "int8", "int16", "uint8", "uint16", "uint32", "uint64"]
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "axis_index"]
 
 

@@ -14,12 +14,18 @@ from typing import NamedTuple
 import numpy as np
 
 LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i1",
+      # LLVM's integers have no sign: an unsigned dtype is the same iN, its instructions
+      # (udiv, icmp ult, lshr, zext, uitofp) say how the bits are read
+      "int8": "i8", "int16": "i16", "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64",
       # complex: a (real, imaginary) pair of floats, as numpy lays it out
       "complex64": "<2 x float>", "complex128": "<2 x double>"}
 MEM = {**LL, "bool": "i8", "float16": "i16", "bfloat16": "i16"}   # numpy stores a bool in a byte
 # alignment (complex: its parts'); byte sizes of the ints and floats
 SIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2,
+        "int8": 1, "int16": 2, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
         "complex64": 4, "complex128": 8}
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 PART = {"complex64": "float32", "complex128": "float64"}
 # 2-byte floats are stored as 2 bytes and computed on as float32 inside a kernel: loads
 # extend, each op's result is rounded back to the storage type (so elementwise results are
@@ -77,8 +83,10 @@ def literal(value, dtype) -> str:
     """An LLVM literal of `value` in `dtype` (floats as exact hex doubles)."""
     if dtype == "bool":
         return "true" if bool(value) else "false"
-    if dtype in ("int32", "int64"):
-        return str(int(value))
+    if dtype in INTS:          # the bits as a signed number: LLVM reads iN literals so
+        bits = SIZE[dtype] * 8
+        v = int(value) % (1 << bits)
+        return str(v - (1 << bits) if v >> (bits - 1) else v)
     if dtype in HALFS:             # kernels hold 2-byte floats as float32
         value, dtype = np.asarray(value).astype(dtype).astype(np.float32), "float32"
     if dtype in PART:
@@ -104,6 +112,15 @@ def is_float(dtype):
 
 def is_complex(dtype):
     return dtype in PART
+
+
+def is_unsigned(dtype):
+    return dtype in UNSIGNED
+
+
+def _signed(dtype, pred):
+    """An icmp predicate (lt, le, gt, ge) for the dtype's reading of its bits (bool: unsigned)."""
+    return ("u" if dtype == "bool" or dtype in UNSIGNED else "s") + pred
 
 
 class ScalarBuilder:
@@ -196,8 +213,11 @@ class ScalarBuilder:
             raise Unsupported("complex divide (numpy's scaled algorithm runs through the reference)")
         if is_float(x.dtype):
             return self._bin("", "fdiv", x, y)
-        # XLA semantics: x / 0 == 0; MIN / -1 wraps (sdiv would trap on both)
         zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
+        if is_unsigned(x.dtype):       # x / 0 == 0 (udiv would trap)
+            y0 = self.icmp("eq", y, zero)
+            return self.select(y0, zero, self._bin("udiv", "", x, self.select(y0, one, y)))
+        # XLA semantics: x / 0 == 0; MIN / -1 wraps (sdiv would trap on both)
         y0, ym1 = self.icmp("eq", y, zero), self.icmp("eq", y, m1)
         bad = self._op(f"or i1 {y0.name}, {ym1.name}", "bool")
         q = self._bin("sdiv", "", x, self.select(bad, one, y))
@@ -208,6 +228,9 @@ class ScalarBuilder:
         if is_float(x.dtype):
             return self._bin("", "frem", x, y)
         zero, one, m1 = self.const(0, x.dtype), self.const(1, x.dtype), self.const(-1, x.dtype)
+        if is_unsigned(x.dtype):       # x % 0 == 0 (urem would trap)
+            y0 = self.icmp("eq", y, zero)
+            return self.select(y0, zero, self._bin("urem", "", x, self.select(y0, one, y)))
         bad = self._op(f"or i1 {self.icmp('eq', y, zero).name}, {self.icmp('eq', y, m1).name}", "bool")
         r = self._bin("srem", "", x, self.select(bad, one, y))
         return self.select(bad, zero, r)
@@ -242,7 +265,7 @@ class ScalarBuilder:
             return self._pick("ogt", x, y)
         if x.dtype == "bool":
             return self.or_(x, y)
-        return self.select(self.icmp("sgt", x, y), x, y)
+        return self.select(self.icmp(_signed(x.dtype, "gt"), x, y), x, y)
 
     def ordered_extreme(self, kind, x, y):
         """max or min of two floats, NaN if either is NaN, -0.0 below 0.0 (llvm.maximum /
@@ -254,7 +277,7 @@ class ScalarBuilder:
             return self._pick("olt", x, y)
         if x.dtype == "bool":
             return self.and_(x, y)
-        return self.select(self.icmp("slt", x, y), x, y)
+        return self.select(self.icmp(_signed(x.dtype, "lt"), x, y), x, y)
 
     def and_(self, x, y):
         return self._op(f"and {LL[x.dtype]} {x.name}, {y.name}", x.dtype)
@@ -266,13 +289,15 @@ class ScalarBuilder:
         return self._op(f"xor {LL[x.dtype]} {x.name}, {y.name}", x.dtype)
 
     def shift(self, x, y, left):
-        """numpy's shift: LLVM's shl/ashr are poison for counts outside [0, bits), so such
-        counts shift by 0 and the result is picked: 0, or the sign for a right shift."""
+        """numpy's shift: LLVM's shl/ashr/lshr are poison for counts outside [0, bits), so
+        such counts shift by 0 and the result is picked: 0, or the sign for a right shift
+        of a signed value (an unsigned one shifts in zeros: lshr)."""
         t, bits = LL[x.dtype], SIZE[x.dtype] * 8
         ok = self._op(f"icmp ult {t} {y.name}, {bits}", "bool")      # unsigned: negatives too
         s = self.select(ok, y, self.const(0, x.dtype))
-        r = self._op(f"{'shl' if left else 'ashr'} {t} {x.name}, {s.name}", x.dtype)
-        out = (self.const(0, x.dtype) if left
+        right = "lshr" if is_unsigned(x.dtype) else "ashr"
+        r = self._op(f"{'shl' if left else right} {t} {x.name}, {s.name}", x.dtype)
+        out = (self.const(0, x.dtype) if left or is_unsigned(x.dtype)
                else self._op(f"ashr {t} {x.name}, {bits - 1}", x.dtype))
         return self.select(ok, r, out)
 
@@ -287,6 +312,8 @@ class ScalarBuilder:
     def abs(self, x):
         if is_float(x.dtype):
             return self._intr("fabs", x)
+        if is_unsigned(x.dtype):
+            return x
         return self.select(self.icmp("slt", x, self.const(0, x.dtype)), self.neg(x), x)
 
     def sign(self, x):
@@ -294,6 +321,8 @@ class ScalarBuilder:
         if is_float(x.dtype):      # keeps NaN; np.sign(-0.0) is +0.0
             rest = self.select(self.fcmp("uno", x, x), x, zero)
             return self.select(self.fcmp("ogt", x, zero), one, self.select(self.fcmp("olt", x, zero), m1, rest))
+        if is_unsigned(x.dtype):
+            return self.select(self.icmp("ne", x, zero), one, zero)
         return self.select(self.icmp("sgt", x, zero), one, self.select(self.icmp("slt", x, zero), m1, zero))
 
     def floor(self, x):
@@ -441,8 +470,8 @@ class ScalarBuilder:
         if is_float(x.dtype):
             pred = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}[direction]
             return self.fcmp(pred, x, y)
-        s = "u" if x.dtype == "bool" else "s"
-        pred = {"EQ": "eq", "NE": "ne", "LT": s + "lt", "LE": s + "le", "GT": s + "gt", "GE": s + "ge"}[direction]
+        pred = {"EQ": "eq", "NE": "ne", "LT": _signed(x.dtype, "lt"), "LE": _signed(x.dtype, "le"),
+                "GT": _signed(x.dtype, "gt"), "GE": _signed(x.dtype, "ge")}[direction]
         return self.icmp(pred, x, y)
 
     # -- 2-byte floats ------------------------------------------------------------------
@@ -553,19 +582,44 @@ class ScalarBuilder:
         if is_float(src) and is_float(dst):
             op = "fpext" if dst == "float64" else "fptrunc"
         elif is_float(dst):
-            op = "uitofp" if src == "bool" else "sitofp"
+            op = "uitofp" if src == "bool" or is_unsigned(src) else "sitofp"
         elif is_float(src):
-            # fptosi is poison for NaN, inf and values out of range: numpy (x86's cvttsd2si)
-            # gives the integer minimum there, so such inputs convert 0 and pick it
-            bits = SIZE[dst] * 8
-            lim = self.const(2.0 ** (bits - 1), src)
-            ok = self._op(f"and i1 {self.fcmp('olt', x, lim).name}, {self.fcmp('oge', x, self.neg(lim)).name}",
-                          "bool")
-            safe = self.select(ok, x, self.const(0, src))
-            r = self._op(f"fptosi {ts} {safe.name} to {td}", dst)
-            return self.select(ok, r, self.const(-(2 ** (bits - 1)), dst))
+            return self._float_to_int(x, dst)
         elif src == "bool":
-            op = "zext"
+            op = "zext"                       # i1 to any width
+        elif SIZE[dst] == SIZE[src]:
+            return SV(x.name, dst)            # int32 <-> uint32: the same bits
+        elif is_unsigned(src):
+            op = "zext" if SIZE[dst] > SIZE[src] else "trunc"
         else:
             op = "sext" if SIZE[dst] > SIZE[src] else "trunc"
         return self._op(f"{op} {ts} {x.name} to {td}", dst)
+
+    def _to_signed(self, x, dst):
+        """fptosi is poison for NaN, inf and values out of range: numpy (x86's cvttsd2si)
+        gives the integer minimum there, so such inputs convert 0 and pick it."""
+        bits = SIZE[dst] * 8
+        lim = self.const(2.0 ** (bits - 1), x.dtype)
+        ok = self._op(f"and i1 {self.fcmp('olt', x, lim).name}, {self.fcmp('oge', x, self.neg(lim)).name}",
+                      "bool")
+        safe = self.select(ok, x, self.const(0, x.dtype))
+        r = self._op(f"fptosi {LL[x.dtype]} {safe.name} to {LL[dst]}", dst)
+        return self.select(ok, r, self.const(-(2 ** (bits - 1)), dst))
+
+    def _float_to_int(self, x, dst):
+        """A float to an integer dtype as numpy converts it: exact for values in the
+        dtype's range (truncated toward zero). Outside it C leaves the result undefined;
+        this gives what numpy gives on x86: int8/int16/uint8/uint16 go through int32
+        (-1.0 -> 255 as uint8, 300.0 -> 44); uint32 and uint64 below 2**(bits-1) through
+        the signed int of their width (-1.0 -> 2**bits - 1), above it as x - 2**(bits-1)
+        with the top bit set (2**bits and more: 0); NaN: the signed minimum's bits."""
+        if dst in ("int32", "int64"):
+            return self._to_signed(x, dst)
+        if SIZE[dst] < 4:
+            return self._op(f"trunc i32 {self._to_signed(x, 'int32').name} to {LL[dst]}", dst)
+        signed, bits = ("int32", 32) if dst == "uint32" else ("int64", 64)
+        top = self.const(2.0 ** (bits - 1), x.dtype)
+        hi = self.fcmp("oge", x, top)
+        low = self._to_signed(self.select(hi, self._bin("", "fsub", x, top), x), signed)
+        r = self._op(f"xor {LL[signed]} {low.name}, {literal(2 ** (bits - 1), signed)}", signed)
+        return SV(self.select(hi, r, low).name, dst)

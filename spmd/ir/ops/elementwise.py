@@ -5,6 +5,7 @@ promotes before it emits them.
 """
 import numpy as np
 
+from ..dtypes import INTS, SMALL_INTS
 from ..factors import einsum_rule, letters
 from .names import (
     ABS, ADD, BROADCAST_IN_DIM, COMPARE, CONJ, CONSTANT, CONVERT, COS, DIVIDE, FLOOR, IMAG, LOG,
@@ -12,9 +13,10 @@ from .names import (
 )
 from .registry import OpDef, check, is_const, producer_is, register
 
-NUM = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
+NUM = ("float32", "float64", "int32", "int64", "float16", "bfloat16") + SMALL_INTS
 FLOAT = ("float32", "float64", "float16", "bfloat16")
 ALL = NUM + ("bool",)
+INTS_BOOL = INTS + ("bool",)
 CPLX = ("complex64", "complex128")
 REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
@@ -45,19 +47,25 @@ def _infer_binary(allowed, out_dtype=None):
     return infer
 
 
+def sampled(allowed):
+    """The dtypes the OpInfo tests feed an op: the small and unsigned ints have their own
+    property tests (tests/frontend/test_small_ints.py), so the per-op tables stay small."""
+    return tuple(d for d in allowed if d not in SMALL_INTS)
+
+
 def _flops_n(n):
     return lambda ins, out, attrs: n * int(np.prod(out.shape, dtype=np.int64))
 
 
 def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1, **rules):
     register(OpDef(name, family="elementwise", infer=_infer_unary(allowed), ref=ref, vjp=vjp,
-                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=allowed, priority=0,
+                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=sampled(allowed), priority=0,
                    fusion="elementwise", lowering="elementwise", **rules))
 
 
 def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1, **rules):
     register(OpDef(name, family="elementwise", infer=_infer_binary(allowed, out_dtype), ref=ref, vjp=vjp,
-                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=allowed, priority=0,
+                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=sampled(allowed), priority=0,
                    fusion="elementwise", lowering="elementwise", **rules))
 
 
@@ -183,8 +191,11 @@ def _int_power(x, y):
         # integer power with a negative exponent is 0 (1 for base 1, +-1 for base -1), as in XLA
         ok = y >= 0
         with np.errstate(all="ignore"):
-            r = np.power(x, np.where(ok, y, 0))
-        neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0))
+            r = np.power(x, np.where(ok, y, 0).astype(y.dtype))
+        if x.dtype.kind == "u":
+            return r
+        # (in x's dtype: uint64 with int64 would make float64, and round)
+        neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0)).astype(x.dtype)
         return np.where(ok, r, neg).astype(x.dtype)
     return np.power(x, y)
 
@@ -250,11 +261,11 @@ binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(
 binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=10,
        simplify=_power_simplify, infix="**")
 binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%")
-binary("and", _cast_ref(np.bitwise_and), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.and_(x, y),
+binary("and", _cast_ref(np.bitwise_and), None, INTS_BOOL, scalar=lambda b, x, y: b.and_(x, y),
        infix="&", position=lambda a, b: a & b)
-binary("or", _cast_ref(np.bitwise_or), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.or_(x, y),
+binary("or", _cast_ref(np.bitwise_or), None, INTS_BOOL, scalar=lambda b, x, y: b.or_(x, y),
        infix="|", position=lambda a, b: a | b)
-binary("xor", _cast_ref(np.bitwise_xor), None, ("int32", "int64", "bool"), scalar=lambda b, x, y: b.xor(x, y),
+binary("xor", _cast_ref(np.bitwise_xor), None, INTS_BOOL, scalar=lambda b, x, y: b.xor(x, y),
        infix="^")
 
 
@@ -266,19 +277,19 @@ def _shift_ref(left):
         s = np.where(ok, y, 0).astype(x.dtype)
         if left:
             return np.where(ok, np.left_shift(x, s), 0).astype(x.dtype)
-        return np.where(ok, np.right_shift(x, s), np.where(x < 0, -1, 0)).astype(x.dtype)
+        return np.where(ok, np.right_shift(x, s), np.where(x < 0, -1, 0).astype(x.dtype)).astype(x.dtype)
     return ref
 
 
-binary("shift_left", _shift_ref(True), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, True),
+binary("shift_left", _shift_ref(True), None, INTS, scalar=lambda b, x, y: b.shift(x, y, True),
        infix="<<")
-binary("shift_right", _shift_ref(False), None, ("int32", "int64"), scalar=lambda b, x, y: b.shift(x, y, False),
+binary("shift_right", _shift_ref(False), None, INTS, scalar=lambda b, x, y: b.shift(x, y, False),
        infix=">>")
 
 unary("negate", _cast_ref(np.negative), lambda g, op, ct: (E(g, NEGATE, ct),), NUM + CPLX,
       scalar=lambda b, x: b.neg(x), linear=((0,),), simplify=_negate_simplify, lowers_complex=True, infix="-",
       position=lambda a: -a)
-unary("not", _cast_ref(np.invert), None, ("int32", "int64", "bool"), scalar=lambda b, x: b.not_(x), infix="~",
+unary("not", _cast_ref(np.invert), None, INTS_BOOL, scalar=lambda b, x: b.not_(x), infix="~",
       position=lambda a: ~a)
 def _abs_vjp(g, op, ct):
     x = op.operands[0]
@@ -304,7 +315,7 @@ def _abs_ref(x):
 
 
 register(OpDef("abs", family="elementwise", infer=_abs_infer, ref=_abs_ref, vjp=_abs_vjp, factors=elementwise_factors,
-               scalar=lambda b, x: b.abs(x), flops=_flops_n(1), dtypes=NUM + CPLX, priority=0, fusion="elementwise",
+               scalar=lambda b, x: b.abs(x), flops=_flops_n(1), dtypes=sampled(NUM + CPLX), priority=0, fusion="elementwise",
                lowering="elementwise"))
 unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM,
       scalar=lambda b, x: b.sign(x))
@@ -355,7 +366,7 @@ def _compare_infer(x, y, direction):
 register(OpDef("compare", family="elementwise", infer=_compare_infer,
                ref=lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                factors=elementwise_factors, scalar=lambda b, x, y, direction: b.cmp(direction, x, y),
-               flops=_flops_n(1), dtypes=ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise",
+               flops=_flops_n(1), dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
                lowers_complex=True, infix=lambda attrs: SYMBOLS[attrs["direction"]],
                position=lambda a, b, direction: a.compare(b, direction)))
 
@@ -376,7 +387,7 @@ def _select_vjp(g, op, ct):
 
 register(OpDef("select", family="elementwise", infer=_select_infer, ref=lambda p, a, b: np.where(p, a, b),
                vjp=_select_vjp, factors=elementwise_factors, scalar=lambda b, p, x, y: b.select(p, x, y),
-               flops=_flops_n(0), dtypes=ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise",
+               flops=_flops_n(0), dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
                linear=((1, 2),), simplify=_select_simplify, lowers_complex=True, picks=0))
 
 
@@ -409,7 +420,7 @@ def _inexact(dt):
 
 register(OpDef("convert", family="elementwise", infer=_convert_infer, ref=_convert_ref, vjp=_convert_vjp,
                factors=elementwise_factors, scalar=lambda b, x, dtype: b.convert(x, dtype), flops=_flops_n(0),
-               dtypes=ALL + CPLX, priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
+               dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
                simplify=_convert_simplify, position=lambda a, dtype: a.convert(dtype),
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .names import (ABS, ADD, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, CONVERT, DYNAMIC_SLICE,
-                    GATHER, IOTA, MAXIMUM, MINIMUM, MULTIPLY, NEGATE, OPTIMIZATION_BARRIER, REDUCE,
-                    REMAINDER, RESHAPE, REVERSE, ROLL, SELECT, SHARDING_CONSTRAINT, SLICE, SUBTRACT,
-                    TRANSPOSE)
+from .names import (ABS, ADD, AND, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, CONVERT, DIVIDE,
+                    DYNAMIC_SLICE, GATHER, IOTA, MAXIMUM, MINIMUM, MULTIPLY, NEGATE, OPTIMIZATION_BARRIER,
+                    REDUCE, REMAINDER, RESHAPE, REVERSE, ROLL, SELECT, SHARDING_CONSTRAINT, SHIFT_RIGHT, SLICE,
+                    SUBTRACT, TRANSPOSE)
 
 # ops that move elements without computing new ones: the first operand's elements, some of them
 _MOVES = (BROADCAST_IN_DIM, RESHAPE, TRANSPOSE, SLICE, REVERSE, ROLL, DYNAMIC_SLICE,
@@ -60,7 +60,13 @@ def int_range(value, ranges=None, depth=24):
         lo, hi = (a if lo is None else max(a, lo)), (b if hi is None else min(b, hi))
     info = np.iinfo(np.dtype(name))
     if any(b is not None and not info.min <= b <= info.max for b in (lo, hi)):
-        return None, None        # it may wrap around (an overflow, a narrowing convert): anywhere
+        lo, hi = None, None      # it may wrap around (an overflow, a narrowing convert): anywhere
+    # the dtype bounds what the ops do not: a uint8 image is 0..255, any unsigned value is
+    # at least 0 (not the 32- and 64-bit ints' far ends: no size is taken from those)
+    if info.bits <= 16:
+        lo, hi = (info.min if lo is None else lo), (info.max if hi is None else hi)
+    elif info.min == 0 and lo is None:
+        lo = 0
     return lo, hi
 
 
@@ -115,6 +121,17 @@ def _range(v, ranges, depth):
     if name == NEGATE:
         a, b = r(ins[0])
         return (None, None) if a is None or b is None else (-b, -a)
+    # non-negative values made smaller: a quantized image (img >> 6, img // 64, img & 15)
+    if name in (DIVIDE, SHIFT_RIGHT) and _is_int(v):
+        (a, b), (c, d) = r(ins[0]), r(ins[1])
+        if a is None or b is None or c is None or a < 0 or c < (1 if name == DIVIDE else 0):
+            return None, None
+        if name == DIVIDE:            # truncating: c >= 1
+            return a // (c if d is None else d), b // c
+        return (0 if d is None else a >> d), b >> c
+    if name == AND and _is_int(v):    # at most a non-negative operand's greatest
+        his = [b for a, b in (r(ins[0]), r(ins[1])) if a is not None and a >= 0 and b is not None]
+        return (0, min(his)) if his else (None, None)
     if name == REMAINDER:            # C's fmod: the dividend's sign, less than the divisor in size
         (a, b), (c, d) = r(ins[0]), r(ins[1])
         if c is None or d is None or c <= 0:
