@@ -47,7 +47,8 @@ Native collectives (backends/native_exchange.py, the interface; backends/llvm/ex
 the instructions): a group also holds a *board*, zeroed int64 memory its members' native
 code publishes send buffers and counts in, and the world holds cells that native waits
 read: [0] a rank failed (abort), then one per rank, set when its program returned
-(finish). The communicator's `native_exchange` (local_native_exchange.py) hands the
+(finish), and per key the memory a native all-reduce's members share (its post counts
+and mailboxes: backends/llvm/exchange_reduce.py). The communicator's `native_exchange` (local_native_exchange.py) hands the
 native code their addresses and this rank's status cells, where it records why it
 stopped; its `failure` raises the CollectiveError the rendezvous would have raised.
 
@@ -104,6 +105,7 @@ class LocalWorld:
         self.mesh = mesh
         self.timeout = collective_timeout() if timeout is None else float(timeout)
         self._lock = threading.Lock()
+        self.lock = threading.Lock()      # the groups' shared memory (LocalNativeExchange.shared)
         self._groups = {}
         self.failed = None            # (rank, exception) of the first rank that failed
         self.finished = set()         # ranks whose program has returned

@@ -15,6 +15,7 @@ class LocalNativeExchange(NativeExchange):
         self.comm = comm
         self.status = np.zeros(3, np.int64)      # why this rank's native code stopped
         self.boards = {}                         # axes -> board(axes)
+        self.own = {}                            # key -> shared(...) of a group of this rank alone
 
     @property
     def host(self):
@@ -46,13 +47,27 @@ class LocalNativeExchange(NativeExchange):
         base = cells.ctypes.data
         board = grp.board if grp is not None else np.zeros((1, 8), np.int64)
         zero = np.zeros(1, np.int64)
+        fins = np.array([base + 8 * (1 + d) for d in devices], np.int64)
         t = self.comm.world.timeout
         hit = self.boards[axes] = {
             "board": board.ctypes.data, "index": i, "failed": base,
             "finished": lambda j: zero.ctypes.data if j is None else base + 8 * (1 + devices[j]),
+            "fins": fins.ctypes.data,
             "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.status.ctypes.data,
-            "keep": (board, zero)}
+            "keep": (board, zero, fins)}
         return hit
+
+    def shared(self, axes, key, nbytes) -> int:
+        _, devices, i, grp = self.comm.group_of(axes)
+        regions = grp.shared if grp is not None else self.own
+        with self.comm.world.lock:
+            x = regions.get(key)
+            if x is None:
+                x = regions[key] = np.zeros(max(int(nbytes), 8), np.uint8)
+            elif x.nbytes < nbytes:
+                raise CollectiveError(f"internal error: shared memory {key} of group {list(devices)} asked for "
+                                      f"{nbytes} bytes, made with {x.nbytes}")
+        return x.ctypes.data
 
     def failure(self, what, axes):
         """Raise the CollectiveError for why this rank's native collective (`what`, over
