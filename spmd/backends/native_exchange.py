@@ -16,9 +16,10 @@ The memory a rank's native code reads and writes, all int64:
   j; a cell that stays zero for None);
 - this rank's *status* cells [why, group index of the peer, op id], which the native code
   sets when it stops: why 1 a rank failed, 2 the peer finished, 3 the timeout;
-- a *shared* region of a group per key (`shared(axes, key, nbytes)`): zeroed memory every
-  member gets the same of, made once and kept as long as the group (a native
-  all-reduce's post counts and mailboxes, exchange_reduce.py).
+- a *shared* region of a group per owner and key (`shared(axes, owner, key, nbytes)`):
+  zeroed memory every member gets the same of, made once and kept as long as the group
+  and the owner (a native schedule: an all-reduce's post counts and mailboxes,
+  exchange_reduce.py).
 """
 from __future__ import annotations
 
@@ -37,10 +38,11 @@ class NativeExchange(ABC):
         "timeout_ns", "status", "keep" (what must stay alive)}; the same dict each call."""
 
     @abstractmethod
-    def shared(self, axes, key, nbytes) -> int:
+    def shared(self, axes, owner, key, nbytes) -> int:
         """The address of `nbytes` of memory the members of this rank's group over `axes`
-        share under `key`: zeroed when the first of them asks, the same for all, kept as
-        long as the group."""
+        share under (`owner`, `key`): zeroed when the first of them asks, the same for
+        all, kept as long as the group and `owner` (an object all of them hold, weakly
+        referenced: a dropped program's memory goes with it)."""
 
     @abstractmethod
     def failure(self, what, axes):

@@ -204,3 +204,23 @@ def test_a_rank_that_never_arrives_times_out_naming_it(step, monkeypatch):
         want = numpy_step(mesh, want, "sum", ("y",), ("y",))
     got = RT.run(step, mesh, {d: [np.ones(64)] for d in range(2)})
     np.testing.assert_array_equal(got[1][0], want[1])
+
+
+def test_a_dropped_programs_shared_memory_goes_with_it():
+    """The group keeps a native all-reduce's region as long as the schedule that asked
+    for it: a long-lived world does not collect the mailboxes of every program run on it."""
+    import gc
+    mesh = Mesh((1, 2), ("x", "y"))
+    rt = LocalRuntime()
+    worlds = []
+    exe = compile_llvm(body_graph((1000,), "float64", "sum", ("y",), ("y",), 2, 2))
+
+    def prog(inputs, comm):
+        worlds.append(comm.world)
+        return exe(inputs, comm)
+    rt.run(prog, mesh, {d: [np.ones(1000)] for d in range(2)})
+    shared = worlds[0].group((0, 1)).shared
+    assert len(shared) == 1 and sum(x.nbytes for x in next(iter(shared.values())).values()) >= 3 * 2 * 8000
+    del exe, prog
+    gc.collect()
+    assert len(shared) == 0

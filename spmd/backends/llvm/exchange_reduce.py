@@ -7,8 +7,8 @@ the GIL, costing more than a small step's reduction itself.
 An all-reduce is two instructions, its *post* and its *reduce* (an all_reduce_start is the
 post alone, its all_reduce_done the reduce): two, so that ranks run in lockstep on one
 thread (transports/local/local_communicator.py's hosts) have all posted before any reduces.
-The group's members share a region of memory per all-reduce op (`native_exchange.shared`),
-one slot per member: a post count, a read count and a mailbox (exchange_ir.py's
+The group's members share a region of memory per all-reduce op of a schedule
+(`native_exchange.shared`, freed with the schedule), one slot per member: a post count, a read count and a mailbox (exchange_ir.py's
 REDUCE_IR). The c-th run of the op on a member:
 
 1. post: wait until every other member has finished reading run c - 1 (its read count),
@@ -104,7 +104,7 @@ def _block(sched, op, x, data, region, handle, opid):
     def board(c):
         return c.native_exchange.board(axes)
 
-    return [FromComm(lambda c: c.native_exchange.shared(axes, key, size)), op.attrs["group_size"],
+    return [FromComm(lambda c: c.native_exchange.shared(axes, sched, key, size)), op.attrs["group_size"],
             FromComm(lambda c: board(c)["index"]), stride, data, nbytes, int(x.size),
             sched.helpers[f"spmd_ar_{kind}"], sched.helpers[f"spmd_ar_acc_{kind}"],
             FromComm(lambda c: board(c)["failed"]), FromComm(lambda c: board(c)["fins"]),

@@ -4,6 +4,8 @@ finished cells, a rank's status cells), the host that runs several ranks' segmen
 lockstep, and the CollectiveError a stopped native collective raises."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ...backends.native_exchange import NativeExchange
@@ -15,7 +17,7 @@ class LocalNativeExchange(NativeExchange):
         self.comm = comm
         self.status = np.zeros(3, np.int64)      # why this rank's native code stopped
         self.boards = {}                         # axes -> board(axes)
-        self.own = {}                            # key -> shared(...) of a group of this rank alone
+        self.own = weakref.WeakKeyDictionary()   # owner -> {key: shared(...)} of a group of this rank alone
 
     @property
     def host(self):
@@ -57,10 +59,13 @@ class LocalNativeExchange(NativeExchange):
             "keep": (board, zero, fins)}
         return hit
 
-    def shared(self, axes, key, nbytes) -> int:
+    def shared(self, axes, owner, key, nbytes) -> int:
         _, devices, i, grp = self.comm.group_of(axes)
-        regions = grp.shared if grp is not None else self.own
+        owners = grp.shared if grp is not None else self.own
         with self.comm.world.lock:
+            regions = owners.get(owner)
+            if regions is None:
+                regions = owners[owner] = {}
             x = regions.get(key)
             if x is None:
                 x = regions[key] = np.zeros(max(int(nbytes), 8), np.uint8)
