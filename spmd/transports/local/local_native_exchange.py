@@ -68,11 +68,12 @@ class LocalNativeExchange(NativeExchange):
                 regions = owners[owner] = {}
             x = regions.get(key)
             if x is None:
-                x = regions[key] = np.zeros(max(int(nbytes), 8), np.uint8)
-            elif x.nbytes < nbytes:
+                # (on a cache line of its own: the members' counts sit 64 bytes apart)
+                x = regions[key] = np.zeros(max(int(nbytes), 8) + 64, np.uint8)
+            elif x.nbytes < nbytes + 64:
                 raise CollectiveError(f"internal error: shared memory {key} of group {list(devices)} asked for "
-                                      f"{nbytes} bytes, made with {x.nbytes}")
-        return x.ctypes.data
+                                      f"{nbytes} bytes, made with {x.nbytes - 64}")
+        return -(-x.ctypes.data // 64) * 64
 
     def failure(self, what, axes):
         """Raise the CollectiveError for why this rank's native collective (`what`, over
