@@ -15,7 +15,11 @@ The memory a rank's native code reads and writes, all int64:
   per rank, set when its program returned (`board(axes)["finished"](j)` for group member
   j; a cell that stays zero for None);
 - this rank's *status* cells [why, group index of the peer, op id], which the native code
-  sets when it stops: why 1 a rank failed, 2 the peer finished, 3 the timeout.
+  sets when it stops: why 1 a rank failed, 2 the peer finished, 3 the timeout;
+- a *shared* region of a group per owner and key (`shared(axes, owner, key, nbytes)`):
+  zeroed memory every member gets the same of, made once and kept as long as the group
+  and the owner (a native schedule: an all-reduce's post counts and mailboxes,
+  exchange_reduce.py).
 """
 from __future__ import annotations
 
@@ -30,7 +34,15 @@ class NativeExchange(ABC):
     def board(self, axes) -> dict:
         """The addresses native collectives over `axes` use: {"board", "index" (this
         rank's in the group), "failed", "finished" (member index or None -> address),
+        "fins" (the address of G int64: every member's finished cell's address),
         "timeout_ns", "status", "keep" (what must stay alive)}; the same dict each call."""
+
+    @abstractmethod
+    def shared(self, axes, owner, key, nbytes) -> int:
+        """The address of `nbytes` of memory the members of this rank's group over `axes`
+        share under (`owner`, `key`): zeroed when the first of them asks, the same for
+        all, kept as long as the group and `owner` (an object all of them hold, weakly
+        referenced: a dropped program's memory goes with it)."""
 
     @abstractmethod
     def failure(self, what, axes):

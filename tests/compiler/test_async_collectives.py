@@ -311,8 +311,11 @@ def test_timeline_shows_each_reduction_in_flight_with_compute_inside(monkeypatch
     assert sum(ev["ph"] == "b" for ev in data["traceEvents"]) == 4 * n_pairs
 
 
-def test_nothing_is_left_in_flight_after_a_step():
-    """The started reductions leave nothing in flight on any rank after a step."""
+def test_nothing_is_left_in_flight_after_a_step(monkeypatch):
+    """The communicator's started reductions leave nothing in flight on any rank after a
+    step (run step by step: natively the local ranks' reductions do not go through it,
+    tests/transports/test_local_native_reduce.py)."""
+    monkeypatch.setenv("SPMD_NATIVE", "0")
     step, args, sh = mlp_case(MESH22)
     left = []
     from spmd.transports.local import local_communicator as local

@@ -1,6 +1,9 @@
-"""The native code of the collectives between local threads (exchange.py says how they
-work): a permute's two halves, spmd_permute_post and spmd_permute_recv_of, their waits (spmd_wait: spin, then yield; stop on a failed rank, a
-finished peer, the timeout) and spmd_store8 (a value known from the rank)."""
+"""The native code of the collectives between local threads (exchange.py and
+exchange_reduce.py say how they work): a permute's two halves, spmd_permute_post and
+spmd_permute_recv_of, an all-reduce's two, spmd_allreduce_post and spmd_allreduce_reduce
+(with the element loops they fold with, spmd_ar_*), their waits (spmd_wait: spin, then
+yield; stop on a failed rank, a finished peer, the timeout) and spmd_store8 (a value known
+from the rank)."""
 from __future__ import annotations
 
 BOARD_ROW = 8              # int64 per member
@@ -212,15 +215,183 @@ entry:
 
 PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 
+# argument block of an all-reduce half (exchange_reduce.py): region G index stride data
+# nbytes n fold accumulate failed fins timeout_ns status op_id sched_yield clock_gettime
+# handle. `region`: the group's shared memory for this all-reduce, one slot of `stride`
+# bytes per member: [0] the count of the member's last post, [64] the count it last
+# finished reading, its mailbox from byte 128 (SLOT_HEAD). `data`: the operand (post)
+# or the result (reduce); `fold(out, a, b, n)`: out = a (op) b, `accumulate(out, b, n)`:
+# out = out (op) b, elementwise; `fins`: G addresses of the members' finished cells;
+# `handle`: where the post writes its count (a started all-reduce's handle), or null.
+REDUCE_FIELDS = 17
+REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16)
+SLOT_HEAD = 128
+
+REDUCE_IR = """
+; a member's post: wait until every other member finished reading its last message of
+; this all-reduce, copy the operand into its mailbox, publish the count (release)
+define void @spmd_allreduce_post(ptr %a) {
+entry:
+{loads}
+  %off = mul i64 %f2, %f3
+  %mine = getelementptr i8, ptr %p0, i64 %off
+  %c0 = load i64, ptr %mine
+  %c = add i64 %c0, 1
+  br label %h
+h:
+  %j = phi i64 [0, %entry], [%j1, %next]
+  %more = icmp slt i64 %j, %f1
+  br i1 %more, label %b, label %copy
+b:
+  %self = icmp eq i64 %j, %f2
+  br i1 %self, label %next, label %w
+w:
+  %jo = mul i64 %j, %f3
+  %slot = getelementptr i8, ptr %p0, i64 %jo
+  %donep = getelementptr i8, ptr %slot, i64 64
+  %fp = getelementptr i64, ptr %p10, i64 %j
+  %fin = load ptr, ptr %fp
+  %r = call i64 @spmd_wait(ptr %donep, i64 %c0, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
+  %bad = icmp ne i64 %r, 0
+  br i1 %bad, label %fail, label %next
+next:
+  %j1 = add i64 %j, 1
+  br label %h
+copy:
+  %data = getelementptr i8, ptr %mine, i64 {head}
+  call void @llvm.memcpy.p0.p0.i64(ptr %data, ptr %p4, i64 %f5, i1 false)
+  store atomic i64 %c, ptr %mine release, align 8
+  %hash = icmp ne ptr %p16, null
+  br i1 %hash, label %sh, label %x
+sh:
+  store i64 %c, ptr %p16
+  br label %x
+fail:
+  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
+  br label %x
+x:
+  ret void
+}
+
+; a member's reduce: wait until every member posted its message of the count this
+; member's post made, fold the mailboxes in group order into the result, mark them read
+define void @spmd_allreduce_reduce(ptr %a) {
+entry:
+{loads}
+  %off = mul i64 %f2, %f3
+  %mine = getelementptr i8, ptr %p0, i64 %off
+  %c = load i64, ptr %mine
+  br label %h
+h:
+  %j = phi i64 [0, %entry], [%j1, %next]
+  %more = icmp slt i64 %j, %f1
+  br i1 %more, label %b, label %fold
+b:
+  %self = icmp eq i64 %j, %f2
+  br i1 %self, label %next, label %w
+w:
+  %jo = mul i64 %j, %f3
+  %slot = getelementptr i8, ptr %p0, i64 %jo
+  %fp = getelementptr i64, ptr %p10, i64 %j
+  %fin = load ptr, ptr %fp
+  %r = call i64 @spmd_wait(ptr %slot, i64 %c, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
+  %bad = icmp ne i64 %r, 0
+  br i1 %bad, label %fail, label %next
+next:
+  %j1 = add i64 %j, 1
+  br label %h
+fold:
+  %d0 = getelementptr i8, ptr %p0, i64 {head}
+  %one = icmp eq i64 %f1, 1
+  br i1 %one, label %single, label %pair
+single:
+  call void @llvm.memcpy.p0.p0.i64(ptr %p4, ptr %d0, i64 %f5, i1 false)
+  br label %done
+pair:
+  %s1 = getelementptr i8, ptr %p0, i64 %f3
+  %d1 = getelementptr i8, ptr %s1, i64 {head}
+  call void %p7(ptr %p4, ptr %d0, ptr %d1, i64 %f6)
+  br label %fh
+fh:
+  %k = phi i64 [2, %pair], [%k1, %fb]
+  %fm = icmp slt i64 %k, %f1
+  br i1 %fm, label %fb, label %done
+fb:
+  %ko = mul i64 %k, %f3
+  %sk = getelementptr i8, ptr %p0, i64 %ko
+  %dk = getelementptr i8, ptr %sk, i64 {head}
+  call void %p8(ptr %p4, ptr %dk, i64 %f6)
+  %k1 = add i64 %k, 1
+  br label %fh
+done:
+  %dp = getelementptr i8, ptr %mine, i64 64
+  store atomic i64 %c, ptr %dp release, align 8
+  br label %x
+fail:
+  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
+  br label %x
+x:
+  ret void
+}
+"""
+
+# the element loops an all-reduce folds with: (reduction, dtype) -> (suffix, LLVM type,
+# the instruction combining two elements); numpy's add, multiply, maximum and minimum of
+# the dtype (integers wrap as numpy's do). Floats' max and min (NaN and signed zeros)
+# stay numpy's.
+REDUCE_KINDS = {}
+for _dt, _t, _s in (("float32", "float", "f32"), ("float64", "double", "f64"),
+                    ("int32", "i32", "i32"), ("int64", "i64", "i64")):
+    _f = _t in ("float", "double")
+    REDUCE_KINDS[("sum", _dt)] = (f"sum_{_s}", _t, "fadd" if _f else "add")
+    REDUCE_KINDS[("prod", _dt)] = (f"prod_{_s}", _t, "fmul" if _f else "mul")
+    if not _f:
+        REDUCE_KINDS[("max", _dt)] = (f"max_{_s}", _t, "smax")
+        REDUCE_KINDS[("min", _dt)] = (f"min_{_s}", _t, "smin")
+
+
+def _combine(t, how, a, b, r):
+    if how in ("smax", "smin"):
+        pred = "sgt" if how == "smax" else "slt"
+        return [f"  %q = icmp {pred} {t} {a}, {b}", f"  {r} = select i1 %q, {t} {a}, {t} {b}"]
+    return [f"  {r} = {how} {t} {a}, {b}"]
+
+
+def _fold_ir(suffix, t, how) -> str:
+    """spmd_ar_<suffix>(out, a, b, n) and spmd_ar_acc_<suffix>(out, b, n), the
+    buffers distinct (noalias: the loops vectorise without runtime checks)."""
+    out = []
+    for name, acc in ((f"spmd_ar_{suffix}", False), (f"spmd_ar_acc_{suffix}", True)):
+        params = "ptr noalias %o, ptr noalias %b, i64 %n" if acc else \
+            "ptr noalias %o, ptr noalias %a, ptr noalias %b, i64 %n"
+        src = "%o" if acc else "%a"
+        out += [f"define void @{name}({params}) {{", "entry:", "  br label %h", "h:",
+                "  %i = phi i64 [0, %entry], [%i1, %body]", "  %c = icmp slt i64 %i, %n",
+                "  br i1 %c, label %body, label %x", "body:",
+                f"  %pa = getelementptr {t}, ptr {src}, i64 %i", f"  %va = load {t}, ptr %pa",
+                f"  %pb = getelementptr {t}, ptr %b, i64 %i", f"  %vb = load {t}, ptr %pb"]
+        out += _combine(t, how, "%va", "%vb", "%v")
+        out += [f"  %po = getelementptr {t}, ptr %o, i64 %i", f"  store {t} %v, ptr %po",
+                "  %i1 = add i64 %i, 1", "  br label %h", "x:", "  ret void", "}", ""]
+    return "\n".join(out)
+
+
+def _loads(n, ptrs) -> str:
+    lines = []
+    for j in range(n):
+        kind = "ptr" if j in ptrs else "i64"
+        name = f"%p{j}" if j in ptrs else f"%f{j}"
+        lines += [f"  %g{j} = getelementptr i64, ptr %a, i64 {j}", f"  {name} = load {kind}, ptr %g{j}"]
+    return "\n".join(lines)
+
 
 def exchange_ir() -> str:
-    loads = []
-    for j in range(PERMUTE_FIELDS):
-        kind = "ptr" if j in PTR_FIELDS else "i64"
-        name = f"%p{j}" if j in PTR_FIELDS else f"%f{j}"
-        loads += [f"  %g{j} = getelementptr i64, ptr %a, i64 {j}", f"  {name} = load {kind}, ptr %g{j}"]
-    return EXCHANGE_IR.replace("{loads}", "\n".join(loads)).replace("{row}", str(BOARD_ROW)) \
+    permute = EXCHANGE_IR.replace("{loads}", _loads(PERMUTE_FIELDS, PTR_FIELDS)).replace("{row}", str(BOARD_ROW)) \
         .replace("{count_at}", str(COUNT_AT))
+    reduce = REDUCE_IR.replace("{loads}", _loads(REDUCE_FIELDS, REDUCE_PTRS)).replace("{head}", str(SLOT_HEAD))
+    return permute + reduce + "".join(_fold_ir(*k) for k in REDUCE_KINDS.values())
 
 
-EXCHANGE_NAMES = ["spmd_permute_post", "spmd_permute_recv_of", "spmd_store8"]
+EXCHANGE_NAMES = ["spmd_permute_post", "spmd_permute_recv_of", "spmd_store8", "spmd_allreduce_post",
+                  "spmd_allreduce_reduce"] + [f"spmd_ar{acc}_{k[0]}" for k in REDUCE_KINDS.values()
+                                              for acc in ("", "_acc")]

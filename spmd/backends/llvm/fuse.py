@@ -113,7 +113,10 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             if u in gs.standalone:
                 outside_op = True
             ug |= groups.get(u, set())
-        if (reindexes(op) or splat(r) is not None or op in cheap) and r not in roots:
+        # a positional value an op outside kernels reads (a vocabulary shard's mask
+        # selecting an embedding's rows) is a kernel of its own, not a numpy step
+        computed = op in cheap and not reindexes(op) and splat(r) is None and outside_op
+        if (reindexes(op) or splat(r) is not None or op in cheap) and r not in roots and not computed:
             groups[op] = ug
             for gid in ug:
                 gs.members[gid].append(op)

@@ -62,6 +62,7 @@ class Schedule:
         self.views = {}          # value -> (base value, dummy view, dummy base): a view computed for free
         self.consts = {}         # value -> its array (constants are not made per call)
         self.kept = []           # loop bodies' schedules, whose constants the instructions read
+        self.native_starts = {}  # a started all-reduce's handle -> its region, when it runs natively (exchange_reduce.py)
         self.items = self.segments()                       # Segment | step index
         self.small = self.largest_kernel() < SMALL_WORK
         self.size = self.lay_out_arguments()

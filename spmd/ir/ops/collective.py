@@ -294,7 +294,8 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    # all_reduce into its operand's too (in place)
                    takes_out=_name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"),
                    # (a backend may run a permute, or a value known from the rank, natively)
-                   lowering={"collective_permute": "permute", "axis_index": "device_value"}.get(_name, "communicate"),
+                   lowering={"collective_permute": "permute", "axis_index": "device_value",
+                             "all_reduce": "group_reduce"}.get(_name, "communicate"),
                    device_values=_device_values,
                    collective=Collective(combinable=_combinable, reshards=_reshards,
                                          async_pair=(ALL_REDUCE_START, ALL_REDUCE_DONE) if _reduces else None,
@@ -305,8 +306,8 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
 # the halves of an all_reduce (passes/schedule_async.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP
 register(OpDef("all_reduce_start", family="collective", infer=_ars_infer, ref=_ars_ref, factors=None, flops=_no_flops,
-               dtypes=ALL, needs_comm=True, lowering="communicate",
+               dtypes=ALL, needs_comm=True, lowering="group_reduce_start",
                collective=Collective(phase="start", async_of=ALL_REDUCE)))
 register(OpDef("all_reduce_done", family="collective", infer=_ard_infer, ref=_ard_ref, factors=None, flops=_no_flops,
-               dtypes=ALL, needs_comm=True, lowering="communicate",
+               dtypes=ALL, needs_comm=True, lowering="group_reduce_done",
                collective=Collective(phase="done", async_of=ALL_REDUCE)))

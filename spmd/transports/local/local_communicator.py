@@ -47,9 +47,11 @@ Native collectives (backends/native_exchange.py, the interface; backends/llvm/ex
 the instructions): a group also holds a *board*, zeroed int64 memory its members' native
 code publishes send buffers and counts in, and the world holds cells that native waits
 read: [0] a rank failed (abort), then one per rank, set when its program returned
-(finish). The communicator's `native_exchange` (local_native_exchange.py) hands the
-native code their addresses and this rank's status cells, where it records why it
-stopped; its `failure` raises the CollectiveError the rendezvous would have raised.
+(finish); a group also keeps, per schedule and key, the memory a native all-reduce's
+members share (post counts and mailboxes: backends/llvm/exchange_reduce.py). The
+communicator's `native_exchange` (local_native_exchange.py) hands the native code their
+addresses and this rank's status cells, where it records why it stopped; its `failure`
+raises the CollectiveError the rendezvous would have raised.
 
 More ranks than cores: a rank waiting natively for a rank that has no core spins and
 yields until the scheduler runs the other (under load, another process's time slice), so
@@ -104,6 +106,7 @@ class LocalWorld:
         self.mesh = mesh
         self.timeout = collective_timeout() if timeout is None else float(timeout)
         self._lock = threading.Lock()
+        self.lock = threading.Lock()      # the groups' shared memory (LocalNativeExchange.shared)
         self._groups = {}
         self.failed = None            # (rank, exception) of the first rank that failed
         self.finished = set()         # ranks whose program has returned

@@ -4,6 +4,8 @@ finished cells, a rank's status cells), the host that runs several ranks' segmen
 lockstep, and the CollectiveError a stopped native collective raises."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ...backends.native_exchange import NativeExchange
@@ -15,6 +17,7 @@ class LocalNativeExchange(NativeExchange):
         self.comm = comm
         self.status = np.zeros(3, np.int64)      # why this rank's native code stopped
         self.boards = {}                         # axes -> board(axes)
+        self.own = weakref.WeakKeyDictionary()   # owner -> {key: shared(...)} of a group of this rank alone
 
     @property
     def host(self):
@@ -46,13 +49,31 @@ class LocalNativeExchange(NativeExchange):
         base = cells.ctypes.data
         board = grp.board if grp is not None else np.zeros((1, 8), np.int64)
         zero = np.zeros(1, np.int64)
+        fins = np.array([base + 8 * (1 + d) for d in devices], np.int64)
         t = self.comm.world.timeout
         hit = self.boards[axes] = {
             "board": board.ctypes.data, "index": i, "failed": base,
             "finished": lambda j: zero.ctypes.data if j is None else base + 8 * (1 + devices[j]),
+            "fins": fins.ctypes.data,
             "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.status.ctypes.data,
-            "keep": (board, zero)}
+            "keep": (board, zero, fins)}
         return hit
+
+    def shared(self, axes, owner, key, nbytes) -> int:
+        _, devices, i, grp = self.comm.group_of(axes)
+        owners = grp.shared if grp is not None else self.own
+        with self.comm.world.lock:
+            regions = owners.get(owner)
+            if regions is None:
+                regions = owners[owner] = {}
+            x = regions.get(key)
+            if x is None:
+                # (on a cache line of its own: the members' counts sit 64 bytes apart)
+                x = regions[key] = np.zeros(max(int(nbytes), 8) + 64, np.uint8)
+            elif x.nbytes < nbytes + 64:
+                raise CollectiveError(f"internal error: shared memory {key} of group {list(devices)} asked for "
+                                      f"{nbytes} bytes, made with {x.nbytes - 64}")
+        return -(-x.ctypes.data // 64) * 64
 
     def failure(self, what, axes):
         """Raise the CollectiveError for why this rank's native collective (`what`, over

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -28,6 +29,8 @@ class Group:
         self.result = None             # the slots of the last completed rendezvous
         self.flights = {}              # k -> _Flight: the k-th all_reduce_start of the group
         self.board = np.zeros((len(devices), 8), np.int64)     # native collectives' (exchange.py)
+        # owner -> {key: memory the members' native collectives share} (native_exchange.py)
+        self.shared = weakref.WeakKeyDictionary()
 
     def wake(self):
         with self.cond:

@@ -1,0 +1,112 @@
+"""All-reduces between the local runtime's threads as native instructions (the communicator
+advertises a `native_exchange`, backends/native_exchange.py), so that a training step's
+all-reduces join its native segments instead of stopping them for a Python rendezvous:
+with the ranks more than the cores, every stop is a hand-off between threads that share
+the GIL, costing more than a small step's reduction itself.
+
+An all-reduce is two instructions, its *post* and its *reduce* (an all_reduce_start is the
+post alone, its all_reduce_done the reduce): two, so that ranks run in lockstep on one
+thread (transports/local/local_communicator.py's hosts) have all posted before any reduces.
+The group's members share a region of memory per all-reduce op of a schedule
+(`native_exchange.shared`, freed with the schedule), one slot per member: a post count, a read count and a mailbox (exchange_ir.py's
+REDUCE_IR). The c-th run of the op on a member:
+
+1. post: wait until every other member has finished reading run c - 1 (its read count),
+   copy the operand into this member's mailbox, publish post count c (release); a
+   started all-reduce writes c into its handle;
+2. reduce: wait until every member's post count is c (acquire), fold the G mailboxes in
+   group order into the result (out = x0 op x1, then out op x2, ...: what
+   communicator.reduce_arrays computes, so every backend gives the same bits), and
+   publish read count c.
+
+The operand is copied, so the result may be written over it and the rank goes on at
+once; counts only grow (the region lives as long as the group), so nothing is reset
+between runs. Waits stop as a permute's do (exchange.py): a failed rank, a finished
+peer, the timeout. Only what the fold loops cover runs natively (exchange_ir.REDUCE_KINDS:
+sums and products of float32/64 and int32/64, integer max and min); the rest, and every
+all-reduce of MPI and Ray, runs through the communicator.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .exchange import FromComm, libc_addrs, note_op
+from .exchange_ir import REDUCE_KINDS, SLOT_HEAD
+
+
+def native_kind(sched, op, x):
+    """The fold loops' suffix for op's reduction of x, or None (it runs from Python)."""
+    if not sched.native_comm:
+        return None
+    k = REDUCE_KINDS.get((op.attrs["reduction"], str(x.dtype)))
+    return None if k is None else k[0]
+
+
+def all_reduce_instrs(sched, op):
+    x = op.operands[0]
+    region = _region(sched, op, x)
+    if region is None:
+        return None
+    return [_post(sched, op, x, region, handle=0), _reduce(sched, op, x, op.result, region, region[0][1])]
+
+
+def all_reduce_start_instrs(sched, op):
+    """The post; its handle holds the count, and the done finds the region by it."""
+    x = op.operands[0]
+    region = _region(sched, op, x)
+    if region is None:
+        return None
+    sched.native_starts[op.result] = region
+    return [_post(sched, op, x, region, handle=(op.result, 0))]
+
+
+def all_reduce_done_instrs(sched, op):
+    """The reduce, where its start posted natively (the same schedule built it: both are
+    steps of one graph); else both run from Python."""
+    h, x = op.operands
+    region = sched.native_starts.get(h)
+    if region is None:
+        return None
+    return [_reduce(sched, op, x, op.result, region, note_op(op))]
+
+
+def _region(sched, op, x):
+    """(key, bytes, stride, kind) of op's shared region, or None where it runs from Python."""
+    kind = native_kind(sched, op, x)
+    if kind is None:
+        return None
+    base, view, dbase = sched.dummy(x)
+    if not view.flags.c_contiguous:
+        return None
+    nbytes = int(x.size) * np.dtype(x.dtype).itemsize
+    stride = SLOT_HEAD + -(-nbytes // 64) * 64
+    return (("all_reduce", note_op(op)), op.attrs["group_size"] * stride, stride, kind)
+
+
+def _post(sched, op, x, region, handle):
+    base, view, dbase = sched.dummy(x)
+    off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+    return (sched.helpers["spmd_allreduce_post"], _block(sched, op, x, (base, off), region, handle, region[0][1]))
+
+
+def _reduce(sched, op, x, result, region, opid):
+    return (sched.helpers["spmd_allreduce_reduce"], _block(sched, op, x, (result, 0), region, 0, opid))
+
+
+def _block(sched, op, x, data, region, handle, opid):
+    """The argument block of either half (exchange_ir.py REDUCE_FIELDS); `opid`: the op a
+    stopped wait names (exchange.note_op)."""
+    key, size, stride, kind = region
+    axes = op.attrs["axes"]
+    yld, clock = libc_addrs()
+    nbytes = int(x.size) * np.dtype(x.dtype).itemsize
+
+    def board(c):
+        return c.native_exchange.board(axes)
+
+    return [FromComm(lambda c: c.native_exchange.shared(axes, sched, key, size)), op.attrs["group_size"],
+            FromComm(lambda c: board(c)["index"]), stride, data, nbytes, int(x.size),
+            sched.helpers[f"spmd_ar_{kind}"], sched.helpers[f"spmd_ar_acc_{kind}"],
+            FromComm(lambda c: board(c)["failed"]), FromComm(lambda c: board(c)["fins"]),
+            FromComm(lambda c: board(c)["timeout_ns"]), FromComm(lambda c: board(c)["status"]),
+            opid, yld, clock, handle]
