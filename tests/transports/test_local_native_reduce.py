@@ -19,7 +19,7 @@ import pytest
 from spmd.backends.llvm import compile_llvm
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
-from spmd.ir.ops.names import ADD, ALL_REDUCE, ALL_REDUCE_DONE, ALL_REDUCE_START, CONSTANT, MULTIPLY, SCAN
+from spmd.ir.ops.names import ADD, ALL_REDUCE, ALL_REDUCE_DONE, ALL_REDUCE_START, CONSTANT, MULTIPLY, RESHAPE, SCAN
 from spmd.sharding import Mesh
 from spmd.transports.local.local_runtime import LocalRuntime
 
@@ -130,7 +130,7 @@ def test_an_all_reduce_in_place_over_its_operand_and_a_view_operand():
     g = Graph("views")
     x = g.add_input((4, 6), "float64")
     a = g.emit(MULTIPLY, x, x)
-    v = g.emit("reshape", a, shape=(24,))
+    v = g.emit(RESHAPE, a, shape=(24,))
     r = g.emit(ALL_REDUCE, v, axes=("y",), reduction="sum", group_size=2)
     h = g.emit(ALL_REDUCE_START, r, axes=("y",), reduction="sum", group_size=2)
     d = g.emit(ALL_REDUCE_DONE, h, r, axes=("y",), reduction="sum", group_size=2)
