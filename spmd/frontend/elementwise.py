@@ -187,9 +187,26 @@ def _compare(direction):
         known = _compare_past_the_dtype(direction, x, y)
         if known is not None:
             return known
-        a, b = core.promote(x, y, op=f"compare {direction}")
+        a, b = core.promote(x, y, dtype=_by_value(x, y), op=f"compare {direction}")
         return core.emit(a._tr, COMPARE, a, b, direction=direction)
     return f
+
+
+def _weak_int(x) -> bool:
+    return isinstance(x, Tracer) and x.weak and x.value.dtype == "int64"
+
+
+def _by_value(x, y):
+    """numpy 2 compares an integer array with a Python int by value, whether or not its
+    dtype holds it: with a traced one (a jit argument) both are compared as int64, which
+    holds both, except against uint64 (then as uint64: a negative int is refused with
+    the OverflowError of arithmetic, where numpy compares it)."""
+    for arr, c in ((x, y), (y, x)):
+        if _weak_int(c) and isinstance(arr, Tracer) and not arr.weak and np.dtype(arr.dtype).kind in "iu":
+            if arr.dtype == np.uint64:
+                return None
+            return "int64"
+    return None
 
 
 def _compare_past_the_dtype(direction, x, y):

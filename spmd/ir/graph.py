@@ -106,6 +106,9 @@ class Graph:
         # {result position: argument leaf}: numpy hands back the argument object, so does jit
         self.returned: dict = {}
         self.scalar_outputs: dict = {}  # result position -> float | int: a returned float(x) (jit/tracing.py)
+        # input position -> [(dtype, user line)]: a Python int argument combined with an integer array
+        # of a narrower dtype must fit it (numpy's OverflowError); jit checks each call's value
+        self.int_arguments: dict = {}
         # propagation: {Value: why its sharding is fixed ("in_shardings for x", "spmd.shard
         # at f.py:3")} and {Value: [(dim, axes added, op, source Value, source dim)]}
         self.annotations: dict = {}

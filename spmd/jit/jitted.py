@@ -127,6 +127,7 @@ class Jitted:
         low.checks = len(checks)
         low.returned = dict(graph.returned)
         low.scalars = dict(graph.scalar_outputs)
+        low.int_arguments = dict(graph.int_arguments)
         low.np_random_state = graph.np_random_state
         low.donated = frozenset(donated_leaves(args, self.static_argnums, self.donate_argnums) - set(low.updates))
         # (spmd.checkpoint's recomputation reads its values through barriers: ops whose
@@ -276,6 +277,7 @@ class Jitted:
         if path is None or path.guess is None:
             return None, None
         low = path.guess
+        _check_int_arguments(low, leaves)
         outs = low(*leaves)
         n = len(outs) - len(low.updates)
         if not path.holds(low, outs[n - low.checks:n]):
@@ -300,6 +302,7 @@ class Jitted:
             return None, self._run_eagerly(args, leaves)
         if isinstance(self._cache.get(key), gb.Node):
             self._paths.setdefault(key, gb.Path()).took(low)
+        _check_int_arguments(low, leaves)
         return low, _without_checks(low, low(*leaves))
 
     def _run_eagerly(self, args, leaves):
@@ -343,6 +346,18 @@ class Jitted:
             return
         raise SpmdError(f"spmd.jit: the function writes into an argument of type {type(arg).__name__}, "
                         f"which spmd cannot update in place; return the new value instead")
+
+
+def _check_int_arguments(low, leaves):
+    """numpy's OverflowError for a Python int argument that the program combines with an
+    integer array whose dtype cannot hold it (traced, it would wrap)."""
+    for k, uses in low.int_arguments.items():
+        v = leaves[k]
+        for dt, loc in uses:
+            info = np.iinfo(dt)
+            if not info.min <= v <= info.max:
+                raise OverflowError(f"Python integer {v} out of bounds for {dt} (at {loc}: argument leaf {k} "
+                                    f"of {low.graph.name}, combined with a {dt} array)")
 
 
 class _ConvertLoop(BaseException):

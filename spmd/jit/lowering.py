@@ -35,6 +35,7 @@ class Lowered:
         self.numpy_args = {}          # leaf -> bytes of the arguments lower() was given as numpy (cost())
         self.returned = {}            # result position -> a written argument leaf it is
         self.scalars = {}             # result position -> float | int (a returned float(x))
+        self.int_arguments = {}       # argument leaf -> [dtypes] its Python int must fit (Graph)
         # numpy's global random state as the function leaves it (it seeded it: random_guard)
         self.np_random_state = None
         self.donated = frozenset()    # argument leaves whose buffers the program may reuse

@@ -329,9 +329,20 @@ def test_checkpoint_round_trip_of_small_ints(tmp_path):
         same(g, np.asarray(v), k)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: a Python int passed as a jit argument is a traced int64 input; "
-                                       "its value is not seen while tracing, so one past a uint8 array's range "
-                                       "wraps instead of numpy's OverflowError (eager and closed-over ints raise)")
-def test_python_int_argument_past_the_dtype_under_jit():
-    with pytest.raises(OverflowError):
-        spmd.jit(lambda x, c: x + c)(np.arange(4, dtype=np.uint8), -1)
+@pytest.mark.parametrize("dt", ["uint8", "int8", "int16", "uint16", "int32", "uint32"])
+def test_python_int_argument_past_the_dtype_under_jit(dt):
+    # numpy 2: arithmetic with a Python int the array's dtype cannot hold raises; a traced
+    # one is checked on every call (the program would wrap it); comparisons are by value
+    info = np.iinfo(dt)
+    x = np.arange(4).astype(dt)
+    add = spmd.jit(lambda x, c: x + c)
+    cmp = spmd.jit(lambda x, c: (x < c, x == c, c >= x))
+    for c in (0, int(info.max), int(info.min)):
+        np.testing.assert_array_equal(np.asarray(add(x, c)), x + c)
+    for c in (int(info.max) + 1, int(info.min) - 1, 2 ** 40):
+        with pytest.raises(OverflowError):
+            x + c
+        with pytest.raises(OverflowError, match="out of bounds"):
+            add(x, c)
+        for got, want in zip(cmp(x, c), (x < c, x == c, c >= x)):
+            np.testing.assert_array_equal(np.asarray(got), want)
