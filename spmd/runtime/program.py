@@ -55,6 +55,20 @@ class Program:
         return self.donated | self.reused
 
 
+def runner(executable, comm) -> Callable:
+    """What runs one rank's calls of `executable` in a run: a backend's Executable gives
+    its runner(comm) (what its calls share, looked up once: backends/executor.py); a
+    plain function executable(inputs, comm) (eager's own programs, the tests') runs as it is."""
+    make = getattr(executable, "runner", None)
+    return executable if make is None else make(comm)
+
+
+def talks(executable) -> bool:
+    """Does `executable` exchange with other ranks? A backend's Executable declares it; a
+    plain function is taken to."""
+    return getattr(executable, "talks", True)
+
+
 def sharding_held(mesh, s, ndim) -> Sharding:
     """A value's sharding as an Array holds it: None is replicated, partial is dropped
     (the partitioner reduces partial values before they leave the program)."""

@@ -33,6 +33,7 @@ from .local_communicator import LocalWorld, local_cores
 from ...errors import CollectiveError, SpmdError
 from ...runtime import blas
 from ...runtime.backend import Runtime
+from ...runtime.program import runner, talks
 
 # how long run() waits, after the first failure, for the other ranks to stop
 GRACE_SECONDS = 0.25
@@ -217,7 +218,7 @@ class LocalRuntime(Runtime):
         for d in devices:
             comm = world.communicator(d)
             try:
-                run = run or program.runner(comm)
+                run = run or runner(program, comm)
                 results[d] = run(args[d], comm)
             except BaseException as e:   # noqa: BLE001 - re-raised below, labelled
                 world.abort(d, e)
@@ -245,7 +246,7 @@ def runs_in_turn(program) -> bool:
     nothing and makes at most SOLO_BYTES a rank? An Executable declares both; a plain
     function handed to run (program(inputs, comm), as tests do) declares neither and is
     taken to talk."""
-    return not getattr(program, "talks", True) and program.work_bytes <= SOLO_BYTES
+    return not talks(program) and program.work_bytes <= SOLO_BYTES
 
 
 def _first_error(world, errors):

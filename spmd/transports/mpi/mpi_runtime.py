@@ -48,6 +48,7 @@ from .mpi_peers import PEERS
 from .mpi_watchdog import WATCHDOG, abort_world, guarded
 from ...compiler.passes import combine
 from ...runtime import blas
+from ...runtime.program import runner
 from ...runtime.backend import Runtime
 
 
@@ -218,10 +219,8 @@ class MPIRuntime(Runtime):
         if comm is None or comm.timeout != collective_timeout():
             comm = self._comms[mesh] = MPICommunicator(mesh, self.rank, self.world)
         blas.start_run(self.ranks_here)
-        # an Executable's runner looks up once what its calls share (a program of one native
-        # segment runs directly: backends/llvm/direct_run.py); eager's own programs are
-        # plain callables
-        run = program.runner(comm) if hasattr(program, "runner") else program
+        # (a program of one native segment runs directly: backends/llvm/direct_run.py)
+        run = runner(program, comm)
         return {self.rank: run(args[self.rank], comm)}
 
     def allgather_object(self, obj, what="exchanging values"):
