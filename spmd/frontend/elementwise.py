@@ -61,7 +61,7 @@ divide = true_divide
 
 
 def _bools_as_int8(x, y):
-    """numpy divides bools as int8 (True // True is int8 1)."""
+    """numpy divides, powers and shifts bools as int8 (True // True is int8 1)."""
     if core.result_dtype(x, y) != "bool":
         return x, y
     t = core.trace_of(x, y)
@@ -106,8 +106,7 @@ remainder = mod
 
 
 def power(x, y):
-    if core.result_dtype(x, y) == "bool":         # numpy's power of bools is int8
-        x, y = core.asarray(x, "int8", core.trace_of(x, y)), core.asarray(y, "int8", core.trace_of(x, y))
+    x, y = _bools_as_int8(x, y)                   # numpy's power of bools is int8
     if isinstance(y, int) and not isinstance(y, bool) and y == 2:
         return multiply(*[core.asarray(x, core.result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
     if isinstance(y, (float, np.floating)) and y == 0.5:
@@ -261,11 +260,9 @@ bitwise_and, bitwise_or, bitwise_xor = _bitwise(AND), _bitwise(OR), _bitwise(XOR
 
 def _shift(name, what):
     def f(x, y):
+        x, y = _bools_as_int8(x, y)               # numpy shifts bools as int8
         dt = core.result_dtype(x, y)
-        if dt == "bool":                          # numpy shifts bools as int8
-            t = core.trace_of(x, y)
-            x, y = core.asarray(x, "int8", t), core.asarray(y, "int8", t)
-        elif dt not in dtypes.INTS:
+        if dt not in dtypes.INTS:
             raise TypeError(f"np.{what} is defined for integers, not {dt} (at {user_loc()})")
         return core.binary(name, x, y)
     f.__name__ = what
