@@ -110,12 +110,13 @@ def ufunc_dtype(ufunc, *xs):
     return dt.name
 
 
-def check_int_fits(x, dtype):
+def check_int_fits(x, dtype, loc=None):
     """numpy 2 (NEP 50): a Python int stored into or combined with an integer array of
-    a dtype it does not fit is an OverflowError, never a wrapped value."""
+    a dtype it does not fit is an OverflowError, never a wrapped value. `loc`: the user's
+    line, where it is not the current one (a jit argument checked at a call)."""
     if isinstance(x, int) and not isinstance(x, bool) and np.dtype(dtype).kind in "iu" \
             and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
-        raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {user_loc()})")
+        raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {loc or user_loc()})")
 
 
 def asarray(x, dtype=None, t=None) -> Tracer:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ConcreteValueError, FallbackWarning, SpmdError, warn_at
 from ..frontend import loop_conversion as lc
+from ..frontend.core import check_int_fits
 from ..frontend.trace import ShapeDtype, current_trace
 from ..ir.mesh import Sharding, is_auto
 from ..runtime.array import Array, device_put
@@ -352,12 +353,8 @@ def _check_int_arguments(low, leaves):
     """numpy's OverflowError for a Python int argument that the program combines with an
     integer array whose dtype cannot hold it (traced, it would wrap)."""
     for k, uses in low.int_arguments.items():
-        v = leaves[k]
         for dt, loc in uses:
-            info = np.iinfo(dt)
-            if not info.min <= v <= info.max:
-                raise OverflowError(f"Python integer {v} out of bounds for {dt} (at {loc}: argument leaf {k} "
-                                    f"of {low.graph.name}, combined with a {dt} array)")
+            check_int_fits(leaves[k], dt, f"{loc}: argument leaf {k} of {low.graph.name}, combined with a {dt} array")
 
 
 class _ConvertLoop(BaseException):
