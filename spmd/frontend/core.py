@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ShapeError, TraceError, user_loc
 from ..ir import dtypes, get_op
 from ..ir.ops.names import BROADCAST_IN_DIM, CONCATENATE, CONVERT, RESHAPE
-from . import views
+from . import int_arguments, views
 from .trace import Hint, Tracer, current_trace, resolve
 
 
@@ -134,25 +134,9 @@ def asarray(x, dtype=None, t=None) -> Tracer:
         x = t.const(arr if dtype is None else arr.astype(dtype))
     if dtype is not None and x.value.dtype != dtypes.canon(dtype):
         if x.weak and x.value.dtype == "int64" and np.dtype(dtype).kind in "iu":
-            _int_argument_must_fit(x, dtypes.canon(dtype))
+            int_arguments.must_fit(x, dtypes.canon(dtype))
         x = emit(t, CONVERT, x, dtype=dtypes.canon(dtype))
     return x
-
-
-def _int_argument_must_fit(x, dtype):
-    """A Python int argument (a weak int64 input of the traced function) taking an integer
-    array's narrower dtype: numpy raises OverflowError for a value that does not fit, so
-    every call checks it (Graph.int_arguments; jit). A weak int computed from one (c + 1)
-    is not checked."""
-    g = x._tr.graph
-    if x._tr.parent is not None or x.value.producer is not None:
-        return
-    k = next((i for i, v in enumerate(g.inputs) if v is x.value), None)
-    if k is None:
-        return
-    uses = g.int_arguments.setdefault(k, [])
-    if dtype not in [d for d, _ in uses]:
-        uses.append((dtype, user_loc()))
 
 
 def _stack_rows(xs):

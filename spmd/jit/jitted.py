@@ -31,6 +31,7 @@ from ..frontend import loop_conversion as lc
 from ..frontend.core import check_int_fits
 from ..frontend.trace import ShapeDtype, current_trace
 from ..ir.mesh import Sharding, is_auto
+from ..ir.ops.control import run_graph
 from ..runtime.array import Array, device_put
 from ..tree import tree_flatten, tree_unflatten
 from . import graph_breaks as gb
@@ -350,11 +351,20 @@ class Jitted:
 
 
 def _check_int_arguments(low, leaves):
-    """numpy's OverflowError for a Python int argument that the program combines with an
-    integer array whose dtype cannot hold it (traced, it would wrap)."""
-    for k, uses in low.int_arguments.items():
+    """numpy's OverflowError for a Python int argument, or a weak int the program computes
+    from such arguments (frontend/int_arguments.py), that meets an integer array whose
+    dtype cannot hold it (traced, it would wrap)."""
+    for key, uses in low.int_arguments.items():
+        if isinstance(key, int):
+            value, what = leaves[key], f"argument leaf {key}"
+        else:
+            sub, positions = key
+            if not all(isinstance(leaves[k], int) for k in positions):
+                continue
+            value = int(run_graph(sub, [np.int64(leaves[k]) for k in positions])[0])
+            what = f"a value computed from argument leaves {list(positions)}"
         for dt, loc in uses:
-            check_int_fits(leaves[k], dt, f"{loc}: argument leaf {k} of {low.graph.name}, combined with a {dt} array")
+            check_int_fits(value, dt, f"{loc}: {what} of {low.graph.name}, combined with a {dt} array")
 
 
 class _ConvertLoop(BaseException):

@@ -346,3 +346,24 @@ def test_python_int_argument_past_the_dtype_under_jit(dt):
             add(x, c)
         for got, want in zip(cmp(x, c), (x < c, x == c, c >= x)):
             np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("dt", ["uint8", "int8", "int16", "uint32"])
+def test_int_computed_from_python_int_arguments_under_jit(dt):
+    # `c + 1` or `3 * c - k` is a Python int in numpy, checked against the array's dtype
+    # like the argument itself: traced, it is an int64 the program would wrap
+    info = np.iinfo(dt)
+    x = np.arange(4).astype(dt)
+    f = spmd.jit(lambda x, c, k: x + (3 * c - k) // 2)
+    g = spmd.jit(lambda x, c: x - (c + 1))
+    for c, k in ((0, 0), (1, 2), (int(info.max) // 3, 0), (int(info.max), int(info.max)), (int(info.max), 0),
+                 (int(info.min), 0), (int(info.min) // 3 - 1, 1)):
+        for jitted, plain, args in ((f, lambda x, c, k: x + (3 * c - k) // 2, (c, k)),
+                                    (g, lambda x, c: x - (c + 1), (c,))):
+            try:
+                want = plain(x, *args)
+            except OverflowError:
+                with pytest.raises(OverflowError, match="computed from argument leaves"):
+                    jitted(x, *args)
+                continue
+            np.testing.assert_array_equal(np.asarray(jitted(x, *args)), want)
