@@ -113,10 +113,14 @@ def ufunc_dtype(ufunc, *xs):
 def check_int_fits(x, dtype, loc=None):
     """numpy 2 (NEP 50): a Python int stored into or combined with an integer array of
     a dtype it does not fit is an OverflowError, never a wrapped value. `loc`: the user's
-    line, where it is not the current one (a jit argument checked at a call)."""
+    line, where it is not the current one (a jit argument checked at a call). A traced
+    Python int (a weak int64 Tracer) is recorded for jit to check on each call."""
     if isinstance(x, int) and not isinstance(x, bool) and np.dtype(dtype).kind in "iu" \
             and not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
         raise OverflowError(f"Python integer {x} out of bounds for {np.dtype(dtype).name} (at {loc or user_loc()})")
+    if isinstance(x, Tracer) and x.weak and x.value.dtype == "int64" and np.dtype(dtype).kind in "iu" \
+            and dtypes.canon(dtype) != "int64":
+        int_arguments.must_fit(x, dtypes.canon(dtype))     # traced: checked on every call
 
 
 def asarray(x, dtype=None, t=None) -> Tracer:

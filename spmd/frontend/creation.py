@@ -30,6 +30,8 @@ def full(shape, fill_value, dtype=None):
     if t is None and not isinstance(fill_value, Tracer):
         return np.full(shape, fill_value, dtype)
     shape = _shape(shape)
+    if dtype is not None:
+        core.check_int_fits(fill_value, dtype)
     if isinstance(fill_value, Tracer):
         v = core.astype(fill_value, dtype or fill_value.dtype)
     else:

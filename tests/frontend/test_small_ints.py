@@ -367,3 +367,39 @@ def test_int_computed_from_python_int_arguments_under_jit(dt):
                     jitted(x, *args)
                 continue
             np.testing.assert_array_equal(np.asarray(jitted(x, *args)), want)
+
+
+def _store_first(x, c):
+    y = x.copy()
+    y[0] = c
+    return y
+
+
+def _store_slice(x, c):
+    y = x.copy()
+    y[1:3] = c - 1
+    return y
+
+
+def _fill(x, c):
+    y = x.copy()
+    y.fill(c)
+    return y
+
+
+@pytest.mark.parametrize("write", [_store_first, _store_slice, _fill,
+                                   lambda x, c: np.full(3, c, dtype=x.dtype)])
+@pytest.mark.parametrize("dt", ["uint8", "int16"])
+def test_python_int_argument_written_into_small_int_arrays_under_jit(write, dt):
+    # numpy 2 raises where the stored Python int does not fit; traced, the store would wrap
+    info = np.iinfo(dt)
+    x = np.arange(4).astype(dt)
+    jitted = spmd.jit(write)
+    for c in (0, int(info.max), int(info.max) + 1, int(info.min) - 1, 2 ** 33):
+        try:
+            want = write(x, c)
+        except OverflowError:
+            with pytest.raises(OverflowError):
+                jitted(x, c)
+            continue
+        np.testing.assert_array_equal(np.asarray(jitted(x, c)), want)
