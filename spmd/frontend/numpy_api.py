@@ -200,6 +200,7 @@ API = (
     ("cov",           ST.cov,                         (F,),      ()),
     ("corrcoef",      ST.corrcoef,                    (F,),      ()),
     ("convolve",      CV.convolve,                    (F,),      ()),
+    ("correlate",     CV.correlate,                   (F,),      ()),
     ("nansum",        ST.nansum,                      (F,),      ()),
     ("nanprod",       ST.nanprod,                     (F,),      ()),
     ("nanmean",       ST.nanmean,                     (F,),      ()),

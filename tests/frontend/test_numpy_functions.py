@@ -116,6 +116,10 @@ CASES = [
       shapes=((5, 6), (7,), (1,)), local=()),
     C("convolve_valid", lambda x: np.convolve(x.ravel()[:4], x.ravel(), mode="valid"), FI,
       shapes=((5, 6), (7,), (2, 1)), local=()),
+    C("correlate", lambda x: np.correlate(x.ravel(), np.array([1, -2, 3], dtype=x.dtype)), FI, local=()),
+    C("correlate_modes", lambda x: np.correlate(np.array([2, 1], dtype=x.dtype), x.ravel(), "full")
+      .sum() + np.correlate(x.ravel(), x.ravel()[::-1], mode="same"), F + ("int32",),
+      shapes=((5, 6), (7,), (1, 2)), local=()),
     C("diagonal", lambda x: np.diagonal(x, -1, 1, 2), ALLT, shapes=((2, 5, 6), (3, 1, 1)), local=(0,)),
     C("trace", lambda x: np.trace(x), FI, shapes=((5, 6), (3, 1)), local=()),
     C("trace_batch", lambda x: np.trace(x, 1, axis1=-2, axis2=-1, dtype=np.float64), FI,

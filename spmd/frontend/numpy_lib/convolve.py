@@ -1,12 +1,14 @@
-"""np.convolve under jit: numpy's discrete linear convolution of two 1-d arrays, as one
-gather of the zero-padded longer array (each output's window, a constant index table)
-and one product with the reversed shorter one."""
+"""np.convolve and np.correlate under jit: numpy's discrete linear convolution of two
+1-d arrays, as one gather of the zero-padded longer array (each output's window, a
+constant index table) and one product with the reversed shorter one; a correlation is
+the convolution with the second array reversed and conjugated, in every mode and either
+order of lengths."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import user_loc
-from .. import contractions, core, indexing, shapes
+from .. import contractions, core, elementwise, indexing, shapes
 
 MODES = {"full": "full", "same": "same", "valid": "valid", 2: "full", 1: "same", 0: "valid",
          "f": "full", "s": "same", "v": "valid"}
@@ -36,3 +38,12 @@ def convolve(a, v, mode="full"):
     count = {"full": n + m - 1, "same": n, "valid": n - m + 1}[mode]
     windows = indexing.getitem(xp, np.arange(first, first + count)[:, None] + np.arange(m)[None, :])
     return contractions.matmul(windows, indexing.getitem(w, slice(None, None, -1)))
+
+
+def correlate(a, v, mode="valid"):
+    t = core.trace_of(a, v)
+    w = core.asarray(v, t=t)
+    if w.ndim > 1:
+        raise ValueError(f"object too deep for desired array: np.correlate takes 1-d arrays, got "
+                         f"{list(w.shape)} for v (at {user_loc()})")
+    return convolve(a, elementwise.conjugate(indexing.getitem(shapes.reshape(w, (-1,)), slice(None, None, -1))), mode)
