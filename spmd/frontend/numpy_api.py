@@ -485,6 +485,7 @@ def install(cls):
     for name, f in inplace_operators().items():
         setattr(cls, name, _with_buffers_read(_python_number_kept(f)))
     cls.T = property(shapes.view_transpose)
+    cls.shape = property(lambda x: x.value.shape, shapes.set_shape)
     cls.mT = property(lambda x: shapes.view_swapaxes(x, -1, -2))
     # z.real = v sets the real parts, as numpy's attribute assignment does
     cls.real = property(fz.real_view, lambda x, v: indexing.setitem(fz.real_view(x), Ellipsis, v))

@@ -237,6 +237,20 @@ view_transpose_method = fz.as_view(_transpose_method, "transpose")
 view_swapaxes = fz.as_view(swapaxes, "transpose")
 view_moveaxis = fz.as_view(moveaxis, "transpose")
 view_reshape = fz.as_view(reshape, "reshape")
+
+
+def set_shape(x, shape):
+    """`x.shape = shape`: numpy turns x itself into a view of its memory in the new shape
+    (other views of that memory keep theirs), and refuses where that needs a copy."""
+    if x._buf is not None and x._buf.arg is not None and not x._view:
+        raise NotImplementedError(
+            f"`x.shape = {shape}` on an argument of a traced function (at {user_loc()}): numpy would change "
+            f"the caller's array, which spmd does not do; use `x = x.reshape({shape})`")
+    r = view_reshape(x, shape)
+    if r._buf is None or r._buf is not x._buf:
+        raise AttributeError(f"Incompatible shape for in-place modification. Use `.reshape()` to make a copy "
+                             f"with the desired shape ({list(x.shape)} -> {shape}, at {user_loc()})")
+    x._val, x._buf, x._view, x._ver, x._hint = r._val, r._buf, r._view, r._ver, r._hint
 view_reshape_method = fz.as_view(_reshape_method, "reshape")
 _view_ravel_c = fz.as_view(lambda x: ravel(x), "ravel")
 

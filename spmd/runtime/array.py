@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ShardingError, SpmdError
+from ..errors import ShardingError, SpmdError, user_loc
 from ..ir.mesh import Sharding
 
 
@@ -66,7 +66,7 @@ class Array:
         self._runtime = runtime
 
     # -- metadata -------------------------------------------------------------------------
-    shape = property(lambda self: self._shape)
+    shape = property(lambda self: self._shape, lambda self, v: _no_shape_setting(v))
     dtype = property(lambda self: self._dtype)
     sharding = property(lambda self: self._sharding)
     ndim = property(lambda self: len(self._shape))
@@ -235,3 +235,10 @@ def padded(x, box, local_shape):
     buf = np.zeros(local_shape, x.dtype)
     buf[tuple(slice(0, b - a) for a, b in box)] = piece
     return buf
+
+
+def _no_shape_setting(shape):
+    """numpy's `a.shape = ...` changes the array object itself into a view of its memory;
+    an Array's views derive from it by shape, so it keeps its own."""
+    raise NotImplementedError(f"`a.shape = {shape}` on an spmd.Array (at {user_loc()}): an Array keeps its "
+                              f"shape; use `a = a.reshape({shape})`, a view where numpy's would be")

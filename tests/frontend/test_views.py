@@ -260,3 +260,48 @@ def test_eagerly_a_numpy_scalar_and_a_0d_array_of_the_same_kind_view_differently
         v = np.squeeze(c)
         c[...] = 7
     assert complex(v.numpy()) == 7 and complex(t.numpy()) == complex(base().sum())
+
+
+def set_shape_and_write(make, shape):
+    """numpy's `y.shape = ...`: y itself becomes a view of its memory in the new shape (a
+    write through it reaches y's base and other views of it), or AttributeError."""
+    def f(x):
+        y = make(x)
+        other = y[..., :1]
+        y.shape = shape
+        y[(0,) * len(shape)] = 100
+        return x, y, other + 0
+    return f
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+@pytest.mark.parametrize("case", [("new", lambda x: x + 1, (30,)), ("rows", lambda x: x[1:3], (2, 3, 2)),
+                                  ("copy", lambda x: x.T.copy(), (-1, 5)), ("T", lambda x: x.T, (30,)),
+                                  ("cols", lambda x: x[:, :2], (10,)), ("scalar_shape", lambda x: x[:1, :1], ())],
+                         ids=lambda c: c[0])
+def test_setting_shape_is_a_view_in_place_or_numpys_attribute_error(case, mode):
+    _, make, shape = case
+    f = set_shape_and_write(make, shape)
+    if mode == "eager":
+        # an eager Array's views derive from it by its shape: it keeps it, and says what to write
+        with pytest.raises(NotImplementedError, match=r"a = a.reshape"):
+            _eager(f, ((2,), (0,)))(base())
+        return
+    run = lambda f: _jit(f, ((2,), (0,)))
+    try:
+        f(base())
+    except AttributeError:
+        with pytest.raises(AttributeError, match="Incompatible shape"):
+            run(f)(base())
+        return
+    check(f, run, base())
+
+
+def test_setting_the_shape_of_a_jit_argument_says_the_caller_keeps_its_array():
+    # numpy changes the caller's array object itself; jit gives the caller results, not a
+    # changed object, so it says so and how to write it
+    def f(x):
+        x.shape = (30,)
+        return x
+    with pytest.raises(NotImplementedError, match=r"x = x.reshape\(\(30,\)\)"):
+        _jit(f, ((2,), (0,)))(base())
