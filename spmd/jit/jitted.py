@@ -167,6 +167,10 @@ class Jitted:
                 self._loops = self._loops | {e.key}
             except Exception as e:
                 if fn is not self.fn:
+                    if isinstance(e, gb.BreakLimit):
+                        # its loops traced: what stops it is further on, and the user's
+                        # fix is there (as written, tracing would stop at a converted loop)
+                        raise
                     self._drop_loops()      # the rewritten function did not trace: as written
                 elif oracle is None and isinstance(e, ConcreteValueError) and self._convertible:
                     # (fallback=False: no graph breaks, but a loop on data may still be converted)

@@ -376,3 +376,28 @@ def test_a_function_assigning_globals_keeps_its_breaks_and_numpys_values():
     assert warned > 0
     for r in got:
         same(r, shrink_until(x, 2.0))
+
+
+def _converted_then_a_path_walk(g):
+    while g[0] < 100.0:                       # converted: a traced while loop
+        g = g * 1.1 + 0.01
+    path, i = [], 0
+    while i < g.shape[0] - 1:                 # a Python walk on the data: no conversion
+        i = i + 1 + int(np.argmax(g[i:i + 2]))
+        path.append(i)
+    return g, path
+
+
+def test_the_fallback_warning_names_the_code_that_needs_values_not_a_converted_loop():
+    # tracing with the first loop converted stops in the walk; the warning (and the user's
+    # fix) is about the walk, not the loop jit converted
+    g = np.linspace(1.0, 2.0, 60)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = spmd.jit(_converted_then_a_path_walk)(g)
+    want = _converted_then_a_path_walk(g)
+    np.testing.assert_allclose(np.asarray(got[0]), want[0])
+    assert got[1] == want[1]
+    msgs = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
+    line = _converted_then_a_path_walk.__code__.co_firstlineno + 5
+    assert len(msgs) == 1 and f"test_loop_conversion.py:{line}" in msgs[0], msgs
