@@ -215,16 +215,33 @@ def device_put(x, sharding, runtime=None) -> Array:
     x = np.asarray(x)
     sh = sharding.for_rank(x.ndim, f"array of shape {list(x.shape)}")
     rt = runtime or get_runtime()
-    local = sh.local_shape(x.shape)
+    local, split = split_of(sh, x.shape, tuple(rt.local_devices(sh.mesh)))
     buffers = {}                   # shard index -> buffer, shared by that shard's replicas
     handles = {}
-    for d in rt.local_devices(sh.mesh):
-        key = sh.shard_index(d)
+    for d, key, box in split:
         buf = buffers.get(key)
         if buf is None:
-            buf = buffers[key] = padded(x, sh.shard_box(x.shape, d), local)
+            buf = buffers[key] = padded(x, box, local)
         handles[d] = rt.put(d, buf)
     return Array(x.shape, x.dtype, sh, handles, rt)
+
+
+# (sharding, global shape, devices) -> how device_put splits such a value: working the
+# boxes out costs ~35 us a device, and a training loop puts a batch of one shape each step
+_SPLITS = {}
+
+
+def split_of(sh, shape, devices):
+    """(the padded local shape, [(device, its shard index, its box)]) of a value of
+    `shape` split by `sh` over `devices`."""
+    key = (sh, shape, devices)
+    hit = _SPLITS.get(key)
+    if hit is None:
+        if len(_SPLITS) >= 1024:       # many shapes (a sweep): start over rather than grow
+            _SPLITS.clear()
+        hit = _SPLITS[key] = (sh.local_shape(shape),
+                              tuple((d, sh.shard_index(d), sh.shard_box(shape, d)) for d in devices))
+    return hit
 
 
 def padded(x, box, local_shape):

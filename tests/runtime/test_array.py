@@ -80,6 +80,26 @@ def test_device_put_round_trip(mesh, data):
         assert np.array_equal(x[shards[d].index], shards[d].data)
 
 
+def test_device_put_split_cached_per_sharding_shape_and_devices():
+    """device_put works a split out once per (sharding, shape, devices): a put of the same
+    shape on a mesh of other device order, or of another shape, is split its own way."""
+    from spmd.runtime import array as array_mod
+    plain, perm = Mesh((2, 2), ("x", "y")), Mesh((2, 2), ("x", "y"), devices=[[2, 0], [3, 1]])
+    array_mod._SPLITS.clear()
+    for _ in range(2):                                  # the second round hits the cache
+        for mesh in (plain, perm):
+            for shape in ((5, 3), (4, 4)):
+                x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+                a = spmd.device_put(x, mesh.sharding("x", "y"))
+                for d in range(4):
+                    assert np.array_equal(a._handles[d], expected_shard(x, mesh, ("x", "y"), d)), (mesh, shape, d)
+                assert np.array_equal(a.numpy(), x)
+    assert len(array_mod._SPLITS) == 4                               # 2 meshes x 2 shapes, each split once
+    array_mod._SPLITS.update({(i,): None for i in range(2000)})
+    spmd.device_put(np.zeros(3), plain.sharding("x"))   # a full cache starts over, not grows
+    assert len(array_mod._SPLITS) == 1
+
+
 def test_uneven_shards_are_zero_padded_and_may_be_empty():
     mesh = Mesh((4,), ("x",))
     a = spmd.device_put(np.arange(1, 6, dtype=np.int32), mesh.sharding("x"))   # 5 over 4: 2,2,1,0

@@ -783,6 +783,16 @@ def test_timeline_has_a_track_per_actor_with_its_collectives(cluster, monkeypatc
     assert min(e["ts"] for e in spans) == 0 and max(e["ts"] for e in spans) < 60e6   # one time axis
     assert {e["args"]["name"] for e in data if e["ph"] == "M" and e["name"] == "thread_name"} == \
         {"rank 0", "rank 1", "rank 2", "rank 3"}
+    # the actors follow the driver's SPMD_TRACE at every run (they keep their setting
+    # between runs, and change it when the driver's changes)
+    monkeypatch.delenv("SPMD_TRACE")
+    float(f(np.arange(16.0)))
+    monkeypatch.setenv("SPMD_TRACE", str(path))
+    rt._collect_trace()                    # (the driver collects only while it traces)
+    assert timeline.take_events() == []    # the untraced run recorded nothing in the actors
+    float(f(np.arange(16.0)))
+    rt._collect_trace()
+    assert {e["tid"] for e in timeline.take_events() if e["cat"] == "collective"} == {0, 1, 2, 3}
 
 
 @pytest.mark.slow

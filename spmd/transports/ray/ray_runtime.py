@@ -93,6 +93,7 @@ class RankActor:
         self.programs = {}                  # key -> (executable, mesh) (the driver says which to forget)
         self.shards = ShardTable(rank)
         self.printed = ()
+        self.tracing = None                 # SPMD_TRACE as the last run set it here (None: no run yet)
 
     def __repr__(self):                      # Ray prefixes the actor's output with this
         return f"rank {self.rank}"
@@ -184,7 +185,9 @@ class RankActor:
                             f"first run (that run's error said why)")
         self.mailbox.start(run_id)
         self.transport.new_run()
-        _trace_in_actor(trace)
+        if trace != self.tracing:        # (setting the environment each run cost ~15 us)
+            _trace_in_actor(trace)
+            self.tracing = trace
         comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
         from ...runtime import blas
         blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
