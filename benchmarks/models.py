@@ -10,7 +10,9 @@ device (no sharding), `2x2` a (data, model) mesh with train_gpt's Megatron shard
 MLP: batch over data, hidden units over model), run by the local runtime (4 threads) for
 spmd and on 4 host devices for jax (XLA_FLAGS=--xla_force_host_platform_device_count=4).
 Unless --no-mpi, the 2x2 spmd step is also run under `mpiexec -n 4` (a child run of this
-script) and compared with jax's 2x2 time from this process.
+script) and compared with jax's 2x2 step run by this process between the child's steps
+(one of each in turn: the child waits for a line on its stdin, without spinning), so that
+both see the same load.
 
 First calls are cold: spmd compiles into an empty disk cache (a temporary SPMD_CACHE_DIR),
 jax.jit has no persistent cache. Memory is the per-device temporary memory of one step,
@@ -236,35 +238,84 @@ def jax_setup(model, mesh_shape, args):
 
 
 def mpi_child(a):
-    """Under mpiexec -n 4: the 2x2 spmd step of each model; rank 0 prints JSON lines."""
+    """Under mpiexec -n 4: the 2x2 spmd step of each model, one step each time the parent
+    (mpi_run) writes a line to rank 0's stdin, so that its runs interleave with jax's;
+    rank 0 prints READY, a line per step and a JSON line per model."""
     spmd.init()
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
     rank0 = spmd.process_index() == 0
+
+    def go():
+        """Wait for the parent's word without spinning: the parent's jax step runs meanwhile."""
+        if rank0 and not sys.stdin.readline():
+            sys.exit(0)
+        req = world.Ibarrier()
+        while not req.Test():
+            time.sleep(2e-4)
+
     for key in a.models.split(","):
         model = MODELS[key]()
         args = model.inputs()
         run, first, mem, loss = spmd_setup(model, (2, 2), args)
-        ms = interleaved([run], a.runs)[0]
+        run()                                   # warm up
         if rank0:
-            print(json.dumps({"model": key, "ms": ms, "first": first, "mem": mem[1], "planned": mem[0],
-                              "loss": loss}), flush=True)
+            print(f"READY {key}", flush=True)
+        ts = []
+        for _ in range(a.runs):
+            go()
+            t0 = time.perf_counter()
+            run()
+            ts.append(time.perf_counter() - t0)
+            if rank0:
+                print("STEP", flush=True)
+        if rank0:
+            print(json.dumps({"model": key, "ms": 1e3 * float(np.median(ts)), "first": first, "mem": mem[1],
+                              "planned": mem[0], "loss": loss}), flush=True)
 
 
-def mpi_run(a):
+def mpi_run(a, jax_runs):
+    """The MPI child's rows, its steps interleaved with jax's 2x2 step of the same model
+    (jax_runs: model -> step callable): {model: row, with "jax" the median of jax's
+    interleaved runs}. Both see the same load, as the rows of one process do."""
     cmd = ["mpiexec", "-n", "4", sys.executable, os.path.abspath(__file__), "--mpi-child",
            "--models", a.models, "--runs", str(a.runs)]
     cold = tempfile.TemporaryDirectory(prefix="spmd-bench-mpi-cache-")
+    got = {}
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                           env=dict(os.environ, SPMD_CACHE_DIR=cold.name))
+        err = tempfile.TemporaryFile("w+")      # (a pipe nobody reads until the end could fill)
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                             text=True, env=dict(os.environ, SPMD_CACHE_DIR=cold.name))
+        jax_ms = []
+        for line in p.stdout:
+            if line.startswith("READY "):
+                j_run, jax_ms = jax_runs[line.split()[1]], []
+                j_run()
+                t0 = time.perf_counter()
+                j_run()
+                jax_ms.append(time.perf_counter() - t0)
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            elif line.startswith("STEP"):
+                if len(jax_ms) < a.runs:
+                    t0 = time.perf_counter()
+                    j_run()
+                    jax_ms.append(time.perf_counter() - t0)
+                    p.stdin.write("go\n")
+                    p.stdin.flush()
+            elif line.startswith("{"):
+                d = json.loads(line)
+                d["jax"] = 1e3 * float(np.median(jax_ms))
+                got[d["model"]] = d
+        p.stdin.close()
+        if p.wait(timeout=60):
+            err.seek(0)
+            print(f"mpiexec run failed:\n{err.read()[-2000:]}")
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"mpiexec run failed: {e}")
-        return {}
     finally:
         cold.cleanup()
-    if r.returncode:
-        print(f"mpiexec run failed:\n{r.stderr[-2000:]}")
-        return {}
-    return {d["model"]: d for d in (json.loads(line) for line in r.stdout.splitlines() if line.startswith("{"))}
+    return got
 
 
 def fmt_mb(b):
@@ -292,7 +343,7 @@ def main():
     print(hdr)
     print("-" * len(hdr))
     rows = []
-    jax22 = {}
+    jax22 = {}                  # model -> jax's 2x2 step, run again beside the MPI child's
     for key in a.models.split(","):
         model = MODELS[key]()
         args = model.inputs()
@@ -302,7 +353,7 @@ def main():
             j_run, j_first, j_mem, j_loss = jax_setup(model, shape, args)
             s_ms, j_ms = interleaved([s_run, j_run], a.runs)
             if shape == (2, 2):
-                jax22[key] = j_ms
+                jax22[key] = j_run
             row = dict(model=model.name, mesh=f"{m} local", spmd=s_ms, jax=j_ms, first_spmd=s_first,
                        first_jax=j_first, mem_spmd=s_mem[1], mem_planned=s_mem[0], mem_jax=j_mem)
             rows.append(row)
@@ -310,11 +361,9 @@ def main():
                   f"{s_first:10.2f} {j_first:9.2f} {s_first / j_first:6.2f}  {fmt_mb(s_mem[0]):>17s} "
                   f"{fmt_mb(s_mem[1]):>6s} {fmt_mb(j_mem):>6s}  {s_loss:7.4f}/{j_loss:7.4f}", flush=True)
     if not a.no_mpi and jax22:
-        got = mpi_run(a)
+        got = mpi_run(a, jax22)
         for key, d in got.items():
-            j_ms = jax22.get(key)
-            if j_ms is None:
-                continue
+            j_ms = d["jax"]
             name = MODELS[key]().name
             print(f"{name:28s} {'2x2 mpi':8s} {d['ms']:9.2f} {j_ms:9.2f} {d['ms'] / j_ms:6.2f}  "
                   f"{d['first']:10.2f} {'':9s} {'':6s}  {fmt_mb(d['planned']):>17s} {fmt_mb(d['mem']):>6s} "

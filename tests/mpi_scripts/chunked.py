@@ -18,7 +18,7 @@ spmd.init()
 n = spmd.process_count()
 mesh = spmd.Mesh((n,), ("x",))
 # the block-wise all_reduce of floats first, on its own (G equal blocks, the rest gathered)
-mpi_all_reduce.GATHER_BYTES = 0
+mpi_all_reduce.GATHER_BYTES = mpi_all_reduce.PAIR_GATHER_BYTES = 0
 checked = check_collectives(MPICommunicator(mesh), dtypes=("float64", "float32"))
 mpi_library.MAX_COUNT = 7
 checked += check_collectives(MPICommunicator(mesh), dtypes=("float64", "bool"))

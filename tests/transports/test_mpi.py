@@ -191,3 +191,13 @@ def test_overlapped_gradient_reductions_under_mpiexec_equal_one_process(tmp_path
     assert len(got.files) == len(want)
     for k, w in enumerate(want):
         np.testing.assert_array_equal(got[f"arr_{k}"], w, err_msg=f"output {k}")
+
+
+@pytest.mark.timeout(120)
+def test_all_reduce_over_two_ranks_has_the_group_order_bits_on_both_paths():
+    """Between two ranks an all_reduce of floats is one Allgather up to PAIR_GATHER_BYTES
+    and Alltoall + Allgather beyond: both give the group-order sum's bits, blocking and
+    started."""
+    p, _ = mpirun(2, os.path.join(SCRIPTS, "pair_all_reduce.py"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.findall(r"OK (\d+)", p.stdout) == ["24", "24"], p.stdout

@@ -25,7 +25,8 @@ every backend (MPI_SUM adds in the order of whichever algorithm MPICH picks for 
 size, and another one in its nonblocking version). The data moves as in MPI's own
 schedule for large messages: an Alltoall gives rank i block i of every input, it reduces
 the block, and an Allgather of the blocks completes the all_reduce (up to mpi_all_reduce.GATHER_BYTES
-gathered: one Allgather, every rank reducing all of it). Integer and bool reductions,
+gathered, and between two members up to PAIR_GATHER_BYTES: one Allgather, every rank
+reducing all of it). Integer and bool reductions,
 exact in any order, are MPI's built-ins.
 
 When the group spans hosts with the same number (> 1) of members on each (ranks from
