@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 
 from ..errors import TraceError, user_loc
-from .trace import current_trace
+from .trace import NumpyBuffer, current_trace
 
 _SKIP = {"Generator", "BitGenerator", "SeedSequence", "MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64",
          "get_state", "set_state", "bit_generator", "mtrand"}
@@ -56,8 +56,30 @@ def _guard(name, f):
         t = current_trace()
         if t is not None and t not in _seeded:
             _refuse(name)
-        return f(*args, **kwargs)
+        r = f(*args, **kwargs)
+        return _watched(r) if t is not None else r
     return _named(wrapped, name)
+
+
+def _watched(r):
+    """A seeded draw while tracing, as an array the function made (numpy_buffers.py): the
+    user may write traced values into it (`w = np.random.uniform(...)`, then `w -= lr * g`)."""
+    return r.view(NumpyBuffer) if type(r) is np.ndarray else r
+
+
+class _WatchedGenerator(np.random.Generator):
+    """default_rng(constant) while tracing: numpy's generator, whose draws are arrays the
+    function made (see _watched)."""
+
+    def __getattribute__(self, name):
+        a = super().__getattribute__(name)
+        if name.startswith("_") or not callable(a):
+            return a
+
+        @functools.wraps(a)
+        def draw(*args, **kwargs):
+            return _watched(a(*args, **kwargs))
+        return draw
 
 
 def _guard_seed(f):
@@ -77,9 +99,12 @@ def _guard_seed(f):
 def _guard_default_rng(f):
     @functools.wraps(f)
     def default_rng(seed=None):
-        if seed is None and current_trace() is not None:
+        if current_trace() is None:
+            return f(seed)
+        if seed is None:
             _refuse("default_rng", " without a seed")
-        return f(seed)
+        g = f(seed)
+        return _WatchedGenerator(g.bit_generator) if type(g) is np.random.Generator else g
     return _named(default_rng, "default_rng")
 
 

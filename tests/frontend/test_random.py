@@ -106,6 +106,34 @@ def test_np_random_after_a_seed_in_the_function_gives_numpys_numbers(mesh, compi
         assert np.array_equal(np.random.get_state()[1], after)
 
 
+class _Model:
+    def fit(self, X, y, steps):
+        self.w = np.random.uniform(-0.5, 0.5, (X.shape[1],))        # numpy's draw ...
+        self.b = np.random.default_rng(3).normal(size=2)
+        for _ in range(steps):
+            g = X.T @ (X @ self.w - y) / len(y)
+            self.w -= 0.1 * g                                         # ... then written traced values
+            self.b[0] += g.sum()
+            self.b[1:] = np.maximum(self.b[1:], g.max())
+        return self.w, self.b
+
+
+def fit_seeded(X, y):
+    np.random.seed(0)
+    return _Model().fit(X, y, 3)
+
+
+@pytest.mark.parametrize("mesh", [None, (2,)])
+def test_seeded_draws_are_arrays_the_function_made_and_take_traced_writes(mesh, compiler):
+    # model code draws its initial weights with numpy, then updates them in place
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((8, 3)), rng.standard_normal(8)
+    m = spmd.Mesh(mesh, ("x",)) if mesh else None
+    f = spmd.jit(fit_seeded, in_shardings=(m.sharding("x", None), m.sharding("x")) if m else None, backend=compiler)
+    for got, want in zip(f(X, y), fit_seeded(X, y)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
 def test_np_random_draws_need_the_seed_in_the_same_function_first():
     def before(x):
         a = np.random.rand(3)                     # MARK
