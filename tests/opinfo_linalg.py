@@ -1,4 +1,4 @@
-"""OpInfo entries for the linalg family (inv, solve, det, slogdet, cholesky, eigh, svd,
+"""OpInfo entries for the linalg family (inv, solve, det, slogdet, cholesky, eig, eigh, svd,
 qr), sort / argsort and atan2. Imported by opinfo.py; see its docstring.
 
 Expected values are written independently of the ops' refs where an independent
@@ -100,6 +100,19 @@ def _make_eigh(rng, dt):
 
 entry("eigh", _make_eigh, lambda a, part: np.linalg.eigvalsh(a) if part == "w" else np.linalg.eigh(a)[1],
       nondiff="eigh's gradient is not implemented (degenerate eigenvalues make it ill-defined)")
+
+
+def _make_eig(rng, dt):
+    # general (non-symmetric) matrices: complex pairs among the eigenvalues
+    return [([rand(rng, s, dt, -1, 1)], {"part": p}) for s in SQUARE for p in ("w", "v")]
+
+
+def _eig_expect(a, part):
+    w, v = np.linalg.eig(a)
+    return (v if part == "v" else w).astype(np.result_type(a.dtype, np.complex64))
+
+
+entry("eig", _make_eig, _eig_expect, nondiff="eig's gradient is not implemented")
 
 
 def _make_svd(rng, dt):

@@ -262,6 +262,8 @@ API = (
     ("linalg.slogdet", LA.slogdet,                     (F,),      ()),
     ("linalg.cholesky",LA.cholesky,                    (F,),      ()),
     ("linalg.solve",  LA.solve,                       (F,),      ()),
+    ("linalg.eig",    LA.eig,                         (F,),      ()),
+    ("linalg.eigvals", LA.eigvals,                    (F,),      ()),
     ("linalg.eigh",   LA.eigh,                        (F,),      ()),
     ("linalg.eigvalsh",LA.eigvalsh,                    (F,),      ()),
     ("linalg.svd",    LA.svd,                         (F,),      ()),

@@ -17,10 +17,10 @@ from api_samples import (copies, describe, eager_numpy_backend, is_array, numpy_
                          sample)
 
 DATA_DEPENDENT = {"allclose", "array_equal"}
-# rows whose result's size depends on the data: traced under spmd.jit, which takes the size
-# from the data (a graph break)
+# rows whose result's size (or dtype: eig's, real where every eigenvalue is) depends on the
+# data: traced under spmd.jit, which takes it from the data (a graph break)
 DATA_SIZED = {"nonzero", "flatnonzero", "argwhere", "unique", "bincount", "intersect1d", "union1d", "setdiff1d",
-              "setxor1d", "extract", "compress", "trim_zeros"}
+              "setxor1d", "extract", "compress", "trim_zeros", "linalg.eig", "linalg.eigvals"}
 
 
 def traced(fn, args, sized=False):

@@ -256,6 +256,11 @@ CASES = [
     C("eigh", lambda x: np.linalg.eigh(spd(x)).eigenvalues + np.linalg.eigvalsh(spd(x), UPLO="U"), FI,
       shapes=BATCH, local=(0,)),
     C("eigh_vectors", lambda x: np.abs(np.linalg.eigh(spd(x))[1]), F, shapes=BATCH, local=(0,)),
+    # eig: complex where some eigenvalue is (x), real where all are (spd(x)), numpy's dtypes
+    C("eig", lambda x: np.concatenate([np.linalg.eigvals(x).ravel(), np.linalg.eig(spd(x)).eigenvalues.ravel()]),
+      FI, shapes=BATCH, local=(), rtol=1e-9),
+    C("eig_vectors", lambda x: np.abs(np.linalg.eig(x)[1]) + np.linalg.eig(spd(x))[1] ** 2, F, shapes=BATCH,
+      local=(), rtol=1e-9),
     C("svd", lambda x: np.linalg.svd(x, compute_uv=False), FI, shapes=BATCH + ((2, 3, 5),), local=(0,)),
     C("svd_uv", lambda x: np.abs(np.linalg.svd(x)[0]) + np.abs(np.linalg.svd(x, full_matrices=False).Vh), F,
       shapes=BATCH, local=(0,)),
@@ -295,11 +300,12 @@ def _ids(c):
 
 
 def _tol(dtype, c):
-    if np.dtype(dtype).kind not in "f":
+    if np.dtype(dtype).kind not in "fc":
         return 0, 0
-    if c.rtol is not None and np.dtype(dtype) == np.float64:
+    double = np.dtype(dtype) in (np.float64, np.complex128)
+    if c.rtol is not None and double:
         return c.rtol, c.rtol
-    return (2e-4, 2e-4) if np.dtype(dtype) == np.float32 else (1e-10, 1e-10)
+    return (1e-10, 1e-10) if double else (2e-4, 2e-4)
 
 
 def _compare(got, want, c, what, in_dtype=None):

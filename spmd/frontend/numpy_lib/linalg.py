@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from ...errors import ShapeError, user_loc
-from ...ir.ops.names import CHOLESKY, DET, EIGH, INV, QR, SLOGDET, SOLVE, SVD
+from ...ir.ops.names import CHOLESKY, DET, EIG, EIGH, INV, QR, SLOGDET, SOLVE, SVD
 from .. import contractions, core, indexing, reductions as red, shapes
 from .. import elementwise as ew
 from ..trace import Tracer
@@ -18,6 +18,7 @@ _UNSET = object()       # an argument not given (numpy's own marker is private)
 # numpy's own named-tuple result classes, taken from its results (their module is
 # private), so a traced or eager result is the same Python type as numpy's
 SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+EigResult = type(np.linalg.eig(np.eye(1)))
 EighResult = type(np.linalg.eigh(np.eye(1)))
 SVDResult = type(np.linalg.svd(np.eye(1)))
 QRResult = type(np.linalg.qr(np.eye(1)))
@@ -94,6 +95,21 @@ def eigh(a, UPLO="L"):
         raise ValueError(f"np.linalg.eigh: UPLO argument must be 'L' or 'U' (at {user_loc()})")
     attrs = {"uplo": "U"} if UPLO == "U" else {}
     return EighResult(_op(EIGH, x, part="w", **attrs), _op(EIGH, x, part="v", **attrs))
+
+
+def eig(a):
+    """numpy's eig: complex eigenvalues and vectors, or real ones where every eigenvalue
+    is real (numpy decides by the values: so does this, with one value of the data, a
+    graph break under jit)."""
+    x = _f(a, "eig")
+    w, v = _op(EIG, x, part="w"), _op(EIG, x, part="v")
+    if bool(red.all(ew.equal(ew.imag(w), 0))):
+        return EigResult(ew.real(w), ew.real(v))
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    return eig(a).eigenvalues
 
 
 def eigvalsh(a, UPLO="L"):

@@ -1,5 +1,5 @@
 """Linear algebra on stacks of matrices (numpy.linalg): cholesky, inv, solve, det,
-slogdet, eigh, svd, qr. Operands are (..., m, n) with equal leading (batch) dims; the
+slogdet, eig, eigh, svd, qr. Operands are (..., m, n) with equal leading (batch) dims; the
 tracer broadcasts batch dims and converts integers to float64 before it emits them.
 
 Sharding: batch dims are pass-through factors (a stack split over devices is solved
@@ -8,7 +8,7 @@ whole matrices, so a split row or column dim is gathered first (the partitioner 
 naming the op and the user's line). Every op runs its numpy reference on both backends.
 
 Ops with several numpy results are one op per result, picked by the `part` attribute
-(eigh: "w" / "v", svd: "u" / "s" / "vh", qr: "q" / "r"); slogdet's result stacks
+(eig, eigh: "w" / "v", svd: "u" / "s" / "vh", qr: "q" / "r"); slogdet's result stacks
 (sign, logabsdet) on a last dim of 2.
 """
 import numpy as np
@@ -104,7 +104,8 @@ def _keep_dtype(f):
                 out = np.asarray(f(a, *rest, **attrs))
             except np.linalg.LinAlgError:
                 out = _one_by_one(f, a, rest, attrs)
-        return out.astype(a.dtype, copy=False)
+        # (a complex result, eig's, in the complex dtype of the operand's precision)
+        return out.astype(a.dtype if out.dtype.kind != "c" else np.result_type(a.dtype, np.complex64), copy=False)
     return ref
 
 
@@ -257,6 +258,21 @@ def _eigh_factors(ins, outs, attrs):
 
 
 _linalg("eigh", _eigh_infer, _eigh_ref, None, _eigh_factors)
+
+
+def _eig_infer(a, part):
+    _square(a)
+    check(part in ("w", "v"), f"eig part must be 'w' or 'v', got {part!r}")
+    return aval(a.shape if part == "v" else a.shape[:-1], "complex64" if a.dtype == "float32" else "complex128")
+
+
+def _eig_ref(a, part):
+    # always complex: numpy's real result where every eigenvalue is real is the frontend's
+    w, v = np.linalg.eig(a)
+    return (v if part == "v" else w).astype(np.result_type(a.dtype, np.complex64))
+
+
+_linalg("eig", _eig_infer, _eig_ref, None, _eigh_factors)
 
 
 def _svd_shape(s, part, full):
