@@ -26,6 +26,7 @@ CANDIDATES = [(A,), (A, B), (A, 1), (A, 2.0), (S,), (S, S), (S, V), (V,), (V, V)
               (M, A, B), (A, 0, 1), (A, 0.5)]
 SAMPLES = {
     "einsum": ("ij,jk->ik", A, B.T), "dsplit": (rng.random((2, 3, 4)), 2), "cross": (V[:3], A[0, :3]),
+    "linalg.cross": (V[:3], A[:, :3]),
     "digitize": (A, np.array([0.6, 0.9, 1.2])), "bincount": (np.array([0, 2, 2, 5]),),
     "unpackbits": (np.array([[3, 200, 17], [255, 0, 128]], np.uint8), 1, 20, "little"),
     "packbits": (np.array([[1, 0, 1], [0, 0, 1]] * 3) > 0, 0),

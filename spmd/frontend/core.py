@@ -123,6 +123,18 @@ def check_int_fits(x, dtype, loc=None):
         int_arguments.must_fit(x, dtypes.canon(dtype))     # traced: checked on every call
 
 
+def error_at_run(cond, exc, message) -> bool:
+    """Python raises `exc` here where the traced 0-d bool `cond` holds: the program
+    computes it and jit raises after the run (before any argument is written back),
+    naming the user's line. False where that cannot be (inside a loop body or branch,
+    which runs many times or not at all): the caller then does what it did without."""
+    t = current_trace()
+    if t is None or t.parent is not None or cond._tr is not t:
+        return False
+    t.graph.errors.append((cond.value, exc, f"{message} (at {user_loc()})"))
+    return True
+
+
 def asarray(x, dtype=None, t=None) -> Tracer:
     """Any array-like -> a Tracer of `dtype` (a constant if it is not traced)."""
     t = t or trace_of(x)

@@ -278,6 +278,12 @@ API = (
     ("linalg.matrix_rank",LA.matrix_rank,                 (F,),      ()),
     ("linalg.cond",   LA.cond,                        (F,),      ()),
     ("linalg.multi_dot",LA.multi_dot,                   (F,),      ()),
+    ("linalg.matrix_transpose", LA.matrix_transpose,  (F,),      ()),
+    ("linalg.outer",  LA.outer,                       (F,),      ()),
+    ("linalg.cross",  LA.cross,                       (F,),      ()),
+    ("linalg.vecdot", LA.vecdot,                      (F,),      ()),
+    ("linalg.diagonal", LA.diagonal,                  (F,),      ()),
+    ("linalg.trace",  LA.trace,                       (F,),      ()),
     # -- numpy_lib/fft.py (np.fft.NAME)
     ("fft.fft",       FFT.fft,                        (F,),      ()),
     ("fft.ifft",      FFT.ifft,                       (F,),      ()),

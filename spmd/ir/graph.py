@@ -109,6 +109,9 @@ class Graph:
         # input position -> [(dtype, user line)]: a Python int argument combined with an integer array
         # of a narrower dtype must fit it (numpy's OverflowError); jit checks each call's value
         self.int_arguments: dict = {}
+        # [(bool Value, exception class, message)]: an error Python would raise at a line
+        # (math.sqrt of a negative); jit runs the program, then raises the first that holds
+        self.errors: list = []
         # propagation: {Value: why its sharding is fixed ("in_shardings for x", "spmd.shard
         # at f.py:3")} and {Value: [(dim, axes added, op, source Value, source dim)]}
         self.annotations: dict = {}

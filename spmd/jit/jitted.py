@@ -112,6 +112,11 @@ class Jitted:
             graph.outputs.append(v)
             out_sh.append(Sharding(mesh, (None,) * len(v.shape)) if mesh is not None else None)
             out_sh.names.append("a graph break's value")
+        # errors Python would raise (core.error_at_run): flags checked after each run
+        for v, _, _ in graph.errors:
+            graph.outputs.append(v)
+            out_sh.append(Sharding(mesh, ()) if mesh is not None else None)
+            out_sh.names.append("an error's condition")
         # written arguments are extra outputs, laid out as they came in
         for k, v in graph.updates:
             graph.outputs.append(v)
@@ -127,6 +132,7 @@ class Jitted:
         low.updates = [k for k, _ in graph.updates]
         low.numpy_args = {k: x.nbytes for k, x in enumerate(leaves) if isinstance(x, np.ndarray)}
         low.checks = len(checks)
+        low.errors = [(exc, msg) for _, exc, msg in graph.errors]
         low.returned = dict(graph.returned)
         low.scalars = dict(graph.scalar_outputs)
         low.int_arguments = dict(graph.int_arguments)
@@ -285,7 +291,7 @@ class Jitted:
         low = path.guess
         _check_int_arguments(low, leaves)
         outs = low(*leaves)
-        n = len(outs) - len(low.updates)
+        n = len(outs) - len(low.updates) - len(low.errors)
         if not path.holds(low, outs[n - low.checks:n]):
             return None, None
         return low, _without_checks(low, outs)
@@ -381,9 +387,13 @@ class _ConvertLoop(BaseException):
 
 
 def _without_checks(low, outs):
-    """low's outputs without the breaks' values it gives (after the results, before the
-    written arguments)."""
-    if not low.checks:
+    """low's outputs without the breaks' values and the errors' flags it gives (after the
+    results, before the written arguments); the first error whose flag is set raised."""
+    errors = low.errors
+    if not low.checks and not errors:
         return outs
     n = len(outs) - len(low.updates)
-    return list(outs[:n - low.checks]) + list(outs[n:])
+    for flag, (exc, msg) in zip(outs[n - len(errors):n], errors):
+        if bool(np.asarray(flag)):
+            raise exc(msg)
+    return list(outs[:n - len(errors) - low.checks]) + list(outs[n:])

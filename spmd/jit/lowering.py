@@ -43,6 +43,8 @@ class Lowered:
         # outputs after the results: the breaks' values as this program computes them, so a
         # call can run the path whole and check them (graph_breaks.Path)
         self.checks = 0
+        # then (exception class, message) per flag (Graph.errors): a call raises the first set
+        self.errors = []
         self.timings = {}             # seconds per stage, from the pipeline
         # with spmd.checkpoint: the plan that runs ("as written", "held", "merged"); else None
         self.checkpoints = None
@@ -157,7 +159,7 @@ class Lowered:
         reuse: numpy writes into them anyway, and the old value is read by no one after
         the run (a stencil step computes its new grid in the old one's buffers). The new
         value ends in them where the memory plan allows; else it is copied in after."""
-        if self.checks:       # run before its breaks are checked: the arguments stay as they were
+        if self.checks or self.errors:   # run before its breaks and errors are checked: the arguments stay as they were
             return frozenset()
         return frozenset(self.updates) - self.donated
 

@@ -267,6 +267,11 @@ CASES = [
     C("qr", lambda x: np.abs(np.linalg.qr(x)[1]) + np.abs(np.linalg.qr(x, mode="complete").Q), F,
       shapes=BATCH, local=(0,)),
     C("qr_r", lambda x: np.abs(np.linalg.qr(x, mode="r")), F, shapes=((2, 3, 5),), local=(0,)),
+    # numpy 2's array-API spellings
+    C("linalg_api", lambda x: np.linalg.matrix_transpose(x) + np.linalg.diagonal(x, offset=0)[..., None]
+      + np.linalg.trace(x)[..., None, None] + np.linalg.vecdot(x, x)[..., None], FI, shapes=BATCH, local=(0,)),
+    C("linalg_outer_cross", lambda x: np.linalg.outer(x[0, 0], x[0, 1]).sum()
+      + np.linalg.cross(x[..., :3], x[..., 1:4]), FI, shapes=((3, 4, 4), (1, 2, 5)), local=()),
     C("pinv", lambda x: np.linalg.pinv(x), F, shapes=((2, 3, 5), (2, 4, 4), (1, 2, 1)), local=(0,)),
     C("lstsq", lambda x: np.linalg.lstsq(x[0], x[0, :, 0])[0], F, shapes=((2, 6, 3), (1, 4, 4)), local=()),
     C("lstsq_res", lambda x: np.concatenate([v.ravel() for v in np.linalg.lstsq(x[0], x[0, :, :2])[:2]]),

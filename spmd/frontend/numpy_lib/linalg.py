@@ -396,3 +396,41 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):
     return norm(x, ord, (-2, -1), keepdims)
+
+
+# -- numpy 2's array-API spellings: numpy's functions on the last two axes (or `axis`) -----------
+def matrix_transpose(x, /):
+    x = core.asarray(x)
+    if x.ndim < 2:
+        raise ValueError(f"np.linalg.matrix_transpose: input array must be at least 2-dimensional, got "
+                         f"{list(x.shape)} (at {user_loc()})")
+    return np.swapaxes(x, -1, -2)
+
+
+def outer(x1, x2, /):
+    a, b = core.asarray(x1), core.asarray(x2)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"np.linalg.outer: input arrays must be one-dimensional, got {list(a.shape)} and "
+                         f"{list(b.shape)} (at {user_loc()})")
+    return np.outer(a, b)
+
+
+def cross(x1, x2, /, *, axis=-1):
+    a, b = core.asarray(x1), core.asarray(x2)
+    if a.shape[axis] != 3 or b.shape[axis] != 3:
+        raise ValueError(f"np.linalg.cross: both input arrays must be (arrays of) 3-dimensional vectors, got "
+                         f"{list(a.shape)} and {list(b.shape)} along axis {axis} (at {user_loc()})")
+    return np.cross(a, b, axis=axis)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    a, b = core.asarray(x1), core.asarray(x2)
+    return np.sum(np.conj(a) * b, axis=axis)
+
+
+def diagonal(x, /, *, offset=0):
+    return np.diagonal(core.asarray(x), offset, -2, -1)
+
+
+def trace(x, /, *, offset=0, dtype=None):
+    return np.trace(core.asarray(x), offset, -2, -1, dtype)
