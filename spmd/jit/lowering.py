@@ -161,6 +161,11 @@ class Lowered:
             return frozenset()
         return frozenset(self.updates) - self.donated
 
+    def replace_stage(self, name, graph):
+        """`graph` as stage `name` and the program that runs (compiled afresh)."""
+        self.stages[name] = self.stages["optimized"] = graph
+        self._exe = None
+
     def memory_profile(self):
         """What one run holds per device, step by step (backends/memory_profile.py)."""
         exe = self.compile()
@@ -192,10 +197,17 @@ class Lowered:
 
 
 class _FakeComm:
-    """The size of a mesh, where the executable asks a communicator for it."""
+    """What the executable asks a communicator when it plans a run: the mesh's size, and
+    whether the ranks are threads of one process exchanging natively (the local
+    runtime's: a native schedule then runs the collectives in its segments, which makes
+    their buffers when they start, backends/llvm/schedule.py)."""
 
     def __init__(self, mesh):
+        from ..runtime.current_runtime import get_runtime
         self.size = 1 if mesh is None else mesh.size
+        threads = self.size > 1 and get_runtime().name == "local"
+        self.ranks_in_process = self.size if threads else 1
+        self.native_exchange = True if threads else None
 
 
 
