@@ -55,11 +55,12 @@ def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_l
         if peak > memory_limit:
             room = max(plan.argument_bytes - (peak - memory_limit), plan.argument_bytes / mesh.size)
             again = choose(stages["optimized"], mesh, in_sh, out_sh, machine, network,
-                           memory_limit, in_sh.leaves, ties, argument_budget=room)
+                           memory_limit, in_sh.leaves, ties, argument_budget=room, reuse=plan.reuse)
             if again.programs and again.argument_bytes < plan.argument_bytes:
                 again.solve_seconds += plan.solve_seconds
                 again.solve_cpu_seconds += plan.solve_cpu_seconds
                 plan = again
+    plan.reuse = {}             # (not kept with the Lowered)
     in_sh[:] = plan.in_shardings
     out_sh[:] = plan.out_shardings
     if plan.programs:

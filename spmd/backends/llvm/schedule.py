@@ -28,6 +28,12 @@ PAR_WORK = 1 << 20
 # exchanges then never wait for another thread, which costs more than the work)
 SMALL_WORK = 1 << 15
 WHOLE = 1 << 62          # the end of a range covering a whole buffer
+# Python's bytes for each array a run makes besides its data (the ndarray object, its
+# shape and strides, its entry in the run's environment, the ctypes view its address is
+# read through): tracemalloc sees a train_gpt step hold about 300 a made array beyond the
+# memory plan; counted in the schedule's held bytes so that a plan under memory_limit
+# holds what a run measures
+ARRAY_OBJECT_BYTES = 400
 
 
 class Segment:
@@ -177,10 +183,15 @@ class Schedule:
     def held_bytes(self) -> int:
         """Bytes a device holds for this schedule as long as it is kept, besides the
         arena: its scratch (one buffer per slot and thread), its slots of the native
-        all-reduces' shared regions (exchange_reduce.py: a mailbox per member and op) and
-        its segments' argument blocks and programs (state: int64 entries)."""
+        all-reduces' shared regions (exchange_reduce.py: a mailbox per member and op),
+        its segments' argument blocks and programs (state: int64 entries), and Python's
+        objects of the arrays a run makes (ARRAY_OBJECT_BYTES each)."""
         blocks = 8 * self.size + sum(16 * len(it.instrs) for it in self.items if isinstance(it, Segment))
-        return sum(self.scratch_sizes.values()) + sum(self.mailboxes.values()) + blocks
+        arrays = sum(len(it.allocs) if isinstance(it, Segment) else len(self.exe.steps[it].results)
+                     if not isinstance(self.exe.steps[it], KernelStep) else len(self.exe.steps[it].kernel.outputs)
+                     for it in self.items)
+        return sum(self.scratch_sizes.values()) + sum(self.mailboxes.values()) + blocks + \
+            ARRAY_OBJECT_BYTES * arrays
 
     def only_segment(self):
         """The one Segment running every step of the program, or None (some run from Python)."""
