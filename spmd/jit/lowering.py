@@ -18,7 +18,8 @@ from .running import run
 NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared-memory segments, the "
                "result buffers the MPI and Ray communicators keep for reuse (up to 4 of each size, "
                "transports/buffer_pool.py), the per-member blocks a float all_reduce over MPI or Ray gathers "
-               "to reduce in group order; the compiled code; Python's and numpy's own objects")
+               "to reduce in group order; the compiled code; Python's and numpy's own objects (but those of "
+               "the arrays a run makes, counted in scratch_bytes)")
 
 
 class Lowered:
@@ -116,12 +117,15 @@ class Lowered:
         `peak_bytes`: the most a device holds at once: its arguments, the arena of
         temporaries and the scratch (allocated for every run), and the largest set of
         buffers made per call live at one step (outputs, collectives' results, ops run
-        through numpy). `peak`: the busiest step: its `op` and user line (`loc`),
+        through numpy; a native segment makes the buffers it writes when it starts and
+        holds them until it returns: the schedule the current runtime runs). `peak`: the busiest step: its `op` and user line (`loc`),
         `live_bytes`, those bytes `by_kind` (arguments, constants, outputs, activations:
         made before the step and read after it, temporaries: made or last read by it)
         and the largest values `live` there (value, shape, dtype, bytes, kind, and the op
         and user line that made it). Also `temp_bytes` (the arena),
-        `scratch_bytes` (copies of dot operands BLAS cannot read in place),
+        `scratch_bytes` (what the native schedule holds besides: copies of dot operands
+        BLAS cannot read in place, the native all-reduces' mailboxes, its argument blocks,
+        and Python's objects of the arrays a run makes),
         `temporary_bytes` (what a run needs besides its arguments, constants and outputs:
         XLA's temp allocation), `peak_live_bytes` (the largest set of temporaries the arena
         holds at once), `argument_bytes`,
