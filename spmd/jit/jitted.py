@@ -243,7 +243,6 @@ class Jitted:
         what the compiled program held beyond it, and MemoryLimitError says when that
         does not converge."""
         import time
-        from ..backends import planned_memory
         from ..backends.memory_budget import FITS, fit, too_big
         t0 = time.perf_counter()
         what = f"spmd.jit({self.fname}, memory_limit={self.memory_limit})"
@@ -255,7 +254,7 @@ class Jitted:
             peak = low.memory_profile().peak_bytes
             if peak <= self.memory_limit:
                 break
-            beyond = max(beyond + 1, peak - planned_memory(g, self.backend, donated).peak_bytes)
+            beyond = max(beyond + 1, peak - prof.peak_bytes)
         else:
             raise MemoryLimitError(too_big(g, low.memory_profile(), self.memory_limit, names, what))
         low.timings["remat"] = time.perf_counter() - t0
