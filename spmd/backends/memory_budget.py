@@ -17,6 +17,9 @@ from ..errors import MemoryLimitError
 from . import planned_memory as planned
 
 ROUNDS = 12
+# fits of a program against its compiled peak (jit: the plan leaves room for what the
+# compiled program holds beyond it, measured after each fit)
+FITS = 3
 LEVELS = 3             # segments within segments, at most this deep
 SINGULAR = {"arguments": "argument", "constants": "constant", "outputs": "output", "activations": "activation",
             "temporaries": "temporary"}
@@ -30,18 +33,21 @@ def mb(n) -> str:
     return f"{int(n)} B"
 
 
-def fit(graph, backend, donated, limit, names=(), what="the program"):
+def fit(graph, backend, donated, limit, names=(), what="the program", beyond=0):
     """The program, with values recomputed so that its planned peak per device is at most
     `limit` bytes; (graph, its MemoryProfile). `names`: per graph input, what the
-    caller calls it. First the cheapest values held across the peak, one by one; when
+    caller calls it. `beyond`: bytes the compiled program holds more than this plan
+    says (its native schedule's: jitted.py measures them), which the plan leaves room
+    for. First the cheapest values held across the peak, one by one; when
     that is not enough, segments of layers (budget.segment_plans), the fewest
     recomputed that fit."""
+    given, limit = limit, limit - beyond
     prof = planned(graph, backend, donated)
     if prof.peak_bytes <= limit:
         return graph, prof
     held = sum(b.nbytes for b in prof.buffers if b.start < 0 or b.constant)
     if held > limit:                        # (arguments over the limit: nothing helps)
-        raise MemoryLimitError(too_big(graph, prof, limit, names, what))
+        raise MemoryLimitError(too_big(graph, prof, given, names, what, beyond))
     best = _rounds(graph, prof, backend, donated, limit)
     start = (graph, prof)
     for _ in range(LEVELS):
@@ -62,7 +68,7 @@ def fit(graph, backend, donated, limit, names=(), what="the program"):
         best = start = level
     if best[1].peak_bytes <= limit:
         return best
-    raise MemoryLimitError(too_big(*best, limit, names, what))
+    raise MemoryLimitError(too_big(*best, given, names, what, beyond))
 
 
 def _rounds(graph, prof, backend, donated, limit):
@@ -82,7 +88,9 @@ def _rounds(graph, prof, backend, donated, limit):
     return best
 
 
-def too_big(graph, prof, limit, names, what) -> str:
+def too_big(graph, prof, limit, names, what, beyond=0) -> str:
+    """The MemoryLimitError's message; `beyond`: what the compiled program holds more
+    than `prof` counts (counted in its peak here)."""
     from ..ir.text import name_values
     k = prof.peak_step
     named = dict(zip(graph.inputs, names))
@@ -107,7 +115,9 @@ def too_big(graph, prof, limit, names, what) -> str:
             if args > limit else
             "recompute more of the forward pass (spmd.checkpoint on blocks of layers), split the batch over "
             "more devices, or raise memory_limit")
-    return (f"{what} needs {mb(prof.peak_bytes)} per device at its peak{where}, over memory_limit={mb(limit)}, "
+    extra = f" (with {mb(beyond)} its native schedule holds besides)" if beyond > 0 else ""
+    return (f"{what} needs {mb(prof.peak_bytes + beyond)} per device at its peak{where}{extra}, over "
+            f"memory_limit={mb(limit)}, "
             f"and recomputing what it holds there cannot bring it under: live there "
             f"(arguments {mb(args)}, activations {mb(by['activations'])}, temporaries {mb(by['temporaries'])}, "
             f"outputs {mb(by['outputs'])}), largest first:\n" + "\n".join(rows) + f"\nTo fit: {hint}.")

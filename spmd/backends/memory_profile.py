@@ -183,7 +183,7 @@ def profile_of_ops(graph) -> MemoryProfile:
 
 
 def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=0, joined=None,
-            kept=(), in_outputs=None) -> MemoryProfile:
+            kept=(), in_outputs=None, made=None) -> MemoryProfile:
     """`steps`: (op, values read, results, values written into buffers the backend plans)
     per step, in order. `in_place`: written value -> the value whose buffer it is written
     into; `arena`: written values placed in the arena; `joined`: value -> the value whose
@@ -194,7 +194,7 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
     result that is not written is a view of its first operand when its op is a view
     (OpDef.view: numpy returns one), else a new array."""
     in_place, joined, arena, kept = in_place or {}, joined or {}, set(arena), set(kept)
-    in_outputs = in_outputs or {}
+    in_outputs, made = in_outputs or {}, made or {}
     of = {}                      # value -> its Buffer
     buffers = []
 
@@ -218,7 +218,7 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
             if r in written and src is not None and src in of:
                 of[r] = of[src]
                 of[r].values.append((k, r))
-            elif r in written:
+            elif r in written or r in made:
                 new(r, k, arena=r in arena, host=in_outputs[r][0] if r in in_outputs else None)
             elif op.opdef.reindex.view and op.operands and op.operands[0] in of:
                 of[r] = of[op.operands[0]]              # a view: the base stays alive while it is read
@@ -232,6 +232,10 @@ def profile(graph, steps, in_place=None, arena=(), arena_bytes=0, scratch_bytes=
             b.end = n
     for h, _ in in_outputs.values():
         of[h].start = 0
+    for v, (first, last) in made.items():
+        b = of.get(v)
+        if b is not None and b.start >= 0 and not b.arena and b.host is None:
+            b.start, b.end = min(b.start, first), max(b.end, last)
     for v, outer in joined.items():
         # an operand computed in its place in the join's buffer: that part of the buffer
         # is held from the operand's first write, the rest from the join

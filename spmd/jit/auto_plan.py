@@ -51,15 +51,16 @@ def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_l
         # estimate here, before the compiler's passes, is high and counts the gathered
         # weights a split adds at their worst)
         from ..backends import planned_memory
-        peak = planned_memory(plan.programs[1], "llvm").peak_bytes
+        peak = _estimated_peak(planned_memory(plan.programs[1], "llvm"))
         if peak > memory_limit:
             room = max(plan.argument_bytes - (peak - memory_limit), plan.argument_bytes / mesh.size)
             again = choose(stages["optimized"], mesh, in_sh, out_sh, machine, network,
-                           memory_limit, in_sh.leaves, ties, argument_budget=room)
+                           memory_limit, in_sh.leaves, ties, argument_budget=room, reuse=plan.reuse)
             if again.programs and again.argument_bytes < plan.argument_bytes:
                 again.solve_seconds += plan.solve_seconds
                 again.solve_cpu_seconds += plan.solve_cpu_seconds
                 plan = again
+    plan.reuse = {}             # (not kept with the Lowered)
     in_sh[:] = plan.in_shardings
     out_sh[:] = plan.out_shardings
     if plan.programs:
@@ -70,4 +71,12 @@ def choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, network, memory_l
     return plan, (stages, timings)
 
 
+def _estimated_peak(prof) -> int:
+    """The planned peak of a program before the compiler's passes, with the outputs not
+    yet written at its busiest step counted there too: the native schedule makes a
+    segment's output buffers when the segment starts (backends/llvm/schedule.py), and a
+    training step's segment is most of it."""
+    k = prof.peak_step
+    late = sum(b.nbytes for b in prof.own if b.end >= prof.n and b.start > k and not b.arena)
+    return prof.peak_bytes + late
 

@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from ..errors import ConcreteValueError, FallbackWarning, SpmdError, warn_at
+from ..errors import ConcreteValueError, FallbackWarning, MemoryLimitError, SpmdError, warn_at
 from ..frontend import loop_conversion as lc
 from ..frontend.core import check_int_fits
 from ..frontend.trace import ShapeDtype, current_trace
@@ -247,13 +247,27 @@ class Jitted:
 
     def _fit(self, low, names):
         """Recompute what the program holds until its plan fits memory_limit per device
-        (backends/memory_budget.py); the result is the "remat" stage, and what runs."""
+        (backends/memory_budget.py); the result is the "remat" stage, and what runs. The
+        compiled program's peak (Lowered.memory_profile: its native schedule makes a
+        segment's buffers when the segment starts, and holds scratch and mailboxes) is
+        the one that must fit: where it is over, the plan is fitted again with room for
+        what the compiled program held beyond it, and MemoryLimitError says when that
+        does not converge."""
         import time
-        from ..backends.memory_budget import fit
+        from ..backends.memory_budget import FITS, fit, too_big
         t0 = time.perf_counter()
         what = f"spmd.jit({self.fname}, memory_limit={self.memory_limit})"
-        g, _ = fit(low.graph, self.backend, sorted(low.donated), self.memory_limit, names, what)
-        low.stages["remat"] = low.stages["optimized"] = g
+        donated = sorted(low.donated)
+        start, beyond = low.graph, 0
+        for _ in range(FITS):
+            g, prof = fit(start, self.backend, donated, self.memory_limit, names, what, beyond)
+            low.replace_stage("remat", g)
+            peak = low.memory_profile().peak_bytes
+            if peak <= self.memory_limit:
+                break
+            beyond = max(beyond + 1, peak - prof.peak_bytes)
+        else:
+            raise MemoryLimitError(too_big(g, low.memory_profile(), self.memory_limit, names, what))
         low.timings["remat"] = time.perf_counter() - t0
 
     def __call__(self, *args):

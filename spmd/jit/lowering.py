@@ -18,7 +18,8 @@ from .running import run
 NOT_COUNTED = ("the communicator's own memory: MPI's internal buffers and shared-memory segments, the "
                "result buffers the MPI and Ray communicators keep for reuse (up to 4 of each size, "
                "transports/buffer_pool.py), the per-member blocks a float all_reduce over MPI or Ray gathers "
-               "to reduce in group order; the compiled code; Python's and numpy's own objects")
+               "to reduce in group order; the compiled code; Python's and numpy's own objects (but those of "
+               "the arrays a run makes, counted in scratch_bytes)")
 
 
 class Lowered:
@@ -118,12 +119,15 @@ class Lowered:
         `peak_bytes`: the most a device holds at once: its arguments, the arena of
         temporaries and the scratch (allocated for every run), and the largest set of
         buffers made per call live at one step (outputs, collectives' results, ops run
-        through numpy). `peak`: the busiest step: its `op` and user line (`loc`),
+        through numpy; a native segment makes the buffers it writes when it starts and
+        holds them until it returns: the schedule the current runtime runs). `peak`: the busiest step: its `op` and user line (`loc`),
         `live_bytes`, those bytes `by_kind` (arguments, constants, outputs, activations:
         made before the step and read after it, temporaries: made or last read by it)
         and the largest values `live` there (value, shape, dtype, bytes, kind, and the op
         and user line that made it). Also `temp_bytes` (the arena),
-        `scratch_bytes` (copies of dot operands BLAS cannot read in place),
+        `scratch_bytes` (what the native schedule holds besides: copies of dot operands
+        BLAS cannot read in place, the native all-reduces' mailboxes, its argument blocks,
+        and Python's objects of the arrays a run makes),
         `temporary_bytes` (what a run needs besides its arguments, constants and outputs:
         XLA's temp allocation), `peak_live_bytes` (the largest set of temporaries the arena
         holds at once), `argument_bytes`,
@@ -163,6 +167,11 @@ class Lowered:
             return frozenset()
         return frozenset(self.updates) - self.donated
 
+    def replace_stage(self, name, graph):
+        """`graph` as stage `name` and the program that runs (compiled afresh)."""
+        self.stages[name] = self.stages["optimized"] = graph
+        self._exe = None
+
     def memory_profile(self):
         """What one run holds per device, step by step (backends/memory_profile.py)."""
         exe = self.compile()
@@ -194,10 +203,17 @@ class Lowered:
 
 
 class _FakeComm:
-    """The size of a mesh, where the executable asks a communicator for it."""
+    """What the executable asks a communicator when it plans a run: the mesh's size, and
+    whether the ranks are threads of one process exchanging natively (the local
+    runtime's: a native schedule then runs the collectives in its segments, which makes
+    their buffers when they start, backends/llvm/schedule.py)."""
 
     def __init__(self, mesh):
+        from ..runtime.current_runtime import get_runtime
         self.size = 1 if mesh is None else mesh.size
+        threads = self.size > 1 and get_runtime().name == "local"
+        self.ranks_in_process = self.size if threads else 1
+        self.native_exchange = True if threads else None
 
 
 

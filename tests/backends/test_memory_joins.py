@@ -79,8 +79,9 @@ def test_a_bucket_is_held_part_by_part():
     assert mem.offset_of[u] == mem.offset_of[g2], mem.offset_of
     assert mem.in_outputs == {v: (g.outputs[0], 0)}, mem.in_outputs
     # the profile holds each part from its own write too: the bucket is not live before g1
-    rep = exe.memory_profile().report()
-    assert rep["temporary_bytes"] == 2 * block, rep
+    # (besides what the native schedule holds: its scratch, mailboxes, argument blocks)
+    prof = exe.memory_profile()
+    assert prof.temporary_bytes - prof.scratch_bytes == 2 * block, prof.report()
 
 
 def test_a_part_is_never_shared_with_what_its_step_reads():
@@ -205,7 +206,9 @@ def test_an_mlp_steps_bucket_takes_its_bytes_as_its_gradients_are_made():
     low = spmd.jit(step, in_shardings=specs).lower(p, x, y)
     assert len(low.compile().memory.joined) == 1
     grad, dhidden = din * dh // 2 * 4, B // 2 * dh // 2 * 4
-    assert low.memory()["temporary_bytes"] <= 2 * grad + dhidden + 64, low.memory()
+    # (the arena: temporary_bytes adds what the native schedule holds besides, its
+    # all-reduce mailboxes and the buffers a segment makes when it starts)
+    assert low.memory()["temp_bytes"] <= 2 * grad + dhidden + 64, low.memory()
     got = [np.asarray(a) for a in spmd.tree.tree_flatten(spmd.jit(step, in_shardings=specs)(p, x, y))[0]]
     want = [np.asarray(a) for a in spmd.tree.tree_flatten(
         spmd.jit(step, in_shardings=specs, backend="numpy")(p, x, y))[0]]

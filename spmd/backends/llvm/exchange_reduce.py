@@ -80,7 +80,9 @@ def _region(sched, op, x):
         return None
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
     stride = SLOT_HEAD + -(-nbytes // 64) * 64
-    return (("all_reduce", note_op(op)), op.attrs["group_size"] * stride, stride, kind)
+    key = ("all_reduce", note_op(op))
+    sched.mailboxes[key] = stride + 64 // op.attrs["group_size"]     # (and the region's alignment)
+    return (key, op.attrs["group_size"] * stride, stride, kind)
 
 
 def _post(sched, op, x, region, handle):

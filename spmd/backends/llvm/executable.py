@@ -192,25 +192,31 @@ class LLVMExecutable(Executable):
         return sched
 
     def memory_report(self, comm=None) -> dict:
-        """The plan's figures (memory.py) plus the native schedule's scratch (the copies of
-        dot operands BLAS cannot read where they are), per device."""
-        n = self.threads or threads_for(comm)
-        sched = next((s for (k, _, _), s in self._schedules.items() if k == n), None)
-        if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
-            sched = self.schedule(n)
+        """The plan's figures (memory.py) plus what the native schedule holds besides the
+        arena (`scratch_bytes`: the copies of dot operands BLAS cannot read where they are,
+        and the native all-reduces' mailboxes), per device."""
+        sched = self.profiled_schedule(comm)
         rep = self.memory.report()
-        rep["scratch_bytes"] = sum(sched.scratch_sizes.values()) if sched is not None else 0
+        rep["scratch_bytes"] = sched.held_bytes if sched is not None else 0
         return rep
 
     def memory_profile(self, comm=None):
-        """What a run holds, step by step (backends/memory_profile.py)."""
-        n = self.threads or threads_for(comm)
-        sched = next((s for (k, _, _), s in self._schedules.items() if k == n), None)
-        if sched is None and os.environ.get("SPMD_NATIVE", "1") != "0":
-            sched = self.schedule(n)
-        scratch = sum(sched.scratch_sizes.values()) if sched is not None else 0
-        return memory_profile(self.graph, self.steps, self.memory, writes_into,
-                              kept=sched.consts if sched is not None else (), scratch_bytes=scratch)
+        """What a run holds, step by step (backends/memory_profile.py), as the schedule a
+        run with `comm` builds holds it: the buffers a native segment makes when it starts,
+        held until it returns, and the schedule's scratch and mailboxes."""
+        sched = self.profiled_schedule(comm)
+        if sched is None:
+            return memory_profile(self.graph, self.steps, self.memory, writes_into)
+        return memory_profile(self.graph, self.steps, self.memory, writes_into, kept=sched.consts,
+                              scratch_bytes=sched.held_bytes, made=sched.made())
+
+    def profiled_schedule(self, comm):
+        """The native schedule a run with `comm` (a communicator, or an object with its
+        `size`, `ranks_in_process` and `native_exchange`) uses; None where runs go step by
+        step from Python (SPMD_NATIVE=0)."""
+        if os.environ.get("SPMD_NATIVE", "1") == "0":
+            return None
+        return self.schedule(self.threads or threads_for(comm), native.shares_blas(comm), native_collectives(comm))
 
     def arena(self):
         """This thread's arena of temporaries (the local runtime runs ranks as threads)."""

@@ -596,10 +596,14 @@ def drops(last, outs, n) -> list:
     return free_after
 
 
-def memory_profile(graph, steps, plan: MemoryPlan, writes, kept=(), scratch_bytes=0):
+def memory_profile(graph, steps, plan: MemoryPlan, writes, kept=(), scratch_bytes=0, made=None):
     """The run of a planned program as the buffers it holds (backends/memory_profile.py):
     the arena's temporaries with their live ranges, outputs and in-place chains, and the
-    arrays made per call by the steps the plan does not place (collectives, numpy ops)."""
+    arrays made per call by the steps the plan does not place (collectives, numpy ops).
+    `made`: {value: (first step, last step)} of the values a native schedule's segment
+    makes buffers for when it starts (schedule.Segment.allocs): each is a buffer of its
+    own, held from the segment's first step to the later of its last read and the
+    segment's last step (the segment drops nothing before it returns)."""
     from ..memory_profile import profile
     rows = []
     for step in steps:
@@ -611,4 +615,4 @@ def memory_profile(graph, steps, plan: MemoryPlan, writes, kept=(), scratch_byte
         for i in placed:
             joined[c.producer.operands[i]] = c
     return profile(graph, rows, plan.in_place, plan.offset_of, plan.arena_bytes, scratch_bytes, joined, kept,
-                   plan.in_outputs)
+                   plan.in_outputs, made)

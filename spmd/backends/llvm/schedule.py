@@ -28,6 +28,12 @@ PAR_WORK = 1 << 20
 # exchanges then never wait for another thread, which costs more than the work)
 SMALL_WORK = 1 << 15
 WHOLE = 1 << 62          # the end of a range covering a whole buffer
+# Python's bytes for each array a run makes besides its data (the ndarray object, its
+# shape and strides, its entry in the run's environment, the ctypes view its address is
+# read through): tracemalloc sees a train_gpt step hold about 300 a made array beyond the
+# memory plan; counted in the schedule's held bytes so that a plan under memory_limit
+# holds what a run measures
+ARRAY_OBJECT_BYTES = 400
 
 
 class Segment:
@@ -63,6 +69,7 @@ class Schedule:
         self.consts = {}         # value -> its array (constants are not made per call)
         self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.native_starts = {}  # a started all-reduce's handle -> its region, when it runs natively (exchange_reduce.py)
+        self.mailboxes = {}      # a native all-reduce's region key -> the bytes of a member's slot in it
         self.items = self.segments()                       # Segment | step index
         self.small = self.largest_kernel() < SMALL_WORK
         self.size = self.lay_out_arguments()
@@ -159,6 +166,32 @@ class Schedule:
         """The most elements a kernel of the program (or of a loop it runs natively) touches."""
         own = [step.work for step in self.exe.steps if isinstance(step, KernelStep)]
         return max(own + [b.largest_kernel() for b in self.kept], default=0)
+
+    def made(self) -> dict:
+        """{value: (first step, last step) of its segment}: the buffers outside the arena a
+        segment makes when it starts (its allocs not written over another value) and holds
+        until it returns (backends/memory_profile.py counts them so)."""
+        out = {}
+        for it in self.items:
+            if isinstance(it, Segment):
+                for v, src in it.allocs:
+                    if src is None:
+                        out[v] = (it.steps[0], it.steps[-1])
+        return out
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes a device holds for this schedule as long as it is kept, besides the
+        arena: its scratch (one buffer per slot and thread), its slots of the native
+        all-reduces' shared regions (exchange_reduce.py: a mailbox per member and op),
+        its segments' argument blocks and programs (state: int64 entries), and Python's
+        objects of the arrays a run makes (ARRAY_OBJECT_BYTES each)."""
+        blocks = 8 * self.size + sum(16 * len(it.instrs) for it in self.items if isinstance(it, Segment))
+        arrays = sum(len(it.allocs) if isinstance(it, Segment) else len(self.exe.steps[it].results)
+                     if not isinstance(self.exe.steps[it], KernelStep) else len(self.exe.steps[it].kernel.outputs)
+                     for it in self.items)
+        return sum(self.scratch_sizes.values()) + sum(self.mailboxes.values()) + blocks + \
+            ARRAY_OBJECT_BYTES * arrays
 
     def only_segment(self):
         """The one Segment running every step of the program, or None (some run from Python)."""

@@ -64,6 +64,9 @@ class AutoPlan:
     # the kept plan's global program propagated and partitioned (lowering takes them on:
     # they are not made twice); not part of the plan's text
     programs: tuple = field(default=(), repr=False, compare=False)
+    # what a search again of the same program (another argument budget) takes as it is:
+    # the Problem, and each plan realized ({key: (propagated, partitioned, seconds)})
+    reuse: dict = field(default_factory=dict, repr=False, compare=False)
 
     def explain_lines(self) -> list:
         out = [f"spmd.AUTO: kept the {self.chosen} plan (searched in {self.solve_seconds:.2f} s; "
@@ -93,11 +96,13 @@ def baseline(shape, mesh):
 
 
 def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_limit=None, names=None,
-           ties=None, argument_budget=None) -> AutoPlan:
+           ties=None, argument_budget=None, reuse=None) -> AutoPlan:
     """`ties`: {result position: argument position} of results that are that argument's
     next value (problem.build): unless given, they take the argument's layout.
     `argument_budget`: bytes per device the arguments may hold (default: ARGUMENT_SHARE
-    of memory_limit)."""
+    of memory_limit). `reuse`: an earlier AutoPlan's `reuse` of the same program and
+    arguments (a search again under another budget: its Problem is not built again,
+    nor a plan it realized)."""
     t0, c0 = time.perf_counter(), time.thread_time()
     ties = {k: i for k, i in (ties or {}).items() if out_shardings[k] is None or is_auto(out_shardings[k])}
     names = list(names) if names is not None else [f"argument {i}" for i in range(len(graph.inputs))]
@@ -107,7 +112,12 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     given_out = [s if isinstance(s, Sharding) else None for s in out_shardings]
     budget = argument_budget if argument_budget is not None else \
         None if memory_limit is None else ARGUMENT_SHARE * memory_limit
-    pb = build(graph, mesh, list(in_shardings), list(out_shardings), machine, network, names, ties)
+    reuse = reuse if reuse is not None else {}
+    pb = reuse.get("problem")
+    if pb is None:
+        pb = reuse["problem"] = build(graph, mesh, list(in_shardings), list(out_shardings), machine, network,
+                                      names, ties)
+    realized = reuse.setdefault("judged", {})
     plans, choices, searched_total = {}, {}, {}
     for method, choice in solve(pb, budget):
         ins, outs = list(given_in), list(given_out)
@@ -146,10 +156,14 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             if got[0] == key:           # realized as an earlier plan: its program, not made again
                 made[name], seconds[name], fits[name] = got, seconds[other], fits[other]
                 return
-        g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
-        p = partition(g)
-        made[name] = (key, g, p)
-        seconds[name] = program_seconds(p, mesh, machine, network, buckets=True, unknown_trips=WHILE_TRIPS)["seconds"]
+        got = realized.get(key)
+        if got is None:
+            g = propagate(graph, mesh, _named(ins, in_shardings), _named(outs, out_shardings), hint)
+            p = partition(g)
+            t = program_seconds(p, mesh, machine, network, buckets=True, unknown_trips=WHILE_TRIPS)["seconds"]
+            got = realized[key] = (g, p, t)
+        made[name] = (key, got[0], got[1])
+        seconds[name] = got[2]
         held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         fits[name] = budget is None or held <= budget
 
@@ -195,7 +209,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
                     size={"nodes": len(pb.nodes), "edges": len(pb.edges),
                           "pairs": int(sum(e.small.size for e in pb.edges)),
                           "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
-                    hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated)
+                    hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated, reuse=reuse)
     plan.argument_bytes = float(sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins)
                                     if s is not None))
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
