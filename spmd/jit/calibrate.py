@@ -12,9 +12,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
     cache_*     the last-level cache's share of a device (cache_bytes) and the rate of
                 a streaming kernel whose arrays fit it (cache_bandwidth_devices)
     argument    seconds per byte a call spends on an argument given as numpy (placed on
-                the local devices), `written` more per byte where the program writes it
-                (copied back into the caller's array): a tiny program called on numpy and
-                on placed arrays, apart
+                the local devices, or the devices' private copies of one written),
+                `written_back` more per byte where the program writes it (copied back
+                into the caller's array): a tiny program called on numpy and on placed
+                arrays, apart
     *_devices   compute and bandwidth again with every local device running the kernel
                 at once, each on its own block (flops_devices, bandwidth_devices): what a
                 device gets while the others compute too (the devices share the cores)
@@ -37,6 +38,7 @@ import time
 
 import numpy as np
 
+from ..sharding.cost_model import private_copy_bytes
 from .rates import path
 
 
@@ -172,7 +174,11 @@ def _numpy_arguments(devices, row, cols, runs) -> dict:
     write = spmd.jit(_write_row, in_shardings=row)
     t_read = _median_seconds(read, (x,), runs) - _median_seconds(read, (placed,), runs)
     t_write = _median_seconds(write, (x,), runs) - _median_seconds(write, (placed,), runs)
-    return {"argument": max(t_read, 0.0) / nbytes, "written": max(t_write - t_read, 0.0) / nbytes}
+    argument = max(t_read, 0.0) / nbytes
+    # the written call also made the devices' private copies (the array once in this
+    # layout: cost_model.private_copy_bytes), which the model prices at `argument`
+    private = private_copy_bytes(x.shape, x.itemsize, row, devices)
+    return {"argument": argument, "written_back": max(t_write - t_read - private * argument, 0.0) / nbytes}
 
 
 def store(rates: dict) -> str:
@@ -200,7 +206,7 @@ def calibrate(devices=4, quick=False, out=None) -> int:
               file=out)
     if "argument" in mch:
         print(f"a numpy argument: {mch['argument'] * 2**20 * 1e6:.0f} us a MiB placed, "
-              f"{mch['written'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)
+              f"{mch['written_back'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "

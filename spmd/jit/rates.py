@@ -55,7 +55,7 @@ def rates(network=None, machine=None, devices=1) -> tuple:
             machine = Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
                               step=float(rate("step") or Machine().step),
                               argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
-                              written=float(m["written"]) if m.get("written") is not None else 6.0 / alone,
+                              written=written_back(m, 4.0 / alone),
                               call=float(rate("call") or Machine().call),
                               cache_bytes=float(m.get("cache_bytes") or 0.0) if devices > 1 else 0.0,
                               cache_bandwidth=float(m["cache_bandwidth_devices"])
@@ -70,3 +70,14 @@ def rates(network=None, machine=None, devices=1) -> tuple:
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source
+
+
+def written_back(m, default) -> float:
+    """Machine.written from a stored calibration: `written_back`; a calibration stored
+    before the private copies were priced apart has `written`, which counted one such
+    copy (the array once, at the rate of placing it)."""
+    if m.get("written_back") is not None:
+        return float(m["written_back"])
+    if m.get("written") is not None:
+        return max(float(m["written"]) - float(m.get("argument") or 0.0), 0.0)
+    return default
