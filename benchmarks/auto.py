@@ -21,8 +21,9 @@ devices' threads share one process, so there its fourth) and the limit, against 
 example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
 
 Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
-rank 0 prints; the prediction uses the stored rates (`spmd doctor --calibrate`: a local
-measurement, there is no fresh one of MPI's).
+rank 0 prints; the prediction uses the stored rates: the machine's from `spmd doctor
+--calibrate`, the link's from `mpiexec -n 4 python -m spmd.jit.calibrate` (MPI's, which
+spmd.AUTO plans with too; where it was not measured, the local transport's).
 
 Where no rates are stored, `spmd doctor --calibrate`'s measurement is taken and stored
 first: spmd.AUTO plans with the stored rates (the defaults are another machine's).

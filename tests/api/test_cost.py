@@ -141,6 +141,30 @@ def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch
     assert R.rates()[0].flops == R.Machine().flops
 
 
+def test_under_mpi_the_stored_mpi_link_is_taken(tmp_path, monkeypatch):
+    """`mpiexec -n 4 python -m spmd.jit.calibrate` stores MPI's link beside the local
+    one: programs run under MPI take it (their ranks are processes exchanging through
+    MPI), those on the local transport the local one; a calibration stored before
+    written_back was apart is read less the private copy it counted."""
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "argument": 1e-9,
+                                         "written": 4e-9},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}},
+                             "networks": {"mpi": {"ranks": 4, "within": {"latency": 5e-4, "bandwidth": 1e8}}}}))
+    os.utime(f, ns=(10**18 + 7, 10**18 + 7))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    m, n, _ = R.rates(devices=4)
+    assert (n.within.latency, n.within.bandwidth) == (1e-6, 2e9)
+    assert m.written == pytest.approx(3e-9)
+    monkeypatch.setattr(R, "transport", lambda: "mpi")
+    m, n, _ = R.rates(devices=4)
+    assert (n.within.latency, n.within.bandwidth) == (5e-4, 1e8)
+    given = Network(within=Link(latency=1.0, bandwidth=1.0))
+    assert R.rates(network=given)[1] is given          # network= wins
+
+
 def _dp_step(p, x, y):
     def loss(p):
         h = np.maximum(x @ p["w1"], 0)
