@@ -164,7 +164,9 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
         base = [baseline(v[i].shape, mesh) if i in auto_in else given_in[i] for i in range(len(v))]
         whole = [Sharding(mesh, (None,) * v[i].ndim) if i in auto_in else given_in[i] for i in range(len(v))]
         named = [("baseline", base), ("replicated", whole)]
-        data = data_parallel(graph, mesh, auto_in, given_in, ties)
+        # (not under a memory budget: its state whole fits the arguments' share while
+        # its activations overshoot the limit, which the share does not see)
+        data = data_parallel(graph, mesh, auto_in, given_in, ties) if budget is None else None
         if data is not None:
             named.insert(1, ("data parallel", data))
         for name, ins in named:
@@ -195,9 +197,10 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             seconds[name], fits[name] = unsplit, True
             estimated.add(name)
             continue
-        if name in searched_total and name != judged[0] and searched_total[name][0] == searched_total[judged[0]][0] \
+        if budget is None and name in searched_total and name != judged[0] \
                 and searched_total[name][1] > NEAR * searched_total[judged[0]][1]:
             # a search's plan its own model finds far slower than the best one's: the same
+            # (not under a memory budget: there what the plan made holds decides first)
             seconds[name], fits[name] = searched_total[name][1], not searched_total[name][0]
             estimated.add(name)
             continue
