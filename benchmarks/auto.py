@@ -21,8 +21,9 @@ devices' threads share one process, so there its fourth) and the limit, against 
 example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
 
 Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
-rank 0 prints; the prediction uses the stored rates (`spmd doctor --calibrate`: a local
-measurement, there is no fresh one of MPI's).
+rank 0 prints; the prediction uses the stored rates: the machine's from `spmd doctor
+--calibrate`, the link's from `mpiexec -n 4 python -m spmd.jit.calibrate` (MPI's, which
+spmd.AUTO plans with too; where it was not measured, the local transport's).
 
 Where no rates are stored, `spmd doctor --calibrate`'s measurement is taken and stored
 first: spmd.AUTO plans with the stored rates (the defaults are another machine's).
@@ -125,11 +126,12 @@ def fresh_rates():
     """(Machine, Network) measured now (spmd.jit.calibrate.measure), the rates each of the
     4 local devices gets while all run."""
     from spmd.jit.calibrate import measure
+    from spmd.jit.rates import written_back
     from spmd.sharding.cost_model import Link, Machine, Network
     m = measure(4)
     mc, w = m["machine"], m["network"]["within"]
     machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
-                      argument=mc.get("argument"), written=mc.get("written"), call=mc.get("call_devices", 0.0),
+                      argument=mc.get("argument"), written=written_back(mc, None), call=mc.get("call_devices", 0.0),
                       cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "

@@ -12,15 +12,21 @@ cost model, measured with spmd's own compiled programs and stored for every late
     cache_*     the last-level cache's share of a device (cache_bytes) and the rate of
                 a streaming kernel whose arrays fit it (cache_bandwidth_devices)
     argument    seconds per byte a call spends on an argument given as numpy (placed on
-                the local devices), `written` more per byte where the program writes it
-                (copied back into the caller's array): a tiny program called on numpy and
-                on placed arrays, apart
+                the local devices, or the devices' private copies of one written),
+                `written_back` more per byte where the program writes it (copied back
+                into the caller's array): a tiny program called on numpy and on placed
+                arrays, apart
     *_devices   compute and bandwidth again with every local device running the kernel
                 at once, each on its own block (flops_devices, bandwidth_devices): what a
                 device gets while the others compute too (the devices share the cores)
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
                 and large (the bytes a device receives per second)
+    mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
+                chain over the MPI ranks, stored beside the rest as networks.mpi; the
+                model takes it for programs run under MPI (processes on one host
+                exchange through MPI and poll while they wait: on a host with fewer
+                cores than ranks, far slower than the local transport's threads)
 
 Each figure is the median of several runs, taken after a warm-up; the whole takes a few
 seconds (`quick=True`: smaller sizes, for tests). The rates are of this machine as it
@@ -37,6 +43,7 @@ import time
 
 import numpy as np
 
+from ..sharding.cost_model import private_copy_bytes
 from .rates import path
 
 
@@ -109,19 +116,39 @@ def measure(devices=4, quick=False) -> dict:
                                          out_shardings=mesh.sharding("x")), (xs, xs), runs * 3)
             out["machine"]["cache_bytes"] = share
             out["machine"]["cache_bandwidth_devices"] = 3.0 * mc * 4 / max(t - out["machine"]["step_devices"], 1e-7)
-        rounds = 2 * int(np.ceil(np.log2(devices)))
-        per = {}
-        for cols in (16, (1 << 14) if quick else (1 << 18)):
-            xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
-            t1 = _median_seconds(spmd.jit(_chain(1), in_shardings=row, out_shardings=row), (xs,), runs)
-            t9 = _median_seconds(spmd.jit(_chain(9), in_shardings=row, out_shardings=row), (xs,), runs)
-            per[cols] = max((t9 - t1) / 8, 1e-7)
-        small, large = sorted(per)
-        latency = per[small] / rounds
-        received = 2 * (devices - 1) / devices * large * 4
-        bw = received / max(per[large] - per[small], 1e-7)
-        out["network"] = {"within": {"latency": latency, "bandwidth": bw}}
+        out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs)}
     return out
+
+
+def measure_link(mesh, quick=False, runs=7) -> dict:
+    """{latency, bandwidth} of the started runtime's collectives over the 1-D `mesh`: a
+    chain of 17 dependent all_reduces against one, small (its latency per round) and
+    large (the bytes a device receives per second); sixteen differences, not eight, so
+    that the load a shared machine carries moves the figure less."""
+    import spmd
+    devices = mesh.size
+    row = mesh.sharding("x", None)
+    rounds = 2 * int(np.ceil(np.log2(devices)))
+    per = {}
+    for cols in (16, (1 << 14) if quick else (1 << 18)):
+        xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
+        t1 = _median_seconds(spmd.jit(_chain(1), in_shardings=row, out_shardings=row), (xs,), runs)
+        t17 = _median_seconds(spmd.jit(_chain(17), in_shardings=row, out_shardings=row), (xs,), runs)
+        per[cols] = max((t17 - t1) / 16, 1e-7)
+    small, large = sorted(per)
+    received = 2 * (devices - 1) / devices * large * 4
+    return {"latency": per[small] / rounds, "bandwidth": received / max(per[large] - per[small], 1e-7)}
+
+
+def measure_mpi(quick=False) -> dict:
+    """Under mpiexec: the MPI transport's link over all its ranks (measure_link), which
+    the cost model takes for programs run under MPI (rates.py): processes exchanging
+    through MPI, not threads of one process."""
+    import spmd
+    spmd.init()
+    n = spmd.device_count()
+    return {"ranks": n, "within": measure_link(spmd.Mesh((n,), ("x",)), quick, 3 if quick else 7),
+            "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def _dots(k):
@@ -172,7 +199,11 @@ def _numpy_arguments(devices, row, cols, runs) -> dict:
     write = spmd.jit(_write_row, in_shardings=row)
     t_read = _median_seconds(read, (x,), runs) - _median_seconds(read, (placed,), runs)
     t_write = _median_seconds(write, (x,), runs) - _median_seconds(write, (placed,), runs)
-    return {"argument": max(t_read, 0.0) / nbytes, "written": max(t_write - t_read, 0.0) / nbytes}
+    argument = max(t_read, 0.0) / nbytes
+    # the written call also made the devices' private copies (the array once in this
+    # layout: cost_model.private_copy_bytes), which the model prices at `argument`
+    private = private_copy_bytes(x.shape, x.itemsize, row, devices)
+    return {"argument": argument, "written_back": max(t_write - t_read - private * argument, 0.0) / nbytes}
 
 
 def store(rates: dict) -> str:
@@ -183,9 +214,31 @@ def store(rates: dict) -> str:
     return p
 
 
+def calibrate_mpi(quick=False, out=None) -> int:
+    """Under mpiexec: measure the MPI link and store it beside the local rates (rank 0
+    writes; a machine measured with no stored local rates gets them measured first,
+    in one rank's process of its own, as `spmd doctor --calibrate` does)."""
+    import spmd
+    from .rates import stored
+    out = out or sys.stdout
+    link = measure_mpi(quick)
+    if spmd.process_index() != 0:
+        return 0
+    got = stored() or {}
+    got.setdefault("networks", {})["mpi"] = link
+    p = store(got)
+    w = link["within"]
+    print(f"MPI collectives over {link['ranks']} ranks: {w['latency'] * 1e6:.0f} us a round, "
+          f"{w['bandwidth'] / 1e9:.2f} GB/s; stored in {p}", file=out)
+    return 0
+
+
 def calibrate(devices=4, quick=False, out=None) -> int:
+    from .rates import stored
     out = out or sys.stdout
     rates = measure(devices, quick)
+    if (stored() or {}).get("networks"):       # (the MPI link, measured under mpiexec, is kept)
+        rates["networks"] = stored()["networks"]
     p = store(rates)
     mch = rates["machine"]
     print(f"compute {mch['flops'] / 1e9:.1f} GFLOP/s, memory {mch['bandwidth'] / 1e9:.1f} GB/s, "
@@ -200,7 +253,7 @@ def calibrate(devices=4, quick=False, out=None) -> int:
               file=out)
     if "argument" in mch:
         print(f"a numpy argument: {mch['argument'] * 2**20 * 1e6:.0f} us a MiB placed, "
-              f"{mch['written'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)
+              f"{mch['written_back'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "
@@ -214,6 +267,9 @@ def main(argv=None):
     ap.add_argument("--devices", type=int, default=4, help="local devices the collectives run over")
     ap.add_argument("--quick", action="store_true", help="small sizes (a rough figure, in a second)")
     a = ap.parse_args(argv)
+    from ..runtime.current_runtime import detect_backend
+    if detect_backend() == "mpi":        # under mpiexec: the MPI link (mpiexec -n 4 spmd doctor --calibrate)
+        sys.exit(calibrate_mpi(a.quick))
     sys.exit(calibrate(a.devices, a.quick))
 
 

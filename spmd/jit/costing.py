@@ -2,7 +2,11 @@
 every rank runs, with this machine's rates (rates.py)."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..runtime.current_runtime import started
 from ..sharding.auto.program_cost import collective_rows, program_seconds
+from ..sharding.cost_model import private_copy_bytes
 from .rates import rates
 
 
@@ -29,11 +33,33 @@ def predict(low, network=None, machine=None) -> Cost:
     # the arguments lower() was given as numpy arrays: a call with such arguments on a
     # mesh copies them onto the devices, and back into those the program writes (without
     # a mesh the program reads and writes the caller's arrays)
-    written = set(low.updates)
-    out["args_seconds"] = 0.0 if mesh is None else \
-        sum(m.numpy_argument_seconds(b, k in written) for k, b in sorted(low.numpy_args.items()))
+    out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m)
     out["seconds"] += out["args_seconds"]
     out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
     out["peak_bytes"] = low.memory()["peak_bytes"]
     out.update(machine=m, network=n, source=source)
     return out
+
+
+def numpy_arguments_seconds(low, machine) -> float:
+    """Seconds a call spends on the arguments lower() was given as numpy arrays: placing
+    each; for those the program writes (or is donated), the devices' private copies of
+    their shards (cost_model.private_copy_bytes: they depend on the layout); and the
+    write back of those it writes."""
+    private = low.reused | low.donated
+    ins = low.stages.get("propagated", low.stages["traced"]).inputs
+    devices = _local_devices(low.mesh)
+    t = 0.0
+    for k, nbytes in sorted(low.numpy_args.items()):
+        v = ins[k]
+        copies = private_copy_bytes(v.shape, np.dtype(v.dtype).itemsize, v.sharding, devices) \
+            if k in private else 0.0
+        t += machine.numpy_argument_seconds(nbytes, k in low.updates, copies)
+    return t
+
+
+def _local_devices(mesh) -> int:
+    """The devices of `mesh` this process runs (all of them where no runtime is started:
+    the local runtime's)."""
+    rt = started()
+    return mesh.size if rt is None else len(rt.local_devices(mesh))

@@ -7,6 +7,7 @@ import json
 import os
 
 from ..compiler.disk_cache import cache_dir
+from ..runtime.current_runtime import detect_backend, started
 from ..sharding.cost_model import Link, Machine, Network
 
 FILE = "machine.json"
@@ -38,10 +39,19 @@ def stored() -> dict | None:
     return _read["got"]
 
 
+def transport() -> str:
+    """The transport programs of this process run on: the started runtime's, else what
+    the environment asks for (mpi under mpiexec)."""
+    rt = started()
+    return rt.name if rt is not None else detect_backend()
+
+
 def rates(network=None, machine=None, devices=1) -> tuple:
     """-> (Machine, Network, source): source "given", "calibrated <date>" or "defaults".
     A program on more than one device takes the rates measured with several devices
-    running at once (flops_devices, bandwidth_devices, step_devices), where there are."""
+    running at once (flops_devices, bandwidth_devices, step_devices), where there are;
+    under MPI, the MPI link where `mpiexec -n N spmd doctor --calibrate` measured it
+    (networks.mpi), else the local transport's."""
     got = stored() if network is None or machine is None else None
     source = "given" if network is not None and machine is not None else "defaults"
     if machine is None:
@@ -55,7 +65,7 @@ def rates(network=None, machine=None, devices=1) -> tuple:
             machine = Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
                               step=float(rate("step") or Machine().step),
                               argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
-                              written=float(m["written"]) if m.get("written") is not None else 6.0 / alone,
+                              written=written_back(m, 4.0 / alone),
                               call=float(rate("call") or Machine().call),
                               cache_bytes=float(m.get("cache_bytes") or 0.0) if devices > 1 else 0.0,
                               cache_bandwidth=float(m["cache_bandwidth_devices"])
@@ -65,8 +75,22 @@ def rates(network=None, machine=None, devices=1) -> tuple:
             machine = Machine()
     if network is None:
         n = (got or {}).get("network", {}).get("within")
+        mpi = (got or {}).get("networks", {}).get("mpi")
+        if mpi and transport() == "mpi":    # ranks that are MPI processes: MPI's link, measured
+            n = mpi["within"]
         network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]))) if n \
             else Network()
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source
+
+
+def written_back(m, default) -> float:
+    """Machine.written from a stored calibration: `written_back`; a calibration stored
+    before the private copies were priced apart has `written`, which counted one such
+    copy (the array once, at the rate of placing it)."""
+    if m.get("written_back") is not None:
+        return float(m["written_back"])
+    if m.get("written") is not None:
+        return max(float(m["written"]) - float(m.get("argument") or 0.0), 0.0)
+    return default

@@ -88,6 +88,12 @@ def get_runtime():
     return rt if rt is not None else init()
 
 
+def started():
+    """The current runtime, or None where init has not run (what asks only about it
+    starts none)."""
+    return _runtime
+
+
 def process_index() -> int:
     """This process's index among the processes running the program (0 on local)."""
     return get_runtime().process_index()

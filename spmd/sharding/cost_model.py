@@ -62,10 +62,12 @@ class Machine:
     the wait for the next), and `step` the fixed
     seconds of running a program once (argument checks, the hand-off to the devices).
     `argument`: seconds a call spends per byte of an argument given as a numpy array
-    (copied into the devices' shards); `written`: more seconds per byte of one the
-    program writes (a private copy for the devices to write, the new value gathered and
-    copied back into the caller's array, as numpy updates it in place). None: copies at
-    `bandwidth` (a copy reads and writes each byte: one copy placing, three more writing)."""
+    (copied into the devices' shards), and per byte of the devices' private copies of
+    one the program writes (private_copy_bytes: as many bytes as the devices' shards);
+    `written`: more seconds per byte of one the program writes (the new value gathered
+    and copied back into the caller's array, as numpy updates it in place). None:
+    copies at `bandwidth` (a copy reads and writes each byte: one copy placing, two
+    more writing back)."""
     flops: float = 20e9
     bandwidth: float = 8e9
     call: float = 1e-6
@@ -89,13 +91,27 @@ class Machine:
         and the longer of its flops and its bytes at their rates."""
         return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth_for(nbytes))
 
-    def numpy_argument_seconds(self, nbytes, written=False) -> float:
+    def numpy_argument_seconds(self, nbytes, written=False, private=0.0) -> float:
         """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program
-        writes it) besides the program's run."""
+        writes it) besides the program's run. `private`: bytes more copied before the run
+        (private_copy_bytes: the devices' own buffers of a written argument whose shards
+        have replicas), each at the rate of placing one."""
         per = self.argument if self.argument is not None else 2.0 / self.bandwidth
+        t = float(nbytes) * per + float(private) * per
         if written:
-            per += self.written if self.written is not None else 6.0 / self.bandwidth
-        return float(nbytes) * per
+            t += float(nbytes) * (self.written if self.written is not None else 4.0 / self.bandwidth)
+        return t
+
+
+def private_copy_bytes(shape, itemsize, sharding, devices) -> float:
+    """Bytes a call copies, before the run, for an argument given as numpy that the
+    program writes (or is donated), placed by `sharding` on the `devices` of this
+    process: each device writes its own copy of its shard (runtime/execute.py's
+    _private: placing shares one buffer among a shard's replicas), so the bytes are the
+    devices' shards, padding included: the array once where each shard is one device's
+    (2-D blocks on a 2x2 mesh), twice for rows on that mesh (each half on two devices),
+    four times replicated."""
+    return float(devices) * float(np.prod(sharding.local_shape(shape), dtype=np.float64)) * itemsize
 
 
 def rounds(kind: str, group_size: int) -> int:

@@ -114,7 +114,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert float(line[1]) == pytest.approx(got["machine"]["flops_devices"])     # (2 devices: the rate each gets)
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
-    assert got["machine"]["argument"] >= 0 and got["machine"]["written"] >= 0
+    assert got["machine"]["argument"] >= 0 and got["machine"]["written_back"] >= 0
     assert got["machine"]["call"] >= 0 and got["machine"]["call_devices"] >= 0
 
 
@@ -139,6 +139,30 @@ def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch
     assert R.rates()[0].flops == 3e9
     f.unlink()
     assert R.rates()[0].flops == R.Machine().flops
+
+
+def test_under_mpi_the_stored_mpi_link_is_taken(tmp_path, monkeypatch):
+    """`mpiexec -n 4 python -m spmd.jit.calibrate` stores MPI's link beside the local
+    one: programs run under MPI take it (their ranks are processes exchanging through
+    MPI), those on the local transport the local one; a calibration stored before
+    written_back was apart is read less the private copy it counted."""
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "argument": 1e-9,
+                                         "written": 4e-9},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}},
+                             "networks": {"mpi": {"ranks": 4, "within": {"latency": 5e-4, "bandwidth": 1e8}}}}))
+    os.utime(f, ns=(10**18 + 7, 10**18 + 7))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    m, n, _ = R.rates(devices=4)
+    assert (n.within.latency, n.within.bandwidth) == (1e-6, 2e9)
+    assert m.written == pytest.approx(3e-9)
+    monkeypatch.setattr(R, "transport", lambda: "mpi")
+    m, n, _ = R.rates(devices=4)
+    assert (n.within.latency, n.within.bandwidth) == (5e-4, 1e8)
+    given = Network(within=Link(latency=1.0, bandwidth=1.0))
+    assert R.rates(network=given)[1] is given          # network= wins
 
 
 def _dp_step(p, x, y):
@@ -187,16 +211,43 @@ def test_numpy_arguments_are_priced_placing_them_and_writing_them_back():
     row = MESH.sharding("data", None)
     f = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
     c = f.lower(u, v).cost(machine=machine, network=Network())
-    assert c["args_seconds"] == pytest.approx(u.nbytes * (1e-9 + 3e-9) + v.nbytes * 1e-9)
+    # u: placed, written back, and each of the 4 devices' private copy of its half
+    assert c["args_seconds"] == pytest.approx(u.nbytes * (1e-9 + 3e-9) + 4 * (u.nbytes / 2) * 1e-9
+                                              + v.nbytes * 1e-9)
     assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
                                          + c["args_seconds"])
     placed = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
     c2 = placed.lower(spmd.device_put(u, row), spmd.device_put(v, row)).cost(machine=machine, network=Network())
     assert c2["args_seconds"] == 0.0
-    # rates not given: copies at the machine's bandwidth, three more for a written one
+    # rates not given: copies at the machine's bandwidth, two more to write one back
     m = Machine(bandwidth=1e9)
     assert m.numpy_argument_seconds(1e6) == pytest.approx(2e-3)
-    assert m.numpy_argument_seconds(1e6, written=True) == pytest.approx(8e-3)
+    assert m.numpy_argument_seconds(1e6, written=True) == pytest.approx(6e-3)
+    assert m.numpy_argument_seconds(1e6, written=True, private=1e6) == pytest.approx(8e-3)
+
+
+def _jacobi(u):
+    for _ in range(2):
+        u[1:-1, 1:-1] = 0.25 * (u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2])
+    return u
+
+
+@pytest.mark.parametrize("spec, copies", [(("data", "model"), 1), (("data", None), 2), ((None, "model"), 2),
+                                          ((("data", "model"), None), 1), ((None, None), 4)])
+def test_a_written_numpy_argument_costs_the_devices_private_copies_of_its_layout(spec, copies):
+    """A stencil writing its numpy argument in place: each device copies its shard before
+    the run (replicas share the placed buffer), so a layout with replicas copies the
+    array more often: 2-D blocks or a 4-way split once, rows or columns of a 2x2 mesh
+    twice, replicated four times; the placing and the write back are the array once
+    each whatever the layout. Counted by hand in bytes, at given rates."""
+    machine = Machine(argument=1e-9, written=5e-9)
+    u = np.ones((64, 48))
+    f = spmd.jit(_jacobi, in_shardings=(MESH.sharding(*spec),))
+    c = f.lower(u).cost(machine=machine, network=Network())
+    assert c["args_seconds"] == pytest.approx(u.nbytes * 1e-9 + u.nbytes * 5e-9 + copies * u.nbytes * 1e-9)
+    # read only: placed once, no private copy, nothing written back
+    g = spmd.jit(lambda u: u.sum(), in_shardings=(MESH.sharding(*spec),))
+    assert g.lower(u).cost(machine=machine, network=Network())["args_seconds"] == pytest.approx(u.nbytes * 1e-9)
 
 
 def _dots(k):

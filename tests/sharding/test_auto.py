@@ -188,3 +188,44 @@ def test_baseline_splits_the_largest_dim_over_the_largest_axis():
     assert baseline((8, 64), m) == m.sharding(None, "b")
     assert baseline((6, 3), m) == m.sharding("a", None)
     assert baseline((3,), m) == m.sharding(None)
+
+
+def _sgd_step(p, x, y):
+    def loss(p):
+        h = np.maximum(x @ p["w1"], 0)
+        return np.mean((h @ p["w2"] - y) ** 2)
+    lv, g = spmd.value_and_grad(loss)(p)
+    return lv, {k: p[k] - 0.1 * g[k] for k in p}
+
+
+def test_a_training_step_has_the_plain_data_parallel_plan_judged(tmp_path, monkeypatch):
+    """A step whose parameters come back as results has the data-parallel plan among
+    those judged whole (the parameters whole, the batch split on its leading dim over
+    the mesh): where collectives cost a lot a round (MPI processes on a loaded host),
+    the search's one-node-at-a-time refinement does not reach it, and the kept plan
+    is then never slower by the model. Default rates (no stored ones)."""
+    from spmd.sharding.auto.choose import batch_split, data_parallel
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    p = {"w1": rng.standard_normal((32, 64)).astype(np.float32), "w2": rng.standard_normal((64, 32)).astype(np.float32)}
+    x, y = rng.standard_normal((256, 32)).astype(np.float32), rng.standard_normal((256, 32)).astype(np.float32)
+    slow = Network(within=spmd.Link(latency=5e-4, bandwidth=1e8))
+    f = spmd.jit(_sgd_step, mesh=MESH, in_shardings=spmd.AUTO, network=slow)
+    low = f.lower(p, x, y)
+    secs = low.auto.seconds
+    assert "data parallel" in secs and "data parallel" not in low.auto.estimated
+    assert min(v for k, v in secs.items() if k not in low.auto.estimated) <= secs["data parallel"]
+    assert secs[low.auto.chosen] == min(v for k, v in secs.items() if k not in low.auto.estimated)
+    lv, new = f(p, x, y)
+    want_l, want = _sgd_step(p, x, y)
+    assert np.allclose(np.asarray(lv.numpy()), want_l, rtol=1e-4)
+    assert all(np.allclose(new[k].numpy(), want[k], rtol=1e-4, atol=1e-6) for k in p)
+    # the plan itself: the leading dim over every axis that divides it, else fewer
+    assert batch_split((256, 32), MESH).spec == (("data", "model"), None)
+    assert batch_split((6, 3), MESH).spec == ("data", None)
+    assert batch_split((3,), MESH).spec == (None,)
+    g = low.stages["traced"]
+    # (leaves: w1, w2, x, y; results: the loss, then the new w1 and w2)
+    ins = data_parallel(g, MESH, [0, 1, 2, 3], [None] * 4, {1: 0, 2: 1})
+    assert [s.spec for s in ins] == [(None, None), (None, None), (("data", "model"), None), (("data", "model"), None)]
+    assert data_parallel(g, MESH, [0, 1, 2, 3], [None] * 4, {}) is None      # no state: no such plan
