@@ -160,6 +160,30 @@ def test_an_exception_on_any_rank_raises_from_the_call_with_its_traceback(rt, mo
     assert all(int(v[0]) > 0 for v in got.values())
 
 
+class _InterruptRank0:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == 0:
+            raise KeyboardInterrupt          # Ctrl-C while the driver runs rank 0's part
+        return [comm.all_reduce(x, "x")]
+
+
+def test_ctrl_c_in_rank_0s_part_is_the_users_and_the_runtime_goes_on(rt, monkeypatch):
+    """Raised as it is (not as rank 0's failure); the actors are stopped, and their
+    replies to that run are not taken for the next one's."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as e:
+        rt.run(_InterruptRank0(), MESH, {d: [] for d in range(4)})
+    assert not getattr(e.value, "__notes__", None)
+    assert time.monotonic() - t0 < 10
+    for _ in range(2):
+        got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))
+        assert all(int(v[0]) > 0 for v in got.values())
+
+
 def test_an_error_in_a_jitted_step_names_the_users_line(rt):
     f = spmd.jit(lambda v: np.linalg.inv(v.reshape(3, 4)), in_shardings=MESH.sharding("x"))
     with pytest.raises(spmd.SpmdError, match=r"square.*test_ray_driver_rank.py:\d+"):

@@ -44,6 +44,8 @@ def wanted(owns_ray) -> bool:
 
 
 class DriverRank(Rank):
+    in_driver = True
+
     def open_links(self, control=False):
         return super().open_links(control=False)
 

@@ -24,6 +24,8 @@ from ...errors import SpmdError
 
 
 class Rank:
+    in_driver = False
+
     def __init__(self, rank):
         self.rank = rank
         self.mailbox = Mailbox()
@@ -57,6 +59,10 @@ class Rank:
         self.printed = ()
         try:
             out = getattr(self, op)(*args)
+        except KeyboardInterrupt as e:
+            if self.in_driver:
+                raise                      # the user's Ctrl-C, not a failure of this rank
+            return error_reply(e, self.printed)
         except BaseException as e:         # noqa: BLE001 - sent to the driver, which raises it
             return error_reply(e, self.printed)
         if op in ("store", "drop"):

@@ -1,4 +1,16 @@
-"""RayRuntime: this process is the driver; each rank (device) is a Ray actor.
+"""RayRuntime: this process is the driver; each rank (device) is a Ray actor, but rank 0
+when this process started its own private Ray (one host): rank 0 then runs in the driver.
+
+Rank 0 in the driver (transports/ray/ray_driver_rank.py; SPMD_RAY_DRIVER_RANK=1 or 0
+chooses it on any cluster): as MPI's rank 0 is the launching process, its shards live
+here and its program runs on the driver's thread, after the messages to the other ranks
+are sent, with a Transport like an actor's (Unix sockets and shared memory to the actors
+of this host). It saves a process, a message each way and the driver's core, which the
+woken rank-0 actor took on a 2-core machine. Its "line" (LocalChannel) answers each
+message at once; what follows of actors holds for it, except that a run returns only
+once rank 0 has ended it (the actors' part is not waited for), so a failure of any rank
+seen by then (rank 0 is aborted with it) raises from that call. On a cluster this process
+joined, where its host may have no rank, every rank is an actor.
 
 The driver traces and compiles a program once (jit does, as on the local backend).
 Every call to an actor after the set-up goes on the driver's own TCP line to it
@@ -360,7 +372,15 @@ class RayRuntime(Runtime):
                 # rank 0 of the driver last: its run is this thread's until it ends
                 for d in devices:
                     if d not in packed:
-                        chans[d].send(messages[d])
+                        try:
+                            chans[d].send(messages[d])
+                        except KeyboardInterrupt:
+                            # Ctrl-C in rank 0's part: the others stop too, and their
+                            # replies, when they come, are nobody's
+                            self._abort(pending, run_id, "the driver was interrupted")
+                            for ch in pending.values():
+                                ch.stale += 1
+                            raise
                         pending[d] = chans[d]
                         local_failed = chans[d].failed
             finally:
