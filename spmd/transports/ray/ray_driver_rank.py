@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import collections
 import os
+import pickle
 import threading
 
+import numpy as np
 from ray import cloudpickle
 
 from .ray_rank import Rank
@@ -58,7 +60,17 @@ class DriverRank(Rank):
 
 
 def _copied(obj):
-    return cloudpickle.loads(cloudpickle.dumps(obj, protocol=5))
+    """obj as the other end of a line would get it: its arrays copied once (out of band,
+    into fresh aligned buffers, as ray_control.receive_message makes them)."""
+    bufs = []
+    data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    copies = []
+    for b in bufs:
+        raw = b.raw()
+        c = np.empty(raw.nbytes, np.uint8)
+        c[:] = np.frombuffer(raw, np.uint8)
+        copies.append(c)
+    return pickle.loads(data, buffers=copies)
 
 
 class LocalChannel:
