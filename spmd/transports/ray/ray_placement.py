@@ -72,8 +72,9 @@ def default_num_devices() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1) // max(cpus_per_rank(), 1e-9)))
 
 
-def place_ranks(actor_cls, n, **actor_kwargs):
-    """A placement group of n bundles and one actor per bundle, actor i in bundle i."""
+def place_ranks(actor_cls, n, first=0, **actor_kwargs):
+    """A placement group of n - first bundles and one actor per bundle, the actor of rank
+    first + i in bundle i (ranks below `first` run elsewhere: in the driver)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -82,28 +83,31 @@ def place_ranks(actor_cls, n, **actor_kwargs):
     if strategy not in STRATEGIES:
         raise SpmdError(f"SPMD_RAY_STRATEGY={strategy!r}: takes one of {', '.join(STRATEGIES)}")
     cpus = cpus_per_rank()
-    pg = placement_group([{"CPU": cpus}] * n, strategy=strategy)
+    if n <= first:
+        return None, []
+    pg = placement_group([{"CPU": cpus}] * (n - first), strategy=strategy)
     # the actors are created at once: each waits for its bundle, and the wait for the
     # group below runs while they start
     actors = [actor_cls.options(num_cpus=cpus,
-                                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)
+                                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i - first)
                                 ).remote(i, **actor_kwargs)
-              for i in range(n)]
+              for i in range(first, n)]
     wait = float(os.environ.get("SPMD_RAY_PLACEMENT_TIMEOUT", "60"))
     ready, _ = ray.wait([pg.ready()], timeout=wait)
     if not ready:
         for a in actors:
             ray.kill(a)
         remove_placement_group(pg)
-        raise SpmdError(f"spmd.init(backend='ray'): could not place {n} ranks of {cpus:g} CPU each "
+        raise SpmdError(f"spmd.init(backend='ray'): could not place {n - first} ranks of {cpus:g} CPU each "
                         f"({strategy}) within {wait:g} s; the cluster has {ray.cluster_resources()} "
                         f"(free: {ray.available_resources()}). Use fewer devices or set "
                         f"SPMD_RAY_CPUS_PER_RANK lower")
     return pg, actors
 
 
-def restart_rank(actor_cls, pg, i, **actor_kwargs):
-    """A fresh actor for rank i in its bundle (the old one died)."""
+def restart_rank(actor_cls, pg, i, first=0, **actor_kwargs):
+    """A fresh actor for rank i in its bundle, i - first (the old one died)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     return actor_cls.options(num_cpus=cpus_per_rank(),
-                             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote(i, **actor_kwargs)
+                             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i - first)
+                             ).remote(i, **actor_kwargs)

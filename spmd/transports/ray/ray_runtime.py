@@ -1,4 +1,16 @@
-"""RayRuntime: this process is the driver; each rank (device) is a Ray actor.
+"""RayRuntime: this process is the driver; each rank (device) is a Ray actor, but rank 0
+when this process started its own private Ray (one host): rank 0 then runs in the driver.
+
+Rank 0 in the driver (transports/ray/ray_driver_rank.py; SPMD_RAY_DRIVER_RANK=1 or 0
+chooses it on any cluster): as MPI's rank 0 is the launching process, its shards live
+here and its program runs on the driver's thread, after the messages to the other ranks
+are sent, with a Transport like an actor's (Unix sockets and shared memory to the actors
+of this host). It saves a process, a message each way and the driver's core, which the
+woken rank-0 actor took on a 2-core machine. Its "line" (LocalChannel) answers each
+message at once; what follows of actors holds for it, except that a run returns only
+once rank 0 has ended it (the actors' part is not waited for), so a failure of any rank
+seen by then (rank 0 is aborted with it) raises from that call. On a cluster this process
+joined, where its host may have no rank, every rank is an actor.
 
 The driver traces and compiles a program once (jit does, as on the local backend).
 Every call to an actor after the set-up goes on the driver's own TCP line to it
@@ -40,7 +52,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import pickle
 import select
 import sys
 import threading
@@ -53,11 +64,12 @@ import ray
 from ray import cloudpickle
 
 from ..communicator import collective_timeout
-from .ray_communicator import RayCommunicator
-from .ray_control import Channel, Listener, pack
-from .ray_mailbox import Mailbox
-from .ray_shards import Drops, Held, Shard, ShardTable
-from .ray_transport import Transport, host_id
+from . import ray_driver_rank
+from .ray_control import Channel, pack
+from .ray_driver_rank import DriverRank, LocalChannel
+from .ray_rank import Rank
+from .ray_shards import Drops, Held, Shard
+from .ray_transport import host_id
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...ir.graph import any_op
 from ...tools import timeline
@@ -79,53 +91,14 @@ SMALL_RESULT_BYTES = 8 << 10
 
 
 @ray.remote(concurrency_groups={"mail": MAIL_THREADS})
-class RankActor:
-    """One rank. The driver's messages (transports/ray/ray_control.py) run on the control
-    thread, one at a time, in the order sent: `store`, `fetch`, `drop`, `call`, `run`,
-    `held`. Ray's calls are for the set-up (default group) and for what must answer while
-    a program runs ("mail": `abort`, `where`, `take_trace`)."""
-
-    def __init__(self, rank):
-        self.rank = rank
-        self.mailbox = Mailbox()
-        self.transport = None
-        self.listener = None
-        self.programs = {}                  # key -> (executable, mesh) (the driver says which to forget)
-        self.shards = ShardTable(rank)
-        self.printed = ()
-        self.tracing = None                 # SPMD_TRACE as the last run set it here (None: no run yet)
+class RankActor(Rank):
+    """One rank in an actor of its own (ray_rank.Rank). The driver's messages
+    (transports/ray/ray_control.py) run on the control thread, one at a time, in the
+    order sent. Ray's calls are for the set-up (default group) and for what must answer
+    while a program runs ("mail": `abort`, `where`, `take_trace`)."""
 
     def __repr__(self):                      # Ray prefixes the actor's output with this
         return f"rank {self.rank}"
-
-    def open_links(self):
-        """A new Transport (the old one closed): its address for the peers, and the
-        address of this actor's control line for the driver."""
-        if self.transport is not None:
-            self.transport.close()
-        ip = ray.util.get_node_ip_address()
-        self.transport = Transport(self.rank, ip, self.mailbox)
-        if self.listener is None:
-            self.listener = Listener(ip)
-            self.listener.serve(self.answer)
-        return dict(self.transport.info(), control=self.listener.address)
-
-    def connect_links(self, infos):
-        self.transport.connect(infos)
-        return self.rank
-
-    def answer(self, message):
-        """One message of the driver: (operation, arguments) -> its reply; None for the
-        ones answered by no reply (`store`, `drop`: a later read fails if they did)."""
-        op, args = message
-        self.printed = ()
-        try:
-            out = getattr(self, op)(*args)
-        except BaseException as e:         # noqa: BLE001 - sent to the driver, which raises it
-            return error_reply(e, self.printed)
-        if op in ("store", "drop"):
-            return None
-        return ("ok", out, self.printed)
 
     @ray.method(concurrency_group="mail")
     def where(self):
@@ -143,107 +116,12 @@ class RankActor:
         from ...tools import timeline
         return timeline.take_events()
 
-    def held(self):
-        """The numbers of the shards this actor holds (what the driver's handles name)."""
-        return sorted(self.shards.arrays)
-
-    def store(self, sid, array, news):
-        """Keep array as shard sid (a put from the driver)."""
-        self.shards.update(news)
-        self.shards.keep(sid, array)
-
-    def fetch(self, sids, news):
-        self.shards.update(news)
-        return [self.shards.read(s) for s in sids]
-
-    def drop(self, news):
-        self.shards.update(news)
-
-    def call(self, fn, args, keep_sid, news):
-        """fn(*args), Held shards among args read from here; keep_sid: its result stays
-        here as that shard (only success goes back)."""
-        self.shards.update(news)
-        out = fn(*self.shards.resolve(args))
-        if keep_sid is None:
-            return out
-        self.shards.keep(keep_sid, out)
-        return True
-
-    def run(self, run_id, key, blob, forget, timeout, trace, in_sids, out_sids, news, small):
-        """One run of program `key` (blob: the pickle of it and its mesh, sent with its
-        first run here: not unpickled again each run; forget: programs the driver will
-        not run here again). Its outputs stay here as shards out_sids; returns those of at
-        most `small` bytes, by position, with what the program printed."""
-        self.shards.update(news)
-        for k in forget:
-            self.programs.pop(k, None)
-        if blob is not None:
-            self.programs[key] = pickle.loads(blob)
-        program, mesh = self.programs.get(key, (None, None))
-        if program is None:
-            raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
-                            f"first run (that run's error said why)")
-        self.mailbox.start(run_id)
-        self.transport.new_run()
-        if trace != self.tracing:        # (setting the environment each run cost ~15 us)
-            _trace_in_actor(trace)
-            self.tracing = trace
-        comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
-        from ...runtime import blas
-        blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
-        try:
-            inputs = [self.shards.read(s) for s in in_sids]
-            outs = list(program(inputs, comm))
-            del inputs
-            if len(outs) != len(out_sids):
-                raise SpmdError(f"rank {self.rank}: the program made {len(outs)} outputs, "
-                                f"{len(out_sids)} were expected")
-        except BaseException as e:
-            # wake the peers now rather than when the driver notices
-            reason = f"rank {self.rank} failed: {type(e).__name__}: {e}"
-            self.transport.abort_peers(run_id, reason, mesh.devices.reshape(-1).tolist())
-            raise
-        finally:
-            self.printed = tuple(comm.output)       # for the driver to print, even on failure
-        values = {}
-        for i, (sid, a) in enumerate(zip(out_sids, outs)):
-            self.shards.keep(sid, a)
-            if np.asarray(a).nbytes <= small:
-                values[i] = self.shards.read(sid)
-        return values
-
 
 def _silent(program) -> bool:
     """A compiled program (it has a graph) with no op run for its effect (spmd.debug.print
     prints: the only such op), loop bodies too."""
     graph = getattr(program, "graph", None)
     return graph is not None and not any_op(graph, lambda op: op.opdef.effect)
-
-
-def error_reply(exc, printed):
-    """("err", the exception if it pickles else None, its type and message, its
-    traceback's text, what the program printed)."""
-    import traceback
-    tb = traceback.format_exc()
-    text = f"{type(exc).__name__}: {exc}"
-    try:
-        cloudpickle.dumps(exc)
-    except Exception:          # noqa: BLE001 - sent as text instead
-        exc = None
-    return ("err", exc, text, tb, printed)
-
-
-def _trace_in_actor(on):
-    """Record timeline spans in this actor when the driver does; the driver writes them
-    (take_trace), never the actor."""
-    import os
-
-    from ...tools import timeline
-    timeline.set_exit_hook(lambda: None)
-    if on:
-        os.environ["SPMD_TRACE"] = "1"
-    else:
-        os.environ.pop("SPMD_TRACE", None)
 
 
 class RankFailed(Exception):
@@ -266,7 +144,12 @@ class RayRuntime(Runtime):
         from .ray_placement import connect, default_num_devices, place_ranks
         self._owns_ray = connect(num_devices)
         self._n = int(num_devices) if num_devices else default_num_devices()
-        self._pg, self._actors = place_ranks(RankActor, self._n)
+        # rank 0 in this process (ray_driver_rank.py), the others in actors; or every rank
+        # in an actor (a cluster this process joined)
+        self._here = DriverRank(0) if ray_driver_rank.wanted(self._owns_ray) else None
+        self._first = 0 if self._here is None else 1
+        self._pg, actors = place_ranks(RankActor, self._n, first=self._first)
+        self._actors = [None] * self._first + actors      # device -> its actor (None: the driver)
         self._dead = set()
         self._revive_lock = threading.Lock()
         # the run sent and not yet waited for, and the order of runs and requests: each
@@ -287,17 +170,26 @@ class RayRuntime(Runtime):
 
     def _setup(self):
         try:
-            infos = ray.get([a.open_links.remote() for a in self._actors], timeout=120)
+            remote = [d for d, a in enumerate(self._actors) if a is not None]
+            infos = dict(zip(remote, ray.get([self._actors[d].open_links.remote() for d in remote], timeout=120)))
+            if self._here is not None:
+                infos[0] = self._here.open_links()
+            infos = dict(sorted(infos.items()))
             # each rank's host name: a rank lost with its host is named with it
-            self._hosts = {d: i["host"][0] for d, i in enumerate(infos)}
-            links = ray.get([a.connect_links.remote(dict(enumerate(infos))) for a in self._actors], timeout=120)
+            self._hosts = {d: i["host"][0] for d, i in infos.items()}
+            links = [self._actors[d].connect_links.remote(infos) for d in remote]
+            if self._here is not None:
+                self._here.connect_links(infos)       # rank 0 connects to the others: no wait
+            ray.get(links, timeout=120)
             here = host_id()
-            for d, info in enumerate(infos):
+            for d, info in infos.items():
                 if d not in self._channels:      # a new actor (the others keep their line)
-                    # an actor of this host: a Unix socket (its messages cost less)
-                    self._channels[d] = Channel(info["control"], near=tuple(info["host"]) == here)
+                    if self._actors[d] is None:
+                        self._channels[d] = LocalChannel(self._here)
+                    else:
+                        # an actor of this host: a Unix socket (its messages cost less)
+                        self._channels[d] = Channel(info["control"], near=tuple(info["host"]) == here)
                     self._sent[d] = OrderedDict()
-            del links
         except Exception as e:
             self.shutdown()
             raise SpmdError(f"spmd.init(backend='ray'): the rank actors did not start: {e}") from e
@@ -427,8 +319,10 @@ class RayRuntime(Runtime):
             ch.close()
 
     def where(self):
-        """[{rank, node, pid}] of every rank actor (which node each rank runs on)."""
-        return ray.get([a.where.remote() for a in self._actors])
+        """[{rank, node, pid}] of every rank (which node each rank runs on; the driver's
+        pid for a rank that runs here)."""
+        refs = [None if a is None else a.where.remote() for a in self._actors]
+        return [self._here.where() if r is None else ray.get(r) for r in refs]
 
     def held(self):
         """{rank: [shard numbers its actor holds]} (after the drops sent so far)."""
@@ -461,19 +355,34 @@ class RayRuntime(Runtime):
             for d in devices:                   # in rank order: no two callers wait on each other
                 chans[d].lock.acquire()
             try:
-                pending, errors = {}, []
+                pending, errors, local_failed = {}, [], False
                 # every message made before any is sent: the ranks start close together (the
                 # first waits in its first collective for the last)
-                packed = {d: pack(("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
-                                           [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
-                                           self._drops.take(d), SMALL_RESULT_BYTES)))
-                          for d in devices}
-                for d in devices:
+                messages = {d: ("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
+                                        [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
+                                        self._drops.take(d), SMALL_RESULT_BYTES))
+                            for d in devices}
+                packed = {d: pack(messages[d]) for d in devices if self._actors[d] is not None}
+                for d in packed:
                     try:
                         chans[d].send_packed(packed[d])
                         pending[d] = chans[d]
                     except OSError as e:
                         errors.append((d, RankLost(str(e))))
+                # rank 0 of the driver last: its run is this thread's until it ends
+                for d in devices:
+                    if d not in packed:
+                        try:
+                            chans[d].send(messages[d])
+                        except KeyboardInterrupt:
+                            # Ctrl-C in rank 0's part: the others stop too, and their
+                            # replies, when they come, are nobody's
+                            self._abort(pending, run_id, "the driver was interrupted")
+                            for ch in pending.values():
+                                ch.stale += 1
+                            raise
+                        pending[d] = chans[d]
+                        local_failed = chans[d].failed
             finally:
                 for d in devices:
                     chans[d].lock.release()
@@ -482,7 +391,8 @@ class RayRuntime(Runtime):
             # Waited for at once: a program that prints (its lines come before what the
             # script prints next), and one that is not a compiled program (a runtime test's)
             self._inflight = (run_id, chans, outs, pending, errors)
-            if errors or not silent:
+            # rank 0 failed here: raised now, from the user's call, the others stopped
+            if errors or not silent or local_failed:
                 self._finish()
         return outs
 
@@ -601,6 +511,8 @@ class RayRuntime(Runtime):
                 ch.stale += 1                   # its reply, when it comes, is nobody's
             raise
         for d in pending:                        # still busy after the abort: replace it
+            if self._actors[d] is None:
+                continue                        # (the driver's rank answered before the wait)
             ray.kill(self._actors[d])
             self._lose(d)
             errors.append((d, RankLost(f"it did not answer within {GRACE_SECONDS:g} s of the abort, and was "
@@ -608,7 +520,10 @@ class RayRuntime(Runtime):
 
     def _abort(self, devices, run_id, reason):
         for d in devices:
-            self._actors[d].abort.remote(run_id, reason)
+            if self._actors[d] is None:
+                self._here.mailbox.abort(run_id, reason)
+            else:
+                self._actors[d].abort.remote(run_id, reason)
 
     def _revive(self):
         """Replace the actors of ranks that died, in their bundles (the checkpoint's I/O
@@ -620,7 +535,7 @@ class RayRuntime(Runtime):
             if not self._dead:           # another thread replaced them while this one waited
                 return
             for d in sorted(self._dead):
-                self._actors[d] = restart_rank(RankActor, self._pg, d)
+                self._actors[d] = restart_rank(RankActor, self._pg, d, first=self._first)
                 self._drops.forget(d)
                 for copies in list(self._copies.values()):     # copied again when next run
                     copies.pop(d, None)
@@ -644,7 +559,7 @@ class RayRuntime(Runtime):
         if self._closed or not timeline.enabled() or not ray.is_initialized():
             return
         got = []
-        for ref in [a.take_trace.remote() for a in self._actors]:
+        for ref in [a.take_trace.remote() for a in self._actors if a is not None]:
             try:
                 got.append(ray.get(ref, timeout=30))
             except Exception:     # noqa: BLE001 - a dead actor's spans are lost, the others' are kept
@@ -663,12 +578,16 @@ class RayRuntime(Runtime):
         self._closed = True
         for ch in self._channels.values():
             ch.close()
+        if self._here is not None:
+            self._here.close()
         try:
             if ray.is_initialized():
                 for a in self._actors:
-                    ray.kill(a)
+                    if a is not None:
+                        ray.kill(a)
                 from ray.util.placement_group import remove_placement_group
-                remove_placement_group(self._pg)
+                if self._pg is not None:
+                    remove_placement_group(self._pg)
                 if self._owns_ray:
                     ray.shutdown()
                     from . import ray_private

@@ -1,0 +1,252 @@
+"""Rank 0 in the driver (transports/ray/ray_driver_rank.py): what a private Ray on one
+host runs: 4 ranks here, rank 0 in this process and ranks 1-3 in actors. Results,
+errors, lost actors, puts and reads, checkpoints and the timeline as with every rank
+in an actor (tests/transports/test_ray.py runs those on a cluster this process joined,
+where every rank is an actor).
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import spmd  # noqa: E402
+from spmd.errors import CollectiveError  # noqa: E402
+from spmd.runtime.current_runtime import get_runtime  # noqa: E402
+
+import collective_checks  # noqa: E402
+from paths import ROOT, TESTS  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
+MESH = None
+
+
+@pytest.fixture(scope="module")
+def rt():
+    global MESH
+    prev = get_runtime()
+    mp = pytest.MonkeyPatch()
+    mp.delenv("RAY_ADDRESS", raising=False)
+    mp.delenv("SPMD_RAY_DRIVER_RANK", raising=False)
+    mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        ray.shutdown()
+    r = spmd.init(backend="ray", num_devices=4)
+    # the actors unpickle the test programs by value: this module is not importable there
+    ray.cloudpickle.register_pickle_by_value(collective_checks)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    MESH = spmd.Mesh((4,), ("x",))
+    try:
+        yield r
+    finally:
+        spmd.init(backend="local", num_devices=prev.num_devices)
+        r.shutdown()
+        mp.undo()
+
+
+def run(rt, program, mesh=None, args=None):
+    mesh = mesh or MESH
+    devices = sorted(mesh.devices.reshape(-1).tolist())
+    out = rt.run(program, mesh, args or {d: [] for d in devices})
+    return {d: [rt.get({d: h})[d] for h in out[d]] for d in devices}
+
+
+def test_rank_0_is_the_driver_and_the_others_are_actors(rt):
+    where = rt.where()
+    assert [w["rank"] for w in where] == [0, 1, 2, 3]
+    assert where[0]["pid"] == os.getpid()
+    assert len({w["pid"] for w in where}) == 4
+    assert spmd.process_index() == 0 and spmd.process_count() == 1 and spmd.device_count() == 4
+    # its collectives go over the links as the actors' do: shared memory with all
+    peers = run(rt, _Peers())
+    assert [int(v[0][0]) for v in peers.values()] == [3, 3, 3, 3], peers
+
+
+class _Peers:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        return [np.array([len(comm.t.shm_peers)])]
+
+
+def test_every_collective_matches_numpy(rt):
+    for mesh in (MESH, spmd.Mesh((2, 2), ("a", "b"), devices=[[2, 0], [3, 1]]), spmd.Mesh((3,), ("x",))):
+        got = run(rt, collective_checks.CheckCollectives(big=True), mesh)
+        counts = {int(v[0]) for v in got.values()}
+        assert len(counts) == 1 and counts.pop() > 40, (mesh, got)
+
+
+def test_puts_and_reads_copy_as_an_actor_does(rt):
+    """A shard of rank 0 never shares memory with the caller's array: writing the array
+    after the put, or the array read back, changes nothing held."""
+    x = np.arange(300 * 300, dtype=np.float64).reshape(300, 300)     # over the inline limit
+    small = np.arange(6.0)
+    a = spmd.device_put(x, MESH.sharding("x", None))
+    b = spmd.device_put(small, MESH.sharding(None))
+    keep_x, keep_small = x.copy(), small.copy()
+    x[:] = -1
+    small[:] = -1
+    got = a.numpy()
+    np.testing.assert_array_equal(got, keep_x)
+    got[:] = 7                                   # the caller may write what it read
+    np.testing.assert_array_equal(a.numpy(), keep_x)
+    np.testing.assert_array_equal(b.numpy(), keep_small)
+    f = spmd.jit(lambda v: v * 2, in_shardings=MESH.sharding("x", None), out_shardings=MESH.sharding("x", None))
+    np.testing.assert_array_equal(f(a).numpy(), 2 * keep_x)
+
+
+def test_mlp_same_losses_as_local(rt):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        import mlp
+    finally:
+        sys.path.pop(0)
+    os.environ["SPMD_BACKEND"] = "ray"
+    try:
+        got = mlp.main(["--steps", "4"])
+    finally:
+        del os.environ["SPMD_BACKEND"]
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mlp.py"), "--steps", "4"],
+                       capture_output=True, text=True, timeout=100,
+                       env=dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="local"))
+    assert p.returncode == 0, p.stderr
+    want = [float(v) for v in re.findall(r"loss ([\d.]+)", p.stdout)]
+    assert get_runtime().name == "ray" and len(want) == 4
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_training_loop_has_the_local_runtimes_bits(rt):
+    from training_programs import digest, train
+    got = {b: {digest(train(backend=b))} for b in ("llvm", "numpy")}
+    p = subprocess.run([sys.executable, os.path.join(TESTS, "mpi_scripts", "train_bits.py"), "1"],
+                       capture_output=True, text=True, timeout=100,
+                       env=dict(os.environ, PYTHONPATH=ROOT, SPMD_BACKEND="local"))
+    assert p.returncode == 0, p.stderr
+    want = {b: {d} for b, _, d in re.findall(r"BITS (\w+) (\d+) (\w+)", p.stdout)}
+    assert got == want
+
+
+# -- failures -------------------------------------------------------------------------------
+class _RaiseOn:
+    num_outputs = 1
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == self.rank:
+            raise ValueError(f"boom on rank {self.rank}")
+        return [comm.all_reduce(x, "x")]      # the others wait here for the one that raised
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_an_exception_on_any_rank_raises_from_the_call_with_its_traceback(rt, monkeypatch, rank):
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=f"boom on rank {rank}") as e:
+        rt.run(_RaiseOn(rank), MESH, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 10
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert f"raised on rank {rank}" in notes and 'raise ValueError(f"boom on rank' in notes, notes
+    assert "test_ray_driver_rank.py" in notes
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))     # still usable
+    assert all(int(v[0]) > 0 for v in got.values())
+
+
+class _InterruptRank0:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == 0:
+            raise KeyboardInterrupt          # Ctrl-C while the driver runs rank 0's part
+        return [comm.all_reduce(x, "x")]
+
+
+def test_ctrl_c_in_rank_0s_part_is_the_users_and_the_runtime_goes_on(rt, monkeypatch):
+    """Raised as it is (not as rank 0's failure); the actors are stopped, and their
+    replies to that run are not taken for the next one's."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as e:
+        rt.run(_InterruptRank0(), MESH, {d: [] for d in range(4)})
+    assert not getattr(e.value, "__notes__", None)
+    assert time.monotonic() - t0 < 10
+    for _ in range(2):
+        got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))
+        assert all(int(v[0]) > 0 for v in got.values())
+
+
+def test_an_error_in_a_jitted_step_names_the_users_line(rt):
+    f = spmd.jit(lambda v: np.linalg.inv(v.reshape(3, 4)), in_shardings=MESH.sharding("x"))
+    with pytest.raises(spmd.SpmdError, match=r"square.*test_ray_driver_rank.py:\d+"):
+        f(np.arange(12.0))
+
+
+class _KillRank1:
+    num_outputs = 1
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.ones(3), "x")
+        if comm.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return [comm.all_reduce(x, "x")]      # rank 0, in the driver, waits here for rank 1
+
+
+def test_a_killed_actor_fails_the_drivers_run_at_once_and_is_replaced(rt, monkeypatch):
+    monkeypatch.delenv("SPMD_COLLECTIVE_TIMEOUT", raising=False)    # no stopwatch: the link's close tells
+    a = spmd.device_put(np.arange(6.0), MESH.sharding("x"))
+    before = {w["rank"]: w["pid"] for w in rt.where()}
+    t0 = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"rank 1 (died|is lost)"):
+        rt.run(_KillRank1(), MESH, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 20
+    with pytest.raises(CollectiveError, match=r"rank 1 does not hold shard"):
+        a.numpy()
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))       # rank 1 was restarted
+    assert all(int(v[0]) > 0 for v in got.values())
+    after = {w["rank"]: w["pid"] for w in rt.where()}
+    assert after[1] != before[1] and after[0] == before[0] == os.getpid() and all(after[r] == before[r] for r in (2, 3))
+
+
+def test_what_every_rank_printed_comes_before_the_error(rt, capsys):
+    def step(v):
+        spmd.debug.print("rank sum {}", v.sum())
+        return v * 2
+    f = spmd.jit(step, in_shardings=MESH.sharding("x"), out_shardings=MESH.sharding("x"))
+    np.testing.assert_array_equal(f(np.arange(8.0)).numpy(), 2 * np.arange(8.0))
+    out = capsys.readouterr().out
+    assert "rank sum 28.0" in out, out
+
+
+# -- checkpoints and the timeline -------------------------------------------------------------
+def test_checkpoint_round_trip(rt, tmp_path):
+    x = np.arange(301 * 200, dtype=np.float32).reshape(301, 200)
+    a = spmd.device_put(x, MESH.sharding("x", None))
+    spmd.save(str(tmp_path / "ck"), {"a": a, "step": np.int64(3)})
+    got = spmd.load(str(tmp_path / "ck"), {"a": spmd.Mesh((2, 2), ("a", "b")).sharding("b", "a"), "step": None})
+    np.testing.assert_array_equal(got["a"].numpy(), x)
+    assert got["step"] == 3
+    np.testing.assert_array_equal(spmd.load(str(tmp_path / "ck"))["a"], x)
+
+
+def test_timeline_has_rank_0s_track_from_the_driver_and_the_actors(rt, monkeypatch, tmp_path):
+    from spmd.tools import timeline
+    monkeypatch.setenv("SPMD_TRACE", str(tmp_path / "trace.json"))
+    timeline.take_events()
+    f = spmd.jit(lambda v: np.tanh(v).sum(), in_shardings=MESH.sharding("x"))
+    np.testing.assert_allclose(float(f(np.arange(16.0))), np.tanh(np.arange(16.0)).sum())
+    rt._collect_trace()
+    events = timeline.take_events()
+    assert {e["tid"] for e in events} == {0, 1, 2, 3}
+    for r in range(4):
+        mine = [e for e in events if e["tid"] == r]
+        assert [e["name"] for e in mine if e["cat"] == "collective"] == ["all_reduce"], mine
+        assert any(e["cat"] == "compute" for e in mine)
