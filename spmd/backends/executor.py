@@ -226,10 +226,17 @@ def run_op(op, env, comm, run=None, out=None):
         env[r] = checked(op, r, x)
 
 
+_DTYPES = {}      # a Value's dtype name -> numpy's builtin dtype of that name (its one instance)
+
+
 def checked(op, v, x):
     """The ref's result as an ndarray; it must be exactly the type the op inferred."""
     x = np.asarray(x)
-    if x.shape != v.shape or x.dtype.name != v.dtype:
+    want = _DTYPES.get(v.dtype)
+    if want is None:
+        want = _DTYPES[v.dtype] = np.dtype(v.dtype)
+    # (dtype.name is slow: asked only where the dtype is not the builtin one itself)
+    if x.shape != v.shape or (x.dtype is not want and x.dtype.name != v.dtype):
         raise SpmdError(f"internal error: {op.name} at {op.loc} computed {x.dtype.name}{list(x.shape)} "
                         f"but its shape rule says {v.dtype}{list(v.shape)}")
     return x
