@@ -152,12 +152,16 @@ class Executable:
             if env[outs[k]] is x and id(x) not in seen:
                 out[k] = x
                 seen.add(id(x))
+        copied = self.__dict__.get("_always_copied")
+        if copied is None:          # (the outputs a run never returns as they are: asked once)
+            copied = self.__dict__["_always_copied"] = [
+                v.producer is None or v.producer.name == "constant" or v in self.planned for v in outs]
         for k, v in enumerate(outs):
             if out[k] is not None or (k in self.same and env[outs[self.same[k]]] is env[v]):
                 continue
             x = env[v]
-            if (v.producer is None or v.producer.name == "constant" or id(x) in seen or id(x) in kept_inputs
-                    or not x.flags.writeable or x.base is not None or v in self.planned):
+            if (copied[k] or id(x) in seen or id(x) in kept_inputs
+                    or not x.flags.writeable or x.base is not None):
                 x = x.copy()
             seen.add(id(x))
             out[k] = x
