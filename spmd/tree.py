@@ -43,6 +43,12 @@ class TreeDef:
         return f"[{inner}]" if self.kind == "list" else f"({inner})"
 
 
+# one TreeDef for every leaf and every None (a TreeDef is not changed once made): a call
+# of jit flattens and hashes its arguments' tree, a training step's has a leaf per parameter
+LEAF = TreeDef("leaf")
+NONE = TreeDef("none")
+
+
 def tree_flatten(tree, is_leaf=None):
     leaves = []
     return leaves, _flatten(tree, is_leaf, leaves)
@@ -54,9 +60,9 @@ def tree_flatten(tree, is_leaf=None):
 def _flatten(t, is_leaf, leaves):
     if is_leaf is not None and is_leaf(t):
         leaves.append(t)
-        return TreeDef("leaf")
+        return LEAF
     if t is None:
-        return TreeDef("none")
+        return NONE
     if isinstance(t, dict):
         keys = tuple(sorted(t))
         return TreeDef("dict", keys, [_flatten(t[k], is_leaf, leaves) for k in keys])
@@ -67,7 +73,7 @@ def _flatten(t, is_leaf, leaves):
     if isinstance(t, list):
         return TreeDef("list", None, [_flatten(x, is_leaf, leaves) for x in t])
     leaves.append(t)
-    return TreeDef("leaf")
+    return LEAF
 
 
 def tree_unflatten(treedef: TreeDef, leaves):

@@ -152,12 +152,16 @@ class Executable:
             if env[outs[k]] is x and id(x) not in seen:
                 out[k] = x
                 seen.add(id(x))
+        copied = self.__dict__.get("_always_copied")
+        if copied is None:          # (the outputs a run never returns as they are: asked once)
+            copied = self.__dict__["_always_copied"] = [
+                v.producer is None or v.producer.name == "constant" or v in self.planned for v in outs]
         for k, v in enumerate(outs):
             if out[k] is not None or (k in self.same and env[outs[self.same[k]]] is env[v]):
                 continue
             x = env[v]
-            if (v.producer is None or v.producer.name == "constant" or id(x) in seen or id(x) in kept_inputs
-                    or not x.flags.writeable or x.base is not None or v in self.planned):
+            if (copied[k] or id(x) in seen or id(x) in kept_inputs
+                    or not x.flags.writeable or x.base is not None):
                 x = x.copy()
             seen.add(id(x))
             out[k] = x
@@ -226,10 +230,17 @@ def run_op(op, env, comm, run=None, out=None):
         env[r] = checked(op, r, x)
 
 
+_DTYPES = {}      # a Value's dtype name -> numpy's builtin dtype of that name (its one instance)
+
+
 def checked(op, v, x):
     """The ref's result as an ndarray; it must be exactly the type the op inferred."""
     x = np.asarray(x)
-    if x.shape != v.shape or x.dtype.name != v.dtype:
+    want = _DTYPES.get(v.dtype)
+    if want is None:
+        want = _DTYPES[v.dtype] = np.dtype(v.dtype)
+    # (dtype.name is slow: asked only where the dtype is not the builtin one itself)
+    if x.shape != v.shape or (x.dtype is not want and x.dtype.name != v.dtype):
         raise SpmdError(f"internal error: {op.name} at {op.loc} computed {x.dtype.name}{list(x.shape)} "
                         f"but its shape rule says {v.dtype}{list(v.shape)}")
     return x

@@ -7,6 +7,7 @@ import numpy as np
 from ..errors import ConcreteValueError, SpmdError
 from ..frontend import functionalize as fz
 from ..frontend.trace import ShapeDtype, leaf_aval
+from ..ir.dtypes import canon
 from ..runtime.array import Array
 from ..tree import tree_flatten
 
@@ -35,8 +36,17 @@ def signature(args, static_argnums):
             return key, list(args)
     leaves, tree = tree_flatten(dynamic(args, static_argnums))
     static = tuple(args[i] for i in static_argnums if i < len(args))
-    layouts = tuple(fz.layout_key(x) for x in leaves)
-    return (tree, tuple(leaf_aval(x) for x in leaves), static, layouts), leaves
+    avals, layouts = [], []
+    for x in leaves:
+        if type(x) is Array and len(x.__dict__) == _PLAIN_ARRAY:
+            # (leaf_aval's and layout_key's answers for a plain Array, without their
+            # attribute look-ups: a training step's parameters and optimizer slots)
+            avals.append((x._shape, canon(x._dtype), False))
+            layouts.append(None)
+        else:
+            avals.append(leaf_aval(x))
+            layouts.append(fz.layout_key(x))
+    return (tree, tuple(avals), static, tuple(layouts)), leaves
 
 
 def _plain_key(args):

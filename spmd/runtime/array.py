@@ -65,6 +65,17 @@ class Array:
         self._handles = handles
         self._runtime = runtime
 
+    @classmethod
+    def of_placement(cls, placement, handles, runtime):
+        """Internal: a program's output, as its Placement (runtime/program.py: a tuple of
+        ints, an np.dtype) describes it; made without __init__'s conversions, as a step
+        makes one per output (a training step: one per parameter and optimizer slot)."""
+        a = cls.__new__(cls)
+        a._shape, a._dtype, a._sharding = placement
+        a._handles = handles
+        a._runtime = runtime
+        return a
+
     # -- metadata -------------------------------------------------------------------------
     shape = property(lambda self: self._shape, lambda self, v: _no_shape_setting(v))
     dtype = property(lambda self: self._dtype)

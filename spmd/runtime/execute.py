@@ -83,9 +83,14 @@ def _byte_bounds(a):
 
 def _placed(x, p, rt):
     """Leaf x as the program takes it (input Placement p): an spmd.Array placed so."""
-    if type(x) is Array and x._runtime is rt and x._dtype is p.dtype and (x._sharding is p.sharding
-                                                                         or x._sharding == p.sharding):
-        return x                             # already placed as the program takes it (the common case)
+    if type(x) is Array and x._runtime is rt and x._dtype is p.dtype:
+        if x._sharding is p.sharding:
+            return x                         # already placed as the program takes it (the common case)
+        if x._sharding == p.sharding:
+            # the same sharding made apart (device_put with the user's own): x holds the
+            # program's equal object from now on, so its next call is seen placed by identity
+            x._sharding = p.sharding
+            return x
     if not isinstance(x, Array):
         x = np.asarray(x, dtype=p.dtype)
     elif x.dtype != p.dtype:
@@ -102,5 +107,8 @@ def _execute_sharded(program, leaves, rt):
     if program.donated or program.reused:
         _private(args, program.written, [a is x for a, x in zip(arrays, leaves)])
     outs = rt.run(program.executable, program.mesh, args)
-    return [Array(p.shape, p.dtype, p.sharding, {d: outs[d][k] for d in devices}, rt)
-            for k, p in enumerate(program.outputs)]
+    if len(devices) == 1:                    # (one device a process: MPI, a Ray actor's driver view)
+        got = outs[devices[0]]
+        d = devices[0]
+        return [Array.of_placement(p, {d: got[k]}, rt) for k, p in enumerate(program.outputs)]
+    return [Array.of_placement(p, {d: outs[d][k] for d in devices}, rt) for k, p in enumerate(program.outputs)]

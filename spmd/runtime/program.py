@@ -83,7 +83,7 @@ def placements(name, kind, mesh, values, shardings, local, verb) -> tuple:
     out = []
     for k, v in enumerate(values):
         if mesh is None:
-            out.append(Placement(tuple(v.shape), np.dtype(v.dtype), None))
+            out.append(Placement(tuple(int(n) for n in v.shape), np.dtype(v.dtype), None))
             continue
         sh = sharding_held(mesh, shardings[k], v.ndim)
         want = tuple(local[k].shape)
@@ -91,7 +91,7 @@ def placements(name, kind, mesh, values, shardings, local, verb) -> tuple:
             raise SpmdError(f"internal error: {name} {kind} {k} {v.dtype}{list(v.shape)} split by "
                             f"{sh.text()} has local shape {list(sh.local_shape(v.shape))}, the per-device "
                             f"program {verb} {list(want)}")
-        out.append(Placement(tuple(v.shape), np.dtype(v.dtype), sh))
+        out.append(Placement(tuple(int(n) for n in v.shape), np.dtype(v.dtype), sh))
     return tuple(out)
 
 

@@ -74,7 +74,7 @@ def reduce_arrays(op, arrays, out=None):
     if len(arrays) == 1:
         np.copyto(out, arrays[0])
         return out
-    if out.dtype.name in ("float16", "bfloat16") and op in ("sum", "prod"):
+    if out.dtype.itemsize == 2 and out.dtype.name in ("float16", "bfloat16") and op in ("sum", "prod"):
         # 2-byte floats travel as 2 bytes and are summed in float32, rounded once at the end
         acc = arrays[0].astype(np.float32)
         for a in arrays[1:]:

@@ -359,9 +359,10 @@ class Schedule:
         self.for_comm(st, comm)
         steps = exe.steps
         si = 0
+        addrs = {}               # value -> its array's address, this run (an input read by several segments: once)
         for it in self.items:
             if isinstance(it, Segment):
-                self._run_segment(it, prog_at[si], arena, env, slots, comm, si)
+                self._run_segment(it, prog_at[si], arena, env, slots, comm, si, addrs)
                 si += 1
                 if self.native_comm and comm.native_exchange.status[0]:
                     comm.native_exchange.failure(*noted_op(int(comm.native_exchange.status[2])))
@@ -380,18 +381,23 @@ class Schedule:
             if v not in env:
                 env[v] = self.value(v, env, slots)
 
-    def _run_segment(self, seg, prog_at, arena, env, slots, comm, si):
+    def _run_segment(self, seg, prog_at, arena, env, slots, comm, si, known):
         for v, src in seg.allocs:
             env[v] = self.exe.new_buffer(v) if src is None else self.value(src, env, slots)
         if seg.dyn:
+            # (known: the addresses earlier segments of this run looked up; a value's
+            # array does not change during a run once made)
             addrs = np.empty(len(seg.dyn), np.int64)
             for j, v in enumerate(seg.dyn):
-                x = env.get(v)
-                if x is None:
-                    x = self.value(v, env, slots)
-                if not x.flags.c_contiguous:
-                    x = env[v] = np.ascontiguousarray(x)
-                addrs[j] = address(x)
+                a = known.get(v)
+                if a is None:
+                    x = env.get(v)
+                    if x is None:
+                        x = self.value(v, env, slots)
+                    if not x.flags.c_contiguous:
+                        x = env[v] = np.ascontiguousarray(x)
+                    a = known[v] = address(x)
+                addrs[j] = a
             arena[seg.pos] = addrs[seg.idx] + seg.offs
         # (ranks more than the cores: a host runs several ranks' segments, transports/local/local_communicator.py)
         host = comm.native_exchange.host if self.native_comm else None

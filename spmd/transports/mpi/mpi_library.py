@@ -70,7 +70,7 @@ def mpi_buffer(a):
     MPI = mpi_module()
     if a.dtype == np.bool_:
         return [a, MPI.C_BOOL]
-    if a.dtype.name in HALFS:
+    if a.dtype.itemsize == 2 and a.dtype.name in HALFS:     # (dtype.name is slow: asked only of 2-byte types)
         return [a.view(np.uint16), MPI.UINT16_T]
     return a
 
