@@ -92,8 +92,9 @@ def test_spmd_run_ray_starts_a_private_ray_on_loopback(tmp_path):
     assert "backend ray process 0 of 1 devices 2" in lines            # the driver's own output
     assert "sum 28.0" in lines
     both = out + err              # Ray forwards the actors' output, prefixed with the actor's repr
-    for r in (0, 1):
-        assert re.search(rf"\(rank {r} pid=\d+.*\) hello from device {r}", both), both
+    # rank 0 runs in the driver (a private Ray): plain, as MPI's rank 0; rank 1 an actor
+    assert "hello from device 0" in lines, both
+    assert re.search(r"\(rank 1 pid=\d+.*\) hello from device 1", both), both
     assert "ray nodes ['127.0.0.2']" in lines                         # Ray listens on loopback only
     # SPMD_TRACE: the driver wrote one file at exit with both actors' tracks
     import json

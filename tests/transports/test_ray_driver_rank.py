@@ -31,6 +31,7 @@ MESH = None
 def rt():
     global MESH
     prev = get_runtime()
+    ray_env = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
     mp = pytest.MonkeyPatch()
     mp.delenv("RAY_ADDRESS", raising=False)
     mp.delenv("SPMD_RAY_DRIVER_RANK", raising=False)
@@ -48,6 +49,11 @@ def rt():
         spmd.init(backend="local", num_devices=prev.num_devices)
         r.shutdown()
         mp.undo()
+        # ray.init sets RAY_AUTH_MODE=token in this process's environment and leaves it:
+        # later tests' clusters and `spmd run` processes would inherit it
+        for k in [k for k in os.environ if k.startswith("RAY_") and k not in ray_env]:
+            del os.environ[k]
+        os.environ.update(ray_env)
 
 
 def run(rt, program, mesh=None, args=None):

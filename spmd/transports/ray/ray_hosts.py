@@ -101,8 +101,9 @@ def run_on_hosts(placement, args) -> int:
                                        f"--num-cpus={len(rs)}", "--disable-usage-stats"], token))
         for n in nodes:
             n.wait_ready(deadline)
-        env = dict(os.environ, **passed_env(), RAY_ADDRESS=address, SPMD_BACKEND="ray",
-                   SPMD_NUM_DEVICES=str(args.n), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+        # (the caller's environment may hold RAY_AUTH_MODE already: ray.init sets it)
+        env = {**os.environ, **passed_env(), "RAY_ADDRESS": address, "SPMD_BACKEND": "ray",
+               "SPMD_NUM_DEVICES": str(args.n), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
         env.setdefault("SPMD_RAY_STRATEGY", "PACK")
         driver = subprocess.Popen([sys.executable, args.script, *args.args], env=env)
         while True:
