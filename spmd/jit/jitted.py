@@ -304,7 +304,7 @@ class Jitted:
             return None, None
         low = path.guess
         _check_int_arguments(low, leaves)
-        outs = low(*leaves)
+        outs = low.run_flat(*leaves)
         n = len(outs) - len(low.updates) - len(low.errors)
         if not path.holds(low, outs[n - low.checks:n]):
             return None, None
@@ -329,7 +329,7 @@ class Jitted:
         if isinstance(self._cache.get(key), gb.Node):
             self._paths.setdefault(key, gb.Path()).took(low)
         _check_int_arguments(low, leaves)
-        return low, _without_checks(low, low(*leaves))
+        return low, _without_checks(low, low.run_flat(*leaves))
 
     def _run_eagerly(self, args, leaves):
         """fn called outside tracing on its arguments placed as jit places them: numpy on

@@ -199,6 +199,20 @@ class Lowered:
         return self._exe
 
     def __call__(self, *flat_args):
+        """Run it on the flattened arguments: its flat results (with the new values of the
+        arguments it writes after them), raising Python's error where a condition it
+        computes holds (Graph.errors: math.sqrt of a negative)."""
+        outs = self.run_flat(*flat_args)
+        n = len(outs) - len(self.updates)
+        k = n - len(self.errors)
+        for flag, (exc, msg) in zip(outs[k:n], self.errors):
+            if bool(np.asarray(flag)):
+                raise exc(msg)
+        return list(outs[:k - self.checks]) + list(outs[n:])
+
+    def run_flat(self, *flat_args):
+        """Every output a run gives, as jit reads them: the results, the graph breaks'
+        values (`checks`), the errors' flags, the written arguments' new values."""
         return run(self, list(flat_args))
 
 

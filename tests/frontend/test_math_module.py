@@ -89,3 +89,14 @@ def test_pow_and_atan2_on_every_pair_of_edge_values():
                 continue
             got = f(np.array([a, b]))
             np.testing.assert_allclose(got, want, rtol=1e-13, equal_nan=True, err_msg=f"{a}, {b}")
+
+
+def test_a_lowered_program_called_directly_raises_maths_error_and_gives_its_results():
+    # f.lower(x) is a program of its own: called, it raises what jit would, and gives the
+    # results only (not the conditions it computes for the errors)
+    f = spmd.jit(lambda x: x * math.sqrt(x.sum()))
+    low = f.lower(np.ones(4))
+    (got,) = low(np.ones(4))
+    np.testing.assert_allclose(np.asarray(got), np.ones(4) * 2.0)
+    with pytest.raises(ValueError, match="math domain error"):
+        low(-np.ones(4))
