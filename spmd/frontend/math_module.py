@@ -12,14 +12,13 @@ argument goes to math's function unchanged, so math is as it was for every other
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import threading
 
 import numpy as np
 
 from . import core
+from .patching import while_tracing
 from .trace import Tracer, current_trace, resolve
 
 DOMAIN, RANGE = "math domain error", "math range error"
@@ -120,23 +119,15 @@ def _wrap(name, f, traced):
     return g
 
 
-_lock = threading.Lock()
-_active = [0]
+def _install():
+    for name, traced in FUNCTIONS.items():
+        setattr(math, name, _wrap(name, getattr(math, name), traced))
 
 
-@contextlib.contextmanager
-def intercepting():
-    """math's FUNCTIONS take traced 0-d values while this context is open in any thread."""
-    with _lock:
-        if _active[0] == 0:
-            for name, traced in FUNCTIONS.items():
-                setattr(math, name, _wrap(name, getattr(math, name), traced))
-        _active[0] += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _active[0] -= 1
-            if _active[0] == 0:
-                for name in FUNCTIONS:
-                    setattr(math, name, getattr(math, name).spmd_original)
+def _restore():
+    for name in FUNCTIONS:
+        setattr(math, name, getattr(math, name).spmd_original)
+
+
+# math's FUNCTIONS take traced 0-d values while this context is open in any thread
+intercepting = while_tracing(_install, _restore)

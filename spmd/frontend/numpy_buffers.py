@@ -23,10 +23,8 @@ numpy or an installed library), so numpy is as it was for every other caller.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import functools
 import sys
-import threading
 
 import numpy as np
 
@@ -35,6 +33,7 @@ from . import core
 from . import functionalize as fz
 from . import views
 from .masked import Masked
+from .patching import while_tracing
 from .trace import Hint, NumpyBuffer, Tracer, current_trace, resolve
 
 CREATORS = ("zeros", "empty", "ones", "full", "eye", "identity", "array", "asarray", "asanyarray",
@@ -344,7 +343,8 @@ def install(cls):
 
 
 # -- numpy's creation functions while tracing -------------------------------------------------
-def _as_buffer(r):
+def as_buffer(r):
+    """An ndarray made while tracing, as an array the function made (a NumpyBuffer)."""
     return r.view(NumpyBuffer) if type(r) is np.ndarray else r
 
 
@@ -355,7 +355,7 @@ def _deep_traced(x) -> bool:
 
 
 def _make_new(f, args, kwargs):
-    return _as_buffer(f(*args, **kwargs))
+    return as_buffer(f(*args, **kwargs))
 
 
 def _make_constant(f, args, kwargs):
@@ -378,11 +378,11 @@ def _make_full(f, args, kwargs):
     fill_at = 1
     fill = kwargs.pop("fill_value") if "fill_value" in kwargs else args[fill_at]
     if not _deep_traced(fill):
-        return _as_buffer(f(*args[:fill_at], fill, *args[fill_at + 1:], **kwargs))
+        return as_buffer(f(*args[:fill_at], fill, *args[fill_at + 1:], **kwargs))
     args = args[:fill_at] + args[fill_at + 1:]
     if f.__name__ == "full" and kwargs.get("dtype") is None and len(args) < 2:
         kwargs["dtype"] = core.asarray(resolve(fill) if isinstance(fill, NumpyBuffer) else fill).dtype
-    b = _as_buffer(f(*args[:fill_at], 0, *args[fill_at:], **kwargs))
+    b = as_buffer(f(*args[:fill_at], 0, *args[fill_at:], **kwargs))
     b[...] = fill
     return b
 
@@ -454,29 +454,21 @@ def _creator(name, f, make=None):
     return creator
 
 
-_lock = threading.Lock()
-_active = [0]
+def _install():
+    for name in CREATORS + SEQUENCE_TAKERS:
+        setattr(np, name, _creator(name, getattr(np, name)))
+    for mod, name in CONSTANT_MAKERS:
+        setattr(mod, name, _creator(name, getattr(mod, name), _make_constant))
 
 
-@contextlib.contextmanager
-def intercepting():
-    """numpy's creation functions (and CONSTANT_MAKERS) make NumpyBuffers (and SEQUENCE_TAKERS stack lists of
-    traced values) for the user's code of the threads tracing, while this context is open
-    in any thread."""
-    with _lock:
-        if _active[0] == 0:
-            for name in CREATORS + SEQUENCE_TAKERS:
-                setattr(np, name, _creator(name, getattr(np, name)))
-            for mod, name in CONSTANT_MAKERS:
-                setattr(mod, name, _creator(name, getattr(mod, name), _make_constant))
-        _active[0] += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _active[0] -= 1
-            if _active[0] == 0:
-                for name in CREATORS + SEQUENCE_TAKERS:
-                    setattr(np, name, getattr(np, name).spmd_original)
-                for mod, name in CONSTANT_MAKERS:
-                    setattr(mod, name, getattr(mod, name).spmd_original)
+def _restore():
+    for name in CREATORS + SEQUENCE_TAKERS:
+        setattr(np, name, getattr(np, name).spmd_original)
+    for mod, name in CONSTANT_MAKERS:
+        setattr(mod, name, getattr(mod, name).spmd_original)
+
+
+# numpy's creation functions (and CONSTANT_MAKERS) make NumpyBuffers (and SEQUENCE_TAKERS
+# stack lists of traced values) for the user's code of the threads tracing, while this
+# context is open in any thread
+intercepting = while_tracing(_install, _restore)

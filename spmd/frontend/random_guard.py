@@ -26,7 +26,8 @@ import weakref
 import numpy as np
 
 from ..errors import TraceError, user_loc
-from .trace import NumpyBuffer, current_trace
+from .numpy_buffers import as_buffer
+from .trace import current_trace
 
 _SKIP = {"Generator", "BitGenerator", "SeedSequence", "MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64",
          "get_state", "set_state", "bit_generator", "mtrand"}
@@ -57,19 +58,15 @@ def _guard(name, f):
         if t is not None and t not in _seeded:
             _refuse(name)
         r = f(*args, **kwargs)
-        return _watched(r) if t is not None else r
+        # a seeded draw is an array the function made: the user may write traced values
+        # into it (`w = np.random.uniform(...)`, then `w -= lr * g`)
+        return as_buffer(r) if t is not None else r
     return _named(wrapped, name)
-
-
-def _watched(r):
-    """A seeded draw while tracing, as an array the function made (numpy_buffers.py): the
-    user may write traced values into it (`w = np.random.uniform(...)`, then `w -= lr * g`)."""
-    return r.view(NumpyBuffer) if type(r) is np.ndarray else r
 
 
 class _WatchedGenerator(np.random.Generator):
     """default_rng(constant) while tracing: numpy's generator, whose draws are arrays the
-    function made (see _watched)."""
+    function made (numpy_buffers.as_buffer)."""
 
     def __getattribute__(self, name):
         a = super().__getattribute__(name)
@@ -78,7 +75,7 @@ class _WatchedGenerator(np.random.Generator):
 
         @functools.wraps(a)
         def draw(*args, **kwargs):
-            return _watched(a(*args, **kwargs))
+            return as_buffer(a(*args, **kwargs))
         return draw
 
 
