@@ -120,9 +120,15 @@ def call(fn, args, kwargs, written=()):
     return _returned(fn(*args, **kwargs), back)
 
 
+def _same_kind(seq, items):
+    """A tuple, list or namedtuple (np.linalg.svd's SVDResult) like seq, holding items."""
+    items = list(items)
+    return type(seq)(*items) if hasattr(seq, "_fields") else type(seq)(items)
+
+
 def _returned(r, back):
     if isinstance(r, tuple):
-        return tuple(_returned(e, back) for e in r)
+        return _same_kind(r, (_returned(e, back) for e in r))
     return back.get(id(r), r) if isinstance(r, Tracer) else r
 
 
@@ -143,7 +149,7 @@ def plain_call(fn, args, kwargs):
 
 def _adopt(r, back, given):
     if isinstance(r, (tuple, list)):
-        return type(r)(_adopt(e, back, given) for e in r)
+        return _same_kind(r, (_adopt(e, back, given) for e in r))
     if type(r) is not np.ndarray:
         return r
     if id(r) in back:

@@ -151,6 +151,17 @@ def test_values_computed_from_buffers_are_buffers_too(compiler):
     run(f, X, compiler=compiler)
 
 
+def test_named_tuple_results_of_numpy_on_buffers(compiler):
+    """numpy's named results (np.linalg.svd's SVDResult) on a buffer's numbers keep their
+    type: unpacked, and read by field name."""
+    def f(x):
+        b = np.arange(9.0).reshape(3, 3) + np.eye(3)      # a buffer: numpy's own numbers
+        u, s, vh = np.linalg.svd(b)
+        h = np.linalg.eigh(b + b.T)
+        return x[:3] * s[0], u @ vh, h.eigenvalues, np.linalg.svd(b).S
+    run(f, X, compiler=compiler)
+
+
 def test_np_array_and_asarray_of_traced_values(compiler):
     def f(x):
         a = np.array([x[0, 0], x[1, 1], 2.0])
