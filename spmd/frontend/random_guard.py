@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import TraceError, user_loc
 from .numpy_buffers import as_buffer
-from .trace import current_trace
+from .trace import Tracer, current_trace, resolve
 
 _SKIP = {"Generator", "BitGenerator", "SeedSequence", "MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64",
          "get_state", "set_state", "bit_generator", "mtrand"}
@@ -57,11 +57,29 @@ def _guard(name, f):
         t = current_trace()
         if t is not None and t not in _seeded:
             _refuse(name)
+        if t is not None and name in ("shuffle", "permutation") and args and _traced(args[0]):
+            return _by_permutation(np.random.mtrand._rand.permutation, name, *args, **kwargs)
         r = f(*args, **kwargs)
         # a seeded draw is an array the function made: the user may write traced values
         # into it (`w = np.random.uniform(...)`, then `w -= lr * g`)
         return as_buffer(r) if t is not None else r
     return _named(wrapped, name)
+
+
+def _traced(x):
+    return isinstance(resolve(x), Tracer) and x.ndim > 0
+
+
+def _by_permutation(permutation, name, x, axis=0):
+    """shuffle(x) / permutation(x) of a traced x. numpy shuffles a sequence that is not an
+    ndarray one element swap at a time (thousands of traced writes); its draws are the
+    ones permutation(n) makes, and a shuffle moves x[p[i]] to i, so x taken at
+    permutation(n) along the axis is the same result, and leaves the same state."""
+    moved = np.take(x, permutation(x.shape[axis]), axis=axis)
+    if name == "permutation":
+        return moved
+    x[...] = moved
+    return None
 
 
 class _WatchedGenerator(np.random.Generator):
@@ -72,6 +90,15 @@ class _WatchedGenerator(np.random.Generator):
         a = super().__getattribute__(name)
         if name.startswith("_") or not callable(a):
             return a
+        if name in ("shuffle", "permutation"):
+            plain_permutation = super().__getattribute__("permutation")
+
+            @functools.wraps(a)
+            def permute(x, *args, **kwargs):
+                if _traced(x):
+                    return _by_permutation(plain_permutation, name, x, *args, **kwargs)
+                return as_buffer(a(x, *args, **kwargs))
+            return permute
 
         @functools.wraps(a)
         def draw(*args, **kwargs):

@@ -134,6 +134,36 @@ def test_seeded_draws_are_arrays_the_function_made_and_take_traced_writes(mesh, 
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
 
 
+def shuffled(x):
+    np.random.seed(1)
+    a = x * 2
+    np.random.shuffle(a)                          # a traced array: shuffled in place
+    b = np.random.permutation(x[:, 0])
+    g = np.random.default_rng(5)
+    c = x + 1
+    g.shuffle(c, axis=1)
+    z = np.zeros(x.shape[0])
+    z[:] = x[:, 1]                                # a numpy buffer holding traced values
+    np.random.shuffle(z)
+    return a, b, c, g.permutation(x, axis=1), g.permutation(x), z, np.random.rand(2), g.random(2)
+
+
+@pytest.mark.parametrize("mesh", [None, (2,)])
+@pytest.mark.parametrize("rows", [1, 2, 8, 300])
+def test_shuffle_and_permutation_of_traced_arrays_give_numpys_order(mesh, rows, compiler):
+    """numpy shuffles what is not an ndarray one swap at a time: on a traced array that was
+    one traced write per row; spmd takes the rows at the permutation numpy draws for the
+    same state, which is numpy's order and leaves numpy's state."""
+    x = np.arange(rows * 4.0).reshape(rows, 4) * 3 - 5
+    want = shuffled(x.copy())
+    m = spmd.Mesh(mesh, ("x",)) if mesh and rows % 2 == 0 else None
+    f = spmd.jit(shuffled, in_shardings=(m.sharding("x", None),) if m else None, backend=compiler)
+    got = f(x.copy())
+    for g, w in zip(got, want):
+        assert np.array_equal(np.asarray(g), w)
+    assert len(f.lower(x).graph.ops) < 200        # not a write per swap
+
+
 def test_np_random_draws_need_the_seed_in_the_same_function_first():
     def before(x):
         a = np.random.rand(3)                     # MARK
