@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import user_loc
 from ..ir.dtypes import DTYPES
-from . import contractions, core, indexing, masked, shapes
+from . import contractions, core, flat, indexing, masked, shapes
 from . import elementwise as ew
 from . import functionalize as fz
 from . import numpy_buffers as nb
@@ -495,6 +495,7 @@ def install(cls):
     cls.T = property(shapes.view_transpose)
     cls.shape = property(lambda x: x.value.shape, shapes.set_shape)
     cls.mT = property(lambda x: shapes.view_swapaxes(x, -1, -2))
+    cls.flat = property(flat.Flat, lambda x, v: flat.Flat(x).__setitem__(slice(None), v))
     # z.real = v sets the real parts, as numpy's attribute assignment does
     cls.real = property(fz.real_view, lambda x, v: indexing.setitem(fz.real_view(x), Ellipsis, v))
     cls.imag = property(fz.imag_view, lambda x, v: indexing.setitem(fz.imag_view(x), Ellipsis, v))

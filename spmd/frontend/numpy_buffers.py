@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import TraceError, is_internal, user_loc
 from . import core
 from . import functionalize as fz
-from . import views
+from . import flat, views
 from .masked import Masked
 from .patching import while_tracing
 from .trace import Hint, NumpyBuffer, Tracer, current_trace, resolve
@@ -58,7 +58,7 @@ WRITES = {np.copyto: (0, "dst"), np.put: (0, "a"), np.put_along_axis: (0, "arr")
 WRITING_METHODS = frozenset({"fill", "put", "sort", "partition"})
 # ndarray attributes that a traced value changes nothing of, or that only numpy's memory has
 _KEPT = frozenset({"shape", "dtype", "ndim", "size", "itemsize", "nbytes", "strides", "flags", "base", "data",
-                   "ctypes", "flat", "device", "setflags", "to_device", "T", "mT", "real", "imag"})
+                   "ctypes", "device", "setflags", "to_device", "T", "mT", "real", "imag"})
 
 
 def numbers(b):
@@ -336,6 +336,8 @@ def install(cls):
         setattr(cls, name, _forward(name, attr))
     for name in ("T", "mT", "real", "imag"):
         setattr(cls, name, _forward_property(name))
+    # numpy's flat iterator reads and writes memory a traced value never reaches
+    cls.flat = property(flat.Flat, lambda x, v: flat.Flat(x).__setitem__(slice(None), v))
     for name in ("__float__", "__int__", "__index__", "__bool__", "__complex__", "__iter__", "__copy__",
                  "__deepcopy__"):
         setattr(cls, name, _forward(name, getattr(np.ndarray, name)))
