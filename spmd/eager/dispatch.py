@@ -17,7 +17,7 @@ import operator
 
 import numpy as np
 
-from ..frontend import core, flat, functionalize as fz, numpy_api as npx, shapes
+from ..frontend import core, flat, functionalize as fz, numpy_api as npx, random_guard, shapes
 from ..frontend import elementwise as ew
 from ..frontend import reductions as red
 from ..frontend.trace import Tracer, current_trace
@@ -312,6 +312,7 @@ def install():
                           lambda self, v: indexing.setitem(self.real, Ellipsis, v))
     Array.imag = property(lambda self: run("method", "imag", fz.imag_view, (self,)),
                           lambda self, v: indexing.setitem(self.imag, Ellipsis, v))
+    random_guard.shuffle_by_index(Array)
     Array.flat = property(flat.Flat, lambda self, v: flat.Flat(self).__setitem__(slice(None), v))
     Array.fill = _fill
     Array.nonzero = lambda self: np.nonzero(self)

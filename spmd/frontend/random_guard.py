@@ -57,7 +57,7 @@ def _guard(name, f):
         t = current_trace()
         if t is not None and t not in _seeded:
             _refuse(name)
-        if t is not None and name in ("shuffle", "permutation") and args and _traced(args[0]):
+        if name in ("shuffle", "permutation") and args and _by_index(args[0]):
             return _by_permutation(np.random.mtrand._rand.permutation, name, *args, **kwargs)
         r = f(*args, **kwargs)
         # a seeded draw is an array the function made: the user may write traced values
@@ -66,13 +66,23 @@ def _guard(name, f):
     return _named(wrapped, name)
 
 
-def _traced(x):
-    return isinstance(resolve(x), Tracer) and x.ndim > 0
+_INDEXED_TYPES = []     # array types besides Tracer that numpy would shuffle one swap at a time
+
+
+def shuffle_by_index(cls):
+    """Let np.random.shuffle / permutation of a cls (spmd.Array, registered by eager mode)
+    take it at numpy's permutation rather than swap its rows one at a time."""
+    _INDEXED_TYPES.append(cls)
+
+
+def _by_index(x):
+    return (isinstance(resolve(x), Tracer) or isinstance(x, tuple(_INDEXED_TYPES))) and x.ndim > 0
 
 
 def _by_permutation(permutation, name, x, axis=0):
-    """shuffle(x) / permutation(x) of a traced x. numpy shuffles a sequence that is not an
-    ndarray one element swap at a time (thousands of traced writes); its draws are the
+    """shuffle(x) / permutation(x) of a traced x or an spmd.Array. numpy shuffles a sequence
+    that is not an ndarray one element swap at a time (thousands of traced writes, or of
+    eager ones); its draws are the
     ones permutation(n) makes, and a shuffle moves x[p[i]] to i, so x taken at
     permutation(n) along the axis is the same result, and leaves the same state."""
     moved = np.take(x, permutation(x.shape[axis]), axis=axis)
@@ -95,7 +105,7 @@ class _WatchedGenerator(np.random.Generator):
 
             @functools.wraps(a)
             def permute(x, *args, **kwargs):
-                if _traced(x):
+                if _by_index(x):
                     return _by_permutation(plain_permutation, name, x, *args, **kwargs)
                 return as_buffer(a(x, *args, **kwargs))
             return permute

@@ -83,6 +83,7 @@ class Array:
     ndim = property(lambda self: len(self._shape))
     size = property(lambda self: int(np.prod(self._shape, dtype=np.int64)))
     nbytes = property(lambda self: self.size * self._dtype.itemsize)
+    itemsize = property(lambda self: self._dtype.itemsize)
 
     @property
     def mesh(self):

@@ -1,6 +1,8 @@
 """spmd.random: counter-based keys give the same numbers eagerly, under jit, on any mesh
 and backend; np.random inside traced code is an error naming the line, except after
 np.random.seed(constant) in the same function (then numpy's numbers, as constants)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -162,6 +164,26 @@ def test_shuffle_and_permutation_of_traced_arrays_give_numpys_order(mesh, rows, 
     for g, w in zip(got, want):
         assert np.array_equal(np.asarray(g), w)
     assert len(f.lower(x).graph.ops) < 200        # not a write per swap
+
+
+def test_shuffle_and_permutation_of_spmd_arrays_eagerly():
+    """numpy shuffled an spmd.Array one eager swap per row, with a warning about duplicates
+    (3 s for 1,000 rows); it is taken at numpy's permutation, numpy's order and state."""
+    x = np.arange(600.0).reshape(300, 2)
+    m = spmd.Mesh((2,), ("x",))
+    a = spmd.device_put(x.copy(), m.sharding("x", None))
+    np.random.seed(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.random.shuffle(a)
+        p = np.random.permutation(a[:, 0])
+    after = np.random.rand()
+    np.random.seed(4)
+    y = x.copy()
+    np.random.shuffle(y)
+    assert np.array_equal(a.numpy(), y)
+    assert np.array_equal(p.numpy(), np.random.permutation(y[:, 0]))
+    assert np.random.rand() == after
 
 
 def test_np_random_draws_need_the_seed_in_the_same_function_first():
