@@ -75,10 +75,23 @@ def _dtype_token(x):
     if isinstance(x, (bool, int, float, complex)):
         return x
     if isinstance(x, (list, tuple)):
-        return np.asarray(x).dtype
+        return _sequence_dtype(x)
     if hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape"):
         return np.dtype(x.dtype)          # an array-like (an spmd.Array closed over): a constant
     raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array")
+
+
+def _sequence_dtype(xs):
+    """numpy's dtype of np.asarray(xs) for a list that may hold traced values: each element
+    counts as an array of its dtype (a Python number as numpy's default one), not weakly."""
+    def one(e):
+        e = resolve(e)
+        if isinstance(e, Tracer):
+            return np.dtype(e.value.dtype)
+        return _sequence_dtype(e) if isinstance(e, (list, tuple)) else np.asarray(e).dtype
+    if not xs:
+        return np.asarray(xs).dtype
+    return np.result_type(*[one(e) for e in xs])
 
 
 def result_dtype(*xs) -> str:
@@ -140,7 +153,7 @@ def asarray(x, dtype=None, t=None) -> Tracer:
     t = t or trace_of(x)
     x = resolve(x)
     if not isinstance(x, Tracer):
-        if isinstance(x, (list, tuple)) and builtins.any(isinstance(resolve(e), Tracer) for e in x):
+        if isinstance(x, (list, tuple)) and _holds_traced(x):
             return _stack_rows([asarray(e, dtype, t) for e in x])
         if dtype is not None:
             check_int_fits(x, dtype)
@@ -153,6 +166,11 @@ def asarray(x, dtype=None, t=None) -> Tracer:
             int_arguments.must_fit(x, dtypes.canon(dtype))
         x = emit(t, CONVERT, x, dtype=dtypes.canon(dtype))
     return x
+
+
+def _holds_traced(xs) -> bool:
+    return builtins.any(isinstance(resolve(e), Tracer) or isinstance(e, (list, tuple)) and _holds_traced(e)
+                        for e in xs)
 
 
 def _stack_rows(xs):
