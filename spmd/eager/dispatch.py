@@ -77,7 +77,9 @@ def _ufunc(ufunc, method, inputs, kwargs):
     if method == "at" and isinstance(inputs[0], Array):
         # as traced: ufunc.at writes its first argument (indices checked here, as numpy does)
         inputs = (inputs[0], indexing.program_key(inputs[0], inputs[1])) + tuple(inputs[2:])
-    if (method == "reduce" and name in npx.UFUNC_REDUCE) or (method == "at" and isinstance(inputs[0], Array)):
+    traced_methods = {"reduce": npx.UFUNC_REDUCE, "accumulate": npx.UFUNC_ACCUMULATE, "outer": npx.UFUNCS,
+                      "reduceat": npx.UFUNC_REDUCE}
+    if name in traced_methods.get(method, ()) or (method == "at" and isinstance(inputs[0], Array)):
         return run("ufunc", f"{name}.{method}", lambda *xs, **k: npx.dispatch_ufunc(ufunc, method, xs, k),
                    inputs, kwargs)
     return in_numpy("ufunc", name if method == "__call__" else f"{name}.{method}", inputs, kwargs, "not supported")

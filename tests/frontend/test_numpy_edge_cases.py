@@ -263,8 +263,32 @@ def test_eager_ufunc_method_fallback_runs_numpy():
     x = np.arange(15.0).reshape(5, 3)
     a = spmd.device_put(x, MESH4.sharding("x", None))
     with pytest.warns(UserWarning, match="accumulate"):
-        got = np.add.accumulate(a, axis=1)
-    _same(got, np.add.accumulate(x, axis=1), "np.add.accumulate")
+        got = np.subtract.accumulate(a, axis=1)
+    _same(got, np.subtract.accumulate(x, axis=1), "np.subtract.accumulate")
+
+
+UFUNC_METHODS = {
+    "subtract.outer": lambda x: np.subtract.outer(x[:, 0], x[0]),
+    "multiply.outer": lambda x: np.multiply.outer(x, x[0]),
+    "equal.outer": lambda x: np.equal.outer(x[0], x[1]),
+    "add.accumulate": lambda x: np.add.accumulate(x, axis=1),
+    "maximum.accumulate": lambda x: np.maximum.accumulate(x),
+    "add.accumulate(bool, int8)": lambda x: np.add.accumulate(x > 0, dtype=np.int8),
+    "add.reduceat": lambda x: np.add.reduceat(x, [0, 2, 3]),
+    "minimum.reduceat": lambda x: np.minimum.reduceat(x, [0, 2, 1], axis=1),
+}
+
+
+@pytest.mark.parametrize("name", list(UFUNC_METHODS))
+def test_eager_ufunc_methods_run_sharded(name):
+    """outer, accumulate and reduceat run as traced programs on an spmd.Array, as under
+    jit (they ran in numpy on the gathered array)."""
+    x = np.arange(12.0).reshape(4, 3) - 4
+    a = spmd.device_put(x, spmd.Mesh((2,), ("x",)).sharding("x", None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = UFUNC_METHODS[name](a)
+    _same(got, UFUNC_METHODS[name](x), name)
 
 
 # -- transcendental functions near their limits: within a few ulps of numpy, same inf / nan / 0 ----
@@ -538,3 +562,28 @@ def test_gradients_of_the_guarded_compositions_stay_finite(dt):
         got = np.asarray(spmd.jit(spmd.grad(lambda v: np.sum(f(v))))(x))
         want = _numpy(d, x)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8, err_msg=f"grad of np.{f.__name__}")
+
+
+def lists_with_traced_values(a, s):
+    """numpy converts a list operand as an array: its elements count by their dtypes (a
+    Python number as numpy's default one), nested lists too."""
+    return (np.maximum([s, 5], a), np.add([s, 1.5], a), np.maximum([1, 5], a),
+            np.minimum([[a[0]], [2]], a.astype(np.float32)), np.multiply([a[1], 2.5], a.astype(np.float32)),
+            np.array([[a[0], 1], [2, s]]), np.array([[a[0], 1], [2.5, s]]))
+
+
+@pytest.mark.parametrize("dt", ["int64", "int32", "float32"])
+def test_lists_holding_traced_values_as_operands(dt):
+    x = np.array([3, -4]).astype(dt)
+    want = lists_with_traced_values(x, 2)
+    for mesh in (None, spmd.Mesh((2,), ("x",))):
+        sh = (mesh.sharding("x"), mesh.sharding()) if mesh else None
+        got = spmd.jit(lists_with_traced_values, in_shardings=sh, fallback=False)(x, 2)
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w) and g.dtype == w.dtype, (g, w)
+    a = spmd.device_put(x, spmd.Mesh((2,), ("x",)).sharding("x"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no gather: each op runs sharded
+        got = lists_with_traced_values(a, 2)[:5]
+    for g, w in zip(got, want):
+        assert np.array_equal(g.numpy(), w) and g.dtype == w.dtype, (g, w)
