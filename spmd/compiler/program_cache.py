@@ -51,8 +51,9 @@ def _key(graph, mesh, in_shardings, out_shardings, extra="") -> str:
     h = hashlib.blake2b(_source_hash(), digest_size=20)
     h.update(print_graph(graph).encode())
     from .passes.combine import bucket_bytes
+    from .passes.schedule_async import overlap_work
     for part in (mesh.text() if mesh is not None else "", _shardings(in_shardings),
-                 _shardings(out_shardings), f"bucket {bucket_bytes()}", extra):
+                 _shardings(out_shardings), f"bucket {bucket_bytes()}", f"overlap {overlap_work()}", extra):
         h.update(b"\0" + part.encode())
     return h.hexdigest()
 

@@ -46,6 +46,13 @@ class _Env:
             os.environ["SPMD_BUCKET_BYTES"] = self.old
 
 
+@pytest.fixture(autouse=True)
+def _split_around_any_work(monkeypatch):
+    """These programs are small: split every collective with any computation to overlap
+    (SPMD_OVERLAP_WORK=0), as the default does for a step's larger ones."""
+    monkeypatch.setenv("SPMD_OVERLAP_WORK", "0")
+
+
 def _lower_and_run(case, bucket, backend="llvm"):
     step, args, sh = case
     with _Env(bucket):
@@ -190,6 +197,50 @@ def test_a_pair_without_work_between_stays_one_all_reduce():
     assert not pairs(low.graph) and sum(op.name == "all_reduce" for op in low.graph.ops) == 1
 
 
+def _little_work_between(n):
+    """An all_reduce over m (of a @ w), then work on n elements that does not read it
+    (exp, multiply, sum: 3n elements), then its use."""
+    mesh = Mesh((2,), ("m",))
+    a = np.ones((4, 8), np.float32)
+    w = np.ones((8, 8), np.float32)
+    b = np.ones(n, np.float32)
+    shard = (mesh.sharding(None, "m"), mesh.sharding("m", None), mesh.sharding())
+    return spmd.jit(lambda a, w, b: (lambda r, e: (np.tanh(r) + e.sum(), e))(a @ w, np.exp(b) * 2.0),
+                    in_shardings=shard), (a, w, b)
+
+
+@pytest.mark.parametrize("limit, n, split", [(None, 1000, False), ("0", 1000, True), (None, 70_000, True),
+                                             ("300000", 70_000, False)])
+def test_a_pair_splits_around_more_than_overlap_work_elements(monkeypatch, limit, n, split):
+    """A collective is split into a start and a done only where more than SPMD_OVERLAP_WORK
+    elements of computation (default 2**16) run between them; the answer is the same."""
+    if limit is None:
+        monkeypatch.delenv("SPMD_OVERLAP_WORK", raising=False)
+    else:
+        monkeypatch.setenv("SPMD_OVERLAP_WORK", limit)
+    f, args = _little_work_between(n)
+    low = f.lower(*args)
+    assert bool(pairs(low.graph)) == split
+    assert sum(op.name == "all_reduce" for op in low.graph.ops) == (0 if split else 1)
+    a, w, b = args
+    r, e = f(*args)
+    e_want = np.exp(b) * 2.0
+    np.testing.assert_allclose(np.asarray(r), np.tanh(a @ w) + e_want.sum(), rtol=1e-4)   # (a long float32 sum)
+    np.testing.assert_allclose(np.asarray(e), e_want, rtol=1e-6)
+
+
+def test_overlap_work_setting_is_checked(monkeypatch):
+    from spmd.compiler.passes.schedule_async import overlap_work
+    monkeypatch.setenv("SPMD_OVERLAP_WORK", "-1")
+    with pytest.raises(ValueError, match="SPMD_OVERLAP_WORK"):
+        overlap_work()
+    monkeypatch.setenv("SPMD_OVERLAP_WORK", "many")
+    with pytest.raises(ValueError, match="not a number"):
+        overlap_work()
+    monkeypatch.setenv("SPMD_OVERLAP_WORK", "5e3")
+    assert overlap_work() == 5000
+
+
 def test_random_programs_with_every_all_reduce_on_its_own(monkeypatch):
     """The random partitioned programs, with buckets of 0 bytes (every all-reduce alone,
     each started as early and finished as late as it can be): same answers as numpy.
@@ -209,6 +260,33 @@ def test_random_programs_with_every_all_reduce_on_its_own(monkeypatch):
         for seed in range(40):
             check_random_jit_program(seed, meshes[seed % 3], even=seed % 2 == 0)
     assert len(made) >= 40 and sum(n > 0 for n in made) >= 3, made
+
+
+def test_random_programs_with_every_all_reduce_blocking_where_first_read(monkeypatch):
+    """The random partitioned programs in the walk's order, every all-reduce left one
+    blocking call where its result is first read, after the computation that does not
+    need it (what a collective with little to overlap would get if the program were
+    rebuilt): same answers as numpy. Some programs do get a collective moved past work."""
+    from spmd.compiler import pipeline
+    from spmd.compiler.passes.schedule_async import async_order, earliest_first, rebuild
+    monkeypatch.setenv("SPMD_PROGRAM_CACHE", "0")          # every stage really runs
+    moved = []
+
+    def blocking_late(graph):
+        if not any(op.opdef.collective.async_pair for op in graph.ops):
+            return graph
+        items, overlapped = async_order(graph, earliest_first(graph))
+        g = rebuild(graph, items, dict.fromkeys(overlapped, False))
+        assert not pairs(g)
+        moved.append([op.name for op in g.ops] != [op.name for op in graph.ops])
+        return g
+    monkeypatch.setattr(pipeline, "OPTIMIZE", tuple((n, blocking_late if n == "schedule" else f)
+                                                    for n, f in pipeline.OPTIMIZE))
+    meshes = [Mesh((2,), ("x",)), Mesh((4,), ("x",)), Mesh((2, 2), ("x", "y"))]
+    with _Env(0):
+        for seed in range(40):
+            check_random_jit_program(seed, meshes[seed % 3], even=seed % 2 == 0)
+    assert sum(moved) >= 3, moved
 
 
 @settings(max_examples=40, deadline=None)

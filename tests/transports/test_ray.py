@@ -523,6 +523,7 @@ def test_overlapped_gradient_reductions_as_on_local(cluster, monkeypatch, tmp_pa
     the local runtime (both reduce in group order)."""
     from async_programs import flat, mlp_case, pairs
     monkeypatch.setenv("SPMD_BUCKET_BYTES", "300")
+    monkeypatch.setenv("SPMD_OVERLAP_WORK", "0")        # (a small step: split around any work)
     mesh = spmd.Mesh((2, 2), ("data", "model"))
     step, args, sh = mlp_case(mesh)
     f = spmd.jit(step, in_shardings=sh)

@@ -79,6 +79,10 @@ class MemoryPlan:
     # computed in an output's buffer before the output is written (5)
     in_outputs: dict = field(default_factory=dict)
     hosts: tuple = ()        # those outputs' first values: their buffers are made before the first step
+    # Value -> the values whose memory it may lie in: the result of a step the plan does not
+    # control and that makes no new array (numpy's dynamic_slice, reshape, ... may return a
+    # view of an operand). Whoever orders steps by the memory they touch reads these too.
+    may_view: dict = field(default_factory=dict)
 
     # the names the executors and older callers use
     @property
@@ -270,7 +274,8 @@ def plan_memory(graph, steps, writes=lambda op: False, donated=(), in_place=True
     offset_of = value_places(at, members, inside, lambda o, d: o + d)
     in_outs = value_places(hosted, members, inside, lambda o, d: (o[0], o[1] + d))
     return MemoryPlan(offset_of, arena, inplace, drops(bufs.last, outs, n), peak_live(temps, n), out_bytes,
-                      frozenset(donated), joined, in_outs, tuple(dict.fromkeys(h for h, _ in hosted.values())))
+                      frozenset(donated), joined, in_outs, tuple(dict.fromkeys(h for h, _ in hosted.values())),
+                      bufs.may_view)
 
 
 class Buffers:
@@ -285,6 +290,7 @@ class Buffers:
         self.mine = set(donated_vals)                       # values whose buffer is ours to write into
         self.bufs = {v: {v} for v in donated_vals}          # value -> groups (their first value) it may alias
         self.group = {v: v for v in donated_vals}           # written value -> its group (first value)
+        self.may_view = {}                                  # value -> the operands it may be a view of
         for v in graph.inputs:
             self.define.setdefault(v, -1)
             self.last.setdefault(v, -1)
@@ -303,6 +309,7 @@ class Buffers:
                     self.bufs[r] = set()
                 else:
                     self.bufs[r] = set().union(*[self.bufs.get(o, set()) for o in _reads(step)])
+                    self.may_view[r] = tuple(dict.fromkeys(_reads(step)))
         for v in graph.outputs:
             self.last[v] = len(steps)
         self.aliases = {}                                   # group -> values that may alias it

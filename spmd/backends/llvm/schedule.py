@@ -70,6 +70,7 @@ class Schedule:
         self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.native_starts = {}  # a started all-reduce's handle -> its region, when it runs natively (exchange_reduce.py)
         self.mailboxes = {}      # a native all-reduce's region key -> the bytes of a member's slot in it
+        self._locations = {}     # value -> the memory it lies in (locations)
         self.items = self.segments()                       # Segment | step index
         self.small = self.largest_kernel() < SMALL_WORK
         self.size = self.lay_out_arguments()
@@ -109,8 +110,8 @@ class Schedule:
         """The step's instructions as reorder.Instr records (what each reads and writes);
         a permute as its two halves."""
         kernel = step.kernel if isinstance(step, KernelStep) else None
-        reads = [self.location(v) for v in (kernel.inputs if kernel else step.operands)]
-        writes = [self.location(v) for v in (kernel.outputs if kernel else step.results)]
+        reads = [k for v in (kernel.inputs if kernel else step.operands) for k in self.locations(v)]
+        writes = [k for v in (kernel.outputs if kernel else step.results) for k in self.locations(v)]
         out = []
         for fn, entries in instrs:
             scratch = [("scratch", e[0].slot) for e in entries if isinstance(e, tuple) and isinstance(e[0], Scratch)]
@@ -121,18 +122,31 @@ class Schedule:
                 out.append(Instr(fn, entries, reads, writes + scratch, fence=fn == self.helpers["spmd_loop"]))
         return out
 
-    def location(self, v):
+    def locations(self, v) -> tuple:
         """The memory a value lies in, as reorder.py reads it: its byte range of the arena,
         of an output's buffer (a temporary the memory plan placed there), or all of its own
-        buffer (a view's is its base's; a value written in place lies in its source's)."""
+        buffer (a view's is its base's; a value written in place lies in its source's).
+        A value a step run from Python made may be numpy's view of an operand (a
+        dynamic_slice of a concatenation in the arena): it lies in that operand's memory
+        too (the memory plan's may_view), or a segment would move a write of the arena
+        across a read of the view."""
+        got = self._locations.get(v)
+        if got is not None:
+            return got
         mem = self.exe.memory
-        v = self._root(v)
-        place = mem.place(v)
+        r = self._root(v)
+        place = mem.place(r)
         if place is None:
-            return ("range", ("buffer", v), 0, WHOLE)
-        host, off = place
-        end = off + int(v.size) * np.dtype(v.dtype).itemsize
-        return ("range", "arena" if host is None else ("buffer", self._root(host)), off, end)
+            keys = [("range", ("buffer", r), 0, WHOLE)]
+            for o in mem.may_view.get(r, ()):
+                keys += self.locations(o)
+            got = tuple(dict.fromkeys(keys))
+        else:
+            host, off = place
+            end = off + int(r.size) * np.dtype(r.dtype).itemsize
+            got = (("range", "arena" if host is None else ("buffer", self._root(host)), off, end),)
+        self._locations[v] = got
+        return got
 
     def _root(self, v):
         t = self.views.get(v)

@@ -18,7 +18,11 @@ Everything that neither feeds nor reads a collective in flight runs between its 
 and its done: in a training step, the rest of the backward pass runs while the first
 buckets' gradients are being reduced. A pair with no computation between them (the one
 bucket of a small model, an all-reduce used by the very next op) stays one blocking
-all_reduce: a split would only cost a second call.
+all_reduce: a split would only cost a second call. So does one with no more than
+OVERLAP_WORK elements of computation between them (in train_gpt's backward pass under
+Megatron shardings, each model-axis all-reduce had only a bias gradient's small
+reduction to overlap): under MPI a split is two calls from Python and a break in the
+native run (a rank's CPU: ~0.1 ms), more than such work takes.
 
 Every rank runs this pass on the same program, so every rank starts its collectives in
 the same order (MPI requires it of nonblocking collectives) and the program stays one
@@ -28,8 +32,27 @@ buffer alive (not freed, not reused by the memory plan) while the collective is 
 from __future__ import annotations
 
 import heapq
+import os
 
 from ...ir import Graph, Op, Value, get_op
+
+# the computation (elements an op reads or writes, summed over the ops between a start
+# and its done) a collective is split around only beyond: tens of microseconds of work.
+# SPMD_OVERLAP_WORK overrides it (0: any computation between)
+OVERLAP_WORK = 1 << 16
+
+
+def overlap_work() -> int:
+    v = os.environ.get("SPMD_OVERLAP_WORK", "").strip()
+    if not v:
+        return OVERLAP_WORK
+    try:
+        n = int(float(v))
+    except ValueError:
+        raise ValueError(f"SPMD_OVERLAP_WORK={v!r} is not a number of elements") from None
+    if n < 0:
+        raise ValueError(f"SPMD_OVERLAP_WORK={v!r} must be >= 0 (0: split around any computation)")
+    return n
 
 
 def schedule_async(graph: Graph) -> Graph:
@@ -104,6 +127,7 @@ def async_order(graph: Graph, ops):
     started_at = {}         # split collective -> how much computation had run at its start
     overlapped = {}
     ran = 0
+    limit = overlap_work()
 
     def need(v):
         p = v.producer
@@ -111,7 +135,7 @@ def async_order(graph: Graph, ops):
             return
         deferred.discard(p)
         if p.opdef.collective.async_pair:
-            overlapped[p] = ran > started_at[p]
+            overlapped[p] = ran - started_at[p] > limit
             items.append(("done", p))
             return
         for o in p.operands:
@@ -132,7 +156,10 @@ def async_order(graph: Graph, ops):
                 need(o)
             items.append(("op", op))
             if op.operands and op.opdef.fusion != "reindex":
-                ran += 1            # (constants, broadcasts and views cost nothing to overlap)
+                # (constants, broadcasts and views cost nothing to overlap)
+                # a loop or branch is taken to be enough (its operands do not say its work)
+                ran += limit + 1 if op.opdef.subgraphs else \
+                    max(max(v.size for v in op.operands), max((v.size for v in op.results), default=0))
     for v in graph.outputs:
         need(v)
     for op in graph.ops:            # (a collective nobody reads still runs, on every rank)
