@@ -204,16 +204,46 @@ def op_label(op):
     return op.name, "collective" if op.opdef.needs_comm else "compute", op.loc
 
 
-def run_op(op, env, comm, run=None, out=None):
+def part_groups(ops) -> dict:
+    """{op: the parts its program takes of its operands}, for ops that are one op per
+    numpy result (an OpDef with `parts`: svd's u, s, vh) where two or more parts of the
+    same operands and attributes are taken: numpy computes those in one call."""
+    groups = {}
+    for op in ops:
+        if op.opdef.parts is not None:
+            groups.setdefault(_group_key(op), []).append(op)
+    return {op: frozenset(o.attrs["part"] for o in g) for g in groups.values() if len(g) > 1 for op in g}
+
+
+def _group_key(op):
+    return op.name, op.operands, tuple(sorted((k, v) for k, v in op.attrs.items() if k != "part"))
+
+
+_PARTS = object()       # env's entry for the parts computed with another part, not taken yet
+
+
+def run_op(op, env, comm, run=None, out=None, parts=None):
     """One op through its numpy reference; its results go into env. `run(graph, inputs)`
     runs a control-flow op's body with the backend's own executable of it (interpreted
     with the numpy references when None). `out`: the array to write the result into, for
-    an OpDef that `takes_out`."""
+    an OpDef that `takes_out`. `parts`: the program's part_groups (the first op of a group
+    computes every part the group takes, the others take theirs)."""
     opdef = op.opdef
     args = [env[o] for o in op.operands]
     kw = {} if out is None else {"out": out}
+    group = parts.get(op) if parts else None
     try:
-        if opdef.subgraphs:
+        if group is not None:
+            pending = env.setdefault(_PARTS, {})
+            key = _group_key(op)
+            got = pending.get(key)
+            if got is None or op.attrs["part"] not in got:      # (a part taken twice: again)
+                got = pending[key] = opdef.parts(*args, wanted=group,
+                                                 **{k: v for k, v in op.attrs.items() if k != "part"})
+            out = got.pop(op.attrs["part"])
+            if not got:
+                del pending[key]
+        elif opdef.subgraphs:
             out = opdef.ref(*args, comm=comm, run=run, **op.attrs)
         elif opdef.needs_comm:
             if comm is not None:                # the user line, for failure messages (transports/communicator.py)

@@ -25,7 +25,7 @@ import numpy as np
 from ...errors import SpmdError
 from ...ir import Graph
 from ...tools import timeline
-from ..executor import Executable, op_label
+from ..executor import Executable, op_label, part_groups
 from .direct_run import DirectRun
 from .jit import InvalidModule, compile_ir
 from .lowering_table import lowering_of, writes_into
@@ -72,6 +72,8 @@ class LLVMExecutable(Executable):
         self.stats["compile_s"] = time.perf_counter() - t1
         self.prepared = {s: lowering_of(s).prepare(s) for s in self.steps
                          if not isinstance(s, KernelStep) and lowering_of(s).prepare is not None}
+        # svd's u, s, vh of one matrix: one numpy call (executor.run_op)
+        self.parts = part_groups([s for s in self.steps if not isinstance(s, KernelStep)])
         self._nbytes = {v: v.size * np.dtype(v.dtype).itemsize
                         for v in (*self.memory.offset_of, *self.memory.in_outputs)}
         self._local = threading.local()

@@ -48,7 +48,7 @@ def run_reference(exe, op, env, comm, slots, nthreads):
     (maybe its operand's: all_reduce in place); control-flow bodies (while, cond, scan)
     run as native executables of their own."""
     if not op.opdef.takes_out:
-        run_op(op, env, comm, run=lambda g, xs: exe.subprograms[id(g)](xs, comm))
+        run_op(op, env, comm, run=lambda g, xs: exe.subprograms[id(g)](xs, comm), parts=exe.parts)
         return
     out = exe.buffer(op.result, slots, env)
     placed = exe.memory.joined.get(op.result)
@@ -56,7 +56,7 @@ def run_reference(exe, op, env, comm, slots, nthreads):
         join_into(op, [env[o] for o in op.operands], out, placed)
         env[op.result] = out
         return
-    run_op(op, env, comm, out=out)
+    run_op(op, env, comm, out=out, parts=exe.parts)
     if env[op.result] is not out:
         np.copyto(out, env[op.result])
         env[op.result] = out
@@ -65,7 +65,7 @@ def run_reference(exe, op, env, comm, slots, nthreads):
 def run_copied_into(exe, op, env, comm, slots, nthreads):
     """The op's numpy reference, its result copied into the memory plan's buffer (a row
     whose native instructions write there, so the plan places the result)."""
-    run_op(op, env, comm)
+    run_op(op, env, comm, parts=exe.parts)
     out = exe.buffer(op.result, slots, env)
     np.copyto(out, env[op.result])
     env[op.result] = out

@@ -120,8 +120,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     x = _f(a, "svd", square=False)
     if not compute_uv:
         return _op(SVD, x, part="s", full_matrices=False)
+    # (s as u's and vh's attributes: the three are one numpy call, executor.part_groups)
     return SVDResult(_op(SVD, x, part="u", full_matrices=bool(full_matrices)),
-                     _op(SVD, x, part="s", full_matrices=False),
+                     _op(SVD, x, part="s", full_matrices=bool(full_matrices)),
                      _op(SVD, x, part="vh", full_matrices=bool(full_matrices)))
 
 

@@ -126,9 +126,29 @@ def _one_by_one(f, a, rest, attrs):
     return np.stack(outs).reshape(a.shape[:nb] + good.shape) if outs else np.zeros(a.shape[:nb] + good.shape)
 
 
-def _linalg(name, infer, ref, vjp, factors=None, nondiff=None, **rules):
+def _linalg(name, infer, ref, vjp, factors=None, nondiff=None, parts=None, **rules):
     register(OpDef(name, family="linalg", infer=infer, ref=_keep_dtype(ref), vjp=vjp, factors=factors or _factors(2),
-                   flops=_flops_cubic, dtypes=FLOAT, needs_whole=WHY, lowering="lapack", **rules))
+                   flops=_flops_cubic, dtypes=FLOAT, needs_whole=WHY, lowering="lapack",
+                   parts=_parts_of(*parts) if parts else None, **rules))
+
+
+def _parts_of(names, f):
+    """An op's `parts`: f(a, **attrs) is numpy's call giving every part, in `names`' order;
+    each part as `_keep_dtype` makes the op's result (NaN for a matrix numpy refuses)."""
+    def parts(a, wanted, **attrs):
+        out = {}
+        with np.errstate(all="ignore"):
+            try:
+                got = f(a, **attrs)
+            except np.linalg.LinAlgError:
+                got = [_one_by_one(lambda m, k=k, **kw: f(m, **kw)[k], a, (), attrs) for k in range(len(names))]
+        for name, x in zip(names, got):
+            if name in wanted:
+                x = np.asarray(x)
+                out[name] = x.astype(a.dtype if x.dtype.kind != "c" else np.result_type(a.dtype, np.complex64),
+                                     copy=False)
+        return out
+    return parts
 
 
 # -- inv -----------------------------------------------------------------------------------------
@@ -257,7 +277,8 @@ def _eigh_factors(ins, outs, attrs):
     return _factors(2 if attrs["part"] == "v" else 1)(ins, outs, attrs)
 
 
-_linalg("eigh", _eigh_infer, _eigh_ref, None, _eigh_factors)
+_linalg("eigh", _eigh_infer, _eigh_ref, None, _eigh_factors,
+        parts=(("w", "v"), lambda a, uplo="L": np.linalg.eigh(a, UPLO=uplo)))
 
 
 def _eig_infer(a, part):
@@ -272,7 +293,8 @@ def _eig_ref(a, part):
     return (v if part == "v" else w).astype(np.result_type(a.dtype, np.complex64))
 
 
-_linalg("eig", _eig_infer, _eig_ref, None, _eigh_factors)
+_linalg("eig", _eig_infer, _eig_ref, None, _eigh_factors,
+        parts=(("w", "v"), lambda a: [x.astype(np.result_type(a.dtype, np.complex64)) for x in np.linalg.eig(a)]))
 
 
 def _svd_shape(s, part, full):
@@ -303,7 +325,8 @@ def _svd_factors(ins, outs, attrs):
     return _factors(1 if attrs["part"] == "s" else 2)(ins, outs, attrs)
 
 
-_linalg("svd", _svd_infer, _svd_ref, None, _svd_factors)
+_linalg("svd", _svd_infer, _svd_ref, None, _svd_factors,
+        parts=(("u", "s", "vh"), lambda a, full_matrices: np.linalg.svd(a, full_matrices=full_matrices)))
 
 
 def _qr_shape(s, part, mode):
@@ -327,4 +350,4 @@ def _qr_ref(a, part, mode):
     return q if part == "q" else r
 
 
-_linalg("qr", _qr_infer, _qr_ref, None)
+_linalg("qr", _qr_infer, _qr_ref, None, parts=(("q", "r"), lambda a, mode: np.linalg.qr(a, mode=mode)))

@@ -193,6 +193,11 @@ class OpDef:
     # the ref can write its result into an array it is given (`ref(..., out=array)`, of
     # the result's shape and dtype), so a backend can place the result in its memory plan
     takes_out: bool = False
+    # ops that are one op per numpy result, picked by a `part` attribute (svd's u / s / vh),
+    # where numpy computes the results in one call: (*ndarrays, wanted: the part names,
+    # **the other attrs) -> {part: ndarray}. The executors compute the parts a program
+    # takes of one operand in one call (backends/executor.part_groups), not once per part.
+    parts: Optional[Callable] = None
 
     # the fields only a collective has (Collective above)
     collective: Collective = NOT_COLLECTIVE
