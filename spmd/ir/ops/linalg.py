@@ -8,8 +8,9 @@ whole matrices, so a split row or column dim is gathered first (the partitioner 
 naming the op and the user's line). Every op runs its numpy reference on both backends.
 
 Ops with several numpy results are one op per result, picked by the `part` attribute
-(eig, eigh: "w" / "v", svd: "u" / "s" / "vh", qr: "q" / "r"); slogdet's result stacks
-(sign, logabsdet) on a last dim of 2.
+(eig, eigh: "w" / "v", svd: "u" / "s" / "vh", qr: "q" / "r"); the parts a program takes
+of one matrix are still one numpy call when it runs (OpDef.parts). slogdet's result
+stacks (sign, logabsdet) on a last dim of 2.
 """
 import numpy as np
 
