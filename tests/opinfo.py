@@ -336,6 +336,17 @@ entry("convert", _make_convert, _convert_expect,
       grad_ok=lambda ops, a: ops[0].dtype == np.float64 and a["dtype"] == "float64")
 
 
+def _make_bitcast(rng, dt):
+    size = np.dtype(dt).itemsize
+    return [([rand(rng, s, dt, -100.0, 100.0)], {"dtype": target})
+            for target in REGISTRY["bitcast"].dtypes if np.dtype(target).itemsize == size
+            for s in [(), (1,), (2, 0), (2, 3)]]
+
+
+entry("bitcast", _make_bitcast, lambda x, dtype: np.array(x, order="C").view(dtype),
+      nondiff="the same bits read as another dtype")
+
+
 # ------------------------------------------------------------------------ data movement
 def _make_constant(rng, dt):
     return [([], {"value": rand(rng, s, dt)}) for s in SHAPES]

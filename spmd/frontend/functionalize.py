@@ -21,6 +21,8 @@ import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
 from ..ir import dtypes
+from ..ir.ops.elementwise import BITCAST_DTYPES
+from ..ir.ops.names import BITCAST
 from . import core
 from . import elementwise as ew
 from .trace import Tracer
@@ -212,12 +214,18 @@ def imag_view(x):
 
 def view_method(x, dtype=None, type=None):
     """x.view(): a new array object of the same data, so writes through either show in
-    both. x.view(dtype) of another dtype reinterprets the bytes, which spmd does not."""
+    both. x.view(dtype) of a dtype of the same size reads the same bytes as that dtype
+    (bitcast), writes through it too; of another size (the last dim changes) spmd does not."""
     if dtype is not None and not (isinstance(dtype, builtins.type) and issubclass(dtype, np.ndarray)) \
             and np.dtype(dtype) != x.dtype:
-        raise NotImplementedError(f"x.view({np.dtype(dtype).name}) at {user_loc()} reinterprets the bytes of a "
-                                  f"{x.dtype} array, which spmd does not support; convert the values with "
-                                  f"x.astype({np.dtype(dtype).name}) (a copy)")
+        dt = np.dtype(dtype)
+        if dt.name in BITCAST_DTYPES and x.dtype.name in BITCAST_DTYPES and dt.itemsize == x.dtype.itemsize:
+            x = core.asarray(x)
+            return view_of(x, core.emit(x._tr, BITCAST, x, dtype=dt.name), [("bitcast", dt.name)])
+        raise NotImplementedError(f"x.view({dt.name}) at {user_loc()} reinterprets the bytes of a "
+                                  f"{x.dtype} array as {dt.name}: spmd does this for dtypes of the same size "
+                                  f"({', '.join(BITCAST_DTYPES)}); convert the values with "
+                                  f"x.astype({dt.name}) (a copy)")
     return view_of(x, x, [])
 
 

@@ -8,7 +8,7 @@ functionalize.py for how writes use them).
 A step is (kind, params): ("slice", (start, limit, stride)), ("dyn", (starts, sizes)) with
 traced starts, ("reverse", dims), ("reshape", shape), ("transpose", permutation), ("real",
 None) and ("imag", None) (the parts of a complex base: a write sets that part and keeps
-the other), and ("derived", Derived) -- a view a builder derives in its own terms (the
+the other), ("bitcast", dtype) (x.view(dtype): the same bytes as a dtype of the same size), and ("derived", Derived) -- a view a builder derives in its own terms (the
 diagonals of a single-operand einsum), or one of numpy's read-only views (broadcast_to,
 diagonal: they read through, and a write through one raises numpy's ValueError). fwd and
 back emit IR through a trace (anything with `emit(name, *values, **attrs)`).
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 from ..ir.ops.names import (
-    AND, BROADCAST_IN_DIM, COMPARE, COMPLEX, CONSTANT, DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, IMAG,
+    AND, BITCAST, BROADCAST_IN_DIM, COMPARE, COMPLEX, CONSTANT, DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, IMAG,
     IOTA, PAD, REAL, REMAINDER, RESHAPE, REVERSE, SELECT, SLICE, SUBTRACT, TRANSPOSE
 )
 
@@ -104,6 +104,8 @@ def fwd(t, step, v):
         return v if tuple(p) == tuple(range(v.ndim)) else t.emit(TRANSPOSE, v, permutation=tuple(p))
     if kind in ("real", "imag"):
         return t.emit(kind, v)
+    if kind == "bitcast":
+        return t.emit(BITCAST, v, dtype=p)
     if kind == "derived":
         return p.fwd(t, v)
     raise AssertionError(kind)
@@ -144,6 +146,8 @@ def back(t, step, src, new):
         return t.emit(COMPLEX, new, t.emit(IMAG, src))
     if kind == "imag":
         return t.emit(COMPLEX, t.emit(REAL, src), new)
+    if kind == "bitcast":
+        return t.emit(BITCAST, new, dtype=src.dtype)
     if kind == "derived" and p.back is not None:      # (read-only: functionalize.write raised before)
         return p.back(t, src, new)
     raise AssertionError(kind)

@@ -595,6 +595,12 @@ class ScalarBuilder:
             op = "sext" if SIZE[dst] > SIZE[src] else "trunc"
         return self._op(f"{op} {ts} {x.name} to {td}", dst)
 
+    def bitcast(self, x, dtype):
+        """x.view(dtype): the same bits read as another dtype of the same size."""
+        if LL[x.dtype] == LL[dtype]:
+            return SV(x.name, dtype)          # int32 <-> uint32: LLVM's iN has no sign
+        return self._op(f"bitcast {LL[x.dtype]} {x.name} to {LL[dtype]}", dtype)
+
     def _to_signed(self, x, dst):
         """fptosi is poison for NaN, inf and values out of range: numpy (x86's cvttsd2si)
         gives the integer minimum there, so such inputs convert 0 and pick it."""

@@ -425,6 +425,29 @@ register(OpDef("convert", family="elementwise", infer=_convert_infer, ref=_conve
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
 
 
+# -- bitcast: x.view(dtype) of a dtype of the same size ------------------------------------------
+# numpy reinterprets the bytes; the dtypes here are those whose scalar code holds the bytes
+# as they are in memory (a bool is a byte there but one bit in a kernel; a 2-byte float
+# is computed on as float32)
+BITCAST_DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _bitcast_infer(x, dtype):
+    from .. import dtypes
+    dt = dtypes.canon(dtype)
+    check(x.dtype in BITCAST_DTYPES and dt in BITCAST_DTYPES,
+          f"bitcast takes {', '.join(BITCAST_DTYPES)}, got {x.dtype} to {dt}")
+    check(np.dtype(x.dtype).itemsize == np.dtype(dt).itemsize,
+          f"bitcast keeps the size of an element: {x.dtype} to {dt}")
+    return aval(x.shape, dt)
+
+
+register(OpDef("bitcast", family="elementwise", infer=_bitcast_infer,
+               ref=lambda x, dtype: np.array(x, order="C").view(dtype),
+               factors=elementwise_factors, scalar=lambda b, x, dtype: b.bitcast(x, dtype), flops=_flops_n(0),
+               dtypes=sampled(BITCAST_DTYPES), priority=0, fusion="elementwise", lowering="elementwise"))
+
+
 # -- complex parts: real, imag, conj ---------------------------------------------------------
 def _part_infer(x, **_):
     check(x.dtype in CPLX, f"takes complex64/complex128, got {x.dtype}")
