@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ReshardWarning, TraceError, is_internal, warn_at
+from ..errors import ReshardWarning, TraceError, is_internal, user_loc, warn_at
 from ..frontend import core, indexing
 from ..frontend import functionalize as fz
 from ..frontend.trace import Tracer
@@ -271,11 +271,20 @@ def in_numpy(kind, name, args, kwargs, why):
     label = getattr(name, "__name__", str(name)) if kind == "function" else name
     warn_gathered({"ufunc": f"np.{label}", "function": f"np.{label}", "method": f"ndarray.{label}"}.get(kind, label),
                   arrays, why)
-    a, k = tree_unflatten(tree, [gathered(x) for x in leaves])
+    gleaves = [gathered(x) for x in leaves]
+    a, k = tree_unflatten(tree, gleaves)
     out = _call_numpy(kind, name, a, k)
     if _writes_first(kind, name) and isinstance(args[0], Array):
         args[0][...] = a[0]          # numpy wrote the gathered copy: the Array takes it
-    return _place(out, arrays[0].sharding.mesh if arrays else None)
+    placed = _place(out, arrays[0].sharding.mesh if arrays else None)
+    copies = [g for x, g in zip(leaves, gleaves) if isinstance(x, Array)]
+    results = tree_flatten(out)[0]
+    for r, p in zip(results, tree_flatten(placed)[0] if len(results) == len(tree_flatten(placed)[0]) else ()):
+        # numpy's result was a view of an argument (x.view(int16), a reshape): here it is
+        # a copy of a gathered copy, which no write through it could reach
+        if isinstance(p, Array) and isinstance(r, np.ndarray) and any(np.may_share_memory(r, g) for g in copies):
+            p._gathered_view = f"the result of {label}"
+    return placed
 
 
 # numpy functions that write into their first argument (a fallback must write it back)
@@ -332,6 +341,12 @@ def write(target, form, args, numpy_form, what):
     (functionalization), and jit writes the root back. Where spmd cannot run the write,
     numpy_form(gathered target, *gathered args) does, and the result is written in."""
     root, steps = views.root_and_steps(target)
+    gv = getattr(target, "_gathered_view", None) or getattr(root, "_gathered_view", None)
+    if gv is not None:
+        raise NotImplementedError(
+            f"a write at {user_loc()} into {gv}: in numpy that is a view of the array, so the write "
+            f"would change the array too; spmd ran it in numpy on a gathered copy (its ReshardWarning), "
+            f"which no write reaches. Write into the spmd.Array itself, or make the copy explicit (.copy()).")
     ro = getattr(target, "_read_only", None) or getattr(root, "_read_only", None)
     if ro is not None:              # a read-only view that is not one of its root (x.imag of a real x)
         raise fz.read_only_error(ro)

@@ -285,6 +285,23 @@ def test_fallbacks_warn_with_the_bytes_gathered():
     assert eager.STATS["fallbacks"] == 2
 
 
+def test_a_fallbacks_view_refuses_writes_it_could_not_pass_on():
+    """numpy's x.view(int32) of a float64 array is a view: writes through it change x. The
+    eager fallback computes it in numpy on a gathered copy, which no write reaches: a
+    write into it raises (it was lost silently); its .copy() is an array of its own."""
+    x = np.arange(8.0)
+    a = put(x, "x")
+    with pytest.warns(UserWarning, match="ndarray.view"):
+        v = a.view(np.int32)
+    np.testing.assert_array_equal(v.numpy(), x.view(np.int32))
+    with pytest.raises(NotImplementedError, match="gathered copy"):
+        v[0] = 5
+    with pytest.warns(UserWarning, match="ndarray.view"):
+        w = a.view(np.int32).copy()
+    w[0] = 5
+    assert w.numpy()[0] == 5 and np.array_equal(a.numpy(), x)
+
+
 def test_fallbacks_fail_fast_under_W_error():
     code = ("import numpy as np, spmd\n"
             "m = spmd.Mesh((2,), ('x',))\n"
