@@ -20,7 +20,7 @@ import builtins
 import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
-from ..ir import dtypes
+from ..ir import Value, dtypes
 from ..ir.ops.elementwise import BITCAST_DTYPES
 from ..ir.ops.names import BITCAST
 from . import core
@@ -39,15 +39,27 @@ def write(x, new):
         raise read_only_error(read_only(x))
     t = x._tr
     buf = x._ensure_buffer()
-    vals = [buf.value]
-    for step in x._view[:-1]:
-        vals.append(fwd(t, step, vals[-1]))
+    vals = _sources(t, buf.value, x._view)
     v = new
     for step, src in zip(reversed(x._view), reversed(vals)):
         v = back(t, step, src, v)
     buf.value = v
     buf.version += 1
     x._val, x._ver = new, buf.version
+
+
+def _sources(t, base, chain):
+    """The value each step of the view chain takes (the base's, then each step's), as
+    back() reads them: computed up to the last step that reads its source's value (a
+    slice writes into it), shape and dtype alone after that (a reshape back needs no
+    more), so writing x[i, j] = v emits no dead view of x."""
+    last = max((i for i, step in enumerate(chain) if views.reads_source(step)), default=0)
+    vals = [base]
+    for i, step in enumerate(chain[:-1]):
+        # (a derived step reads its source: it is never past `last`, where fwd_aval is asked)
+        av = views.fwd_aval(step, vals[-1].shape, vals[-1].dtype) if i + 1 > last else None
+        vals.append(Value(*av) if av is not None else fwd(t, step, vals[-1]))   # (a Value not in the graph)
+    return vals
 
 
 def read_only(x):
@@ -171,6 +183,18 @@ def view_of(x, r, steps):
     v = Tracer(r.value if isinstance(r, Tracer) else r, x._tr, x.weak)
     v._buf, v._view, v._ver = buf, x._view + tuple(steps), buf.version
     return v
+
+
+def view_to_write(x, steps):
+    """x's view through `steps`, made to be written whole (x[key] = v): its value is not
+    computed (the write sets it, and reads only its shape and dtype), where the steps
+    say what those are."""
+    av = (x.shape, x.value.dtype)
+    for step in steps:
+        av = views.fwd_aval(step, *av) if av is not None else None
+    if av is None or is_scalar(x):
+        return view_of(x, views.derive(x._tr, x.value, steps), steps)
+    return view_of(x, Value(*av), steps)         # (a Value not in the graph, replaced by the write)
 
 
 def fresh(r):

@@ -309,7 +309,7 @@ def setitem(x, key, value):
     if "mask" in kinds:
         _set_masked(x, ents, value)
     elif "array" not in kinds:
-        v = _basic_view(x, ents)
+        v = fz.view_to_write(x, _basic_steps(x, ents))
         write(v, _fit(value, v, x._tr).value)
     else:
         _set_advanced(x, ents, value)

@@ -153,6 +153,35 @@ def back(t, step, src, new):
     raise AssertionError(kind)
 
 
+def reads_source(step) -> bool:
+    """Does back(t, step, src, new) read src's value, not only its shape and dtype?"""
+    return step[0] in ("slice", "dyn", "real", "imag", "derived")
+
+
+_PART = {"complex64": "float32", "complex128": "float64"}
+
+
+def fwd_aval(step, shape, dtype):
+    """(shape, dtype) of fwd(t, step, v) for a v of `shape` and `dtype`, no op emitted;
+    None where only the step itself knows (a derived view)."""
+    kind, p = step
+    if kind == "slice":
+        return tuple(max(0, -(-(e - s) // st)) for s, e, st in zip(*p)), dtype
+    if kind == "dyn":
+        return tuple(p[1]), dtype
+    if kind == "reverse":
+        return tuple(shape), dtype
+    if kind == "reshape":
+        return tuple(p), dtype
+    if kind == "transpose":
+        return tuple(shape[i] for i in p), dtype
+    if kind in ("real", "imag"):
+        return tuple(shape), _PART[dtype]
+    if kind == "bitcast":
+        return tuple(shape), p
+    return None
+
+
 def derive(t, base, chain):
     for step in chain:
         base = fwd(t, step, base)
