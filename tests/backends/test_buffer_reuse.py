@@ -266,3 +266,63 @@ def test_a_windowed_update_on_a_mesh_is_in_place_where_it_reads_its_own_element(
         np.testing.assert_allclose(np.asarray(p), w, rtol=1e-13)
     if shift is None:
         assert len(exe.memory.in_place) == 2 and {r.shape for r in exe.memory.in_place} == {(8, 12)}
+
+
+def diagonal(x, k):
+    m = np.zeros((x.shape[0], x.shape[0]))
+    for i in range(x.shape[0]):
+        m[i, i] = x[i] * k                   # one element at a time: dynamic_update_slice
+    m[0, 1:3] = m[0, 0:2]                    # the update read from the buffer it writes
+    m[k % 3, :] += 1.0
+    return m @ x
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_element_writes_update_one_buffer(k):
+    """A loop of one-element writes into a new array updates one buffer in place: each
+    write used to copy the whole array into a new one (64 copies of 32 KB per call)."""
+    x = np.arange(1.0, 65.0)
+    f = spmd.jit(diagonal, static_argnums=1)
+    np.testing.assert_allclose(f(x, k), diagonal(x, k), rtol=1e-13)
+    exe = f.lower(x, k)._exe
+    updates = [o for o in exe.graph.ops if o.name == "dynamic_update_slice"]
+    assert len(updates) >= 64
+    assert sum(o.result in exe.memory.in_place for o in updates) >= len(updates) - 2
+
+
+def test_traced_position_writes_in_place_from_python():
+    """A write at a traced index (in a loop on data) runs from Python into the plan's buffer."""
+    def f(x, n):
+        m = np.zeros(8)
+        i = 0
+        while i < n:
+            m[i] = x[i] * 2 + m[max(i - 1, 0)]
+            i += 1
+        return m
+    x = np.arange(8.0)
+    got = spmd.jit(f)(x, 5)
+    np.testing.assert_array_equal(got, f(x, 5))
+
+
+def test_update_at_traced_starts_into_the_plans_buffer():
+    """dynamic_update_slice at starts the program reads (run from Python): the result in
+    the memory plan's buffer, written over its operand where it dies there, clamped starts."""
+    from spmd.ir.ops.names import ADD, DYNAMIC_UPDATE_SLICE
+    g = Graph("updates")
+    x, u, i, j = g.add_input((6, 5), "float64"), g.add_input((2, 2), "float64"), \
+        g.add_input((), "int64"), g.add_input((), "int64")
+    y = g.emit(ADD, x, x)                                     # a temporary: written over below
+    a = g.emit(DYNAMIC_UPDATE_SLICE, y, u, i, j)
+    b = g.emit(DYNAMIC_UPDATE_SLICE, a, g.emit(ADD, u, u), j, i)
+    g.outputs = [b]
+    exe = compile_llvm(g)
+    assert exe.memory.in_place.get(b) is not None
+    xs, us = np.arange(30.0).reshape(6, 5), -np.arange(4.0).reshape(2, 2)
+    for s, t in [(0, 0), (1, 3), (5, 9), (-2, 2)]:
+        want = 2 * xs
+        si, sj = min(max(s, 0), 4), min(max(t, 0), 3)
+        want[si:si + 2, sj:sj + 2] = us
+        ti, tj = min(max(t, 0), 4), min(max(s, 0), 3)
+        want[ti:ti + 2, tj:tj + 2] = 2 * us
+        got, = exe([xs, us, np.int64(s), np.int64(t)])
+        np.testing.assert_array_equal(got, want)

@@ -81,6 +81,8 @@ def test_elementwise_ops_are_compiled_natively():
             out = g.emit(name, ins[0], ins[1], direction="LT")
         elif name == "convert":
             out = g.emit(name, ins[0], dtype="int32")
+        elif name == "bitcast":
+            out = g.emit(name, ins[0], dtype="uint32")
         else:
             try:
                 out = g.emit(name, *ins[:2])

@@ -25,7 +25,7 @@ from .memory import operand_written_over
 from .scalar import SV, ScalarBuilder, Unsupported, compute_dtype, is_complex
 from .steps import (add_rows_instrs, column_sum_instrs, copy_instrs, dot_plan, gemm_instrs, join_instrs,
                     literal_instrs, reindexed_constant_instrs, run_copied_into, run_matmul, run_reference,
-                    take_rows_instrs, update_instrs)
+                    run_update, take_rows_instrs, update_instrs)
 
 
 def _always(op):
@@ -107,7 +107,9 @@ LOWERINGS = {
     "matmul": Lowering(native=gemm_instrs, run=run_matmul, prepare=dot_plan, writes_into=True),
     "take_rows": Lowering(native=take_rows_instrs),
     "add_rows": Lowering(native=add_rows_instrs),
-    "block_copy": Lowering(native=update_instrs),
+    # the memory plan places the result and may write it over the operand, which dies
+    # there: a loop of one-element writes (m[i, i] = v) updates one buffer, not a copy each
+    "block_copy": Lowering(native=update_instrs, run=run_update, writes_into=True, overwrites=lambda op: ((0, 0),)),
     "prefix_scan": Lowering(numpy="a running reduction along an axis: no native kernel for it yet"),
     "sorting": Lowering(numpy="numpy's stable sort"),
     "lapack": Lowering(numpy="factorizations and solves are LAPACK's, through numpy"),

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import SpmdError
 from ...ir.ops.dot import dims as dot_dims
+from ...ir.ops.indexing import clamp_starts
 from ..executor import run_op
 from . import native
 
@@ -60,6 +61,18 @@ def run_reference(exe, op, env, comm, slots, nthreads):
     if env[op.result] is not out:
         np.copyto(out, env[op.result])
         env[op.result] = out
+
+
+def run_update(exe, op, env, comm, slots, nthreads):
+    """A dynamic_update_slice from Python (traced starts): into the memory plan's buffer,
+    which holds the operand already where the plan wrote the update over it."""
+    x, u, *starts = [env[o] for o in op.operands]
+    out = exe.buffer(op.result, slots, env)
+    if not (out.__array_interface__ == x.__array_interface__):     # (written over x: it is there)
+        np.copyto(out, x)
+    at = clamp_starts(x.shape, u.shape, starts)
+    out[tuple(slice(s, s + k) for s, k in zip(at, u.shape))] = u
+    env[op.result] = out
 
 
 def run_copied_into(exe, op, env, comm, slots, nthreads):
