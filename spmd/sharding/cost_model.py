@@ -162,83 +162,34 @@ def fuses(op) -> bool:
     return op.opdef.fusion in FUSED
 
 
-def moved_values(op, read_by_unfused, outputs, first_reads=None, stored=frozenset()) -> tuple:
+def moved_values(op, read_by_unfused, outputs, first_reads=None) -> tuple:
     """(operands, results) of `op` whose bytes go through memory: all of them for an op
     that does not fuse; for one that fuses, the operands made outside any fused kernel
-    (arguments, contractions, reductions, collectives) or stored by one (`stored`:
-    stored_values), and the results an unfused op or the program's outputs read or that
-    its kernel stores. `read_by_unfused`: Values some unfused op reads.
+    (arguments, contractions, reductions, collectives) and the results an unfused op or
+    the program's outputs read. `read_by_unfused`: Values some unfused op reads.
     `first_reads` (first_fused_reads): such an operand counts at its first fused reader
     only, once."""
     if not fuses(op):
         return list(op.operands), list(op.results)
-    ins = [o for o in op.operands if o.producer is None or not fuses(o.producer) or o in stored]
+    ins = [o for o in op.operands if o.producer is None or not fuses(o.producer)]
     if first_reads is not None:
         ins = [o for i, o in enumerate(ins) if first_reads.get(o) is op and o not in ins[:i]]
-    outs = [r for r in op.results if r in read_by_unfused or r in outputs or r in stored]
+    outs = [r for r in op.results if r in read_by_unfused or r in outputs]
     return ins, outs
 
 
-def first_fused_reads(graph, stored=frozenset()) -> dict:
+def first_fused_reads(graph) -> dict:
     """{Value: the first fused op that reads it} of the values made outside fused
-    kernels or stored by one (`stored`). A fused kernel reads each of its inputs once
-    however many of its ops use it (p * ap, x + alpha * p and r + beta * p read p once
-    between them); the fused readers of one value are taken to share a kernel, so its
-    bytes count once."""
+    kernels. A fused kernel reads each of its inputs once however many of its ops use
+    it (p * ap, x + alpha * p and r + beta * p read p once between them); the fused
+    readers of one value are taken to share a kernel, so its bytes count once."""
     out = {}
     for op in graph.ops:
         if fuses(op):
             for o in op.operands:
-                if (o.producer is None or not fuses(o.producer) or o in stored) and o not in out:
+                if (o.producer is None or not fuses(o.producer)) and o not in out:
                     out[o] = op
     return out
-
-
-def stored_values(graph) -> set:
-    """Values computed by fused ops (not mere re-indexings) that only fused ops read, yet
-    that are stored to memory and read back: those whose readers cannot all be one
-    kernel with their producer. A kernel takes in its producers where all their readers
-    are in it (the LLVM backend's fuser, producer into consumer); a value some reader of
-    which is outside it (an unfused op, or a view an unfused op reads: a stencil's edge
-    row sent by a collective_permute) or that readers in several kernels read is
-    stored. A Jacobi sweep's new grid is one: its edges go to the neighbours, and the
-    next sweep, which needs them back, is another kernel. Values computed from element
-    positions and scalars alone (a stencil's boundary masks: iota, compares) are
-    computed again in each kernel that reads them, as re-indexings are copied into it."""
-    users = {}
-    for op in graph.ops:
-        for o in op.operands:
-            users.setdefault(o, []).append(op)
-    outputs = set(graph.outputs)
-    positional = set()
-    for op in graph.ops:
-        if fuses(op) and len(op.results) == 1 and op.results[0] not in outputs \
-                and op.opdef.reindex.index_pieces is None \
-                and all(o.ndim == 0 or o.producer in positional for o in op.operands):
-            positional.add(op)
-    kernels, alone, stored, count = {}, set(), set(), 0   # op -> ids of the kernels it is in
-    for op in reversed(graph.ops):
-        if not fuses(op) or len(op.results) != 1:
-            alone.add(op)
-            continue
-        r = op.results[0]
-        ids, outside = set(), False
-        for u in users.get(r, ()):
-            outside |= u in alone
-            ids |= kernels.get(u, set())
-        if op.opdef.fusion == "reindex" or op in positional:     # (copied into every kernel that reads it)
-            kernels[op] = ids
-            if outside or r in outputs:
-                alone.add(op)
-            continue
-        if len(ids) == 1 and not outside and r not in outputs:
-            kernels[op] = ids
-            continue
-        kernels[op] = {count}
-        count += 1
-        if ids:
-            stored.add(r)
-    return stored
 
 
 def bucketed_values(graph) -> set:

@@ -1,0 +1,115 @@
+"""What a program's fused kernels move and compute, for the cost model of a whole
+partitioned program (auto/program_cost.py): which values a kernel stores for readers in
+other kernels, and how many kernels compute a value made from element positions again
+(fused_kernels). KernelTraffic puts them together per op.
+
+The search prices ops one at a time before partitioning (auto/problem.py, with
+cost_model.moved_values); these need the whole per-device graph: its collectives decide
+where kernels end.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .cost_model import first_fused_reads, fuses
+
+
+def nbytes(v) -> float:
+    return float(v.size) * np.dtype(v.dtype).itemsize
+
+
+def positional_ops(graph) -> set:
+    """Fused ops computed from element positions and scalars alone (a stencil's
+    boundary masks: iota, compares and ands of them)."""
+    outputs = set(graph.outputs)
+    out = set()
+    for op in graph.ops:
+        if fuses(op) and len(op.results) == 1 and op.results[0] not in outputs \
+                and op.opdef.reindex.index_pieces is None \
+                and all(o.ndim == 0 or o.producer in out for o in op.operands):
+            out.add(op)
+    return out
+
+
+def fused_kernels(graph) -> tuple:
+    """(stored, copies): `stored`, the values computed by fused ops (not mere
+    re-indexings) that only fused ops read, yet that are stored to memory and read back;
+    `copies`, {positional op: how many kernels compute it}.
+
+    A kernel takes in its producers where all their readers are in it (the LLVM
+    backend's fuser, producer into consumer); a value some reader of which is outside it
+    (an unfused op, or a view an unfused op reads: a stencil's edge row sent by a
+    collective_permute) or that readers in several kernels read is stored. A Jacobi
+    sweep's new grid is one: its edges go to the neighbours, and the next sweep, which
+    needs them back, is another kernel. Re-indexings and positional values (iota, the
+    masks a stencil computes from it) are not stored: each kernel that reads one
+    computes it itself, so a mask the sweeps of a stencil share is computed once a
+    sweep."""
+    users = {}
+    for op in graph.ops:
+        for o in op.operands:
+            users.setdefault(o, []).append(op)
+    outputs = set(graph.outputs)
+    positional = positional_ops(graph)
+    kernels, alone, stored, count = {}, set(), set(), 0   # op -> ids of the kernels it is in
+    for op in reversed(graph.ops):
+        if not fuses(op) or len(op.results) != 1:
+            alone.add(op)
+            continue
+        r = op.results[0]
+        ids, outside = set(), False
+        for u in users.get(r, ()):
+            outside |= u in alone
+            ids |= kernels.get(u, set())
+        if op.opdef.fusion == "reindex" or op in positional:     # (copied into every kernel that reads it)
+            kernels[op] = ids
+            if outside or r in outputs:
+                alone.add(op)
+            continue
+        if len(ids) == 1 and not outside and r not in outputs:
+            kernels[op] = ids
+            continue
+        kernels[op] = {count}
+        count += 1
+        if ids:
+            stored.add(r)
+    return stored, {op: len(kernels.get(op, ())) for op in positional}
+
+
+def stored_values(graph) -> set:
+    return fused_kernels(graph)[0]
+
+
+class KernelTraffic:
+    """The bytes each op of `graph` moves through memory, and how often its flops are
+    computed. An op that does not fuse reads and writes all its operands and results.
+    Fused ops: a kernel reads each value in memory it uses once, at the first fused op
+    that reads it (cost_model.first_fused_reads: p * ap, x + alpha * p and r + beta * p
+    read p once between them), a stored value as an argument; and writes the results
+    that leave it: read by an op that does not fuse, a program output, or stored for
+    another kernel (fused_kernels). A positional op's flops count once for each kernel
+    that computes it."""
+
+    def __init__(self, graph):
+        self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
+        self.outputs = set(graph.outputs)
+        self.stored, self.copies = fused_kernels(graph)
+        self.first = first_fused_reads(graph)
+        for op in graph.ops:             # (a stored value counts at its first fused reader, as an argument)
+            if fuses(op):
+                for o in op.operands:
+                    if o in self.stored and o not in self.first:
+                        self.first[o] = op
+
+    def moved(self, op) -> tuple:
+        """(bytes `op` moves, whether it ends a kernel: writes a result to memory)."""
+        if not fuses(op):
+            return sum(nbytes(v) for v in list(op.operands) + list(op.results)), True
+        outs = [r for r in op.results if r in self.read_by_unfused or r in self.outputs or r in self.stored]
+        seen = {o for o in op.operands if self.first.get(o) is op}
+        return sum(nbytes(v) for v in list(seen) + outs), bool(outs)
+
+    def times(self, op) -> int:
+        """How often a run computes `op`'s flops: a positional op once in each kernel
+        that reads it (at least once)."""
+        return max(self.copies.get(op, 1), 1)
