@@ -89,6 +89,7 @@ class Machine:
     # one rate for all
     cache_bytes: float = 0.0
     cache_bandwidth: float | None = None
+
     def bandwidth_for(self, nbytes) -> float:
         if self.cache_bandwidth is not None and nbytes <= self.cache_bytes:
             return max(self.cache_bandwidth, self.bandwidth)

@@ -1,7 +1,6 @@
-"""What a program's fused kernels move and compute, for the cost model of a whole
+"""What a program's fused kernels move through memory, for the cost model of a whole
 partitioned program (auto/program_cost.py): which values a kernel stores for readers in
-other kernels, and how many kernels compute a value made from element positions again
-(fused_kernels). KernelTraffic puts them together per op.
+other kernels (fused_kernels). KernelTraffic puts it together per op.
 
 The search prices ops one at a time before partitioning (auto/problem.py, with
 cost_model.moved_values); these need the whole per-device graph: its collectives decide
@@ -31,10 +30,9 @@ def positional_ops(graph) -> set:
     return out
 
 
-def fused_kernels(graph) -> tuple:
-    """(stored, copies): `stored`, the values computed by fused ops (not mere
-    re-indexings) that only fused ops read, yet that are stored to memory and read back;
-    `copies`, {positional op: how many kernels compute it}.
+def fused_kernels(graph) -> set:
+    """The values computed by fused ops (not mere re-indexings) that only fused ops read,
+    yet that are stored to memory and read back.
 
     A kernel takes in its producers where all their readers are in it (the LLVM
     backend's fuser, producer into consumer); a value some reader of which is outside it
@@ -43,8 +41,8 @@ def fused_kernels(graph) -> tuple:
     sweep's new grid is one: its edges go to the neighbours, and the next sweep, which
     needs them back, is another kernel. Re-indexings and positional values (iota, the
     masks a stencil computes from it) are not stored: each kernel that reads one
-    computes it itself, so a mask the sweeps of a stencil share is computed once a
-    sweep."""
+    computes it itself (the code generator decides most masks per region of the loop
+    nest, at no cost an element)."""
     users = {}
     for op in graph.ops:
         for o in op.operands:
@@ -73,27 +71,21 @@ def fused_kernels(graph) -> tuple:
         count += 1
         if ids:
             stored.add(r)
-    return stored, {op: len(kernels.get(op, ())) for op in positional}
-
-
-def stored_values(graph) -> set:
-    return fused_kernels(graph)[0]
+    return stored
 
 
 class KernelTraffic:
-    """The bytes each op of `graph` moves through memory, and how often its flops are
-    computed. An op that does not fuse reads and writes all its operands and results.
+    """The bytes each op of `graph` moves through memory. An op that does not fuse reads and writes all its operands and results.
     Fused ops: a kernel reads each value in memory it uses once, at the first fused op
     that reads it (cost_model.first_fused_reads: p * ap, x + alpha * p and r + beta * p
     read p once between them), a stored value as an argument; and writes the results
     that leave it: read by an op that does not fuse, a program output, or stored for
-    another kernel (fused_kernels). A positional op's flops count once for each kernel
-    that computes it."""
+    another kernel (fused_kernels)."""
 
     def __init__(self, graph):
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
         self.outputs = set(graph.outputs)
-        self.stored, self.copies = fused_kernels(graph)
+        self.stored = fused_kernels(graph)
         self.first = first_fused_reads(graph)
         for op in graph.ops:             # (a stored value counts at its first fused reader, as an argument)
             if fuses(op):
@@ -108,8 +100,3 @@ class KernelTraffic:
         outs = [r for r in op.results if r in self.read_by_unfused or r in self.outputs or r in self.stored]
         seen = {o for o in op.operands if self.first.get(o) is op}
         return sum(nbytes(v) for v in list(seen) + outs), bool(outs)
-
-    def times(self, op) -> int:
-        """How often a run computes `op`'s flops: a positional op once in each kernel
-        that reads it (at least once)."""
-        return max(self.copies.get(op, 1), 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import bucketed_values, collective_seconds, fuses, rounds
+from ..cost_model import bucketed_values, collective_seconds, rounds
 from ..kernel_traffic import KernelTraffic
 from ..report import collective_ops
 
@@ -22,7 +22,7 @@ def _op_seconds(op, machine, traffic) -> float:
     f = op.opdef.flops
     flops = 0.0
     if f is not None and op.results:
-        flops = traffic.times(op) * float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+        flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
     nbytes, ends = traffic.moved(op)
     t = max(flops / machine.flops, nbytes / machine.bandwidth_for(nbytes))
     # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
@@ -35,9 +35,8 @@ def _op_seconds(op, machine, traffic) -> float:
 def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
     """Each op's roofline; fused ops move only what enters and leaves their kernel
     (kernel_traffic.KernelTraffic: what a kernel stores for readers in other kernels
-    too), a positional mask's flops in each kernel that computes it again; each kernel
-    its fixed cost (Machine.call). A
-    body the data decides how often to run (a while's) counts `unknown_trips` times."""
+    too); each kernel its fixed cost (Machine.call). A body the data decides how often to run (a while's)
+    counts `unknown_trips` times."""
     traffic = KernelTraffic(graph)
     t = 0.0
     for op in graph.ops:
