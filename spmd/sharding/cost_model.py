@@ -90,6 +90,12 @@ class Machine:
     cache_bytes: float = 0.0
     cache_bandwidth: float | None = None
 
+    def stream_seconds(self, near, far) -> float:
+        """Seconds to move `near` bytes the cache holds (at `cache_bandwidth`) and `far`
+        bytes from memory (at `bandwidth`)."""
+        fast = self.bandwidth if self.cache_bandwidth is None else max(self.cache_bandwidth, self.bandwidth)
+        return float(near) / fast + float(far) / self.bandwidth
+
     def bandwidth_for(self, nbytes) -> float:
         if self.cache_bandwidth is not None and nbytes <= self.cache_bytes:
             return max(self.cache_bandwidth, self.bandwidth)

@@ -75,14 +75,22 @@ def fused_kernels(graph) -> set:
 
 
 class KernelTraffic:
-    """The bytes each op of `graph` moves through memory. An op that does not fuse reads and writes all its operands and results.
+    """The bytes each op of `graph` moves through memory, and which of them the cache
+    holds. An op that does not fuse reads and writes all its operands and results.
     Fused ops: a kernel reads each value in memory it uses once, at the first fused op
     that reads it (cost_model.first_fused_reads: p * ap, x + alpha * p and r + beta * p
     read p once between them), a stored value as an argument; and writes the results
     that leave it: read by an op that does not fuse, a program output, or stored for
-    another kernel (fused_kernels)."""
+    another kernel (fused_kernels).
 
-    def __init__(self, graph):
+    A value read is in the cache when it was last touched (made or read) within the last
+    `cache_bytes` the program moved, in program order (its reuse distance): a stencil's
+    grid, stored by one sweep and read by the next; not a training step's activations,
+    made by the forward pass and read back by the backward pass after the rest of the
+    forward pass moved many times the cache. A value written is in the cache when it
+    fits it. The arguments of the graph count as touched at its start."""
+
+    def __init__(self, graph, cache_bytes=0.0):
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
         self.outputs = set(graph.outputs)
         self.stored = fused_kernels(graph)
@@ -92,11 +100,37 @@ class KernelTraffic:
                 for o in op.operands:
                     if o in self.stored and o not in self.first:
                         self.first[o] = op
+        self.split = {}                  # op -> (bytes in the cache, bytes from memory)
+        moved, touched = 0.0, {}         # bytes moved so far; value -> `moved` when last touched
+        for op in graph.ops:
+            ins, outs = self.values(op)
+            near = far = 0.0
+            for v in ins:
+                b = nbytes(v)
+                if moved - touched.get(v, 0.0) + b <= cache_bytes:
+                    near += b
+                else:
+                    far += b
+            for v in outs:
+                b = nbytes(v)
+                if b <= cache_bytes:
+                    near += b
+                else:
+                    far += b
+            self.split[op] = (near, far)
+            moved += near + far
+            for v in list(ins) + list(outs):
+                touched[v] = moved
+
+    def values(self, op) -> tuple:
+        """(values `op` reads from memory, values it writes there)."""
+        if not fuses(op):
+            return list(dict.fromkeys(op.operands)), list(op.results)
+        outs = [r for r in op.results if r in self.read_by_unfused or r in self.outputs or r in self.stored]
+        return list(dict.fromkeys(o for o in op.operands if self.first.get(o) is op)), outs
 
     def moved(self, op) -> tuple:
-        """(bytes `op` moves, whether it ends a kernel: writes a result to memory)."""
-        if not fuses(op):
-            return sum(nbytes(v) for v in list(op.operands) + list(op.results)), True
-        outs = [r for r in op.results if r in self.read_by_unfused or r in self.outputs or r in self.stored]
-        seen = {o for o in op.operands if self.first.get(o) is op}
-        return sum(nbytes(v) for v in list(seen) + outs), bool(outs)
+        """(bytes `op` moves that the cache holds, bytes it moves from or to memory,
+        whether it ends a kernel: writes a result to memory)."""
+        near, far = self.split[op]
+        return near, far, not fuses(op) or bool(self.values(op)[1])

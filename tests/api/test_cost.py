@@ -372,3 +372,27 @@ def test_a_streaming_rate_is_measured_without_the_calls_fixed_cost():
     def make(k):
         return lambda: time.sleep(0.02 + 0.005 * k)
     assert _streaming_seconds(make, (), 3, 9) == pytest.approx(0.005, rel=0.2)
+
+
+def test_a_value_read_back_after_the_cache_was_overwritten_comes_from_memory():
+    """KernelTraffic's reuse distance: a product's result read right away is in the cache;
+    read again after a pass over an array larger than the cache (a forward pass's
+    activation read by the backward pass) it comes from memory, at `bandwidth`."""
+    from spmd.sharding.kernel_traffic import KernelTraffic, nbytes
+
+    def f(x, big):
+        y = x @ x
+        s = (big * 3.0).sum()
+        return y * s
+
+    x, big = np.ones((64, 64), np.float32), np.ones((1024, 1024), np.float32)
+    rep = MESH.sharding(None, None)
+    g = spmd.jit(f, in_shardings=(rep, rep)).lower(x, big).graph
+    y = next(op.results[0] for op in g.ops if op.name == "dot_general")
+    reader = next(op for op in g.ops if y in op.operands)
+    small_cache = KernelTraffic(g, cache_bytes=4 * x.nbytes)      # holds y, not big
+    large_cache = KernelTraffic(g, cache_bytes=4 * big.nbytes)
+    assert small_cache.split[reader][1] >= nbytes(y)               # from memory
+    assert large_cache.split[reader][1] == 0                       # all in the cache
+    fast = Machine(flops=1e18, bandwidth=1e9, call=0.0, cache_bytes=4 * x.nbytes, cache_bandwidth=1e12)
+    assert fast.stream_seconds(1e6, 0) == pytest.approx(1e-6) and fast.stream_seconds(0, 1e6) == pytest.approx(1e-3)

@@ -23,8 +23,8 @@ def _op_seconds(op, machine, traffic) -> float:
     flops = 0.0
     if f is not None and op.results:
         flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    nbytes, ends = traffic.moved(op)
-    t = max(flops / machine.flops, nbytes / machine.bandwidth_for(nbytes))
+    near, far, ends = traffic.moved(op)
+    t = max(flops / machine.flops, machine.stream_seconds(near, far))
     # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
     # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
     if op.operands and ends:
@@ -35,9 +35,10 @@ def _op_seconds(op, machine, traffic) -> float:
 def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
     """Each op's roofline; fused ops move only what enters and leaves their kernel
     (kernel_traffic.KernelTraffic: what a kernel stores for readers in other kernels
-    too); each kernel its fixed cost (Machine.call). A body the data decides how often to run (a while's)
+    too), at the cache's rate what the cache still holds; each kernel its fixed cost
+    (Machine.call). A body the data decides how often to run (a while's)
     counts `unknown_trips` times."""
-    traffic = KernelTraffic(graph)
+    traffic = KernelTraffic(graph, machine.cache_bytes if machine.cache_bandwidth is not None else 0.0)
     t = 0.0
     for op in graph.ops:
         subs = [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
