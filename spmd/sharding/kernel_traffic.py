@@ -1,7 +1,6 @@
 """What a program's fused kernels move through memory, for the cost model of a whole
 partitioned program (auto/program_cost.py): which values a kernel stores for readers in
-other kernels (fused_kernels), the windows of values in memory it reads (windows), and
-which of its bytes the cache holds. KernelTraffic puts them together per op.
+other kernels (fused_kernels). KernelTraffic puts it together per op.
 
 The search prices ops one at a time before partitioning (auto/problem.py, with
 cost_model.moved_values); these need the whole per-device graph: its collectives decide
@@ -11,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cost_model import fuses
+from .cost_model import first_fused_reads, fuses
 
 
 def nbytes(v) -> float:
@@ -75,42 +74,14 @@ def fused_kernels(graph) -> set:
     return stored
 
 
-def windows(graph, materialized) -> dict:
-    """{Value: (the values in memory it is cut from, bytes a kernel reads for it)} of the
-    windows of values in memory: values re-indexed (sliced, shifted, padded, joined,
-    transposed) out of values `materialized(v)` says a kernel reads from memory. A
-    kernel reads each window as a stream of its own: a 5-point stencil's four shifted
-    windows of its grid are four reads of the grid, not one (each a pass of loads, though
-    the rows they share are in a near cache); a window reads at most the bytes of the
-    values it is cut from (a broadcast bias is read once)."""
-    out = {}
-    for op in graph.ops:
-        if op.opdef.fusion != "reindex" or len(op.results) != 1:
-            continue
-        sources = []
-        for o in op.operands:
-            if o.ndim == 0:
-                continue
-            if materialized(o):
-                sources.append(o)
-            elif o in out:
-                sources += out[o][0]
-        sources = list(dict.fromkeys(sources))
-        if sources:
-            r = op.results[0]
-            out[r] = (sources, min(nbytes(r), sum(nbytes(v) for v in sources)))
-    return out
-
-
 class KernelTraffic:
     """The bytes each op of `graph` moves through memory, and which of them the cache
     holds. An op that does not fuse reads and writes all its operands and results.
-    Fused ops: a kernel reads each value in memory it computes with once, at the first
-    fused op that does (p * ap, x + alpha * p and r + beta * p read p once between
-    them), a stored value as an argument, and each window of one (`windows`) once; and
-    writes the results that leave it: read by an op that does not fuse, a program
-    output, or stored for another kernel (fused_kernels); a re-indexing whose result
-    leaves (an edge row a collective sends) reads its window and writes it.
+    Fused ops: a kernel reads each value in memory it uses once, at the first fused op
+    that reads it (cost_model.first_fused_reads: p * ap, x + alpha * p and r + beta * p
+    read p once between them), a stored value as an argument; and writes the results
+    that leave it: read by an op that does not fuse, a program output, or stored for
+    another kernel (fused_kernels).
 
     A value read is in the cache when it was last touched (made or read) within the last
     `cache_bytes` the program moved, in program order (its reuse distance): a stencil's
@@ -123,12 +94,11 @@ class KernelTraffic:
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
         self.outputs = set(graph.outputs)
         self.stored = fused_kernels(graph)
-        self.windows = windows(graph, self.materialized)
-        self.first = {}            # value or window -> the first fused op computing with it
-        for op in graph.ops:
-            if fuses(op) and op.opdef.fusion != "reindex":
+        self.first = first_fused_reads(graph)
+        for op in graph.ops:             # (a stored value counts at its first fused reader, as an argument)
+            if fuses(op):
                 for o in op.operands:
-                    if (self.materialized(o) or o in self.windows) and o not in self.first:
+                    if o in self.stored and o not in self.first:
                         self.first[o] = op
         self.split = {}                  # op -> (bytes in the cache, bytes from memory)
         moved, touched = 0.0, {}         # bytes moved so far; value -> `moved` when last touched
@@ -136,8 +106,8 @@ class KernelTraffic:
             ins, outs = self.values(op)
             near = far = 0.0
             for v in ins:
-                sources, b = self.windows.get(v, ([v], nbytes(v)))
-                if moved - min(touched.get(x, 0.0) for x in sources) + b <= cache_bytes:
+                b = nbytes(v)
+                if moved - touched.get(v, 0.0) + b <= cache_bytes:
                     near += b
                 else:
                     far += b
@@ -150,20 +120,13 @@ class KernelTraffic:
             self.split[op] = (near, far)
             moved += near + far
             for v in list(ins) + list(outs):
-                for x in self.windows.get(v, ([v],))[0]:
-                    touched[x] = moved
                 touched[v] = moved
 
-    def materialized(self, v) -> bool:
-        return v.producer is None or not fuses(v.producer) or v in self.stored
-
     def values(self, op) -> tuple:
-        """(values and windows `op` reads from memory, values it writes there)."""
+        """(values `op` reads from memory, values it writes there)."""
         if not fuses(op):
             return list(dict.fromkeys(op.operands)), list(op.results)
         outs = [r for r in op.results if r in self.read_by_unfused or r in self.outputs or r in self.stored]
-        if op.opdef.fusion == "reindex":
-            return [r for r in outs if r in self.windows], outs
         return list(dict.fromkeys(o for o in op.operands if self.first.get(o) is op)), outs
 
     def moved(self, op) -> tuple:
