@@ -1,6 +1,7 @@
 """What a program's fused kernels move through memory, for the cost model of a whole
 partitioned program (auto/program_cost.py): which values a kernel stores for readers in
-other kernels (fused_kernels). KernelTraffic puts it together per op.
+other kernels (fused_kernels), and which of a kernel's bytes the cache holds (their reuse
+distance). KernelTraffic puts them together per op.
 
 The search prices ops one at a time before partitioning (auto/problem.py, with
 cost_model.moved_values); these need the whole per-device graph: its collectives decide
