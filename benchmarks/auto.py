@@ -135,8 +135,10 @@ def fresh_rates():
                       cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
-          f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s")
-    return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"]))
+          f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
+          f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us")
+    return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
+                                        rendezvous=w.get("rendezvous", 0.0)))
 
 
 def averaged(a, b):
@@ -149,7 +151,8 @@ def averaged(a, b):
     m = dataclasses.replace(a[0], **{f.name: mean(getattr(a[0], f.name), getattr(b[0], f.name))
                                      for f in dataclasses.fields(a[0])})
     la, lb = a[1].within, b[1].within
-    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth)))
+    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth),
+                                  rendezvous=mean(la.rendezvous, lb.rendezvous)))
 
 
 def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):

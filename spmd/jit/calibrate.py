@@ -3,14 +3,18 @@ cost model, measured with spmd's own compiled programs and stored for every late
 (rates.py reads them). It runs in a process of its own: it starts local devices.
 
     compute     a float32 matrix product on one device: flops per second
-    bandwidth   a fused streaming kernel (a + 2 b) on one device: bytes read and written
-                per second
+    bandwidth   a fused streaming kernel (x * 0.5 + y, its result carried) run in a loop
+                of a program on one device: bytes read and written per second (the
+                loop's steps against one step, so neither a call's fixed cost nor the
+                copy of a result back into numpy counts: a kernel inside a program pays
+                neither)
     step        the fixed seconds of a jitted call of a tiny program on one device, and
                 on the local devices (step_devices)
     call        a kernel's fixed seconds (a chain of tiny matrix products), on one device
                 and on the local devices (call_devices)
     cache_*     the last-level cache's share of a device (cache_bytes) and the rate of
-                a streaming kernel whose arrays fit it (cache_bandwidth_devices)
+                a streaming kernel whose arrays fit it (cache_bandwidth_devices), in a
+                loop as `bandwidth`
     argument    seconds per byte a call spends on an argument given as numpy (placed on
                 the local devices, or the devices' private copies of one written),
                 `written_back` more per byte where the program writes it (copied back
@@ -21,7 +25,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 device gets while the others compute too (the devices share the cores)
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
-                and large (the bytes a device receives per second)
+                and large (the bytes a device receives per second); and a chain of small
+                all_gathers (`rendezvous`: what a collective the communicator runs from
+                Python costs besides its rounds: the native code runs all_reduce and
+                collective_permute between the threads, the others stop it)
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
                 chain over the MPI ranks, stored beside the rest as networks.mpi; the
                 model takes it for programs run under MPI (processes on one host
@@ -75,8 +82,7 @@ def measure(devices=4, quick=False) -> dict:
     flops = 2.0 * n ** 3 / t
     m = (1 << 18) if quick else (1 << 23)
     x = np.ones(m, np.float32)
-    t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y), (x, x), runs)
-    bandwidth = 3.0 * m * 4 / t
+    bandwidth = 3.0 * m * 4 / _streaming_seconds(lambda k: spmd.jit(_stream(k)), (x, x), runs, 9)
     tiny = np.ones(4, np.float32)
     step = _median_seconds(spmd.jit(lambda x: x + 1.0), (tiny,), runs * 3)
     small = np.eye(8, dtype=np.float32)
@@ -95,9 +101,10 @@ def measure(devices=4, quick=False) -> dict:
         t = _median_seconds(spmd.jit(lambda x, y: x @ y, in_shardings=(row, mesh.sharding(None, None)),
                                      out_shardings=row), (rows, whole), runs)
         out["machine"]["flops_devices"] = 2.0 * n ** 3 / t
-        xs = spmd.device_put(np.ones(m * devices, np.float32), mesh.sharding("x"))
-        t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y, in_shardings=(mesh.sharding("x"),) * 2,
-                                     out_shardings=mesh.sharding("x")), (xs, xs), runs)
+        flat = mesh.sharding("x")
+        xs = spmd.device_put(np.ones(m * devices, np.float32), flat)
+        t = _streaming_seconds(lambda k: spmd.jit(_stream(k), in_shardings=(flat, flat), out_shardings=flat),
+                               (xs, xs), runs, 9)
         out["machine"]["bandwidth_devices"] = 3.0 * m * 4 / t
         out["machine"].update(_numpy_arguments(devices, row, (1 << 12) if quick else (1 << 15), runs))
         rows8 = spmd.device_put(np.tile(small, (devices, 1)), row)
@@ -108,23 +115,26 @@ def measure(devices=4, quick=False) -> dict:
         cache = last_level_cache()
         if cache:
             # a kernel whose data stays in the cache: three arrays filling half of a
-            # device's share of it (the call's fixed cost taken off)
+            # device's share of it, in a loop as `bandwidth`
             share = cache / devices
             mc = max(int(share / 2 / 12), 1024)
-            xs = spmd.device_put(np.ones(mc * devices, np.float32), mesh.sharding("x"))
-            t = _median_seconds(spmd.jit(lambda x, y: x + 2.0 * y, in_shardings=(mesh.sharding("x"),) * 2,
-                                         out_shardings=mesh.sharding("x")), (xs, xs), runs * 3)
+            xs = spmd.device_put(np.ones(mc * devices, np.float32), flat)
+            t = _streaming_seconds(lambda k: spmd.jit(_stream(k), in_shardings=(flat, flat), out_shardings=flat),
+                                   (xs, xs), runs, 17)
             out["machine"]["cache_bytes"] = share
-            out["machine"]["cache_bandwidth_devices"] = 3.0 * mc * 4 / max(t - out["machine"]["step_devices"], 1e-7)
+            out["machine"]["cache_bandwidth_devices"] = 3.0 * mc * 4 / t
         out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs)}
     return out
 
 
-def measure_link(mesh, quick=False, runs=7) -> dict:
+def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
     """{latency, bandwidth} of the started runtime's collectives over the 1-D `mesh`: a
     chain of 17 dependent all_reduces against one, small (its latency per round) and
     large (the bytes a device receives per second); sixteen differences, not eight, so
-    that the load a shared machine carries moves the figure less."""
+    that the load a shared machine carries moves the figure less. `rendezvous`: also a
+    chain of small all_gathers (Link.rendezvous: the local transport runs them from
+    Python, its all_reduces natively; under MPI every collective is such a call, and
+    the all_reduces' latency holds it)."""
     import spmd
     devices = mesh.size
     row = mesh.sharding("x", None)
@@ -137,7 +147,29 @@ def measure_link(mesh, quick=False, runs=7) -> dict:
         per[cols] = max((t17 - t1) / 16, 1e-7)
     small, large = sorted(per)
     received = 2 * (devices - 1) / devices * large * 4
-    return {"latency": per[small] / rounds, "bandwidth": received / max(per[large] - per[small], 1e-7)}
+    latency = per[small] / rounds
+    out = {"latency": latency, "bandwidth": received / max(per[large] - per[small], 1e-7)}
+    if rendezvous and devices > 1:
+        xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
+        gathers = {k: _median_seconds(spmd.jit(_gathers(k, mesh), in_shardings=row, out_shardings=row), (xs,), runs)
+                   for k in (1, 17)}
+        # (an all_gather's rounds, at the latency measured above, are the model's already)
+        gather_rounds = int(np.ceil(np.log2(devices)))
+        out["rendezvous"] = max((gathers[17] - gathers[1]) / 16 - gather_rounds * latency, 0.0)
+    return out
+
+
+def _gathers(k, mesh):
+    """A chain of k small all_gathers over `mesh` (each value replicated, then split by
+    rows again: a slice, no collective)."""
+    import spmd
+    row, whole = mesh.sharding("x", None), mesh.sharding(None, None)
+
+    def f(x):
+        for _ in range(k):
+            x = spmd.shard(spmd.shard(x * 1.0001, whole) + 1.0, row)
+        return x
+    return f
 
 
 def measure_mpi(quick=False) -> dict:
@@ -147,7 +179,7 @@ def measure_mpi(quick=False) -> dict:
     import spmd
     spmd.init()
     n = spmd.device_count()
-    return {"ranks": n, "within": measure_link(spmd.Mesh((n,), ("x",)), quick, 3 if quick else 7),
+    return {"ranks": n, "within": measure_link(spmd.Mesh((n,), ("x",)), quick, 3 if quick else 7, False),
             "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -157,6 +189,24 @@ def _dots(k):
             x = x @ w
         return x
     return f
+
+
+def _stream(k):
+    """A loop of k steps of one streaming kernel (it reads x and y and writes x: the
+    carry is stored each step, as a rolled loop of a program stores it)."""
+    import spmd
+
+    def f(x, y):
+        return spmd.fori_loop(0, k, lambda i, x: x * 0.5 + y, x)
+    return f
+
+
+def _streaming_seconds(make, args, runs, k) -> float:
+    """Seconds of one step of make(k)'s loop: k steps against one, apart (a call's fixed
+    cost and the return of its result cancel)."""
+    t1 = _median_seconds(make(1), args, runs)
+    tk = _median_seconds(make(k), args, runs)
+    return max((tk - t1) / (k - 1), 1e-9)
 
 
 def _kernel_seconds(make, args, runs) -> float:

@@ -19,13 +19,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ir.ops.registry import REGISTRY
+
 
 @dataclass(frozen=True)
 class Link:
     """One kind of connection between ranks: `latency` in seconds per round of a
-    collective, `bandwidth` in bytes per second one device receives."""
+    collective, `bandwidth` in bytes per second one device receives. `rendezvous`: the
+    seconds more a collective costs that the backend hands to the communicator from
+    Python (through_communicator: on the local transport the native code runs
+    all_reduce and collective_permute between the threads, while an all_gather stops
+    the native segments, meets the other ranks' threads in Python and starts the next
+    segment); 0 where each collective is such a call and `latency` was measured with them
+    (MPI)."""
     latency: float = 5e-6
     bandwidth: float = 5e9
+    rendezvous: float = 0.0
 
     def seconds(self, nbytes, rounds=1) -> float:
         return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth
@@ -81,6 +90,12 @@ class Machine:
     cache_bytes: float = 0.0
     cache_bandwidth: float | None = None
 
+    def stream_seconds(self, near, far) -> float:
+        """Seconds to move `near` bytes the cache holds (at `cache_bandwidth`) and `far`
+        bytes from memory (at `bandwidth`)."""
+        fast = self.bandwidth if self.cache_bandwidth is None else max(self.cache_bandwidth, self.bandwidth)
+        return float(near) / fast + float(far) / self.bandwidth
+
     def bandwidth_for(self, nbytes) -> float:
         if self.cache_bandwidth is not None and nbytes <= self.cache_bytes:
             return max(self.cache_bandwidth, self.bandwidth)
@@ -127,12 +142,22 @@ def rounds(kind: str, group_size: int) -> int:
     return math.ceil(math.log2(group_size))
 
 
+def through_communicator(kind) -> bool:
+    """Does a collective of `kind` run through the communicator from Python wherever it
+    runs (its OpDef's lowering: "communicate"), rather than in the native code where
+    the transport lets it (all_reduce, collective_permute)?"""
+    opdef = REGISTRY.get(kind)
+    return opdef is not None and opdef.lowering == "communicate"
+
+
 def collective_seconds(kind, nbytes, group_size, link: Link) -> float:
-    """Seconds one collective of `kind` takes, a device receiving `nbytes`."""
+    """Seconds one collective of `kind` takes, a device receiving `nbytes`: its rounds,
+    its bytes, and the link's rendezvous where it runs through the communicator."""
     r = rounds(kind, group_size)
     if r == 0 and nbytes <= 0:
         return 0.0
-    return link.seconds(nbytes, r)
+    meet = link.rendezvous if group_size > 1 and through_communicator(kind) else 0.0
+    return link.seconds(nbytes, r) + meet
 
 
 FUSED = ("elementwise", "reindex")

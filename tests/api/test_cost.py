@@ -105,6 +105,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert "stored in" in out.stdout
     got = json.loads((tmp_path / "machine.json").read_text())
     assert got["machine"]["flops"] > 0 and got["network"]["within"]["latency"] > 0
+    assert got["network"]["within"]["rendezvous"] >= 0
     script = ("from spmd.jit.rates import rates; m, n, s = rates(devices=2); "
               "print(s.split()[0], m.flops, n.within.latency, m.step)")
     line = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
@@ -292,3 +293,106 @@ def test_a_value_the_ops_of_one_fused_kernel_read_counts_once():
     c = low.cost(machine=Machine(flops=1e18, bandwidth=1e9, call=0.0), network=Network())
     local = p.nbytes / 2
     assert c["compute_seconds"] == pytest.approx(2 * local / 1e9)
+
+
+def _sweeps(k):
+    def f(u):
+        for _ in range(k):
+            u[1:-1, 1:-1] = 0.25 * (u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2])
+        return u
+    return f
+
+
+def test_a_stencil_sweep_stores_its_grid_between_halo_exchanges():
+    """On 2-D blocks each Jacobi sweep sends its new grid's edges to the neighbours and the
+    next sweep needs them back: the sweeps are kernels of their own, each reading its
+    device's block and storing the new one (kernel_traffic.fused_kernels), though only fused
+    ops read the grid between them. The boundary masks (iota, compares) are computed
+    again in each kernel, not stored. At given rates each more sweep costs its block
+    read and written once (and its halo's few rows sent and received)."""
+    from spmd.sharding.kernel_traffic import fused_kernels
+    u = np.ones((128, 128))
+    block = u.nbytes / 4
+    machine = Machine(flops=1e18, bandwidth=1e9, call=0.0)
+    lows = {k: spmd.jit(_sweeps(k), in_shardings=(MESH.sharding("data", "model"),)).lower(u) for k in (2, 3)}
+    c = {k: low.cost(machine=machine, network=Network())["compute_seconds"] for k, low in lows.items()}
+    assert 2 * block / 1e9 < c[3] - c[2] < 2.2 * block / 1e9
+    stored = fused_kernels(lows[3].graph)
+    assert len(stored) == 2 and all(v.shape == (64, 64) for v in stored)     # the first two sweeps' grids
+    # without a halo exchange (one device holds the grid) the sweeps are one kernel
+    whole = spmd.jit(_sweeps(3), in_shardings=(MESH.sharding(None, None),)).lower(u)
+    assert not fused_kernels(whole.graph)
+
+
+def test_a_collective_run_from_python_pays_the_links_rendezvous():
+    """Link.rendezvous: the local transport runs all_reduce and collective_permute in the
+    native code and hands all_gather, reduce_scatter and all_to_all to the communicator
+    from Python; those pay it once a call, over a group of more than one rank."""
+    from spmd.sharding.auto.program_cost import comm_seconds
+    from spmd.sharding.cost_model import through_communicator
+    slow, fast = Link(latency=1e-6, bandwidth=1e9, rendezvous=1e-3), Link(latency=1e-6, bandwidth=1e9)
+    for kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert through_communicator(kind)
+        assert collective_seconds(kind, 1e3, 2, slow) - collective_seconds(kind, 1e3, 2, fast) == pytest.approx(1e-3)
+    for kind in ("all_reduce", "collective_permute"):
+        assert not through_communicator(kind)
+        assert collective_seconds(kind, 1e3, 2, slow) == collective_seconds(kind, 1e3, 2, fast)
+    assert collective_seconds("all_gather", 1e3, 1, slow) == collective_seconds("all_gather", 1e3, 1, fast)
+    # a program's all_gathers: one rendezvous each
+    low = _lower(MESH.sharding(None, "model"), MESH.sharding("model", None), MESH.sharding("data", None))
+    g = low.graph
+    gathers = sum(1 for op in g.ops if through_communicator(op.name) and int(op.attrs.get("group_size", 1)) > 1)
+    d = comm_seconds(g, MESH, Network(within=slow)) - comm_seconds(g, MESH, Network(within=fast))
+    assert d == pytest.approx(gathers * 1e-3)
+    row = MESH.sharding("data", None)
+    gathered = spmd.jit(lambda x: spmd.shard(x * 2.0, MESH.sharding(None, None)) + 1.0, in_shardings=(row,))
+    g2 = gathered.lower(np.ones((8, 8), np.float32)).graph
+    assert comm_seconds(g2, MESH, Network(within=slow)) - comm_seconds(g2, MESH, Network(within=fast)) \
+        == pytest.approx(1e-3)
+
+
+def test_stored_rendezvous_is_read(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9, "rendezvous": 3e-4}}}))
+    os.utime(f, ns=(10**18 + 11, 10**18 + 11))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    assert R.rates(devices=4)[1].within.rendezvous == 3e-4
+
+
+def test_a_streaming_rate_is_measured_without_the_calls_fixed_cost():
+    """calibrate._streaming_seconds: a loop of k kernel steps against one, so that the
+    call's fixed seconds (and the copy of its result into numpy) cancel: a call of
+    20 ms and 5 ms a step gives 5 ms, where one call's time would give 25."""
+    import time
+    from spmd.jit.calibrate import _streaming_seconds
+
+    def make(k):
+        return lambda: time.sleep(0.02 + 0.005 * k)
+    assert _streaming_seconds(make, (), 3, 9) == pytest.approx(0.005, rel=0.2)
+
+
+def test_a_value_read_back_after_the_cache_was_overwritten_comes_from_memory():
+    """KernelTraffic's reuse distance: a product's result read right away is in the cache;
+    read again after a pass over an array larger than the cache (a forward pass's
+    activation read by the backward pass) it comes from memory, at `bandwidth`."""
+    from spmd.sharding.kernel_traffic import KernelTraffic, nbytes
+
+    def f(x, big):
+        y = x @ x
+        s = (big * 3.0).sum()
+        return y * s
+
+    x, big = np.ones((64, 64), np.float32), np.ones((1024, 1024), np.float32)
+    rep = MESH.sharding(None, None)
+    g = spmd.jit(f, in_shardings=(rep, rep)).lower(x, big).graph
+    y = next(op.results[0] for op in g.ops if op.name == "dot_general")
+    reader = next(op for op in g.ops if y in op.operands)
+    small_cache = KernelTraffic(g, cache_bytes=4 * x.nbytes)      # holds y, not big
+    large_cache = KernelTraffic(g, cache_bytes=4 * big.nbytes)
+    assert small_cache.split[reader][1] >= nbytes(y)               # from memory
+    assert large_cache.split[reader][1] == 0                       # all in the cache
+    fast = Machine(flops=1e18, bandwidth=1e9, call=0.0, cache_bytes=4 * x.nbytes, cache_bandwidth=1e12)
+    assert fast.stream_seconds(1e6, 0) == pytest.approx(1e-6) and fast.stream_seconds(0, 1e6) == pytest.approx(1e-3)

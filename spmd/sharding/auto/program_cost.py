@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import bucketed_values, collective_seconds, first_fused_reads, fuses, moved_values, rounds
+from ..cost_model import bucketed_values, collective_seconds, rounds
+from ..kernel_traffic import KernelTraffic
 from ..report import collective_ops
 
 # bytes a device receives, per byte of the larger of a collective's buffers
@@ -17,29 +18,27 @@ _RECEIVED = {"all_reduce": lambda g: 2 * (g - 1) / g, "all_gather": lambda g: (g
              "collective_permute": lambda g: 1.0}
 
 
-def _op_seconds(op, machine, read_by_unfused, outputs, first_reads=None) -> float:
+def _op_seconds(op, machine, traffic) -> float:
     f = op.opdef.flops
     flops = 0.0
     if f is not None and op.results:
         flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    ins, outs = moved_values(op, read_by_unfused, outputs, first_reads)
-    nbytes = sum(v.size * np.dtype(v.dtype).itemsize for v in ins + outs)
-    t = max(flops / machine.flops, nbytes / machine.bandwidth_for(nbytes))
+    near, far, ends = traffic.moved(op)
+    t = max(flops / machine.flops, machine.stream_seconds(near, far))
     # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
     # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
-    if op.operands and (not fuses(op) or outs):
+    if op.operands and ends:
         t += machine.call
     return t
 
 
 def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
     """Each op's roofline; fused ops move only what enters and leaves their kernel
-    (cost_model.moved_values), as problem.py prices them; each kernel its fixed cost
-    (Machine.call). A body the data decides how
-    often to run (a while's) counts `unknown_trips` times."""
-    read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
-    outputs = set(graph.outputs)
-    first_reads = first_fused_reads(graph)
+    (kernel_traffic.KernelTraffic: what a kernel stores for readers in other kernels
+    too), at the cache's rate what the cache still holds; each kernel its fixed cost
+    (Machine.call). A body the data decides how often to run (a while's)
+    counts `unknown_trips` times."""
+    traffic = KernelTraffic(graph, machine.cache_bytes if machine.cache_bandwidth is not None else 0.0)
     t = 0.0
     for op in graph.ops:
         subs = [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
@@ -49,7 +48,7 @@ def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
             continue
         if op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None:
             continue
-        t += runs * _op_seconds(op, machine, read_by_unfused, outputs, first_reads)
+        t += runs * _op_seconds(op, machine, traffic)
     return t
 
 
