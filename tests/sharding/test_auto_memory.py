@@ -16,6 +16,13 @@ MESH = spmd.Mesh((2, 2), ("data", "model"))
 NET = spmd.Network(within=spmd.Link(latency=1.5e-4, bandwidth=2e9))
 
 
+@pytest.fixture(autouse=True)
+def no_stored_rates(tmp_path, monkeypatch):
+    """The machine's compute rates are not given with network=: none stored, so the plans
+    are the defaults' whatever `spmd doctor --calibrate` stored on this machine."""
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+
+
 def adam_step(p, opt, x, y):
     def loss(p):
         h = np.maximum(x @ p["w1"], 0)
