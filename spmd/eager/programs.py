@@ -152,6 +152,7 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
     f = _CACHE.get(key)
     if f is None:
         f = _CACHE[key] = _make(key, name, builder, tree, leaves, out_sharding)
+    first = key
     if f is _AS_CONSTANTS:
         key, f, leaves = _with_constants(kind, name, builder, tree, leaves, out_sharding)
     while True:
@@ -169,7 +170,9 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
                 _CACHE[key] = _AS_CONSTANTS
                 key, f, leaves = _with_constants(kind, name, builder, tree, leaves, out_sharding)
                 continue
-            _CACHE[key] = _FALLBACK
+            # (an op that fails with constants too fails alike for other values: later calls
+            # fall back without tracing it again)
+            _CACHE[key] = _CACHE[first] = _FALLBACK
             return fallback(str(e).split(" (at ")[0])
     _count_collectives(key, f, dyn)
     if original:
