@@ -22,6 +22,8 @@ this in step: the live views are the ones the program's code holds on every rank
 from __future__ import annotations
 
 
+import hashlib
+
 import numpy as np
 
 from ..errors import ReshardWarning, TraceError, is_internal, user_loc, warn_at
@@ -33,8 +35,13 @@ from ..jit import Jitted
 from ..tree import tree_flatten, tree_map, tree_unflatten
 from . import views
 
-_CACHE: dict = {}          # key -> a jitted one-op function, or _FALLBACK
+_CACHE: dict = {}          # key -> a jitted one-op function, _FALLBACK or _AS_CONSTANTS
 _FALLBACK = object()
+# the op needs its numpy arguments' values (np.insert's positions, np.repeat's counts):
+# they are constants of its program, as under jit (constants_call)
+_AS_CONSTANTS = object()
+# numpy arguments up to this many elements may be constants of a program (in its key)
+CONSTANT_ELEMENTS = 1 << 16
 _COLLECTIVES: dict = {}    # key -> the collectives its program runs, by op name
 _VIEW_LEAVES: dict = {}    # key -> the result leaves that are views of the first argument
 # key -> {result leaf: {attribute: value}} for the results numpy would not give as plain
@@ -54,6 +61,26 @@ def clear_cache():
     _COLLECTIVES.clear()
     _VIEW_LEAVES.clear()
     _RESULT_KINDS.clear()
+
+
+class Constant:
+    """A numpy argument, or a scalar, taken as a constant of the program: the builder sees
+    its value, and the program's key holds it (a digest of an array's bytes)."""
+    __slots__ = ("value", "key")
+
+    def __init__(self, value):
+        self.value = value
+        if isinstance(value, np.ndarray):
+            digest = hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).hexdigest()
+            self.key = ("ndarray", value.shape, value.dtype.str, digest)
+        else:
+            self.key = (type(value).__name__, getattr(value, "dtype", None), value)
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, Constant) and self.key == other.key
 
 
 class Dynamic:
@@ -125,14 +152,28 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
     f = _CACHE.get(key)
     if f is None:
         f = _CACHE[key] = _make(key, name, builder, tree, leaves, out_sharding)
-    if f is _FALLBACK:
-        return fallback("spmd cannot run it")
-    dyn = [x.value if isinstance(x, Dynamic) else x for x in leaves if _is_input(x)]
-    try:
-        out = f(*dyn)
-    except (NotImplementedError, TraceError) as e:
-        _CACHE[key] = _FALLBACK
-        return fallback(str(e).split(" (at ")[0])
+    first = key
+    if f is _AS_CONSTANTS:
+        key, f, leaves = _with_constants(kind, name, builder, tree, leaves, out_sharding)
+    while True:
+        if f is _FALLBACK:
+            return fallback("spmd cannot run it")
+        dyn = [x.value if isinstance(x, Dynamic) else x for x in leaves if _is_input(x)]
+        try:
+            out = f(*dyn)
+            break
+        except (NotImplementedError, TraceError) as e:
+            if key[0] != "constants" and any(isinstance(x, (np.ndarray, Dynamic)) for x in leaves):
+                # as a program input a numpy argument (or a scalar) is a traced value, which
+                # the op may not take (np.insert's positions, np.repeat's counts,
+                # np.percentile's q); under jit it is a constant, and so it is here
+                _CACHE[key] = _AS_CONSTANTS
+                key, f, leaves = _with_constants(kind, name, builder, tree, leaves, out_sharding)
+                continue
+            # (an op that fails with constants too fails alike for other values: later calls
+            # fall back without tracing it again)
+            _CACHE[key] = _CACHE[first] = _FALLBACK
+            return fallback(str(e).split(" (at ")[0])
     _count_collectives(key, f, dyn)
     if original:
         _record_views(out, _VIEW_LEAVES.get(key, ()), call, shift)
@@ -142,6 +183,19 @@ def run(kind, name, builder, args, kwargs=None, out_sharding=None, fallback=None
             for name, value in attrs.items():
                 setattr(outs[i], name, value)
     return out
+
+
+def _with_constants(kind, name, builder, tree, leaves, out_sharding):
+    """The key, program and leaves of the op with its numpy arguments (up to
+    CONSTANT_ELEMENTS elements) and scalars as constants; _FALLBACK where none is left to
+    make one or the program cannot be made so either."""
+    leaves = [Constant(x.value) if isinstance(x, Dynamic) else
+              Constant(x) if isinstance(x, np.ndarray) and x.size <= CONSTANT_ELEMENTS else x for x in leaves]
+    key = ("constants",) + _cache_key(kind, name, tree, out_sharding, leaves)
+    f = _CACHE.get(key)
+    if f is None:
+        f = _CACHE[key] = _make(key, name, builder, tree, leaves, out_sharding)
+    return key, f, leaves
 
 
 def _cache_key(kind, name, tree, out_sharding, leaves):
@@ -157,7 +211,7 @@ def _on_view(root, steps, builder, *args, **kwargs):
 
 def _make(key, name, builder, tree, leaves, out_sharding):
     is_in = [_is_input(x) for x in leaves]
-    static = [None if d else x for x, d in zip(leaves, is_in)]
+    static = [None if d else x.value if isinstance(x, Constant) else x for x, d in zip(leaves, is_in)]
 
     def one_op(*dyn):
         it = iter(dyn)

@@ -340,17 +340,19 @@ class Masked:
         return self.compact("indexing it (x[mask][...])")[key]
 
     def flat_selection(self) -> bool:
-        """Does it select whole elements of vals (numpy's x[mask] with the mask x's shape):
-        a 1-d selection, in vals' row-major order?"""
-        return tuple(self.plan.sel) == (None,) and tuple(self.plan.mask.shape) == tuple(self.vals.shape)
+        """Does it select along vals' leading dims (numpy's x[mask] with the mask of x's
+        shape or of its leading dims): elements or rows, in vals' row-major order?"""
+        nd = self.plan.mask.ndim
+        rest = tuple(self.vals.shape[nd:])
+        return (tuple(self.plan.sel) == (None,) + rest and tuple(self.plan.mask.shape) == tuple(self.vals.shape[:nd]))
 
     def element(self, k):
-        """numpy's x[mask][k]: the selected element of rank k (from the end for k < 0),
+        """numpy's x[mask][k]: the selected element (or row) of rank k (from the end for k < 0),
         found where it is, so no length is taken from the data. numpy raises IndexError
         where fewer are selected; a traced position cannot raise, and there it is x's first
         element (traced indices are clamped, not checked)."""
         m = shapes.reshape(core.astype(self.plan.mask, "int64"), (-1,))
-        vals = shapes.reshape(self.vals, (-1,))
+        vals = shapes.reshape(self.vals, (-1,) + tuple(self.vals.shape[self.plan.mask.ndim:]))
         rank = red.cumsum(m)                           # each selected element's rank, from 1
         want = np.int64(k + 1) if k >= 0 else ew.add(red.sum(m), np.int64(k + 1))
         hit = ew.logical_and(ew.equal(rank, want), core.astype(m, "bool"))

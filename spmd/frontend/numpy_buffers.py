@@ -52,6 +52,10 @@ CONSTANT_MAKERS = tuple((np, name) for name in (
 SEQUENCE_TAKERS = ("sum", "prod", "mean", "average", "max", "min", "amax", "amin", "all", "any", "std", "var",
                    "median", "cumsum", "cumprod", "ptp", "argmax", "argmin", "sort", "argsort", "diff", "nansum",
                    "nanmean", "nanmax", "nanmin", "nanprod", "count_nonzero")
+# numpy functions whose dispatch looks at their array argument alone, not at the indices
+# (np.take(table, idx)): while tracing, traced indices into a numpy array make the array a
+# constant of the program, so the call traces (numpy would need the indices' values)
+INDEX_TAKERS = ("take",)
 # numpy functions that write into an argument: its position and name (out= is always a write)
 WRITES = {np.copyto: (0, "dst"), np.put: (0, "a"), np.put_along_axis: (0, "arr"), np.place: (0, "arr"),
           np.putmask: (0, "a"), np.fill_diagonal: (0, "a")}
@@ -442,7 +446,14 @@ def _make_from_sequence(f, args, kwargs):
     return f(*args, **kwargs)
 
 
-_MAKERS = {**{name: _make_from_sequence for name in SEQUENCE_TAKERS}, "full": _make_full, "full_like": _make_full, "array": _make_array, "asarray": _make_array,
+def _take_at_traced(f, args, kwargs):
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    if _deep_traced([indices]) and not _deep_traced(args[:1]) and args and kwargs.get("out") is None:
+        args = (core.asarray(np.asarray(args[0]), t=current_trace()),) + tuple(args[1:])
+    return f(*args, **kwargs)
+
+
+_MAKERS = {**{name: _make_from_sequence for name in SEQUENCE_TAKERS}, **{name: _take_at_traced for name in INDEX_TAKERS}, "full": _make_full, "full_like": _make_full, "array": _make_array, "asarray": _make_array,
            "asanyarray": _make_array, "ascontiguousarray": _make_array, "copy": _make_array}
 
 
@@ -463,14 +474,14 @@ def _creator(name, f, make=None):
 
 
 def _install():
-    for name in CREATORS + SEQUENCE_TAKERS:
+    for name in CREATORS + SEQUENCE_TAKERS + INDEX_TAKERS:
         setattr(np, name, _creator(name, getattr(np, name)))
     for mod, name in CONSTANT_MAKERS:
         setattr(mod, name, _creator(name, getattr(mod, name), _make_constant))
 
 
 def _restore():
-    for name in CREATORS + SEQUENCE_TAKERS:
+    for name in CREATORS + SEQUENCE_TAKERS + INDEX_TAKERS:
         setattr(np, name, getattr(np, name).spmd_original)
     for mod, name in CONSTANT_MAKERS:
         setattr(mod, name, getattr(mod, name).spmd_original)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import TraceError
 from ..frontend import core
 from ..frontend import functionalize as fz
-from ..frontend import math_module, numpy_buffers, random_guard
+from ..frontend import index_tricks, math_module, numpy_buffers, random_guard
 from ..frontend.trace import Trace, Tracer, leaf_aval, runaway, tracing
 from ..ir import Graph
 from ..tree import tree_flatten, tree_unflatten
@@ -26,7 +26,7 @@ def trace_function(fn, args, static_argnums=(), mesh=None, oracle=None):
     tracers = _argument_tracers(t, leaves)
     it = iter(tree_unflatten(in_tree, tracers))
     call_args = [a if i in static_argnums else next(it) for i, a in enumerate(args)]
-    with numpy_buffers.intercepting(), math_module.intercepting(), tracing(t):
+    with numpy_buffers.intercepting(), math_module.intercepting(), index_tricks.intercepting(), tracing(t):
         out = _call_traced(fn, call_args)
         out, scalars = _returned_scalars(out, t.returned_scalars or [])
         out_leaves, out_tree = tree_flatten(out)

@@ -74,11 +74,18 @@ def nonzero(a):
 
 
 def argwhere(a):
+    """np.argwhere: the rows of positions P[mask] (P[..., d]: each element's position along
+    dim d), a selection of rows as np.nonzero's are of elements, so `np.argwhere(c)[0]`
+    (the first position where c holds) takes no length from the data."""
     x = core.asarray(a)
     if x.ndim == 0:
         x = shapes.reshape(x, (1,))
         return shapes.reshape(padded.argwhere(x, size=count_from_data(x)), (-1, 0))
-    return padded.argwhere(x, size=count_from_data(x))
+    t = x._tr
+    mask = x if x.dtype.kind == "b" else ew.not_equal(x, x.dtype.type(0))
+    positions = shapes.stack([Tracer(t.emit(IOTA, shape=tuple(x.shape), dtype="int64", dimension=d), t)
+                              for d in range(x.ndim)], axis=-1)
+    return indexing.getitem(positions, mask)
 
 
 def where(condition, x=None, y=None):
