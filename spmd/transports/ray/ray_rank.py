@@ -30,6 +30,7 @@ class Rank:
         self.rank = rank
         self.mailbox = Mailbox()
         self.transport = None
+        self.comms = {}
         self.listener = None
         self.programs = {}                  # key -> (executable, mesh) (the driver says which to forget)
         self.shards = ShardTable(rank)
@@ -43,6 +44,7 @@ class Rank:
             self.transport.close()
         ip = ray.util.get_node_ip_address()
         self.transport = Transport(self.rank, ip, self.mailbox)
+        self.comms = {}                     # mesh -> its RayCommunicator on this Transport
         if control and self.listener is None:
             self.listener = Listener(ip)
             self.listener.serve(self.answer)
@@ -119,7 +121,13 @@ class Rank:
         if trace != self.tracing:        # (setting the environment each run cost ~15 us)
             self.set_tracing(trace)
             self.tracing = trace
-        comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
+        comm = self.comms.get(mesh)
+        if comm is None:
+            if len(self.comms) >= 64:       # many meshes (a sweep): start over rather than grow
+                self.comms.clear()
+            comm = self.comms[mesh] = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
+        else:
+            comm.new_run(run_id, timeout)
         from ...runtime import blas
         blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
         try:

@@ -216,8 +216,9 @@ class RayRuntime(Runtime):
     def put(self, device, array):
         self._revive()
         if np.asarray(array).nbytes <= INLINE_BYTES:
-            # a copy: the value is read when the call goes, the caller's array may change by then
-            return self._drops.later(device, np.array(array, copy=True))
+            # (read when the call goes: the caller gives the runtime a buffer of its own,
+            # as the local runtime keeps it)
+            return self._drops.later(device, array)
         shard = self._drops.new(device)
         # no reply: messages to one actor run in order, so the next one that reads the
         # shard finds it; the send is done when this returns (the caller may change array)
