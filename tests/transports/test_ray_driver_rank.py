@@ -228,6 +228,35 @@ def test_rank_0s_small_results_are_read_without_waiting_for_the_actors(rt):
     assert all(int(v[0]) > 0 for v in got.values())
 
 
+class _LoadsOnlyInTheDriver:
+    """A program whose pickle does not load in the actors (rank 0 loads and runs it)."""
+    num_outputs = 1
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def __setstate__(self, state):
+        if state["pid"] != os.getpid():
+            raise RuntimeError("this program cannot load in an actor")
+        self.__dict__.update(state)
+
+    def __call__(self, inputs, comm):
+        return [comm.all_reduce(np.ones(2), "x")]     # rank 0 waits here for the others
+
+
+def test_a_program_that_fails_to_load_in_an_actor_stops_rank_0(rt, monkeypatch):
+    """The actors abort their peers, as for a failure in the program: rank 0, in its
+    collective on the driver's thread, would otherwise wait for ever (no stopwatch)."""
+    monkeypatch.delenv("SPMD_COLLECTIVE_TIMEOUT", raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="cannot load in an actor") as e:
+        rt.run(_LoadsOnlyInTheDriver(), MESH, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 10
+    assert "raised on rank" in "\n".join(e.value.__notes__)
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))       # still usable
+    assert all(int(v[0]) > 0 for v in got.values())
+
+
 def test_an_error_in_a_jitted_step_names_the_users_line(rt):
     f = spmd.jit(lambda v: np.linalg.inv(v.reshape(3, 4)), in_shardings=MESH.sharding("x"))
     with pytest.raises(spmd.SpmdError, match=r"square.*test_ray_driver_rank.py:\d+"):
