@@ -41,7 +41,8 @@ class Runtime(ABC):
 
     @abstractmethod
     def put(self, device: int, array):
-        """Place a numpy array as `device`'s shard; returns its handle."""
+        """Place a numpy array as `device`'s shard; returns its handle. The caller hands
+        the array over (device_put gives a buffer of its own): a runtime may keep it."""
 
     @abstractmethod
     def get(self, handles: dict) -> dict:

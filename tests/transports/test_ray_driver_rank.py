@@ -190,6 +190,73 @@ def test_ctrl_c_in_rank_0s_part_is_the_users_and_the_runtime_goes_on(rt, monkeyp
         assert all(int(v[0]) > 0 for v in got.values())
 
 
+class _Rank3AfterTheSum:
+    """Every rank sums; then rank 3 sleeps, or raises, past rank 0's end. A compiled
+    program's stand-in (a graph with no print): its run is not waited for."""
+    num_outputs = 1
+    graph = type("Graph", (), {"ops": []})()
+
+    def __init__(self, then):
+        self.then = then
+
+    def __call__(self, inputs, comm):
+        x = comm.all_reduce(np.full(2, float(comm.rank)), "x")
+        if comm.rank == 3 and self.then == "sleep":
+            time.sleep(1.5)
+        if comm.rank == 3 and self.then == "raise":
+            raise ValueError("boom on rank 3, after the sum")
+        return [x]
+
+
+def test_rank_0s_small_results_are_read_without_waiting_for_the_actors(rt):
+    """As MPI's rank 0 reads its own loss: the actors' part is waited for by the next
+    call, which raises their failure."""
+    t0 = time.monotonic()
+    out = rt.run(_Rank3AfterTheSum("sleep"), MESH, {d: [] for d in range(4)})
+    np.testing.assert_array_equal(rt.get({0: out[0][0]})[0], np.full(2, 6.0))
+    assert time.monotonic() - t0 < 1.0, "the read waited for rank 3"
+    rt.wait()
+    assert time.monotonic() - t0 >= 1.5
+    np.testing.assert_array_equal(rt.get({3: out[3][0]})[3], np.full(2, 6.0))
+
+    out = rt.run(_Rank3AfterTheSum("raise"), MESH, {d: [] for d in range(4)})
+    np.testing.assert_array_equal(rt.get({0: out[0][0]})[0], np.full(2, 6.0))
+    with pytest.raises(ValueError, match="boom on rank 3, after the sum") as e:
+        rt.get({1: out[1][0]})
+    assert "raised on rank 3" in "\n".join(e.value.__notes__)
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))       # still usable
+    assert all(int(v[0]) > 0 for v in got.values())
+
+
+class _LoadsOnlyInTheDriver:
+    """A program whose pickle does not load in the actors (rank 0 loads and runs it)."""
+    num_outputs = 1
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def __setstate__(self, state):
+        if state["pid"] != os.getpid():
+            raise RuntimeError("this program cannot load in an actor")
+        self.__dict__.update(state)
+
+    def __call__(self, inputs, comm):
+        return [comm.all_reduce(np.ones(2), "x")]     # rank 0 waits here for the others
+
+
+def test_a_program_that_fails_to_load_in_an_actor_stops_rank_0(rt, monkeypatch):
+    """The actors abort their peers, as for a failure in the program: rank 0, in its
+    collective on the driver's thread, would otherwise wait for ever (no stopwatch)."""
+    monkeypatch.delenv("SPMD_COLLECTIVE_TIMEOUT", raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="cannot load in an actor") as e:
+        rt.run(_LoadsOnlyInTheDriver(), MESH, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 10
+    assert "raised on rank" in "\n".join(e.value.__notes__)
+    got = run(rt, collective_checks.CheckCollectives(dtypes=("int64",)))       # still usable
+    assert all(int(v[0]) > 0 for v in got.values())
+
+
 def test_an_error_in_a_jitted_step_names_the_users_line(rt):
     f = spmd.jit(lambda v: np.linalg.inv(v.reshape(3, 4)), in_shardings=MESH.sharding("x"))
     with pytest.raises(spmd.SpmdError, match=r"square.*test_ray_driver_rank.py:\d+"):

@@ -105,17 +105,23 @@ def _bounds(n, G):
 
 
 class RayCommunicator(Communicator):
-    """One rank's communicator for one run of a program, inside its actor.
+    """One rank's communicator over a mesh, inside its actor (or the driver, rank 0),
+    kept for the runs on that mesh (its groups are worked out once): `new_run` starts
+    each.
 
-    transport: this actor's Transport; run_id: the run, fixed by the driver."""
+    transport: this rank's Transport; run_id: the run, fixed by the driver."""
 
     def __init__(self, mesh, rank, transport, run_id, timeout):
         super().__init__(mesh, rank)
         self.t, self.mailbox = transport, transport.mailbox
+        self._cache = {}
+        self.new_run(run_id, timeout)
+
+    def new_run(self, run_id, timeout):
         self.run_id, self.timeout = run_id, float(timeout)
         self.seq = 0
-        self._cache = {}
         self.output = []           # what the program printed (spmd.debug.print), for the driver
+        self.__dict__.pop("_inflight", None)      # no collective started by an earlier run
 
     def write(self, text):
         self.output.append(text)

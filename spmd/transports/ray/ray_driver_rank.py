@@ -14,7 +14,9 @@ the actors of this host, TCP to the others).
                              answers the message at once, on the caller's thread, and
                              queues the reply; receive() takes it. fileno() is a pipe
                              written once per reply, so the runtime waits for it with
-                             the actors' lines (poll)
+                             the actors' lines (poll). run() answers a run and returns
+                             its reply: its small results are there when rank 0's part
+                             ends, before the actors' replies
 
 A message other than `run` (a put, a read, call_on) and its reply are copied through
 pickle, as on an actor's line: a shard never shares memory with an array the caller
@@ -98,6 +100,11 @@ class LocalChannel:
             reply = _copied(reply)
         self.replies.append(reply)
         os.write(self._write, b"r")
+
+    def run(self, message):
+        """A `run` message answered at once, its reply returned (not queued: the runtime
+        reads it when rank 0's part ends, without a wait)."""
+        return self.rank.answer(message)
 
     def receive(self):
         while self.stale:

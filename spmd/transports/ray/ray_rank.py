@@ -30,6 +30,7 @@ class Rank:
         self.rank = rank
         self.mailbox = Mailbox()
         self.transport = None
+        self.comms = {}
         self.listener = None
         self.programs = {}                  # key -> (executable, mesh) (the driver says which to forget)
         self.shards = ShardTable(rank)
@@ -43,6 +44,7 @@ class Rank:
             self.transport.close()
         ip = ray.util.get_node_ip_address()
         self.transport = Transport(self.rank, ip, self.mailbox)
+        self.comms = {}                     # mesh -> its RayCommunicator on this Transport
         if control and self.listener is None:
             self.listener = Listener(ip)
             self.listener.serve(self.answer)
@@ -105,24 +107,31 @@ class Rank:
         first run here: not unpickled again each run; forget: programs the driver will
         not run here again). Its outputs stay here as shards out_sids; returns those of at
         most `small` bytes, by position, with what the program printed."""
-        self.shards.update(news)
-        for k in forget:
-            self.programs.pop(k, None)
-        if blob is not None:
-            self.programs[key] = pickle.loads(blob)
-        program, mesh = self.programs.get(key, (None, None))
-        if program is None:
-            raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
-                            f"first run (that run's error said why)")
-        self.mailbox.start(run_id)
-        self.transport.new_run()
-        if trace != self.tracing:        # (setting the environment each run cost ~15 us)
-            self.set_tracing(trace)
-            self.tracing = trace
-        comm = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
-        from ...runtime import blas
-        blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
+        mesh = comm = None
         try:
+            self.shards.update(news)
+            for k in forget:
+                self.programs.pop(k, None)
+            if blob is not None:
+                self.programs[key] = pickle.loads(blob)
+            program, mesh = self.programs.get(key, (None, None))
+            if program is None:
+                raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
+                                f"first run (that run's error said why)")
+            self.mailbox.start(run_id)
+            self.transport.new_run()
+            if trace != self.tracing:        # (setting the environment each run cost ~15 us)
+                self.set_tracing(trace)
+                self.tracing = trace
+            comm = self.comms.get(mesh)
+            if comm is None:
+                if len(self.comms) >= 64:       # many meshes (a sweep): start over rather than grow
+                    self.comms.clear()
+                comm = self.comms[mesh] = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
+            else:
+                comm.new_run(run_id, timeout)
+            from ...runtime import blas
+            blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
             inputs = [self.shards.read(s) for s in in_sids]
             outs = list(program(inputs, comm))
             del inputs
@@ -130,12 +139,15 @@ class Rank:
                 raise SpmdError(f"rank {self.rank}: the program made {len(outs)} outputs, "
                                 f"{len(out_sids)} were expected")
         except BaseException as e:
-            # wake the peers now rather than when the driver notices
+            # wake the peers now rather than when the driver notices (rank 0 in the driver
+            # waits in its collective, and the driver reads no reply until it returns);
+            # one that failed before its program loaded does not know the mesh: all of them
             reason = f"rank {self.rank} failed: {type(e).__name__}: {e}"
-            self.transport.abort_peers(run_id, reason, mesh.devices.reshape(-1).tolist())
+            ranks = list(self.transport.hosts) if mesh is None else mesh.devices.reshape(-1).tolist()
+            self.transport.abort_peers(run_id, reason, ranks)
             raise
         finally:
-            self.printed = tuple(comm.output)       # for the driver to print, even on failure
+            self.printed = () if comm is None else tuple(comm.output)   # for the driver to print, even on failure
         values = {}
         for i, (sid, a) in enumerate(zip(out_sids, outs)):
             self.shards.keep(sid, a)

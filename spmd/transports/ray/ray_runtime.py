@@ -9,8 +9,10 @@ of this host). It saves a process, a message each way and the driver's core, whi
 woken rank-0 actor took on a 2-core machine. Its "line" (LocalChannel) answers each
 message at once; what follows of actors holds for it, except that a run returns only
 once rank 0 has ended it (the actors' part is not waited for), so a failure of any rank
-seen by then (rank 0 is aborted with it) raises from that call. On a cluster this process
-joined, where its host may have no rank, every rank is an actor.
+seen by then (rank 0 is aborted with it) raises from that call, and rank 0's small
+results (a loss) are read then without waiting for the actors, as MPI's rank 0 reads its
+own: the next call that needs the actors waits for their part and raises its failure.
+On a cluster this process joined, where its host may have no rank, every rank is an actor.
 
 The driver traces and compiles a program once (jit does, as on the local backend).
 Every call to an actor after the set-up goes on the driver's own TCP line to it
@@ -214,8 +216,9 @@ class RayRuntime(Runtime):
     def put(self, device, array):
         self._revive()
         if np.asarray(array).nbytes <= INLINE_BYTES:
-            # a copy: the value is read when the call goes, the caller's array may change by then
-            return self._drops.later(device, np.array(array, copy=True))
+            # (read when the call goes: the caller gives the runtime a buffer of its own,
+            # as the local runtime keeps it)
+            return self._drops.later(device, array)
         shard = self._drops.new(device)
         # no reply: messages to one actor run in order, so the next one that reads the
         # shard finds it; the send is done when this returns (the caller may change array)
@@ -223,6 +226,11 @@ class RayRuntime(Runtime):
         return shard
 
     def get(self, handles):
+        if all(h.value is not None for h in handles.values()):
+            # small results come with their run's reply; rank 0's in the driver are there
+            # when its part ends: read without waiting for the actors (as MPI's rank 0
+            # reads its own loss), whose failure the next call raises
+            return {d: np.asarray(h.value) for d, h in handles.items()}
         self._finish()
         self._revive()
         got, need = {}, {}
@@ -355,7 +363,7 @@ class RayRuntime(Runtime):
             for d in devices:                   # in rank order: no two callers wait on each other
                 chans[d].lock.acquire()
             try:
-                pending, errors, local_failed = {}, [], False
+                pending, errors, printed = {}, [], {}
                 # every message made before any is sent: the ranks start close together (the
                 # first waits in its first collective for the last)
                 messages = {d: ("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
@@ -373,7 +381,7 @@ class RayRuntime(Runtime):
                 for d in devices:
                     if d not in packed:
                         try:
-                            chans[d].send(messages[d])
+                            reply = chans[d].run(messages[d])
                         except KeyboardInterrupt:
                             # Ctrl-C in rank 0's part: the others stop too, and their
                             # replies, when they come, are nobody's
@@ -381,8 +389,14 @@ class RayRuntime(Runtime):
                             for ch in pending.values():
                                 ch.stale += 1
                             raise
-                        pending[d] = chans[d]
-                        local_failed = chans[d].failed
+                        # its small results are there now, read without waiting for the
+                        # actors (`get`)
+                        if reply[0] == "ok":
+                            _keep_values(outs[d], reply[1])
+                            printed[d] = reply[2]
+                        else:
+                            errors.append((d, RankFailed(*reply[1:4])))
+                            printed[d] = reply[4]
             finally:
                 for d in devices:
                     chans[d].lock.release()
@@ -390,9 +404,9 @@ class RayRuntime(Runtime):
             # arguments) while the ranks run; reading a result, or the next call, waits.
             # Waited for at once: a program that prints (its lines come before what the
             # script prints next), and one that is not a compiled program (a runtime test's)
-            self._inflight = (run_id, chans, outs, pending, errors)
+            self._inflight = (run_id, chans, outs, pending, errors, printed)
             # rank 0 failed here: raised now, from the user's call, the others stopped
-            if errors or not silent or local_failed:
+            if errors or not silent:
                 self._finish()
         return outs
 
@@ -407,8 +421,8 @@ class RayRuntime(Runtime):
             inflight, self._inflight = self._inflight, None
             if inflight is None:
                 return
-            run_id, chans, outs, pending, errors = inflight
-            printed, values = {}, {}
+            run_id, chans, outs, pending, errors, printed = inflight
+            values = {}
             for d in sorted(chans):
                 chans[d].lock.acquire()
             try:
@@ -422,10 +436,7 @@ class RayRuntime(Runtime):
         if errors:
             raise _first_error(errors, getattr(self, "_hosts", {}))
         for d, got in values.items():
-            for i, v in got.items():
-                v = np.asarray(v)
-                v.flags.writeable = False      # read as often as asked: nobody may change it
-                outs[d][i].value = v
+            _keep_values(outs[d], got)
 
     def _ship(self, device, key, blob):
         """(the program's pickle if device's actor has not got it, else None; the keys it
@@ -558,6 +569,7 @@ class RayRuntime(Runtime):
     def _collect_trace(self):
         if self._closed or not timeline.enabled() or not ray.is_initialized():
             return
+        self._settle()                   # the run in flight has recorded its spans
         got = []
         for ref in [a.take_trace.remote() for a in self._actors if a is not None]:
             try:
@@ -566,14 +578,18 @@ class RayRuntime(Runtime):
                 pass
         timeline.add_events(timeline.merge_events(got))
 
-    def shutdown(self):
-        if getattr(self, "_closed", True):
-            return
+    def _settle(self):
+        """Wait for the run in flight; a failure nothing read is told on stderr."""
         try:
             self._finish()
         except Exception as e:     # noqa: BLE001 - the script ended without reading it
             sys.stderr.write(f"spmd: the last run on the ray runtime failed, and nothing read its results: "
                              f"{type(e).__name__}: {e}\n")
+
+    def shutdown(self):
+        if getattr(self, "_closed", True):
+            return
+        self._settle()
         self._collect_trace()
         self._closed = True
         for ch in self._channels.values():
@@ -594,6 +610,14 @@ class RayRuntime(Runtime):
                     ray_private.stop()
         except Exception:      # noqa: BLE001 - shutting down a cluster that is already gone
             pass
+
+
+def _keep_values(outs, got):
+    """A rank's small results ({position: value}, from its reply) into its output handles."""
+    for i, v in got.items():
+        v = np.asarray(v)
+        v.flags.writeable = False      # read as often as asked: nobody may change it
+        outs[i].value = v
 
 
 def _reason(device, exc):
