@@ -34,10 +34,9 @@ says which applies when it starts (`use_hosts_default`); SPMD_BUCKET_BYTES overr
 """
 from __future__ import annotations
 
-import os
-
 from ...ir import Graph, Op, Value
 from ...ir.ops.names import CONCATENATE, RESHAPE, SLICE
+from .settings import count
 
 DEFAULT_BUCKET_BYTES = 25 << 20        # ranks on one host
 HOSTS_BUCKET_BYTES = 4 << 20           # ranks on several hosts
@@ -52,16 +51,7 @@ def use_hosts_default(several_hosts: bool):
 
 def bucket_bytes() -> int:
     """The bucket size: SPMD_BUCKET_BYTES (bytes), or the default for where the ranks run."""
-    v = os.environ.get("SPMD_BUCKET_BYTES", "").strip()
-    if not v:
-        return _default["bytes"]
-    try:
-        n = int(float(v))
-    except ValueError:
-        raise ValueError(f"SPMD_BUCKET_BYTES={v!r} is not a number of bytes") from None
-    if n < 0:
-        raise ValueError(f"SPMD_BUCKET_BYTES={v!r} must be >= 0 (0: every all_reduce on its own)")
-    return n
+    return count("SPMD_BUCKET_BYTES", _default["bytes"], "bytes", "every all_reduce on its own")
 
 
 def combine_collectives(graph: Graph, limit=None) -> Graph:

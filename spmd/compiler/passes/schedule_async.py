@@ -32,9 +32,9 @@ buffer alive (not freed, not reused by the memory plan) while the collective is 
 from __future__ import annotations
 
 import heapq
-import os
 
 from ...ir import Graph, Op, Value, get_op
+from .settings import count
 
 # the computation (elements an op reads or writes, summed over the ops between a start
 # and its done) a collective is split around only beyond: tens of microseconds of work.
@@ -43,16 +43,7 @@ OVERLAP_WORK = 1 << 16
 
 
 def overlap_work() -> int:
-    v = os.environ.get("SPMD_OVERLAP_WORK", "").strip()
-    if not v:
-        return OVERLAP_WORK
-    try:
-        n = int(float(v))
-    except ValueError:
-        raise ValueError(f"SPMD_OVERLAP_WORK={v!r} is not a number of elements") from None
-    if n < 0:
-        raise ValueError(f"SPMD_OVERLAP_WORK={v!r} must be >= 0 (0: split around any computation)")
-    return n
+    return count("SPMD_OVERLAP_WORK", OVERLAP_WORK, "elements", "split around any computation")
 
 
 def schedule_async(graph: Graph) -> Graph:
