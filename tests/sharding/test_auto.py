@@ -190,14 +190,6 @@ def test_baseline_splits_the_largest_dim_over_the_largest_axis():
     assert baseline((3,), m) == m.sharding(None)
 
 
-def _sgd_step(p, x, y):
-    def loss(p):
-        h = np.maximum(x @ p["w1"], 0)
-        return np.mean((h @ p["w2"] - y) ** 2)
-    lv, g = spmd.value_and_grad(loss)(p)
-    return lv, {k: p[k] - 0.1 * g[k] for k in p}
-
-
 def test_a_training_step_has_the_plain_data_parallel_plan_judged(tmp_path, monkeypatch):
     """A step whose parameters come back as results has the data-parallel plan among
     those judged whole (the parameters whole, the batch split on its leading dim over
@@ -210,14 +202,14 @@ def test_a_training_step_has_the_plain_data_parallel_plan_judged(tmp_path, monke
     p = {"w1": rng.standard_normal((32, 64)).astype(np.float32), "w2": rng.standard_normal((64, 32)).astype(np.float32)}
     x, y = rng.standard_normal((256, 32)).astype(np.float32), rng.standard_normal((256, 32)).astype(np.float32)
     slow = Network(within=spmd.Link(latency=5e-4, bandwidth=1e8))
-    f = spmd.jit(_sgd_step, mesh=MESH, in_shardings=spmd.AUTO, network=slow)
+    f = spmd.jit(mlp_step, mesh=MESH, in_shardings=spmd.AUTO, network=slow)
     low = f.lower(p, x, y)
     secs = low.auto.seconds
     assert "data parallel" in secs and "data parallel" not in low.auto.estimated
     assert min(v for k, v in secs.items() if k not in low.auto.estimated) <= secs["data parallel"]
     assert secs[low.auto.chosen] == min(v for k, v in secs.items() if k not in low.auto.estimated)
     lv, new = f(p, x, y)
-    want_l, want = _sgd_step(p, x, y)
+    want_l, want = mlp_step(p, x, y)
     assert np.allclose(np.asarray(lv.numpy()), want_l, rtol=1e-4)
     assert all(np.allclose(new[k].numpy(), want[k], rtol=1e-4, atol=1e-6) for k in p)
     # the plan itself: the leading dim over every axis that divides it, else fewer
