@@ -66,6 +66,11 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     return res if len(res) > 1 else res[0]
 
 
+# the ufunc methods that run as traced programs: {method: the ufuncs it takes}
+_TRACED_METHODS = {"reduce": npx.UFUNC_REDUCE, "accumulate": npx.UFUNC_ACCUMULATE, "outer": npx.UFUNCS,
+                   "reduceat": npx.UFUNC_REDUCE}
+
+
 def _ufunc(ufunc, method, inputs, kwargs):
     name = ufunc.__name__
     if method == "__call__" and name in npx.UFUNCS:
@@ -77,9 +82,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
     if method == "at" and isinstance(inputs[0], Array):
         # as traced: ufunc.at writes its first argument (indices checked here, as numpy does)
         inputs = (inputs[0], indexing.program_key(inputs[0], inputs[1])) + tuple(inputs[2:])
-    traced_methods = {"reduce": npx.UFUNC_REDUCE, "accumulate": npx.UFUNC_ACCUMULATE, "outer": npx.UFUNCS,
-                      "reduceat": npx.UFUNC_REDUCE}
-    if name in traced_methods.get(method, ()) or (method == "at" and isinstance(inputs[0], Array)):
+    if name in _TRACED_METHODS.get(method, ()) or (method == "at" and isinstance(inputs[0], Array)):
         return run("ufunc", f"{name}.{method}", lambda *xs, **k: npx.dispatch_ufunc(ufunc, method, xs, k),
                    inputs, kwargs)
     return in_numpy("ufunc", name if method == "__call__" else f"{name}.{method}", inputs, kwargs, "not supported")

@@ -332,8 +332,8 @@ def in_numpy(kind, name, args, kwargs, why):
         args[0][...] = a[0]          # numpy wrote the gathered copy: the Array takes it
     placed = _place(out, arrays[0].sharding.mesh if arrays else None)
     copies = [g for x, g in zip(leaves, gleaves) if isinstance(x, Array)]
-    results = tree_flatten(out)[0]
-    for r, p in zip(results, tree_flatten(placed)[0] if len(results) == len(tree_flatten(placed)[0]) else ()):
+    results, placed_leaves = tree_flatten(out)[0], tree_flatten(placed)[0]
+    for r, p in zip(results, placed_leaves if len(placed_leaves) == len(results) else ()):
         # numpy's result was a view of an argument (x.view(int16), a reshape): here it is
         # a copy of a gathered copy, which no write through it could reach
         if isinstance(p, Array) and isinstance(r, np.ndarray) and any(np.may_share_memory(r, g) for g in copies):

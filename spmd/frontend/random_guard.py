@@ -82,9 +82,9 @@ def _by_index(x):
 def _by_permutation(permutation, name, x, axis=0):
     """shuffle(x) / permutation(x) of a traced x or an spmd.Array. numpy shuffles a sequence
     that is not an ndarray one element swap at a time (thousands of traced writes, or of
-    eager ones); its draws are the
-    ones permutation(n) makes, and a shuffle moves x[p[i]] to i, so x taken at
-    permutation(n) along the axis is the same result, and leaves the same state."""
+    eager ones); its draws are the ones permutation(n) makes, and a shuffle moves x[p[i]]
+    to i, so x taken at permutation(n) along the axis is the same result, and leaves the
+    same state."""
     moved = np.take(x, permutation(x.shape[axis]), axis=axis)
     if name == "permutation":
         return moved

@@ -105,9 +105,15 @@ def _keep_dtype(f):
                 out = np.asarray(f(a, *rest, **attrs))
             except np.linalg.LinAlgError:
                 out = _one_by_one(f, a, rest, attrs)
-        # (a complex result, eig's, in the complex dtype of the operand's precision)
-        return out.astype(a.dtype if out.dtype.kind != "c" else np.result_type(a.dtype, np.complex64), copy=False)
+        return _in_precision(out, a)
     return ref
+
+
+def _in_precision(out, a):
+    """numpy.linalg's result in a's dtype (a complex one, eig's, in the complex dtype of
+    a's precision)."""
+    out = np.asarray(out)
+    return out.astype(a.dtype if out.dtype.kind != "c" else np.result_type(a.dtype, np.complex64), copy=False)
 
 
 def _one_by_one(f, a, rest, attrs):
@@ -145,9 +151,7 @@ def _parts_of(names, f):
                 got = [_one_by_one(lambda m, k=k, **kw: f(m, **kw)[k], a, (), attrs) for k in range(len(names))]
         for name, x in zip(names, got):
             if name in wanted:
-                x = np.asarray(x)
-                out[name] = x.astype(a.dtype if x.dtype.kind != "c" else np.result_type(a.dtype, np.complex64),
-                                     copy=False)
+                out[name] = _in_precision(x, a)
         return out
     return parts
 
