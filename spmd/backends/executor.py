@@ -205,18 +205,15 @@ def op_label(op):
 
 
 def part_groups(ops) -> dict:
-    """{op: the parts its program takes of its operands}, for ops that are one op per
-    numpy result (an OpDef with `parts`: svd's u, s, vh) where two or more parts of the
-    same operands and attributes are taken: numpy computes those in one call."""
+    """{op: (its group, the parts its program takes of its operands)}, for ops that are
+    one op per numpy result (an OpDef with `parts`: svd's u, s, vh) where two or more parts
+    of the same operands and attributes are taken: numpy computes those in one call."""
     groups = {}
     for op in ops:
         if op.opdef.parts is not None:
-            groups.setdefault(_group_key(op), []).append(op)
-    return {op: frozenset(o.attrs["part"] for o in g) for g in groups.values() if len(g) > 1 for op in g}
-
-
-def _group_key(op):
-    return op.name, op.operands, tuple(sorted((k, v) for k, v in op.attrs.items() if k != "part"))
+            key = op.name, op.operands, tuple(sorted((k, v) for k, v in op.attrs.items() if k != "part"))
+            groups.setdefault(key, []).append(op)
+    return {op: (key, frozenset(o.attrs["part"] for o in g)) for key, g in groups.items() if len(g) > 1 for op in g}
 
 
 _PARTS = object()       # env's entry for the parts computed with another part, not taken yet
@@ -234,11 +231,11 @@ def run_op(op, env, comm, run=None, out=None, parts=None):
     group = parts.get(op) if parts else None
     try:
         if group is not None:
+            key, wanted = group
             pending = env.setdefault(_PARTS, {})
-            key = _group_key(op)
             got = pending.get(key)
             if got is None or op.attrs["part"] not in got:      # (a part taken twice: again)
-                got = pending[key] = opdef.parts(*args, wanted=group,
+                got = pending[key] = opdef.parts(*args, wanted=wanted,
                                                  **{k: v for k, v in op.attrs.items() if k != "part"})
             out = got.pop(op.attrs["part"])
             if not got:
