@@ -11,7 +11,7 @@ from ..errors import ShapeError, user_loc
 from ..ir import dtypes
 from ..ir.ops.registry import splat
 from ..ir.ops.names import (
-    ABS, ADD, AND, ATAN2, COMPARE, CONJ, COS, DIVIDE, EXP, FLOOR, IMAG, LOG, LOG1P, LOGISTIC,
+    ABS, ADD, AND, ATAN2, BITCAST, COMPARE, CONJ, COS, DIVIDE, EXP, FLOOR, IMAG, LOG, LOG1P, LOGISTIC,
     MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
     SHIFT_RIGHT, SIGN, SIN, SQRT, SUBTRACT, TANH, XOR
 )
@@ -397,12 +397,17 @@ def fmin(x, y):
     return where(not_equal(y, y), x, where(not_equal(x, x), y, m))
 
 
+_SIGNED_OF_SIZE = {"float64": "int64", "float32": "int32"}
+
+
 def signbit(x):
     x = core.asarray(x)
     if x.dtype.kind in "b":
         return core.full_like(x, False, dtype="bool")
     if x.dtype.kind in "iu":
         return less(x, 0)
+    if x.dtype.name in _SIGNED_OF_SIZE:      # the bit itself: a NaN's sign too, which no comparison sees
+        return less(core.emit(x._tr, BITCAST, x, dtype=_SIGNED_OF_SIZE[x.dtype.name]), 0)
     # -0.0 is the one negative zero: 1 / -0.0 is -inf (the sign of a NaN is not visible here)
     neg_zero = logical_and(equal(x, 0), less(true_divide(1, where(equal(x, 0), x, 1)), 0))
     return logical_or(less(x, 0), neg_zero)

@@ -98,14 +98,31 @@ class Masked:
         if self.vals._tr.oracle is None:
             raise self.compacted(what)
         plan = self.plan
-        # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
-        # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
-        count = red.sum(core.astype(plan.mask, "int64"))
-        n = int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
+        n = self.count(what)
         r = self.vals[(slice(None),) * plan.p + padded.nonzero(plan.mask, size=n)]
         if plan.n_first and plan.p:        # numpy puts the selection first (see _MaskPlan)
             r = shapes.transpose(r, [plan.p] + list(range(plan.p)) + list(range(plan.p + 1, r.ndim)))
         return r
+
+    def count(self, what):
+        """The mask's count of True elements, from the data (a graph break): the trace goes on
+        with it known, so arrays of numpy's compacted shape combine with the selection."""
+        # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
+        # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
+        count = red.sum(core.astype(self.plan.mask, "int64"))
+        return int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
+
+    def count_for(self, other, what):
+        """The count where `other` has one entry per selected element (numpy's compacted
+        shape: an array made from x[mask] by numpy's own code, or np.zeros(x[mask].size))
+        and the trace can ask the data for it; else None (to_view says what it needs)."""
+        shape, sel = np.shape(other), self.plan.sel
+        if len(shape) > len(sel) or self.vals._tr.oracle is None:
+            return None
+        padded_shape = (1,) * (len(sel) - len(shape)) + tuple(shape)
+        if not builtins.any(s is None and n != 1 for s, n in zip(sel, padded_shape)):
+            return None
+        return self.count(what)
 
     def compacted(self, what):
         return TraceError(
@@ -143,7 +160,7 @@ class Masked:
                     f"(a + b)[mask], or np.where(mask1, a, 0) and np.where(mask2, b, 0).")
             return other.vals
         if isinstance(other, (Tracer, np.ndarray, list, tuple)) and np.ndim(other) > 0:
-            return self.plan.to_view(other, what)
+            return self.plan.to_view(other, what, self.count_for(other, what))
         return other
 
     # -- elementwise --------------------------------------------------------------------------
@@ -305,14 +322,16 @@ class Masked:
             return getattr(inputs[0], _REDUCE[name])(**kwargs)
         if method != "__call__" or name not in _TABLES["ufuncs"] or kwargs.get("where", True) is not True:
             return getattr(ufunc, method)(*compact_all(inputs, what), **compact_all(kwargs, what))
-        out = kwargs.pop("out", None)
+        out = kwargs.get("out")
         outs = out if isinstance(out, tuple) else (out,)
+        if out is not None and (len(outs) != 1 or not isinstance(outs[0], Masked) or not self.aligned(outs[0])):
+            # into another array (`total += np.sin(x[mask])` with total of numpy's compacted
+            # shape): numpy's compacted operands, where the trace can take the count from the data
+            what = f"{what}(..., out=) into an array that is not the same selection"
+            return getattr(ufunc, method)(*compact_all(inputs, what), **compact_all(kwargs, what))
+        kwargs.pop("out", None)
         r = self.apply(_TABLES["ufuncs"][name], inputs, kwargs, what)
-        if out is None:
-            return r
-        if len(outs) != 1 or not isinstance(outs[0], Masked) or not self.aligned(outs[0]):
-            raise self.compacted(f"{what}(..., out=) into an array that is not the same selection")
-        return outs[0].assign(r, what)
+        return r if out is None else outs[0].assign(r, what)
 
     def __array_function__(self, func, types, args, kwargs):
         name = getattr(func, "__name__", str(func))

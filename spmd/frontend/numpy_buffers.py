@@ -403,6 +403,14 @@ def _make_array(f, args, kwargs):
     """np.array / asarray / asanyarray / ascontiguousarray / copy: of traced values, the
     traced array (a copy where numpy copies); else numpy's, new memory as a NumpyBuffer."""
     obj = args[0] if args else kwargs.get("a", kwargs.get("object"))
+    if isinstance(obj, Masked) and kwargs.get("ndmin", 0) <= obj.ndim:
+        # x[mask] converted (np.polynomial's mapdomain, np.asanyarray at a library's entry):
+        # the selection still, its elements new or converted where numpy's would be; a
+        # selection is dense in numpy's compacted layout, so any order is that layout
+        dtype = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+        r = obj if dtype is None else obj.astype(dtype)
+        copies = f.__name__ in ("array", "copy") and kwargs.get("copy", True) is not False
+        return r.copy() if copies and r is obj else r
     if _deep_traced(obj):
         dtype = kwargs.get("dtype", args[1] if len(args) > 1 else None)
         r = core.asarray(resolve_all(obj), dtype)

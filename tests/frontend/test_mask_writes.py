@@ -158,10 +158,12 @@ def test_examples_from_the_issue():
 
 
 @pytest.mark.parametrize("opname", ["=", "+="])
-def test_one_value_per_selected_element_is_a_trace_error_naming_the_line(opname):
+def test_one_value_per_selected_element_takes_the_count_from_the_data(opname):
+    """numpy's one row per True element: the count comes from the data (a graph break,
+    which warns); with fallback=False, a TraceError naming the line and the alternative."""
     x = np.zeros((4, 3))
     m = np.array([True, False, True, False])
-    v = np.ones((2, 3))                          # numpy: one row per True; traced: unknown count
+    v = np.arange(6.0).reshape(2, 3)             # numpy: one row per True; traced: unknown count
 
     def f(x, m):
         if opname == "=":
@@ -170,7 +172,10 @@ def test_one_value_per_selected_element_is_a_trace_error_naming_the_line(opname)
             x[m] += v
         return x
     with pytest.raises(TraceError, match=r"test_mask_writes\.py:\d+.*n_true.*np\.where"):
-        spmd.jit(f)(x, m)
+        spmd.jit(f, fallback=False)(x, m)
+    with pytest.warns(spmd.errors.FallbackWarning, match=r"test_mask_writes\.py:\d+"):
+        got = spmd.jit(f)(x.copy(), m)
+    np.testing.assert_array_equal(np.asarray(got), f(x.copy(), m))
     # the broadcastable alternatives work
     np.testing.assert_array_equal(np.asarray(spmd.jit(program(["M"], opname, np.ones(3)))(x.copy(), m)),
                                   program(["M"], opname, np.ones(3))(x.copy(), m))

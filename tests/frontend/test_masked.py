@@ -114,7 +114,22 @@ def test_uses_that_need_the_compacted_array_raise_naming_the_line(use, what):
     assert "np.where" in str(e.value) or "selected dim" in str(e.value), str(e.value)
 
 
+def _sum_of_powers(z):
+    """An array of numpy's compacted shape made in the step (fractal tutorials' sin_sum)."""
+    total = np.zeros(z.size, dtype=z.dtype)
+    for i in range(1, 3):
+        total += np.power(np.sin(z), i)
+    return total
+
+
+def _write_compacted_back(x):
+    m = x > 0
+    x[m] = x[m] - _sum_of_powers(x[m]) / 4
+    return x
+
+
 @pytest.mark.parametrize("use", [
+    lambda x: _sum_of_powers(x[x > 0]), _write_compacted_back, lambda x: x[x > 0] * np.arange(np.count_nonzero(x > 0)),
     lambda x: x[x > 0], lambda x: x[x > 0].reshape(-1, 1), lambda x: x[x > 0] @ x[x > 0],
     lambda x: x[x > 0][0], lambda x: np.sort(x[x > 0]), lambda x: np.cumsum(x[x > 0]),
     lambda x: x[x > 0].shape[0] * x, lambda x: np.argmax(x[x > 0]), lambda x: x[x[:, 0] > 0].sum(axis=1),

@@ -587,3 +587,18 @@ def test_lists_holding_traced_values_as_operands(dt):
         got = lists_with_traced_values(a, 2)[:5]
     for g, w in zip(got, want):
         assert np.array_equal(g.numpy(), w) and g.dtype == w.dtype, (g, w)
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("backend", ("numpy", "llvm"))
+def test_sign_of_a_nan_is_numpys(dt, backend):
+    """np.signbit and np.copysign read a NaN's sign bit, as numpy does (-np.nan has it set;
+    no comparison can tell)."""
+    x = np.array([1.0, 0.0, -0.0, np.inf, -np.inf, 5e-324, np.nan, -np.nan], dt)
+    y = np.array([np.nan, -np.nan, -np.nan, np.nan, -np.nan, -0.0, -np.nan, np.nan], dt)
+    f = lambda a, b: (np.copysign(a, b), np.signbit(b), np.signbit(a), np.copysign(b, a))  # noqa: E731
+    got = spmd.jit(f, backend=None if backend == "llvm" else backend)(x, y)
+    for g, w in zip(got, f(x, y)):
+        g = np.asarray(g)
+        assert g.dtype == w.dtype
+        assert np.array_equal(np.signbit(g) if g.dtype.kind == "f" else g, np.signbit(w) if w.dtype.kind == "f" else w)

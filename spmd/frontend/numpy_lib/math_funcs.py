@@ -1,4 +1,5 @@
-"""numpy's elementwise math beyond the IR's own ops, composed from them: expm1, log2,
+"""numpy's elementwise math of real numbers beyond the IR's own ops, composed from them
+(complex arguments: complex_math.py): expm1, log2,
 sinh and cosh (accurate near 0), inverse trigonometric and hyperbolic functions (on
 atan2, log1p, sqrt), rounding (rint rounds half to even, exactly), NaN/inf tests,
 logaddexp, isclose... All elementwise:
@@ -112,8 +113,6 @@ def expm1(x):
     """exp(x) - 1, accurate near 0 (Kahan: (u - 1) * x / log(u), u = exp(x)), where a plain
     exp(x) - 1 loses every digit (expm1(1e-20) is 1e-20, not 0)."""
     x = core.asarray(x)
-    if dtypes.is_complex(x.value.dtype):    # the real-line accuracy tricks below order values
-        return ew.subtract(ew.exp(x), 1)
     if core.ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return core.astype(expm1(core.astype(x, "float32")), core.ufunc_float_dtype(x))
     x = core.asarray(x, core.ufunc_float_dtype(x))
@@ -145,24 +144,22 @@ def sinh(x):
     """(e^x - e^-x) / 2 from expm1, so it is accurate near 0 (sinh(1e-20) is 1e-20, -0.0
     stays -0.0); the float conversion comes first (negating INT_MIN would wrap)."""
     x = core.asarray(x)
-    if dtypes.is_complex(x.value.dtype):
-        return ew.true_divide(ew.subtract(ew.exp(x), ew.exp(ew.negative(x))), 2)
     if core.ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return core.astype(sinh(core.astype(x, "float32")), core.ufunc_float_dtype(x))
     x = core.asarray(x, core.ufunc_float_dtype(x))
-    big = _big_hyperbolic(x)
+    big = big_hyperbolic(x)
     xs = ew.where(big, 0.0, x)                 # (finite gradients in the branch not taken)
     r = ew.true_divide(ew.subtract(expm1(xs), expm1(ew.negative(xs))), 2)
-    return ew.where(big, ew.copysign(_half_exp(x), x), r)
+    return ew.where(big, ew.copysign(half_exp(x), x), r)
 
 
-def _big_hyperbolic(x):
+def big_hyperbolic(x):
     """|x| where e^-|x| is below half an ulp of e^|x| (and NaN): sinh and cosh are
     e^|x| / 2 there."""
     return ew.logical_not(ew.less_equal(ew.absolute(x), 20.0 if x.dtype == np.float64 else 9.0))
 
 
-def _half_exp(x):
+def half_exp(x):
     """e^|x| / 2 as t * (t / 2), t = e^(|x|/2): finite up to the largest float (e^710 / 2
     is, though e^710 overflows)."""
     t = ew.exp(ew.multiply(ew.absolute(x), 0.5))
@@ -171,15 +168,13 @@ def _half_exp(x):
 
 def cosh(x):
     x = core.asarray(x)
-    if dtypes.is_complex(x.value.dtype):
-        return ew.true_divide(ew.add(ew.exp(x), ew.exp(ew.negative(x))), 2)
     if core.ufunc_float_dtype(x) in dtypes.HALFS:       # numpy: in float32, rounded once
         return core.astype(cosh(core.astype(x, "float32")), core.ufunc_float_dtype(x))
     x = core.asarray(x, core.ufunc_float_dtype(x))
-    big = _big_hyperbolic(x)
+    big = big_hyperbolic(x)
     xs = ew.where(big, 0.0, x)
     r = ew.true_divide(ew.add(ew.exp(xs), ew.exp(ew.negative(xs))), 2)
-    return ew.where(big, _half_exp(x), r)
+    return ew.where(big, half_exp(x), r)
 
 
 # ---------------------------------------------------------------------------- trigonometry
