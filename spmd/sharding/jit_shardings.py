@@ -182,7 +182,10 @@ def _given_in_shardings(given, args, leaves, fname):
             len(spec) != 1 or spec[0] is None or isinstance(spec[0], str))):
         spec = (spec,)          # one argument's sharding given without the outer tuple
     if len(spec) != len(dyn):
-        raise ShardingError(f"{fname}: in_shardings has {len(spec)} entries for {len(dyn)} arguments")
+        static = sorted(i for i in given.static_argnums if i < len(args))
+        also = (f" (the arguments not in static_argnums={tuple(static)}: a static argument takes no entry, as "
+                f"in JAX)") if static else ""
+        raise ShardingError(f"{fname}: in_shardings has {len(spec)} entries for {len(dyn)} arguments{also}")
     return _expand(list(spec), dyn, f"{fname}: in_shardings")
 
 

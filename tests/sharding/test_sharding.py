@@ -144,6 +144,8 @@ def test_one_argument_without_the_outer_tuple():
 def test_in_sharding_errors_name_the_argument():
     with pytest.raises(ShardingError, match="in_shardings has 1 entries for 2 arguments"):
         spmd.jit(lambda x, y: x + y, in_shardings=(None,)).lower(f32(4), f32(4))
+    with pytest.raises(ShardingError, match=r"3 entries for 2 arguments \(the arguments not in static_argnums=\(1,\)"):
+        spmd.jit(lambda x, k, y: x + y * k, in_shardings=(None, None, None), static_argnums=(1,)).lower(f32(4), 2, f32(4))
     with pytest.raises(ShardingError, match=r"in_shardings: sharding tree .* does not match"):
         spmd.jit(lambda p: p["a"], in_shardings=({"b": None},)).lower({"a": f32(4)})
     with pytest.raises(ShardingError, match=r"in_shardings for p\['a'\]: .* 2 entries .* shape \[4\]"):
