@@ -88,6 +88,21 @@ def is_internal(fn: str) -> bool:
     return r
 
 
+_library: dict = {}
+
+
+def is_library(fn: str) -> bool:
+    """Is this code file numpy's or an installed package's other than spmd (the code a user
+    calls, not writes: np.vectorize, scipy, a plotting library)?"""
+    r = _library.get(fn)
+    if r is None:
+        real = os.path.realpath(fn)
+        r = _library[fn] = not real.startswith(_SPMD_DIR) and (
+            real.startswith(_NUMPY_DIR) or f"{os.sep}site-packages{os.sep}" in real
+            or f"{os.sep}dist-packages{os.sep}" in real)
+    return r
+
+
 # a loc names its file by its base name: the paths seen under each, to show a loc's code
 _paths: dict = {}
 

@@ -21,11 +21,12 @@ this rank's shard under MPI, device `min(mesh devices)`'s on the local runtime.
 from __future__ import annotations
 
 import operator
+import sys
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ShardingError, SpmdError, user_loc
+from ..errors import ReshardWarning, ShardingError, SpmdError, is_library, user_loc, warn_at
 from ..ir.mesh import Sharding
 
 
@@ -140,6 +141,12 @@ class Array:
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("spmd.Array: the global value is assembled from shards, which copies")
+        if not self.is_fully_replicated and is_library(sys._getframe(1).f_code.co_filename):
+            # numpy's or a library's own conversion (np.vectorize, np.c_, scipy, a plot): a
+            # gather the user did not write. np.asarray(x) in the user's code is one on purpose.
+            warn_at(f"spmd: a library converts a split spmd.Array {self.dtype}{list(self._shape)} to a numpy "
+                    f"array here, which gathers all of it ({self.nbytes} bytes) to this process; call "
+                    f"np.asarray(x) yourself first where that is meant", ReshardWarning)
         v = self.numpy()
         v = v if dtype is None else v.astype(dtype, copy=False)
         layout = getattr(self, "numpy_layout", None)

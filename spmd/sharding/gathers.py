@@ -10,8 +10,10 @@ do not warn.
 
 Where the gather lands is not always at the op: propagation keeps a split out of the
 values an op needs whole, so the gather may happen where the split meets them (a
-transpose before a sort). `whole_dims_gathered` walks back from the op through the ops
-that pass a split through (elementwise, transpose, reshape) to the value that was split,
+transpose before a sort, the result of a matmul split by rows before an SVD).
+`whole_dims_gathered` walks back from the op through the ops that pass a split through
+(elementwise, transpose, reshape) or carry it (a contraction's or a reduction's kept dims)
+to the value that was split,
 so the warning names the op that needed the gather and the array it gathers.
 """
 from __future__ import annotations
@@ -34,13 +36,15 @@ def received_bytes(shape, dtype, have: Sharding, dims) -> int:
     return whole - whole // max(k, 1)
 
 
-def warn_gather(what: str, v, have: Sharding, why: str, loc, dims=None):
+def warn_gather(what: str, v, have: Sharding, why: str, loc, dims=None, nbytes=None):
     """Warn (ReshardWarning, from the user's line `loc`) that `what` (the op and its line)
     gathers the split `dims` of global value v (laid out by `have`; all its split dims if
-    None) whole on every device, and why."""
+    None) whole on every device, and why. nbytes: what each device receives, where the
+    gathered value is not v (one computed from it, split alike)."""
     if dims is None:
         dims = [d for d in range(v.ndim) if have.dim_axes(d)]
-    nbytes = received_bytes(v.shape, v.dtype, have, dims)
+    if nbytes is None:
+        nbytes = received_bytes(v.shape, v.dtype, have, dims)
     warn_at(f"spmd: {what} gathers dim{'s' if len(dims) != 1 else ''} {', '.join(map(str, dims))} of "
             f"{v.dtype}{list(v.shape)} (split as {have.text()}) whole on every device, {nbytes} bytes "
             f"received by each: {why}", ReshardWarning, loc)
@@ -68,7 +72,7 @@ def whole_dims_gathered(op, operand: int, dims, annotated=()):
         if v in annotated:      # the user pinned it whole there: a gather they asked for
             return None
         p = v.producer
-        if p is None or len(p.results) != 1 or p.opdef.priority != 0 or p.opdef.factors is None:
+        if p is None or len(p.results) != 1 or p.opdef.priority > 1 or p.opdef.factors is None:
             return None
         try:
             r = p.opdef.factors([o.aval for o in p.operands], [p.result.aval], p.attrs)

@@ -452,7 +452,11 @@ def _warn_gathered(ctx, op, i, rule, have, want):
                              ctx.src.annotations)
     if up is not None:
         u, dims = up
-        warn_gather(ctx.what(), u, u.sharding.for_rank(u.ndim), why, op.loc, dims)
+        have = u.sharding.for_rank(u.ndim)
+        # the op's operand is what arrives whole: its bytes, split over the devices u's dims were
+        k = ctx.mesh.axes_size(tuple(a for d in dims for a in have.dim_axes(d)))
+        whole = int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+        warn_gather(ctx.what(), u, have, why, op.loc, dims, nbytes=whole - whole // max(k, 1))
 
 
 def _emit_default(ctx, op, rule, assign, locals_, shardings, have):

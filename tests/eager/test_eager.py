@@ -437,3 +437,25 @@ def test_shape_size_ndim_len_follow_numpy_eagerly_and_traced(data):
     spmd.jit(traced, backend="numpy")(x)
     for g in (got, seen[0]):
         assert g == want and type(g) is type(want), (name, axis, shape, g, want)
+
+
+def test_a_library_gathering_a_split_array_warns_once_naming_the_line():
+    """numpy's own conversions of a split spmd.Array (np.vectorize, np.c_) gather it: a
+    ReshardWarning from the user's line; np.asarray in the user's code, a replicated array,
+    and the values numpy gives are as before."""
+    mesh = spmd.Mesh((2,), ("x",))
+    a = spmd.shard(np.arange(8.0), mesh.sharding("x"))
+    r = spmd.shard(np.arange(8.0), mesh.sharding(None))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        v = np.vectorize(lambda t: t + 1 if t > 2 else t)(a)
+        c = np.c_[a, a]
+    gathers = [x for x in w if issubclass(x.category, spmd.ReshardWarning)]
+    assert gathers and all(x.filename == __file__ for x in gathers), [(x.filename, str(x.message)) for x in w]
+    assert "float64[8]" in str(gathers[0].message) and "64 bytes" in str(gathers[0].message)
+    np.testing.assert_array_equal(v, np.where(np.arange(8.0) > 2, np.arange(8.0) + 1, np.arange(8.0)))
+    np.testing.assert_array_equal(c, np.c_[np.arange(8.0), np.arange(8.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(np.asarray(a), np.arange(8.0))
+        np.vectorize(lambda t: t)(r)

@@ -39,7 +39,11 @@ def int_lower_quantile(x):
     return np.quantile((x * 10).astype(np.int64), 0.3, axis=0, method="lower")
 
 
-CASES = [sort_rows, sort_transposed, argsort_rows, inverse, int_lower_quantile]
+def svd_of_a_product(x):
+    return np.linalg.svd(x @ x[:, :4], compute_uv=False)    # the product's rows gather, for the SVD
+
+
+CASES = [sort_rows, sort_transposed, argsort_rows, inverse, int_lower_quantile, svd_of_a_product]
 
 
 def line_of(f):
@@ -90,6 +94,14 @@ def test_the_transposes_warning_names_the_sort_and_the_array():
     got = reshard_warnings(lambda: spmd.jit(sort_transposed, in_shardings=(ROWS,), backend="numpy")(X))
     msg = str(got[0].message)
     assert "sort at" in msg and "float64[8, 8]" in msg and "256 bytes" in msg, msg
+
+
+def test_the_products_warning_counts_the_bytes_of_what_gathers():
+    """The split came from x through a matmul: the warning names x's split and the SVD, and
+    counts the product's bytes (8 x 4 float64, half of it from the other rows' devices)."""
+    got = reshard_warnings(lambda: spmd.jit(svd_of_a_product, in_shardings=(ROWS,), backend="numpy")(X))
+    msg = str(got[0].message)
+    assert "svd at" in msg and "float64[8, 8]" in msg and "128 bytes" in msg, msg
 
 
 def test_gathers_the_user_asked_for_do_not_warn():
