@@ -396,3 +396,11 @@ def test_a_value_read_back_after_the_cache_was_overwritten_comes_from_memory():
     assert large_cache.split[reader][1] == 0                       # all in the cache
     fast = Machine(flops=1e18, bandwidth=1e9, call=0.0, cache_bytes=4 * x.nbytes, cache_bandwidth=1e12)
     assert fast.stream_seconds(1e6, 0) == pytest.approx(1e-6) and fast.stream_seconds(0, 1e6) == pytest.approx(1e-3)
+
+
+def test_a_thin_factorization_costs_m_n_squared():
+    """np.polyfit's least squares on 200,000 points factor a 200000 x 3 matrix: about
+    m n^2 flops, not m^3 (which made the cost model price a 30 ms fit at hours)."""
+    x = np.linspace(0.0, 1.0, 200_000)
+    low = spmd.jit(lambda x, y: np.linalg.svd(np.vander(x, 3), compute_uv=False) + y[:3]).lower(x, x)
+    assert 200_000 * 9 <= low.report()["flops"] <= 200_000 * 9 * 20, low.report()["flops"]

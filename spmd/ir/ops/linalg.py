@@ -89,9 +89,11 @@ def _factors(out_tail):
 
 
 def _flops_cubic(ins, out, attrs):
+    """A factorization of an m x n matrix: m n^2 for m >= n (n^3 when square); a tall,
+    thin least-squares matrix is not m^3."""
     s = ins[0].shape
-    n = max(s[-1], s[-2]) if len(s) >= 2 else 1
-    return int(np.prod(s[:-2], dtype=np.int64)) * n ** 3
+    big, small = (max(s[-1], s[-2]), min(s[-1], s[-2])) if len(s) >= 2 else (1, 1)
+    return int(np.prod(s[:-2], dtype=np.int64)) * big * small ** 2
 
 
 def _keep_dtype(f):
