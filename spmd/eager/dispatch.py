@@ -149,6 +149,8 @@ def array_function(self, func, types, args, kwargs):
         write(args[0], _call_on_first, (impl, args[1:], kwargs), _numpy_writer(_numpy_call_on_first, func),
               f"np.{func.__name__}")
         return None
+    if func is np.where and len(args) == 1 and not kwargs and isinstance(args[0], Array):
+        func = np.nonzero                 # numpy: where(condition) is condition.nonzero()
     if func in _SELECTING and isinstance(args[0], Array) and not kwargs and len(args) == 1:
         r = _selecting(func, args[0])
         if r is not None:

@@ -266,6 +266,11 @@ def test_data_dependent_shapes_stay_sharded(mesh, spec):
             assert got.sharding.spec == (spec[0],)
             np.testing.assert_array_equal(got.numpy(), want)
         np.testing.assert_array_equal(np.flatnonzero(a).numpy(), np.flatnonzero(x))
+        got, want = np.where(a < 0), np.where(x < 0)          # numpy: condition.nonzero()
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.sharding.spec == (spec[0],)
+            np.testing.assert_array_equal(g.numpy(), w)
         assert int(np.count_nonzero(a > 0)) == np.count_nonzero(x > 0)
         assert eager.STATS["fallbacks"] == 0 and "all_gather" not in collectives(), collectives()
     empty = a[a > 100]
