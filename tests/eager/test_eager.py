@@ -462,3 +462,24 @@ def test_shape_size_ndim_len_follow_numpy_eagerly_and_traced(data):
     for g in (got, seen[0]):
         assert g == want and type(g) is type(want), (name, axis, shape, g, want)
 
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1), st.integers(1, 40), st.integers(0, 12), st.booleans(),
+       st.sampled_from(["int64", "int32", "uint8"]))
+def test_bincount_counts_sharded_at_the_length_read_from_the_mesh(seed, n, minlength, weighted, dtype):
+    # a particle-in-cell deposit: np.bincount(cell, weights=w, minlength=nx)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 9, n).astype(dtype)
+    w = rng.standard_normal(n)
+    a, b = put(x, "x"), put(w, "x")
+    eager.reset_stats()
+    got = np.bincount(a, weights=b if weighted else None, minlength=minlength)
+    want = np.bincount(x, weights=w if weighted else None, minlength=minlength)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert eager.STATS["fallbacks"] == 0 and "all_gather" not in collectives(), collectives()
+
+
+def test_bincount_of_negative_values_raises_numpys_error():
+    with pytest.raises(ValueError, match="negative"):
+        np.bincount(put(np.array([1, -1, 2, 3]), "x"))
