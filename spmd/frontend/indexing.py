@@ -644,6 +644,14 @@ class _MaskPlan:
         self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
         self.mask_in_view = shapes.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
 
+    def per_element(self, value) -> bool:
+        """Does value give one entry per selected element (numpy's n_true dim, not 1)?"""
+        shape = tuple(np.shape(value))
+        nd = len(self.sel)
+        if len(shape) > nd:
+            return False
+        return ((1,) * (nd - len(shape)) + shape)[self.sel.index(None)] != 1
+
     def to_view(self, value, what, count=None):
         """A value numpy broadcasts against the selection -> one broadcastable to the view.
         `count`, the mask's count of True elements where it is known (eager mode checked

@@ -99,14 +99,18 @@ class Masked:
         if self.vals._tr.oracle is None:
             raise self.compacted(what)
         plan = self.plan
-        # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
-        # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
-        count = red.sum(core.astype(plan.mask, "int64"))
-        n = int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
+        n = self.count_from_data(what)
         r = self.vals[(slice(None),) * plan.p + padded.nonzero(plan.mask, size=n)]
         if plan.n_first and plan.p:        # numpy puts the selection first (see _MaskPlan)
             r = shapes.transpose(r, [plan.p] + list(range(plan.p)) + list(range(plan.p + 1, r.ndim)))
         return r
+
+    def count_from_data(self, what) -> int:
+        """The mask's count of True elements, from the data (a graph break)."""
+        # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
+        # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
+        count = red.sum(core.astype(self.plan.mask, "int64"))
+        return int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
 
     def compacted(self, what):
         return TraceError(
@@ -144,7 +148,11 @@ class Masked:
                     f"(a + b)[mask], or np.where(mask1, a, 0) and np.where(mask2, b, 0).")
             return other.vals
         if isinstance(other, (Tracer, np.ndarray, list, tuple)) and np.ndim(other) > 0:
-            return self.plan.to_view(other, what)
+            # one entry per selected element (a compacted x[mask] worked on, written back:
+            # `b = F[m, :][:, perm]; ...; F[m, :] = b`): the mask's count from the data
+            # (a graph break), checked against it as numpy checks it
+            per_element = self.plan.per_element(other) and self.vals._tr.oracle is not None
+            return self.plan.to_view(other, what, self.count_from_data(what) if per_element else None)
         return other
 
     # -- elementwise --------------------------------------------------------------------------
