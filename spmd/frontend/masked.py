@@ -28,7 +28,6 @@ import numpy as np
 
 from ..errors import TraceError, user_loc
 from ..ir import dtypes
-from ..ir.ops.names import IOTA
 from . import core, padded, shapes
 from . import elementwise as ew
 from . import reductions as red
@@ -356,15 +355,8 @@ class Masked:
         return (tuple(self.plan.sel) == (None,) + rest and tuple(self.plan.mask.shape) == tuple(self.vals.shape[:nd]))
 
     def positions_of(self):
-        """The 1-d mask m when this is np.nonzero(m)[0] itself (the positions 0..n-1 of m's
-        True elements, in order), else None: as an index along a dim of m's length it
-        selects what m selects, so it indexes as m does, taking no length from the data."""
-        v, m = self.vals.value, self.plan.mask
-        p = v.producer
-        if m.ndim != 1 or tuple(self.plan.sel) != (None,) or tuple(v.shape) != tuple(m.shape) or p is None \
-                or p.name != IOTA or p.attrs.get("dimension") != 0:
-            return None
-        return m
+        """The 1-d mask m when this is np.nonzero(m)[0] itself (Positions), else None."""
+        return None
 
     def element(self, k):
         """numpy's x[mask][k]: the selected element (or row) of rank k (from the end for k < 0),
@@ -405,6 +397,17 @@ class Masked:
         if not name.startswith("__") and hasattr(np.ndarray, name):
             return getattr(self.compact(f"x[mask].{name}"), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class Positions(Masked):
+    """np.nonzero(m)[0] of a 1-d traced m: the positions 0..n-1 of m's True elements, in
+    order. As an index along a dim of m's length it selects what m selects, so indexing
+    takes it as the mask m (indexing._as_masks) and no length from the data. Math on it
+    gives a plain Masked value."""
+    __slots__ = ()
+
+    def positions_of(self):
+        return self.plan.mask
 
 
 def compact_all(xs, what):
