@@ -23,7 +23,7 @@ from ..frontend import reductions as red
 from ..frontend.trace import Tracer, current_trace
 from ..runtime.array import Array
 from ..tree import tree_flatten
-from . import indexing, mask_select
+from . import bincount, indexing, mask_select
 from .programs import (WRITES_FIRST, Dynamic, dynamic_scalars, gathered, in_numpy, int_range, is_dynamic_scalar, run,
                        warn_gathered, write)
 
@@ -149,6 +149,12 @@ def array_function(self, func, types, args, kwargs):
         write(args[0], _call_on_first, (impl, args[1:], kwargs), _numpy_writer(_numpy_call_on_first, func),
               f"np.{func.__name__}")
         return None
+    if func is np.bincount and args and isinstance(args[0], Array):
+        r = bincount.bincount(*args, **kwargs)
+        if r is not None:
+            return r
+    if func is np.where and len(args) == 1 and not kwargs and isinstance(args[0], Array):
+        func = np.nonzero                 # numpy: where(condition) is condition.nonzero()
     if func in _SELECTING and isinstance(args[0], Array) and not kwargs and len(args) == 1:
         r = _selecting(func, args[0])
         if r is not None:

@@ -21,10 +21,11 @@ from .programs import Dynamic, in_numpy, int_range, is_dynamic_scalar, numpy_set
 
 def getitem(x, key):
     if _is_mask(key):
-        if key.shape == x.shape[:key.ndim] and mask_select.supported(x):
-            return mask_select.select(x, key)         # local selections, counts all-gathered
+        if key.shape == x.shape[:key.ndim] and key.ndim:
+            # local selections, counts all-gathered; x split along other dims is moved to rows first
+            return mask_select.select(x if mask_select.supported(x) else mask_select.by_rows(x), key)
         return in_numpy("operator", "getitem", (x, key), {}, "boolean mask indexing with a mask of x's "
-                        "trailing dims, or x split along a dim other than the first")
+                        "trailing dims")
     ks = key if isinstance(key, tuple) else (key,)
     if ks and _is_mask(ks[0]) and _is_basic(ks[1:]) and mask_select.supported(x):
         # x[mask, rest...] is x[:, ..., rest...][mask]: the rest selects a view, the mask its leading dims

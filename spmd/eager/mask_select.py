@@ -93,5 +93,14 @@ def select(x: Array, mask=None) -> Array:
     return Array(shape, dtype, Sharding(mesh, spec), {d: outs[d][0] for d in devices}, rt)
 
 
+def by_rows(x: Array) -> Array:
+    """x split along its first dim by every mesh axis it is split by (one all_to_all where
+    it is split along other dims, never a gather): the layout select() takes, whose blocks'
+    order is numpy's row-major order of the selection."""
+    axes = [a for e in x.sharding.spec if e is not None for a in ((e,) if isinstance(e, str) else e)]
+    entry = None if not axes else (axes[0] if len(axes) == 1 else tuple(axes))
+    return _reshard(x, Sharding(x.sharding.mesh, (entry,) + (None,) * (x.ndim - 1)))
+
+
 def _reshard(a, sharding):
     return run("function", "reshard", core.asarray, (a,), out_sharding=sharding, views_of_first=False)

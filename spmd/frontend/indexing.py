@@ -44,7 +44,12 @@ def _entry(k, t):
                                           f"(at {user_loc()})")
         return "slice", k
     if isinstance(k, masked.Masked):
+        if k.positions_of() is not None:
+            return "positions", k
         k = k.compact("indexing with it")
+    if isinstance(k, (list, tuple)) and len(k) == 1 and isinstance(k[0], masked.Masked) \
+            and k[0].positions_of() is not None:
+        return "positions_row", k[0]          # numpy: np.asarray((i,)), the positions as one row
     if isinstance(k, (bool, np.bool_)):
         raise NotImplementedError(f"indexing with a bool scalar (x[True]) is not supported in spmd; use "
                                   f"x[None] (at {user_loc()})")
@@ -73,6 +78,35 @@ def _entry(k, t):
                      f"or boolean arrays are valid indices; got {type(k).__name__} {k!r} (at {user_loc()})")
 
 
+def _as_masks(x, ents):
+    """np.nonzero(m)[0] as an index along a dim of m's length selects what m selects:
+    the entry is the mask m (the positions in a row, (i,), are m after a None, where numpy
+    puts that row's unit dim: before the key's index entries, when they are side by side).
+    Elsewhere the positions are compacted (their length taken from the data)."""
+    kinds = [k for k, _ in ents]
+    adv = [j for j, k in enumerate(kinds) if k not in ("slice", "none", "ellipsis")]
+    side_by_side = adv == list(range(adv[0], adv[-1] + 1)) if adv else True
+    ellipsis = "ellipsis" in kinds
+    out, d = [], 0
+    for j, (k, v) in enumerate(ents):
+        if k in ("positions", "positions_row"):
+            m = v.positions_of()
+            fits = not ellipsis and d < x.ndim and x.shape[d] == m.shape[0] and builtins.all(
+                kk in ("slice", "int", "scalar", "none") for i, kk in enumerate(kinds) if i != j)
+            if not fits or (k == "positions_row" and not side_by_side):
+                c = v.compact("indexing with it")
+                out.append(_entry(c if k == "positions" else [c], x._tr))
+            elif k == "positions":
+                out.append(("mask", m))
+            else:
+                out.insert(adv[0], ("none", None))
+                out.append(("mask", m))
+        else:
+            out.append((k, v))
+        d += v.ndim if k in ("bool", "mask") else k not in ("none", "ellipsis")
+    return out
+
+
 def _has_tracer(xs):
     return builtins.any(isinstance(e, Tracer) or (isinstance(e, (list, tuple)) and _has_tracer(e)) for e in xs)
 
@@ -81,7 +115,7 @@ def parse(x, key):
     """The key as a list of (kind, value) with the ellipsis expanded to full slices and
     concrete boolean masks turned into their integer index arrays (np.nonzero)."""
     key = key if isinstance(key, tuple) else (key,)
-    ents = [_entry(k, x._tr) for k in key]
+    ents = _as_masks(x, [_entry(k, x._tr) for k in key])
     if builtins.sum(1 for k, _ in ents if k == "ellipsis") > 1:
         raise IndexError(f"an index can only have a single ellipsis ('...') (at {user_loc()})")
     used = builtins.sum(v.ndim if k in ("bool", "mask") else 1 for k, v in ents if k not in ("none", "ellipsis"))
@@ -609,6 +643,14 @@ class _MaskPlan:
         self.n_first = adv != list(range(adv[0], adv[-1] + 1))
         self.sel = ((None,) + a + b) if self.n_first else (a + (None,) + b)     # numpy's shape, N as None
         self.mask_in_view = shapes.reshape(mask, (1,) * len(a) + tuple(mask.shape) + (1,) * len(b))
+
+    def per_element(self, value) -> bool:
+        """Does value give one entry per selected element (numpy's n_true dim, not 1)?"""
+        shape = tuple(np.shape(value))
+        nd = len(self.sel)
+        if len(shape) > nd:
+            return False
+        return ((1,) * (nd - len(shape)) + shape)[self.sel.index(None)] != 1
 
     def to_view(self, value, what, count=None):
         """A value numpy broadcasts against the selection -> one broadcastable to the view.

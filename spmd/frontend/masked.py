@@ -98,31 +98,18 @@ class Masked:
         if self.vals._tr.oracle is None:
             raise self.compacted(what)
         plan = self.plan
-        n = self.count(what)
+        n = self.count_from_data(what)
         r = self.vals[(slice(None),) * plan.p + padded.nonzero(plan.mask, size=n)]
         if plan.n_first and plan.p:        # numpy puts the selection first (see _MaskPlan)
             r = shapes.transpose(r, [plan.p] + list(range(plan.p)) + list(range(plan.p + 1, r.ndim)))
         return r
 
-    def count(self, what):
-        """The mask's count of True elements, from the data (a graph break): the trace goes on
-        with it known, so arrays of numpy's compacted shape combine with the selection."""
+    def count_from_data(self, what) -> int:
+        """The mask's count of True elements, from the data (a graph break)."""
         # asked of the oracle directly: int() inside `buf[x[mask]] = v` would read as numpy
         # storing a traced value into buf (trace._storing_into_numpy), and this is spmd's own need
         count = red.sum(core.astype(self.plan.mask, "int64"))
         return int(np.asarray(self.vals._tr.oracle(count, f"the length of x[mask] for {what}", user_loc())))
-
-    def count_for(self, other, what):
-        """The count where `other` has one entry per selected element (numpy's compacted
-        shape: an array made from x[mask] by numpy's own code, or np.zeros(x[mask].size))
-        and the trace can ask the data for it; else None (to_view says what it needs)."""
-        shape, sel = np.shape(other), self.plan.sel
-        if len(shape) > len(sel) or self.vals._tr.oracle is None:
-            return None
-        padded_shape = (1,) * (len(sel) - len(shape)) + tuple(shape)
-        if not builtins.any(s is None and n != 1 for s, n in zip(sel, padded_shape)):
-            return None
-        return self.count(what)
 
     def compacted(self, what):
         return TraceError(
@@ -160,7 +147,11 @@ class Masked:
                     f"(a + b)[mask], or np.where(mask1, a, 0) and np.where(mask2, b, 0).")
             return other.vals
         if isinstance(other, (Tracer, np.ndarray, list, tuple)) and np.ndim(other) > 0:
-            return self.plan.to_view(other, what, self.count_for(other, what))
+            # one entry per selected element (a compacted x[mask] worked on, written back:
+            # `b = F[m, :][:, perm]; ...; F[m, :] = b`): the mask's count from the data
+            # (a graph break), checked against it as numpy checks it
+            per_element = self.plan.per_element(other) and self.vals._tr.oracle is not None
+            return self.plan.to_view(other, what, self.count_from_data(what) if per_element else None)
         return other
 
     # -- elementwise --------------------------------------------------------------------------
@@ -365,6 +356,10 @@ class Masked:
         rest = tuple(self.vals.shape[nd:])
         return (tuple(self.plan.sel) == (None,) + rest and tuple(self.plan.mask.shape) == tuple(self.vals.shape[:nd]))
 
+    def positions_of(self):
+        """The 1-d mask m when this is np.nonzero(m)[0] itself (Positions), else None."""
+        return None
+
     def element(self, k):
         """numpy's x[mask][k]: the selected element (or row) of rank k (from the end for k < 0),
         found where it is, so no length is taken from the data. numpy raises IndexError
@@ -404,6 +399,17 @@ class Masked:
         if not name.startswith("__") and hasattr(np.ndarray, name):
             return getattr(self.compact(f"x[mask].{name}"), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class Positions(Masked):
+    """np.nonzero(m)[0] of a 1-d traced m: the positions 0..n-1 of m's True elements, in
+    order. As an index along a dim of m's length it selects what m selects, so indexing
+    takes it as the mask m (indexing._as_masks) and no length from the data. Math on it
+    gives a plain Masked value."""
+    __slots__ = ()
+
+    def positions_of(self):
+        return self.plan.mask
 
 
 def compact_all(xs, what):

@@ -2,10 +2,12 @@
 of shape x.shape[i:i+k] selects along those k dims), alone or with slices and integers
 around it, for `=` and every in-place operator, with v a scalar or one value per selected
 row (broadcast against numpy's selection (n_true, *rest)). With a traced mask this is a
-select; a v with one entry per selected element depends on the data and is a TraceError.
+select; a v with one entry per selected element takes the count from the data (a graph
+break; a TraceError without them).
 Concrete (numpy) masks are index arrays and take any v numpy takes. Compared with numpy
 on sharded inputs."""
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -159,11 +161,9 @@ def test_examples_from_the_issue():
 
 @pytest.mark.parametrize("opname", ["=", "+="])
 def test_one_value_per_selected_element_takes_the_count_from_the_data(opname):
-    """numpy's one row per True element: the count comes from the data (a graph break,
-    which warns); with fallback=False, a TraceError naming the line and the alternative."""
     x = np.zeros((4, 3))
     m = np.array([True, False, True, False])
-    v = np.arange(6.0).reshape(2, 3)             # numpy: one row per True; traced: unknown count
+    v = np.arange(6.0).reshape(2, 3)             # numpy: one row per True; traced: the count from the data
 
     def f(x, m):
         if opname == "=":
@@ -171,14 +171,42 @@ def test_one_value_per_selected_element_takes_the_count_from_the_data(opname):
         else:
             x[m] += v
         return x
-    with pytest.raises(TraceError, match=r"test_mask_writes\.py:\d+.*n_true.*np\.where"):
-        spmd.jit(f, fallback=False)(x, m)
-    with pytest.warns(spmd.errors.FallbackWarning, match=r"test_mask_writes\.py:\d+"):
+    with pytest.warns(spmd.FallbackWarning, match="graph break"):
         got = spmd.jit(f)(x.copy(), m)
     np.testing.assert_array_equal(np.asarray(got), f(x.copy(), m))
-    # the broadcastable alternatives work
+    with pytest.raises(ValueError, match="cannot assign 2 input values to the 3"):
+        spmd.jit(f)(x.copy(), np.array([True, True, True, False]))     # numpy raises a ValueError too
+    # without graph breaks: the error names the line and the alternatives
+    with pytest.raises(TraceError, match=r"test_mask_writes\.py:\d+.*n_true.*np\.where"):
+        spmd.jit(f, fallback=False)(x, m)
     np.testing.assert_array_equal(np.asarray(spmd.jit(program(["M"], opname, np.ones(3)))(x.copy(), m)),
                                   program(["M"], opname, np.ones(3))(x.copy(), m))
+
+
+def boundary_bounce_back(F, m, perm):
+    """lattice Boltzmann's obstacle: its cells' populations, compacted, permuted and written back."""
+    b = F[m, :]
+    b = b[:, perm]
+    F *= 0.5
+    F[m, :] = b
+    return F
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2 ** 31 - 1), st.integers(1, 7))
+def test_a_compacted_selection_worked_on_and_written_back_has_numpys_values(seed, n):
+    rng = np.random.default_rng(seed)
+    F = rng.standard_normal((n, 4, 3))
+    perm = rng.permutation(3)
+    row = spmd.Mesh((2,), ("a",)).sharding("a", None, None)
+    f = spmd.jit(boundary_bounce_back, in_shardings=(row, None, None))
+    for _ in range(3):                       # a new count each call: the program for it, as numpy's values
+        m = rng.random((n, 4)) < 0.4
+        want = boundary_bounce_back(F.copy(), m, perm)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", spmd.FallbackWarning)
+            got = f(F.copy(), m, perm)
+        np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_mask_shape_mismatch_and_other_combinations_are_clear_errors():

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import ConcreteValueError, user_loc
 from .. import core, indexing, padded, shapes
-from ..masked import Masked
+from ..masked import Masked, Positions
 from ..trace import Tracer
 from ...ir.ops.names import IOTA
 from ...ir.ops.value_ranges import extremes, int_range
@@ -69,8 +69,9 @@ def nonzero(a):
                          f"at {user_loc()}). Use np.atleast_1d(scalar).nonzero() instead")
     t = x._tr
     mask = x if x.dtype.kind == "b" else ew.not_equal(x, x.dtype.type(0))
-    return tuple(indexing.getitem(Tracer(t.emit(IOTA, shape=tuple(x.shape), dtype="int64", dimension=d), t), mask)
-                 for d in range(x.ndim))
+    out = tuple(indexing.getitem(Tracer(t.emit(IOTA, shape=tuple(x.shape), dtype="int64", dimension=d), t), mask)
+                for d in range(x.ndim))
+    return (Positions(out[0].plan, out[0].vals, out[0].loc),) if x.ndim == 1 else out
 
 
 def argwhere(a):
