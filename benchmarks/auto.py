@@ -136,9 +136,10 @@ def fresh_rates():
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
           f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
-          f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us")
+          f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us, a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
-                                        rendezvous=w.get("rendezvous", 0.0)))
+                                        rendezvous=w.get("rendezvous", 0.0), handoff=w.get("handoff", 0.0),
+                                        solo_bytes=w.get("solo_bytes", 0.0)))
 
 
 def averaged(a, b):
@@ -152,7 +153,8 @@ def averaged(a, b):
                                      for f in dataclasses.fields(a[0])})
     la, lb = a[1].within, b[1].within
     return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth),
-                                  rendezvous=mean(la.rendezvous, lb.rendezvous)))
+                                  rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
+                                  solo_bytes=la.solo_bytes))
 
 
 def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):

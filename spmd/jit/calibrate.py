@@ -12,9 +12,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 on the local devices (step_devices)
     call        a kernel's fixed seconds (a chain of tiny matrix products), on one device
                 and on the local devices (call_devices)
-    cache_*     the last-level cache's share of a device (cache_bytes) and the rate of
-                a streaming kernel whose arrays fit it (cache_bandwidth_devices), in a
-                loop as `bandwidth`
+    cache_*     a device's share of the cache a streaming loop's data stays in
+                (cache_bytes: cache_capacity's measure, over the devices) and the
+                rate of a streaming kernel whose arrays fit it
+                (cache_bandwidth_devices), in a loop as `bandwidth`
     argument    seconds per byte a call spends on an argument given as numpy (placed on
                 the local devices, or the devices' private copies of one written),
                 `written_back` more per byte where the program writes it (copied back
@@ -51,6 +52,7 @@ import time
 import numpy as np
 
 from ..sharding.cost_model import private_copy_bytes
+from ..transports.local.local_runtime import SOLO_BYTES
 from .rates import path
 
 
@@ -112,7 +114,7 @@ def measure(devices=4, quick=False) -> dict:
         out["machine"]["call_devices"] = _kernel_seconds(
             lambda k: spmd.jit(_dots(k), in_shardings=(row, mesh.sharding(None, None)), out_shardings=row),
             (rows8, whole8), runs)
-        cache = last_level_cache()
+        cache = cache_capacity(last_level_cache(), runs)
         if cache:
             # a kernel whose data stays in the cache: three arrays filling half of a
             # device's share of it, in a loop as `bandwidth`
@@ -145,12 +147,19 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
         t1 = _median_seconds(spmd.jit(_chain(1), in_shardings=row, out_shardings=row), (xs,), runs)
         t17 = _median_seconds(spmd.jit(_chain(17), in_shardings=row, out_shardings=row), (xs,), runs)
         per[cols] = max((t17 - t1) / 16, 1e-7)
+        if cols == 16:
+            small_t1 = t1
     small, large = sorted(per)
     received = 2 * (devices - 1) / devices * large * 4
     latency = per[small] / rounds
     out = {"latency": latency, "bandwidth": received / max(per[large] - per[small], 1e-7)}
     if rendezvous and devices > 1:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
+        # the chain of one small all_reduce against a program as small that exchanges
+        # nothing (its ranks run in turn on this thread): the devices' threads' handoff
+        t0 = _median_seconds(spmd.jit(lambda x: x * 1.0001, in_shardings=row, out_shardings=row), (xs,), runs)
+        out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
+        out["solo_bytes"] = float(SOLO_BYTES)
         gathers = {k: _median_seconds(spmd.jit(_gathers(k, mesh), in_shardings=row, out_shardings=row), (xs,), runs)
                    for k in (1, 17)}
         # (an all_gather's rounds, at the latency measured above, are the model's already)
@@ -215,6 +224,39 @@ def _kernel_seconds(make, args, runs) -> float:
     t1 = _median_seconds(make(1), args, runs * 3)
     t33 = _median_seconds(make(33), args, runs * 3)
     return max((t33 - t1) / 32, 0.0)
+
+
+def cache_capacity(largest, runs=7) -> float:
+    """Bytes of cache a streaming loop's data stays in, measured: numpy adding arrays of a
+    total of 1 MiB, then each size 1.41x the last, up to twice `largest` (the system's
+    size of its largest cache), over and over; capacity_of those rates. A process gets
+    less than the system's size where the cache is shared with other cores and other
+    guests of the host: a 2 MiB grid a device of four, 17 MiB in all, streamed at
+    memory's rate on a host whose system says 32 MiB. 0 where `largest` is."""
+    if not largest:
+        return 0.0
+    sizes, rates = [], []
+    size = float(1 << 20)
+    while size <= 2 * largest:
+        n = max(int(size // 24), 1)
+        x, y, z = np.ones(n), np.ones(n), np.empty(n)
+
+        def add(x=x, y=y, z=z):
+            np.add(x, y, out=z)
+            return np.add(z, y, out=x)
+        sizes.append(size)
+        rates.append(2 * 3 * n * 8 / _median_seconds(add, (), runs))
+        size *= 2 ** 0.5
+    return min(capacity_of(sizes, rates), float(largest))
+
+
+def capacity_of(sizes, rates) -> float:
+    """The largest of `sizes` (ascending, the last far larger than any cache) whose rate
+    is at least the geometric mean of the fastest and the last: a load on the machine
+    slows a measurement, never speeds it up, so a size the cache does not hold does not
+    pass, whatever a smaller one measured."""
+    slow = (max(rates) * rates[-1]) ** 0.5
+    return max([s for s, r in zip(sizes, rates) if r >= slow and s < sizes[-1]], default=0.0)
 
 
 def last_level_cache() -> int:
@@ -307,7 +349,8 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "
-              f"{w['bandwidth'] / 1e9:.2f} GB/s", file=out)
+              f"{w['bandwidth'] / 1e9:.2f} GB/s; a call on the devices' threads "
+              f"{w.get('handoff', 0.0) * 1e6:.0f} us more", file=out)
     print(f"stored in {p}", file=out)
     return 0
 

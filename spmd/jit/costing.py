@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.current_runtime import started
-from ..sharding.auto.program_cost import collective_rows, program_seconds
+from ..sharding.auto.program_cost import collective_rows, handoff_seconds, program_seconds
 from ..sharding.cost_model import private_copy_bytes
 from .rates import rates
 
@@ -30,6 +30,9 @@ def predict(low, network=None, machine=None) -> Cost:
     m, n, source = rates(network, machine, mesh.size if mesh is not None else 1)
     g = low.graph
     out = Cost(program_seconds(g, mesh, m, n))
+    handoff = handoff_seconds(g, mesh, n)
+    out["step_seconds"] += handoff
+    out["seconds"] += handoff
     # the arguments lower() was given as numpy arrays: a call with such arguments on a
     # mesh copies them onto the devices, and back into those the program writes (without
     # a mesh the program reads and writes the caller's arrays)

@@ -79,7 +79,9 @@ def rates(network=None, machine=None, devices=1) -> tuple:
         if mpi and transport() == "mpi":    # ranks that are MPI processes: MPI's link, measured
             n = mpi["within"]
         network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]),
-                                      rendezvous=float(n.get("rendezvous") or 0.0))) if n else Network()
+                                      rendezvous=float(n.get("rendezvous") or 0.0),
+                                      handoff=float(n.get("handoff") or 0.0),
+                                      solo_bytes=float(n.get("solo_bytes") or 0.0))) if n else Network()
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source

@@ -31,10 +31,17 @@ class Link:
     all_reduce and collective_permute between the threads, while an all_gather stops
     the native segments, meets the other ranks' threads in Python and starts the next
     segment); 0 where each collective is such a call and `latency` was measured with them
-    (MPI)."""
+    (MPI). `handoff`: the seconds more a call costs whose ranks run on threads of their
+    own (the local transport's device threads: handing each its part and waiting for
+    them all), which a program pays that exchanges anything or makes more than
+    `solo_bytes` a rank (the local transport runs a smaller program that exchanges
+    nothing on the caller's thread, a rank after another, at Machine.step's cost); 0
+    where every rank is a process of its own (MPI)."""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
+    handoff: float = 0.0
+    solo_bytes: float = 0.0
 
     def seconds(self, nbytes, rounds=1) -> float:
         return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth

@@ -85,11 +85,15 @@ class KernelTraffic:
     another kernel (fused_kernels).
 
     A value read is in the cache when it was last touched (made or read) within the last
-    `cache_bytes` the program moved, in program order (its reuse distance): a stencil's
-    grid, stored by one sweep and read by the next; not a training step's activations,
-    made by the forward pass and read back by the backward pass after the rest of the
-    forward pass moved many times the cache. A value written is in the cache when it
-    fits it. The arguments of the graph count as touched at its start."""
+    `cache_bytes` the program moved, in program order (its reuse distance: from the
+    start of the op that last touched it, whose bytes stream in and out together, to the
+    end of the value's own read): a stencil's grid of a third of the cache, stored by one
+    sweep and read by the next; not one of more than half, which the next sweep reads
+    after a grid's bytes more (the sweep wrote it while reading the grid it replaces);
+    nor a training step's activations, made by the forward pass and read back by the
+    backward pass after the rest of the forward pass moved many times the cache. A value
+    written is in the cache when it fits it.
+    The arguments of the graph count as touched at its start."""
 
     def __init__(self, graph, cache_bytes=0.0):
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
@@ -119,9 +123,10 @@ class KernelTraffic:
                 else:
                     far += b
             self.split[op] = (near, far)
-            moved += near + far
+            # (from the op's start: its bytes stream in and out together)
             for v in list(ins) + list(outs):
                 touched[v] = moved
+            moved += near + far
 
     def values(self, op) -> tuple:
         """(values `op` reads from memory, values it writes there)."""

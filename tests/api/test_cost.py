@@ -404,3 +404,67 @@ def test_a_thin_factorization_costs_m_n_squared():
     x = np.linspace(0.0, 1.0, 200_000)
     low = spmd.jit(lambda x, y: np.linalg.svd(np.vander(x, 3), compute_uv=False) + y[:3]).lower(x, x)
     assert 200_000 * 9 <= low.report()["flops"] <= 200_000 * 9 * 20, low.report()["flops"]
+
+
+def test_a_call_whose_ranks_run_on_threads_pays_the_links_handoff():
+    """Link.handoff: the local transport hands the ranks of a program that exchanges, or
+    makes more than `solo_bytes` a rank, to the devices' threads and waits for them all;
+    a small program that exchanges nothing runs its ranks in turn on the caller's thread
+    and pays Machine.step alone."""
+    machine = Machine(step=1e-4)
+    threads = Network(within=Link(handoff=1e-3, solo_bytes=1 << 18))
+    plain = Network()
+    row = MESH.sharding("data", None)
+
+    def step(f, x):
+        low = spmd.jit(f, in_shardings=(row,)).lower(x)
+        return [low.cost(machine=machine, network=n)["step_seconds"] for n in (threads, plain)]
+    small = np.ones((8, 8), np.float32)
+    assert step(lambda x: x * 2.0, small) == [pytest.approx(1e-4)] * 2                 # in turn
+    assert step(lambda x: x.sum(axis=0), small) == [pytest.approx(1.1e-3), pytest.approx(1e-4)]  # an all_reduce
+    big = np.ones((1024, 256), np.float32)            # 512 KiB a rank, no collective
+    assert step(lambda x: x * 2.0, big) == [pytest.approx(1.1e-3), pytest.approx(1e-4)]
+
+
+def test_stored_handoff_is_read(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9, "handoff": 7e-4,
+                                                    "solo_bytes": 4096.0}}}))
+    os.utime(f, ns=(10**18 + 13, 10**18 + 13))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    link = R.rates(devices=4)[1].within
+    assert (link.handoff, link.solo_bytes) == (7e-4, 4096.0)
+
+
+def test_the_cache_a_streaming_loop_stays_in_is_where_its_rate_falls():
+    """calibrate.capacity_of: the largest size still near the cache's rate (above the
+    geometric mean of the fastest and memory's); a small size measured slow under load
+    does not stop it, and no size at memory's rate passes."""
+    from spmd.jit.calibrate import capacity_of
+    mib = float(1 << 20)
+    sizes = [mib * 2 ** k for k in range(7)]              # 1 .. 64 MiB
+    assert capacity_of(sizes, [30, 31, 35, 40, 8, 7, 7]) == 8 * mib
+    assert capacity_of(sizes, [9, 31, 35, 40, 20, 7, 7]) == 16 * mib
+    assert capacity_of(sizes, [40, 7, 7, 7, 7, 7, 7]) == mib
+
+
+def test_a_grid_the_next_sweep_reads_after_a_sweeps_bytes_comes_from_memory():
+    """KernelTraffic's reuse distance counts from the start of the op that last touched
+    a value: a Jacobi sweep writes its new block while it reads the old one, so the next
+    sweep reads the block after a block's bytes more. A cache of a block and a half holds
+    neither: the sweeps read their grid from memory; a cache of three blocks holds it."""
+    from spmd.sharding.kernel_traffic import KernelTraffic, fused_kernels
+    u = np.ones((128, 128))
+    block = u.nbytes / 4
+    g = spmd.jit(_sweeps(3), in_shardings=(MESH.sharding("data", "model"),)).lower(u).graph
+    stored = fused_kernels(g)
+    readers = [op for op in g.ops if any(o in stored for o in op.operands)]
+
+    def far(cache):
+        t = KernelTraffic(g, cache_bytes=cache)
+        return sum(t.split[op][1] for op in readers if any(t.first.get(o) is op for o in op.operands if o in stored))
+    assert far(1.5 * block) >= 2 * block            # both stored grids from memory
+    assert far(3 * block) == 0

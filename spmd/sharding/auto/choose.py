@@ -184,11 +184,12 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             for k, i in ties.items():
                 outs[k] = ins[i]
             candidates[name] = (ins, outs)
-    seconds, fits, made, hints, estimated = {}, {}, {}, {}, set()
+    seconds, fits, held, made, hints, estimated = {}, {}, {}, {}, {}, set()
 
     def judge(name, ins, outs, hint=None):
         """The plan propagated (keeping `hint`) and partitioned, and its modelled seconds."""
         key = (tuple(ins), tuple(outs), tuple(sorted((hint or {}).items())))
+        held[name] = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
         for other, got in made.items():
             if got[0] == key:           # realized as an earlier plan: its program, not made again
                 made[name], seconds[name], fits[name] = got, seconds[other], fits[other]
@@ -201,8 +202,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             got = realized[key] = (g, p, t)
         made[name] = (key, got[0], got[1])
         seconds[name] = got[2]
-        held = sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins) if s is not None)
-        fits[name] = budget is None or held <= budget
+        fits[name] = budget is None or held[name] <= budget
 
     unsplit = total(pb, {id(n): 0 for n in pb.nodes})      # (options are listed unsplit first)
     for name, (ins, outs) in candidates.items():
@@ -247,8 +247,15 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     plans = candidates
     while True:
         made_plans = [n for n in plans if n not in estimated]
-        order = [n for n in made_plans if fits[n]] or made_plans
-        best = min(order, key=lambda n: (seconds[n], list(plans).index(n)))
+        fitting = [n for n in made_plans if fits[n]]
+        if fitting:
+            best = min(fitting, key=lambda n: (seconds[n], list(plans).index(n)))
+        else:
+            # none holds its arguments within the budget (an even split of them over
+            # the mesh is a few bytes over a budget of their bytes over the devices: the
+            # scalars are whole on each): the one holding least, not the fastest (which
+            # holds them whole, and a run then needs more than the limit)
+            best = min(made_plans, key=lambda n: (held[n], seconds[n], list(plans).index(n)))
         # an estimate (the search's model, not the whole program's) below the best plan
         # made is made and judged too: no figure reported beats the plan kept
         cheaper = [n for n in plans if n in estimated and (fits[n] or not fits[best]) and seconds[n] < seconds[best]]

@@ -114,10 +114,39 @@ def comm_seconds(graph, mesh, network, buckets=False, unknown_trips=1) -> float:
     return t
 
 
+def made_bytes(graph, unknown_trips=1) -> float:
+    """The bytes of every value a run of `graph` makes, a loop's body as often as it runs
+    (_trips)."""
+    n = 0.0
+    for op in graph.ops:
+        n += sum(float(r.size) * np.dtype(r.dtype).itemsize for r in op.results)
+        for k in sorted(op.attrs):
+            sub = op.attrs[k]
+            if hasattr(sub, "ops") and hasattr(sub, "inputs"):
+                n += _trips(op, k, unknown_trips) * made_bytes(sub, unknown_trips)
+    return n
+
+
+def handoff_seconds(graph, mesh, network, unknown_trips=1) -> float:
+    """Link.handoff where the ranks of a run of `graph` run on threads of their own: the
+    program exchanges (a collective anywhere), or makes more than the link's solo_bytes.
+    A fixed cost of the call that lowered.cost() predicts; spmd.AUTO's search leaves it
+    out: the plans it compares, of one program, pay it alike (but where a plan that
+    exchanges nothing is small), and its own estimates of plans it does not make
+    (problem.py, op by op) cannot hold it."""
+    link = network.within
+    if link.handoff <= 0.0 or mesh is None or mesh.size <= 1:
+        return 0.0
+    if next(collective_ops(graph), None) is not None or made_bytes(graph, unknown_trips) > link.solo_bytes:
+        return link.handoff
+    return 0.0
+
+
 def program_seconds(graph, mesh, machine, network, buckets=False, unknown_trips=1) -> dict:
     """The model's seconds of one run: compute + communication + the fixed cost of a call
     (no overlap of computation and communication is assumed). `buckets`: as comm_seconds'.
-    `unknown_trips`: how often a body runs whose count the data decides (a while's)."""
+    `unknown_trips`: how often a body runs whose count the data decides (a while's).
+    (Link.handoff is left to the caller: handoff_seconds.)"""
     c = compute_seconds(graph, machine, unknown_trips=unknown_trips)
     m = comm_seconds(graph, mesh, network, buckets, unknown_trips)
     return {"seconds": c + m + machine.step, "compute_seconds": c, "comm_seconds": m,
