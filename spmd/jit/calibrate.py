@@ -52,7 +52,7 @@ import time
 import numpy as np
 
 from ..sharding.cost_model import private_copy_bytes
-from ..transports.local.local_runtime import SOLO_BYTES
+from ..runtime.current_runtime import get_runtime
 from .rates import path
 
 
@@ -159,7 +159,7 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
         # nothing (its ranks run in turn on this thread): the devices' threads' handoff
         t0 = _median_seconds(spmd.jit(lambda x: x * 1.0001, in_shardings=row, out_shardings=row), (xs,), runs)
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
-        out["solo_bytes"] = float(SOLO_BYTES)
+        out["solo_bytes"] = float(get_runtime().solo_bytes)
         gathers = {k: _median_seconds(spmd.jit(_gathers(k, mesh), in_shardings=row, out_shardings=row), (xs,), runs)
                    for k in (1, 17)}
         # (an all_gather's rounds, at the latency measured above, are the model's already)

@@ -21,6 +21,9 @@ from abc import ABC, abstractmethod
 
 class Runtime(ABC):
     name: str = "?"
+    # a program that exchanges nothing and makes at most this many bytes a rank runs its
+    # ranks one after another on the calling thread (the local runtime); 0: never
+    solo_bytes: int = 0
 
     @property
     @abstractmethod

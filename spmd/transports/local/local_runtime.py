@@ -101,6 +101,7 @@ CLEAN_WORLDS = 8
 
 class LocalRuntime(Runtime):
     name = "local"
+    solo_bytes = SOLO_BYTES
 
     def __init__(self, num_devices=None):
         self._num_devices = int(num_devices) if num_devices else (os.cpu_count() or 1)
