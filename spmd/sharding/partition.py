@@ -47,7 +47,7 @@ from ..ir.graph import Aval
 from ..ir.ops.names import ALL_REDUCE
 from ..ir.ops.reduce import identity as reduce_identity
 from .cost import reshard_cost
-from .gathers import warn_gather, whole_dims_gathered
+from .gathers import received_bytes, warn_gather, whole_dims_gathered
 from .partition_rules import LOCAL, OPS, PartitionContext
 from .reshard import Emitter, reshard
 from ..ir.mesh import Sharding
@@ -454,9 +454,7 @@ def _warn_gathered(ctx, op, i, rule, have, want):
         u, dims = up
         have = u.sharding.for_rank(u.ndim)
         # the op's operand is what arrives whole: its bytes, split over the devices u's dims were
-        k = ctx.mesh.axes_size(tuple(a for d in dims for a in have.dim_axes(d)))
-        whole = int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
-        warn_gather(ctx.what(), u, have, why, op.loc, dims, nbytes=whole - whole // max(k, 1))
+        warn_gather(ctx.what(), u, have, why, op.loc, dims, nbytes=received_bytes(v.shape, v.dtype, have, dims))
 
 
 def _emit_default(ctx, op, rule, assign, locals_, shardings, have):

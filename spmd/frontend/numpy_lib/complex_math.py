@@ -153,9 +153,9 @@ _LARGE = {"float64": 1e8, "float32": 1e4}
 
 
 def _large(x, y):
-    """(|z| is large, log 2|z|)."""
+    """(|z| is large, log 2|z|, |z|)."""
     h = MF.hypot(x, y)
-    return ew.greater(h, _LARGE[x.dtype.name]), ew.add(ew.log(h), _LN2)
+    return ew.greater(h, _LARGE[x.dtype.name]), ew.add(ew.log(h), _LN2), h
 
 
 def _sqrt_parts(x, y):
@@ -171,7 +171,7 @@ def arcsin(z):
     br, bi = _sqrt_parts(ew.add(1.0, x), y)
     re = MF.arctan2(x, ew.subtract(ew.multiply(ar, br), ew.multiply(ai, bi)))
     im = MF.arcsinh(ew.subtract(ew.multiply(ar, bi), ew.multiply(ai, br)))
-    large, log2h = _large(x, y)
+    large, log2h, _ = _large(x, y)
     re = ew.where(large, MF.arctan2(x, ew.absolute(y)), re)
     return combine(ew.where(_zero_and_nan(x, y), x, re), ew.where(large, ew.copysign(log2h, y), im))
 
@@ -188,7 +188,7 @@ def arccos(z):
     br, bi = _sqrt_parts(ew.add(1.0, x), y)
     re = MF.arctan2(ar, br)
     im = MF.arcsinh(ew.subtract(ew.multiply(br, ai), ew.multiply(bi, ar)))
-    large, log2h = _large(x, y)
+    large, log2h, _ = _large(x, y)
     re = ew.where(large, MF.arctan2(ew.absolute(y), x), ew.add(re, re))
     return combine(ew.where(_zero_and_nan(x, y), float(np.pi / 2), re),
                    ew.where(large, ew.negative(ew.copysign(log2h, y)), im))
@@ -205,7 +205,7 @@ def arccosh(z):
     br, bi = _sqrt_parts(ew.add(x, 1.0), y)
     re = MF.arcsinh(ew.add(ew.multiply(ar, br), ew.multiply(ai, bi)))
     im = MF.arctan2(ai, br)
-    large, log2h = _large(x, y)
+    large, log2h, _ = _large(x, y)
     im = ew.where(large, ew.copysign(MF.arctan2(ew.absolute(y), x), y), ew.add(im, im))
     return combine(ew.where(large, log2h, re), ew.where(_zero_and_nan(x, y), float(np.pi / 2), im))
 
@@ -221,8 +221,7 @@ def arctanh(z):
     by_logs = ew.multiply(ew.subtract(ew.log(MF.hypot(one_plus, y)), ew.log(MF.hypot(one_minus, y))), 0.5)
     re = ew.where(near_one, by_logs, ew.multiply(ew.log1p(ew.where(near_one, 0.0, q)), 0.25))
     im = ew.multiply(MF.arctan2(ew.add(y, y), ew.subtract(ew.multiply(one_minus, one_plus), ew.square(y))), 0.5)
-    large, _ = _large(x, y)
-    h = MF.hypot(x, y)
+    large, _, h = _large(x, y)
     inv_re = ew.where(MF.isinf(h), ew.where(MF.isnan(x), 0.0, ew.copysign(0.0, x)),
                       ew.true_divide(ew.true_divide(x, h), h))
     re = ew.where(_zero_and_nan(x, y), x, ew.where(large, inv_re, re))
