@@ -1,7 +1,10 @@
 """passes/roll.py: a Python loop of identical iterations traced into many copies of its
 body is rolled back into one scan op, with the same results, bit for bit, as plain numpy;
-loops whose iterations differ, or whose inner values are read after the loop, are left as
-they are (and still right)."""
+so is a loop over an index (`for i in range(n): y[i] = f(x[i])`), whose iterations differ
+only by positions that step evenly; loops whose iterations differ otherwise, or whose
+inner values are read after the loop, are left as they are (and still right)."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -80,8 +83,8 @@ def test_a_value_computed_each_iteration_and_read_after_the_loop():
 def test_iterations_that_differ_are_not_rolled_and_stay_right():
     def by_index(x):
         out = spmd.numpy.zeros((64, 8))
-        for i in range(64):                    # x[i]: another index each time
-            out[i] = np.tanh(x[i]) * 2.0 + x[i] ** 2 - 1.0
+        for i in range(64):                    # i*i % 64: an index that does not step evenly
+            out[i * i % 64] = np.tanh(x[i * i % 64]) * 2.0 + x[i] ** 2 - 1.0
         return out
 
     def kept(x):
@@ -96,6 +99,92 @@ def test_iterations_that_differ_are_not_rolled_and_stay_right():
         low = spmd.jit(fn).lower(x0)
         assert not _scans(low.stages["roll"]), fn.__name__
         np.testing.assert_allclose(np.asarray(spmd.jit(fn)(x0)), fn(x0), rtol=1e-14, atol=1e-14, err_msg=fn.__name__)
+
+
+def by_rows(x):
+    out = spmd.numpy.zeros(x.shape)
+    for i in range(x.shape[0]):
+        out[i] = np.tanh(x[i]) * 2.0 + x[i] ** 2 - 1.0
+    return out
+
+
+def neighbours(x, theta):
+    """The active-matter lesson's loop: each bird's heading is the mean of its neighbours'
+    (a mask read), written back into the array the next bird reads."""
+    mean = theta
+    for b in range(x.shape[0]):
+        near = (x[:, 0] - x[b, 0]) ** 2 + (x[:, 1] - x[b, 1]) ** 2 < 0.3
+        mean[b] = np.arctan2(np.sum(np.sin(theta[near])), np.sum(np.cos(theta[near])))
+    return mean
+
+
+def windows(x):
+    out = spmd.numpy.zeros((x.shape[0] - 2, x.shape[1]))
+    for i in range(x.shape[0] - 2):           # a moving sum: slices of 3 rows at i
+        out[i] = x[i:i + 3].sum(0) / 3
+    return out
+
+
+def evens_backwards(x):
+    out = x.copy()
+    for i in range(x.shape[0] - 2, 0, -2):    # a step of -2, a strided slice
+        out[i, ::2] = out[i + 1, ::2] * 0.5 + x[i - 1, 1::2]
+    return out
+
+
+def diagonal(x):
+    out = x * 1.0
+    for i in range(x.shape[0]):               # both dims step
+        out[i, i] = x[i, x.shape[0] - 1 - i] + i
+    return out
+
+
+INDEX_LOOPS = [by_rows, neighbours, windows, evens_backwards, diagonal]
+
+
+@pytest.mark.parametrize("mesh", MESHES[:2], ids=["1", "2"])
+@pytest.mark.parametrize("fn", INDEX_LOOPS, ids=lambda f: f.__name__)
+def test_a_loop_over_an_index_is_one_scan_with_numpy_values(fn, mesh, compiler):
+    rng = np.random.default_rng(3)
+    x = rng.random((48, 48))
+    args = (x, rng.random((48, 1)) * 6) if fn is neighbours else (x,)
+    f = _jit(fn, mesh, len(args), backend=compiler)
+    roll = f.lower(*args).stages["roll"]
+    assert [op.attrs["length"] for op in _scans(roll)] in ([48], [46], [23]), fn.__name__
+    assert len(roll.ops) < 40
+    want = fn(*[a.copy() for a in args])
+    np.testing.assert_allclose(np.asarray(f(*[a.copy() for a in args])), want, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("fn", INDEX_LOOPS, ids=lambda f: f.__name__)
+def test_a_loop_over_an_index_does_not_grow_with_its_length(fn):
+    texts = {}
+    for n in (48, 96):
+        rng = np.random.default_rng(n)
+        args = (rng.random((n, n)), rng.random((n, 1))) if fn is neighbours else (rng.random((n, n)),)
+        text = print_graph(spmd.jit(fn).lower(*args).stages["optimized"])
+        texts[n] = re.sub(r"\b\d+\b", "N", text)          # the sizes differ, the program not
+    assert texts[48] == texts[96]
+
+
+def test_positions_that_step_unevenly_end_the_loop():
+    """Iterations 0-9 step by 1, then the index jumps: the first ten are one scan; the rest
+    stay as they are (too few to roll) and the values are numpy's."""
+    def f(x):
+        out = x * 0.0
+        for i in list(range(10)) + [20, 13, 17]:
+            out[i] = np.sqrt(x[i]) + 1.0
+        return out
+
+    x = np.random.default_rng(4).random((32, 32))
+    import os
+    os.environ["SPMD_ROLL_MIN_OPS"] = "8"
+    try:
+        roll = spmd.jit(f).lower(x).stages["roll"]
+    finally:
+        del os.environ["SPMD_ROLL_MIN_OPS"]
+    assert [op.attrs["length"] for op in _scans(roll)] == [10]
+    np.testing.assert_array_equal(np.asarray(spmd.jit(f)(x)), f(x))
 
 
 def test_nested_loops_become_nested_scans():

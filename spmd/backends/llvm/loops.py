@@ -103,7 +103,8 @@ def scan_instrs(sched, op):
     sched.kept.append(bsched)           # (its constants are read where they are)
     bmem = body.memory
     arena = Scratch(bmem.arena_bytes, ("loop arena", id(a["body"])))
-    bufs = [_carried(sched.exe.memory, op, j, length) for j in range(nc)]
+    kept = updated_in_place(body, bsched, seg, nc)
+    bufs = [_carried(sched.exe.memory, op, j, length, j in kept) for j in range(nc)]
 
     def row(x, off):
         """(entry at iteration 0, bytes to the next iteration's) of a scanned row"""
@@ -160,15 +161,54 @@ def _nbytes(v) -> int:
     return int(v.size) * np.dtype(v.dtype).itemsize
 
 
-def _carried(mem, op, j, length):
+def _carried(mem, op, j, length, kept=False):
     """[(read, write) buffer entries of carried value j at iterations 0, 1, 2, 3], as
-    `buffers` plans them (its spares are this loop's scratch)"""
+    `buffers` plans them (its spares are this loop's scratch); `kept`: every iteration
+    writes the result's buffer, the ones after the first also reading it."""
     first, target = (op.operands[j], 0), (op.results[j], 0)
+    if kept:
+        return [(first, target)] + [(target, target)] * 3
     spare = [(Scratch(_nbytes(op.results[j]), ("loop spare", id(op), j, k)), 0) for k in (0, 1)]
     write = [target if (length - 1 - i) % 2 == 0 else spare[0] for i in range(4)]
     if write[0] is target and _same_buffer(mem, op.results[j], op.operands[j]):
         write[0] = spare[1]
     return [(first if i == 0 else write[i - 1], write[i]) for i in range(4)]
+
+
+def updated_in_place(body, bsched, seg, nc) -> set:
+    """The carried values an iteration may update in the buffer it reads (a loop's
+    `y[i] = v`): carried output j is a block copy (lowering_table's row:
+    steps.update_instrs copies the operand, then writes the window) of carried input j, which no
+    instruction reads after it and no other value is a view of, and the segment's
+    instructions run in the steps' order (no exchange halves to reorder). The update's
+    copy of its operand is then a copy of a buffer onto itself, which spmd_scopy skips,
+    and the loop moves only the window each iteration instead of the whole array."""
+    if any(fn == bsched.helpers["spmd_permute_post"] for fn, _ in seg.instrs):
+        return set()
+    g, steps = body.graph, body.steps
+    pos = {}
+    for k in seg.steps:
+        st = steps[k]
+        for v in (st.kernel.outputs if hasattr(st, "kernel") else st.results):
+            pos[v] = k
+    out = set()
+    for j in range(nc):
+        x, y = g.inputs[j], g.outputs[j]
+        op = y.producer
+        if op is None or op.opdef.lowering != "block_copy" or op.operands[0] is not x or y not in pos \
+                or g.inputs.count(x) != 1 or x in g.outputs or y in bsched.views \
+                or any(bsched.views.get(v) is x for v in bsched.views):
+            continue
+        at = pos[y]
+        late = False
+        for k in seg.steps:
+            st = steps[k]
+            reads = st.kernel.inputs if hasattr(st, "kernel") else st.operands
+            if k != at and x in reads and k > at:
+                late = True
+        if not late and body.out_first.get(j) is y:
+            out.add(j)
+    return out
 
 
 def _same_buffer(mem, r, x) -> bool:

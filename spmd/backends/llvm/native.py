@@ -413,12 +413,12 @@ def helpers():
 
 def _compile_helpers(it):
     ir = RUNNER_IR + LOOP_IR + _dot_ir("f32", "float", it) + _dot_ir("f64", "double", it) + \
-        "".join(_copy_ir(n) + _scopy_ir(n) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
+        "".join(_copy_ir(n) + _scopy_ir(n) + _scopy_ir(n, True) for n in (1, 4, 8)) + GATHER_IR_DECL + _gather_ir() + \
         _scatter_ir("f32", "float") + _scatter_ir("f64", "double") + \
         _colsum_ir("f32", "float") + _colsum_ir("f64", "double") + exchange_ir()
     names = ["spmd_loop", "spmd_run_multi", "spmd_colsum_f32", "spmd_colsum_f64", "spmd_run", "spmd_dot_f32", "spmd_dot_f64",
              "spmd_copy1", "spmd_copy4", "spmd_copy8",
-             "spmd_scopy1", "spmd_scopy4", "spmd_scopy8",
+             "spmd_scopy1", "spmd_scopy4", "spmd_scopy8", "spmd_dscopy1", "spmd_dscopy4", "spmd_dscopy8",
              "spmd_gather", "spmd_scatter_f32", "spmd_scatter_f64"] + EXCHANGE_NAMES
     addrs = compile_ir(ir, names, None, False)
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(addrs["spmd_run"])
@@ -490,19 +490,54 @@ def _copy_ir(isz):
     return "\n".join(lines) + "\n}\n"
 
 
-def _scopy_ir(isz):
+def _scopy_ir(isz, at_starts=False):
     """spmd_scopy{isz}: a copy between two strided layouts (block: dst src, COPY_DIMS
-    extents, source strides, destination strides, in bytes)."""
+    extents, source strides, destination strides, in bytes).
+
+    spmd_dscopy{isz} (at_starts): the same into a window of dst whose start along each dim
+    is read when it runs (a dynamic_update_slice at traced starts); the block goes on with
+    COPY_DIMS pointers to the starts, their byte widths (8: int64, 4: int32, 0: no
+    pointer, the start is 0), the largest start of each dim (a start is clamped to [0,
+    largest], as the op's), and dst's stride of each dim in bytes."""
     t = {1: "i8", 4: "i32", 8: "i64"}[isz]
     D = COPY_DIMS
-    lines = [f"define void @spmd_scopy{isz}(ptr %a) {{", "entry:",
-             "  %dp = load ptr, ptr %a", "  %g1 = getelementptr i64, ptr %a, i64 1", "  %sp = load ptr, ptr %g1"]
+    name = f"spmd_dscopy{isz}" if at_starts else f"spmd_scopy{isz}"
+    lines = [f"define void @{name}(ptr %a) {{", "entry:",
+             "  %d0p = load ptr, ptr %a" if at_starts else "  %dp = load ptr, ptr %a",
+             "  %g1 = getelementptr i64, ptr %a, i64 1", "  %sp = load ptr, ptr %g1"]
+    if not at_starts:         # a copy of a buffer onto itself (an update in place) moves nothing
+        lines += ["  %same = icmp eq ptr %dp, %sp"]
+        for d in range(D):
+            lines += [f"  %gS{d} = getelementptr i64, ptr %a, i64 {2 + D + d}", f"  %S{d} = load i64, ptr %gS{d}",
+                      f"  %gT{d} = getelementptr i64, ptr %a, i64 {2 + 2 * D + d}", f"  %T{d} = load i64, ptr %gT{d}",
+                      f"  %eq{d} = icmp eq i64 %S{d}, %T{d}",
+                      f"  %same{d} = and i1 {'%same' if d == 0 else '%same' + str(d - 1)}, %eq{d}"]
+        lines += [f"  br i1 %same{D - 1}, label %done, label %go", "go:"]
+    if at_starts:
+        lines += ["  %zero = alloca i64", "  store i64 0, ptr %zero"]
+        acc = "0"
+        for d in range(D):
+            for nm, at in (("p", 2 + 3 * D + d), ("w", 2 + 4 * D + d), ("hi", 2 + 5 * D + d), ("ds", 2 + 6 * D + d)):
+                lines += [f"  %g{nm}{d} = getelementptr i64, ptr %a, i64 {at}"]
+            lines += [f"  %p{d} = load ptr, ptr %gp{d}", f"  %w{d} = load i64, ptr %gw{d}",
+                      f"  %hi{d} = load i64, ptr %ghi{d}", f"  %ds{d} = load i64, ptr %gds{d}",
+                      f"  %is8{d} = icmp eq i64 %w{d}, 8", f"  %is4{d} = icmp eq i64 %w{d}, 4",
+                      f"  %p8{d} = select i1 %is8{d}, ptr %p{d}, ptr %zero",
+                      f"  %p4{d} = select i1 %is4{d}, ptr %p{d}, ptr %zero",
+                      f"  %v8{d} = load i64, ptr %p8{d}", f"  %v4{d} = load i32, ptr %p4{d}",
+                      f"  %x4{d} = sext i32 %v4{d} to i64",
+                      f"  %sv{d} = select i1 %is4{d}, i64 %x4{d}, i64 %v8{d}",
+                      f"  %neg{d} = icmp slt i64 %sv{d}, 0", f"  %lo{d} = select i1 %neg{d}, i64 0, i64 %sv{d}",
+                      f"  %big{d} = icmp sgt i64 %lo{d}, %hi{d}", f"  %cl{d} = select i1 %big{d}, i64 %hi{d}, i64 %lo{d}",
+                      f"  %od{d} = mul i64 %cl{d}, %ds{d}", f"  %acc{d} = add i64 {acc}, %od{d}"]
+            acc = f"%acc{d}"
+        lines.append(f"  %dp = getelementptr i8, ptr %d0p, i64 {acc}")
     for d in range(D):
         for name, at in (("e", 2 + d), ("s", 2 + D + d), ("t", 2 + 2 * D + d)):
             lines += [f"  %g{name}{d} = getelementptr i64, ptr %a, i64 {at}",
                       f"  %{name}{d} = load i64, ptr %g{name}{d}"]
     lines.append("  br label %h0")
-    prev = "entry"
+    prev = "entry" if at_starts else "go"
     for d in range(D):
         back = f"%x{d + 1}" if d < D - 1 else f"%b{d}"
         lines += [f"h{d}:", f"  %i{d} = phi i64 [0, %{prev}], [%n{d}, {back}]",
@@ -519,6 +554,8 @@ def _scopy_ir(isz):
     for d in range(last, -1, -1):
         lines.append(f"x{d}:")
         lines += ["  ret void"] if d == 0 else [f"  %n{d - 1} = add i64 %i{d - 1}, 1", f"  br label %h{d - 1}"]
+    if not at_starts:
+        lines += ["done:", "  ret void"]
     return "\n".join(lines) + "\n}\n"
 
 

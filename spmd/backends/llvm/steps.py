@@ -206,16 +206,18 @@ def join_instrs(sched, op):
 
 
 def update_instrs(sched, op):
-    """A dynamic_update_slice at constant starts (a one-element write through a view,
-    views.py) as native strided copies: the operand into the result (unless the memory
-    plan put them in one buffer), then the update into its window, at numpy's clamped
-    starts. None for traced starts (the step runs from Python) or item sizes the copies
-    do not move."""
+    """A dynamic_update_slice (a one-element write through a view, views.py; a loop's
+    `x[i] = v`, compiler/passes/roll.py) as native strided copies: the operand into the
+    result (unless the memory plan put them in one buffer), then the update into its
+    window, at numpy's clamped starts: those that are constants placed now, the traced
+    ones read when it runs (spmd_dscopy). None for item sizes the copies do not move."""
     x, u, *starts = op.operands
     isz = np.dtype(op.result.dtype).itemsize
-    if isz not in (1, 4, 8) or op.result.size == 0 or not all(s in sched.consts for s in starts):
+    traced = [s not in sched.consts for s in starts]
+    if isz not in (1, 4, 8) or op.result.size == 0 or \
+            any(t and s in sched.views for s, t in zip(starts, traced)):
         return None
-    at = [min(max(int(sched.consts[s]), 0), n - k) for s, n, k in zip(starts, x.shape, u.shape)]
+    at = [0 if t else min(max(int(sched.consts[s]), 0), n - k) for s, t, n, k in zip(starts, traced, x.shape, u.shape)]
     out = np.empty(op.result.shape, op.result.dtype)
     mem = sched.exe.memory
     home = mem.place(op.result)
@@ -230,7 +232,15 @@ def update_instrs(sched, op):
         if ext is None:
             return None
         src = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
-        instrs.append((sched.helpers[f"spmd_scopy{isz}"], [(op.result, off), (base, src)] + ext))
+        if v is u and any(traced):
+            pad = native.COPY_DIMS - out.ndim
+            ptrs = [0] * pad + [(s, 0) if t else 0 for s, t in zip(starts, traced)]
+            widths = [0] * pad + [np.dtype(s.dtype).itemsize if t else 0 for s, t in zip(starts, traced)]
+            his = [0] * pad + [n - k for n, k in zip(x.shape, u.shape)]
+            instrs.append((sched.helpers[f"spmd_dscopy{isz}"], [(op.result, off), (base, src)] + ext + ptrs + widths
+                           + his + [0] * pad + list(out.strides)))
+        else:
+            instrs.append((sched.helpers[f"spmd_scopy{isz}"], [(op.result, off), (base, src)] + ext))
     return instrs or FREE
 
 

@@ -12,6 +12,12 @@ values may be used after the loop (they are the scan's results). Anything else (
 iteration's value read two iterations later, or after the loop; an index that changes
 each time, such as `x[i]`) is not a repeat, and the ops stay as they are.
 
+An index that steps by the same amount each iteration (`for b in range(n): ... x[b] ...
+y[b] = ...`, traced as a slice at b and integer constants b) is part of the repeat: its
+blocks differ only in an integer constant's value or a slice's start, and those are
+c0 + j*d at block j. The scan then carries a counter j, and the body computes the
+constant from it, and takes the slice with dynamic_slice at the computed start.
+
 Loops are rolled when they pay: at least MIN_REPEATS iterations covering at least
 SPMD_ROLL_MIN_OPS ops (default 256); SPMD_ROLL=0 turns rolling off. A rolled body is
 rolled again, so nested loops become nested scans.
@@ -25,7 +31,7 @@ from collections import defaultdict
 import numpy as np
 
 from ...ir import Graph, Op, Value
-from ...ir.ops.names import BROADCAST_IN_DIM, CONSTANT, SCAN
+from ...ir.ops.names import ADD, BROADCAST_IN_DIM, CONSTANT, CONVERT, DYNAMIC_SLICE, DYNAMIC_UPDATE_SLICE, MULTIPLY, PAD, SCAN, SLICE
 from .dce import dce
 
 MIN_REPEATS = 4
@@ -47,20 +53,16 @@ def _roll(graph: Graph, least: int) -> Graph:
     if len(ops) < 2 * MIN_REPEATS:
         return graph
     sigs = _signatures(ops)
-    at = defaultdict(list)                    # signature -> positions, ascending
-    for i, s in enumerate(sigs):
-        at[s].append(i)
-    nth = {}                                  # position -> its index in at[sig]
-    for s, ps in at.items():
-        for j, p in enumerate(ps):
-            nth[p] = j
+    # the periods tried: the next few occurrences of op k's signature, and of its exact
+    # one (a line's slices at other starts share a signature: the next iteration's op may
+    # be further than NEAREST of them away)
+    nexts = _next_occurrences(sigs), _next_occurrences(_signatures(ops, exact=True))
     pos = {op: i for i, op in enumerate(ops)}
     used_after = _last_uses(graph, pos)
     loops, k = [], 0
     while k < len(ops):
         best = None
-        ps = at[sigs[k]]
-        for q in ps[nth[k] + 1: nth[k] + 1 + NEAREST]:
+        for q in sorted(set(nexts[0][k]) | set(nexts[1][k])):
             period = q - k
             reps = _repeats(sigs, k, period)
             if reps < MIN_REPEATS or period * reps < least or (best and period * reps <= best.covered):
@@ -79,7 +81,19 @@ def _roll(graph: Graph, least: int) -> Graph:
     return _rebuild(graph, loops, least)
 
 
-def _signatures(ops) -> list:
+def _next_occurrences(sigs) -> list:
+    """Per position, the next NEAREST positions with its signature."""
+    at = defaultdict(list)                    # signature -> positions, ascending
+    for i, s in enumerate(sigs):
+        at[s].append(i)
+    out = [None] * len(sigs)
+    for ps in at.values():
+        for j, p in enumerate(ps):
+            out[p] = ps[j + 1:j + 1 + NEAREST]
+    return out
+
+
+def _signatures(ops, exact=False) -> list:
     """One number per op, equal for two ops when they may be the same line of the same
     loop body: the same name, user line, attributes, result types and operand count
     (operands are compared separately, by position). Numbers, so that comparing blocks
@@ -87,10 +101,92 @@ def _signatures(ops) -> list:
     memo, ids = {}, {}
     out = []
     for op in ops:
-        sig = (op.name, op.loc, _attrs_key(op.attrs, memo), tuple([(r.shape, r.dtype) for r in op.results]),
+        step = None if exact else _stepping(op)
+        attrs = _attrs_key(op.attrs, memo) if step is None else step
+        sig = (op.name, op.loc, attrs, tuple([(r.shape, r.dtype) for r in op.results]),
                len(op.operands))
         out.append(ids.setdefault(sig, len(ids)))
     return out
+
+
+def _stepping(op):
+    """For an op whose value may step from block to block (an integer constant, a slice's
+    start), what must stay the same: its key in place of its attributes. Else None."""
+    if op.name == CONSTANT:
+        v = op.attrs["value"]
+        if isinstance(v, np.ndarray) and v.dtype.kind in "if":
+            return ("stepping", v.dtype.str, v.shape)
+    elif op.name == SLICE:
+        return ("stepping", tuple(op.attrs["stride"]))
+    elif op.name == PAD:
+        return ("stepping", tuple(op.attrs["interior"]))
+    return None
+
+
+def _position(op):
+    """The stepping part of a _stepping op, as an int64 array; None for a float constant
+    that is not a whole number a float counts exactly (x + i: the body computes it as
+    c0 + j*d in the float type, exactly only then)."""
+    if op.name == CONSTANT:
+        v = op.attrs["value"]
+        if v.dtype.kind == "f":
+            exact = 2.0 ** (np.finfo(v.dtype).nmant + 1)
+            if not (np.all(np.isfinite(v)) and np.all(v == np.round(v)) and np.all(np.abs(v) <= exact)
+                    and not np.any((v == 0) & np.signbit(v))):
+                return None
+        return np.asarray(v, np.int64)
+    return np.asarray(op.attrs["low" if op.name == PAD else "start"], np.int64)
+
+
+def _steps(ops, k, period, reps):
+    """{offset: (first, step)} of the stepping ops of the blocks whose values are not all
+    equal, and how many blocks from the first step evenly (reps when all do)."""
+    steps = {}
+    for i in range(period):
+        op = ops[k + i]
+        if _stepping(op) is None:
+            continue
+        if reps < 2:
+            continue
+        if op.name == CONSTANT and all(_same_value(op, ops[k + j * period + i]) for j in range(1, reps)):
+            continue
+        first, second = _position(op), _position(ops[k + period + i])
+        if first is None or second is None:
+            return steps, 1
+        step = np.asarray(second - first)
+        if op.name == CONSTANT and not _fits(first, step, reps, op.attrs["value"].dtype):
+            return steps, 1
+        if op.name == PAD and not all(_plain_pad(ops[k + j * period + i].attrs, step) for j in range(reps)):
+            return steps, 1
+        for j in range(2, reps):
+            at = _position(ops[k + j * period + i])
+            if at is None or not np.array_equal(at, first + j * step):
+                return _steps(ops, k, period, j)[0], j
+        if step.any():
+            steps[i] = (first, step)
+    return steps, reps
+
+
+def _plain_pad(attrs, step) -> bool:
+    """Along the dims whose padding steps, the operand lies whole inside the result (no
+    interior padding, no cropping): it is a window of the result."""
+    return all(attrs["interior"][d] == 0 and attrs["low"][d] >= 0 and attrs["high"][d] >= 0
+               for d in range(len(step)) if step[d])
+
+
+def _same_value(a, b) -> bool:
+    va, vb = a.attrs["value"], b.attrs["value"]
+    return va.dtype == vb.dtype and va.tobytes() == vb.tobytes()
+
+
+def _fits(first, step, reps, dtype) -> bool:
+    """first + j*step stays in dtype for j < reps (the body computes it in dtype; a
+    float's whole numbers were checked by _position)."""
+    if np.dtype(dtype).kind == "f":
+        return True
+    info = np.iinfo(dtype)
+    last = first + (reps - 1) * step
+    return bool(np.all(np.minimum(first, last) >= info.min) and np.all(np.maximum(first, last) <= info.max))
 
 
 def _attrs_key(attrs, memo):
@@ -152,8 +248,9 @@ def _last_uses(graph, pos) -> dict:
 
 
 class _Loop:
-    def __init__(self, start, period, reps, carries, inits, captured):
+    def __init__(self, start, period, reps, carries, inits, captured, steps):
         self.start, self.period, self.reps = start, period, reps
+        self.steps = steps                # offset in the block -> (value at block 0, step)
         # (offset in the block, result index) of the values a block hands on: those the next
         # block reads and those used after the loop; the scan's carries, in this order
         self.carries = carries
@@ -227,7 +324,10 @@ def _validate(ops, pos, last_use, k, period, reps):
         if slot not in carries:
             carries.append(slot)                     # computed each time, kept from the last
     carries.sort()
-    return _Loop(k, period, reps, carries, [inits.get(slot) for slot in carries], captured)
+    steps, even = _steps(ops, k, period, reps)
+    if even < reps:
+        return _shorter(ops, pos, last_use, k, period, even)
+    return _Loop(k, period, reps, carries, [inits.get(slot) for slot in carries], captured, steps)
 
 
 def _shorter(ops, pos, last_use, k, period, reps):
@@ -268,9 +368,10 @@ def _emit_scan(g, graph, pos, loop, vmap, least):
     captured_at = {id(v): i for i, v in enumerate(loop.captured)}
     body = Graph(f"{graph.name}_loop")
     carry_in = [body.add_input(r.shape, r.dtype) for r in (_result(ops, b + off, idx) for off, idx in loop.carries)]
+    counter = body.add_input((), "int64") if loop.steps else None
     captured_in = [body.add_input(v.shape, v.dtype) for v in loop.captured]
     bmap = {}
-    for op in ops[b:b + loop.period]:
+    for i, op in enumerate(ops[b:b + loop.period]):
         operands = []
         for o in op.operands:
             p = pos[o.producer] if o.producer is not None else -1
@@ -280,12 +381,18 @@ def _emit_scan(g, graph, pos, loop, vmap, least):
                 operands.append(carry_in[slot_of[(p - loop.start, o.index)]])
             else:
                 operands.append(captured_in[captured_at[id(o)]])
+        if i in loop.steps:
+            bmap[op.results[0]] = _stepped(body, op, operands, counter, *loop.steps[i])
+            continue
         new = Op(op.name, operands, dict(op.attrs), [], op.loc)
         new.results = tuple(Value(r.shape, r.dtype, new, j) for j, r in enumerate(op.results))
         body.ops.append(new)
         for r, nr in zip(op.results, new.results):
             bmap[r] = nr
     body.outputs = [bmap[_result(ops, b + off, idx)] for off, idx in loop.carries]
+    if counter is not None:
+        one = body.emit(CONSTANT, value=np.ones((), np.int64), loc=ops[b].loc)
+        body.outputs.append(body.emit(ADD, counter, one, loc=ops[b].loc))
     body = _roll(dce(body), least)
     loc = ops[b].loc
     inits = []
@@ -296,11 +403,57 @@ def _emit_scan(g, graph, pos, loop, vmap, least):
             inits.append(g.emit(BROADCAST_IN_DIM, z, shape=r.shape, broadcast_dimensions=(), loc=loc))
         else:
             inits.append(vmap[v])
-    out = g.emit(SCAN, *inits, *[vmap[v] for v in loop.captured], body=body, num_carry=len(loop.carries),
+    if loop.steps:
+        inits.append(g.emit(CONSTANT, value=np.zeros((), np.int64), loc=loc))
+    out = g.emit(SCAN, *inits, *[vmap[v] for v in loop.captured], body=body,
+                 num_carry=len(loop.carries) + bool(loop.steps),
                  num_xs=0, length=loop.reps, reverse=False, loc=loc)
     last = loop.start + (loop.reps - 1) * loop.period
     for (off, idx), res in zip(loop.carries, out if isinstance(out, tuple) else (out,)):
         vmap[_result(ops, last + off, idx)] = res
+
+
+def _stepped(body, op, operands, counter, first, step):
+    """In the body, op's value at iteration `counter`: the constant first + counter*step,
+    the slice starting there, or the operand padded to start there (written into a
+    broadcast of the padding value at that start)."""
+    loc = op.loc
+    if op.name == PAD:
+        x, fill = operands
+        a, moving = op.attrs, [bool(d) for d in step]
+        if any(not m and (lo or hi or k) for m, lo, hi, k in zip(moving, a["low"], a["high"], a["interior"])):
+            x = body.emit(PAD, x, fill, loc=loc, low=tuple(0 if m else v for m, v in zip(moving, a["low"])),
+                          high=tuple(0 if m else v for m, v in zip(moving, a["high"])), interior=tuple(a["interior"]))
+        full = body.emit(BROADCAST_IN_DIM, fill, shape=op.results[0].shape, broadcast_dimensions=(), loc=loc)
+        at = np.where(moving, first, 0)
+        return body.emit(DYNAMIC_UPDATE_SLICE, full, x, *_starts(body, counter, at, step, loc), loc=loc)
+    if op.name == CONSTANT:
+        dt = op.attrs["value"].dtype
+        j = counter if dt == np.int64 else body.emit(CONVERT, counter, dtype=dt.name, loc=loc)
+        if first.ndim:
+            j = body.emit(BROADCAST_IN_DIM, j, shape=first.shape, broadcast_dimensions=(), loc=loc)
+        c0 = body.emit(CONSTANT, value=np.asarray(first, dt), loc=loc)
+        d = body.emit(CONSTANT, value=np.asarray(step, dt), loc=loc)
+        return body.emit(ADD, c0, body.emit(MULTIPLY, j, d, loc=loc), loc=loc)
+    x, = operands
+    stride, out = op.attrs["stride"], op.results[0].shape
+    window = [(m - 1) * s + 1 if m else 0 for s, m in zip(stride, out)]
+    y = body.emit(DYNAMIC_SLICE, x, *_starts(body, counter, first, step, loc), slice_sizes=tuple(window), loc=loc)
+    if any(s != 1 for s in stride):
+        y = body.emit(SLICE, y, start=(0,) * len(window), limit=tuple(window), stride=tuple(stride), loc=loc)
+    return y
+
+
+def _starts(body, counter, first, step, loc) -> list:
+    """int64 scalars first[d] + counter*step[d]."""
+    out = []
+    for c0, d in zip(first, step):
+        at = body.emit(CONSTANT, value=np.asarray(c0, np.int64), loc=loc)
+        if d:
+            dj = body.emit(MULTIPLY, counter, body.emit(CONSTANT, value=np.asarray(d, np.int64), loc=loc), loc=loc)
+            at = body.emit(ADD, at, dj, loc=loc)
+        out.append(at)
+    return out
 
 
 def _result(ops, i, idx):

@@ -92,9 +92,15 @@ def _transpose_simplify(rb, op, ops, uses):
 
 
 def _bcast_simplify(rb, op, ops, uses):
-    x = ops[0]
-    same_dims = tuple(op.attrs["broadcast_dimensions"]) == tuple(range(x.ndim))
-    return x if _same(x, op.result) and same_dims else None
+    """An identity broadcast goes; one that only adds dims of size 1, keeping the order of
+    x's dims, is a reshape (which a backend may read as a view of x)."""
+    x, r = ops[0], op.result
+    dims = tuple(op.attrs["broadcast_dimensions"])
+    if _same(x, r) and dims == tuple(range(x.ndim)):
+        return x
+    if r.size == x.size and list(dims) == sorted(dims) and all(x.shape[i] == r.shape[d] for i, d in enumerate(dims)):
+        return rb.emit(RESHAPE, x, loc=op.loc, sharding=r.sharding, shape=r.shape)
+    return None
 
 
 def _slice_simplify(rb, op, ops, uses):
