@@ -2,6 +2,7 @@
 misspelled constant fails when its module is imported, where a misspelled string failed only
 when its line ran. And OpDef takes only the name positionally: its rules are keywords."""
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -31,8 +32,20 @@ NAMING_KEYWORDS = ("async_pair", "async_of")
 EXEMPT = ("ir/ops/registry.py", "ir/ops/names.py")
 
 
+def callee(func) -> str:
+    """A call's callee as written: its dotted name (read off the tree: ast.unparse of
+    every call in the project is most of this module's time), else its source text."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        return ".".join([func.id] + parts[::-1])
+    return ast.unparse(func) + "".join("." + p for p in parts[::-1])
+
+
 def positions(func):
-    text = ast.unparse(func)
+    text = callee(func)
     if text in BUILDERS:
         return BUILDERS[text]
     last = text.rsplit(".", 1)[-1]
@@ -42,7 +55,7 @@ def positions(func):
 
 
 def is_opdef(call):
-    return ast.unparse(call.func).rsplit(".", 1)[-1] == "OpDef"
+    return callee(call.func).rsplit(".", 1)[-1] == "OpDef"
 
 
 def literal_op_names(tree, ops):
@@ -67,7 +80,7 @@ def literal_op_names(tree, ops):
                 line, values = tables.get(n.args[i].value.id, (0, []))
                 found += [(line, f"{n.args[i].value.id} = {{... {v.value!r}}} read by {ast.unparse(n.func)}")
                           for v in values if literal(v)]
-        if is_opdef(n) or ast.unparse(n.func).rsplit(".", 1)[-1] == "Collective":
+        if is_opdef(n) or callee(n.func).rsplit(".", 1)[-1] == "Collective":
             for k in n.keywords:
                 if k.arg in NAMING_KEYWORDS:
                     found += [(n.lineno, f"{k.arg}={s.value!r}") for s in ast.walk(k.value) if literal(s)]
@@ -79,13 +92,18 @@ def positional_opdef_args(tree):
             if isinstance(n, ast.Call) and is_opdef(n) and len(n.args) > 1]
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path):
+    return ast.parse(path.read_text())
+
+
 def scan(root, check):
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         if rel.endswith(EXEMPT):
             continue
-        out += [f"{root.name}/{rel}:{line}: {what}" for line, what in check(ast.parse(path.read_text()))]
+        out += [f"{root.name}/{rel}:{line}: {what}" for line, what in check(parsed(path))]
     return out
 
 
