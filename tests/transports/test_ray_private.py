@@ -170,3 +170,32 @@ def test_a_worker_with_nothing_to_set_up_is_started_directly():
     assert plain_worker(worker + ["--language=JAVA"]) is None
     assert plain_worker(worker) is None                                  # no language said
     assert plain_worker(worker + ["--language", "PYTHON"]) is None       # another spelling
+
+
+def test_a_private_ray_starts_a_worker_per_rank_actor_and_no_more():
+    """The ranks but the driver's own (rank 0) each need a worker; Ray would prestart one
+    per CPU, and its first driver waits for all of them to register: on 2 cores an idle
+    worker more, importing ray, held spmd.init for it. n=1 needs none."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    env.pop("SPMD_RAY_DRIVER_RANK", None)
+    for n in (1, 3):
+        code = (f"import time, spmd; spmd.init(backend='ray', num_devices={n}); print('READY', flush=True); "
+                f"time.sleep(300)")
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        try:
+            line = p.stdout.readline()
+            assert line.strip() == "READY", p.stderr.read() if p.poll() is not None else line
+            time.sleep(1)               # a worker started late would be there by now
+            found = {}
+            ray_reaper.note(p.pid, -1, found)
+            heads = [_cmdline(pid).split(" ")[0] for pid in found]
+            workers = [h for h in heads if h.startswith("ray::") and not h.endswith("Agent")] + \
+                [h for h in heads if "default_worker.py" in h]
+            assert len(workers) == n - 1, heads
+        finally:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
