@@ -64,17 +64,22 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
         # the dashboard agent's script further on)
         heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
         agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+        env_agent = [pid for pid, h in heads.items() if "RuntimeEnvAgent" in h or "runtime_env/agent/main.py" in h]
         ranks = [pid for pid, h in heads.items() if "RankActor" in h]
         # the processes of a Ray node, its agents, rank 1's actor (rank 0 runs in the
         # driver: transports/ray/ray_driver_rank.py), and the reaper
-        for part in ("gcs_server", "raylet", "RuntimeEnvAgent", "ray_reaper.py"):
+        for part in ("gcs_server", "raylet", "ray_reaper.py"):
             assert part in cmds, (part, cmds)
-        assert len(agent) == 1 and len(ranks) == 1, cmds
-        # the ranks run as any program does, the agent (serving nothing spmd uses) below them
+        assert len(agent) == 1 and len(env_agent) == 1 and len(ranks) == 1, cmds
+        # the ranks run as any program does, the agents below them: the dashboard's (serving
+        # nothing spmd uses) lowest, the runtime env's (a user's own tasks) at 10
         deadline = time.monotonic() + 20
         while os.getpriority(os.PRIO_PROCESS, agent[0]) != 19 and time.monotonic() < deadline:
             time.sleep(0.1)
+        while os.getpriority(os.PRIO_PROCESS, env_agent[0]) != 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert os.getpriority(os.PRIO_PROCESS, agent[0]) == 19
+        assert os.getpriority(os.PRIO_PROCESS, env_agent[0]) == 10
         driver = os.getpriority(os.PRIO_PROCESS, p.pid)
         assert [os.getpriority(os.PRIO_PROCESS, r) for r in ranks] == [driver]
         # lean: neither the autoscaler's monitor nor the dashboard's API server
