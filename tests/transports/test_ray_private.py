@@ -21,9 +21,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 DRIVER = """
 import os, sys, time, numpy as np, spmd
 rt = spmd.init(backend="ray", num_devices=2)
-# ready to run, a rank has not loaded the compiler: its program brings what it needs
+# ready to run, a rank has not loaded the compiler, nor the API (SPMD_IMPORT_LAZY): its
+# program brings what it needs
 loaded = rt.call_on(1, lambda: sorted(m for m in sys.modules if m.startswith(("spmd.", "llvmlite", "mpi4py"))))
-heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py"))]
+heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py",
+                                            "spmd.api", "spmd.frontend", "spmd.eager", "spmd.jit"))]
 assert "spmd.transports.ray.ray_communicator" in loaded and not heavy, heavy
 mesh = spmd.Mesh((2,), ("x",))
 f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
@@ -204,3 +206,22 @@ def test_a_private_ray_starts_a_worker_per_rank_actor_and_no_more():
             p.wait()
             p.stdout.close()
             p.stderr.close()
+
+
+def test_a_lazy_import_of_spmd_loads_the_whole_api_at_its_first_use():
+    """SPMD_IMPORT_LAZY=1 (a rank actor's worker): `import spmd` loads no API module; the
+    first use of any public name loads all of it, eager mode included, as `import spmd`
+    does otherwise."""
+    code = """
+import sys, numpy as np, spmd
+assert not any(m.startswith(("spmd.api", "spmd.frontend", "spmd.eager", "spmd.jit")) for m in sys.modules)
+from spmd import jit
+assert "spmd.eager" in sys.modules and spmd.Mesh and spmd.random.key and spmd.SpmdError
+mesh = spmd.Mesh((2,), ("x",))
+a = spmd.device_put(np.arange(4.0), mesh.sharding("x"))
+print(float(jit(lambda v: v.sum())(a)), float(np.sum(a * 2)))
+"""
+    env = dict(os.environ, PYTHONPATH=ROOT, SPMD_IMPORT_LAZY="1", SPMD_BACKEND="local")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
+    assert p.returncode == 0 and p.stdout.split() == ["6.0", "12.0"], p.stderr
+
