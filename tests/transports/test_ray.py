@@ -310,6 +310,39 @@ def test_a_step_is_one_message_per_rank_and_its_loss_comes_with_the_reply(cluste
     assert messages["ray.get"] == 0
 
 
+def _small_values(rank):
+    import ml_dtypes
+    return [np.array(rank % 2 == 0), np.arange(3, dtype=np.int8) - rank, np.array([2 ** 63 + rank], np.uint64),
+            np.array(1.5 + 2j * rank, np.complex128), np.full((2, 3), rank, np.float16),
+            np.zeros((2, 0), np.float32), np.array([rank, -1.25], ml_dtypes.bfloat16),
+            np.array([(rank, 0.5)], [("a", "<i4"), ("b", "<f8")]), np.asfortranarray(np.eye(3) * rank)[:, ::2]]
+
+
+class _SmallValues:
+    num_outputs = 9
+
+    def __call__(self, inputs, comm):
+        return _small_values(comm.rank)
+
+
+def test_small_results_of_every_dtype_come_with_the_reply_as_numpy_made_them(cluster, messages):
+    """A result small enough to come with its run's reply comes with its dtype, shape and
+    values (bool, ints, unsigned, complex, halves, bfloat16, a structured dtype, empty,
+    a non-contiguous view), read-only, with no message of its own."""
+    _, rt = cluster
+    mesh = spmd.Mesh((4,), ("x",))
+    outs = rt.run(_SmallValues(), mesh, {d: [] for d in range(4)})
+    messages["ops"].clear()
+    for k in range(_SmallValues.num_outputs):
+        got = rt.get({d: outs[d][k] for d in range(4)})
+        for d in range(4):
+            want = _small_values(d)[k]
+            assert got[d].dtype == want.dtype and got[d].shape == want.shape, (k, d, got[d])
+            np.testing.assert_array_equal(got[d], want)
+            assert not got[d].flags.writeable
+    assert messages["ops"] == [], "a small result was fetched"
+
+
 def test_a_run_carries_its_program_and_mesh_only_the_first_time(cluster, monkeypatch):
     """The program and its mesh go to each actor with its first run there; later runs
     name them by key (the mesh is not pickled and unpickled again each step)."""

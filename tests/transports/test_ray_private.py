@@ -21,9 +21,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 DRIVER = """
 import os, sys, time, numpy as np, spmd
 rt = spmd.init(backend="ray", num_devices=2)
-# ready to run, a rank has not loaded the compiler: its program brings what it needs
+# ready to run, a rank has not loaded the compiler, nor the API (SPMD_IMPORT_LAZY): its
+# program brings what it needs
 loaded = rt.call_on(1, lambda: sorted(m for m in sys.modules if m.startswith(("spmd.", "llvmlite", "mpi4py"))))
-heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py"))]
+heavy = [m for m in loaded if m.startswith(("spmd.compiler", "spmd.backends", "spmd.sharding", "llvmlite", "mpi4py",
+                                            "spmd.api", "spmd.frontend", "spmd.eager", "spmd.jit"))]
 assert "spmd.transports.ray.ray_communicator" in loaded and not heavy, heavy
 mesh = spmd.Mesh((2,), ("x",))
 f = spmd.jit(lambda v: v.sum(), in_shardings=mesh.sharding("x"))
@@ -64,17 +66,22 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
         # the dashboard agent's script further on)
         heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
         agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+        env_agent = [pid for pid, h in heads.items() if "RuntimeEnvAgent" in h or "runtime_env/agent/main.py" in h]
         ranks = [pid for pid, h in heads.items() if "RankActor" in h]
         # the processes of a Ray node, its agents, rank 1's actor (rank 0 runs in the
         # driver: transports/ray/ray_driver_rank.py), and the reaper
-        for part in ("gcs_server", "raylet", "RuntimeEnvAgent", "ray_reaper.py"):
+        for part in ("gcs_server", "raylet", "ray_reaper.py"):
             assert part in cmds, (part, cmds)
-        assert len(agent) == 1 and len(ranks) == 1, cmds
-        # the ranks run as any program does, the agent (serving nothing spmd uses) below them
+        assert len(agent) == 1 and len(env_agent) == 1 and len(ranks) == 1, cmds
+        # the ranks run as any program does, the agents below them: the dashboard's (serving
+        # nothing spmd uses) lowest, the runtime env's (a user's own tasks) at 10
         deadline = time.monotonic() + 20
         while os.getpriority(os.PRIO_PROCESS, agent[0]) != 19 and time.monotonic() < deadline:
             time.sleep(0.1)
+        while os.getpriority(os.PRIO_PROCESS, env_agent[0]) != 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert os.getpriority(os.PRIO_PROCESS, agent[0]) == 19
+        assert os.getpriority(os.PRIO_PROCESS, env_agent[0]) == 10
         driver = os.getpriority(os.PRIO_PROCESS, p.pid)
         assert [os.getpriority(os.PRIO_PROCESS, r) for r in ranks] == [driver]
         # lean: neither the autoscaler's monitor nor the dashboard's API server
@@ -170,3 +177,51 @@ def test_a_worker_with_nothing_to_set_up_is_started_directly():
     assert plain_worker(worker + ["--language=JAVA"]) is None
     assert plain_worker(worker) is None                                  # no language said
     assert plain_worker(worker + ["--language", "PYTHON"]) is None       # another spelling
+
+
+def test_a_private_ray_starts_a_worker_per_rank_actor_and_no_more():
+    """The ranks but the driver's own (rank 0) each need a worker; Ray would prestart one
+    per CPU, and its first driver waits for all of them to register: on 2 cores an idle
+    worker more, importing ray, held spmd.init for it. n=1 needs none."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    env.pop("SPMD_RAY_DRIVER_RANK", None)
+    for n in (1, 3):
+        code = (f"import time, spmd; spmd.init(backend='ray', num_devices={n}); print('READY', flush=True); "
+                f"time.sleep(300)")
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        try:
+            line = p.stdout.readline()
+            assert line.strip() == "READY", p.stderr.read() if p.poll() is not None else line
+            time.sleep(1)               # a worker started late would be there by now
+            found = {}
+            ray_reaper.note(p.pid, -1, found)
+            heads = [_cmdline(pid).split(" ")[0] for pid in found]
+            workers = [h for h in heads if h.startswith("ray::") and not h.endswith("Agent")] + \
+                [h for h in heads if "default_worker.py" in h]
+            assert len(workers) == n - 1, heads
+        finally:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+
+
+def test_a_lazy_import_of_spmd_loads_the_whole_api_at_its_first_use():
+    """SPMD_IMPORT_LAZY=1 (a rank actor's worker): `import spmd` loads no API module; the
+    first use of any public name loads all of it, eager mode included, as `import spmd`
+    does otherwise."""
+    code = """
+import sys, numpy as np, spmd
+assert not any(m.startswith(("spmd.api", "spmd.frontend", "spmd.eager", "spmd.jit")) for m in sys.modules)
+from spmd import jit
+assert "spmd.eager" in sys.modules and spmd.Mesh and spmd.random.key and spmd.SpmdError
+mesh = spmd.Mesh((2,), ("x",))
+a = spmd.device_put(np.arange(4.0), mesh.sharding("x"))
+print(float(jit(lambda v: v.sum())(a)), float(np.sum(a * 2)))
+"""
+    env = dict(os.environ, PYTHONPATH=ROOT, SPMD_IMPORT_LAZY="1", SPMD_BACKEND="local")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
+    assert p.returncode == 0 and p.stdout.split() == ["6.0", "12.0"], p.stderr
+

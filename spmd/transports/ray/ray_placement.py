@@ -61,8 +61,11 @@ def connect(num_devices=None) -> bool:
         # (about 2x faster for MBs on a VM where page faults are dear), at the price of
         # holding that memory from the start
         kw["_system_config"] = {"preallocate_plasma_memory": True}
-    from . import ray_private
-    ray_private.start(n, max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
+    from . import ray_driver_rank, ray_private
+    # rank 0 runs in this process when it starts its own Ray (ray_driver_rank.wanted): the
+    # others need a worker each
+    actors = n - 1 if ray_driver_rank.wanted(True) else n
+    ray_private.start(actors, max(os.cpu_count() or 1, int(n * cpus_per_rank() + 0.999)), log_to_driver=True, **kw)
     return True
 
 

@@ -4,7 +4,7 @@ when this process dies, however it dies.
 
     start(ranks, num_cpus, **kw)      ray.init(address="local", num_cpus=num_cpus, ...) lean
                                       (below), with a reaper; the workers of `ranks` rank actors
-                                      start with the node
+                                      (the ranks but the driver's own) start with it, no more
     stop()                            after ray.shutdown(): the reaper kills what is left, and exits
 
 Start-up: a private single-node Ray serves neither a dashboard, jobs, metrics nor
@@ -28,12 +28,16 @@ the ranks are starting on. So:
   again; a worker with a runtime env still goes through Ray's script;
 - the dashboard agent, which then serves nothing spmd uses, runs at the lowest CPU
   priority (nice 19): importing its modules takes ~0.9 s of CPU while the ranks'
-  workers start;
-- the worker processes for the rank actors start when the raylet does, all at once
-  (Ray's `enable_worker_prestart` and `worker_maximum_startup_concurrency`), not when
-  the driver has connected and then one at a time per core; and at the priority of
-  any program (`worker_niceness` 0; Ray's 15 left them a sliver of a busy machine,
-  to start and then to compute and communicate).
+  workers start; the runtime-env agent, which serves only a user's own tasks with a
+  runtime env (a rank actor has none), at nice 10: its imports took ~1.2 s of CPU
+  from a 2-rank start on a loaded 2-core machine;
+- one worker process per rank actor, no more (rank 0 runs in the driver), all at once
+  (`worker_maximum_startup_concurrency`), not one at a time per core: Ray prestarts a
+  worker per CPU and holds its first driver's ray.init until all have registered (an
+  idle worker importing ray cost a 2-rank start on 2 cores ~1-2 s); with the raylet
+  when every CPU has a rank (`enable_worker_prestart`); and at the priority of any
+  program (`worker_niceness` 0; Ray's 15 left them a sliver of a busy machine, to
+  start and then to compute and communicate).
 On 2 cores with a load of ~4-5 from other work, spmd.init(backend="ray", num_devices=4)
 takes ~4.5 s with all of these, ~5.0 without the agent's priority, ~5.9 with none.
 Ray has no option for the first two in ray.init, so its internal switches are set for
@@ -59,6 +63,8 @@ _REAPER = None
 # the dashboard agent's command before it names itself (the interpreter and its flags
 # come first), and after; the raylet's command names the agent's script too, further on
 DASHBOARD_AGENT = (b"dashboard/agent.py", b"ray::DashboardAgent")
+RUNTIME_ENV_AGENT = (b"runtime_env/agent/main.py", b"ray::RuntimeEnvAgent")
+AGENTS = {DASHBOARD_AGENT: 19, RUNTIME_ENV_AGENT: 10}        # their names -> their niceness
 
 
 def start(ranks, num_cpus, **init_kwargs):
@@ -69,9 +75,14 @@ def start(ranks, num_cpus, **init_kwargs):
                                     str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)
     config = dict(init_kwargs.pop("_system_config", None) or {})
-    # Ray prestarts a worker per CPU of the node: one per rank, unless the node has more
-    # CPUs than ranks (a big machine, where a start is not short of cores anyway)
-    if num_cpus <= ranks:
+    # Ray prestarts a worker per CPU of the node, and the first driver's ray.init waits
+    # until they have registered; at most `worker_maximum_startup_concurrency` of them.
+    # So: as many as there are rank actors (rank 0 in the driver needs none: a worker
+    # more imported ray, ~1 s of CPU on a loaded 2-core machine, and held ray.init for
+    # it), started with the node when every CPU has a rank, else when the driver connects
+    if ranks < 1:
+        config.setdefault("prestart_worker_first_driver", False)
+    elif num_cpus <= ranks:
         config.setdefault("enable_worker_prestart", True)
     config.setdefault("worker_maximum_startup_concurrency", max(1, int(ranks)))
     # Ray runs its workers at nice 15, below its own processes; here the workers are the
@@ -82,7 +93,7 @@ def start(ranks, num_cpus, **init_kwargs):
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_quiet_auth_default)
     # ("Started a local Ray instance." is Ray's INFO line: the start is spmd's business)
     init_kwargs.setdefault("logging_level", logging.WARNING)
-    threading.Thread(target=_lower_dashboard_agent, name="spmd-ray-agent-priority", daemon=True).start()
+    threading.Thread(target=_lower_agents, name="spmd-ray-agent-priority", daemon=True).start()
     with _lean_head():
         ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
 
@@ -113,17 +124,22 @@ def stop(timeout=10.0):
         reaper.wait()
 
 
-def _lower_dashboard_agent(seconds=60.0):
-    """The dashboard agent, once the raylet has started it, to the lowest CPU priority."""
+def _lower_agents(seconds=60.0):
+    """The raylet's agents, once it has started them, to a low CPU priority: the dashboard
+    agent to the lowest (it serves nothing spmd uses), the runtime-env agent to 10 (it
+    serves only the runtime envs of a user's own tasks; a rank actor has none)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    left = dict(AGENTS)
+    while left and time.monotonic() < deadline:
         for pid in _descendants(os.getpid()):
-            if any(arg.endswith(DASHBOARD_AGENT) for arg in _cmdline(pid).split(b"\0")[:3]):
-                try:
-                    os.setpriority(os.PRIO_PROCESS, pid, 19)
-                except OSError:
-                    pass
-                return
+            args = _cmdline(pid).split(b"\0")[:3]
+            for names, nice in list(left.items()):
+                if any(arg.endswith(names) for arg in args):
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, pid, nice)
+                    except OSError:
+                        pass
+                    del left[names]
         time.sleep(0.02)
 
 

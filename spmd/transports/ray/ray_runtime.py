@@ -70,7 +70,7 @@ from . import ray_driver_rank
 from .ray_control import Channel, pack
 from .ray_driver_rank import DriverRank, LocalChannel
 from .ray_rank import Rank
-from .ray_shards import Drops, Held, Shard
+from .ray_shards import Drops, Held, Shard, read_small_value
 from .ray_transport import host_id
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...ir.graph import any_op
@@ -615,9 +615,7 @@ class RayRuntime(Runtime):
 def _keep_values(outs, got):
     """A rank's small results ({position: value}, from its reply) into its output handles."""
     for i, v in got.items():
-        v = np.asarray(v)
-        v.flags.writeable = False      # read as often as asked: nobody may change it
-        outs[i].value = v
+        outs[i].value = read_small_value(v)      # read-only: read as often as asked, nobody may change it
 
 
 def _reason(device, exc):

@@ -140,3 +140,25 @@ class ShardTable:
             self.keep(sid, np.frombuffer(data, dtype).reshape(shape))
         for sid in dropped:
             self.arrays.pop(sid, None)
+
+
+def small_value(a):
+    """A small result as its reply carries it: (dtype, shape, its bytes), which pickle
+    writes in the message itself at a fraction of an array's cost (numpy's own reduce,
+    and a buffer of its own to send and receive), or the array itself when its dtype
+    holds Python objects."""
+    a = np.asarray(a)
+    if a.dtype.hasobject:
+        return a
+    return (a.dtype.str if a.dtype.isbuiltin == 1 else a.dtype, a.shape, a.tobytes())
+
+
+def read_small_value(v):
+    """small_value's result as a read-only array."""
+    if isinstance(v, tuple):
+        dtype, shape, data = v
+        return np.frombuffer(data, dtype).reshape(shape)      # (read-only: bytes)
+    v = np.asarray(v)
+    v.flags.writeable = False
+    return v
+

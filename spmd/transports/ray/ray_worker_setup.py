@@ -6,7 +6,8 @@ the raylet, in place of Ray's own setup_worker.py (transports/ray/ray_private.py
 Ray's setup_worker.py imports ray (~0.4 s of CPU on a 2-core machine) only to read the
 worker's runtime-env context and exec the worker, which then imports ray again. A rank
 actor's worker has no runtime env: this execs the worker at once, with the standard
-library alone. A worker with anything to set up (a runtime env's variables, another
+library alone, and with SPMD_IMPORT_LAZY=1 (spmd/__init__.py: its `import spmd` loads
+none of the API until something uses it). A worker with anything to set up (a runtime env's variables, another
 interpreter, a command prefix, another entry point; a worker of another language) goes
 through Ray's own script, given the same arguments.
 """
@@ -56,6 +57,9 @@ def main(args):
     rest = plain_worker(args)
     if rest is None:
         os.execv(sys.executable, [sys.executable, ray_setup_worker()] + args)
+    # a rank actor runs compiled programs, no user script: spmd's API loads when first
+    # used (spmd/__init__.py), not when the actor's class imports spmd
+    os.environ["SPMD_IMPORT_LAZY"] = "1"
     os.execv(sys.executable, [sys.executable] + rest)
 
 
