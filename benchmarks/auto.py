@@ -126,16 +126,15 @@ def fresh_rates():
     """(Machine, Network) measured now (spmd.jit.calibrate.measure), the rates each of the
     4 local devices gets while all run."""
     from spmd.jit.calibrate import measure
-    from spmd.jit.rates import written_back
-    from spmd.sharding.cost_model import Link, Machine, Network
+    from spmd.jit.rates import machine_from
+    from spmd.sharding.cost_model import Link, Network
     m = measure(4)
     mc, w = m["machine"], m["network"]["within"]
-    machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
-                      argument=mc.get("argument"), written=written_back(mc, None), call=mc.get("call_devices", 0.0),
-                      cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
+    machine = machine_from(mc, 4)
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
-          f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
+          f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a numpy argument "
+          f"{machine.placing * 1e6:.0f} us), a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
           f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us, a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
                                         rendezvous=w.get("rendezvous", 0.0), handoff=w.get("handoff", 0.0),
