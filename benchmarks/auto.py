@@ -141,17 +141,27 @@ def fresh_rates():
                                         solo_bytes=w.get("solo_bytes", 0.0)))
 
 
+RATES = ("flops", "bandwidth", "cache_bandwidth")      # (per second: the rest are seconds or bytes)
+
+
 def averaged(a, b):
-    """The mean of two (Machine, Network) measurements, field by field."""
+    """The mean of two (Machine, Network) measurements, field by field: of the seconds
+    per unit of a rate (a rate's harmonic mean), so that one measurement a burst of load
+    made absurdly fast (a difference of two timings that came out near 0) does not take
+    the mean with it."""
     import dataclasses
     from spmd.sharding.cost_model import Link, Network
 
     def mean(x, y):
         return None if x is None or y is None else (x + y) / 2
-    m = dataclasses.replace(a[0], **{f.name: mean(getattr(a[0], f.name), getattr(b[0], f.name))
+
+    def rate(x, y):
+        return None if x is None or y is None else 2 / (1 / x + 1 / y)
+    m = dataclasses.replace(a[0], **{f.name: (rate if f.name in RATES else mean)(getattr(a[0], f.name),
+                                                                                 getattr(b[0], f.name))
                                      for f in dataclasses.fields(a[0])})
     la, lb = a[1].within, b[1].within
-    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth),
+    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=rate(la.bandwidth, lb.bandwidth),
                                   rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
                                   solo_bytes=la.solo_bytes))
 
