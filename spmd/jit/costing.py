@@ -47,7 +47,7 @@ def predict(low, network=None, machine=None) -> Cost:
 def leaves_seconds(low, machine) -> float:
     """Machine.leaf for each argument and result leaf of a call beyond the one of each
     that Machine.step was measured with (the arguments a call passes: static ones are
-    not leaves). None without a mesh: its leaves are the caller's numpy arrays."""
+    not leaves). 0 without a mesh: its leaves are the caller's numpy arrays, used as they are."""
     if low.mesh is None:
         return 0.0
     g = low.stages["traced"]

@@ -122,9 +122,9 @@ class Machine:
 
     def numpy_argument_seconds(self, nbytes, written=False, private=0.0) -> float:
         """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program
-        writes it) besides the program's run: `placing`, and its bytes. `private`: bytes more copied before the run
-        (private_copy_bytes: the devices' own buffers of a written argument whose shards
-        have replicas), each at the rate of placing one."""
+        writes it) besides the program's run: `placing`, and its bytes. `private`: bytes
+        more copied before the run (private_copy_bytes: the devices' own buffers of a
+        written argument whose shards have replicas), each at the rate of placing one."""
         per = self.argument if self.argument is not None else 2.0 / self.bandwidth
         t = self.placing + float(nbytes) * per + float(private) * per
         if written:
