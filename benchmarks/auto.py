@@ -126,33 +126,42 @@ def fresh_rates():
     """(Machine, Network) measured now (spmd.jit.calibrate.measure), the rates each of the
     4 local devices gets while all run."""
     from spmd.jit.calibrate import measure
-    from spmd.jit.rates import written_back
-    from spmd.sharding.cost_model import Link, Machine, Network
+    from spmd.jit.rates import machine_from
+    from spmd.sharding.cost_model import Link, Network
     m = measure(4)
     mc, w = m["machine"], m["network"]["within"]
-    machine = Machine(flops=mc["flops_devices"], bandwidth=mc["bandwidth_devices"], step=mc["step_devices"],
-                      argument=mc.get("argument"), written=written_back(mc, None), call=mc.get("call_devices", 0.0),
-                      cache_bytes=mc.get("cache_bytes", 0.0), cache_bandwidth=mc.get("cache_bandwidth_devices"))
+    machine = machine_from(mc, 4)
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
-          f"a call {machine.step * 1e6:.0f} us, a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
+          f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a numpy argument "
+          f"{machine.placing * 1e6:.0f} us), a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
           f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us, a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
                                         rendezvous=w.get("rendezvous", 0.0), handoff=w.get("handoff", 0.0),
                                         solo_bytes=w.get("solo_bytes", 0.0)))
 
 
+RATES = ("flops", "bandwidth", "cache_bandwidth")      # (per second: the rest are seconds or bytes)
+
+
 def averaged(a, b):
-    """The mean of two (Machine, Network) measurements, field by field."""
+    """The mean of two (Machine, Network) measurements, field by field: of the seconds
+    per unit of a rate (a rate's harmonic mean), so that one measurement a burst of load
+    made absurdly fast (a difference of two timings that came out near 0) does not take
+    the mean with it."""
     import dataclasses
     from spmd.sharding.cost_model import Link, Network
 
     def mean(x, y):
         return None if x is None or y is None else (x + y) / 2
-    m = dataclasses.replace(a[0], **{f.name: mean(getattr(a[0], f.name), getattr(b[0], f.name))
+
+    def rate(x, y):
+        return None if x is None or y is None else 2 / (1 / x + 1 / y)
+    m = dataclasses.replace(a[0], **{f.name: (rate if f.name in RATES else mean)(getattr(a[0], f.name),
+                                                                                 getattr(b[0], f.name))
                                      for f in dataclasses.fields(a[0])})
     la, lb = a[1].within, b[1].within
-    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=mean(la.bandwidth, lb.bandwidth),
+    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=rate(la.bandwidth, lb.bandwidth),
                                   rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
                                   solo_bytes=la.solo_bytes))
 

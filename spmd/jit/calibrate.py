@@ -16,6 +16,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 (cache_bytes: cache_capacity's measure, over the devices) and the
                 rate of a streaming kernel whose arrays fit it
                 (cache_bandwidth_devices), in a loop as `bandwidth`
+    leaf        seconds a call spends per argument and result leaf (leaf_devices: a
+                tiny program of many leaves against one of one, their kernels' `call`
+                taken off), and per argument given as numpy more (`placing`: splitting
+                it into shards, besides its bytes)
     argument    seconds per byte a call spends on an argument given as numpy (placed on
                 the local devices, or the devices' private copies of one written),
                 `written_back` more per byte where the program writes it (copied back
@@ -114,6 +118,7 @@ def measure(devices=4, quick=False) -> dict:
         out["machine"]["call_devices"] = _kernel_seconds(
             lambda k: spmd.jit(_dots(k), in_shardings=(row, mesh.sharding(None, None)), out_shardings=row),
             (rows8, whole8), runs)
+        out["machine"].update(_leaves(row, out["machine"]["call_devices"], 9 if quick else 33, runs))
         cache = cache_capacity(last_level_cache(), runs)
         if cache:
             # a kernel whose data stays in the cache: three arrays filling half of a
@@ -215,7 +220,9 @@ def _streaming_seconds(make, args, runs, k) -> float:
     cost and the return of its result cancel)."""
     t1 = _median_seconds(make(1), args, runs)
     tk = _median_seconds(make(k), args, runs)
-    return max((tk - t1) / (k - 1), 1e-9)
+    # (a load that slowed the one-step run more than the k-step one leaves no difference:
+    # then the k-step run's time a step, fixed cost and all, which is more than a step takes)
+    return (tk - t1) / (k - 1) if tk > t1 else tk / k
 
 
 def _kernel_seconds(make, args, runs) -> float:
@@ -296,6 +303,39 @@ def _numpy_arguments(devices, row, cols, runs) -> dict:
     # layout: cost_model.private_copy_bytes), which the model prices at `argument`
     private = private_copy_bytes(x.shape, x.itemsize, row, devices)
     return {"argument": argument, "written_back": max(t_write - t_read - private * argument, 0.0) / nbytes}
+
+
+def _plus_total(*xs):
+    """Each argument plus a total of the first (an all_reduce: the ranks run on their
+    own threads, as a program that exchanges does)."""
+    s = xs[0].sum() * 1e-6
+    return tuple(x + s for x in xs)
+
+
+def _leaves(row, call, k, runs) -> dict:
+    """Seconds a call spends per argument and result leaf (`leaf_devices`) and per
+    argument given as a numpy array (`placing`), besides their bytes: a tiny program of
+    k leaves in and out (one kernel each, at `call`) against one of one, on placed
+    arrays and on numpy arrays."""
+    import spmd
+    t = {}
+    for n in (1, k):
+        f = spmd.jit(_plus_total, in_shardings=(row,) * n, out_shardings=(row,) * n)
+        xs = [np.ones((row.mesh.size, 4), np.float32) for _ in range(n)]
+        placed = [spmd.device_put(x, row) for x in xs]
+        f(*placed)
+        got = {False: [], True: []}
+        for _ in range(runs * 3):         # (interleaved: the two see the same load)
+            for numpy in (False, True):
+                a = [x.copy() for x in xs] if numpy else placed
+                t0 = time.perf_counter()
+                f(*a)
+                got[numpy].append(time.perf_counter() - t0)
+        t[n] = statistics.median(got[False]), statistics.median(got[True])
+    more = k - 1
+    leaf = max((t[k][0] - t[1][0]) / more - call, 0.0) / 2
+    placing = max((t[k][1] - t[k][0]) - (t[1][1] - t[1][0]), 0.0) / more
+    return {"leaf_devices": leaf, "placing": placing}
 
 
 def store(rates: dict) -> str:

@@ -30,9 +30,9 @@ def predict(low, network=None, machine=None) -> Cost:
     m, n, source = rates(network, machine, mesh.size if mesh is not None else 1)
     g = low.graph
     out = Cost(program_seconds(g, mesh, m, n))
-    handoff = handoff_seconds(g, mesh, n)
-    out["step_seconds"] += handoff
-    out["seconds"] += handoff
+    fixed = handoff_seconds(g, mesh, n) + leaves_seconds(low, m)
+    out["step_seconds"] += fixed
+    out["seconds"] += fixed
     # the arguments lower() was given as numpy arrays: a call with such arguments on a
     # mesh copies them onto the devices, and back into those the program writes (without
     # a mesh the program reads and writes the caller's arrays)
@@ -42,6 +42,16 @@ def predict(low, network=None, machine=None) -> Cost:
     out["peak_bytes"] = low.memory()["peak_bytes"]
     out.update(machine=m, network=n, source=source)
     return out
+
+
+def leaves_seconds(low, machine) -> float:
+    """Machine.leaf for each argument and result leaf of a call beyond the one of each
+    that Machine.step was measured with (the arguments a call passes: static ones are
+    not leaves). 0 without a mesh: its leaves are the caller's numpy arrays, used as they are."""
+    if low.mesh is None:
+        return 0.0
+    g = low.stages["traced"]
+    return machine.leaf * (max(len(g.inputs) - 1, 0) + max(len(g.outputs) - 1, 0))
 
 
 def numpy_arguments_seconds(low, machine) -> float:

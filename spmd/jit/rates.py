@@ -57,19 +57,7 @@ def rates(network=None, machine=None, devices=1) -> tuple:
     if machine is None:
         m = (got or {}).get("machine")
         if m:
-            def rate(k):           # a program on several devices: the rate each gets while all run
-                return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
-            # a numpy argument is copied by the calling thread alone: where its rates were
-            # not measured, copies at one device's bandwidth (Machine.numpy_argument_seconds)
-            alone = float(m.get("bandwidth") or Machine().bandwidth)
-            machine = Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
-                              step=float(rate("step") or Machine().step),
-                              argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
-                              written=written_back(m, 4.0 / alone),
-                              call=float(rate("call") or Machine().call),
-                              cache_bytes=float(m.get("cache_bytes") or 0.0) if devices > 1 else 0.0,
-                              cache_bandwidth=float(m["cache_bandwidth_devices"])
-                              if devices > 1 and m.get("cache_bandwidth_devices") else None)
+            machine = machine_from(m, devices)
             source = f"calibrated {got.get('measured', '')}".strip()
         else:
             machine = Machine()
@@ -85,6 +73,29 @@ def rates(network=None, machine=None, devices=1) -> tuple:
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source
+
+
+def machine_from(m, devices=1) -> Machine:
+    """The Machine of a calibration's `machine` entry (calibrate.measure) for a program on
+    `devices` devices: on more than one, the rates measured with several devices running
+    at once (flops_devices, bandwidth_devices, step_devices, call_devices), the cache's
+    share of a device and the cost of a call's leaves."""
+    def rate(k):           # a program on several devices: the rate each gets while all run
+        return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
+    # a numpy argument is copied by the calling thread alone: where its rates were
+    # not measured, copies at one device's bandwidth (Machine.numpy_argument_seconds)
+    alone = float(m.get("bandwidth") or Machine().bandwidth)
+    several = devices > 1
+    return Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
+                   step=float(rate("step") or Machine().step),
+                   argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
+                   written=written_back(m, 4.0 / alone),
+                   call=float(rate("call") or Machine().call),
+                   cache_bytes=float(m.get("cache_bytes") or 0.0) if several else 0.0,
+                   cache_bandwidth=float(m["cache_bandwidth_devices"])
+                   if several and m.get("cache_bandwidth_devices") else None,
+                   leaf=float(m.get("leaf_devices") or 0.0) if several else 0.0,
+                   placing=float(m.get("placing") or 0.0) if several else 0.0)
 
 
 def written_back(m, default) -> float:

@@ -96,6 +96,13 @@ class Machine:
     # one rate for all
     cache_bytes: float = 0.0
     cache_bandwidth: float | None = None
+    # a call's seconds per argument and result leaf beyond the one of each that `step`
+    # was measured with (each rank checks, addresses and returns its buffers from Python,
+    # and the caller makes an spmd.Array of each result: a training step's parameters
+    # and optimizer state are many leaves); `placing`: more seconds per argument given as
+    # a numpy array (splitting it into the devices' shards, besides its bytes at `argument`)
+    leaf: float = 0.0
+    placing: float = 0.0
 
     def stream_seconds(self, near, far) -> float:
         """Seconds to move `near` bytes the cache holds (at `cache_bandwidth`) and `far`
@@ -115,11 +122,11 @@ class Machine:
 
     def numpy_argument_seconds(self, nbytes, written=False, private=0.0) -> float:
         """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program
-        writes it) besides the program's run. `private`: bytes more copied before the run
-        (private_copy_bytes: the devices' own buffers of a written argument whose shards
-        have replicas), each at the rate of placing one."""
+        writes it) besides the program's run: `placing`, and its bytes. `private`: bytes
+        more copied before the run (private_copy_bytes: the devices' own buffers of a
+        written argument whose shards have replicas), each at the rate of placing one."""
         per = self.argument if self.argument is not None else 2.0 / self.bandwidth
-        t = float(nbytes) * per + float(private) * per
+        t = self.placing + float(nbytes) * per + float(private) * per
         if written:
             t += float(nbytes) * (self.written if self.written is not None else 4.0 / self.bandwidth)
         return t

@@ -36,7 +36,9 @@ def fused_kernels(graph) -> set:
     yet that are stored to memory and read back.
 
     A kernel takes in its producers where all their readers are in it (the LLVM
-    backend's fuser, producer into consumer); a value some reader of which is outside it
+    backend's fuser, producer into consumer, a program output too, which the kernel
+    writes as well: Adam's new m and v, read by the parameter's update); a value some
+    reader of which is outside it
     (an unfused op, or a view an unfused op reads: a stencil's edge row sent by a
     collective_permute) or that readers in several kernels read is stored. A Jacobi
     sweep's new grid is one: its edges go to the neighbours, and the next sweep, which
@@ -65,7 +67,7 @@ def fused_kernels(graph) -> set:
             if outside or r in outputs:
                 alone.add(op)
             continue
-        if len(ids) == 1 and not outside and r not in outputs:
+        if len(ids) == 1 and not outside:      # (a program output too: the kernel writes it on the way)
             kernels[op] = ids
             continue
         kernels[op] = {count}
@@ -97,6 +99,7 @@ class KernelTraffic:
 
     def __init__(self, graph, cache_bytes=0.0):
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
+        self.read_by_fused = {o for op in graph.ops if fuses(op) for o in op.operands}
         self.outputs = set(graph.outputs)
         self.stored = fused_kernels(graph)
         self.first = first_fused_reads(graph)
@@ -137,6 +140,11 @@ class KernelTraffic:
 
     def moved(self, op) -> tuple:
         """(bytes `op` moves that the cache holds, bytes it moves from or to memory,
-        whether it ends a kernel: writes a result to memory)."""
+        whether it ends a kernel: an op that does not fuse; a fused one that writes a
+        result no fused op of its kernel reads on: one stored for other kernels, or read
+        by unfused ops or the program's caller alone. A kernel that writes several results
+        (Adam's m, v and parameter) ends once.)"""
         near, far = self.split[op]
-        return near, far, not fuses(op) or bool(self.values(op)[1])
+        if not fuses(op):
+            return near, far, True
+        return near, far, any(r in self.stored or r not in self.read_by_fused for r in self.values(op)[1])

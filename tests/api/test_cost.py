@@ -117,6 +117,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
     assert got["machine"]["argument"] >= 0 and got["machine"]["written_back"] >= 0
     assert got["machine"]["call"] >= 0 and got["machine"]["call_devices"] >= 0
+    assert got["machine"]["leaf_devices"] >= 0 and got["machine"]["placing"] >= 0
 
 
 def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
@@ -275,11 +276,12 @@ def test_a_kernel_whose_data_fits_the_cache_streams_at_the_cache_rate():
     row = MESH.sharding("data", None)
     f = spmd.jit(lambda u: np.tanh(u) * 2.0 + u.T, in_shardings=(row,))
     low = f.lower(u)
-    memory_only = low.cost(machine=Machine(bandwidth=1e9, call=0.0), network=Network())["compute_seconds"]
-    cached = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 20, cache_bandwidth=1e10),
+    # (tanh's flops, at a rate that leaves the bytes to decide)
+    memory_only = low.cost(machine=Machine(flops=1e12, bandwidth=1e9, call=0.0), network=Network())["compute_seconds"]
+    cached = low.cost(machine=Machine(flops=1e12, bandwidth=1e9, call=0.0, cache_bytes=1 << 20, cache_bandwidth=1e10),
                       network=Network())["compute_seconds"]
     assert cached < memory_only / 5          # (its flops, at the compute rate, are left)
-    big = low.cost(machine=Machine(bandwidth=1e9, call=0.0, cache_bytes=1 << 10, cache_bandwidth=1e10),
+    big = low.cost(machine=Machine(flops=1e12, bandwidth=1e9, call=0.0, cache_bytes=1 << 10, cache_bandwidth=1e10),
                    network=Network())["compute_seconds"]
     assert big == pytest.approx(memory_only)                # larger than the cache: memory's rate
 
@@ -468,3 +470,68 @@ def test_a_grid_the_next_sweep_reads_after_a_sweeps_bytes_comes_from_memory():
         return sum(t.split[op][1] for op in readers if any(t.first.get(o) is op for o in op.operands if o in stored))
     assert far(1.5 * block) >= 2 * block            # both stored grids from memory
     assert far(3 * block) == 0
+
+
+def test_a_calls_leaves_cost_machine_leaf_and_its_numpy_arguments_placing():
+    """A training step passes its parameters and optimizer state as many leaves: each
+    argument and result leaf beyond the one of each Machine.step was measured with costs
+    Machine.leaf (the ranks and the caller handle it from Python), and each argument given
+    as numpy Machine.placing more (split into its shards), besides its bytes."""
+    import dataclasses
+    row = MESH.sharding("data", None)
+    p = {f"w{i}": np.ones((8, 4), np.float32) for i in range(5)}
+    def jitted():
+        return spmd.jit(lambda p: {k: v * 2.0 for k, v in p.items()}, in_shardings=({k: row for k in p},))
+    low = jitted().lower(p)
+    base = Machine(argument=0.0, written=0.0)
+    some = dataclasses.replace(base, leaf=1e-3, placing=1e-2)
+    c0, c1 = (low.cost(machine=m, network=Network()) for m in (base, some))
+    assert c1["step_seconds"] - c0["step_seconds"] == pytest.approx((4 + 4) * 1e-3)
+    assert c1["args_seconds"] - c0["args_seconds"] == pytest.approx(5 * 1e-2)
+    placed = jitted().lower({k: spmd.device_put(v, row) for k, v in p.items()}).cost(machine=some, network=Network())
+    assert placed["args_seconds"] == 0.0
+    assert placed["step_seconds"] == pytest.approx(c1["step_seconds"])
+
+
+def test_stored_leaf_and_placing_are_read(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "leaf_devices": 2e-5,
+                                         "placing": 4e-5},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}}}))
+    os.utime(f, ns=(10**18 + 17, 10**18 + 17))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    m = R.rates(devices=4)[0]
+    assert (m.leaf, m.placing) == (2e-5, 4e-5)
+    assert (R.rates(devices=1)[0].leaf, R.rates(devices=1)[0].placing) == (0.0, 0.0)   # (no mesh: numpy in and out)
+
+
+def test_a_transcendental_function_costs_its_code_not_its_polynomials_multiply_adds():
+    """exp costs what the backend's code for it takes against a matrix product's rate
+    (~50 of its flops an element on x86-64), far more than a multiply; a kernel of
+    exps is priced at that where memory is fast."""
+    x = np.ones((256, 64), np.float32)
+    fast_memory = Machine(flops=1e9, bandwidth=1e18, call=0.0)
+
+    def seconds(f):
+        return spmd.jit(f).lower(x).cost(machine=fast_memory, network=Network())["compute_seconds"]
+    assert seconds(np.exp) >= 40 * x.size / 1e9
+    assert seconds(np.tanh) >= 40 * x.size / 1e9
+    assert seconds(lambda x: x * 2.0) <= 2 * x.size / 1e9
+
+
+def _adam(p, m, v, g):
+    m = 0.9 * m + 0.1 * g
+    v = 0.99 * v + 0.01 * g * g
+    return p - 1e-3 * m / (np.sqrt(v) + 1e-8), m, v
+
+
+def test_a_kernel_writing_several_results_pays_one_call():
+    """Adam's update of a parameter is one fused kernel that writes the new m and v (read
+    on by the parameter's update) and the parameter: one Machine.call, not one per result."""
+    row = MESH.sharding("data", None)
+    args = [np.ones((64, 8), np.float32) for _ in range(4)]
+    low = spmd.jit(_adam, in_shardings=(row,) * 4).lower(*args)
+    c = low.cost(machine=Machine(flops=1e18, bandwidth=1e18, call=1e-3), network=Network())
+    assert c["compute_seconds"] == pytest.approx(1e-3, rel=1e-6)

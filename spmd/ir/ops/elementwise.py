@@ -53,6 +53,13 @@ def sampled(allowed):
     return tuple(d for d in allowed if d not in SMALL_INTS)
 
 
+# an op's flops are what it costs in a matrix product's flops (a float32 multiply-add
+# counts two), the rate the cost model divides them by (Machine.flops): an add or a
+# multiply one; a function the seconds the LLVM backend's code for it takes against that
+# rate (x86-64, an element of float32: exp 0.75 ns beyond a multiply-add where a matrix
+# product runs 65 GFLOP/s, ~50; tanh ~60, log ~80, log1p ~90, sin and cos, a call into
+# libm, ~200 and more), not the multiply-adds of its polynomial, which run far below the
+# product's rate
 def _flops_n(n):
     return lambda ins, out, attrs: n * int(np.prod(out.shape, dtype=np.int64))
 
@@ -322,20 +329,20 @@ unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM
 unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
       scalar=lambda b, x: b.floor(x))
 unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, MULTIPLY, ct, op.result),), FLOAT + CPLX,
-      scalar=lambda b, x: b.exp(x), flops=8)
+      scalar=lambda b, x: b.exp(x), flops=50)
 unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[0]),), FLOAT + CPLX,
-      scalar=lambda b, x: b.log(x), flops=8)
+      scalar=lambda b, x: b.log(x), flops=80)
 unary("log1p", _cast_ref(np.log1p),
       lambda g, op, ct: (E(g, DIVIDE, ct, E(g, ADD, op.operands[0], const_like(g, ct, 1.0))),),
-      scalar=lambda b, x: b.log1p(x), flops=8)
+      scalar=lambda b, x: b.log1p(x), flops=90)
 unary("tanh", _cast_ref(np.tanh),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, SUBTRACT, const_like(g, ct, 1.0),
                                                  E(g, MULTIPLY, op.result, op.result))),),
-      scalar=lambda b, x: b.tanh(x), flops=10)
+      scalar=lambda b, x: b.tanh(x), flops=60)
 unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, MULTIPLY, op.result,
                                                  E(g, SUBTRACT, const_like(g, ct, 1.0), op.result))),),
-      scalar=lambda b, x: b.logistic(x), flops=10)
+      scalar=lambda b, x: b.logistic(x), flops=70)
 unary("sqrt", _cast_ref(np.sqrt),
       lambda g, op, ct: (E(g, DIVIDE, E(g, MULTIPLY, ct, const_like(g, ct, 0.5)), op.result),),
       FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=4)
@@ -344,10 +351,10 @@ unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
                                                  op.operands[0])),),
       scalar=lambda b, x: b.rsqrt(x), flops=5)
 unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, COS, op.operands[0])),),
-      scalar=lambda b, x: b.sin(x), flops=8)
+      scalar=lambda b, x: b.sin(x), flops=210)
 unary("cos", _cast_ref(np.cos),
       lambda g, op, ct: (E(g, NEGATE, E(g, MULTIPLY, ct, E(g, SIN, op.operands[0]))),),
-      scalar=lambda b, x: b.cos(x), flops=8)
+      scalar=lambda b, x: b.cos(x), flops=240)
 
 
 # -- compare, select, convert --------------------------------------------------------------
