@@ -48,6 +48,7 @@ from . import control, core
 from .functionalize import is_scalar
 from .numpy_buffers import NumpyBuffer
 from .returned_scalars import code_position, source_tree
+from ..errors import ConcreteValueError, SpmdError
 from .trace import Tracer, current_trace
 
 MODULE = "__spmd_loops"
@@ -133,24 +134,48 @@ def loop_needing_value(codes, tb=None):
         if not frames or frames[0][0].f_code not in codes:
             return None
     path, (frame, lasti) = (), frames[0]
+    at = frame                      # the frame whose position is asked (frame's, or a branch's of it)
+    inward = True
     for inner, inner_lasti in frames[1:]:
         name = inner.f_code.co_name
+        if name.startswith("__spmd_") and inner.f_code in at.f_code.co_consts:
+            at, lasti = inner, inner_lasti      # a converted if's branch (run by spmd.cond): frame's lines
+            continue
         called = frame.f_globals.get(name)
-        if not (isinstance(called, types.FunctionType) and called.__code__ is inner.f_code):
-            break                   # (spmd's own frames, a method, a function passed in)
-        path, frame, lasti = path + (name,), inner, inner_lasti
+        if inward and at is frame and isinstance(called, types.FunctionType) and called.__code__ is inner.f_code:
+            path, frame, lasti = path + (name,), inner, inner_lasti
+            at = frame
+        else:
+            inward = False          # (spmd's own frames, a method, a function passed in)
     code = codes.get(frame.f_code) or _ORIGINAL.get(frame.f_code, frame.f_code)
-    pos = code_position(frame.f_code, lasti)
+    pos = code_position(at.f_code, lasti)
     fn_node = _function_node(code)
     if pos is None or fn_node is None:
         return None
+    breaks = set()
     for node in ast.walk(fn_node):
         if isinstance(node, ast.While) and _contains(node.test, pos):
             return path, loop_key(node)
         brk = _break_if(node) if isinstance(node, ast.For) else None
-        if brk is not None and _contains(brk.test, pos):
+        if brk is not None:
+            breaks.add(id(brk))
+            if _contains(brk.test, pos):
+                return path, loop_key(node)
+    for node in ast.walk(fn_node):
+        if isinstance(node, ast.If) and id(node) not in breaks and _contains(node.test, pos) and _if_takes(node):
             return path, loop_key(node)
     return None
+
+
+def _if_takes(node) -> bool:
+    """Could visit_If rewrite this if statement (checked before asking for it: a refusal
+    drops every conversion of the function)?"""
+    try:
+        _check_body(node.body + node.orelse)
+        assigned, inplace = _stores(node.body + node.orelse)
+    except Refused:
+        return False
+    return not assigned & inplace
 
 
 # -- static analysis -------------------------------------------------------------------------------
@@ -302,8 +327,13 @@ class _Rewriter(ast.NodeTransformer):
             return self.generic_visit(node)
         if node.orelse:
             raise Refused("a while loop with else:")
+        original = node
         _check_body([node.test] + node.body)
         names, inplace = _carried(self.fn_node, node, node.body, _reads(node.test))
+        reads = _loop_reads(node)
+        # an if on data in the body, rewritten where it is (in the function's tree, so its
+        # analysis sees this loop around it); this loop's own was done as written
+        node = self.generic_visit(node)
         k, self.n = self.n, self.n + 1
         st = _tuple(names)
         cond = _parse(f"def __spmd_cond{k}(__spmd_s):\n    {st} = __spmd_s\n    return 0\n", node)
@@ -311,9 +341,37 @@ class _Rewriter(ast.NodeTransformer):
         body = _parse(f"def __spmd_body{k}(__spmd_s):\n    {st} = __spmd_s\n    return {st}\n", node)
         body[0].body[1:1] = node.body
         call = _parse(f"{st} = {MODULE}.run_while(__spmd_cond{k}, __spmd_body{k}, "
-                      f"{MODULE}.state(locals(), {names!r}, {inplace!r}, {_loop_reads(node)!r}))\n", node)
-        self.done.add(loop_key(node))
+                      f"{MODULE}.state(locals(), {names!r}, {inplace!r}, {reads!r}))\n", node)
+        self.done.add(loop_key(original))
         return cond + body + call
+
+    def visit_If(self, node):
+        if loop_key(node) not in self.keys:
+            return self.generic_visit(node)
+        original = node
+        branches = node.body + node.orelse
+        _check_body(branches)
+        assigned, inplace = _stores(branches)
+        live = _exposed(node.body) | _exposed(node.orelse) | _read_after(self.fn_node, node)
+        both = assigned & inplace & live
+        if both:
+            raise Refused(f"{sorted(both)} both rebound and written in place in the if statement")
+        names, inplace = sorted((assigned | inplace) & live), sorted(inplace & live)
+        definite = sorted(_definite_all(node.body) & _definite_all(node.orelse))
+        reads = sorted(_reads(node))
+        node = self.generic_visit(node)                 # (an elif on data: an if in its else)
+        k, self.n = self.n, self.n + 1
+        st = _tuple(names)
+        out = []
+        for part, stmts in (("then", node.body), ("else", node.orelse)):
+            fdef = _parse(f"def __spmd_{part}{k}(__spmd_s):\n    {st} = __spmd_s\n    return {st}\n", node)
+            fdef[0].body[1:1] = stmts
+            out += fdef
+        call = _parse(f"{st} = {MODULE}.run_if(0, __spmd_then{k}, __spmd_else{k}, locals(), {names!r}, "
+                      f"{inplace!r}, {definite!r}, {reads!r})\n", node)
+        call[0].value.args[0] = _truth_ops(node.test)
+        self.done.add(loop_key(original))
+        return out + call
 
     def visit_For(self, node):
         if loop_key(node) not in self.keys:
@@ -639,3 +697,49 @@ def unless(broke, rest, values):
     t = current_trace()
     outs = control.cond(broke, lambda *s: s, go_on, *_traced(t, values, weak))
     return _rewrapped(outs, weak)
+
+
+UNBOUND = object()      # a name an if statement assigns that was not bound before it
+
+
+def run_if(test, then_fun, else_fun, names_values, names, inplace, definite, reads):
+    """An if statement whose test needed a value of the data, as spmd.cond: both branches
+    traced, the names they assign (`names`) selected by the test. As Python runs it where
+    the test is not traced, and where it cannot be a cond (the test is not one value, the
+    branches leave a name of different kinds -- a Python number and a numpy value --, or
+    the state is not arrays and numbers): then bool(test) is the graph break it was."""
+    full = tuple(names_values.get(n, UNBOUND) for n in names)
+    if not isinstance(test, Tracer) or test.shape != ():
+        return tuple(then_fun(full) if test else else_fun(full))
+    bound = [n for n in names if n in names_values]
+    if any(n not in names_values and n not in definite for n in names):
+        return tuple(then_fun(full) if test else else_fun(full))
+    try:
+        values, weak, written = state(names_values, bound, inplace, reads)
+    except Refused:
+        return tuple(then_fun(full) if test else else_fun(full))
+    t = current_trace()
+    kinds = {}
+
+    def branch(fun):
+        def run(*s):
+            given = iter(_rewrapped(s, weak))
+            out = tuple(fun(tuple(next(given) if n in names_values else UNBOUND for n in names)))
+            if any(v is UNBOUND for v in out):
+                raise Refused("a name the branch leaves unbound")
+            kinds[fun] = tuple(_weak(v) for v in out)
+            return out
+        return run
+    try:
+        outs = control.cond(_truth(test), branch(then_fun), branch(else_fun), *_traced(t, values, weak))
+    except ConcreteValueError:
+        raise                       # (a value a branch asks for: jit converts or drops the conversions)
+    except (Refused, SpmdError):
+        return tuple(then_fun(full) if test else else_fun(full))
+    if kinds.get(then_fun) != kinds.get(else_fun):
+        return tuple(then_fun(full) if test else else_fun(full))
+    outs = _rewrapped(outs, kinds[then_fun])
+    at = {n: i for i, n in enumerate(bound)}
+    before = tuple(values[at[n]] if n in at else UNBOUND for n in names)
+    flags = tuple(n in at and written[at[n]] for n in names)
+    return _written_back(before, outs, flags)

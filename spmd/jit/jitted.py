@@ -172,7 +172,13 @@ class Jitted:
             except _ConvertLoop as e:
                 self._loops = self._loops | {e.key}
             except Exception as e:
-                if fn is not self.fn:
+                # (an if on data inside a converted if's branch: spmd.cond traced the
+                # branch, where a value cannot be asked for, so the error names it)
+                inner = lc.loop_needing_value({fn.__code__: self.fn.__code__}, e.__traceback__) \
+                    if isinstance(e, ConcreteValueError) and fn is not self.fn else None
+                if inner is not None and inner not in self._loops:
+                    self._loops = self._loops | {inner}
+                elif fn is not self.fn:
                     if isinstance(e, gb.BreakLimit):
                         # its loops traced: what stops it is further on, and the user's
                         # fix is there (as written, tracing would stop at a converted loop)

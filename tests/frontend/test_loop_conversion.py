@@ -401,3 +401,112 @@ def test_the_fallback_warning_names_the_code_that_needs_values_not_a_converted_l
     msgs = [str(w.message) for w in rec if issubclass(w.category, FallbackWarning)]
     line = _converted_then_a_path_walk.__code__.co_firstlineno + 5
     assert len(msgs) == 1 and f"test_loop_conversion.py:{line}" in msgs[0], msgs
+
+
+# ----------------------------------------------------------------- if statements on data
+def clip_step(u, v, cap):
+    dt = 0.5 * np.min(1.0 / (np.abs(v) + 1.0))
+    capped = False
+    if dt > cap:                                   # a CFL-like clip
+        dt = dt * 0 + cap
+        capped = True
+    u = u + dt * v
+    if np.max(np.abs(u)) > 10.0:                   # both branches assign
+        u = u / np.max(np.abs(u)) * 10.0
+    elif u.sum() < 0:
+        u = -u
+    else:
+        u = u + 1.0
+    return u, dt, capped
+
+
+def in_a_loop(x, k):
+    acc = 0.0 * x
+    for i in range(k):
+        if x[i] > 0.5 and x.sum() > 1:
+            acc = acc + x * i
+        y = acc * 2                                # assigned in the branch's absence: not carried
+    return acc, y
+
+
+def assigned_in_both(x):
+    if x.mean() > 0:
+        z = x * 2
+    else:
+        z = x - 3
+    return z
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 99), scale=st.sampled_from([0.01, 1.0, 100.0]), sign=st.sampled_from([1.0, -1.0]),
+       dt=st.sampled_from([np.float32, np.float64]), cap=st.sampled_from([0.01, 0.3]))
+def test_an_if_on_data_is_a_cond_with_numpys_values(seed, scale, sign, dt, cap):
+    rng = np.random.default_rng(seed)
+    u, v = (sign * rng.random(8) * scale).astype(dt), (rng.random(8) * scale).astype(dt)
+    want = clip_step(u.copy(), v, cap)
+    arg = u.copy()
+    got, warned = run(clip_step, arg, v, cap, static=(2,))
+    assert warned == 0
+    for r in got:
+        same(r[0], want[0])
+        same(r[1], want[1])
+        assert bool(r[2]) == want[2]
+
+
+@pytest.mark.parametrize("f,args,static", [(in_a_loop, (np.linspace(0, 1, 6), 6), (1,)),
+                                           (assigned_in_both, (np.arange(4.0) - 1,), ()),
+                                           (assigned_in_both, (np.arange(4.0) - 3,), ())])
+def test_ifs_in_loops_and_names_bound_only_in_the_branches(f, args, static):
+    got, warned = run(f, *args, static=static)
+    assert warned == 0
+    want = f(*args)
+    for r in got:
+        for g, w in zip(r if isinstance(r, tuple) else (r,), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-13)
+
+
+def test_an_if_whose_branches_leave_a_python_number_and_an_array_stays_a_graph_break():
+    """t is a Python float on one side and numpy's float on the other: with a float32 array
+    they promote differently, so no cond can give both: the graph break, numpy's values."""
+    def f(u, v, t):
+        dt = 0.5 * np.min(v)
+        if t + dt > 1.0:
+            dt = 1.0 - t
+        return u + dt * u, t + dt
+    u, v = np.arange(4, dtype=np.float32), np.ones(4)
+    for t in (0.0, 0.9):
+        got, warned = run(f, u, v, t)
+        assert warned > 0
+        want = f(u, v, t)
+        for r in got:
+            same(r[0], want[0])
+            np.testing.assert_allclose(float(np.asarray(r[1])), want[1])
+
+
+def if_in_a_while(x, s):
+    while s.sum() < 10:
+        s = s + x                      # x, read at the loop's top, is the if's to carry
+        if x.sum() > 0:
+            x = x - 0.1
+    return s, x
+
+
+def if_in_a_static_for(x):
+    s = x * 0
+    for _ in range(5):
+        s = s + x
+        if x.sum() > 1:
+            x = x * 0.5
+    return s, x
+
+
+@pytest.mark.parametrize("f,args", [(if_in_a_while, (np.ones(3), np.zeros(3))),
+                                    (if_in_a_while, (-np.ones(3), np.full(3, 11.0))),
+                                    (if_in_a_static_for, (np.ones(3),)), (if_in_a_static_for, (np.full(3, 0.1),))])
+def test_an_if_in_a_loop_carries_what_the_next_iteration_reads(f, args):
+    got, warned = run(f, *args)
+    assert warned == 0
+    want = f(*[a.copy() for a in args])
+    for r in got:
+        for g, w in zip(r, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-13)
