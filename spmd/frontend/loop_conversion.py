@@ -709,15 +709,18 @@ def run_if(test, then_fun, else_fun, names_values, names, inplace, definite, rea
     branches leave a name of different kinds -- a Python number and a numpy value --, or
     the state is not arrays and numbers): then bool(test) is the graph break it was."""
     full = tuple(names_values.get(n, UNBOUND) for n in names)
-    if not isinstance(test, Tracer) or test.shape != ():
+
+    def as_python():
         return tuple(then_fun(full) if test else else_fun(full))
+    if not isinstance(test, Tracer) or test.shape != ():
+        return as_python()
     bound = [n for n in names if n in names_values]
     if any(n not in names_values and n not in definite for n in names):
-        return tuple(then_fun(full) if test else else_fun(full))
+        return as_python()
     try:
         values, weak, written = state(names_values, bound, inplace, reads)
     except Refused:
-        return tuple(then_fun(full) if test else else_fun(full))
+        return as_python()
     t = current_trace()
     kinds = {}
 
@@ -735,9 +738,9 @@ def run_if(test, then_fun, else_fun, names_values, names, inplace, definite, rea
     except ConcreteValueError:
         raise                       # (a value a branch asks for: jit converts or drops the conversions)
     except (Refused, SpmdError):
-        return tuple(then_fun(full) if test else else_fun(full))
+        return as_python()
     if kinds.get(then_fun) != kinds.get(else_fun):
-        return tuple(then_fun(full) if test else else_fun(full))
+        return as_python()
     outs = _rewrapped(outs, kinds[then_fun])
     at = {n: i for i, n in enumerate(bound)}
     before = tuple(values[at[n]] if n in at else UNBOUND for n in names)

@@ -199,13 +199,8 @@ def updated_in_place(body, bsched, seg, nc) -> set:
                 or g.inputs.count(x) != 1 or x in g.outputs or y in bsched.views \
                 or any(bsched.views.get(v) is x for v in bsched.views):
             continue
-        at = pos[y]
-        late = False
-        for k in seg.steps:
-            st = steps[k]
-            reads = st.kernel.inputs if hasattr(st, "kernel") else st.operands
-            if k != at and x in reads and k > at:
-                late = True
+        late = any(k > pos[y] and x in (steps[k].kernel.inputs if hasattr(steps[k], "kernel") else steps[k].operands)
+                   for k in seg.steps)
         if not late and body.out_first.get(j) is y:
             out.add(j)
     return out

@@ -13,10 +13,12 @@ iteration's value read two iterations later, or after the loop; an index that ch
 each time, such as `x[i]`) is not a repeat, and the ops stay as they are.
 
 An index that steps by the same amount each iteration (`for b in range(n): ... x[b] ...
-y[b] = ...`, traced as a slice at b and integer constants b) is part of the repeat: its
-blocks differ only in an integer constant's value or a slice's start, and those are
-c0 + j*d at block j. The scan then carries a counter j, and the body computes the
-constant from it, and takes the slice with dynamic_slice at the computed start.
+y[b] = ...`, traced as a slice at b, a pad to b and constants b) is part of the repeat:
+its blocks differ only in a constant's value (integers, or floats that are whole
+numbers), a slice's start or a pad's offsets, and those are c0 + j*d at block j. The
+scan then carries a counter j, and the body computes the constant from it, takes the
+slice with dynamic_slice at the computed start, and writes the padded operand there
+with dynamic_update_slice.
 
 Loops are rolled when they pay: at least MIN_REPEATS iterations covering at least
 SPMD_ROLL_MIN_OPS ops (default 256); SPMD_ROLL=0 turns rolling off. A rolled body is
@@ -110,8 +112,9 @@ def _signatures(ops, exact=False) -> list:
 
 
 def _stepping(op):
-    """For an op whose value may step from block to block (an integer constant, a slice's
-    start), what must stay the same: its key in place of its attributes. Else None."""
+    """For an op whose value may step from block to block (an integer or float constant,
+    a slice's start, a pad's offsets), what must stay the same: its key in place of its
+    attributes. Else None."""
     if op.name == CONSTANT:
         v = op.attrs["value"]
         if isinstance(v, np.ndarray) and v.dtype.kind in "if":
@@ -142,11 +145,11 @@ def _steps(ops, k, period, reps):
     """{offset: (first, step)} of the stepping ops of the blocks whose values are not all
     equal, and how many blocks from the first step evenly (reps when all do)."""
     steps = {}
+    if reps < 2:
+        return steps, reps
     for i in range(period):
         op = ops[k + i]
         if _stepping(op) is None:
-            continue
-        if reps < 2:
             continue
         if op.name == CONSTANT and all(_same_value(op, ops[k + j * period + i]) for j in range(1, reps)):
             continue
