@@ -58,19 +58,25 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
     try:
         line = p.stdout.readline()
         assert line.strip() == "READY", p.stderr.read() if p.poll() is not None else line
-        found = {}
-        ray_reaper.note(p.pid, -1, found)
-        noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
+        # the agents start once the ranks are up (ray_agent_later.py): each process by its
+        # program, the first words of its command (the raylet's names the dashboard agent's
+        # script further on, and so does an agent's still waiting to start)
+        deadline = time.monotonic() + 20
+        while True:
+            found = {}
+            ray_reaper.note(p.pid, -1, found)
+            noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
+            heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
+            agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+            env_agent = [pid for pid, h in heads.items() if "RuntimeEnvAgent" in h or "runtime_env/agent/main.py" in h]
+            if (agent and env_agent) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         cmds = " | ".join(c[:150] for _, c in noted.values())
-        # each process by its program: the first words of its command (the raylet's names
-        # the dashboard agent's script further on)
-        heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
-        agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
-        env_agent = [pid for pid, h in heads.items() if "RuntimeEnvAgent" in h or "runtime_env/agent/main.py" in h]
         ranks = [pid for pid, h in heads.items() if "RankActor" in h]
         # the processes of a Ray node, its agents, rank 1's actor (rank 0 runs in the
         # driver: transports/ray/ray_driver_rank.py), and the reaper
-        for part in ("gcs_server", "raylet", "ray_reaper.py"):
+        for part in ("gcs_server", "raylet", "ray_reaper.py", "log_monitor.py"):
             assert part in cmds, (part, cmds)
         assert len(agent) == 1 and len(env_agent) == 1 and len(ranks) == 1, cmds
         # the ranks run as any program does, the agents below them: the dashboard's (serving
@@ -225,3 +231,38 @@ print(float(jit(lambda v: v.sum())(a)), float(np.sum(a * 2)))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
     assert p.returncode == 0 and p.stdout.split() == ["6.0", "12.0"], p.stderr
 
+
+def test_an_agent_started_later_waits_for_the_word_then_becomes_its_command(tmp_path):
+    """ray_agent_later.py, in front of an agent's command: nothing of the command runs
+    until the go file exists; then it runs as that process (exec), at the niceness given."""
+    go, out = tmp_path / "go", tmp_path / "out"
+    command = [sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(f'{{os.getpid()}} {{os.nice(0)}}')"]
+    later = os.path.join(ROOT, "spmd", "transports", "ray", "ray_agent_later.py")
+    p = subprocess.Popen([sys.executable, "-S", later, str(go), "7"] + command)
+    try:
+        time.sleep(1.0)
+        assert p.poll() is None and not out.exists()       # still waiting, the command not run
+        go.touch()
+        assert p.wait(30) == 0
+        pid, nice = out.read_text().split()
+        assert int(pid) == p.pid and int(nice) == 7
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_what_a_rank_actor_prints_reaches_the_driver():
+    """The log monitor of a private Ray starts once the ranks are up (ray_private.ranks_up)
+    and forwards what an actor printed (Ray reads its output files from their start)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    code = """
+import time, spmd
+rt = spmd.init(backend="ray", num_devices=2)
+rt.call_on(1, lambda: print("from rank one", flush=True))
+time.sleep(5)          # Ray forwards the actor's lines with a lag
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "from rank one" in p.stdout + p.stderr, (p.stdout, p.stderr[-3000:])
