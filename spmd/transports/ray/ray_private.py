@@ -26,15 +26,17 @@ the ranks are starting on. So:
   ray_worker_setup.py, which needs only the standard library, instead of Ray's
   setup_worker.py, which imports ray (~0.5 s of CPU) before the worker imports it
   again; a worker with a runtime env still goes through Ray's script;
-- the raylet's two agents and Ray's log monitor start once the rank actors are up
+- the runtime-env agent and Ray's log monitor start once the rank actors are up
   (`ranks_up`; an agent's command is run through spmd's ray_agent_later.py, which
-  waits for the word): each imports ray and its modules, ~1 s of CPU each on a 2-core
-  machine, while the rank actor's worker imports ray too and the driver's ray.init
-  waits for that worker to register (that worker's start took 2.4 s of a 2-rank
-  start with them under a load of 3, 1.05 s without them under a load of 4). Nothing
-  of a start needs them: the agents' ports are written before, and the log monitor
-  reads the actors' output files from their start. Then the dashboard agent, which
-  serves nothing spmd uses, runs at the lowest CPU priority (nice 19); the
+  waits for the word), and the dashboard agent not at all: each imports ray and its
+  modules, 1-2 s of CPU each on a 2-core machine, while the rank actor's worker imports
+  ray too and the driver's ray.init waits for that worker to register (that worker's
+  start took 2.4 s of a 2-rank start with them under a load of 3, 1.05 s without them
+  under a load of 4). Nothing of a start needs them: the agents' ports are written
+  before, and the log monitor reads the actors' output files from their start. The
+  dashboard agent, without the dashboard, serves nothing spmd uses (no metrics, no
+  state API): its ~2 s of CPU would be taken from the ranks' first steps. The log
+  monitor runs at the lowest CPU priority (nice 19), for the same reason; the
   runtime-env agent, which serves only a user's own tasks with a runtime env (a rank
   actor has none), at nice 10;
 - one worker process per rank actor, no more (rank 0 runs in the driver), all at once
@@ -70,8 +72,10 @@ _REAPER = None
 # whether Ray's log monitor waits to be started (`ranks_up`)
 _GO = None
 _LOG_MONITOR_LATER = False
-# each agent's CPU priority, by Ray's name for it
-AGENTS = {"dashboard_agent": 19, "runtime_env_agent": 10}
+# each agent's CPU priority, by Ray's name for it ("never": not started), and the log
+# monitor's
+AGENTS = {"dashboard_agent": "never", "runtime_env_agent": 10}
+LOG_MONITOR_NICENESS = 19
 
 
 def start(ranks, num_cpus, **init_kwargs):
@@ -116,9 +120,16 @@ def ranks_up():
     if _LOG_MONITOR_LATER:
         _LOG_MONITOR_LATER = False
         import ray
+        from ray._private import ray_constants
         node = ray._private.worker.global_worker.node
         if node is not None:
             node.start_log_monitor()
+            # (its import of ray, ~1 s of CPU, would be taken from the ranks' first steps)
+            monitor = node.all_processes[ray_constants.PROCESS_TYPE_LOG_MONITOR][0].process
+            try:
+                os.setpriority(os.PRIO_PROCESS, monitor.pid, LOG_MONITOR_NICENESS)
+            except OSError:
+                pass
 
 
 def _free_port(ip):
