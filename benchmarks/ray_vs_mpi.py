@@ -93,20 +93,40 @@ def measure(backend, ranks, n, steps, join=None):
 
 
 def head_node(ranks):
-    """`ray start --head` on loopback with room for the ranks, with a token of its own:
-    (the environment that joins it, a function that stops it)."""
+    """`ray start --head --block` on loopback with room for the ranks, with a token of its
+    own, in a session of its own: (the environment that joins it, a function that stops
+    it: its own processes, by their process group, not every Ray on the machine as
+    `ray stop` would)."""
     import secrets
+    import signal
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.2", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    subprocess.run(["ray", "start", "--head", f"--port={port}", f"--num-cpus={ranks}", "--node-ip-address=127.0.0.2",
-                    "--include-dashboard=false", "--disable-usage-stats"],
-                   check=True, capture_output=True, timeout=300, env=env)
+    head = subprocess.Popen(["ray", "start", "--head", "--block", f"--port={port}", f"--num-cpus={ranks}",
+                             "--node-ip-address=127.0.0.2", "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    for line in head.stdout:             # ray start says so once its node is up
+        if "Ray runtime started" in line:
+            break
+    else:
+        raise RuntimeError(f"ray start --head did not start (exit {head.wait()})")
+
+    def stop():
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(head.pid, sig)
+                head.wait(30)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+            except ProcessLookupError:
+                return
     join = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     join["RAY_ADDRESS"] = f"127.0.0.2:{port}"
-    return join, lambda: subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=300, env=env)
+    return join, stop
 
 
 def spread(v, unit="", fmt=".2f"):
