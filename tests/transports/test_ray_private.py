@@ -4,6 +4,7 @@ ranks ready without the compiler), and nothing of it
 outlives its driver, which is killed here with SIGKILL and SIGTERM.
 """
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -58,30 +59,37 @@ def test_nothing_of_a_private_ray_outlives_its_killed_driver(sig):
     try:
         line = p.stdout.readline()
         assert line.strip() == "READY", p.stderr.read() if p.poll() is not None else line
-        found = {}
-        ray_reaper.note(p.pid, -1, found)
-        noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
-        cmds = " | ".join(c[:150] for _, c in noted.values())
-        # each process by its program: the first words of its command (the raylet's names
-        # the dashboard agent's script further on)
-        heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
-        agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
-        env_agent = [pid for pid, h in heads.items() if "RuntimeEnvAgent" in h or "runtime_env/agent/main.py" in h]
-        ranks = [pid for pid, h in heads.items() if "RankActor" in h]
-        # the processes of a Ray node, its agents, rank 1's actor (rank 0 runs in the
-        # driver: transports/ray/ray_driver_rank.py), and the reaper
-        for part in ("gcs_server", "raylet", "ray_reaper.py"):
-            assert part in cmds, (part, cmds)
-        assert len(agent) == 1 and len(env_agent) == 1 and len(ranks) == 1, cmds
-        # the ranks run as any program does, the agents below them: the dashboard's (serving
-        # nothing spmd uses) lowest, the runtime env's (a user's own tasks) at 10
+        # the runtime-env agent starts once the ranks are up, the dashboard agent never: a
+        # stand-in sleeps in its place (ray_agent_later.py). Each process by its program,
+        # the first words of its command (the raylet's names the agents' scripts further
+        # on, and so does the stand-in's)
         deadline = time.monotonic() + 20
-        while os.getpriority(os.PRIO_PROCESS, agent[0]) != 19 and time.monotonic() < deadline:
+        while True:
+            found = {}
+            ray_reaper.note(p.pid, -1, found)
+            noted = {pid: (start, _cmdline(pid)) for pid, start in found.items()}
+            heads = {pid: " ".join(c.split()[:3]) for pid, (_, c) in noted.items()}
+            agent = [pid for pid, h in heads.items() if "DashboardAgent" in h or "dashboard/agent.py" in h]
+            stand_in = [pid for pid, (_, c) in noted.items() if "ray_agent_later.py" in heads[pid]
+                        and " never " in c and "dashboard/agent.py" in c]
+            env_agent = [pid for pid, h in heads.items() if "RuntimeEnvAgent" in h or "runtime_env/agent/main.py" in h]
+            if env_agent or time.monotonic() > deadline:
+                break
             time.sleep(0.1)
+        cmds = " | ".join(c[:150] for _, c in noted.values())
+        ranks = [pid for pid, h in heads.items() if "RankActor" in h]
+        # the processes of a Ray node, its log monitor, the runtime-env agent, rank 1's
+        # actor (rank 0 runs in the driver: transports/ray/ray_driver_rank.py), and the reaper
+        for part in ("gcs_server", "raylet", "ray_reaper.py", "log_monitor.py"):
+            assert part in cmds, (part, cmds)
+        assert not agent and len(stand_in) == 1 and len(env_agent) == 1 and len(ranks) == 1, cmds
+        # the ranks run as any program does, the runtime env's agent (a user's own tasks)
+        # below them, at 10, and the log monitor at the lowest priority
         while os.getpriority(os.PRIO_PROCESS, env_agent[0]) != 10 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert os.getpriority(os.PRIO_PROCESS, agent[0]) == 19
         assert os.getpriority(os.PRIO_PROCESS, env_agent[0]) == 10
+        monitor = [pid for pid, h in heads.items() if "log_monitor.py" in h]
+        assert len(monitor) == 1 and os.getpriority(os.PRIO_PROCESS, monitor[0]) == 19, cmds
         driver = os.getpriority(os.PRIO_PROCESS, p.pid)
         assert [os.getpriority(os.PRIO_PROCESS, r) for r in ranks] == [driver]
         # lean: neither the autoscaler's monitor nor the dashboard's API server
@@ -225,3 +233,52 @@ print(float(jit(lambda v: v.sum())(a)), float(np.sum(a * 2)))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100)
     assert p.returncode == 0 and p.stdout.split() == ["6.0", "12.0"], p.stderr
 
+
+def test_an_agent_started_later_waits_for_the_word_then_becomes_its_command(tmp_path):
+    """ray_agent_later.py, in front of an agent's command: nothing of the command runs
+    until the go file exists; then it runs as that process (exec), at the niceness given."""
+    go, out = tmp_path / "go", tmp_path / "out"
+    command = [sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(f'{{os.getpid()}} {{os.nice(0)}}')"]
+    later = os.path.join(ROOT, "spmd", "transports", "ray", "ray_agent_later.py")
+    p = subprocess.Popen([sys.executable, "-S", later, str(go), "7"] + command)
+    try:
+        time.sleep(1.0)
+        assert p.poll() is None and not out.exists()       # still waiting, the command not run
+        go.touch()
+        assert p.wait(30) == 0
+        pid, nice = out.read_text().split()
+        assert int(pid) == p.pid and int(nice) == 7
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_what_a_rank_actor_prints_reaches_the_driver():
+    """The log monitor of a private Ray starts once the ranks are up (ray_private.ranks_up)
+    and forwards what an actor printed (Ray reads its output files from their start; at
+    the lowest priority, on a loaded machine that may take seconds)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    code = """
+import time, spmd
+rt = spmd.init(backend="ray", num_devices=2)
+rt.call_on(1, lambda: print("from rank one", flush=True))
+time.sleep(300)
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=env)
+    seen = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and p.poll() is None:
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                seen.append(p.stdout.readline())
+                if "from rank one" in seen[-1]:
+                    break
+        assert seen and "from rank one" in seen[-1], "".join(seen)[-3000:]
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()

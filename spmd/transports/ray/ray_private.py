@@ -26,11 +26,19 @@ the ranks are starting on. So:
   ray_worker_setup.py, which needs only the standard library, instead of Ray's
   setup_worker.py, which imports ray (~0.5 s of CPU) before the worker imports it
   again; a worker with a runtime env still goes through Ray's script;
-- the dashboard agent, which then serves nothing spmd uses, runs at the lowest CPU
-  priority (nice 19): importing its modules takes ~0.9 s of CPU while the ranks'
-  workers start; the runtime-env agent, which serves only a user's own tasks with a
-  runtime env (a rank actor has none), at nice 10: its imports took ~1.2 s of CPU
-  from a 2-rank start on a loaded 2-core machine;
+- the runtime-env agent and Ray's log monitor start once the rank actors are up
+  (`ranks_up`; an agent's command is run through spmd's ray_agent_later.py, which
+  waits for the word), and the dashboard agent not at all: each imports ray and its
+  modules, 1-2 s of CPU each on a 2-core machine, while the rank actor's worker imports
+  ray too and the driver's ray.init waits for that worker to register (that worker's
+  start took 2.4 s of a 2-rank start with them under a load of 3, 1.05 s without them
+  under a load of 4). Nothing of a start needs them: the agents' ports are written
+  before, and the log monitor reads the actors' output files from their start. The
+  dashboard agent, without the dashboard, serves nothing spmd uses (no metrics, no
+  state API): its ~2 s of CPU would be taken from the ranks' first steps. The log
+  monitor runs at the lowest CPU priority (nice 19), for the same reason; the
+  runtime-env agent, which serves only a user's own tasks with a runtime env (a rank
+  actor has none), at nice 10;
 - one worker process per rank actor, no more (rank 0 runs in the driver), all at once
   (`worker_maximum_startup_concurrency`), not one at a time per core: Ray prestarts a
   worker per CPU and holds its first driver's ray.init until all have registered (an
@@ -38,10 +46,12 @@ the ranks are starting on. So:
   when every CPU has a rank (`enable_worker_prestart`); and at the priority of any
   program (`worker_niceness` 0; Ray's 15 left them a sliver of a busy machine, to
   start and then to compute and communicate).
-On 2 cores with a load of ~4-5 from other work, spmd.init(backend="ray", num_devices=4)
-takes ~4.5 s with all of these, ~5.0 without the agent's priority, ~5.9 with none.
-Ray has no option for the first two in ray.init, so its internal switches are set for
-the length of the call; on a Ray without them the start is the ordinary one.
+On 2 cores with a load of ~5 from other work, spmd.init(backend="ray", num_devices=2)
+takes a median 2.6 s with all of these (5.1 s with the agents and the log monitor
+started with the node), num_devices=4 ~5 s (three workers import ray). Ray has no
+option in ray.init for the API server, the monitor, the agents' ports or commands, so
+its internal switches are set for the length of the call; on a Ray without them the
+start is the ordinary one.
 
 Reaping: transports/ray/ray_reaper.py, started first in a session of its own, holds the reading
 end of a pipe whose writing end only this process has; the kernel closes it when this
@@ -56,15 +66,16 @@ import logging
 import os
 import subprocess
 import sys
-import threading
-import time
 
 _REAPER = None
-# the dashboard agent's command before it names itself (the interpreter and its flags
-# come first), and after; the raylet's command names the agent's script too, further on
-DASHBOARD_AGENT = (b"dashboard/agent.py", b"ray::DashboardAgent")
-RUNTIME_ENV_AGENT = (b"runtime_env/agent/main.py", b"ray::RuntimeEnvAgent")
-AGENTS = {DASHBOARD_AGENT: 19, RUNTIME_ENV_AGENT: 10}        # their names -> their niceness
+# the file whose existence tells the waiting agents (ray_agent_later.py) to start, and
+# whether Ray's log monitor waits to be started (`ranks_up`)
+_GO = None
+_LOG_MONITOR_LATER = False
+# each agent's CPU priority, by Ray's name for it ("never": not started), and the log
+# monitor's
+AGENTS = {"dashboard_agent": "never", "runtime_env_agent": 10}
+LOG_MONITOR_NICENESS = 19
 
 
 def start(ranks, num_cpus, **init_kwargs):
@@ -93,9 +104,32 @@ def start(ranks, num_cpus, **init_kwargs):
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_quiet_auth_default)
     # ("Started a local Ray instance." is Ray's INFO line: the start is spmd's business)
     init_kwargs.setdefault("logging_level", logging.WARNING)
-    threading.Thread(target=_lower_agents, name="spmd-ray-agent-priority", daemon=True).start()
     with _lean_head():
         ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
+
+
+def ranks_up():
+    """The rank actors are up: the raylet's agents and Ray's log monitor start now (what
+    the module's docstring says); a no-op when this process started no private Ray, or
+    already said so."""
+    global _GO, _LOG_MONITOR_LATER
+    go, _GO = _GO, None
+    if go is not None:
+        with open(go, "w"):
+            pass
+    if _LOG_MONITOR_LATER:
+        _LOG_MONITOR_LATER = False
+        import ray
+        from ray._private import ray_constants
+        node = ray._private.worker.global_worker.node
+        if node is not None:
+            node.start_log_monitor()
+            # (its import of ray, ~1 s of CPU, would be taken from the ranks' first steps)
+            monitor = node.all_processes[ray_constants.PROCESS_TYPE_LOG_MONITOR][0].process
+            try:
+                os.setpriority(os.PRIO_PROCESS, monitor.pid, LOG_MONITOR_NICENESS)
+            except OSError:
+                pass
 
 
 def _free_port(ip):
@@ -124,70 +158,27 @@ def stop(timeout=10.0):
         reaper.wait()
 
 
-def _lower_agents(seconds=60.0):
-    """The raylet's agents, once it has started them, to a low CPU priority: the dashboard
-    agent to the lowest (it serves nothing spmd uses), the runtime-env agent to 10 (it
-    serves only the runtime envs of a user's own tasks; a rank actor has none)."""
-    deadline = time.monotonic() + seconds
-    left = dict(AGENTS)
-    while left and time.monotonic() < deadline:
-        for pid in _descendants(os.getpid()):
-            args = _cmdline(pid).split(b"\0")[:3]
-            for names, nice in list(left.items()):
-                if any(arg.endswith(names) for arg in args):
-                    try:
-                        os.setpriority(os.PRIO_PROCESS, pid, nice)
-                    except OSError:
-                        pass
-                    del left[names]
-        time.sleep(0.02)
-
-
-def _descendants(pid):
-    """pid's descendants (Linux's /proc/PID/task/TID/children; none where it is absent)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-            found += kids
-            todo += kids
-    return found
-
-
-def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
 @contextlib.contextmanager
 def _lean_head():
     try:
-        from ray._private import node, parameter, utils
+        from ray._private import node, parameter, services, utils
         from ray._raylet import (DASHBOARD_AGENT_LISTEN_PORT_NAME, METRICS_AGENT_PORT_NAME,
                                  METRICS_EXPORT_PORT_NAME, RUNTIME_ENV_AGENT_PORT_NAME, persist_port)
         switches = (parameter.RayParams, "__init__"), (node.Node, "start_api_server"), \
-            (utils, "get_dashboard_dependency_error")
+            (utils, "get_dashboard_dependency_error"), (services, "_build_python_executable_command_memory_profileable")
         saved = [getattr(obj, name) for obj, name in switches]
     except (ImportError, AttributeError):
         yield
         return
-    params_init = saved[0]
+    params_init, python_command = saved[0], saved[3]
 
     def lean_params(self, *args, **kwargs):
+        global _LOG_MONITOR_LATER
         params_init(self, *args, **kwargs)
         self.no_monitor = True
+        if self.include_log_monitor is not False:      # started by ranks_up
+            self.include_log_monitor = False
+            _LOG_MONITOR_LATER = True
         if self.setup_worker_path is None:       # a worker is exec'd without importing ray first
             self.setup_worker_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_setup.py")
         if not self.runtime_env_agent_port:
@@ -206,7 +197,17 @@ def _lean_head():
     def no_dashboard_packages():
         return ImportError("a private Ray of spmd runs the dashboard agent minimal")
 
-    for (obj, name), value in zip(switches, (lean_params, no_api_server, no_dashboard_packages)):
+    def agent_later(component, session_dir, *args, **kwargs):
+        # an agent's command (its script and arguments follow) waits for ranks_up
+        global _GO
+        command = python_command(component, session_dir, *args, **kwargs)
+        if component not in AGENTS:
+            return command
+        _GO = os.path.join(session_dir, "spmd_ranks_up")
+        later = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_agent_later.py")
+        return [sys.executable, "-S", later, _GO, str(AGENTS[component])] + command
+
+    for (obj, name), value in zip(switches, (lean_params, no_api_server, no_dashboard_packages, agent_later)):
         setattr(obj, name, value)
     try:
         yield

@@ -66,7 +66,7 @@ import ray
 from ray import cloudpickle
 
 from ..communicator import collective_timeout
-from . import ray_driver_rank
+from . import ray_driver_rank, ray_private
 from .ray_control import Channel, pack
 from .ray_driver_rank import DriverRank, LocalChannel
 from .ray_rank import Rank
@@ -150,8 +150,6 @@ class RayRuntime(Runtime):
         # in an actor (a cluster this process joined)
         self._here = DriverRank(0) if ray_driver_rank.wanted(self._owns_ray) else None
         self._first = 0 if self._here is None else 1
-        self._pg, actors = place_ranks(RankActor, self._n, first=self._first)
-        self._actors = [None] * self._first + actors      # device -> its actor (None: the driver)
         self._dead = set()
         self._revive_lock = threading.Lock()
         # the run sent and not yet waited for, and the order of runs and requests: each
@@ -160,7 +158,15 @@ class RayRuntime(Runtime):
         self._order = threading.RLock()
         self._channels = {}
         self._sent = {}                                  # device -> program keys its actor has
-        self._setup()
+        try:
+            self._pg, actors = place_ranks(RankActor, self._n, first=self._first)
+            self._actors = [None] * self._first + actors      # device -> its actor (None: the driver)
+            self._setup()
+        finally:
+            # a private Ray's agents and log monitor, held back while the actors start
+            # (transports/ray/ray_private.py), start now (also when they failed to: their
+            # output is then forwarded)
+            ray_private.ranks_up()
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
         self._programs = weakref.WeakKeyDictionary()    # executable -> {mesh: (key, its pickle, silent)}
@@ -606,7 +612,6 @@ class RayRuntime(Runtime):
                     remove_placement_group(self._pg)
                 if self._owns_ray:
                     ray.shutdown()
-                    from . import ray_private
                     ray_private.stop()
         except Exception:      # noqa: BLE001 - shutting down a cluster that is already gone
             pass
