@@ -131,7 +131,8 @@ def fresh_rates():
     m = measure(4)
     mc, w = m["machine"], m["network"]["within"]
     machine = machine_from(mc, 4)
-    print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s, {machine.bandwidth / 1e9:.2f} GB/s "
+    print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s ({machine.product_element * 1e9:.2f} ns a product's element), "
+          f"{machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
           f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a numpy argument "
           f"{machine.placing * 1e6:.0f} us), a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "

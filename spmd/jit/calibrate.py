@@ -2,7 +2,11 @@
 cost model, measured with spmd's own compiled programs and stored for every later process
 (rates.py reads them). It runs in a process of its own: it starts local devices.
 
-    compute     a float32 matrix product on one device: flops per second
+    compute     float32 matrix products on one device, a large one and a chain of thin
+                ones (64 columns): flops per second (`flops`) and the seconds a product
+                spends per element of its operands and result besides (`product_element`:
+                packing them for BLAS and storing the result's tiles), the two products'
+                seconds solved for both
     bandwidth   a fused streaming kernel (x * 0.5 + y, its result carried) run in a loop
                 of a program on one device: bytes read and written per second (the
                 loop's steps against one step, so neither a call's fixed cost nor the
@@ -84,8 +88,9 @@ def measure(devices=4, quick=False) -> dict:
     runs = 3 if quick else 7
     n = 256 if quick else 1024
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    t = _median_seconds(spmd.jit(lambda x, y: x @ y), (a, a), runs)
-    flops = 2.0 * n ** 3 / t
+    thin, w = np.ones((n, THIN), np.float32), np.eye(THIN, dtype=np.float32)
+    flops, element = product_rates(n, *_products_seconds(spmd.jit(lambda x, y: x @ y), (a, a),
+                                                         lambda k: spmd.jit(_dots(k)), (thin, w), runs))
     m = (1 << 18) if quick else (1 << 23)
     x = np.ones(m, np.float32)
     bandwidth = 3.0 * m * 4 / _streaming_seconds(lambda k: spmd.jit(_stream(k)), (x, x), runs, 9)
@@ -93,7 +98,8 @@ def measure(devices=4, quick=False) -> dict:
     step = _median_seconds(spmd.jit(lambda x: x + 1.0), (tiny,), runs * 3)
     small = np.eye(8, dtype=np.float32)
     call = _kernel_seconds(lambda k: spmd.jit(_dots(k)), (small, small), runs)
-    out = {"machine": {"flops": flops, "bandwidth": bandwidth, "step": step, "call": call}, "devices": devices,
+    out = {"machine": {"flops": flops, "product_element": element, "bandwidth": bandwidth, "step": step,
+                       "call": call}, "devices": devices,
            "transport": "local", "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     if devices > 1:
         spmd.init(backend="local", num_devices=devices)
@@ -104,9 +110,12 @@ def measure(devices=4, quick=False) -> dict:
             spmd.jit(lambda x: x + 1.0, in_shardings=row, out_shardings=row), (tiny,), runs * 3)
         rows = spmd.device_put(np.tile(a, (devices, 1)), row)
         whole = spmd.device_put(a, mesh.sharding(None, None))
-        t = _median_seconds(spmd.jit(lambda x, y: x @ y, in_shardings=(row, mesh.sharding(None, None)),
-                                     out_shardings=row), (rows, whole), runs)
-        out["machine"]["flops_devices"] = 2.0 * n ** 3 / t
+        thins = spmd.device_put(np.ones((devices * n, THIN), np.float32), row)
+        ws = spmd.device_put(w, mesh.sharding(None, None))
+        square = spmd.jit(lambda x, y: x @ y, in_shardings=(row, mesh.sharding(None, None)), out_shardings=row)
+        got = _products_seconds(square, (rows, whole), lambda k: spmd.jit(
+            _dots(k), in_shardings=(row, mesh.sharding(None, None)), out_shardings=row), (thins, ws), runs)
+        out["machine"]["flops_devices"], out["machine"]["product_element_devices"] = product_rates(n, *got)
         flat = mesh.sharding("x")
         xs = spmd.device_put(np.ones(m * devices, np.float32), flat)
         t = _streaming_seconds(lambda k: spmd.jit(_stream(k), in_shardings=(flat, flat), out_shardings=flat),
@@ -203,6 +212,45 @@ def _dots(k):
             x = x @ w
         return x
     return f
+
+
+# the columns of the thin products that calibrate Machine.product_element: an attention
+# head's or a small model's width, where a product's flops per element are few
+THIN = 64
+
+
+def _products_seconds(square, square_args, make_thin, thin_args, runs) -> tuple:
+    """(seconds of the `square` product, of one product of a chain of make_thin(k)'s
+    products of an (n, THIN) matrix by a (THIN, THIN) one: 9 against one): medians of
+    runs interleaved, so that the two, solved together, see the same load."""
+    fns = [(square, square_args), (make_thin(1), thin_args), (make_thin(9), thin_args)]
+    for f, args in fns:
+        f(*args)
+    ts = [[], [], []]
+    for _ in range(runs):
+        for (f, args), got in zip(fns, ts):
+            t0 = time.perf_counter()
+            out = f(*args)
+            np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+            got.append(time.perf_counter() - t0)
+    sq, t1, t9 = (statistics.median(t) for t in ts)
+    return sq, max((t9 - t1) / 8, 0.0)
+
+
+def product_rates(n, t_square, t_thin) -> tuple:
+    """(flops per second, seconds per element: Machine.flops, Machine.product_element) of
+    an n x n by n x n product taking `t_square` seconds and an n x THIN by THIN x THIN
+    one taking `t_thin`: each is flops / rate + elements * per-element, two equations.
+    Where the measurements do not give two positive figures (the load slowed the large
+    product more than the thin one), the large product's rate alone, no per-element cost."""
+    f1, e1 = 2.0 * n ** 3, 3.0 * n * n
+    f2, e2 = 2.0 * n * THIN * THIN, 2.0 * n * THIN + THIN * THIN
+    det = f1 * e2 - f2 * e1
+    inv = (t_square * e2 - t_thin * e1) / det
+    element = (f1 * t_thin - f2 * t_square) / det
+    if inv <= 0.0 or element <= 0.0:
+        return f1 / t_square, 0.0
+    return 1.0 / inv, element
 
 
 def _stream(k):
@@ -373,10 +421,11 @@ def calibrate(devices=4, quick=False, out=None) -> int:
         rates["networks"] = stored()["networks"]
     p = store(rates)
     mch = rates["machine"]
-    print(f"compute {mch['flops'] / 1e9:.1f} GFLOP/s, memory {mch['bandwidth'] / 1e9:.1f} GB/s, "
-          f"a call {mch['step'] * 1e6:.0f} us", file=out)
+    print(f"compute {mch['flops'] / 1e9:.1f} GFLOP/s ({mch['product_element'] * 1e9:.2f} ns more a product's "
+          f"element), memory {mch['bandwidth'] / 1e9:.1f} GB/s, a call {mch['step'] * 1e6:.0f} us", file=out)
     if "flops_devices" in mch:
-        print(f"each of {devices} devices at once: compute {mch['flops_devices'] / 1e9:.1f} GFLOP/s, "
+        print(f"each of {devices} devices at once: compute {mch['flops_devices'] / 1e9:.1f} GFLOP/s "
+              f"({mch['product_element_devices'] * 1e9:.2f} ns more a product's element), "
               f"memory {mch['bandwidth_devices'] / 1e9:.1f} GB/s", file=out)
     if "call_devices" in mch:
         print(f"a kernel: {mch['call'] * 1e6:.1f} us alone, {mch['call_devices'] * 1e6:.1f} us each of {devices} "

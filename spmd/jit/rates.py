@@ -78,7 +78,8 @@ def rates(network=None, machine=None, devices=1) -> tuple:
 def machine_from(m, devices=1) -> Machine:
     """The Machine of a calibration's `machine` entry (calibrate.measure) for a program on
     `devices` devices: on more than one, the rates measured with several devices running
-    at once (flops_devices, bandwidth_devices, step_devices, call_devices), the cache's
+    at once (flops_devices, product_element_devices, bandwidth_devices, step_devices,
+    call_devices), the cache's
     share of a device and the cost of a call's leaves."""
     def rate(k):           # a program on several devices: the rate each gets while all run
         return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
@@ -86,7 +87,8 @@ def machine_from(m, devices=1) -> Machine:
     # not measured, copies at one device's bandwidth (Machine.numpy_argument_seconds)
     alone = float(m.get("bandwidth") or Machine().bandwidth)
     several = devices > 1
-    return Machine(flops=float(rate("flops")), bandwidth=float(rate("bandwidth")),
+    return Machine(flops=float(rate("flops")), product_element=float(rate("product_element") or 0.0),
+                   bandwidth=float(rate("bandwidth")),
                    step=float(rate("step") or Machine().step),
                    argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
                    written=written_back(m, 4.0 / alone),

@@ -1,7 +1,8 @@
 """The cost model of a step, in seconds per device: one for the whole system.
 
 A step costs its kernels (a roofline: a fused kernel takes the longer of its flops at the
-machine's compute rate and its bytes at the machine's memory bandwidth) plus its
+machine's compute rate and its bytes at the machine's memory bandwidth; a matrix product's
+compute counts the elements of its operands and result too, Machine.product_element) plus its
 collectives (an alpha-beta model: a collective costs the latency of each of its rounds plus
 the bytes a device receives at the link's bandwidth). The link depends on where the group
 of ranks lies: within one host (shared memory) or across hosts (the network).
@@ -73,10 +74,10 @@ class Network:
 @dataclass(frozen=True)
 class Machine:
     """One device's rates: `flops` per second (float32 multiply-adds count two) in a
-    kernel that computes (a matrix product), `bandwidth` in bytes per second a streaming
-    kernel reads and writes, `call` seconds a kernel costs however small (its launch,
-    the wait for the next), and `step` the fixed
-    seconds of running a program once (argument checks, the hand-off to the devices).
+    kernel that computes (a matrix product, besides its elements at `product_element`),
+    `bandwidth` in bytes per second a streaming kernel reads and writes, `call` seconds
+    a kernel costs however small (its launch, the wait for the next), and `step` the
+    fixed seconds of running a program once (argument checks, the hand-off to the devices).
     `argument`: seconds a call spends per byte of an argument given as a numpy array
     (copied into the devices' shards), and per byte of the devices' private copies of
     one the program writes (private_copy_bytes: as many bytes as the devices' shards);
@@ -103,6 +104,11 @@ class Machine:
     # a numpy array (splitting it into the devices' shards, besides its bytes at `argument`)
     leaf: float = 0.0
     placing: float = 0.0
+    # seconds a matrix product spends per element of its operands and result besides its
+    # flops at `flops`: BLAS packs its operands into panels and loads and stores its
+    # result's tiles, which a product with few flops per element (a 64-wide product, an
+    # attention head's) cannot hide: such a product runs at about half of `flops`
+    product_element: float = 0.0
 
     def stream_seconds(self, near, far) -> float:
         """Seconds to move `near` bytes the cache holds (at `cache_bandwidth`) and `far`
@@ -114,6 +120,11 @@ class Machine:
         if self.cache_bandwidth is not None and nbytes <= self.cache_bytes:
             return max(self.cache_bandwidth, self.bandwidth)
         return self.bandwidth
+
+    def product_seconds(self, flops, elements) -> float:
+        """A matrix product's compute seconds: its flops at `flops` and its operands'
+        and result's `elements` at `product_element` each."""
+        return float(flops) / self.flops + float(elements) * self.product_element
 
     def kernel_seconds(self, flops, nbytes) -> float:
         """A kernel's seconds: its launch (`call`, which a small kernel cannot go below)
@@ -181,6 +192,22 @@ def fuses(op) -> bool:
     """Does `op` run inside a fused kernel (elementwise math, slices, pads, transposes,
     broadcasts), so that it moves only what enters and leaves the kernel?"""
     return op.opdef.fusion in FUSED
+
+
+def is_product(op) -> bool:
+    """Is `op` a matrix product (a BLAS call: Machine.product_element)?"""
+    return op.opdef.family == "dot"
+
+
+def product_elements(op, sizes=None) -> float:
+    """Elements of the operands and results of `op` that a matrix product packs or
+    stores (Machine.product_element), 0 for any other op. `sizes`: the operands' then
+    the results' element counts (a device's shards), else their own."""
+    if not is_product(op):
+        return 0.0
+    if sizes is None:
+        sizes = [o.size for o in op.operands] + [r.size for r in op.results]
+    return float(sum(sizes))
 
 
 def moved_values(op, read_by_unfused, outputs, first_reads=None) -> tuple:

@@ -535,3 +535,47 @@ def test_a_kernel_writing_several_results_pays_one_call():
     low = spmd.jit(_adam, in_shardings=(row,) * 4).lower(*args)
     c = low.cost(machine=Machine(flops=1e18, bandwidth=1e18, call=1e-3), network=Network())
     assert c["compute_seconds"] == pytest.approx(1e-3, rel=1e-6)
+
+
+@pytest.mark.parametrize("rows,cols", [(64, 16), (256, 64), (8, 128)])
+def test_a_matrix_product_costs_its_elements_besides_its_flops(rows, cols):
+    """Machine.product_element: a product's compute is its flops at `flops` and each
+    element of its operands and result (a device's shards) at product_element."""
+    x, w = np.ones((rows, cols), np.float32), np.ones((cols, cols), np.float32)
+    low = spmd.jit(lambda x, w: x @ w,
+                   in_shardings=(MESH.sharding("data", None), MESH.sharding(None, None))).lower(x, w)
+    plain = Machine(flops=1e9, bandwidth=1e15, call=0.0)
+    c = {e: low.cost(machine=Machine(flops=1e9, bandwidth=1e15, call=0.0, product_element=e),
+                     network=Network())["compute_seconds"] for e in (0.0, 1e-9)}
+    local = rows // 2 * cols
+    assert c[1e-9] - c[0.0] == pytest.approx((local + cols * cols + local) * 1e-9)
+    assert c[0.0] == pytest.approx(low.cost(machine=plain, network=Network())["compute_seconds"])
+    assert c[0.0] == pytest.approx(2 * local * cols / 1e9)
+
+
+def test_product_rates_are_solved_from_a_square_and_a_thin_product():
+    from spmd.jit.calibrate import THIN, product_rates
+    n, flops, element = 512, 2e10, 3e-9
+    square = 2 * n ** 3 / flops + 3 * n * n * element
+    thin = 2 * n * THIN * THIN / flops + (2 * n * THIN + THIN * THIN) * element
+    assert product_rates(n, square, thin) == pytest.approx((flops, element))
+    # a thin product measured faster than the rate allows (the load slowed the square one):
+    # the square product's rate alone
+    assert product_rates(n, square, thin / 10) == (2 * n ** 3 / square, 0.0)
+
+
+def test_stored_product_element_is_read(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "product_element": 1e-9,
+                                         "flops_devices": 5e8, "product_element_devices": 3e-9},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}}}))
+    os.utime(f, ns=(10**18 + 19, 10**18 + 19))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    assert R.rates(devices=4)[0].product_element == 3e-9
+    assert R.rates(devices=1)[0].product_element == 1e-9
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}}}))
+    os.utime(f, ns=(10**18 + 23, 10**18 + 23))
+    assert R.rates(devices=4)[0].product_element == 0.0      # (a calibration without it: flops alone)

@@ -243,3 +243,27 @@ def test_no_reported_figure_beats_the_plan_kept(tmp_path, monkeypatch):
     s = low.auto.seconds
     assert all(s[low.auto.chosen] <= v + 1e-12 for v in s.values()), s
     np.testing.assert_allclose(np.asarray(jf(x, w)), f(x, w), rtol=2e-5, atol=2e-5)
+
+
+def test_the_search_prices_a_products_elements_on_each_options_shards():
+    """AUTO's op costs are the cost model's: a product's option pays product_element for
+    each element of its operands' and result's shards under that option."""
+    from spmd.sharding.auto.problem import local_elements
+    x, w = np.ones((64, 32), np.float32), np.ones((32, 16), np.float32)
+    g = spmd.jit(lambda x, w: x @ w, mesh=MESH, in_shardings=spmd.AUTO).lower(x, w).stages["optimized"]
+    costs = {}
+    for e in (0.0, 1e-6):
+        pb = build(g, MESH, [spmd.AUTO, spmd.AUTO], [spmd.AUTO], Machine(flops=1e9, bandwidth=1e15, product_element=e),
+                   Network())
+        node = next(n for n in pb.nodes if n.what == "op")
+        costs[e] = node
+    node = costs[1e-6]
+    (vx, sx), (vw, sw) = node.reads
+    r = g.ops[node.index].results[0]
+    seen = set()
+    for j in range(node.n):
+        elements = local_elements(vx.shape, sx[j]) + local_elements(vw.shape, sw[j]) + \
+            local_elements(r.shape, node.makes[j][r])
+        assert node.cost[j] - costs[0.0].cost[j] == pytest.approx(elements * 1e-6)
+        seen.add(elements)
+    assert len(seen) > 1           # (options of other shards pay other elements)

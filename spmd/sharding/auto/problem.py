@@ -30,7 +30,8 @@ import numpy as np
 from ...ir.mesh import Sharding
 from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
-from ..cost_model import bucketed_values, collective_seconds, first_fused_reads, fuses, moved_values
+from ..cost_model import (bucketed_values, collective_seconds, first_fused_reads, fuses, is_product, moved_values,
+                          product_elements)
 from ..rules import axes_size, rule_of
 from .solve import refine_greedy, total
 from .strategies import Strategy, is_loop, layouts, loop_strategies, op_strategies
@@ -77,7 +78,11 @@ class Problem:
 
 
 def local_bytes(shape, dtype, s: Sharding) -> float:
-    n = float(np.dtype(dtype).itemsize)
+    return float(np.dtype(dtype).itemsize) * local_elements(shape, s)
+
+
+def local_elements(shape, s: Sharding) -> float:
+    n = 1.0
     for d, size in enumerate(shape):
         n *= size / axes_size(s.mesh, s.dim_axes(d))
     return n
@@ -338,7 +343,9 @@ class _OpSeconds:
         flops, ins, outs = parts
         nbytes = sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands) if t in ins)
         nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
-        t = max(flops / st.split / self.machine.flops, nbytes / self.machine.bandwidth_for(nbytes))
+        elements = product_elements(op, [local_elements(v.shape, s) for v, s in zip(
+            op.operands + op.results, st.operands + st.results)]) if is_product(op) else 0.0
+        t = max(self.machine.product_seconds(flops / st.split, elements), nbytes / self.machine.bandwidth_for(nbytes))
         for r, s in zip(op.results, st.results):
             if s.partial:
                 g = axes_size(s.mesh, s.partial)

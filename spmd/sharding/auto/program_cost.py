@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import bucketed_values, collective_seconds, rounds
+from ..cost_model import bucketed_values, collective_seconds, product_elements, rounds
 from ..kernel_traffic import KernelTraffic
 from ..report import collective_ops
 
@@ -24,7 +24,7 @@ def _op_seconds(op, machine, traffic) -> float:
     if f is not None and op.results:
         flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
     near, far, ends = traffic.moved(op)
-    t = max(flops / machine.flops, machine.stream_seconds(near, far))
+    t = max(machine.product_seconds(flops, product_elements(op)), machine.stream_seconds(near, far))
     # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
     # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
     if op.operands and ends:
