@@ -24,6 +24,18 @@ if os.environ.get("CI"):
 import pytest  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (pyproject's addopts: -n 2 --dist loadgroup) each file's tests run
+    on one worker, in order, its module-scoped fixtures (a Ray cluster, an MPI job) made
+    once; the files that share the session's test bed of hosts all on one worker, which
+    makes it once."""
+    for item in items:
+        group = "testbed" if "testbed" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    # the test bed's tests first (minutes, on one worker): the other worker takes every
+    # other file meanwhile, and the run does not end waiting on them alone
+    items.sort(key=lambda item: "testbed" not in getattr(item, "fixturenames", ()))
+
 
 @pytest.fixture(params=["numpy", "llvm"])
 def compiler(request):

@@ -3,17 +3,18 @@
 BACKENDS = ("numpy", "llvm")
 
 
-def compile_graph(graph, backend="numpy", donated=(), written=None):
+def compile_graph(graph, backend="numpy", donated=(), written=None, build=True):
     """`donated`: positions of inputs whose buffers the executable may write into (the
     caller gives it private, writeable buffers there and does not read them again).
     `written`: {output position: input position} of outputs that are new values of
-    inputs the caller keeps (Executable.written)."""
+    inputs the caller keeps (Executable.written). `build=False`: planned as it would
+    run, without compiling code, for its memory figures (such an executable does not run)."""
     if backend == "numpy":
         from .numpy_backend import compile_numpy
         return compile_numpy(graph)
     if backend == "llvm":
         from .llvm import compile_llvm
-        return compile_llvm(graph, donated=donated, written=written)
+        return compile_llvm(graph, donated=donated, written=written, build=build)
     raise ValueError(f"unknown compiler backend {backend!r} (takes 'numpy' or 'llvm')")
 
 

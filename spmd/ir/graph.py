@@ -6,19 +6,13 @@ registry. After it is built a Graph is treated as immutable: every pass returns 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import ShapeError, where
 from . import dtypes
+from .aval import Aval
 from .ops.registry import get_op
-
-
-class Aval(NamedTuple):
-    """An abstract value: what an op's shape rule sees of an operand."""
-    shape: tuple
-    dtype: str
 
 
 class Value:
@@ -49,7 +43,7 @@ class Value:
 
 
 class Op:
-    __slots__ = ("name", "operands", "attrs", "results", "loc")
+    __slots__ = ("name", "operands", "attrs", "results", "loc", "__weakref__")
 
     def __init__(self, name, operands, attrs, results, loc=None):
         self.name = name

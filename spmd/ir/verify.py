@@ -20,12 +20,26 @@ What a stage promises about the kind of program it leaves (`kind`, from the pipe
 """
 from __future__ import annotations
 
+import weakref
+
 from ..errors import ShapeError, SpmdError, where
 from .ops.registry import get_op
 
 
 class VerifyError(SpmdError):
     """A stage produced a malformed graph: a bug in spmd, not in the user's program."""
+
+
+# op -> what its shape rule was last checked on: a pass keeps the ops it does not change,
+# so most ops reach verify once per stage unchanged, and the rule is run again only when
+# the op's name, its operands' or results' shapes and dtypes, or an attribute differ
+_shape_checked = weakref.WeakKeyDictionary()
+
+
+def _shape_signature(op):
+    return (op.name, tuple((o.shape, o.dtype) for o in op.operands),
+            tuple((r.shape, r.dtype) for r in op.results),
+            tuple((k, id(v)) for k, v in op.attrs.items()))
 
 
 def verify(graph, stage="graph", kind=None):
@@ -49,14 +63,17 @@ def verify(graph, stage="graph", kind=None):
         for o in op.operands:
             if id(o) not in defined:
                 fail(f"operand {o} is used before it is defined", op)
-        try:
-            out = get_op(op.name).infer(*[o.aval for o in op.operands], **op.attrs)
-        except (ShapeError, TypeError, KeyError, IndexError) as e:
-            fail(f"the op no longer passes its shape rule: {e}", op)
-        avals = out if isinstance(out, list) else [out]
-        got = [r.aval for r in op.results]
-        if [tuple(a) for a in avals] != [tuple(a) for a in got]:
-            fail(f"results {got} but the shape rule infers {avals}", op)
+        signature = _shape_signature(op)
+        if _shape_checked.get(op) != signature:
+            try:
+                out = get_op(op.name).infer(*[o.aval for o in op.operands], **op.attrs)
+            except (ShapeError, TypeError, KeyError, IndexError) as e:
+                fail(f"the op no longer passes its shape rule: {e}", op)
+            avals = out if isinstance(out, list) else [out]
+            got = [r.aval for r in op.results]
+            if [tuple(a) for a in avals] != [tuple(a) for a in got]:
+                fail(f"results {got} but the shape rule infers {avals}", op)
+            _shape_checked[op] = signature
         for k in sorted(op.attrs):
             sub = op.attrs[k]
             if hasattr(sub, "ops") and hasattr(sub, "inputs"):     # a control-flow body

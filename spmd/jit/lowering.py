@@ -32,6 +32,7 @@ class Lowered:
         self.backend = backend
         self.mesh = mesh
         self._exe = None
+        self._planned = None          # the executable planned, not built (memory figures)
         self.updates = []             # argument leaves the program writes (extra outputs)
         self.numpy_args = {}          # leaf -> bytes of the arguments lower() was given as numpy (cost())
         self.returned = {}            # result position -> a written argument leaf it is
@@ -147,7 +148,7 @@ class Lowered:
         size = lambda vs: int(sum(v.size * np.dtype(v.dtype).itemsize for v in vs))  # noqa: E731
         rep = {"temp_bytes": None, "peak_live_bytes": None, "argument_bytes": size(g.inputs),
                "output_bytes": size(g.outputs), "in_place": None, "donated": []}
-        exe = self.compile()
+        exe = self.planned()
         if hasattr(exe, "memory_report"):
             rep.update(exe.memory_report(_FakeComm(self.mesh)))
             prof = exe.memory_profile(_FakeComm(self.mesh))
@@ -172,24 +173,38 @@ class Lowered:
     def replace_stage(self, name, graph):
         """`graph` as stage `name` and the program that runs (compiled afresh)."""
         self.stages[name] = self.stages["optimized"] = graph
-        self._exe = None
+        self._exe = self._planned = None
 
     def memory_profile(self):
         """What one run holds per device, step by step (backends/memory_profile.py)."""
-        exe = self.compile()
+        exe = self.planned()
         if hasattr(exe, "memory_profile"):
             return exe.memory_profile(_FakeComm(self.mesh))
         from ..backends.memory_profile import profile_of_ops
         return profile_of_ops(self.graph)
 
+    def planned(self):
+        """The executable compile() makes, or one planned alike without compiling its code
+        (its memory figures are the same; the memory-limit search asks them of programs
+        it never runs)."""
+        if self._exe is not None:
+            return self._exe
+        if self._planned is None:
+            self._planned = self._make(build=False)
+        return self._planned
+
+    def _make(self, build):
+        from ..backends import compile_graph
+        from ..compiler.gc_pause import paused
+        n = len(self.graph.outputs) - len(self.updates)
+        with paused():
+            return compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
+                                 written={n + j: k for j, k in enumerate(self.updates)}, build=build)
+
     def compile(self):
         if self._exe is None:
-            from ..backends import compile_graph
-            from ..compiler.gc_pause import paused
+            exe = self._make(build=True)
             n = len(self.graph.outputs) - len(self.updates)
-            with paused():
-                exe = compile_graph(self.graph, self.backend, donated=sorted(self.donated | self.reused),
-                                    written={n + j: k for j, k in enumerate(self.updates)})
             # a result that is a written argument (the same value, laid out alike) is not
             # copied: the caller is handed the argument itself (Jitted.__call__)
             outs = self.graph.outputs

@@ -1,6 +1,9 @@
-"""Failures under MPI end every rank within the stated time, with a message naming the
-rank; nothing hangs (the Ray backend's failure tests are in test_ray.py, which owns the
-Ray cluster)."""
+"""Failures under MPI end every rank promptly, with a message naming the rank; nothing
+hangs (the Ray backend's failure tests are in test_ray.py, which owns the Ray cluster).
+
+"Promptly" is well inside the timeout a test sets (SPMD_COLLECTIVE_TIMEOUT), which is
+long, so that a run slowed by a loaded machine (the tests run on two workers) cannot be
+taken for one that waited out the timeout; the failures end in a few seconds on a quiet one."""
 import os
 import subprocess
 import sys
@@ -12,10 +15,10 @@ from spmd.transports.mpi.mpi_launch import find_mpiexec
 from paths import ROOT, SCRIPTS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec"),
-              pytest.mark.timeout(60)]
+              pytest.mark.timeout(400)]
 
 
-def launch(cmd, env=None, timeout=45):
+def launch(cmd, env=None, timeout=150):
     e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
     for k in ("SPMD_BACKEND", "SPMD_NUM_DEVICES"):
         e.pop(k, None)
@@ -34,9 +37,9 @@ def spmd_run(n, script, env=None):
 
 @pytest.mark.parametrize("launcher", [mpiexec, spmd_run])
 def test_exception_on_rank_2_ends_every_rank_with_its_traceback(launcher):
-    p, out, took = launcher(4, "fail_raise.py", env={"SPMD_COLLECTIVE_TIMEOUT": "30"})
+    p, out, took = launcher(4, "fail_raise.py", env={"SPMD_COLLECTIVE_TIMEOUT": "120"})
     assert p.returncode != 0
-    assert took < 10, took                 # not the collective timeout: rank 2 aborts the world
+    assert took < 60, took                 # not the collective timeout: rank 2 aborts the world
     assert "rank 2 failed" in out and "RuntimeError: boom on purpose" in out
     assert 'fail_raise.py", line 13' in out                  # rank 2's own traceback
     assert "[rank 2] Traceback" in out                       # prefixed with its rank
@@ -44,8 +47,8 @@ def test_exception_on_rank_2_ends_every_rank_with_its_traceback(launcher):
 
 def test_killed_rank_under_plain_mpiexec_ends_the_job():
     """Hydra's default: it kills every rank the moment one dies and names its PID."""
-    p, out, took = mpiexec(4, "fail_kill.py", env={"SPMD_COLLECTIVE_TIMEOUT": "20"})
-    assert p.returncode != 0 and took < 15, took
+    p, out, took = mpiexec(4, "fail_kill.py", env={"SPMD_COLLECTIVE_TIMEOUT": "120"})
+    assert p.returncode != 0 and took < 60, took
     assert "signal 9" in out or "Killed" in out
 
 
@@ -56,9 +59,9 @@ def test_killed_rank_under_spmd_run_is_named_by_the_others():
     promptly, and a run that lets the survivors speak names rank 1."""
     named = 0
     for attempt in range(6):
-        p, out, took = spmd_run(4, "fail_kill.py", env={"SPMD_COLLECTIVE_TIMEOUT": "30"})
+        p, out, took = spmd_run(4, "fail_kill.py", env={"SPMD_COLLECTIVE_TIMEOUT": "120"})
         assert p.returncode != 0
-        assert took < 10, took                   # not the 30 s timeout: told by mpiexec
+        assert took < 60, took                   # not the 120 s timeout: told by mpiexec
         errors = [ln for ln in out.splitlines() if "CollectiveError" in ln]
         # told by mpiexec, or seen in the process table first
         assert all("rank(s) [1] of the 4 died" in ln or "rank(s) [1] of this group are gone" in ln
@@ -74,7 +77,7 @@ def test_a_rank_that_leaves_early_is_named():
     mpiexec, or at the latest when their all_reduce times out)."""
     p, out, took = spmd_run(4, "exit_early.py", env={"SPMD_COLLECTIVE_TIMEOUT": "3"})
     assert p.returncode != 0
-    assert took < 15, took
+    assert took < 60, took
     assert "CollectiveError" not in out or "rank(s) [1]" in out
     assert "rank(s) [1]" in out or "EXIT STRING" in out or "exit code" in out.lower(), out
 
@@ -88,12 +91,12 @@ def _read_line():
 def test_reading_an_array_on_one_rank_fails_instead_of_hanging():
     """No stopwatch: rank 1 finished the program, so rank 0's read can never complete."""
     p, out, took = spmd_run(2, "read_alone.py")
-    assert p.returncode != 0 and took < 15, took
+    assert p.returncode != 0 and took < 60, took
     assert "rank(s) [1] finished the program without joining this collective" in out, out
     assert _read_line() in out, out                        # the user line rank 0 waits at
 
 
 def test_a_stopwatch_when_asked_for():
     p, out, took = spmd_run(2, "read_alone.py", env={"SPMD_COLLECTIVE_TIMEOUT": "1"})
-    assert p.returncode != 0 and took < 15, took
+    assert p.returncode != 0 and took < 60, took
     assert "timed out after 1 s" in out and _read_line() in out, out

@@ -127,3 +127,21 @@ def test_the_pipeline_names_the_stage_that_broke_an_invariant(monkeypatch):
     with pytest.raises(VerifyError, match="after stage 'propagated'.*no sharding after propagation"):
         _run_jit_stages(monkeypatch)
 
+
+
+@pytest.mark.parametrize("change", ["result shape", "operand dtype", "attribute"])
+def test_an_op_checked_once_and_then_changed_in_place_is_caught_again(change):
+    """verify skips the shape rule of an op it checked unchanged (passes keep the ops they
+    do not touch); one changed in place since (a pass breaking immutability) is checked again."""
+    g = _global_program()
+    verify(g)
+    red = g.ops[-1]
+    if change == "result shape":
+        red.results[0].shape = (4,)
+    elif change == "operand dtype":
+        g.inputs[0].dtype = "int64"
+        g.ops[0].results[0].dtype = "int64"
+    else:
+        red.attrs = dict(red.attrs, axes=(1,))
+    with pytest.raises(VerifyError):
+        verify(g)

@@ -342,7 +342,7 @@ def _spmd_run_gpt(args, env=None):
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(900)
 def test_rank_killed_during_training_under_mpi_ends_the_run_then_it_resumes(tmp_path):
     """Rank 1 is SIGKILLed before step 5 of 7 (checkpoints every 2 steps): every rank
     stops promptly, the message names rank 1, and a second run resumes from the step-3
@@ -356,9 +356,9 @@ def test_rank_killed_during_training_under_mpi_ends_the_run_then_it_resumes(tmp_
     ck = ["--checkpoint-dir", d, "--save-every", "2"]
     named = False
     for attempt in range(4):       # hydra now and then tears the job down before a survivor speaks
-        p, out, took, _ = _spmd_run_gpt(ck, env={"KILL_AT": "5", "SPMD_COLLECTIVE_TIMEOUT": "30"})
+        p, out, took, _ = _spmd_run_gpt(ck, env={"KILL_AT": "5", "SPMD_COLLECTIVE_TIMEOUT": "300"})
         assert p.returncode != 0 and "LOSSES" not in out
-        assert took < 60, took                        # compile + 5 steps, then a prompt end: no timeout
+        assert took < 140, took                       # compile + 5 steps, then a prompt end: not the timeout
         assert spmd.latest_checkpoint(d).endswith("step_00000003")
         if "rank(s) [1] of the 4 died" in out or "rank(s) [1] of this group are gone" in out:
             named = True

@@ -28,7 +28,7 @@ from spmd.transports.ray.ray_placement import LOOPBACK  # noqa: E402
 from test_ray import _local_losses  # noqa: E402 - examples/mlp.py's losses on the local backend
 from paths import ROOT
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _free_port():
@@ -97,7 +97,7 @@ def test_ray_job_submit_runs_mlp_on_the_cluster_with_the_local_losses(job_server
     p = subprocess.run([ray_cli, "job", "submit", "--address", url, "--submission-id", sid,
                         "--working-dir", os.path.join(ROOT, "examples"),
                         "--", "python", "mlp.py", "--backend", "ray", "--steps", "4"],
-                       capture_output=True, text=True, timeout=180, cwd=ROOT)
+                       capture_output=True, text=True, timeout=400, cwd=ROOT)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     client = JobSubmissionClient(url)

@@ -57,7 +57,10 @@ def threads_for(comm):
 
 
 class LLVMExecutable(Executable):
-    def __init__(self, plan: ProgramPlan, threads=None, written=None):
+    def __init__(self, plan: ProgramPlan, threads=None, written=None, build=True):
+        """`build=False`: the plan and its schedules without compiling the kernels, for
+        what a run would hold (memory_report, memory_profile); such an executable does
+        not run."""
         self.graph = plan.graph
         self.written = dict(written or {})
         self.plan = plan
@@ -68,7 +71,13 @@ class LLVMExecutable(Executable):
         kernels = [s for s in self.steps if isinstance(s, KernelStep)]
         self.stats = {"kernels": len(kernels), "codegen_s": plan.codegen_s}
         t1 = time.perf_counter()
-        self.ir = compile_kernels(kernels, plan.modules, self.stats)
+        self.built = build
+        if build:
+            self.ir = compile_kernels(kernels, plan.modules, self.stats)
+        else:
+            self.ir = {}
+            for k in kernels:
+                k.bind_unbuilt()
         self.stats["compile_s"] = time.perf_counter() - t1
         self.prepared = {s: lowering_of(s).prepare(s) for s in self.steps
                          if not isinstance(s, KernelStep) and lowering_of(s).prepare is not None}
@@ -80,7 +89,7 @@ class LLVMExecutable(Executable):
         # control-flow bodies (while, cond, scan) run as native executables of their own,
         # their outputs not lent to temporaries: a loop gives its body the buffers to
         # write its results into (loops.py), which a body's native loop reads as its own
-        self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads, in_outputs=False)
+        self.subprograms = {id(op.attrs[k]): compile_llvm(op.attrs[k], threads, in_outputs=False, build=build)
                             for op in self.graph.ops for k in op.opdef.subgraphs}
         self._schedules = {}
         self._direct = {}              # schedule key -> its DirectRun, None where it does not apply
@@ -143,6 +152,8 @@ class LLVMExecutable(Executable):
         return np.empty(v.shape, v.dtype) if x is None else x
 
     def run(self, env, comm):
+        if not self.built:
+            raise SpmdError("internal error: an executable planned without its kernels (build=False) was run")
         # the outputs' buffers that hold temporaries before the outputs are written, made
         # now and read where they are from the first step on
         made = {v: self.new_buffer(v) for v in self.memory.hosts}
@@ -165,6 +176,8 @@ class LLVMExecutable(Executable):
     def runner(self, comm):
         """Executable.runner: where the schedule is one native segment, its DirectRun
         (direct_run.py), the environment read and the schedule found once a run."""
+        if not self.built:
+            raise SpmdError("internal error: an executable planned without its kernels (build=False) was run")
         if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
             return self
         key = (self.threads or threads_for(comm), native.shares_blas(comm), native_collectives(comm))
@@ -357,7 +370,8 @@ def _dump(exe):
             f.write("\n\n".join(exe.stats["optimized_ir"]))
 
 
-def compile_llvm(graph: Graph, threads=None, donated=(), written=None, in_outputs=True) -> LLVMExecutable:
+def compile_llvm(graph: Graph, threads=None, donated=(), written=None, in_outputs=True,
+                 build=True) -> LLVMExecutable:
     """`in_outputs`: may temporaries be computed in outputs' buffers before the outputs are
-    written (memory.py)?"""
-    return LLVMExecutable(plan_program(graph, donated, in_outputs), threads, written)
+    written (memory.py)? `build=False`: the kernels not compiled (LLVMExecutable)."""
+    return LLVMExecutable(plan_program(graph, donated, in_outputs), threads, written, build)

@@ -53,6 +53,17 @@ class KernelStep:
         self.fn = proto(addr)
         self.addr_t = addr_t
 
+    def bind_unbuilt(self):
+        """Stands in for the compiled functions where only the schedule is wanted (its
+        memory: LLVMExecutable(build=False)): every kernel has a trampoline once built, so
+        the schedule comes out as it would; nothing may call it."""
+        self.fn, self.addr_t = None, UNBUILT
+
+
+# the address of a kernel not compiled (bind_unbuilt): not null, so the schedule
+# counts the kernel's trampoline, and never a real function's (the zero page)
+UNBUILT = 8
+
 
 @dataclass
 class ProgramPlan:

@@ -28,6 +28,7 @@ import dataclasses
 
 import numpy as np
 
+from ..aval import Aval
 from .names import ADD, BROADCAST_IN_DIM, COND, CONSTANT, SCAN
 from .registry import OpDef, check, register
 
@@ -55,7 +56,6 @@ def run_graph(g, args, comm=None, run=None):
 
 
 def _avals(vs):
-    from ..graph import Aval
     return [Aval(v.shape, v.dtype) for v in vs]
 
 
@@ -196,7 +196,6 @@ register(OpDef("cond", family="control", infer=_cond_infer, ref=_cond_ref, facto
 
 # -- scan ----------------------------------------------------------------------------------
 def _scan_infer(*operands, body, num_carry, num_xs, length, reverse):
-    from ..graph import Aval
     carry = list(operands[:num_carry])
     xs = operands[num_carry:num_carry + num_xs]
     for i, x in enumerate(xs):

@@ -5,6 +5,7 @@ promotes before it emits them.
 """
 import numpy as np
 
+from ..aval import Aval
 from ..dtypes import INTS, SMALL_INTS
 from ..factors import einsum_rule, letters
 from .names import (
@@ -22,7 +23,6 @@ REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
 
 def aval(shape, dtype):
-    from ..graph import Aval
     return Aval(tuple(shape), dtype)
 
 

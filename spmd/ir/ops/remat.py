@@ -21,6 +21,7 @@ recomputation from being merged back into what it recomputes.
 """
 from __future__ import annotations
 
+from ..aval import Aval
 from ..factors import FactorRule
 from .control import CF_DTYPES, run_graph
 from .elementwise import ALL, aval
@@ -62,7 +63,6 @@ register(OpDef("optimization_barrier", family="annotation", infer=_barrier_infer
 
 # -- checkpoint -------------------------------------------------------------------------------
 def _avals(vs):
-    from ..graph import Aval
     return [Aval(v.shape, v.dtype) for v in vs]
 
 
