@@ -32,9 +32,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         group = "testbed" if "testbed" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
-    # the test bed's tests first (minutes, on one worker): the other worker takes every
-    # other file meanwhile, and the run does not end waiting on them alone
-    items.sort(key=lambda item: "testbed" not in getattr(item, "fixturenames", ()))
+    # the longest first, the short ones last to even out the two workers' ends: the test
+    # bed's tests (minutes, on one worker), then the files that start MPI jobs or Ray
+    # clusters or are marked slow, then the rest (each file stays whole, in its order)
+    long_files = {item.nodeid.split("::")[0] for item in items
+                  if any(item.get_closest_marker(m) for m in ("mpi", "ray", "slow"))}
+    items.sort(key=lambda item: 0 if "testbed" in getattr(item, "fixturenames", ())
+               else 1 if item.nodeid.split("::")[0] in long_files else 2)
 
 
 @pytest.fixture(params=["numpy", "llvm"])

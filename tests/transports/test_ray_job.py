@@ -77,6 +77,11 @@ def job_server(monkeypatch):
         c.add_node(**node, include_dashboard=True, dashboard_host=LOOPBACK, dashboard_port=dash,
                    dashboard_agent_listen_port=_free_port(), temp_dir=tmp)
         c.add_node(**node)
+        # the job server gives the entrypoint the address recorded in the head's temp dir,
+        # else that of any Ray it finds running on the machine: another test's, when the
+        # tests run side by side (pytest-xdist)
+        with open(os.path.join(tmp, "ray_current_cluster"), "w") as f:
+            f.write(c.address)
         url = f"http://{LOOPBACK}:{dash}"
         _wait_for_dashboard(url)
         yield url

@@ -26,19 +26,19 @@ the ranks are starting on. So:
   ray_worker_setup.py, which needs only the standard library, instead of Ray's
   setup_worker.py, which imports ray (~0.5 s of CPU) before the worker imports it
   again; a worker with a runtime env still goes through Ray's script;
-- the runtime-env agent and Ray's log monitor start once the rank actors are up
-  (`ranks_up`; an agent's command is run through spmd's ray_agent_later.py, which
-  waits for the word), and the dashboard agent not at all: each imports ray and its
-  modules, 1-2 s of CPU each on a 2-core machine, while the rank actor's worker imports
-  ray too and the driver's ray.init waits for that worker to register (that worker's
-  start took 2.4 s of a 2-rank start with them under a load of 3, 1.05 s without them
-  under a load of 4). Nothing of a start needs them: the agents' ports are written
-  before, and the log monitor reads the actors' output files from their start. The
-  dashboard agent, without the dashboard, serves nothing spmd uses (no metrics, no
-  state API): its ~2 s of CPU would be taken from the ranks' first steps. The log
-  monitor runs at the lowest CPU priority (nice 19), for the same reason; the
-  runtime-env agent, which serves only a user's own tasks with a runtime env (a rank
-  actor has none), at nice 10;
+- the runtime-env agent starts once the rank actors are up (`ranks_up`; its command is
+  run through spmd's ray_agent_later.py, which waits for the word), and the dashboard
+  agent not at all: each imports ray and its modules, 1-2 s of CPU each on a 2-core
+  machine, while the rank actor's worker imports ray too and the driver's ray.init
+  waits for that worker to register (that worker's start took 2.4 s of a 2-rank start
+  with them under a load of 3, 1.05 s without them under a load of 4). Nothing of a
+  start needs them: their ports are written before. The dashboard agent, without the
+  dashboard, serves nothing spmd uses (no metrics, no state API): its ~2 s of CPU would
+  be taken from the ranks' first steps. The runtime-env agent, which serves only a
+  user's own tasks with a runtime env (a rank actor has none), runs at nice 10. Ray's
+  log monitor starts with the node, at the priority of any program: it forwards what
+  the actors print, and one started later, or at a low priority, lost a short
+  program's last lines at its exit;
 - one worker process per rank actor, no more (rank 0 runs in the driver), all at once
   (`worker_maximum_startup_concurrency`), not one at a time per core: Ray prestarts a
   worker per CPU and holds its first driver's ray.init until all have registered (an
@@ -47,8 +47,8 @@ the ranks are starting on. So:
   program (`worker_niceness` 0; Ray's 15 left them a sliver of a busy machine, to
   start and then to compute and communicate).
 On 2 cores with a load of ~5 from other work, spmd.init(backend="ray", num_devices=2)
-takes a median 2.6 s with all of these (5.1 s with the agents and the log monitor
-started with the node), num_devices=4 ~5 s (three workers import ray). Ray has no
+takes a median 2.6 s with all of these and the log monitor deferred too (5.1 s with the
+agents started with the node), num_devices=4 ~5 s (three workers import ray). Ray has no
 option in ray.init for the API server, the monitor, the agents' ports or commands, so
 its internal switches are set for the length of the call; on a Ray without them the
 start is the ordinary one.
@@ -68,14 +68,10 @@ import subprocess
 import sys
 
 _REAPER = None
-# the file whose existence tells the waiting agents (ray_agent_later.py) to start, and
-# whether Ray's log monitor waits to be started (`ranks_up`)
+# the file whose existence tells the waiting agents (ray_agent_later.py) to start
 _GO = None
-_LOG_MONITOR_LATER = False
-# each agent's CPU priority, by Ray's name for it ("never": not started), and the log
-# monitor's
+# each agent's CPU priority, by Ray's name for it ("never": not started)
 AGENTS = {"dashboard_agent": "never", "runtime_env_agent": 10}
-LOG_MONITOR_NICENESS = 19
 
 
 def start(ranks, num_cpus, **init_kwargs):
@@ -109,27 +105,13 @@ def start(ranks, num_cpus, **init_kwargs):
 
 
 def ranks_up():
-    """The rank actors are up: the raylet's agents and Ray's log monitor start now (what
-    the module's docstring says); a no-op when this process started no private Ray, or
-    already said so."""
-    global _GO, _LOG_MONITOR_LATER
+    """The rank actors are up: the raylet's agents start now (what the module's
+    docstring says); a no-op when this process started no private Ray, or already said so."""
+    global _GO
     go, _GO = _GO, None
     if go is not None:
         with open(go, "w"):
             pass
-    if _LOG_MONITOR_LATER:
-        _LOG_MONITOR_LATER = False
-        import ray
-        from ray._private import ray_constants
-        node = ray._private.worker.global_worker.node
-        if node is not None:
-            node.start_log_monitor()
-            # (its import of ray, ~1 s of CPU, would be taken from the ranks' first steps)
-            monitor = node.all_processes[ray_constants.PROCESS_TYPE_LOG_MONITOR][0].process
-            try:
-                os.setpriority(os.PRIO_PROCESS, monitor.pid, LOG_MONITOR_NICENESS)
-            except OSError:
-                pass
 
 
 def _free_port(ip):
@@ -173,12 +155,8 @@ def _lean_head():
     params_init, python_command = saved[0], saved[3]
 
     def lean_params(self, *args, **kwargs):
-        global _LOG_MONITOR_LATER
         params_init(self, *args, **kwargs)
         self.no_monitor = True
-        if self.include_log_monitor is not False:      # started by ranks_up
-            self.include_log_monitor = False
-            _LOG_MONITOR_LATER = True
         if self.setup_worker_path is None:       # a worker is exec'd without importing ray first
             self.setup_worker_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_setup.py")
         if not self.runtime_env_agent_port:

@@ -163,7 +163,7 @@ class RayRuntime(Runtime):
             self._actors = [None] * self._first + actors      # device -> its actor (None: the driver)
             self._setup()
         finally:
-            # a private Ray's agents and log monitor, held back while the actors start
+            # a private Ray's agents, held back while the actors start
             # (transports/ray/ray_private.py), start now (also when they failed to: their
             # output is then forwarded)
             ray_private.ranks_up()
