@@ -1,6 +1,6 @@
 """Per-step time of the Ray backend against MPI and local threads on one host (issue 35).
 
-    python benchmarks/ray_vs_mpi.py [--ranks 2] [--n 2048] [--steps 20] [--rounds 3] [--cluster]
+    python benchmarks/ray_vs_mpi.py [--ranks 2] [--n 2048] [--steps 20] [--rounds 3] [--settle 5] [--cluster]
 
 Each round runs the same two steps in three fresh processes, one per backend (local
 threads, `mpiexec -n RANKS`, Ray with RANKS actors): a heat2d step (examples/heat2d.py,
@@ -14,6 +14,11 @@ ray, starting a private Ray, its rank actors up) until it returns; and, with --c
 spmd.init joining a Ray already running on this host (`ray start --head`, RAY_ADDRESS
 set: every rank an actor, nothing started but them), another case: its medians are
 printed apart.
+
+The steps are timed SETTLE seconds after spmd.init returns, for every backend alike: a
+step's cost, not the start's. Right after a private Ray's start its runtime-env agent
+imports ray and Ray's own processes settle, and a heat step taken then costs ~1.3x one
+taken 4 s later (--settle 0 shows it).
 """
 import argparse
 import json
@@ -26,7 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker(backend, ranks, n, steps):
+def worker(backend, ranks, n, steps, settle):
     import numpy as np
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -38,6 +43,7 @@ def worker(backend, ranks, n, steps):
     if steps == 0:
         print("RESULT " + json.dumps({"start": start}), flush=True)
         return
+    time.sleep(settle)
     from heat2d import diffuse, initial
     from mlp import step as mlp_step
     mesh = spmd.Mesh((ranks, 1), ("x", "y"))
@@ -76,9 +82,9 @@ def worker(backend, ranks, n, steps):
                                       "start": start}), flush=True)
 
 
-def measure(backend, ranks, n, steps, join=None):
+def measure(backend, ranks, n, steps, settle, join=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--ranks", str(ranks),
-           "--n", str(n), "--steps", str(steps)]
+           "--n", str(n), "--steps", str(steps), "--settle", str(settle)]
     if backend == "mpi":
         cmd = ["mpiexec", "-n", str(ranks)] + cmd
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -138,16 +144,17 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds between spmd.init and the timed steps")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cluster", action="store_true", help="also time spmd.init joining a running Ray")
     ap.add_argument("--worker", default=None)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.ranks, a.n, a.steps)
+        return worker(a.worker, a.ranks, a.n, a.steps, a.settle)
     ratios = {"heat ray/mpi": [], "mlp ray/mpi": [], "heat ray/local": [], "mlp ray/local": []}
     imports, inits, joins = [], [], []
     for r in range(a.rounds):
-        got = {b: measure(b, a.ranks, a.n, a.steps) for b in ("local", "mpi", "ray")}
+        got = {b: measure(b, a.ranks, a.n, a.steps, a.settle) for b in ("local", "mpi", "ray")}
         imports.append(got["ray"]["start"]["import"])
         inits.append(got["ray"]["start"]["init"])
         for k in ("heat", "mlp"):
@@ -161,7 +168,7 @@ def main():
         join, stop = head_node(a.ranks)
         try:
             for r in range(a.rounds):
-                joins.append(measure("ray", a.ranks, a.n, 0, join)["start"]["init"])
+                joins.append(measure("ray", a.ranks, a.n, 0, 0.0, join)["start"]["init"])
                 print(f"joining a running Ray, round {r}: spmd.init {joins[-1]:.2f} s  (load {os.getloadavg()[0]:.1f})",
                       flush=True)
         finally:
