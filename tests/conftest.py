@@ -29,16 +29,16 @@ def pytest_collection_modifyitems(config, items):
     on one worker, in order, its module-scoped fixtures (a Ray cluster, an MPI job) made
     once; the files that share the session's test bed of hosts all on one worker, which
     makes it once."""
+    def group(item):
+        return "testbed" if "testbed" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+
     for item in items:
-        group = "testbed" if "testbed" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(group(item)))
     # the longest first, the short ones last to even out the two workers' ends: the test
     # bed's tests (minutes, on one worker), then the files that start MPI jobs or Ray
     # clusters or are marked slow, then the rest (each file stays whole, in its order)
-    long_files = {item.nodeid.split("::")[0] for item in items
-                  if any(item.get_closest_marker(m) for m in ("mpi", "ray", "slow"))}
-    items.sort(key=lambda item: 0 if "testbed" in getattr(item, "fixturenames", ())
-               else 1 if item.nodeid.split("::")[0] in long_files else 2)
+    long_groups = {group(item) for item in items if any(item.get_closest_marker(m) for m in ("mpi", "ray", "slow"))}
+    items.sort(key=lambda item: 0 if group(item) == "testbed" else 1 if group(item) in long_groups else 2)
 
 
 @pytest.fixture(params=["numpy", "llvm"])

@@ -151,9 +151,12 @@ class LLVMExecutable(Executable):
         x = given.get(v) if given else None
         return np.empty(v.shape, v.dtype) if x is None else x
 
-    def run(self, env, comm):
+    def _check_built(self):
         if not self.built:
             raise SpmdError("internal error: an executable planned without its kernels (build=False) was run")
+
+    def run(self, env, comm):
+        self._check_built()
         # the outputs' buffers that hold temporaries before the outputs are written, made
         # now and read where they are from the first step on
         made = {v: self.new_buffer(v) for v in self.memory.hosts}
@@ -176,8 +179,7 @@ class LLVMExecutable(Executable):
     def runner(self, comm):
         """Executable.runner: where the schedule is one native segment, its DirectRun
         (direct_run.py), the environment read and the schedule found once a run."""
-        if not self.built:
-            raise SpmdError("internal error: an executable planned without its kernels (build=False) was run")
+        self._check_built()
         if timeline.enabled() or os.environ.get("SPMD_NATIVE", "1") == "0":
             return self
         key = (self.threads or threads_for(comm), native.shares_blas(comm), native_collectives(comm))

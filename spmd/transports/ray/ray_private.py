@@ -46,9 +46,9 @@ the ranks are starting on. So:
   when every CPU has a rank (`enable_worker_prestart`); and at the priority of any
   program (`worker_niceness` 0; Ray's 15 left them a sliver of a busy machine, to
   start and then to compute and communicate).
-On 2 cores with a load of ~5 from other work, spmd.init(backend="ray", num_devices=2)
-takes a median 2.6 s with all of these and the log monitor deferred too (5.1 s with the
-agents started with the node), num_devices=4 ~5 s (three workers import ray). Ray has no
+On a quiet 2-core machine spmd.init(backend="ray", num_devices=2) takes a median 2.8 s
+with all of these (3.7 s with the agents started with the node and lowered from a
+thread); under a load of ~5, num_devices=4 ~5 s (three workers import ray). Ray has no
 option in ray.init for the API server, the monitor, the agents' ports or commands, so
 its internal switches are set for the length of the call; on a Ray without them the
 start is the ordinary one.

@@ -164,8 +164,7 @@ class RayRuntime(Runtime):
             self._setup()
         finally:
             # a private Ray's agents, held back while the actors start
-            # (transports/ray/ray_private.py), start now (also when they failed to: their
-            # output is then forwarded)
+            # (transports/ray/ray_private.py), start now, also when the actors failed to
             ray_private.ranks_up()
         self._run_ids = itertools.count(1)
         self._keys = itertools.count(1)
