@@ -228,6 +228,40 @@ def test_rank_0s_small_results_are_read_without_waiting_for_the_actors(rt):
     assert all(int(v[0]) > 0 for v in got.values())
 
 
+class _SumOnce:
+    """One sum over every rank (a compiled program's stand-in: not waited for), or
+    (collective=False) each rank's own value, and no collective."""
+    graph = type("Graph", (), {"ops": []})()
+    num_outputs = 1
+
+    def __init__(self, collective=True):
+        self.collective = collective
+
+    def __call__(self, inputs, comm):
+        x = np.full(2, float(comm.rank))
+        return [comm.all_reduce(x, "x") if self.collective else x]
+
+
+@pytest.mark.parametrize("collective", [True, False])
+def test_a_run_sent_after_one_that_failed_is_stopped_and_the_failure_raised(rt, monkeypatch, collective):
+    """The actors get a run before the driver reads their replies to the run before: when
+    that one failed on an actor after rank 0's part ended, the new run raises its failure,
+    is stopped on the actors (it waits for rank 0 in its first collective) or left to end
+    there, and never runs on rank 0; its replies are not taken for the next run's."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
+    t0 = time.monotonic()
+    out = rt.run(_Rank3AfterTheSum("raise"), MESH, {d: [] for d in range(4)})
+    np.testing.assert_array_equal(rt.get({0: out[0][0]})[0], np.full(2, 6.0))
+    with pytest.raises(ValueError, match="boom on rank 3, after the sum"):
+        rt.run(_SumOnce(collective), MESH, {d: [] for d in range(4)})
+    assert time.monotonic() - t0 < 10
+    for _ in range(3):
+        out = rt.run(_SumOnce(), MESH, {d: [] for d in range(4)})
+        got = {d: rt.get({d: out[d][0]})[d] for d in range(4)}
+        assert all(np.array_equal(v, np.full(2, 6.0)) for v in got.values()), got
+    assert time.monotonic() - t0 < 10, "an actor was killed rather than stopped"
+
+
 class _LoadsOnlyInTheDriver:
     """A program whose pickle does not load in the actors (rank 0 loads and runs it)."""
     num_outputs = 1

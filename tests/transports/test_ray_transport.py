@@ -62,7 +62,7 @@ class World:
         run_id = self.run_id
         for t in self.ts:
             t.mailbox.start(run_id)
-            t.new_run()
+            t.new_run(run_id)
 
         def one(r):
             comm = RayCommunicator(mesh, r, self.ts[r], run_id, timeout)
@@ -427,6 +427,39 @@ def test_a_sender_gets_its_shared_memory_back(small_thresholds):
     finally:
         w.close()
     assert got == {0: 0, 1: 0, 2: 0}, got
+
+
+@pytest.mark.skipif(not R.shm.supported(), reason="no shared memory between processes here")
+def test_a_slab_region_outlives_the_next_run_until_its_readers_are_done():
+    """The driver sends a run before it has read the replies to the one before, so a
+    rank may start run k+1 while a peer still reads what it put in run k: run k's regions
+    stay intact through run k+1 (unless their readers release them), and are free from
+    run k+2 on (every rank ended run k before the driver sent it)."""
+    slab = R.shm.Slab()
+    try:
+        slab.new_run(1)
+        kept = [slab.put(np.full(1000, float(i)), readers=1) for i in range(3)]
+        released = slab.put(np.full(1000, 7.0), readers=1)
+        slab.release(released[0])
+
+        def view(region):
+            rid, fd, off, dtype, shape = region
+            seg = next(s for s in slab.segments if s.fd == fd)
+            return seg.bytes[off:off + 8000].view(dtype).reshape(shape)
+
+        slab.new_run(2)
+        newer = [slab.put(np.full(1000, -1.0), readers=1) for _ in range(8)]
+        for i, region in enumerate(kept):
+            assert np.array_equal(view(region), np.full(1000, float(i)))   # not written over
+            assert region[0] in slab.regions
+        assert released[0] not in slab.regions
+        assert all(r[0] in slab.regions for r in newer)
+        slab.new_run(3)
+        assert sorted(slab.regions) == sorted(r[0] for r in newer)    # run 1's are free
+        slab.new_run(4)
+        assert slab.regions == {} and all(s.live == 0 for s in slab.segments)
+    finally:
+        slab.close()
 
 
 def test_a_take_is_woken_once_when_its_last_message_comes():

@@ -22,17 +22,21 @@ ConnectionError on the driver's side: the actor's process died.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import secrets
+import select
 import struct
 import threading
+import time
 
 import numpy as np
 from ray import cloudpickle
 
 from .ray_links import accept, close_socket, connect, listen, receive_exact, tune_socket
 
-_HEAD = struct.Struct("<QI")      # pickle bytes, number of out-of-band buffers
+# pickle bytes, number of out-of-band buffers, bytes after the head (sizes, pickle, buffers)
+_HEAD = struct.Struct("<QIQ")
 # below this many bytes in all, a message goes out in one send (one system call)
 JOIN_BYTES = 1 << 16
 
@@ -50,8 +54,9 @@ def pack(obj, by_value=False):
             bufs = []
             data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
     raws = [b.raw() for b in bufs]
-    head = _HEAD.pack(len(data), len(raws)) + struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
-    if len(data) + sum(r.nbytes for r in raws) <= JOIN_BYTES:
+    sizes = [r.nbytes for r in raws]
+    head = _HEAD.pack(len(data), len(raws), 8 * len(raws) + len(data) + sum(sizes)) + struct.pack(f"<{len(raws)}Q", *sizes)
+    if len(data) + sum(sizes) <= JOIN_BYTES:
         return [b"".join([head, data, *raws])]
     return [head + data, *raws]
 
@@ -66,19 +71,48 @@ def send_packed(sock, parts):
 
 
 def receive_message(sock):
+    """The next message on sock. A small one (a step's run, its reply) is read in two
+    receives, its head and the rest, and its arrays copied out; a larger one's arrays are
+    received straight into their buffers."""
     head = bytearray(_HEAD.size)
     receive_exact(sock, memoryview(head))
-    n, k = _HEAD.unpack(head)
+    n, k, rest = _HEAD.unpack(head)
+    if rest <= JOIN_BYTES + 8 * k:
+        body = bytearray(rest)
+        receive_exact(sock, memoryview(body))
+        view = memoryview(body)
+        at = 8 * k + n
+        bufs = []
+        for size in struct.unpack_from(f"<{k}Q", body):
+            b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
+            b[:] = np.frombuffer(view[at:at + size], np.uint8)
+            bufs.append(b)
+            at += size
+        return pickle.loads(view[8 * k:8 * k + n], buffers=bufs)
     sizes = bytearray(8 * k)
     receive_exact(sock, memoryview(sizes))
     data = bytearray(n)
     receive_exact(sock, memoryview(data))
     bufs = []
     for size in struct.unpack(f"<{k}Q", sizes):
-        b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
+        b = np.empty(size, np.uint8)
         receive_exact(sock, memoryview(b))
         bufs.append(b)
     return pickle.loads(data, buffers=bufs)
+
+
+# after answering, the actor polls its line this long before it sleeps in a receive
+# (when its host has a core for each of its ranks: `Listener.spin`): the driver's next
+# message (a step's run) mostly comes sooner, and a rank woken from sleep starts late
+SPIN_SECONDS = 0.005
+
+
+def _spin_until_readable(poller, seconds):
+    end = time.perf_counter() + seconds
+    while not poller.poll(0):
+        if time.perf_counter() > end:
+            return
+        os.sched_yield()
 
 
 class Listener:
@@ -87,6 +121,7 @@ class Listener:
     def __init__(self, host_ip):
         self.token = secrets.token_bytes(16)
         self.listeners, self.address = listen(host_ip, self.token, backlog=4)
+        self.spin = 0.0          # seconds to poll for the next message after an answer
 
     def serve(self, handle):
         threading.Thread(target=self._serve, args=(handle,), name="spmd-ray-control", daemon=True).start()
@@ -109,12 +144,16 @@ class Listener:
                 s.close()
                 continue
             tune_socket(s)
+            poller = select.poll()
+            poller.register(s, select.POLLIN)
             try:
                 while True:
                     message = receive_message(s)
                     reply = handle(message)
                     if reply is not None:
                         send_message(s, reply)
+                    if self.spin:
+                        _spin_until_readable(poller, self.spin)
             except (OSError, EOFError):
                 pass                 # the driver went away: wait for the next one
             finally:

@@ -9,6 +9,7 @@ results and errors do not depend on where it runs.
 """
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -16,7 +17,7 @@ import ray
 from ray import cloudpickle
 
 from .ray_communicator import RayCommunicator
-from .ray_control import Listener
+from .ray_control import SPIN_SECONDS, Listener
 from .ray_mailbox import Mailbox
 from .ray_shards import ShardTable, small_value
 from .ray_transport import Transport
@@ -52,6 +53,11 @@ class Rank:
 
     def connect_links(self, infos):
         self.transport.connect(infos)
+        if self.listener is not None:
+            # poll for the driver's next message only where no rank of this host (the
+            # driver's among them) waits for a core meanwhile
+            here = sum(1 for h in self.transport.hosts.values() if h == self.transport.host)
+            self.listener.spin = SPIN_SECONDS if here <= (os.cpu_count() or 1) else 0.0
         return self.rank
 
     def answer(self, message):
@@ -119,7 +125,7 @@ class Rank:
                 raise SpmdError(f"rank {self.rank}: this program did not load here when it was sent with its "
                                 f"first run (that run's error said why)")
             self.mailbox.start(run_id)
-            self.transport.new_run()
+            self.transport.new_run(run_id)
             if trace != self.tracing:        # (setting the environment each run cost ~15 us)
                 self.set_tracing(trace)
                 self.tracing = trace

@@ -35,17 +35,21 @@ and again whenever an actor is replaced; its threads fill the actor's Mailbox.
 
 A run of a compiled program that does not print is not waited for: `run` returns its
 handles once it is sent, and the driver goes on (as JAX's dispatch does) while the ranks
-run; the next call to the runtime (a read, a run, call_on) first waits for it, so a run
-never starts on a rank before the last one ended on every rank. A program that prints
-(spmd.debug.print) is waited for at once: its lines come before what the script prints
-next.
+run; the next call to the runtime (a read, call_on) first waits for it. The next run is
+sent to the actors first, and then the one before is waited for (an actor starts it once
+it ended the one before there; rank 0 in the driver, once every rank ended it): the
+driver's reading of the replies is off the actors' path, and the ranks are never more
+than one run apart (what a rank put in shared memory in a run is kept through the next:
+transports/ray/ray_shm.py). A program that prints (spmd.debug.print) is waited for at
+once: its lines come before what the script prints next.
 
 Failure: the driver waits for every rank's reply. The first rank to fail (its program
 raised, or its actor died: its line closed) makes the driver abort the others' run,
 which wakes them out of any collective; the wait then raises that rank's exception with
 its rank and its remote traceback (a died actor: CollectiveError naming the rank), after
 printing what every rank printed: at the next read or call when the run was not waited
-for (the next run is then not sent). A rank still busy 2 s after the abort is killed. Dead
+for (a next run, already sent to the actors, is then aborted there and never run on
+rank 0). A rank still busy 2 s after the abort is killed. Dead
 actors are replaced, in their bundle, at the next call; the shards a dead actor held
 are lost with it (a handle to one fails naming its rank; a checkpoint restores them).
 process_index() is 0 and process_count() 1: only the driver runs the user's script.
@@ -53,6 +57,7 @@ process_index() is 0 and process_count() 1: only the driver runs the user's scri
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import select
 import sys
@@ -124,6 +129,19 @@ def _silent(program) -> bool:
     prints: the only such op), loop bodies too."""
     graph = getattr(program, "graph", None)
     return graph is not None and not any_op(graph, lambda op: op.opdef.effect)
+
+
+@contextlib.contextmanager
+def _holding(chans):
+    """The lines of chans ({device: channel}) held, taken in rank order: no two callers
+    wait on each other."""
+    for d in sorted(chans):
+        chans[d].lock.acquire()
+    try:
+        yield
+    finally:
+        for d in sorted(chans):
+            chans[d].lock.release()
 
 
 class RankFailed(Exception):
@@ -349,10 +367,6 @@ class RayRuntime(Runtime):
         if missing:
             raise SpmdError(f"ray runtime: no inputs for device(s) {missing} of {mesh.text()}")
         with self._order:
-            # the run before this one first: its error (if it failed) is raised here, and
-            # this one is not sent; every rank has ended it before any starts this one
-            # (their shared memory of a run is reused by the next)
-            self._finish()
             self._revive()
             key, blob, silent = self._program(program, mesh)
             n_out = program.num_outputs      # each rank's results are asked for before it runs
@@ -365,23 +379,34 @@ class RayRuntime(Runtime):
                       for d in devices}
             outs = {d: [self._drops.new(d) for _ in range(n_out)] for d in devices}
             chans = {d: self._channels[d] for d in devices}
-            for d in devices:                   # in rank order: no two callers wait on each other
-                chans[d].lock.acquire()
-            try:
-                pending, errors, printed = {}, [], {}
-                # every message made before any is sent: the ranks start close together (the
-                # first waits in its first collective for the last)
-                messages = {d: ("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
-                                        [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
-                                        self._drops.take(d), SMALL_RESULT_BYTES))
-                            for d in devices}
-                packed = {d: pack(messages[d]) for d in devices if self._actors[d] is not None}
+            pending, errors, printed = {}, [], {}
+            # every message made before any is sent: the ranks start close together (the
+            # first waits in its first collective for the last)
+            messages = {d: ("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
+                                    [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
+                                    self._drops.take(d), SMALL_RESULT_BYTES))
+                        for d in devices}
+            packed = {d: pack(messages[d]) for d in devices if self._actors[d] is not None}
+            with _holding(chans):               # in rank order: no two callers wait on each other
                 for d in packed:
                     try:
                         chans[d].send_packed(packed[d])
                         pending[d] = chans[d]
                     except OSError as e:
                         errors.append((d, RankLost(str(e))))
+            # the actors have this run before the driver reads their replies to the one
+            # before (each starts it once it ended that one there): the driver's reading
+            # and rank 0's start are off the actors' path. The run before raises its
+            # failure here, from this call, and this one is stopped on the actors. Ranks
+            # are then at most one run apart (their shared memory: ray_shm.Slab.new_run)
+            try:
+                self._finish()
+            except BaseException:
+                self._abort(pending, run_id, "the run before it failed")
+                for ch in pending.values():
+                    ch.stale += 1               # its reply, when it comes, is nobody's
+                raise
+            with _holding(chans):
                 # rank 0 of the driver last: its run is this thread's until it ends
                 for d in devices:
                     if d not in packed:
@@ -402,9 +427,6 @@ class RayRuntime(Runtime):
                         else:
                             errors.append((d, RankFailed(*reply[1:4])))
                             printed[d] = reply[4]
-            finally:
-                for d in devices:
-                    chans[d].lock.release()
             # not waited for here: the driver goes on (tracing, placing the next step's
             # arguments) while the ranks run; reading a result, or the next call, waits.
             # Waited for at once: a program that prints (its lines come before what the

@@ -72,8 +72,9 @@ class _Segment:
 class Slab:
     def __init__(self):
         self.segments = []
-        self.regions = {}            # rid -> [segment, readers left]
+        self.regions = {}            # rid -> [segment, readers left, run it was put in]
         self.next_rid = 0
+        self.run = 0
         self.lock = threading.Lock()
 
     def put(self, array, readers):
@@ -88,7 +89,7 @@ class Slab:
             seg.live += 1
             rid = self.next_rid
             self.next_rid += 1
-            self.regions[rid] = [seg, readers]
+            self.regions[rid] = [seg, readers, self.run]
         dst = seg.bytes[off:off + n].view(array.dtype).reshape(array.shape)
         np.copyto(dst, array)
         return rid, seg.fd, off, array.dtype, array.shape
@@ -113,12 +114,14 @@ class Slab:
                 del self.regions[rid]
                 r[0].live -= 1
 
-    def reset(self):
-        """Every region free (a new run: every reader of the last one has finished)."""
+    def new_run(self, run_id):
+        """Run run_id starts here: the regions put in runs before the last one are free
+        (every rank ended those before the driver sent this one; the last run's may
+        still be read by a rank that has not ended it: their readers release them)."""
         with self.lock:
-            self.regions.clear()
-            for seg in self.segments:
-                seg.live, seg.top = 0, 0
+            self.run = run_id
+            for rid in [rid for rid, r in self.regions.items() if r[2] < run_id - 1]:
+                self.regions.pop(rid)[0].live -= 1
 
     def close(self):
         with self.lock:

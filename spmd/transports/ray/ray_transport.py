@@ -123,12 +123,14 @@ class Transport:
         if not self.closed:
             self.mailbox.lost(src, f"{reason} (rank {src} runs on host {self.hosts.get(src, ('?',))[0]})")
 
-    def new_run(self):
-        """Every region is free: every reader of the last run has finished (the driver
-        starts a run when the last one ended on every rank)."""
+    def new_run(self, run_id):
+        """Run run_id starts on this rank. The driver sends it before it has read the
+        replies to the run before, but after every rank ended the one before that: the
+        ranks are at most one run apart, so this rank's slab regions of older runs are
+        free (ray_shm.Slab.new_run)."""
         self.unreleased = {}
         if self.slab is not None:
-            self.slab.reset()
+            self.slab.new_run(run_id)
 
     def close(self):
         self.closed = True
