@@ -137,7 +137,8 @@ def fresh_rates():
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s ({machine.product_element * 1e9:.2f} ns a product's element), "
           f"{machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
-          f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a numpy argument "
+          f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a MiB of results "
+          f"{machine.output * 2**20 * 1e6:.0f} us, a numpy argument "
           f"{machine.placing * 1e6:.0f} us), a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
           f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us, a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],

@@ -22,6 +22,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 (cache_bytes: cache_capacity's measure, over the devices) and the
                 rate of a streaming kernel whose arrays fit it
                 (cache_bandwidth_devices), in a loop as `bandwidth`
+    output      seconds a call spends per byte of the results a device makes
+                (output_devices: their new buffers, first written), besides the model's
+                price of the kernels that write them: a program of two large results
+                against one of one
     leaf        seconds a call spends per argument and result leaf (leaf_devices: a
                 tiny program of many leaves against one of one, their kernels' `call`
                 taken off), and per argument given as numpy more (`placing`: splitting
@@ -173,7 +177,9 @@ def measure(devices=4, quick=False) -> dict:
             out["machine"]["cache_bandwidth_devices"] = 3.0 * mc * 4 / t
         several = Machine(bandwidth=out["machine"]["bandwidth_devices"], call=out["machine"]["call_devices"],
                           cache_bytes=out["machine"].get("cache_bytes", 0.0),
-                          cache_bandwidth=out["machine"].get("cache_bandwidth_devices"))
+                          cache_bandwidth=out["machine"].get("cache_bandwidth_devices"),
+                          step=out["machine"]["step_devices"], leaf=out["machine"]["leaf_devices"])
+        out["machine"]["output_devices"] = _outputs(flat, (1 << 16) if quick else (1 << 20), several, runs)
         rows = spmd.device_put(np.tile(a, (devices, 1)), row)
         thins = spmd.device_put(np.ones((devices * n, THIN), np.float32), row)
         got = _products_seconds(
@@ -409,6 +415,28 @@ def _numpy_arguments(devices, row, cols, runs) -> dict:
     return {"argument": argument, "written_back": max(t_write - t_read - private * argument, 0.0) / nbytes}
 
 
+def _dropped(fn):
+    """`fn` returning nothing (timed() would read its results back into numpy)."""
+    def run(*args):
+        fn(*args)
+    return run
+
+
+def _outputs(flat, n, machine, runs) -> float:
+    """Machine.output: seconds a call spends per byte of a result a device makes, besides
+    what the model (`machine`, its own output 0) gives: a program of two results of n
+    float64 a device against one of one (x + 1 and x * 2, against x + 1), the model's
+    difference of the two taken off, per byte of the second result."""
+    import spmd
+    from ..sharding.cost_model import Network
+    xs = spmd.device_put(np.ones(n * flat.mesh.size), flat)
+    one = spmd.jit(lambda x: x + 1.0, in_shardings=flat, out_shardings=flat)
+    two = spmd.jit(lambda x: (x + 1.0, x * 2.0), in_shardings=flat, out_shardings=(flat, flat))
+    t1, t2 = timed([(_dropped(one), (xs,)), (_dropped(two), (xs,))], runs)
+    model = [f.lower(xs).cost(machine=machine, network=Network())["seconds"] for f in (one, two)]
+    return max((t2 - t1) - (model[1] - model[0]), 0.0) / (n * 8.0)
+
+
 def _plus_total(*xs):
     """Each argument plus a total of the first (an all_reduce: the ranks run on their
     own threads, as a program that exchanges does)."""
@@ -488,6 +516,8 @@ def calibrate(devices=4, quick=False, out=None) -> int:
               f"devices at once" + (f"; in the cache ({mch['cache_bytes'] / 2**20:.1f} MiB a device): "
                                      f"{mch['cache_bandwidth_devices'] / 1e9:.1f} GB/s" if "cache_bytes" in mch else ""),
               file=out)
+    if "output_devices" in mch:
+        print(f"a call's results: {mch['output_devices'] * 2**20 * 1e6:.0f} us a MiB a device makes", file=out)
     if "argument" in mch:
         print(f"a numpy argument: {mch['argument'] * 2**20 * 1e6:.0f} us a MiB placed, "
               f"{mch['written_back'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)

@@ -611,6 +611,36 @@ def test_a_layers_product_is_its_time_less_the_models_scale_kernel():
     assert layer_product_seconds(layer, x.size, rate) == pytest.approx(2 * 8 * 16 * 16 / 1e9, rel=0.05)
 
 
+def test_a_calls_results_cost_their_new_buffers():
+    """Machine.output: each byte of the results a device makes costs a call `output`
+    seconds besides the kernel writing it (a result's buffer is new each call), in
+    lowered.cost()'s outputs_seconds and its total: a result split on the mesh's four
+    devices costs a device a quarter of a replicated one."""
+    x = np.ones((64, 32))
+    m = Machine(output=1e-9)
+    split = spmd.jit(lambda x: x + 1.0, in_shardings=MESH.sharding(("data", "model"), None),
+                     out_shardings=MESH.sharding(("data", "model"), None)).lower(x)
+    whole = spmd.jit(lambda x: x + 1.0, in_shardings=MESH.sharding(("data", "model"), None),
+                     out_shardings=MESH.sharding(None, None)).lower(x)
+    c = split.cost(machine=m, network=Network())
+    assert c["outputs_seconds"] == pytest.approx(x.nbytes / 4 * 1e-9)
+    assert whole.cost(machine=m, network=Network())["outputs_seconds"] == pytest.approx(x.nbytes * 1e-9)
+    plain = split.cost(machine=Machine(), network=Network())
+    assert plain["outputs_seconds"] == 0.0
+    assert c["seconds"] - plain["seconds"] == pytest.approx(c["outputs_seconds"])
+    assert "results' buffers" in str(c)
+
+
+def test_stored_output_rate_is_read_for_a_program_on_several_devices(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "output_devices": 3e-10}}))
+    os.utime(f, ns=(10**18 + 13, 10**18 + 13))
+    assert R.rates(devices=4)[0].output == 3e-10
+    assert R.rates(devices=1)[0].output == 0.0
+
+
 def test_stored_product_element_is_read(tmp_path, monkeypatch):
     from spmd.jit import rates as R
     monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
