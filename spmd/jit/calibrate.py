@@ -182,13 +182,17 @@ def measure(devices=4, quick=False) -> dict:
         out["machine"]["output_devices"] = _outputs(flat, (1 << 16) if quick else (1 << 20), several, runs)
         rows = spmd.device_put(np.tile(a, (devices, 1)), row)
         thins = spmd.device_put(np.ones((devices * n, THIN), np.float32), row)
-        got = _products_seconds(
-            lambda k: spmd.jit(_layers(k, n), in_shardings=(row, whole), out_shardings=row),
-            (rows, spmd.device_put(a, whole)),
-            lambda k: spmd.jit(_layers(k, THIN), in_shardings=(row, whole), out_shardings=row),
-            (thins, spmd.device_put(w, whole)), runs, several, n)
-        out["machine"]["flops_devices"], out["machine"]["product_element_devices"] = product_rates(n, *got)
+        layers = (lambda k: spmd.jit(_layers(k, n), in_shardings=(row, whole), out_shardings=row),
+                  (rows, spmd.device_put(a, whole)),
+                  lambda k: spmd.jit(_layers(k, THIN), in_shardings=(row, whole), out_shardings=row),
+                  (thins, spmd.device_put(w, whole)), runs, several, n)
+        first = _products_seconds(*layers)
         out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs)}
+        # the products again, seconds later, the faster of the two samples of each: with
+        # more devices than cores, how the system schedules the devices' threads can slow
+        # a whole sample (the rate halves), and does not last
+        got = [min(x, y) for x, y in zip(first, _products_seconds(*layers))]
+        out["machine"]["flops_devices"], out["machine"]["product_element_devices"] = product_rates(n, *got)
     return out
 
 
