@@ -9,7 +9,9 @@ prediction (lowered.cost(); `--rates fresh`, the default: with the rates measure
 process, as `spmd doctor --calibrate` measures them, just before and just after each
 program's timed runs, averaged: the machine is shared, and rates stored earlier were
 taken under another load; `--rates
-stored`: the stored ones, else defaults) and its ratio to the measured time, the
+stored`: the stored ones, else defaults) and its ratio to the measured time (`/meas`:
+to the median; `/fast`: to the runs' fast end, calibrate.fast(), the statistic the
+rates are taken with: what the machine does when other work leaves it alone), the
 search's solve time (wall / the search thread's CPU: the CPU figure is what a loaded
 machine does not inflate); and whether the plan's results equal the hand plan's (or the first
 plan's). Read the ratios, not the milliseconds.
@@ -44,6 +46,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import spmd  # noqa: E402
+from spmd.jit.calibrate import fast  # noqa: E402
 
 
 def _load(name, path):
@@ -134,7 +137,8 @@ def fresh_rates():
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s ({machine.product_element * 1e9:.2f} ns a product's element), "
           f"{machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
-          f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a numpy argument "
+          f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a MiB of results "
+          f"{machine.output * 2**20 * 1e6:.0f} us, a numpy argument "
           f"{machine.placing * 1e6:.0f} us), a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
           f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us, a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
@@ -209,6 +213,7 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
         rows[p]["predicted"] = lows[p].cost(machine=got[0], network=got[1])["seconds"]
         rows[p]["losses"] = float(np.ravel(outs[p][0])[0])
         rows[p]["ms"] = 1e3 * float(np.median(times[p]))
+        rows[p]["fast_ms"] = 1e3 * fast(times[p])
         # train_gpt: the loss (Adam's first step is sign(g) where g is ~0, which the order of
         # a sum decides); the other programs: every result
         pick = slice(0, 1) if name.startswith("gpt") else slice(None)
@@ -280,6 +285,7 @@ def main(argv=None):
     if a.only:
         progs = [p for p in progs if a.only in p[0]]
     hdr = f"{'program':<22} {'plan':<9} {'ms/step':>9} {'x hand':>7} {'bytes/step':>11} {'model ms':>9} {'/meas':>6} " \
+          f"{'/fast':>6} " \
           f"{'solve s/cpu':>11} {'lower s':>8} {'same':>5} chosen"
     say = print if lead else (lambda *x, **k: None)
     say(hdr)
@@ -292,7 +298,7 @@ def main(argv=None):
         for plan, r in hand_rows.items():
             solve = "" if r["solve"] is None else f"{r['solve'][0]:.2f}/{r['solve'][1]:.2f}"
             say(f"{name:<22} {plan:<9} {r['ms']:9.2f} {r['ms'] / ref:7.2f} {r['bytes']:11d} "
-                f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {solve:>11} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
+                f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {r['predicted'] * 1e3 / r['fast_ms']:6.2f} {solve:>11} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
             if limit is not None:
                 say(f"{'':<22} {'':<9} peak per device: planned {r['planned_peak'] / 2**20:.2f} MiB, measured "
                     f"{r['peak'] / 2**20:.2f} MiB, limit (AUTO's) {limit / 2**20:.2f} MiB; loss {r['losses']:.6f}")

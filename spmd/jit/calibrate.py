@@ -2,11 +2,13 @@
 cost model, measured with spmd's own compiled programs and stored for every later process
 (rates.py reads them). It runs in a process of its own: it starts local devices.
 
-    compute     float32 matrix products on one device, a large one and a chain of thin
-                ones (64 columns): flops per second (`flops`) and the seconds a product
-                spends per element of its operands and result besides (`product_element`:
-                packing them for BLAS and storing the result's tiles), the two products'
-                seconds solved for both
+    compute     float32 matrix products on one device, in chains of layers each of
+                which scales its product's result (as a network's activations read
+                them), of large square products and of thin ones (64 columns): flops
+                per second (`flops`) and the seconds a product spends per element of
+                its operands and result besides (`product_element`: packing them for
+                BLAS and storing the result's tiles), the two products' seconds (a
+                layer's, less the model's seconds of its scale's kernel) solved for both
     bandwidth   a fused streaming kernel (x * 0.5 + y, its result carried) run in a loop
                 of a program on one device: bytes read and written per second (the
                 loop's steps against one step, so neither a call's fixed cost nor the
@@ -20,6 +22,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 (cache_bytes: cache_capacity's measure, over the devices) and the
                 rate of a streaming kernel whose arrays fit it
                 (cache_bandwidth_devices), in a loop as `bandwidth`
+    output      seconds a call spends per byte of the results a device makes
+                (output_devices: their new buffers, first written), besides the model's
+                price of the kernels that write them: a program of two large results
+                against one of one
     leaf        seconds a call spends per argument and result leaf (leaf_devices: a
                 tiny program of many leaves against one of one, their kernels' `call`
                 taken off), and per argument given as numpy more (`placing`: splitting
@@ -44,35 +50,71 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 exchange through MPI and poll while they wait: on a host with fewer
                 cores than ranks, far slower than the local transport's threads)
 
-Each figure is the median of several runs, taken after a warm-up; the whole takes a few
-seconds (`quick=True`: smaller sizes, for tests). The rates are of this machine as it
-is: on a machine shared with other work they are what that work leaves.
+Each figure is the fast end of a sample of runs (fast(): a low quantile), taken after a
+warm-up, the runs of the programs it compares interleaved: a shared machine's other work
+only slows a run, so two calibrations, under different loads, agree on this machine's
+own rates (the load a program meets is not the model's). The whole takes some seconds
+(`quick=True`: smaller sizes, for tests).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
-from ..sharding.cost_model import private_copy_bytes
+from ..sharding.cost_model import Machine, private_copy_bytes
 from ..runtime.current_runtime import get_runtime
 from .rates import path
 
 
-def _median_seconds(fn, args, runs):
-    fn(*args)
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        np.asarray(out.numpy() if hasattr(out, "numpy") else out)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+# the quantile of a sample of timings a figure takes (fast): a load on a shared machine
+# only slows a run, so the sample's fast end is the machine's own time; not its fastest
+# run alone, which one timer's hiccup would decide
+FAST = 0.2
+
+
+# seconds each of calibrate's comparisons samples for at least, and the most rounds it runs
+SAMPLING = 0.15
+MAX_ROUNDS = 400
+
+
+def fast(ts, q=FAST) -> float:
+    """The low quantile `q` of timings `ts` (the run at that rank of the sorted sample): the
+    runs a burst of other work slowed, however many below 1 - q of them, do not move it,
+    where they take a median with them once they are half."""
+    s = sorted(ts)
+    return s[int(q * (len(s) - 1))]
+
+
+def _result(out):
+    np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+
+
+def timed(calls, runs, seconds=SAMPLING) -> list:
+    """fast() seconds of each (fn, args) of `calls`, after a warm-up of each: rounds of one
+    run of each in turn, so that all of them see the same load (their differences, which
+    the figures are, then hold the programs' own costs, not a change of load); `runs`
+    rounds at least, and more while the rounds have taken less than `seconds` (up to
+    MAX_ROUNDS): a program of a millisecond gets hundreds of runs, whose fast end a
+    shared machine's bursts of load do not reach."""
+    for fn, args in calls:
+        _result(fn(*args))
+    ts = [[] for _ in calls]
+    start = time.perf_counter()
+    while len(ts[0]) < runs or (time.perf_counter() - start < seconds and len(ts[0]) < MAX_ROUNDS):
+        for (fn, args), got in zip(calls, ts):
+            t0 = time.perf_counter()
+            _result(fn(*args))
+            got.append(time.perf_counter() - t0)
+    return [fast(t) for t in ts]
+
+
+def _seconds(fn, args, runs, seconds=SAMPLING):
+    return timed([(fn, args)], runs, seconds)[0]
 
 
 def _chain(k):
@@ -86,36 +128,31 @@ def _chain(k):
 def measure(devices=4, quick=False) -> dict:
     import spmd
     runs = 3 if quick else 7
-    n = 256 if quick else 1024
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    thin, w = np.ones((n, THIN), np.float32), np.eye(THIN, dtype=np.float32)
-    flops, element = product_rates(n, *_products_seconds(spmd.jit(lambda x, y: x @ y), (a, a),
-                                                         lambda k: spmd.jit(_dots(k)), (thin, w), runs))
+    n = 256 if quick else 512
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    thin, w = np.ones((n, THIN), np.float32), rng.standard_normal((THIN, THIN)).astype(np.float32)
     m = (1 << 18) if quick else (1 << 23)
     x = np.ones(m, np.float32)
     bandwidth = 3.0 * m * 4 / _streaming_seconds(lambda k: spmd.jit(_stream(k)), (x, x), runs, 9)
     tiny = np.ones(4, np.float32)
-    step = _median_seconds(spmd.jit(lambda x: x + 1.0), (tiny,), runs * 3)
+    step = _seconds(spmd.jit(lambda x: x + 1.0), (tiny,), runs * 2)
     small = np.eye(8, dtype=np.float32)
     call = _kernel_seconds(lambda k: spmd.jit(_dots(k)), (small, small), runs)
+    alone = Machine(bandwidth=bandwidth, call=call)
+    flops, element = product_rates(n, *_products_seconds(
+        lambda k: spmd.jit(_layers(k, n)), (a, a), lambda k: spmd.jit(_layers(k, THIN)), (thin, w),
+        runs, alone, n))
     out = {"machine": {"flops": flops, "product_element": element, "bandwidth": bandwidth, "step": step,
                        "call": call}, "devices": devices,
            "transport": "local", "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     if devices > 1:
         spmd.init(backend="local", num_devices=devices)
         mesh = spmd.Mesh((devices,), ("x",))
-        row = mesh.sharding("x", None)
+        row, whole = mesh.sharding("x", None), mesh.sharding(None, None)
         tiny = spmd.device_put(np.ones((devices, 4), np.float32), row)
-        out["machine"]["step_devices"] = _median_seconds(
-            spmd.jit(lambda x: x + 1.0, in_shardings=row, out_shardings=row), (tiny,), runs * 3)
-        rows = spmd.device_put(np.tile(a, (devices, 1)), row)
-        whole = spmd.device_put(a, mesh.sharding(None, None))
-        thins = spmd.device_put(np.ones((devices * n, THIN), np.float32), row)
-        ws = spmd.device_put(w, mesh.sharding(None, None))
-        square = spmd.jit(lambda x, y: x @ y, in_shardings=(row, mesh.sharding(None, None)), out_shardings=row)
-        got = _products_seconds(square, (rows, whole), lambda k: spmd.jit(
-            _dots(k), in_shardings=(row, mesh.sharding(None, None)), out_shardings=row), (thins, ws), runs)
-        out["machine"]["flops_devices"], out["machine"]["product_element_devices"] = product_rates(n, *got)
+        out["machine"]["step_devices"] = _seconds(
+            spmd.jit(lambda x: x + 1.0, in_shardings=row, out_shardings=row), (tiny,), runs * 2)
         flat = mesh.sharding("x")
         xs = spmd.device_put(np.ones(m * devices, np.float32), flat)
         t = _streaming_seconds(lambda k: spmd.jit(_stream(k), in_shardings=(flat, flat), out_shardings=flat),
@@ -123,10 +160,9 @@ def measure(devices=4, quick=False) -> dict:
         out["machine"]["bandwidth_devices"] = 3.0 * m * 4 / t
         out["machine"].update(_numpy_arguments(devices, row, (1 << 12) if quick else (1 << 15), runs))
         rows8 = spmd.device_put(np.tile(small, (devices, 1)), row)
-        whole8 = spmd.device_put(small, mesh.sharding(None, None))
+        whole8 = spmd.device_put(small, whole)
         out["machine"]["call_devices"] = _kernel_seconds(
-            lambda k: spmd.jit(_dots(k), in_shardings=(row, mesh.sharding(None, None)), out_shardings=row),
-            (rows8, whole8), runs)
+            lambda k: spmd.jit(_dots(k), in_shardings=(row, whole), out_shardings=row), (rows8, whole8), runs)
         out["machine"].update(_leaves(row, out["machine"]["call_devices"], 9 if quick else 33, runs))
         cache = cache_capacity(last_level_cache(), runs)
         if cache:
@@ -139,7 +175,24 @@ def measure(devices=4, quick=False) -> dict:
                                    (xs, xs), runs, 17)
             out["machine"]["cache_bytes"] = share
             out["machine"]["cache_bandwidth_devices"] = 3.0 * mc * 4 / t
+        several = Machine(bandwidth=out["machine"]["bandwidth_devices"], call=out["machine"]["call_devices"],
+                          cache_bytes=out["machine"].get("cache_bytes", 0.0),
+                          cache_bandwidth=out["machine"].get("cache_bandwidth_devices"),
+                          step=out["machine"]["step_devices"], leaf=out["machine"]["leaf_devices"])
+        out["machine"]["output_devices"] = _outputs(flat, (1 << 16) if quick else (1 << 20), several, runs)
+        rows = spmd.device_put(np.tile(a, (devices, 1)), row)
+        thins = spmd.device_put(np.ones((devices * n, THIN), np.float32), row)
+        layers = (lambda k: spmd.jit(_layers(k, n), in_shardings=(row, whole), out_shardings=row),
+                  (rows, spmd.device_put(a, whole)),
+                  lambda k: spmd.jit(_layers(k, THIN), in_shardings=(row, whole), out_shardings=row),
+                  (thins, spmd.device_put(w, whole)), runs, several, n)
+        first = _products_seconds(*layers)
         out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs)}
+        # the products again, seconds later, the faster of the two samples of each: with
+        # more devices than cores, how the system schedules the devices' threads can slow
+        # a whole sample (the rate halves), and does not last
+        got = [min(x, y) for x, y in zip(first, _products_seconds(*layers))]
+        out["machine"]["flops_devices"], out["machine"]["product_element_devices"] = product_rates(n, *got)
     return out
 
 
@@ -158,8 +211,7 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
     per = {}
     for cols in (16, (1 << 14) if quick else (1 << 18)):
         xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
-        t1 = _median_seconds(spmd.jit(_chain(1), in_shardings=row, out_shardings=row), (xs,), runs)
-        t17 = _median_seconds(spmd.jit(_chain(17), in_shardings=row, out_shardings=row), (xs,), runs)
+        t1, t17 = timed([(spmd.jit(_chain(k), in_shardings=row, out_shardings=row), (xs,)) for k in (1, 17)], runs)
         per[cols] = max((t17 - t1) / 16, 1e-7)
         if cols == 16:
             small_t1 = t1
@@ -171,11 +223,13 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
         # the chain of one small all_reduce against a program as small that exchanges
         # nothing (its ranks run in turn on this thread): the devices' threads' handoff
-        t0 = _median_seconds(spmd.jit(lambda x: x * 1.0001, in_shardings=row, out_shardings=row), (xs,), runs)
+        t0, again = timed([(spmd.jit(lambda x: x * 1.0001, in_shardings=row, out_shardings=row), (xs,)),
+                           (spmd.jit(_chain(1), in_shardings=row, out_shardings=row), (xs,))], runs)
+        small_t1 = min(small_t1, again)
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
-        gathers = {k: _median_seconds(spmd.jit(_gathers(k, mesh), in_shardings=row, out_shardings=row), (xs,), runs)
-                   for k in (1, 17)}
+        gathers = dict(zip((1, 17), timed([(spmd.jit(_gathers(k, mesh), in_shardings=row, out_shardings=row), (xs,))
+                                           for k in (1, 17)], runs)))
         # (an all_gather's rounds, at the latency measured above, are the model's already)
         gather_rounds = int(np.ceil(np.log2(devices)))
         out["rendezvous"] = max((gathers[17] - gathers[1]) / 16 - gather_rounds * latency, 0.0)
@@ -219,22 +273,36 @@ def _dots(k):
 THIN = 64
 
 
-def _products_seconds(square, square_args, make_thin, thin_args, runs) -> tuple:
-    """(seconds of the `square` product, of one product of a chain of make_thin(k)'s
-    products of an (n, THIN) matrix by a (THIN, THIN) one: 9 against one): medians of
-    runs interleaved, so that the two, solved together, see the same load."""
-    fns = [(square, square_args), (make_thin(1), thin_args), (make_thin(9), thin_args)]
-    for f, args in fns:
-        f(*args)
-    ts = [[], [], []]
-    for _ in range(runs):
-        for (f, args), got in zip(fns, ts):
-            t0 = time.perf_counter()
-            out = f(*args)
-            np.asarray(out.numpy() if hasattr(out, "numpy") else out)
-            got.append(time.perf_counter() - t0)
-    sq, t1, t9 = (statistics.median(t) for t in ts)
-    return sq, max((t9 - t1) / 8, 0.0)
+def _layers(k, cols):
+    """A chain of k layers x = (x @ w) * (1 / sqrt(cols)): each product's result read by an
+    elementwise kernel, as a network's products are (an activation, a scale, a residual
+    add); the scale keeps a random w's products at the operands' size."""
+    c = float(1.0 / np.sqrt(cols))
+
+    def f(x, w):
+        for _ in range(k):
+            x = (x @ w) * c
+        return x
+    return f
+
+
+def _products_seconds(make_square, square_args, make_thin, thin_args, runs, machine, n) -> tuple:
+    """(seconds of one n x n by n x n product, of one n x THIN by THIN x THIN one), each
+    from a chain of layers (_layers: 3 against one, 9 against one, their runs
+    interleaved, so that the two, solved together, see the same load), less what
+    `machine`'s model gives each layer besides its product: the scale's kernel (its
+    bytes at machine's rates) and the two kernels' fixed cost."""
+    t = timed([(make_square(1), square_args), (make_square(3), square_args),
+               (make_thin(1), thin_args), (make_thin(9), thin_args)], runs)
+    return (layer_product_seconds((t[1] - t[0]) / 2, n * n, machine),
+            layer_product_seconds((t[3] - t[2]) / 8, n * THIN, machine))
+
+
+def layer_product_seconds(layer, elements, machine) -> float:
+    """The product's seconds of a layer (_layers) that took `layer` seconds, its product's
+    result of `elements` float32: less what `machine`'s model gives the rest, the scale's
+    kernel (reading and writing the result) and the product's kernel's fixed cost."""
+    return max(layer - machine.kernel_seconds(0.0, 8.0 * elements) - machine.call, 0.0)
 
 
 def product_rates(n, t_square, t_thin) -> tuple:
@@ -264,10 +332,9 @@ def _stream(k):
 
 
 def _streaming_seconds(make, args, runs, k) -> float:
-    """Seconds of one step of make(k)'s loop: k steps against one, apart (a call's fixed
-    cost and the return of its result cancel)."""
-    t1 = _median_seconds(make(1), args, runs)
-    tk = _median_seconds(make(k), args, runs)
+    """Seconds of one step of make(k)'s loop: k steps against one, their runs interleaved
+    (a call's fixed cost and the return of its result cancel)."""
+    t1, tk = timed([(make(1), args), (make(k), args)], runs)
     # (a load that slowed the one-step run more than the k-step one leaves no difference:
     # then the k-step run's time a step, fixed cost and all, which is more than a step takes)
     return (tk - t1) / (k - 1) if tk > t1 else tk / k
@@ -275,9 +342,8 @@ def _streaming_seconds(make, args, runs, k) -> float:
 
 def _kernel_seconds(make, args, runs) -> float:
     """A kernel's fixed seconds: a chain of 33 tiny matrix products (none fuses with the
-    next) against one, per product."""
-    t1 = _median_seconds(make(1), args, runs * 3)
-    t33 = _median_seconds(make(33), args, runs * 3)
+    next) against one, per product, their runs interleaved."""
+    t1, t33 = timed([(make(1), args), (make(33), args)], runs * 2)
     return max((t33 - t1) / 32, 0.0)
 
 
@@ -300,7 +366,7 @@ def cache_capacity(largest, runs=7) -> float:
             np.add(x, y, out=z)
             return np.add(z, y, out=x)
         sizes.append(size)
-        rates.append(2 * 3 * n * 8 / _median_seconds(add, (), runs))
+        rates.append(2 * 3 * n * 8 / _seconds(add, (), runs, 0.05))
         size *= 2 ** 0.5
     return min(capacity_of(sizes, rates), float(largest))
 
@@ -344,13 +410,35 @@ def _numpy_arguments(devices, row, cols, runs) -> dict:
     nbytes = float(x.nbytes)
     read = spmd.jit(lambda x: x[0] + 1.0, in_shardings=row)
     write = spmd.jit(_write_row, in_shardings=row)
-    t_read = _median_seconds(read, (x,), runs) - _median_seconds(read, (placed,), runs)
-    t_write = _median_seconds(write, (x,), runs) - _median_seconds(write, (placed,), runs)
+    t = timed([(read, (x,)), (read, (placed,)), (write, (x,)), (write, (placed,))], runs)
+    t_read, t_write = t[0] - t[1], t[2] - t[3]
     argument = max(t_read, 0.0) / nbytes
     # the written call also made the devices' private copies (the array once in this
     # layout: cost_model.private_copy_bytes), which the model prices at `argument`
     private = private_copy_bytes(x.shape, x.itemsize, row, devices)
     return {"argument": argument, "written_back": max(t_write - t_read - private * argument, 0.0) / nbytes}
+
+
+def _dropped(fn):
+    """`fn` returning nothing (timed() would read its results back into numpy)."""
+    def run(*args):
+        fn(*args)
+    return run
+
+
+def _outputs(flat, n, machine, runs) -> float:
+    """Machine.output: seconds a call spends per byte of a result a device makes, besides
+    what the model (`machine`, its own output 0) gives: a program of two results of n
+    float64 a device against one of one (x + 1 and x * 2, against x + 1), the model's
+    difference of the two taken off, per byte of the second result."""
+    import spmd
+    from ..sharding.cost_model import Network
+    xs = spmd.device_put(np.ones(n * flat.mesh.size), flat)
+    one = spmd.jit(lambda x: x + 1.0, in_shardings=flat, out_shardings=flat)
+    two = spmd.jit(lambda x: (x + 1.0, x * 2.0), in_shardings=flat, out_shardings=(flat, flat))
+    t1, t2 = timed([(_dropped(one), (xs,)), (_dropped(two), (xs,))], runs)
+    model = [f.lower(xs).cost(machine=machine, network=Network())["seconds"] for f in (one, two)]
+    return max((t2 - t1) - (model[1] - model[0]), 0.0) / (n * 8.0)
 
 
 def _plus_total(*xs):
@@ -373,13 +461,13 @@ def _leaves(row, call, k, runs) -> dict:
         placed = [spmd.device_put(x, row) for x in xs]
         f(*placed)
         got = {False: [], True: []}
-        for _ in range(runs * 3):         # (interleaved: the two see the same load)
+        for _ in range(runs * 4):         # (interleaved: the two see the same load)
             for numpy in (False, True):
                 a = [x.copy() for x in xs] if numpy else placed
                 t0 = time.perf_counter()
                 f(*a)
                 got[numpy].append(time.perf_counter() - t0)
-        t[n] = statistics.median(got[False]), statistics.median(got[True])
+        t[n] = fast(got[False]), fast(got[True])
     more = k - 1
     leaf = max((t[k][0] - t[1][0]) / more - call, 0.0) / 2
     placing = max((t[k][1] - t[k][0]) - (t[1][1] - t[1][0]), 0.0) / more
@@ -432,6 +520,8 @@ def calibrate(devices=4, quick=False, out=None) -> int:
               f"devices at once" + (f"; in the cache ({mch['cache_bytes'] / 2**20:.1f} MiB a device): "
                                      f"{mch['cache_bandwidth_devices'] / 1e9:.1f} GB/s" if "cache_bytes" in mch else ""),
               file=out)
+    if "output_devices" in mch:
+        print(f"a call's results: {mch['output_devices'] * 2**20 * 1e6:.0f} us a MiB a device makes", file=out)
     if "argument" in mch:
         print(f"a numpy argument: {mch['argument'] * 2**20 * 1e6:.0f} us a MiB placed, "
               f"{mch['written_back'] * 2**20 * 1e6:.0f} us a MiB more written back", file=out)

@@ -16,7 +16,8 @@ class Cost(dict):
     def __str__(self):
         lines = [f"predicted step: {self['seconds'] * 1e3:.3f} ms per device (compute "
                  f"{self['compute_seconds'] * 1e3:.3f} ms, communication {self['comm_seconds'] * 1e3:.3f} ms, "
-                 f"a call {self['step_seconds'] * 1e3:.3f} ms, numpy arguments {self['args_seconds'] * 1e3:.3f} ms; "
+                 f"a call {self['step_seconds'] * 1e3:.3f} ms, its results' buffers {self['outputs_seconds'] * 1e3:.3f} ms, "
+                 f"numpy arguments {self['args_seconds'] * 1e3:.3f} ms; "
                  f"no overlap assumed); peak memory "
                  f"{self['peak_bytes'] / 2**20:.2f} MiB per device; rates: {self['source']}"]
         for r in self["collectives"]:
@@ -37,7 +38,8 @@ def predict(low, network=None, machine=None) -> Cost:
     # mesh copies them onto the devices, and back into those the program writes (without
     # a mesh the program reads and writes the caller's arrays)
     out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m)
-    out["seconds"] += out["args_seconds"]
+    out["outputs_seconds"] = outputs_seconds(g, m)
+    out["seconds"] += out["args_seconds"] + out["outputs_seconds"]
     out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
     out["peak_bytes"] = low.memory()["peak_bytes"]
     out.update(machine=m, network=n, source=source)
@@ -52,6 +54,12 @@ def leaves_seconds(low, machine) -> float:
         return 0.0
     g = low.stages["traced"]
     return machine.leaf * (max(len(g.inputs) - 1, 0) + max(len(g.outputs) - 1, 0))
+
+
+def outputs_seconds(graph, machine) -> float:
+    """Machine.output for each byte of the results a device makes in a call (the
+    partitioned program's outputs: a device's shards)."""
+    return machine.output * float(sum(v.size * np.dtype(v.dtype).itemsize for v in graph.outputs))
 
 
 def numpy_arguments_seconds(low, machine) -> float:

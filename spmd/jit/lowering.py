@@ -93,7 +93,8 @@ class Lowered:
         (compute + communication + a call's fixed cost: no overlap assumed),
         `compute_seconds`, `comm_seconds`, `step_seconds` (a call's fixed cost: Machine.step,
         Machine.leaf per argument and result leaf more, and Link.handoff where its ranks
-        run on the devices' threads), `args_seconds` (the call's
+        run on the devices' threads), `outputs_seconds` (the new
+        buffers of the results a device makes: Machine.output a byte), `args_seconds` (the call's
         copies of the arguments lower() was given as numpy arrays: placing them, writing
         back those the program writes; none for spmd.Arrays), `collectives` (each with its
         seconds), `peak_bytes` (the memory plan's), and the rates used and their `source`

@@ -79,7 +79,7 @@ def machine_from(m, devices=1) -> Machine:
     """The Machine of a calibration's `machine` entry (calibrate.measure) for a program on
     `devices` devices: on more than one, the rates measured with several devices running
     at once (flops_devices, product_element_devices, bandwidth_devices, step_devices,
-    call_devices), the cache's
+    call_devices, output_devices), the cache's
     share of a device and the cost of a call's leaves."""
     def rate(k):           # a program on several devices: the rate each gets while all run
         return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
@@ -97,7 +97,8 @@ def machine_from(m, devices=1) -> Machine:
                    cache_bandwidth=float(m["cache_bandwidth_devices"])
                    if several and m.get("cache_bandwidth_devices") else None,
                    leaf=float(m.get("leaf_devices") or 0.0) if several else 0.0,
-                   placing=float(m.get("placing") or 0.0) if several else 0.0)
+                   placing=float(m.get("placing") or 0.0) if several else 0.0,
+                   output=float(rate("output") or 0.0))
 
 
 def written_back(m, default) -> float:

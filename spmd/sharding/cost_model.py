@@ -109,6 +109,11 @@ class Machine:
     # result's tiles, which a product with few flops per element (a 64-wide product, an
     # attention head's) cannot hide: such a product runs at about half of `flops`
     product_element: float = 0.0
+    # seconds a call spends per byte of the results a device makes, besides the kernels
+    # that compute them: a call's results are new buffers, which the system maps and
+    # clears as they are first written (the arena of temporaries is the program's own,
+    # written before); a kernel's price of its bytes holds memory already in use
+    output: float = 0.0
 
     def stream_seconds(self, near, far) -> float:
         """Seconds to move `near` bytes the cache holds (at `cache_bandwidth`) and `far`

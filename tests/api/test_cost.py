@@ -564,6 +564,83 @@ def test_product_rates_are_solved_from_a_square_and_a_thin_product():
     assert product_rates(n, square, thin / 10) == (2 * n ** 3 / square, 0.0)
 
 
+def test_a_calibration_takes_the_fast_end_of_its_sample():
+    """calibrate.fast: a load on a shared machine only slows runs, so the figure is a low
+    quantile of the sample: runs a burst of load slowed (here more than half of them,
+    which take a median 8x up) do not move it, nor does one run a timer's hiccup made
+    absurdly fast."""
+    from spmd.jit.calibrate import fast
+    quiet = [1.00, 1.01, 1.02, 1.00, 1.03, 1.01, 1.02, 1.00, 1.01, 1.02, 1.01]
+    loaded = quiet[:7] + [9.0, 8.5, 7.9, 9.3, 8.8, 9.9, 8.1, 9.4, 8.6]
+    assert fast(loaded) == pytest.approx(1.0, rel=0.02)
+    assert fast(quiet) == pytest.approx(fast(loaded), rel=0.02)
+    assert float(np.median(loaded)) > 7.0
+    assert fast([0.01] + quiet) >= 1.0
+
+
+def test_a_calibration_interleaves_the_programs_it_compares():
+    """calibrate.timed: one run of each program in turn, `runs` rounds at least and more
+    while the rounds took less than `seconds`, after a warm-up of each: the programs
+    whose difference is a figure see the same load."""
+    from spmd.jit.calibrate import timed
+    order = []
+    calls = [(lambda k=k: order.append(k), ()) for k in "ab"]
+    assert len(timed(calls, 3, seconds=0.0)) == 2
+    assert order == ["a", "b"] + ["a", "b"] * 3
+    order.clear()
+    timed(calls, 1, seconds=0.05)
+    assert order[:4] == ["a", "b", "a", "b"] and len(order) > 4
+
+
+def test_a_layers_product_is_its_time_less_the_models_scale_kernel():
+    """calibrate.layer_product_seconds: products are calibrated in layers, each product's
+    result read by an elementwise scale (a pure chain of products, their results read
+    by nothing but products, runs about half as fast on the local devices as a
+    network's products do); the product's share is the layer's seconds less the model's
+    seconds of the scale's kernel and the two kernels' fixed costs, so that the model
+    prices the same layer back at what it took."""
+    from spmd.jit.calibrate import layer_product_seconds
+    m = Machine(bandwidth=1e9, call=1e-5)
+    elements = 1000                   # the scale reads and writes 8000 bytes: 8 us
+    assert layer_product_seconds(1e-3, elements, m) == pytest.approx(1e-3 - 8e-6 - 2e-5)
+    assert layer_product_seconds(1e-6, elements, m) == 0.0
+    x, w = np.ones((8, 16), np.float32), np.ones((16, 16), np.float32)
+    low = spmd.jit(lambda x, w: (x @ w) * 0.25).lower(x, w)
+    rate = Machine(flops=1e9, bandwidth=1e9, call=1e-5)
+    layer = low.cost(machine=rate, network=Network())["compute_seconds"]
+    assert layer_product_seconds(layer, x.size, rate) == pytest.approx(2 * 8 * 16 * 16 / 1e9, rel=0.05)
+
+
+def test_a_calls_results_cost_their_new_buffers():
+    """Machine.output: each byte of the results a device makes costs a call `output`
+    seconds besides the kernel writing it (a result's buffer is new each call), in
+    lowered.cost()'s outputs_seconds and its total: a result split on the mesh's four
+    devices costs a device a quarter of a replicated one."""
+    x = np.ones((64, 32))
+    m = Machine(output=1e-9)
+    split = spmd.jit(lambda x: x + 1.0, in_shardings=MESH.sharding(("data", "model"), None),
+                     out_shardings=MESH.sharding(("data", "model"), None)).lower(x)
+    whole = spmd.jit(lambda x: x + 1.0, in_shardings=MESH.sharding(("data", "model"), None),
+                     out_shardings=MESH.sharding(None, None)).lower(x)
+    c = split.cost(machine=m, network=Network())
+    assert c["outputs_seconds"] == pytest.approx(x.nbytes / 4 * 1e-9)
+    assert whole.cost(machine=m, network=Network())["outputs_seconds"] == pytest.approx(x.nbytes * 1e-9)
+    plain = split.cost(machine=Machine(), network=Network())
+    assert plain["outputs_seconds"] == 0.0
+    assert c["seconds"] - plain["seconds"] == pytest.approx(c["outputs_seconds"])
+    assert "results' buffers" in str(c)
+
+
+def test_stored_output_rate_is_read_for_a_program_on_several_devices(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "output_devices": 3e-10}}))
+    os.utime(f, ns=(10**18 + 13, 10**18 + 13))
+    assert R.rates(devices=4)[0].output == 3e-10
+    assert R.rates(devices=1)[0].output == 0.0
+
+
 def test_stored_product_element_is_read(tmp_path, monkeypatch):
     from spmd.jit import rates as R
     monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
