@@ -187,6 +187,23 @@ def test_a_worker_with_nothing_to_set_up_is_started_directly():
     assert plain_worker(worker + ["--language", "PYTHON"]) is None       # another spelling
 
 
+def test_a_private_rays_raylet_retries_its_store_often_with_rays_patience():
+    """The raylet's first connection to its object store (started a moment before, on a
+    thread of its own) can miss it; Ray retries a second later, which half the starts
+    on 2 cores paid. A private Ray retries every 20 ms, as long in all as Ray's own
+    default (10 tries a second apart), and a setting the caller gives wins."""
+    from ray._raylet import Config
+
+    from spmd.transports.ray.ray_private import system_config
+    config = system_config(2, 2)
+    every, tries = config["raylet_client_connect_timeout_milliseconds"], config["raylet_client_num_connect_attempts"]
+    assert every <= 20
+    assert every * tries >= Config.raylet_client_connect_timeout_milliseconds() * Config.raylet_client_num_connect_attempts()
+    assert system_config(2, 2, {"raylet_client_connect_timeout_milliseconds": 500})[
+        "raylet_client_connect_timeout_milliseconds"] == 500
+    assert system_config(2, 2)["worker_niceness"] == 0
+
+
 def test_a_private_ray_starts_a_worker_per_rank_actor_and_no_more():
     """The ranks but the driver's own (rank 0) each need a worker; Ray would prestart one
     per CPU, and its first driver waits for all of them to register: on 2 cores an idle

@@ -81,7 +81,20 @@ def start(ranks, num_cpus, **init_kwargs):
         _REAPER = subprocess.Popen([sys.executable, "-S", os.path.join(os.path.dirname(__file__), "ray_reaper.py"),
                                     str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)
-    config = dict(init_kwargs.pop("_system_config", None) or {})
+    config = system_config(ranks, num_cpus, init_kwargs.pop("_system_config", None))
+    # Ray turns token authentication on for a new local cluster, and warns that it did on
+    # every start: it stays on, the warning is dropped (only that one message)
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_quiet_auth_default)
+    # ("Started a local Ray instance." is Ray's INFO line: the start is spmd's business)
+    init_kwargs.setdefault("logging_level", logging.WARNING)
+    with _lean_head():
+        ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
+
+
+def system_config(ranks, num_cpus, given=None) -> dict:
+    """The Ray settings of a private Ray for `ranks` rank actors on num_cpus CPUs (those
+    `given` win)."""
+    config = dict(given or {})
     # Ray prestarts a worker per CPU of the node, and the first driver's ray.init waits
     # until they have registered; at most `worker_maximum_startup_concurrency` of them.
     # So: as many as there are rank actors (rank 0 in the driver needs none: a worker
@@ -95,13 +108,12 @@ def start(ranks, num_cpus, **init_kwargs):
     # Ray runs its workers at nice 15, below its own processes; here the workers are the
     # ranks, the program the user runs, as an MPI rank is
     config.setdefault("worker_niceness", 0)
-    # Ray turns token authentication on for a new local cluster, and warns that it did on
-    # every start: it stays on, the warning is dropped (only that one message)
-    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_quiet_auth_default)
-    # ("Started a local Ray instance." is Ray's INFO line: the start is spmd's business)
-    init_kwargs.setdefault("logging_level", logging.WARNING)
-    with _lean_head():
-        ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, _system_config=config, **init_kwargs)
+    # the raylet connects to its object store, started on a thread of its own a moment
+    # before, and retries a second later when it was not there yet: half the starts took
+    # a second more. Every 20 ms instead, with the same ten seconds' patience in all
+    config.setdefault("raylet_client_connect_timeout_milliseconds", 20)
+    config.setdefault("raylet_client_num_connect_attempts", 500)
+    return config
 
 
 def ranks_up():
