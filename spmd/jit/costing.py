@@ -7,6 +7,7 @@ import numpy as np
 from ..runtime.current_runtime import started
 from ..sharding.auto.program_cost import collective_rows, handoff_seconds, program_seconds
 from ..sharding.cost_model import private_copy_bytes
+from ..sharding.kernel_traffic import nbytes
 from .rates import rates
 
 
@@ -59,7 +60,7 @@ def leaves_seconds(low, machine) -> float:
 def outputs_seconds(graph, machine) -> float:
     """Machine.output for each byte of the results a device makes in a call (the
     partitioned program's outputs: a device's shards)."""
-    return machine.output * float(sum(v.size * np.dtype(v.dtype).itemsize for v in graph.outputs))
+    return machine.output * sum(nbytes(v) for v in graph.outputs)
 
 
 def numpy_arguments_seconds(low, machine) -> float:

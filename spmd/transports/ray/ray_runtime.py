@@ -387,7 +387,7 @@ class RayRuntime(Runtime):
                                     self._drops.take(d), SMALL_RESULT_BYTES))
                         for d in devices}
             packed = {d: pack(messages[d]) for d in devices if self._actors[d] is not None}
-            with _holding(chans):               # in rank order: no two callers wait on each other
+            with _holding(chans):
                 for d in packed:
                     try:
                         chans[d].send_packed(packed[d])
@@ -450,13 +450,8 @@ class RayRuntime(Runtime):
                 return
             run_id, chans, outs, pending, errors, printed = inflight
             values = {}
-            for d in sorted(chans):
-                chans[d].lock.acquire()
-            try:
+            with _holding(chans):
                 self._wait(pending, run_id, printed, values, errors)
-            finally:
-                for d in sorted(chans):
-                    chans[d].lock.release()
         for d in sorted(printed):           # the program's prints, here, in rank order
             sys.stdout.write("".join(printed[d]))
         sys.stdout.flush()
