@@ -34,9 +34,43 @@ def axes_size(mesh, axes) -> int:
     return n
 
 
-def rule_of(op) -> FactorRule:
-    """The op's factor rule on its own operand and result shapes."""
-    return op.opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+def op_key(op):
+    """What an op's factor rule is a function of, hashable: its name, its operands' and
+    results' shapes and dtypes, its attributes (each with its type: 1 and True are equal
+    keys but not equal attributes). None where an attribute cannot be a key (a constant's
+    array) or is a graph (a loop's body: its contents may change, its identity not)."""
+    attrs = []
+    for k in sorted(op.attrs):
+        v = op.attrs[k]
+        if hasattr(v, "ops"):
+            return None
+        attrs.append((k, type(v), v))
+    key = (op.name, tuple((o.shape, o.dtype) for o in op.operands), tuple((r.shape, r.dtype) for r in op.results),
+           tuple(attrs))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_RULES = {}     # op_key -> FactorRule: a program's layers repeat the same ops, and spmd.AUTO
+                # propagates and partitions one program several times
+_RULES_MAX = 1 << 15
+
+
+def rule_of(op, key=None) -> FactorRule:
+    """The op's factor rule on its own operand and result shapes (`key`: its op_key,
+    where the caller has it)."""
+    key = op_key(op) if key is None else key
+    if key is None:
+        return op.opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+    rule = _RULES.get(key)
+    if rule is None:
+        if len(_RULES) > _RULES_MAX:
+            _RULES.clear()
+        rule = _RULES[key] = op.opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+    return rule
 
 
 def dim_to_factors(axes, factors, sizes, mesh) -> list:
