@@ -96,5 +96,10 @@ def test_op_key_holds_what_a_rule_reads():
     assert key != rules.op_key(op({"k": 1}, shape=(8, 4)))
     assert key != rules.op_key(op({"k": 1}, dtype="float64"))
     assert key != rules.op_key(op({"k": 1}, name="subtract"))
-    assert rules.op_key(op({"k": np.array([1, 2])})) is None      # not hashable
+    arr = rules.op_key(op({"k": np.array([1, 2])}))                # an array by its dtype, shape, bytes
+    assert arr == rules.op_key(op({"k": np.array([1, 2])}))
+    assert arr != rules.op_key(op({"k": np.array([1, 3])}))
+    assert arr != rules.op_key(op({"k": np.array([1, 2], dtype=np.int8)}))
+    assert arr != rules.op_key(op({"k": np.array([[1, 2]])}))
+    assert rules.op_key(op({"k": [1, 2]})) is None                   # not hashable
     assert rules.op_key(op({"body": Graph("body")})) is None      # a graph: its contents may change
