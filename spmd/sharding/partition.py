@@ -50,6 +50,7 @@ from .cost import reshard_cost
 from .gathers import received_bytes, warn_gather, whole_dims_gathered
 from .partition_rules import LOCAL, OPS, PartitionContext
 from .reshard import Emitter, reshard
+from .rules import op_key, rule_of
 from ..ir.mesh import Sharding
 
 
@@ -75,11 +76,11 @@ def reduction_kind(op) -> str:
 
 
 # -- factor rules, relaxed where a local masked implementation exists ----------------------
-def _rule(op):
+def _rule(op, key=None):
     opdef = op.opdef
     if opdef.factors is None:
         raise ShardingError(f"{op.name}{where(op.loc)}: the op has no sharding factor rule")
-    rule = opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+    rule = rule_of(op, key)
     if opdef.split_replicate == "partial":
         # a sharded looked-up dim: each device looks up what it holds, zeros elsewhere -> a partial sum
         rule = dataclasses.replace(rule, reduction=rule.reduction | rule.replicate, replicate=frozenset())
@@ -385,7 +386,26 @@ def _candidates(ctx, op, rule, ins, target):
     return out
 
 
-def _choose(ctx, op, rule, ins, target):
+# _choose's answers per op_key and the shardings it reads (bounded: cleared when full): a
+# program's layers repeat the same ops, and spmd.AUTO partitions one program several times
+_CHOSEN = {}
+_CHOSEN_MAX = 100_000
+
+
+def _choose(ctx, op, rule, ins, target, key=None):
+    """The assignment {factor: axes} of the fewest reshard bytes among _candidates'."""
+    if key is None:
+        return _cheapest(ctx, op, rule, ins, target)
+    key = (key, tuple(have for _, have in ins), target)
+    got = _CHOSEN.get(key)
+    if got is None:
+        if len(_CHOSEN) > _CHOSEN_MAX:
+            _CHOSEN.clear()
+        got = _CHOSEN[key] = _cheapest(ctx, op, rule, ins, target)
+    return dict(got)
+
+
+def _cheapest(ctx, op, rule, ins, target):
     res = op.result
     best, best_cost = None, None
     for assign in _candidates(ctx, op, rule, ins, target):
@@ -407,7 +427,8 @@ def _reduction_axes(ctx, rule, assign):
 
 def _generic(ctx: Partitioner, op):
     res = op.result
-    rule = _rule(op)
+    key = op_key(op)
+    rule = _rule(op, key)
     ins = [ctx.env[o] for o in op.operands]
     target = ctx.sharding_of(res)
     if target.is_replicated and all(sh.is_replicated for _, sh in ins):
@@ -415,7 +436,7 @@ def _generic(ctx: Partitioner, op):
         # loop's scalar arithmetic, thousands of ops, skips the search)
         assign = {}
     else:
-        assign = _choose(ctx, op, rule, ins, target)
+        assign = _choose(ctx, op, rule, ins, target, key)
     used = {a for ax in assign.values() for a in ax}
     red = _reduction_axes(ctx, rule, assign)
     res_spec = _spec_of(rule.results[0], assign)

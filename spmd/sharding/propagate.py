@@ -65,12 +65,15 @@ import numpy as np
 
 from ..ir.ops.names import SHARDING_CONSTRAINT
 from .cost import reshard_cost
-from .rules import axes_size, dim_cap, factors_to_dim, rule_of, tensor_factors
+from .rules import axes_size, dim_cap, factors_to_dim, op_key, rule_of, tensor_factors
 from ..ir.mesh import Sharding
 
 # Propagation._saved's answers (bounded: cleared when full)
 _SAVED = {}
 _SAVED_MAX = 200_000
+# _State.choose's answers, per op_key, mesh and its tensors' splits (bounded alike)
+_CHOSEN = {}
+_CHOSEN_MAX = 200_000
 
 LEVELS = 4
 
@@ -95,10 +98,10 @@ class _State:
         self.fixed = {}        # Value -> Sharding (annotations)
         self.annotations = {}  # Value -> why it is fixed
         self.why = {}          # Value -> [(dim, axes added, op, source Value, source dim)]
-        self.rules = {}        # Op -> FactorRule
+        self.rules = {}        # Op -> (FactorRule, its op_key)
         self.caps = {}         # (Value, dim) -> largest split the ops using it allow (None: any)
-        self.version = {}      # Value -> how many times its splits changed
-        self.settled = {}      # Op -> its tensors' versions when its last step changed nothing
+        self.users = {}        # Value -> the ops with a factor rule that read or make it
+        self.settled = set()   # ops whose last step changed nothing, no tensor of theirs changed since
 
     def get(self, v):
         d = self.dims.get(v)
@@ -112,9 +115,14 @@ class _State:
         self.annotations[v] = reason
 
     def rule(self, op):
+        return self.keyed(op)[0]
+
+    def keyed(self, op):
+        """(the op's FactorRule, its op_key)."""
         r = self.rules.get(op)
         if r is None:
-            r = self.rules[op] = rule_of(op)
+            key = op_key(op)
+            r = self.rules[op] = (rule_of(op, key), key)
         return r
 
     def add_caps(self, op):
@@ -133,11 +141,41 @@ class _State:
         return cap is None or cap % axes_size(self.mesh, axes) == 0
 
     # -- one op ----------------------------------------------------------------------------
+    def add_users(self, op):
+        for t in list(op.operands) + list(op.results):
+            self.users.setdefault(t, []).append(op)
+
     def choose(self, op):
         """-> ({factor: axes}, {factor: (source Value, source dim)}) for this op now."""
-        rule = self.rule(op)
-        mesh, sizes = self.mesh, rule.sizes
         tensors = list(op.operands) + list(op.results)
+        chosen, source, _ = self.chosen(op, tensors)
+        return dict(chosen), {f: (tensors[pos], d) for f, (pos, d) in source.items()}
+
+    def chosen(self, op, tensors):
+        """(choose's factors, its sources as (position in `tensors`, dim), per tensor per
+        dim the axes the factors give that dim: factors_to_dim). Remembered per op_key,
+        mesh and the splits of the op's tensors, which are all it reads (a program's
+        layers repeat the same ops, and spmd.AUTO propagates one program several times)."""
+        rule, key = self.keyed(op)
+        if key is None:
+            return self._chosen(rule, tensors)
+        key = (key, self.mesh, tuple(tuple(self.get(t)) for t in tensors))
+        got = _CHOSEN.get(key)
+        if got is None:
+            if len(_CHOSEN) > _CHOSEN_MAX:
+                _CHOSEN.clear()
+            got = _CHOSEN[key] = self._chosen(rule, tensors)
+        return got
+
+    def _chosen(self, rule, tensors):
+        chosen, source = self._choose(rule, tensors)
+        maps = list(rule.operands) + list(rule.results)
+        news = tuple(tuple(factors_to_dim(fs, chosen, rule.sizes, self.mesh) for fs in fmap) for fmap in maps) \
+            if chosen else ()
+        return chosen, source, news
+
+    def _choose(self, rule, tensors):
+        mesh, sizes = self.mesh, rule.sizes
         maps = list(rule.operands) + list(rule.results)
         per = [tensor_factors(self.get(t), fmap, sizes, mesh) for t, fmap in zip(tensors, maps)]
         cands = []
@@ -162,8 +200,8 @@ class _State:
                     saved += s
                     related = c[:len(have)] == have or have[:len(c)] == c
                     if related and (best is None or s > best[0]):
-                        best = (s, pos, t, next(d for d, fs in enumerate(fmap) if f in fs))
-                cands.append((-saved, -len(c), best[1], fi, f, c, (best[2], best[3])))
+                        best = (s, pos, next(d for d, fs in enumerate(fmap) if f in fs))
+                cands.append((-saved, -len(c), best[1], fi, f, c, (best[1], best[2])))
         cands.sort(key=lambda x: x[:4])
         chosen, source, used = {}, {}, set()
         for *_, f, c, src in cands:
@@ -209,29 +247,28 @@ class _State:
         return drop - keep
 
     def step(self, op) -> bool:
-        tensors = list(op.operands) + list(op.results)
         # a step only depends on its tensors' splits: skip it while they are as they were
-        # the last time it changed nothing
-        sig = tuple(self.version.get(t, 0) for t in tensors)
-        if self.settled.get(op) == sig:
+        # the last time it changed nothing (a change to a tensor's splits unsettles its users)
+        if op in self.settled:
             return False
         changed = self._step(op)
         if not changed:
-            self.settled[op] = sig
+            self.settled.add(op)
         return changed
 
     def _step(self, op) -> bool:
         rule = self.rule(op)
-        chosen, source = self.choose(op)
+        tensors = list(op.operands) + list(op.results)
+        chosen, source, news = self.chosen(op, tensors)
         if not chosen:
             return False
         changed = False
-        for t, fmap in zip(list(op.operands) + list(op.results), list(rule.operands) + list(rule.results)):
+        for t, fmap, tnew in zip(tensors, list(rule.operands) + list(rule.results), news):
             if t in self.fixed:
                 continue
             dims = list(self.get(t))
             for d, fs in enumerate(fmap):
-                new = factors_to_dim(fs, chosen, rule.sizes, self.mesh)
+                new = tnew[d]
                 cur = dims[d]
                 if len(new) <= len(cur) or new[:len(cur)] != cur:
                     continue
@@ -245,9 +282,9 @@ class _State:
                     continue
                 dims[d] = cur + tuple(add)
                 f = next(f for f in fs if chosen.get(f) and (set(chosen[f]) & set(add)))
-                src, sd = source[f]
-                self.why.setdefault(t, []).append((d, tuple(add), op, src, sd))
-                self.version[t] = self.version.get(t, 0) + 1
+                pos, sd = source[f]
+                self.why.setdefault(t, []).append((d, tuple(add), op, tensors[pos], sd))
+                self.settled.difference_update(self.users.get(t, ()))
                 changed = True
             self.dims[t] = dims
         return changed
@@ -359,6 +396,7 @@ def _propagate(graph: Graph, mesh, in_shardings, out_shardings, hints, given=())
     ops = [op for op in g.ops if op.opdef.factors is not None]
     for op in ops:
         st.add_caps(op)
+        st.add_users(op)
     for lv in range(LEVELS):
         active = [op for op in ops if level(op) <= lv]
         while True:

@@ -189,6 +189,21 @@ def _moves(mesh, s: State, d: State, shape, itemsize):
                 yield step("slice", t, dim, -1, spec, s.partial, -LATENCY_BYTES / 2)
 
 
+# (mesh, state, goal, shape, itemsize) -> _moves' steps: the searches for one goal from
+# different starts pass through the same states (bounded: cleared when full)
+_MOVES = {}
+
+
+def _moves_of(mesh, s, d, shape, itemsize) -> tuple:
+    key = (mesh, s, d, shape, itemsize)
+    got = _MOVES.get(key)
+    if got is None:
+        if len(_MOVES) > 1 << 16:
+            _MOVES.clear()
+        got = _MOVES[key] = tuple(_moves(mesh, s, d, shape, itemsize))
+    return got
+
+
 @functools.lru_cache(maxsize=4096)
 def _plan(mesh, src: State, dst: State, shape, itemsize):
     if src == dst:
@@ -202,7 +217,7 @@ def _plan(mesh, src: State, dst: State, shape, itemsize):
             return path
         if cost > best.get(s, float("inf")):
             continue
-        for st in _moves(mesh, s, dst, shape, itemsize):
+        for st in _moves_of(mesh, s, dst, shape, itemsize):
             c = cost + max(st.cost, 0.0)
             if c < best.get(st.after, float("inf")) - 1e-9:
                 best[st.after] = c

@@ -11,6 +11,10 @@ dim is split all the way; otherwise the dim's shards would not be contiguous.
 """
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
+
 from ..ir.factors import FactorRule
 
 
@@ -34,9 +38,56 @@ def axes_size(mesh, axes) -> int:
     return n
 
 
-def rule_of(op) -> FactorRule:
-    """The op's factor rule on its own operand and result shapes."""
-    return op.opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+def op_key(op):
+    """What an op's factor rule is a function of, as a number: its name, its operands'
+    and results' shapes and dtypes, its attributes (each with its type: 1 and True are
+    equal keys but not equal attributes; an array by its dtype, shape and bytes). The
+    same number for the same of all these, in this process; None where an attribute
+    cannot be a key or is a graph (a loop's body: its contents may change, its identity
+    not). (A number: the memos keyed by it hash an int, not the nested tuple.)"""
+    attrs = []
+    for k in sorted(op.attrs):
+        v = op.attrs[k]
+        t = type(v)
+        if t is np.ndarray:
+            v = (v.dtype.str, v.shape, v.tobytes())
+        elif hasattr(v, "ops"):
+            return None
+        attrs.append((k, t, v))
+    key = (op.name, tuple((o.shape, o.dtype) for o in op.operands), tuple((r.shape, r.dtype) for r in op.results),
+           tuple(attrs))
+    try:
+        n = _KEYS.get(key)
+    except TypeError:
+        return None
+    if n is None:
+        if len(_KEYS) > _KEYS_MAX:
+            _KEYS.clear()         # (the numbers go on from where they were: none is given twice)
+        n = _KEYS[key] = next(_NUMBERS)
+    return n
+
+
+_KEYS = {}      # op_key's tuples -> their numbers
+_KEYS_MAX = 1 << 16
+_NUMBERS = itertools.count()
+
+_RULES = {}     # op_key -> FactorRule: a program's layers repeat the same ops, and spmd.AUTO
+                # propagates and partitions one program several times
+_RULES_MAX = 1 << 15
+
+
+def rule_of(op, key=None) -> FactorRule:
+    """The op's factor rule on its own operand and result shapes (`key`: its op_key,
+    where the caller has it)."""
+    key = op_key(op) if key is None else key
+    if key is None:
+        return op.opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+    rule = _RULES.get(key)
+    if rule is None:
+        if len(_RULES) > _RULES_MAX:
+            _RULES.clear()
+        rule = _RULES[key] = op.opdef.factors([o.aval for o in op.operands], [r.aval for r in op.results], op.attrs)
+    return rule
 
 
 def dim_to_factors(axes, factors, sizes, mesh) -> list:

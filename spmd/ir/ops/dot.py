@@ -1,5 +1,7 @@
 """dot_general: batch dims, contracting dims, free dims (StableHLO). The result's dims
 are batch, then lhs free, then rhs free, each in operand order."""
+import math
+
 import numpy as np
 
 from ..factors import einsum_rule, letters
@@ -34,7 +36,7 @@ def _infer(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
 
 
 def _prod(xs):
-    return int(np.prod(xs, dtype=np.int64))
+    return math.prod(int(x) for x in xs)
 
 
 def _ref(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):

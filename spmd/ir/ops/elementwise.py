@@ -3,6 +3,8 @@
 Binary ops take operands of one shape and dtype (StableHLO); the tracer broadcasts and
 promotes before it emits them.
 """
+import math
+
 import numpy as np
 
 from ..aval import Aval
@@ -61,7 +63,8 @@ def sampled(allowed):
 # libm, ~200 and more), not the multiply-adds of its polynomial, which run far below the
 # product's rate
 def _flops_n(n):
-    return lambda ins, out, attrs: n * int(np.prod(out.shape, dtype=np.int64))
+    # (math.prod: called per op by the cost model, numpy's reduction costs more than the product)
+    return lambda ins, out, attrs: n * math.prod(int(d) for d in out.shape)
 
 
 def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1, **rules):

@@ -1,5 +1,7 @@
 """reduce: sum, max, min or prod over a set of axes. The result keeps the operand's
 dtype; numpy's promotion of integer sums is done by the tracer with a convert."""
+import math
+
 import numpy as np
 
 from ..factors import einsum_rule, letters
@@ -91,7 +93,7 @@ def _factors(ins, outs, attrs):
 
 
 register(OpDef("reduce", family="reduce", infer=_infer, ref=_ref, vjp=_vjp, factors=_factors,
-               flops=lambda ins, out, attrs: int(np.prod(ins[0].shape, dtype=np.int64)),
+               flops=lambda ins, out, attrs: math.prod(int(d) for d in ins[0].shape),
                dtypes=("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "complex64", "complex128"),
                priority=1, fusion="reduction", lowering="accumulate",
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [],
@@ -137,6 +139,6 @@ def _cum_factors(ins, outs, attrs):
 
 
 register(OpDef("cumulative", family="reduce", infer=_cum_infer, ref=_cum_ref, vjp=_cum_vjp, factors=_cum_factors,
-               flops=lambda ins, out, attrs: int(np.prod(out.shape, dtype=np.int64)),
+               flops=lambda ins, out, attrs: math.prod(int(d) for d in out.shape),
                dtypes=("float32", "float64", "int32", "int64", "float16", "bfloat16"), priority=0,
                linear=lambda op: [(0,)] if op.attrs["kind"] == "sum" else [], lowering="prefix_scan"))

@@ -59,7 +59,7 @@ class AutoPlan:
                                                     # figure a machine shared with other work keeps
     argument_bytes: float = 0.0                     # what the plan's arguments hold per device
     why: list = field(default_factory=list)         # per chosen leaf: a dict (see explain_lines)
-    size: dict = field(default_factory=dict)        # nodes, edges, option pairs of the search
+    size: dict = field(default_factory=dict)        # ops of the program (ops_in), nodes, edges, option pairs of the search
     # {(op index, result index): Sharding} of the global program's interior values the plan
     # kept asks propagation to keep (the search's, where propagation from the arguments
     # alone lays them out otherwise); empty unless a "followed" plan won
@@ -266,7 +266,7 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
             judge(n, *plans[n])
     ins, outs = plans[best]
     plan = AutoPlan(list(ins), list(outs), best, searched, seconds, 0.0,
-                    size={"nodes": len(pb.nodes), "edges": len(pb.edges),
+                    size={"ops": ops_in(graph), "nodes": len(pb.nodes), "edges": len(pb.edges),
                           "pairs": int(sum(e.small.size for e in pb.edges)),
                           "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
                     hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated, reuse=reuse)
@@ -276,6 +276,12 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
     plan.solve_seconds = time.perf_counter() - t0
     plan.solve_cpu_seconds = time.thread_time() - c0
     return plan
+
+
+def ops_in(graph) -> int:
+    """The ops of `graph`, those of the graphs its ops hold (a loop's body) too."""
+    return sum(1 + sum(ops_in(v) for v in op.attrs.values() if hasattr(v, "ops") and hasattr(v, "inputs"))
+               for op in graph.ops)
 
 
 def _named(shardings, like):

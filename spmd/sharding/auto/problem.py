@@ -32,7 +32,7 @@ from ...ir.ops.names import SHARDING_CONSTRAINT
 from ..cost import reshard_seconds
 from ..cost_model import (bucketed_values, collective_seconds, first_fused_reads, fuses, is_product, moved_values,
                           product_elements)
-from ..rules import axes_size, rule_of
+from ..rules import axes_size, op_key, rule_of
 from .solve import refine_greedy, total
 from .strategies import Strategy, is_loop, layouts, loop_strategies, op_strategies
 
@@ -320,27 +320,46 @@ class _OpSeconds:
     """One device's seconds for an op split as a strategy: compute, and settling a
     pending sum. The op's flops and the values it moves through memory are worked out once
     per op, the seconds once per (op, strategy): merged ops ask for one strategy under
-    many options."""
+    many options; and once per (op_key, which of its operands and results move through
+    memory and which results are bucketed, strategy), all they are a function of: a
+    step's layers repeat the same ops."""
 
     def __init__(self, machine, network, read_by_unfused, outputs, first_reads, bucketed=frozenset()):
         self.machine, self.network, self.traffic = machine, network, (read_by_unfused, outputs, first_reads)
         self.bucketed = bucketed
-        self.parts, self.memo = {}, {}
+        self.parts, self.memo, self.shared = {}, {}, {}
 
     def __call__(self, op, st) -> float:
         key = (op, st)
         t = self.memo.get(key)
         if t is None:
-            t = self.memo[key] = self._seconds(op, st)
+            parts = self._parts(op)
+            if parts[3] is None:
+                t = self._seconds(op, st, parts)
+            else:
+                shared = (parts[3], st)
+                t = self.shared.get(shared)
+                if t is None:
+                    t = self.shared[shared] = self._seconds(op, st, parts)
+            self.memo[key] = t
         return t
 
-    def _seconds(self, op, st) -> float:
+    def _parts(self, op):
+        """(flops, operands moved, results moved, the shared key or None)."""
         parts = self.parts.get(op)
         if parts is None:
             f = op.opdef.flops
             flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs)) if f is not None else 0.0
-            parts = self.parts[op] = (flops, *moved_values(op, *self.traffic))
-        flops, ins, outs = parts
+            ins, outs = moved_values(op, *self.traffic)
+            k = op_key(op)
+            if k is not None:
+                k = (k, tuple(o in ins for o in op.operands), tuple(r in outs for r in op.results),
+                     tuple(r in self.bucketed for r in op.results))
+            parts = self.parts[op] = (flops, ins, outs, k)
+        return parts
+
+    def _seconds(self, op, st, parts) -> float:
+        flops, ins, outs, _ = parts
         nbytes = sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.operands, st.operands) if t in ins)
         nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
         elements = product_elements(op, [local_elements(v.shape, s) for v, s in zip(
