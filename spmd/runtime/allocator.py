@@ -6,7 +6,7 @@ from memory mapped for it, and raises that size limit to the largest block freed
 returning freed memory at the top of its heaps to the system: whether a call's megabytes
 are pages the process still holds or fresh pages the system maps and clears as they are
 first written (a fault every 4 KiB: several times the cost of copying the bytes) then
-depends on the order of the process's earlier allocations. One training step on numpy
+depends on the order of the process's earlier allocations. One stencil program on numpy
 arguments faulted on every call, another of the same size never; a calibration measured
 one or the other from run to run. `keep_freed_memory` fixes both settings at the start of
 a runtime: blocks below MMAP_THRESHOLD come from the heaps and what is freed there stays
