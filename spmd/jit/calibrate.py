@@ -40,10 +40,13 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 device gets while the others compute too (the devices share the cores)
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
-                and large (the bytes a device receives per second); and a chain of small
-                all_gathers (`rendezvous`: what a collective the communicator runs from
-                Python costs besides its rounds: the native code runs all_reduce and
-                collective_permute between the threads, the others stop it)
+                and large (the bytes a device receives per second); and chains of small
+                and of large all_gathers (`rendezvous`: what a collective the
+                communicator runs from Python costs besides its rounds: the native code
+                runs all_reduce and collective_permute between the threads, the others
+                stop it; `communicator_bandwidth`: the bytes a device receives per second
+                in those), in programs with a kernel large enough that every rank's
+                segments do not run on one thread (as the programs priced)
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
                 chain over the MPI ranks, stored beside the rest as networks.mpi; the
                 model takes it for programs run under MPI (processes on one host
@@ -66,6 +69,7 @@ import time
 
 import numpy as np
 
+from ..backends.llvm.schedule import SMALL_WORK
 from ..sharding.cost_model import Machine, private_copy_bytes
 from ..runtime.current_runtime import get_runtime
 from .rates import path
@@ -187,7 +191,7 @@ def measure(devices=4, quick=False) -> dict:
                   lambda k: spmd.jit(_layers(k, THIN), in_shardings=(row, whole), out_shardings=row),
                   (thins, spmd.device_put(w, whole)), runs, several, n)
         first = _products_seconds(*layers)
-        out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs)}
+        out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs, machine=several)}
         # the products again, seconds later, the faster of the two samples of each: with
         # more devices than cores, how the system schedules the devices' threads can slow
         # a whole sample (the rate halves), and does not last
@@ -196,7 +200,7 @@ def measure(devices=4, quick=False) -> dict:
     return out
 
 
-def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
+def measure_link(mesh, quick=False, runs=7, rendezvous=True, machine=None) -> dict:
     """{latency, bandwidth} of the started runtime's collectives over the 1-D `mesh`: a
     chain of 17 dependent all_reduces against one, small (its latency per round) and
     large (the bytes a device receives per second); sixteen differences, not eight, so
@@ -228,21 +232,53 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True) -> dict:
         small_t1 = min(small_t1, again)
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
-        gathers = dict(zip((1, 17), timed([(spmd.jit(_gathers(k, mesh), in_shardings=row, out_shardings=row), (xs,))
-                                           for k in (1, 17)], runs)))
-        # (an all_gather's rounds, at the latency measured above, are the model's already)
-        gather_rounds = int(np.ceil(np.log2(devices)))
-        out["rendezvous"] = max((gathers[17] - gathers[1]) / 16 - gather_rounds * latency, 0.0)
+        out.update(_communicator_rates(mesh, latency, machine, quick, runs))
+    return out
+
+
+def _communicator_rates(mesh, latency, machine=None, quick=False, runs=7) -> dict:
+    """Link.rendezvous and Link.communicator_bandwidth of the collectives the local
+    transport runs from Python: chains of 17 all_gathers against one, of small arrays
+    (what a call costs besides its rounds, at `latency` each, the model's already) and of
+    large ones (the bytes a device receives per second, the small chain's time and the
+    model's seconds (`machine`) of the large chain's kernels taken off). Each program
+    holds a kernel of SMALL_WORK elements a device besides (_gathers), as the programs
+    the model prices do: a program whose kernels are all smaller runs every rank's
+    native segments on one thread (backends/llvm/schedule.py), not a thread a core,
+    and its collectives meet the ranks' threads otherwise."""
+    import spmd
+    from ..sharding.cost_model import Link, Network
+    devices = mesh.size
+    row = mesh.sharding("x", None)
+    big = spmd.device_put(np.ones((devices, SMALL_WORK), np.float32), row)
+    per, model = {}, {}
+    # (the model of the chains without the communicator's costs: what the figures are measured beyond)
+    bare = Network(within=Link(latency=latency, bandwidth=float("inf")))
+    for cols in (16, (1 << 12) if quick else (1 << 16)):
+        xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
+        fs = [spmd.jit(_gathers(k, mesh), in_shardings=(row, row), out_shardings=row) for k in (1, 17)]
+        t1, t17 = timed([(f, (xs, big)) for f in fs], runs)
+        per[cols] = (t17 - t1) / 16
+        c1, c17 = (f.lower(xs, big).cost(machine=machine or Machine(), network=bare)["seconds"] for f in fs)
+        model[cols] = (c17 - c1) / 16
+    small, large = sorted(per)
+    out = {"rendezvous": max(per[small] - model[small], 0.0)}
+    received = (devices - 1) * (large - small) * 4.0       # (float32 columns, from each other rank)
+    took = (per[large] - model[large]) - (per[small] - model[small])
+    if took > 0:
+        out["communicator_bandwidth"] = received / took
     return out
 
 
 def _gathers(k, mesh):
-    """A chain of k small all_gathers over `mesh` (each value replicated, then split by
-    rows again: a slice, no collective)."""
+    """A chain of k all_gathers over `mesh` (each value replicated, then split by rows
+    again: a slice, no collective), after a kernel of `big`'s elements (a row's sum, no
+    collective)."""
     import spmd
     row, whole = mesh.sharding("x", None), mesh.sharding(None, None)
 
-    def f(x):
+    def f(x, big):
+        x = x + big.sum(axis=1, keepdims=True) * 0.0
         for _ in range(k):
             x = spmd.shard(spmd.shard(x * 1.0001, whole) + 1.0, row)
         return x
@@ -528,7 +564,8 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "
-              f"{w['bandwidth'] / 1e9:.2f} GB/s; a call on the devices' threads "
+              f"{w['bandwidth'] / 1e9:.2f} GB/s ({(w.get('communicator_bandwidth') or w['bandwidth']) / 1e9:.2f} GB/s "
+              f"and {w.get('rendezvous', 0.0) * 1e6:.0f} us more a call through the communicator); a call on the devices' threads "
               f"{w.get('handoff', 0.0) * 1e6:.0f} us more", file=out)
     print(f"stored in {p}", file=out)
     return 0

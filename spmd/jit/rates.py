@@ -69,7 +69,9 @@ def rates(network=None, machine=None, devices=1) -> tuple:
         network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]),
                                       rendezvous=float(n.get("rendezvous") or 0.0),
                                       handoff=float(n.get("handoff") or 0.0),
-                                      solo_bytes=float(n.get("solo_bytes") or 0.0))) if n else Network()
+                                      solo_bytes=float(n.get("solo_bytes") or 0.0),
+                                      communicator_bandwidth=float(n["communicator_bandwidth"])
+                                      if n.get("communicator_bandwidth") else None)) if n else Network()
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source

@@ -17,6 +17,7 @@ import os
 import threading
 
 from ..errors import SpmdError
+from .allocator import keep_freed_memory
 
 
 def _local(num_devices):
@@ -78,6 +79,8 @@ def init(backend=None, num_devices=None):
             return rt
         if rt is not None:
             getattr(rt, "shutdown", lambda: None)()
+        # (a call's buffers reuse the pages of the call before: allocator.py)
+        keep_freed_memory()
         _runtime = BACKENDS[name](num_devices)
         return _runtime
 

@@ -37,15 +37,21 @@ class Link:
     them all), which a program pays that exchanges anything or makes more than
     `solo_bytes` a rank (the local transport runs a smaller program that exchanges
     nothing on the caller's thread, a rank after another, at Machine.step's cost); 0
-    where every rank is a process of its own (MPI)."""
+    where every rank is a process of its own (MPI). `communicator_bandwidth`: the bytes a
+    device receives per second in a collective the communicator runs from Python where
+    the transport runs others natively (the local transport's all_gather, reduce_scatter
+    and all_to_all: numpy's copies and reductions on the device threads, which hold
+    Python's lock between them, where `bandwidth` was measured with the native
+    all_reduce); None: `bandwidth`."""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
     handoff: float = 0.0
     solo_bytes: float = 0.0
+    communicator_bandwidth: float | None = None
 
-    def seconds(self, nbytes, rounds=1) -> float:
-        return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth
+    def seconds(self, nbytes, rounds=1, bandwidth=None) -> float:
+        return rounds * self.latency + max(float(nbytes), 0.0) / (bandwidth or self.bandwidth)
 
 
 @dataclass(frozen=True)
@@ -182,12 +188,14 @@ def through_communicator(kind) -> bool:
 
 def collective_seconds(kind, nbytes, group_size, link: Link) -> float:
     """Seconds one collective of `kind` takes, a device receiving `nbytes`: its rounds,
-    its bytes, and the link's rendezvous where it runs through the communicator."""
+    its bytes, and the link's rendezvous where it runs through the communicator (its
+    bytes then at the link's communicator_bandwidth, where measured)."""
     r = rounds(kind, group_size)
     if r == 0 and nbytes <= 0:
         return 0.0
-    meet = link.rendezvous if group_size > 1 and through_communicator(kind) else 0.0
-    return link.seconds(nbytes, r) + meet
+    python = group_size > 1 and through_communicator(kind)
+    meet = link.rendezvous if python else 0.0
+    return link.seconds(nbytes, r, link.communicator_bandwidth if python else None) + meet
 
 
 FUSED = ("elementwise", "reindex")

@@ -364,6 +364,49 @@ def test_stored_rendezvous_is_read(tmp_path, monkeypatch):
     assert R.rates(devices=4)[1].within.rendezvous == 3e-4
 
 
+def test_a_collective_run_from_python_moves_its_bytes_at_the_communicators_rate():
+    """Link.communicator_bandwidth: the bytes of a collective the communicator runs from
+    Python (numpy's copies on the device threads) are priced at the rate measured with
+    such collectives, not at the native all_reduce's `bandwidth`; the native ones keep
+    `bandwidth`; unmeasured (None, MPI's link), every collective takes `bandwidth`."""
+    link = Link(latency=0.0, bandwidth=1e9, communicator_bandwidth=1e8)
+    for kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert collective_seconds(kind, 1e6, 2, link) == pytest.approx(1e-2)
+        assert collective_seconds(kind, 1e6, 2, Link(latency=0.0, bandwidth=1e9)) == pytest.approx(1e-3)
+    for kind in ("all_reduce", "collective_permute"):
+        assert collective_seconds(kind, 1e6, 2, link) == pytest.approx(1e-3)
+
+
+def test_stored_communicator_bandwidth_is_read(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    f = tmp_path / "machine.json"
+    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9,
+                                                    "communicator_bandwidth": 3e8}}}))
+    os.utime(f, ns=(10**18 + 13, 10**18 + 13))
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    assert R.rates(devices=4)[1].within.communicator_bandwidth == 3e8
+
+
+def test_the_communicators_rates_are_measured_in_programs_as_large_as_those_priced():
+    """calibrate._gathers, whose chains give Link.rendezvous and communicator_bandwidth:
+    its all_gathers run through the communicator, and its program holds a kernel of
+    SMALL_WORK elements a device, so that its native segments run as a priced program's
+    do (a thread a core), not all on one thread as a program of small kernels' do."""
+    from spmd.backends.llvm.plan import KernelStep
+    from spmd.backends.llvm.schedule import SMALL_WORK
+    from spmd.jit.calibrate import _gathers
+    from spmd.sharding.cost_model import through_communicator
+    mesh = spmd.Mesh((4,), ("x",))
+    row = mesh.sharding("x", None)
+    low = spmd.jit(_gathers(3, mesh), in_shardings=(row, row), out_shardings=row).lower(
+        np.ones((4, 16), np.float32), np.ones((4, SMALL_WORK), np.float32))
+    assert sum(1 for op in low.graph.ops if op.name == "all_gather" and through_communicator(op.name)) == 3
+    steps = low.planned().steps
+    assert max(s.work for s in steps if isinstance(s, KernelStep)) >= SMALL_WORK
+
+
 def test_a_streaming_rate_is_measured_without_the_calls_fixed_cost():
     """calibrate._streaming_seconds: a loop of k kernel steps against one, so that the
     call's fixed seconds (and the copy of its result into numpy) cancel: a call of
