@@ -518,7 +518,11 @@ class RayRuntime(Runtime):
                 left = 1.0 if first is None else GRACE_SECONDS - (time.monotonic() - first)
                 if left <= 0:
                     break
-                for fd, _ in poller.poll(left * 1000):
+                # the replies that have come are taken without a poll (mostly all of them:
+                # a step's reply comes while the driver runs rank 0's part); a poll waits
+                # for the others
+                here = [fd for fd, d in by_fd.items() if d in pending and _came(pending[d])]
+                for fd in here or [fd for fd, _ in poller.poll(left * 1000)]:
                     d = by_fd[fd]
                     if d not in pending:
                         continue
@@ -634,6 +638,15 @@ class RayRuntime(Runtime):
                     ray_private.stop()
         except Exception:      # noqa: BLE001 - shutting down a cluster that is already gone
             pass
+
+
+def _came(ch) -> bool:
+    """Has the reply ch waits for come (read without waiting)? A closed line too: its
+    receive says so at once."""
+    try:
+        return ch.pull()
+    except (OSError, EOFError):
+        return True
 
 
 def _keep_values(outs, got):
