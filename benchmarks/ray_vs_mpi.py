@@ -1,6 +1,7 @@
 """Per-step time of the Ray backend against MPI and local threads on one host (issue 35).
 
     python benchmarks/ray_vs_mpi.py [--ranks 2] [--n 2048] [--steps 20] [--rounds 3] [--settle 5] [--cluster]
+    python benchmarks/ray_vs_mpi.py --interleave 12 [--ranks 2] [--n 2048]
 
 Each round runs the same two steps in three fresh processes, one per backend (local
 threads, `mpiexec -n RANKS`, Ray with RANKS actors): a heat2d step (examples/heat2d.py,
@@ -14,6 +15,13 @@ ray, starting a private Ray, its rank actors up) until it returns; and, with --c
 spmd.init joining a Ray already running on this host (`ray start --head`, RAY_ADDRESS
 set: every rank an actor, nothing started but them), another case: its medians are
 printed apart.
+
+--interleave BLOCKS: the three backends stay up side by side (one process, or MPI job,
+each), and take turns: short blocks of steps, one backend at a time while the others
+wait in a read (no CPU), the order rotated each block. This 2-core machine runs at two
+speeds, ~1.6x apart, each held for a second or two (plain MPI steps alone show it): a
+fresh process per backend lands in either, and its ratio with them. Blocks a fraction of
+a second apart see mostly the same speed, so their ratios say what the backends cost.
 
 The steps are timed SETTLE seconds after spmd.init returns, for every backend alike: a
 step's cost, not the start's. Right after a private Ray's start its runtime-env agent
@@ -32,7 +40,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def worker(backend, ranks, n, steps, settle):
-    import numpy as np
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     t0 = time.perf_counter()
@@ -44,42 +51,142 @@ def worker(backend, ranks, n, steps, settle):
         print("RESULT " + json.dumps({"start": start}), flush=True)
         return
     time.sleep(settle)
+    run = steps_of(ranks, n)
+    timed = {}
+    for k in ("heat", "mlp"):
+        for _ in range(3):
+            run[k]()
+        ts = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            run[k]()
+            ts.append(time.perf_counter() - t)
+        run["done"]()                                  # the last step really ran
+        timed[k] = ts
+    ts, tm = timed["heat"], timed["mlp"]
+    if spmd.process_index() == 0:
+        print("RESULT " + json.dumps({"heat": statistics.median(ts), "mlp": statistics.median(tm),
+                                      "start": start}), flush=True)
+
+
+def steps_of(ranks, n):
+    """{"heat": a step, "mlp": a step}: each takes nothing and runs one step of its
+    program (the heat array stays sharded; the MLP's loss is read each step); "done":
+    waits for the steps sent (the Ray runtime does not wait for a step that prints
+    nothing)."""
+    import numpy as np
+    import spmd
     from heat2d import diffuse, initial
     from mlp import step as mlp_step
+    from spmd.runtime.current_runtime import get_runtime
     mesh = spmd.Mesh((ranks, 1), ("x", "y"))
     block = mesh.sharding("x", "y")
     heat = spmd.jit(lambda u: diffuse(u, 1), in_shardings=block, out_shardings=block)
-    u = spmd.device_put(initial(n), block)
-    for _ in range(3):
-        u = heat(u)
-    ts = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        u = heat(u)
-        ts.append(time.perf_counter() - t)
-    u.numpy()                                     # the last step really ran
-
+    state = {"u": spmd.device_put(initial(n), block)}
     mm = spmd.Mesh((ranks, 1), ("data", "model"))
     row = mm.sharding("data", None)
     rng = np.random.default_rng(0)
-    params = {"w1": rng.standard_normal((64, 256)).astype(np.float32) / 8,
-              "w2": rng.standard_normal((256, 8)).astype(np.float32) / 16}
+    state["params"] = {"w1": rng.standard_normal((64, 256)).astype(np.float32) / 8,
+                       "w2": rng.standard_normal((256, 8)).astype(np.float32) / 16}
     x = rng.standard_normal((256, 64)).astype(np.float32)
     y = np.tanh(x[:, :8])
     f = spmd.jit(mlp_step, in_shardings=({"w1": mm.sharding(None, "model"),
                                           "w2": mm.sharding("model", None)}, row, row))
-    for _ in range(3):
-        loss, params = f(params, x, y)
+
+    def heat_step():
+        state["u"] = heat(state["u"])
+
+    def mlp_step_():
+        loss, state["params"] = f(state["params"], x, y)
         float(loss)
-    tm = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        loss, params = f(params, x, y)
-        float(loss)
-        tm.append(time.perf_counter() - t)
-    if spmd.process_index() == 0:
-        print("RESULT " + json.dumps({"heat": statistics.median(ts), "mlp": statistics.median(tm),
-                                      "start": start}), flush=True)
+    return {"heat": heat_step, "mlp": mlp_step_, "done": getattr(get_runtime(), "wait", lambda: None)}
+
+
+def serve(backend, ranks, n, settle, fifos):
+    """A backend's process in --interleave: up once, then a block of steps per command
+    read from this rank's FIFO ("heat K", "mlp K", "quit"); rank 0 prints each block's
+    median step."""
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import spmd
+    spmd.init(backend=backend, num_devices=ranks)
+    time.sleep(settle)
+    run = steps_of(ranks, n)
+    for k in ("heat", "mlp"):
+        for _ in range(3):
+            run[k]()
+    run["done"]()
+    rank = spmd.process_index()
+    if rank == 0:
+        print("READY", flush=True)
+    with open(fifos.format(rank=rank)) as commands:
+        for line in commands:
+            kind, count = line.split()
+            if kind == "quit":
+                break
+            ts = []
+            for _ in range(int(count)):
+                t = time.perf_counter()
+                run[kind]()
+                ts.append(time.perf_counter() - t)
+            run["done"]()
+            if rank == 0:
+                print(f"BLOCK {statistics.median(ts)}", flush=True)
+
+
+def interleaved(ranks, n, blocks, settle):
+    """--interleave: {backend: {"heat": [block medians], "mlp": [...]}}, and the ratios
+    of Ray's blocks to the MPI and local blocks of the same turn."""
+    import tempfile
+    backends = ("local", "mpi", "ray")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, fifos = {}, {}
+        try:
+            for b in backends:
+                count = ranks if b == "mpi" else 1
+                fifos[b] = [os.path.join(tmp, f"{b}.{r}") for r in range(count)]
+                for path in fifos[b]:
+                    os.mkfifo(path)
+                cmd = [sys.executable, os.path.abspath(__file__), "--serve", b, "--ranks", str(ranks),
+                       "--n", str(n), "--settle", str(settle), "--fifos", os.path.join(tmp, b + ".{rank}")]
+                if b == "mpi":
+                    cmd = ["mpiexec", "-n", str(ranks)] + cmd
+                env = dict(os.environ, PYTHONPATH=ROOT)
+                env.pop("SPMD_BACKEND", None)
+                env.pop("RAY_ADDRESS", None)
+                procs[b] = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+                if procs[b].stdout.readline().strip() != "READY":
+                    raise RuntimeError(f"{b} did not start (exit {procs[b].wait()})")
+            writers = {b: [open(path, "w") for path in fifos[b]] for b in backends}
+            got = {b: {"heat": [], "mlp": []} for b in backends}
+            sizes = {"heat": 20, "mlp": 200}
+            for i in range(blocks):
+                order = backends[i % 3:] + backends[:i % 3]
+                for kind in ("heat", "mlp"):
+                    for b in order:
+                        for w in writers[b]:
+                            w.write(f"{kind} {sizes[kind]}\n")
+                            w.flush()
+                        line = procs[b].stdout.readline().split()
+                        if not line or line[0] != "BLOCK":
+                            raise RuntimeError(f"{b} stopped (exit {procs[b].wait()})")
+                        got[b][kind].append(float(line[1]))
+                print(f"block {i}: " + "  ".join(f"{b} heat {1e3 * got[b]['heat'][-1]:.2f} mlp "
+                                                f"{1e3 * got[b]['mlp'][-1]:.3f} ms" for b in backends),
+                      flush=True)
+            for b in backends:
+                for w in writers[b]:
+                    w.write("quit 0\n")
+                    w.close()
+            for p in procs.values():
+                p.wait(60)
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+    ratios = {f"{k} ray/{b}": [r / o for r, o in zip(got["ray"][k], got[b][k])]
+              for k in ("heat", "mlp") for b in ("mpi", "local")}
+    return got, ratios
 
 
 def measure(backend, ranks, n, steps, settle, join=None):
@@ -147,10 +254,23 @@ def main():
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between spmd.init and the timed steps")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cluster", action="store_true", help="also time spmd.init joining a running Ray")
+    ap.add_argument("--interleave", type=int, default=0, metavar="BLOCKS",
+                    help="the backends up side by side, taking turns in this many blocks of steps")
     ap.add_argument("--worker", default=None)
+    ap.add_argument("--serve", default=None)
+    ap.add_argument("--fifos", default=None)
     a = ap.parse_args()
     if a.worker:
         return worker(a.worker, a.ranks, a.n, a.steps, a.settle)
+    if a.serve:
+        return serve(a.serve, a.ranks, a.n, a.settle, a.fifos)
+    if a.interleave:
+        got, ratios = interleaved(a.ranks, a.n, a.interleave, a.settle)
+        for b, g in got.items():
+            print(f"{b}: heat {spread([1e3 * t for t in g['heat']], ' ms')}, mlp {spread([1e3 * t for t in g['mlp']], ' ms', '.3f')}")
+        for k, v in ratios.items():
+            print(f"{k}: {spread(v)}")
+        return
     ratios = {"heat ray/mpi": [], "mlp ray/mpi": [], "heat ray/local": [], "mlp ray/local": []}
     imports, inits, joins = [], [], []
     for r in range(a.rounds):

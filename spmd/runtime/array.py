@@ -233,7 +233,13 @@ def device_put(x, sharding, runtime=None) -> Array:
         x = x.numpy()
     x = np.asarray(x)
     sh = sharding.for_rank(x.ndim, f"array of shape {list(x.shape)}")
-    rt = runtime or get_runtime()
+    return put_split(x, sh, runtime or get_runtime())
+
+
+def put_split(x, sh, rt) -> Array:
+    """The ndarray x split by sh (a whole Sharding of x's rank) onto rt's devices: what
+    device_put does once it has checked its arguments (a jitted call places its numpy
+    arguments this way, their shardings known to fit)."""
     local, split = split_of(sh, x.shape, tuple(rt.local_devices(sh.mesh)))
     buffers = {}                   # shard index -> buffer, shared by that shard's replicas
     handles = {}

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import SpmdError
 from . import blas
-from .array import Array, device_put
+from .array import Array, device_put, put_split
 from .program import runner
 
 
@@ -91,6 +91,8 @@ def _placed(x, p, rt):
             # program's equal object from now on, so its next call is seen placed by identity
             x._sharding = p.sharding
             return x
+    if type(x) is np.ndarray and x.dtype is p.dtype and x.shape == p.shape:
+        return put_split(x, p.sharding, rt)    # (a batch given each step: no checks to repeat)
     if not isinstance(x, Array):
         x = np.asarray(x, dtype=p.dtype)
     elif x.dtype != p.dtype:

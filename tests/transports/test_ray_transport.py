@@ -523,3 +523,38 @@ def test_the_drivers_line_is_a_unix_socket_to_an_actor_of_its_host(near, reachab
         ch.close()
         for s in listener.listeners:
             s.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.sampled_from([0, 1, 5, 300, 9_000, 40_000, 200_000]), min_size=1, max_size=8),
+       chunk=st.sampled_from([1, 7, 4096, 1 << 20]), pulls=st.booleans())
+def test_the_inbox_reads_ahead_and_gives_every_message_whole_and_in_order(sizes, chunk, pulls):
+    """Messages sent back to back, arriving in pieces of any size: one receive may take
+    a message and the start of the next (read ahead); each comes out whole, its arrays
+    equal and writable, in order; `pull` says a message is whole only when it is."""
+    from spmd.transports.ray.ray_control import Inbox, pack
+    a, b = socket.socketpair()
+    try:
+        msgs = [("m", i, np.arange(n, dtype=np.int32) + i) for i, n in enumerate(sizes)]
+        data = b"".join(bytes(p) for m in msgs for p in pack(m))
+
+        step = max(chunk, len(data) // 3000)       # (pieces of a few bytes, but not a million sends)
+
+        def feed():
+            for i in range(0, len(data), step):
+                a.sendall(data[i:i + step])
+        th = threading.Thread(target=feed)
+        th.start()
+        inbox = Inbox(b)
+        for m in msgs:
+            if pulls:
+                while not inbox.pull():
+                    pass
+                assert inbox.ready()
+            got = inbox.receive()
+            assert got[:2] == m[:2] and np.array_equal(got[2], m[2]) and got[2].flags.writeable
+        th.join(10)
+        assert not inbox.ready() and not inbox.pull()
+    finally:
+        a.close()
+        b.close()

@@ -120,9 +120,8 @@ class LocalRuntime(Runtime):
 
     def local_devices(self, mesh=None) -> list:
         """Every device: this process holds all shards."""
-        if mesh is not None:
-            return sorted(mesh.devices.reshape(-1).tolist())
-        return list(range(self._num_devices))
+        # (a mesh holds each of the ranks 0..size-1 once)
+        return list(range(self._num_devices if mesh is None else mesh.size))
 
     def put(self, device, array):
         return array

@@ -26,6 +26,7 @@ import os
 import pickle
 import secrets
 import select
+import socket
 import struct
 import threading
 import time
@@ -70,35 +71,105 @@ def send_packed(sock, parts):
         sock.sendall(p)
 
 
-def receive_message(sock):
-    """The next message on sock. A small one (a step's run, its reply) is read in two
-    receives, its head and the rest, and its arrays copied out; a larger one's arrays are
-    received straight into their buffers."""
-    head = bytearray(_HEAD.size)
-    receive_exact(sock, memoryview(head))
-    n, k, rest = _HEAD.unpack(head)
-    if rest <= JOIN_BYTES + 8 * k:
-        body = bytearray(rest)
-        receive_exact(sock, memoryview(body))
-        view = memoryview(body)
-        at = 8 * k + n
+# one receive takes up to this many bytes: a step's run or its reply, head and all
+READ_BYTES = 1 << 17
+
+
+class Inbox:
+    """The messages coming on one socket, read ahead: one receive takes whatever has
+    come (a step's run, or its reply, whole), where reading its head and then the rest
+    took two; what it read past a message is the next one's start. Every read of the
+    socket goes through its Inbox."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray(READ_BYTES)
+        self.view = memoryview(self.buf)
+        self.lo = self.hi = 0            # buf[lo:hi]: read, not yet taken
+
+    def ready(self) -> bool:
+        """Has a message come, whole (taking it needs no receive), or the head of one too
+        large for this Inbox (taking it reads the rest as it comes)?"""
+        n = self.hi - self.lo
+        if n < _HEAD.size:
+            return False
+        rest = _HEAD.unpack_from(self.buf, self.lo)[2]
+        return n >= _HEAD.size + rest or _HEAD.size + rest > len(self.buf)
+
+    def pull(self) -> bool:
+        """What has come, taken without waiting (one receive); whether a message is
+        `ready` now."""
+        if not self.ready():
+            self._room()
+            try:
+                k = self.sock.recv_into(self.view[self.hi:], len(self.buf) - self.hi, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return False
+            if k == 0:
+                raise ConnectionError("the connection was closed")
+            self.hi += k
+        return self.ready()
+
+    def receive(self):
+        """The next message (waits for it). A small one is read into this Inbox's buffer
+        and its arrays copied out; a larger one's arrays are received straight into
+        their buffers."""
+        self._fill(_HEAD.size)
+        n, k, rest = _HEAD.unpack_from(self.buf, self.lo)
+        if _HEAD.size + rest <= len(self.buf):
+            self._fill(_HEAD.size + rest)
+            at = self.lo + _HEAD.size
+            bufs = []
+            data = at + 8 * k
+            at = data + n
+            for size in struct.unpack_from(f"<{k}Q", self.buf, self.lo + _HEAD.size):
+                b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
+                b[:] = np.frombuffer(self.view[at:at + size], np.uint8)
+                bufs.append(b)
+                at += size
+            self._took(at)
+            return pickle.loads(self.view[data:data + n], buffers=bufs)
+        self._took(self.lo + _HEAD.size)
+        sizes = bytearray(8 * k)
+        self._take_exact(memoryview(sizes))
+        data = bytearray(n)
+        self._take_exact(memoryview(data))
         bufs = []
-        for size in struct.unpack_from(f"<{k}Q", body):
-            b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
-            b[:] = np.frombuffer(view[at:at + size], np.uint8)
+        for size in struct.unpack(f"<{k}Q", sizes):
+            b = np.empty(size, np.uint8)
+            self._take_exact(memoryview(b))
             bufs.append(b)
-            at += size
-        return pickle.loads(view[8 * k:8 * k + n], buffers=bufs)
-    sizes = bytearray(8 * k)
-    receive_exact(sock, memoryview(sizes))
-    data = bytearray(n)
-    receive_exact(sock, memoryview(data))
-    bufs = []
-    for size in struct.unpack(f"<{k}Q", sizes):
-        b = np.empty(size, np.uint8)
-        receive_exact(sock, memoryview(b))
-        bufs.append(b)
-    return pickle.loads(data, buffers=bufs)
+        return pickle.loads(data, buffers=bufs)
+
+    def _fill(self, need):
+        """At least `need` bytes read and not taken (need <= READ_BYTES)."""
+        if self.lo + need > len(self.buf):
+            self._room()
+        while self.hi - self.lo < need:
+            k = self.sock.recv_into(self.view[self.hi:], len(self.buf) - self.hi)
+            if k == 0:
+                raise ConnectionError("the connection was closed")
+            self.hi += k
+
+    def _room(self):
+        """What is left moved to the front: the rest of its message fits after it."""
+        if self.lo:
+            left = self.hi - self.lo
+            self.buf[:left] = self.buf[self.lo:self.hi]
+            self.lo, self.hi = 0, left
+
+    def _took(self, at):
+        self.lo = at
+        if self.lo == self.hi:
+            self.lo = self.hi = 0
+
+    def _take_exact(self, out):
+        """out filled: from what was read ahead first, then from the socket."""
+        have = min(len(out), self.hi - self.lo)
+        out[:have] = self.view[self.lo:self.lo + have]
+        self._took(self.lo + have)
+        if have < len(out):
+            receive_exact(self.sock, out[have:])
 
 
 # after answering, the actor polls its line this long before it sleeps in a receive
@@ -146,13 +217,14 @@ class Listener:
             tune_socket(s)
             poller = select.poll()
             poller.register(s, select.POLLIN)
+            inbox = Inbox(s)
             try:
                 while True:
-                    message = receive_message(s)
+                    message = inbox.receive()
                     reply = handle(message)
                     if reply is not None:
                         send_message(s, reply)
-                    if self.spin:
+                    if self.spin and not inbox.ready():
                         _spin_until_readable(poller, self.spin)
             except (OSError, EOFError):
                 pass                 # the driver went away: wait for the next one
@@ -168,6 +240,7 @@ class Channel:
         tune_socket(self.sock)
         self.sock.sendall(address[2])
         self.sock.settimeout(None)
+        self.inbox = Inbox(self.sock)
         self.lock = threading.Lock()
         self.stale = 0          # replies owed to requests nobody waits for any more
         self.closed = False
@@ -185,9 +258,19 @@ class Channel:
         """The reply to the oldest request still waited for (the replies of a run the
         driver stopped waiting for, interrupted, are read and dropped first)."""
         while self.stale:
-            receive_message(self.sock)
+            self.inbox.receive()
             self.stale -= 1
-        return receive_message(self.sock)
+        return self.inbox.receive()
+
+    def pull(self):
+        """Is the reply to the oldest request here (read without waiting)? (Stale replies
+        before it are read then.)"""
+        while self.inbox.pull():
+            if not self.stale:
+                return True
+            self.inbox.receive()
+            self.stale -= 1
+        return False
 
     def close(self):
         self.closed = True

@@ -63,7 +63,7 @@ class DriverRank(Rank):
 
 def _copied(obj):
     """obj as the other end of a line would get it: its arrays copied once (out of band,
-    into fresh aligned buffers, as ray_control.receive_message makes them)."""
+    into fresh aligned buffers, as ray_control.Inbox makes them)."""
     bufs = []
     data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
     copies = []
@@ -111,6 +111,9 @@ class LocalChannel:
             self._take()
             self.stale -= 1
         return self._take()
+
+    def pull(self):
+        return len(self.replies) > self.stale
 
     def _take(self):
         if not self.replies:          # (a reply is queued before send returns: never waits)

@@ -57,7 +57,6 @@ process_index() is 0 and process_count() 1: only the driver runs the user's scri
 from __future__ import annotations
 
 import atexit
-import contextlib
 import itertools
 import select
 import sys
@@ -131,17 +130,22 @@ def _silent(program) -> bool:
     return graph is not None and not any_op(graph, lambda op: op.opdef.effect)
 
 
-@contextlib.contextmanager
-def _holding(chans):
-    """The lines of chans ({device: channel}) held, taken in rank order: no two callers
-    wait on each other."""
-    for d in sorted(chans):
-        chans[d].lock.acquire()
-    try:
-        yield
-    finally:
-        for d in sorted(chans):
-            chans[d].lock.release()
+class _holding:
+    """`with _holding(chans)`: the lines of chans ({device: channel}) held, taken in rank
+    order: no two callers wait on each other. (A class, not a generator: taken three
+    times a step.)"""
+    __slots__ = ("locks",)
+
+    def __init__(self, chans):
+        self.locks = [chans[d].lock for d in sorted(chans)]
+
+    def __enter__(self):
+        for lock in self.locks:
+            lock.acquire()
+
+    def __exit__(self, *exc):
+        for lock in self.locks:
+            lock.release()
 
 
 class RankFailed(Exception):
@@ -229,7 +233,7 @@ class RayRuntime(Runtime):
         if mesh is None:
             return list(range(self._n))
         self._check(mesh)
-        return sorted(mesh.devices.reshape(-1).tolist())
+        return list(range(mesh.size))          # (a mesh holds each of the ranks 0..size-1 once)
 
     def _check(self, mesh):
         if mesh.size > self._n:
@@ -361,8 +365,7 @@ class RayRuntime(Runtime):
 
     # -- running -------------------------------------------------------------------------
     def run(self, program, mesh, args):
-        self._check(mesh)
-        devices = self.local_devices(mesh)
+        devices = self.local_devices(mesh)          # (checks the mesh)
         missing = [d for d in devices if d not in args]
         if missing:
             raise SpmdError(f"ray runtime: no inputs for device(s) {missing} of {mesh.text()}")
@@ -515,7 +518,11 @@ class RayRuntime(Runtime):
                 left = 1.0 if first is None else GRACE_SECONDS - (time.monotonic() - first)
                 if left <= 0:
                     break
-                for fd, _ in poller.poll(left * 1000):
+                # the replies that have come are taken without a poll (mostly all of them:
+                # a step's reply comes while the driver runs rank 0's part); a poll waits
+                # for the others
+                here = [fd for fd, d in by_fd.items() if d in pending and _came(pending[d])]
+                for fd in here or [fd for fd, _ in poller.poll(left * 1000)]:
                     d = by_fd[fd]
                     if d not in pending:
                         continue
@@ -631,6 +638,15 @@ class RayRuntime(Runtime):
                     ray_private.stop()
         except Exception:      # noqa: BLE001 - shutting down a cluster that is already gone
             pass
+
+
+def _came(ch) -> bool:
+    """Has the reply ch waits for come (read without waiting)? A closed line too: its
+    receive says so at once."""
+    try:
+        return ch.pull()
+    except (OSError, EOFError):
+        return True
 
 
 def _keep_values(outs, got):
