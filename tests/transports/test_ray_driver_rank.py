@@ -74,6 +74,18 @@ def test_rank_0_is_the_driver_and_the_others_are_actors(rt):
     assert [int(v[0][0]) for v in peers.values()] == [3, 3, 3, 3], peers
 
 
+def _mallocs_thresholds_fixed():
+    from spmd.runtime import allocator
+    return allocator._set == [True]          # (set, not asked: keep_freed_memory would set them)
+
+
+def test_every_ranks_process_keeps_what_its_steps_free_as_mpis_ranks_do(rt):
+    """runtime/allocator.py in the actors too: a step's buffers reuse the pages the step
+    before freed, in every rank's process."""
+    assert _mallocs_thresholds_fixed()
+    assert all(rt.call_on(d, _mallocs_thresholds_fixed) for d in range(1, 4))
+
+
 class _Peers:
     num_outputs = 1
 

@@ -22,12 +22,15 @@ from .ray_mailbox import Mailbox
 from .ray_shards import ShardTable, small_value
 from .ray_transport import Transport
 from ...errors import SpmdError
+from ...runtime.allocator import keep_freed_memory
 
 
 class Rank:
     in_driver = False
 
     def __init__(self, rank):
+        # a rank's process makes and frees its buffers as MPI's ranks do (runtime/allocator.py)
+        keep_freed_memory()
         self.rank = rank
         self.mailbox = Mailbox()
         self.transport = None
