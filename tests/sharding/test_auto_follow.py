@@ -2,15 +2,12 @@
 kept where propagation from the arguments alone diverges (the "followed" plan), the
 global stages run once, the kept plan's program handed on to lowering, plans realized
 alike made once, explain's runner-up priced as a whole re-total would."""
-import importlib.util
-import os
 import sys
 
 import numpy as np
 import pytest
 
 import spmd
-from paths import TESTS
 from spmd.compiler import pipeline
 from spmd.ir.mesh import AUTO
 from spmd.sharding.auto.choose import diverging, searched_layouts
@@ -18,6 +15,7 @@ from spmd.sharding.auto.problem import build
 from spmd.sharding.auto.solve import solve, total
 from spmd.sharding.cost_model import Machine, Network
 from spmd.sharding.propagate import propagate
+from gpt_programs import tiny_gpt
 from test_auto import mlp_args, mlp_step
 
 pytestmark = pytest.mark.filterwarnings("ignore::spmd.ReshardWarning")
@@ -26,21 +24,8 @@ MESH = spmd.Mesh((2, 2), ("data", "model"))
 CHOOSE = sys.modules["spmd.sharding.auto.choose"]
 
 
-def _train_gpt():
-    spec = importlib.util.spec_from_file_location("train_gpt_follow",
-                                                  os.path.join(os.path.dirname(TESTS), "examples", "train_gpt.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _tiny_gpt(d=32, layers=1, seq=16, batch=4):
-    tg = _train_gpt()
-    params = tg.init_params(np.random.default_rng(0), d, layers, seq)
-    opt = {"m": {k: np.zeros_like(v) for k, v in params.items()},
-           "v": {k: np.zeros_like(v) for k, v in params.items()}, "t": np.float32(0.0)}
-    tok = np.random.default_rng(1).integers(0, tg.VOCAB, (batch, seq + 1)).astype(np.int32)
-    return tg.make_step(layers, 2, 3e-3, MESH, False, False), (params, opt, tok[:, :-1], tok[:, 1:])
+    return tiny_gpt(MESH, d, layers, seq, batch)
 
 
 def test_followed_program_lays_out_every_searched_value_as_the_search_chose():

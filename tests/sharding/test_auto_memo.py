@@ -4,7 +4,6 @@ attributes), propagation's and the partitioner's choices per op_key and the shar
 they read. What must hold: a remembered answer is the one working it out again gives,
 so the plan (its shardings, its modelled seconds, its partitioned program) is the same
 with the memos bypassed, whatever the process planned before, and in a fresh process."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+import gpt_programs
 import spmd
 from paths import TESTS
 from spmd.ir import Graph
@@ -29,21 +29,8 @@ PROPAGATE, PARTITION = sys.modules["spmd.sharding.propagate"], sys.modules["spmd
 NET = Network(within=spmd.Link(latency=2e-5, bandwidth=2e9))
 
 
-def train_gpt():
-    spec = importlib.util.spec_from_file_location("train_gpt_memo",
-                                                  os.path.join(os.path.dirname(TESTS), "examples", "train_gpt.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def tiny_gpt(d=32, layers=2, seq=16, batch=8):
-    tg = train_gpt()
-    params = tg.init_params(np.random.default_rng(0), d, layers, seq)
-    opt = {"m": {k: np.zeros_like(v) for k, v in params.items()},
-           "v": {k: np.zeros_like(v) for k, v in params.items()}, "t": np.float32(0.0)}
-    tok = np.random.default_rng(1).integers(0, tg.VOCAB, (batch, seq + 1)).astype(np.int32)
-    return tg.make_step(layers, 2, 3e-3, MESH, False, False), (params, opt, tok[:, :-1], tok[:, 1:])
+    return gpt_programs.tiny_gpt(MESH, d, layers, seq, batch)
 
 
 def plan_text(step, args) -> str:
