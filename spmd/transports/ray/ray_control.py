@@ -11,9 +11,12 @@ carries the step's small results, so reading a loss needs nothing more.
                              driver; .serve(handle) answers each message with
                              handle(message), one at a time, on a thread of its own, in
                              the order sent
-    Channel(address, near)   in the driver: .send(message), .receive() -> reply; .lock
-                             for a caller that sends and then receives; near: the actor
-                             is on the driver's host (a Unix socket then, ray_links.connect)
+    Channel(address, near)   in the driver: .send(message), .receive() -> reply, .pull()
+                             (has the reply come? without waiting); .lock for a caller
+                             that sends and then receives; near: the actor is on the
+                             driver's host (a Unix socket then, ray_links.connect)
+    Inbox(sock)              both ends' reading of a line: one receive takes what has
+                             come (a step's message whole), the rest kept for the next
 
 A message is anything cloudpickle takes; numpy arrays in it travel as raw bytes after it
 (pickle protocol 5's out-of-band buffers), not copied into the pickle. The connection
@@ -102,12 +105,9 @@ class Inbox:
         if not self.ready():
             self._room()
             try:
-                k = self.sock.recv_into(self.view[self.hi:], len(self.buf) - self.hi, socket.MSG_DONTWAIT)
+                self._receive(socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return False
-            if k == 0:
-                raise ConnectionError("the connection was closed")
-            self.hi += k
         return self.ready()
 
     def receive(self):
@@ -118,11 +118,11 @@ class Inbox:
         n, k, rest = _HEAD.unpack_from(self.buf, self.lo)
         if _HEAD.size + rest <= len(self.buf):
             self._fill(_HEAD.size + rest)
-            at = self.lo + _HEAD.size
-            bufs = []
-            data = at + 8 * k
+            sizes = self.lo + _HEAD.size            # k sizes, the pickle, its buffers
+            data = sizes + 8 * k
             at = data + n
-            for size in struct.unpack_from(f"<{k}Q", self.buf, self.lo + _HEAD.size):
+            bufs = []
+            for size in struct.unpack_from(f"<{k}Q", self.buf, sizes):
                 b = np.empty(size, np.uint8)         # aligned, writable: arrays are made on it
                 b[:] = np.frombuffer(self.view[at:at + size], np.uint8)
                 bufs.append(b)
@@ -146,10 +146,14 @@ class Inbox:
         if self.lo + need > len(self.buf):
             self._room()
         while self.hi - self.lo < need:
-            k = self.sock.recv_into(self.view[self.hi:], len(self.buf) - self.hi)
-            if k == 0:
-                raise ConnectionError("the connection was closed")
-            self.hi += k
+            self._receive()
+
+    def _receive(self, flags=0):
+        """One receive into the room after what was read."""
+        k = self.sock.recv_into(self.view[self.hi:], len(self.buf) - self.hi, flags)
+        if k == 0:
+            raise ConnectionError("the connection was closed")
+        self.hi += k
 
     def _room(self):
         """What is left moved to the front: the rest of its message fits after it."""
