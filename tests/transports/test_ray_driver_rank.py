@@ -117,6 +117,14 @@ def test_puts_and_reads_copy_as_an_actor_does(rt):
     np.testing.assert_array_equal(b.numpy(), keep_small)
     f = spmd.jit(lambda v: v * 2, in_shardings=MESH.sharding("x", None), out_shardings=MESH.sharding("x", None))
     np.testing.assert_array_equal(f(a).numpy(), 2 * keep_x)
+    # a jitted call's numpy argument, placed on rank 0 without a message: a result that is
+    # the argument itself does not follow the caller's later writes to it
+    same = spmd.jit(lambda v: v, in_shardings=MESH.sharding("x", None), out_shardings=MESH.sharding("x", None))
+    z = keep_small.repeat(100).reshape(-1, 2)
+    kept = z.copy()
+    out = same(z)
+    z[:] = -1
+    np.testing.assert_array_equal(out.numpy(), kept)
 
 
 def test_mlp_same_losses_as_local(rt):

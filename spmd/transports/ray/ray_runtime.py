@@ -241,6 +241,12 @@ class RayRuntime(Runtime):
                                 f"{self._n} ranks; use spmd.init(backend='ray', num_devices={mesh.size})")
 
     def put(self, device, array):
+        if self._actors[device] is None:
+            # rank 0 in the driver keeps the caller's buffer, which is its own (the
+            # runtime contract): nothing to send, and no copy
+            shard = self._drops.new(device)
+            self._here.shards.keep(shard.sid, array)
+            return shard
         self._revive()
         if np.asarray(array).nbytes <= INLINE_BYTES:
             # (read when the call goes: the caller gives the runtime a buffer of its own,
@@ -454,10 +460,17 @@ class RayRuntime(Runtime):
             run_id, chans, outs, pending, errors, printed = inflight
             values = {}
             with _holding(chans):
-                self._wait(pending, run_id, printed, values, errors)
-        for d in sorted(printed):           # the program's prints, here, in rank order
-            sys.stdout.write("".join(printed[d]))
-        sys.stdout.flush()
+                if not errors and all(map(_came, pending.values())):
+                    # every reply has come (a step's mostly has, by the next call): taken
+                    # without a poll, and with none to abort
+                    for d, ch in pending.items():
+                        self._take_reply(d, ch, printed, values, errors)
+                else:
+                    self._wait(pending, run_id, printed, values, errors)
+        if any(printed.values()):           # the program's prints, here, in rank order
+            for d in sorted(printed):
+                sys.stdout.write("".join(printed[d]))
+            sys.stdout.flush()
         if errors:
             raise _first_error(errors, getattr(self, "_hosts", {}))
         for d, got in values.items():
@@ -527,22 +540,7 @@ class RayRuntime(Runtime):
                     if d not in pending:
                         continue
                     poller.unregister(fd)
-                    ch = pending.pop(d)
-                    try:
-                        reply = ch.receive()
-                    except (OSError, EOFError) as e:
-                        reply = ("lost", str(e))
-                    if reply[0] == "ok":
-                        values[d] = reply[1]
-                        printed[d] = reply[2]
-                        continue
-                    if reply[0] == "lost":
-                        errors.append((d, RankLost(reply[1])))
-                        self._lose(d)
-                    else:
-                        errors.append((d, RankFailed(*reply[1:4])))
-                        printed[d] = reply[4]
-                    if first is None:
+                    if self._take_reply(d, pending.pop(d), printed, values, errors) and first is None:
                         first = time.monotonic()
                         self._abort(pending, run_id, _reason(*errors[-1]))
         except BaseException:                   # Ctrl-C in the driver: stop the ranks too
@@ -557,6 +555,23 @@ class RayRuntime(Runtime):
             self._lose(d)
             errors.append((d, RankLost(f"it did not answer within {GRACE_SECONDS:g} s of the abort, and was "
                                        f"killed")))
+
+    def _take_reply(self, d, ch, printed, values, errors) -> bool:
+        """Rank d's reply to a run, read from ch: its small results into values[d], what
+        it printed into printed[d], a failure into errors; whether it failed."""
+        try:
+            reply = ch.receive()
+        except (OSError, EOFError) as e:
+            errors.append((d, RankLost(str(e))))
+            self._lose(d)
+            return True
+        if reply[0] == "ok":
+            values[d] = reply[1]
+            printed[d] = reply[2]
+            return False
+        errors.append((d, RankFailed(*reply[1:4])))
+        printed[d] = reply[4]
+        return True
 
     def _abort(self, devices, run_id, reason):
         for d in devices:
