@@ -274,14 +274,16 @@ def main():
     ratios = {"heat ray/mpi": [], "mlp ray/mpi": [], "heat ray/local": [], "mlp ray/local": []}
     imports, inits, joins = [], [], []
     for r in range(a.rounds):
-        got = {b: measure(b, a.ranks, a.n, a.steps, a.settle) for b in ("local", "mpi", "ray")}
+        # --steps 0: Ray's start alone (the other backends have nothing to compare)
+        backends = ("local", "mpi", "ray") if a.steps else ("ray",)
+        got = {b: measure(b, a.ranks, a.n, a.steps, a.settle) for b in backends}
         imports.append(got["ray"]["start"]["import"])
         inits.append(got["ray"]["start"]["init"])
-        for k in ("heat", "mlp"):
+        for k in ("heat", "mlp") if a.steps else ():
             ratios[f"{k} ray/mpi"].append(got["ray"][k] / got["mpi"][k])
             ratios[f"{k} ray/local"].append(got["ray"][k] / got["local"][k])
         print(f"round {r}: " + "  ".join(f"{b} heat {1e3 * g['heat']:.1f} ms mlp {1e3 * g['mlp']:.2f} ms"
-                                         for b, g in got.items())
+                                         for b, g in got.items() if a.steps)
               + f"  ray: import spmd {imports[-1]:.2f} s, spmd.init {inits[-1]:.2f} s"
               + f"  (load {os.getloadavg()[0]:.1f})", flush=True)
     if a.cluster:
@@ -294,7 +296,8 @@ def main():
         finally:
             stop()
     for k, v in ratios.items():
-        print(f"{k}: {spread(v)}")
+        if v:
+            print(f"{k}: {spread(v)}")
     print(f"ray import spmd: {spread(imports, ' s')}")
     print(f"ray spmd.init, a private Ray started: {spread(inits, ' s')}")
     if joins:
