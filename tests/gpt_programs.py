@@ -16,6 +16,12 @@ def train_gpt(name="train_gpt_tests"):
     return mod
 
 
+def local_gpt_losses(args, name="train_gpt_local"):
+    """The example's losses with `args` (its command line), on local threads: what a run
+    across hosts or launchers must reproduce."""
+    return train_gpt(name).main(args + ["--backend", "local"])
+
+
 def tiny_gpt(mesh, d=32, layers=1, seq=16, batch=4):
     """(the example's jitted step on `mesh`, its arguments: parameters, Adam state, a batch)."""
     tg = train_gpt()

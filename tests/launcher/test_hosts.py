@@ -6,7 +6,6 @@ h2 over ssh, and the ranks' bytes cross the link (UCX over TCP, counted on h2's 
 Faults: a host's link cut, a host's processes killed, a host that never starts: each
 ends the job within the heartbeat timeout (4 s here) with a message naming the host and
 its ranks."""
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import pytest
 
 from spmd.transports.mpi.mpi_watchdog import ABORT_GRACE
 from spmd.transports.mpi.mpi_launch import find_mpiexec
+from gpt_programs import local_gpt_losses
 from paths import ROOT, SCRIPTS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec"),
@@ -47,13 +47,6 @@ def losses_of(out):
     got = re.findall(r"^LOSSES (.*)$", out, re.M)
     assert len(got) == 1, out
     return json.loads(got[0])
-
-
-def local_gpt_losses(args):
-    spec = importlib.util.spec_from_file_location("train_gpt_hosts", os.path.join(ROOT, "examples", "train_gpt.py"))
-    gpt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt)
-    return gpt.main(args + ["--backend", "local"])
 
 
 def test_hosts_are_separate_machines_joined_by_a_shaped_link(testbed):

@@ -6,7 +6,6 @@ The mpich wheel's MPI starts under srun through SLURM's PMI-2 (`srun --mpi=pmi2`
 SLURM's PMIx plugin needs a PMIx library the wheel does not bring. Without PMI, srun's
 tasks would each be an MPI world of one running the whole job; spmd stops them with
 an error saying what to give srun."""
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import pytest
 from spmd.errors import SpmdError
 from spmd.transports.mpi.mpi_launch import find_mpiexec
 from spmd.runtime.detect import detect_backend, expand_nodelist, launcher_world
+from gpt_programs import local_gpt_losses
 from paths import ROOT, SCRIPTS
 
 TASK = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "n[07-08]", "SLURM_LOCALID": "1",
@@ -73,13 +73,6 @@ def run(slurm, cmd, timeout=150):
 
 # a job whose ranks cannot all start ends within this, saying so (transports/mpi/mpi_init.py)
 INIT_TIMEOUT = "40"
-
-
-def local_gpt_losses(args):
-    spec = importlib.util.spec_from_file_location("train_gpt_slurm", os.path.join(ROOT, "examples", "train_gpt.py"))
-    gpt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt)
-    return gpt.main(args + ["--backend", "local"])
 
 
 @pytest.mark.mpi

@@ -1,6 +1,5 @@
 """spmd.save / spmd.load: round trips, resharding onto other meshes, atomicity, crashes,
 resume, MPI. Hostile input is in test_hostile_checkpoint.py."""
-import importlib.util
 import json
 import glob
 import os
@@ -16,6 +15,7 @@ import pytest
 import spmd
 from spmd.errors import CheckpointError, ShardingError
 from spmd.runtime.checkpoint import verify
+from gpt_programs import train_gpt
 from paths import ROOT, SCRIPTS
 
 MESH = spmd.Mesh((2, 2), ("data", "model"))
@@ -244,18 +244,11 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint(tmp_path):
 
 
 # -- resume ----------------------------------------------------------------------------------
-def _gpt():
-    spec = importlib.util.spec_from_file_location("train_gpt", os.path.join(ROOT, "examples", "train_gpt.py"))
-    gpt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt)
-    return gpt
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("mesh", ["1x1", "2x2"])
 def test_train_gpt_resumed_gives_the_same_losses(tmp_path, mesh):
-    gpt = _gpt()
+    gpt = train_gpt("train_gpt")
     base = ["--mesh", mesh, "--batch", "4", "--seq", "8", "--d-model", "8", "--layers", "1", "--heads", "2",
             "--corpus-bytes", "20000", "--plot", "", "--quiet"]
     full = gpt.main(base + ["--steps", "7"])

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import spmd
+from gpt_programs import train_gpt
 
 pytestmark = pytest.mark.filterwarnings("ignore::spmd.ReshardWarning")
 
@@ -79,17 +80,6 @@ def test_the_compiled_peak_counts_what_a_native_segment_makes_when_it_starts():
     assert fitted.memory()["peak_bytes"] <= limit
 
 
-def _train_gpt():
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location(
-        "train_gpt_memory_limit", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))), "examples", "train_gpt.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.slow
 def test_where_no_plan_holds_its_arguments_within_the_budget_the_one_holding_least_is_kept(tmp_path, monkeypatch):
     """benchmarks/auto.py's FSDP row: train_gpt under a limit its replicated state
@@ -106,7 +96,7 @@ def test_where_no_plan_holds_its_arguments_within_the_budget_the_one_holding_lea
         "flops_devices": 8.2e9, "bandwidth_devices": 2.2e9, "argument": 2.6e-10, "written_back": 1.7e-9,
         "call_devices": 1.4e-5, "cache_bandwidth_devices": 8e9, "cache_bytes": 2097152}}))
     net = spmd.Network(within=spmd.Link(latency=4.7e-7, bandwidth=2.3e8, rendezvous=7.7e-4))
-    tg = _train_gpt()
+    tg = train_gpt("train_gpt_memory_limit")
     mesh = spmd.Mesh((2, 2), ("data", "model"))
     params = tg.init_params(np.random.default_rng(0), 64, 2, 64)
     opt = {"m": {k: np.zeros_like(v) for k, v in params.items()},

@@ -22,6 +22,7 @@ from spmd.errors import CollectiveError  # noqa: E402
 from spmd.runtime.current_runtime import get_runtime  # noqa: E402
 
 import collective_checks  # noqa: E402
+from gpt_programs import train_gpt  # noqa: E402
 from paths import ROOT, TESTS
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
@@ -836,12 +837,9 @@ def test_rank_killed_during_training_fails_the_step_naming_it_then_the_run_resum
     before step 5: the step raises promptly naming rank 1; the same script run again
     resumes from the step-3 checkpoint (on a replacement actor) with the losses of an
     uninterrupted run, bit for bit."""
-    import importlib.util
     _, rt = cluster
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "30")
-    spec = importlib.util.spec_from_file_location("train_gpt_ray", os.path.join(ROOT, "examples", "train_gpt.py"))
-    gpt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt)
+    gpt = train_gpt("train_gpt_ray")
     base = ["--mesh", "2x2", "--batch", "4", "--seq", "8", "--d-model", "8", "--layers", "1", "--heads", "2",
             "--corpus-bytes", "20000", "--plot", "", "--quiet", "--steps", "7"]
     full = gpt.main(base)

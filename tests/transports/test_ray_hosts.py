@@ -3,7 +3,6 @@ by `spmd run --backend ray --hosts h1,h2`: train_gpt's 4 rank actors fill both n
 (2 CPUs each) and give the single-host losses, and the checkpoint they save resumes on one
 host; when the job ends nothing of Ray is left on either host. (A killed host ends the job
 naming it: tests/launcher/test_hosts.py; a cut link: test_ray_links_hosts.py.)"""
-import importlib.util
 import json
 import os
 import re
@@ -11,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from gpt_programs import local_gpt_losses
 from paths import ROOT, SCRIPTS
 
 ray = pytest.importorskip("ray")
@@ -18,13 +18,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
 GPT = ["--mesh", "2x2", "--batch", "4", "--seq", "8", "--d-model", "8", "--layers", "1", "--heads", "2",
        "--corpus-bytes", "20000", "--plot", "", "--quiet", "--steps", "4"]
-
-
-def local_gpt_losses(args):
-    spec = importlib.util.spec_from_file_location("train_gpt_ray_hosts", os.path.join(ROOT, "examples", "train_gpt.py"))
-    gpt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpt)
-    return gpt.main(args + ["--backend", "local"])
 
 
 def test_train_gpt_on_a_two_node_ray_cluster_gives_the_single_host_losses_and_its_checkpoint_restores_on_one(
