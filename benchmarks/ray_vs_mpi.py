@@ -1,7 +1,7 @@
 """Per-step time of the Ray backend against MPI and local threads on one host (issue 35).
 
     python benchmarks/ray_vs_mpi.py [--ranks 2] [--n 2048] [--steps 20] [--rounds 3] [--settle 5] [--cluster]
-    python benchmarks/ray_vs_mpi.py --interleave 12 [--ranks 2] [--n 2048]
+    python benchmarks/ray_vs_mpi.py --interleave 12 [--ranks 2] [--n 2048] [--batch 256]
 
 Each round runs the same two steps in three fresh processes, one per backend (local
 threads, `mpiexec -n RANKS`, Ray with RANKS actors): a heat2d step (examples/heat2d.py,
@@ -39,7 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker(backend, ranks, n, steps, settle):
+def worker(backend, ranks, n, steps, settle, batch):
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     t0 = time.perf_counter()
@@ -51,7 +51,7 @@ def worker(backend, ranks, n, steps, settle):
         print("RESULT " + json.dumps({"start": start}), flush=True)
         return
     time.sleep(settle)
-    run = steps_of(ranks, n)
+    run = steps_of(ranks, n, batch)
     timed = {}
     for k in ("heat", "mlp"):
         for _ in range(3):
@@ -69,7 +69,7 @@ def worker(backend, ranks, n, steps, settle):
                                       "start": start}), flush=True)
 
 
-def steps_of(ranks, n):
+def steps_of(ranks, n, batch=256):
     """{"heat": a step, "mlp": a step}: each takes nothing and runs one step of its
     program (the heat array stays sharded; the MLP's loss is read each step); "done":
     waits for the steps sent (the Ray runtime does not wait for a step that prints
@@ -88,7 +88,7 @@ def steps_of(ranks, n):
     rng = np.random.default_rng(0)
     state["params"] = {"w1": rng.standard_normal((64, 256)).astype(np.float32) / 8,
                        "w2": rng.standard_normal((256, 8)).astype(np.float32) / 16}
-    x = rng.standard_normal((256, 64)).astype(np.float32)
+    x = rng.standard_normal((batch, 64)).astype(np.float32)
     y = np.tanh(x[:, :8])
     f = spmd.jit(mlp_step, in_shardings=({"w1": mm.sharding(None, "model"),
                                           "w2": mm.sharding("model", None)}, row, row))
@@ -102,7 +102,7 @@ def steps_of(ranks, n):
     return {"heat": heat_step, "mlp": mlp_step_, "done": getattr(get_runtime(), "wait", lambda: None)}
 
 
-def serve(backend, ranks, n, settle, fifos):
+def serve(backend, ranks, n, settle, fifos, batch):
     """A backend's process in --interleave: up once, then a block of steps per command
     read from this rank's FIFO ("heat K", "mlp K", "quit"); rank 0 prints each block's
     median step."""
@@ -111,7 +111,7 @@ def serve(backend, ranks, n, settle, fifos):
     import spmd
     spmd.init(backend=backend, num_devices=ranks)
     time.sleep(settle)
-    run = steps_of(ranks, n)
+    run = steps_of(ranks, n, batch)
     for k in ("heat", "mlp"):
         for _ in range(3):
             run[k]()
@@ -134,7 +134,7 @@ def serve(backend, ranks, n, settle, fifos):
                 print(f"BLOCK {statistics.median(ts)}", flush=True)
 
 
-def interleaved(ranks, n, blocks, settle):
+def interleaved(ranks, n, blocks, settle, batch):
     """--interleave: {backend: {"heat": [block medians], "mlp": [...]}}, and the ratios
     of Ray's blocks to the MPI and local blocks of the same turn."""
     import tempfile
@@ -148,7 +148,8 @@ def interleaved(ranks, n, blocks, settle):
                 for path in fifos[b]:
                     os.mkfifo(path)
                 cmd = [sys.executable, os.path.abspath(__file__), "--serve", b, "--ranks", str(ranks),
-                       "--n", str(n), "--settle", str(settle), "--fifos", os.path.join(tmp, b + ".{rank}")]
+                       "--n", str(n), "--batch", str(batch), "--settle", str(settle),
+                       "--fifos", os.path.join(tmp, b + ".{rank}")]
                 if b == "mpi":
                     cmd = ["mpiexec", "-n", str(ranks)] + cmd
                 env = dict(os.environ, PYTHONPATH=ROOT)
@@ -189,9 +190,9 @@ def interleaved(ranks, n, blocks, settle):
     return got, ratios
 
 
-def measure(backend, ranks, n, steps, settle, join=None):
+def measure(backend, ranks, n, steps, settle, batch, join=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--ranks", str(ranks),
-           "--n", str(n), "--steps", str(steps), "--settle", str(settle)]
+           "--n", str(n), "--batch", str(batch), "--steps", str(steps), "--settle", str(settle)]
     if backend == "mpi":
         cmd = ["mpiexec", "-n", str(ranks)] + cmd
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -250,6 +251,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--n", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=256, help="the MLP's batch rows (examples/mlp.py: 256)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between spmd.init and the timed steps")
     ap.add_argument("--rounds", type=int, default=3)
@@ -261,11 +263,11 @@ def main():
     ap.add_argument("--fifos", default=None)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.ranks, a.n, a.steps, a.settle)
+        return worker(a.worker, a.ranks, a.n, a.steps, a.settle, a.batch)
     if a.serve:
-        return serve(a.serve, a.ranks, a.n, a.settle, a.fifos)
+        return serve(a.serve, a.ranks, a.n, a.settle, a.fifos, a.batch)
     if a.interleave:
-        got, ratios = interleaved(a.ranks, a.n, a.interleave, a.settle)
+        got, ratios = interleaved(a.ranks, a.n, a.interleave, a.settle, a.batch)
         for b, g in got.items():
             print(f"{b}: heat {spread([1e3 * t for t in g['heat']], ' ms')}, mlp {spread([1e3 * t for t in g['mlp']], ' ms', '.3f')}")
         for k, v in ratios.items():
@@ -276,7 +278,7 @@ def main():
     for r in range(a.rounds):
         # --steps 0: Ray's start alone (the other backends have nothing to compare)
         backends = ("local", "mpi", "ray") if a.steps else ("ray",)
-        got = {b: measure(b, a.ranks, a.n, a.steps, a.settle) for b in backends}
+        got = {b: measure(b, a.ranks, a.n, a.steps, a.settle, a.batch) for b in backends}
         imports.append(got["ray"]["start"]["import"])
         inits.append(got["ray"]["start"]["init"])
         for k in ("heat", "mlp") if a.steps else ():
@@ -290,7 +292,7 @@ def main():
         join, stop = head_node(a.ranks)
         try:
             for r in range(a.rounds):
-                joins.append(measure("ray", a.ranks, a.n, 0, 0.0, join)["start"]["init"])
+                joins.append(measure("ray", a.ranks, a.n, 0, 0.0, a.batch, join)["start"]["init"])
                 print(f"joining a running Ray, round {r}: spmd.init {joins[-1]:.2f} s  (load {os.getloadavg()[0]:.1f})",
                       flush=True)
         finally:
