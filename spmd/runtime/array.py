@@ -236,17 +236,20 @@ def device_put(x, sharding, runtime=None) -> Array:
     return put_split(x, sh, runtime or get_runtime())
 
 
-def put_split(x, sh, rt) -> Array:
+def put_split(x, sh, rt, sent_now=False) -> Array:
     """The ndarray x split by sh (a whole Sharding of x's rank) onto rt's devices: what
     device_put does once it has checked its arguments (a jitted call places its numpy
-    arguments this way, their shardings known to fit)."""
+    arguments this way, their shardings known to fit). sent_now: the Array lives only
+    until its call's run is sent (a jitted call's argument), so a device whose put sends
+    the bytes away (Runtime.put_sends) is given a view of x, not a copy."""
     local, split = split_of(sh, x.shape, tuple(rt.local_devices(sh.mesh)))
-    buffers = {}                   # shard index -> buffer, shared by that shard's replicas
+    buffers = {}                   # (shard index, a view?) -> buffer, shared by that shard's replicas
     handles = {}
     for d, key, box in split:
-        buf = buffers.get(key)
+        view = sent_now and rt.put_sends(d)
+        buf = buffers.get((key, view))
         if buf is None:
-            buf = buffers[key] = padded(x, box, local)
+            buf = buffers[(key, view)] = piece_or_padded(x, box, local) if view else padded(x, box, local)
         handles[d] = rt.put(d, buf)
     return Array(x.shape, x.dtype, sh, handles, rt)
 
@@ -267,6 +270,12 @@ def split_of(sh, shape, devices):
         hit = _SPLITS[key] = (sh.local_shape(shape),
                               tuple((d, sh.shard_index(d), sh.shard_box(shape, d)) for d in devices))
     return hit
+
+
+def piece_or_padded(x, box, local_shape):
+    """x's `box` as a view of x where it fills local_shape, else padded's buffer."""
+    piece = x[tuple(slice(a, b) for a, b in box)]
+    return piece if piece.shape == tuple(local_shape) else padded(x, box, local_shape)
 
 
 def padded(x, box, local_shape):

@@ -47,6 +47,12 @@ class Runtime(ABC):
         """Place a numpy array as `device`'s shard; returns its handle. The caller hands
         the array over (device_put gives a buffer of its own): a runtime may keep it."""
 
+    def put_sends(self, device: int) -> bool:
+        """Whether put(device, a) sends a's bytes to another process, at the latest with
+        the runtime's next message to it (a run of a jitted call is one): a jitted call's
+        numpy argument is then put as the caller's own memory, not copied first."""
+        return False
+
     @abstractmethod
     def get(self, handles: dict) -> dict:
         """{device: handle} of local devices -> {device: numpy array} in this process."""

@@ -92,7 +92,8 @@ def _placed(x, p, rt):
             x._sharding = p.sharding
             return x
     if type(x) is np.ndarray and x.dtype is p.dtype and x.shape == p.shape:
-        return put_split(x, p.sharding, rt)    # (a batch given each step: no checks to repeat)
+        # (a batch given each step: no checks to repeat; sent with this call's run)
+        return put_split(x, p.sharding, rt, sent_now=True)
     if not isinstance(x, Array):
         x = np.asarray(x, dtype=p.dtype)
     elif x.dtype != p.dtype:

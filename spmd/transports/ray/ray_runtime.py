@@ -258,6 +258,9 @@ class RayRuntime(Runtime):
         self._tell(device, ("store", (shard.sid, np.ascontiguousarray(array), self._drops.take(device))))
         return shard
 
+    def put_sends(self, device):
+        return self._actors[device] is not None
+
     def get(self, handles):
         if all(h.value is not None for h in handles.values()):
             # small results come with their run's reply; rank 0's in the driver are there
