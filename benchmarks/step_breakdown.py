@@ -29,16 +29,25 @@ CPU summed over the threads is 2 x the model's compute per device where they agr
 `--segments`: each native segment of rank 0 besides (its wall, the wait for its host's
 other ranks and its native collectives' waits included) against the model's compute of
 its ops, with its kernels and collectives: what a segment costs beyond its ops.
+`--again` (with --segments): also the CPU seconds of rank 0's host running the segment
+(its ranks' kernels: what the model's compute prices), as scheduled and, for a segment
+without native collectives, run again at once (the same kernels on the data the first run
+left in this core's cache: what the cache costs a segment after the Python collective
+before it) and an instruction at a time (each a native run of its own: a segment's
+costs beyond its instructions'); the run's results are then not the program's. And the
+median gap between the two hosts' starts of it (a native collective across hosts spins
+that long on the earlier host: CPU, yet a wait).
 `--rates fresh`: the model with rates measured in this process first, as
 benchmarks/auto.py measures them (the stored ones may be another day's).
 
 The accounting wraps those functions in this process (the wrappers' own cost is a
 few microseconds a call); run it apart from other timed runs.
 
-    PYTHONPATH=. python benchmarks/step_breakdown.py gpt64 baseline [--runs 30] [--segments] [--rates fresh]
+    PYTHONPATH=. python benchmarks/step_breakdown.py gpt64 baseline [--runs 30] [--segments [--again]] [--rates fresh]
 """
 import argparse
 import collections
+import ctypes
 import os
 import resource
 import sys
@@ -179,6 +188,81 @@ class Segments:
         return out
 
 
+def one_by_one(run_multi, progs, nr, count) -> float:
+    """CPU seconds of the `nr` ranks' programs at address `progs` (`count` instructions each)
+    run an instruction at a time, each a native run of its own."""
+    at = np.ctypeslib.as_array((ctypes.c_int64 * nr).from_address(progs))
+    one = np.zeros(2, np.int64)
+    where = np.array([one.ctypes.data], np.int64)
+    t = 0.0
+    for r in range(nr):
+        instrs = np.ctypeslib.as_array((ctypes.c_int64 * (2 * count)).from_address(int(at[r])))
+        for j in range(count):
+            one[:] = instrs[2 * j: 2 * j + 2]
+            c0 = time.thread_time()
+            run_multi(where.ctypes.data, 1, 1)
+            t += time.thread_time() - c0
+    return t
+
+
+def exchanges(sched, seg) -> bool:
+    """Whether the segment may exchange: a collective among its steps, or a step with a
+    body (a loop's may hold collectives)."""
+    for k in seg.steps:
+        st = sched.exe.steps[k]
+        if isinstance(st, KernelStep):
+            continue
+        if st.opdef.collective.reshards is not None or st.opdef.collective.phase is not None \
+                or any(hasattr(a, "ops") and hasattr(a, "inputs") for a in st.attrs.values()):
+            return True
+    return False
+
+
+class HostRuns:
+    """Rank 0's host's native runs of each segment (--again): CPU seconds as scheduled,
+    run again at once and run an instruction at a time (the segments in `rerun`: set
+    before the timed runs), and each host's start times."""
+
+    def __init__(self):
+        self.cpu = collections.defaultdict(list)
+        self.again = collections.defaultdict(list)
+        self.alone = collections.defaultdict(list)
+        self.starts = collections.defaultdict(list)
+        self.rerun = set()
+        inner = local_rendezvous.Host.run
+
+        def run(host, i, key, prog, n, run_multi):
+            def timed(progs, nr, count):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                run_multi(progs, nr, count)
+                c1 = time.thread_time()
+                self.starts[key[1], host.devices[0]].append(t0)
+                if 0 in host.devices:
+                    self.cpu[key[1]].append(c1 - c0)
+                    if key[1] in self.rerun:
+                        run_multi(progs, nr, count)
+                        self.again[key[1]].append(time.thread_time() - c1)
+                        self.alone[key[1]].append(one_by_one(run_multi, progs, nr, count))
+            return inner(host, i, key, prog, n, timed)
+        local_rendezvous.Host.run = run
+
+    def clear(self):
+        for d in (self.cpu, self.again, self.alone, self.starts):
+            d.clear()
+
+    def row(self, si) -> tuple:
+        """(median CPU seconds, median CPU seconds run again and an instruction at a time, or
+        None, median gap between the first two hosts' starts or None)."""
+        med = (lambda x: float(np.median(x)) if len(x) else None)
+        firsts = sorted(d for s, d in self.starts if s == si)
+        gap = None
+        if len(firsts) > 1:
+            a, b = self.starts[si, firsts[0]], self.starts[si, firsts[1]]
+            if len(a) == len(b):
+                gap = med(np.abs(np.subtract(b, a)))
+        return med(self.cpu[si]), med(self.again[si]), med(self.alone[si]), gap
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("program", choices=sorted(PROGRAMS))
@@ -186,6 +270,9 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--segments", action="store_true",
                     help="also each native segment of rank 0: its wall against the model's compute of its ops")
+    ap.add_argument("--again", action="store_true",
+                    help="with --segments: each segment's CPU on rank 0's host, run again at once and an "
+                         "instruction at a time, and the hosts' start gap")
     ap.add_argument("--rates", choices=("fresh", "stored"), default="stored",
                     help="fresh: measured in this process before the runs, as auto.py measures them")
     a = ap.parse_args(argv)
@@ -202,10 +289,14 @@ def main(argv=None):
     rows, source, per_op = model_rows(low, *(auto.fresh_rates() if a.rates == "fresh" else (None, None)))
     acc = accounted()
     segments = Segments() if a.segments else None
+    hosts = HostRuns() if a.segments and a.again else None
     f(*auto.copy(args))
     f(*auto.copy(args))
     acc.clear()
     if segments is not None:
+        if hosts is not None:
+            hosts.clear()
+            hosts.rerun = {si for si, (sched, seg) in segments.held.items() if not exchanges(sched, seg)}
         segments.clear()
     inputs = [auto.copy(args) for _ in range(a.runs)]
     ts, faults = [], 0
@@ -234,9 +325,21 @@ def main(argv=None):
           f"   (against the model's compute + native collectives)")
     print(f"    {'minor page faults a call (process)':<32} {faults / n:9.0f}")
     if segments is not None:
-        print(f"  {'rank 0 segment':<16} {'wall ms':>8} {'model ms':>9} {'kernels':>7} {'coll.':>5}  ops")
+        extra = f" {'host cpu':>8} {'again':>7} {'alone':>7} {'gap':>7}" if hosts is not None else ""
+        print(f"  {'rank 0 segment':<16} {'wall ms':>8} {'model ms':>9}{extra} {'kernels':>7} {'coll.':>5}  ops")
+        total = np.zeros(5)
+        ms = (lambda x: f"{x * 1e3:7.3f}" if x is not None else f"{'':>7}")
         for si, wall, model, kernels, colls, names in segments.rows(per_op):
-            print(f"    {si:<14d} {wall * 1e3:8.3f} {model * 1e3:9.3f} {kernels:7d} {colls:5d}  {names}")
+            if hosts is not None:
+                cpu, again, alone, gap = hosts.row(si)
+                extra = f" {ms(cpu):>8} {ms(again)} {ms(alone)} {ms(gap)}"
+                if again is not None:
+                    total += (cpu, again, alone, model, 1)
+            print(f"    {si:<14d} {wall * 1e3:8.3f} {model * 1e3:9.3f}{extra} {kernels:7d} {colls:5d}  {names}")
+        if hosts is not None and total[4]:
+            print(f"  segments without native collectives ({int(total[4])}), ms a step: host CPU {total[0] * 1e3:.3f}, "
+                  f"run again {total[1] * 1e3:.3f}, an instruction at a time {total[2] * 1e3:.3f}, "
+                  f"the model's compute (a device) {total[3] * 1e3:.3f}")
 
 
 if __name__ == "__main__":
