@@ -4,11 +4,12 @@ cost model, measured with spmd's own compiled programs and stored for every late
 
     compute     float32 matrix products on one device, in chains of layers each of
                 which scales its product's result (as a network's activations read
-                them), of large square products and of thin ones (64 columns): flops
-                per second (`flops`) and the seconds a product spends per element of
-                its operands and result besides (`product_element`: packing them for
-                BLAS and storing the result's tiles), the two products' seconds (a
-                layer's, less the model's seconds of its scale's kernel) solved for both
+                them), of large square products and of thin ones (16, 32 and 64
+                columns: attention heads' widths): flops per second (`flops`) and the
+                seconds a product spends per element of its operands and result
+                besides (`product_element`: packing them for BLAS and storing the
+                result's tiles), the products' seconds (a layer's, less the model's
+                seconds of its scale's kernel) fitted for both
     bandwidth   a fused streaming kernel (x * 0.5 + y, its result carried) run in a loop
                 of a program on one device: bytes read and written per second (the
                 loop's steps against one step, so neither a call's fixed cost nor the
@@ -135,7 +136,7 @@ def measure(devices=4, quick=False) -> dict:
     n = 256 if quick else 512
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n)).astype(np.float32)
-    thin, w = np.ones((n, THIN), np.float32), rng.standard_normal((THIN, THIN)).astype(np.float32)
+    thin = {c: (np.ones((n, c), np.float32), rng.standard_normal((c, c)).astype(np.float32)) for c in THIN}
     m = (1 << 18) if quick else (1 << 23)
     x = np.ones(m, np.float32)
     bandwidth = 3.0 * m * 4 / _streaming_seconds(lambda k: spmd.jit(_stream(k)), (x, x), runs, 9)
@@ -145,7 +146,7 @@ def measure(devices=4, quick=False) -> dict:
     call = _kernel_seconds(lambda k: spmd.jit(_dots(k)), (small, small), runs)
     alone = Machine(bandwidth=bandwidth, call=call)
     flops, element = product_rates(n, *_products_seconds(
-        lambda k: spmd.jit(_layers(k, n)), (a, a), lambda k: spmd.jit(_layers(k, THIN)), (thin, w),
+        lambda k: spmd.jit(_layers(k, n)), (a, a), lambda k, c: spmd.jit(_layers(k, c)), thin,
         runs, alone, n))
     out = {"machine": {"flops": flops, "product_element": element, "bandwidth": bandwidth, "step": step,
                        "call": call}, "devices": devices,
@@ -185,17 +186,19 @@ def measure(devices=4, quick=False) -> dict:
                           step=out["machine"]["step_devices"], leaf=out["machine"]["leaf_devices"])
         out["machine"]["output_devices"] = _outputs(flat, (1 << 16) if quick else (1 << 20), several, runs)
         rows = spmd.device_put(np.tile(a, (devices, 1)), row)
-        thins = spmd.device_put(np.ones((devices * n, THIN), np.float32), row)
+        thins = {c: (spmd.device_put(np.ones((devices * n, c), np.float32), row), spmd.device_put(thin[c][1], whole))
+                 for c in THIN}
         layers = (lambda k: spmd.jit(_layers(k, n), in_shardings=(row, whole), out_shardings=row),
                   (rows, spmd.device_put(a, whole)),
-                  lambda k: spmd.jit(_layers(k, THIN), in_shardings=(row, whole), out_shardings=row),
-                  (thins, spmd.device_put(w, whole)), runs, several, n)
+                  lambda k, c: spmd.jit(_layers(k, c), in_shardings=(row, whole), out_shardings=row),
+                  thins, runs, several, n)
         first = _products_seconds(*layers)
         out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs, machine=several)}
         # the products again, seconds later, the faster of the two samples of each: with
         # more devices than cores, how the system schedules the devices' threads can slow
         # a whole sample (the rate halves), and does not last
-        got = [min(x, y) for x, y in zip(first, _products_seconds(*layers))]
+        again = _products_seconds(*layers)
+        got = (min(first[0], again[0]), [min(x, y) for x, y in zip(first[1], again[1])])
         out["machine"]["flops_devices"], out["machine"]["product_element_devices"] = product_rates(n, *got)
     return out
 
@@ -304,9 +307,9 @@ def _dots(k):
     return f
 
 
-# the columns of the thin products that calibrate Machine.product_element: an attention
-# head's or a small model's width, where a product's flops per element are few
-THIN = 64
+# the columns of the thin products that calibrate Machine.product_element: attention
+# heads' and small models' widths, where a product's flops per element are few
+THIN = (16, 32, 64)
 
 
 def _layers(k, cols):
@@ -323,15 +326,18 @@ def _layers(k, cols):
 
 
 def _products_seconds(make_square, square_args, make_thin, thin_args, runs, machine, n) -> tuple:
-    """(seconds of one n x n by n x n product, of one n x THIN by THIN x THIN one), each
-    from a chain of layers (_layers: 3 against one, 9 against one, their runs
-    interleaved, so that the two, solved together, see the same load), less what
-    `machine`'s model gives each layer besides its product: the scale's kernel (its
-    bytes at machine's rates) and the two kernels' fixed cost."""
-    t = timed([(make_square(1), square_args), (make_square(3), square_args),
-               (make_thin(1), thin_args), (make_thin(9), thin_args)], runs)
+    """(seconds of one n x n by n x n product, [seconds of one n x c by c x c one for each
+    c of THIN]), each from a chain of layers (_layers: 3 against one, 9 against one, all
+    their runs interleaved, so that the products, solved together, see the same load),
+    less what `machine`'s model gives each layer besides its product: the scale's kernel
+    (its bytes at machine's rates) and the two kernels' fixed cost. make_thin(k, c) and
+    thin_args[c]: the thin chains."""
+    calls = [(make_square(1), square_args), (make_square(3), square_args)]
+    for c in THIN:
+        calls += [(make_thin(1, c), thin_args[c]), (make_thin(9, c), thin_args[c])]
+    t = timed(calls, runs)
     return (layer_product_seconds((t[1] - t[0]) / 2, n * n, machine),
-            layer_product_seconds((t[3] - t[2]) / 8, n * THIN, machine))
+            [layer_product_seconds((t[3 + 2 * i] - t[2 + 2 * i]) / 8, n * c, machine) for i, c in enumerate(THIN)])
 
 
 def layer_product_seconds(layer, elements, machine) -> float:
@@ -341,18 +347,27 @@ def layer_product_seconds(layer, elements, machine) -> float:
     return max(layer - machine.kernel_seconds(0.0, 8.0 * elements) - machine.call, 0.0)
 
 
-def product_rates(n, t_square, t_thin) -> tuple:
+def product_rates(n, t_square, t_thins) -> tuple:
     """(flops per second, seconds per element: Machine.flops, Machine.product_element) of
-    an n x n by n x n product taking `t_square` seconds and an n x THIN by THIN x THIN
-    one taking `t_thin`: each is flops / rate + elements * per-element, two equations.
-    Where the measurements do not give two positive figures (the load slowed the large
-    product more than the thin one), the large product's rate alone, no per-element cost."""
+    an n x n by n x n product taking `t_square` seconds and n x c by c x c ones taking
+    t_thins (one for each c of THIN): each is flops / rate + elements * per-element. The
+    square product, nearly all flops and the longest run, is fitted exactly; the thin
+    ones, whose elements weigh more, give the per-element cost by least squares of their
+    relative errors (one noisy sample moves it less than a solution of two equations
+    did). Where they give none (measured no slower than their flops at the square's
+    rate: the load slowed the square one more), the square product's rate alone."""
     f1, e1 = 2.0 * n ** 3, 3.0 * n * n
-    f2, e2 = 2.0 * n * THIN * THIN, 2.0 * n * THIN + THIN * THIN
-    det = f1 * e2 - f2 * e1
-    inv = (t_square * e2 - t_thin * e1) / det
-    element = (f1 * t_thin - f2 * t_square) / det
-    if inv <= 0.0 or element <= 0.0:
+    num = den = 0.0
+    for c, t in zip(THIN, t_thins):
+        if t <= 0.0:
+            continue                          # (nothing left of the layer once its scale is paid)
+        f, e = 2.0 * n * c * c, 2.0 * n * c + c * c
+        x = (e - f * e1 / f1) / t             # t's part per second of per-element cost, relative
+        y = (t - f * t_square / f1) / t       # what the square's rate alone leaves of t, relative
+        num, den = num + x * y, den + x * x
+    element = max(num / den, 0.0) if den > 0.0 else 0.0
+    inv = (t_square - e1 * element) / f1
+    if inv <= 0.0:
         return f1 / t_square, 0.0
     return 1.0 / inv, element
 

@@ -596,15 +596,34 @@ def test_a_matrix_product_costs_its_elements_besides_its_flops(rows, cols):
     assert c[0.0] == pytest.approx(2 * local * cols / 1e9)
 
 
-def test_product_rates_are_solved_from_a_square_and_a_thin_product():
+def test_product_rates_are_fitted_to_a_square_and_thin_products():
     from spmd.jit.calibrate import THIN, product_rates
     n, flops, element = 512, 2e10, 3e-9
-    square = 2 * n ** 3 / flops + 3 * n * n * element
-    thin = 2 * n * THIN * THIN / flops + (2 * n * THIN + THIN * THIN) * element
-    assert product_rates(n, square, thin) == pytest.approx((flops, element))
-    # a thin product measured faster than the rate allows (the load slowed the square one):
-    # the square product's rate alone
-    assert product_rates(n, square, thin / 10) == (2 * n ** 3 / square, 0.0)
+
+    def seconds(f, e):
+        return f / flops + e * element
+    square = seconds(2 * n ** 3, 3 * n * n)
+    thins = [seconds(2 * n * c * c, 2 * n * c + c * c) for c in THIN]
+    assert len(THIN) >= 3
+    assert product_rates(n, square, thins) == pytest.approx((flops, element), rel=1e-6)
+    # the widest thin product slowed by a burst of load: the fit errs less than the two
+    # equations of it and the square product alone would
+    slowed = thins[-1] * 1.5
+    got = product_rates(n, square, [*thins[:-1], slowed])
+    c = THIN[-1]
+    f1, e1, f2, e2 = 2.0 * n ** 3, 3.0 * n * n, 2.0 * n * c * c, 2.0 * n * c + c * c
+    det = f1 * e2 - f2 * e1
+    two = (det / (square * e2 - slowed * e1), (f1 * slowed - f2 * square) / det)
+    assert abs(got[0] / flops - 1) < abs(two[0] / flops - 1)
+    assert abs(got[1] / element - 1) < abs(two[1] / element - 1)
+    # thin products measured faster than any rate allows (the load slowed the square
+    # one): no per-element cost, never a negative one
+    f, e = product_rates(n, square, [t / 10 for t in thins])
+    assert f > 0 and e == 0.0
+    # a thin layer whose product left nothing once its scale's kernel was paid (0 s): the
+    # others fit; with none left, the square product's rate alone
+    assert product_rates(n, square, [0.0, *thins[1:]]) == pytest.approx((flops, element), rel=1e-6)
+    assert product_rates(n, square, [0.0] * len(THIN)) == (2 * n ** 3 / square, 0.0)
 
 
 def test_a_calibration_takes_the_fast_end_of_its_sample():
