@@ -249,7 +249,7 @@ def put_split(x, sh, rt, sent_now=False) -> Array:
         view = sent_now and rt.put_sends(d)
         buf = buffers.get((key, view))
         if buf is None:
-            buf = buffers[(key, view)] = piece_or_padded(x, box, local) if view else padded(x, box, local)
+            buf = buffers[(key, view)] = padded(x, box, local, view)
         handles[d] = rt.put(d, buf)
     return Array(x.shape, x.dtype, sh, handles, rt)
 
@@ -272,17 +272,12 @@ def split_of(sh, shape, devices):
     return hit
 
 
-def piece_or_padded(x, box, local_shape):
-    """x's `box` as a view of x where it fills local_shape, else padded's buffer."""
-    piece = x[tuple(slice(a, b) for a, b in box)]
-    return piece if piece.shape == tuple(local_shape) else padded(x, box, local_shape)
-
-
-def padded(x, box, local_shape):
-    """A fresh, C-contiguous buffer of local_shape: x's `box` at the low corner, zeros after."""
+def padded(x, box, local_shape, view=False):
+    """A fresh, C-contiguous buffer of local_shape: x's `box` at the low corner, zeros after
+    (view: x's box itself where it fills local_shape)."""
     piece = x[tuple(slice(a, b) for a, b in box)]
     if piece.shape == tuple(local_shape):
-        return np.array(piece, order="C", copy=True)
+        return piece if view else np.array(piece, order="C", copy=True)
     buf = np.zeros(local_shape, x.dtype)
     buf[tuple(slice(0, b - a) for a, b in box)] = piece
     return buf

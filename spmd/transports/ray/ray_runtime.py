@@ -463,13 +463,7 @@ class RayRuntime(Runtime):
             run_id, chans, outs, pending, errors, printed = inflight
             values = {}
             with _holding(chans):
-                if not errors and all(map(_came, pending.values())):
-                    # every reply has come (a step's mostly has, by the next call): taken
-                    # without a poll, and with none to abort
-                    for d, ch in pending.items():
-                        self._take_reply(d, ch, printed, values, errors)
-                else:
-                    self._wait(pending, run_id, printed, values, errors)
+                self._wait(pending, run_id, printed, values, errors)
         if any(printed.values()):           # the program's prints, here, in rank order
             for d in sorted(printed):
                 sys.stdout.write("".join(printed[d]))
@@ -525,10 +519,7 @@ class RayRuntime(Runtime):
         if errors:
             self._abort(pending, run_id, _reason(*errors[0]))
         by_fd = {ch.fileno(): d for d, ch in pending.items()}
-        # poll, not select: a driver with many files open has descriptors past select's 1024
-        poller = select.poll()
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN)
+        poller = None               # made when a reply has not come (a step's mostly has)
         try:
             while pending:
                 left = 1.0 if first is None else GRACE_SECONDS - (time.monotonic() - first)
@@ -538,11 +529,21 @@ class RayRuntime(Runtime):
                 # a step's reply comes while the driver runs rank 0's part); a poll waits
                 # for the others
                 here = [fd for fd, d in by_fd.items() if d in pending and _came(pending[d])]
-                for fd in here or [fd for fd, _ in poller.poll(left * 1000)]:
+                if not here:
+                    if poller is None:
+                        # poll, not select: a driver with many files open has descriptors
+                        # past select's 1024
+                        poller = select.poll()
+                        for fd, d in by_fd.items():
+                            if d in pending:
+                                poller.register(fd, select.POLLIN)
+                    here = [fd for fd, _ in poller.poll(left * 1000)]
+                for fd in here:
                     d = by_fd[fd]
                     if d not in pending:
                         continue
-                    poller.unregister(fd)
+                    if poller is not None:
+                        poller.unregister(fd)      # (pending when the poller was made: registered)
                     if self._take_reply(d, pending.pop(d), printed, values, errors) and first is None:
                         first = time.monotonic()
                         self._abort(pending, run_id, _reason(*errors[-1]))
