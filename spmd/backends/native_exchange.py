@@ -3,9 +3,10 @@ backend's backends/llvm/exchange.py): the interface between the code that emits 
 the transport whose ranks they run between.
 
 A communicator advertises it as `native_exchange`: an object of this interface, or None
-when its collectives move from Python (MPI, Ray: the ranks are processes). The local
-transport's ranks are threads of one process, which share memory, so its communicator
-gives one (transports/local/local_native_exchange.py).
+when its collectives move from Python (MPI; Ray across hosts). The local transport's
+ranks are threads of one process, which share memory, so its communicator gives one
+(transports/local/local_native_exchange.py); Ray's ranks on one host are processes that
+map shared regions, which serve the all-reduces (transports/ray/ray_native_exchange.py).
 
 The memory a rank's native code reads and writes, all int64:
 
@@ -29,6 +30,10 @@ from abc import ABC, abstractmethod
 class NativeExchange(ABC):
     # int64[3]: why this rank's native collective stopped (zero while none did)
     status = None
+    # "process": the ranks are threads of one process, and a rank's native code may read
+    # what a peer names by its address (a permute's mailbox); "host": processes of one
+    # host, sharing only the regions `shared` gives (all-reduces; permutes run from Python)
+    scope = "process"
 
     @abstractmethod
     def board(self, axes) -> dict:

@@ -9,6 +9,8 @@ partition.)
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from .running import run
@@ -235,17 +237,20 @@ class Lowered:
 
 
 class _FakeComm:
-    """What the executable asks a communicator when it plans a run: the mesh's size, and
-    whether the ranks are threads of one process exchanging natively (the local
-    runtime's: a native schedule then runs the collectives in its segments, which makes
-    their buffers when they start, backends/llvm/schedule.py)."""
+    """What the executable asks a communicator when it plans a run: the mesh's size,
+    whether the ranks are threads of one process, and what they exchange natively
+    (Runtime.native_scope: a native schedule then runs those collectives in its segments,
+    which makes their buffers when they start, backends/llvm/schedule.py)."""
 
     def __init__(self, mesh):
         from ..runtime.current_runtime import get_runtime
+        rt = get_runtime()
         self.size = 1 if mesh is None else mesh.size
-        threads = self.size > 1 and get_runtime().name == "local"
+        threads = self.size > 1 and rt.name == "local"
         self.ranks_in_process = self.size if threads else 1
-        self.native_exchange = True if threads else None
+        scope = rt.native_scope(mesh)
+        # (what the executable reads of a NativeExchange to pick the schedule)
+        self.native_exchange = None if scope is None else SimpleNamespace(scope=scope)
 
 
 

@@ -236,22 +236,28 @@ def device_put(x, sharding, runtime=None) -> Array:
     return put_split(x, sh, runtime or get_runtime())
 
 
-def put_split(x, sh, rt, sent_now=False) -> Array:
+def put_split(x, sh, rt) -> Array:
     """The ndarray x split by sh (a whole Sharding of x's rank) onto rt's devices: what
-    device_put does once it has checked its arguments (a jitted call places its numpy
-    arguments this way, their shardings known to fit). sent_now: the Array lives only
-    until its call's run is sent (a jitted call's argument), so a device whose put sends
-    the bytes away (Runtime.put_sends) is given a view of x, not a copy."""
+    device_put does once it has checked its arguments."""
+    return Array(x.shape, x.dtype, sh, {d: rt.put(d, b) for d, b in split_buffers(x, sh, rt).items()}, rt)
+
+
+def split_buffers(x, sh, rt, sent=False) -> dict:
+    """{device: its buffer} of the ndarray x split by sh over rt's devices of sh's mesh:
+    fresh padded buffers (a shard's replicas share one), which the caller hands over to
+    the runtime (put, or a run's arguments). sent: the buffers go with a run (a jitted
+    call's numpy argument), and a device whose runtime sends the bytes away
+    (Runtime.put_sends) is given a view of x, not a copy."""
     local, split = split_of(sh, x.shape, tuple(rt.local_devices(sh.mesh)))
     buffers = {}                   # (shard index, a view?) -> buffer, shared by that shard's replicas
-    handles = {}
+    out = {}
     for d, key, box in split:
-        view = sent_now and rt.put_sends(d)
+        view = sent and rt.put_sends(d)
         buf = buffers.get((key, view))
         if buf is None:
             buf = buffers[(key, view)] = padded(x, box, local, view)
-        handles[d] = rt.put(d, buf)
-    return Array(x.shape, x.dtype, sh, handles, rt)
+        out[d] = buf
+    return out
 
 
 # (sharding, global shape, devices) -> how device_put splits such a value: working the

@@ -47,6 +47,13 @@ class Runtime(ABC):
         """Place a numpy array as `device`'s shard; returns its handle. The caller hands
         the array over (device_put gives a buffer of its own): a runtime may keep it."""
 
+    def native_scope(self, mesh):
+        """What a run on `mesh` runs of its collectives as native instructions (the scope
+        of its communicators' NativeExchange, backends/native_exchange.py): None, or
+        "process" (ranks that are threads of this process), "host" (processes of one
+        host that share memory: the all-reduces). What the memory plan assumes."""
+        return None
+
     def put_sends(self, device: int) -> bool:
         """Whether put(device, a) sends a's bytes to another process, at the latest with
         the runtime's next message to it (a run of a jitted call is one): a jitted call's
@@ -62,7 +69,11 @@ class Runtime(ABC):
         """Run `program` (a picklable per-device executable: program(inputs, comm) -> outputs,
         declaring how many it returns as `program.num_outputs`, as the backends'
         Executables do) on every device of `mesh` at once. args: {device: [handle, ...]} for the local
-        devices; returns {device: [handle, ...]} of the outputs."""
+        devices; returns {device: [handle, ...]} of the outputs. An argument may also be
+        a numpy array of the shard's padded local shape (a jitted call's numpy argument),
+        handed over as to `put`, with no handle made for it: ray sends its bytes with the
+        run's message, and where put_sends(device) it may be a view of the caller's
+        memory."""
 
     @abstractmethod
     def all_shards(self, handles: dict, mesh) -> dict:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import SpmdError
 from . import blas
-from .array import Array, device_put, put_split
+from .array import Array, device_put, split_buffers
 from .program import runner
 
 
@@ -46,11 +46,12 @@ def _writable_in_place(a) -> bool:
     return a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
 
 
-def _private(args, donated, own):
+def _private(args, donated, own, rt):
     """Each device's buffer of a donated argument is written by that device's program: it
     must be its own, writeable, and shared with nothing else the run reads (replicas of a
     shard share one buffer; the same array may be passed twice; a numpy argument that
-    device_put did not copy is its owner's). Such a buffer is copied first."""
+    device_put did not copy is its owner's). Such a buffer is copied first. A buffer whose
+    bytes the runtime sends with the run (Runtime.put_sends) is the program's own there."""
     spans = []                  # (first byte, end, device, leaf) of every buffer the run reads
     for d, hs in args.items():
         for j, h in enumerate(hs):
@@ -67,8 +68,8 @@ def _private(args, donated, own):
     for k in sorted(donated):
         for d in args:
             h = args[d][k]
-            if not isinstance(h, np.ndarray):
-                continue        # (Ray: a reference; the executable copies what it cannot write)
+            if not isinstance(h, np.ndarray) or rt.put_sends(d):
+                continue        # (Ray: a reference, or bytes it sends; the executable copies what it cannot write)
             if not own[k] or (d, k) in overlapping or not (h.flags.writeable and h.flags.c_contiguous):
                 args[d][k] = np.array(h, copy=True)
 
@@ -91,9 +92,6 @@ def _placed(x, p, rt):
             # program's equal object from now on, so its next call is seen placed by identity
             x._sharding = p.sharding
             return x
-    if type(x) is np.ndarray and x.dtype is p.dtype and x.shape == p.shape:
-        # (a batch given each step: no checks to repeat; sent with this call's run)
-        return put_split(x, p.sharding, rt, sent_now=True)
     if not isinstance(x, Array):
         x = np.asarray(x, dtype=p.dtype)
     elif x.dtype != p.dtype:
@@ -104,11 +102,23 @@ def _placed(x, p, rt):
 def _execute_sharded(program, leaves, rt):
     if len(leaves) != len(program.inputs):
         raise SpmdError(f"{program.name}: expected {len(program.inputs)} argument leaves, got {len(leaves)}")
-    arrays = [_placed(x, p, rt) for x, p in zip(leaves, program.inputs)]
     devices = rt.local_devices(program.mesh)
-    args = {d: [a._handles[d] for a in arrays] for d in devices}
+    args = {d: [] for d in devices}
+    own = []                    # per leaf: may the program write its buffers (donated)?
+    for x, p in zip(leaves, program.inputs):
+        if type(x) is np.ndarray and x.dtype is p.dtype and x.shape == p.shape:
+            # a batch given each step: its buffers go to the run as they are (Runtime.run
+            # takes numpy arrays), no Array nor handle made for a value that lives one call
+            bufs = split_buffers(x, p.sharding, rt, sent=True)
+            own.append(True)            # (copies, but where the runtime sends the bytes)
+        else:
+            a = _placed(x, p, rt)
+            bufs = a._handles
+            own.append(a is x)
+        for d in devices:
+            args[d].append(bufs[d])
     if program.donated or program.reused:
-        _private(args, program.written, [a is x for a, x in zip(arrays, leaves)])
+        _private(args, program.written, own, rt)
     outs = rt.run(program.executable, program.mesh, args)
     if len(devices) == 1:                    # (one device a process: MPI, a Ray actor's driver view)
         got = outs[devices[0]]

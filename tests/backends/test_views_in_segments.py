@@ -92,7 +92,7 @@ def test_a_view_made_in_python_lies_in_its_operands_memory():
     f = spmd.jit(sgd, in_shardings=(mesh.sharding(), mesh.sharding("d", None)), mesh=mesh, static_argnums=(2,),
                  backend="llvm")
     exe = f.lower(w, X, 4).compile()
-    sched = exe.schedule(1, native_comm=True)
+    sched = exe.schedule(1, native_comm="process")
     assert any(isinstance(it, Segment) for it in sched.items)
     checked = 0
     for it in sched.items:

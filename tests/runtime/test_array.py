@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import spmd
 from spmd.errors import ShardingError
-from spmd.runtime.array import put_split
+from spmd.runtime.array import split_buffers
 from spmd.transports.local.local_runtime import LocalRuntime
 from spmd.sharding import Mesh
 
@@ -124,16 +124,18 @@ def test_replicas_share_a_buffer_and_shards_are_read_only():
 
 
 def test_a_jitted_calls_numpy_argument_is_copied_for_a_runtime_that_keeps_its_puts():
-    """A jitted call places a numpy argument as the caller's memory only on a device whose
-    put sends the bytes away (Runtime.put_sends: a Ray actor); the local runtime keeps
-    what it is put, so it is given copies, which the caller's later writes do not reach."""
+    """A jitted call hands a numpy argument to the run as the caller's memory only on a
+    device whose put sends the bytes away (Runtime.put_sends: a Ray actor); the local
+    runtime keeps what it is given, so it gets copies (a shard's replicas one), which
+    the caller's later writes do not reach."""
     mesh = Mesh((2, 2), ("x", "y"))
     rt = LocalRuntime(4)
     x = np.arange(8.0).reshape(4, 2)
-    a = put_split(x, mesh.sharding("x", None), rt, sent_now=True)
-    assert not any(np.shares_memory(h, x) for h in a._handles.values())
+    bufs = split_buffers(x, mesh.sharding("x", None), rt, sent=True)
+    assert not any(np.shares_memory(b, x) for b in bufs.values())
+    assert bufs[0] is bufs[1] and bufs[2] is bufs[3] and bufs[0] is not bufs[2]
     x[...] = -1
-    assert np.array_equal(a.numpy(), np.arange(8.0).reshape(4, 2))
+    assert bufs[0].tolist() == [[0, 1], [2, 3]] and bufs[2].tolist() == [[4, 5], [6, 7]]
 
 
 def test_reshard_through_device_put():

@@ -158,6 +158,90 @@ def test_training_loop_has_the_local_runtimes_bits(rt):
     assert got == want
 
 
+# -- native all-reduces ---------------------------------------------------------------------
+def _count_python_all_reduces(start):
+    """In the calling rank's process: count the all_reduces RayCommunicator runs from
+    Python (start=True: from now on; False: the count, and stop counting)."""
+    from spmd.transports.ray.ray_communicator import RayCommunicator
+    if start:
+        RayCommunicator._counted = 0
+        def counted(self, *a, **k):
+            RayCommunicator._counted += 1
+            return RayCommunicator._python_all_reduce(self, *a, **k)
+        RayCommunicator._python_all_reduce = RayCommunicator._all_reduce
+        RayCommunicator._all_reduce = counted
+        return 0
+    RayCommunicator._all_reduce = RayCommunicator._python_all_reduce
+    del RayCommunicator._python_all_reduce
+    return RayCommunicator._counted
+
+
+def _sum_rows(x):
+    return (x * 2.0).sum(axis=0)
+
+
+def test_all_reduces_run_natively_between_the_ranks_of_one_host(rt):
+    """A compiled program's all-reduce joins its native segments (ray_native_exchange.py):
+    no rank runs it from Python."""
+    x = np.random.default_rng(0).standard_normal((64, 33))
+    f = spmd.jit(_sum_rows, in_shardings=MESH.sharding("x", None))
+    f(x)
+    rt.wait()
+    for d in range(4):
+        rt.call_on(d, _count_python_all_reduces, True)
+    try:
+        got = [f(x).numpy() for _ in range(3)]
+        rt.wait()
+    finally:
+        counts = [rt.call_on(d, _count_python_all_reduces, False) for d in range(4)]
+    assert counts == [0, 0, 0, 0]
+    np.testing.assert_allclose(got[0], 2 * x.sum(axis=0), rtol=1e-12)
+    assert all(g.tobytes() == got[0].tobytes() for g in got)
+
+
+class _FailsOnNaN:
+    """A compiled program whose run raises, before it starts, on a rank whose input holds
+    a NaN: the other ranks wait in its native all-reduce for that rank's part."""
+
+    def __init__(self, exe):
+        self.exe = exe
+        self.num_outputs = exe.num_outputs
+        self.graph = exe.graph
+
+    def __call__(self, inputs, comm):
+        if np.isnan(inputs[0]).any():
+            raise ValueError(f"boom on rank {comm.rank}, before the all-reduce")
+        return self.exe(inputs, comm)
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_a_rank_that_fails_stops_the_others_native_all_reduce_and_the_next_runs_start_over(rt, monkeypatch, rank):
+    """The others stop at once (the mailbox's failed cell), and the next runs of the same
+    program are right: the ranks start over with new shared memory (the aborted
+    all-reduce's counts reused, the ranks that posted would be a count ahead of the one
+    that did not, and wait for it until the stopwatch)."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    x = np.random.default_rng(1).standard_normal((64, 5))
+    f = spmd.jit(_sum_rows, in_shardings=MESH.sharding("x", None))
+    want = f(x).numpy()
+    from spmd.jit.running import runs_of
+    program = _FailsOnNaN(runs_of(f.lower(x)).program.executable)
+    good = {d: [b] for d, b in enumerate(np.split(x, 4))}
+    bad = {d: [b.copy()] for d, b in enumerate(np.split(x, 4))}
+    bad[rank][0][3, 1] = np.nan
+    rt.run(program, MESH, good)     # (its first run: the ranks agree on the shared memory)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=f"boom on rank {rank}"):
+        rt.run(program, MESH, bad)
+        rt.wait()
+    assert time.monotonic() - t0 < 10
+    for _ in range(3):
+        out = rt.run(program, MESH, good)
+        got = {d: rt.get({d: out[d][0]})[d] for d in range(4)}
+        assert all(np.array_equal(v, want) for v in got.values()), got
+    assert time.monotonic() - t0 < 10
+
+
 # -- failures -------------------------------------------------------------------------------
 class _RaiseOn:
     num_outputs = 1
@@ -224,6 +308,9 @@ class _Rank3AfterTheSum:
         if comm.rank == 3 and self.then == "sleep":
             time.sleep(1.5)
         if comm.rank == 3 and self.then == "raise":
+            # (once the others have their sums: a rank that fails wakes the peers still
+            # waiting in this run's collective, and rank 0 would fail with it)
+            time.sleep(0.3)
             raise ValueError("boom on rank 3, after the sum")
         return [x]
 

@@ -75,10 +75,11 @@ def libc_addrs():
 
 def permute_instrs(sched, op):
     """collective_permute between the local runtime's threads, natively; None elsewhere
-    (MPI, Ray: the communicator moves the data from Python). One argument block, run as
-    two instructions: the post, and the receive that reads the same block (schedule.py
-    places each)."""
-    if not sched.native_comm:
+    (MPI, Ray: the communicator moves the data from Python; a receiver reads the sender's
+    mailbox at its address, which only threads of one process share). One argument
+    block, run as two instructions: the post, and the receive that reads the same block
+    (schedule.py places each)."""
+    if sched.native_comm != "process":
         return None
     x = op.operands[0]
     base, view, dbase = sched.dummy(x)

@@ -1,8 +1,10 @@
-"""All-reduces between the local runtime's threads as native instructions (the communicator
-advertises a `native_exchange`, backends/native_exchange.py), so that a training step's
-all-reduces join its native segments instead of stopping them for a Python rendezvous:
-with the ranks more than the cores, every stop is a hand-off between threads that share
-the GIL, costing more than a small step's reduction itself.
+"""All-reduces between the local runtime's threads, and between Ray's rank processes of one
+host, as native instructions (the communicator advertises a `native_exchange`,
+backends/native_exchange.py), so that a training step's all-reduces join its native
+segments instead of stopping them for a rendezvous from Python: with the ranks more than
+the cores, every stop is a hand-off between threads that share the GIL, and on Ray the
+stop's Python costs each rank more than a small step's reduction itself. Everything the
+members share is in the region (a process's mailbox is no use to another process).
 
 An all-reduce is two instructions, its *post* and its *reduce* (an all_reduce_start is the
 post alone, its all_reduce_done the reduce): two, so that ranks run in lockstep on one
@@ -23,8 +25,8 @@ The operand is copied, so the result may be written over it and the rank goes on
 once; counts only grow (the region lives as long as the group), so nothing is reset
 between runs. Waits stop as a permute's do (exchange.py): a failed rank, a finished
 peer, the timeout. Only what the fold loops cover runs natively (exchange_ir.REDUCE_KINDS:
-sums and products of float32/64 and int32/64, integer max and min); the rest, and every
-all-reduce of MPI and Ray, runs through the communicator.
+sums and products of float32/64 and int32/64, integer max and min); the rest, every
+all-reduce of MPI, and Ray's across hosts run through the communicator.
 """
 from __future__ import annotations
 

@@ -191,8 +191,8 @@ class LLVMExecutable(Executable):
     def schedule(self, nthreads, fixed_blas=False, native_comm=False) -> Schedule:
         """The native schedule for this many threads (built on first use); `fixed_blas`:
         its dots leave the BLAS thread count as the runtime set it (native.shares_blas);
-        `native_comm`: its collectives run natively (the communicator's ranks are threads
-        of this process sharing a board, exchange.py)."""
+        `native_comm`: its collectives run natively (native_collectives: False, or the
+        scope of the memory the ranks share, exchange.py)."""
         key = (nthreads, fixed_blas, native_comm)
         sched = self._schedules.get(key)
         if sched is None:
@@ -307,10 +307,12 @@ class LLVMExecutable(Executable):
             fn(*ptrs, 0, step.extent, 0)
 
 
-def native_collectives(comm) -> bool:
-    """Can this communicator's collectives run as native instructions (exchange.py)? Its
-    `native_exchange` says (backends/native_exchange.py)."""
-    return comm is not None and comm.native_exchange is not None
+def native_collectives(comm):
+    """Which of this communicator's collectives run as native instructions (exchange.py):
+    False for none, else its `native_exchange`'s scope (backends/native_exchange.py)."""
+    if comm is None or comm.native_exchange is None:
+        return False
+    return comm.native_exchange.scope
 
 
 def compile_kernels(kernels, modules, stats) -> dict:

@@ -126,6 +126,9 @@ class LocalRuntime(Runtime):
     def put(self, device, array):
         return array
 
+    def native_scope(self, mesh):
+        return "process" if mesh is not None and mesh.size > 1 else None
+
     def get(self, handles: dict) -> dict:
         return dict(handles)
 

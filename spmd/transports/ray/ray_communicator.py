@@ -115,11 +115,18 @@ class RayCommunicator(Communicator):
         super().__init__(mesh, rank)
         self.t, self.mailbox = transport, transport.mailbox
         self._cache = {}
+        # all-reduces as native instructions where the mesh's ranks share this host's
+        # memory (imported here: it brings the backends' interface, which a rank that has
+        # run nothing yet does not load; a program's first run brings the backends anyway)
+        from .ray_native_exchange import RayNativeExchange
+        self.native_exchange = RayNativeExchange.of(self, transport)
         self.new_run(run_id, timeout)
 
     def new_run(self, run_id, timeout):
         self.run_id, self.timeout = run_id, float(timeout)
         self.seq = 0
+        if self.native_exchange is not None:
+            self.native_exchange.status[:] = 0
         self.output = []           # what the program printed (spmd.debug.print), for the driver
         self.__dict__.pop("_inflight", None)      # no collective started by an earlier run
 

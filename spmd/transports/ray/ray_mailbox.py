@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from ...errors import CollectiveError
 
 
@@ -19,6 +21,9 @@ class Mailbox:
         self.failed = {}         # run_id -> reason (str)
         self.dead = {}           # rank -> why its link is down (for the current transport)
         self.awaited = set()     # the keys `take` still waits for: it is woken when the last one comes
+        # nonzero while the current run cannot complete: the native collectives' "failed"
+        # cell (ray_native_exchange.py), which they read without taking the lock
+        self.cell = np.zeros(1, np.int64)
 
     def start(self, run_id):
         """A new run: forget what is left of older ones (an aborted run's messages)."""
@@ -26,6 +31,7 @@ class Mailbox:
             self.run_id = run_id
             self.box = {k: v for k, v in self.box.items() if k[0] >= run_id}
             self.failed = {r: v for r, v in self.failed.items() if r >= run_id}
+            self.cell[0] = int(run_id in self.failed or bool(self.dead))
 
     def deposit(self, run_id, key, src, tag, payload, header=None):
         with self.cond:
@@ -41,6 +47,8 @@ class Mailbox:
         with self.cond:
             if run_id >= self.run_id:
                 self.failed.setdefault(run_id, reason)
+                if run_id == self.run_id:
+                    self.cell[0] = 1
                 self.cond.notify_all()
 
     def lost(self, src, reason):
@@ -48,6 +56,7 @@ class Mailbox:
         with self.cond:
             self.dead.setdefault(src, reason)
             self.failed.setdefault(self.run_id, f"rank {src} is lost: {reason}")
+            self.cell[0] = 1
             self.cond.notify_all()
 
     def revive(self):

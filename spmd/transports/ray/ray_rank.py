@@ -40,6 +40,7 @@ class Rank:
         self.shards = ShardTable(rank)
         self.printed = ()
         self.tracing = None                 # SPMD_TRACE as the last run set it here (None: no run yet)
+        self.generation = 0                 # the driver's count of failed runs, as the last run said it
 
     def open_links(self, control=True):
         """A new Transport (the old one closed): its address for the peers, and (control)
@@ -111,13 +112,19 @@ class Rank:
         them, take_trace)."""
         trace_in_actor(on)
 
-    def run(self, run_id, key, blob, forget, timeout, trace, in_sids, out_sids, news, small):
+    def run(self, run_id, key, blob, forget, timeout, trace, generation, ins, out_sids, news, small):
         """One run of program `key` (blob: the pickle of it and its mesh, sent with its
         first run here: not unpickled again each run; forget: programs the driver will
-        not run here again). Its outputs stay here as shards out_sids; returns those of at
-        most `small` bytes, by position, with what the program printed."""
+        not run here again; ins: its inputs, ShardTable.inputs). Its outputs stay here as
+        shards out_sids; returns those of at most `small` bytes, by position, with what
+        the program printed. A new `generation` (a run failed since the last one here):
+        every rank starts over with new communicators, whose native all-reduces share
+        new memory (an aborted one's counts are not read again: ray_native_exchange.py)."""
         mesh = comm = None
         try:
+            if generation != self.generation:
+                self.comms = {}
+                self.generation = generation
             self.shards.update(news)
             for k in forget:
                 self.programs.pop(k, None)
@@ -141,7 +148,7 @@ class Rank:
                 comm.new_run(run_id, timeout)
             from ...runtime import blas
             blas.start_run(mesh.size)        # every run starts from the same BLAS thread count
-            inputs = [self.shards.read(s) for s in in_sids]
+            inputs = self.shards.inputs(ins)
             outs = list(program(inputs, comm))
             del inputs
             if len(outs) != len(out_sids):

@@ -20,8 +20,9 @@ Every call to an actor after the set-up goes on the driver's own TCP line to it
 on the same line. Arguments and results stay in the actors' memory
 (transports/ray/ray_shards.py): a handle is a `Shard`, the driver's name for one
 device's shard in its actor. A run is one message per rank, carrying the program's
-pickle the first time that actor runs it, the numbers of its input shards and those its
-outputs are to be kept under (chosen by the driver), and small puts; the reply carries
+pickle the first time that actor runs it, its inputs (the numbers of shards it holds;
+the bytes of a jitted call's numpy argument, which no handle is made for), the numbers
+its outputs are to be kept under (chosen by the driver), and small puts; the reply carries
 the results of up to SMALL_RESULT_BYTES (a loss: reading it needs nothing more) and what
 the program printed. Reading a bigger result is one `fetch` per actor.
 
@@ -70,11 +71,11 @@ import ray
 from ray import cloudpickle
 
 from ..communicator import collective_timeout
-from . import ray_driver_rank, ray_private
+from . import ray_driver_rank, ray_private, ray_shm
 from .ray_control import Channel, pack
 from .ray_driver_rank import DriverRank, LocalChannel
 from .ray_rank import Rank
-from .ray_shards import Drops, Held, Shard, read_small_value
+from .ray_shards import Drops, Held, Shard, read_small_value, wire
 from .ray_transport import host_id
 from ...errors import CollectiveError, ShardingError, SpmdError
 from ...ir.graph import any_op
@@ -189,6 +190,7 @@ class RayRuntime(Runtime):
             # (transports/ray/ray_private.py), start now, also when the actors failed to
             ray_private.ranks_up()
         self._run_ids = itertools.count(1)
+        self._generation = 0                          # runs aborted so far (_abort)
         self._keys = itertools.count(1)
         self._programs = weakref.WeakKeyDictionary()    # executable -> {mesh: (key, its pickle, silent)}
         self._drops = Drops()
@@ -257,6 +259,14 @@ class RayRuntime(Runtime):
         # shard finds it; the send is done when this returns (the caller may change array)
         self._tell(device, ("store", (shard.sid, np.ascontiguousarray(array), self._drops.take(device))))
         return shard
+
+    def native_scope(self, mesh):
+        """"host" where the mesh's ranks share one host (their communicators'
+        RayNativeExchange, when they map each other's memory)."""
+        hosts = getattr(self, "_hosts", {})
+        if mesh is None or mesh.size < 2 or not ray_shm.supported():
+            return None
+        return "host" if len({hosts.get(d) for d in mesh.devices.reshape(-1).tolist()}) == 1 else None
 
     def put_sends(self, device):
         return self._actors[device] is not None
@@ -387,18 +397,20 @@ class RayRuntime(Runtime):
             trace = timeline.enabled()
             # a shard of another device, read here and put: before any rank starts (that read
             # waits for its actor, which would wait in this run's first collective)
-            ins_of = {d: [h if isinstance(h, Shard) and h.device == d else self._copy(d, h) for h in args[d]]
-                      for d in devices}
-            outs = {d: [self._drops.new(d) for _ in range(n_out)] for d in devices}
+            ins_of = {d: [self._input(d, h) for h in args[d]] for d in devices}
+            outs = {}
             chans = {d: self._channels[d] for d in devices}
             pending, errors, printed = {}, [], {}
-            # every message made before any is sent: the ranks start close together (the
-            # first waits in its first collective for the last)
-            messages = {d: ("run", (run_id, key, *self._ship(d, key, blob), timeout, trace,
-                                    [h.sid for h in ins_of[d]], [h.sid for h in outs[d]],
-                                    self._drops.take(d), SMALL_RESULT_BYTES))
-                        for d in devices}
-            packed = {d: pack(messages[d]) for d in devices if self._actors[d] is not None}
+
+            def message(d):
+                outs[d] = [self._drops.new(d) for _ in range(n_out)]
+                return ("run", (run_id, key, *self._ship(d, key, blob), timeout, trace, self._generation,
+                                ins_of[d], [h.sid for h in outs[d]], self._drops.take(d), SMALL_RESULT_BYTES))
+
+            # every actor's message made before any is sent: the ranks start close together
+            # (the first waits in its first collective for the last); rank 0's in the
+            # driver after they are sent, off the actors' path
+            packed = {d: pack(message(d)) for d in devices if self._actors[d] is not None}
             with _holding(chans):
                 for d in packed:
                     try:
@@ -423,7 +435,7 @@ class RayRuntime(Runtime):
                 for d in devices:
                     if d not in packed:
                         try:
-                            reply = chans[d].run(messages[d])
+                            reply = chans[d].run(message(d))
                         except KeyboardInterrupt:
                             # Ctrl-C in rank 0's part: the others stop too, and their
                             # replies, when they come, are nobody's
@@ -473,6 +485,15 @@ class RayRuntime(Runtime):
         for d, got in values.items():
             _keep_values(outs[d], got)
 
+    def _input(self, device, h):
+        """An argument of a run on `device` as its message carries it (Rank.run's ins): a
+        shard's number (a shard of another device copied here first); an array given for
+        the run (Runtime.run) as its bytes (ray_shards.wire), to rank 0 in the driver as
+        it is."""
+        if isinstance(h, Shard):
+            return (h if h.device == device else self._copy(device, h)).sid
+        return np.asarray(h) if self._actors[device] is None else wire(h)
+
     def _ship(self, device, key, blob):
         """(the program's pickle if device's actor has not got it, else None; the keys it
         may forget): at most 32 programs kept per actor, the least recently run dropped."""
@@ -487,11 +508,9 @@ class RayRuntime(Runtime):
         return blob, forget
 
     def _copy(self, device, h):
-        """An argument that is not device's shard, put on device. A shard of another
-        device (a replica loaded once from a checkpoint, kept by one actor) is copied
-        once: the copy lives as long as the handle it copies, and later runs read it."""
-        if not isinstance(h, Shard):
-            return self.put(device, h)
+        """A shard of another device (a replica loaded once from a checkpoint, kept by one
+        actor), put on device once: the copy lives as long as the handle it copies, and
+        later runs read it."""
         copies = self._copies.get(h)
         if copies is None:
             copies = self._copies[h] = {}
@@ -578,6 +597,9 @@ class RayRuntime(Runtime):
         return True
 
     def _abort(self, devices, run_id, reason):
+        # the ranks start the next run over (Rank.run's generation): this one may have
+        # stopped some of them inside a native all-reduce, others past it
+        self._generation += 1
         for d in devices:
             if self._actors[d] is None:
                 self._here.mailbox.abort(run_id, reason)

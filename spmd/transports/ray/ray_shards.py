@@ -76,17 +76,10 @@ class Drops:
 
     def later(self, device, array):
         """A shard of `device` whose value goes with the next call to its actor (a small
-        put costs no call of its own: every read of it is such a call). It travels as
-        (sid, dtype, shape, its bytes): pickle takes a buffer out of band at a third of
-        the cost of an array (~10 us an array, most of a small step's message)."""
+        put costs no call of its own: every read of it is such a call), as (sid, *wire)."""
         shard = self.new(device)
-        a = np.asarray(array)
-        if not a.flags.c_contiguous:        # (np.ascontiguousarray makes a 0-d array 1-d)
-            a = a.copy(order="C")
         with self.lock:
-            self.pending.setdefault(device, []).append(
-                (shard.sid, a.dtype.str if a.dtype.isbuiltin == 1 else a.dtype, a.shape,
-                 pickle.PickleBuffer(a.reshape(-1).view(np.uint8))))      # (bytes: any dtype exports them)
+            self.pending.setdefault(device, []).append((shard.sid, *wire(array)))
         return shard
 
     def take(self, device):
@@ -136,10 +129,32 @@ class ShardTable:
         """news: Drops.take's (shards to keep, numbers to drop); a shard put and collected
         before this call is kept, then dropped."""
         kept, dropped = news
-        for sid, dtype, shape, data in kept:
-            self.keep(sid, np.frombuffer(data, dtype).reshape(shape))
+        for sid, *sent in kept:
+            self.keep(sid, unwire(sent))
         for sid in dropped:
             self.arrays.pop(sid, None)
+
+    def inputs(self, ins):
+        """A run's inputs: a shard's number read from here; an array sent with the run
+        (`wire`) made from its bytes; an array itself (rank 0 in the driver) as it is."""
+        return [self.read(i) if type(i) is int else unwire(i) if type(i) is tuple else i for i in ins]
+
+
+def wire(array):
+    """An array as a message carries it: (dtype, shape, its bytes out of band), which
+    pickle takes at a third of an array's cost (~10 us an array, most of a small step's
+    message)."""
+    a = np.asarray(array)
+    if not a.flags.c_contiguous:        # (np.ascontiguousarray makes a 0-d array 1-d)
+        a = a.copy(order="C")
+    return (a.dtype.str if a.dtype.isbuiltin == 1 else a.dtype, a.shape,
+            pickle.PickleBuffer(a.reshape(-1).view(np.uint8)))      # (bytes: any dtype exports them)
+
+
+def unwire(sent):
+    """wire's (dtype, shape, bytes) received: the array on those bytes."""
+    dtype, shape, data = sent
+    return np.frombuffer(data, dtype).reshape(shape)
 
 
 def small_value(a):

@@ -52,7 +52,10 @@ def supported() -> bool:
     return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
 
-class _Segment:
+class Segment:
+    """nbytes of zeroed shared memory: a memfd (`fd`, which a peer maps through
+    /proc/<pid>/fd) and this process's mapping of it (`bytes`, uint8)."""
+
     def __init__(self, nbytes):
         self.fd = os.memfd_create("spmd-slab", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, nbytes)
@@ -100,7 +103,7 @@ class Slab:
                 seg.top = 0
             if seg.top + n <= seg.size:
                 return seg
-        seg = _Segment(max(SEGMENT_BYTES, (n + ALIGN) // mmap.PAGESIZE * mmap.PAGESIZE + mmap.PAGESIZE))
+        seg = Segment(max(SEGMENT_BYTES, (n + ALIGN) // mmap.PAGESIZE * mmap.PAGESIZE + mmap.PAGESIZE))
         self.segments.append(seg)
         return seg
 
@@ -144,7 +147,7 @@ class Buffers:
         self.serials = itertools.count()
 
     def _segment(self, nbytes):
-        seg = _Segment(nbytes)
+        seg = Segment(nbytes)
         b = seg.bytes                                # the mapping goes with its last view
         entry = self.fds[id(b)] = [seg.fd, next(self.serials)]
         weakref.finalize(b, self._gone, id(b), entry)
@@ -191,7 +194,7 @@ class Board:
     SLOTS = 256                      # group members that can say they are done
 
     def __init__(self):
-        self._segment = _Segment((5 + self.SLOTS) * 8)
+        self._segment = Segment((5 + self.SLOTS) * 8)
         self.fd = self._segment.fd
         self.words = self._segment.bytes.view(np.int64)
 
@@ -213,7 +216,7 @@ class PeerMemory:
         with self.lock:
             b = self.maps.get((pid, fd))
             if b is None:
-                b = self.maps[(pid, fd)] = _map(pid, fd)
+                b = self.maps[(pid, fd)] = map_peer(pid, fd)
         n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return b[offset:offset + n].view(dtype).reshape(shape)
 
@@ -221,11 +224,11 @@ class PeerMemory:
         """The peer pid's buffer (fd, serial) of Buffers, or its Board (fd), to write
         into; mapped once while it is kept, else for this caller only."""
         if not keep:
-            return _map(pid, fd, write=True)
+            return map_peer(pid, fd, write=True)
         with self.lock:
             hit = self.writables.get((pid, fd))
             if hit is None or hit[0] != serial:       # new, or fd reused by a newer buffer
-                hit = self.writables[(pid, fd)] = (serial, _map(pid, fd, write=True))
+                hit = self.writables[(pid, fd)] = (serial, map_peer(pid, fd, write=True))
             return hit[1]
 
     def forget(self):
@@ -234,7 +237,8 @@ class PeerMemory:
             self.writables.clear()
 
 
-def _map(pid, fd, write=False):
+def map_peer(pid, fd, write=False):
+    """The memfd `fd` of process pid, mapped here: a uint8 array that keeps the mapping."""
     with open(f"/proc/{pid}/fd/{fd}", "r+b" if write else "rb") as f:
         m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ | (mmap.PROT_WRITE if write else 0))
     return np.frombuffer(m, np.uint8)
@@ -243,7 +247,7 @@ def _map(pid, fd, write=False):
 def probe():
     """A small segment holding a random token, for peers to check they can map this
     process's memory: (pid, fd, token), and the segment (keep it while peers probe)."""
-    seg = _Segment(mmap.PAGESIZE)
+    seg = Segment(mmap.PAGESIZE)
     token = secrets.token_bytes(16)
     seg.bytes[:16] = np.frombuffer(token, np.uint8)
     return (os.getpid(), seg.fd, token), seg
@@ -252,6 +256,6 @@ def probe():
 def reachable(pid, fd, token) -> bool:
     """Whether this process maps the memory of the probe (pid, fd, token)."""
     try:
-        return _map(pid, fd)[:16].tobytes() == token
+        return map_peer(pid, fd)[:16].tobytes() == token
     except (OSError, ValueError):
         return False
