@@ -37,7 +37,7 @@ def masked_program(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_mask_a_dot_reads_is_a_kernel_and_the_step_one_segment(dtype):
     exe = compile_llvm(masked_program(dtype))
-    sched = exe.schedule(1, True, True)
+    sched = exe.schedule(1, True, "process")
     assert sched.only_segment() is not None
     mesh = Mesh((1, 2), ("x", "y"))
     w = np.arange(12, dtype=dtype).reshape(4, 3)

@@ -68,7 +68,7 @@ def rand(rng, shape, dtype):
 
 def is_native(exe) -> bool:
     """The whole program is one native segment (the loop and its exchanges included)."""
-    return exe.schedule(1, True, True).only_segment() is not None
+    return exe.schedule(1, True, "process").only_segment() is not None
 
 
 @pytest.mark.parametrize("mesh_name", sorted(MESHES))
@@ -286,7 +286,7 @@ def test_exchanges_both_ways_post_first_and_a_forwarded_result_waits(monkeypatch
     exe = compile_llvm(g)
     assert is_native(exe)
     body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
-    events = halves(body_exe.schedule(1, True, True).only_segment().instrs)
+    events = halves(body_exe.schedule(1, True, "process").only_segment().instrs)
     # both directions leave before any wait; `again` sends what `right` received
     assert events[:2] == [("post", 0), ("post", 1)], events
     assert events.index(("recv", 0)) < events.index(("post", 2)), events
@@ -320,7 +320,7 @@ def test_more_permutes_in_a_row_than_mailbox_slots(monkeypatch):
     exe = compile_llvm(g)
     assert is_native(exe)
     body_exe = exe.subprograms[id(g.ops[-1].attrs["body"])]
-    events = halves(body_exe.schedule(1, True, True).only_segment().instrs)
+    events = halves(body_exe.schedule(1, True, "process").only_segment().instrs)
     assert events[:2] == [("post", 0), ("post", 1)], events
     assert_slots_kept(events)
     mesh = Mesh((4,), ("x",))

@@ -242,6 +242,24 @@ def test_a_rank_that_fails_stops_the_others_native_all_reduce_and_the_next_runs_
     assert time.monotonic() - t0 < 10
 
 
+def test_a_sweep_of_meshes_drops_every_ranks_communicators_at_the_same_run(rt, monkeypatch):
+    """Past COMMUNICATORS meshes the driver has every rank drop its communicators, each at
+    its next run: ranks 2 and 3 are in fewer meshes than 0 and 1, and a rank that dropped
+    the whole mesh's communicator on its own would agree on new shared memory for its
+    all-reduce alone, waiting for the others until the stopwatch."""
+    from spmd.transports.ray import ray_runtime
+    monkeypatch.setattr(ray_runtime, "COMMUNICATORS", 2)
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    x = np.random.default_rng(2).standard_normal((64, 3))
+    meshes = [MESH, spmd.Mesh((2,), ("x",)), spmd.Mesh((4,), ("y",))]
+    fs = [spmd.jit(_sum_rows, in_shardings=m.sharding(m.axis_names[0], None)) for m in meshes]
+    t0 = time.monotonic()
+    for _ in range(3):
+        for f in fs:
+            np.testing.assert_allclose(f(x).numpy(), 2 * x.sum(axis=0), rtol=1e-12)
+    assert time.monotonic() - t0 < 15
+
+
 # -- failures -------------------------------------------------------------------------------
 class _RaiseOn:
     num_outputs = 1

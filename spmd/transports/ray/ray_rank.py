@@ -49,7 +49,7 @@ class Rank:
             self.transport.close()
         ip = ray.util.get_node_ip_address()
         self.transport = Transport(self.rank, ip, self.mailbox)
-        self.comms = {}                     # mesh -> its RayCommunicator on this Transport
+        self.comms = {}                     # (mesh, stopwatch) -> its RayCommunicator on this Transport
         if control and self.listener is None:
             self.listener = Listener(ip)
             self.listener.serve(self.answer)
@@ -117,9 +117,10 @@ class Rank:
         first run here: not unpickled again each run; forget: programs the driver will
         not run here again; ins: its inputs, ShardTable.inputs). Its outputs stay here as
         shards out_sids; returns those of at most `small` bytes, by position, with what
-        the program printed. A new `generation` (a run failed since the last one here):
-        every rank starts over with new communicators, whose native all-reduces share
-        new memory (an aborted one's counts are not read again: ray_native_exchange.py)."""
+        the program printed. A new `generation` (a run failed since the last one here, or
+        the driver ran many meshes): every rank starts over with new communicators, whose
+        native all-reduces share new memory (an aborted one's counts are not read again:
+        ray_native_exchange.py)."""
         mesh = comm = None
         try:
             if generation != self.generation:
@@ -139,11 +140,13 @@ class Rank:
             if trace != self.tracing:        # (setting the environment each run cost ~15 us)
                 self.set_tracing(trace)
                 self.tracing = trace
-            comm = self.comms.get(mesh)
+            # one communicator per mesh and stopwatch (its native waits read the stopwatch
+            # once), dropped only at a new generation: every rank of a mesh then makes its
+            # own anew at the same run, and agrees on new shared memory with the others
+            comm = self.comms.get((mesh, timeout))
             if comm is None:
-                if len(self.comms) >= 64:       # many meshes (a sweep): start over rather than grow
-                    self.comms.clear()
-                comm = self.comms[mesh] = RayCommunicator(mesh, self.rank, self.transport, run_id, timeout)
+                comm = self.comms[(mesh, timeout)] = RayCommunicator(mesh, self.rank, self.transport, run_id,
+                                                                     timeout)
             else:
                 comm.new_run(run_id, timeout)
             from ...runtime import blas

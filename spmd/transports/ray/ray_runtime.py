@@ -92,6 +92,8 @@ FIRST_WAIT_SECONDS = 0.2
 # a put of up to this size goes inside the next call to its actor (Drops.later), not
 # through the object store and a call of its own
 INLINE_BYTES = 256 << 10
+# the (mesh, stopwatch)s the ranks keep a communicator for, at most (then they drop them all)
+COMMUNICATORS = 64
 # a run's results of up to this size come back with its reply (a loss, a norm), so
 # reading them costs nothing more; they stay in the actor too, for the next run
 SMALL_RESULT_BYTES = 8 << 10
@@ -190,7 +192,10 @@ class RayRuntime(Runtime):
             # (transports/ray/ray_private.py), start now, also when the actors failed to
             ray_private.ranks_up()
         self._run_ids = itertools.count(1)
-        self._generation = 0                          # runs aborted so far (_abort)
+        # how many times the ranks dropped their communicators (an aborted run: _abort; a
+        # sweep of many meshes), and the (mesh, stopwatch)s run since: the ranks' communicators
+        self._generation = 0
+        self._communicators = set()
         self._keys = itertools.count(1)
         self._programs = weakref.WeakKeyDictionary()    # executable -> {mesh: (key, its pickle, silent)}
         self._drops = Drops()
@@ -395,6 +400,13 @@ class RayRuntime(Runtime):
             run_id = next(self._run_ids)
             timeout = collective_timeout()
             trace = timeline.enabled()
+            if (mesh, timeout) not in self._communicators:
+                # many meshes (a sweep): every rank drops its communicators, at the same
+                # run of each mesh (Rank.run's generation), rather than grow
+                if len(self._communicators) >= COMMUNICATORS:
+                    self._generation += 1
+                    self._communicators.clear()
+                self._communicators.add((mesh, timeout))
             # a shard of another device, read here and put: before any rank starts (that read
             # waits for its actor, which would wait in this run's first collective)
             ins_of = {d: [self._input(d, h) for h in args[d]] for d in devices}
@@ -600,6 +612,7 @@ class RayRuntime(Runtime):
         # the ranks start the next run over (Rank.run's generation): this one may have
         # stopped some of them inside a native all-reduce, others past it
         self._generation += 1
+        self._communicators.clear()
         for d in devices:
             if self._actors[d] is None:
                 self._here.mailbox.abort(run_id, reason)
