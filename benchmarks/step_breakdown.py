@@ -37,6 +37,11 @@ before it) and an instruction at a time (each a native run of its own: a segment
 costs beyond its instructions'); the run's results are then not the program's. And the
 median gap between the two hosts' starts of it (a native collective across hosts spins
 that long on the earlier host: CPU, yet a wait).
+`--waits`: where the device threads wait, a step: each host's other ranks' wake-up after
+their host's native run (from the run's end to their return from Host.run), each group
+rendezvous' waiters' wake-up (from the last member's arrival to their return), and the
+device threads' run-queue wait (/proc's schedstat: seconds runnable without a core: a
+thread woken onto a core another thread's native run holds waits there), per step.
 `--rates fresh`: the model with rates measured in this process first, as
 benchmarks/auto.py measures them (the stored ones may be another day's).
 
@@ -263,6 +268,74 @@ class HostRuns:
         return med(self.cpu[si]), med(self.again[si]), med(self.alone[si]), gap
 
 
+class Waits:
+    """--waits: the wake-ups of the local transport's rendezvous (local_rendezvous.Group.
+    exchange, Host.run) and the device threads' run-queue wait."""
+
+    def __init__(self):
+        self.events = []           # (kind, id of the group, its generation, arrival, return, run's end)
+        self.queued = 0.0
+        exchange, run = local_rendezvous.Group.exchange, local_rendezvous.Host.run
+
+        def timed_exchange(group, i, value, what):
+            gen, t0 = group.gen, time.perf_counter()
+            out = exchange(group, i, value, what)
+            self.events.append(("group", id(group), gen, t0, time.perf_counter(), None))
+            return out
+
+        def timed_run(host, i, key, prog, n, run_multi):
+            gen, t0, end = host.gen, time.perf_counter(), []
+
+            def ran(*a):
+                run_multi(*a)
+                end.append(time.perf_counter())
+            out = run(host, i, key, prog, n, ran)
+            self.events.append(("host", id(host), gen, t0, time.perf_counter(), end[0] if end else None))
+            return out
+        local_rendezvous.Group.exchange = timed_exchange
+        local_rendezvous.Host.run = timed_run
+
+    @staticmethod
+    def run_queue_seconds() -> float:
+        """Seconds the device threads have waited runnable for a core (schedstat's second field)."""
+        t = 0.0
+        for th in threading.enumerate():
+            if th.name.startswith("spmd-device-") and th.native_id is not None:
+                try:
+                    with open(f"/proc/self/task/{th.native_id}/schedstat") as f:
+                        t += int(f.read().split()[1]) * 1e-9
+                except (OSError, IndexError, ValueError):
+                    pass
+        return t
+
+    def clear(self):
+        self.events.clear()
+        self.queued = -self.run_queue_seconds()
+
+    def stop(self):
+        self.queued += self.run_queue_seconds()
+
+    def rows(self) -> list:
+        """[(what, its count, median, p90 and sum of the waiters' wake-ups)] over the runs."""
+        by = collections.defaultdict(list)
+        for e in self.events:
+            by[e[:3]].append(e)
+        lags = {"host": [], "group": []}
+        counts = collections.Counter()
+        for (kind, _, _), es in by.items():
+            if kind == "group":
+                done = max(e[3] for e in es)
+                lags[kind] += [e[4] - done for e in es if e[3] < done]
+            else:
+                ends = [e[5] for e in es if e[5] is not None]
+                if not ends:
+                    continue
+                lags[kind] += [e[4] - ends[0] for e in es if e[5] is None]
+            counts[kind] += 1
+        return [(k, counts[k], float(np.median(v)), float(np.percentile(v, 90)), float(np.sum(v)))
+                for k, v in lags.items() if v]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("program", choices=sorted(PROGRAMS))
@@ -273,6 +346,8 @@ def main(argv=None):
     ap.add_argument("--again", action="store_true",
                     help="with --segments: each segment's CPU on rank 0's host, run again at once and an "
                          "instruction at a time, and the hosts' start gap")
+    ap.add_argument("--waits", action="store_true",
+                    help="also the rendezvous' wake-ups and the device threads' run-queue wait, a step")
     ap.add_argument("--rates", choices=("fresh", "stored"), default="stored",
                     help="fresh: measured in this process before the runs, as auto.py measures them")
     a = ap.parse_args(argv)
@@ -290,9 +365,12 @@ def main(argv=None):
     acc = accounted()
     segments = Segments() if a.segments else None
     hosts = HostRuns() if a.segments and a.again else None
+    waits = Waits() if a.waits else None
     f(*auto.copy(args))
     f(*auto.copy(args))
     acc.clear()
+    if waits is not None:
+        waits.clear()
     if segments is not None:
         if hosts is not None:
             hosts.clear()
@@ -308,6 +386,8 @@ def main(argv=None):
         acc.cpu["call"] += time.thread_time() - c0
         faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     acc.wall["call"] = sum(ts)
+    if waits is not None:
+        waits.stop()
     n = a.runs
     print(f"{a.program} {a.plan}: measured {1e3 * float(np.median(ts)):.2f} ms median, {1e3 * fast(ts):.2f} fast end; "
           f"load {os.getloadavg()[0]:.2f}; rates: {source}")
@@ -324,6 +404,12 @@ def main(argv=None):
     print(f"    {'segments CPU / 2 cores':<32} {'':>9} {acc.cpu['segments'] / n / 2 * 1e3:9.3f}"
           f"   (against the model's compute + native collectives)")
     print(f"    {'minor page faults a call (process)':<32} {faults / n:9.0f}")
+    if waits is not None:
+        print(f"  {'waits (a step)':<34} {'count':>9} {'median':>9} {'p90':>9} {'sum ms':>9}")
+        names = {"host": "a host's ranks woken after its run", "group": "a rendezvous' waiters woken"}
+        for k, c, med, p90, tot in waits.rows():
+            print(f"    {names[k]:<32} {c / n:9.1f} {med * 1e3:9.3f} {p90 * 1e3:9.3f} {tot / n * 1e3:9.3f}")
+        print(f"    {'device threads runnable, no core':<32} {'':>9} {'':>9} {'':>9} {waits.queued / n * 1e3:9.3f}")
     if segments is not None:
         extra = f" {'host cpu':>8} {'again':>7} {'alone':>7} {'gap':>7}" if hosts is not None else ""
         print(f"  {'rank 0 segment':<16} {'wall ms':>8} {'model ms':>9}{extra} {'kernels':>7} {'coll.':>5}  ops")

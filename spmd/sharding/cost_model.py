@@ -12,6 +12,16 @@ Rates are plain numbers in a `Machine` and a `Network`. They are measured once p
 `spmd.plan(..., network=...)`); where neither, `Machine()` and `Network()` hold modest
 defaults for a current x86 server. This module only computes with them: who measures and
 where they are kept is the caller's business (sharding/ imports the IR alone).
+
+Left out: on the local transport with more ranks than cores, where the hosts' native
+segments are separated by collectives the communicator runs from Python (all_gather,
+reduce_scatter, all_to_all), the device threads a rendezvous wakes often wait for the core
+another host's native run holds, so the hosts' next segments run partly one after the
+other rather than side by side. The wait grows with the segment that holds the core, up
+to the time the system takes to move the waiting thread to a free core, so no rate per
+collective or per segment prices it; such steps run up to about 1.7x the prediction
+(benchmarks/step_breakdown.py --waits measures the wake-ups and the threads' time
+runnable without a core).
 """
 from __future__ import annotations
 
