@@ -11,6 +11,7 @@ from ...errors import ShapeError, user_loc
 from ...ir.ops.names import CHOLESKY, DET, EIG, EIGH, INV, QR, SLOGDET, SOLVE, SVD
 from .. import contractions, core, indexing, reductions as red, shapes
 from .. import elementwise as ew
+from .math_funcs import isnan
 from ..trace import Tracer
 
 _UNSET = object()       # an argument not given (numpy's own marker is private)
@@ -45,8 +46,24 @@ def _mT(x):
     return shapes.swapaxes(x, -1, -2)
 
 
+def _refused(r, why, *given):
+    """numpy raises LinAlgError(why) for a matrix LAPACK refuses (singular, not positive
+    definite), where the op gives NaN for it (ir/ops/linalg.py): a traced program raises
+    it after the run, naming the user's line, where a matrix's result holds a NaN though
+    its operands (`given`, batched as r) hold none (numpy gives NaN there without an
+    error). Inside a loop body or branch it stays NaN (core.error_at_run)."""
+    def nan_per_matrix(x):
+        return red.any(isnan(x), axis=(-2, -1))
+    refused = nan_per_matrix(r)
+    for x in given:
+        refused = ew.logical_and(refused, ew.logical_not(nan_per_matrix(x)))
+    core.error_at_run(red.any(refused), np.linalg.LinAlgError, why)
+    return r
+
+
 def inv(a):
-    return _op(INV, _f(a, "inv"))
+    x = _f(a, "inv")
+    return _refused(_op(INV, x), "Singular matrix", x)
 
 
 def det(a):
@@ -60,9 +77,8 @@ def slogdet(a):
 
 def cholesky(a, /, *, upper=False):
     x = _f(a, "cholesky")
-    if upper:
-        return _mT(_op(CHOLESKY, _mT(x)))
-    return _op(CHOLESKY, x)
+    r = _mT(_op(CHOLESKY, _mT(x))) if upper else _op(CHOLESKY, x)
+    return _refused(r, "Matrix is not positive definite", x)
 
 
 def solve(a, b):
@@ -85,7 +101,7 @@ def solve(a, b):
                          f"broadcast (at {user_loc()})") from None
     x = core.broadcast_to(x, batch + x.shape[-2:])
     bb = core.broadcast_to(bb, batch + bb.shape[-2:])
-    r = _op(SOLVE, x, bb)
+    r = _refused(_op(SOLVE, x, bb), "Singular matrix", x, bb)
     return shapes.reshape(r, (n,)) if vec else r
 
 

@@ -100,7 +100,8 @@ def _keep_dtype(f):
     """numpy.linalg, in the operand's dtype. A matrix numpy.linalg refuses (singular,
     not positive definite, NaN: LinAlgError) gives NaN in its place, as in JAX: the
     compiled program cannot raise mid-run, and the padding of uneven shards must not
-    stop the others."""
+    stop the others (frontend/numpy_lib/linalg.py raises numpy's error after the run,
+    where it can tell)."""
     def ref(a, *rest, **attrs):
         with np.errstate(all="ignore"):
             try:
