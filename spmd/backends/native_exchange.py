@@ -59,3 +59,9 @@ class NativeExchange(ABC):
         """None, or run(key, program address, instructions, run_multi, small) when several
         ranks' native segments run on one thread in lockstep (more ranks than cores)."""
         return None
+
+
+def timeout_ns(seconds) -> int:
+    """A communicator's stopwatch as the native waits read it: nanoseconds, at most 1e9 s
+    (none set is infinite)."""
+    return int(min(seconds, 1e9) * 1e9)

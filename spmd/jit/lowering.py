@@ -244,11 +244,9 @@ class _FakeComm:
 
     def __init__(self, mesh):
         from ..runtime.current_runtime import get_runtime
-        rt = get_runtime()
         self.size = 1 if mesh is None else mesh.size
-        threads = self.size > 1 and rt.name == "local"
-        self.ranks_in_process = self.size if threads else 1
-        scope = rt.native_scope(mesh)
+        scope = get_runtime().native_scope(mesh)
+        self.ranks_in_process = self.size if scope == "process" else 1
         # (what the executable reads of a NativeExchange to pick the schedule)
         self.native_exchange = None if scope is None else SimpleNamespace(scope=scope)
 

@@ -8,7 +8,7 @@ import weakref
 
 import numpy as np
 
-from ...backends.native_exchange import NativeExchange
+from ...backends.native_exchange import NativeExchange, timeout_ns
 from ...errors import CollectiveError
 
 
@@ -55,7 +55,7 @@ class LocalNativeExchange(NativeExchange):
             "board": board.ctypes.data, "index": i, "failed": base,
             "finished": lambda j: zero.ctypes.data if j is None else base + 8 * (1 + devices[j]),
             "fins": fins.ctypes.data,
-            "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.status.ctypes.data,
+            "timeout_ns": timeout_ns(t), "status": self.status.ctypes.data,
             "keep": (board, zero, fins)}
         return hit
 

@@ -31,7 +31,7 @@ import weakref
 
 import numpy as np
 
-from ...backends.native_exchange import NativeExchange
+from ...backends.native_exchange import NativeExchange, timeout_ns
 from ...errors import CollectiveError
 from . import ray_shm as shm
 
@@ -68,7 +68,7 @@ class RayNativeExchange(NativeExchange):
         hit = self.boards[axes] = {
             "board": 0, "index": devices.index(self.comm.rank), "failed": self.comm.mailbox.cell.ctypes.data,
             "finished": lambda j: zero, "fins": fins.ctypes.data,
-            "timeout_ns": int(min(t, 1e9) * 1e9), "status": self.status.ctypes.data,
+            "timeout_ns": timeout_ns(t), "status": self.status.ctypes.data,
             "keep": (fins,)}
         return hit
 

@@ -268,10 +268,9 @@ class RayRuntime(Runtime):
     def native_scope(self, mesh):
         """"host" where the mesh's ranks share one host (their communicators'
         RayNativeExchange, when they map each other's memory)."""
-        hosts = getattr(self, "_hosts", {})
         if mesh is None or mesh.size < 2 or not ray_shm.supported():
             return None
-        return "host" if len({hosts.get(d) for d in mesh.devices.reshape(-1).tolist()}) == 1 else None
+        return "host" if len({self._hosts[d] for d in mesh.devices.reshape(-1).tolist()}) == 1 else None
 
     def put_sends(self, device):
         return self._actors[device] is not None
