@@ -215,15 +215,21 @@ entry:
 
 PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 
-# argument block of an all-reduce half (exchange_reduce.py): region G index stride data
-# nbytes n fold accumulate failed fins timeout_ns status op_id sched_yield clock_gettime
-# handle. `region`: the group's shared memory for this all-reduce, one slot of `stride`
+# argument block of a half of an all-reduce, all-gather or reduce-scatter
+# (exchange_reduce.py): region G index stride data nbytes n fold accumulate failed fins
+# timeout_ns status op_id sched_yield clock_gettime handle rows row_bytes row_n row_stride
+# block_at. `region`: the group's shared memory for this collective, one slot of `stride`
 # bytes per member: [0] the count of the member's last post, [64] the count it last
 # finished reading, its mailbox from byte 128 (SLOT_HEAD). `data`: the operand (post)
-# or the result (reduce); `fold(out, a, b, n)`: out = a (op) b, `accumulate(out, b, n)`:
-# out = out (op) b, elementwise; `fins`: G addresses of the members' finished cells;
-# `handle`: where the post writes its count (a started all-reduce's handle), or null.
-REDUCE_FIELDS = 17
+# or the result (reduce, gather); the post copies `nbytes` (`n` elements) into the
+# mailbox; `fold(out, a, b, n)`: out = a (op) b, `accumulate(out, b, n)`: out = out (op)
+# b, elementwise; `fins`: G addresses of the members' finished cells; `handle`: where the
+# post writes its count (a started all-reduce's handle), or null. The result in `rows`
+# rows: a reduce's row r of `row_bytes` (`row_n` elements) folds the mailboxes' bytes at
+# r * row_stride + index * block_at (an all-reduce: one row, block_at 0; a reduce-scatter
+# of dim d: the rows of the dims before d, this member's block of each); a gather's
+# result row r holds the G mailboxes' rows r of `row_bytes` each, in group order.
+REDUCE_FIELDS = 22
 REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16)
 SLOT_HEAD = 128
 
@@ -301,28 +307,111 @@ next:
   %j1 = add i64 %j, 1
   br label %h
 fold:
-  %d0 = getelementptr i8, ptr %p0, i64 {head}
+  %boff = mul i64 %f2, %f21
   %one = icmp eq i64 %f1, 1
+  br label %rh
+rh:
+  %row = phi i64 [0, %fold], [%row1, %rnext]
+  %rmore = icmp slt i64 %row, %f17
+  br i1 %rmore, label %rb, label %done
+rb:
+  %rso = mul i64 %row, %f20
+  %rsb = add i64 %rso, %boff
+  %so = add i64 %rsb, {head}
+  %oo = mul i64 %row, %f18
+  %out = getelementptr i8, ptr %p4, i64 %oo
+  %d0 = getelementptr i8, ptr %p0, i64 %so
   br i1 %one, label %single, label %pair
 single:
-  call void @llvm.memcpy.p0.p0.i64(ptr %p4, ptr %d0, i64 %f5, i1 false)
-  br label %done
+  call void @llvm.memcpy.p0.p0.i64(ptr %out, ptr %d0, i64 %f18, i1 false)
+  br label %rnext
 pair:
   %s1 = getelementptr i8, ptr %p0, i64 %f3
-  %d1 = getelementptr i8, ptr %s1, i64 {head}
-  call void %p7(ptr %p4, ptr %d0, ptr %d1, i64 %f6)
+  %d1 = getelementptr i8, ptr %s1, i64 %so
+  call void %p7(ptr %out, ptr %d0, ptr %d1, i64 %f19)
   br label %fh
 fh:
   %k = phi i64 [2, %pair], [%k1, %fb]
   %fm = icmp slt i64 %k, %f1
-  br i1 %fm, label %fb, label %done
+  br i1 %fm, label %fb, label %rnext
 fb:
   %ko = mul i64 %k, %f3
   %sk = getelementptr i8, ptr %p0, i64 %ko
-  %dk = getelementptr i8, ptr %sk, i64 {head}
-  call void %p8(ptr %p4, ptr %dk, i64 %f6)
+  %dk = getelementptr i8, ptr %sk, i64 %so
+  call void %p8(ptr %out, ptr %dk, i64 %f19)
   %k1 = add i64 %k, 1
   br label %fh
+rnext:
+  %row1 = add i64 %row, 1
+  br label %rh
+done:
+  %dp = getelementptr i8, ptr %mine, i64 64
+  store atomic i64 %c, ptr %dp release, align 8
+  br label %x
+fail:
+  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
+  br label %x
+x:
+  ret void
+}
+
+; a member's gather: wait until every member posted its message of the count this
+; member's post made, copy row r of mailbox j into block j of the result's row r, mark
+; them read
+define void @spmd_allgather_gather(ptr %a) {
+entry:
+{loads}
+  %off = mul i64 %f2, %f3
+  %mine = getelementptr i8, ptr %p0, i64 %off
+  %c = load i64, ptr %mine
+  br label %h
+h:
+  %j = phi i64 [0, %entry], [%j1, %next]
+  %more = icmp slt i64 %j, %f1
+  br i1 %more, label %b, label %copy
+b:
+  %self = icmp eq i64 %j, %f2
+  br i1 %self, label %next, label %w
+w:
+  %jo = mul i64 %j, %f3
+  %slot = getelementptr i8, ptr %p0, i64 %jo
+  %fp = getelementptr i64, ptr %p10, i64 %j
+  %fin = load ptr, ptr %fp
+  %r = call i64 @spmd_wait(ptr %slot, i64 %c, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
+  %bad = icmp ne i64 %r, 0
+  br i1 %bad, label %fail, label %next
+next:
+  %j1 = add i64 %j, 1
+  br label %h
+copy:
+  %orow = mul i64 %f18, %f1
+  br label %mh
+mh:
+  %m = phi i64 [0, %copy], [%m1, %mnext]
+  %mmore = icmp slt i64 %m, %f1
+  br i1 %mmore, label %mb, label %done
+mb:
+  %mo = mul i64 %m, %f3
+  %sm = getelementptr i8, ptr %p0, i64 %mo
+  %dm = getelementptr i8, ptr %sm, i64 {head}
+  %bo = mul i64 %m, %f18
+  br label %rh
+rh:
+  %row = phi i64 [0, %mb], [%row1, %rb]
+  %rmore = icmp slt i64 %row, %f17
+  br i1 %rmore, label %rb, label %mnext
+rb:
+  %so = mul i64 %row, %f18
+  %src = getelementptr i8, ptr %dm, i64 %so
+  %doo = mul i64 %row, %orow
+  %dob = add i64 %doo, %bo
+  %dst = getelementptr i8, ptr %p4, i64 %dob
+  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %f18, i1 false)
+  %row1 = add i64 %row, 1
+  br label %rh
+mnext:
+  %m1 = add i64 %m, 1
+  br label %mh
 done:
   %dp = getelementptr i8, ptr %mine, i64 64
   store atomic i64 %c, ptr %dp release, align 8
@@ -393,5 +482,5 @@ def exchange_ir() -> str:
 
 
 EXCHANGE_NAMES = ["spmd_permute_post", "spmd_permute_recv_of", "spmd_store8", "spmd_allreduce_post",
-                  "spmd_allreduce_reduce"] + [f"spmd_ar{acc}_{k[0]}" for k in REDUCE_KINDS.values()
+                  "spmd_allreduce_reduce", "spmd_allgather_gather"] + [f"spmd_ar{acc}_{k[0]}" for k in REDUCE_KINDS.values()
                                               for acc in ("", "_acc")]

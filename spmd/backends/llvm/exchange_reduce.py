@@ -46,16 +46,17 @@ def native_kind(sched, op, x):
 
 def all_reduce_instrs(sched, op):
     x = op.operands[0]
-    region = _region(sched, op, x)
+    region = _region(sched, op, x, native_kind(sched, op, x))
     if region is None:
         return None
-    return [_post(sched, op, x, region, handle=0), _reduce(sched, op, x, op.result, region, region[0][1])]
+    return [_post(sched, op, x, region, handle=0),
+            _reduce(sched, op, x, op.result, region, region[0][1], _whole(x))]
 
 
 def all_reduce_start_instrs(sched, op):
     """The post; its handle holds the count, and the done finds the region by it."""
     x = op.operands[0]
-    region = _region(sched, op, x)
+    region = _region(sched, op, x, native_kind(sched, op, x))
     if region is None:
         return None
     sched.native_starts[op.result] = region
@@ -69,12 +70,49 @@ def all_reduce_done_instrs(sched, op):
     region = sched.native_starts.get(h)
     if region is None:
         return None
-    return [_reduce(sched, op, x, op.result, region, note_op(op))]
+    return [_reduce(sched, op, x, op.result, region, note_op(op), _whole(x))]
 
 
-def _region(sched, op, x):
+def reduce_scatter_instrs(sched, op):
+    """The post of the whole operand, then the fold of this member's block of every
+    mailbox: row by row, one row for each index of the dims before the scattered one."""
+    x = op.operands[0]
+    region = _region(sched, op, x, native_kind(sched, op, x))
+    if region is None:
+        return None
+    rows, row_n = _rows(x, op.attrs["dimension"])
+    n = row_n // op.attrs["group_size"]
+    isz = np.dtype(x.dtype).itemsize
+    return [_post(sched, op, x, region, handle=0),
+            _reduce(sched, op, x, op.result, region, region[0][1], (rows, n * isz, n, row_n * isz, n * isz))]
+
+
+def all_gather_instrs(sched, op):
+    """The post, then the copy of every member's mailbox into its block of the result:
+    row by row, one row for each index of the dims before the gathered one."""
+    x = op.operands[0]
+    region = _region(sched, op, x, "bytes") if sched.native_comm else None
+    if region is None:
+        return None
+    rows, row_n = _rows(x, op.attrs["dimension"])
+    isz = np.dtype(x.dtype).itemsize
+    gather = (sched.helpers["spmd_allgather_gather"],
+              _block(sched, op, x, (op.result, 0), region, 0, region[0][1], (rows, row_n * isz, row_n, 0, 0)))
+    return [_post(sched, op, x, region, handle=0), gather]
+
+
+def _whole(x):
+    """An all-reduce's result as one row: (rows, row bytes, row elements, row stride, block_at)"""
+    return (1, int(x.size) * np.dtype(x.dtype).itemsize, int(x.size), 0, 0)
+
+
+def _rows(x, dim):
+    """(rows, elements of a row) of x cut before dim"""
+    return int(np.prod(x.shape[:dim], dtype=np.int64)), int(np.prod(x.shape[dim:], dtype=np.int64))
+
+
+def _region(sched, op, x, kind):
     """(key, bytes, stride, kind) of op's shared region, or None where it runs from Python."""
-    kind = native_kind(sched, op, x)
     if kind is None:
         return None
     base, view, dbase = sched.dummy(x)
@@ -82,7 +120,7 @@ def _region(sched, op, x):
         return None
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
     stride = SLOT_HEAD + -(-nbytes // 64) * 64
-    key = ("all_reduce", note_op(op))
+    key = (op.name, note_op(op))
     sched.mailboxes[key] = stride + 64 // op.attrs["group_size"]     # (and the region's alignment)
     return (key, op.attrs["group_size"] * stride, stride, kind)
 
@@ -90,27 +128,29 @@ def _region(sched, op, x):
 def _post(sched, op, x, region, handle):
     base, view, dbase = sched.dummy(x)
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
-    return (sched.helpers["spmd_allreduce_post"], _block(sched, op, x, (base, off), region, handle, region[0][1]))
+    return (sched.helpers["spmd_allreduce_post"],
+            _block(sched, op, x, (base, off), region, handle, region[0][1], _whole(x)))
 
 
-def _reduce(sched, op, x, result, region, opid):
-    return (sched.helpers["spmd_allreduce_reduce"], _block(sched, op, x, (result, 0), region, 0, opid))
+def _reduce(sched, op, x, result, region, opid, rows):
+    return (sched.helpers["spmd_allreduce_reduce"], _block(sched, op, x, (result, 0), region, 0, opid, rows))
 
 
-def _block(sched, op, x, data, region, handle, opid):
-    """The argument block of either half (exchange_ir.py REDUCE_FIELDS); `opid`: the op a
-    stopped wait names (exchange.note_op)."""
+def _block(sched, op, x, data, region, handle, opid, rows):
+    """The argument block of a half (exchange_ir.py REDUCE_FIELDS); `opid`: the op a
+    stopped wait names (exchange.note_op); `rows`: (rows, row_bytes, row_n, row_stride,
+    block_at) of the result."""
     key, size, stride, kind = region
     axes = op.attrs["axes"]
     yld, clock = libc_addrs()
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
+    fold, acc = (0, 0) if kind == "bytes" else (sched.helpers[f"spmd_ar_{kind}"], sched.helpers[f"spmd_ar_acc_{kind}"])
 
     def board(c):
         return c.native_exchange.board(axes)
 
     return [FromComm(lambda c: c.native_exchange.shared(axes, sched, key, size)), op.attrs["group_size"],
-            FromComm(lambda c: board(c)["index"]), stride, data, nbytes, int(x.size),
-            sched.helpers[f"spmd_ar_{kind}"], sched.helpers[f"spmd_ar_acc_{kind}"],
+            FromComm(lambda c: board(c)["index"]), stride, data, nbytes, int(x.size), fold, acc,
             FromComm(lambda c: board(c)["failed"]), FromComm(lambda c: board(c)["fins"]),
             FromComm(lambda c: board(c)["timeout_ns"]), FromComm(lambda c: board(c)["status"]),
-            opid, yld, clock, handle]
+            opid, yld, clock, handle, *rows]
