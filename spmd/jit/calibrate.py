@@ -42,11 +42,11 @@ cost model, measured with spmd's own compiled programs and stored for every late
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
                 and large (the bytes a device receives per second); and chains of small
-                and of large all_gathers (`rendezvous`: what a collective the
+                and of large all_to_alls (`rendezvous`: what a collective the
                 communicator runs from Python costs besides its rounds: the native code
-                runs all_reduce and collective_permute between the threads, the others
-                stop it; `communicator_bandwidth`: the bytes a device receives per second
-                in those), in programs with a kernel large enough that every rank's
+                runs all_reduce, all_gather, reduce_scatter and collective_permute between
+                the threads, all_to_all stops it; `communicator_bandwidth`: the bytes a
+                device receives per second in those), in programs with a kernel large enough that every rank's
                 segments do not run on one thread (as the programs priced)
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
                 chain over the MPI ranks, stored beside the rest as networks.mpi; the
@@ -208,7 +208,7 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True, machine=None) -> di
     chain of 17 dependent all_reduces against one, small (its latency per round) and
     large (the bytes a device receives per second); sixteen differences, not eight, so
     that the load a shared machine carries moves the figure less. `rendezvous`: also a
-    chain of small all_gathers (Link.rendezvous: the local transport runs them from
+    chain of small all_to_alls (Link.rendezvous: the local transport runs them from
     Python, its all_reduces natively; under MPI every collective is such a call, and
     the all_reduces' latency holds it)."""
     import spmd
@@ -241,11 +241,11 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True, machine=None) -> di
 
 def _communicator_rates(mesh, latency, machine=None, quick=False, runs=7) -> dict:
     """Link.rendezvous and Link.communicator_bandwidth of the collectives the local
-    transport runs from Python: chains of 17 all_gathers against one, of small arrays
-    (what a call costs besides its rounds, at `latency` each, the model's already) and of
-    large ones (the bytes a device receives per second, the small chain's time and the
+    transport runs from Python: chains of 17 all_to_all round trips (two a link) against
+    one, of small arrays (what a call costs besides its rounds, at `latency` each, the
+    model's already) and of large ones (the bytes a device receives per second, the small chain's time and the
     model's seconds (`machine`) of the large chain's kernels taken off). Each program
-    holds a kernel of SMALL_WORK elements a device besides (_gathers), as the programs
+    holds a kernel of SMALL_WORK elements a device besides (_all_to_alls), as the programs
     the model prices do: a program whose kernels are all smaller runs every rank's
     native segments on one thread (backends/llvm/schedule.py), not a thread a core,
     and its collectives meet the ranks' threads otherwise."""
@@ -259,31 +259,32 @@ def _communicator_rates(mesh, latency, machine=None, quick=False, runs=7) -> dic
     bare = Network(within=Link(latency=latency, bandwidth=float("inf")))
     for cols in (16, (1 << 12) if quick else (1 << 16)):
         xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
-        fs = [spmd.jit(_gathers(k, mesh), in_shardings=(row, row), out_shardings=row) for k in (1, 17)]
+        fs = [spmd.jit(_all_to_alls(k, mesh), in_shardings=(row, row), out_shardings=row) for k in (1, 17)]
         t1, t17 = timed([(f, (xs, big)) for f in fs], runs)
         per[cols] = (t17 - t1) / 16
         c1, c17 = (f.lower(xs, big).cost(machine=machine or Machine(), network=bare)["seconds"] for f in fs)
         model[cols] = (c17 - c1) / 16
     small, large = sorted(per)
-    out = {"rendezvous": max(per[small] - model[small], 0.0)}
-    received = (devices - 1) * (large - small) * 4.0       # (float32 columns, from each other rank)
+    # (two all_to_alls a link of the chain; each receives a block of the columns from each other rank)
+    out = {"rendezvous": max(per[small] - model[small], 0.0) / 2}
+    received = 2 * (devices - 1) * (large - small) / devices * 4.0
     took = (per[large] - model[large]) - (per[small] - model[small])
     if took > 0:
         out["communicator_bandwidth"] = received / took
     return out
 
 
-def _gathers(k, mesh):
-    """A chain of k all_gathers over `mesh` (each value replicated, then split by rows
-    again: a slice, no collective), after a kernel of `big`'s elements (a row's sum, no
+def _all_to_alls(k, mesh):
+    """A chain of k round trips over `mesh` (each value split by columns, then by rows
+    again: two all_to_alls), after a kernel of `big`'s elements (a row's sum, no
     collective)."""
     import spmd
-    row, whole = mesh.sharding("x", None), mesh.sharding(None, None)
+    row, col = mesh.sharding("x", None), mesh.sharding(None, "x")
 
     def f(x, big):
         x = x + big.sum(axis=1, keepdims=True) * 0.0
         for _ in range(k):
-            x = spmd.shard(spmd.shard(x * 1.0001, whole) + 1.0, row)
+            x = spmd.shard(spmd.shard(x * 1.0001, col) + 1.0, row)
         return x
     return f
 

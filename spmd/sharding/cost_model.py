@@ -39,9 +39,9 @@ class Link:
     collective, `bandwidth` in bytes per second one device receives. `rendezvous`: the
     seconds more a collective costs that the backend hands to the communicator from
     Python (through_communicator: on the local transport the native code runs
-    all_reduce and collective_permute between the threads, while an all_gather stops
-    the native segments, meets the other ranks' threads in Python and starts the next
-    segment); 0 where each collective is such a call and `latency` was measured with them
+    all_reduce, all_gather, reduce_scatter and collective_permute between the threads,
+    while an all_to_all stops the native segments, meets the other ranks' threads in
+    Python and starts the next segment); 0 where each collective is such a call and `latency` was measured with them
     (MPI). `handoff`: the seconds more a call costs whose ranks run on threads of their
     own (the local transport's device threads: handing each its part and waiting for
     them all), which a program pays that exchanges anything or makes more than
@@ -49,10 +49,9 @@ class Link:
     nothing on the caller's thread, a rank after another, at Machine.step's cost); 0
     where every rank is a process of its own (MPI). `communicator_bandwidth`: the bytes a
     device receives per second in a collective the communicator runs from Python where
-    the transport runs others natively (the local transport's all_gather, reduce_scatter
-    and all_to_all: numpy's copies and reductions on the device threads, which hold
-    Python's lock between them, where `bandwidth` was measured with the native
-    all_reduce); None: `bandwidth`."""
+    the transport runs others natively (the local transport's all_to_all: numpy's copies
+    on the device threads, which hold Python's lock between them, where `bandwidth` was
+    measured with the native all_reduce); None: `bandwidth`."""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
@@ -191,7 +190,11 @@ def rounds(kind: str, group_size: int) -> int:
 def through_communicator(kind) -> bool:
     """Does a collective of `kind` run through the communicator from Python wherever it
     runs (its OpDef's lowering: "communicate"), rather than in the native code where
-    the transport lets it (all_reduce, collective_permute)?"""
+    the transport lets it (all_reduce, all_gather, reduce_scatter, collective_permute)?
+    Told by the kind alone: what a native lowering leaves to Python (a reduction its
+    fold loops do not cover, backends/llvm/exchange_ir.REDUCE_KINDS: floats' max and
+    min, dtypes besides float32/64 and int32/64; an operand the native code cannot read
+    where it lies) is priced as native, as the all_reduces are."""
     opdef = REGISTRY.get(kind)
     return opdef is not None and opdef.lowering == "communicate"
 

@@ -327,30 +327,32 @@ def test_a_stencil_sweep_stores_its_grid_between_halo_exchanges():
 
 
 def test_a_collective_run_from_python_pays_the_links_rendezvous():
-    """Link.rendezvous: the local transport runs all_reduce and collective_permute in the
-    native code and hands all_gather, reduce_scatter and all_to_all to the communicator
-    from Python; those pay it once a call, over a group of more than one rank."""
+    """Link.rendezvous: the local transport runs all_reduce, all_gather, reduce_scatter
+    and collective_permute in the native code and hands all_to_all to the communicator
+    from Python; that pays it once a call, over a group of more than one rank."""
     from spmd.sharding.auto.program_cost import comm_seconds
     from spmd.sharding.cost_model import through_communicator
     slow, fast = Link(latency=1e-6, bandwidth=1e9, rendezvous=1e-3), Link(latency=1e-6, bandwidth=1e9)
-    for kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        assert through_communicator(kind)
-        assert collective_seconds(kind, 1e3, 2, slow) - collective_seconds(kind, 1e3, 2, fast) == pytest.approx(1e-3)
-    for kind in ("all_reduce", "collective_permute"):
+    assert through_communicator("all_to_all")
+    assert collective_seconds("all_to_all", 1e3, 2, slow) - collective_seconds("all_to_all", 1e3, 2, fast) \
+        == pytest.approx(1e-3)
+    for kind in ("all_reduce", "collective_permute", "all_gather", "reduce_scatter"):
         assert not through_communicator(kind)
         assert collective_seconds(kind, 1e3, 2, slow) == collective_seconds(kind, 1e3, 2, fast)
-    assert collective_seconds("all_gather", 1e3, 1, slow) == collective_seconds("all_gather", 1e3, 1, fast)
-    # a program's all_gathers: one rendezvous each
+    assert collective_seconds("all_to_all", 1e3, 1, slow) == collective_seconds("all_to_all", 1e3, 1, fast)
+    # a program's all_to_alls: one rendezvous each; its all_gathers none
     low = _lower(MESH.sharding(None, "model"), MESH.sharding("model", None), MESH.sharding("data", None))
     g = low.graph
-    gathers = sum(1 for op in g.ops if through_communicator(op.name) and int(op.attrs.get("group_size", 1)) > 1)
+    moved = sum(1 for op in g.ops if through_communicator(op.name) and int(op.attrs.get("group_size", 1)) > 1)
     d = comm_seconds(g, MESH, Network(within=slow)) - comm_seconds(g, MESH, Network(within=fast))
-    assert d == pytest.approx(gathers * 1e-3)
-    row = MESH.sharding("data", None)
-    gathered = spmd.jit(lambda x: spmd.shard(x * 2.0, MESH.sharding(None, None)) + 1.0, in_shardings=(row,))
-    g2 = gathered.lower(np.ones((8, 8), np.float32)).graph
-    assert comm_seconds(g2, MESH, Network(within=slow)) - comm_seconds(g2, MESH, Network(within=fast)) \
-        == pytest.approx(1e-3)
+    assert d == pytest.approx(moved * 1e-3)
+    row, col = MESH.sharding("data", None), MESH.sharding(None, "data")
+    for to, paid in ((MESH.sharding(None, None), 0.0), (col, 1e-3)):
+        f = spmd.jit(lambda x: spmd.shard(x * 2.0, to) + 1.0, in_shardings=(row,))
+        g2 = f.lower(np.ones((8, 8), np.float32)).graph
+        assert [op.name for op in g2.ops if op.opdef.needs_comm] == ["all_gather" if paid == 0 else "all_to_all"]
+        assert comm_seconds(g2, MESH, Network(within=slow)) - comm_seconds(g2, MESH, Network(within=fast)) \
+            == pytest.approx(paid)
 
 
 def test_stored_rendezvous_is_read(tmp_path, monkeypatch):
@@ -390,19 +392,21 @@ def test_stored_communicator_bandwidth_is_read(tmp_path, monkeypatch):
 
 
 def test_the_communicators_rates_are_measured_in_programs_as_large_as_those_priced():
-    """calibrate._gathers, whose chains give Link.rendezvous and communicator_bandwidth:
-    its all_gathers run through the communicator, and its program holds a kernel of
-    SMALL_WORK elements a device, so that its native segments run as a priced program's
-    do (a thread a core), not all on one thread as a program of small kernels' do."""
+    """calibrate._all_to_alls, whose chains give Link.rendezvous and
+    communicator_bandwidth: its all_to_alls run through the communicator, and its
+    program holds a kernel of SMALL_WORK elements a device, so that its native segments
+    run as a priced program's do (a thread a core), not all on one thread as a program
+    of small kernels' do."""
     from spmd.backends.llvm.plan import KernelStep
     from spmd.backends.llvm.schedule import SMALL_WORK
-    from spmd.jit.calibrate import _gathers
+    from spmd.jit.calibrate import _all_to_alls
     from spmd.sharding.cost_model import through_communicator
     mesh = spmd.Mesh((4,), ("x",))
     row = mesh.sharding("x", None)
-    low = spmd.jit(_gathers(3, mesh), in_shardings=(row, row), out_shardings=row).lower(
+    low = spmd.jit(_all_to_alls(3, mesh), in_shardings=(row, row), out_shardings=row).lower(
         np.ones((4, 16), np.float32), np.ones((4, SMALL_WORK), np.float32))
-    assert sum(1 for op in low.graph.ops if op.name == "all_gather" and through_communicator(op.name)) == 3
+    assert [op.name for op in low.graph.ops if op.opdef.needs_comm] == ["all_to_all"] * 6
+    assert all(through_communicator(op.name) for op in low.graph.ops if op.opdef.needs_comm)
     steps = low.planned().steps
     assert max(s.work for s in steps if isinstance(s, KernelStep)) >= SMALL_WORK
 
