@@ -1,0 +1,280 @@
+"""all_gather and reduce_scatter between the local runtime's threads as native
+instructions (backends/llvm/exchange_reduce.py): along every dimension (the rows before
+it copied or folded one by one), every dtype a gather copies and every reduction the
+fold loops cover, in a program and inside a scan (the counts grow run after run), on
+meshes 1x2, 2x1, 2x2 over one axis and both, and 4, with the ranks on their own threads
+or hosted in lockstep (SPMD_LOCAL_CORES): the whole program is one native segment and
+its results are numpy's concatenation and left fold in group order, and the Python
+communicator's (SPMD_NATIVE=0), bit for bit. What the native code leaves to Python (a
+reduction the fold loops do not cover, an operand that is a strided view) still runs,
+right. A rank that raises, finishes early or never arrives ends the run promptly,
+named."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collective_checks import reduce_in_order, value
+from spmd.backends.llvm import compile_llvm
+from spmd.errors import CollectiveError
+from spmd.ir import Graph
+from spmd.ir.ops.names import ADD, ALL_GATHER, CONSTANT, MULTIPLY, REDUCE_SCATTER, SCAN, TRANSPOSE
+from spmd.sharding import Mesh
+from spmd.transports.local.local_runtime import LocalRuntime
+
+RT = LocalRuntime()
+MESHES = {"1x2": ((1, 2), ("x", "y")), "2x1": ((2, 1), ("x", "y")), "2x2": ((2, 2), ("x", "y")),
+          "4": ((4,), ("x",))}
+AXES = {"1x2": [("y",)], "2x1": [("x",)], "2x2": [("y",), ("x",), ("x", "y"), ("y", "x")], "4": [("x",)]}
+# reductions the fold loops cover (exchange_ir.REDUCE_KINDS), and some they do not
+NATIVE_REDUCTIONS = [("float32", "sum"), ("float64", "prod"), ("int32", "max"), ("int64", "min"),
+                     ("int64", "sum"), ("int32", "prod")]
+PYTHON_REDUCTIONS = [("float32", "max"), ("float16", "sum"), ("bool", "sum"), ("int8", "sum")]
+
+
+def gather_scatter_graph(shape, dtype, axes, G, dim, red):
+    """g = all_gather(x * 3 along dim) (x itself if bool); s = reduce_scatter(g along dim):
+    both results"""
+    g = Graph("step")
+    x = g.add_input(shape, dtype)
+    a = x if dtype == "bool" else g.emit(MULTIPLY, x, g.emit(CONSTANT, value=np.full(shape, 3, dtype)))
+    gat = g.emit(ALL_GATHER, a, axes=axes, dimension=dim, group_size=G)
+    g.outputs = [gat, g.emit(REDUCE_SCATTER, gat, axes=axes, dimension=dim, reduction=red, group_size=G)]
+    return g
+
+
+def scan_graph(shape, dtype, axes, G, dim, red, length):
+    """a scan whose body is c -> reduce_scatter(all_gather(c) * 3) + c"""
+    body = Graph("body")
+    c = body.add_input(shape, dtype)
+    gat = body.emit(ALL_GATHER, c, axes=axes, dimension=dim, group_size=G)
+    big = list(shape)
+    big[dim] *= G
+    m = body.emit(MULTIPLY, gat, body.emit(CONSTANT, value=np.full(big, 3, dtype)))
+    body.outputs = [body.emit(ADD, body.emit(REDUCE_SCATTER, m, axes=axes, dimension=dim, reduction=red,
+                                             group_size=G), c)]
+    g = Graph("loop")
+    x = g.add_input(shape, dtype)
+    g.outputs = [g.emit(SCAN, x, body=body, num_carry=1, num_xs=0, length=length, reverse=False)]
+    return g
+
+
+def numpy_gather_scatter(mesh, xs, axes, dim, red):
+    G = mesh.axes_size(axes)
+    a = {d: x if x.dtype == bool else x * np.asarray(3, x.dtype) for d, x in xs.items()}
+    gat = {d: np.concatenate([a[e] for e in mesh.group(d, axes)], axis=dim) for d in xs}
+    out = {}
+    for d in xs:
+        i = mesh.index_in_group(d, axes)
+        out[d] = reduce_in_order(red, [np.split(gat[e], G, axis=dim)[i] for e in mesh.group(d, axes)])
+    return gat, out
+
+
+def numpy_scan(mesh, xs, axes, dim, red, length):
+    G = mesh.axes_size(axes)
+    c = dict(xs)
+    for _ in range(length):
+        gat = {d: np.concatenate([c[e] for e in mesh.group(d, axes)], axis=dim) * np.asarray(3, c[d].dtype)
+               for d in c}
+        c = {d: reduce_in_order(red, [np.split(gat[e], G, axis=dim)[mesh.index_in_group(d, axes)]
+                                      for e in mesh.group(d, axes)]) + c[d] for d in c}
+    return c
+
+
+def data(dev, shape, dtype, red):
+    if red == "prod" and np.dtype(dtype).kind in "iu":
+        return np.random.default_rng(dev).integers(-3, 3, shape).astype(dtype)
+    if red == "prod":
+        return np.random.default_rng(dev).uniform(0.3, 0.6, shape).astype(dtype)
+    return value(dev, shape, dtype)
+
+
+def run_both(exe, mesh, xs, monkeypatch):
+    """(native run, the same run from Python) of exe"""
+    got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(mesh.size)})
+    monkeypatch.setenv("SPMD_NATIVE", "0")
+    stepwise = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(mesh.size)})
+    monkeypatch.delenv("SPMD_NATIVE")
+    return got, stepwise
+
+
+def same_bits(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    assert got.tobytes() == want.tobytes(), (got, want)
+
+
+def check(mesh_name, axes, shape, dim, dtype, red, monkeypatch, native=True):
+    mesh = Mesh(*MESHES[mesh_name])
+    G = mesh.axes_size(axes)
+    exe = compile_llvm(gather_scatter_graph(shape, dtype, axes, G, dim, red))
+    assert (exe.schedule(1, True, "process").only_segment() is not None) == native
+    xs = {d: data(d, shape, dtype, red) for d in range(mesh.size)}
+    gat, scat = numpy_gather_scatter(mesh, xs, axes, dim, red)
+    for run in range(2):          # a second run on the same world: the counts go on
+        got, stepwise = run_both(exe, mesh, xs, monkeypatch)
+        for d in range(mesh.size):
+            for res in (got[d], stepwise[d]):
+                same_bits(res[0], gat[d])
+                same_bits(res[1], scat[d])
+
+
+@pytest.mark.parametrize("cores", ["1", "2", "64"])
+@pytest.mark.parametrize("mesh_name", sorted(MESHES))
+@pytest.mark.parametrize("dtype,red", NATIVE_REDUCTIONS)
+def test_native_gathers_and_scatters_equal_python_and_numpy(mesh_name, dtype, red, cores, monkeypatch):
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    for axes in AXES[mesh_name]:
+        G = Mesh(*MESHES[mesh_name]).axes_size(axes)
+        # along dim 0, along a later dim with rows before it, with a leading 1, 3-D
+        for shape, dim in (((2 * G, 3), 0), ((3, 2 * G), 1), ((1, G, 5), 1), ((2, 3, G), 2), ((G,), 0)):
+            check(mesh_name, axes, shape, dim, dtype, red, monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "float16", "int8", "uint16", "complex128", "float64"])
+def test_a_gather_of_any_dtype_is_native(dtype, monkeypatch):
+    """A gather copies bytes: every dtype gathers natively. (The program's reduce-scatter
+    of the gathered value sums it: natively where the fold loops cover the dtype.)"""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    mesh = Mesh(*MESHES["2x2"])
+    for shape, dim in (((4, 3), 0), ((3, 2), 1)):
+        g = Graph("gather")
+        x = g.add_input(shape, dtype)
+        g.outputs = [g.emit(ALL_GATHER, x, axes=("x", "y"), dimension=dim, group_size=4)]
+        exe = compile_llvm(g)
+        assert exe.schedule(1, True, "process").only_segment() is not None
+        xs = {d: value(d, shape, dtype) for d in range(4)}
+        got, stepwise = run_both(exe, mesh, xs, monkeypatch)
+        want = np.concatenate([xs[e] for e in range(4)], axis=dim)
+        for d in range(4):
+            same_bits(got[d][0], want)
+            same_bits(stepwise[d][0], want)
+
+
+@pytest.mark.parametrize("dtype,red", PYTHON_REDUCTIONS)
+def test_a_reduction_the_fold_loops_do_not_cover_runs_from_python(dtype, red, monkeypatch):
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    check("2x2", ("x", "y"), (3, 8), 1, dtype, red, monkeypatch, native=False)
+    check("1x2", ("y",), (4,), 0, dtype, red, monkeypatch, native=False)
+
+
+def test_a_strided_operand_runs_from_python(monkeypatch):
+    """A transposed input is a view the native code would read where it lies, strided:
+    its gather and reduce-scatter run through the communicator, right."""
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    mesh = Mesh(*MESHES["1x2"])
+    for op, attrs in ((ALL_GATHER, {}), (REDUCE_SCATTER, {"reduction": "sum"})):
+        g = Graph("strided")
+        x = g.add_input((4, 6), "float64")
+        t = g.emit(TRANSPOSE, x, permutation=(1, 0))
+        g.outputs = [g.emit(op, t, axes=("y",), dimension=0, group_size=2, **attrs)]
+        exe = compile_llvm(g)
+        assert exe.schedule(1, True, "process").only_segment() is None
+        xs = {d: value(d, (4, 6), "float64") for d in range(2)}
+        got, stepwise = run_both(exe, mesh, xs, monkeypatch)
+        ts = [xs[d].T for d in range(2)]
+        for d in range(2):
+            want = np.concatenate(ts, axis=0) if op == ALL_GATHER else (ts[0] + ts[1])[3 * d:3 * d + 3]
+            same_bits(got[d][0], want)
+            same_bits(stepwise[d][0], want)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mesh_name=st.sampled_from(sorted(MESHES)), draw=st.data())
+def test_gathers_and_scatters_of_any_shape_equal_numpy(mesh_name, draw, monkeypatch):
+    axes = draw.draw(st.sampled_from(AXES[mesh_name]))
+    G = Mesh(*MESHES[mesh_name]).axes_size(axes)
+    shape = draw.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    dim = draw.draw(st.integers(0, len(shape) - 1))
+    shape[dim] *= G           # the reduce-scatter of the gather splits it; and the gather's operand
+    dtype, red = draw.draw(st.sampled_from(NATIVE_REDUCTIONS + PYTHON_REDUCTIONS))
+    check(mesh_name, axes, tuple(shape), dim, dtype, red, monkeypatch,
+          native=(dtype, red) in NATIVE_REDUCTIONS)
+
+
+@pytest.mark.parametrize("cores", ["1", "64"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_in_a_scan_the_counts_go_on(dim, cores, monkeypatch):
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    mesh = Mesh(*MESHES["2x2"])
+    for axes in (("y",), ("x", "y")):
+        exe = compile_llvm(scan_graph((4, 6), "float64", axes, mesh.axes_size(axes), dim, "sum", 5))
+        assert exe.schedule(1, True, "process").only_segment() is not None
+        xs = {d: value(d, (4, 6), "float64") for d in range(4)}
+        want = numpy_scan(mesh, xs, axes, dim, "sum", 5)
+        for _ in range(2):
+            got, stepwise = run_both(exe, mesh, xs, monkeypatch)
+            for d in range(4):
+                same_bits(got[d][0], want[d])
+                same_bits(stepwise[d][0], want[d])
+
+
+@pytest.fixture
+def step(monkeypatch):
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
+    exe = compile_llvm(scan_graph((8, 6), "float64", ("y",), 2, 1, "sum", 20))
+    assert exe.schedule(1, True, "process").only_segment() is not None     # (its waits are native)
+    return exe
+
+
+@pytest.mark.parametrize("cores", ["1", "64"])
+def test_a_rank_that_raises_ends_the_others_promptly(step, cores, monkeypatch):
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    mesh = Mesh(*MESHES["2x2"])
+
+    def prog(inputs, comm):
+        out = step(inputs, comm)
+        if comm.rank == 3:
+            raise ValueError("boom on purpose")
+        return step(out, comm)
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="boom on purpose"):
+        RT.run(prog, mesh, {d: [np.ones((8, 6))] for d in range(4)})
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("cores", ["1", "64"])
+def test_a_rank_that_finishes_early_is_named(step, cores, monkeypatch):
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    mesh = Mesh(*MESHES["2x2"])
+
+    def prog(inputs, comm):
+        if comm.rank == 1:
+            return inputs
+        return step(inputs, comm)
+
+    t0 = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"rank\(s\) \[1\] finished the program without") as e:
+        RT.run(prog, mesh, {d: [np.ones((8, 6))] for d in range(4)})
+    assert time.monotonic() - t0 < 5
+    # (hosted in lockstep, the host notices before the native code: it names the segment)
+    assert ("all_gather over ('y',)" if cores == "64" else "a native segment") in str(e.value), e.value
+
+
+def test_a_rank_that_never_arrives_times_out_naming_it(step, monkeypatch):
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "0.3")
+    monkeypatch.setenv("SPMD_LOCAL_CORES", "64")
+    mesh = Mesh(*MESHES["1x2"])
+    release = threading.Event()
+
+    def prog(inputs, comm):
+        if comm.rank == 1:
+            release.wait(10)
+        return step(inputs, comm)
+
+    t0 = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"all_gather.*timed out after 0.3 s waiting for rank\(s\) \[1\]"):
+        RT.run(prog, mesh, {d: [np.ones((8, 6))] for d in range(2)})
+    assert time.monotonic() - t0 < 3
+    release.set()
+    xs = {d: np.ones((8, 6)) for d in range(2)}
+    want = numpy_scan(mesh, xs, ("y",), 1, "sum", 20)
+    got = RT.run(step, mesh, {d: [xs[d].copy()] for d in range(2)})
+    same_bits(got[1][0], want[1])
