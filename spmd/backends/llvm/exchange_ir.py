@@ -228,9 +228,11 @@ PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 # rows: a reduce's row r of `row_bytes` (`row_n` elements) folds the mailboxes' bytes at
 # r * row_stride + index * block_at (an all-reduce: one row, block_at 0; a reduce-scatter
 # of dim d: the rows of the dims before d, this member's block of each); a gather's
-# result row r holds the G mailboxes' rows r of `row_bytes` each, in group order.
-REDUCE_FIELDS = 22
-REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16)
+# result row r holds the G mailboxes' rows r of `row_bytes` each, in group order. Then,
+# for a post whose operand is a strided view: a copy function (native.py spmd_copy*,
+# else 0) and its argument block into the mailbox.
+REDUCE_FIELDS = 24
+REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16, 22, 23)
 SLOT_HEAD = 128
 
 REDUCE_IR = """
@@ -264,8 +266,17 @@ next:
   %j1 = add i64 %j, 1
   br label %h
 copy:
+  %strided = icmp ne ptr %p22, null
+  br i1 %strided, label %gath, label %flat
+gath:
+  ; (a strided operand: the copy's block, into this member's mailbox)
+  call void %p22(ptr %p23)
+  br label %posted
+flat:
   %data = getelementptr i8, ptr %mine, i64 {head}
   call void @llvm.memcpy.p0.p0.i64(ptr %data, ptr %p4, i64 %f5, i1 false)
+  br label %posted
+posted:
   store atomic i64 %c, ptr %mine release, align 8
   %hash = icmp ne ptr %p16, null
   br i1 %hash, label %sh, label %x

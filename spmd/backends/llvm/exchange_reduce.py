@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import native
 from .exchange import FromComm, libc_addrs, note_op
 from .exchange_ir import REDUCE_KINDS, SLOT_HEAD
+from .steps import Here
 
 
 def native_kind(sched, op, x):
@@ -97,7 +99,7 @@ def all_gather_instrs(sched, op):
     rows, row_n = _rows(x, op.attrs["dimension"])
     isz = np.dtype(x.dtype).itemsize
     gather = (sched.helpers["spmd_allgather_gather"],
-              _block(sched, op, x, (op.result, 0), region, 0, region[0][1], (rows, row_n * isz, row_n, 0, 0)))
+              _block(sched, op, x, (op.result, 0), region, 0, region[0][1], (rows, row_n * isz, row_n, 0, 0)) + [0, 0])
     return [_post(sched, op, x, region, handle=0), gather]
 
 
@@ -112,11 +114,12 @@ def _rows(x, dim):
 
 
 def _region(sched, op, x, kind):
-    """(key, bytes, stride, kind) of op's shared region, or None where it runs from Python."""
+    """(key, bytes, stride, kind) of op's shared region, or None where it runs from Python
+    (a strided operand its post cannot copy: _strided)."""
     if kind is None:
         return None
     base, view, dbase = sched.dummy(x)
-    if not view.flags.c_contiguous:
+    if not view.flags.c_contiguous and _strided(view) is None:
         return None
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
     stride = SLOT_HEAD + -(-nbytes // 64) * 64
@@ -125,15 +128,35 @@ def _region(sched, op, x, kind):
     return (key, op.attrs["group_size"] * stride, stride, kind)
 
 
+def _strided(view):
+    """[extents..., strides...] of the copy of a strided operand into the mailbox
+    (native.py spmd_copy*), or None where no copy loop fits it."""
+    isz = view.itemsize
+    return native.copy_entries(view, isz) if isz in (1, 4, 8) else None
+
+
 def _post(sched, op, x, region, handle):
+    """The post's block; an operand that is a strided view (a transpose the native code
+    reads where it lies) is gathered into the mailbox by a copy whose block follows."""
     base, view, dbase = sched.dummy(x)
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
+    entries = _block(sched, op, x, (base, off), region, handle, region[0][1], _whole(x))
+    if view.flags.c_contiguous:
+        return (sched.helpers["spmd_allreduce_post"], entries + [0, 0])
+    key, size, stride, kind = region
+    axes = op.attrs["axes"]
+
+    def mailbox(c):
+        shared = c.native_exchange.shared(axes, sched, key, size)
+        return shared + c.native_exchange.board(axes)["index"] * stride + SLOT_HEAD
+    at = len(entries) + 2
+    copy = [FromComm(mailbox), (base, off)] + _strided(view)
     return (sched.helpers["spmd_allreduce_post"],
-            _block(sched, op, x, (base, off), region, handle, region[0][1], _whole(x)))
+            entries + [sched.helpers[f"spmd_copy{view.itemsize}"], Here(at)] + copy)
 
 
 def _reduce(sched, op, x, result, region, opid, rows):
-    return (sched.helpers["spmd_allreduce_reduce"], _block(sched, op, x, (result, 0), region, 0, opid, rows))
+    return (sched.helpers["spmd_allreduce_reduce"], _block(sched, op, x, (result, 0), region, 0, opid, rows) + [0, 0])
 
 
 def _block(sched, op, x, data, region, handle, opid, rows):
