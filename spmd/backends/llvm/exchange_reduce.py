@@ -1,32 +1,40 @@
-"""All-reduces between the local runtime's threads, and between Ray's rank processes of one
-host, as native instructions (the communicator advertises a `native_exchange`,
-backends/native_exchange.py), so that a training step's all-reduces join its native
-segments instead of stopping them for a rendezvous from Python: with the ranks more than
-the cores, every stop is a hand-off between threads that share the GIL, and on Ray the
-stop's Python costs each rank more than a small step's reduction itself. Everything the
-members share is in the region (a process's mailbox is no use to another process).
+"""All-reduces, all-gathers and reduce-scatters between the local runtime's threads, and
+between Ray's rank processes of one host, as native instructions (the communicator
+advertises a `native_exchange`, backends/native_exchange.py), so that a training step's
+collectives (data parallelism's all-reduces, FSDP's gathers of the weights and
+reduce-scatters of their gradients) join its native segments instead of stopping them
+for a rendezvous from Python: with the ranks more than the cores, every stop is a
+hand-off between threads that share the GIL, and on Ray the stop's Python costs each rank
+more than a small step's reduction itself. Everything the members share is in the region
+(a process's mailbox is no use to another process).
 
-An all-reduce is two instructions, its *post* and its *reduce* (an all_reduce_start is the
-post alone, its all_reduce_done the reduce): two, so that ranks run in lockstep on one
-thread (transports/local/local_communicator.py's hosts) have all posted before any reduces.
-The group's members share a region of memory per all-reduce op of a schedule
-(`native_exchange.shared`, freed with the schedule), one slot per member: a post count, a read count and a mailbox (exchange_ir.py's
-REDUCE_IR). The c-th run of the op on a member:
+Each is two instructions, its *post* and its *reduce* (or *gather*) (an all_reduce_start
+is the post alone, its all_reduce_done the reduce): two, so that ranks run in lockstep on
+one thread (transports/local/local_communicator.py's hosts) have all posted before any
+reads. The group's members share a region of memory per op of a schedule
+(`native_exchange.shared`, freed with the schedule), one slot per member: a post count,
+a read count and a mailbox (exchange_ir.py's REDUCE_IR). The c-th run of the op on a
+member:
 
 1. post: wait until every other member has finished reading run c - 1 (its read count),
-   copy the operand into this member's mailbox, publish post count c (release); a
-   started all-reduce writes c into its handle;
+   copy the operand into this member's mailbox (a strided view through native.py's copy
+   loops), publish post count c (release); a started all-reduce writes c into its handle;
 2. reduce: wait until every member's post count is c (acquire), fold the G mailboxes in
    group order into the result (out = x0 op x1, then out op x2, ...: what
    communicator.reduce_arrays computes, so every backend gives the same bits), and
-   publish read count c.
+   publish read count c. A reduce-scatter's folds only this member's block of each
+   mailbox; gather: copy every mailbox into its block of the result, in group order.
 
-The operand is copied, so the result may be written over it and the rank goes on at
-once; counts only grow (the region lives as long as the group), so nothing is reset
-between runs. Waits stop as a permute's do (exchange.py): a failed rank, a finished
-peer, the timeout. Only what the fold loops cover runs natively (exchange_ir.REDUCE_KINDS:
-sums and products of float32/64 and int32/64, integer max and min); the rest, every
-all-reduce of MPI, and Ray's across hosts run through the communicator.
+Along a dimension d the blocks are contiguous runs of the rows the dims before d make
+(one row where they are all 1): the reduce and the gather go row by row, so every
+dimension runs natively. The operand is copied, so the result may be written over it
+and the rank goes on at once; counts only grow (the region lives as long as the group),
+so nothing is reset between runs. Waits stop as a permute's do (exchange.py): a failed
+rank, a finished peer, the timeout. A gather copies bytes, of any dtype; only what the
+fold loops cover reduces natively (exchange_ir.REDUCE_KINDS: sums and products of
+float32/64 and int32/64, integer max and min). The rest (and a strided operand of
+elements the copy loops do not move: 2 or 16 bytes), every collective of MPI, and Ray's
+across hosts run through the communicator.
 """
 from __future__ import annotations
 
