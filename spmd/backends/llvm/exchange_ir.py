@@ -1,7 +1,8 @@
 """The native code of the collectives between local threads (exchange.py and
 exchange_reduce.py say how they work): a permute's two halves, spmd_permute_post and
 spmd_permute_recv_of, an all-reduce's two, spmd_allreduce_post and spmd_allreduce_reduce
-(with the element loops they fold with, spmd_ar_*), their waits (spmd_wait: spin, then
+(with the element loops they fold with, spmd_ar_*; a reduce-scatter's are the same), an
+all-gather's post and spmd_allgather_gather, their waits (spmd_wait: spin, then
 yield; stop on a failed rank, a finished peer, the timeout) and spmd_store8 (a value known
 from the rank)."""
 from __future__ import annotations
@@ -493,5 +494,5 @@ def exchange_ir() -> str:
 
 
 EXCHANGE_NAMES = ["spmd_permute_post", "spmd_permute_recv_of", "spmd_store8", "spmd_allreduce_post",
-                  "spmd_allreduce_reduce", "spmd_allgather_gather"] + [f"spmd_ar{acc}_{k[0]}" for k in REDUCE_KINDS.values()
-                                              for acc in ("", "_acc")]
+                  "spmd_allreduce_reduce", "spmd_allgather_gather"] + \
+    [f"spmd_ar{acc}_{k[0]}" for k in REDUCE_KINDS.values() for acc in ("", "_acc")]
