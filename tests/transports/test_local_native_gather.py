@@ -294,3 +294,43 @@ def test_a_rank_that_never_arrives_times_out_naming_it(step, monkeypatch):
     want = numpy_scan(mesh, xs, ("y",), 1, "sum", 20)
     got = RT.run(step, mesh, {d: [xs[d].copy()] for d in range(2)})
     same_bits(got[1][0], want[1])
+
+
+@pytest.mark.parametrize("cores", ["1", "64"])
+def test_a_groups_collectives_share_one_region_in_their_order(cores, monkeypatch):
+    """Independent gathers, reduce-scatters and all-reduces of one group, of different
+    sizes: they share one region whose slots fit the largest, each posted only once the
+    one before was read (the segment keeps their halves in order: posted together, each
+    would wait for reads that come after it)."""
+    from spmd.ir.ops.names import ALL_REDUCE
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    mesh = Mesh(*MESHES["2x2"])
+    g = Graph("independent")
+    x = g.add_input((8, 6), "float64")
+    y = g.add_input((2, 6), "float64")
+    axes = ("y",)
+    outs = [g.emit(ALL_GATHER, x, axes=axes, dimension=1, group_size=2),
+            g.emit(ALL_GATHER, y, axes=axes, dimension=0, group_size=2),
+            g.emit(REDUCE_SCATTER, x, axes=axes, dimension=0, reduction="sum", group_size=2),
+            g.emit(ALL_REDUCE, y, axes=axes, reduction="sum", group_size=2),
+            g.emit(REDUCE_SCATTER, x, axes=("x", "y"), dimension=0, reduction="sum", group_size=4)]
+    g.outputs = outs
+    exe = compile_llvm(g)
+    sched = exe.schedule(1, True, "process")
+    assert sched.only_segment() is not None
+    assert sorted(sched.slot_bytes) == [("group", ("x", "y")), ("group", ("y",))]
+    assert sched.slot_bytes[("group", ("y",))] == 128 + 8 * 6 * 8
+    xs = {d: value(d, (8, 6), "float64") for d in range(4)}
+    ys = {d: value(10 + d, (2, 6), "float64") for d in range(4)}
+    for _ in range(2):
+        got = RT.run(exe, mesh, {d: [xs[d].copy(), ys[d].copy()] for d in range(4)})
+        for d in range(4):
+            grp, i = mesh.group(d, axes), mesh.index_in_group(d, axes)
+            both = mesh.group(d, ("x", "y"))
+            want = [np.concatenate([xs[e] for e in grp], axis=1), np.concatenate([ys[e] for e in grp], axis=0),
+                    np.split(reduce_in_order("sum", [xs[e] for e in grp]), 2, axis=0)[i],
+                    reduce_in_order("sum", [ys[e] for e in grp]),
+                    np.split(reduce_in_order("sum", [xs[e] for e in both]), 4, axis=0)[mesh.index_in_group(d, ("x", "y"))]]
+            for r, w in zip(got[d], want):
+                same_bits(r, w)

@@ -35,10 +35,14 @@ from . import native
 from .steps import Here, Scratch
 
 class FromComm:
-    """An argument entry known once the rank's communicator is: fn(comm) -> int."""
+    """An argument entry known once the rank's communicator is: fn(comm) -> int.
+    `touches`: a key of the memory the entry points at that other instructions' entries
+    name too (a group's shared region), which the instruction is taken to write
+    (reorder.py keeps the order of the instructions naming it)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, touches=None):
         self.fn = fn
+        self.touches = touches
 
 
 _noted = []

@@ -59,18 +59,19 @@ def all_reduce_instrs(sched, op):
     region = _region(sched, op, x, native_kind(sched, op, x))
     if region is None:
         return None
-    return [_post(sched, op, x, region, handle=0),
-            _reduce(sched, op, x, op.result, region, region[0][1], _whole(x))]
+    opid = note_op(op)
+    return [_post(sched, op, x, region, 0, opid), _reduce(sched, op, x, region, opid, _whole(x))]
 
 
 def all_reduce_start_instrs(sched, op):
-    """The post; its handle holds the count, and the done finds the region by it."""
+    """The post, into a region of its own (other collectives of the group run before
+    its done); its handle holds the count, and the done finds the region by it."""
     x = op.operands[0]
-    region = _region(sched, op, x, native_kind(sched, op, x))
+    region = _region(sched, op, x, native_kind(sched, op, x), alone=True)
     if region is None:
         return None
     sched.native_starts[op.result] = region
-    return [_post(sched, op, x, region, handle=(op.result, 0))]
+    return [_post(sched, op, x, region, (op.result, 0), note_op(op))]
 
 
 def all_reduce_done_instrs(sched, op):
@@ -80,7 +81,7 @@ def all_reduce_done_instrs(sched, op):
     region = sched.native_starts.get(h)
     if region is None:
         return None
-    return [_reduce(sched, op, x, op.result, region, note_op(op), _whole(x))]
+    return [_reduce(sched, op, x, region, note_op(op), _whole(x))]
 
 
 def reduce_scatter_instrs(sched, op):
@@ -93,8 +94,9 @@ def reduce_scatter_instrs(sched, op):
     rows, row_n = _rows(x, op.attrs["dimension"])
     n = row_n // op.attrs["group_size"]
     isz = np.dtype(x.dtype).itemsize
-    return [_post(sched, op, x, region, handle=0),
-            _reduce(sched, op, x, op.result, region, region[0][1], (rows, n * isz, n, row_n * isz, n * isz))]
+    opid = note_op(op)
+    return [_post(sched, op, x, region, 0, opid),
+            _reduce(sched, op, x, region, opid, (rows, n * isz, n, row_n * isz, n * isz))]
 
 
 def all_gather_instrs(sched, op):
@@ -106,9 +108,10 @@ def all_gather_instrs(sched, op):
         return None
     rows, row_n = _rows(x, op.attrs["dimension"])
     isz = np.dtype(x.dtype).itemsize
+    opid = note_op(op)
     gather = (sched.helpers["spmd_allgather_gather"],
-              _block(sched, op, x, (op.result, 0), region, 0, region[0][1], (rows, row_n * isz, row_n, 0, 0)) + [0, 0])
-    return [_post(sched, op, x, region, handle=0), gather]
+              _block(sched, op, x, (op.result, 0), region, 0, opid, (rows, row_n * isz, row_n, 0, 0)) + [0, 0])
+    return [_post(sched, op, x, region, 0, opid), gather]
 
 
 def _whole(x):
@@ -121,19 +124,24 @@ def _rows(x, dim):
     return int(np.prod(x.shape[:dim], dtype=np.int64)), int(np.prod(x.shape[dim:], dtype=np.int64))
 
 
-def _region(sched, op, x, kind):
-    """(key, bytes, stride, kind) of op's shared region, or None where it runs from Python
-    (a strided operand its post cannot copy: _strided)."""
+def _region(sched, op, x, kind, alone=False):
+    """(key, G, kind) of op's shared region, or None where it runs from Python (a strided
+    operand its post cannot copy: _strided). The collectives of a group (its axes, in
+    their order) share one region, whose slots fit the largest of them: a member posts
+    the next only once every other has read its last, as a run of one op waits for the
+    run before; a started all-reduce has one of its own (`alone`)."""
     if kind is None:
         return None
     base, view, dbase = sched.dummy(x)
     if not view.flags.c_contiguous and _strided(view) is None:
         return None
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
-    stride = SLOT_HEAD + -(-nbytes // 64) * 64
-    key = (op.name, note_op(op))
-    sched.mailboxes[key] = stride + 64 // op.attrs["group_size"]     # (and the region's alignment)
-    return (key, op.attrs["group_size"] * stride, stride, kind)
+    G = op.attrs["group_size"]
+    key = (op.name, note_op(op)) if alone else ("group", tuple(op.attrs["axes"]))
+    slot = max(SLOT_HEAD + -(-nbytes // 64) * 64, sched.slot_bytes.get(key, 0))
+    sched.slot_bytes[key] = slot
+    sched.mailboxes[key] = slot + 64 // G     # (and the region's alignment)
+    return (key, G, kind)
 
 
 def _strided(view):
@@ -143,35 +151,45 @@ def _strided(view):
     return native.copy_entries(view, isz) if isz in (1, 4, 8) else None
 
 
-def _post(sched, op, x, region, handle):
+def _post(sched, op, x, region, handle, opid):
     """The post's block; an operand that is a strided view (a transpose the native code
     reads where it lies) is gathered into the mailbox by a copy whose block follows."""
     base, view, dbase = sched.dummy(x)
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
-    entries = _block(sched, op, x, (base, off), region, handle, region[0][1], _whole(x))
+    entries = _block(sched, op, x, (base, off), region, handle, opid, _whole(x))
     if view.flags.c_contiguous:
         return (sched.helpers["spmd_allreduce_post"], entries + [0, 0])
-    key, size, stride, kind = region
+    key, G, kind = region
     axes = op.attrs["axes"]
 
     def mailbox(c):
-        shared = c.native_exchange.shared(axes, sched, key, size)
-        return shared + c.native_exchange.board(axes)["index"] * stride + SLOT_HEAD
+        stride = sched.slot_bytes[key]
+        return _shared(c, sched, axes, region) + c.native_exchange.board(axes)["index"] * stride + SLOT_HEAD
     at = len(entries) + 2
-    copy = [FromComm(mailbox), (base, off)] + _strided(view)
+    copy = [FromComm(mailbox, touches=("region", key)), (base, off)] + _strided(view)
     return (sched.helpers["spmd_allreduce_post"],
             entries + [sched.helpers[f"spmd_copy{view.itemsize}"], Here(at)] + copy)
 
 
-def _reduce(sched, op, x, result, region, opid, rows):
-    return (sched.helpers["spmd_allreduce_reduce"], _block(sched, op, x, (result, 0), region, 0, opid, rows) + [0, 0])
+def _reduce(sched, op, x, region, opid, rows):
+    return (sched.helpers["spmd_allreduce_reduce"],
+            _block(sched, op, x, (op.result, 0), region, 0, opid, rows) + [0, 0])
+
+
+def _shared(c, sched, axes, region):
+    """The region's address on the rank of communicator c (its slots' size known once the
+    schedule is built)"""
+    key, G, kind = region
+    return c.native_exchange.shared(axes, sched, key, G * sched.slot_bytes[key])
 
 
 def _block(sched, op, x, data, region, handle, opid, rows):
     """The argument block of a half (exchange_ir.py REDUCE_FIELDS); `opid`: the op a
     stopped wait names (exchange.note_op); `rows`: (rows, row_bytes, row_n, row_stride,
-    block_at) of the result."""
-    key, size, stride, kind = region
+    block_at) of the result. The region's address and its slots' stride are read when
+    the rank's communicator is (every op of the group lowered by then); the halves that
+    name a region keep their order (reorder.py: its key, written)."""
+    key, G, kind = region
     axes = op.attrs["axes"]
     yld, clock = libc_addrs()
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
@@ -180,8 +198,9 @@ def _block(sched, op, x, data, region, handle, opid, rows):
     def board(c):
         return c.native_exchange.board(axes)
 
-    return [FromComm(lambda c: c.native_exchange.shared(axes, sched, key, size)), op.attrs["group_size"],
-            FromComm(lambda c: board(c)["index"]), stride, data, nbytes, int(x.size), fold, acc,
+    return [FromComm(lambda c: _shared(c, sched, axes, region), touches=("region", key)), G,
+            FromComm(lambda c: board(c)["index"]), FromComm(lambda c: sched.slot_bytes[key]), data, nbytes,
+            int(x.size), fold, acc,
             FromComm(lambda c: board(c)["failed"]), FromComm(lambda c: board(c)["fins"]),
             FromComm(lambda c: board(c)["timeout_ns"]), FromComm(lambda c: board(c)["status"]),
             opid, yld, clock, handle, *rows]

@@ -69,7 +69,8 @@ class Schedule:
         self.consts = {}         # value -> its array (constants are not made per call)
         self.kept = []           # loop bodies' schedules, whose constants the instructions read
         self.native_starts = {}  # a started all-reduce's handle -> its region, when it runs natively (exchange_reduce.py)
-        self.mailboxes = {}      # a native all-reduce's region key -> the bytes of a member's slot in it
+        self.mailboxes = {}      # a native collective's region key -> the bytes a member holds of it
+        self.slot_bytes = {}     # a native collective's region key -> the bytes of a member's slot in it
         self._locations = {}     # value -> the memory it lies in (locations)
         self.items = self.segments()                       # Segment | step index
         self.small = self.largest_kernel() < SMALL_WORK
@@ -115,6 +116,7 @@ class Schedule:
         out = []
         for fn, entries in instrs:
             scratch = [("scratch", e[0].slot) for e in entries if isinstance(e, tuple) and isinstance(e[0], Scratch)]
+            scratch += [e.touches for e in entries if isinstance(e, FromComm) and e.touches is not None]
             if fn == self.helpers["spmd_permute_post"]:
                 post = Instr(fn, entries, reads, scratch, board=tuple(step.attrs["axes"]))
                 out += [post, Instr(fn, None, (), writes, board=post.board, post=post)]
