@@ -11,12 +11,14 @@ more than a small step's reduction itself. Everything the members share is in th
 Each is two instructions, its *post* and its *reduce* (or *gather*) (an all_reduce_start
 is the post alone, its all_reduce_done the reduce): two, so that ranks run in lockstep on
 one thread (transports/local/local_communicator.py's hosts) have all posted before any
-reads. The group's members share a region of memory per op of a schedule
-(`native_exchange.shared`, freed with the schedule), one slot per member: a post count,
-a read count and a mailbox (exchange_ir.py's REDUCE_IR). The c-th run of the op on a
-member:
+reads. The group's members share a region of memory per group (its axes) of a schedule
+(`native_exchange.shared`, freed with the schedule; a started all-reduce has one of its
+own), one slot per member: a post count, a read count and a mailbox as large as the
+largest operand of the group's collectives (exchange_ir.py's REDUCE_IR). The c-th post
+into the region on a member (its collectives' runs, in the program's order, the same on
+every member):
 
-1. post: wait until every other member has finished reading run c - 1 (its read count),
+1. post: wait until every other member has finished reading post c - 1 (its read count),
    copy the operand into this member's mailbox (a strided view through native.py's copy
    loops), publish post count c (release); a started all-reduce writes c into its handle;
 2. reduce: wait until every member's post count is c (acquire), fold the G mailboxes in
