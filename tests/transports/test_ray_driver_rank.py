@@ -199,6 +199,56 @@ def test_all_reduces_run_natively_between_the_ranks_of_one_host(rt):
     assert all(g.tobytes() == got[0].tobytes() for g in got)
 
 
+def _count_python(start, method):
+    """In the calling rank's process: count the calls of RayCommunicator's `method` (a
+    collective it runs from Python; start=True: from now on; False: the count, and stop
+    counting)."""
+    from spmd.transports.ray.ray_communicator import RayCommunicator
+    inner = f"_python{method}"
+    if start:
+        RayCommunicator._counted = 0
+        def counted(self, *a, **k):
+            RayCommunicator._counted += 1
+            return getattr(RayCommunicator, inner)(self, *a, **k)
+        setattr(RayCommunicator, inner, getattr(RayCommunicator, method))
+        setattr(RayCommunicator, method, counted)
+        return 0
+    setattr(RayCommunicator, method, getattr(RayCommunicator, inner))
+    delattr(RayCommunicator, inner)
+    return RayCommunicator._counted
+
+
+def _gather_then_scatter(a, b):
+    whole = spmd.shard(a * 2.0, MESH.sharding(None, None)) + 1.0
+    return whole, a.T @ b
+
+
+def test_all_gathers_and_reduce_scatters_run_natively_between_the_ranks_of_one_host(rt):
+    """A compiled program's all_gather and reduce_scatter (FSDP's) join its native
+    segments as its all-reduces do: no rank runs them from Python, and the results are
+    the local runtime's."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((8, 4)), rng.standard_normal((8, 4))
+    row = MESH.sharding("x", None)
+    f = spmd.jit(_gather_then_scatter, in_shardings=(row, row), out_shardings=(MESH.sharding(None, None), row))
+    assert [op.name for op in f.lower(a, b).graph.ops if op.opdef.needs_comm] == ["all_gather", "reduce_scatter"]
+    f(a, b)
+    rt.wait()
+    counts = {}
+    for method in ("_all_gather", "_reduce_scatter"):
+        for d in range(4):
+            rt.call_on(d, _count_python, True, method)
+        try:
+            got = [[v.numpy() for v in f(a, b)] for _ in range(3)]
+            rt.wait()
+        finally:
+            counts[method] = [rt.call_on(d, _count_python, False, method) for d in range(4)]
+    assert counts == {"_all_gather": [0, 0, 0, 0], "_reduce_scatter": [0, 0, 0, 0]}
+    np.testing.assert_array_equal(got[0][0], a * 2.0 + 1.0)
+    np.testing.assert_allclose(got[0][1], a.T @ b, rtol=1e-12)
+    assert all(g[1].tobytes() == got[0][1].tobytes() for g in got)
+
+
 class _FailsOnNaN:
     """A compiled program whose run raises, before it starts, on a rank whose input holds
     a NaN: the other ranks wait in its native all-reduce for that rank's part."""
