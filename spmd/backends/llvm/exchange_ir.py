@@ -231,8 +231,10 @@ PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 # of dim d: the rows of the dims before d, this member's block of each); a gather's
 # result row r holds the G mailboxes' rows r of `row_bytes` each, in group order. Then,
 # for a post whose operand is a strided view: a copy function (native.py spmd_copy*,
-# else 0) and its argument block into the mailbox.
-REDUCE_FIELDS = 24
+# else 0) and its argument block into the mailbox; then `direct` (1: the post leaves the
+# operand's address at the slot's byte 8 instead of a copy, the readers read it there,
+# and a drain (spmd_collective_drain) waits for them before the operand may change).
+REDUCE_FIELDS = 25
 REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16, 22, 23)
 SLOT_HEAD = 128
 
@@ -267,6 +269,14 @@ next:
   %j1 = add i64 %j, 1
   br label %h
 copy:
+  %direct = icmp ne i64 %f24, 0
+  br i1 %direct, label %addr, label %boxed
+addr:
+  ; (direct: the readers read the operand where it lies, at the address in the slot)
+  %ap = getelementptr i8, ptr %mine, i64 8
+  store ptr %p4, ptr %ap
+  br label %posted
+boxed:
   %strided = icmp ne ptr %p22, null
   br i1 %strided, label %gath, label %flat
 gath:
@@ -328,18 +338,18 @@ rh:
   br i1 %rmore, label %rb, label %done
 rb:
   %rso = mul i64 %row, %f20
-  %rsb = add i64 %rso, %boff
-  %so = add i64 %rsb, {head}
+  %so = add i64 %rso, %boff
   %oo = mul i64 %row, %f18
   %out = getelementptr i8, ptr %p4, i64 %oo
-  %d0 = getelementptr i8, ptr %p0, i64 %so
+  %b0 = call ptr @spmd_box(ptr %p0, i64 0, i64 %f3, i64 %f24)
+  %d0 = getelementptr i8, ptr %b0, i64 %so
   br i1 %one, label %single, label %pair
 single:
   call void @llvm.memcpy.p0.p0.i64(ptr %out, ptr %d0, i64 %f18, i1 false)
   br label %rnext
 pair:
-  %s1 = getelementptr i8, ptr %p0, i64 %f3
-  %d1 = getelementptr i8, ptr %s1, i64 %so
+  %b1 = call ptr @spmd_box(ptr %p0, i64 1, i64 %f3, i64 %f24)
+  %d1 = getelementptr i8, ptr %b1, i64 %so
   call void %p7(ptr %out, ptr %d0, ptr %d1, i64 %f19)
   br label %fh
 fh:
@@ -347,9 +357,8 @@ fh:
   %fm = icmp slt i64 %k, %f1
   br i1 %fm, label %fb, label %rnext
 fb:
-  %ko = mul i64 %k, %f3
-  %sk = getelementptr i8, ptr %p0, i64 %ko
-  %dk = getelementptr i8, ptr %sk, i64 %so
+  %bk = call ptr @spmd_box(ptr %p0, i64 %k, i64 %f3, i64 %f24)
+  %dk = getelementptr i8, ptr %bk, i64 %so
   call void %p8(ptr %out, ptr %dk, i64 %f19)
   %k1 = add i64 %k, 1
   br label %fh
@@ -403,9 +412,7 @@ mh:
   %mmore = icmp slt i64 %m, %f1
   br i1 %mmore, label %mb, label %done
 mb:
-  %mo = mul i64 %m, %f3
-  %sm = getelementptr i8, ptr %p0, i64 %mo
-  %dm = getelementptr i8, ptr %sm, i64 {head}
+  %dm = call ptr @spmd_box(ptr %p0, i64 %m, i64 %f3, i64 %f24)
   %bo = mul i64 %m, %f18
   br label %rh
 rh:
@@ -428,6 +435,58 @@ done:
   %dp = getelementptr i8, ptr %mine, i64 64
   store atomic i64 %c, ptr %dp release, align 8
   br label %x
+fail:
+  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
+  br label %x
+x:
+  ret void
+}
+
+; where member k's message lies: its mailbox, or (direct) the operand whose address its
+; post left in the slot
+define ptr @spmd_box(ptr %region, i64 %k, i64 %stride, i64 %direct) {
+entry:
+  %ko = mul i64 %k, %stride
+  %slot = getelementptr i8, ptr %region, i64 %ko
+  %d = icmp ne i64 %direct, 0
+  br i1 %d, label %at, label %box
+at:
+  %ap = getelementptr i8, ptr %slot, i64 8
+  %a = load ptr, ptr %ap
+  ret ptr %a
+box:
+  %b = getelementptr i8, ptr %slot, i64 {head}
+  ret ptr %b
+}
+
+; after a direct read: wait until every other member finished reading this member's
+; operand (its read count reached this member's post count), which may be written again
+define void @spmd_collective_drain(ptr %a) {
+entry:
+{loads}
+  %off = mul i64 %f2, %f3
+  %mine = getelementptr i8, ptr %p0, i64 %off
+  %c = load i64, ptr %mine
+  br label %h
+h:
+  %j = phi i64 [0, %entry], [%j1, %next]
+  %more = icmp slt i64 %j, %f1
+  br i1 %more, label %b, label %x
+b:
+  %self = icmp eq i64 %j, %f2
+  br i1 %self, label %next, label %w
+w:
+  %jo = mul i64 %j, %f3
+  %slot = getelementptr i8, ptr %p0, i64 %jo
+  %donep = getelementptr i8, ptr %slot, i64 64
+  %fp = getelementptr i64, ptr %p10, i64 %j
+  %fin = load ptr, ptr %fp
+  %r = call i64 @spmd_wait(ptr %donep, i64 %c, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
+  %bad = icmp ne i64 %r, 0
+  br i1 %bad, label %fail, label %next
+next:
+  %j1 = add i64 %j, 1
+  br label %h
 fail:
   call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
   br label %x
@@ -494,5 +553,5 @@ def exchange_ir() -> str:
 
 
 EXCHANGE_NAMES = ["spmd_permute_post", "spmd_permute_recv_of", "spmd_store8", "spmd_allreduce_post",
-                  "spmd_allreduce_reduce", "spmd_allgather_gather"] + \
+                  "spmd_allreduce_reduce", "spmd_allgather_gather", "spmd_collective_drain"] + \
     [f"spmd_ar{acc}_{k[0]}" for k in REDUCE_KINDS.values() for acc in ("", "_acc")]

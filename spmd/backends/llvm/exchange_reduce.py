@@ -90,7 +90,7 @@ def reduce_scatter_instrs(sched, op):
     """The post of the whole operand, then the fold of this member's block of every
     mailbox: row by row, one row for each index of the dims before the scattered one."""
     x = op.operands[0]
-    region = _region(sched, op, x, native_kind(sched, op, x))
+    region = _region(sched, op, x, native_kind(sched, op, x), direct=True)
     if region is None:
         return None
     rows, row_n = _rows(x, op.attrs["dimension"])
@@ -98,22 +98,22 @@ def reduce_scatter_instrs(sched, op):
     isz = np.dtype(x.dtype).itemsize
     opid = note_op(op)
     return [_post(sched, op, x, region, 0, opid),
-            _reduce(sched, op, x, region, opid, (rows, n * isz, n, row_n * isz, n * isz))]
+            _reduce(sched, op, x, region, opid, (rows, n * isz, n, row_n * isz, n * isz))] + _drain(sched, op, x, region, opid)
 
 
 def all_gather_instrs(sched, op):
     """The post, then the copy of every member's mailbox into its block of the result:
     row by row, one row for each index of the dims before the gathered one."""
     x = op.operands[0]
-    region = _region(sched, op, x, "bytes") if sched.native_comm else None
+    region = _region(sched, op, x, "bytes", direct=True) if sched.native_comm else None
     if region is None:
         return None
     rows, row_n = _rows(x, op.attrs["dimension"])
     isz = np.dtype(x.dtype).itemsize
     opid = note_op(op)
     gather = (sched.helpers["spmd_allgather_gather"],
-              _block(sched, op, x, (op.result, 0), region, 0, opid, (rows, row_n * isz, row_n, 0, 0)) + [0, 0])
-    return [_post(sched, op, x, region, 0, opid), gather]
+              _block(sched, op, x, (op.result, 0), region, 0, opid, (rows, row_n * isz, row_n, 0, 0)) + [0, 0, region[3]])
+    return [_post(sched, op, x, region, 0, opid), gather] + _drain(sched, op, x, region, opid)
 
 
 def _whole(x):
@@ -126,24 +126,28 @@ def _rows(x, dim):
     return int(np.prod(x.shape[:dim], dtype=np.int64)), int(np.prod(x.shape[dim:], dtype=np.int64))
 
 
-def _region(sched, op, x, kind, alone=False):
-    """(key, G, kind) of op's shared region, or None where it runs from Python (a strided
-    operand its post cannot copy: _strided). The collectives of a group (its axes, in
-    their order) share one region, whose slots fit the largest of them: a member posts
+def _region(sched, op, x, kind, alone=False, direct=False):
+    """(key, G, kind, direct) of op's shared region, or None where it runs from Python (a
+    strided operand its post cannot copy: _strided). The collectives of a group (its axes,
+    in their order) share one region, whose slots fit the largest of them: a member posts
     the next only once every other has read its last, as a run of one op waits for the
-    run before; a started all-reduce has one of its own (`alone`)."""
+    run before; a started all-reduce has one of its own (`alone`). `direct` (an
+    all-gather's or reduce-scatter's contiguous operand, between threads): the readers
+    read the operand where it lies (no mailbox: a reduce-scatter's would hold the whole
+    gradient), and a drain waits for them."""
     if kind is None:
         return None
     base, view, dbase = sched.dummy(x)
     if not view.flags.c_contiguous and _strided(view) is None:
         return None
-    nbytes = int(x.size) * np.dtype(x.dtype).itemsize
+    direct = int(direct and sched.native_comm == "process" and view.flags.c_contiguous)
+    nbytes = 0 if direct else int(x.size) * np.dtype(x.dtype).itemsize
     G = op.attrs["group_size"]
     key = (op.name, note_op(op)) if alone else ("group", tuple(op.attrs["axes"]))
     slot = max(SLOT_HEAD + -(-nbytes // 64) * 64, sched.slot_bytes.get(key, 0))
     sched.slot_bytes[key] = slot
     sched.mailboxes[key] = slot + 64 // G     # (and the region's alignment)
-    return (key, G, kind)
+    return (key, G, kind, direct)
 
 
 def _strided(view):
@@ -160,28 +164,36 @@ def _post(sched, op, x, region, handle, opid):
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
     entries = _block(sched, op, x, (base, off), region, handle, opid, _whole(x))
     if view.flags.c_contiguous:
-        return (sched.helpers["spmd_allreduce_post"], entries + [0, 0])
-    key, G, kind = region
+        return (sched.helpers["spmd_allreduce_post"], entries + [0, 0, region[3]])
+    key, G, kind, _ = region
     axes = op.attrs["axes"]
 
     def mailbox(c):
         stride = sched.slot_bytes[key]
         return _shared(c, sched, axes, region) + c.native_exchange.board(axes)["index"] * stride + SLOT_HEAD
-    at = len(entries) + 2
+    at = len(entries) + 3
     copy = [FromComm(mailbox, touches=("region", key)), (base, off)] + _strided(view)
     return (sched.helpers["spmd_allreduce_post"],
-            entries + [sched.helpers[f"spmd_copy{view.itemsize}"], Here(at)] + copy)
+            entries + [sched.helpers[f"spmd_copy{view.itemsize}"], Here(at), 0] + copy)
 
 
 def _reduce(sched, op, x, region, opid, rows):
     return (sched.helpers["spmd_allreduce_reduce"],
-            _block(sched, op, x, (op.result, 0), region, 0, opid, rows) + [0, 0])
+            _block(sched, op, x, (op.result, 0), region, 0, opid, rows) + [0, 0, region[3]])
+
+
+def _drain(sched, op, x, region, opid):
+    """[the drain after a direct read], or [] (the operand was copied)"""
+    if not region[3]:
+        return []
+    return [(sched.helpers["spmd_collective_drain"], _block(sched, op, x, (op.result, 0), region, 0, opid,
+                                                           (0, 0, 0, 0, 0)) + [0, 0, 1])]
 
 
 def _shared(c, sched, axes, region):
     """The region's address on the rank of communicator c (its slots' size known once the
     schedule is built)"""
-    key, G, kind = region
+    key, G, kind, _ = region
     return c.native_exchange.shared(axes, sched, key, G * sched.slot_bytes[key])
 
 
@@ -191,7 +203,7 @@ def _block(sched, op, x, data, region, handle, opid, rows):
     block_at) of the result. The region's address and its slots' stride are read when
     the rank's communicator is (every op of the group lowered by then); the halves that
     name a region keep their order (reorder.py: its key, written)."""
-    key, G, kind = region
+    key, G, kind, _ = region
     axes = op.attrs["axes"]
     yld, clock = libc_addrs()
     nbytes = int(x.size) * np.dtype(x.dtype).itemsize
