@@ -27,6 +27,11 @@ every member):
    publish read count c. A reduce-scatter's folds only this member's block of each
    mailbox; gather: copy every mailbox into its block of the result, in group order.
 
+Between threads (scope "process") an all-gather's or reduce-scatter's contiguous operand
+is not copied: the post leaves its address in the slot, the readers read it there, and a
+third instruction, the drain, waits until every member has read it (the operand may be
+written again after it): no mailbox holds a whole gradient, and a copy is saved.
+
 Along a dimension d the blocks are contiguous runs of the rows the dims before d make
 (one row where they are all 1): the reduce and the gather go row by row, so every
 dimension runs natively. The operand is copied, so the result may be written over it
