@@ -239,6 +239,39 @@ REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16, 22, 23)
 SLOT_HEAD = 128
 
 REDUCE_IR = """
+; wait until every member but `index` of the region's G has published `count` at byte
+; `at` of its slot (0: its post count, 64: its read count); a failed wait is reported
+; (spmd_fail names the member) and returns 1
+define i1 @spmd_wait_members(ptr %region, i64 %G, i64 %index, i64 %stride, i64 %at, i64 %count, ptr %failed,
+                             ptr %fins, i64 %timeout, ptr %status, i64 %opid, ptr %yield, ptr %clock) {
+entry:
+  br label %h
+h:
+  %j = phi i64 [0, %entry], [%j1, %next]
+  %more = icmp slt i64 %j, %G
+  br i1 %more, label %b, label %ok
+b:
+  %self = icmp eq i64 %j, %index
+  br i1 %self, label %next, label %w
+w:
+  %jo = mul i64 %j, %stride
+  %slot = getelementptr i8, ptr %region, i64 %jo
+  %cell = getelementptr i8, ptr %slot, i64 %at
+  %fp = getelementptr i64, ptr %fins, i64 %j
+  %fin = load ptr, ptr %fp
+  %r = call i64 @spmd_wait(ptr %cell, i64 %count, ptr %failed, ptr %fin, i64 %timeout, ptr %status, ptr %yield, ptr %clock)
+  %bad = icmp ne i64 %r, 0
+  br i1 %bad, label %fail, label %next
+next:
+  %j1 = add i64 %j, 1
+  br label %h
+fail:
+  call void @spmd_fail(ptr %status, i64 %r, i64 %j, i64 %opid)
+  ret i1 1
+ok:
+  ret i1 0
+}
+
 ; a member's post: wait until every other member finished reading its last message of
 ; this all-reduce, copy the operand into its mailbox, publish the count (release)
 define void @spmd_allreduce_post(ptr %a) {
@@ -248,26 +281,8 @@ entry:
   %mine = getelementptr i8, ptr %p0, i64 %off
   %c0 = load i64, ptr %mine
   %c = add i64 %c0, 1
-  br label %h
-h:
-  %j = phi i64 [0, %entry], [%j1, %next]
-  %more = icmp slt i64 %j, %f1
-  br i1 %more, label %b, label %copy
-b:
-  %self = icmp eq i64 %j, %f2
-  br i1 %self, label %next, label %w
-w:
-  %jo = mul i64 %j, %f3
-  %slot = getelementptr i8, ptr %p0, i64 %jo
-  %donep = getelementptr i8, ptr %slot, i64 64
-  %fp = getelementptr i64, ptr %p10, i64 %j
-  %fin = load ptr, ptr %fp
-  %r = call i64 @spmd_wait(ptr %donep, i64 %c0, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
-  %bad = icmp ne i64 %r, 0
-  br i1 %bad, label %fail, label %next
-next:
-  %j1 = add i64 %j, 1
-  br label %h
+  %bad = call i1 @spmd_wait_members(ptr %p0, i64 %f1, i64 %f2, i64 %f3, i64 64, i64 %c0, ptr %p9, ptr %p10, i64 %f11, ptr %p12, i64 %f13, ptr %p14, ptr %p15)
+  br i1 %bad, label %x, label %copy
 copy:
   %direct = icmp ne i64 %f24, 0
   br i1 %direct, label %addr, label %boxed
@@ -294,9 +309,6 @@ posted:
 sh:
   store i64 %c, ptr %p16
   br label %x
-fail:
-  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
-  br label %x
 x:
   ret void
 }
@@ -309,25 +321,8 @@ entry:
   %off = mul i64 %f2, %f3
   %mine = getelementptr i8, ptr %p0, i64 %off
   %c = load i64, ptr %mine
-  br label %h
-h:
-  %j = phi i64 [0, %entry], [%j1, %next]
-  %more = icmp slt i64 %j, %f1
-  br i1 %more, label %b, label %fold
-b:
-  %self = icmp eq i64 %j, %f2
-  br i1 %self, label %next, label %w
-w:
-  %jo = mul i64 %j, %f3
-  %slot = getelementptr i8, ptr %p0, i64 %jo
-  %fp = getelementptr i64, ptr %p10, i64 %j
-  %fin = load ptr, ptr %fp
-  %r = call i64 @spmd_wait(ptr %slot, i64 %c, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
-  %bad = icmp ne i64 %r, 0
-  br i1 %bad, label %fail, label %next
-next:
-  %j1 = add i64 %j, 1
-  br label %h
+  %bad = call i1 @spmd_wait_members(ptr %p0, i64 %f1, i64 %f2, i64 %f3, i64 0, i64 %c, ptr %p9, ptr %p10, i64 %f11, ptr %p12, i64 %f13, ptr %p14, ptr %p15)
+  br i1 %bad, label %x, label %fold
 fold:
   %boff = mul i64 %f2, %f21
   %one = icmp eq i64 %f1, 1
@@ -369,9 +364,6 @@ done:
   %dp = getelementptr i8, ptr %mine, i64 64
   store atomic i64 %c, ptr %dp release, align 8
   br label %x
-fail:
-  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
-  br label %x
 x:
   ret void
 }
@@ -385,25 +377,8 @@ entry:
   %off = mul i64 %f2, %f3
   %mine = getelementptr i8, ptr %p0, i64 %off
   %c = load i64, ptr %mine
-  br label %h
-h:
-  %j = phi i64 [0, %entry], [%j1, %next]
-  %more = icmp slt i64 %j, %f1
-  br i1 %more, label %b, label %copy
-b:
-  %self = icmp eq i64 %j, %f2
-  br i1 %self, label %next, label %w
-w:
-  %jo = mul i64 %j, %f3
-  %slot = getelementptr i8, ptr %p0, i64 %jo
-  %fp = getelementptr i64, ptr %p10, i64 %j
-  %fin = load ptr, ptr %fp
-  %r = call i64 @spmd_wait(ptr %slot, i64 %c, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
-  %bad = icmp ne i64 %r, 0
-  br i1 %bad, label %fail, label %next
-next:
-  %j1 = add i64 %j, 1
-  br label %h
+  %bad = call i1 @spmd_wait_members(ptr %p0, i64 %f1, i64 %f2, i64 %f3, i64 0, i64 %c, ptr %p9, ptr %p10, i64 %f11, ptr %p12, i64 %f13, ptr %p14, ptr %p15)
+  br i1 %bad, label %x, label %copy
 copy:
   %orow = mul i64 %f18, %f1
   br label %mh
@@ -435,9 +410,6 @@ done:
   %dp = getelementptr i8, ptr %mine, i64 64
   store atomic i64 %c, ptr %dp release, align 8
   br label %x
-fail:
-  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
-  br label %x
 x:
   ret void
 }
@@ -467,28 +439,7 @@ entry:
   %off = mul i64 %f2, %f3
   %mine = getelementptr i8, ptr %p0, i64 %off
   %c = load i64, ptr %mine
-  br label %h
-h:
-  %j = phi i64 [0, %entry], [%j1, %next]
-  %more = icmp slt i64 %j, %f1
-  br i1 %more, label %b, label %x
-b:
-  %self = icmp eq i64 %j, %f2
-  br i1 %self, label %next, label %w
-w:
-  %jo = mul i64 %j, %f3
-  %slot = getelementptr i8, ptr %p0, i64 %jo
-  %donep = getelementptr i8, ptr %slot, i64 64
-  %fp = getelementptr i64, ptr %p10, i64 %j
-  %fin = load ptr, ptr %fp
-  %r = call i64 @spmd_wait(ptr %donep, i64 %c, ptr %p9, ptr %fin, i64 %f11, ptr %p12, ptr %p14, ptr %p15)
-  %bad = icmp ne i64 %r, 0
-  br i1 %bad, label %fail, label %next
-next:
-  %j1 = add i64 %j, 1
-  br label %h
-fail:
-  call void @spmd_fail(ptr %p12, i64 %r, i64 %j, i64 %f13)
+  %bad = call i1 @spmd_wait_members(ptr %p0, i64 %f1, i64 %f2, i64 %f3, i64 64, i64 %c, ptr %p9, ptr %p10, i64 %f11, ptr %p12, i64 %f13, ptr %p14, ptr %p15)
   br label %x
 x:
   ret void
