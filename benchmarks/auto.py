@@ -19,7 +19,9 @@ plan's). Read the ratios, not the milliseconds.
 The FSDP row: train_gpt with spmd.AUTO and memory_limit at its unconstrained plan's peak
 less half of what its parameters and Adam state take replicated (fsdp_limit); printed with the plan's peak per device (lowered.memory()),
 the measured one (tracemalloc's peak during a step: per process under MPI; the local
-devices' threads share one process, so there its fourth) and the limit, against the
+devices' threads share one process, so there its fourth; less the Python objects the
+step leaves allocated, which the plan does not count and which are printed beside,
+measured_peak) and the limit, against the
 example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
 
 Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
@@ -199,7 +201,7 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
         outs[plan] = leaves(f(*copy(args)))
         if memory_limit is not None:
             rows[plan]["planned_peak"] = low.memory()["peak_bytes"]
-            rows[plan]["peak"] = measured_peak(spmd.jit(hand_fn if plan == "hand" else fn, **kw), low, args,
+            rows[plan]["peak"], rows[plan]["objects"] = measured_peak(spmd.jit(hand_fn if plan == "hand" else fn, **kw), low, args,
                                                devices_per_process)
     times = {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
@@ -234,22 +236,34 @@ def fsdp_limit(fn, args, mesh):
 
 
 def measured_peak(f, low, args, devices_per_process):
-    """Bytes a device holds at the peak of a step: its arguments' shards (placed as `low`
-    lays them out) and tracemalloc's peak over the first two calls of `f` (a new jit of
-    the plan, compiled first), shared out over the devices of this process."""
+    """(bytes a device holds at the peak of a step, bytes of Python objects the step left
+    behind a device): its arguments' shards (placed as `low` lays them out) and
+    tracemalloc's peak over the first two calls of `f` (a new jit of the plan, compiled
+    first), shared out over the devices of this process, less the Python objects (not
+    arrays: tracemalloc's domain 0, numpy's buffers are traced in a domain of their own)
+    the calls left allocated: the native schedule's instructions and the interpreter's
+    own tables (its interned strings' table doubles when it fills, ~1 MB at once, at
+    whatever call that falls in), which lowered.memory() does not count (its
+    `not_counted`). Python objects made and freed within the step stay in the figure."""
     import tracemalloc
     placed = spmd.tree_unflatten(spmd.tree_flatten(args)[1], [
         spmd.device_put(np.asarray(x), s) for x, s in zip(spmd.tree_flatten(copy(args))[0], low.in_shardings)])
     f.lower(*placed).compile()
+    objects = [tracemalloc.DomainFilter(True, 0)]
+
+    def python_bytes():
+        return sum(t.size for t in tracemalloc.take_snapshot().filter_traces(objects).traces)
     tracemalloc.start()                     # (before the first run: its buffers and arena too)
     base = tracemalloc.get_traced_memory()[0]
+    before = python_bytes()
     f(*placed)
     f(*placed)
     peak = tracemalloc.get_traced_memory()[1] - base
+    left = python_bytes() - before
     tracemalloc.stop()
     # (the arguments, made before tracemalloc started: a shard each a device)
     held = sum(int(np.prod(x.local_shape)) * np.dtype(x.dtype).itemsize for x in spmd.tree_flatten(placed)[0])
-    return peak / devices_per_process + held
+    return (peak - left) / devices_per_process + held, left / devices_per_process
 
 
 def ensure_rates():
@@ -304,7 +318,8 @@ def main(argv=None):
                 f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {r['predicted'] * 1e3 / r['fast_ms']:6.2f} {solve:>11} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
             if limit is not None:
                 say(f"{'':<22} {'':<9} peak per device: planned {r['planned_peak'] / 2**20:.2f} MiB, measured "
-                    f"{r['peak'] / 2**20:.2f} MiB, limit (AUTO's) {limit / 2**20:.2f} MiB; loss {r['losses']:.6f}")
+                    f"{r['peak'] / 2**20:.2f} MiB (Python objects left besides: {r['objects'] / 2**20:.2f} MiB), "
+                    f"limit (AUTO's) {limit / 2**20:.2f} MiB; loss {r['losses']:.6f}")
         sys.stdout.flush()
 
 

@@ -144,6 +144,44 @@ def test_an_all_reduce_in_place_over_its_operand_and_a_view_operand():
         np.testing.assert_array_equal(got[d][0], 2 * (total + total))
 
 
+@pytest.mark.parametrize("cores", ["1", "64"])
+def test_all_reduces_started_together_from_one_line_keep_their_own_regions(cores, monkeypatch):
+    """Two all-reduces in flight at once, of one description (one op, axes and user
+    line: a layer loop's gradient buckets): each has a region of its own, so neither
+    reads the other's mailbox."""
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    mesh = Mesh((1, 2), ("x", "y"))
+    g = Graph("buckets")
+    x = g.add_input((6,), "float64")
+    y = g.emit(MULTIPLY, x, x)
+    hs = [g.emit(ALL_REDUCE_START, v, axes=("y",), reduction="sum", group_size=2, loc="train.py:12") for v in (x, y)]
+    ds = [g.emit(ALL_REDUCE_DONE, h, v, axes=("y",), reduction="sum", group_size=2) for h, v in zip(hs, (x, y))]
+    g.outputs = ds
+    exe = compile_llvm(g)
+    assert exe.schedule(1, True, "process").only_segment() is not None
+    xs = {d: np.arange(6.0) + 10 * d for d in range(2)}
+    for _ in range(2):
+        got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(2)})
+        for d in range(2):
+            np.testing.assert_array_equal(got[d][0], xs[0] + xs[1])
+            np.testing.assert_array_equal(got[d][1], xs[0] * xs[0] + xs[1] * xs[1])
+
+
+def test_a_process_that_lowers_a_program_again_notes_no_new_ops():
+    """The ids a stopped native wait reports are one per description (op, axes, line):
+    a process that lowers programs again and again (spmd.AUTO's search) does not grow
+    its table of them."""
+    from spmd.backends.llvm.exchange import note_op, noted_op
+    g = body_graph((5, 3), "float64", "sum", ("y",), ("x", "y"), 2, 4)
+    for op in g.ops:
+        op.loc = "train.py:7"
+    ids = [[note_op(op) for op in compile_llvm(g).graph.ops if "axes" in op.attrs] for _ in range(3)]
+    assert ids[0] == ids[1] == ids[2]
+    assert [noted_op(k)[0] for k in ids[0]] == [
+        f"{op.name} over {tuple(op.attrs['axes'])} at train.py:7" for op in g.ops if "axes" in op.attrs]
+
+
 @pytest.fixture
 def step(monkeypatch):
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")

@@ -45,19 +45,26 @@ class FromComm:
         self.touches = touches
 
 
-_noted = []
+_noted = []                # id -> (what, axes)
+_noted_ids = {}            # (what, axes) -> id: one id per description, however often ops are lowered
 _noted_lock = threading.Lock()
 
 
 def note_op(op) -> int:
     """The id a native collective's instruction reports when it stops: the failure names
     the op, its axes and the user's line (ids are the process's: a loop's body is laid
-    out inside its caller's block)."""
+    out inside its caller's block). Ops of the same description share one: a process that
+    lowers many programs (spmd.AUTO's search plans hundreds) keeps a table of what its
+    programs hold, not of every lowering."""
     loc = op.loc
     what = f"{op.name} over {tuple(op.attrs['axes'])}" + (f" at {loc}" if loc else "")
+    key = (what, tuple(op.attrs["axes"]))
     with _noted_lock:
-        _noted.append((what, tuple(op.attrs["axes"])))
-        return len(_noted) - 1
+        k = _noted_ids.get(key)
+        if k is None:
+            k = _noted_ids[key] = len(_noted)
+            _noted.append(key)
+        return k
 
 
 def noted_op(k):

@@ -148,7 +148,9 @@ def _region(sched, op, x, kind, alone=False, direct=False):
     direct = int(direct and sched.native_comm == "process" and view.flags.c_contiguous)
     nbytes = 0 if direct else int(x.size) * np.dtype(x.dtype).itemsize
     G = op.attrs["group_size"]
-    key = (op.name, note_op(op)) if alone else ("group", tuple(op.attrs["axes"]))
+    # (a started all-reduce's: numbered in the schedule, its starts so far; not by its
+    # description, which ops of one line share)
+    key = ("start", len(sched.native_starts)) if alone else ("group", tuple(op.attrs["axes"]))
     slot = max(SLOT_HEAD + -(-nbytes // 64) * 64, sched.slot_bytes.get(key, 0))
     sched.slot_bytes[key] = slot
     sched.mailboxes[key] = slot + 64 // G     # (and the region's alignment)
