@@ -14,8 +14,8 @@ defaults for a current x86 server. This module only computes with them: who meas
 where they are kept is the caller's business (sharding/ imports the IR alone).
 
 Left out: on the local transport with more ranks than cores, where the hosts' native
-segments are separated by collectives the communicator runs from Python (all_gather,
-reduce_scatter, all_to_all), the device threads a rendezvous wakes often wait for the core
+segments are separated by collectives the communicator runs from Python (all_to_all;
+an all_gather or reduce_scatter the native code does not cover), the device threads a rendezvous wakes often wait for the core
 another host's native run holds, so the hosts' next segments run partly one after the
 other rather than side by side. The wait grows with the segment that holds the core, up
 to the time the system takes to move the waiting thread to a free core, so no rate per
