@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from ..errors import CollectiveError
+
 
 class NativeExchange(ABC):
     # int64[3]: why this rank's native collective stopped (zero while none did)
@@ -54,6 +56,13 @@ class NativeExchange(ABC):
         """Raise the CollectiveError for why the native collective `what` over `axes`
         stopped (the status cells), and clear the status."""
 
+    def take_status(self, devices):
+        """(why, the peer's rank) of this rank's stopped native collective, whose group is
+        `devices`; the status is cleared."""
+        why, peer, _ = (int(v) for v in self.status)
+        self.status[:] = 0
+        return why, devices[peer] if 0 <= peer < len(devices) else peer
+
     @property
     def host(self):
         """None, or run(key, program address, instructions, run_multi, small) when several
@@ -65,3 +74,10 @@ def timeout_ns(seconds) -> int:
     """A communicator's stopwatch as the native waits read it: nanoseconds, at most 1e9 s
     (none set is infinite)."""
     return int(min(seconds, 1e9) * 1e9)
+
+
+def timed_out(where, seconds, rank, devices) -> CollectiveError:
+    """The error of a native wait (`where`: the collective and this rank) that reached the
+    stopwatch (why 3) waiting for `rank` of the group `devices`."""
+    return CollectiveError(f"{where}: timed out after {seconds:g} s waiting for rank(s) [{rank}] of group "
+                           f"{list(devices)} (SPMD_COLLECTIVE_TIMEOUT)")

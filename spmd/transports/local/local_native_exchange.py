@@ -8,7 +8,7 @@ import weakref
 
 import numpy as np
 
-from ...backends.native_exchange import NativeExchange, timeout_ns
+from ...backends.native_exchange import NativeExchange, timed_out, timeout_ns
 from ...errors import CollectiveError
 
 
@@ -78,10 +78,8 @@ class LocalNativeExchange(NativeExchange):
     def failure(self, what, axes):
         """Raise the CollectiveError for why this rank's native collective (`what`, over
         `axes`) stopped."""
-        why, peer, _ = (int(v) for v in self.status)
-        self.status[:] = 0
         _, devices, i, grp = self.comm.group_of(axes)
-        rank = devices[peer] if 0 <= peer < len(devices) else peer
+        why, rank = self.take_status(devices)
         if why == 1 and self.comm.world.solo:
             raise CollectiveError(f"{what} on rank {self.comm.rank}: the ranks ran one after another (the runtime "
                                   f"judged the program to exchange nothing), but it waited for rank [{rank}]")
@@ -91,6 +89,5 @@ class LocalNativeExchange(NativeExchange):
             raise CollectiveError(f"{what} on rank {self.comm.rank}: rank(s) [{rank}] finished the program "
                                   f"without joining it (the ranks ran different programs)")
         if why == 3:
-            raise CollectiveError(f"{what} on rank {self.comm.rank}: timed out after {self.comm.world.timeout:g} s "
-                                  f"waiting for rank(s) [{rank}] of group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT)")
+            raise timed_out(f"{what} on rank {self.comm.rank}", self.comm.world.timeout, rank, devices)
         raise CollectiveError(f"{what} on rank {self.comm.rank}: stopped (a rank of the run failed)")

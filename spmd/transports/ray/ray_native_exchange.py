@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from ...backends.native_exchange import NativeExchange, timeout_ns
+from ...backends.native_exchange import NativeExchange, timed_out, timeout_ns
 from ...errors import CollectiveError
 from . import ray_shm as shm
 
@@ -106,15 +106,12 @@ class RayNativeExchange(NativeExchange):
     def failure(self, what, axes):
         """Raise the CollectiveError for why this rank's native collective (`what`, over
         `axes`) stopped: the mailbox says why the run cannot complete."""
-        why, peer, _ = (int(v) for v in self.status)
-        self.status[:] = 0
         comm = self.comm
         devices = comm.group(axes)
-        rank = devices[peer] if 0 <= peer < len(devices) else peer
+        why, rank = self.take_status(devices)
         where = f"{what} on rank {comm.rank}"
         if why == 3:
-            raise CollectiveError(f"{where}: timed out after {comm.timeout:g} s waiting for rank(s) [{rank}] of "
-                                  f"group {list(devices)} (SPMD_COLLECTIVE_TIMEOUT)")
+            raise timed_out(where, comm.timeout, rank, devices)
         others = [d for d in devices if d != comm.rank]
         comm.mailbox.check(comm.run_id, others, float("inf"), comm.timeout, where, devices)
         raise CollectiveError(f"{where}: stopped (a rank of the run failed)")
