@@ -201,8 +201,8 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
         outs[plan] = leaves(f(*copy(args)))
         if memory_limit is not None:
             rows[plan]["planned_peak"] = low.memory()["peak_bytes"]
-            rows[plan]["peak"], rows[plan]["objects"] = measured_peak(spmd.jit(hand_fn if plan == "hand" else fn, **kw), low, args,
-                                               devices_per_process)
+            rows[plan]["peak"], rows[plan]["objects"] = measured_peak(
+                spmd.jit(hand_fn if plan == "hand" else fn, **kw), low, args, devices_per_process)
     times = {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
     before = rates() if rates is not None else None
