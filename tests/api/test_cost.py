@@ -56,7 +56,7 @@ def test_cost_agrees_with_report_and_memory():
     assert sorted(r["bytes"] for r in c["collectives"]) == sorted(r["bytes"] for r in rep["launched"])
     assert c["peak_bytes"] == low.memory()["peak_bytes"]
     assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
-                                         + c["args_seconds"])
+                                         + c["args_seconds"] + c["outputs_seconds"])
     assert "predicted step" in str(c)
 
 
@@ -217,7 +217,7 @@ def test_numpy_arguments_are_priced_placing_them_and_writing_them_back():
     assert c["args_seconds"] == pytest.approx(u.nbytes * (1e-9 + 3e-9) + 4 * (u.nbytes / 2) * 1e-9
                                               + v.nbytes * 1e-9)
     assert c["seconds"] == pytest.approx(c["compute_seconds"] + c["comm_seconds"] + c["step_seconds"]
-                                         + c["args_seconds"])
+                                         + c["args_seconds"] + c["outputs_seconds"])
     placed = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
     c2 = placed.lower(spmd.device_put(u, row), spmd.device_put(v, row)).cost(machine=machine, network=Network())
     assert c2["args_seconds"] == 0.0
