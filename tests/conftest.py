@@ -24,6 +24,7 @@ if os.environ.get("CI"):
 import pytest  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (pyproject's addopts: -n 2 --dist loadgroup) each file's tests run
     on one worker, in order, its module-scoped fixtures (a Ray cluster, an MPI job) made
