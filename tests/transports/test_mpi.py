@@ -201,3 +201,15 @@ def test_all_reduce_over_two_ranks_has_the_group_order_bits_on_both_paths():
     p, _ = mpirun(2, os.path.join(SCRIPTS, "pair_all_reduce.py"))
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.findall(r"OK (\d+)", p.stdout) == ["24", "24"], p.stdout
+
+
+@pytest.mark.timeout(120)
+def test_calibration_runs_the_same_rounds_on_every_rank():
+    """calibrate's timing loop decides together whether to run another round: a process
+    deciding alone, on its own clock, left the others waiting in a collective nobody
+    else entered (`mpiexec -n 4 spmd doctor --calibrate` then failed after the
+    collective timeout, now and then)."""
+    p, _ = mpirun(2, os.path.join(SCRIPTS, "calibrate_rounds.py"), env={"SPMD_COLLECTIVE_TIMEOUT": "20"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = dict(re.findall(r"ROUNDS (\d) (\d+)", p.stdout))
+    assert len(got) == 2 and got["0"] == got["1"] and int(got["0"]) > 4, p.stdout
