@@ -2,9 +2,9 @@
 exchange_reduce.py say how they work): a permute's two halves, spmd_permute_post and
 spmd_permute_recv_of, an all-reduce's two, spmd_allreduce_post and spmd_allreduce_reduce
 (with the element loops they fold with, spmd_ar_*; a reduce-scatter's are the same), an
-all-gather's post and spmd_allgather_gather, their waits (spmd_wait: spin, then
-yield; stop on a failed rank, a finished peer, the timeout) and spmd_store8 (a value known
-from the rank)."""
+all-gather's post and spmd_allgather_gather (an all-to-all's are the same), their waits
+(spmd_wait: spin, then yield; stop on a failed rank, a finished peer, the timeout) and
+spmd_store8 (a value known from the rank)."""
 from __future__ import annotations
 
 BOARD_ROW = 8              # int64 per member
@@ -216,7 +216,7 @@ entry:
 
 PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 
-# argument block of a half of an all-reduce, all-gather or reduce-scatter
+# argument block of a half of an all-reduce, all-gather, reduce-scatter or all-to-all
 # (exchange_reduce.py): region G index stride data nbytes n fold accumulate failed fins
 # timeout_ns status op_id sched_yield clock_gettime handle rows row_bytes row_n row_stride
 # block_at. `region`: the group's shared memory for this collective, one slot of `stride`
@@ -229,11 +229,14 @@ PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 # rows: a reduce's row r of `row_bytes` (`row_n` elements) folds the mailboxes' bytes at
 # r * row_stride + index * block_at (an all-reduce: one row, block_at 0; a reduce-scatter
 # of dim d: the rows of the dims before d, this member's block of each); a gather's
-# result row r holds the G mailboxes' rows r of `row_bytes` each, in group order. Then,
-# for a post whose operand is a strided view: a copy function (native.py spmd_copy*,
-# else 0) and its argument block into the mailbox; then `direct` (1: the post leaves the
-# operand's address at the slot's byte 8 instead of a copy, the readers read it there,
-# and a drain (spmd_collective_drain) waits for them before the operand may change).
+# result row r holds the G messages' rows r of `row_bytes` each, in group order, a
+# message's row r at r * row_stride + index * block_at of it too (an all-gather: its rows
+# one after another, block_at 0; an all-to-all: this member's block of each message).
+# Then, for a post whose operand is a strided view (or an all-to-all's message laid out
+# block by block): a copy function (native.py spmd_copy*, else 0) and its argument block
+# into the mailbox; then `direct` (1: the post leaves the operand's address at the slot's
+# byte 8 instead of a copy, the readers read it there, and a drain
+# (spmd_collective_drain) waits for them before the operand may change).
 REDUCE_FIELDS = 25
 REDUCE_PTRS = (0, 4, 7, 8, 9, 10, 12, 14, 15, 16, 22, 23)
 SLOT_HEAD = 128
@@ -368,9 +371,10 @@ x:
   ret void
 }
 
-; a member's gather: wait until every member posted its message of the count this
-; member's post made, copy row r of mailbox j into block j of the result's row r, mark
-; them read
+; a member's gather (an all-gather's, an all-to-all's): wait until every member posted
+; its message of the count this member's post made, copy row r of message j (at
+; index * block_at + r * row_stride of it) into block j of the result's row r, mark them
+; read
 define void @spmd_allgather_gather(ptr %a) {
 entry:
 {loads}
@@ -387,7 +391,10 @@ mh:
   %mmore = icmp slt i64 %m, %f1
   br i1 %mmore, label %mb, label %done
 mb:
-  %dm = call ptr @spmd_box(ptr %p0, i64 %m, i64 %f3, i64 %f24)
+  %mm = call ptr @spmd_box(ptr %p0, i64 %m, i64 %f3, i64 %f24)
+  ; (an all-to-all reads this member's block of each message; an all-gather all of it)
+  %bat = mul i64 %f2, %f21
+  %dm = getelementptr i8, ptr %mm, i64 %bat
   %bo = mul i64 %m, %f18
   br label %rh
 rh:
@@ -395,7 +402,7 @@ rh:
   %rmore = icmp slt i64 %row, %f17
   br i1 %rmore, label %rb, label %mnext
 rb:
-  %so = mul i64 %row, %f18
+  %so = mul i64 %row, %f20
   %src = getelementptr i8, ptr %dm, i64 %so
   %doo = mul i64 %row, %orow
   %dob = add i64 %doo, %bo

@@ -1,8 +1,9 @@
-"""All-reduces, all-gathers and reduce-scatters between the local runtime's threads, and
-between Ray's rank processes of one host, as native instructions (the communicator
-advertises a `native_exchange`, backends/native_exchange.py), so that a training step's
-collectives (data parallelism's all-reduces, FSDP's gathers of the weights and
-reduce-scatters of their gradients) join its native segments instead of stopping them
+"""All-reduces, all-gathers, reduce-scatters and all-to-alls between the local runtime's
+threads, and between Ray's rank processes of one host, as native instructions (the
+communicator advertises a `native_exchange`, backends/native_exchange.py), so that a
+training step's collectives (data parallelism's all-reduces, FSDP's gathers of the
+weights and reduce-scatters of their gradients, the all-to-alls that move a split from
+one dim to another) join its native segments instead of stopping them
 for a rendezvous from Python: with the ranks more than the cores, every stop is a
 hand-off between threads that share the GIL, and on Ray the stop's Python costs each rank
 more than a small step's reduction itself. Everything the members share is in the region
@@ -25,10 +26,14 @@ every member):
    group order into the result (out = x0 op x1, then out op x2, ...: what
    communicator.reduce_arrays computes, so every backend gives the same bits), and
    publish read count c. A reduce-scatter's folds only this member's block of each
-   mailbox; gather: copy every mailbox into its block of the result, in group order.
+   mailbox; gather: copy every mailbox into its block of the result, in group order. An
+   all-to-all is a gather of only this member's block of each message: its post lays
+   the operand out so that each block along the split dim is rows the reader can take
+   (block after block, the strided copy; no copy where the operand's blocks already are:
+   all_to_all_instrs), and the gather reads block `index` of each.
 
-Between threads (scope "process") an all-gather's or reduce-scatter's contiguous operand
-is not copied: the post leaves its address in the slot, the readers read it there, and a
+Between threads (scope "process") an all-gather's, reduce-scatter's or all-to-all's
+contiguous operand is not copied (an all-to-all's where its blocks need no laying out): the post leaves its address in the slot, the readers read it there, and a
 third instruction, the drain, waits until every member has read it (the operand may be
 written again after it): no mailbox holds a whole gradient, and a copy is saved.
 
@@ -40,8 +45,9 @@ so nothing is reset between runs. Waits stop as a permute's do (exchange.py): a 
 rank, a finished peer, the timeout. A gather copies bytes, of any dtype; only what the
 fold loops cover reduces natively (exchange_ir.REDUCE_KINDS: sums and products of
 float32/64 and int32/64, integer max and min). The rest (and a strided operand of
-elements the copy loops do not move: 2 or 16 bytes), every collective of MPI, and Ray's
-across hosts run through the communicator.
+elements the copy loops do not move: 2 or 16 bytes; an all-to-all's too where its blocks
+need laying out, or take more dims than the copy loops have: native.COPY_DIMS), every
+collective of MPI, and Ray's across hosts run through the communicator.
 """
 from __future__ import annotations
 
@@ -98,7 +104,7 @@ def reduce_scatter_instrs(sched, op):
     region = _region(sched, op, x, native_kind(sched, op, x), direct=True)
     if region is None:
         return None
-    rows, row_n = _rows(x, op.attrs["dimension"])
+    rows, row_n = _rows(x.shape, op.attrs["dimension"])
     n = row_n // op.attrs["group_size"]
     isz = np.dtype(x.dtype).itemsize
     opid = note_op(op)
@@ -113,12 +119,58 @@ def all_gather_instrs(sched, op):
     region = _region(sched, op, x, "bytes", direct=True) if sched.native_comm else None
     if region is None:
         return None
-    rows, row_n = _rows(x, op.attrs["dimension"])
+    rows, row_n = _rows(x.shape, op.attrs["dimension"])
     isz = np.dtype(x.dtype).itemsize
+    return _gather(sched, op, x, region, (rows, row_n * isz, row_n, row_n * isz, 0))
+
+
+def all_to_all_instrs(sched, op):
+    """The post of the operand, laid out so that the G blocks along the split dimension
+    are each rows a reader takes (_message), then the all-gather's copy of every member's
+    message into its block of the result along the concatenated dimension, of each
+    message only the block this member is sent (at index * block_at)."""
+    if not sched.native_comm:
+        return None
+    x = op.operands[0]
+    post, rows = _message(sched, op, x)
+    region = _region(sched, op, x, "bytes", direct=True, post=post)
+    if region is None:
+        return None
+    return _gather(sched, op, x, region, rows, post)
+
+
+def _message(sched, op, x):
+    """(the view of the operand its post copies, (rows, row_bytes, row_n, row_stride,
+    block_at)) of an all_to_all: the reader of index i takes the rows of its block i (the
+    split dim's i-th G-th) cut before the concatenated dim, row r at i * block_at + r *
+    row_stride of each message. The operand as it is, row-major, where its blocks are
+    such rows: the dims before the split dim all 1 (block i is a run of bytes), or the
+    concatenated dim the split dim with ones between (block i is the i-th G-th of each
+    row); else the operand laid out block after block (a strided view of it, the blocks'
+    axis first, which the post copies)."""
+    view = sched.dummy(x)[1]
+    G, sd, cd = op.attrs["group_size"], op.attrs["split_dimension"], op.attrs["concat_dimension"]
+    shape = tuple(int(n) for n in x.shape)
+    block = list(shape)
+    block[sd] //= G
+    rows, row_n = _rows(block, cd)
+    row_bytes = row_n * view.itemsize
+    if _size(shape[:sd]) == 1:
+        return view, (rows, row_bytes, row_n, row_bytes, rows * row_bytes)
+    if cd <= sd and _size(shape[cd:sd]) == 1:
+        return view, (rows, row_bytes, row_n, G * row_bytes, row_bytes)
+    n, st = block[sd], view.strides
+    split = np.lib.stride_tricks.as_strided(view, shape[:sd] + (G, n) + shape[sd + 1:],
+                                            st[:sd] + (st[sd] * n, st[sd]) + st[sd + 1:])
+    return np.moveaxis(split, sd, 0), (rows, row_bytes, row_n, row_bytes, rows * row_bytes)
+
+
+def _gather(sched, op, x, region, rows, post=None):
+    """The post, the gather of `rows` (_block), the drain after a direct read"""
     opid = note_op(op)
     gather = (sched.helpers["spmd_allgather_gather"],
-              _block(sched, op, x, (op.result, 0), region, 0, opid, (rows, row_n * isz, row_n, 0, 0)) + [0, 0, region[3]])
-    return [_post(sched, op, x, region, 0, opid), gather] + _drain(sched, op, x, region, opid)
+              _block(sched, op, x, (op.result, 0), region, 0, opid, rows) + [0, 0, region[3]])
+    return [_post(sched, op, x, region, 0, opid, post), gather] + _drain(sched, op, x, region, opid)
 
 
 def _whole(x):
@@ -126,23 +178,28 @@ def _whole(x):
     return (1, int(x.size) * np.dtype(x.dtype).itemsize, int(x.size), 0, 0)
 
 
-def _rows(x, dim):
-    """(rows, elements of a row) of x cut before dim"""
-    return int(np.prod(x.shape[:dim], dtype=np.int64)), int(np.prod(x.shape[dim:], dtype=np.int64))
+def _rows(shape, dim):
+    """(rows, elements of a row) of an array of `shape` cut before dim"""
+    return _size(shape[:dim]), _size(shape[dim:])
 
 
-def _region(sched, op, x, kind, alone=False, direct=False):
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _region(sched, op, x, kind, alone=False, direct=False, post=None):
     """(key, G, kind, direct) of op's shared region, or None where it runs from Python (a
     strided operand its post cannot copy: _strided). The collectives of a group (its axes,
     in their order) share one region, whose slots fit the largest of them: a member posts
     the next only once every other has read its last, as a run of one op waits for the
     run before; a started all-reduce has one of its own (`alone`). `direct` (an
-    all-gather's or reduce-scatter's contiguous operand, between threads): the readers
-    read the operand where it lies (no mailbox: a reduce-scatter's would hold the whole
-    gradient), and a drain waits for them."""
+    all-gather's, reduce-scatter's or all-to-all's contiguous operand, between threads):
+    the readers read the operand where it lies (no mailbox: a reduce-scatter's would hold
+    the whole gradient), and a drain waits for them. `post`: the view of the operand the
+    post copies (an all-to-all's blocks, _message), if not the operand's own."""
     if kind is None:
         return None
-    base, view, dbase = sched.dummy(x)
+    view = sched.dummy(x)[1] if post is None else post
     if not view.flags.c_contiguous and _strided(view) is None:
         return None
     direct = int(direct and sched.native_comm == "process" and view.flags.c_contiguous)
@@ -164,12 +221,14 @@ def _strided(view):
     return native.copy_entries(view, isz) if isz in (1, 4, 8) else None
 
 
-def _post(sched, op, x, region, handle, opid):
+def _post(sched, op, x, region, handle, opid, post=None):
     """The post's block; an operand that is a strided view (a transpose the native code
-    reads where it lies) is gathered into the mailbox by a copy whose block follows."""
+    reads where it lies; `post`, a view of it that starts where it does: an all-to-all's
+    blocks) is gathered into the mailbox by a copy whose block follows."""
     base, view, dbase = sched.dummy(x)
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
     entries = _block(sched, op, x, (base, off), region, handle, opid, _whole(x))
+    view = view if post is None else post
     if view.flags.c_contiguous:
         return (sched.helpers["spmd_allreduce_post"], entries + [0, 0, region[3]])
     key, G, kind, _ = region

@@ -19,7 +19,7 @@ from .emitters import emit_accumulate, emit_elementwise, emit_index_map, emit_li
     emit_row_major, position_elementwise, position_index_map, position_of_index, position_row_major
 from .exchange import device_value_instrs, permute_instrs
 from .exchange_reduce import (all_gather_instrs, all_reduce_done_instrs, all_reduce_instrs, all_reduce_start_instrs,
-                              reduce_scatter_instrs)
+                              all_to_all_instrs, reduce_scatter_instrs)
 from .fuse import splat
 from .loops import run_scan, scan_instrs, scan_overwrites
 from .memory import operand_written_over
@@ -115,14 +115,15 @@ LOWERINGS = {
     "sorting": Lowering(numpy="numpy's stable sort"),
     "lapack": Lowering(numpy="factorizations and solves are LAPACK's, through numpy"),
     "spectral": Lowering(numpy="numpy's FFT (pocketfft)"),
-    "communicate": Lowering(numpy="the communicator (transports/) moves the data"),
-    # all-reduces, all-gathers and reduce-scatters: natively between the ranks that share
-    # memory (exchange_reduce.py), else through the communicator. Their results, a
+    # all-reduces, all-gathers, reduce-scatters and all-to-alls: natively between the
+    # ranks that share memory (exchange_reduce.py), else through the communicator (MPI,
+    # Ray across hosts, what the native code does not cover). Their results, a
     # start's handle and a done's result are written into the memory plan's buffers (the
     # done's over its operand, which dies there)
     "group_reduce": Lowering(native=all_reduce_instrs),
     "group_gather": Lowering(native=all_gather_instrs),
     "group_reduce_scatter": Lowering(native=reduce_scatter_instrs),
+    "group_all_to_all": Lowering(native=all_to_all_instrs),
     "group_reduce_start": Lowering(native=all_reduce_start_instrs, run=run_copied_into, writes_into=True),
     "group_reduce_done": Lowering(native=all_reduce_done_instrs, run=run_copied_into, writes_into=True,
                                   overwrites=lambda op: ((0, 1),)),

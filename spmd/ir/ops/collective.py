@@ -296,7 +296,7 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                    # (a backend may run a permute, or a value known from the rank, natively)
                    lowering={"collective_permute": "permute", "axis_index": "device_value",
                              "all_reduce": "group_reduce", "all_gather": "group_gather",
-                             "reduce_scatter": "group_reduce_scatter"}.get(_name, "communicate"),
+                             "reduce_scatter": "group_reduce_scatter", "all_to_all": "group_all_to_all"}[_name],
                    device_values=_device_values,
                    collective=Collective(combinable=_combinable, reshards=_reshards,
                                          async_pair=(ALL_REDUCE_START, ALL_REDUCE_DONE) if _reduces else None,

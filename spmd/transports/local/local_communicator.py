@@ -47,7 +47,7 @@ Native collectives (backends/native_exchange.py, the interface; backends/llvm/ex
 the instructions): a group also holds a *board*, zeroed int64 memory its members' native
 code publishes send buffers and counts in, and the world holds cells that native waits
 read: [0] a rank failed (abort), then one per rank, set when its program returned
-(finish); a group also keeps, per schedule and key, the memory a native all-reduce's
+(finish); a group also keeps, per schedule and key, the memory a native collective's
 members share (post counts and mailboxes: backends/llvm/exchange_reduce.py). The
 communicator's `native_exchange` (local_native_exchange.py) hands the native code their
 addresses and this rank's status cells, where it records why it stopped; its `failure`

@@ -1,6 +1,6 @@
 """The Ray transport's side of the native exchange (backends/native_exchange.py), for
-ranks that are processes of one host: the memory their native all-reduces, all-gathers and
-reduce-scatters share.
+ranks that are processes of one host: the memory their native all-reduces, all-gathers,
+reduce-scatters and all-to-alls share.
 
 Why: a training step's all-reduce from Python stops the native segment, and the stop
 (the executable's step, the communicator's checks, the boards' hand-shake, numpy's
