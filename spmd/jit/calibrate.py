@@ -41,13 +41,11 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 device gets while the others compute too (the devices share the cores)
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
-                and large (the bytes a device receives per second); and chains of small
-                and of large all_to_alls (`rendezvous`: what a collective the
-                communicator runs from Python costs besides its rounds: the native code
-                runs all_reduce, all_gather, reduce_scatter and collective_permute between
-                the threads, all_to_all stops it; `communicator_bandwidth`: the bytes a
-                device receives per second in those), in programs with a kernel large enough that every rank's
-                segments do not run on one thread (as the programs priced)
+                and large (the bytes a device receives per second), which price every
+                collective there (the native code runs all_reduce, all_gather,
+                reduce_scatter, all_to_all and collective_permute between the threads;
+                no kind stops it for a rendezvous in Python: `rendezvous` is 0, and
+                `communicator_bandwidth` is not measured, cost_model.Link)
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
                 chain over the MPI ranks, stored beside the rest as networks.mpi; the
                 model takes it for programs run under MPI (processes on one host
@@ -70,7 +68,6 @@ import time
 
 import numpy as np
 
-from ..backends.llvm.schedule import SMALL_WORK
 from ..sharding.cost_model import Machine, private_copy_bytes
 from ..runtime.current_runtime import get_runtime
 from .rates import path
@@ -205,7 +202,7 @@ def measure(devices=4, quick=False) -> dict:
                   lambda k, c: spmd.jit(_layers(k, c), in_shardings=(row, whole), out_shardings=row),
                   thins, runs, several, n)
         first = _products_seconds(*layers)
-        out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs, machine=several)}
+        out["network"] = {"within": measure_link(spmd.Mesh((devices,), ("x",)), quick, runs)}
         # the products again, seconds later, the faster of the two samples of each: with
         # more devices than cores, how the system schedules the devices' threads can slow
         # a whole sample (the rate halves), and does not last
@@ -215,14 +212,14 @@ def measure(devices=4, quick=False) -> dict:
     return out
 
 
-def measure_link(mesh, quick=False, runs=7, rendezvous=True, machine=None) -> dict:
+def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     """{latency, bandwidth} of the started runtime's collectives over the 1-D `mesh`: a
     chain of 17 dependent all_reduces against one, small (its latency per round) and
     large (the bytes a device receives per second); sixteen differences, not eight, so
-    that the load a shared machine carries moves the figure less. `rendezvous`: also a
-    chain of small all_to_alls (Link.rendezvous: the local transport runs them from
-    Python, its all_reduces natively; under MPI every collective is such a call, and
-    the all_reduces' latency holds it)."""
+    that the load a shared machine carries moves the figure less. `threads` (the local
+    transport's devices): also the handoff to the devices' threads, and `rendezvous` 0
+    (Link.rendezvous: no collective there runs from Python; under MPI every collective
+    is such a call, and the all_reduces' latency holds it)."""
     import spmd
     devices = mesh.size
     row = mesh.sharding("x", None)
@@ -238,7 +235,7 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True, machine=None) -> di
     received = 2 * (devices - 1) / devices * large * 4
     latency = per[small] / rounds
     out = {"latency": latency, "bandwidth": received / max(per[large] - per[small], 1e-7)}
-    if rendezvous and devices > 1:
+    if threads and devices > 1:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
         # the chain of one small all_reduce against a program as small that exchanges
         # nothing (its ranks run in turn on this thread): the devices' threads' handoff
@@ -247,58 +244,8 @@ def measure_link(mesh, quick=False, runs=7, rendezvous=True, machine=None) -> di
         small_t1 = min(small_t1, again)
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
-        out.update(_communicator_rates(mesh, latency, machine, quick, runs))
+        out["rendezvous"] = 0.0
     return out
-
-
-def _communicator_rates(mesh, latency, machine=None, quick=False, runs=7) -> dict:
-    """Link.rendezvous and Link.communicator_bandwidth of the collectives the local
-    transport runs from Python: chains of 17 all_to_all round trips (two a link) against
-    one, of small arrays (what a call costs besides its rounds, at `latency` each, the
-    model's already) and of large ones (the bytes a device receives per second, the small chain's time and the
-    model's seconds (`machine`) of the large chain's kernels taken off). Each program
-    holds a kernel of SMALL_WORK elements a device besides (_all_to_alls), as the programs
-    the model prices do: a program whose kernels are all smaller runs every rank's
-    native segments on one thread (backends/llvm/schedule.py), not a thread a core,
-    and its collectives meet the ranks' threads otherwise."""
-    import spmd
-    from ..sharding.cost_model import Link, Network
-    devices = mesh.size
-    row = mesh.sharding("x", None)
-    big = spmd.device_put(np.ones((devices, SMALL_WORK), np.float32), row)
-    per, model = {}, {}
-    # (the model of the chains without the communicator's costs: what the figures are measured beyond)
-    bare = Network(within=Link(latency=latency, bandwidth=float("inf")))
-    for cols in (16, (1 << 12) if quick else (1 << 16)):
-        xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
-        fs = [spmd.jit(_all_to_alls(k, mesh), in_shardings=(row, row), out_shardings=row) for k in (1, 17)]
-        t1, t17 = timed([(f, (xs, big)) for f in fs], runs)
-        per[cols] = (t17 - t1) / 16
-        c1, c17 = (f.lower(xs, big).cost(machine=machine or Machine(), network=bare)["seconds"] for f in fs)
-        model[cols] = (c17 - c1) / 16
-    small, large = sorted(per)
-    # (two all_to_alls a link of the chain; each receives a block of the columns from each other rank)
-    out = {"rendezvous": max(per[small] - model[small], 0.0) / 2}
-    received = 2 * (devices - 1) * (large - small) / devices * 4.0
-    took = (per[large] - model[large]) - (per[small] - model[small])
-    if took > 0:
-        out["communicator_bandwidth"] = received / took
-    return out
-
-
-def _all_to_alls(k, mesh):
-    """A chain of k round trips over `mesh` (each value split by columns, then by rows
-    again: two all_to_alls), after a kernel of `big`'s elements (a row's sum, no
-    collective)."""
-    import spmd
-    row, col = mesh.sharding("x", None), mesh.sharding(None, "x")
-
-    def f(x, big):
-        x = x + big.sum(axis=1, keepdims=True) * 0.0
-        for _ in range(k):
-            x = spmd.shard(spmd.shard(x * 1.0001, col) + 1.0, row)
-        return x
-    return f
 
 
 def measure_mpi(quick=False) -> dict:
@@ -592,8 +539,7 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     if "network" in rates:
         w = rates["network"]["within"]
         print(f"collectives over {devices} local devices: {w['latency'] * 1e6:.0f} us a round, "
-              f"{w['bandwidth'] / 1e9:.2f} GB/s ({(w.get('communicator_bandwidth') or w['bandwidth']) / 1e9:.2f} GB/s "
-              f"and {w.get('rendezvous', 0.0) * 1e6:.0f} us more a call through the communicator); a call on the devices' threads "
+              f"{w['bandwidth'] / 1e9:.2f} GB/s; a call on the devices' threads "
               f"{w.get('handoff', 0.0) * 1e6:.0f} us more", file=out)
     print(f"stored in {p}", file=out)
     return 0

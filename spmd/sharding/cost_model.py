@@ -14,9 +14,10 @@ defaults for a current x86 server. This module only computes with them: who meas
 where they are kept is the caller's business (sharding/ imports the IR alone).
 
 Left out: on the local transport with more ranks than cores, where the hosts' native
-segments are separated by collectives the communicator runs from Python (all_to_all;
-an all_gather or reduce_scatter the native code does not cover), the device threads a rendezvous wakes often wait for the core
-another host's native run holds, so the hosts' next segments run partly one after the
+segments are separated by collectives the communicator runs from Python (those the
+native code does not cover: a reduction its fold loops do not, an operand it cannot
+copy), the device threads a rendezvous wakes often wait for the core another host's
+native run holds, so the hosts' next segments run partly one after the
 other rather than side by side. The wait grows with the segment that holds the core, up
 to the time the system takes to move the waiting thread to a free core, so no rate per
 collective or per segment prices it; such steps run up to about 1.7x the prediction
@@ -37,21 +38,23 @@ from ..ir.ops.registry import REGISTRY
 class Link:
     """One kind of connection between ranks: `latency` in seconds per round of a
     collective, `bandwidth` in bytes per second one device receives. `rendezvous`: the
-    seconds more a collective costs that the backend hands to the communicator from
-    Python (through_communicator: on the local transport the native code runs
-    all_reduce, all_gather, reduce_scatter and collective_permute between the threads,
-    while an all_to_all stops the native segments, meets the other ranks' threads in
-    Python and starts the next segment); 0 where each collective is such a call and `latency` was measured with them
-    (MPI). `handoff`: the seconds more a call costs whose ranks run on threads of their
+    seconds more a collective costs whose kind the backend always hands to the
+    communicator from Python (through_communicator: none of today's; on the local
+    transport the native code runs every collective between the threads, and what it
+    does not cover is priced as native), which would stop the native segments, meet the
+    other ranks' threads in Python and start the next segment; 0 where each collective
+    is such a call and `latency` was measured with them (MPI), and where none is (the
+    local transport's calibration stores 0). `handoff`: the seconds more a call costs whose ranks run on threads of their
     own (the local transport's device threads: handing each its part and waiting for
     them all), which a program pays that exchanges anything or makes more than
     `solo_bytes` a rank (the local transport runs a smaller program that exchanges
     nothing on the caller's thread, a rank after another, at Machine.step's cost); 0
     where every rank is a process of its own (MPI). `communicator_bandwidth`: the bytes a
-    device receives per second in a collective the communicator runs from Python where
-    the transport runs others natively (the local transport's all_to_all: numpy's copies
-    on the device threads, which hold Python's lock between them, where `bandwidth` was
-    measured with the native all_reduce); None: `bandwidth`."""
+    device receives per second in such a collective, where the transport runs others
+    natively (numpy's copies on the device threads, which hold Python's lock between
+    them, where `bandwidth` was measured with the native all_reduce); None: `bandwidth`.
+    (Stored rates of a calibration from before all_to_all ran natively hold both,
+    measured with all_to_alls: read, and priced on no collective.)"""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
@@ -189,12 +192,14 @@ def rounds(kind: str, group_size: int) -> int:
 
 def through_communicator(kind) -> bool:
     """Does a collective of `kind` run through the communicator from Python wherever it
-    runs (its OpDef's lowering: "communicate"), rather than in the native code where
-    the transport lets it (all_reduce, all_gather, reduce_scatter, collective_permute)?
-    Told by the kind alone: what a native lowering leaves to Python (a reduction its
-    fold loops do not cover, backends/llvm/exchange_ir.REDUCE_KINDS: floats' max and
-    min, dtypes besides float32/64 and int32/64; an operand the native code cannot read
-    where it lies) is priced as native, as the all_reduces are."""
+    runs (its OpDef's lowering: "communicate", a kind no backend runs natively), rather
+    than in the native code where the transport lets it? None of today's collectives
+    does: all_reduce, all_gather, reduce_scatter, all_to_all and collective_permute all
+    run natively between the local transport's threads. Told by the kind alone: what a
+    native lowering leaves to Python (a reduction its fold loops do not cover,
+    backends/llvm/exchange_ir.REDUCE_KINDS: floats' max and min, dtypes besides
+    float32/64 and int32/64; an operand the native code cannot copy) is priced as
+    native."""
     opdef = REGISTRY.get(kind)
     return opdef is not None and opdef.lowering == "communicate"
 

@@ -105,7 +105,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert "stored in" in out.stdout
     got = json.loads((tmp_path / "machine.json").read_text())
     assert got["machine"]["flops"] > 0 and got["network"]["within"]["latency"] > 0
-    assert got["network"]["within"]["rendezvous"] >= 0
+    assert got["network"]["within"]["rendezvous"] == 0      # (no collective runs from Python there)
     script = ("from spmd.jit.rates import rates; m, n, s = rates(devices=2); "
               "print(s.split()[0], m.flops, n.within.latency, m.step)")
     line = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
@@ -326,33 +326,35 @@ def test_a_stencil_sweep_stores_its_grid_between_halo_exchanges():
     assert not fused_kernels(whole.graph)
 
 
-def test_a_collective_run_from_python_pays_the_links_rendezvous():
-    """Link.rendezvous: the local transport runs all_reduce, all_gather, reduce_scatter
-    and collective_permute in the native code and hands all_to_all to the communicator
-    from Python; that pays it once a call, over a group of more than one rank."""
+KINDS = ("all_reduce", "collective_permute", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def test_no_collective_pays_the_links_rendezvous_and_one_run_from_python_would(monkeypatch):
+    """Link.rendezvous: the local transport runs every collective in the native code
+    (all_to_all too), so no kind pays it, and a program of all_to_alls costs the same
+    with and without one; a kind the backend always hands to the communicator from
+    Python (lowering "communicate", none of today's) would pay it once a call, over a
+    group of more than one rank."""
+    import dataclasses
+    from spmd.ir.ops.registry import REGISTRY
     from spmd.sharding.auto.program_cost import comm_seconds
     from spmd.sharding.cost_model import through_communicator
     slow, fast = Link(latency=1e-6, bandwidth=1e9, rendezvous=1e-3), Link(latency=1e-6, bandwidth=1e9)
+    for kind in KINDS:
+        assert not through_communicator(kind)
+        assert collective_seconds(kind, 1e3, 2, slow) == collective_seconds(kind, 1e3, 2, fast)
+    row, col = MESH.sharding("data", None), MESH.sharding(None, "data")
+    f = spmd.jit(lambda x: spmd.shard(x * 2.0, col) + 1.0, in_shardings=(row,))
+    g = f.lower(np.ones((8, 8), np.float32)).graph
+    assert [op.name for op in g.ops if op.opdef.needs_comm] == ["all_to_all"]
+    assert comm_seconds(g, MESH, Network(within=slow)) == comm_seconds(g, MESH, Network(within=fast))
+    monkeypatch.setitem(REGISTRY, "all_to_all", dataclasses.replace(REGISTRY["all_to_all"], lowering="communicate"))
     assert through_communicator("all_to_all")
     assert collective_seconds("all_to_all", 1e3, 2, slow) - collective_seconds("all_to_all", 1e3, 2, fast) \
         == pytest.approx(1e-3)
-    for kind in ("all_reduce", "collective_permute", "all_gather", "reduce_scatter"):
-        assert not through_communicator(kind)
-        assert collective_seconds(kind, 1e3, 2, slow) == collective_seconds(kind, 1e3, 2, fast)
     assert collective_seconds("all_to_all", 1e3, 1, slow) == collective_seconds("all_to_all", 1e3, 1, fast)
-    # a program's all_to_alls: one rendezvous each; its all_gathers none
-    low = _lower(MESH.sharding(None, "model"), MESH.sharding("model", None), MESH.sharding("data", None))
-    g = low.graph
-    moved = sum(1 for op in g.ops if through_communicator(op.name) and int(op.attrs.get("group_size", 1)) > 1)
-    d = comm_seconds(g, MESH, Network(within=slow)) - comm_seconds(g, MESH, Network(within=fast))
-    assert d == pytest.approx(moved * 1e-3)
-    row, col = MESH.sharding("data", None), MESH.sharding(None, "data")
-    for to, paid in ((MESH.sharding(None, None), 0.0), (col, 1e-3)):
-        f = spmd.jit(lambda x: spmd.shard(x * 2.0, to) + 1.0, in_shardings=(row,))
-        g2 = f.lower(np.ones((8, 8), np.float32)).graph
-        assert [op.name for op in g2.ops if op.opdef.needs_comm] == ["all_gather" if paid == 0 else "all_to_all"]
-        assert comm_seconds(g2, MESH, Network(within=slow)) - comm_seconds(g2, MESH, Network(within=fast)) \
-            == pytest.approx(paid)
+    assert comm_seconds(g, MESH, Network(within=slow)) - comm_seconds(g, MESH, Network(within=fast)) \
+        == pytest.approx(1e-3)
 
 
 def test_stored_rendezvous_is_read(tmp_path, monkeypatch):
@@ -366,16 +368,19 @@ def test_stored_rendezvous_is_read(tmp_path, monkeypatch):
     assert R.rates(devices=4)[1].within.rendezvous == 3e-4
 
 
-def test_a_collective_run_from_python_moves_its_bytes_at_the_communicators_rate():
+def test_only_a_collective_run_from_python_moves_its_bytes_at_the_communicators_rate(monkeypatch):
     """Link.communicator_bandwidth: the bytes of a collective the communicator runs from
-    Python (numpy's copies on the device threads) are priced at the rate measured with
-    such collectives, not at the native all_reduce's `bandwidth`; the native ones keep
-    `bandwidth`; unmeasured (None, MPI's link), every collective takes `bandwidth`."""
+    Python (numpy's copies on the device threads) would be priced at the rate measured
+    with such collectives; every kind of today's runs natively and keeps `bandwidth`;
+    unmeasured (None, MPI's link), every collective takes `bandwidth`."""
+    import dataclasses
+    from spmd.ir.ops.registry import REGISTRY
     link = Link(latency=0.0, bandwidth=1e9, communicator_bandwidth=1e8)
+    for kind in KINDS:
+        assert collective_seconds(kind, 1e6, 2, link) == pytest.approx(1e-3)
+    monkeypatch.setitem(REGISTRY, "all_to_all", dataclasses.replace(REGISTRY["all_to_all"], lowering="communicate"))
     assert collective_seconds("all_to_all", 1e6, 2, link) == pytest.approx(1e-2)
     assert collective_seconds("all_to_all", 1e6, 2, Link(latency=0.0, bandwidth=1e9)) == pytest.approx(1e-3)
-    for kind in ("all_reduce", "collective_permute", "all_gather", "reduce_scatter"):
-        assert collective_seconds(kind, 1e6, 2, link) == pytest.approx(1e-3)
 
 
 def test_stored_communicator_bandwidth_is_read(tmp_path, monkeypatch):
@@ -388,26 +393,6 @@ def test_stored_communicator_bandwidth_is_read(tmp_path, monkeypatch):
     os.utime(f, ns=(10**18 + 13, 10**18 + 13))
     monkeypatch.setattr(R, "transport", lambda: "local")
     assert R.rates(devices=4)[1].within.communicator_bandwidth == 3e8
-
-
-def test_the_communicators_rates_are_measured_in_programs_as_large_as_those_priced():
-    """calibrate._all_to_alls, whose chains give Link.rendezvous and
-    communicator_bandwidth: its all_to_alls run through the communicator, and its
-    program holds a kernel of SMALL_WORK elements a device, so that its native segments
-    run as a priced program's do (a thread a core), not all on one thread as a program
-    of small kernels' do."""
-    from spmd.backends.llvm.plan import KernelStep
-    from spmd.backends.llvm.schedule import SMALL_WORK
-    from spmd.jit.calibrate import _all_to_alls
-    from spmd.sharding.cost_model import through_communicator
-    mesh = spmd.Mesh((4,), ("x",))
-    row = mesh.sharding("x", None)
-    low = spmd.jit(_all_to_alls(3, mesh), in_shardings=(row, row), out_shardings=row).lower(
-        np.ones((4, 16), np.float32), np.ones((4, SMALL_WORK), np.float32))
-    assert [op.name for op in low.graph.ops if op.opdef.needs_comm] == ["all_to_all"] * 6
-    assert all(through_communicator(op.name) for op in low.graph.ops if op.opdef.needs_comm)
-    steps = low.planned().steps
-    assert max(s.work for s in steps if isinstance(s, KernelStep)) >= SMALL_WORK
 
 
 def test_a_streaming_rate_is_measured_without_the_calls_fixed_cost():
