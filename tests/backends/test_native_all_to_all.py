@@ -1,15 +1,17 @@
 """all_to_all between the local runtime's threads as native instructions
-(backends/llvm/exchange_reduce.py all_to_all_instrs): the post lays the operand out block
-by block where its blocks along the split dim are not already rows a reader takes, and
-the all-gather's copy reads this member's block of every message. For split dims before,
-at and after the concatenated one, 1-D to 4-D operands, transposed (strided) operands,
-groups of 2 and 4 (a 2x2 mesh over one axis and both), every dtype's bytes, with the
-ranks on their own threads or hosted in lockstep (SPMD_LOCAL_CORES): the whole program
-is one native segment, no rank meets the others from Python (the communicator's
-all_to_all is never called), and the results are numpy's split-and-concatenate in group
-order and the Python communicator's (SPMD_NATIVE=0), bit for bit. What the native code
-leaves to Python (a laying out of elements the copy loops do not move) still runs,
-right."""
+(backends/llvm/exchange_reduce.py all_to_all_instrs): where the operand's blocks along
+the split dim are rows a reader takes, the all-gather's copy reads this member's block of
+every member's operand where it lies; else each block is read there by a strided copy;
+between Ray's processes of one host (a schedule of scope "host", built here; run in
+tests/transports/test_ray_driver_rank.py) the post lays the blocks out in the region's
+mailbox. For split dims before, at and after the concatenated one, 1-D to 7-D operands,
+transposed (strided) operands, groups of 2 and 4 (a 2x2 mesh over one axis and both),
+every dtype's bytes, with the ranks on their own threads or hosted in lockstep
+(SPMD_LOCAL_CORES): the whole program is one native segment, no rank meets the others
+from Python (the communicator's all_to_all is never called), and the results are
+numpy's split-and-concatenate in group order and the Python communicator's
+(SPMD_NATIVE=0), bit for bit. What the native code leaves to Python (more dims than the
+copy loops have) still runs, right."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,13 +74,14 @@ def same_bits(got, want):
     assert got.tobytes() == want.tobytes(), (got, want)
 
 
-def check(mesh_name, axes, shape, sd, cd, dtype, monkeypatch, transposed=False, native=True):
+def check(mesh_name, axes, shape, sd, cd, dtype, monkeypatch, transposed=False, native=True, host=None):
+    """`host`: is it native between Ray's processes of one host (no operand read where it
+    lies, every message laid out in the region); where not given, `native`"""
     mesh = Mesh(*MESHES[mesh_name])
     G = mesh.axes_size(axes)
     exe = compile_llvm(a2a_graph(shape, dtype, axes, G, sd, cd, transposed))
     assert (exe.schedule(1, True, "process").only_segment() is not None) == native
-    # (Ray's processes of one host: no operand read where it lies, every message in the region)
-    assert (exe.schedule(1, True, "host").only_segment() is not None) == native
+    assert (exe.schedule(1, True, "host").only_segment() is not None) == (native if host is None else host)
     xs = {d: value(d, shape[::-1] if transposed else shape, dtype) for d in range(mesh.size)}
     a = {d: xs[d].T if transposed else xs[d] if dtype == "bool" else xs[d] * np.asarray(3, dtype) for d in xs}
     want = numpy_a2a(mesh, a, axes, sd, cd)
@@ -121,39 +124,41 @@ def test_native_all_to_alls_equal_python_and_numpy(mesh_name, dtype, cores, monk
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_an_all_to_all_of_any_dtype_is_native(dtype, monkeypatch):
-    """The gather copies bytes; a laying out copies 1, 4 or 8-byte elements: every dtype
-    is native where the blocks need no laying out, and where they do, all but 2 and
-    16-byte elements (those run through the communicator, right)"""
+    """The gather copies bytes, and so do the strided reads between threads (2 and
+    16-byte elements as their bytes): every dtype is native. Between processes, blocks
+    laid out in the mailbox are copied as 1, 4 or 8-byte elements: 2 and 16-byte ones
+    run through the communicator there (right)."""
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
     moves = np.dtype(dtype).itemsize in (1, 4, 8)
     # (both ways: there and back with split and concat swapped need no laying out)
     for shape, sd, cd in (((8, 3), 0, 0), ((3, 8), 1, 1), ((1, 8, 3), 1, 1)):
         check("2x2", ("x", "y"), shape, sd, cd, dtype, monkeypatch)
-    check("2x2", ("x", "y"), (3, 8), 1, 0, dtype, monkeypatch, native=moves)
-    check("2x2", ("y",), (2, 3, 4), 2, 1, dtype, monkeypatch, native=moves)
+    check("2x2", ("x", "y"), (3, 8), 1, 0, dtype, monkeypatch, host=moves)
+    check("2x2", ("y",), (2, 3, 4), 2, 1, dtype, monkeypatch, host=moves)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32", "int8", "float16"])
 def test_a_strided_operand_is_copied_into_the_mailbox(dtype, monkeypatch):
     """A transpose feeding the all_to_all is a view the native code reads where it lies,
-    strided: the post copies it into the mailbox, laid out block by block or as it is;
-    a copy of 2-byte elements runs through the communicator. Right either way."""
+    strided: between threads each member's block is read there, between processes the
+    post copies it into the mailbox, laid out block by block or as it is (a copy of
+    2-byte elements there runs through the communicator). Right either way."""
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
-    native = dtype != "float16"
     for mesh_name, axes in (("2x2", ("x", "y")), ("2x2", ("x",)), ("4", ("x",))):
         G = Mesh(*MESHES[mesh_name]).axes_size(axes)
         for shape, sd, cd in (((2 * G, 6), 0, 1), ((6, 2 * G), 1, 0), ((6, 2 * G), 1, 1), ((3, G, 2), 1, 2)):
-            check(mesh_name, axes, shape, sd, cd, dtype, monkeypatch, transposed=True, native=native)
+            check(mesh_name, axes, shape, sd, cd, dtype, monkeypatch, transposed=True, host=dtype != "float16")
 
 
 def test_more_dims_than_the_copy_loops_have_run_from_python(monkeypatch):
-    """Laid out block by block, a 6-D operand takes 7 dims, more than the copy loops'
-    (native.COPY_DIMS): it runs through the communicator; its blocks that need no laying
-    out run natively."""
+    """A 7-D operand's block read strided takes 7 dims (laid out block by block, 8), more
+    than the copy loops' (native.COPY_DIMS): it runs through the communicator. Its dims
+    of one element take none: a 6-D operand with ones is read natively between threads,
+    though laid out it would take 7. Blocks that need neither run natively."""
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "60")
-    shape = (2, 1, 2, 1, 4, 2)
-    check("4", ("x",), shape, 4, 0, "float32", monkeypatch, native=False)
-    check("4", ("x",), shape, 4, 4, "float32", monkeypatch)
+    check("4", ("x",), (2, 2, 2, 2, 2, 2, 8), 6, 0, "float32", monkeypatch, native=False)
+    check("4", ("x",), (2, 1, 2, 1, 4, 2), 4, 0, "float32", monkeypatch, host=False)
+    check("4", ("x",), (2, 1, 2, 1, 4, 2), 4, 4, "float32", monkeypatch)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -207,13 +212,13 @@ def test_in_a_scan_the_counts_go_on(cores, monkeypatch):
         assert counted.calls == 0
 
 
-@pytest.mark.parametrize("sd", [0, 1])
-def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_it(sd, monkeypatch):
-    """The operand of an all_to_all between threads whose blocks need no laying out is
-    read by the other members where it lies; the kernel right after writes over it (x * 3
-    dies there, and its product with 5 takes its buffer). Each member waits (the drain)
-    until every other has read it, as the all-gather's do (checked by leaving the drain
-    out: the results then differ in some runs)."""
+@pytest.mark.parametrize("sd,cd", [(0, 0), (1, 1), (1, 0)])
+def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_it(sd, cd, monkeypatch):
+    """The operand of an all_to_all between threads is read by the other members where
+    it lies (its blocks as rows, or strided); the kernel right after writes over it (x *
+    3 dies there, and its product with 5 takes its buffer). Each member waits (the
+    drain) until every other has read it, as the all-gather's do (checked by leaving the
+    drain out: the results then differ in some runs)."""
     monkeypatch.setenv("SPMD_LOCAL_CORES", "64")
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
     mesh = Mesh(*MESHES["4"])
@@ -221,7 +226,7 @@ def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_i
     g = Graph("overwritten")
     x = g.add_input(shape, "float32")
     a = g.emit(MULTIPLY, x, g.emit(CONSTANT, value=np.full(shape, 3, "float32")))
-    moved = g.emit(ALL_TO_ALL, a, axes=("x",), split_dimension=sd, concat_dimension=sd, group_size=4)
+    moved = g.emit(ALL_TO_ALL, a, axes=("x",), split_dimension=sd, concat_dimension=cd, group_size=4)
     g.outputs = [moved, g.emit(MULTIPLY, a, g.emit(CONSTANT, value=np.full(shape, 5, "float32")))]
     exe = compile_llvm(g)
     sched = exe.schedule(1, True, "process")
@@ -229,7 +234,7 @@ def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_i
     assert sched.slot_bytes == {("group", ("x",)): 128}      # (no mailbox: read where it lies)
     xs = {d: value(d, shape, "float32") for d in range(4)}
     a3 = {d: xs[d] * np.float32(3) for d in range(4)}
-    want = numpy_a2a(mesh, a3, ("x",), sd, sd)
+    want = numpy_a2a(mesh, a3, ("x",), sd, cd)
     for _ in range(20):
         got = RT.run(exe, mesh, {d: [xs[d].copy()] for d in range(4)})
         for d in range(4):

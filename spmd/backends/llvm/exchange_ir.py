@@ -234,7 +234,10 @@ PTR_FIELDS = (0, 4, 5, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19)
 # one after another, block_at 0; an all-to-all: this member's block of each message).
 # Then, for a post whose operand is a strided view (or an all-to-all's message laid out
 # block by block): a copy function (native.py spmd_copy*, else 0) and its argument block
-# into the mailbox; then `direct` (1: the post leaves the operand's address at the slot's
+# into the mailbox; for a gather that reads each message's block strided (an
+# all-to-all's between threads): a copy function (spmd_scopy*) and its argument block,
+# whose destination and source the gather sets per message (at m * row_bytes of the
+# result, at index * block_at of the message); then `direct` (1: the post leaves the operand's address at the slot's
 # byte 8 instead of a copy, the readers read it there, and a drain
 # (spmd_collective_drain) waits for them before the operand may change).
 REDUCE_FIELDS = 25
@@ -396,7 +399,17 @@ mb:
   %bat = mul i64 %f2, %f21
   %dm = getelementptr i8, ptr %mm, i64 %bat
   %bo = mul i64 %m, %f18
-  br label %rh
+  %strided = icmp ne ptr %p22, null
+  br i1 %strided, label %sc, label %rh
+sc:
+  ; (an all-to-all's strided read: the copy's block from this message's block to its
+  ; place in the result)
+  %sdst = getelementptr i8, ptr %p4, i64 %bo
+  store ptr %sdst, ptr %p23
+  %ssrc = getelementptr ptr, ptr %p23, i64 1
+  store ptr %dm, ptr %ssrc
+  call void %p22(ptr %p23)
+  br label %mnext
 rh:
   %row = phi i64 [0, %mb], [%row1, %rb]
   %rmore = icmp slt i64 %row, %f17

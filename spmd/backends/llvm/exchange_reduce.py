@@ -33,9 +33,12 @@ every member):
    all_to_all_instrs), and the gather reads block `index` of each.
 
 Between threads (scope "process") an all-gather's, reduce-scatter's or all-to-all's
-contiguous operand is not copied (an all-to-all's where its blocks need no laying out): the post leaves its address in the slot, the readers read it there, and a
-third instruction, the drain, waits until every member has read it (the operand may be
-written again after it): no mailbox holds a whole gradient, and a copy is saved.
+contiguous operand is not copied: the post leaves its address in the slot, the readers
+read it there, and a third instruction, the drain, waits until every member has read it
+(the operand may be written again after it): no mailbox holds a whole gradient, and a
+copy is saved. An all-to-all's operand of any layout is read there: where its blocks
+are not rows (or it is a strided view), each member's block by a strided copy into its
+place in the result (no mailbox holds the operand, and it is copied once).
 
 Along a dimension d the blocks are contiguous runs of the rows the dims before d make
 (one row where they are all 1): the reduce and the gather go row by row, so every
@@ -128,18 +131,53 @@ def all_to_all_instrs(sched, op):
     """The post of the operand, laid out so that the G blocks along the split dimension
     are each rows a reader takes (_message), then the all-gather's copy of every member's
     message into its block of the result along the concatenated dimension, of each
-    message only the block this member is sent (at index * block_at)."""
+    message only the block this member is sent (at index * block_at). Between threads,
+    an operand that is not such rows where it lies is read there by strided copies
+    (_read_strided): no mailbox holds it."""
     if not sched.native_comm:
         return None
     x = op.operands[0]
-    post, rows = _message(sched, op, x)
+    view = sched.dummy(x)[1]
+    post, rows = _message(op, x, view)
+    if sched.native_comm == "process" and not (post is view and view.flags.c_contiguous):
+        return _read_strided(sched, op, x, view)
     region = _region(sched, op, x, "bytes", direct=True, post=post)
     if region is None:
         return None
     return _gather(sched, op, x, region, rows, post)
 
 
-def _message(sched, op, x):
+def _read_strided(sched, op, x, view):
+    """Each member's block of the operand (any layout) copied where it lies into its
+    place in the result, element by element (native.py spmd_scopy*; a dtype the copy
+    loops do not move as its bytes): the gather's copy block, whose source and
+    destination it sets per member (at index * block_at of the member's operand, at m *
+    row_bytes of the result). None where the copy takes more dims than the loops have."""
+    G, sd, cd = op.attrs["group_size"], op.attrs["split_dimension"], op.attrs["concat_dimension"]
+    isz = view.itemsize
+    block = [int(n) for n in x.shape]
+    block[sd] //= G
+    out = list(block)
+    out[cd] *= G
+    dst = [isz * _size(out[k + 1:]) for k in range(len(out))]
+    dims = [(e, s, d) for e, s, d in zip(block, view.strides, dst) if e != 1]
+    if isz not in (1, 4, 8):
+        dims, isz = dims + [(isz, 1, 1)], 1
+    if len(dims) > native.COPY_DIMS:
+        return None
+    pad = [(1, 0, 0)] * (native.COPY_DIMS - len(dims))
+    ext, src_st, dst_st = (list(t) for t in zip(*(pad + dims)))
+    region = _region(sched, op, x, "bytes", direct=True, anywhere=True)
+    opid = note_op(op)
+    entries = _block(sched, op, x, (op.result, 0), region, 0, opid,
+                     (0, block[cd] * dst[cd], 0, 0, block[sd] * view.strides[sd]))
+    at = len(entries) + 3
+    gather = (sched.helpers["spmd_allgather_gather"],
+              entries + [sched.helpers[f"spmd_scopy{isz}"], Here(at), region[3], 0, 0] + ext + src_st + dst_st)
+    return [_post(sched, op, x, region, 0, opid), gather] + _drain(sched, op, x, region, opid)
+
+
+def _message(op, x, view):
     """(the view of the operand its post copies, (rows, row_bytes, row_n, row_stride,
     block_at)) of an all_to_all: the reader of index i takes the rows of its block i (the
     split dim's i-th G-th) cut before the concatenated dim, row r at i * block_at + r *
@@ -148,7 +186,6 @@ def _message(sched, op, x):
     concatenated dim the split dim with ones between (block i is the i-th G-th of each
     row); else the operand laid out block after block (a strided view of it, the blocks'
     axis first, which the post copies)."""
-    view = sched.dummy(x)[1]
     G, sd, cd = op.attrs["group_size"], op.attrs["split_dimension"], op.attrs["concat_dimension"]
     shape = tuple(int(n) for n in x.shape)
     block = list(shape)
@@ -187,7 +224,7 @@ def _size(shape):
     return int(np.prod(shape, dtype=np.int64))
 
 
-def _region(sched, op, x, kind, alone=False, direct=False, post=None):
+def _region(sched, op, x, kind, alone=False, direct=False, post=None, anywhere=False):
     """(key, G, kind, direct) of op's shared region, or None where it runs from Python (a
     strided operand its post cannot copy: _strided). The collectives of a group (its axes,
     in their order) share one region, whose slots fit the largest of them: a member posts
@@ -195,14 +232,18 @@ def _region(sched, op, x, kind, alone=False, direct=False, post=None):
     run before; a started all-reduce has one of its own (`alone`). `direct` (an
     all-gather's, reduce-scatter's or all-to-all's contiguous operand, between threads):
     the readers read the operand where it lies (no mailbox: a reduce-scatter's would hold
-    the whole gradient), and a drain waits for them. `post`: the view of the operand the
-    post copies (an all-to-all's blocks, _message), if not the operand's own."""
+    the whole gradient), and a drain waits for them; `anywhere`: whatever its layout (an
+    all-to-all's strided reads). `post`: the view of the operand the post copies (an
+    all-to-all's blocks, _message), if not the operand's own."""
     if kind is None:
         return None
     view = sched.dummy(x)[1] if post is None else post
-    if not view.flags.c_contiguous and _strided(view) is None:
+    if anywhere:
+        direct = int(direct and sched.native_comm == "process")
+    elif not view.flags.c_contiguous and _strided(view) is None:
         return None
-    direct = int(direct and sched.native_comm == "process" and view.flags.c_contiguous)
+    else:
+        direct = int(direct and sched.native_comm == "process" and view.flags.c_contiguous)
     nbytes = 0 if direct else int(x.size) * np.dtype(x.dtype).itemsize
     G = op.attrs["group_size"]
     # (a started all-reduce's: numbered in the schedule, its starts so far; not by its
@@ -229,7 +270,7 @@ def _post(sched, op, x, region, handle, opid, post=None):
     off = view.__array_interface__["data"][0] - dbase.__array_interface__["data"][0]
     entries = _block(sched, op, x, (base, off), region, handle, opid, _whole(x))
     view = view if post is None else post
-    if view.flags.c_contiguous:
+    if view.flags.c_contiguous or region[3]:       # (direct: the post leaves the address alone)
         return (sched.helpers["spmd_allreduce_post"], entries + [0, 0, region[3]])
     key, G, kind, _ = region
     axes = op.attrs["axes"]
