@@ -249,6 +249,34 @@ def test_all_gathers_and_reduce_scatters_run_natively_between_the_ranks_of_one_h
     assert all(g[1].tobytes() == got[0][1].tobytes() for g in got)
 
 
+def _there_and_back(a):
+    t = spmd.shard(a * 2.0, MESH.sharding(None, "x")) + 1.0
+    return t, spmd.shard(t * 3.0, MESH.sharding("x", None))
+
+
+def test_all_to_alls_run_natively_between_the_ranks_of_one_host(rt):
+    """A compiled program's all_to_alls (a split moved from rows to columns and back) join
+    its native segments (the region's mailboxes, laid out block by block where the blocks
+    need it): no rank runs them from Python, and the results are numpy's."""
+    a = np.random.default_rng(5).standard_normal((8, 12))
+    row, col = MESH.sharding("x", None), MESH.sharding(None, "x")
+    f = spmd.jit(_there_and_back, in_shardings=(row,), out_shardings=(col, row))
+    assert [op.name for op in f.lower(a).graph.ops if op.opdef.needs_comm] == ["all_to_all"] * 2
+    f(a)
+    rt.wait()
+    for d in range(4):
+        rt.call_on(d, _count_python, True, "_all_to_all")
+    try:
+        got = [[v.numpy() for v in f(a)] for _ in range(3)]
+        rt.wait()
+    finally:
+        counts = [rt.call_on(d, _count_python, False, "_all_to_all") for d in range(4)]
+    assert counts == [0, 0, 0, 0]
+    for t, back in got:
+        np.testing.assert_array_equal(t, a * 2.0 + 1.0)
+        np.testing.assert_array_equal(back, (a * 2.0 + 1.0) * 3.0)
+
+
 class _FailsOnNaN:
     """A compiled program whose run raises, before it starts, on a rank whose input holds
     a NaN: the other ranks wait in its native all-reduce for that rank's part."""
