@@ -44,10 +44,10 @@ class Link:
     does not cover is priced as native), which would stop the native segments, meet the
     other ranks' threads in Python and start the next segment; 0 where each collective
     is such a call and `latency` was measured with them (MPI), and where none is (the
-    local transport's calibration stores 0). `handoff`: the seconds more a call costs whose ranks run on threads of their
-    own (the local transport's device threads: handing each its part and waiting for
-    them all), which a program pays that exchanges anything or makes more than
-    `solo_bytes` a rank (the local transport runs a smaller program that exchanges
+    local transport's calibration stores 0). `handoff`: the seconds more a call costs
+    whose ranks run on threads of their own (the local transport's device threads:
+    handing each its part and waiting for them all), which a program pays that
+    exchanges anything or makes more than `solo_bytes` a rank (the local transport runs a smaller program that exchanges
     nothing on the caller's thread, a rank after another, at Machine.step's cost); 0
     where every rank is a process of its own (MPI). `communicator_bandwidth`: the bytes a
     device receives per second in such a collective, where the transport runs others
