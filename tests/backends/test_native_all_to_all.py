@@ -240,3 +240,41 @@ def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_i
         for d in range(4):
             same_bits(got[d][0], want[d])
             same_bits(got[d][1], a3[d] * np.float32(5))
+
+
+@pytest.mark.parametrize("cores", ["1", "64"])
+def test_a_groups_collectives_share_one_region_in_their_order(cores, monkeypatch):
+    """Independent all_to_alls (read as rows, read strided), an all-gather, a
+    reduce-scatter and an all-reduce of one group share its region, each posted only once
+    the one before was read; no mailbox holds an all_to_all's operand between threads
+    (the all-reduce's alone: one cache line)."""
+    from spmd.ir.ops.names import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+    monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
+    monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
+    mesh = Mesh(*MESHES["2x2"])
+    g = Graph("independent")
+    x = g.add_input((8, 6), "float64")
+    y = g.add_input((2, 6), "float64")
+    axes = ("y",)
+    g.outputs = [g.emit(ALL_TO_ALL, x, axes=axes, split_dimension=0, concat_dimension=1, group_size=2),
+                 g.emit(ALL_GATHER, y, axes=axes, dimension=0, group_size=2),
+                 g.emit(ALL_TO_ALL, x, axes=axes, split_dimension=1, concat_dimension=0, group_size=2),
+                 g.emit(REDUCE_SCATTER, x, axes=axes, dimension=0, reduction="sum", group_size=2),
+                 g.emit(ALL_REDUCE, y, axes=axes, reduction="sum", group_size=2),
+                 g.emit(ALL_TO_ALL, x, axes=("x", "y"), split_dimension=0, concat_dimension=1, group_size=4)]
+    exe = compile_llvm(g)
+    sched = exe.schedule(1, True, "process")
+    assert sched.only_segment() is not None
+    assert sched.slot_bytes == {("group", ("y",)): 128 + 128, ("group", ("x", "y")): 128}
+    xs = {d: value(d, (8, 6), "float64") for d in range(4)}
+    ys = {d: value(10 + d, (2, 6), "float64") for d in range(4)}
+    for _ in range(2):
+        got = RT.run(exe, mesh, {d: [xs[d].copy(), ys[d].copy()] for d in range(4)})
+        for d in range(4):
+            grp, i = mesh.group(d, axes), mesh.index_in_group(d, axes)
+            want = [numpy_a2a(mesh, xs, axes, 0, 1)[d], np.concatenate([ys[e] for e in grp], axis=0),
+                    numpy_a2a(mesh, xs, axes, 1, 0)[d],
+                    np.split(xs[grp[0]] + xs[grp[1]], 2, axis=0)[i], ys[grp[0]] + ys[grp[1]],
+                    numpy_a2a(mesh, xs, ("x", "y"), 0, 1)[d]]
+            for r, w in zip(got[d], want):
+                same_bits(r, w)
