@@ -142,12 +142,9 @@ def fresh_rates():
           f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a MiB of results "
           f"{machine.output * 2**20 * 1e6:.0f} us, a numpy argument "
           f"{machine.placing * 1e6:.0f} us), a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
-          f"a rendezvous {w.get('rendezvous', 0.0) * 1e6:.0f} us "
-          f"({(w.get('communicator_bandwidth') or w['bandwidth']) / 1e9:.2f} GB/s), a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
+          f"a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
-                                        rendezvous=w.get("rendezvous", 0.0), handoff=w.get("handoff", 0.0),
-                                        solo_bytes=w.get("solo_bytes", 0.0),
-                                        communicator_bandwidth=w.get("communicator_bandwidth")))
+                                        handoff=w.get("handoff", 0.0), solo_bytes=w.get("solo_bytes", 0.0)))
 
 
 RATES = ("flops", "bandwidth", "cache_bandwidth")      # (per second: the rest are seconds or bytes)
@@ -172,8 +169,7 @@ def averaged(a, b):
     la, lb = a[1].within, b[1].within
     return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=rate(la.bandwidth, lb.bandwidth),
                                   rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
-                                  solo_bytes=la.solo_bytes,
-                                  communicator_bandwidth=rate(la.communicator_bandwidth, lb.communicator_bandwidth)))
+                                  solo_bytes=la.solo_bytes))
 
 
 def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):

@@ -43,14 +43,15 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 them): a chain of dependent all_reduces, small (its latency per round)
                 and large (the bytes a device receives per second), which price every
                 collective there (the native code runs all_reduce, all_gather,
-                reduce_scatter, all_to_all and collective_permute between the threads;
-                no kind stops it for a rendezvous in Python: `rendezvous` is 0, and
-                `communicator_bandwidth` is not measured, cost_model.Link)
+                reduce_scatter, all_to_all and collective_permute between the threads)
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
-                chain over the MPI ranks, stored beside the rest as networks.mpi; the
-                model takes it for programs run under MPI (processes on one host
-                exchange through MPI and poll while they wait: on a host with fewer
-                cores than ranks, far slower than the local transport's threads)
+                chain over the MPI ranks, and a chain of small all_gathers besides,
+                which part the seconds of a round from those every collective costs as
+                a call from Python (`rendezvous`); stored beside the rest as
+                networks.mpi; the model takes it for programs run under MPI (processes
+                on one host exchange through MPI and poll while they wait: on a host
+                with fewer cores than ranks, far slower than the local transport's
+                threads)
 
 Each figure is the fast end of a sample of runs (fast(): a low quantile), taken after a
 warm-up, the runs of the programs it compares interleaved: a shared machine's other work
@@ -217,9 +218,9 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     chain of 17 dependent all_reduces against one, small (its latency per round) and
     large (the bytes a device receives per second); sixteen differences, not eight, so
     that the load a shared machine carries moves the figure less. `threads` (the local
-    transport's devices): also the handoff to the devices' threads, and `rendezvous` 0
-    (Link.rendezvous: no collective there runs from Python; under MPI every collective
-    is such a call, and the all_reduces' latency holds it)."""
+    transport's devices): also the handoff to the devices' threads; else (MPI's
+    processes, whose every collective is a call from Python) the seconds of such a call
+    apart from its rounds (_call_and_rounds: Link.rendezvous)."""
     import spmd
     devices = mesh.size
     row = mesh.sharding("x", None)
@@ -235,6 +236,8 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     received = 2 * (devices - 1) / devices * large * 4
     latency = per[small] / rounds
     out = {"latency": latency, "bandwidth": received / max(per[large] - per[small], 1e-7)}
+    if not threads and devices > 1:
+        out.update(_call_and_rounds(mesh, rounds // 2, runs))
     if threads and devices > 1:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
         # the chain of one small all_reduce against a program as small that exchanges
@@ -244,8 +247,42 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
         small_t1 = min(small_t1, again)
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
-        out["rendezvous"] = 0.0
     return out
+def _call_and_rounds(mesh, k, runs) -> dict:
+    """{latency, rendezvous} of collectives each of which is a call from Python (MPI's):
+    chains of 17 small all_reduces and of 17 small all_gathers against one of each, the
+    four runs interleaved (they see the same load; part_call_and_rounds)."""
+    import spmd
+    row, whole = mesh.sharding("x", None), mesh.sharding(None, None)
+    xs = spmd.device_put(np.ones((mesh.size, 16), np.float32), row)
+    a1, a17, g1, g17 = timed([(spmd.jit(make(n), in_shardings=row, out_shardings=row), (xs,))
+                              for make in (_chain, lambda n: _gathers(n, row, whole)) for n in (1, 17)], runs)
+    return part_call_and_rounds(max((a17 - a1) / 16, 1e-7), max((g17 - g1) / 16, 0.0), k)
+
+
+def part_call_and_rounds(all_reduce, gather, k) -> dict:
+    """{latency, rendezvous}: a small all_reduce of 2k rounds taking `all_reduce`
+    seconds and an all_gather of k taking `gather`, each a call of `rendezvous` seconds
+    (Link.rendezvous: the communicator's checks and buffers, the MPI call, each rank's
+    process scheduled in turn where they are more than the cores) and rounds of
+    `latency`. Where they do not part so (the gathers no faster, or slower than the
+    all_reduces), the all_reduces' rounds hold it all."""
+    latency = (all_reduce - gather) / k
+    if latency <= 0.0 or gather - k * latency <= 0.0:
+        return {"latency": all_reduce / (2 * k), "rendezvous": 0.0}
+    return {"latency": latency, "rendezvous": gather - k * latency}
+
+
+def _gathers(k, row, whole):
+    """A chain of k all_gathers: each value made whole, then taken by rows again (a
+    slice of what every rank holds: no collective)."""
+    import spmd
+
+    def f(x):
+        for _ in range(k):
+            x = spmd.shard(spmd.shard(x * 1.0001, whole) + 1.0, row)
+        return x
+    return f
 
 
 def measure_mpi(quick=False) -> dict:
@@ -507,8 +544,8 @@ def calibrate_mpi(quick=False, out=None) -> int:
     got.setdefault("networks", {})["mpi"] = link
     p = store(got)
     w = link["within"]
-    print(f"MPI collectives over {link['ranks']} ranks: {w['latency'] * 1e6:.0f} us a round, "
-          f"{w['bandwidth'] / 1e9:.2f} GB/s; stored in {p}", file=out)
+    print(f"MPI collectives over {link['ranks']} ranks: {w.get('rendezvous', 0.0) * 1e6:.0f} us a call, "
+          f"{w['latency'] * 1e6:.0f} us a round, {w['bandwidth'] / 1e9:.2f} GB/s; stored in {p}", file=out)
     return 0
 
 

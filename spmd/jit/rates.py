@@ -64,14 +64,15 @@ def rates(network=None, machine=None, devices=1) -> tuple:
     if network is None:
         n = (got or {}).get("network", {}).get("within")
         mpi = (got or {}).get("networks", {}).get("mpi")
+        # (a call from Python per collective: MPI's, measured; the local transport's
+        # collectives run in the native code, whatever an older calibration stored)
+        rendezvous = 0.0
         if mpi and transport() == "mpi":    # ranks that are MPI processes: MPI's link, measured
             n = mpi["within"]
+            rendezvous = float(n.get("rendezvous") or 0.0)
         network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]),
-                                      rendezvous=float(n.get("rendezvous") or 0.0),
-                                      handoff=float(n.get("handoff") or 0.0),
-                                      solo_bytes=float(n.get("solo_bytes") or 0.0),
-                                      communicator_bandwidth=float(n["communicator_bandwidth"])
-                                      if n.get("communicator_bandwidth") else None)) if n else Network()
+                                      rendezvous=rendezvous, handoff=float(n.get("handoff") or 0.0),
+                                      solo_bytes=float(n.get("solo_bytes") or 0.0))) if n else Network()
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source

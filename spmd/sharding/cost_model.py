@@ -31,39 +31,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.ops.registry import REGISTRY
-
 
 @dataclass(frozen=True)
 class Link:
     """One kind of connection between ranks: `latency` in seconds per round of a
     collective, `bandwidth` in bytes per second one device receives. `rendezvous`: the
-    seconds more a collective costs whose kind the backend always hands to the
-    communicator from Python (through_communicator: none of today's; on the local
-    transport the native code runs every collective between the threads, and what it
-    does not cover is priced as native), which would stop the native segments, meet the
-    other ranks' threads in Python and start the next segment; 0 where each collective
-    is such a call and `latency` was measured with them (MPI), and where none is (the
-    local transport's calibration stores 0). `handoff`: the seconds more a call costs
-    whose ranks run on threads of their own (the local transport's device threads:
-    handing each its part and waiting for them all), which a program pays that
-    exchanges anything or makes more than `solo_bytes` a rank (the local transport runs a smaller program that exchanges
-    nothing on the caller's thread, a rank after another, at Machine.step's cost); 0
-    where every rank is a process of its own (MPI). `communicator_bandwidth`: the bytes a
-    device receives per second in such a collective, where the transport runs others
-    natively (numpy's copies on the device threads, which hold Python's lock between
-    them, where `bandwidth` was measured with the native all_reduce); None: `bandwidth`.
-    (Stored rates of a calibration from before all_to_all ran natively hold both,
-    measured with all_to_alls: read, and priced on no collective.)"""
+    seconds every collective costs besides its rounds and bytes where each is a call the
+    ranks make from Python (MPI's: the communicator's checks and buffers, the MPI call,
+    and, with more ranks than cores, each rank's process scheduled in turn); 0 where the
+    ranks meet in their native code (the local transport's threads, which run every
+    collective there: what the native code does not cover is priced as native).
+    `handoff`: the seconds more a call costs whose ranks run on threads of their own
+    (the local transport's device threads: handing each its part and waiting for them
+    all), which a program pays that exchanges anything or makes more than `solo_bytes`
+    a rank (the local transport runs a smaller program that exchanges nothing on the
+    caller's thread, a rank after another, at Machine.step's cost); 0 where every rank
+    is a process of its own (MPI)."""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
     handoff: float = 0.0
     solo_bytes: float = 0.0
-    communicator_bandwidth: float | None = None
 
-    def seconds(self, nbytes, rounds=1, bandwidth=None) -> float:
-        return rounds * self.latency + max(float(nbytes), 0.0) / (bandwidth or self.bandwidth)
+    def seconds(self, nbytes, rounds=1) -> float:
+        return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth
 
 
 @dataclass(frozen=True)
@@ -190,30 +181,13 @@ def rounds(kind: str, group_size: int) -> int:
     return math.ceil(math.log2(group_size))
 
 
-def through_communicator(kind) -> bool:
-    """Does a collective of `kind` run through the communicator from Python wherever it
-    runs (its OpDef's lowering: "communicate", a kind no backend runs natively), rather
-    than in the native code where the transport lets it? None of today's collectives
-    does: all_reduce, all_gather, reduce_scatter, all_to_all and collective_permute all
-    run natively between the local transport's threads. Told by the kind alone: what a
-    native lowering leaves to Python (a reduction its fold loops do not cover,
-    backends/llvm/exchange_ir.REDUCE_KINDS: floats' max and min, dtypes besides
-    float32/64 and int32/64; an operand the native code cannot copy) is priced as
-    native."""
-    opdef = REGISTRY.get(kind)
-    return opdef is not None and opdef.lowering == "communicate"
-
-
 def collective_seconds(kind, nbytes, group_size, link: Link) -> float:
     """Seconds one collective of `kind` takes, a device receiving `nbytes`: its rounds,
-    its bytes, and the link's rendezvous where it runs through the communicator (its
-    bytes then at the link's communicator_bandwidth, where measured)."""
+    its bytes, and the link's rendezvous (a call from Python, where they are)."""
     r = rounds(kind, group_size)
     if r == 0 and nbytes <= 0:
         return 0.0
-    python = group_size > 1 and through_communicator(kind)
-    meet = link.rendezvous if python else 0.0
-    return link.seconds(nbytes, r, link.communicator_bandwidth if python else None) + meet
+    return link.seconds(nbytes, r) + (link.rendezvous if r > 0 else 0.0)
 
 
 FUSED = ("elementwise", "reindex")

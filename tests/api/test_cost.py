@@ -105,7 +105,7 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert "stored in" in out.stdout
     got = json.loads((tmp_path / "machine.json").read_text())
     assert got["machine"]["flops"] > 0 and got["network"]["within"]["latency"] > 0
-    assert got["network"]["within"]["rendezvous"] == 0      # (no collective runs from Python there)
+    assert "rendezvous" not in got["network"]["within"]     # (no collective runs from Python there)
     script = ("from spmd.jit.rates import rates; m, n, s = rates(devices=2); "
               "print(s.split()[0], m.flops, n.within.latency, m.step)")
     line = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
@@ -329,70 +329,54 @@ def test_a_stencil_sweep_stores_its_grid_between_halo_exchanges():
 KINDS = ("all_reduce", "collective_permute", "all_gather", "reduce_scatter", "all_to_all")
 
 
-def test_no_collective_pays_the_links_rendezvous_and_one_run_from_python_would(monkeypatch):
-    """Link.rendezvous: the local transport runs every collective in the native code
-    (all_to_all too), so no kind pays it, and a program of all_to_alls costs the same
-    with and without one; a kind the backend always hands to the communicator from
-    Python (lowering "communicate", none of today's) would pay it once a call, over a
-    group of more than one rank."""
-    import dataclasses
-    from spmd.ir.ops.registry import REGISTRY
+def test_every_collective_pays_the_links_rendezvous_once_a_call():
+    """Link.rendezvous: the seconds of a collective's call from Python (MPI's), paid once
+    by every collective over more than one rank, whatever its kind, rounds and bytes;
+    a program of all_to_alls pays it once each."""
     from spmd.sharding.auto.program_cost import comm_seconds
-    from spmd.sharding.cost_model import through_communicator
     slow, fast = Link(latency=1e-6, bandwidth=1e9, rendezvous=1e-3), Link(latency=1e-6, bandwidth=1e9)
     for kind in KINDS:
-        assert not through_communicator(kind)
-        assert collective_seconds(kind, 1e3, 2, slow) == collective_seconds(kind, 1e3, 2, fast)
+        for nbytes in (0.0, 1e3, 1e6):
+            assert collective_seconds(kind, nbytes, 4, slow) - collective_seconds(kind, nbytes, 4, fast) \
+                == pytest.approx(1e-3)
+        assert collective_seconds(kind, 0.0, 1, slow) == collective_seconds(kind, 0.0, 1, fast) == 0.0
     row, col = MESH.sharding("data", None), MESH.sharding(None, "data")
-    f = spmd.jit(lambda x: spmd.shard(x * 2.0, col) + 1.0, in_shardings=(row,))
+    f = spmd.jit(lambda x: spmd.shard(spmd.shard(x * 2.0, col) + 1.0, row) * 3.0, in_shardings=(row,))
     g = f.lower(np.ones((8, 8), np.float32)).graph
-    assert [op.name for op in g.ops if op.opdef.needs_comm] == ["all_to_all"]
-    assert comm_seconds(g, MESH, Network(within=slow)) == comm_seconds(g, MESH, Network(within=fast))
-    monkeypatch.setitem(REGISTRY, "all_to_all", dataclasses.replace(REGISTRY["all_to_all"], lowering="communicate"))
-    assert through_communicator("all_to_all")
-    assert collective_seconds("all_to_all", 1e3, 2, slow) - collective_seconds("all_to_all", 1e3, 2, fast) \
-        == pytest.approx(1e-3)
-    assert collective_seconds("all_to_all", 1e3, 1, slow) == collective_seconds("all_to_all", 1e3, 1, fast)
+    assert [op.name for op in g.ops if op.opdef.needs_comm] == ["all_to_all", "all_to_all"]
     assert comm_seconds(g, MESH, Network(within=slow)) - comm_seconds(g, MESH, Network(within=fast)) \
-        == pytest.approx(1e-3)
+        == pytest.approx(2e-3)
 
 
-def test_stored_rendezvous_is_read(tmp_path, monkeypatch):
+@pytest.mark.parametrize("transport", ["local", "mpi"])
+def test_a_stored_rendezvous_is_read_for_mpis_link_alone(tmp_path, monkeypatch, transport):
+    """The local transport's collectives meet in the native code: a calibration stored
+    before all_to_all ran there (its rendezvous measured with them) prices none of
+    them; MPI's link, measured under mpiexec, keeps its own."""
     from spmd.jit import rates as R
     monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
     f = tmp_path / "machine.json"
     f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
-                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9, "rendezvous": 3e-4}}}))
+                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9, "rendezvous": 3e-4}},
+                             "networks": {"mpi": {"within": {"latency": 5e-5, "bandwidth": 5e8,
+                                                             "rendezvous": 2e-4}}}}))
     os.utime(f, ns=(10**18 + 11, 10**18 + 11))
-    monkeypatch.setattr(R, "transport", lambda: "local")
-    assert R.rates(devices=4)[1].within.rendezvous == 3e-4
+    monkeypatch.setattr(R, "transport", lambda: transport)
+    link = R.rates(devices=4)[1].within
+    assert (link.latency, link.rendezvous) == ((1e-6, 0.0) if transport == "local" else (5e-5, 2e-4))
 
 
-def test_only_a_collective_run_from_python_moves_its_bytes_at_the_communicators_rate(monkeypatch):
-    """Link.communicator_bandwidth: the bytes of a collective the communicator runs from
-    Python (numpy's copies on the device threads) would be priced at the rate measured
-    with such collectives; every kind of today's runs natively and keeps `bandwidth`;
-    unmeasured (None, MPI's link), every collective takes `bandwidth`."""
-    import dataclasses
-    from spmd.ir.ops.registry import REGISTRY
-    link = Link(latency=0.0, bandwidth=1e9, communicator_bandwidth=1e8)
-    for kind in KINDS:
-        assert collective_seconds(kind, 1e6, 2, link) == pytest.approx(1e-3)
-    monkeypatch.setitem(REGISTRY, "all_to_all", dataclasses.replace(REGISTRY["all_to_all"], lowering="communicate"))
-    assert collective_seconds("all_to_all", 1e6, 2, link) == pytest.approx(1e-2)
-    assert collective_seconds("all_to_all", 1e6, 2, Link(latency=0.0, bandwidth=1e9)) == pytest.approx(1e-3)
-
-
-def test_stored_communicator_bandwidth_is_read(tmp_path, monkeypatch):
-    from spmd.jit import rates as R
-    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
-    f = tmp_path / "machine.json"
-    f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
-                             "network": {"within": {"latency": 1e-6, "bandwidth": 2e9,
-                                                    "communicator_bandwidth": 3e8}}}))
-    os.utime(f, ns=(10**18 + 13, 10**18 + 13))
-    monkeypatch.setattr(R, "transport", lambda: "local")
-    assert R.rates(devices=4)[1].within.communicator_bandwidth == 3e8
+def test_mpis_call_and_rounds_part_as_the_two_chains_say():
+    """calibrate.part_call_and_rounds: an all_reduce of 2k rounds and a gather of k,
+    each a call of R seconds and rounds of L, give back R and L; gathers no faster than
+    the all_reduces, or so much faster that no call is left, leave it all to the
+    all_reduces' rounds."""
+    from spmd.jit.calibrate import part_call_and_rounds
+    for R, L, k in ((2e-4, 3e-5, 2), (5e-4, 1e-6, 3), (1e-6, 1e-4, 1)):
+        got = part_call_and_rounds(R + 2 * k * L, R + k * L, k)
+        assert got["latency"] == pytest.approx(L) and got["rendezvous"] == pytest.approx(R)
+    assert part_call_and_rounds(4e-4, 5e-4, 2) == {"latency": 1e-4, "rendezvous": 0.0}
+    assert part_call_and_rounds(4e-4, 1e-4, 2) == {"latency": 1e-4, "rendezvous": 0.0}
 
 
 def test_a_streaming_rate_is_measured_without_the_calls_fixed_cost():
