@@ -153,10 +153,8 @@ def _read_strided(sched, op, x, view):
     loops do not move as its bytes): the gather's copy block, whose source and
     destination it sets per member (at index * block_at of the member's operand, at m *
     row_bytes of the result). None where the copy takes more dims than the loops have."""
-    G, sd, cd = op.attrs["group_size"], op.attrs["split_dimension"], op.attrs["concat_dimension"]
+    G, sd, cd, block = _a2a_block(op, x)
     isz = view.itemsize
-    block = [int(n) for n in x.shape]
-    block[sd] //= G
     out = list(block)
     out[cd] *= G
     dst = [isz * _size(out[k + 1:]) for k in range(len(out))]
@@ -186,10 +184,8 @@ def _message(op, x, view):
     concatenated dim the split dim with ones between (block i is the i-th G-th of each
     row); else the operand laid out block after block (a strided view of it, the blocks'
     axis first, which the post copies)."""
-    G, sd, cd = op.attrs["group_size"], op.attrs["split_dimension"], op.attrs["concat_dimension"]
+    G, sd, cd, block = _a2a_block(op, x)
     shape = tuple(int(n) for n in x.shape)
-    block = list(shape)
-    block[sd] //= G
     rows, row_n = _rows(block, cd)
     row_bytes = row_n * view.itemsize
     if _size(shape[:sd]) == 1:
@@ -200,6 +196,14 @@ def _message(op, x, view):
     split = np.lib.stride_tricks.as_strided(view, shape[:sd] + (G, n) + shape[sd + 1:],
                                             st[:sd] + (st[sd] * n, st[sd]) + st[sd + 1:])
     return np.moveaxis(split, sd, 0), (rows, row_bytes, row_n, row_bytes, rows * row_bytes)
+
+
+def _a2a_block(op, x):
+    """(G, split dim, concat dim, the shape of one member's block) of an all_to_all"""
+    G, sd, cd = op.attrs["group_size"], op.attrs["split_dimension"], op.attrs["concat_dimension"]
+    block = [int(n) for n in x.shape]
+    block[sd] //= G
+    return G, sd, cd, block
 
 
 def _gather(sched, op, x, region, rows, post=None):
