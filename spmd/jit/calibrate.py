@@ -220,24 +220,33 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     that the load a shared machine carries moves the figure less. `threads` (the local
     transport's devices): also the handoff to the devices' threads; else (MPI's
     processes, whose every collective is a call from Python) the seconds of such a call
-    apart from its rounds (_call_and_rounds: Link.rendezvous)."""
+    apart from its rounds (part_call_and_rounds: Link.rendezvous)."""
     import spmd
     devices = mesh.size
     row = mesh.sharding("x", None)
     rounds = 2 * int(np.ceil(np.log2(devices)))
+    # (MPI's processes, whose every collective is a call from Python: the small chain's
+    # runs interleaved with a chain of small all_gathers', which part a call's seconds
+    # from a round's: part_call_and_rounds)
+    parted = not threads and devices > 1
     per = {}
     for cols in (16, (1 << 14) if quick else (1 << 18)):
         xs = spmd.device_put(np.ones((devices, cols), np.float32), row)
-        t1, t17 = timed([(spmd.jit(_chain(k), in_shardings=row, out_shardings=row), (xs,)) for k in (1, 17)], runs)
-        per[cols] = max((t17 - t1) / 16, 1e-7)
+        calls = [(spmd.jit(_chain(k), in_shardings=row, out_shardings=row), (xs,)) for k in (1, 17)]
+        if parted and cols == 16:
+            whole = mesh.sharding(None, None)
+            calls += [(spmd.jit(_gathers(k, row, whole), in_shardings=row, out_shardings=row), (xs,))
+                      for k in (1, 17)]
+        t = timed(calls, runs)
+        per[cols] = max((t[1] - t[0]) / 16, 1e-7)
         if cols == 16:
-            small_t1 = t1
+            small_t1, gather = t[0], max((t[3] - t[2]) / 16, 0.0) if parted else None
     small, large = sorted(per)
     received = 2 * (devices - 1) / devices * large * 4
     latency = per[small] / rounds
     out = {"latency": latency, "bandwidth": received / max(per[large] - per[small], 1e-7)}
-    if not threads and devices > 1:
-        out.update(_call_and_rounds(mesh, rounds // 2, runs))
+    if parted:
+        out.update(part_call_and_rounds(per[small], gather, rounds // 2))
     if threads and devices > 1:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
         # the chain of one small all_reduce against a program as small that exchanges
@@ -248,18 +257,6 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
     return out
-def _call_and_rounds(mesh, k, runs) -> dict:
-    """{latency, rendezvous} of collectives each of which is a call from Python (MPI's):
-    chains of 17 small all_reduces and of 17 small all_gathers against one of each, the
-    four runs interleaved (they see the same load; part_call_and_rounds)."""
-    import spmd
-    row, whole = mesh.sharding("x", None), mesh.sharding(None, None)
-    xs = spmd.device_put(np.ones((mesh.size, 16), np.float32), row)
-    a1, a17, g1, g17 = timed([(spmd.jit(make(n), in_shardings=row, out_shardings=row), (xs,))
-                              for make in (_chain, lambda n: _gathers(n, row, whole)) for n in (1, 17)], runs)
-    return part_call_and_rounds(max((a17 - a1) / 16, 1e-7), max((g17 - g1) / 16, 0.0), k)
-
-
 def part_call_and_rounds(all_reduce, gather, k) -> dict:
     """{latency, rendezvous}: a small all_reduce of 2k rounds taking `all_reduce`
     seconds and an all_gather of k taking `gather`, each a call of `rendezvous` seconds
