@@ -310,3 +310,19 @@ def check_rejections(comm):
     group = comm.mesh.group(comm.rank, (comm.mesh.axis_names[0],))
     assert np.array_equal(got, np.full(3, sum(d + 1.0 for d in group))) and len(group) == G
     return checked + 1
+
+
+def overwritten_operand(kind, shape, **attrs):
+    """A program whose collective `kind` (its attrs) reads a = x * 3, which dies there:
+    the kernel right after, a * 5, may take its buffer. What the drain after a read of
+    the operand where it lies guards (backends/llvm/exchange_reduce.py). Its outputs:
+    the collective's result, a * 5; -> (the program compiled for the native backend)."""
+    from spmd.backends.llvm import compile_llvm
+    from spmd.ir import Graph
+    from spmd.ir.ops.names import CONSTANT, MULTIPLY
+    g = Graph("overwritten")
+    x = g.add_input(shape, "float32")
+    a = g.emit(MULTIPLY, x, g.emit(CONSTANT, value=np.full(shape, 3, "float32")))
+    moved = g.emit(kind, a, **attrs)
+    g.outputs = [moved, g.emit(MULTIPLY, a, g.emit(CONSTANT, value=np.full(shape, 5, "float32")))]
+    return compile_llvm(g)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collective_checks import value
+from collective_checks import overwritten_operand, value
 from spmd.backends.llvm import compile_llvm
 from spmd.ir import Graph
 from spmd.ir.ops.names import ADD, ALL_TO_ALL, CONSTANT, MULTIPLY, SCAN, TRANSPOSE
@@ -223,12 +223,7 @@ def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_i
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
     mesh = Mesh(*MESHES["4"])
     shape = (64, 4096)
-    g = Graph("overwritten")
-    x = g.add_input(shape, "float32")
-    a = g.emit(MULTIPLY, x, g.emit(CONSTANT, value=np.full(shape, 3, "float32")))
-    moved = g.emit(ALL_TO_ALL, a, axes=("x",), split_dimension=sd, concat_dimension=cd, group_size=4)
-    g.outputs = [moved, g.emit(MULTIPLY, a, g.emit(CONSTANT, value=np.full(shape, 5, "float32")))]
-    exe = compile_llvm(g)
+    exe = overwritten_operand(ALL_TO_ALL, shape, axes=("x",), split_dimension=sd, concat_dimension=cd, group_size=4)
     sched = exe.schedule(1, True, "process")
     assert sched.only_segment() is not None
     assert sched.slot_bytes == {("group", ("x",)): 128}      # (no mailbox: read where it lies)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collective_checks import reduce_in_order as fold_in_order, value
+from collective_checks import overwritten_operand, reduce_in_order as fold_in_order, value
 from spmd.backends.llvm import compile_llvm
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
@@ -349,13 +349,8 @@ def test_an_operand_read_where_it_lies_is_not_written_before_every_member_read_i
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
     mesh = Mesh(*MESHES["4"])
     shape = (64, 4096)
-    g = Graph("overwritten")
-    x = g.add_input(shape, "float32")
-    a = g.emit(MULTIPLY, x, g.emit(CONSTANT, value=np.full(shape, 3, "float32")))
     attrs = dict(reduction="sum") if kind == REDUCE_SCATTER else {}
-    col = g.emit(kind, a, axes=("x",), dimension=0, group_size=4, **attrs)
-    g.outputs = [col, g.emit(MULTIPLY, a, g.emit(CONSTANT, value=np.full(shape, 5, "float32")))]
-    exe = compile_llvm(g)
+    exe = overwritten_operand(kind, shape, axes=("x",), dimension=0, group_size=4, **attrs)
     assert exe.schedule(1, True, "process").only_segment() is not None
     xs = {d: value(d, shape, "float32") for d in range(4)}
     a3 = [xs[d] * np.float32(3) for d in range(4)]
