@@ -41,6 +41,10 @@ from .lowering import Lowered, lower_graph
 from .placing import place
 from .tracing import trace_function
 
+# plans of spmd.AUTO's search lowered after the first whose compiled program needed more
+# than memory_limit, before MemoryLimitError (each is traced, searched and lowered again)
+AUTO_MEMORY_TRIES = 3
+
 
 class Jitted:
     """A function traced once per input signature, lowered, compiled and cached; calling
@@ -95,6 +99,27 @@ class Jitted:
         low, known = gb.follow(entry, leaves)       # the graph breaks' programs, on this call's data
         if low is not None:
             return low
+        # spmd.AUTO under memory_limit: the plan the model finds fastest may need more,
+        # compiled, than the search's share of the limit for the arguments saw (its
+        # activations, its native schedule's buffers): then the other plans the search
+        # made are lowered, the least planned memory first, before saying none fits
+        tried, first = [], None
+        while True:
+            try:
+                return self._lower_plan(args, key, leaves, known, tried)
+            except MemoryLimitError as e:
+                if not tried:
+                    raise
+                first = first or e
+                if len(tried) > AUTO_MEMORY_TRIES:
+                    break
+            except _NoPlanLeft:
+                break
+        raise MemoryLimitError(f"{first}\n(spmd.AUTO lowered {len(tried)} of the plans its search made: the "
+                               f"fastest by its model, whose peak this is, then the least planned memory "
+                               f"first; none fits)") from None
+
+    def _lower_plan(self, args, key, leaves, known, tried) -> Lowered:
         fname = self.fname
         graph, in_tree, out_tree, oracle = self._trace(args, key, leaves, known)
         from ..sharding.jit_shardings import resolve_shardings
@@ -102,7 +127,12 @@ class Jitted:
         graph.mesh = mesh
         auto, done, hints = None, None, None
         if any(is_auto(s) for s in list(in_sh) + list(out_sh)):
-            auto, done = choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.network, self.memory_limit)
+            auto, done = choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.network, self.memory_limit,
+                                     tried)
+            if auto is None:
+                raise _NoPlanLeft
+            if self.memory_limit is not None:
+                tried.append(auto.keys.get(auto.chosen))
             hints = auto.hints
         n_out = len(graph.outputs)
         # the breaks' values, as this program computes them: a call runs the path whole and
@@ -395,6 +425,10 @@ def _check_int_arguments(low, leaves):
             what = f"a value computed from argument leaves {list(positions)}"
         for dt, loc in uses:
             check_int_fits(value, dt, f"{loc}: {what} of {low.graph.name}, combined with a {dt} array")
+
+
+class _NoPlanLeft(Exception):
+    """Every plan spmd.AUTO's search made was lowered and needed more than memory_limit."""
 
 
 class _ConvertLoop(BaseException):

@@ -71,11 +71,19 @@ class AutoPlan:
     # what a search again of the same program (another argument budget) takes as it is:
     # the Problem, and each plan realized ({key: (propagated, partitioned, seconds)})
     reuse: dict = field(default_factory=dict, repr=False, compare=False)
+    # {plan name: its key in reuse["judged"]} of the plans made (realized alike: one key)
+    keys: dict = field(default_factory=dict, repr=False, compare=False)
+    # why the plan kept is not the fastest the search made, where something other than
+    # the model's seconds decided (jit: the plans the model found faster need more than
+    # memory_limit compiled)
+    note: str = ""
 
     def explain_lines(self) -> list:
         out = [f"spmd.AUTO: kept the {self.chosen} plan (searched in {self.solve_seconds:.2f} s; "
                f"modelled step " + ", ".join(f"{k} {v * 1e3:.3f} ms" + (" (search's model)" if k in self.estimated else "")
                                              for k, v in self.seconds.items()) + ")"]
+        if self.note:
+            out.append(f"  {self.note}")
         for w in self.why:
             line = f"  {w['leaf']}: {w['chosen']}"
             if w.get("runner_up") is not None:
@@ -269,7 +277,8 @@ def choose(graph, mesh, in_shardings, out_shardings, machine, network, memory_li
                     size={"ops": ops_in(graph), "nodes": len(pb.nodes), "edges": len(pb.edges),
                           "pairs": int(sum(e.small.size for e in pb.edges)),
                           "merged_ops": sum(max(len(n.ops) - 1, 0) for n in pb.nodes)},
-                    hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated, reuse=reuse)
+                    hints=hints.get(best, {}), programs=made[best][1:], estimated=estimated, reuse=reuse,
+                    keys={n: got[0] for n, got in made.items()})
     plan.argument_bytes = float(sum(local_bytes(x.shape, x.dtype, s) for x, s in zip(graph.inputs, ins)
                                     if s is not None))
     plan.why = _why(pb, choices[best if best in choices else searched], auto_in, names, ins, budget, graph)
