@@ -397,7 +397,10 @@ class Jitted:
                 raise ValueError("spmd.jit: the function writes into a read-only numpy array argument "
                                  "(numpy raises 'assignment destination is read-only')")
             if new is not arg:
-                arg[...] = new.numpy() if hasattr(new, "numpy") else new
+                if isinstance(new, Array):
+                    new.numpy(out=arg)
+                else:
+                    arg[...] = new.numpy() if hasattr(new, "numpy") else new
             return
         if isinstance(arg, Array) and isinstance(new, np.ndarray) and self.write_array is not None:
             # an Array on a one-device mesh runs as numpy (no mesh): the new value comes

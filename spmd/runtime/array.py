@@ -101,17 +101,26 @@ class Array:
         return self._sharding.local_shape(self._shape)
 
     # -- values ---------------------------------------------------------------------------
-    def numpy(self) -> np.ndarray:
-        """The global value, assembled from the shards (a new array)."""
+    def numpy(self, out=None) -> np.ndarray:
+        """The global value, assembled from the shards: a new array, or `out` (a numpy
+        array of this shape, written in place, cast to its dtype as numpy's `out=` does):
+        each shard copied once into its place (a written numpy argument's new value goes
+        straight into the caller's array, no global array made between)."""
         sh = self._sharding
+        if out is not None and tuple(out.shape) != tuple(self._shape):
+            raise ValueError(f"spmd.Array.numpy: out has shape {tuple(out.shape)}, the array {tuple(self._shape)}")
         if self.is_fully_replicated:
             # every device holds the whole value: read this process's copy, no collective
             # (so `if rank == 0: print(float(loss))` works under MPI)
             got = self._runtime.get({d: h for d, h in list(self._handles.items())[:1]})
-            return np.array(next(iter(got.values()))[tuple(slice(0, n) for n in self._shape)],
-                            dtype=self._dtype, copy=True)
+            whole = next(iter(got.values()))[tuple(slice(0, n) for n in self._shape)]
+            if out is not None:
+                np.copyto(out, whole, casting="unsafe")
+                return out
+            return np.array(whole, dtype=self._dtype, copy=True)
         shards = self._runtime.all_shards(self._handles, sh.mesh)
-        out = np.empty(self._shape, self._dtype)
+        if out is None:
+            out = np.empty(self._shape, self._dtype)
         seen = set()
         for d in sh.mesh.devices.reshape(-1).tolist():
             key = sh.shard_index(d)

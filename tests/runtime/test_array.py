@@ -72,6 +72,9 @@ def test_device_put_round_trip(mesh, data):
     got = a.numpy()
     assert got.dtype == x.dtype and np.array_equal(got, x)
     assert np.array_equal(np.asarray(a), x)
+    # into a given array (a written numpy argument's new value: numpy's layout, any strides)
+    into = np.zeros(shape[::-1], x.dtype).T if ndim else np.zeros((), x.dtype)
+    assert a.numpy(out=into) is into and np.array_equal(into, x)
     shards = {s.device: s for s in a.shards}
     assert sorted(shards) == list(range(mesh.size))
     for d in range(mesh.size):
@@ -79,6 +82,26 @@ def test_device_put_round_trip(mesh, data):
         h = a._handles[d]
         assert h.shape == a.local_shape and np.array_equal(h, want), (d, spec)
         assert np.array_equal(x[shards[d].index], shards[d].data)
+
+
+def test_numpy_into_a_given_array_copies_each_shard_once_and_nothing_else():
+    """Array.numpy(out=): each shard goes straight into its place in `out` (jit writes a
+    numpy argument's new value back so): no global array is made between, and an `out`
+    of another shape is refused."""
+    import tracemalloc
+    mesh = Mesh((2, 2), ("x", "y"))
+    x = np.random.default_rng(0).standard_normal((301, 257))
+    for spec in (("x", "y"), ("y", None), (None, None), (("x", "y"), None)):
+        a = spmd.device_put(x, mesh.sharding(*spec))
+        out = np.zeros_like(x)
+        tracemalloc.start()
+        a.numpy(out=out)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert np.array_equal(out, x), spec
+        assert peak < x.nbytes // 8, (spec, peak)
+    with pytest.raises(ValueError, match=r"out has shape \(257, 301\), the array \(301, 257\)"):
+        a.numpy(out=np.zeros((257, 301)))
 
 
 def test_device_put_split_cached_per_sharding_shape_and_devices():
