@@ -1,7 +1,8 @@
 """spmd.AUTO against the hand-annotated plan and the simple baseline (every argument's
 largest dimension on the largest mesh axis that divides it), side by side, on a 2x2 local
 mesh: train_gpt (default, and d256 L4 T128), the MLP step of benchmarks/kernels.py, the
-Jacobi stencil (by hand: 2-D blocks), CG.
+stencils of benchmarks/stencil_programs.py (Jacobi, nine-point, 3-D heat, diffusion, life,
+the cavity step; by hand: 2-D blocks), CG.
 
 Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, in
 one process on the same inputs), bytes per step (lowered.report()), the model's
@@ -111,16 +112,34 @@ def mlp(mesh):
     return K.spmd_mlp_step, (p, x, y), hand
 
 
-def jacobi(mesh, n=1024, steps=5):
-    S = _load("stencil_programs_auto", "benchmarks/stencil_programs.py")
-    u = np.random.default_rng(0).random((n, n))
-    return (lambda u: S.jacobi(u, steps)), (u,), (mesh.sharding("data", "model"),)   # the hand plan: 2-D blocks
+def stencil(mesh, name, n2d=1024, n3d=96, ncavity=256, steps=5):
+    """A program of benchmarks/stencil_programs.py's suite, its hand plan 2-D
+    blocks of the grids it exchanges (the first two dims), as benchmarks/stencil.py
+    splits them."""
+    S = _load("stencil_programs_suite_auto", "benchmarks/stencil_programs.py")
+    prog = {p.name: p for p in S.suite(n2d=n2d, n3d=n3d, steps=steps, ncavity=ncavity)}[name]
+    arrays = prog.inputs()
+    blk = [mesh.sharding("data", "model", *([None] * (a.ndim - 2))) if a.ndim >= 2 else mesh.sharding()
+           for a in arrays]
+
+    def run(*a):
+        return prog.fn(*a, prog.steps)
+    run.halo = lambda sharding: prog.step_halo_bytes(arrays, grid(sharding)) * prog.steps
+    return run, tuple(arrays), tuple(blk)
 
 
-def cg(mesh, n=512, steps=5):
-    S = _load("stencil_programs_cg_auto", "benchmarks/stencil_programs.py")
-    blk = mesh.sharding("data", "model")
-    return (lambda x, r, p, rs: S.cg(x, r, p, rs, steps)), S._cg_state(n), (blk, blk, blk, mesh.sharding())
+def jacobi(mesh):
+    return stencil(mesh, "jacobi")
+
+
+def cg(mesh):
+    return stencil(mesh, "cg", n2d=512)
+
+
+def grid(sharding):
+    """How many blocks `sharding` splits each dim into."""
+    return tuple(int(np.prod([sharding.mesh.axis_size(a) for a in ((e,) if isinstance(e, str) else e)]))
+                 if e is not None else 1 for e in sharding.spec)
 
 
 def leaves(out):
@@ -191,7 +210,8 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
         low.compile()
         lows[plan] = low
         solve = (low.auto.solve_seconds, low.auto.solve_cpu_seconds) if low.auto is not None else None
-        rows[plan] = {"bytes": low.report()["comm_bytes"], "solve": solve,
+        rows[plan] = {"bytes": low.report()["comm_bytes"], "solve": solve, "in_shardings": low.in_shardings,
+                      "run_bytes": low.report()["bytes_per_run"],
                       "lower": lower_s, "chosen": low.auto.chosen if low.auto is not None else ""}
         fns[plan] = f
         outs[plan] = leaves(f(*copy(args)))
@@ -292,6 +312,11 @@ def main(argv=None):
              ("gpt d256 L4 T128", lambda: gpt(mesh, 256, 4, 128)),
              ("gpt d64 L2 T64 fsdp", lambda: gpt(mesh, 64, 2, 64, fsdp=True)),
              ("mlp step", lambda: mlp(mesh)), ("jacobi 1024", lambda: jacobi(mesh)),
+             ("nine_point 1024", lambda: stencil(mesh, "nine_point")),
+             ("heat3d 96", lambda: stencil(mesh, "heat3d")),
+             ("diffusion 1024", lambda: stencil(mesh, "diffusion")),
+             ("life 1024", lambda: stencil(mesh, "life")),
+             ("cavity 256", lambda: stencil(mesh, "cavity")),
              ("cg 512", lambda: cg(mesh))]
     if a.quick:
         progs = [p for p in progs if "d256" not in p[0]]
@@ -312,6 +337,10 @@ def main(argv=None):
             solve = "" if r["solve"] is None else f"{r['solve'][0]:.2f}/{r['solve'][1]:.2f}"
             say(f"{name:<22} {plan:<9} {r['ms']:9.2f} {r['ms'] / ref:7.2f} {r['bytes']:11d} "
                 f"{r['predicted'] * 1e3:9.3f} {r['predicted'] * 1e3 / r['ms']:6.2f} {r['predicted'] * 1e3 / r['fast_ms']:6.2f} {solve:>11} {r['lower']:8.2f} {str(r['same']):>5} {r['chosen']}")
+            if hasattr(fn, "halo"):
+                halo = fn.halo(r["in_shardings"][0])
+                say(f"{'':<22} {'':<9} split {grid(r['in_shardings'][0])}: bytes a step / the halo a "
+                    f"hand-written exchange of that split moves ({halo}): {r['run_bytes'] / halo if halo else float('nan'):.2f}")
             if limit is not None:
                 say(f"{'':<22} {'':<9} peak per device: planned {r['planned_peak'] / 2**20:.2f} MiB, measured "
                     f"{r['peak'] / 2**20:.2f} MiB (Python objects left besides: {r['objects'] / 2**20:.2f} MiB), "
