@@ -76,7 +76,9 @@ from spmd.transports.local import local_communicator, local_rendezvous, local_ru
 
 PROGRAMS = {"gpt64": lambda mesh: auto.gpt(mesh, 64, 2, 64), "gpt256": lambda mesh: auto.gpt(mesh, 256, 4, 128),
             "fsdp": lambda mesh: auto.gpt(mesh, 64, 2, 64, fsdp=True), "mlp": auto.mlp,
-            "jacobi": auto.jacobi, "cg": auto.cg}
+            "jacobi": auto.jacobi, "cg": auto.cg,
+            **{name: (lambda mesh, _n=name: auto.stencil(mesh, _n))
+               for name in ("nine_point", "heat3d", "diffusion", "life", "cavity")}}
 
 
 class Accounts:
