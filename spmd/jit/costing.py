@@ -6,7 +6,7 @@ import numpy as np
 
 from ..runtime.current_runtime import started
 from ..sharding.auto.program_cost import collective_rows, handoff_seconds, program_seconds
-from ..sharding.cost_model import private_copy_bytes
+from ..sharding.cost_model import collective_seconds, gathered_back_bytes, private_copy_bytes
 from ..sharding.kernel_traffic import nbytes
 from .rates import rates
 
@@ -38,7 +38,7 @@ def predict(low, network=None, machine=None) -> Cost:
     # the arguments lower() was given as numpy arrays: a call with such arguments on a
     # mesh copies them onto the devices, and back into those the program writes (without
     # a mesh the program reads and writes the caller's arrays)
-    out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m)
+    out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m, n)
     out["outputs_seconds"] = outputs_seconds(g, m)
     out["seconds"] += out["args_seconds"] + out["outputs_seconds"]
     out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
@@ -63,21 +63,36 @@ def outputs_seconds(graph, machine) -> float:
     return machine.output * sum(nbytes(v) for v in graph.outputs)
 
 
-def numpy_arguments_seconds(low, machine) -> float:
+def numpy_arguments_seconds(low, machine, network=None) -> float:
     """Seconds a call spends on the arguments lower() was given as numpy arrays: placing
     each; for those the program writes (or is donated), the devices' private copies of
     their shards (cost_model.private_copy_bytes: they depend on the layout); and the
-    write back of those it writes."""
+    write back of those it writes: under several processes (MPI, Ray), first the
+    gather of the other processes' shards into each (cost_model.gathered_back_bytes, an
+    all_gather over the processes, and the small one checking they all read alike)."""
     private = low.reused | low.donated
     ins = low.stages.get("propagated", low.stages["traced"]).inputs
     devices = _local_devices(low.mesh)
+    processes = _processes()
     t = 0.0
     for k, nbytes in sorted(low.numpy_args.items()):
         v = ins[k]
-        copies = private_copy_bytes(v.shape, np.dtype(v.dtype).itemsize, v.sharding, devices) \
-            if k in private else 0.0
+        itemsize = np.dtype(v.dtype).itemsize
+        copies = private_copy_bytes(v.shape, itemsize, v.sharding, devices) if k in private else 0.0
         t += machine.numpy_argument_seconds(nbytes, k in low.updates, copies)
+        if k in low.updates and processes > 1 and network is not None:
+            got = gathered_back_bytes(v.shape, itemsize, v.sharding, low.mesh.size, devices)
+            if got > 0:
+                link = network.link(low.mesh, tuple(low.mesh.axis_names))
+                t += collective_seconds("all_gather", got, processes, link) \
+                    + collective_seconds("all_gather", 0.0, processes, link)
     return t
+
+
+def _processes() -> int:
+    """The processes of the started runtime (1 where none is started: the local runtime's)."""
+    rt = started()
+    return 1 if rt is None else int(rt.process_count())
 
 
 def _local_devices(mesh) -> int:

@@ -168,6 +168,18 @@ def private_copy_bytes(shape, itemsize, sharding, devices) -> float:
     return float(devices) * float(np.prod(sharding.local_shape(shape), dtype=np.float64)) * itemsize
 
 
+def gathered_back_bytes(shape, itemsize, sharding, devices, local) -> float:
+    """Bytes each process receives, under a runtime of several processes, when a numpy
+    argument the program writes gets its new value back (numpy updates the caller's
+    array in place, and every process holds one): every device's shard, padding included,
+    but those of its own `local` devices (runtime all_shards, an all_gather over the
+    processes); 0 where every device holds the whole value (each process reads its own)."""
+    if all(e is None for e in sharding.spec):
+        return 0.0
+    shard = float(np.prod(sharding.local_shape(shape), dtype=np.float64)) * itemsize
+    return float(devices - local) * shard
+
+
 def rounds(kind: str, group_size: int) -> int:
     """Latency rounds a collective of `kind` over `group_size` ranks takes (a ring for the
     gathers and reductions, as MPI's large-message algorithms; a tree's log2 rounds for

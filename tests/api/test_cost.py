@@ -252,6 +252,18 @@ def test_a_written_numpy_argument_costs_the_devices_private_copies_of_its_layout
     assert g.lower(u).cost(machine=machine, network=Network())["args_seconds"] == pytest.approx(u.nbytes * 1e-9)
 
 
+@pytest.mark.parametrize("spec, shard", [(("data", "model"), 33 * 24), (("data", None), 33 * 48),
+                                         ((None, "model"), 65 * 24), ((("data", "model"), None), 17 * 48),
+                                         ((None, None), 0)])
+def test_a_written_argument_gathered_back_into_each_process_is_every_other_devices_shard(spec, shard):
+    """Under several processes a written numpy argument's new value reaches each process's
+    array from every device's shard, padding included (replicas too: each device sends
+    its own), but those of its own devices; none where every device holds it whole."""
+    from spmd.sharding.cost_model import gathered_back_bytes
+    for local in (1, 2):
+        assert gathered_back_bytes((65, 48), 8, MESH.sharding(*spec), 4, local) == (4 - local) * shard * 8
+
+
 def _dots(k):
     def f(x, w):
         for _ in range(k):

@@ -213,3 +213,17 @@ def test_calibration_runs_the_same_rounds_on_every_rank():
     assert p.returncode == 0, p.stdout + p.stderr
     got = dict(re.findall(r"ROUNDS (\d) (\d+)", p.stdout))
     assert len(got) == 2 and got["0"] == got["1"] and int(got["0"]) > 4, p.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_written_numpy_arguments_gather_back_is_in_the_prediction():
+    """Under MPI every process holds the caller's array, so writing a numpy argument back
+    gathers the other processes' shards into each: lowered.cost() prices it (an
+    all_gather over the processes on their link, and the small check), besides what a
+    single process pays, and the array holds numpy's values."""
+    p, _ = mpirun(2, os.path.join(SCRIPTS, "cost_write_back.py"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = re.findall(r"COST (\d) (\S+) (\S+) (\S+) (\w+)", p.stdout)
+    assert len(rows) == 2, p.stdout
+    for _, got, expect, local, same in rows:
+        assert float(got) == pytest.approx(float(expect)) and float(got) > float(local) and same == "True", rows
