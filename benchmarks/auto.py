@@ -138,8 +138,7 @@ def cg(mesh):
 
 def grid(sharding):
     """How many blocks `sharding` splits each dim into."""
-    return tuple(int(np.prod([sharding.mesh.axis_size(a) for a in ((e,) if isinstance(e, str) else e)]))
-                 if e is not None else 1 for e in sharding.spec)
+    return tuple(sharding.dim_shards(d) for d in range(len(sharding.spec)))
 
 
 def leaves(out):

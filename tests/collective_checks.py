@@ -326,3 +326,24 @@ def overwritten_operand(kind, shape, **attrs):
     moved = g.emit(kind, a, **attrs)
     g.outputs = [moved, g.emit(MULTIPLY, a, g.emit(CONSTANT, value=np.full(shape, 5, "float32")))]
     return compile_llvm(g)
+
+
+def independent_collectives(emit, rt, mesh):
+    """A program of two inputs, x float64[8, 6] and y float64[2, 6], whose outputs are
+    the independent collectives `emit(g, x, y)` makes (they share their group's region
+    in the native schedule); -> (its schedule for one process of the mesh's devices,
+    each device's inputs xs and ys (value(d), value(10 + d)), and `run`: each device's
+    results from `rt` on `mesh`, a run on fresh copies of the inputs)."""
+    from spmd.backends.llvm import compile_llvm
+    from spmd.ir import Graph
+    g = Graph("independent")
+    x = g.add_input((8, 6), "float64")
+    y = g.add_input((2, 6), "float64")
+    g.outputs = emit(g, x, y)
+    exe = compile_llvm(g)
+    xs = {d: value(d, (8, 6), "float64") for d in range(mesh.size)}
+    ys = {d: value(10 + d, (2, 6), "float64") for d in range(mesh.size)}
+
+    def run():
+        return rt.run(exe, mesh, {d: [xs[d].copy(), ys[d].copy()] for d in range(mesh.size)})
+    return exe.schedule(1, True, "process"), xs, ys, run

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collective_checks import overwritten_operand, reduce_in_order as fold_in_order, value
+from collective_checks import independent_collectives, overwritten_operand, reduce_in_order as fold_in_order, value
 from spmd.backends.llvm import compile_llvm
 from spmd.errors import CollectiveError
 from spmd.ir import Graph
@@ -306,27 +306,20 @@ def test_a_groups_collectives_share_one_region_in_their_order(cores, monkeypatch
     monkeypatch.setenv("SPMD_LOCAL_CORES", cores)
     monkeypatch.setenv("SPMD_COLLECTIVE_TIMEOUT", "20")
     mesh = Mesh(*MESHES["2x2"])
-    g = Graph("independent")
-    x = g.add_input((8, 6), "float64")
-    y = g.add_input((2, 6), "float64")
     axes = ("y",)
-    outs = [g.emit(ALL_GATHER, x, axes=axes, dimension=1, group_size=2),
-            g.emit(ALL_GATHER, y, axes=axes, dimension=0, group_size=2),
-            g.emit(REDUCE_SCATTER, x, axes=axes, dimension=0, reduction="sum", group_size=2),
-            g.emit(ALL_REDUCE, y, axes=axes, reduction="sum", group_size=2),
-            g.emit(REDUCE_SCATTER, x, axes=("x", "y"), dimension=0, reduction="sum", group_size=4)]
-    g.outputs = outs
-    exe = compile_llvm(g)
-    sched = exe.schedule(1, True, "process")
+    sched, xs, ys, run = independent_collectives(lambda g, x, y: [
+        g.emit(ALL_GATHER, x, axes=axes, dimension=1, group_size=2),
+        g.emit(ALL_GATHER, y, axes=axes, dimension=0, group_size=2),
+        g.emit(REDUCE_SCATTER, x, axes=axes, dimension=0, reduction="sum", group_size=2),
+        g.emit(ALL_REDUCE, y, axes=axes, reduction="sum", group_size=2),
+        g.emit(REDUCE_SCATTER, x, axes=("x", "y"), dimension=0, reduction="sum", group_size=4)], RT, mesh)
     assert sched.only_segment() is not None
     assert sorted(sched.slot_bytes) == [("group", ("x", "y")), ("group", ("y",))]
     # (the all-reduce's mailbox, rounded to a cache line: the gathers and reduce-scatters
     # read their operands where they lie)
     assert sched.slot_bytes == {("group", ("y",)): 128 + 128, ("group", ("x", "y")): 128}
-    xs = {d: value(d, (8, 6), "float64") for d in range(4)}
-    ys = {d: value(10 + d, (2, 6), "float64") for d in range(4)}
     for _ in range(2):
-        got = RT.run(exe, mesh, {d: [xs[d].copy(), ys[d].copy()] for d in range(4)})
+        got = run()
         for d in range(4):
             grp, i = mesh.group(d, axes), mesh.index_in_group(d, axes)
             both = mesh.group(d, ("x", "y"))
