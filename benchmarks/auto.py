@@ -4,8 +4,8 @@ mesh: train_gpt (default, and d256 L4 T128), the MLP step of benchmarks/kernels.
 stencils of benchmarks/stencil_programs.py (Jacobi, nine-point, 3-D heat, diffusion, life,
 the cavity step; by hand: 2-D blocks), CG.
 
-Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, in
-one process on the same inputs), bytes per step (lowered.report()), the model's
+Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, each
+plan first in turn, in one process on the same inputs), bytes per step (lowered.report()), the model's
 prediction (lowered.cost(); `--rates fresh`, the default: with the rates measured in this
 process, as `spmd doctor --calibrate` measures them, just before and just after each
 program's timed runs, averaged: the machine is shared, and rates stored earlier were
@@ -26,14 +26,17 @@ measured_peak) and the limit, against the
 example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
 
 Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
-rank 0 prints; the prediction uses the stored rates: the machine's from `spmd doctor
---calibrate`, the link's from `mpiexec -n 4 python -m spmd.jit.calibrate` (MPI's, which
-spmd.AUTO plans with too; where it was not measured, the local transport's).
+rank 0 prints; the prediction uses the stored machine rates (`spmd doctor --calibrate`)
+and, with `--rates fresh`, the MPI link measured just before and just after each
+program's timed runs, averaged (as `mpiexec -n 4 python -m spmd.jit.calibrate` measures
+it: a link stored under another load was off by 2x on the stencils' write-back gathers),
+`--rates stored`: the stored one (MPI's, which spmd.AUTO plans with too; where it was not
+measured, the local transport's).
 
 Where no rates are stored, `spmd doctor --calibrate`'s measurement is taken and stored
 first: spmd.AUTO plans with the stored rates (the defaults are another machine's).
 
-    PYTHONPATH=. python benchmarks/auto.py [--quick] [--runs 5] [--only NAME]
+    PYTHONPATH=. python benchmarks/auto.py [--quick] [--runs 9] [--only NAME]
     PYTHONPATH=. mpiexec -n 4 python benchmarks/auto.py --mpi --only gpt
 """
 import argparse
@@ -155,6 +158,7 @@ def fresh_rates():
     mc, w = m["machine"], m["network"]["within"]
     machine = machine_from(mc, 4)
     print(f"rates: {machine.flops / 1e9:.1f} GFLOP/s ({machine.product_element * 1e9:.2f} ns a product's element), "
+          f"an element-op {machine.element * 1e12:.1f} ps, "
           f"{machine.bandwidth / 1e9:.2f} GB/s "
           f"({(machine.cache_bandwidth or 0) / 1e9:.2f} in the cache), a kernel {machine.call * 1e6:.1f} us, "
           f"a call {machine.step * 1e6:.0f} us (a leaf {machine.leaf * 1e6:.0f} us more, a MiB of results "
@@ -163,6 +167,22 @@ def fresh_rates():
           f"a handoff {w.get('handoff', 0.0) * 1e6:.0f} us")
     return machine, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
                                         handoff=w.get("handoff", 0.0), solo_bytes=w.get("solo_bytes", 0.0)))
+
+
+def fresh_mpi_link():
+    """(None, Network): under MPI, the link over the processes measured now
+    (calibrate.measure_link, as `mpiexec -n 4 python -m spmd.jit.calibrate` measures it);
+    the machine's rates stay the stored ones (None: lowered.cost() reads them)."""
+    from spmd.jit.calibrate import measure_link
+    from spmd.sharding.cost_model import Link, Network
+    w = measure_link(spmd.Mesh((spmd.device_count(),), ("x",)), runs=7, threads=False)
+    if spmd.process_index() == 0:
+        print(f"MPI link: a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
+              f"a call {w.get('rendezvous', 0.0) * 1e6:.0f} us, an array's gather "
+              f"{w.get('gather_bandwidth', 0.0) / 1e9:.2f} GB/s")
+    return None, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
+                                     rendezvous=w.get("rendezvous", 0.0),
+                                     gather_bandwidth=w.get("gather_bandwidth", 0.0)))
 
 
 RATES = ("flops", "bandwidth", "cache_bandwidth")      # (per second: the rest are seconds or bytes)
@@ -181,13 +201,15 @@ def averaged(a, b):
 
     def rate(x, y):
         return None if x is None or y is None else 2 / (1 / x + 1 / y)
-    m = dataclasses.replace(a[0], **{f.name: (rate if f.name in RATES else mean)(getattr(a[0], f.name),
-                                                                                 getattr(b[0], f.name))
-                                     for f in dataclasses.fields(a[0])})
+    m = None if a[0] is None else dataclasses.replace(
+        a[0], **{f.name: (rate if f.name in RATES else mean)(getattr(a[0], f.name), getattr(b[0], f.name))
+                 for f in dataclasses.fields(a[0])})
     la, lb = a[1].within, b[1].within
     return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=rate(la.bandwidth, lb.bandwidth),
                                   rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
-                                  solo_bytes=la.solo_bytes))
+                                  solo_bytes=la.solo_bytes,
+                                  gather_bandwidth=rate(la.gather_bandwidth, lb.gather_bandwidth)
+                                  if la.gather_bandwidth and lb.gather_bandwidth else 0.0))
 
 
 def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):
@@ -221,9 +243,10 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
     times = {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
     before = rates() if rates is not None else None
-    for _ in range(runs):                  # interleaved: the plans see the same load
-        for p, f in fns.items():
-            a = copy(inputs[p])
+    order = list(fns)
+    for i in range(runs):                  # interleaved: the plans see the same load
+        for p in order[i % len(order):] + order[:i % len(order)]:     # (each first in turn)
+            f, a = fns[p], copy(inputs[p])
             t0 = time.perf_counter()
             f(*a)
             times[p].append(time.perf_counter() - t0)
@@ -292,7 +315,7 @@ def ensure_rates():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--quick", action="store_true", help="skip train_gpt d256")
     ap.add_argument("--only", default=None)
     ap.add_argument("--rates", choices=("fresh", "stored"), default="fresh")
@@ -300,7 +323,6 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.mpi:
         spmd.init()
-        a.rates = "stored"
     else:
         ensure_rates()
         spmd.init(backend="local", num_devices=4)
@@ -327,7 +349,7 @@ def main(argv=None):
     say = print if lead else (lambda *x, **k: None)
     say(hdr)
     for name, make in progs:
-        rates = fresh_rates if a.rates == "fresh" else None
+        rates = (fresh_mpi_link if a.mpi else fresh_rates) if a.rates == "fresh" else None
         fn, args, hand = make()
         limit = fsdp_limit(fn[0], args, mesh) if name.endswith("fsdp") else None
         hand_rows = run_program(name, fn, args, hand, mesh, a.runs, rates, limit, per_process)

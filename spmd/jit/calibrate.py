@@ -10,6 +10,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 besides (`product_element`: packing them for BLAS and storing the
                 result's tiles), the products' seconds (a layer's, less the model's
                 seconds of its scale's kernel) fitted for both
+    element     a fused kernel of many float32 adds (a tree of them over four arrays the
+                cache holds): the seconds of an add's element (`element`, the unit of
+                the flops of every op but a matrix product: ir/ops/elementwise.py), a
+                kernel of 9 layers of adds against one of one
     bandwidth   a fused streaming kernel (x * 0.5 + y, its result carried) run in a loop
                 of a program on one device: bytes read and written per second (the
                 loop's steps against one step, so neither a call's fixed cost nor the
@@ -37,8 +41,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 into the caller's array): a tiny program called on numpy and on placed
                 arrays, apart
     *_devices   compute and bandwidth again with every local device running the kernel
-                at once, each on its own block (flops_devices, bandwidth_devices): what a
-                device gets while the others compute too (the devices share the cores)
+                at once, each on its own block (flops_devices, bandwidth_devices): what
+                a device gets while the others compute too (the devices share the
+                cores); element_devices is `element` times the devices a core holds
+                (shared_cores)
     link        on the local transport's devices (threads of this process, `devices` of
                 them): a chain of dependent all_reduces, small (its latency per round)
                 and large (the bytes a device receives per second), which price every
@@ -47,7 +53,10 @@ cost model, measured with spmd's own compiled programs and stored for every late
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
                 chain over the MPI ranks, and a chain of small all_gathers besides,
                 which part the seconds of a round from those every collective costs as
-                a call from Python (`rendezvous`); stored beside the rest as
+                a call from Python (`rendezvous`), and an spmd.Array read whole, large
+                against small (`gather_bandwidth`: the runtime's gather of a whole
+                array, MPI's Allgather called directly, which moves a byte faster
+                than the programs' collectives); stored beside the rest as
                 networks.mpi; the model takes it for programs run under MPI (processes
                 on one host exchange through MPI and poll while they wait: on a host
                 with fewer cores than ranks, far slower than the local transport's
@@ -71,6 +80,7 @@ import numpy as np
 
 from ..sharding.cost_model import Machine, private_copy_bytes
 from ..runtime.current_runtime import get_runtime
+from ..transports.local.local_communicator import local_cores
 from .rates import path
 
 
@@ -155,11 +165,13 @@ def measure(devices=4, quick=False) -> dict:
     small = np.eye(8, dtype=np.float32)
     call = _kernel_seconds(lambda k: spmd.jit(_dots(k)), (small, small), runs)
     alone = Machine(bandwidth=bandwidth, call=call)
+    quad = [rng.standard_normal(1 << 15).astype(np.float32) for _ in range(4)]
+    element_op = _element_seconds(lambda k: spmd.jit(_adds(k)), quad, quad[0].size, runs)
     flops, element = product_rates(n, *_products_seconds(
         lambda k: spmd.jit(_layers(k, n)), (a, a), lambda k, c: spmd.jit(_layers(k, c)), thin,
         runs, alone, n))
     out = {"machine": {"flops": flops, "product_element": element, "bandwidth": bandwidth, "step": step,
-                       "call": call}, "devices": devices,
+                       "call": call, "element": element_op}, "devices": devices,
            "transport": "local", "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     if devices > 1:
         spmd.init(backend="local", num_devices=devices)
@@ -174,6 +186,7 @@ def measure(devices=4, quick=False) -> dict:
                                (xs, xs), runs, 9)
         out["machine"]["bandwidth_devices"] = 3.0 * m * 4 / t
         out["machine"].update(_numpy_arguments(devices, row, (1 << 12) if quick else (1 << 15), runs))
+        out["machine"]["element_devices"] = element_op * shared_cores(devices, local_cores())
         rows8 = spmd.device_put(np.tile(small, (devices, 1)), row)
         whole8 = spmd.device_put(small, whole)
         out["machine"]["call_devices"] = _kernel_seconds(
@@ -247,6 +260,7 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     out = {"latency": latency, "bandwidth": received / max(per[large] - per[small], 1e-7)}
     if parted:
         out.update(part_call_and_rounds(per[small], gather, rounds // 2))
+        out["gather_bandwidth"] = _gather_bandwidth(row, devices, large, runs)
     if threads and devices > 1:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
         # the chain of one small all_reduce against a program as small that exchanges
@@ -257,6 +271,20 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
     return out
+def _gather_bandwidth(row, devices, cols, runs) -> float:
+    """Link.gather_bandwidth: bytes a process receives a second where the runtime gathers
+    a whole array from the processes (reading an spmd.Array, writing a numpy argument
+    back: all_shards), a read of `cols` float32 a device against one of 16."""
+    import spmd
+    xs = [spmd.device_put(np.ones((devices, c), np.float32), row) for c in (16, cols)]
+    small, large = timed([(_read_whole, (x,)) for x in xs], runs)
+    return (devices - 1) * (cols - 16) * 4 / max(large - small, 1e-7)
+
+
+def _read_whole(x):
+    return x.numpy()
+
+
 def part_call_and_rounds(all_reduce, gather, k) -> dict:
     """{latency, rendezvous}: a small all_reduce of 2k rounds taking `all_reduce`
     seconds and an all_gather of k taking `gather`, each a call of `rendezvous` seconds
@@ -383,6 +411,35 @@ def _streaming_seconds(make, args, runs, k) -> float:
     # (a load that slowed the one-step run more than the k-step one leaves no difference:
     # then the k-step run's time a step, fixed cost and all, which is more than a step takes)
     return (tk - t1) / (k - 1) if tk > t1 else tk / k
+
+
+def _adds(k):
+    """A fused kernel of k layers of four adds and subtracts over four arrays, one tree a
+    layer (each element's ops independent of the next element's: the code runs at the
+    vectors' rate, not at an add's latency), and three adds that sum it."""
+    def f(a, b, c, d):
+        for _ in range(k):
+            a, b, c, d = a + b, b - c, c + d, d - a
+        return a + b + c + d
+    return f
+
+
+def _element_seconds(make, args, elements, runs) -> float:
+    """Machine.element: seconds of an element of a float32 add in a fused kernel, the
+    kernel of 9 layers of adds (_adds) against one of one layer, on arrays the cache
+    holds (four of `elements`, 128 KiB, a device), their runs interleaved; 0 where the
+    load left no difference (the model then prices element-ops at `flops`)."""
+    t1, t9 = timed([(make(1), args), (make(9), args)], runs * 2)
+    return max((t9 - t1) / (32 * elements), 0.0)
+
+
+def shared_cores(devices, cores) -> float:
+    """How many devices share a core: Machine.element_devices is the element-op of one
+    device times this. Derived, not timed: the devices' kernels of adds over arrays the
+    cache holds are each a few microseconds, and where devices outnumber cores the
+    threads' handoffs (hundreds of microseconds) swamp them (a timed 4 devices on 2
+    cores ranged -17 to 116 ps against 13 alone); a core's element-op is its own."""
+    return max(1.0, devices / max(cores, 1))
 
 
 def _kernel_seconds(make, args, runs) -> float:
@@ -542,7 +599,8 @@ def calibrate_mpi(quick=False, out=None) -> int:
     p = store(got)
     w = link["within"]
     print(f"MPI collectives over {link['ranks']} ranks: {w.get('rendezvous', 0.0) * 1e6:.0f} us a call, "
-          f"{w['latency'] * 1e6:.0f} us a round, {w['bandwidth'] / 1e9:.2f} GB/s; stored in {p}", file=out)
+          f"{w['latency'] * 1e6:.0f} us a round, {w['bandwidth'] / 1e9:.2f} GB/s (an array's gather "
+          f"{w.get('gather_bandwidth', 0.0) / 1e9:.2f} GB/s); stored in {p}", file=out)
     return 0
 
 
@@ -556,9 +614,11 @@ def calibrate(devices=4, quick=False, out=None) -> int:
     mch = rates["machine"]
     print(f"compute {mch['flops'] / 1e9:.1f} GFLOP/s ({mch['product_element'] * 1e9:.2f} ns more a product's "
           f"element), memory {mch['bandwidth'] / 1e9:.1f} GB/s, a call {mch['step'] * 1e6:.0f} us", file=out)
+    print(f"a fused kernel's element-op (a float32 add): {mch['element'] * 1e12:.1f} ps", file=out)
     if "flops_devices" in mch:
         print(f"each of {devices} devices at once: compute {mch['flops_devices'] / 1e9:.1f} GFLOP/s "
               f"({mch['product_element_devices'] * 1e9:.2f} ns more a product's element), "
+              f"an element-op {mch['element_devices'] * 1e12:.1f} ps, "
               f"memory {mch['bandwidth_devices'] / 1e9:.1f} GB/s", file=out)
     if "call_devices" in mch:
         print(f"a kernel: {mch['call'] * 1e6:.1f} us alone, {mch['call_devices'] * 1e6:.1f} us each of {devices} "

@@ -83,7 +83,7 @@ def numpy_arguments_seconds(low, machine, network=None) -> float:
         if k in low.updates and processes > 1 and network is not None:
             got = gathered_back_bytes(v.shape, itemsize, v.sharding, low.mesh.size, devices)
             if got > 0:
-                link = network.link(low.mesh, tuple(low.mesh.axis_names))
+                link = network.link(low.mesh, tuple(low.mesh.axis_names)).whole_gathers()
                 t += collective_seconds("all_gather", got, processes, link) \
                     + collective_seconds("all_gather", 0.0, processes, link)
     return t

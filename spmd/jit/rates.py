@@ -66,13 +66,15 @@ def rates(network=None, machine=None, devices=1) -> tuple:
         mpi = (got or {}).get("networks", {}).get("mpi")
         # (a call from Python per collective: MPI's, measured; the local transport's
         # collectives run in the native code, whatever an older calibration stored)
-        rendezvous = 0.0
+        rendezvous = gather = 0.0
         if mpi and transport() == "mpi":    # ranks that are MPI processes: MPI's link, measured
             n = mpi["within"]
             rendezvous = float(n.get("rendezvous") or 0.0)
+            gather = float(n.get("gather_bandwidth") or 0.0)
         network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]),
                                       rendezvous=rendezvous, handoff=float(n.get("handoff") or 0.0),
-                                      solo_bytes=float(n.get("solo_bytes") or 0.0))) if n else Network()
+                                      solo_bytes=float(n.get("solo_bytes") or 0.0), gather_bandwidth=gather)) \
+            if n else Network()
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"
     return machine, network, source
@@ -81,7 +83,7 @@ def rates(network=None, machine=None, devices=1) -> tuple:
 def machine_from(m, devices=1) -> Machine:
     """The Machine of a calibration's `machine` entry (calibrate.measure) for a program on
     `devices` devices: on more than one, the rates measured with several devices running
-    at once (flops_devices, product_element_devices, bandwidth_devices, step_devices,
+    at once (flops_devices, product_element_devices, element_devices, bandwidth_devices, step_devices,
     call_devices, output_devices), the cache's
     share of a device and the cost of a call's leaves."""
     def rate(k):           # a program on several devices: the rate each gets while all run
@@ -91,6 +93,7 @@ def machine_from(m, devices=1) -> Machine:
     alone = float(m.get("bandwidth") or Machine().bandwidth)
     several = devices > 1
     return Machine(flops=float(rate("flops")), product_element=float(rate("product_element") or 0.0),
+                   element=float(rate("element") or 0.0),
                    bandwidth=float(rate("bandwidth")),
                    step=float(rate("step") or Machine().step),
                    argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,

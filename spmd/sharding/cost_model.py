@@ -27,7 +27,7 @@ runnable without a core).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -46,15 +46,23 @@ class Link:
     all), which a program pays that exchanges anything or makes more than `solo_bytes`
     a rank (the local transport runs a smaller program that exchanges nothing on the
     caller's thread, a rank after another, at Machine.step's cost); 0 where every rank
-    is a process of its own (MPI)."""
+    is a process of its own (MPI). `gather_bandwidth`: bytes a second a process receives
+    where the runtime gathers a whole array from the processes (writing a numpy argument
+    back, reading an spmd.Array: one MPI Allgather called directly, which moves a byte
+    faster than a program's collectives); 0: `bandwidth`."""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
     handoff: float = 0.0
     solo_bytes: float = 0.0
+    gather_bandwidth: float = 0.0
 
     def seconds(self, nbytes, rounds=1) -> float:
         return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth
+
+    def whole_gathers(self) -> "Link":
+        """This link as the runtime's gathers of whole arrays meet it (gather_bandwidth)."""
+        return replace(self, bandwidth=self.gather_bandwidth) if self.gather_bandwidth > 0 else self
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,24 @@ class Machine:
     # clears as they are first written (the arena of temporaries is the program's own,
     # written before); a kernel's price of its bytes holds memory already in use
     output: float = 0.0
+    # seconds of one element-op of a kernel that is not a matrix product: an element of a
+    # float32 add in a fused kernel whose data the cache holds (the ops' `flops` count
+    # element-ops: an add one, a float64 one two, exp scores of them, ir/ops/elementwise.py).
+    # Such a kernel's code runs far below a matrix product's rate (no register blocking, a
+    # vector's lanes at most): a kernel of many ops an element (a stencil's update, Game of
+    # Life's rules) is bound by them, not by its bytes. 0: at `flops`
+    element: float = 0.0
+
+    def element_seconds(self, ops) -> float:
+        """Seconds of `ops` element-ops (the flops of an op that is not a matrix product)."""
+        return float(ops) * self.element if self.element > 0.0 else float(ops) / self.flops
+
+    def compute_seconds(self, op_flops, product_elements, product) -> float:
+        """An op's compute seconds: a matrix product's (`product`) at product_seconds, any
+        other op's flops as element-ops."""
+        if product:
+            return self.product_seconds(op_flops, product_elements)
+        return self.element_seconds(op_flops)
 
     def stream_seconds(self, near, far) -> float:
         """Seconds to move `near` bytes the cache holds (at `cache_bandwidth`) and `far`
@@ -142,8 +168,9 @@ class Machine:
 
     def kernel_seconds(self, flops, nbytes) -> float:
         """A kernel's seconds: its launch (`call`, which a small kernel cannot go below)
-        and the longer of its flops and its bytes at their rates."""
-        return self.call + max(float(flops) / self.flops, float(nbytes) / self.bandwidth_for(nbytes))
+        and the longer of its element-ops (`flops`: not a matrix product's) and its bytes
+        at their rates."""
+        return self.call + max(self.element_seconds(flops), float(nbytes) / self.bandwidth_for(nbytes))
 
     def numpy_argument_seconds(self, nbytes, written=False, private=0.0) -> float:
         """Seconds a call spends on a numpy argument of `nbytes` (`written`: the program

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops.registry import graph_flops
+
 
 def collective_ops(graph, inside=None, runs=1):
     """(op, the graph holding it, inside, runs) for every collective of the program, in
@@ -50,15 +52,6 @@ def bytes_per_run(colls):
     if any(c["runs"] is None for c in colls):
         return None
     return sum(c["bytes"] * c["runs"] for c in colls)
-
-
-def flops(graph) -> int:
-    total = 0
-    for op in graph.ops:
-        f = op.opdef.flops
-        if f is not None:
-            total += int(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    return total
 
 
 class Report(dict):
@@ -129,4 +122,4 @@ def report(stages, out_shardings) -> Report:
     return Report({"collectives": colls, "comm_bytes": sum(c["bytes"] for c in colls),
                    "launched": ran, "launched_bytes": sum(c["bytes"] for c in ran),
                    "bytes_per_run": bytes_per_run(ran),
-                   "flops": flops(g), "out_shardings": outs})
+                   "flops": graph_flops(g), "out_shardings": outs})

@@ -112,6 +112,7 @@ def test_calibration_is_stored_and_read(tmp_path):
                           timeout=120).stdout.split()
     assert line[0] == "calibrated"
     assert got["machine"]["flops_devices"] > 0 and got["machine"]["bandwidth_devices"] > 0
+    assert got["machine"]["element"] > 0 and got["machine"]["element_devices"] > 0
     assert float(line[1]) == pytest.approx(got["machine"]["flops_devices"])     # (2 devices: the rate each gets)
     assert float(line[2]) == pytest.approx(got["network"]["within"]["latency"])
     assert float(line[3]) == pytest.approx(got["machine"]["step_devices"])
@@ -371,11 +372,14 @@ def test_a_stored_rendezvous_is_read_for_mpis_link_alone(tmp_path, monkeypatch, 
     f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
                              "network": {"within": {"latency": 1e-6, "bandwidth": 2e9, "rendezvous": 3e-4}},
                              "networks": {"mpi": {"within": {"latency": 5e-5, "bandwidth": 5e8,
-                                                             "rendezvous": 2e-4}}}}))
+                                                             "rendezvous": 2e-4, "gather_bandwidth": 3e9}}}}))
     os.utime(f, ns=(10**18 + 11, 10**18 + 11))
     monkeypatch.setattr(R, "transport", lambda: transport)
     link = R.rates(devices=4)[1].within
     assert (link.latency, link.rendezvous) == ((1e-6, 0.0) if transport == "local" else (5e-5, 2e-4))
+    # (the gather of whole arrays, measured with MPI's link; the local runtime has none:
+    # its link's own bandwidth)
+    assert link.whole_gathers().bandwidth == (3e9 if transport == "mpi" else 2e9)
 
 
 def test_mpis_call_and_rounds_part_as_the_two_chains_say():
@@ -535,17 +539,75 @@ def test_stored_leaf_and_placing_are_read(tmp_path, monkeypatch):
 
 
 def test_a_transcendental_function_costs_its_code_not_its_polynomials_multiply_adds():
-    """exp costs what the backend's code for it takes against a matrix product's rate
-    (~50 of its flops an element on x86-64), far more than a multiply; a kernel of
-    exps is priced at that where memory is fast."""
-    x = np.ones((256, 64), np.float32)
-    fast_memory = Machine(flops=1e9, bandwidth=1e18, call=0.0)
+    """exp costs what the backend's code for it takes against a float32 add (Machine.element:
+    ~30 adds an element on x86-64), far more than a multiply; the double-precision
+    functions cost more again (libm's float64 tanh ~40x the vectorised float32 one); a
+    kernel of them is priced at that where memory is fast."""
+    fast_memory = Machine(flops=1e12, element=1e-9, bandwidth=1e18, call=0.0)
 
-    def seconds(f):
-        return spmd.jit(f).lower(x).cost(machine=fast_memory, network=Network())["compute_seconds"]
-    assert seconds(np.exp) >= 40 * x.size / 1e9
-    assert seconds(np.tanh) >= 40 * x.size / 1e9
-    assert seconds(lambda x: x * 2.0) <= 2 * x.size / 1e9
+    def seconds(f, dtype=np.float32):
+        x = np.ones((256, 64), dtype)
+        return spmd.jit(f).lower(x).cost(machine=fast_memory, network=Network())["compute_seconds"] / x.size
+    assert seconds(np.exp) >= 10e-9
+    assert seconds(np.tanh) >= 10e-9
+    assert seconds(np.sin) >= 10 * seconds(np.exp)           # (a call of libm an element)
+    assert seconds(lambda x: x * 2.0) <= 2e-9
+    assert seconds(np.tanh, np.float64) >= 10 * seconds(np.tanh)
+    assert seconds(np.exp, np.float64) >= 5 * seconds(np.exp)
+    # a power of a small constant integer is multiplies (the LLVM backend's code for it),
+    # any other exponent a call of libm's pow
+    assert seconds(lambda x: x ** 3) == pytest.approx(2e-9)
+    assert seconds(lambda x: x ** 3, np.float64) == pytest.approx(4e-9)
+    assert seconds(lambda x: x ** 2.5) >= 100 * seconds(lambda x: x ** 3)
+    assert seconds(lambda x: x ** x) >= 100 * seconds(lambda x: x ** 3)
+
+
+@pytest.mark.parametrize("dtype,per", [(np.float32, 1), (np.int32, 1), (np.float64, 2), (np.int64, 2)])
+def test_a_kernel_of_many_element_ops_is_priced_at_the_element_rate(dtype, per):
+    """A fused kernel of many adds an element (a stencil's update, Game of Life's rules) is
+    bound by its ops, which run at Machine.element each (a vector's lanes, far below a
+    matrix product's `flops`), not by its bytes: 31 adds of an element of 4 bytes cost 31
+    element-ops, of 8 bytes (half as many to a vector) 62. With no calibrated `element`
+    they are priced at `flops`."""
+    def adds(a, b, c, d):
+        for _ in range(8):
+            a, b, c, d = a + b, b - c, c + d, d - a
+        return a + b + c + d
+    xs = [np.ones(4096, dtype)] * 4
+    low = spmd.jit(adds).lower(*xs)
+    ops = 8 * 4 + 3
+    got = low.cost(machine=Machine(flops=1e15, element=1e-9, bandwidth=1e18, call=0.0),
+                   network=Network())["compute_seconds"]
+    assert got == pytest.approx(per * ops * 4096 * 1e-9, rel=0.05)
+    at_flops = low.cost(machine=Machine(flops=1e9, bandwidth=1e18, call=0.0), network=Network())["compute_seconds"]
+    assert at_flops == pytest.approx(per * ops * 4096 / 1e9, rel=0.05)
+
+
+def test_an_element_op_is_an_add_of_a_kernel_of_nine_layers_against_one():
+    """calibrate._element_seconds: the kernel of 9 layers of adds (32 element-ops more an
+    element than the kernel of one layer), its runs interleaved with the other's: a call
+    of 1 ms that takes 32 us more at 9 layers over 1000 elements a device gives 1 ns."""
+    import time
+    from spmd.jit.calibrate import _adds, _element_seconds
+
+    def make(k):
+        return lambda: time.sleep(0.001 + 4e-6 * (k - 1))
+    assert _element_seconds(make, (), 1000, 3) == pytest.approx(1e-9, rel=0.5)
+    x = np.arange(8.0, dtype=np.float32)
+    a, b, c, d = x, x + 1, x * 2, x - 3
+    want = [a, b, c, d]
+    for _ in range(2):
+        want = [want[0] + want[1], want[1] - want[2], want[2] + want[3], want[3] - want[0]]
+    np.testing.assert_array_equal(_adds(2)(a, b, c, d), sum(want[1:], want[0]))
+
+
+@pytest.mark.parametrize("devices,cores,want", [(4, 2, 2.0), (4, 4, 1.0), (2, 8, 1.0), (6, 4, 1.5)])
+def test_devices_element_op_is_one_devices_times_the_devices_a_core_holds(devices, cores, want):
+    """Machine.element_devices: a core runs its devices' kernels one after another, so
+    each device's element-op takes the devices a core holds times one alone; more cores
+    than devices leave it one device's."""
+    from spmd.jit.calibrate import shared_cores
+    assert shared_cores(devices, cores) == want
 
 
 def _adam(p, m, v, g):
@@ -687,18 +749,21 @@ def test_stored_output_rate_is_read_for_a_program_on_several_devices(tmp_path, m
     assert R.rates(devices=1)[0].output == 0.0
 
 
-def test_stored_product_element_is_read(tmp_path, monkeypatch):
+def test_stored_product_element_and_element_are_read(tmp_path, monkeypatch):
     from spmd.jit import rates as R
     monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
     f = tmp_path / "machine.json"
     f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4, "product_element": 1e-9,
-                                         "flops_devices": 5e8, "product_element_devices": 3e-9},
+                                         "flops_devices": 5e8, "product_element_devices": 3e-9,
+                                         "element": 1e-11, "element_devices": 2e-11},
                              "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}}}))
     os.utime(f, ns=(10**18 + 19, 10**18 + 19))
     monkeypatch.setattr(R, "transport", lambda: "local")
     assert R.rates(devices=4)[0].product_element == 3e-9
     assert R.rates(devices=1)[0].product_element == 1e-9
+    assert R.rates(devices=4)[0].element == 2e-11 and R.rates(devices=1)[0].element == 1e-11
     f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
                              "network": {"within": {"latency": 1e-6, "bandwidth": 2e9}}}))
     os.utime(f, ns=(10**18 + 23, 10**18 + 23))
     assert R.rates(devices=4)[0].product_element == 0.0      # (a calibration without it: flops alone)
+    assert R.rates(devices=4)[0].element == 0.0

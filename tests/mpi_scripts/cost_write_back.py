@@ -1,7 +1,7 @@
 """lowered.cost() of a stencil that writes its numpy argument, under mpiexec: the write
 back gathers the other processes' shards into each (an all_gather over them, and the small
 one checking that they all read alike), which the prediction holds besides the placing,
-the private copies and the copy back; and the argument holds numpy's values after."""
+the private copies and the copy back (at Link.gather_bandwidth where it is given); and the argument holds numpy's values after."""
 import numpy as np
 
 import spmd
@@ -27,6 +27,14 @@ got = f.lower(u).cost(machine=machine, network=Network(within=link))["args_secon
 shard = (-(-65 // P)) * 48 * 8
 local = u.nbytes * 1e-9 + u.nbytes * 5e-9 + shard * 1e-9
 expect = local + collective_seconds("all_gather", (P - 1) * shard, P, link) + collective_seconds("all_gather", 0, P, link)
+# the gather of whole arrays measured apart (Link.gather_bandwidth) prices the write back;
+# the program's own collectives keep `bandwidth`
+fast = Link(latency=1e-5, bandwidth=1e8, rendezvous=1e-4, gather_bandwidth=1e9)
+got_fast = f.lower(u).cost(machine=machine, network=Network(within=fast))["args_seconds"]
+whole = Link(latency=1e-5, bandwidth=1e9, rendezvous=1e-4)
+expect_fast = local + collective_seconds("all_gather", (P - 1) * shard, P, whole) \
+    + collective_seconds("all_gather", 0, P, whole)
 a = u.copy()
 f(a)
-print(f"COST {spmd.process_index()} {got!r} {expect!r} {local!r} {np.array_equal(a, want)}", flush=True)
+print(f"COST {spmd.process_index()} {got!r} {expect!r} {local!r} {np.array_equal(a, want)} "
+      f"{got_fast!r} {expect_fast!r}", flush=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Graph
+from ...ir.ops.registry import op_flops
 from .remat import rematerialize
 
 MIN_BYTES = 1 << 16
@@ -52,8 +53,7 @@ def _from_arguments(op, inputs) -> bool:
         return False
     if op.opdef.needs_comm:
         return True
-    flops = op.opdef.flops([o.aval for o in op.operands], r.aval, op.attrs) if op.opdef.flops else None
-    return flops is not None and flops <= 4 * r.size
+    return op.opdef.flops is not None and op_flops(op) <= 4 * r.size
 
 
 def _nbytes(v) -> int:

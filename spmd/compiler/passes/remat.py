@@ -21,6 +21,7 @@ from bisect import bisect_right
 import numpy as np
 
 from ...ir import Graph, Op, Value
+from ...ir.ops.registry import op_flops
 from .rewrite import Rebuild
 
 
@@ -75,10 +76,9 @@ def nbytes(v) -> int:
 
 
 def flops(op) -> float:
-    f = op.opdef.flops
-    if f is None:
-        return float(sum(r.size for r in op.results))
-    return float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+    """What recomputing `op` costs (registry.op_flops; an op without a flops rule, one
+    per element of its results)."""
+    return op_flops(op) if op.opdef.flops is not None else float(sum(r.size for r in op.results))
 
 
 def cheap(op) -> bool:

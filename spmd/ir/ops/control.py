@@ -30,7 +30,7 @@ import numpy as np
 
 from ..aval import Aval
 from .names import ADD, BROADCAST_IN_DIM, COND, CONSTANT, SCAN
-from .registry import OpDef, check, register
+from .registry import OpDef, check, graph_flops, register
 
 SUBGRAPHS = {"while": ("cond", "body"), "cond": ("true", "false"), "scan": ("body",)}
 
@@ -123,27 +123,18 @@ def _while_factors(avals_in, avals_out, attrs):
 CF_DTYPES = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
 
 
-def _graph_flops(g) -> int:
-    total = 0
-    for op in g.ops:
-        f = op.opdef.flops
-        if f is not None:
-            total += int(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    return total
-
-
 # flops: a while's body once (its trip count is not known), a scan's `length` times, a
 # cond's dearer branch
 def _while_flops(avals_in, aval_out, attrs):
-    return _graph_flops(attrs["cond"]) + _graph_flops(attrs["body"])
+    return graph_flops(attrs["cond"]) + graph_flops(attrs["body"])
 
 
 def _cond_flops(avals_in, aval_out, attrs):
-    return max(_graph_flops(attrs["true"]), _graph_flops(attrs["false"]))
+    return max(graph_flops(attrs["true"]), graph_flops(attrs["false"]))
 
 
 def _scan_flops(avals_in, aval_out, attrs):
-    return attrs["length"] * _graph_flops(attrs["body"])
+    return attrs["length"] * graph_flops(attrs["body"])
 
 
 register(OpDef("while", family="control", infer=_while_infer, ref=_while_ref, factors=_while_factors, needs_comm=True,

@@ -3,6 +3,7 @@
 Binary ops take operands of one shape and dtype (StableHLO); the tracer broadcasts and
 promotes before it emits them.
 """
+import functools
 import math
 
 import numpy as np
@@ -14,7 +15,7 @@ from .names import (
     ABS, ADD, BROADCAST_IN_DIM, COMPARE, CONJ, CONSTANT, CONVERT, COS, DIVIDE, FLOOR, IMAG, LOG,
     MULTIPLY, NEGATE, POWER, REAL, SELECT, SIGN, SIN, SUBTRACT
 )
-from .registry import OpDef, check, is_const, producer_is, register
+from .registry import OpDef, check, is_const, producer_is, register, splat
 
 NUM = ("float32", "float64", "int32", "int64", "float16", "bfloat16") + SMALL_INTS
 FLOAT = ("float32", "float64", "float16", "bfloat16")
@@ -55,27 +56,45 @@ def sampled(allowed):
     return tuple(d for d in allowed if d not in SMALL_INTS)
 
 
-# an op's flops are what it costs in a matrix product's flops (a float32 multiply-add
-# counts two), the rate the cost model divides them by (Machine.flops): an add or a
-# multiply one; a function the seconds the LLVM backend's code for it takes against that
-# rate (x86-64, an element of float32: exp 0.75 ns beyond a multiply-add where a matrix
-# product runs 65 GFLOP/s, ~50; tanh ~60, log ~80, log1p ~90, sin and cos, a call into
-# libm, ~200 and more), not the multiply-adds of its polynomial, which run far below the
-# product's rate
-def _flops_n(n):
-    # (math.prod: called per op by the cost model, numpy's reduction costs more than the product)
-    return lambda ins, out, attrs: n * math.prod(int(d) for d in out.shape)
+# an elementwise op's flops are element-ops, the unit of Machine.element: the seconds an
+# element of a float32 add takes in a fused kernel (calibrated, a tree of adds over
+# arrays the cache holds). `ops` is an op's weight in them for elements of 4 bytes or
+# fewer, `wide` for 8 (float64, int64; complex: its parts'): by default twice `ops`, a
+# vector register holding half as many. A function's weights are what the LLVM backend's
+# code for it measured on x86-64 with AVX2 against that add (benchmarks/element_ops.py:
+# float32 exp ~30, float64 exp ~300, float64 tanh ~1250, sin ~500 either: the float32
+# exp, log and tanh vectorise, libm's double-precision ones and its sin, cos, pow and
+# fmod are a call an element), not the multiply-adds of its polynomial
+def element_ops(ops, wide=None):
+    """The `flops` rule of an elementwise op of weights (`ops`, `wide`), per result element."""
+    wide = 2 * ops if wide is None else wide
+
+    def flops(ins, out, attrs):
+        # (math.prod: called per op by the cost model, numpy's reduction costs more than the product)
+        size = max(_itemsize(a.dtype) for a in (out, *ins))
+        return (ops if size <= 4 else wide * (size // 8)) * math.prod(int(d) for d in out.shape)
+    return flops
+
+
+@functools.cache
+def _itemsize(dtype) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def _weighted(flops):
+    """unary's and binary's `flops`: a weight, or (ops, wide) weights (element_ops)."""
+    return element_ops(*flops) if isinstance(flops, tuple) else element_ops(flops)
 
 
 def unary(name, ref, vjp, allowed=FLOAT, scalar=None, flops=1, **rules):
     register(OpDef(name, family="elementwise", infer=_infer_unary(allowed), ref=ref, vjp=vjp,
-                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=sampled(allowed), priority=0,
+                   factors=elementwise_factors, scalar=scalar, flops=_weighted(flops), dtypes=sampled(allowed), priority=0,
                    fusion="elementwise", lowering="elementwise", **rules))
 
 
 def binary(name, ref, vjp, allowed=NUM, scalar=None, out_dtype=None, flops=1, **rules):
     register(OpDef(name, family="elementwise", infer=_infer_binary(allowed, out_dtype), ref=ref, vjp=vjp,
-                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(flops), dtypes=sampled(allowed), priority=0,
+                   factors=elementwise_factors, scalar=scalar, flops=_weighted(flops), dtypes=sampled(allowed), priority=0,
                    fusion="elementwise", lowering="elementwise", **rules))
 
 
@@ -100,7 +119,6 @@ def _power_simplify(rb, op, ops, uses):
     """x**1 -> x, x**2 -> x*x, x**-1 -> 1/x (floats): each is exactly numpy's (its power
     loop squares and takes reciprocals for these exponents, one rounding each). x**3 stays
     a power: x*x*x rounds twice, and differs from numpy's pow in the last bits."""
-    from .registry import splat
     x, r = ops[0], op.result
     e = splat(ops[1])
     if r.dtype not in FLOAT or e is None:
@@ -120,7 +138,6 @@ def _power_simplify(rb, op, ops, uses):
 
 def _is_zero(v, sign):
     """Is Value v all zeros of the given sign? (ints: any zero; floats: -0.0 is sign=-1.)"""
-    from .registry import splat
     s = splat(v)
     if s is None or s != 0:
         return False
@@ -151,7 +168,6 @@ def _negate_simplify(rb, op, ops, uses):
 
 def _select_simplify(rb, op, ops, uses):
     """select(p, x, x) -> x; a constant predicate picks its branch."""
-    from .registry import splat
     if ops[1] is ops[2]:
         return ops[1]
     p = splat(ops[0])
@@ -265,12 +281,30 @@ binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[1]),
                           E(g, NEGATE, E(g, DIVIDE, E(g, MULTIPLY, ct, op.result), op.operands[1]))),
        NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
-       infix="/")
-binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y))
-binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y))
-binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=10,
-       simplify=_power_simplify, infix="**")
-binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%")
+       infix="/", flops=(8, 20))
+binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y), flops=2)
+binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y), flops=2)
+# a power of a constant integer exponent in -1..4 the LLVM backend computes as multiplies
+# (backends/llvm/scalar.py's pow: x ** 3 is two, and vectorises), any other a call of
+# libm's pow an element (x ** 2.5 or x ** y: ~450 adds of float32)
+MULTIPLIED_EXPONENTS = range(-1, 5)
+_POW = element_ops(450, 1100)
+_MULTIPLIES = {n: element_ops(8, 20) if n < 0 else element_ops(max(n - 1, 0)) for n in MULTIPLIED_EXPONENTS}
+
+
+def _power_flops(ins, out, attrs):
+    e = splat(ins[1]) if getattr(ins[1], "producer", None) is not None else None
+    n = float(e) if e is not None and out.dtype in FLOAT else None
+    if n is not None and n.is_integer() and int(n) in MULTIPLIED_EXPONENTS:
+        return _MULTIPLIES[int(n)](ins, out, attrs)
+    return _POW(ins, out, attrs)
+
+
+register(OpDef("power", family="elementwise", infer=_infer_binary(NUM + CPLX, None), ref=_cast_ref(_int_power),
+               vjp=_pow_vjp, factors=elementwise_factors, scalar=lambda b, x, y: b.pow(x, y), flops=_power_flops,
+               dtypes=sampled(NUM + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
+               simplify=_power_simplify, infix="**"))
+binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%", flops=(1350, 1350))
 binary("and", _cast_ref(np.bitwise_and), None, INTS_BOOL, scalar=lambda b, x, y: b.and_(x, y),
        infix="&", position=lambda a, b: a & b)
 binary("or", _cast_ref(np.bitwise_or), None, INTS_BOOL, scalar=lambda b, x, y: b.or_(x, y),
@@ -325,39 +359,39 @@ def _abs_ref(x):
 
 
 register(OpDef("abs", family="elementwise", infer=_abs_infer, ref=_abs_ref, vjp=_abs_vjp, factors=elementwise_factors,
-               scalar=lambda b, x: b.abs(x), flops=_flops_n(1), dtypes=sampled(NUM + CPLX), priority=0, fusion="elementwise",
+               scalar=lambda b, x: b.abs(x), flops=element_ops(1), dtypes=sampled(NUM + CPLX), priority=0, fusion="elementwise",
                lowering="elementwise"))
 unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM,
       scalar=lambda b, x: b.sign(x))
 unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
       scalar=lambda b, x: b.floor(x))
 unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, MULTIPLY, ct, op.result),), FLOAT + CPLX,
-      scalar=lambda b, x: b.exp(x), flops=50)
+      scalar=lambda b, x: b.exp(x), flops=(30, 300))
 unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[0]),), FLOAT + CPLX,
-      scalar=lambda b, x: b.log(x), flops=80)
+      scalar=lambda b, x: b.log(x), flops=(50, 400))
 unary("log1p", _cast_ref(np.log1p),
       lambda g, op, ct: (E(g, DIVIDE, ct, E(g, ADD, op.operands[0], const_like(g, ct, 1.0))),),
-      scalar=lambda b, x: b.log1p(x), flops=90)
+      scalar=lambda b, x: b.log1p(x), flops=(70, 930))
 unary("tanh", _cast_ref(np.tanh),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, SUBTRACT, const_like(g, ct, 1.0),
                                                  E(g, MULTIPLY, op.result, op.result))),),
-      scalar=lambda b, x: b.tanh(x), flops=60)
+      scalar=lambda b, x: b.tanh(x), flops=(30, 1250))
 unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, MULTIPLY, op.result,
                                                  E(g, SUBTRACT, const_like(g, ct, 1.0), op.result))),),
-      scalar=lambda b, x: b.logistic(x), flops=70)
+      scalar=lambda b, x: b.logistic(x), flops=(40, 330))
 unary("sqrt", _cast_ref(np.sqrt),
       lambda g, op, ct: (E(g, DIVIDE, E(g, MULTIPLY, ct, const_like(g, ct, 0.5)), op.result),),
-      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=4)
+      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=(10, 25))
 unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, DIVIDE, E(g, MULTIPLY, op.result, const_like(g, ct, -0.5)),
                                                  op.operands[0])),),
-      scalar=lambda b, x: b.rsqrt(x), flops=5)
+      scalar=lambda b, x: b.rsqrt(x), flops=(15, 40))
 unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, COS, op.operands[0])),),
-      scalar=lambda b, x: b.sin(x), flops=210)
+      scalar=lambda b, x: b.sin(x), flops=(470, 780))
 unary("cos", _cast_ref(np.cos),
       lambda g, op, ct: (E(g, NEGATE, E(g, MULTIPLY, ct, E(g, SIN, op.operands[0]))),),
-      scalar=lambda b, x: b.cos(x), flops=240)
+      scalar=lambda b, x: b.cos(x), flops=(470, 870))
 
 
 # -- compare, select, convert --------------------------------------------------------------
@@ -376,7 +410,7 @@ def _compare_infer(x, y, direction):
 register(OpDef("compare", family="elementwise", infer=_compare_infer,
                ref=lambda x, y, direction: np.asarray(DIRECTIONS[direction](x, y)),
                factors=elementwise_factors, scalar=lambda b, x, y, direction: b.cmp(direction, x, y),
-               flops=_flops_n(1), dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
+               flops=element_ops(1), dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
                lowers_complex=True, infix=lambda attrs: SYMBOLS[attrs["direction"]],
                position=lambda a, b, direction: a.compare(b, direction)))
 
@@ -397,7 +431,7 @@ def _select_vjp(g, op, ct):
 
 register(OpDef("select", family="elementwise", infer=_select_infer, ref=lambda p, a, b: np.where(p, a, b),
                vjp=_select_vjp, factors=elementwise_factors, scalar=lambda b, p, x, y: b.select(p, x, y),
-               flops=_flops_n(0), dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
+               flops=element_ops(0), dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
                linear=((1, 2),), simplify=_select_simplify, lowers_complex=True, picks=0))
 
 
@@ -429,7 +463,7 @@ def _inexact(dt):
 
 
 register(OpDef("convert", family="elementwise", infer=_convert_infer, ref=_convert_ref, vjp=_convert_vjp,
-               factors=elementwise_factors, scalar=lambda b, x, dtype: b.convert(x, dtype), flops=_flops_n(0),
+               factors=elementwise_factors, scalar=lambda b, x, dtype: b.convert(x, dtype), flops=element_ops(0),
                dtypes=sampled(ALL + CPLX), priority=0, fusion="elementwise", lowering="elementwise", lowers_complex=True,
                simplify=_convert_simplify, position=lambda a, dtype: a.convert(dtype),
                linear=lambda op: [(0,)] if _inexact(op.operands[0].dtype) and _inexact(op.result.dtype) else []))
@@ -454,7 +488,7 @@ def _bitcast_infer(x, dtype):
 
 register(OpDef("bitcast", family="elementwise", infer=_bitcast_infer,
                ref=lambda x, dtype: np.array(x, order="C").view(dtype),
-               factors=elementwise_factors, scalar=lambda b, x, dtype: b.bitcast(x, dtype), flops=_flops_n(0),
+               factors=elementwise_factors, scalar=lambda b, x, dtype: b.bitcast(x, dtype), flops=element_ops(0),
                dtypes=sampled(BITCAST_DTYPES), priority=0, fusion="elementwise", lowering="elementwise"))
 
 
@@ -472,7 +506,7 @@ def _imag_vjp(g, op, ct):
 
 def _part(name, f, vjp, scalar, infer=_part_infer, **rules):
     register(OpDef(name, family="elementwise", infer=infer, ref=lambda x: np.array(f(x), copy=True), vjp=vjp,
-                   factors=elementwise_factors, scalar=scalar, flops=_flops_n(1), dtypes=CPLX, priority=0,
+                   factors=elementwise_factors, scalar=scalar, flops=element_ops(1), dtypes=CPLX, priority=0,
                    fusion="elementwise", lowering="elementwise", linear=((0,),), lowers_complex=True, **rules))
 
 
@@ -500,7 +534,7 @@ def _complex_ref(re, im):
 register(OpDef("complex", family="elementwise", infer=_complex_infer, ref=_complex_ref,
                vjp=lambda g, op, ct: (E(g, REAL, ct), E(g, NEGATE, E(g, IMAG, ct))),
                factors=elementwise_factors, scalar=lambda b, re, im: b.make_complex(re, im, COMPLEX_OF[re.dtype]),
-               flops=_flops_n(0), dtypes=tuple(COMPLEX_OF), priority=0, fusion="elementwise", lowering="elementwise",
+               flops=element_ops(0), dtypes=tuple(COMPLEX_OF), priority=0, fusion="elementwise", lowering="elementwise",
                linear=((0, 1),), lowers_complex=True))
 _part("conj", np.conjugate, lambda g, op, ct: (E(g, CONJ, ct),), lambda b, x: b.conj(x), infer=_infer_unary(CPLX),
       simplify=lambda rb, op, ops, uses: ops[0].producer.operands[0] if producer_is(ops[0], CONJ) else None)

@@ -258,6 +258,21 @@ def zero_of(dtype):
     return -0.0 if dtype.startswith("float") or dtype == "bfloat16" else 0
 
 
+def op_flops(op) -> float:
+    """An op's flops (OpDef.flops: a matrix product's, element-ops for any other op), its
+    rule given the op's operand Values (their shape and dtype, and their producers: a
+    power's rule reads a constant exponent) and its result; 0 where it has no rule."""
+    f = op.opdef.flops
+    if f is None or not op.results:
+        return 0.0
+    return float(f(op.operands, op.results[0], op.attrs))
+
+
+def graph_flops(graph) -> int:
+    """The flops of a run of `graph`'s ops (op_flops), each sub-graph as its op's rule says."""
+    return int(sum(op_flops(op) for op in graph.ops))
+
+
 def splat(v, depth=4):
     """The one value every element of v has, if v is a constant (or a broadcast, reshape,
     slice... of one) whose elements are all equal, or an elementwise op of such values (an exponent's

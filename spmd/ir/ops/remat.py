@@ -26,7 +26,7 @@ from ..factors import FactorRule
 from .control import CF_DTYPES, run_graph
 from .elementwise import ALL, aval
 from .names import OPTIMIZATION_BARRIER
-from .registry import OpDef, check, register
+from .registry import OpDef, check, graph_flops, register
 
 
 # -- optimization_barrier ----------------------------------------------------------------------
@@ -97,12 +97,7 @@ def _checkpoint_factors(avals_in, avals_out, attrs):
 
 
 def _checkpoint_flops(avals_in, aval_out, attrs):
-    total = 0
-    for op in attrs["body"].ops:
-        f = op.opdef.flops
-        if f is not None:
-            total += int(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
-    return total
+    return graph_flops(attrs["body"])
 
 
 def _checkpoint_vjp(g, op, cts, differentiate):

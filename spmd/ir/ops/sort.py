@@ -85,4 +85,4 @@ def _atan2_scalar(b, y, x):
     return b._call("atan2f" if y.dtype == "float32" else "atan2", y.dtype, y, x)
 
 
-binary("atan2", _atan2_ref, _atan2_vjp, FLOAT, scalar=_atan2_scalar, flops=20)
+binary("atan2", _atan2_ref, _atan2_vjp, FLOAT, scalar=_atan2_scalar, flops=(1400, 1200))

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...ir.mesh import Sharding
 from ...ir.ops.names import SHARDING_CONSTRAINT
+from ...ir.ops.registry import op_flops
 from ..cost import reshard_seconds
 from ..cost_model import (bucketed_values, collective_seconds, first_fused_reads, fuses, is_product, moved_values,
                           product_elements)
@@ -348,8 +349,7 @@ class _OpSeconds:
         """(flops, operands moved, results moved, the shared key or None)."""
         parts = self.parts.get(op)
         if parts is None:
-            f = op.opdef.flops
-            flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs)) if f is not None else 0.0
+            flops = op_flops(op)
             ins, outs = moved_values(op, *self.traffic)
             k = op_key(op)
             if k is not None:
@@ -364,7 +364,8 @@ class _OpSeconds:
         nbytes += sum(local_bytes(t.shape, t.dtype, s) for t, s in zip(op.results, st.results) if t in outs)
         elements = product_elements(op, [local_elements(v.shape, s) for v, s in zip(
             op.operands + op.results, st.operands + st.results)]) if is_product(op) else 0.0
-        t = max(self.machine.product_seconds(flops / st.split, elements), nbytes / self.machine.bandwidth_for(nbytes))
+        t = max(self.machine.compute_seconds(flops / st.split, elements, is_product(op)),
+                nbytes / self.machine.bandwidth_for(nbytes))
         for r, s in zip(op.results, st.results):
             if s.partial:
                 g = axes_size(s.mesh, s.partial)

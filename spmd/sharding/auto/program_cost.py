@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import bucketed_values, collective_seconds, product_elements, rounds
+from ..cost_model import bucketed_values, collective_seconds, is_product, product_elements, rounds
+from ...ir.ops.registry import op_flops
 from ..kernel_traffic import KernelTraffic
 from ..report import collective_ops
 
@@ -19,12 +20,9 @@ _RECEIVED = {"all_reduce": lambda g: 2 * (g - 1) / g, "all_gather": lambda g: (g
 
 
 def _op_seconds(op, machine, traffic) -> float:
-    f = op.opdef.flops
-    flops = 0.0
-    if f is not None and op.results:
-        flops = float(f([o.aval for o in op.operands], op.results[0].aval, op.attrs))
+    flops = op_flops(op)
     near, far, ends = traffic.moved(op)
-    t = max(machine.product_seconds(flops, product_elements(op)), machine.stream_seconds(near, far))
+    t = max(machine.compute_seconds(flops, product_elements(op), is_product(op)), machine.stream_seconds(near, far))
     # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
     # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
     if op.operands and ends:

@@ -1,0 +1,72 @@
+"""The weights of the elementwise ops in the cost model (ir/ops/elementwise.py: each op's
+element-ops an element, a float32 add being one) against what the LLVM backend's code
+for each op measures on this machine, on one device.
+
+The unit is calibrate's (Machine.element: a fused kernel of 9 layers of adds against one
+of one layer); each op is timed as `op(x) * 0.5 + 1.0` against `x * 0.5 + 1.0` over an
+array the cache holds (the difference is the op's own code: one op in a small kernel,
+as a program's kernels hold them), float32 and float64, the runs of all interleaved,
+the fast end of each sample (calibrate.fast). A table weight far from its measure
+(`ratio`: table / measured) is a kernel the model misprices.
+
+    PYTHONPATH=. python benchmarks/element_ops.py [--n 262144] [--runs 60]
+"""
+import argparse
+import time
+
+import numpy as np
+
+import spmd
+from spmd.ir.aval import Aval
+from spmd.ir.ops.registry import op_flops
+from spmd.jit.calibrate import _adds, _element_seconds, fast
+
+OPS = {
+    "add": lambda x: x + x, "multiply": lambda x: x * x, "divide": lambda x: 1.5 / x,
+    "maximum": lambda x: np.maximum(x, 1.0), "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
+    "log1p": np.log1p, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+    "power x**3": lambda x: x ** 3, "power x**2.5": lambda x: x ** 2.5, "atan2": lambda x: np.arctan2(x, 0.5),
+    "remainder": lambda x: np.fmod(x, 0.3),
+}
+
+
+def table_weight(fn, x) -> float:
+    """The model's element-ops an element of `fn`'s op (the ops its program holds beyond
+    the scale and shift around it), from the op table."""
+    low = spmd.jit(lambda x: fn(x) * 0.5 + 1.0).lower(x)
+    base = spmd.jit(lambda x: x * 0.5 + 1.0).lower(x)
+    count = lambda g: sum(op_flops(op) for op in g.ops if op.opdef.fusion == "elementwise")  # noqa: E731
+    return (count(low.graph) - count(base.graph)) / x.size
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1 << 18)
+    ap.add_argument("--runs", type=int, default=60)
+    a = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    quad = [rng.standard_normal(1 << 15).astype(np.float32) for _ in range(4)]
+    unit = _element_seconds(lambda k: spmd.jit(_adds(k)), quad, quad[0].size, 7)
+    print(f"unit (a float32 add in a fused kernel): {unit * 1e12:.1f} ps")
+    print(f"{'op':<14} {'dtype':<8} {'measured':>9} {'table':>7} {'ratio':>6}")
+    for dtype in (np.float32, np.float64):
+        x = (rng.random(a.n) + 0.5).astype(dtype)
+        calls = {"base": spmd.jit(lambda x: x * 0.5 + 1.0)}
+        calls.update({k: spmd.jit(lambda x, f=f: f(x) * 0.5 + 1.0) for k, f in OPS.items()})
+        ts = {k: [] for k in calls}
+        for f in calls.values():
+            f(x)
+        for _ in range(a.runs):
+            for k, f in calls.items():
+                t0 = time.perf_counter()
+                f(x)
+                ts[k].append(time.perf_counter() - t0)
+        base = fast(ts["base"])
+        for k, f in OPS.items():
+            got = max(fast(ts[k]) - base, 0.0) / a.n / unit
+            want = table_weight(f, x)
+            print(f"{k:<14} {np.dtype(dtype).name:<8} {got:>9.1f} {want:>7.0f} {want / max(got, 1e-9):>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
