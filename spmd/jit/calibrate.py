@@ -80,7 +80,7 @@ import numpy as np
 
 from ..sharding.cost_model import Machine, private_copy_bytes
 from ..runtime.current_runtime import get_runtime
-from ..transports.local.local_communicator import local_cores
+from ..runtime.cores import local_cores
 from .rates import path
 
 

@@ -72,7 +72,6 @@ The MPI and Ray communicators implement the same methods with the same semantics
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -80,23 +79,12 @@ import numpy as np
 from ...errors import CollectiveError
 from ..collective_args import axes_of
 from ..communicator import Communicator, block_of, collective_timeout, describe, reduce_arrays
+from ...runtime.cores import local_cores
 from .local_native_exchange import LocalNativeExchange
 from .local_rendezvous import EMPTY, Flight, Group, Host
 
 # inputs up to this size are copied into the exchange, which saves the second rendezvous
 SMALL_BYTES = 1 << 16
-
-
-def local_cores() -> int:
-    """The cores the local runtime's ranks share: SPMD_LOCAL_CORES, else the cores this
-    process may run on."""
-    v = os.environ.get("SPMD_LOCAL_CORES", "").strip()
-    if v:
-        return max(1, int(v))
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 class LocalWorld:

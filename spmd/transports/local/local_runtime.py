@@ -29,7 +29,8 @@ import time
 import weakref
 
 from ..communicator import collective_timeout
-from .local_communicator import LocalWorld, local_cores
+from ...runtime.cores import local_cores
+from .local_communicator import LocalWorld
 from ...errors import CollectiveError, SpmdError
 from ...runtime import blas
 from ...runtime.backend import Runtime
