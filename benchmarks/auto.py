@@ -26,12 +26,16 @@ measured_peak) and the limit, against the
 example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
 
 Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
-rank 0 prints; the prediction uses the stored machine rates (`spmd doctor --calibrate`)
-and, with `--rates fresh`, the MPI link measured just before and just after each
-program's timed runs, averaged (as `mpiexec -n 4 python -m spmd.jit.calibrate` measures
-it: a link stored under another load was off by 2x on the stencils' write-back gathers),
-`--rates stored`: the stored one (MPI's, which spmd.AUTO plans with too; where it was not
-measured, the local transport's).
+rank 0 prints; every process starts each timed step together (an exchange before it),
+and a step takes its slowest process's seconds (a program with no collective, such as a
+replicated one, lets the processes drift apart, and one would time its step while the
+others, four on two cores, wait in the next one). The prediction uses the stored
+machine rates (`spmd doctor --calibrate`) and, with `--rates fresh`, the MPI link
+measured just before and just after each program's timed runs, averaged (as `mpiexec
+-n 4 python -m spmd.jit.calibrate` measures it: a link stored under another load was
+off by 2x on the stencils' write-back gathers); `--rates stored`: the stored one
+(MPI's, which spmd.AUTO plans with too; where it was not measured, the local
+transport's).
 
 Where no rates are stored, `spmd doctor --calibrate`'s measurement is taken and stored
 first: spmd.AUTO plans with the stored rates (the defaults are another machine's).
@@ -244,12 +248,17 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
     inputs = {p: copy(args) for p in plans}
     before = rates() if rates is not None else None
     order = list(fns)
+    many = spmd.process_count() > 1
     for i in range(runs):                  # interleaved: the plans see the same load
         for p in order[i % len(order):] + order[:i % len(order)]:     # (each first in turn)
             f, a = fns[p], copy(inputs[p])
+            if many:
+                spmd.process_allgather(np.zeros(1))
             t0 = time.perf_counter()
             f(*a)
             times[p].append(time.perf_counter() - t0)
+    if many:
+        times = {p: list(np.max(spmd.process_allgather(np.asarray(t)), axis=0)) for p, t in times.items()}
     ref = outs.get("hand", outs["baseline"])
     got = averaged(before, rates()) if rates is not None else (None, None)
     for p in plans:

@@ -64,7 +64,9 @@ def sampled(allowed):
 # code for it measured on x86-64 with AVX2 against that add (benchmarks/element_ops.py:
 # float32 exp ~30, float64 exp ~300, float64 tanh ~1250, sin ~500 either: the float32
 # exp, log and tanh vectorise, libm's double-precision ones and its sin, cos, pow and
-# fmod are a call an element), not the multiply-adds of its polynomial
+# fmod are a call an element; a divide ~16, float64's ~27, sqrt ~14 and ~52: a kernel of
+# layers of them, as calibrate's adds, benchmarks/element_ops.py's `--layers`), not the
+# multiply-adds of its polynomial
 def element_ops(ops, wide=None):
     """The `flops` rule of an elementwise op of weights (`ops`, `wide`), per result element."""
     wide = 2 * ops if wide is None else wide
@@ -281,15 +283,16 @@ binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[1]),
                           E(g, NEGATE, E(g, DIVIDE, E(g, MULTIPLY, ct, op.result), op.operands[1]))),
        NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
-       infix="/", flops=(8, 20))
-binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y), flops=2)
-binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y), flops=2)
+       infix="/", flops=(16, 27))
+binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y), flops=(4, 8))
+binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y), flops=(4, 8))
 # a power of a constant integer exponent in -1..4 the LLVM backend computes as multiplies
-# (backends/llvm/scalar.py's pow: x ** 3 is two, and vectorises), any other a call of
-# libm's pow an element (x ** 2.5 or x ** y: ~450 adds of float32)
+# (backends/llvm/scalar.py's pow: x ** 3 is two, and vectorises; each waits for the last,
+# ~2 adds), any other a call of libm's pow an element (x ** 2.5 or x ** y: ~450 adds of
+# float32)
 MULTIPLIED_EXPONENTS = range(-1, 5)
 _POW = element_ops(450, 1100)
-_MULTIPLIES = {n: element_ops(8, 20) if n < 0 else element_ops(max(n - 1, 0)) for n in MULTIPLIED_EXPONENTS}
+_MULTIPLIES = {n: element_ops(16, 27) if n < 0 else element_ops(2 * max(n - 1, 0)) for n in MULTIPLIED_EXPONENTS}
 
 
 def _power_flops(ins, out, attrs):
@@ -382,11 +385,11 @@ unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
       scalar=lambda b, x: b.logistic(x), flops=(40, 330))
 unary("sqrt", _cast_ref(np.sqrt),
       lambda g, op, ct: (E(g, DIVIDE, E(g, MULTIPLY, ct, const_like(g, ct, 0.5)), op.result),),
-      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=(10, 25))
+      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=(14, 52))
 unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, DIVIDE, E(g, MULTIPLY, op.result, const_like(g, ct, -0.5)),
                                                  op.operands[0])),),
-      scalar=lambda b, x: b.rsqrt(x), flops=(15, 40))
+      scalar=lambda b, x: b.rsqrt(x), flops=(30, 80))
 unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, COS, op.operands[0])),),
       scalar=lambda b, x: b.sin(x), flops=(470, 780))
 unary("cos", _cast_ref(np.cos),
