@@ -23,7 +23,7 @@ import numpy as np
 import spmd
 from spmd.ir.aval import Aval
 from spmd.ir.ops.registry import op_flops
-from spmd.jit.calibrate import _adds, _element_seconds, fast, timed
+from spmd.jit.calibrate import adds, element_op_seconds, fast, timed
 
 OPS = {
     "add": lambda x: x + x, "multiply": lambda x: x * x, "divide": lambda x: 1.5 / x,
@@ -81,7 +81,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     quad = [rng.standard_normal(1 << 15).astype(np.float32) for _ in range(4)]
-    unit = _element_seconds(lambda k: spmd.jit(_adds(k)), quad, quad[0].size, 7)
+    unit = element_op_seconds(lambda k: spmd.jit(adds(k)), quad, quad[0].size, 7)
     print(f"unit (a float32 add in a fused kernel): {unit * 1e12:.1f} ps")
     if a.layers:
         return layers(unit, 30)

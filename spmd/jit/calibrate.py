@@ -166,7 +166,7 @@ def measure(devices=4, quick=False) -> dict:
     call = _kernel_seconds(lambda k: spmd.jit(_dots(k)), (small, small), runs)
     alone = Machine(bandwidth=bandwidth, call=call)
     quad = [rng.standard_normal(1 << 15).astype(np.float32) for _ in range(4)]
-    element_op = _element_seconds(lambda k: spmd.jit(_adds(k)), quad, quad[0].size, runs)
+    element_op = element_op_seconds(lambda k: spmd.jit(adds(k)), quad, quad[0].size, runs)
     flops, element = product_rates(n, *_products_seconds(
         lambda k: spmd.jit(_layers(k, n)), (a, a), lambda k, c: spmd.jit(_layers(k, c)), thin,
         runs, alone, n))
@@ -271,6 +271,8 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
         out["handoff"] = max(small_t1 - t0 - rounds * latency, 0.0)
         out["solo_bytes"] = float(get_runtime().solo_bytes)
     return out
+
+
 def _gather_bandwidth(row, devices, cols, runs) -> float:
     """Link.gather_bandwidth: bytes a process receives a second where the runtime gathers
     a whole array from the processes (reading an spmd.Array, writing a numpy argument
@@ -413,7 +415,7 @@ def _streaming_seconds(make, args, runs, k) -> float:
     return (tk - t1) / (k - 1) if tk > t1 else tk / k
 
 
-def _adds(k):
+def adds(k):
     """A fused kernel of k layers of four adds and subtracts over four arrays, one tree a
     layer (each element's ops independent of the next element's: the code runs at the
     vectors' rate, not at an add's latency), and three adds that sum it."""
@@ -424,9 +426,9 @@ def _adds(k):
     return f
 
 
-def _element_seconds(make, args, elements, runs) -> float:
+def element_op_seconds(make, args, elements, runs) -> float:
     """Machine.element: seconds of an element of a float32 add in a fused kernel, the
-    kernel of 9 layers of adds (_adds) against one of one layer, on arrays the cache
+    kernel of 9 layers of adds (adds) against one of one layer, on arrays the cache
     holds (four of `elements`, 128 KiB, a device), their runs interleaved; 0 where the
     load left no difference (the model then prices element-ops at `flops`)."""
     t1, t9 = timed([(make(1), args), (make(9), args)], runs * 2)

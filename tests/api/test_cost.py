@@ -584,21 +584,21 @@ def test_a_kernel_of_many_element_ops_is_priced_at_the_element_rate(dtype, per):
 
 
 def test_an_element_op_is_an_add_of_a_kernel_of_nine_layers_against_one():
-    """calibrate._element_seconds: the kernel of 9 layers of adds (32 element-ops more an
+    """calibrate.element_op_seconds: the kernel of 9 layers of adds (32 element-ops more an
     element than the kernel of one layer), its runs interleaved with the other's: a call
     of 1 ms that takes 32 us more at 9 layers over 1000 elements a device gives 1 ns."""
     import time
-    from spmd.jit.calibrate import _adds, _element_seconds
+    from spmd.jit.calibrate import adds, element_op_seconds
 
     def make(k):
         return lambda: time.sleep(0.001 + 4e-6 * (k - 1))
-    assert _element_seconds(make, (), 1000, 3) == pytest.approx(1e-9, rel=0.5)
+    assert element_op_seconds(make, (), 1000, 3) == pytest.approx(1e-9, rel=0.5)
     x = np.arange(8.0, dtype=np.float32)
     a, b, c, d = x, x + 1, x * 2, x - 3
     want = [a, b, c, d]
     for _ in range(2):
         want = [want[0] + want[1], want[1] - want[2], want[2] + want[3], want[3] - want[0]]
-    np.testing.assert_array_equal(_adds(2)(a, b, c, d), sum(want[1:], want[0]))
+    np.testing.assert_array_equal(adds(2)(a, b, c, d), sum(want[1:], want[0]))
 
 
 @pytest.mark.parametrize("devices,cores,want", [(4, 2, 2.0), (4, 4, 1.0), (2, 8, 1.0), (6, 4, 1.5)])

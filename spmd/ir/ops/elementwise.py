@@ -84,7 +84,9 @@ def _itemsize(dtype) -> int:
 
 
 def _weighted(flops):
-    """unary's and binary's `flops`: a weight, or (ops, wide) weights (element_ops)."""
+    """unary's and binary's `flops`: a weight, (ops, wide) weights (element_ops), or a rule."""
+    if callable(flops):
+        return flops
     return element_ops(*flops) if isinstance(flops, tuple) else element_ops(flops)
 
 
@@ -279,11 +281,13 @@ binary("multiply", _cast_ref(np.multiply),
        lambda g, op, ct: (E(g, MULTIPLY, ct, op.operands[1]), E(g, MULTIPLY, ct, op.operands[0])),
        NUM + CPLX, scalar=lambda b, x, y: b.mul(x, y), linear=((0,), (1,)), simplify=_unit_either(1),
        lowers_complex=True, infix="*", position=lambda a, b: a * b)
+# a divide's element-ops (float32, float64): benchmarks/element_ops.py --layers
+DIVIDE_OPS = (16, 27)
 binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[1]),
                           E(g, NEGATE, E(g, DIVIDE, E(g, MULTIPLY, ct, op.result), op.operands[1]))),
        NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
-       infix="/", flops=(16, 27))
+       infix="/", flops=DIVIDE_OPS)
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y), flops=(4, 8))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y), flops=(4, 8))
 # a power of a constant integer exponent in -1..4 the LLVM backend computes as multiplies
@@ -292,7 +296,7 @@ binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(
 # float32)
 MULTIPLIED_EXPONENTS = range(-1, 5)
 _POW = element_ops(450, 1100)
-_MULTIPLIES = {n: element_ops(16, 27) if n < 0 else element_ops(2 * max(n - 1, 0)) for n in MULTIPLIED_EXPONENTS}
+_MULTIPLIES = {n: element_ops(*DIVIDE_OPS) if n < 0 else element_ops(2 * max(n - 1, 0)) for n in MULTIPLIED_EXPONENTS}
 
 
 def _power_flops(ins, out, attrs):
@@ -303,10 +307,8 @@ def _power_flops(ins, out, attrs):
     return _POW(ins, out, attrs)
 
 
-register(OpDef("power", family="elementwise", infer=_infer_binary(NUM + CPLX, None), ref=_cast_ref(_int_power),
-               vjp=_pow_vjp, factors=elementwise_factors, scalar=lambda b, x, y: b.pow(x, y), flops=_power_flops,
-               dtypes=sampled(NUM + CPLX), priority=0, fusion="elementwise", lowering="elementwise",
-               simplify=_power_simplify, infix="**"))
+binary("power", _cast_ref(_int_power), _pow_vjp, NUM + CPLX, scalar=lambda b, x, y: b.pow(x, y), flops=_power_flops,
+       simplify=_power_simplify, infix="**")
 binary("remainder", _cast_ref(np.fmod), _rem_vjp, scalar=lambda b, x, y: b.rem(x, y), infix="%", flops=(1350, 1350))
 binary("and", _cast_ref(np.bitwise_and), None, INTS_BOOL, scalar=lambda b, x, y: b.and_(x, y),
        infix="&", position=lambda a, b: a & b)
