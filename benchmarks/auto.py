@@ -26,10 +26,13 @@ measured_peak) and the limit, against the
 example's hand FSDP plan (fsdp_shardings, the batch pinned per layer).
 
 Under `mpiexec -n 4` (`--mpi`; spmd.init() detects it) the 2x2 mesh is the 4 processes;
-rank 0 prints; every process starts each timed step together (an exchange before it),
-and a step takes its slowest process's seconds (a program with no collective, such as a
-replicated one, lets the processes drift apart, and one would time its step while the
-others, four on two cores, wait in the next one). The prediction uses the stored
+rank 0 prints; every process starts each timed step after an exchange, and a step
+takes from the earliest process's start to the last one's finish (the processes of one
+host read one clock). A program with no collective, such as a replicated one, lets the
+processes drift apart: timed by each process alone, its step would be its own run
+while the others, four on two cores, waited for a core (half of what the step takes
+them all). An exchange after the step would time them all too, but costs a millisecond
+itself on that host (MPI's waits sleep there). The prediction uses the stored
 machine rates (`spmd doctor --calibrate`) and, with `--rates fresh`, the MPI link
 measured just before and just after each program's timed runs, averaged (as `mpiexec
 -n 4 python -m spmd.jit.calibrate` measures it: a link stored under another load was
@@ -244,7 +247,7 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
             rows[plan]["planned_peak"] = low.memory()["peak_bytes"]
             rows[plan]["peak"], rows[plan]["objects"] = measured_peak(
                 spmd.jit(hand_fn if plan == "hand" else fn, **kw), low, args, devices_per_process)
-    times = {p: [] for p in plans}
+    starts, ends = {p: [] for p in plans}, {p: [] for p in plans}
     inputs = {p: copy(args) for p in plans}
     before = rates() if rates is not None else None
     order = list(fns)
@@ -254,11 +257,14 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
             f, a = fns[p], copy(inputs[p])
             if many:
                 spmd.process_allgather(np.zeros(1))
-            t0 = time.perf_counter()
+            starts[p].append(time.monotonic())
             f(*a)
-            times[p].append(time.perf_counter() - t0)
-    if many:
-        times = {p: list(np.max(spmd.process_allgather(np.asarray(t)), axis=0)) for p, t in times.items()}
+            ends[p].append(time.monotonic())
+    if many:            # (the earliest start to the last finish, over the processes)
+        times = {p: list(np.max(spmd.process_allgather(np.asarray(ends[p])), axis=0)
+                         - np.min(spmd.process_allgather(np.asarray(starts[p])), axis=0)) for p in plans}
+    else:
+        times = {p: list(np.asarray(ends[p]) - np.asarray(starts[p])) for p in plans}
     ref = outs.get("hand", outs["baseline"])
     got = averaged(before, rates()) if rates is not None else (None, None)
     for p in plans:

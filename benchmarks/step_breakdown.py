@@ -68,8 +68,7 @@ import spmd  # noqa: E402
 from spmd.jit import jitted  # noqa: E402
 from spmd.jit.calibrate import fast  # noqa: E402
 from spmd.runtime import execute  # noqa: E402
-from spmd.sharding.auto.program_cost import _op_seconds, collective_rows  # noqa: E402
-from spmd.sharding.kernel_traffic import KernelTraffic  # noqa: E402
+from spmd.sharding.auto.program_cost import collective_rows, op_seconds  # noqa: E402
 from spmd.backends.llvm import schedule  # noqa: E402
 from spmd.backends.llvm.plan import KernelStep  # noqa: E402
 from spmd.transports.local import local_communicator, local_rendezvous, local_runtime  # noqa: E402
@@ -138,14 +137,10 @@ def model_rows(low, machine=None, network=None):
     (`machine`, `network`: the rates, else the stored ones)."""
     c = low.cost(machine=machine, network=network)
     m = c["machine"]
-    traffic = KernelTraffic(low.graph, m.cache_bytes if m.cache_bandwidth is not None else 0.0)
-    kinds, per_op = collections.Counter(), {}
-    for op in low.graph.ops:
-        if op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None:
-            continue
+    kinds, per_op = collections.Counter(), op_seconds(low.graph, m)
+    for op, t in per_op.items():
         kind = "products" if op.opdef.family == "dot" else (op.opdef.fusion or "other")
-        per_op[op] = _op_seconds(op, m, traffic)
-        kinds[f"compute: {kind}"] += per_op[op]
+        kinds[f"compute: {kind}"] += t
     coll = collections.Counter()
     for r in collective_rows(low.graph, low.mesh, c["network"]):
         coll[f"collective: {r['op']}"] += (r["runs"] or 1) * r["seconds"]

@@ -84,8 +84,8 @@ def machine_from(m, devices=1) -> Machine:
     """The Machine of a calibration's `machine` entry (calibrate.measure) for a program on
     `devices` devices: on more than one, the rates measured with several devices running
     at once (flops_devices, product_element_devices, element_devices, bandwidth_devices, step_devices,
-    call_devices, output_devices), the cache's
-    share of a device and the cost of a call's leaves."""
+    call_devices, output_devices, cache_bandwidth_devices), the cache's share of a device
+    and the cost of a call's leaves; on one, the whole cache (cache_capacity)."""
     def rate(k):           # a program on several devices: the rate each gets while all run
         return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
     # a numpy argument is copied by the calling thread alone: where its rates were
@@ -99,9 +99,8 @@ def machine_from(m, devices=1) -> Machine:
                    argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
                    written=written_back(m, 4.0 / alone),
                    call=float(rate("call") or Machine().call),
-                   cache_bytes=float(m.get("cache_bytes") or 0.0) if several else 0.0,
-                   cache_bandwidth=float(m["cache_bandwidth_devices"])
-                   if several and m.get("cache_bandwidth_devices") else None,
+                   cache_bytes=float(m.get("cache_bytes" if several else "cache_capacity") or 0.0),
+                   cache_bandwidth=float(rate("cache_bandwidth")) if rate("cache_bandwidth") else None,
                    leaf=float(m.get("leaf_devices") or 0.0) if several else 0.0,
                    placing=float(m.get("placing") or 0.0) if several else 0.0,
                    output=float(rate("output") or 0.0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import places_read
 from .cost_model import first_fused_reads, fuses
 
 
@@ -33,7 +34,15 @@ def positional_ops(graph) -> set:
 
 def fused_kernels(graph) -> set:
     """The values computed by fused ops (not mere re-indexings) that only fused ops read,
-    yet that are stored to memory and read back.
+    yet that are stored to memory and read back (see kernels)."""
+    return kernels(graph)[0]
+
+
+def kernels(graph) -> tuple:
+    """(the values fused_kernels says, {fused op: the number of the kernel it runs in},
+    the re-indexings that are views, in no kernel: _view). A re-indexing or positional
+    op copied into several kernels counts in the first of them, where its bytes are
+    read; one no fused op reads is a kernel of its own, but for a view.
 
     A kernel takes in its producers where all their readers are in it (the LLVM
     backend's fuser, producer into consumer, a program output too, which the kernel
@@ -52,7 +61,7 @@ def fused_kernels(graph) -> set:
             users.setdefault(o, []).append(op)
     outputs = set(graph.outputs)
     positional = positional_ops(graph)
-    kernels, alone, stored, count = {}, set(), set(), 0   # op -> ids of the kernels it is in
+    member, alone, stored, count = {}, set(), set(), 0   # op -> numbers of the kernels it is in
     for op in reversed(graph.ops):
         if not fuses(op) or len(op.results) != 1:
             alone.add(op)
@@ -61,20 +70,48 @@ def fused_kernels(graph) -> set:
         ids, outside = set(), False
         for u in users.get(r, ()):
             outside |= u in alone
-            ids |= kernels.get(u, set())
+            ids |= member.get(u, set())
         if op.opdef.fusion == "reindex" or op in positional:     # (copied into every kernel that reads it)
-            kernels[op] = ids
+            member[op] = ids
             if outside or r in outputs:
                 alone.add(op)
             continue
-        if len(ids) == 1 and not outside:      # (a program output too: the kernel writes it on the way)
-            kernels[op] = ids
+        # (a program output too: the kernel writes it on the way; not a value read at
+        # several places, which the kernel would compute at each)
+        if len(ids) == 1 and not outside and places_read(r, users) <= 1:
+            member[op] = ids
             continue
-        kernels[op] = {count}
+        member[op] = {count}
         count += 1
         if ids:
             stored.add(r)
-    return stored
+    of, views = {}, set()
+    for op in graph.ops:
+        if op in member:
+            if not member[op] and _view(op, users, member):
+                views.add(op)
+                continue
+            if not member[op]:
+                member[op] = {count}
+                count += 1
+            of[op] = min(member[op])
+    return stored, of, views
+
+
+def _view(op, users, member) -> bool:
+    """Is `op`, a re-indexing no fused kernel reads, free: a view (a slice) its unfused
+    readers read in place (a stencil's edge row a collective sends), or a pad or
+    concatenation only such views read (a ghost-layered block whose edge column a
+    collective sends: the view is a small kernel reading the pieces, the block never
+    made)? A view of such a block is that small kernel, not free."""
+    if op.opdef.fusion != "reindex":
+        return False
+    readers = users.get(op.results[0], ())
+    if readers and all(u.opdef.fusion == "reindex" and u in member and not member[u] for u in readers):
+        return True
+    src = op.operands[0].producer if op.operands else None
+    made_elsewhere = src is None or src not in member or bool(member[src])
+    return op.opdef.reindex.view and made_elsewhere
 
 
 class KernelTraffic:
@@ -99,14 +136,16 @@ class KernelTraffic:
 
     def __init__(self, graph, cache_bytes=0.0):
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
-        self.read_by_fused = {o for op in graph.ops if fuses(op) for o in op.operands}
         self.outputs = set(graph.outputs)
-        self.stored = fused_kernels(graph)
-        self.first = first_fused_reads(graph)
-        for op in graph.ops:             # (a stored value counts at its first fused reader, as an argument)
-            if fuses(op):
+        self.stored, self.kernel, self.views = kernels(graph)
+        self.positional = positional_ops(graph)
+        # (a stored value counts at its first fused reader, as an argument; not at a view,
+        # which its unfused reader reads in place)
+        self.first = {v: op for v, op in first_fused_reads(graph).items() if op not in self.views}
+        for op in graph.ops:
+            if fuses(op) and op not in self.views:
                 for o in op.operands:
-                    if o in self.stored and o not in self.first:
+                    if (o in self.stored or o.producer is None or not fuses(o.producer)) and o not in self.first:
                         self.first[o] = op
         self.split = {}                  # op -> (bytes in the cache, bytes from memory)
         moved, touched = 0.0, {}         # bytes moved so far; value -> `moved` when last touched
@@ -137,14 +176,3 @@ class KernelTraffic:
             return list(dict.fromkeys(op.operands)), list(op.results)
         outs = [r for r in op.results if r in self.read_by_unfused or r in self.outputs or r in self.stored]
         return list(dict.fromkeys(o for o in op.operands if self.first.get(o) is op)), outs
-
-    def moved(self, op) -> tuple:
-        """(bytes `op` moves that the cache holds, bytes it moves from or to memory,
-        whether it ends a kernel: an op that does not fuse; a fused one that writes a
-        result no fused op of its kernel reads on: one stored for other kernels, or read
-        by unfused ops or the program's caller alone. A kernel that writes several results
-        (Adam's m, v and parameter) ends once.)"""
-        near, far = self.split[op]
-        if not fuses(op):
-            return near, far, True
-        return near, far, any(r in self.stored or r not in self.read_by_fused for r in self.values(op)[1])

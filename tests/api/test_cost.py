@@ -119,6 +119,9 @@ def test_calibration_is_stored_and_read(tmp_path):
     assert got["machine"]["argument"] >= 0 and got["machine"]["written_back"] >= 0
     assert got["machine"]["call"] >= 0 and got["machine"]["call_devices"] >= 0
     assert got["machine"]["leaf_devices"] >= 0 and got["machine"]["placing"] >= 0
+    if "cache_capacity" in got["machine"]:                  # (where the system says what its caches hold)
+        assert got["machine"]["cache_bandwidth"] > 0 and got["machine"]["cache_bandwidth_devices"] > 0
+        assert got["machine"]["cache_bytes"] == pytest.approx(got["machine"]["cache_capacity"] / 2)
 
 
 def test_stored_rates_are_read_once_per_change_of_the_file(tmp_path, monkeypatch):
@@ -310,6 +313,52 @@ def test_a_value_the_ops_of_one_fused_kernel_read_counts_once():
     assert c["compute_seconds"] == pytest.approx(2 * local / 1e9)
 
 
+def test_a_fused_kernels_divides_run_beside_its_other_ops_and_bytes():
+    """(x / y) * 0.5 + z is one fused kernel: it reads three arrays and writes one, and its
+    divide is many element-ops, on a unit of its own; the kernel costs the longer of its
+    divides and the rest (its multiply and add, and its bytes, which add up), not the
+    sum of all, nor each op's own roofline summed."""
+    from spmd.ir.ops.registry import op_flops
+    x = np.ones((256, 64))
+    rep = MESH.sharding(None, None)
+    low = spmd.jit(lambda x, y, z: (x / y) * 0.5 + z, in_shardings=(rep, rep, rep)).lower(x, x, x)
+    divides = sum(op_flops(op) for op in low.graph.ops if op.name == "divide")
+    others = sum(op_flops(op) for op in low.graph.ops if op.name != "divide")
+    assert divides > 5 * others > 0
+    b = 1e-10        # seconds a byte
+    # divide-bound; bound by the rest; both alike (where a sum of all would count both)
+    for element in (1e-9, 1e-13, 4 * x.nbytes * b / divides):
+        m = Machine(flops=1e18, bandwidth=1.0 / b, call=0.0, element=element)
+        c = low.cost(machine=m, network=Network())["compute_seconds"]
+        assert c == pytest.approx(max(divides * element, others * element + 4 * x.nbytes * b))
+
+
+def test_a_stencils_boundary_masks_cost_no_arithmetic():
+    """The masks a sweep computes from element positions (iota, compares, ands) are
+    decided per region of the loop nest: a sweep's arithmetic is its update's alone."""
+    from spmd.ir.ops.registry import op_flops
+    from spmd.sharding.kernel_traffic import positional_ops
+    u = np.ones((128, 128))
+    low = spmd.jit(_sweeps(1), in_shardings=(MESH.sharding(None, None),)).lower(u)
+    masks = positional_ops(low.graph)
+    assert any(op.name == "compare" for op in masks)
+    update = sum(op_flops(op) for op in low.graph.ops if op not in masks)
+    m = Machine(flops=1e18, bandwidth=1e18, call=0.0, element=1e-9)
+    assert low.cost(machine=m, network=Network())["compute_seconds"] == pytest.approx(update * 1e-9)
+    assert update < sum(op_flops(op) for op in low.graph.ops)
+
+
+def test_one_device_prices_the_whole_cache_several_their_share(tmp_path, monkeypatch):
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    (tmp_path / "machine.json").write_text(json.dumps({"machine": {
+        "flops": 1e10, "bandwidth": 1e10, "bandwidth_devices": 5e9, "step": 1e-4, "cache_capacity": 8e6,
+        "cache_bandwidth": 6e10, "cache_bytes": 2e6, "cache_bandwidth_devices": 2e10}}))
+    one, four = R.rates(devices=1)[0], R.rates(devices=4)[0]
+    assert (one.cache_bytes, one.cache_bandwidth) == (8e6, 6e10)
+    assert (four.cache_bytes, four.cache_bandwidth) == (2e6, 2e10)
+
+
 def _sweeps(k):
     def f(u):
         for _ in range(k):
@@ -334,9 +383,10 @@ def test_a_stencil_sweep_stores_its_grid_between_halo_exchanges():
     assert 2 * block / 1e9 < c[3] - c[2] < 2.2 * block / 1e9
     stored = fused_kernels(lows[3].graph)
     assert len(stored) == 2 and all(v.shape == (64, 64) for v in stored)     # the first two sweeps' grids
-    # without a halo exchange (one device holds the grid) the sweeps are one kernel
+    # without a halo exchange (one device holds the grid) too: fused into the next sweep,
+    # which reads it at five places, a sweep's grid would be computed five times an element
     whole = spmd.jit(_sweeps(3), in_shardings=(MESH.sharding(None, None),)).lower(u)
-    assert not fused_kernels(whole.graph)
+    assert len(fused_kernels(whole.graph)) == 2
 
 
 KINDS = ("all_reduce", "collective_permute", "all_gather", "reduce_scatter", "all_to_all")

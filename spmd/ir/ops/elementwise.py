@@ -287,7 +287,7 @@ binary("divide", _cast_ref(_int_divide),
        lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[1]),
                           E(g, NEGATE, E(g, DIVIDE, E(g, MULTIPLY, ct, op.result), op.operands[1]))),
        NUM + CPLX, scalar=lambda b, x, y: b.div(x, y), linear=_float_only([(0,)]), simplify=_unit_right(1),
-       infix="/", flops=DIVIDE_OPS)
+       infix="/", flops=DIVIDE_OPS, divider=True)
 binary("maximum", _cast_ref(np.maximum), _max_vjp, scalar=lambda b, x, y: b.max(x, y), flops=(4, 8))
 binary("minimum", _cast_ref(np.minimum), _min_vjp, scalar=lambda b, x, y: b.min(x, y), flops=(4, 8))
 # a power of a constant integer exponent in -1..4 the LLVM backend computes as multiplies
@@ -387,11 +387,11 @@ unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
       scalar=lambda b, x: b.logistic(x), flops=(40, 330))
 unary("sqrt", _cast_ref(np.sqrt),
       lambda g, op, ct: (E(g, DIVIDE, E(g, MULTIPLY, ct, const_like(g, ct, 0.5)), op.result),),
-      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=(14, 52))
+      FLOAT + CPLX, scalar=lambda b, x: b.sqrt(x), flops=(14, 52), divider=True)
 unary("rsqrt", _cast_ref(lambda x: 1 / np.sqrt(x)),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, DIVIDE, E(g, MULTIPLY, op.result, const_like(g, ct, -0.5)),
                                                  op.operands[0])),),
-      scalar=lambda b, x: b.rsqrt(x), flops=(30, 80))
+      scalar=lambda b, x: b.rsqrt(x), flops=(30, 80), divider=True)
 unary("sin", _cast_ref(np.sin), lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, COS, op.operands[0])),),
       scalar=lambda b, x: b.sin(x), flops=(470, 780))
 unary("cos", _cast_ref(np.cos),

@@ -109,6 +109,9 @@ class OpDef:
     scalar: Optional[Callable] = None
     # (avals_in, aval_out, attrs) -> number of floating-point operations
     flops: Optional[Callable] = None
+    # its element-ops run on the divide unit (a divide, a square root), which works beside
+    # the vector units: the cost model overlaps them with a kernel's other ops and bytes
+    divider: bool = False
     # the dtypes the OpInfo tests feed it
     dtypes: tuple = ("float32", "float64", "int32", "int64", "bool")
     # collectives get the communicator from the runtime

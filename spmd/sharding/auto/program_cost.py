@@ -1,6 +1,7 @@
-"""The model's seconds for one run of a partitioned (per-device) program: each op's
+"""The model's seconds for one run of a partitioned (per-device) program: each kernel's
 compute at the machine's rates (a roofline over its flops and the bytes it reads and
-writes, as problem.py prices ops) and each collective on its link (cost_model.py), the
+writes, for an op that does not fuse, as problem.py prices ops; a fused kernel's ops
+and bytes together: kernel_seconds) and each collective on its link (cost_model.py), the
 ops of loop bodies as often as they run. The search compares whole plans with it, so a
 plan the partitioner realises differently from the search's picture is judged by what
 the partitioner made."""
@@ -19,35 +20,63 @@ _RECEIVED = {"all_reduce": lambda g: 2 * (g - 1) / g, "all_gather": lambda g: (g
              "collective_permute": lambda g: 1.0}
 
 
-def _op_seconds(op, machine, traffic) -> float:
-    flops = op_flops(op)
-    near, far, ends = traffic.moved(op)
-    t = max(machine.compute_seconds(flops, product_elements(op), is_product(op)), machine.stream_seconds(near, far))
-    # a kernel's fixed cost: an op that does not fuse is a kernel of its own; a fused
-    # one whose result leaves its kernel ends one (what only feeds fused ops is inside)
-    if op.operands and ends:
-        t += machine.call
-    return t
+def op_seconds(graph, machine) -> dict:
+    """{op: its seconds} of the ops of `graph` (not its collectives, nor the ops inside
+    its sub-graphs): an op that does not fuse is a kernel of its own, its roofline (the
+    longer of its compute and its bytes) and its fixed cost (Machine.call); the ops of a
+    fused kernel (kernel_traffic.kernels) share one price and one fixed cost, which each
+    op gets in proportion to its own part (kernel_seconds); views cost nothing. Positional ops (a stencil's
+    boundary masks) cost no arithmetic: the code generator decides them per region of
+    the loop nest."""
+    traffic = KernelTraffic(graph, machine.cache_bytes if machine.cache_bandwidth is not None else 0.0)
+    out, fused = {}, {}
+    for op in graph.ops:
+        if _sub_graphs(op) or op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None \
+                or op in traffic.views:
+            continue
+        near, far = traffic.split[op]
+        compute = 0.0 if op in traffic.positional else \
+            machine.compute_seconds(op_flops(op), product_elements(op), is_product(op))
+        if op in traffic.kernel:
+            fused.setdefault(traffic.kernel[op], []).append((op, compute, machine.stream_seconds(near, far)))
+        else:
+            out[op] = max(compute, machine.stream_seconds(near, far)) + (machine.call if op.operands else 0.0)
+    for ops in fused.values():
+        divides = sum(c for op, c, _ in ops if op.opdef.divider)
+        rest = sum(b for _, _, b in ops) + sum(c for op, c, _ in ops if not op.opdef.divider)
+        t = kernel_seconds(divides, rest) + (machine.call if any(op.operands for op, *_ in ops) else 0.0)
+        own = [c + b for _, c, b in ops]
+        whole = sum(own)
+        for (op, *_), w in zip(ops, own):
+            out[op] = t * (w / whole if whole > 0.0 else 1.0 / len(ops))
+    return out
+
+
+def kernel_seconds(divides, rest) -> float:
+    """A fused kernel's seconds: the element-ops of its divides and square roots
+    (`divides`: OpDef.divider) run on a unit of their own, beside the rest: its other
+    ops and its loads and stores (`rest`), which add up. Measured on one device
+    (a stencil sweep's grid in the cache): a Jacobi sweep, Game of Life's rules and a
+    3-D heat sweep take about their ops and their bytes together, not the longer of
+    the two; the cavity flow's pressure sweep, a divide an element besides, no longer
+    than the same sweep multiplying instead."""
+    return max(divides, rest)
 
 
 def compute_seconds(graph, machine, runs=1, unknown_trips=1) -> float:
-    """Each op's roofline; fused ops move only what enters and leaves their kernel
-    (kernel_traffic.KernelTraffic: what a kernel stores for readers in other kernels
-    too), at the cache's rate what the cache still holds; each kernel its fixed cost
-    (Machine.call). A body the data decides how often to run (a while's)
-    counts `unknown_trips` times."""
-    traffic = KernelTraffic(graph, machine.cache_bytes if machine.cache_bandwidth is not None else 0.0)
-    t = 0.0
+    """The seconds of `graph`'s ops (op_seconds): fused ops move only what enters and
+    leaves their kernel (kernel_traffic.KernelTraffic: what a kernel stores for readers
+    in other kernels too), at the cache's rate what the cache still holds. A body the
+    data decides how often to run (a while's) counts `unknown_trips` times."""
+    t = runs * sum(op_seconds(graph, machine).values())
     for op in graph.ops:
-        subs = [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
-        if subs:
-            for k in subs:
-                t += compute_seconds(op.attrs[k], machine, runs * _trips(op, k, unknown_trips), unknown_trips)
-            continue
-        if op.opdef.collective.reshards is not None or op.opdef.collective.phase is not None:
-            continue
-        t += runs * _op_seconds(op, machine, traffic)
+        for k in _sub_graphs(op):
+            t += compute_seconds(op.attrs[k], machine, runs * _trips(op, k, unknown_trips), unknown_trips)
     return t
+
+
+def _sub_graphs(op) -> list:
+    return [k for k in sorted(op.attrs) if hasattr(op.attrs[k], "ops") and hasattr(op.attrs[k], "inputs")]
 
 
 def _trips(op, key, unknown_trips) -> float:
