@@ -3,6 +3,33 @@ from __future__ import annotations
 
 # re-indexings followed from a value to the ops that compute with it
 _DEPTH = 4
+# the ops a kernel may compute again, at the places it reads a value, rather than have
+# the value stored and read back: a select or two (a guarded load's mask), not a sweep's
+# update (the ops of a 5-point Jacobi sweep computed 4 times more an element)
+RECOMPUTE_LIMIT = 8
+# ops of a value's making counted, at most
+_CONE = 16
+
+
+def recomputed_ops(value, users, cheap=frozenset()) -> int:
+    """The ops a kernel that read `value` at its every place (places_read) would compute
+    again, were `value` fused into it: the places after the first, times the elementwise
+    ops that make `value` from what is in memory (its producers, through re-indexings;
+    `cheap`, positional ops, are not counted: decided per region), at most _CONE."""
+    places = places_read(value, users)
+    return 0 if places <= 1 else (places - 1) * _making_ops(value, cheap)
+
+
+def _making_ops(value, cheap) -> int:
+    seen, stack, n = set(), [value.producer], 0
+    while stack and len(seen) < _CONE:
+        op = stack.pop()
+        if op is None or op in seen or op in cheap or op.opdef.fusion not in ("elementwise", "reindex"):
+            continue
+        seen.add(op)
+        n += op.opdef.fusion == "elementwise"
+        stack.extend(o.producer for o in op.operands)
+    return n
 
 
 def places_read(value, users) -> int:
@@ -23,8 +50,25 @@ def _places(value, users, depth) -> set:
         if u.opdef.fusion == "reindex" and len(u.results) == 1 and depth > 0:
             if 2 * u.results[0].size < value.size:
                 continue
-            how = (u.name, repr(sorted(u.attrs.items())), u.operands.index(value))
-            out |= {(how,) + p for p in _places(u.results[0], users, depth - 1) or {()}}
+            hop = _hop(u, value)
+            out |= {(hop,) * (hop is not None) + p for p in _places(u.results[0], users, depth - 1) or {()}}
         else:
             out.add(())
     return out
+
+
+def _hop(op, value):
+    """Where re-indexing `op` reads `value` for an element it makes: None where its
+    affine index map shifts nothing (a broadcast: a row's maximum, read for each element
+    of the row, is read once a row; a reshape; a transpose); else the offsets and
+    coefficients of that map (a shifted slice, a reversal), or the op and its attributes
+    where it has no such map (a pad, a concatenation)."""
+    reindex = op.opdef.reindex
+    if reindex.index_map is None and reindex.index_pieces is None and op.results[0].size == value.size:
+        return None                       # (a reshape: the same elements, in their order)
+    if reindex.index_map is not None and op.operands and op.operands[0] is value:
+        names = tuple(f"d{k}" for k in range(op.results[0].ndim))
+        index = reindex.index_map(tuple((((n, 1),), 0) for n in names), value.shape, op.attrs)
+        key = tuple((tuple(c for _, c in terms), repr(const)) for terms, const in index)
+        return None if all(const == "0" for _, const in key) else key
+    return op.name, repr(sorted(op.attrs.items())), op.operands.index(value)

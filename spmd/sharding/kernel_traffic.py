@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import places_read
+from ..ir import RECOMPUTE_LIMIT, recomputed_ops
 from .cost_model import first_fused_reads, fuses
 
 
@@ -76,9 +76,9 @@ def kernels(graph) -> tuple:
             if outside or r in outputs:
                 alone.add(op)
             continue
-        # (a program output too: the kernel writes it on the way; not a value read at
-        # several places, which the kernel would compute at each)
-        if len(ids) == 1 and not outside and places_read(r, users) <= 1:
+        # (a program output too: the kernel writes it on the way; not a value the kernel
+        # would compute again at several places it reads it)
+        if len(ids) == 1 and not outside and recomputed_ops(r, users, positional) <= RECOMPUTE_LIMIT:
             member[op] = ids
             continue
         member[op] = {count}

@@ -1,12 +1,13 @@
 """A value its readers read at several places an element (a stencil sweep's grid, read by
 the next sweep at 5 or 7 shifted places) is stored by the kernel that makes it, not fused
-into its readers, which would compute it again at each place (ir.places_read); a value
-read at one place, or through one re-indexing, still fuses. Results are numpy's."""
+into its readers, which would compute it again at each place (ir.places_read,
+ir.recomputed_ops); a value read at one place, through one re-indexing or a broadcast,
+or cheap to make again (a select or two), still fuses. Results are numpy's."""
 import numpy as np
 import pytest
 
 import spmd
-from spmd.ir import places_read
+from spmd.ir import RECOMPUTE_LIMIT, places_read, recomputed_ops
 
 
 def _sweeps(k):
@@ -47,4 +48,7 @@ def test_a_value_read_at_one_place_fuses_into_its_readers():
     assert places_read(exp, users) == 1
     y = next(op.results[0] for op in g.ops if op.name == "multiply" and exp in op.operands)
     assert places_read(y, users) == 2            # y, and y reversed
+    assert recomputed_ops(y, users) == 2 <= RECOMPUTE_LIMIT     # exp and the multiply, once more: fused
+    exe = low.compile()
+    assert len(exe.plan.fusion.kernels()) == 1
     np.testing.assert_allclose(np.asarray(spmd.jit(f, backend="llvm")(x)), f(x), rtol=1e-13)

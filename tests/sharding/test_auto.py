@@ -250,7 +250,9 @@ def test_the_search_prices_a_products_elements_on_each_options_shards():
     each element of its operands' and result's shards under that option."""
     from spmd.sharding.auto.problem import local_elements
     x, w = np.ones((64, 32), np.float32), np.ones((32, 16), np.float32)
-    g = spmd.jit(lambda x, w: x @ w, mesh=MESH, in_shardings=spmd.AUTO).lower(x, w).stages["optimized"]
+    # (the global program the search plans: not a stage after partitioning, whose shapes
+    # are the chosen plan's shards)
+    g = spmd.jit(lambda x, w: x @ w, mesh=MESH, in_shardings=spmd.AUTO).lower(x, w).stages["scalar_reads"]
     costs = {}
     for e in (0.0, 1e-6):
         pb = build(g, MESH, [spmd.AUTO, spmd.AUTO], [spmd.AUTO], Machine(flops=1e9, bandwidth=1e15, product_element=e),

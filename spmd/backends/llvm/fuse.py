@@ -6,10 +6,10 @@ one loop nest: one pass over memory, no temporaries between them) or a single op
 on its own (dot_general, collectives, indexing ops, and anything `fusible` refuses).
 
 The rule is producer-into-consumer: walking the graph backwards, an op joins the kernel
-of its users when all its users are in one kernel and read it at one place an element
-(ir.places_read: a stencil sweep's grid, read by the next sweep at 5 or 7 shifted places,
-would be computed that many times an element: it is stored), so every value that leaves
-a kernel is its root (or a graph output, stored on the way). Cheap ops that only re-index
+of its users when all its users are in one kernel and would not compute it again at
+several places an element (ir.recomputed_ops: a stencil sweep's grid, read by the next
+sweep at 5 or 7 shifted places, is stored, not computed again at each), so every value
+that leaves a kernel is its root (or a graph output, stored on the way). Cheap ops that only re-index
 (broadcast_in_dim, transpose, slice, reshape, iota, splat constants) are copied into every
 kernel that uses them, so they never cost memory. A reduction's epilogue (softmax's
 exp/sum/divide, layernorm) fuses with the reduction: the code generator hoists each
@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 
-from ...ir import Graph, Op, Value, places_read, splat  # noqa: F401  (splat: re-exported for the backends)
+from ...ir import RECOMPUTE_LIMIT, Graph, Op, Value, recomputed_ops, splat  # noqa: F401  (splat: re-exported for the backends)
 
 
 def reindexes(op) -> bool:
@@ -127,7 +127,7 @@ def group_ops(graph: Graph, fusible, roots) -> Groups:
             continue
         is_red = op.opdef.fusion == "reduction"
         if (len(ug) == 1 and not outside_op and r not in roots and depth[op] <= MAX_DEPTH
-                and places_read(r, users) <= 1
+                and recomputed_ops(r, users, cheap) <= RECOMPUTE_LIMIT
                 and reduces[next(iter(ug))] + is_red <= MAX_REDUCES
                 and not (is_red and whole(r, gs.roots[next(iter(ug))].results[0]))):
             (gid,) = ug
