@@ -20,6 +20,11 @@ def at(loc):
     return f" at {loc}" if loc else ""
 
 
+def period_of(timeout) -> float:
+    """Seconds between a rank's heartbeats: a quarter of the timeout, at most 1 s."""
+    return max(0.05, min(1.0, timeout / 4))
+
+
 class Heartbeat:
     """Liveness, not a stopwatch. Every process sends a small UDP datagram to every peer
     each period (SPMD_HEARTBEAT_TIMEOUT / 4, at most 1 s) from a daemon thread, saying
@@ -85,7 +90,7 @@ class Heartbeat:
 
     def _run(self):
         import select
-        period = max(0.05, min(1.0, heartbeat_timeout() / 4))
+        period = period_of(heartbeat_timeout())
         next_send = 0.0
         while True:
             now = time.monotonic()
@@ -112,10 +117,18 @@ class Heartbeat:
                     self.heard[r] = (t, state, what, loc, group)
 
     def silent(self, ranks, now):
-        """Ranks heard from before whose heartbeats stopped (taken for dead)."""
+        """Ranks heard from before whose heartbeats stopped (taken for dead). A lost host
+        silences all its ranks at once, their last heartbeats up to a period apart: with
+        one of them past the limit, the others of its host (PEERS) that missed their
+        last heartbeat too are named with it."""
         limit = heartbeat_timeout()
-        return [r for r in ranks if r in self.heard and r not in self.exited_at
-                and now - self.heard[r][0] > limit]
+
+        def quiet(r, after):
+            return r in self.heard and r not in self.exited_at and now - self.heard[r][0] > after
+        out = [r for r in ranks if quiet(r, limit)]
+        hosts = {PEERS[r][0] for r in out if r in PEERS}
+        return [r for r in ranks if r in out or (r in PEERS and PEERS[r][0] in hosts
+                                                   and quiet(r, limit - period_of(limit)))]
 
     def describe(self, ranks):
         out = []
