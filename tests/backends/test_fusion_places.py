@@ -2,7 +2,8 @@
 the next sweep at 5 or 7 shifted places) is stored by the kernel that makes it, not fused
 into its readers, which would compute it again at each place (ir.places_read,
 ir.recomputed_ops); a value read at one place, through one re-indexing or a broadcast,
-or cheap to make again (a select or two), still fuses. Results are numpy's."""
+or cheap to make again (a guarded load's select, a 5-point sweep's few ops), still
+fuses. Results are numpy's."""
 import numpy as np
 import pytest
 
