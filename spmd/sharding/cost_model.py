@@ -270,16 +270,18 @@ def moved_values(op, read_by_unfused, outputs, first_reads=None) -> tuple:
     return ins, outs
 
 
-def first_fused_reads(graph) -> dict:
+def first_fused_reads(graph, stored=frozenset(), skip=frozenset()) -> dict:
     """{Value: the first fused op that reads it} of the values made outside fused
-    kernels. A fused kernel reads each of its inputs once however many of its ops use
-    it (p * ap, x + alpha * p and r + beta * p read p once between them); the fused
-    readers of one value are taken to share a kernel, so its bytes count once."""
+    kernels, and of `stored` ones (a fused kernel's results stored for others). A fused
+    kernel reads each of its inputs once however many of its ops use it (p * ap,
+    x + alpha * p and r + beta * p read p once between them); the fused readers of one
+    value are taken to share a kernel, so its bytes count once. Readers in `skip` (views
+    read in place) do not count."""
     out = {}
     for op in graph.ops:
-        if fuses(op):
+        if fuses(op) and op not in skip:
             for o in op.operands:
-                if (o.producer is None or not fuses(o.producer)) and o not in out:
+                if (o in stored or o.producer is None or not fuses(o.producer)) and o not in out:
                     out[o] = op
     return out
 

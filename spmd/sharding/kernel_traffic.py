@@ -35,13 +35,13 @@ def positional_ops(graph) -> set:
 def fused_kernels(graph) -> set:
     """The values computed by fused ops (not mere re-indexings) that only fused ops read,
     yet that are stored to memory and read back (see kernels)."""
-    return kernels(graph)[0]
+    return kernels(graph, positional_ops(graph))[0]
 
 
-def kernels(graph) -> tuple:
+def kernels(graph, positional) -> tuple:
     """(the values fused_kernels says, {fused op: the number of the kernel it runs in},
-    the re-indexings that are views, in no kernel: _view). A re-indexing or positional
-    op copied into several kernels counts in the first of them, where its bytes are
+    the re-indexings that are views, in no kernel: _view), `positional` its
+    positional_ops. A re-indexing or positional op copied into several kernels counts in the first of them, where its bytes are
     read; one no fused op reads is a kernel of its own, but for a view.
 
     A kernel takes in its producers where all their readers are in it (the LLVM
@@ -60,7 +60,6 @@ def kernels(graph) -> tuple:
         for o in op.operands:
             users.setdefault(o, []).append(op)
     outputs = set(graph.outputs)
-    positional = positional_ops(graph)
     member, alone, stored, count = {}, set(), set(), 0   # op -> numbers of the kernels it is in
     for op in reversed(graph.ops):
         if not fuses(op) or len(op.results) != 1:
@@ -137,16 +136,11 @@ class KernelTraffic:
     def __init__(self, graph, cache_bytes=0.0):
         self.read_by_unfused = {o for op in graph.ops if not fuses(op) for o in op.operands}
         self.outputs = set(graph.outputs)
-        self.stored, self.kernel, self.views = kernels(graph)
         self.positional = positional_ops(graph)
+        self.stored, self.kernel, self.views = kernels(graph, self.positional)
         # (a stored value counts at its first fused reader, as an argument; not at a view,
         # which its unfused reader reads in place)
-        self.first = {v: op for v, op in first_fused_reads(graph).items() if op not in self.views}
-        for op in graph.ops:
-            if fuses(op) and op not in self.views:
-                for o in op.operands:
-                    if (o in self.stored or o.producer is None or not fuses(o.producer)) and o not in self.first:
-                        self.first[o] = op
+        self.first = first_fused_reads(graph, self.stored, self.views)
         self.split = {}                  # op -> (bytes in the cache, bytes from memory)
         moved, touched = 0.0, {}         # bytes moved so far; value -> `moved` when last touched
         for op in graph.ops:

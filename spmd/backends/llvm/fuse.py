@@ -9,9 +9,9 @@ The rule is producer-into-consumer: walking the graph backwards, an op joins the
 of its users when all its users are in one kernel and would not compute it again at
 several places an element (ir.recomputed_ops: a stencil sweep's grid, read by the next
 sweep at 5 or 7 shifted places, is stored, not computed again at each), so every value
-that leaves a kernel is its root (or a graph output, stored on the way). Cheap ops that only re-index
-(broadcast_in_dim, transpose, slice, reshape, iota, splat constants) are copied into every
-kernel that uses them, so they never cost memory. A reduction's epilogue (softmax's
+that leaves a kernel is its root (or a graph output, stored on the way). Cheap ops that
+only re-index (broadcast_in_dim, transpose, slice, reshape, iota, splat constants) are
+copied into every kernel that uses them, so they never cost memory. A reduction's epilogue (softmax's
 exp/sum/divide, layernorm) fuses with the reduction: the code generator hoists each
 reduction out of the loops it does not depend on.
 
@@ -23,7 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 
-from ...ir import RECOMPUTE_LIMIT, Graph, Op, Value, recomputed_ops, splat  # noqa: F401  (splat: re-exported for the backends)
+from ...ir import RECOMPUTE_LIMIT, Graph, Op, Value, recomputed_ops  # noqa: F401
+from ...ir import splat  # noqa: F401  (re-exported for the backends)
 
 
 def reindexes(op) -> bool:

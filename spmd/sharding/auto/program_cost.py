@@ -1,7 +1,7 @@
 """The model's seconds for one run of a partitioned (per-device) program: each kernel's
 compute at the machine's rates (a roofline over its flops and the bytes it reads and
 writes, for an op that does not fuse, as problem.py prices ops; a fused kernel's ops
-and bytes together: kernel_seconds) and each collective on its link (cost_model.py), the
+and bytes together: fused_kernel_seconds) and each collective on its link (cost_model.py), the
 ops of loop bodies as often as they run. The search compares whole plans with it, so a
 plan the partitioner realises differently from the search's picture is judged by what
 the partitioner made."""
@@ -25,9 +25,9 @@ def op_seconds(graph, machine) -> dict:
     its sub-graphs): an op that does not fuse is a kernel of its own, its roofline (the
     longer of its compute and its bytes) and its fixed cost (Machine.call); the ops of a
     fused kernel (kernel_traffic.kernels) share one price and one fixed cost, which each
-    op gets in proportion to its own part (kernel_seconds); views cost nothing. Positional ops (a stencil's
-    boundary masks) cost no arithmetic: the code generator decides them per region of
-    the loop nest."""
+    op gets in proportion to its own part (fused_kernel_seconds); views cost nothing.
+    Positional ops (a stencil's boundary masks) cost no arithmetic: the code generator
+    decides them per region of the loop nest."""
     traffic = KernelTraffic(graph, machine.cache_bytes if machine.cache_bandwidth is not None else 0.0)
     out, fused = {}, {}
     for op in graph.ops:
@@ -44,7 +44,7 @@ def op_seconds(graph, machine) -> dict:
     for ops in fused.values():
         divides = sum(c for op, c, _ in ops if op.opdef.divider)
         rest = sum(b for _, _, b in ops) + sum(c for op, c, _ in ops if not op.opdef.divider)
-        t = kernel_seconds(divides, rest) + (machine.call if any(op.operands for op, *_ in ops) else 0.0)
+        t = fused_kernel_seconds(divides, rest) + (machine.call if any(op.operands for op, *_ in ops) else 0.0)
         own = [c + b for _, c, b in ops]
         whole = sum(own)
         for (op, *_), w in zip(ops, own):
@@ -52,7 +52,7 @@ def op_seconds(graph, machine) -> dict:
     return out
 
 
-def kernel_seconds(divides, rest) -> float:
+def fused_kernel_seconds(divides, rest) -> float:
     """A fused kernel's seconds: the element-ops of its divides and square roots
     (`divides`: OpDef.divider) run on a unit of their own, beside the rest: its other
     ops and its loads and stores (`rest`), which add up. Measured on one device
@@ -93,13 +93,11 @@ def _loop_runs(graph, unknown_trips, runs=1, out=None) -> dict:
     count the data decides, by _trips."""
     out = {} if out is None else out
     for op in graph.ops:
-        for k in sorted(op.attrs):
-            sub = op.attrs[k]
-            if hasattr(sub, "ops") and hasattr(sub, "inputs"):
-                n = runs * _trips(op, k, unknown_trips)
-                for inner in sub.ops:
-                    out[inner] = n
-                _loop_runs(sub, unknown_trips, n, out)
+        for k in _sub_graphs(op):
+            n = runs * _trips(op, k, unknown_trips)
+            for inner in op.attrs[k].ops:
+                out[inner] = n
+            _loop_runs(op.attrs[k], unknown_trips, n, out)
     return out
 
 
@@ -147,10 +145,8 @@ def made_bytes(graph, unknown_trips=1) -> float:
     n = 0.0
     for op in graph.ops:
         n += sum(float(r.size) * np.dtype(r.dtype).itemsize for r in op.results)
-        for k in sorted(op.attrs):
-            sub = op.attrs[k]
-            if hasattr(sub, "ops") and hasattr(sub, "inputs"):
-                n += _trips(op, k, unknown_trips) * made_bytes(sub, unknown_trips)
+        for k in _sub_graphs(op):
+            n += _trips(op, k, unknown_trips) * made_bytes(op.attrs[k], unknown_trips)
     return n
 
 
