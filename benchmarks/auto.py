@@ -176,20 +176,29 @@ def fresh_rates():
                                         handoff=w.get("handoff", 0.0), solo_bytes=w.get("solo_bytes", 0.0)))
 
 
+# the processes' rendezvous and slowdown between kernels (calibrate.measure_crowding),
+# measured with the first link of the run: each takes some seconds
+_CROWD = {}
+
+
 def fresh_mpi_link():
     """(None, Network): under MPI, the link over the processes measured now
-    (calibrate.measure_link, as `mpiexec -n 4 python -m spmd.jit.calibrate` measures it);
-    the machine's rates stay the stored ones (None: lowered.cost() reads them)."""
+    (calibrate.measure_link, as `mpiexec -n 4 python -m spmd.jit.calibrate` measures it;
+    the crowding figures the first time);
+    the machine's rates stay the stored ones (None: lowered.cost() reads them, slowed as
+    the link's slowdown says)."""
     from spmd.jit.calibrate import measure_link
     from spmd.sharding.cost_model import Link, Network
-    w = measure_link(spmd.Mesh((spmd.device_count(),), ("x",)), runs=7, threads=False)
+    w = measure_link(spmd.Mesh((spmd.device_count(),), ("x",)), runs=7, threads=False, crowd=_CROWD.get("figures"))
+    _CROWD["figures"] = {k: w[k] for k in ("rendezvous", "slowdown") if k in w}
     if spmd.process_index() == 0:
         print(f"MPI link: a round {w['latency'] * 1e6:.0f} us, {w['bandwidth'] / 1e9:.2f} GB/s, "
               f"a call {w.get('rendezvous', 0.0) * 1e6:.0f} us, an array's gather "
-              f"{w.get('gather_bandwidth', 0.0) / 1e9:.2f} GB/s")
+              f"{w.get('gather_bandwidth', 0.0) / 1e9:.2f} GB/s, the ranks' work {w.get('slowdown', 1.0):.2f}x")
     return None, Network(within=Link(latency=w["latency"], bandwidth=w["bandwidth"],
                                      rendezvous=w.get("rendezvous", 0.0),
-                                     gather_bandwidth=w.get("gather_bandwidth", 0.0)))
+                                     gather_bandwidth=w.get("gather_bandwidth", 0.0),
+                                     slowdown=w.get("slowdown", 1.0)))
 
 
 RATES = ("flops", "bandwidth", "cache_bandwidth")      # (per second: the rest are seconds or bytes)
@@ -216,7 +225,8 @@ def averaged(a, b):
                                   rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
                                   solo_bytes=la.solo_bytes,
                                   gather_bandwidth=rate(la.gather_bandwidth, lb.gather_bandwidth)
-                                  if la.gather_bandwidth and lb.gather_bandwidth else 0.0))
+                                  if la.gather_bandwidth and lb.gather_bandwidth else 0.0,
+                                  slowdown=mean(la.slowdown, lb.slowdown)))
 
 
 def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):

@@ -55,10 +55,14 @@ cost model, measured with spmd's own compiled programs and stored for every late
     mpi link    run under mpiexec (`mpiexec -n 4 spmd doctor --calibrate`): the same
                 chain over the MPI ranks, and a chain of small all_gathers besides,
                 which part the seconds of a round from those every collective costs as
-                a call from Python (`rendezvous`), and an spmd.Array read whole, large
+                a call from Python (`rendezvous`, where no machine is stored for the
+                chains below), and an spmd.Array read whole, large
                 against small (`gather_bandwidth`: the runtime's gather of a whole
                 array, MPI's Allgather called directly, which moves a byte faster
-                than the programs' collectives); stored beside the rest as
+                than the programs' collectives); and chains of kernels and
+                all_reduces every process runs at once (measure_crowding), which give
+                the `rendezvous` a collective costs between kernels, against the
+                stored machine, and the `slowdown` of the processes' work there; stored beside the rest as
                 networks.mpi; the model takes it for programs run under MPI (processes
                 on one host exchange through MPI and poll while they wait: on a host
                 with fewer cores than ranks, far slower than the local transport's
@@ -224,14 +228,16 @@ def measure(devices=4, quick=False) -> dict:
     return out
 
 
-def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
+def measure_link(mesh, quick=False, runs=7, threads=True, crowd=None) -> dict:
     """{latency, bandwidth} of the started runtime's collectives over the 1-D `mesh`: a
     chain of 17 dependent all_reduces against one, small (its latency per round) and
     large (the bytes a device receives per second); sixteen differences, not eight, so
     that the load a shared machine carries moves the figure less. `threads` (the local
     transport's devices): also the handoff to the devices' threads; else (MPI's
     processes, whose every collective is a call from Python) the seconds of such a call
-    apart from its rounds (part_call_and_rounds: Link.rendezvous)."""
+    apart from its rounds (part_call_and_rounds: Link.rendezvous), then the rendezvous
+    and slowdown between kernels (measure_crowding; `crowd`: those figures, measured
+    before)."""
     import spmd
     devices = mesh.size
     row = mesh.sharding("x", None)
@@ -259,6 +265,7 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     if parted:
         out.update(part_call_and_rounds(per[small], gather, rounds // 2))
         out["gather_bandwidth"] = _gather_bandwidth(row, devices, large, runs)
+        out.update(crowd if crowd is not None else measure_crowding(mesh, out, quick))
     if threads and devices > 1:
         xs = spmd.device_put(np.ones((devices, 16), np.float32), row)
         # the chain of one small all_reduce against a program as small that exchanges
@@ -271,13 +278,124 @@ def measure_link(mesh, quick=False, runs=7, threads=True) -> dict:
     return out
 
 
+# columns of the chains measure_crowding compares, 64 rows a device: a kernel between
+# two collectives of a few microseconds, and one of about a millisecond
+CROWD_COLS = (256, 8192)
+
+
+def measure_crowding(mesh, link, quick=False, runs=9, windows=3) -> dict:
+    """{rendezvous, slowdown} of MPI's processes (Link.rendezvous, Link.slowdown) as a
+    program meets them, with kernels between its collectives: where the ranks are
+    more than the cores they take turns on them, and one that waits in a collective
+    polls on a core another needs, so a collective costs more there than in a chain of
+    collectives alone, and the work between them runs slower than the local devices'
+    rates say (a switch of processes refetches a core's data). Chains of a kernel and
+    a collective, run by every process at once (throughput, the programs' rounds
+    interleaved), against the model's seconds of each with the measured `link`'s
+    latency and bandwidth (no rendezvous) and the stored machine: all_reduces of a
+    scalar after kernels small and large (CROWD_COLS) part the slowdown, and halo
+    exchanges (a row to the next rank, a stencil's collective) after the small kernel
+    the rendezvous; each figure the median of `windows` such measures (a spell of slow
+    turns can outlast one). {} where no machine is stored."""
+    import spmd
+    from .rates import machine_from, stored
+    from ..sharding.cost_model import Link, Network
+    m = (stored() or {}).get("machine")
+    if not m:
+        return {}
+    machine = machine_from(m, mesh.size)
+    bare = Network(within=Link(latency=link["latency"], bandwidth=link["bandwidth"]))
+    row = mesh.sharding("x", None)
+    calls = []
+    for chain, cols in ((_summed, CROWD_COLS[0]), (_summed, CROWD_COLS[1]), (_shifted, CROWD_COLS[0])):
+        xs = spmd.device_put(np.ones((mesh.size * 64, cols), np.float32), row)
+        calls += [(spmd.jit(chain(k), in_shardings=row, out_shardings=row), (xs,)) for k in (1, 17)]
+    costs = [f.lower(*a).cost(machine=machine, network=bare) for f, a in calls]
+    got = []
+    for _ in range(1 if quick else windows):
+        t = throughput(calls, 3 if quick else runs)
+        got.append(crowding(*[((t[i + 1] - t[i]) / 16,
+                               (costs[i + 1]["compute_seconds"] - costs[i]["compute_seconds"]) / 16,
+                               (costs[i + 1]["comm_seconds"] - costs[i]["comm_seconds"]) / 16) for i in (0, 2, 4)]))
+    return {k: float(np.median([g[k] for g in got])) for k in ("rendezvous", "slowdown")}
+
+
+def _summed(k):
+    """A chain of k kernels, each followed by an all_reduce of a scalar (the same
+    collective whatever the kernel's size)."""
+    def f(x):
+        for _ in range(k):
+            x = x + x.sum() * 1e-9
+        return x
+    return f
+
+
+def _shifted(k):
+    """A chain of k kernels, each after a collective_permute of a row (each rank's
+    last to the next rank: np.roll over the split rows), as a stencil's halo exchange."""
+    def f(x):
+        for _ in range(k):
+            x = x + np.roll(x, 1, axis=0) * 1e-3
+        return x
+    return f
+
+
+def crowding(small, large, exchange) -> dict:
+    """{rendezvous, slowdown} of three chains' (measured, model's compute, model's
+    collectives) seconds an iteration: `small` and `large` with one collective an
+    iteration alike, whose kernels differ (their compute `slowdown` times the model's),
+    `exchange` a collective of `rendezvous` more than the model's: the slowdown within
+    [0.5, 8], the rendezvous not below 0."""
+    (ts, ks, cs), (tl, kl, cl), (te, ke, ce) = small, large, exchange
+    f = ((tl - cl) - (ts - cs)) / (kl - ks) if kl > ks else 1.0
+    f = min(max(f, 0.5), 8.0)
+    return {"rendezvous": max(te - ce - f * ke, 0.0), "slowdown": f}
+
+
+def throughput(calls, runs, each=6) -> list:
+    """The fast() seconds of a call of each (fn, args) of `calls` where every process
+    runs `each` of them back to back between two meetings of the processes (the
+    rounds of the calls interleaved), the mean of the processes' figures (every
+    process gets the same): under MPI, with more processes than cores, a call timed
+    alone on one process shows its own turn on a core, not what the processes
+    together take. Such processes go through spells, seconds long, in which every
+    collective waits up to about a millisecond (the scheduler's turns, not the
+    program's): the fast end of the interleaved rounds leaves them out, as a shared
+    machine's bursts of load."""
+    from ..runtime.current_runtime import started
+    rt = started()
+    many = rt is not None and rt.process_count() > 1
+
+    def meet():
+        if many:
+            rt.allgather_bytes(b"1", "calibrating: a round of calls")
+    for fn, args in calls:
+        fn(*args)
+    ts = [[] for _ in calls]
+    for _ in range(runs):
+        for (fn, args), got in zip(calls, ts):
+            meet()
+            t0 = time.perf_counter()
+            for _ in range(each):
+                fn(*args)
+            meet()
+            got.append((time.perf_counter() - t0) / each)
+    mine = [fast(t) for t in ts]
+    if not many:
+        return mine
+    every = [json.loads(b) for b in rt.allgather_bytes(json.dumps(mine).encode(), "calibrating: the figures")]
+    return [float(np.mean(col)) for col in zip(*every)]
+
+
 def _gather_bandwidth(row, devices, cols, runs) -> float:
     """Link.gather_bandwidth: bytes a process receives a second where the runtime gathers
     a whole array from the processes (reading an spmd.Array, writing a numpy argument
-    back: all_shards), a read of `cols` float32 a device against one of 16."""
+    back: all_shards), a read of `cols` float32 a device against one of 16, every
+    process reading at once (throughput: the processes copy what they receive on the
+    cores they share)."""
     import spmd
     xs = [spmd.device_put(np.ones((devices, c), np.float32), row) for c in (16, cols)]
-    small, large = timed([(_read_whole, (x,)) for x in xs], runs)
+    small, large = throughput([(_read_whole, (x,)) for x in xs], runs, each=3)
     return (devices - 1) * (cols - 16) * 4 / max(large - small, 1e-7)
 
 
@@ -618,7 +736,8 @@ def calibrate_mpi(quick=False, out=None) -> int:
     w = link["within"]
     print(f"MPI collectives over {link['ranks']} ranks: {w.get('rendezvous', 0.0) * 1e6:.0f} us a call, "
           f"{w['latency'] * 1e6:.0f} us a round, {w['bandwidth'] / 1e9:.2f} GB/s (an array's gather "
-          f"{w.get('gather_bandwidth', 0.0) / 1e9:.2f} GB/s); stored in {p}", file=out)
+          f"{w.get('gather_bandwidth', 0.0) / 1e9:.2f} GB/s); the ranks' work {w.get('slowdown', 1.0):.2f}x "
+          f"the local devices' rates; stored in {p}", file=out)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.current_runtime import started
-from ..sharding.auto.program_cost import collective_rows, handoff_seconds, program_seconds
+from ..sharding.auto.program_cost import collective_rows, handoff_seconds, meeting_machine, program_seconds
 from ..sharding.cost_model import collective_seconds, gathered_back_bytes, private_copy_bytes
 from ..sharding.kernel_traffic import nbytes
 from .rates import rates
@@ -32,6 +32,7 @@ def predict(low, network=None, machine=None) -> Cost:
     m, n, source = rates(network, machine, mesh.size if mesh is not None else 1)
     g = low.graph
     out = Cost(program_seconds(g, mesh, m, n))
+    given, m = m, meeting_machine(g, m, n)        # (the call's own work as its program's)
     fixed = handoff_seconds(g, mesh, n) + leaves_seconds(low, m)
     out["step_seconds"] += fixed
     out["seconds"] += fixed
@@ -43,7 +44,7 @@ def predict(low, network=None, machine=None) -> Cost:
     out["seconds"] += out["args_seconds"] + out["outputs_seconds"]
     out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
     out["peak_bytes"] = low.memory()["peak_bytes"]
-    out.update(machine=m, network=n, source=source)
+    out.update(machine=given, network=n, source=source)
     return out
 
 

@@ -67,13 +67,16 @@ def rates(network=None, machine=None, devices=1) -> tuple:
         # (a call from Python per collective: MPI's, measured; the local transport's
         # collectives run in the native code, whatever an older calibration stored)
         rendezvous = gather = 0.0
+        slowdown = 1.0
         if mpi and transport() == "mpi":    # ranks that are MPI processes: MPI's link, measured
             n = mpi["within"]
             rendezvous = float(n.get("rendezvous") or 0.0)
             gather = float(n.get("gather_bandwidth") or 0.0)
+            slowdown = float(n.get("slowdown") or 1.0)
         network = Network(within=Link(latency=float(n["latency"]), bandwidth=float(n["bandwidth"]),
                                       rendezvous=rendezvous, handoff=float(n.get("handoff") or 0.0),
-                                      solo_bytes=float(n.get("solo_bytes") or 0.0), gather_bandwidth=gather)) \
+                                      solo_bytes=float(n.get("solo_bytes") or 0.0), gather_bandwidth=gather,
+                                      slowdown=slowdown)) \
             if n else Network()
     elif source == "defaults" and got is None:
         source = "network given, machine defaults"

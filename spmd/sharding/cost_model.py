@@ -49,13 +49,18 @@ class Link:
     is a process of its own (MPI). `gather_bandwidth`: bytes a second a process receives
     where the runtime gathers a whole array from the processes (writing a numpy argument
     back, reading an spmd.Array: one MPI Allgather called directly, which moves a byte
-    faster than a program's collectives); 0: `bandwidth`."""
+    faster than a program's collectives); 0: `bandwidth`. `slowdown`: how many times as
+    long the ranks' own work runs as the machine's rates say, where each rank is a
+    process (Machine.crowded: measured under mpiexec with kernels between the
+    collectives; with more ranks than cores the processes take turns on them, and one
+    that waits in a collective polls on a core the others need); 1: as they say."""
     latency: float = 5e-6
     bandwidth: float = 5e9
     rendezvous: float = 0.0
     handoff: float = 0.0
     solo_bytes: float = 0.0
     gather_bandwidth: float = 0.0
+    slowdown: float = 1.0
 
     def seconds(self, nbytes, rounds=1) -> float:
         return rounds * self.latency + max(float(nbytes), 0.0) / self.bandwidth
@@ -138,6 +143,28 @@ class Machine:
     # vector's lanes at most): a kernel of many ops an element (a stencil's update, Game of
     # Life's rules) is bound by them, not by its bytes. 0: at `flops`
     element: float = 0.0
+
+    def crowded(self, slowdown) -> "Machine":
+        """This machine where each device is a process of its own (MPI's ranks), whose
+        work runs `slowdown` times as long as the local calibration's devices-at-once
+        rates say (Link.slowdown): its kernels' element-ops, bytes and fixed costs, and
+        a call's own seconds (its step, leaves, numpy arguments and new buffers). A
+        matrix product's rates stay: its blocks stay in a core's cache whichever process
+        runs, where a streaming kernel's data and the pages it touches are refetched
+        after each switch of processes on a core."""
+        if slowdown == 1.0:
+            return self
+        f = float(slowdown)
+
+        def times(x):
+            return None if x is None else x * f
+        element = self.element if self.element > 0.0 else 1.0 / self.flops     # (element_seconds' unit)
+        return replace(self, element=element * f, bandwidth=self.bandwidth / f,
+                       cache_bandwidth=None if self.cache_bandwidth is None else self.cache_bandwidth / f,
+                       call=self.call * f, step=self.step * f, leaf=self.leaf * f, placing=self.placing * f,
+                       output=self.output * f,
+                       argument=times(self.argument if self.argument is not None else 2.0 / self.bandwidth),
+                       written=times(self.written if self.written is not None else 4.0 / self.bandwidth))
 
     def element_seconds(self, ops) -> float:
         """Seconds of `ops` element-ops (the flops of an op that is not a matrix product)."""

@@ -412,6 +412,60 @@ def test_every_collective_pays_the_links_rendezvous_once_a_call():
         == pytest.approx(2e-3)
 
 
+def test_a_links_slowdown_slows_the_work_of_a_program_that_exchanges_alone():
+    """Link.slowdown (MPI's processes, measured where kernels run between collectives):
+    a program with a collective pays its element-ops, bytes, kernels' fixed costs and
+    the call's own seconds that many times over (Machine.crowded); a program that
+    exchanges nothing runs at the machine's rates (each process's turn on a core); a
+    matrix product's rates stay."""
+    from spmd.sharding.auto.program_cost import meeting_machine
+    m = Machine(flops=5e10, bandwidth=1e10, call=2e-6, step=1e-4, element=2e-11, cache_bytes=1e6,
+                cache_bandwidth=3e10, leaf=1e-5, placing=1e-5, output=1e-10, product_element=1e-10)
+    c = m.crowded(3.0)
+    assert (c.flops, c.product_element) == (m.flops, m.product_element)
+    assert c.element == pytest.approx(3 * m.element) and c.bandwidth == pytest.approx(m.bandwidth / 3)
+    assert c.cache_bandwidth == pytest.approx(m.cache_bandwidth / 3)
+    for k in ("call", "step", "leaf", "placing", "output"):
+        assert getattr(c, k) == pytest.approx(3 * getattr(m, k)), k
+    assert c.argument == pytest.approx(3 * 2.0 / m.bandwidth) and c.written == pytest.approx(3 * 4.0 / m.bandwidth)
+    assert m.crowded(1.0) is m
+    mesh = spmd.Mesh((4,), ("x",))
+    row = mesh.sharding("x", None)
+    x = np.ones((64, 256), np.float32)
+    total = spmd.jit(lambda x: x * 2.0 + x.sum(axis=0), in_shardings=(row,), out_shardings=row).lower(x)
+    alone = spmd.jit(lambda x: x * 2.0 + 1.0, in_shardings=(row,), out_shardings=row).lower(x)
+    plain, slow = Link(latency=1e-5, bandwidth=1e9), Link(latency=1e-5, bandwidth=1e9, slowdown=3.0)
+    for low, times in ((total, 3.0), (alone, 1.0)):
+        a, b = low.cost(network=Network(within=plain), machine=m), low.cost(network=Network(within=slow), machine=m)
+        assert b["compute_seconds"] == pytest.approx(times * a["compute_seconds"])
+        assert b["step_seconds"] == pytest.approx(times * a["step_seconds"])
+        assert b["comm_seconds"] == pytest.approx(a["comm_seconds"])
+        assert b["machine"] is m               # (the rates as given: crowded where it runs)
+        assert (meeting_machine(low.graph, m, Network(within=slow)) is m) == (times == 1.0)
+    lin = spmd.jit(lambda x, w: (x @ w).sum(axis=0), in_shardings=(row, mesh.sharding(None, None)))
+    low = lin.lower(x, np.ones((256, 256), np.float32))
+    a, b = low.cost(network=Network(within=plain), machine=m), low.cost(network=Network(within=slow), machine=m)
+    # (the product's flops at the same rate: less than 3x the whole)
+    assert a["compute_seconds"] < b["compute_seconds"] < 3 * a["compute_seconds"]
+
+
+def test_crowding_parts_the_rendezvous_from_the_slowdown():
+    """calibrate.crowding: two chains of one collective an iteration alike, whose
+    kernels differ, give back the slowdown f of their compute; a third, whose
+    collective costs R more than the model says, R (its compute f times the model's
+    taken off); the slowdown is held to [0.5, 8] and the rendezvous to 0 or more."""
+    from spmd.jit.calibrate import crowding
+    for R, f in ((2e-4, 1.8), (5e-5, 1.0), (0.0, 3.0)):
+        small, large = (1e-4 + 3e-5 + f * 2e-5, 2e-5, 1e-4), (1e-4 + 3e-5 + f * 8e-4, 8e-4, 1e-4)
+        exchange = (6e-5 + R + f * 1e-5, 1e-5, 6e-5)
+        got = crowding(small, large, exchange)
+        assert got["rendezvous"] == pytest.approx(R, abs=1e-12) and got["slowdown"] == pytest.approx(f)
+    ex = (1e-4, 1e-5, 1e-5)
+    assert crowding((1e-3, 1e-5, 1e-4), (1e-3, 1e-3, 1e-4), ex)["slowdown"] == 0.5
+    assert crowding((1e-3, 1e-5, 1e-4), (1e-1, 1e-3, 1e-4), ex)["slowdown"] == 8.0
+    assert crowding((1e-4, 1e-4, 1e-5), (1e-2, 1e-3, 1e-5), (1e-5, 1e-4, 1e-5))["rendezvous"] == 0.0
+
+
 @pytest.mark.parametrize("transport", ["local", "mpi"])
 def test_a_stored_rendezvous_is_read_for_mpis_link_alone(tmp_path, monkeypatch, transport):
     """The local transport's collectives meet in the native code: a calibration stored
@@ -423,11 +477,13 @@ def test_a_stored_rendezvous_is_read_for_mpis_link_alone(tmp_path, monkeypatch, 
     f.write_text(json.dumps({"machine": {"flops": 1e9, "bandwidth": 1e9, "step": 1e-4},
                              "network": {"within": {"latency": 1e-6, "bandwidth": 2e9, "rendezvous": 3e-4}},
                              "networks": {"mpi": {"within": {"latency": 5e-5, "bandwidth": 5e8,
-                                                             "rendezvous": 2e-4, "gather_bandwidth": 3e9}}}}))
+                                                             "rendezvous": 2e-4, "gather_bandwidth": 3e9,
+                                                             "slowdown": 1.7}}}}))
     os.utime(f, ns=(10**18 + 11, 10**18 + 11))
     monkeypatch.setattr(R, "transport", lambda: transport)
     link = R.rates(devices=4)[1].within
     assert (link.latency, link.rendezvous) == ((1e-6, 0.0) if transport == "local" else (5e-5, 2e-4))
+    assert link.slowdown == (1.0 if transport == "local" else 1.7)
     # (the gather of whole arrays, measured with MPI's link; the local runtime has none:
     # its link's own bandwidth)
     assert link.whole_gathers().bandwidth == (3e9 if transport == "mpi" else 2e9)

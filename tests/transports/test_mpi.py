@@ -1,4 +1,5 @@
 """The MPI backend, for real: scripts under the mpiexec the mpich wheel ships."""
+import json
 import os
 import re
 import subprocess
@@ -213,6 +214,24 @@ def test_calibration_runs_the_same_rounds_on_every_rank():
     assert p.returncode == 0, p.stdout + p.stderr
     got = dict(re.findall(r"ROUNDS (\d) (\d+)", p.stdout))
     assert len(got) == 2 and got["0"] == got["1"] and int(got["0"]) > 4, p.stdout
+
+
+@pytest.mark.timeout(180)
+def test_the_crowding_of_mpis_processes_is_one_figure_on_every_rank(tmp_path):
+    """calibrate.measure_crowding: chains of kernels and all_reduces, run by every
+    process at once, part the rendezvous a collective costs between kernels from how
+    much slower the processes' work runs than the stored machine's rates
+    (Link.rendezvous, Link.slowdown); every process gets the same figures, within
+    their bounds."""
+    (tmp_path / "machine.json").write_text(json.dumps({"machine": {
+        "flops": 5e10, "bandwidth": 1e10, "step": 5e-5, "call": 1e-6, "element": 2e-11}}))
+    p, _ = mpirun(2, os.path.join(SCRIPTS, "calibrate_crowding.py"), env={"SPMD_CACHE_DIR": str(tmp_path)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = dict(re.findall(r"CROWDING (\d) (.*)", p.stdout))
+    assert len(got) == 2 and got["0"] == got["1"], p.stdout
+    figures = json.loads(got["0"])
+    assert sorted(figures) == ["rendezvous", "slowdown"], figures
+    assert figures["rendezvous"] >= 0.0 and 0.5 <= figures["slowdown"] <= 8.0, figures
 
 
 @pytest.mark.timeout(120)

@@ -165,11 +165,25 @@ def handoff_seconds(graph, mesh, network, unknown_trips=1) -> float:
     return 0.0
 
 
+def meeting_machine(graph, machine, network) -> "Machine":
+    """The machine a run of `graph` meets: where it exchanges (a collective anywhere),
+    Machine.crowded by its link's slowdown (ranks that are processes meet at its
+    collectives, and with more of them than cores one that waits there polls on a core
+    another needs); where it does not, `machine` (each process's turn on a core runs at
+    the machine's rates)."""
+    slow = network.within.slowdown
+    if slow == 1.0 or next(collective_ops(graph), None) is None:
+        return machine
+    return machine.crowded(slow)
+
+
 def program_seconds(graph, mesh, machine, network, buckets=False, unknown_trips=1) -> dict:
     """The model's seconds of one run: compute + communication + the fixed cost of a call
-    (no overlap of computation and communication is assumed). `buckets`: as comm_seconds'.
-    `unknown_trips`: how often a body runs whose count the data decides (a while's).
-    (Link.handoff is left to the caller: handoff_seconds.)"""
+    (no overlap of computation and communication is assumed), on the machine the run
+    meets (meeting_machine). `buckets`: as comm_seconds'. `unknown_trips`: how often a
+    body runs whose count the data decides (a while's). (Link.handoff is left to the
+    caller: handoff_seconds.)"""
+    machine = meeting_machine(graph, machine, network)
     c = compute_seconds(graph, machine, unknown_trips=unknown_trips)
     m = comm_seconds(graph, mesh, network, buckets, unknown_trips)
     return {"seconds": c + m + machine.step, "compute_seconds": c, "comm_seconds": m,
