@@ -149,9 +149,10 @@ class Machine:
         work runs `slowdown` times as long as the local calibration's devices-at-once
         rates say (Link.slowdown): its kernels' element-ops, bytes and fixed costs, and
         a call's own seconds (its step, leaves, numpy arguments and new buffers). A
-        matrix product's rates stay: its blocks stay in a core's cache whichever process
-        runs, where a streaming kernel's data and the pages it touches are refetched
-        after each switch of processes on a core."""
+        matrix product's rates stay: the slowdown is measured on streaming kernels, and
+        training steps, mostly products, run under MPI about as the products' own rates
+        say (benchmarks/auto.py --mpi: 0.8-1.0 of the prediction with them kept; their
+        compute slowed too would put train_gpt's rows at about 1.3-1.4)."""
         if slowdown == 1.0:
             return self
         f = float(slowdown)

@@ -292,7 +292,10 @@ def test_mask_of_an_array_split_along_other_dims_moves_it_to_rows_not_gathered(s
     np.testing.assert_array_equal(sel.numpy(), x[x > 0.2])
     a[a > 0] = a[a > 0] ** -1.5            # the selected values written back: no fallback (the fixture)
     x[x > 0] = x[x > 0] ** -1.5
-    np.testing.assert_array_equal(a.numpy(), x)
+    # (numpy's AVX-512 pow is not libm's: 1.8 ** -1.5 differs by 1 ulp between its
+    # array loop and its scalar on such a CPU; the values not selected stay exact)
+    np.testing.assert_array_max_ulp(a.numpy(), x, maxulp=1)
+    np.testing.assert_array_equal(a.numpy()[x <= 0], x[x <= 0])
     assert a.sharding.spec == spec and eager.STATS["fallbacks"] == 0
 
 
