@@ -56,17 +56,17 @@ cost model, measured with spmd's own compiled programs and stored for every late
                 chain over the MPI ranks, and a chain of small all_gathers besides,
                 which part the seconds of a round from those every collective costs as
                 a call from Python (`rendezvous`, where no machine is stored for the
-                chains below), and an spmd.Array read whole, large
-                against small (`gather_bandwidth`: the runtime's gather of a whole
-                array, MPI's Allgather called directly, which moves a byte faster
-                than the programs' collectives); and chains of kernels and
-                all_reduces every process runs at once (measure_crowding), which give
-                the `rendezvous` a collective costs between kernels, against the
-                stored machine, and the `slowdown` of the processes' work there; stored beside the rest as
-                networks.mpi; the model takes it for programs run under MPI (processes
-                on one host exchange through MPI and poll while they wait: on a host
-                with fewer cores than ranks, far slower than the local transport's
-                threads)
+                chains below); an spmd.Array read whole, large against small, every
+                process reading at once (`gather_bandwidth`: the runtime's gather of a
+                whole array, MPI's Allgather called directly, which moves a byte
+                faster than the programs' collectives); and chains of a kernel and a
+                collective (all_reduces, halo exchanges) every process runs at once
+                (measure_crowding): the `rendezvous` a collective costs between
+                kernels, against the stored machine, and the `slowdown` of the
+                processes' work there; stored beside the rest as networks.mpi; the
+                model takes it for programs run under MPI (processes on one host
+                exchange through MPI and poll while they wait: on a host with fewer
+                cores than ranks, far slower than the local transport's threads)
 
 Each figure is the fast end of a sample of runs (fast(): a low quantile), taken after a
 warm-up, the runs of the programs it compares interleaved: a shared machine's other work
