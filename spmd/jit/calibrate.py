@@ -292,7 +292,7 @@ def measure_crowding(mesh, link, quick=False, runs=9, windows=3) -> dict:
     rates say (a switch of processes refetches a core's data). Chains of a kernel and
     a collective, run by every process at once (throughput, the programs' rounds
     interleaved), against the model's seconds of each with the measured `link`'s
-    latency and bandwidth (no rendezvous) and the stored machine: all_reduces of a
+    bandwidth (no latency, no rendezvous) and the stored machine: all_reduces of a
     scalar after kernels small and large (CROWD_COLS) part the slowdown, and halo
     exchanges (a row to the next rank, a stencil's collective) after the small kernel
     the rendezvous; each figure the median of `windows` such measures (a spell of slow
@@ -304,7 +304,11 @@ def measure_crowding(mesh, link, quick=False, runs=9, windows=3) -> dict:
     if not m:
         return {}
     machine = machine_from(m, mesh.size)
-    bare = Network(within=Link(latency=link["latency"], bandwidth=link["bandwidth"]))
+    # (no latency: the rendezvous holds all a collective costs between kernels beyond
+    # its bytes, whatever the chains without kernels said of a round; a round's latency
+    # is then counted twice, tens of microseconds against hundreds, where the two
+    # parted as the moment's load would have it, 0 to 360 us a round on one host)
+    bare = Network(within=Link(latency=0.0, bandwidth=link["bandwidth"]))
     row = mesh.sharding("x", None)
     calls = []
     for chain, cols in ((_summed, CROWD_COLS[0]), (_summed, CROWD_COLS[1]), (_shifted, CROWD_COLS[0])):
