@@ -156,16 +156,22 @@ class Machine:
         if slowdown == 1.0:
             return self
         f = float(slowdown)
-
-        def times(x):
-            return None if x is None else x * f
         element = self.element if self.element > 0.0 else 1.0 / self.flops     # (element_seconds' unit)
         return replace(self, element=element * f, bandwidth=self.bandwidth / f,
                        cache_bandwidth=None if self.cache_bandwidth is None else self.cache_bandwidth / f,
                        call=self.call * f, step=self.step * f, leaf=self.leaf * f, placing=self.placing * f,
-                       output=self.output * f,
-                       argument=times(self.argument if self.argument is not None else 2.0 / self.bandwidth),
-                       written=times(self.written if self.written is not None else 4.0 / self.bandwidth))
+                       output=self.output * f, argument=self.argument_per_byte() * f,
+                       written=self.written_per_byte() * f)
+
+    def argument_per_byte(self) -> float:
+        """Seconds a numpy argument's byte costs placed (`argument`; None: a copy at
+        `bandwidth`, which reads and writes it)."""
+        return self.argument if self.argument is not None else 2.0 / self.bandwidth
+
+    def written_per_byte(self) -> float:
+        """Seconds more a byte of a written numpy argument costs, written back (`written`;
+        None: two more copies at `bandwidth`)."""
+        return self.written if self.written is not None else 4.0 / self.bandwidth
 
     def element_seconds(self, ops) -> float:
         """Seconds of `ops` element-ops (the flops of an op that is not a matrix product)."""
@@ -205,10 +211,10 @@ class Machine:
         writes it) besides the program's run: `placing`, and its bytes. `private`: bytes
         more copied before the run (private_copy_bytes: the devices' own buffers of a
         written argument whose shards have replicas), each at the rate of placing one."""
-        per = self.argument if self.argument is not None else 2.0 / self.bandwidth
+        per = self.argument_per_byte()
         t = self.placing + float(nbytes) * per + float(private) * per
         if written:
-            t += float(nbytes) * (self.written if self.written is not None else 4.0 / self.bandwidth)
+            t += float(nbytes) * self.written_per_byte()
         return t
 
 
