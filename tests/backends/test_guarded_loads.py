@@ -231,3 +231,63 @@ def test_stencils_on_random_meshes_match_numpy(mesh_shape, n0, n1, steps):
     a = spmd.device_put(u.copy(), sh)
     got = spmd.jit(prog, in_shardings=(sh,))(a)
     assert np.array_equal(got.numpy(), want) and np.array_equal(a.numpy(), want)
+
+
+def pressure_sweeps(p, b, nit):
+    """The cavity flow's pressure sweeps (benchmarks/stencil_programs.py): a stencil
+    whose result four boundary writes copy a row or column of into its edges."""
+    for _ in range(nit):
+        pn = p.copy()
+        p[1:-1, 1:-1] = (((pn[1:-1, 2:] + pn[1:-1, 0:-2]) * 0.3 + (pn[2:, 1:-1] + pn[0:-2, 1:-1]) * 0.2) / 1.7
+                         - 0.01 * b[1:-1, 1:-1])
+        p[:, -1] = p[:, -2]
+        p[0, :] = p[1, :]
+        p[:, 0] = p[:, 1]
+        p[-1, :] = 0
+    return p
+
+
+@pytest.mark.parametrize("spec", [("x", None), (None, "y"), ("x", "y")])
+def test_boundary_copies_on_a_split_grid_leave_a_sweep_one_kernel(spec):
+    """On a split grid `p[0, :] = p[1, :]` is the sweep's result shifted by a row, picked
+    in the row whose test differs between the devices: the sweep is computed again in
+    that strip (codegen.check_recompute), not its neighbour reads stored whole first
+    (four more grids through memory a sweep: the cavity's loop ran 2-4x slower)."""
+    spmd.init(num_devices=4)
+    mesh = spmd.Mesh((2, 2), ("x", "y"))
+    sh = mesh.sharding(*spec)
+    rng = np.random.default_rng(1)
+    p, b = rng.random((64, 64)), rng.random((64, 64))
+    f = spmd.jit(lambda p, b: pressure_sweeps(p, b, 6), in_shardings=(sh, sh), out_shardings=sh)
+    exe = f.lower(p.copy(), b).compile()
+    (loop,) = [s for s in exe.steps if not isinstance(s, KernelStep) and s.name == "scan"]
+    body = exe.subprograms[id(loop.attrs["body"])]
+    kernels = body.plan.fusion.kernels()
+    # one kernel sweeps the grid; any other packs an edge strip a collective sends (the
+    # corners of a 2-D split's halo)
+    assert sum(any(op.name == "divide" for op in k.ops) for k in kernels) == 1, body.plan
+    grid = body.graph.inputs[0].size
+    assert all(2 * k.root.size < grid for k in kernels if not any(op.name == "divide" for op in k.ops)), body.plan
+    want = pressure_sweeps(p.copy(), b, 6)
+    got = f(spmd.device_put(p.copy(), sh), spmd.device_put(b, sh)).numpy()
+    assert np.array_equal(got, want)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from([(2, 1), (1, 2), (2, 2), (4, 1)]), st.integers(33, 70), st.integers(33, 70),
+       st.integers(1, 4), st.booleans())
+def test_stencils_with_boundary_copies_on_grids_strips_are_thin_in_match_numpy(mesh_shape, n0, n1, steps, rolled):
+    """Grids large enough that a boundary strip is a thin region (computed again there,
+    not stored): the sweeps rolled into a loop, or unrolled (each a kernel of its own:
+    a stencil of a stencil is still stored), bit for bit numpy's."""
+    spmd.init(num_devices=4)
+    mesh = spmd.Mesh(mesh_shape, ("x", "y"))
+    sh = mesh.sharding("x", "y")
+    rng = np.random.default_rng(n0 * 71 + n1)
+    p, b = rng.standard_normal((n0, n1)), rng.standard_normal((n0, n1))
+    want = pressure_sweeps(p.copy(), b, steps)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPMD_ROLL", "1" if rolled else "0")
+        got = spmd.jit(lambda p, b: pressure_sweeps(p, b, steps), in_shardings=(sh, sh),
+                       out_shardings=sh)(spmd.device_put(p.copy(), sh), spmd.device_put(b, sh))
+    assert np.array_equal(got.numpy(), want)

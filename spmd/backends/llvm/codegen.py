@@ -42,6 +42,10 @@ BIG_WORK, BIG_LOOP = 1 << 14, 64
 # a reduction's operand that costs this many instructions an element (an exp) is kept in a
 # row buffer for the loops after the reduction; the buffers of a kernel stay within L1/L2
 ROW_COST, ROW_BYTES = 8, 1 << 17
+# a region of at most 1/THIN_REGION of a kernel's elements is a strip, where a stencil of a
+# stencil may be computed again at other shifts, THIN_RECOMPUTES times a kernel at most
+# (check_recompute: more is a chain of them, whose code would grow as a power of its length)
+THIN_REGION, THIN_RECOMPUTES = 16, 1024
 ROW_DTYPES = ("float32", "float64", "int32", "int64")
 # a nest reading an operand transposed runs in tiles of TILE x TILE elements when both dims
 # span at least TILE_MIN and the lines of one column of the operand do not stay in cache:
@@ -129,6 +133,8 @@ class KernelCodegen:
         self.levels = None               # value -> stencil level (check_recompute)
         self.rlevels = None              # value -> reductions nested in it (reduction_level)
         self.shifts = {}                 # (value, index variables) -> the offsets it was computed at
+        self.recomputed = []             # values check_recompute found read at a second shift
+        self.thin_recomputes = 0         # reads at a second shift in strips (check_recompute)
         self.rows = defaultdict(list)    # value -> [(index map, axis, loop, buffer)] (keep_row)
         self.row_bytes = 0
 
@@ -302,8 +308,11 @@ class KernelCodegen:
         elif op is None or op not in self.member:
             x, scope = self.load(v, amap)
         else:
-            self.check_recompute(op, v, amap)
+            # (a select the region decides reads the operand it picks, which is checked
+            # in turn; a value read at a second shift is left out of this generation)
             got = self.decided(op, v, amap)
+            if got is None and self.check_recompute(op, v, amap):
+                got = SV(literal(0, v.dtype), compute_dtype(v.dtype)), self.body
             if got is not None:
                 x, scope = got
             else:
@@ -385,18 +394,41 @@ class KernelCodegen:
                 need *= len(self.intervals(key, self.extents[key]))
         return sum(1 for w, _ in self.stored if w is v) == need
 
-    def check_recompute(self, op, v, amap):
+    def check_recompute(self, op, v, amap) -> bool:
         """A stencil of a stencil (a value computed through guarded loads of values computed
         through guarded loads) read at several shifts of one index (the next step of an
         unrolled time loop) would be computed again at each: it is materialised instead
-        (Split), so a chain of k steps costs k passes, not a growing cube of them."""
+        (kernel_ir raises Split), so a chain of k steps costs k passes, not a growing cube
+        of them. True where v is read at a second shift: emit() then leaves it out of
+        this generation. A read at another shift in a thin region (a boundary strip:
+        `p[0, :] = p[1, :]` on a split grid is a select of the grid shifted by a row, left
+        undecided only in the row whose test differs between the devices) computes the
+        strip again, a row's work, rather than storing and reloading the whole value; a
+        generation before the regions settle may see the strip as part of a larger region,
+        hence the decision after them."""
         if op.opdef.fusion == "reindex" or self.stencil_level(v) < 2:
-            return
+            return False
         terms = tuple(t for t, _ in amap)
         consts = tuple(c for _, c in amap)
         first = self.shifts.setdefault((v, terms), consts)
-        if first != consts:
-            raise Split(v)
+        if first == consts:
+            return False
+        if self.region_elements(amap) * THIN_REGION <= max(self.k.root.size, 1) \
+                and self.thin_recomputes < THIN_RECOMPUTES:
+            self.thin_recomputes += 1
+            return False
+        self.recomputed.append(v)
+        return True
+
+    def region_elements(self, amap) -> int:
+        """How many elements the loops an index map names run over here (their ranges in
+        this region, the widest over the devices)."""
+        n = 1
+        for var in sorted({var for terms, _ in amap for var, _c in terms}):
+            lo, hi = self.ranges[var]
+            hi, lo = (max(hi) if isinstance(hi, tuple) else hi), (min(lo) if isinstance(lo, tuple) else lo)
+            n *= max(hi - lo + 1, 0)
+        return int(n)
 
     def stencil_level(self, v) -> int:
         """How many guarded loads (pad, concatenate, dynamic_slice) nest in v's computation
@@ -777,6 +809,8 @@ def kernel_ir(kernel: Kernel, name: str, threads: int, mesh=None):
     if tile is not None:
         cg = KernelCodegen(kernel, name, threads, devices, splits, tile)
         text = cg.generate()
+    if cg.recomputed:              # (left out of the code: it was a stand-in)
+        raise Split(cg.recomputed[0])
     return text, cg.decls, cg
 
 
