@@ -581,14 +581,20 @@ def test_stored_handoff_is_read(tmp_path, monkeypatch):
 
 def test_the_cache_a_streaming_loop_stays_in_is_where_its_rate_falls():
     """calibrate.capacity_of: the largest size still near the cache's rate (above the
-    geometric mean of the fastest and memory's); a small size measured slow under load
-    does not stop it, and no size at memory's rate passes."""
+    geometric mean of the fastest and memory's, or 1.5x memory's); a small size measured
+    slow under load does not stop it, no size at memory's rate passes, and a cache
+    behind a faster one counts whole."""
     from spmd.jit.calibrate import capacity_of
     mib = float(1 << 20)
     sizes = [mib * 2 ** k for k in range(7)]              # 1 .. 64 MiB
     assert capacity_of(sizes, [30, 31, 35, 40, 8, 7, 7]) == 8 * mib
     assert capacity_of(sizes, [9, 31, 35, 40, 20, 7, 7]) == 16 * mib
     assert capacity_of(sizes, [40, 7, 7, 7, 7, 7, 7]) == mib
+    # a small fast cache, then a large one at a third of its rate, then memory's
+    sizes = [mib * 2 ** (k / 2) for k in range(14)]      # 1 .. 90 MiB
+    three = [65, 40, 30, 22, 23, 21, 24, 22, 21, 24, 19, 9, 8, 8]
+    assert capacity_of(sizes, three) == sizes[10]
+    assert capacity_of(sizes, three[:-3] + [6, 8, 9]) == sizes[10]      # memory's: the median
 
 
 def test_a_grid_the_next_sweep_reads_after_a_sweeps_bytes_comes_from_memory():
