@@ -96,6 +96,16 @@ def test_random_values_within_ulps_of_numpy(parts, name):
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(got[np.isinf(want)], want[np.isinf(want)])
 
 
+@pytest.mark.parametrize("name", ["arctan", "arctanh"])
+def test_a_large_argument_keeps_the_reciprocals_part_beside_pi_over_2(name):
+    """atan(1e9) is pi/2 - 1e-9: for |z| past the large threshold the result is 1/z
+    plus +-pi/2 in each part, not pi/2 alone (off by 6e-10, found by the test above)."""
+    z = np.array([1e9, -1e9, 3e8, 1e12, 1e9 + 1e-3j, 1e9j, -1e9j, 2e8 + 2e8j, 1e300 + 1e300j])
+    f = getattr(np, name)
+    got, want = np.asarray(spmd.jit(f)(z)), f(z)
+    assert np.all(np.abs(got - want) <= 4e-16 * np.abs(want)), (got, want)
+
+
 def test_masked_complex_updates_trace():
     """The fractal tutorials' step: z[mask] = f(z[mask]) for a complex f, compiled."""
     def newton(z):

@@ -213,7 +213,8 @@ def arccosh(z):
 def arctanh(z):
     """Re: log1p(4x / ((1-x)^2 + y^2)) / 4, or log(|1+z| / |1-z|) / 2 near z = +-1, where
     that quotient is not small; Im: atan2(2y, (1-x)(1+x) - y^2) / 2 (on the cut, x > 1 and y
-    a zero, +-pi/2 by y's sign). For a large |z|: 1/z's real part and +-pi/2."""
+    a zero, +-pi/2 by y's sign). For a large |z|: 1/z, plus +-pi/2 (atanh(1e9j) is
+    (pi/2 - 1e-9)j: the imaginary part of 1/z counts, as numpy's does)."""
     x, y = parts(z)
     one_minus, one_plus = ew.subtract(1.0, x), ew.add(1.0, x)
     q = ew.true_divide(ew.multiply(4.0, x), ew.add(ew.square(one_minus), ew.square(y)))
@@ -224,8 +225,10 @@ def arctanh(z):
     large, _, h = _large(x, y)
     inv_re = ew.where(MF.isinf(h), ew.where(MF.isnan(x), 0.0, ew.copysign(0.0, x)),
                       ew.true_divide(ew.true_divide(x, h), h))
+    inv_im = ew.where(MF.isinf(h), 0.0, ew.true_divide(ew.true_divide(y, h), h))
     re = ew.where(_zero_and_nan(x, y), x, ew.where(large, inv_re, re))
-    return combine(re, ew.where(large, ew.where(MF.isnan(y), np.nan, ew.copysign(float(np.pi / 2), y)), im))
+    far = ew.where(MF.isnan(y), np.nan, ew.subtract(ew.copysign(float(np.pi / 2), y), inv_im))
+    return combine(re, ew.where(large, far, im))
 
 
 def arctan(z):
