@@ -39,7 +39,9 @@ def predict(low, network=None, machine=None) -> Cost:
     # the arguments lower() was given as numpy arrays: a call with such arguments on a
     # mesh copies them onto the devices, and back into those the program writes (without
     # a mesh the program reads and writes the caller's arrays)
-    out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m, n)
+    # (a process's copies of its numpy arguments run outside the program, all processes
+    # at once: the devices-at-once rates, not slowed by the program's meetings)
+    out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m if _processes() == 1 else given, n)
     out["outputs_seconds"] = outputs_seconds(g, m)
     out["seconds"] += out["args_seconds"] + out["outputs_seconds"]
     out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
@@ -68,19 +70,31 @@ def numpy_arguments_seconds(low, machine, network=None) -> float:
     """Seconds a call spends on the arguments lower() was given as numpy arrays: placing
     each; for those the program writes (or is donated), the devices' private copies of
     their shards (cost_model.private_copy_bytes: they depend on the layout); and the
-    write back of those it writes: under several processes (MPI, Ray), first the
-    gather of the other processes' shards into each (cost_model.gathered_back_bytes, an
-    all_gather over the processes, and the small one checking they all read alike)."""
+    write back of those it writes. One process (the local runtime's) places every
+    device's shard and writes the whole value back, at the calibrated per-byte rates
+    (Machine.numpy_argument_seconds). Under several processes (MPI, Ray) each copies
+    only its own devices' shards, every process at once, and then writes the whole new
+    value into its caller's array: those copies at the machine's streaming rate (two
+    bytes moved a byte copied; the per-byte rates, measured with one process copying
+    while nothing else ran, priced a replicated 8 MiB grid's copies under 4 processes on
+    2 cores at 0.4x), after the gather of the other processes' shards
+    (cost_model.gathered_back_bytes, an all_gather over the processes, and the small one
+    checking they all read alike)."""
     private = low.reused | low.donated
     ins = low.stages.get("propagated", low.stages["traced"]).inputs
     devices = _local_devices(low.mesh)
     processes = _processes()
+    copy = 2.0 / machine.bandwidth
     t = 0.0
     for k, nbytes in sorted(low.numpy_args.items()):
         v = ins[k]
         itemsize = np.dtype(v.dtype).itemsize
         copies = private_copy_bytes(v.shape, itemsize, v.sharding, devices) if k in private else 0.0
-        t += machine.numpy_argument_seconds(nbytes, k in low.updates, copies)
+        if processes == 1:
+            t += machine.numpy_argument_seconds(nbytes, k in low.updates, copies)
+        else:
+            mine = private_copy_bytes(v.shape, itemsize, v.sharding, 1) * _shards_held(v.sharding, low.mesh)
+            t += machine.placing + (mine + copies + (nbytes if k in low.updates else 0.0)) * copy
         if k in low.updates and processes > 1 and network is not None:
             got = gathered_back_bytes(v.shape, itemsize, v.sharding, low.mesh.size, devices)
             if got > 0:
@@ -88,6 +102,14 @@ def numpy_arguments_seconds(low, machine, network=None) -> float:
                 t += collective_seconds("all_gather", got, processes, link) \
                     + collective_seconds("all_gather", 0.0, processes, link)
     return t
+
+
+def _shards_held(sharding, mesh) -> int:
+    """How many different shards of a value split by `sharding` this process's devices
+    hold (placing copies each once: its replicas here share the buffer)."""
+    rt = started()
+    devices = list(mesh.devices.reshape(-1)) if rt is None else rt.local_devices(mesh)
+    return len({sharding.shard_index(int(d)) for d in devices})
 
 
 def _processes() -> int:

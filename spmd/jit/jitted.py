@@ -21,6 +21,7 @@ plain numpy function.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import os
 
@@ -85,7 +86,15 @@ class Jitted:
         return getattr(self.fn, "__name__", "fn")
 
     def lower(self, *args) -> Lowered:
-        return self._lower(args, *signature(args, self.static_argnums))
+        key, leaves = signature(args, self.static_argnums)
+        low = self._lower(args, key, leaves)
+        # (a signature covers numpy arrays and spmd.Arrays alike: the cached program may
+        # have been lowered for the other kind, and cost() prices this call's numpy ones)
+        mine = numpy_arg_bytes(leaves)
+        if isinstance(low, Lowered) and getattr(low, "numpy_args", mine) != mine:
+            low = copy.copy(low)
+            low.numpy_args = mine
+        return low
 
     def _lower(self, args, key, leaves) -> Lowered:
         entry = self._cache.get(key)
@@ -160,7 +169,7 @@ class Jitted:
         low.auto = auto
         low.network = self.network
         low.updates = [k for k, _ in graph.updates]
-        low.numpy_args = {k: x.nbytes for k, x in enumerate(leaves) if isinstance(x, np.ndarray)}
+        low.numpy_args = numpy_arg_bytes(leaves)
         low.checks = len(checks)
         low.errors = [(exc, msg) for _, exc, msg in graph.errors]
         low.returned = dict(graph.returned)
@@ -454,3 +463,8 @@ def _without_checks(low, outs):
         if bool(np.asarray(flag)):
             raise exc(msg)
     return list(outs[:n - len(errors) - low.checks]) + list(outs[n:])
+
+
+def numpy_arg_bytes(leaves) -> dict:
+    """{leaf: bytes} of the arguments given as numpy arrays (Lowered.numpy_args)."""
+    return {k: x.nbytes for k, x in enumerate(leaves) if isinstance(x, np.ndarray)}

@@ -225,6 +225,11 @@ def test_numpy_arguments_are_priced_placing_them_and_writing_them_back():
     placed = spmd.jit(lambda u, v: _relax(u) + v.sum(), in_shardings=(row, row))
     c2 = placed.lower(spmd.device_put(u, row), spmd.device_put(v, row)).cost(machine=machine, network=Network())
     assert c2["args_seconds"] == 0.0
+    # one program serves both kinds of argument: each lower() prices its own call's
+    c3 = f.lower(spmd.device_put(u, row), v).cost(machine=machine, network=Network())
+    assert c3["args_seconds"] == pytest.approx(v.nbytes * 1e-9)
+    assert placed.lower(u, v).cost(machine=machine, network=Network())["args_seconds"] == c["args_seconds"]
+    assert f.lower(u, v).cost(machine=machine, network=Network())["args_seconds"] == c["args_seconds"]
     # rates not given: copies at the machine's bandwidth, two more to write one back
     m = Machine(bandwidth=1e9)
     assert m.numpy_argument_seconds(1e6) == pytest.approx(2e-3)

@@ -1,7 +1,9 @@
 """lowered.cost() of a stencil that writes its numpy argument, under mpiexec: the write
 back gathers the other processes' shards into each (an all_gather over them, and the small
-one checking that they all read alike), which the prediction holds besides the placing,
-the private copies and the copy back (at Link.gather_bandwidth where it is given); and the argument holds numpy's values after."""
+one checking that they all read alike), which the prediction holds besides the process's
+own copies at the machine's streaming rate (its shard placed, its private copy, the whole
+new value into its caller's array) (at Link.gather_bandwidth where it is given); and the
+argument holds numpy's values after."""
 import numpy as np
 
 import spmd
@@ -18,14 +20,14 @@ def jacobi(u):
     return u
 
 
-machine = Machine(argument=1e-9, written=5e-9)
+machine = Machine(bandwidth=2e9, argument=1e-9, written=5e-9)   # (a byte copied: 1e-9 s; the per-byte rates are one process's)
 link = Link(latency=1e-5, bandwidth=1e8, rendezvous=1e-4)
 u = np.random.default_rng(0).random((65, 48))
 want = jacobi(u.copy())
 f = spmd.jit(jacobi, in_shardings=(mesh.sharding("x", None),))
 got = f.lower(u).cost(machine=machine, network=Network(within=link))["args_seconds"]
 shard = (-(-65 // P)) * 48 * 8
-local = u.nbytes * 1e-9 + u.nbytes * 5e-9 + shard * 1e-9
+local = (shard + shard + u.nbytes) * 1e-9
 expect = local + collective_seconds("all_gather", (P - 1) * shard, P, link) + collective_seconds("all_gather", 0, P, link)
 # the gather of whole arrays measured apart (Link.gather_bandwidth) prices the write back;
 # the program's own collectives keep `bandwidth`
