@@ -135,6 +135,7 @@ class KernelCodegen:
         self.shifts = {}                 # (value, index variables) -> the offsets it was computed at
         self.recomputed = []             # values check_recompute found read at a second shift
         self.thin_recomputes = 0         # reads at a second shift in strips (check_recompute)
+        self.thin_shifts = {}            # (value, index variables) -> the offsets strips read it at
         self.rows = defaultdict(list)    # value -> [(index map, axis, loop, buffer)] (keep_row)
         self.row_bytes = 0
 
@@ -408,14 +409,16 @@ class KernelCodegen:
         hence the decision after them."""
         if op.opdef.fusion == "reindex" or self.stencil_level(v) < 2:
             return False
-        terms = tuple(t for t, _ in amap)
+        key = (v, tuple(t for t, _ in amap))          # (a region's own loop variables)
         consts = tuple(c for _, c in amap)
-        first = self.shifts.setdefault((v, terms), consts)
-        if first == consts:
-            return False
-        if self.region_elements(amap) * THIN_REGION <= max(self.k.root.size, 1) \
-                and self.thin_recomputes < THIN_RECOMPUTES:
-            self.thin_recomputes += 1
+        if self.region_elements(amap) * THIN_REGION <= max(self.k.root.size, 1):
+            seen = self.thin_shifts.setdefault(key, set())
+            if consts not in seen:
+                seen.add(consts)
+                self.thin_recomputes += len(seen) > 1
+            if self.thin_recomputes <= THIN_RECOMPUTES:
+                return False
+        elif self.shifts.setdefault(key, consts) == consts:
             return False
         self.recomputed.append(v)
         return True
