@@ -105,11 +105,10 @@ def numpy_arguments_seconds(low, machine, network=None) -> float:
 
 
 def _shards_held(sharding, mesh) -> int:
-    """How many different shards of a value split by `sharding` this process's devices
-    hold (placing copies each once: its replicas here share the buffer)."""
-    rt = started()
-    devices = list(mesh.devices.reshape(-1)) if rt is None else rt.local_devices(mesh)
-    return len({sharding.shard_index(int(d)) for d in devices})
+    """How many different shards of a value split by `sharding` the devices of this
+    process of a started runtime hold (placing copies each once: its replicas here share
+    the buffer)."""
+    return len({sharding.shard_index(int(d)) for d in started().local_devices(mesh)})
 
 
 def _processes() -> int:

@@ -91,7 +91,7 @@ class Jitted:
         # (a signature covers numpy arrays and spmd.Arrays alike: the cached program may
         # have been lowered for the other kind, and cost() prices this call's numpy ones)
         mine = numpy_arg_bytes(leaves)
-        if isinstance(low, Lowered) and getattr(low, "numpy_args", mine) != mine:
+        if isinstance(low, Lowered) and low.numpy_args != mine:
             low = copy.copy(low)
             low.numpy_args = mine
         return low

@@ -107,12 +107,12 @@ def test_a_carry_given_back_unchanged_is_captured_and_its_work_leaves_the_loop()
     want_x = x.copy()
     for _ in range(12):
         want_x = want_x * 0.5 + np.exp(w)
-    want_w = x.copy()
+    want_x9 = x.copy()
     for _ in range(9):
-        want_w = want_w * 0.5 + np.sin(w)
+        want_x9 = want_x9 * 0.5 + np.sin(w)
     mesh = spmd.Mesh((2,), ("x",))
     sh = mesh.sharding("x", None)
-    for f, unchanged, work, want in ((scan_kept, 1, "exp", (want_x, w)), (while_kept, 1, "sin", (9, w, want_w))):
+    for f, unchanged, work, want in ((scan_kept, 1, "exp", (want_x, w)), (while_kept, 1, "sin", (9, w, want_x9))):
         for kw in ({}, dict(in_shardings=(sh, sh))):
             jf = spmd.jit(f, **kw)
             low = jf.lower(x, w)
