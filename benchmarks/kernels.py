@@ -5,7 +5,8 @@ same inputs, medians of several runs; then the MLP step's compile times and peak
 
 Prints one line per kernel: milliseconds of spmd / numpy / jax and the ratios, and the
 targets of issue 6 with whether they are met. Then (issue 34) row reductions fused with
-the work around them (softmax, layernorm, logsumexp on 2048x2048 float32) and transposes
+the work around them (softmax, layernorm, logsumexp on 2048x2048 float32; softmax again
+with a causal mask's -1e9 above the diagonal) and transposes
 (`B + A.T`, tiled; and split by rows over 2 local devices, against numpy on one), with
 the target softmax <= 1.0x jax. `--fused-only` runs that part alone. jax comes from the
 `bench` extra (`pip install -e .[bench]`); without it the jax columns are skipped.
@@ -203,6 +204,9 @@ def fused(a):
     rows = [compare(f"softmax {side}x{side}", softmax(np), softmax(jnp), softmax(np), (X,), a.runs),
             compare(f"layernorm {side}x{side}", layernorm(np), layernorm(jnp), layernorm(np), (X,), a.runs),
             compare(f"logsumexp {side}x{side}", logsumexp(np), logsumexp(jnp), logsumexp(np), (X,), a.runs)]
+    # a causal mask's -1e9 above the diagonal, as attention's scores have (exp's result 0)
+    masked = np.where(np.tri(side, dtype=bool), X, np.float32(-1e9)).astype(np.float32)
+    rows.append(compare(f"causal softmax {side}", softmax(np), softmax(jnp), softmax(np), (masked,), a.runs))
     for n in (order // 2, order):
         A, B = (rng.standard_normal((n, n)) for _ in range(2))
         rows.append(compare(f"B+A.T {n} f64", transpose_add(np), transpose_add(jnp), transpose_add(np), (A, B),
