@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 from ..compiler.disk_cache import cache_dir
+from ..runtime.cores import local_cores
 from ..runtime.current_runtime import detect_backend, started
 from ..sharding.cost_model import Link, Machine, Network
 
@@ -57,7 +59,9 @@ def rates(network=None, machine=None, devices=1) -> tuple:
     if machine is None:
         m = (got or {}).get("machine")
         if m:
-            machine = machine_from(m, devices)
+            # (the local transport's devices are threads sharing this machine's cores)
+            machine = machine_from(m, devices, cores=local_cores() if transport() == "local" else None,
+                                   measured=got.get("devices"))
             source = f"calibrated {got.get('measured', '')}".strip()
         else:
             machine = Machine()
@@ -83,30 +87,54 @@ def rates(network=None, machine=None, devices=1) -> tuple:
     return machine, network, source
 
 
-def machine_from(m, devices=1) -> Machine:
+def machine_from(m, devices=1, cores=None, measured=None) -> Machine:
     """The Machine of a calibration's `machine` entry (calibrate.measure) for a program on
     `devices` devices: on more than one, the rates measured with several devices running
     at once (flops_devices, product_element_devices, element_devices, bandwidth_devices, step_devices,
     call_devices, output_devices, cache_bandwidth_devices), the cache's share of a device
-    and the cost of a call's leaves; on one, the whole cache (cache_capacity)."""
+    and the cost of a call's leaves; on one, the whole cache (cache_capacity).
+    `cores` (the devices are threads sharing them: the local transport) and `measured`
+    (the devices the calibration ran at once): fewer devices than that get their share
+    of the machine (fewer_devices)."""
     def rate(k):           # a program on several devices: the rate each gets while all run
         return m.get(f"{k}_devices") if devices > 1 and m.get(f"{k}_devices") else m.get(k)
     # a numpy argument is copied by the calling thread alone: where its rates were
     # not measured, copies at one device's bandwidth (Machine.numpy_argument_seconds)
     alone = float(m.get("bandwidth") or Machine().bandwidth)
     several = devices > 1
-    return Machine(flops=float(rate("flops")), product_element=float(rate("product_element") or 0.0),
-                   element=float(rate("element") or 0.0),
-                   bandwidth=float(rate("bandwidth")),
-                   step=float(rate("step") or Machine().step),
-                   argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
-                   written=written_back(m, 4.0 / alone),
-                   call=float(rate("call") or Machine().call),
-                   cache_bytes=float(m.get("cache_bytes" if several else "cache_capacity") or 0.0),
-                   cache_bandwidth=float(rate("cache_bandwidth")) if rate("cache_bandwidth") else None,
-                   leaf=float(m.get("leaf_devices") or 0.0) if several else 0.0,
-                   placing=float(m.get("placing") or 0.0) if several else 0.0,
-                   output=float(rate("output") or 0.0))
+    machine = Machine(flops=float(rate("flops")), product_element=float(rate("product_element") or 0.0),
+                      element=float(rate("element") or 0.0),
+                      bandwidth=float(rate("bandwidth")),
+                      step=float(rate("step") or Machine().step),
+                      argument=float(m["argument"]) if m.get("argument") is not None else 2.0 / alone,
+                      written=written_back(m, 4.0 / alone),
+                      call=float(rate("call") or Machine().call),
+                      cache_bytes=float(m.get("cache_bytes" if several else "cache_capacity") or 0.0),
+                      cache_bandwidth=float(rate("cache_bandwidth")) if rate("cache_bandwidth") else None,
+                      leaf=float(m.get("leaf_devices") or 0.0) if several else 0.0,
+                      placing=float(m.get("placing") or 0.0) if several else 0.0,
+                      output=float(rate("output") or 0.0))
+    if several and cores and measured and devices < int(measured):
+        return fewer_devices(machine, m, devices, int(measured), int(cores))
+    return machine
+
+
+def fewer_devices(machine, m, devices, measured, cores) -> Machine:
+    """`machine` (the rates each of `measured` devices got while all ran, calibrated) for
+    `devices` < `measured` of them on the same `cores`: a device's compute and cache rates
+    as the share of a core it then gets (devices past the cores take turns on them), its
+    memory bandwidth the calibration's whole (measured x a device's) split `devices` ways,
+    at most the machine's alone (`bandwidth`: one program's). Two devices on two cores
+    priced at four's rates were ~3x over a cavity sweep; fixed costs are kept."""
+    def share(d):                  # devices per core
+        return max(d / cores, 1.0)
+    k = share(measured) / share(devices)
+    alone = float(m.get("bandwidth") or machine.bandwidth)
+    return replace(machine, flops=machine.flops * k, element=machine.element / k,
+                   product_element=machine.product_element / k,
+                   bandwidth=min(machine.bandwidth * measured / devices, max(alone, machine.bandwidth)),
+                   cache_bandwidth=None if machine.cache_bandwidth is None else machine.cache_bandwidth * k,
+                   cache_bytes=machine.cache_bytes * measured / devices)
 
 
 def written_back(m, default) -> float:

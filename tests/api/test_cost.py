@@ -364,6 +364,34 @@ def test_one_device_prices_the_whole_cache_several_their_share(tmp_path, monkeyp
     assert (four.cache_bytes, four.cache_bandwidth) == (2e6, 2e10)
 
 
+def test_fewer_devices_than_calibrated_get_their_share_of_the_cores(tmp_path, monkeypatch):
+    """Calibrated with 4 devices on 2 cores (each got half a core): 2 devices get a core
+    each, twice the compute and cache rates, and half of the memory bandwidth all four
+    shared, at most the machine's alone; as many devices as calibrated or more (a mesh
+    planned on paper), and MPI's processes, keep the calibrated rates."""
+    from spmd.jit import rates as R
+    monkeypatch.setenv("SPMD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SPMD_LOCAL_CORES", "2")
+    monkeypatch.setattr(R, "transport", lambda: "local")
+    (tmp_path / "machine.json").write_text(json.dumps({"devices": 4, "machine": {
+        "flops": 2e11, "bandwidth": 2.4e10, "step": 1e-5, "flops_devices": 6e10, "bandwidth_devices": 5e9,
+        "element_devices": 4e-11, "product_element_devices": 5e-10, "cache_capacity": 4.8e7, "cache_bytes": 1.2e7,
+        "cache_bandwidth_devices": 1.2e10, "step_devices": 2e-4, "call_devices": 5e-6}}))
+    four, two, three, eight = (R.rates(devices=d)[0] for d in (4, 2, 3, 8))
+    assert (four.flops, four.bandwidth, four.element) == (6e10, 5e9, 4e-11)
+    assert two.flops == pytest.approx(1.2e11) and two.element == pytest.approx(2e-11)
+    assert two.product_element == pytest.approx(2.5e-10) and two.cache_bandwidth == pytest.approx(2.4e10)
+    assert two.bandwidth == pytest.approx(1e10) and two.cache_bytes == pytest.approx(2.4e7)
+    assert (two.step, two.call) == (four.step, four.call)
+    assert three.flops == pytest.approx(6e10 * 2 / 1.5) and three.bandwidth == pytest.approx(2e10 / 3)
+    assert eight == four
+    (tmp_path / "machine.json").write_text(json.dumps({"devices": 4, "machine": {
+        "flops": 2e11, "bandwidth": 6e9, "flops_devices": 6e10, "bandwidth_devices": 5e9}}))
+    assert R.rates(devices=2)[0].bandwidth == pytest.approx(6e9)          # (the machine's alone)
+    monkeypatch.setattr(R, "transport", lambda: "mpi")
+    assert R.rates(devices=2)[0].flops == 6e10
+
+
 def _sweeps(k):
     def f(u):
         for _ in range(k):
