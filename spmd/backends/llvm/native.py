@@ -371,7 +371,11 @@ def _find_blas():
 
 # the BLAS's current thread setting, shared with the native dots (which change it)
 blas_threads_cell = np.zeros(1, np.int64)
-SMALL_DOT = 1 << 27       # multiply-adds per matrix below which a dot runs on one thread
+# multiply-adds per matrix below which a dot runs on one thread: a second thread's wake-up
+# costs a few microseconds, and from 2^20 (a 256x64 by 64x64 product, 30 us) two threads
+# ran 1.5x faster on 2 cores, 1.9x from 2^24 (an attention model's 1024x64 by 64x256);
+# with 2^27 a train_gpt step on one device ran its products on one thread, 15-20% slower
+SMALL_DOT = 1 << 20
 
 
 def set_blas_threads(n):
