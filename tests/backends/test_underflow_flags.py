@@ -55,14 +55,16 @@ def flags_of(f, x, mxcsr):
     return get() & 0x3F, np.asarray(out)
 
 
-@pytest.mark.parametrize("masked", [-1e9, -105.0, -np.inf, -3.0e38])
-def test_exp_of_a_masked_score_underflows_nowhere(mxcsr, masked):
-    x = np.zeros((8, 128), np.float32)
+@pytest.mark.parametrize("dt,masked", [("float32", -1e9), ("float32", -105.0), ("float32", -np.inf),
+                                       ("float32", -3.0e38), ("float64", -1e9), ("float64", -747.0),
+                                       ("float64", -np.inf)])
+def test_exp_of_a_masked_score_underflows_nowhere(mxcsr, dt, masked):
+    x = np.zeros((8, 128), dt)
     x[:, ::2] = masked
-    x[:, 1::2] = np.linspace(-80, 80, 64 * 8, dtype=np.float32).reshape(8, 64)
+    x[:, 1::2] = np.linspace(-80, 80, 64 * 8, dtype=dt).reshape(8, 64)
     flags, got = flags_of(spmd.jit(lambda s: np.exp(s) / 3.0), x, mxcsr)
     np.testing.assert_array_equal(got[:, ::2], 0.0)
-    np.testing.assert_allclose(got, np.exp(x) / np.float32(3.0), rtol=2e-7, atol=0)
+    np.testing.assert_allclose(got, np.exp(x) / x.dtype.type(3.0), rtol=4 * np.finfo(dt).eps, atol=0)
     assert not flags & UNDERFLOW, f"exp of {masked} made a denormal on the way (MXCSR {flags:#x})"
 
 

@@ -320,6 +320,24 @@ def test_transcendental_near_limits(f, dt, backend):
     assert ulps.max(initial=0) <= 4, dict(zip(x[fin], ulps))
 
 
+
+def test_float64_exp_is_within_an_ulp_of_numpy_over_its_range():
+    """float64 exp is vector code of its own (a table of 2^(j/128) and a polynomial, not
+    libm's call an element): within 1 ulp of numpy's over the whole range, the denormal
+    results (x < -708.4) and the limits included."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-750, 710, 1 << 17), rng.uniform(-746, -708, 1 << 14),
+                        rng.uniform(-1e-3, 1e-3, 1 << 12), rng.uniform(700, 709.782712893384, 1 << 12),
+                        np.log(2.0) / 128 * np.arange(-300, 300),
+                        [709.782712893384, 709.7827128933841, -745.1332191019411, -745.14, -708.3964185322641,
+                         5e-324, -5e-324, 0.0, -0.0, np.inf, -np.inf, np.nan, -1e300, 1e300]])
+    got, want = np.asarray(spmd.jit(np.exp)(x)), _numpy(np.exp, x)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(got == 0, want == 0)
+    fin = np.isfinite(want)
+    assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    ulps = np.abs(got[fin].view(np.int64) - want[fin].view(np.int64))
+    assert ulps.max() <= 1, x[fin][ulps > 1][:5]
+
 # -- 2-byte floats: numpy computes its float16 loops in float32 and rounds once -------------------
 H = np.concatenate([np.linspace(-3, 3, 40), [0.0, -0.0, 1e-5, -1e-5, 60000.0, -60000.0, np.inf, -np.inf,
                                              np.nan, 6e-8]]).astype(np.float16)

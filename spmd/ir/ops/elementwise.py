@@ -62,9 +62,10 @@ def sampled(allowed):
 # fewer, `wide` for 8 (float64, int64; complex: its parts'): by default twice `ops`, a
 # vector register holding half as many. A function's weights are what the LLVM backend's
 # code for it measured on x86-64 with AVX2 against that add (benchmarks/element_ops.py:
-# float32 exp ~30, float64 exp ~300, float64 tanh ~1250, sin ~500 either: the float32
-# exp, log and tanh vectorise, libm's double-precision ones and its sin, cos, pow and
-# fmod are a call an element; a divide ~16, float64's ~27, sqrt ~14 and ~52: a kernel of
+# float32 exp ~30, float64 exp ~120, float64 tanh ~1250, sin ~500 either: exp, the
+# float32 log and tanh vectorise, libm's other double-precision ones and its sin, cos, pow
+# and fmod are a call an element (float64 exp measured 49.5 against float32's 10.2 on an
+# AVX-512 machine, whose float32 weights measure a third of AVX2's); a divide ~16, float64's ~27, sqrt ~14 and ~52: a kernel of
 # layers of them, as calibrate's adds, benchmarks/element_ops.py's `--layers`), not the
 # multiply-adds of its polynomial
 def element_ops(ops, wide=None):
@@ -371,7 +372,7 @@ unary("sign", _cast_ref(np.sign), lambda g, op, ct: (const_like(g, ct, 0),), NUM
 unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
       scalar=lambda b, x: b.floor(x))
 unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, MULTIPLY, ct, op.result),), FLOAT + CPLX,
-      scalar=lambda b, x: b.exp(x), flops=(30, 300))
+      scalar=lambda b, x: b.exp(x), flops=(30, 120))
 unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[0]),), FLOAT + CPLX,
       scalar=lambda b, x: b.log(x), flops=(50, 400))
 unary("log1p", _cast_ref(np.log1p),
