@@ -125,7 +125,6 @@ def _signed(dtype, pred):
     return ("u" if dtype == "bool" or dtype in UNSIGNED else "s") + pred
 
 
-
 @functools.lru_cache(maxsize=None)
 def _exp2_table() -> tuple:
     """(hi, lo): 2^(j/128) for j < 128 as hi + lo, two doubles, from 40 decimal digits."""
@@ -137,14 +136,14 @@ def _exp2_table() -> tuple:
         return tuple(hi), tuple(float(v - decimal.Decimal(h)) for v, h in zip(exact, hi))
 
 
-def _two_parts(v) -> tuple:
-    h = float(v)
-    return h, float(v - decimal.Decimal(h))
+@functools.lru_cache(maxsize=None)
+def _ln2_128() -> tuple:
+    """ln2/128 as hi + lo, two doubles, from 40 decimal digits."""
+    with decimal.localcontext() as c:
+        c.prec = 40
+        v = decimal.Decimal(2).ln() / 128
+        return float(v), float(v - decimal.Decimal(float(v)))
 
-
-with decimal.localcontext() as _c:
-    _c.prec = 40
-    _LN2_128 = _two_parts(decimal.Decimal(2).ln() / 128)        # ln2/128 as hi + lo
 
 class ScalarBuilder:
     """Emits instructions through `emit(line)`; `fresh()` gives new SSA names."""
@@ -418,6 +417,10 @@ class ScalarBuilder:
         y = self.select(under, self.const(0.0, f), y)
         return self.select(self.fcmp("uno", x, x), x, y)
 
+    def _table_at(self, table, n, j):
+        """The address of element `j` (int64) of the module's constant [n x double] `table`."""
+        return self._op(f"getelementptr inbounds [{n} x double], ptr {table}, i64 0, i64 {j.name}", "ptr")
+
     def _exp64(self, x):
         # exp(x) = 2^k * 2^(j/128) * exp(r): n = round(x * 128/ln2) = 128k + j, r = x - n ln2/128
         # (|r| <= ln2/256; ln2/128 in two parts, each step a fused multiply-add, so r is
@@ -435,13 +438,13 @@ class ScalarBuilder:
         big = self.const(709.782712893384, f)
         xc = self._intr("minnum", self.select(under, self.const(0.0, f), x), big)
         kd = self.floor(self.fma(xc, self.const(128 / np.log(2.0), f), self.const(0.5, f)))
-        r = self.fma(kd, self.const(-_LN2_128[0], f), xc)
-        r = self.fma(kd, self.const(-_LN2_128[1], f), r)
+        r = self.fma(kd, self.const(-_ln2_128()[0], f), xc)
+        r = self.fma(kd, self.const(-_ln2_128()[1], f), r)
         p = self.mul(r, self.poly(r, [1 / 120, 1 / 24, 1 / 6, 0.5, 1.0]))
         n = self._op(f"fptosi double {kd.name} to i64", i)
         j = self._op(f"and i64 {n.name}, 127", i)
         k = self._op(f"ashr i64 {n.name}, 7", i)
-        hi, lo = (self._op(f"load double, ptr {self._op(f'getelementptr inbounds [128 x double], ptr @spmd_exp2_128_{t}, i64 0, i64 {j.name}', 'ptr').name}", f)
+        hi, lo = (self._op(f"load double, ptr {self._table_at(f'@spmd_exp2_128_{t}', 128, j).name}", f)
                   for t in ("hi", "lo"))
         y = self.add(hi, self.fma(hi, p, lo))
         tiny = self.icmp("slt", k, self.const(-1021, i))
