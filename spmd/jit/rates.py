@@ -115,21 +115,20 @@ def machine_from(m, devices=1, cores=None, measured=None) -> Machine:
                       placing=float(m.get("placing") or 0.0) if several else 0.0,
                       output=float(rate("output") or 0.0))
     if several and cores and measured and devices < int(measured):
-        return fewer_devices(machine, m, devices, int(measured), int(cores))
+        return fewer_devices(machine, devices, int(measured), int(cores), alone)
     return machine
 
 
-def fewer_devices(machine, m, devices, measured, cores) -> Machine:
+def fewer_devices(machine, devices, measured, cores, alone) -> Machine:
     """`machine` (the rates each of `measured` devices got while all ran, calibrated) for
     `devices` < `measured` of them on the same `cores`: a device's compute and cache rates
     as the share of a core it then gets (devices past the cores take turns on them), its
     memory bandwidth the calibration's whole (measured x a device's) split `devices` ways,
-    at most the machine's alone (`bandwidth`: one program's). Two devices on two cores
+    at most the machine's `alone` (one program's bandwidth). Two devices on two cores
     priced at four's rates were ~3x over a cavity sweep; fixed costs are kept."""
     def share(d):                  # devices per core
         return max(d / cores, 1.0)
     k = share(measured) / share(devices)
-    alone = float(m.get("bandwidth") or machine.bandwidth)
     return replace(machine, flops=machine.flops * k, element=machine.element / k,
                    product_element=machine.product_element / k,
                    bandwidth=min(machine.bandwidth * measured / devices, max(alone, machine.bandwidth)),

@@ -137,6 +137,16 @@ def _exp2_table() -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
+def _exp2_declarations() -> tuple:
+    """The module's two constant tables of _exp2_table, as LLVM global definitions: made
+    once (every float64 exp a kernel emits, and each dry run of one, declares them)."""
+    def values(part):
+        return ", ".join(f"double {literal(v, 'float64')}" for v in part)
+    return tuple(f"@spmd_exp2_128_{name} = private unnamed_addr constant [128 x double] [{values(part)}]"
+                 for name, part in zip(("hi", "lo"), _exp2_table()))
+
+
+@functools.lru_cache(maxsize=None)
 def _ln2_128() -> tuple:
     """ln2/128 as hi + lo, two doubles, from 40 decimal digits."""
     with decimal.localcontext() as c:
@@ -431,9 +441,8 @@ class ScalarBuilder:
         # one multiply by 2^-64; below -746 the steps run on 0 (no denormal on the way) and
         # the result is 0; above ln(DBL_MAX) it is inf; NaN stays NaN.
         f, i = "float64", "int64"
-        for name, part in (("hi", 0), ("lo", 1)):
-            self.declare(f"@spmd_exp2_128_{name} = private unnamed_addr constant [128 x double] "
-                         f"[{', '.join(f'double {literal(v, f)}' for v in _exp2_table()[part])}]")
+        for line in _exp2_declarations():
+            self.declare(line)
         under = self.fcmp("olt", x, self.const(-746.0, f))
         big = self.const(709.782712893384, f)
         xc = self._intr("minnum", self.select(under, self.const(0.0, f), x), big)

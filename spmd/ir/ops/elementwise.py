@@ -65,8 +65,8 @@ def sampled(allowed):
 # float32 exp ~30, float64 exp ~120, float64 tanh ~1250, sin ~500 either: exp, the
 # float32 log and tanh vectorise, libm's other double-precision ones and its sin, cos, pow
 # and fmod are a call an element (float64 exp measured 49.5 against float32's 10.2 on an
-# AVX-512 machine, whose float32 weights measure a third of AVX2's); a divide ~16, float64's ~27, sqrt ~14 and ~52: a kernel of
-# layers of them, as calibrate's adds, benchmarks/element_ops.py's `--layers`), not the
+# AVX-512 machine, whose float32 weights measure a third of AVX2's); a divide ~16,
+# float64's ~27, sqrt ~14 and ~52: a kernel of layers of them, as calibrate's adds, benchmarks/element_ops.py's `--layers`), not the
 # multiply-adds of its polynomial
 def element_ops(ops, wide=None):
     """The `flops` rule of an elementwise op of weights (`ops`, `wide`), per result element."""
