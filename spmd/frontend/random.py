@@ -147,13 +147,70 @@ def uniform(k, shape=None, low=0.0, high=1.0, dtype="float64"):
     return np.add(np.multiply(u, np.subtract(high, low)), low).astype(dtype)
 
 
+# Box-Muller's log and cos are written below in +, -, *, / and sqrt, which IEEE rounds
+# exactly, so numpy, every backend and every host's libm give the same bits (numpy's SIMD
+# log and a compiled kernel's libm log differ in the last bit on about one value in 500).
+# Each sum is a separate multiply and add: a fused multiply-add would round differently.
+_LN2_HI = float.fromhex("0x1.62e42fee00000p-1")      # ln 2's leading 32 bits: k * _LN2_HI is exact
+_LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")     # ln 2 - _LN2_HI
+_SQRT2 = float.fromhex("0x1.6a09e667f3bcdp+0")
+_ATANH_TERMS = tuple(2.0 / (2 * j + 3) for j in range(11))   # 2 atanh(s) = 2s + s*z*(2/3 + 2z/5 + ...)
+
+
+def _horner(x, coeffs):
+    acc = coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        acc = np.add(np.multiply(acc, x), c)
+    return acc
+
+
+def _log_of_word(n):
+    """log(n / 2^32) for integers 1 <= n <= 2^32 (float64, within an ulp or two)."""
+    m = n.astype("float64")                       # exact: n < 2^53
+    e = np.multiply(m, 0.0)
+    for s in (16, 8, 4, 2, 1):                    # m = 2^e * m' with m' in [1, 2): exact steps
+        big = np.greater_equal(m, float(2 ** s))
+        m = np.where(big, np.multiply(m, 2.0 ** -s), m)
+        e = np.where(big, np.add(e, float(s)), e)
+    up = np.greater(m, _SQRT2)                    # m' in [sqrt(1/2), sqrt(2)): |s| below 0.172
+    m = np.where(up, np.multiply(m, 0.5), m)
+    e = np.subtract(np.where(up, np.add(e, 1.0), e), 32.0)
+    f = np.subtract(m, 1.0)                       # exact (Sterbenz)
+    s = np.divide(f, np.add(f, 2.0))
+    z = np.multiply(s, s)
+    r = np.multiply(z, _horner(z, _ATANH_TERMS))
+    half_ff = np.multiply(np.multiply(f, f), 0.5)
+    log1pf = np.subtract(f, np.subtract(half_ff, np.multiply(s, np.add(half_ff, r))))
+    return np.add(np.multiply(e, _LN2_HI), np.add(log1pf, np.multiply(e, _LN2_LO)))
+
+
+_SIN_TERMS = tuple((-1) ** (j + 1) / float(np.prod(np.arange(2, 2 * j + 4, dtype=np.float64))) for j in range(8))
+_COS_TERMS = tuple((-1) ** (j + 1) / float(np.prod(np.arange(1, 2 * j + 3, dtype=np.float64)))
+                   for j in range(9))
+_TURN = 2 * np.pi * 2.0 ** -32                   # a word's step of angle
+
+
+def _cos_of_word(w):
+    """cos(2 pi w / 2^32) for integers 0 <= w < 2^32: the quadrant and the reflection
+    about pi/4 are taken on the integer, so the polynomials see angles in [0, pi/4]."""
+    q = _shr(w, 30)
+    r = np.bitwise_and(w, (1 << 30) - 1)
+    over = np.greater(r, 1 << 29)
+    a = np.multiply(np.where(over, np.subtract(1 << 30, r), r).astype("float64"), _TURN)
+    z = np.multiply(a, a)
+    sin_a = np.add(a, np.multiply(np.multiply(a, z), _horner(z, _SIN_TERMS)))
+    cos_a = np.add(1.0, np.multiply(z, _horner(z, _COS_TERMS)))
+    odd = np.equal(np.bitwise_and(q, 1), 1)
+    v = np.where(np.not_equal(odd, over), sin_a, cos_a)
+    negative = np.logical_or(np.equal(q, 1), np.equal(q, 2))
+    return np.where(negative, np.negative(v), v)
+
+
 def normal(k, shape=None, loc=0.0, scale=1.0, dtype="float64"):
     """Standard normal (Box-Muller of the element's two words), scaled and shifted."""
     shape = _shape(shape)
     x0, x1 = bits(k, shape, salt=0x4E4F524D)
-    u1 = np.multiply(np.add(x0, 1).astype("float64"), 2.0 ** -32)       # (0, 1]
-    u2 = np.multiply(x1.astype("float64"), 2.0 ** -32)
-    z = np.multiply(np.sqrt(np.multiply(np.log(u1), -2.0)), np.cos(np.multiply(u2, 2 * np.pi)))
+    z = np.multiply(np.sqrt(np.multiply(_log_of_word(np.add(x0, 1)), -2.0)), _cos_of_word(x1))
     if loc != 0.0 or scale != 1.0:
         z = np.add(np.multiply(z, scale), loc)
     return z.astype(dtype)
