@@ -338,6 +338,30 @@ def test_float64_exp_is_within_an_ulp_of_numpy_over_its_range():
     ulps = np.abs(got[fin].view(np.int64) - want[fin].view(np.int64))
     assert ulps.max() <= 1, x[fin][ulps > 1][:5]
 
+
+@pytest.mark.parametrize("name", ["log", "log1p"])
+def test_float64_log_is_within_an_ulp_of_numpy_over_its_range(name):
+    """float64 log (a table of 1/c and log c, a polynomial) and log1p (log of 1 + x and
+    what the rounding of 1 + x lost) are vector code of their own: within 1 ulp of
+    numpy's on denormals, near 1 (where the table's interval around 1 meets its
+    neighbours), over the whole range, and equal at the limits."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.exp(rng.uniform(-744, 709, 1 << 17)), rng.uniform(0, 2.3e-308, 1 << 12),
+                        1 + rng.uniform(-0.02, 0.02, 1 << 15), 1 + rng.uniform(-1e-9, 1e-9, 1 << 12),
+                        rng.uniform(0.5, 2, 1 << 15), 1 + np.arange(-4, 5) / 512,
+                        [5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1.0, np.nextafter(1.0, 0),
+                         np.nextafter(1.0, 2), 0.0, -0.0, -1.0, -1e-300, np.inf, -np.inf, np.nan]])
+    if name == "log1p":
+        x = np.concatenate([x - 1, -rng.uniform(0, 1, 1 << 14), rng.uniform(-1e-6, 1e-6, 1 << 12), [-2.0, 1e-300]])
+    f = getattr(np, name)
+    with np.errstate(all="ignore"):
+        got, want = np.asarray(spmd.jit(f)(x)), _numpy(f, x)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want)
+    assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    ulps = np.abs(got[fin].view(np.int64) - want[fin].view(np.int64))
+    assert ulps.max() <= 1, x[fin][ulps > 1][:5]
+
 # -- 2-byte floats: numpy computes its float16 loops in float32 and rounds once -------------------
 H = np.concatenate([np.linspace(-3, 3, 40), [0.0, -0.0, 1e-5, -1e-5, 60000.0, -60000.0, np.inf, -np.inf,
                                              np.nan, 6e-8]]).astype(np.float16)

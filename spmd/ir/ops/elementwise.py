@@ -374,10 +374,10 @@ unary("floor", _cast_ref(np.floor), lambda g, op, ct: (const_like(g, ct, 0),),
 unary("exp", _cast_ref(np.exp), lambda g, op, ct: (E(g, MULTIPLY, ct, op.result),), FLOAT + CPLX,
       scalar=lambda b, x: b.exp(x), flops=(30, 120))
 unary("log", _cast_ref(np.log), lambda g, op, ct: (E(g, DIVIDE, ct, op.operands[0]),), FLOAT + CPLX,
-      scalar=lambda b, x: b.log(x), flops=(50, 400))
+      scalar=lambda b, x: b.log(x), flops=(50, 180))
 unary("log1p", _cast_ref(np.log1p),
       lambda g, op, ct: (E(g, DIVIDE, ct, E(g, ADD, op.operands[0], const_like(g, ct, 1.0))),),
-      scalar=lambda b, x: b.log1p(x), flops=(70, 930))
+      scalar=lambda b, x: b.log1p(x), flops=(70, 200))
 unary("tanh", _cast_ref(np.tanh),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, SUBTRACT, const_like(g, ct, 1.0),
                                                  E(g, MULTIPLY, op.result, op.result))),),
