@@ -483,20 +483,9 @@ class ScalarBuilder:
         # one multiply by 2^-64; below -746 the steps run on 0 (no denormal on the way) and
         # the result is 0; above ln(DBL_MAX) it is inf; NaN stays NaN.
         f, i = "float64", "int64"
-        for line in _exp2_declarations():
-            self.declare(line)
         under = self.fcmp("olt", x, self.const(-746.0, f))
         big = self.const(709.782712893384, f)
-        xc = self._intr("minnum", self.select(under, self.const(0.0, f), x), big)
-        kd = self.floor(self.fma(xc, self.const(128 / np.log(2.0), f), self.const(0.5, f)))
-        r = self.fma(kd, self.const(-_ln2_128()[0], f), xc)
-        r = self.fma(kd, self.const(-_ln2_128()[1], f), r)
-        p = self.mul(r, self.poly(r, [1 / 120, 1 / 24, 1 / 6, 0.5, 1.0]))
-        n = self._op(f"fptosi double {kd.name} to i64", i)
-        j = self._op(f"and i64 {n.name}, 127", i)
-        k = self._op(f"ashr i64 {n.name}, 7", i)
-        hi, lo = (self._op(f"load double, ptr {self._table_at(f'@spmd_exp2_128_{t}', 128, j).name}", f)
-                  for t in ("hi", "lo"))
+        k, hi, lo, p = self._exp64_parts(self._intr("minnum", self.select(under, self.const(0.0, f), x), big))
         y = self.add(hi, self.fma(hi, p, lo))
         tiny = self.icmp("slt", k, self.const(-1021, i))
         k = self.select(tiny, self.add(k, self.const(64, i)), k)
@@ -505,6 +494,22 @@ class ScalarBuilder:
         y = self.select(self.fcmp("ogt", x, big), self.const(np.inf, f), y)
         y = self.select(under, self.const(0.0, f), y)
         return self.select(self.fcmp("uno", x, x), x, y)
+
+    def _exp64_parts(self, x):
+        """(k, hi, lo, p) with exp(x) = 2^k (hi + lo) (1 + p), for finite x in exp's range."""
+        f, i = "float64", "int64"
+        for line in _exp2_declarations():
+            self.declare(line)
+        kd = self.floor(self.fma(x, self.const(128 / np.log(2.0), f), self.const(0.5, f)))
+        r = self.fma(kd, self.const(-_ln2_128()[0], f), x)
+        r = self.fma(kd, self.const(-_ln2_128()[1], f), r)
+        p = self.fma(self.mul(r, r), self.poly(r, [1 / 120, 1 / 24, 1 / 6, 0.5]), r)
+        n = self._op(f"fptosi double {kd.name} to i64", i)
+        j = self._op(f"and i64 {n.name}, 127", i)
+        k = self._op(f"ashr i64 {n.name}, 7", i)
+        hi, lo = (self._op(f"load double, ptr {self._table_at(f'@spmd_exp2_128_{t}', 128, j).name}", f)
+                  for t in ("hi", "lo"))
+        return k, hi, lo, p
 
     def log(self, x):
         if x.dtype == "float64" and hard_fma():
@@ -582,6 +587,7 @@ class ScalarBuilder:
             # log1p(x) = log(u) + (x - (u - 1)) / u: the second term is what rounding
             # 1 + x lost, exact until the divide; within 0.6 ulp where the table log is
             r = self.add(self.log(u), self.div(self.sub(x, self.sub(u, one)), u))
+            r = self.select(self.fcmp("oeq", u, one), x, r)          # |x| < 2^-53 (-0.0 stays -0.0)
             r = self.select(self.fcmp("oeq", u, self.const(0.0, x.dtype)), self.const(-np.inf, x.dtype), r)
             return self.select(self.fcmp("oeq", x, self.const(np.inf, x.dtype)), x, r)
         if x.dtype != "float32":
@@ -592,6 +598,8 @@ class ScalarBuilder:
         return self.select(self.fcmp("oeq", x, self.const(np.inf, x.dtype)), x, r)
 
     def tanh(self, x):
+        if x.dtype == "float64" and hard_fma():
+            return self._tanh64(x)
         if x.dtype != "float32":
             return self._call("tanh", x.dtype, x)
         # Eigen / XLA's rational approximation on [-7.9, 7.9], where float32 tanh is +-1
@@ -614,6 +622,30 @@ class ScalarBuilder:
                                         self.const(-(1 - k * 2.0 ** -24), "float32"),
                                         self.const(1 - k * 2.0 ** -24, "float32")), r)
         return r
+
+    def _tanh64(self, x):
+        # Below |x| = 0.55: tanh|x| = t / (t + 2), t = expm1(2|x|) from exp's parts,
+        # 2^k hi - 1 (exact: 2^k hi is in [1, 4)) + 2^k (hi p + lo); above: 1 - 2 / (e + 1),
+        # e = e^2|x|, whose second term is at most a half. Within 2 ulp, vector code where libm's tanh is a call an
+        # element (15x numpy's); x's sign copied back (-0.0 stays -0.0), NaN passes.
+        f, i = "float64", "int64"
+        one, two = self.const(1.0, f), self.const(2.0, f)
+        ax = self.abs(x)
+        y = self.mul(self._intr("minnum", ax, self.const(22.0, f)), two)
+        k, hi, lo, p = self._exp64_parts(y)
+        scale = self.bitcast(self._op(f"shl i64 {self.add(k, self.const(1023, i)).name}, 52", i), f)
+        t = self.add(self.sub(self.mul(hi, scale), one), self.mul(self.fma(hi, p, lo), scale))
+        d = self.add(t, two)
+        dlo = self.sub(t, self.sub(d, two))                       # d + dlo = t + 2 exactly
+        q = self.div(t, d)
+        res = self.sub(self.fma(self.neg(q), d, t), self.mul(q, dlo))
+        near = self.add(q, self.div(res, d))                      # one Newton step on the quotient
+        e = self.mul(self.add(hi, self.fma(hi, p, lo)), scale)
+        far = self.sub(one, self.div(two, self.add(e, one)))
+        r = self.select(self.fcmp("olt", ax, self.const(0.55, f)), near, far)
+        r = self.select(self.fcmp("olt", ax, self.const(2.0 ** -28, f)), ax, r)
+        r = self._intr("copysign", r, x)
+        return self.select(self.fcmp("uno", x, x), x, r)
 
     def logistic(self, x):
         one = self.const(1.0, x.dtype)

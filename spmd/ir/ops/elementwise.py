@@ -381,7 +381,7 @@ unary("log1p", _cast_ref(np.log1p),
 unary("tanh", _cast_ref(np.tanh),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, SUBTRACT, const_like(g, ct, 1.0),
                                                  E(g, MULTIPLY, op.result, op.result))),),
-      scalar=lambda b, x: b.tanh(x), flops=(30, 1250))
+      scalar=lambda b, x: b.tanh(x), flops=(30, 260))
 unary("logistic", _cast_ref(lambda x: 1 / (1 + np.exp(-x))),
       lambda g, op, ct: (E(g, MULTIPLY, ct, E(g, MULTIPLY, op.result,
                                                  E(g, SUBTRACT, const_like(g, ct, 1.0), op.result))),),
