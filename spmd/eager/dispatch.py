@@ -217,11 +217,13 @@ def _method(name, f):
 
 def _scalars_dynamic(name, args):
     """Scalars are program inputs (one compile for every value), except the exponents 0.5
-    and 2 of `x ** y` / `np.power(x, y)`, which numpy computes as np.sqrt / np.square (the
-    builder must see the value)."""
+    and 2 of `x ** y` / `np.power(x, y)`, which numpy computes as np.sqrt / np.square, and
+    a negative integer exponent, which numpy refuses for an integer base (the builder must
+    see the value)."""
     exponent = args[1:] if name in ("power", "__pow__") else ()
     if len(exponent) == 1 and isinstance(exponent[0], (int, float, np.number)) \
-            and not isinstance(exponent[0], bool) and exponent[0] in (0.5, 2):
+            and not isinstance(exponent[0], bool) \
+            and (exponent[0] in (0.5, 2) or (isinstance(exponent[0], (int, np.integer)) and exponent[0] < 0)):
         return tuple(args)
     return dynamic_scalars(tuple(args))
 

@@ -89,8 +89,32 @@ def tensordot(a, b, axes=2):
     return _dot_general(a, b, [x % a.ndim for x in la], [x % b.ndim for x in lb_])
 
 
+def _einsum_sublists(args):
+    """numpy's interleaved form einsum(op0, sublist0, op1, sublist1, ..., [sublistout])
+    as a subscripts string and the operands: 0-25 are 'a'-'z', 26-51 'A'-'Z', Ellipsis '...'."""
+    def letters(sub):
+        out = ""
+        for k in sub:
+            if k is Ellipsis:
+                out += "..."
+            elif isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 0 <= k < 52:
+                out += chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26)
+            else:
+                raise ValueError(f"einsum: subscript {k!r} in a sublist is not an integer in "
+                                 f"[0, 52) or Ellipsis (at {user_loc()})")
+        return out
+    n = len(args) // 2
+    ops, subs = list(args[0:2 * n:2]), [letters(s) for s in args[1:2 * n:2]]
+    spec = ",".join(subs)
+    if len(args) % 2:
+        spec += "->" + letters(args[-1])
+    return spec, ops
+
+
 def einsum(subscripts, *operands, optimize=None, **kw):
     core.no_extra("einsum", (), kw)
+    if not isinstance(subscripts, str):
+        subscripts, operands = _einsum_sublists((subscripts,) + operands)
     specs, out = _einsum_specs(subscripts, len(operands))
     if len(operands) == 1 and isinstance(operands[0], Tracer) and set(out) == set(specs[0]) \
             and len(specs[0]) == operands[0].ndim:

@@ -105,8 +105,19 @@ def mod(x, y):
 remainder = mod
 
 
+def _no_negative_int_exponent(x, y):
+    """numpy raises for an integer power with a negative integer exponent; where the
+    exponent is known when tracing, so does spmd (a traced one is the data's: not checked)."""
+    if isinstance(y, Tracer) or not dtypes.is_int(core.result_dtype(x, y)):
+        return
+    e = np.asarray(y)
+    if e.dtype.kind in "iu" and e.size and (e < 0).any():
+        raise ValueError(f"Integers to negative integer powers are not allowed. (at {user_loc()})")
+
+
 def power(x, y):
     x, y = _bools_as_int8(x, y)                   # numpy's power of bools is int8
+    _no_negative_int_exponent(x, y)
     if isinstance(y, int) and not isinstance(y, bool) and y == 2:
         return multiply(*[core.asarray(x, core.result_dtype(x, y))] * 2)     # np.power(bool, 2) is int64
     if isinstance(y, (float, np.floating)) and y == 0.5:

@@ -665,3 +665,22 @@ def test_sign_of_a_nan_is_numpys(dt, backend):
         g = np.asarray(g)
         assert g.dtype == w.dtype
         assert np.array_equal(np.signbit(g) if g.dtype.kind == "f" else g, np.signbit(w) if w.dtype.kind == "f" else w)
+
+
+FORMS_OF_NEGATIVE_POWERS = (lambda v: v ** -1, lambda v: np.power(v, -2), lambda v: v.sum() ** -1,
+                            lambda v: v ** np.array([1, -1] * 4), lambda v: (v > 0) ** -1)
+
+
+@pytest.mark.parametrize("f", FORMS_OF_NEGATIVE_POWERS)
+def test_integer_to_a_negative_integer_power_raises_as_numpy(f):
+    """numpy raises ValueError for an integer power with a negative integer exponent; an
+    exponent known when tracing raises the same under jit and eagerly (it gave 0s and 1s)."""
+    x = np.arange(1, 9)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        f(x)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        spmd.jit(f)(x)
+    if f is not FORMS_OF_NEGATIVE_POWERS[3]:           # eagerly a numpy exponent array is the data's
+        with pytest.raises(ValueError, match="negative integer powers"):
+            f(spmd.device_put(x, MESH4.sharding("x")))
+    _same(spmd.jit(lambda v: v ** 2 + (v * 1.0) ** -1)(x), x ** 2 + (x * 1.0) ** -1, "positive and float powers")

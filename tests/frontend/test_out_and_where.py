@@ -181,6 +181,24 @@ def test_einsum_with_repeated_indices(spec, shapes):
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
+@pytest.mark.parametrize("form", [
+    lambda a, b: np.einsum(a, [0, 1], b, [1, 2], [0, 2]),      # a matrix product
+    lambda a, b: np.einsum(a, [0, 1], b, [1, 0]),              # implicit output: a scalar
+    lambda a, b: np.einsum(a, [0, 0]),                         # a trace
+    lambda a, b: np.einsum(a, [1, 0], [0, 1]) + np.einsum(b, [30, 27], [27]),
+])
+def test_einsum_interleaved_sublists(form):
+    """numpy's einsum(op0, sublist0, op1, sublist1, ..., [sublistout]): the first operand
+    was taken for the subscripts string ('cannot use str '...' as an array')."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    want = form(a, b)
+    got = spmd.jit(form, backend="numpy")(a, b)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+    with eager_mode():
+        np.testing.assert_allclose(np.asarray(form(put(a), put(b))), want, rtol=1e-12)
+
+
 def test_eager_mask_and_slice_in_place():
     def f(x):
         x[x[:, 0] > 0, :1] += 1
