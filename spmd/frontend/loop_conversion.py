@@ -384,8 +384,7 @@ class _Rewriter(ast.NodeTransformer):
         before, after = node.body[:at], node.body[at + 1:]
         target = node.target.id
         names, inplace = _carried(self.fn_node, node, node.body, {target})
-        if target in names or target in _read_after(self.fn_node, node):
-            raise Refused("the loop's index is read after the loop")
+        index_read = target in names or target in _read_after(self.fn_node, node)
         names = [n for n in names if n != target]
         after_assigned, _ = _stores(after)
         if (_exposed(after) & after_assigned) - set(names):
@@ -400,8 +399,10 @@ class _Rewriter(ast.NodeTransformer):
         fdef.body[2].value = _truth_ops(brk.test)
         fdef.body[3].body[1:1] = after
         fdef.body[2:2] = before
-        call = _parse(f"{st} = {MODULE}.run_for_break(range(0), __spmd_body{k}, "
-                      f"{MODULE}.state(locals(), {names!r}, {inplace!r}, {_loop_reads(node)!r}))\n", node)
+        out = _tuple(names + [target]) if index_read else st
+        call = _parse(f"{out} = {MODULE}.run_for_break(range(0), __spmd_body{k}, "
+                      f"{MODULE}.state(locals(), {names!r}, {inplace!r}, {_loop_reads(node)!r}), "
+                      f"{index_read!r})\n", node)
         call[0].value.args[0] = node.iter
         self.done.add(loop_key(node))
         return body + call
@@ -616,15 +617,19 @@ def run_while(cond_fun, body_fun, entry):
     return _written_back(values, _rewrapped(outs, weak), inplace)
 
 
-def run_for_break(r, body_fun, entry):
+def run_for_break(r, body_fun, entry, index=False):
+    """The loop's state after it; with `index` (the loop's index is read after the loop)
+    and the index's last value, a weak int: the one that broke, else the range's last."""
     values, weak, inplace = entry
+    if index and len(r) == 0:
+        raise Refused("the loop's index is read after a loop over an empty range (it keeps its old binding)")
     t = current_trace()
     if t is None:
         for i in r:
             broke, values = body_fun(i, values)
             if broke:
                 break
-        return values
+        return tuple(values) + (i,) if index else values
     if r.step == 0 or len(r) == 0:
         return values
     n = len(r)
@@ -644,7 +649,11 @@ def run_for_break(r, body_fun, entry):
         return (k + 1, broke.astype(bool)) + out
     start = (core.asarray(0, "int64", t), core.asarray(False, t=t))
     outs = control.while_loop(cond, body, start + _traced(t, values, weak))
-    return _written_back(values, _rewrapped(outs[2:], weak), inplace)
+    final = _written_back(values, _rewrapped(outs[2:], weak), inplace)
+    if not index:
+        return final
+    last = core.asarray(r.start - r.step, t=t) + outs[0] * r.step      # k iterations ran: index k - 1
+    return final + (Tracer(last.value, last._tr, True),)
 
 
 def _truth(v):

@@ -130,6 +130,28 @@ def test_for_range_with_a_break_on_data(seed, tol, dt, maxiter):
         same(r, want)
 
 
+def index_after(x, tol, start, stop, step):
+    i = -7
+    for i in range(start, stop, step):
+        x = x * 0.5 + i
+        if np.abs(x).max() > tol:
+            break
+    return x * i, i, i + 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 99), tol=st.sampled_from([0.0, 3.0, 20.0, 1e9]),
+       rng=st.sampled_from([(0, 6, 1), (2, 20, 3), (10, 0, -2), (4, 4, 1)]))
+def test_the_loops_index_read_after_it_is_the_breaking_or_last_one(seed, tol, rng):
+    # (4, 4, 1) runs no iteration (no test on the data): i keeps -7, as in Python
+    x = np.random.default_rng(seed).random(3)
+    got, warned = run(index_after, x, tol, *rng, static=(1, 2, 3, 4))
+    assert warned == 0
+    want = index_after(x, tol, *rng)
+    for r in got:
+        same(r, want)
+
+
 def in_place_into_an_argument(x, limit):
     while x.sum() < limit:
         x *= 2.0
