@@ -74,11 +74,16 @@ _TRACED_METHODS = {"reduce": npx.UFUNC_REDUCE, "accumulate": npx.UFUNC_ACCUMULAT
 def _ufunc(ufunc, method, inputs, kwargs):
     name = ufunc.__name__
     if method == "__call__" and name in npx.UFUNCS:
-        dtype = kwargs.pop("dtype", None)
-        if kwargs:
-            return in_numpy("ufunc", name, inputs, kwargs, f"keyword arguments {sorted(kwargs)}")
-        r = run("ufunc", name, npx.UFUNCS[name], _scalars_dynamic(name, inputs))
-        return r if dtype is None else run("method", "astype", core.astype, (r, np.dtype(dtype)))
+        extra = sorted(k for k in kwargs if k not in ("dtype", "casting"))
+        if extra:     # numpy gets every keyword, dtype= and casting= too
+            return in_numpy("ufunc", name, inputs, kwargs, f"keyword arguments {extra}")
+        dtype, casting = kwargs.pop("dtype", None), kwargs.pop("casting", "same_kind")
+        if dtype is None and casting == "same_kind":
+            return run("ufunc", name, npx.UFUNCS[name], _scalars_dynamic(name, inputs))
+        # numpy computes in the dtype= loop, the inputs cast to it under casting= (as traced)
+        return run("ufunc_dtype", name, lambda *xs, **k: npx.dispatch_ufunc(ufunc, method, xs, k),
+                   _scalars_dynamic(name, inputs),
+                   {"dtype": None if dtype is None else np.dtype(dtype), "casting": casting})
     if method == "at" and isinstance(inputs[0], Array):
         # as traced: ufunc.at writes its first argument (indices checked here, as numpy does)
         inputs = (inputs[0], indexing.program_key(inputs[0], inputs[1])) + tuple(inputs[2:])

@@ -314,7 +314,9 @@ def warn_gathered(what, arrays, why):
 def gathered(x):
     if isinstance(x, Dynamic):
         return x.value
-    return x.numpy() if isinstance(x, Array) else x
+    # in numpy's memory order (x.T, x.T + 1): a fallback's reshape / ravel(order="A"),
+    # copy(order="K") read it as numpy would
+    return x.laid_out(x.numpy()) if isinstance(x, Array) else x
 
 
 def in_numpy(kind, name, args, kwargs, why):

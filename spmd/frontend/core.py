@@ -99,7 +99,7 @@ def result_dtype(*xs) -> str:
     return dtypes.canon(dt)
 
 
-def _sample(x):
+def sample(x):
     """What numpy's type resolution should see of x: a 0-d array of its dtype (strong),
     or a Python scalar (weak, NEP 50)."""
     if isinstance(x, Tracer):
@@ -115,9 +115,9 @@ def ufunc_dtype(ufunc, *xs):
     """The dtype numpy's ufunc gives for these operands; a TypeError where spmd has no such
     dtype (float16 for bool inputs)."""
     with np.errstate(all="ignore"):
-        dt = np.asarray(ufunc(*[_sample(x) for x in xs])).dtype
+        dt = np.asarray(ufunc(*[sample(x) for x in xs])).dtype
     if dt.name not in dtypes.DTYPES:
-        raise TypeError(f"np.{ufunc.__name__} of {', '.join(str(np.asarray(_sample(x)).dtype) for x in xs)} "
+        raise TypeError(f"np.{ufunc.__name__} of {', '.join(str(np.asarray(sample(x)).dtype) for x in xs)} "
                         f"gives {dt.name} in numpy, which spmd does not support; convert to float32 or "
                         f"float64 first (at {user_loc()})")
     return dt.name

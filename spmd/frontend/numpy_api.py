@@ -407,7 +407,9 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
             f"write np.where(condition, {what}(...), other)")
     if any(o is not None for o in outs):
         casting = kwargs.pop("casting", "same_kind")
-        return fz.store_out(out, dispatch_ufunc(ufunc, method, inputs, kwargs), what, where, casting)
+        # numpy's casting= also governs the inputs' cast to a dtype= loop
+        inner = dict(kwargs, casting=casting) if method == "__call__" and casting != "same_kind" else kwargs
+        return fz.store_out(out, dispatch_ufunc(ufunc, method, inputs, inner), what, where, casting)
     if method == "at":
         return indexing.ufunc_at(ufunc, UFUNCS.get(name), *inputs)
     dtype = kwargs.pop("dtype", None)
@@ -421,9 +423,43 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
 
 
 def _ufunc_call(name, inputs, dtype, kwargs):
+    casting = kwargs.pop("casting", "same_kind")
     core.no_extra(name, (), kwargs)
-    r = UFUNCS[name](*inputs)
-    return fz.fresh_result(core.astype(r, dtype) if dtype is not None else r, inputs)
+    loop = _ufunc_loop(name, inputs, dtype, casting) if dtype is not None or casting != "same_kind" else None
+    if loop is None:
+        r = UFUNCS[name](*inputs)
+        return fz.fresh_result(core.astype(r, dtype) if dtype is not None else r, inputs)
+    # numpy casts the inputs to the loop's dtypes first and computes in them
+    # (np.add(x, 0.4, dtype=np.int64, casting="unsafe") adds the truncated values)
+    nin = len(inputs)
+    cast = [core.astype(x, loop[i].name) if isinstance(x, Tracer) else np.asarray(x).astype(loop[i])
+            for i, x in enumerate(inputs)]
+    r = UFUNCS[name](*cast)
+    if isinstance(r, tuple):
+        r = tuple(core.astype(v, loop[nin + i].name) for i, v in enumerate(r))
+    else:
+        r = core.astype(r, loop[nin].name)
+    return fz.fresh_result(r, inputs)
+
+
+def _ufunc_loop(name, inputs, dtype, casting):
+    """numpy's loop dtypes (inputs, then outputs) for np.<name>(*inputs, dtype=, casting=):
+    the loop whose outputs are `dtype`, the inputs cast to it under `casting` (numpy's
+    UFuncTypeError where they cannot be). None where a dtype is not numpy's own (bfloat16):
+    the result is then cast to dtype."""
+    uf = getattr(np, name)
+    tokens = []
+    for x in inputs:
+        s = core.sample(x)
+        tokens.append(type(s) if type(s) in (int, float, complex) else np.asarray(s).dtype)
+    out = np.dtype(dtype) if dtype is not None else None
+    if any(isinstance(t, np.dtype) and t.isbuiltin != 1 for t in tokens) or (out is not None and out.isbuiltin != 1):
+        return None
+    try:
+        return uf.resolve_dtypes(tuple(tokens) + (None,) * uf.nout,
+                                 signature=(None,) * uf.nin + (out,) * uf.nout, casting=casting)
+    except TypeError as e:
+        raise TypeError(f"{e} (np.{name} at {user_loc()})") from None
 
 
 def _ufunc_reduce(name, inputs, dtype, kwargs):

@@ -36,6 +36,8 @@ def _reduce(kind, x, axis, dtype, keepdims, default_dtype):
     x = core.asarray(x)
     axes = core.normalize_axes(axis, x.ndim, kind)
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
+    if dt == "bool" and kind in ("sum", "prod"):
+        kind = "max" if kind == "sum" else "min"   # numpy's bool add / multiply loops: or / and
     xin = core.astype(x, dt)
     r = core.emit(x._tr, REDUCE, xin, kind=kind, axes=axes) if axes else xin
     return core.reduce_layout(_keep(x, r, axes, keepdims), x, axes, keepdims) if axes else r
@@ -94,6 +96,10 @@ def cumulative(kind, x, axis, dtype, default_dtype):
         x, axis = shapes.reshape(x, (-1,)), 0
     ax = core.normalize_axis(axis, x.ndim, f"cum{kind}")
     dt = dtypes.canon(dtype) if dtype is not None else default_dtype(x)
+    if dt == "bool" and kind in ("sum", "prod"):
+        # numpy's bool add / multiply loops: a running or / and, of x's truth values
+        r = cumulative(kind, core.astype(core.astype(x, "bool"), "int32"), ax, "int32", default_dtype)
+        return core.astype(r, "bool")
     r = core.emit(x._tr, CUMULATIVE, core.astype(x, dt), kind=kind, axis=ax, reverse=False)
     return core.keep_layout(r, x)
 

@@ -100,13 +100,25 @@ def ravel(x):
     return reshape(x, (-1,))
 
 
-def concatenate(xs, axis=0, dtype=None, **kw):
+@core.takes_out
+def concatenate(xs, axis=0, out=None, dtype=None, casting="same_kind", **kw):
     core.no_extra("concatenate", (), kw)
     xs = list(xs)
     if not xs:
         raise ShapeError(f"need at least one array to concatenate (at {user_loc()})")
+    if out is not None:
+        if dtype is not None:
+            raise TypeError(f"concatenate() only takes `out` or `dtype` as an argument, but both were provided "
+                            f"(at {user_loc()})")
+        return fz.store_out(out, concatenate(xs, axis), "np.concatenate", casting=casting)
     t = core.trace_of(*xs)
     dt = dtypes.canon(dtype) if dtype else core.result_dtype(*xs)
+    for x in (xs if dtype or casting != "same_kind" else ()):
+        # numpy casts each array to dtype= under casting= (same_kind: float to int raises)
+        src = np.asarray(core.sample(x)).dtype
+        if not np.can_cast(src, dt, casting):
+            raise TypeError(f"Cannot cast array data from {src!r} to dtype({dt!r}) according to the rule "
+                            f"{casting!r} (at {user_loc()})")
     ts = [core.asarray(x, dt, t) for x in xs]
     if axis is None:
         ts, axis = [reshape(x, (-1,)) for x in ts], 0
@@ -117,7 +129,8 @@ def concatenate(xs, axis=0, dtype=None, **kw):
     return core.emit(t, CONCATENATE, *ts, dimension=axis)
 
 
-def stack(xs, axis=0, **kw):
+@core.takes_out
+def stack(xs, axis=0, out=None, dtype=None, casting="same_kind", **kw):
     core.no_extra("stack", (), kw)
     xs = list(xs)
     if not xs:
@@ -128,7 +141,7 @@ def stack(xs, axis=0, **kw):
                          f"{[list(x.shape) for x in xs]} (at {user_loc()})")
     nd = xs[0].ndim + 1
     axis = core.normalize_axis(axis, nd, "stack")
-    return concatenate([expand_dims(x, axis) for x in xs], axis)
+    return concatenate([expand_dims(x, axis) for x in xs], axis, out=out, dtype=dtype, casting=casting)
 
 
 def tile(x, reps):
@@ -236,7 +249,26 @@ view_transpose = fz.as_view(transpose, "transpose")
 view_transpose_method = fz.as_view(_transpose_method, "transpose")
 view_swapaxes = fz.as_view(swapaxes, "transpose")
 view_moveaxis = fz.as_view(moveaxis, "transpose")
-view_reshape = fz.as_view(reshape, "reshape")
+
+
+def _takes_copy(g):
+    """numpy 2.1's reshape(..., copy=): True copies always, False raises numpy's ValueError
+    where the result cannot be a view, None (the default) views where it can."""
+    def h(x, *args, copy=None, **kwargs):
+        r = g(x, *args, **kwargs)
+        if copy is None or not isinstance(r, Tracer) or not isinstance(x, Tracer):
+            return r
+        if copy:
+            return copy_method(r)
+        if not fz.is_scalar(x) and not fz.is_view_of(r, x):
+            raise ValueError(f"Unable to avoid creating a copy while reshaping (at {user_loc()})")
+        return r
+    h.__name__, h.__doc__ = g.__name__, g.__doc__
+    h.depends_on_layout = g.depends_on_layout
+    return h
+
+
+view_reshape = _takes_copy(fz.as_view(reshape, "reshape"))
 
 
 def set_shape(x, shape):
@@ -251,7 +283,7 @@ def set_shape(x, shape):
         raise AttributeError(f"Incompatible shape for in-place modification. Use `.reshape()` to make a copy "
                              f"with the desired shape ({list(x.shape)} -> {shape}, at {user_loc()})")
     x._val, x._buf, x._view, x._ver, x._hint = r._val, r._buf, r._view, r._ver, r._hint
-view_reshape_method = fz.as_view(_reshape_method, "reshape")
+view_reshape_method = _takes_copy(fz.as_view(_reshape_method, "reshape"))
 _view_ravel_c = fz.as_view(lambda x: ravel(x), "ravel")
 
 

@@ -157,7 +157,10 @@ class Array:
                     f"array here, which gathers all of it ({self.nbytes} bytes) to this process; call "
                     f"np.asarray(x) yourself first where that is meant", ReshardWarning)
         v = self.numpy()
-        v = v if dtype is None else v.astype(dtype, copy=False)
+        return self.laid_out(v if dtype is None else v.astype(dtype, copy=False))
+
+    def laid_out(self, v):
+        """v (this Array's value) in the order of axes numpy would have it in memory."""
         layout = getattr(self, "numpy_layout", None)
         if layout is None or layout.shape != v.shape:
             return v

@@ -136,6 +136,7 @@ SIZED = {
     "nonzero_method": lambda x: (x > 2).nonzero()[0] * 2,
     "flatnonzero": lambda x: np.flatnonzero(x % 3 == 0),
     "argwhere": lambda x: np.argwhere(x > 4),
+    "argwhere_0d": lambda x: np.argwhere(x.sum() > 36),      # numpy: (1, 0) or (0, 0)
     "where1": lambda x: np.where(x < 3)[0] + 1,
     "unique": lambda x: np.unique(x),
     "unique_all": lambda x: np.unique(x, return_index=True, return_inverse=True, return_counts=True),

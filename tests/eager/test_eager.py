@@ -329,6 +329,21 @@ def test_a_fallbacks_view_refuses_writes_it_could_not_pass_on():
     assert w.numpy()[0] == 5 and np.array_equal(a.numpy(), x)
 
 
+@pytest.mark.parametrize("make", [lambda a: a.T, lambda a: a.T + 1, lambda a: np.moveaxis(a, 0, 1) * 2],
+                         ids=["view", "result", "moveaxis"])
+@pytest.mark.parametrize("call", [lambda v: np.reshape(v, 12, order="A"), lambda v: np.reshape(v, (4, 3), order="A"),
+                                  lambda v: np.copy(v, order="K").reshape(-1, order="A")],
+                         ids=["reshape_A", "reshape_A_2d", "copy_K"])
+def test_a_fallback_reads_the_array_in_numpys_memory_order(make, call):
+    """reshape(order="A") reads an F-ordered array (x.T, x.T + 1) in F order: the fallback
+    hands numpy the gathered value laid out as numpy would have it, not in C order."""
+    x = np.arange(12.0).reshape(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        got = call(make(put(x, "x", None)))
+    np.testing.assert_array_equal(np.asarray(got), call(make(x)))
+
+
 def test_fallbacks_fail_fast_under_W_error():
     code = ("import numpy as np, spmd\n"
             "m = spmd.Mesh((2,), ('x',))\n"

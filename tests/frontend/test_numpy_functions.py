@@ -230,10 +230,17 @@ CASES = [
       shapes=((5, 6), (7,))),
     C("nanmax_allnan", lambda x: np.nanmax(x * np.nan, axis=0), F, local=(1,), shapes=((5, 6),)),
     C("nanstd_nanvar", lambda x: np.nanstd(x, 0) + np.nanvar(x, 0, ddof=1), FI, local=(1,), nan=False),
+    # numpy's nanvar is NaN where ddof >= the count of numbers (np.var divides by 0: inf)
+    C("nanvar_ddof_past_count", lambda x: np.nanvar(np.where(x > 0.5, np.nan, x), 0, ddof=3) +
+      np.nanstd(np.where(x < -1, np.nan, x), 0, ddof=4), F, local=(1,), shapes=((5, 6), (7,))),
     C("nanprod", lambda x: np.nanprod(np.where(np.abs(x) > 2, np.nan, x), -1), F, local=(0,)),
     C("ptp", lambda x: np.ptp(x, axis=0), FI, local=(1,)),
     C("count_nonzero", lambda x: np.count_nonzero(x, axis=-1), ALLT, local=(0,)),
     C("count_nonzero_all", lambda x: np.count_nonzero(np.round(x)), FI, local=()),
+    # dtype=bool: numpy's bool add / multiply loops, a logical or / and
+    C("sum_prod_dtype_bool", lambda x: np.concatenate([np.ravel(f(np.where(x * 1 > 0.5, x, 0), 0, dtype=bool))
+                                                       for f in (np.sum, np.prod, np.cumsum, np.cumprod)]),
+      ALLT, local=(), shapes=((5, 6), (7,), (0, 3))),
     C("searchsorted", lambda x: np.searchsorted(np.array([-1.5, -1.0, 0.0, 0.0, 2.0]), x) +
       10 * np.searchsorted(np.array([-1, 0, 0, 2]), x, side="right"), FI, nan=True),
     C("digitize", lambda x: np.digitize(x, [-1, 0, 0.5, 2]) + 10 * np.digitize(x, [2, 1, -1], right=True), FI),

@@ -113,6 +113,26 @@ def test_ufunc_out_casting_follows_numpy():
         spmd.jit(lambda x, o: np.add(x, 1.5, out=o), backend="numpy")(X, np.zeros((4, 4), np.int64))
 
 
+@pytest.mark.parametrize("f", [
+    lambda x: np.add(x, 0.4, dtype=np.int64, casting="unsafe"),      # the inputs truncated first
+    lambda x: np.multiply(x, 2.5, dtype=np.int32, casting="unsafe"),
+    lambda x: np.add(x.astype(np.int64) + 2 ** 24, 1, dtype=np.float32),   # rounds to float32, then adds
+    lambda x: np.sqrt(np.abs(x), dtype=np.float32),
+    lambda x: np.divmod(x, 1.5, dtype=np.float32),
+    lambda x: np.add(x, 1.5, dtype=np.float64),
+], ids=["add_int_unsafe", "mul_int32_unsafe", "add_f32", "sqrt_f32", "divmod_f32", "add_f64"])
+def test_ufunc_dtype_computes_in_the_loop_dtype(f):
+    # numpy casts the inputs to dtype='s loop and computes there, not in the promoted dtype
+    check(f, X)
+
+
+def test_ufunc_dtype_casting_raises_as_numpy():
+    with pytest.raises(TypeError, match="same_kind"):
+        spmd.jit(lambda x: np.add(x, 1, dtype=np.int8), backend="numpy")(X)
+    with eager_mode(), pytest.raises(TypeError, match="same_kind"):
+        np.add(put(X), 1, dtype=np.int8)
+
+
 def test_copyto_onto_itself_and_its_views():
     def f(x):
         np.copyto(x, x * 2, where=x > 2)
@@ -120,6 +140,34 @@ def test_copyto_onto_itself_and_its_views():
         np.copyto(x[1:], x[:-1], where=x[1:] > 5)
         return x
     check(f, X)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.concatenate([x, x], dtype=np.int64, casting="unsafe"),
+    lambda x: np.concatenate([x, x.astype(np.int32)], axis=1, dtype=np.float32),
+    lambda x: np.stack([x, 2 * x], axis=1, dtype=np.float32),
+    lambda x: np.stack([x, x], axis=-1, dtype=np.int32, casting="unsafe"),
+    lambda x: np.hstack([x, x], dtype=np.int64, casting="unsafe"),
+    lambda x: np.vstack([x, x], dtype=np.float32),
+], ids=["concat_unsafe", "concat_f32", "stack_f32", "stack_unsafe", "hstack_unsafe", "vstack_f32"])
+def test_concatenate_and_stack_take_dtype_and_casting(f):
+    check(f, X)
+
+
+def test_concatenate_and_stack_into_out_and_casting_errors():
+    def f(x, o, p):
+        np.concatenate([x, x], axis=0, out=o, casting="unsafe")
+        np.stack([x, x], axis=1, out=p)
+        return o, p
+    check(f, X, np.zeros((8, 4), np.int64), np.zeros((4, 2, 4)))
+    for g in (lambda x: np.concatenate([x, x], dtype=np.int64), lambda x: np.stack([x, x], dtype=np.int32),
+              lambda x: np.hstack([x, x], dtype=np.int64)):
+        with pytest.raises(TypeError, match="same_kind"):
+            g(X)
+        with pytest.raises(TypeError, match=r"same_kind.*test_out_and_where\.py:\d+"):
+            spmd.jit(g, backend="numpy")(X)
+        with eager_mode(), pytest.raises(TypeError, match="same_kind"):
+            g(put(X))
 
 
 def test_sort_and_partition_in_place():

@@ -23,6 +23,8 @@ VIEWS = {
     "T": lambda x: x.T, "mT": lambda x: x[None].mT, "reshape": lambda x: x.reshape(3, 10),
     "ravel": np.ravel, "real_of_flip": lambda x: np.flip(x, 0).real, "imag_T": lambda x: x.T.imag,
     "flip_of_real": lambda x: np.flipud(x.real), "split": lambda x: np.hsplit(x, 3)[1],
+    "reshape_copy_false": lambda x: x.reshape(3, 10, copy=False),
+    "np.reshape_copy_false": lambda x: np.reshape(x, (10, 3), copy=False),
 }
 # numpy's read-only views: they show writes into the base; writing one raises
 READ_ONLY = {
@@ -114,6 +116,25 @@ def test_read_only_views_read_through_and_refuse_writes(name, mode):
         raising(READ_ONLY[name])(base())          # numpy's own error
     with pytest.raises(ValueError, match=r"assignment destination is read-only.*test_views\.py:\d+"):
         run(raising(READ_ONLY[name]))(base())
+
+
+@pytest.mark.parametrize("mode", ["jit", "eager"])
+def test_reshape_copy_true_copies_and_copy_false_raises_where_numpy_copies(mode):
+    """numpy 2.1's reshape(..., copy=): copy=True is a new array (a write into it stays
+    there), copy=False raises numpy's ValueError where only a copy can give the shape."""
+    run = (lambda f: _jit(f, ((2,), (0,)))) if mode == "jit" else (lambda f: _eager(f, ((2,), (0,))))
+
+    def f(x):
+        c, d = np.reshape(x, (3, 10), copy=True), x.reshape(10, 3, copy=True)
+        c[0] = 0
+        d[1] = 1
+        return x, c, d
+    check(f, run, base())
+    for g in (lambda x: np.reshape(x.T, 30, copy=False), lambda x: x.T.reshape(30, copy=False)):
+        with pytest.raises(ValueError, match="Unable to avoid creating a copy"):
+            g(base())
+        with pytest.raises(ValueError, match=r"Unable to avoid creating a copy.*test_views\.py:\d+"):
+            run(g)(base())
 
 
 def test_broadcast_arrays_are_read_only_views():

@@ -81,7 +81,8 @@ def argwhere(a):
     x = core.asarray(a)
     if x.ndim == 0:
         x = shapes.reshape(x, (1,))
-        return shapes.reshape(padded.argwhere(x, size=count_from_data(x)), (-1, 0))
+        # numpy: (1, 0) where the value is nonzero, (0, 0) where not
+        return indexing.getitem(padded.argwhere(x, size=count_from_data(x)), (slice(None), slice(0, 0)))
     t = x._tr
     mask = x if x.dtype.kind == "b" else ew.not_equal(x, x.dtype.type(0))
     positions = shapes.stack([Tracer(t.emit(IOTA, shape=tuple(x.shape), dtype="int64", dimension=d), t)

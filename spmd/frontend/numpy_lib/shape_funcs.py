@@ -71,17 +71,17 @@ def atleast_3d(x):
 
 
 # ---------------------------------------------------------------------------- stacking
-def _cat(xs, axis, dtype=None, casting=None):
-    return shapes.concatenate(xs, axis, dtype=dtype)
+def _cat(xs, axis, dtype=None, casting="same_kind"):
+    return shapes.concatenate(xs, axis, dtype=dtype, casting=casting)
 
 
 def hstack(tup, *, dtype=None, casting="same_kind"):
     xs = [atleast_1d(x) for x in _arrays(tup)]
-    return _cat(xs, 0 if xs[0].ndim == 1 else 1, dtype)
+    return _cat(xs, 0 if xs[0].ndim == 1 else 1, dtype, casting)
 
 
 def vstack(tup, *, dtype=None, casting="same_kind"):
-    return _cat([atleast_2d(x) for x in _arrays(tup)], 0, dtype)
+    return _cat([atleast_2d(x) for x in _arrays(tup)], 0, dtype, casting)
 
 
 def dstack(tup):

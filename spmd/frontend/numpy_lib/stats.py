@@ -436,8 +436,10 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
         d2 = ew.multiply(d, d)
     s = red.sum(d2, axis, keepdims=keepdims)
     cnt = ew.subtract(_nan_count(x, nan, axis, keepdims, s.value.dtype), float(ddof))
-    cnt = ew.where(ew.less_equal(cnt, 0), core.zeros_like(cnt), cnt)
-    r = ew.true_divide(s, cnt)
+    # numpy's nanvar: NaN where ddof leaves no degrees of freedom (np.var divides by 0 there)
+    bad = ew.less_equal(cnt, 0)
+    r = ew.true_divide(s, ew.where(bad, core.ones_like(cnt), cnt))
+    r = ew.where(bad, core.full_like(r, np.nan), r)
     return core.astype(r, dt) if r.value.dtype != dt else r
 
 
