@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import TraceError, user_loc
 from ..ir.ops.names import ARGSORT, GATHER, SCATTER
-from . import core, masked, shapes
+from . import core, index_bounds, masked, shapes
 from .masked import same_value
 from . import elementwise as ew
 from . import reductions as red
@@ -197,11 +197,13 @@ def _window(kind, k, n, d):
 
 def _dynamic_window(x, shape, dyn):
     """The ("dyn", (starts, sizes)) step: a window of 1 at each traced integer (negative
-    ones counted from the end; clamped, as traced indices cannot raise)."""
+    ones counted from the end; out of range, numpy's IndexError after the run:
+    index_bounds.py)."""
     starts = [core.asarray(0, "int64", x._tr).value] * len(shape)
     sizes = list(shape)
     for dim, k in dyn:
         i = core.astype(k, "int64")
+        index_bounds.check(i, shape[dim], dim)
         starts[dim] = ew.where(ew.less(i, 0), ew.add(i, shape[dim]), i).value
         sizes[dim] = 1
     return "dyn", (tuple(starts), tuple(sizes))
@@ -244,6 +246,7 @@ def _flat_index(y, pos, adv):
     for (kind, k), n, p in zip(adv, sizes, pos):
         if isinstance(k, Tracer):
             k = core.astype(k, "int64")
+            index_bounds.check(k, n, p)
             idx.append(ew.where(ew.less(k, 0), ew.add(k, n), k))
         else:
             k = np.asarray(k, dtype=np.int64)

@@ -17,7 +17,7 @@ from ..ir.ops.names import CUMULATIVE, IOTA, REDUCE
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
-from . import shapes
+from . import shapes, value_bounds
 
 
 def _keep(x, r, axes, keepdims):
@@ -297,7 +297,7 @@ def _arg(x, axis, keepdims, pick):
     r = min(ew.where(hit, idx, big), ax, keepdims=keepdims)
     if keepdims and len(shape) != r.ndim:
         r = shapes.reshape(r, (1,) * len(shape))
-    return r
+    return value_bounds.known(r, 0, x.shape[ax] - 1)       # (every lane has a hit: never `big`)
 
 
 @core.takes_out

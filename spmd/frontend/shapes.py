@@ -15,6 +15,7 @@ from ..ir.ops.names import CONCATENATE, GATHER, RESHAPE, TRANSPOSE
 from . import core
 from . import elementwise as ew
 from . import functionalize as fz
+from . import index_bounds
 from . import views
 from .trace import Hint, Tracer
 
@@ -159,8 +160,8 @@ def tile(x, reps):
 
 
 def take(x, indices, axis=None, out=None, mode=None):
-    """np.take. Indices known at trace time are checked like numpy's; traced indices
-    cannot raise, so out-of-range ones clamp (mode="raise" behaves as "clip")."""
+    """np.take. Indices known at trace time are checked like numpy's; traced ones out of
+    range raise numpy's IndexError after the run (index_bounds.py)."""
     x = core.asarray(x)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
@@ -196,6 +197,7 @@ def take(x, indices, axis=None, out=None, mode=None):
     if mode == "wrap":
         idx = ew.mod(idx, n)
     elif mode != "clip":
+        index_bounds.check(idx, n, axis)
         idx = ew.where(ew.less(idx, 0), ew.add(idx, n), idx)   # numpy's negative indices
     return core.emit(x._tr, GATHER, x, idx, axis=axis)
 

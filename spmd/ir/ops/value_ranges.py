@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .names import (ABS, ADD, AND, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, CONVERT, DIVIDE,
+from .names import (ABS, ADD, AND, ARGSORT, BROADCAST_IN_DIM, COMPARE, CONCATENATE, CONSTANT, CONVERT, DIVIDE,
                     DYNAMIC_SLICE, GATHER, IOTA, MAXIMUM, MINIMUM, MULTIPLY, NEGATE, OPTIMIZATION_BARRIER,
                     REDUCE, REMAINDER, RESHAPE, REVERSE, ROLL, SELECT, SHARDING_CONSTRAINT, SHIFT_RIGHT, SLICE,
                     SUBTRACT, TRANSPOSE)
@@ -85,6 +85,8 @@ def _range(v, ranges, depth):
         return 0, max(op.attrs["shape"][op.attrs["dimension"]] - 1, 0)
     if name == COMPARE:
         return 0, 1
+    if name == ARGSORT:             # a permutation of the positions along its axis
+        return 0, max(ins[0].shape[op.attrs["axis"]] - 1, 0)
     if name in _MOVES or (name == CONVERT and (_is_int(ins[0]) or str(ins[0].dtype) == "bool")):
         return r(ins[0])
     if name == CONCATENATE:
