@@ -10,9 +10,10 @@ import numpy as np
 from ..errors import ShapeError, user_loc
 from ..ir import dtypes
 from ..ir.ops.registry import splat
+from ..ir.ops.value_ranges import int_range
 from ..ir.ops.names import (
     ABS, ADD, AND, ATAN2, BITCAST, COMPARE, CONJ, COS, DIVIDE, EXP, FLOOR, IMAG, LOG, LOG1P, LOGISTIC,
-    MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
+    MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REDUCE, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
     SHIFT_RIGHT, SIGN, SIN, SQRT, SUBTRACT, TANH, XOR
 )
 from . import core, value_bounds
@@ -106,9 +107,18 @@ remainder = mod
 
 
 def _no_negative_int_exponent(x, y):
-    """numpy raises for an integer power with a negative integer exponent; where the
-    exponent is known when tracing, so does spmd (a traced one is the data's: not checked)."""
-    if isinstance(y, Tracer) or not dtypes.is_int(core.result_dtype(x, y)):
+    """numpy raises for an integer power with a negative integer exponent: spmd too, as
+    it traces where the exponent is known then, else after the run (core.error_at_run;
+    inside a loop body or a branch a traced one is not checked)."""
+    if not dtypes.is_int(core.result_dtype(x, y)):
+        return
+    if isinstance(y, Tracer):
+        lo = int_range(y.value, y._tr.ranges)[0] if y.dtype.kind == "i" else 0
+        if lo is None or lo < 0:
+            neg = less(y, 0)
+            if neg.ndim:
+                neg = core.emit(neg._tr, REDUCE, neg, kind="max", axes=tuple(range(neg.ndim)))
+            core.error_at_run(neg, ValueError, "Integers to negative integer powers are not allowed.")
         return
     e = np.asarray(y)
     if e.dtype.kind in "iu" and e.size and (e < 0).any():

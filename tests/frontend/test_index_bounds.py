@@ -74,3 +74,18 @@ def test_inside_a_loop_body_an_index_clamps_as_documented():
     def f(x, i):
         return spmd.fori_loop(0, 2, lambda k, acc: acc + x[i], np.zeros(1))
     np.testing.assert_array_equal(np.asarray(spmd.jit(f)(np.arange(4.0), np.array([9]))), [6.0])
+
+
+def test_choose_out_of_range_raises_numpys_value_error():
+    c = [np.arange(6.0), -np.arange(6.0), np.ones(6)]
+    f = spmd.jit(lambda i: np.choose(i, c))
+    ok = np.array([0, 1, 2, 0, 1, 2])
+    np.testing.assert_array_equal(np.asarray(f(ok)), np.choose(ok, c))
+    for bad in (np.array([0, 3, 2, 0, 1, 2]), np.array([0, -1, 2, 0, 1, 2])):
+        with pytest.raises(ValueError, match="invalid entry in choice array"):
+            np.choose(bad, c)
+        with pytest.raises(ValueError, match=r"invalid entry in choice array.*test_index_bounds\.py:\d+"):
+            f(bad)
+    np.testing.assert_array_equal(np.asarray(spmd.jit(lambda i: np.choose(i, c, mode="clip"))(bad)),
+                                  np.choose(bad, c, mode="clip"))
+    assert spmd.jit(lambda i: np.choose(i % 3, c)).lower(ok).errors == []

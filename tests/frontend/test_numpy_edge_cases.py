@@ -684,3 +684,16 @@ def test_integer_to_a_negative_integer_power_raises_as_numpy(f):
         with pytest.raises(ValueError, match="negative integer powers"):
             f(spmd.device_put(x, MESH4.sharding("x")))
     _same(spmd.jit(lambda v: v ** 2 + (v * 1.0) ** -1)(x), x ** 2 + (x * 1.0) ** -1, "positive and float powers")
+
+
+def test_integer_to_a_traced_negative_integer_power_raises_after_the_run():
+    """an exponent of the data: the program computes whether any is negative and jit
+    raises numpy's ValueError after the run, naming the line; exponents the trace bounds
+    at 0 or above (d % 3) carry no check."""
+    x = np.arange(1, 9)
+    f = spmd.jit(lambda v, d: v ** d)
+    _same(f(x, np.arange(8) % 3), x ** (np.arange(8) % 3), "non-negative exponents")
+    with pytest.raises(ValueError, match=r"negative integer powers.*test_numpy_edge_cases\.py:\d+"):
+        f(x, np.arange(8) - 1)
+    assert spmd.jit(lambda v, d: v ** (d % 3)).lower(x, x).errors == []
+    assert spmd.jit(lambda v, d: (v * 1.0) ** d).lower(x, x).errors == []

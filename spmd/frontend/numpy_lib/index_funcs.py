@@ -14,7 +14,9 @@ import operator
 import numpy as np
 
 from ...errors import user_loc
+from ...ir.ops.value_ranges import int_range
 from .. import core, indexing, shapes
+from .. import reductions as red
 from .. import elementwise as ew
 from ..trace import Tracer
 from .stats import argsort
@@ -101,8 +103,8 @@ def lexsort(keys, axis=-1):
 
 
 def choose(a, choices, out=None, mode="raise"):
-    """np.choose: choices[a] elementwise, all broadcast together. A traced a cannot raise
-    for an index out of range: mode="raise" then behaves as "clip"."""
+    """np.choose: choices[a] elementwise, all broadcast together. mode="raise" with a
+    traced a out of range raises numpy's ValueError after the run (core.error_at_run)."""
     if isinstance(choices, Tracer):
         cs = [indexing.getitem(choices, i) for i in range(choices.shape[0])]
     else:
@@ -121,6 +123,12 @@ def choose(a, choices, out=None, mode="raise"):
     if mode == "wrap":
         idx = ew.mod(idx, np.int64(n))
     elif mode in ("clip", "raise"):
+        if mode == "raise":
+            # numpy's ValueError, after the run where the choices are of the data
+            lo, hi = int_range(idx.value, idx._tr.ranges)
+            if lo is None or hi is None or lo < 0 or hi >= n:
+                bad = ew.logical_or(ew.less(idx, 0), ew.greater_equal(idx, n))
+                core.error_at_run(red.any(bad), ValueError, "invalid entry in choice array")
         idx = ew.clip(idx, np.int64(0), np.int64(n - 1))
     else:
         raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (np.choose at {user_loc()})")
