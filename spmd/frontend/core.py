@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import ShapeError, TraceError, user_loc
 from ..ir import dtypes, get_op
-from ..ir.ops.names import BROADCAST_IN_DIM, CONCATENATE, CONVERT, RESHAPE
+from ..ir.ops.names import BROADCAST_IN_DIM, CONCATENATE, CONVERT, REDUCE, RESHAPE
 from . import int_arguments, views
 from .trace import Hint, Tracer, current_trace, resolve
 
@@ -146,6 +146,13 @@ def error_at_run(cond, exc, message) -> bool:
         return False
     t.graph.errors.append((cond.value, exc, f"{message} (at {user_loc()})"))
     return True
+
+
+def error_at_run_if_any(bad, exc, message) -> bool:
+    """error_at_run where any element of the traced bool array `bad` holds."""
+    if bad.ndim:
+        bad = emit(bad._tr, REDUCE, bad, kind="max", axes=tuple(range(bad.ndim)))
+    return error_at_run(bad, exc, message)
 
 
 def asarray(x, dtype=None, t=None) -> Tracer:

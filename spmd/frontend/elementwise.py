@@ -13,7 +13,7 @@ from ..ir.ops.registry import splat
 from ..ir.ops.value_ranges import int_range
 from ..ir.ops.names import (
     ABS, ADD, AND, ATAN2, BITCAST, COMPARE, CONJ, COS, DIVIDE, EXP, FLOOR, IMAG, LOG, LOG1P, LOGISTIC,
-    MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REDUCE, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
+    MAXIMUM, MINIMUM, MULTIPLY, NEGATE, NOT, OR, POWER, REAL, REMAINDER, RSQRT, SELECT, SHIFT_LEFT,
     SHIFT_RIGHT, SIGN, SIN, SQRT, SUBTRACT, TANH, XOR
 )
 from . import core, value_bounds
@@ -115,10 +115,7 @@ def _no_negative_int_exponent(x, y):
     if isinstance(y, Tracer):
         lo = int_range(y.value, y._tr.ranges)[0] if y.dtype.kind == "i" else 0
         if lo is None or lo < 0:
-            neg = less(y, 0)
-            if neg.ndim:
-                neg = core.emit(neg._tr, REDUCE, neg, kind="max", axes=tuple(range(neg.ndim)))
-            core.error_at_run(neg, ValueError, "Integers to negative integer powers are not allowed.")
+            core.error_at_run_if_any(less(y, 0), ValueError, "Integers to negative integer powers are not allowed.")
         return
     e = np.asarray(y)
     if e.dtype.kind in "iu" and e.size and (e < 0).any():
