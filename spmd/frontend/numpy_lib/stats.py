@@ -323,6 +323,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     xw = core.astype(x, dt)
     w = core.astype(w, dt)
     scl = red.sum(w, axis, keepdims=keepdims)
+    core.error_at_run_if_any(ew.equal(scl, 0), ZeroDivisionError, "Weights sum to zero, can't be normalized")
     avg = ew.true_divide(red.sum(ew.multiply(xw, w), axis, keepdims=keepdims), scl)
     if returned:
         return avg, core.broadcast_to(scl, avg.shape)

@@ -1,7 +1,8 @@
-"""numpy raises IndexError for an index outside its axis; a traced index (an argument, a
-value of the data) raises it too, after the run, naming the line (frontend/index_bounds.py),
-where it used to clamp silently. Indices the trace bounds (argmax, argsort, k % n, clip)
-carry no check."""
+"""numpy's errors that depend on the data, raised after the run, naming the line
+(core.error_at_run), where spmd computed numbers silently: a traced index outside its
+axis (IndexError, frontend/index_bounds.py; indices the trace bounds -- argmax, argsort,
+k % n, clip -- carry no check), np.choose out of range, np.average of weights summing
+to zero."""
 import numpy as np
 import pytest
 
@@ -51,7 +52,7 @@ def test_a_traced_index_out_of_range_raises_numpys_index_error(name, mesh):
         bad = _axis_of(name, bad)
         with pytest.raises(IndexError):
             f(x, bad)
-        with pytest.raises(IndexError, match=r"out of bounds for axis \d with size \d.*test_index_bounds\.py:\d+"):
+        with pytest.raises(IndexError, match=r"out of bounds for axis \d with size \d.*test_raised_after_the_run\.py:\d+"):
             jf(x, bad)
     np.testing.assert_array_equal(np.asarray(jf(x, i)), f(x, i))          # and runs on after
 
@@ -84,8 +85,16 @@ def test_choose_out_of_range_raises_numpys_value_error():
     for bad in (np.array([0, 3, 2, 0, 1, 2]), np.array([0, -1, 2, 0, 1, 2])):
         with pytest.raises(ValueError, match="invalid entry in choice array"):
             np.choose(bad, c)
-        with pytest.raises(ValueError, match=r"invalid entry in choice array.*test_index_bounds\.py:\d+"):
+        with pytest.raises(ValueError, match=r"invalid entry in choice array.*test_raised_after_the_run\.py:\d+"):
             f(bad)
     np.testing.assert_array_equal(np.asarray(spmd.jit(lambda i: np.choose(i, c, mode="clip"))(bad)),
                                   np.choose(bad, c, mode="clip"))
     assert spmd.jit(lambda i: np.choose(i % 3, c)).lower(ok).errors == []
+
+
+def test_average_of_weights_summing_to_zero_raises_numpys_zero_division_error():
+    x = np.arange(6.0).reshape(2, 3)
+    f = spmd.jit(lambda x, w: np.average(x, axis=1, weights=w))
+    np.testing.assert_allclose(np.asarray(f(x, np.array([1.0, 2.0, 3.0]))), np.average(x, 1, [1.0, 2.0, 3.0]))
+    with pytest.raises(ZeroDivisionError, match=r"Weights sum to zero.*test_raised_after_the_run\.py:\d+"):
+        f(x, np.array([1.0, -1.0, 0.0]))
