@@ -8,7 +8,6 @@ the user's file:line.
 """
 from __future__ import annotations
 
-import builtins
 import os
 import sys
 import threading
@@ -224,25 +223,26 @@ class Tracer:
             f"elementwise choices, or run the function eagerly (without jit) on spmd.Arrays.", loc)
 
     def __float__(self):
-        if self._returned_only("float"):
+        if self._returned_only():
             return 0.0          # (never seen: the program gives the value; returned_scalars.py)
         return float(np.asarray(self._concrete("float()")))
 
     def __int__(self):
-        if self._returned_only("int"):
+        if self._returned_only():
             return 0
         return int(np.asarray(self._concrete("int()")))
 
-    def _returned_only(self, name) -> bool:
-        """Is this float() / int() the traced function's return value (or an element of its
-        returned tuple), which nothing else sees? Then it is recorded as an output to convert."""
+    def _returned_only(self) -> bool:
+        """Is this conversion (float(x), int(x), x.item(), np.float32(x)) the traced
+        function's return value (or an element of its returned tuple), which nothing else
+        sees? Then it is recorded as an output to convert after the run."""
         t = self._tr
         if t.entry_codes is None or self.size != 1 or current_trace() is not t:
             return False
-        pos = returned_position(sys._getframe(2), name, t.entry_codes)
-        if pos is None:
+        got = returned_position(sys._getframe(2), t.entry_codes)
+        if got is None:
             return False
-        t.returned_scalars.append((pos, self, getattr(builtins, name)))
+        t.returned_scalars.append((got[0], self, got[1]))
         return True
 
     def __complex__(self):
@@ -255,6 +255,8 @@ class Tracer:
         return int(np.asarray(self._concrete("use as an index")))
 
     def __array__(self, dtype=None, copy=None):
+        if self._returned_only():             # return np.float32(x): numpy's scalar types call this
+            return np.zeros((), dtype or self.dtype)
         loc = user_loc()
         if _storing_into_numpy():
             _raise_store_into_numpy(self, loc)
@@ -273,6 +275,8 @@ class Tracer:
         return np.asarray(self._concrete("tolist()")).tolist()
 
     def item(self, *args):
+        if not args and self._returned_only():
+            return 0 if self.dtype.kind in "biu" else 0.0
         return np.asarray(self._concrete("item()" if not args else f"item{args}")).item(*args)
 
     def __hash__(self):

@@ -1,7 +1,8 @@
 """`return float(x), ...` (frontend/returned_scalars.py): a Python number made from a traced
 value only to be returned is an output of the one compiled program (no graph break), turned
-into numpy's Python float / int after the run; every other use of float() / int() keeps
-its graph break, with numpy's values."""
+into numpy's Python float / int after the run, and so are `x.item()` and numpy's scalar
+types (`np.float32(x)`: numpy's scalar of that type); every other use keeps its graph
+break, with numpy's values."""
 import warnings
 
 import numpy as np
@@ -44,6 +45,25 @@ def test_a_returned_float_is_an_output_of_one_program(n, seed):
     assert type(r) is float and r == pytest.approx(returns_one(x), rel=1e-12)
 
 
+def returns_items_and_numpy_scalars(x):
+    y = x * 2
+    return y.sum().item(), np.float32(y.mean()), y, np.int32(x.max()), np.float64(x.min()), (x > 0).all().item()
+
+
+def test_item_and_numpy_scalar_types_returned_are_outputs_of_one_program():
+    x = np.random.default_rng(1).standard_normal(6)
+    f = spmd.jit(returns_items_and_numpy_scalars, fallback=False)
+    for arg in (x, x + 1, x * 3):
+        got, want = f(arg), returns_items_and_numpy_scalars(arg)
+        for g, w in zip(got, want):
+            assert type(g) is type(w), (type(g), type(w))
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def items_in_arithmetic(x):
+    return x.sum().item() + 1.0, np.float32(x.sum()) * 2
+
+
 def assigned_first(x):
     s = float(x.sum())
     return s, x
@@ -83,7 +103,7 @@ def finally_returns_another(x):
 
 
 @pytest.mark.parametrize("f", [assigned_first, used_in_arithmetic, in_a_list, through_a_helper, in_a_branch,
-                               finally_returns_another])
+                               finally_returns_another, items_in_arithmetic])
 def test_any_other_use_keeps_the_graph_break_with_numpys_value(f):
     x = np.arange(5.0) - 1
     got, breaks = run(f, x)
