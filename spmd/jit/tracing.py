@@ -3,6 +3,8 @@
 it left it (`graph.np_random_state`)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import TraceError
 from ..frontend import core
 from ..frontend import functionalize as fz
@@ -64,15 +66,16 @@ PYTHON_TYPES = {"bool": bool, "int64": int, "float64": float, "complex128": comp
 def _python_numbers(out_leaves, scalars):
     """Results that are Python numbers under numpy (a constant the function returns, weak
     tracers: a Python number argument, Python's operators on them, a loop's Python number
-    carried by loop_conversion.py): {result leaf position: its Python type}."""
+    carried by loop_conversion.py), or numpy scalars it made: {result leaf position: its
+    type}."""
     out = {}
     for i, leaf in enumerate(out_leaves):
         if i in scalars:
             continue
         if isinstance(leaf, Tracer) and leaf.weak and leaf.ndim == 0 and leaf.value.dtype in PYTHON_TYPES:
             out[i] = PYTHON_TYPES[leaf.value.dtype]
-        elif type(leaf) in PYTHON_TYPES.values():
-            out[i] = type(leaf)
+        elif type(leaf) in PYTHON_TYPES.values() or isinstance(leaf, (np.bool_, np.number)):
+            out[i] = type(leaf)             # (a numpy scalar the function made: numpy's scalar)
     return out
 
 

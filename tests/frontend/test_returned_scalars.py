@@ -137,3 +137,12 @@ def test_a_returned_python_constant_is_numpys_python_number(mesh):
         got, want = spmd.jit(f, static_argnums=(1,), **kw)(x, n), f(x, n)
         np.testing.assert_array_equal(np.asarray(got[0]), want[0])
         assert [(type(g), g) for g in got[1:]] == [(type(w), w) for w in want[1:]]
+
+
+def test_a_numpy_scalar_the_function_made_is_numpys_scalar():
+    def f(w):
+        s = np.float32(w.sum())             # a graph break: not only returned
+        return w, s, np.int64(3), np.float64(2.5), np.bool_(True)
+    got, want = run(f, np.arange(4.0))[0], f(np.arange(4.0))
+    assert [type(g) for g in got[1:]] == [type(v) for v in want[1:]]
+    assert list(got[1:]) == list(want[1:])
