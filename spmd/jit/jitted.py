@@ -134,6 +134,19 @@ class Jitted:
         from ..sharding.jit_shardings import resolve_shardings
         mesh, in_sh, out_sh = resolve_shardings(self.given, args, leaves, graph, out_tree)
         graph.mesh = mesh
+        # the breaks' values, as this program computes them: a call runs the path whole and
+        # checks them (graph_breaks.Path)
+        checks = oracle.values if oracle is not None else []
+        for v in checks:
+            graph.outputs.append(v)
+            out_sh.append(Sharding(mesh, (None,) * len(v.shape)) if mesh is not None else None)
+            out_sh.names.append("a graph break's value")
+        # errors Python would raise (core.error_at_run): flags checked after each run. Both
+        # are outputs before spmd.AUTO's search, which then plans the program that runs
+        for v, _, _ in graph.errors:
+            graph.outputs.append(v)
+            out_sh.append(Sharding(mesh, ()) if mesh is not None else None)
+            out_sh.names.append("an error's condition")
         auto, done, hints = None, None, None
         if any(is_auto(s) for s in list(in_sh) + list(out_sh)):
             auto, done = choose_auto(graph, mesh, in_sh, out_sh, in_tree, out_tree, self.network, self.memory_limit,
@@ -144,18 +157,6 @@ class Jitted:
                 tried.append(auto.keys.get(auto.chosen))
             hints = auto.hints
         n_out = len(graph.outputs)
-        # the breaks' values, as this program computes them: a call runs the path whole and
-        # checks them (graph_breaks.Path)
-        checks = oracle.values if oracle is not None else []
-        for v in checks:
-            graph.outputs.append(v)
-            out_sh.append(Sharding(mesh, (None,) * len(v.shape)) if mesh is not None else None)
-            out_sh.names.append("a graph break's value")
-        # errors Python would raise (core.error_at_run): flags checked after each run
-        for v, _, _ in graph.errors:
-            graph.outputs.append(v)
-            out_sh.append(Sharding(mesh, ()) if mesh is not None else None)
-            out_sh.names.append("an error's condition")
         # written arguments are extra outputs, laid out as they came in
         for k, v in graph.updates:
             graph.outputs.append(v)

@@ -86,8 +86,7 @@ class Lowered:
         from ..tree import tree_unflatten
         from .plan_text import PlanShardings
         ins = tree_unflatten(self.in_tree, self.in_shardings[:self.in_tree.num_leaves])
-        n_out = len(self.out_shardings) - len(self.updates)
-        outs = tree_unflatten(self.out_tree, self.out_shardings[:n_out])
+        outs = tree_unflatten(self.out_tree, self.out_shardings[:self.out_tree.num_leaves])
         return PlanShardings(ins, outs)
 
     def cost(self, network=None, machine=None):
