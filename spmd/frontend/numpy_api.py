@@ -208,6 +208,8 @@ API = (
     ("nanstd",        ST.nanstd,                      (F,),      ()),
     ("nanmax",        ST.nanmax,                      (F,),      ()),
     ("nanmin",        ST.nanmin,                      (F,),      ()),
+    ("nanargmax",     ST.nanargmax,                   (F,),      ()),
+    ("nanargmin",     ST.nanargmin,                   (F,),      ()),
     ("ptp",           ST.ptp,                         (F,),      ()),
     ("count_nonzero", ST.count_nonzero,               (F,),      ()),
     ("searchsorted",  ST.searchsorted,                (F, M),    ()),

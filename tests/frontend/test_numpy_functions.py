@@ -229,6 +229,9 @@ CASES = [
     C("nanmax_nanmin", lambda x: np.nanmax(x, -1) - np.nanmin(x, -1), FI, local=(0,), nan=True,
       shapes=((5, 6), (7,))),
     C("nanmax_allnan", lambda x: np.nanmax(x * np.nan, axis=0), F, local=(1,), shapes=((5, 6),)),
+    # NaN is skipped (the first row stays a number: an all-NaN slice is numpy's ValueError)
+    C("nanargmax_nanargmin", lambda x: np.nanargmax(np.where((x > 1) & (np.arange(5)[:, None] > 0), np.nan, x), 0) +
+      10 * np.nanargmin(np.where((x < -1) & (np.arange(6) > 0), np.nan, x), axis=1, keepdims=True).ravel()[:1], F, local=(), shapes=((5, 6),)),
     C("nanstd_nanvar", lambda x: np.nanstd(x, 0) + np.nanvar(x, 0, ddof=1), FI, local=(1,), nan=False),
     # numpy's nanvar is NaN where ddof >= the count of numbers (np.var divides by 0: inf)
     C("nanvar_ddof_past_count", lambda x: np.nanvar(np.where(x > 0.5, np.nan, x), 0, ddof=3) +

@@ -98,3 +98,13 @@ def test_average_of_weights_summing_to_zero_raises_numpys_zero_division_error():
     np.testing.assert_allclose(np.asarray(f(x, np.array([1.0, 2.0, 3.0]))), np.average(x, 1, [1.0, 2.0, 3.0]))
     with pytest.raises(ZeroDivisionError, match=r"Weights sum to zero.*test_raised_after_the_run\.py:\d+"):
         f(x, np.array([1.0, -1.0, 0.0]))
+
+
+def test_nanargmax_of_an_all_nan_slice_raises_numpys_value_error():
+    x = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, -np.inf]])
+    f = spmd.jit(lambda x: np.nanargmax(x, axis=1))
+    np.testing.assert_array_equal(np.asarray(f(x[:, [0, 2, 1]])), np.nanargmax(x[:, [0, 2, 1]], axis=1))
+    with pytest.raises(ValueError, match="All-NaN slice"):
+        np.nanargmax(x, axis=0)
+    with pytest.raises(ValueError, match=r"All-NaN slice.*test_raised_after_the_run\.py:\d+"):
+        spmd.jit(lambda x: np.nanargmin(x, axis=0))(x)

@@ -472,6 +472,29 @@ def nanmin(a, axis=None, out=None, keepdims=False, **kw):
     return r if out is None else red.into(out, r, "nanmin")
 
 
+def _nan_arg(a, axis, out, keepdims, name):
+    """numpy's nanargmax / nanargmin: NaN taken as -inf / inf, and its ValueError for an
+    all-NaN slice after the run (core.error_at_run; inside a loop body or a branch the
+    slice's first position)."""
+    pick, fill = (red.argmax, -np.inf) if name == "nanargmax" else (red.argmin, np.inf)
+    x, nan = _nan_prep(a)
+    if nan is not None:
+        x = ew.where(nan, core.full_like(x, fill), x)
+        core.error_at_run_if_any(red.all(nan, axis), ValueError, "All-NaN slice encountered")
+    r = pick(x, axis, keepdims=keepdims)
+    return r if out is None else red.into(out, r, name)
+
+
+@core.takes_out
+def nanargmax(a, axis=None, out=None, *, keepdims=False):
+    return _nan_arg(a, axis, out, keepdims, "nanargmax")
+
+
+@core.takes_out
+def nanargmin(a, axis=None, out=None, *, keepdims=False):
+    return _nan_arg(a, axis, out, keepdims, "nanargmin")
+
+
 @core.takes_out
 def ptp(a, axis=None, out=None, keepdims=False):
     x = core.asarray(a)
