@@ -239,6 +239,8 @@ API = (
     ("ravel_multi_index", IF.ravel_multi_index,       (F,),      ()),
     ("lexsort",       IF.lexsort,                     (F,),      ()),
     ("choose",        IF.choose,                      (F, M),    ()),
+    ("triu_indices_from", IF.triu_indices_from,       (F,),      ()),
+    ("tril_indices_from", IF.tril_indices_from,       (F,),      ()),
     ("delete",        IF.delete,                      (F,),      ()),
     ("resize",        IF.resize,                      (F,),      ()),
     ("piecewise",     IF.piecewise,                   (F,),      ()),

@@ -229,6 +229,8 @@ CASES = [
     C("nanmax_nanmin", lambda x: np.nanmax(x, -1) - np.nanmin(x, -1), FI, local=(0,), nan=True,
       shapes=((5, 6), (7,))),
     C("nanmax_allnan", lambda x: np.nanmax(x * np.nan, axis=0), F, local=(1,), shapes=((5, 6),)),
+    C("triu_tril_indices_from", lambda x: np.concatenate([x[np.triu_indices_from(x)], x[np.tril_indices_from(x, k=-1)],
+                                                          x[np.triu_indices_from(x, 2)]]), F, local=(), shapes=((5, 6), (4, 4))),
     # NaN is skipped (the first row stays a number: an all-NaN slice is numpy's ValueError)
     C("nanargmax_nanargmin", lambda x: np.nanargmax(np.where((x > 1) & (np.arange(5)[:, None] > 0), np.nan, x), 0) +
       10 * np.nanargmin(np.where((x < -1) & (np.arange(6) > 0), np.nan, x), axis=1, keepdims=True).ravel()[:1], F, local=(), shapes=((5, 6),)),

@@ -101,6 +101,21 @@ def lexsort(keys, axis=-1):
     return order
 
 
+def _indices_from(which):
+    def f(arr, k=0):
+        """np.triu_indices_from / tril_indices_from: numpy's positions for arr's shape (the
+        shape is all they read, known while tracing)."""
+        if arr.ndim != 2:
+            raise ValueError(f"input array must be 2-d (np.{which}_from at {user_loc()})")
+        return getattr(np, which)(arr.shape[-2], k=k, m=arr.shape[-1])
+    f.__name__ = f"{which}_from"
+    return f
+
+
+triu_indices_from = _indices_from("triu_indices")
+tril_indices_from = _indices_from("tril_indices")
+
+
 def choose(a, choices, out=None, mode="raise"):
     """np.choose: choices[a] elementwise, all broadcast together. mode="raise" with a
     traced a out of range raises numpy's ValueError after the run (core.error_at_run)."""
