@@ -79,6 +79,37 @@ def test_runs_are_independent_after_a_failure():
         assert all(out[d][0][0] == 3 for d in range(3))
 
 
+def test_a_rank_whose_results_cannot_be_read_fails_the_run_and_the_next_runs():
+    """A rank's program that returns something that is not a sequence of outputs fails on
+    its worker after the program returned: that is the run's error, reported, never a
+    caller left waiting for the rank (its report went missing, and the run hung)."""
+    rt = LocalRuntime()
+    mesh = Mesh((2,), ("x",))
+
+    def odd(inputs, comm):
+        return 7 if comm.rank == 1 else [inputs[0]]
+
+    with pytest.raises(TypeError, match="not iterable"):
+        rt.run(odd, mesh, {d: [np.ones(1)] for d in range(2)})
+    out = rt.run(lambda i, c: [c.all_reduce(i[0], ("x",))], mesh, {d: [np.ones(1)] for d in range(2)})
+    assert all(out[d][0][0] == 2 for d in range(2))
+
+
+def test_a_rank_that_never_reports_is_an_error_naming_it():
+    """Were a rank's task lost (its worker idle, nothing queued, no report), the run raises
+    an error naming the rank within seconds instead of waiting for it forever."""
+    rt = LocalRuntime()
+    mesh = Mesh((2,), ("x",))
+    rt.run(lambda i, c: [i[0]], mesh, {d: [np.ones(1)] for d in range(2)})
+    dropped = rt._workers[1]
+    dropped.tasks.put = lambda task: None          # the task handed to rank 1 vanishes
+    with pytest.raises(SpmdError, match=r"rank\(s\) \[1\] of .* never reported a result: their device thread is idle"):
+        rt.run(lambda i, c: [i[0]], mesh, {d: [np.ones(1) * 2] for d in range(2)})
+    assert 1 not in rt._workers or rt._workers[1] is not dropped      # retired: a new worker serves rank 1
+    out = rt.run(lambda i, c: [c.all_reduce(i[0], ("x",))], mesh, {d: [np.ones(1)] for d in range(2)})
+    assert all(out[d][0][0] == 2 for d in range(2))
+
+
 # ----------------------------------------------------------------------- init
 def test_init_and_process_queries(fresh_runtime, monkeypatch):
     monkeypatch.delenv("SPMD_BACKEND", raising=False)

@@ -16,7 +16,9 @@ Errors: the first rank to raise aborts the world (the others, waiting in collect
 wake and fail at once); `run` re-raises that first exception with its rank in the
 message (SpmdError) and as a note (any exception), after giving the other ranks a
 moment to stop. A rank stuck outside any collective is left behind (its worker is
-retired, a fresh one replaces it) rather than making the caller hang.
+retired, a fresh one replaces it) rather than making the caller hang. Every task ends
+with its rank's report, whatever fails after the program; were a report still lost (the
+rank's worker gone, or idle with nothing queued), the run raises an error naming the rank.
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ GRACE_SECONDS = 0.25
 # how often the caller's wait wakes: a signal (Ctrl-C, a SIGTERM handler) is handled by
 # the main thread only, and only between bytecodes, so it must never block for good
 POLL_SECONDS = 0.1
+# a pending rank whose worker sits idle this many polls in a row is lost (LocalRuntime._lost)
+LOST_POLLS = 20
 # a program that exchanges nothing and makes at most this many bytes a rank runs its
 # ranks one after another on the calling thread: handing each to its worker thread and
 # waiting for them costs more (tens of microseconds a rank) than the work itself
@@ -170,25 +174,41 @@ class LocalRuntime(Runtime):
         def task(device):
             def body():
                 try:
-                    out = program(list(args[device]), world.communicator(device))
+                    out, ok = list(program(list(args[device]), world.communicator(device))), True
                 except BaseException as e:   # noqa: BLE001 - reported to the caller below
-                    world.abort(device, e)
-                    done.put((device, False, e))
-                else:
-                    world.finish(device)
-                    done.put((device, True, list(out)))
+                    out, ok = e, False
+                try:
+                    if ok:
+                        world.finish(device)
+                    else:
+                        world.abort(device, out)
+                except BaseException as e:   # noqa: BLE001 - the rank's failure, still reported
+                    out, ok = e, False
+                # every task ends with its report: a rank whose report went missing would
+                # leave the caller waiting for it with every thread idle
+                done.put((device, ok, out))
             return body
 
+        workers = {d: self._worker(d) for d in devices}
         for d in devices:
-            self._worker(d).tasks.put(task(d))
+            workers[d].tasks.put(task(d))
         results, errors = {}, []
         pending = set(devices)
+        idle = {}                        # pending device -> polls its worker has sat idle
         try:
             while pending:
                 try:
                     d, ok, val = done.get(timeout=GRACE_SECONDS if errors else POLL_SECONDS)
                 except queue.Empty:
                     if errors:
+                        break
+                    lost = self._lost(workers, pending, idle)
+                    if lost:
+                        errors.append((lost[0], SpmdError(
+                            f"local runtime: rank(s) {lost} of {mesh.text()} never reported a result: their "
+                            f"device thread is {'idle' if workers[lost[0]].is_alive() else 'gone'} "
+                            f"(an internal error of spmd; please report it)")))
+                        world.abort(lost[0], errors[-1][1])
                         break
                     continue
                 pending.discard(d)
@@ -208,6 +228,25 @@ class LocalRuntime(Runtime):
             raise _first_error(world, errors)
         self._keep_clean(key, world)
         return results
+
+    @staticmethod
+    def _lost(workers, pending, idle) -> list:
+        """The pending devices whose worker thread ended, or has sat idle (no task queued,
+        none running) for LOST_POLLS polls of an empty report queue: their report can no
+        longer come. A worker between taking its task and starting it looks idle for an
+        instant, hence the many polls."""
+        lost = []
+        for d in sorted(pending):
+            w = workers[d]
+            if not w.is_alive():
+                lost.append(d)
+            elif w.busy or not w.tasks.empty():
+                idle.pop(d, None)
+            else:
+                idle[d] = idle.get(d, 0) + 1
+                if idle[d] >= LOST_POLLS:
+                    lost.append(d)
+        return lost
 
     def _run_here(self, program, world, key, args, devices):
         """The ranks of a small program that exchanges nothing, one after another on the
