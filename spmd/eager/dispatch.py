@@ -13,11 +13,12 @@ full reduction) is local on every backend.
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
 
-from ..frontend import core, flat, functionalize as fz, numpy_api as npx, random_guard, shapes
+from ..frontend import flat, functionalize as fz, numpy_api as npx, random_guard, shapes
 from ..frontend import elementwise as ew
 from ..frontend import reductions as red
 from ..frontend.trace import Tracer, current_trace
@@ -71,6 +72,14 @@ _TRACED_METHODS = {"reduce": npx.UFUNC_REDUCE, "accumulate": npx.UFUNC_ACCUMULAT
                    "reduceat": npx.UFUNC_REDUCE}
 
 
+@functools.cache
+def _in_loop(name):
+    """The builder of np.<name>(*xs, dtype=, casting=): as traced, in numpy's loop dtype
+    (one per ufunc)."""
+    ufunc = getattr(np, name)
+    return lambda *xs, **k: npx.dispatch_ufunc(ufunc, "__call__", xs, k)
+
+
 def _ufunc(ufunc, method, inputs, kwargs):
     name = ufunc.__name__
     if method == "__call__" and name in npx.UFUNCS:
@@ -81,8 +90,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
         if dtype is None and casting == "same_kind":
             return run("ufunc", name, npx.UFUNCS[name], _scalars_dynamic(name, inputs))
         # numpy computes in the dtype= loop, the inputs cast to it under casting= (as traced)
-        return run("ufunc_dtype", name, lambda *xs, **k: npx.dispatch_ufunc(ufunc, method, xs, k),
-                   _scalars_dynamic(name, inputs),
+        return run("ufunc_dtype", name, _in_loop(name), _scalars_dynamic(name, inputs),
                    {"dtype": None if dtype is None else np.dtype(dtype), "casting": casting})
     if method == "at" and isinstance(inputs[0], Array):
         # as traced: ufunc.at writes its first argument (indices checked here, as numpy does)

@@ -113,9 +113,7 @@ def _no_negative_int_exponent(x, y):
     if not dtypes.is_int(core.result_dtype(x, y)):
         return
     if isinstance(y, Tracer):
-        lo = int_range(y.value, y._tr.ranges)[0] if y.dtype.kind == "i" else 0
-        if lo is None or lo < 0:
-            core.error_at_run_if_any(less(y, 0), ValueError, "Integers to negative integer powers are not allowed.")
+        error_if_outside(y, 0, None, ValueError, "Integers to negative integer powers are not allowed.")
         return
     e = np.asarray(y)
     if e.dtype.kind in "iu" and e.size and (e < 0).any():
@@ -271,6 +269,19 @@ def _bitwise(name):
 
 
 logical_and, logical_or, logical_xor = _logical(AND), _logical(OR), _logical(XOR)
+
+
+def error_if_outside(k, lo, hi, exc, message):
+    """numpy's `exc` where any element of the traced integer k falls outside [lo, hi)
+    (`hi` None: no upper end), raised after the run (core.error_at_run). Nothing is
+    checked, and nothing costs, where the trace already bounds k within (value_ranges)."""
+    have_lo, have_hi = int_range(k.value, k._tr.ranges)
+    if have_lo is None and k.dtype.kind in "ub":
+        have_lo = 0
+    if have_lo is not None and have_lo >= lo and (hi is None or (have_hi is not None and have_hi < hi)):
+        return
+    bad = less(k, lo) if hi is None else logical_or(less(k, lo), greater_equal(k, hi))
+    core.error_at_run_if_any(bad, exc, message)
 
 
 bitwise_and, bitwise_or, bitwise_xor = _bitwise(AND), _bitwise(OR), _bitwise(XOR)

@@ -8,16 +8,10 @@ cost. Inside a loop body or a branch, which run many times or not at all, nothin
 raised: there an index out of range clamps to the axis."""
 from __future__ import annotations
 
-from ..ir.ops.value_ranges import int_range
-from . import core
 from . import elementwise as ew
 
 
 def check(k, n, axis):
     """Record numpy's IndexError for any element of the traced integer k outside [-n, n)."""
-    lo, hi = int_range(k.value, k._tr.ranges)
-    if lo is not None and hi is not None and -n <= lo and hi < n:
-        return
-    core.error_at_run_if_any(ew.logical_or(ew.less(k, -n), ew.greater_equal(k, n)), IndexError,
-                             f"an index is out of bounds for axis {axis} with size {n} "
-                             f"(a traced index, checked as the program ran)")
+    ew.error_if_outside(k, -n, n, IndexError, f"an index is out of bounds for axis {axis} with size {n} "
+                                              f"(a traced index, checked as the program ran)")

@@ -137,13 +137,14 @@ def _exp2_table() -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _exp2_declarations() -> tuple:
-    """The module's two constant tables of _exp2_table, as LLVM global definitions: made
-    once (every float64 exp a kernel emits, and each dry run of one, declares them)."""
+def _declarations(prefix, names, make) -> tuple:
+    """The constant double tables `make()` returns, one per name, as LLVM global
+    definitions @<prefix>_<name>: made once (every kernel emitting the function that reads
+    them, and each dry run of one, declares them)."""
     def values(part):
         return ", ".join(f"double {literal(v, 'float64')}" for v in part)
-    return tuple(f"@spmd_exp2_128_{name} = private unnamed_addr constant [128 x double] [{values(part)}]"
-                 for name, part in zip(("hi", "lo"), _exp2_table()))
+    return tuple(f"@{prefix}_{name} = private unnamed_addr constant [{len(part)} x double] [{values(part)}]"
+                 for name, part in zip(names, make()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,14 +178,6 @@ def _log_table() -> tuple:
             hi.append(float(v))
             lo.append(float(v - decimal.Decimal(hi[-1])))
         return tuple(invc), tuple(hi), tuple(lo)
-
-
-@functools.lru_cache(maxsize=None)
-def _log_declarations() -> tuple:
-    def values(part):
-        return ", ".join(f"double {literal(v, 'float64')}" for v in part)
-    return tuple(f"@spmd_log_128_{name} = private unnamed_addr constant [128 x double] [{values(part)}]"
-                 for name, part in zip(("invc", "hi", "lo"), _log_table()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -264,9 +257,6 @@ class ScalarBuilder:
     def select(self, p, x, y):
         t = LL[x.dtype]
         return self._op(f"select i1 {p.name}, {t} {x.name}, {t} {y.name}", x.dtype)
-
-    def bitcast(self, x, dtype):
-        return self._op(f"bitcast {LL[x.dtype]} {x.name} to {LL[dtype]}", dtype)
 
     # -- arithmetic ---------------------------------------------------------------------
     def add(self, x, y):
@@ -498,7 +488,7 @@ class ScalarBuilder:
     def _exp64_parts(self, x):
         """(k, hi, lo, p) with exp(x) = 2^k (hi + lo) (1 + p), for finite x in exp's range."""
         f, i = "float64", "int64"
-        for line in _exp2_declarations():
+        for line in _declarations("spmd_exp2_128", ("hi", "lo"), _exp2_table):
             self.declare(line)
         kd = self.floor(self.fma(x, self.const(128 / np.log(2.0), f), self.const(0.5, f)))
         r = self.fma(kd, self.const(-_ln2_128()[0], f), x)
@@ -554,7 +544,7 @@ class ScalarBuilder:
         # near 1; else 0.56), vector code (gathers for the table) where libm's log is a
         # call an element (6x numpy's). Needs the fused multiply-add.
         f, i = "float64", "int64"
-        for line in _log_declarations():
+        for line in _declarations("spmd_log_128", ("invc", "hi", "lo"), _log_table):
             self.declare(line)
         tiny = self.fcmp("olt", x, self.const(2.2250738585072014e-308, f))
         xs = self.select(tiny, self.mul(x, self.const(2.0 ** 52, f)), x)

@@ -14,7 +14,6 @@ import operator
 import numpy as np
 
 from ...errors import user_loc
-from ...ir.ops.value_ranges import int_range
 from .. import core, indexing, shapes
 from .. import elementwise as ew
 from ..trace import Tracer
@@ -139,10 +138,7 @@ def choose(a, choices, out=None, mode="raise"):
     elif mode in ("clip", "raise"):
         if mode == "raise":
             # numpy's ValueError, after the run where the choices are of the data
-            lo, hi = int_range(idx.value, idx._tr.ranges)
-            if lo is None or hi is None or lo < 0 or hi >= n:
-                core.error_at_run_if_any(ew.logical_or(ew.less(idx, 0), ew.greater_equal(idx, n)), ValueError,
-                                         "invalid entry in choice array")
+            ew.error_if_outside(idx, 0, n, ValueError, "invalid entry in choice array")
         idx = ew.clip(idx, np.int64(0), np.int64(n - 1))
     else:
         raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (np.choose at {user_loc()})")
