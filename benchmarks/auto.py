@@ -5,7 +5,8 @@ stencils of benchmarks/stencil_programs.py (Jacobi, nine-point, 3-D heat, diffus
 the cavity step; by hand: 2-D blocks), CG.
 
 Per plan: the measured step time (median of `--runs`, the plans' runs interleaved, each
-plan first in turn, in one process on the same inputs), bytes per step (lowered.report()), the model's
+plan first in turn, in one process on the same inputs; a run is a step after an untimed
+one of the same plan, as a training loop's steps follow each other), bytes per step (lowered.report()), the model's
 prediction (lowered.cost(); `--rates fresh`, the default: with the rates measured in this
 process, as `spmd doctor --calibrate` measures them, just before and just after each
 program's timed runs, averaged: the machine is shared, and rates stored earlier were
@@ -229,6 +230,9 @@ def averaged(a, b):
                                   slowdown=mean(la.slowdown, lb.slowdown)))
 
 
+WARM_STEPS = 1
+
+
 def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None, devices_per_process=4):
     """`fn`: the step, or (the step AUTO and the baseline run, the hand plan's step).
     `memory_limit`: AUTO's (then the rows hold the planned and measured peaks)."""
@@ -264,6 +268,11 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
     many = spmd.process_count() > 1
     for i in range(runs):                  # interleaved: the plans see the same load
         for p in order[i % len(order):] + order[:i % len(order)]:     # (each first in turn)
+            # a turn is WARM_STEPS untimed steps, then the timed one: a step as a training
+            # loop runs it, after one of its own. The first step after another plan's finds
+            # the cache holding that plan's arrays (3-D heat's 7 MB ones: 1.6x slower)
+            for _ in range(WARM_STEPS):
+                fns[p](*copy(inputs[p]))
             f, a = fns[p], copy(inputs[p])
             if many:
                 spmd.process_allgather(np.zeros(1))
