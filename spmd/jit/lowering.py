@@ -173,7 +173,12 @@ class Lowered:
         return frozenset(self.updates) - self.donated
 
     def replace_stage(self, name, graph):
-        """`graph` as stage `name` and the program that runs (compiled afresh)."""
+        """`graph` as stage `name` and the program that runs (compiled afresh); checked
+        as the pipeline's stages are (SPMD_VERIFY)."""
+        from ..compiler.pipeline import verifying
+        if verifying():
+            from ..ir.verify import verify
+            verify(graph, name)
         self.stages[name] = self.stages["optimized"] = graph
         self._exe = self._planned = None
 

@@ -11,7 +11,8 @@ from partition_util import random_program
 from spmd.backends import compile_graph
 from spmd.compiler.passes import rematerialize, regather
 from spmd.ir import Graph
-from spmd.ir.ops.names import ADD, ALL_GATHER, DOT_GENERAL, EXP, TANH
+from spmd.ir.ops.names import (ADD, ALL_GATHER, ALL_REDUCE_DONE, ALL_REDUCE_START, DOT_GENERAL, EXP,
+                                NOT, TANH)
 
 
 def _run(g, args, backend="numpy"):
@@ -55,6 +56,29 @@ def test_a_recomputed_value_frees_its_buffer_in_between():
     np.testing.assert_array_equal(_run(g, xs, "llvm")[0], _run(r, xs, "llvm")[0])
     from spmd.backends.llvm import compile_llvm
     assert compile_llvm(r).memory_profile().peak_bytes < compile_llvm(g).memory_profile().peak_bytes
+
+
+def test_a_started_collectives_halves_are_never_made_again():
+    """A done read late is held, never recomputed: made again, it would read a start made
+    again, and the first start would stay in flight, finished by no rank (the memory
+    limit's fit did this to train_gpt's error flag, and the next run on the mesh hung)."""
+    from spmd.compiler.passes.remat import Uses, chain
+    g = Graph()
+    g.mesh = spmd.Mesh((2,), ("data",))
+    x = g.add_input((64, 64), "float32")
+    flag = g.add_input((), "bool")
+    h = g.emit(ALL_REDUCE_START, flag, axes=("data",), reduction="max", group_size=2)
+    d = g.emit(ALL_REDUCE_DONE, h, flag, axes=("data",), reduction="max", group_size=2)
+    w = x
+    for _ in range(3):
+        w = g.emit(DOT_GENERAL, g.emit(TANH, w), x, lhs_batch=(), rhs_batch=(), lhs_contract=(1,),
+                   rhs_contract=(0,))
+    late = len(g.ops)
+    g.outputs = [w, g.emit(NOT, d)]
+    uses = Uses(g)
+    assert chain(d, late, uses) is None and chain(h, late, uses) is None
+    e = g.emit(EXP, x)          # (what is not a half still is made again)
+    assert chain(e, late, Uses(g)) == [e]
 
 
 # -- FSDP: parameters and optimizer state split over data ------------------------------------

@@ -110,6 +110,21 @@ def test_a_rank_that_never_reports_is_an_error_naming_it():
     assert all(out[d][0][0] == 2 for d in range(2))
 
 
+@pytest.mark.timeout(60)
+def test_a_start_no_rank_finished_does_not_stall_the_next_run_on_the_mesh():
+    """A run whose ranks start an all_reduce and return without waiting for it ends clean;
+    its world serves the next run on the mesh, whose ranks count their starts from 0 again.
+    The flight left behind must not be taken for the next run's first (it was: its count
+    of arrivals was already full, so the next run's first started all_reduce waited
+    forever)."""
+    rt = LocalRuntime()
+    mesh = Mesh((2,), ("x",))
+    rt.run(lambda i, c: [np.asarray(c.all_reduce_start(i[0], ("x",)))], mesh, {d: [np.ones(1)] for d in range(2)})
+    out = rt.run(lambda i, c: [c.wait(c.all_reduce_start(i[0] * (c.rank + 1), ("x",)))], mesh,
+                 {d: [np.ones(1)] for d in range(2)})
+    assert all(out[d][0][0] == 3 for d in range(2))
+
+
 # ----------------------------------------------------------------------- init
 def test_init_and_process_queries(fresh_runtime, monkeypatch):
     monkeypatch.delenv("SPMD_BACKEND", raising=False)

@@ -88,8 +88,11 @@ def cheap(op) -> bool:
 
 
 def recomputable(op) -> bool:
+    """Can `op` be emitted again? Not a half of a started collective (passes/
+    schedule_async.py): a done made again reads a start made again, and the first start
+    would be left in flight, finished by no one."""
     return op is not None and len(op.results) == 1 and not op.opdef.subgraphs and op.operands != () \
-        and op.opdef.identity_of is None
+        and op.opdef.identity_of is None and op.opdef.collective.phase is None
 
 
 class Uses:

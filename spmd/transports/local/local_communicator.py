@@ -133,6 +133,9 @@ class LocalWorld:
         self.cells[:] = 0
         for g in self._groups.values():
             g.board[:] = 0
+            # the ranks count their starts from 0 again: a flight a run left (a start no
+            # one finished) would be taken for the next run's first, and never complete
+            g.flights.clear()
         for c in self._comms.values():
             c.reset()
 
