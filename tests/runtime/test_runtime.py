@@ -125,6 +125,29 @@ def test_a_start_no_rank_finished_does_not_stall_the_next_run_on_the_mesh():
     assert all(out[d][0][0] == 3 for d in range(2))
 
 
+@pytest.mark.timeout(60)
+def test_ranks_that_wait_for_each_other_in_a_cycle_are_a_deadlock_error_not_a_hang(monkeypatch):
+    """On a 2x2 mesh, ranks 0 and 3 reduce over "a" then "b", ranks 1 and 2 over "b" then
+    "a": each waits for a rank that waits for another, in a cycle. The run raises an error
+    naming every rank's wait, and the next run on the mesh is clean."""
+    from spmd.errors import CollectiveError
+    from spmd.transports.local import local_runtime
+    monkeypatch.setattr(local_runtime, "DEADLOCK_SECONDS", 0.5)
+    rt = LocalRuntime()
+    mesh = Mesh((2, 2), ("a", "b"))
+
+    def crossed(inputs, comm):
+        first, second = (("a",), ("b",)) if comm.rank in (0, 3) else (("b",), ("a",))
+        x = comm.all_reduce(inputs[0], first)
+        return [comm.all_reduce(x, second)]
+
+    with pytest.raises(CollectiveError, match=r"a deadlock: .*rank 0 in all_reduce over \('a',\).*"
+                                              r"rank 1 in all_reduce over \('b',\)"):
+        rt.run(crossed, mesh, {d: [np.ones(1)] for d in range(4)})
+    out = rt.run(lambda i, c: [c.all_reduce(i[0], ("a", "b"))], mesh, {d: [np.ones(1)] for d in range(4)})
+    assert all(out[d][0][0] == 4 for d in range(4))
+
+
 # ----------------------------------------------------------------------- init
 def test_init_and_process_queries(fresh_runtime, monkeypatch):
     monkeypatch.delenv("SPMD_BACKEND", raising=False)

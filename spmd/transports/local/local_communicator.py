@@ -32,7 +32,10 @@ Failure, never a hang:
   collective fail at once: it skipped a collective the others called;
 - a rank that is still computing is waited for (threads of this process cannot die
   silently); with SPMD_COLLECTIVE_TIMEOUT set, the waiters raise CollectiveError naming
-  the missing rank(s) after that many seconds (communicator.collective_timeout()).
+  the missing rank(s) after that many seconds (communicator.collective_timeout());
+- every rank still running waiting in a rendezvous (none left to arrive: a deadlock) is
+  seen by the runtime, which aborts the world with an error naming each rank's wait
+  (`world.deadlocked`, LocalRuntime's DEADLOCK_SECONDS).
 
 Started all-reduces (`all_reduce_start` / `wait`) use the same group object but not its
 rendezvous: the k-th start of a group (every rank starts them in the same order) is a
@@ -73,6 +76,7 @@ The MPI and Ray communicators implement the same methods with the same semantics
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -98,6 +102,7 @@ class LocalWorld:
         self._groups = {}
         self.failed = None            # (rank, exception) of the first rank that failed
         self.finished = set()         # ranks whose program has returned
+        self.waits = {}               # rank -> (what, since when) while it waits in a rendezvous
         # the ranks run one after another on the caller's thread (LocalRuntime, a program
         # that exchanges nothing): a rendezvous that would wait raises instead (it never
         # completes), and the failed cell is set so a native wait stops at once
@@ -129,6 +134,7 @@ class LocalWorld:
         valid), their counts and cells at zero."""
         self.failed = None
         self.finished = set()
+        self.waits = {}
         self.solo = False
         self.cells[:] = 0
         for g in self._groups.values():
@@ -143,6 +149,16 @@ class LocalWorld:
         """This run's ranks go one after another on one thread (the `solo` attribute)."""
         self.solo = True
         self.cells[0] = 1
+
+    def deadlocked(self, ranks, seconds) -> dict:
+        """{rank: what it waits in} where each of `ranks` (those still running) has waited
+        in a rendezvous for over `seconds`: a rendezvous completes only when a rank arrives,
+        and none is left to arrive (a deadlock); else {}. A rank in native code or
+        computing is not waiting here, so a long computation is never taken for one."""
+        now, waits = time.monotonic(), dict(self.waits)
+        if ranks and all(r in waits and now - waits[r][1] > seconds for r in ranks):
+            return {r: waits[r][0] for r in sorted(ranks)}
+        return {}
 
     def group(self, devices: tuple) -> "Group":
         with self._lock:

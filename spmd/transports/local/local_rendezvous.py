@@ -60,6 +60,14 @@ class Group:
         missing() -> the devices not there yet."""
         w = self.world
         deadline = time.monotonic() + w.timeout
+        rank = self.devices[i]
+        w.waits[rank] = (what, time.monotonic())
+        try:
+            self._wait(ready, i, what, missing, w, deadline)
+        finally:
+            w.waits.pop(rank, None)
+
+    def _wait(self, ready, i, what, missing, w, deadline):
         while not ready():
             self.check_failed(i, what)
             if w.solo:

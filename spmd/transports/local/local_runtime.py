@@ -45,6 +45,8 @@ GRACE_SECONDS = 0.25
 POLL_SECONDS = 0.1
 # a pending rank whose worker sits idle this many polls in a row is lost (LocalRuntime._lost)
 LOST_POLLS = 20
+# every running rank waiting in a rendezvous this long is a deadlock (LocalWorld.deadlocked)
+DEADLOCK_SECONDS = 10.0
 # a program that exchanges nothing and makes at most this many bytes a rank runs its
 # ranks one after another on the calling thread: handing each to its worker thread and
 # waiting for them costs more (tens of microseconds a rank) than the work itself
@@ -210,6 +212,14 @@ class LocalRuntime(Runtime):
                             f"(an internal error of spmd; please report it)")))
                         world.abort(lost[0], errors[-1][1])
                         break
+                    stuck = world.deadlocked(pending, DEADLOCK_SECONDS)
+                    if stuck:
+                        # the others' reports (woken by the abort, they fail) follow
+                        errors.append((min(stuck), CollectiveError(
+                            "local runtime: a deadlock: every rank still running waits for another, and none "
+                            "is left to arrive (the ranks called collectives in different orders, or over "
+                            "different groups): " + "; ".join(f"rank {r} in {w}" for r, w in stuck.items()))))
+                        world.abort(*errors[-1])
                     continue
                 pending.discard(d)
                 if ok:
@@ -306,5 +316,5 @@ def _first_error(world, errors):
             and not exc.args[0].startswith(label):
         exc.args = (f"{label}: {exc.args[0]}",) + exc.args[1:]
     if hasattr(exc, "add_note"):
-        exc.add_note(f"spmd: raised on {label} of the local runtime ({len(errors)} rank(s) failed)")
+        exc.add_note(f"spmd: raised on {label} of the local runtime ({len({d for d, _ in errors})} rank(s) failed)")
     return exc
