@@ -61,30 +61,27 @@ class Group:
         w = self.world
         deadline = time.monotonic() + w.timeout
         rank = self.devices[i]
-        w.waits[rank] = (what, time.monotonic())
+        w.waits[rank] = (what, time.monotonic())     # (LocalWorld.deadlocked reads it)
         try:
-            self._wait(ready, i, what, missing, w, deadline)
+            while not ready():
+                self.check_failed(i, what)
+                if w.solo:
+                    # the ranks run one after another on one thread: the others cannot arrive
+                    raise CollectiveError(f"{what} on rank {rank}: the ranks ran one after another "
+                                          f"(the runtime judged the program to exchange nothing), but it waited "
+                                          f"for rank(s) {missing()}")
+                gone = sorted(set(missing()) & w.finished)
+                if gone:
+                    raise CollectiveError(f"{what} on rank {rank}: rank(s) {gone} finished the "
+                                          f"program without joining it (the ranks ran different programs)")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CollectiveError(f"{what} on rank {rank}: timed out after {w.timeout:g} s "
+                                          f"waiting for rank(s) {missing()} of group {list(self.devices)} "
+                                          f"(SPMD_COLLECTIVE_TIMEOUT)")
+                self.cond.wait(min(left, 1.0))
         finally:
             w.waits.pop(rank, None)
-
-    def _wait(self, ready, i, what, missing, w, deadline):
-        while not ready():
-            self.check_failed(i, what)
-            if w.solo:
-                # the ranks run one after another on one thread: the others cannot arrive
-                raise CollectiveError(f"{what} on rank {self.devices[i]}: the ranks ran one after another "
-                                      f"(the runtime judged the program to exchange nothing), but it waited "
-                                      f"for rank(s) {missing()}")
-            gone = sorted(set(missing()) & w.finished)
-            if gone:
-                raise CollectiveError(f"{what} on rank {self.devices[i]}: rank(s) {gone} finished the "
-                                      f"program without joining it (the ranks ran different programs)")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CollectiveError(f"{what} on rank {self.devices[i]}: timed out after {w.timeout:g} s "
-                                      f"waiting for rank(s) {missing()} of group {list(self.devices)} "
-                                      f"(SPMD_COLLECTIVE_TIMEOUT)")
-            self.cond.wait(min(left, 1.0))
 
     def check_failed(self, i, what):
         f = self.world.failed
