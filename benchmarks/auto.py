@@ -12,9 +12,9 @@ the host took more than STOLEN_LIMIT of the CPUs' time during a program's timed 
 with the least kept: on this kind of shared VM a burst of it made one program's steps
 2-3x slower while the rates measured just before and after did not see it), bytes per step (lowered.report()), the model's
 prediction (lowered.cost(); `--rates fresh`, the default: with the rates measured in this
-process, as `spmd doctor --calibrate` measures them, just before and just after each
-program's timed runs, averaged: the machine is shared, and rates stored earlier were
-taken under another load; `--rates
+process, as `spmd doctor --calibrate` measures them, before, halfway through and after
+each program's timed runs, each rate the median of the three (median_rates): the machine
+is shared, and rates stored earlier were taken under another load; `--rates
 stored`: the stored ones, else defaults) and its ratio to the measured time (`/meas`:
 to the median; `/fast`: to the runs' fast end, calibrate.fast(), the statistic the
 rates are taken with: what the machine does when other work leaves it alone), the
@@ -39,7 +39,7 @@ while the others, four on two cores, waited for a core (half of what the step ta
 them all). An exchange after the step would time them all too, but costs a millisecond
 itself on that host (MPI's waits sleep there). The prediction uses the stored
 machine rates (`spmd doctor --calibrate`) and, with `--rates fresh`, the MPI link
-measured just before and just after each program's timed runs, averaged (as `mpiexec
+measured before, halfway through and after each program's timed runs, the median (as `mpiexec
 -n 4 python -m spmd.jit.calibrate` measures it: a link stored under another load was
 off by 2x on the stencils' write-back gathers); `--rates stored`: the stored one
 (MPI's, which spmd.AUTO plans with too; where it was not measured, the local
@@ -206,40 +206,30 @@ def fresh_mpi_link():
                                      slowdown=w.get("slowdown", 1.0)))
 
 
-RATES = ("flops", "bandwidth", "cache_bandwidth")      # (per second: the rest are seconds or bytes)
-
-
-def averaged(a, b):
-    """The mean of two (Machine, Network) measurements, field by field: of the seconds
-    per unit of a rate (a rate's harmonic mean), so that one measurement a burst of load
-    made absurdly fast (a difference of two timings that came out near 0) does not take
-    the mean with it."""
+def median_rates(samples):
+    """Field by field, the median of (Machine, Network) measurements (a field any sample
+    lacks: None): the one sample in three that a burst of load on a shared host threw
+    off (a product's element, the difference of two timings, came out 0.00 ns in one
+    and 4.67 ns in another of the same run; a MiB of results 172 us and 688 us) does
+    not move it, as it moved a mean of two."""
     import dataclasses
-    from spmd.sharding.cost_model import Link, Network
+    from spmd.sharding.cost_model import Network
 
-    def mean(x, y):
-        return None if x is None or y is None else (x + y) / 2
-
-    def rate(x, y):
-        return None if x is None or y is None else 2 / (1 / x + 1 / y)
-    m = None if a[0] is None else dataclasses.replace(
-        a[0], **{f.name: (rate if f.name in RATES else mean)(getattr(a[0], f.name), getattr(b[0], f.name))
-                 for f in dataclasses.fields(a[0])})
-    la, lb = a[1].within, b[1].within
-    return m, Network(within=Link(latency=mean(la.latency, lb.latency), bandwidth=rate(la.bandwidth, lb.bandwidth),
-                                  rendezvous=mean(la.rendezvous, lb.rendezvous), handoff=mean(la.handoff, lb.handoff),
-                                  solo_bytes=la.solo_bytes,
-                                  gather_bandwidth=rate(la.gather_bandwidth, lb.gather_bandwidth)
-                                  if la.gather_bandwidth and lb.gather_bandwidth else 0.0,
-                                  slowdown=mean(la.slowdown, lb.slowdown)))
+    def median(objs):
+        values = {f.name: [getattr(o, f.name) for o in objs] for f in dataclasses.fields(objs[0])}
+        return dataclasses.replace(objs[0], **{k: None if None in v else float(np.median(v))
+                                               for k, v in values.items()})
+    machines = [m for m, _ in samples]
+    return (None if None in machines else median(machines)), Network(within=median([n.within for _, n in samples]))
 
 
-def timed_steps(fns, inputs, runs) -> dict:
-    """plan -> the seconds of its `runs` timed steps, the plans' steps interleaved."""
+def timed_steps(fns, inputs, runs, first=0) -> dict:
+    """plan -> the seconds of its `runs` timed steps, the plans' steps interleaved (the
+    i-th run's turns begin with plan (first + i) mod the plans)."""
     starts, ends = {p: [] for p in fns}, {p: [] for p in fns}
     order = list(fns)
     many = spmd.process_count() > 1
-    for i in range(runs):                  # interleaved: the plans see the same load
+    for i in range(first, first + runs):   # interleaved: the plans see the same load
         for p in order[i % len(order):] + order[:i % len(order)]:     # (each first in turn)
             # a turn is WARM_STEPS untimed steps, then the timed one: a step as a training
             # loop runs it, after one of its own. The first step after another plan's finds
@@ -279,6 +269,9 @@ def share_stolen(before, after):
 
 
 WARM_STEPS = 1
+# the rates an attempt measures (--rates fresh): before its timed steps, between their
+# chunks (RATE_SAMPLES - 1 of them), and after; each field taken as the samples' median
+RATE_SAMPLES = 3
 # a program's timed steps during which other guests of the host took more than this share
 # of the CPUs are measured again, up to RETRIES times; the attempt with the least is kept
 STOLEN_LIMIT = 0.10
@@ -316,14 +309,22 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
     inputs = {p: copy(args) for p in plans}
     attempts = []
     for _ in range(1 + RETRIES):
-        before = rates() if rates is not None else None
         stolen0 = stolen_ticks()
-        times = timed_steps(fns, inputs, runs)
+        times, samples = {p: [] for p in plans}, []
+        chunks = RATE_SAMPLES - 1 if rates is not None else 1
+        for c in range(chunks):          # (a rate sample before each chunk of the steps, and after)
+            if rates is not None:
+                samples.append(rates())
+            done = len(next(iter(times.values())))
+            for p, t in timed_steps(fns, inputs, runs * (c + 1) // chunks - done, first=done).items():
+                times[p] += t
+        if rates is not None:
+            samples.append(rates())
         stolen = share_stolen(stolen0, stolen_ticks())
         if spmd.process_count() > 1:      # (every process decides alike: the most any saw)
             stolen = float(np.max(spmd.process_allgather(np.asarray([-1.0 if stolen is None else stolen]))))
             stolen = None if stolen < 0 else stolen
-        got = averaged(before, rates()) if rates is not None else (None, None)
+        got = median_rates(samples) if rates is not None else (None, None)
         attempts.append((stolen or 0.0, times, got))
         if stolen is None or stolen <= STOLEN_LIMIT:
             break

@@ -26,7 +26,7 @@ import hashlib
 
 import numpy as np
 
-from ..errors import ReshardWarning, TraceError, is_internal, user_loc, warn_at
+from ..errors import ReshardWarning, TraceError, user_loc, warn_at
 from ..frontend import core, indexing
 from ..frontend import functionalize as fz
 from ..frontend.trace import Tracer

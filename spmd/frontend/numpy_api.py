@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import user_loc
-from ..ir.dtypes import DTYPES
 from . import contractions, core, flat, indexing, masked, shapes
 from . import elementwise as ew
 from . import functionalize as fz

@@ -86,15 +86,15 @@ def numpy_arguments_seconds(low, machine, network=None) -> float:
     processes = _processes()
     copy = 2.0 / machine.bandwidth
     t = 0.0
-    for k, nbytes in sorted(low.numpy_args.items()):
+    for k, size in sorted(low.numpy_args.items()):
         v = ins[k]
         itemsize = np.dtype(v.dtype).itemsize
         copies = private_copy_bytes(v.shape, itemsize, v.sharding, devices) if k in private else 0.0
         if processes == 1:
-            t += machine.numpy_argument_seconds(nbytes, k in low.updates, copies)
+            t += machine.numpy_argument_seconds(size, k in low.updates, copies)
         else:
             mine = private_copy_bytes(v.shape, itemsize, v.sharding, 1) * _shards_held(v.sharding, low.mesh)
-            t += machine.placing + (mine + copies + (nbytes if k in low.updates else 0.0)) * copy
+            t += machine.placing + (mine + copies + (size if k in low.updates else 0.0)) * copy
         if k in low.updates and processes > 1 and network is not None:
             got = gathered_back_bytes(v.shape, itemsize, v.sharding, low.mesh.size, devices)
             if got > 0:

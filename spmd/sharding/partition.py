@@ -39,8 +39,6 @@ from __future__ import annotations
 import math
 import dataclasses
 
-import numpy as np
-
 from ..errors import ShardingError, where
 from ..ir import Graph
 from ..ir.graph import Aval

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost_model import bucketed_values, collective_seconds, is_product, product_elements, rounds
+from ..cost_model import Machine, bucketed_values, collective_seconds, is_product, product_elements, rounds
 from ...ir.ops.registry import op_flops
 from ..kernel_traffic import KernelTraffic
 from ..report import collective_ops
@@ -165,7 +165,7 @@ def handoff_seconds(graph, mesh, network, unknown_trips=1) -> float:
     return 0.0
 
 
-def meeting_machine(graph, machine, network) -> "Machine":
+def meeting_machine(graph, machine, network) -> Machine:
     """The machine a run of `graph` meets: where it exchanges (a collective anywhere),
     Machine.crowded by its link's slowdown (ranks that are processes meet at its
     collectives, and with more of them than cores one that waits there polls on a core
