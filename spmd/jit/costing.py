@@ -44,7 +44,7 @@ def predict(low, network=None, machine=None) -> Cost:
     out["args_seconds"] = 0.0 if mesh is None else numpy_arguments_seconds(low, m if _processes() == 1 else given, n)
     out["outputs_seconds"] = outputs_seconds(g, m)
     out["seconds"] += out["args_seconds"] + out["outputs_seconds"]
-    out["collectives"] = collective_rows(g, mesh, n) if mesh is not None else []
+    out["collectives"] = collective_rows(g, mesh, n, m) if mesh is not None else []
     out["peak_bytes"] = low.memory()["peak_bytes"]
     out.update(machine=given, network=n, source=source)
     return out

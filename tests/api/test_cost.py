@@ -445,6 +445,25 @@ def test_every_collective_pays_the_links_rendezvous_once_a_call():
         == pytest.approx(2e-3)
 
 
+def test_a_collective_called_from_python_pays_for_lining_up_its_blocks():
+    """Where a link's ranks call collectives from Python (Link.rendezvous: MPI's), a
+    gather along a dim other than the first copies the received blocks into its result
+    (read and written once) at the machine's rates; along the first dim, or where the
+    ranks meet in native code, nothing is copied and nothing more is paid."""
+    from spmd.sharding.auto.program_cost import comm_seconds
+    machine = Machine(bandwidth=4e9, cache_bytes=0.0)
+    python, native = Link(latency=1e-6, bandwidth=1e9, rendezvous=1e-4), Link(latency=1e-6, bandwidth=1e9)
+    whole = MESH.sharding(None, None)
+    for split, dim in ((MESH.sharding(None, "data"), 1), (MESH.sharding("data", None), 0)):
+        f = spmd.jit(lambda x: spmd.shard(x * 2.0, whole) + 1.0, in_shardings=(split,))
+        g = f.lower(np.ones((64, 32), np.float32)).graph
+        gathers = [op for op in g.ops if op.name == "all_gather"]
+        assert [op.attrs["dimension"] for op in gathers] == [dim]
+        extra = comm_seconds(g, MESH, Network(within=python), machine=machine) - comm_seconds(g, MESH, Network(within=python))
+        assert extra == pytest.approx(2 * 64 * 32 * 4 / 4e9 if dim else 0.0)
+        assert comm_seconds(g, MESH, Network(within=native), machine=machine) == comm_seconds(g, MESH, Network(within=native))
+
+
 def test_a_links_slowdown_slows_the_work_of_a_program_that_exchanges_alone():
     """Link.slowdown (MPI's processes, measured where kernels run between collectives):
     a program with a collective pays its element-ops, bytes, kernels' fixed costs and

@@ -101,9 +101,29 @@ def _loop_runs(graph, unknown_trips, runs=1, out=None) -> dict:
     return out
 
 
-def collective_rows(graph, mesh, network) -> list:
+def repacked_bytes(op) -> float:
+    """Bytes a rank copies to line up a collective's blocks where it calls the collective
+    from Python (MPI's communicator): the library takes each member's block as one
+    contiguous run, so a gather along a dim other than the first concatenates the
+    received blocks into the result, and a scatter or an all-to-all's split along one
+    copies the operand into blocks; each such copy reads and writes its buffer once."""
+    a = op.attrs
+    x, r = op.operands[0], op.results[0]
+    size = lambda v: float(v.size) * np.dtype(v.dtype).itemsize    # noqa: E731
+    if op.name == "all_gather":
+        return 2.0 * size(r) if a["dimension"] != 0 else 0.0
+    if op.name == "reduce_scatter":
+        return 2.0 * size(x) if a["dimension"] != 0 else 0.0
+    if op.name == "all_to_all":
+        return 2.0 * ((size(x) if a["split_dimension"] != 0 else 0.0) + (size(r) if a["concat_dimension"] != 0 else 0.0))
+    return 0.0
+
+
+def collective_rows(graph, mesh, network, machine=None) -> list:
     """Each collective of the program: op, axes, group_size, bytes (the larger buffer),
-    runs, and its seconds per run on its link."""
+    runs, and its seconds per run on its link; with `machine`, where its link's ranks
+    call it from Python (Link.rendezvous), its blocks' copies (repacked_bytes) at the
+    machine's rates besides."""
     rows = []
     for op, _, _, runs in collective_ops(graph):
         kind = op.opdef.collective.async_of or op.name
@@ -114,17 +134,20 @@ def collective_rows(graph, mesh, network) -> list:
         axes = tuple(op.attrs["axes"])
         share = _RECEIVED.get(kind, lambda g: 1.0)(g)
         link = network.link(mesh, axes)
+        copied = repacked_bytes(op) if machine is not None and link.rendezvous > 0.0 else 0.0
         rows.append({"op": kind, "axes": axes, "group_size": g, "bytes": int(nbytes), "runs": runs,
-                     "seconds": collective_seconds(kind, share * nbytes, g, link),
+                     "seconds": collective_seconds(kind, share * nbytes, g, link)
+                     + (copied / machine.bandwidth_for(copied) if copied > 0.0 else 0.0),
                      "latency": rounds(kind, g) * link.latency, "loc": op.loc, "result": op.results[0]})
     return rows
 
 
-def comm_seconds(graph, mesh, network, buckets=False, unknown_trips=1) -> float:
+def comm_seconds(graph, mesh, network, buckets=False, unknown_trips=1, machine=None) -> float:
     """`buckets`: the program's all-reduces are not combined yet (a partitioned program,
     before the compiler's passes): those of values only fused ops read on
-    (cost_model.bucketed_values) pay one latency per mesh axes, as combine's buckets will."""
-    rows = collective_rows(graph, mesh, network)
+    (cost_model.bucketed_values) pay one latency per mesh axes, as combine's buckets will.
+    `machine`: as collective_rows'."""
+    rows = collective_rows(graph, mesh, network, machine)
     late = bucketed_values(graph) if buckets else set()
     inside = _loop_runs(graph, unknown_trips) if unknown_trips != 1 else {}
     t, paid = 0.0, set()
@@ -185,6 +208,6 @@ def program_seconds(graph, mesh, machine, network, buckets=False, unknown_trips=
     caller: handoff_seconds.)"""
     machine = meeting_machine(graph, machine, network)
     c = compute_seconds(graph, machine, unknown_trips=unknown_trips)
-    m = comm_seconds(graph, mesh, network, buckets, unknown_trips)
+    m = comm_seconds(graph, mesh, network, buckets, unknown_trips, machine)
     return {"seconds": c + m + machine.step, "compute_seconds": c, "comm_seconds": m,
             "step_seconds": machine.step}
