@@ -204,6 +204,25 @@ def _a2a_blocks_along(attrs):
     return None if d == 0 else (dict(attrs, concat_dimension=0), d, attrs["group_size"])
 
 
+def _bytes(v):
+    return float(v.size) * np.dtype(v.dtype).itemsize
+
+
+# a gather along a dim other than the first concatenates the received blocks into its
+# result; a scatter's (or an all-to-all's) split along one copies the operand into blocks
+def _ag_repacked(x, r, attrs):
+    return 2.0 * _bytes(r) if attrs["dimension"] != 0 else 0.0
+
+
+def _rs_repacked(x, r, attrs):
+    return 2.0 * _bytes(x) if attrs["dimension"] != 0 else 0.0
+
+
+def _a2a_repacked(x, r, attrs):
+    return 2.0 * ((_bytes(x) if attrs["split_dimension"] != 0 else 0.0)
+                  + (_bytes(r) if attrs["concat_dimension"] != 0 else 0.0))
+
+
 # -- collective_permute ----------------------------------------------------------------------
 def check_pairs(pairs, group_size):
     """(src, dst) group indices in range; no dst named twice."""
@@ -302,7 +321,9 @@ for _name, _infer, _ref, _vjp, _combinable, _reshards, _device_values in (
                                          async_pair=(ALL_REDUCE_START, ALL_REDUCE_DONE) if _reduces else None,
                                          out_may_be_operand=0 if _reduces else None,
                                          exchange=_name == "collective_permute",
-                                         blocks_along=_a2a_blocks_along if _name == "all_to_all" else None)))
+                                         blocks_along=_a2a_blocks_along if _name == "all_to_all" else None,
+                                         repacked={"all_gather": _ag_repacked, "reduce_scatter": _rs_repacked,
+                                                   "all_to_all": _a2a_repacked}.get(_name))))
 
 # the halves of an all_reduce (passes/schedule_async.py): they exist only in optimised programs,
 # after differentiation, so they have no VJP

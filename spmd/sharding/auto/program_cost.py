@@ -103,20 +103,9 @@ def _loop_runs(graph, unknown_trips, runs=1, out=None) -> dict:
 
 def repacked_bytes(op) -> float:
     """Bytes a rank copies to line up a collective's blocks where it calls the collective
-    from Python (MPI's communicator): the library takes each member's block as one
-    contiguous run, so a gather along a dim other than the first concatenates the
-    received blocks into the result, and a scatter or an all-to-all's split along one
-    copies the operand into blocks; each such copy reads and writes its buffer once."""
-    a = op.attrs
-    x, r = op.operands[0], op.results[0]
-    size = lambda v: float(v.size) * np.dtype(v.dtype).itemsize    # noqa: E731
-    if op.name == "all_gather":
-        return 2.0 * size(r) if a["dimension"] != 0 else 0.0
-    if op.name == "reduce_scatter":
-        return 2.0 * size(x) if a["dimension"] != 0 else 0.0
-    if op.name == "all_to_all":
-        return 2.0 * ((size(x) if a["split_dimension"] != 0 else 0.0) + (size(r) if a["concat_dimension"] != 0 else 0.0))
-    return 0.0
+    from Python (Collective.repacked: MPI's communicator)."""
+    rule = op.opdef.collective.repacked
+    return 0.0 if rule is None else float(rule(op.operands[0], op.results[0], op.attrs))
 
 
 def collective_rows(graph, mesh, network, machine=None) -> list:
