@@ -325,10 +325,10 @@ def run_program(name, fn, args, hand, mesh, runs, rates=None, memory_limit=None,
             stolen = float(np.max(spmd.process_allgather(np.asarray([-1.0 if stolen is None else stolen]))))
             stolen = None if stolen < 0 else stolen
         got = median_rates(samples) if rates is not None else (None, None)
-        attempts.append((stolen or 0.0, times, got))
+        attempts.append((stolen, times, got))
         if stolen is None or stolen <= STOLEN_LIMIT:
             break
-    stolen, times, got = min(attempts, key=lambda a: a[0])
+    stolen, times, got = min(attempts, key=lambda a: a[0] or 0.0)
     for p in plans:
         rows[p]["stolen"], rows[p]["attempts"] = stolen, len(attempts)
     ref = outs.get("hand", outs["baseline"])

@@ -204,23 +204,18 @@ def _a2a_blocks_along(attrs):
     return None if d == 0 else (dict(attrs, concat_dimension=0), d, attrs["group_size"])
 
 
-def _bytes(v):
-    return float(v.size) * np.dtype(v.dtype).itemsize
-
-
 # a gather along a dim other than the first concatenates the received blocks into its
 # result; a scatter's (or an all-to-all's) split along one copies the operand into blocks
-def _ag_repacked(x, r, attrs):
-    return 2.0 * _bytes(r) if attrs["dimension"] != 0 else 0.0
+def _ag_repacked(attrs):
+    return 0, int(attrs["dimension"] != 0)
 
 
-def _rs_repacked(x, r, attrs):
-    return 2.0 * _bytes(x) if attrs["dimension"] != 0 else 0.0
+def _rs_repacked(attrs):
+    return int(attrs["dimension"] != 0), 0
 
 
-def _a2a_repacked(x, r, attrs):
-    return 2.0 * ((_bytes(x) if attrs["split_dimension"] != 0 else 0.0)
-                  + (_bytes(r) if attrs["concat_dimension"] != 0 else 0.0))
+def _a2a_repacked(attrs):
+    return int(attrs["split_dimension"] != 0), int(attrs["concat_dimension"] != 0)
 
 
 # -- collective_permute ----------------------------------------------------------------------

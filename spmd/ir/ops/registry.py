@@ -56,10 +56,10 @@ class Collective:
     # blocks), or None. passes/blocks_late.py makes it so and concatenates the blocks where
     # they are read (a fused kernel reads them from the receive buffer: no copy).
     blocks_along: Optional[Callable] = None
-    # the bytes a rank copies to line up the blocks where the collective is a call from
-    # Python (MPI's communicator: the library takes each member's block as one contiguous
-    # run; each copy read and written once): (operand, result, attrs) -> bytes, or None
-    # where it copies nothing
+    # what a rank copies to line up the blocks where the collective is a call from Python
+    # (MPI's communicator: the library takes each member's block as one contiguous run;
+    # each copy read and written once): attrs -> (copies of the operand, copies of the
+    # result), or None where it copies nothing
     repacked: Optional[Callable] = None
 
 

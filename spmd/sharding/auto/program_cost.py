@@ -11,7 +11,7 @@ import numpy as np
 
 from ..cost_model import Machine, bucketed_values, collective_seconds, is_product, product_elements, rounds
 from ...ir.ops.registry import op_flops
-from ..kernel_traffic import KernelTraffic
+from ..kernel_traffic import KernelTraffic, nbytes
 from ..report import collective_ops
 
 # bytes a device receives, per byte of the larger of a collective's buffers
@@ -105,7 +105,10 @@ def repacked_bytes(op) -> float:
     """Bytes a rank copies to line up a collective's blocks where it calls the collective
     from Python (Collective.repacked: MPI's communicator)."""
     rule = op.opdef.collective.repacked
-    return 0.0 if rule is None else float(rule(op.operands[0], op.results[0], op.attrs))
+    if rule is None:
+        return 0.0
+    operand, result = rule(op.attrs)
+    return 2.0 * (operand * nbytes(op.operands[0]) + result * nbytes(op.results[0]))
 
 
 def collective_rows(graph, mesh, network, machine=None) -> list:
@@ -118,14 +121,14 @@ def collective_rows(graph, mesh, network, machine=None) -> list:
         kind = op.opdef.collective.async_of or op.name
         x = op.operands[0]
         r = x if op.opdef.collective.phase == "start" else op.results[0]
-        nbytes = max(x.size, r.size) * np.dtype(x.dtype).itemsize
+        size = max(x.size, r.size) * np.dtype(x.dtype).itemsize
         g = int(op.attrs["group_size"])
         axes = tuple(op.attrs["axes"])
         share = _RECEIVED.get(kind, lambda g: 1.0)(g)
         link = network.link(mesh, axes)
         copied = repacked_bytes(op) if machine is not None and link.rendezvous > 0.0 else 0.0
-        rows.append({"op": kind, "axes": axes, "group_size": g, "bytes": int(nbytes), "runs": runs,
-                     "seconds": collective_seconds(kind, share * nbytes, g, link)
+        rows.append({"op": kind, "axes": axes, "group_size": g, "bytes": int(size), "runs": runs,
+                     "seconds": collective_seconds(kind, share * size, g, link)
                      + (copied / machine.bandwidth_for(copied) if copied > 0.0 else 0.0),
                      "latency": rounds(kind, g) * link.latency, "loc": op.loc, "result": op.results[0]})
     return rows
